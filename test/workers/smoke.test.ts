@@ -1,0 +1,3 @@
+import { SELF } from "cloudflare:test";
+import { it, expect } from "vitest";
+it("pings", async () => { const r = await SELF.fetch("http://x/"); expect(await r.text()).toBe("pong"); });

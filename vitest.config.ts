@@ -1,0 +1,34 @@
+import { defineConfig } from "vitest/config";
+import { cloudflareTest } from "@cloudflare/vitest-plugin";
+
+export default defineConfig({
+  test: {
+    projects: [
+      {
+        plugins: [
+          cloudflareTest({
+            wrangler: { configPath: "./wrangler.toml" },
+            miniflare: {
+              bindings: {
+                THREADBOX_ADMIN_SECRET: "test-admin-secret",
+                THREADBOX_TOKEN_SECRET: "test-token-secret-0123456789abcdef",
+                LONG_POLL_TIMEOUT_MS: "1500",
+              },
+            },
+          }),
+        ],
+        test: { name: "workers", include: ["test/workers/**/*.test.ts"] },
+      },
+      {
+        test: {
+          name: "node",
+          include: ["test/node/**/*.test.ts"],
+          environment: "node",
+          testTimeout: 120_000,
+          hookTimeout: 120_000,
+          fileParallelism: false,
+        },
+      },
+    ],
+  },
+});
