@@ -1,0 +1,261 @@
+// One local "box": a directory used as HOME/workdir plus the processes started in it.
+// Isolation is by directory and process group only (not by kernel): a development host.
+import { spawn } from "node:child_process";
+import { randomBytes, randomUUID } from "node:crypto";
+import fs from "node:fs";
+import path from "node:path";
+import { HostError } from "./errors.mjs";
+import { Session } from "./session.mjs";
+import { BOX_MARKER_VAR, exitCodeOf, findMarkedPids, killGroup } from "./proc.mjs";
+
+export { BOX_MARKER_VAR };
+
+
+export class Box {
+  constructor({ hostId, root, spec, toolboxProxyUrl, snapshotDir }) {
+    this.id = randomUUID();
+    this.hostId = hostId;
+    this.marker = `${hostId}/${this.id}`;
+    this.dir = path.join(root, "boxes", this.id);
+    this.home = path.join(this.dir, "home");
+    this.meta = path.join(this.dir, "meta");
+    this.spec = spec;
+    this.token = randomBytes(16).toString("hex");
+    this.toolboxProxyUrl = toolboxProxyUrl;
+    this.snapshotDir = snapshotDir;
+    this.state = "creating";
+    this.errorReason = undefined;
+    this.createdAt = new Date().toISOString();
+    this.updatedAt = this.createdAt;
+    this.sessions = new Map();
+    this.children = new Set();
+  }
+
+  /** Runs after the create response is sent, so SDK clients really poll `creating -> started`. */
+  async provision() {
+    try {
+      fs.mkdirSync(this.home, { recursive: true });
+      fs.mkdirSync(path.join(this.meta, "sessions"), { recursive: true });
+      fs.mkdirSync(path.join(this.dir, "tmp"), { recursive: true });
+      if (this.snapshotDir && fs.existsSync(this.snapshotDir)) {
+        fs.cpSync(this.snapshotDir, this.home, { recursive: true });
+      }
+      this.setState("started");
+    } catch (err) {
+      this.errorReason = String(err?.message ?? err);
+      this.setState("error");
+    }
+  }
+
+  setState(state) {
+    this.state = state;
+    this.updatedAt = new Date().toISOString();
+  }
+
+  /** The environment every box process gets; the host's own env (and its API key) never leaks in. */
+  env(extra = {}) {
+    const env = {
+      PATH: process.env.PATH ?? "/usr/local/bin:/usr/bin:/bin",
+      LANG: process.env.LANG ?? "C.UTF-8",
+      HOME: this.home,
+      USER: "daytona",
+      SHELL: "/bin/bash",
+      TMPDIR: path.join(this.dir, "tmp"),
+      DAYTONA_SANDBOX_ID: this.id,
+      DAYTONA_SANDBOX_USER: "daytona",
+      ...(this.spec.outboundProxyUrl
+        ? { HTTP_PROXY: this.spec.outboundProxyUrl, HTTPS_PROXY: this.spec.outboundProxyUrl }
+        : {}),
+      ...(this.spec.env ?? {}),
+      ...extra,
+    };
+    env[BOX_MARKER_VAR] = this.marker;
+    return env;
+  }
+
+  /**
+   * Maps a box path to a host path. Relative and `~` paths are HOME-relative; absolute paths
+   * must stay inside the box directory (symlinks included), so a box cannot write the host.
+   */
+  resolve(p, { mustExist = false } = {}) {
+    if (typeof p !== "string" || p === "") throw new HostError(400, "path is required", "INVALID_FILE_PATH");
+    let abs;
+    if (p === "~") abs = this.home;
+    else if (p.startsWith("~/")) abs = path.join(this.home, p.slice(2));
+    else if (path.isAbsolute(p)) abs = path.normalize(p);
+    else abs = path.resolve(this.home, p);
+    const real = realpathOfNearest(abs);
+    const base = fs.realpathSync(this.dir);
+    if (real !== base && !real.startsWith(base + path.sep)) {
+      throw new HostError(400, `path ${p} is outside the sandbox`, "INVALID_FILE_PATH");
+    }
+    if (mustExist && !fs.existsSync(abs)) throw new HostError(404, `file ${p} not found`, "FILE_NOT_FOUND");
+    return abs;
+  }
+
+  assertRunning() {
+    if (this.state !== "started") throw new HostError(409, `sandbox is ${this.state}`, "SANDBOX_NOT_STARTED");
+  }
+
+  /** One-shot command: stdout+stderr combined, returns when the stdio pipes close (like Daytona). */
+  execute({ command, cwd, envs, timeout }) {
+    this.assertRunning();
+    if (typeof command !== "string" || !command) throw new HostError(400, "command is required");
+    const dir = cwd ? this.resolve(cwd, { mustExist: true }) : this.home;
+    return new Promise((resolve, reject) => {
+      const child = spawn("bash", ["-c", command], {
+        cwd: dir,
+        env: this.env(envs ?? {}),
+        detached: true,
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      this.track(child);
+      const chunks = [];
+      child.stdout.on("data", (c) => chunks.push(c));
+      child.stderr.on("data", (c) => chunks.push(c));
+      let timer;
+      let timedOut = false;
+      if (timeout && timeout > 0) {
+        timer = setTimeout(() => {
+          timedOut = true;
+          killGroup(child.pid, "SIGKILL");
+        }, timeout * 1000);
+      }
+      child.on("error", (err) => {
+        clearTimeout(timer);
+        reject(new HostError(500, `spawn failed: ${err.message}`));
+      });
+      child.on("close", (code, signal) => {
+        clearTimeout(timer);
+        if (timedOut) {
+          reject(new HostError(408, `command timed out after ${timeout}s`, "PROCESS_EXECUTION_TIMEOUT"));
+          return;
+        }
+        resolve({ exitCode: exitCodeOf(code, signal), result: Buffer.concat(chunks).toString("utf8") });
+      });
+    });
+  }
+
+  /** git clone as a box process, so credentials helpers and HOME are the box's. */
+  async clone({ url, path: dest, branch, commit_id: commitId, depth }) {
+    this.assertRunning();
+    if (!url) throw new HostError(400, "url is required");
+    const target = this.resolve(dest);
+    const q = (s) => `'${String(s).replace(/'/g, `'\\''`)}'`;
+    let cmd = `git clone --quiet`;
+    if (branch) cmd += ` --branch ${q(branch)}`;
+    if (depth) cmd += ` --depth ${Number(depth)}`;
+    cmd += ` -- ${q(url)} ${q(target)}`;
+    if (commitId) cmd += ` && git -C ${q(target)} checkout --quiet ${q(commitId)}`;
+    const r = await this.execute({ command: cmd, timeout: 600, envs: { GIT_TERMINAL_PROMPT: "0" } });
+    if (r.exitCode !== 0) {
+      const notFound = /not found|does not exist|does not appear to be a git repository/i.test(r.result);
+      throw new HostError(notFound ? 404 : 400, `git clone failed: ${r.result.trim()}`, notFound ? "GIT_REPO_NOT_FOUND" : "GIT_TRANSPORT_FAILED");
+    }
+  }
+
+  createSession(sessionId) {
+    this.assertRunning();
+    if (!sessionId || typeof sessionId !== "string" || !/^[\w.-]+$/.test(sessionId)) {
+      throw new HostError(400, "sessionId must match [A-Za-z0-9_.-]+");
+    }
+    if (this.sessions.has(sessionId)) throw new HostError(409, `session ${sessionId} already exists`);
+    const s = new Session(this, sessionId, path.join(this.meta, "sessions", sessionId));
+    this.sessions.set(sessionId, s);
+    return s;
+  }
+
+  session(sessionId) {
+    const s = this.sessions.get(sessionId);
+    if (!s) throw new HostError(404, `session ${sessionId} not found`, "PROCESS_NOT_FOUND");
+    return s;
+  }
+
+  deleteSession(sessionId) {
+    const s = this.session(sessionId);
+    s.kill();
+    this.sessions.delete(sessionId);
+  }
+
+  track(child) {
+    this.children.add(child);
+    child.on("exit", () => this.children.delete(child));
+  }
+
+  /** Kills every process of the box: known groups first, then anything carrying the marker. */
+  async killAll() {
+    for (const s of this.sessions.values()) s.kill();
+    for (const c of this.children) killGroup(c.pid, "SIGKILL");
+    for (let round = 0; round < 20; round++) {
+      const pids = findMarkedPids(this.marker);
+      if (pids.length === 0) return;
+      for (const pid of pids) {
+        try {
+          process.kill(pid, "SIGKILL");
+        } catch {
+          /* already gone */
+        }
+      }
+      await new Promise((r) => setTimeout(r, 25));
+    }
+  }
+
+  async destroy() {
+    await this.killAll();
+    fs.rmSync(this.dir, { recursive: true, force: true, maxRetries: 3 });
+  }
+
+  dto({ full = true } = {}) {
+    const s = this.spec;
+    const base = {
+      id: this.id,
+      organizationId: "local",
+      name: s.name || this.id,
+      target: s.target || "local",
+      snapshot: s.snapshot,
+      user: s.user || "daytona",
+      public: !!s.public,
+      networkBlockAll: !!s.networkBlockAll,
+      ...(s.networkAllowList ? { networkAllowList: s.networkAllowList } : {}),
+      ...(s.domainAllowList ? { domainAllowList: s.domainAllowList } : {}),
+      cpu: s.cpu ?? 1,
+      gpu: s.gpu ?? 0,
+      memory: s.memory ?? 1,
+      disk: s.disk ?? 1,
+      labels: s.labels ?? {},
+      state: this.state,
+      desiredState: this.state === "destroying" ? "destroyed" : this.state === "stopped" ? "stopped" : "started",
+      ...(this.errorReason ? { errorReason: this.errorReason, recoverable: false } : {}),
+      autoStopInterval: s.autoStopInterval ?? 15,
+      autoArchiveInterval: s.autoArchiveInterval ?? 10080,
+      autoDeleteInterval: s.autoDeleteInterval ?? -1,
+      createdAt: this.createdAt,
+      updatedAt: this.updatedAt,
+      daemonVersion: "local-sandbox-host",
+      toolboxProxyUrl: this.toolboxProxyUrl,
+    };
+    if (!full) return base;
+    return {
+      ...base,
+      env: s.env ?? {},
+      ...(s.outboundProxyUrl ? { outboundProxyUrl: s.outboundProxyUrl } : {}),
+      volumes: [],
+      ...(s.buildInfo ? { buildInfo: { dockerfileContent: s.buildInfo.dockerfileContent ?? "", contextHashes: s.buildInfo.contextHashes ?? [], createdAt: this.createdAt, updatedAt: this.updatedAt, snapshotRef: "" } } : {}),
+    };
+  }
+}
+
+function realpathOfNearest(abs) {
+  let cur = abs;
+  const rest = [];
+  for (;;) {
+    try {
+      return path.join(fs.realpathSync(cur), ...rest.reverse());
+    } catch {
+      const parent = path.dirname(cur);
+      if (parent === cur) return abs;
+      rest.push(path.basename(cur));
+      cur = parent;
+    }
+  }
+}

@@ -1,0 +1,450 @@
+// Local Daytona-compatible sandbox host: the slice of Daytona's control-plane API
+// (`/api/sandbox…`, `/api/snapshots…`) and toolbox API (`/toolbox/<id>/…`) that threadbox
+// uses, served on loopback so the real @daytonaio/sdk works against it unchanged.
+//
+// Clients must use polling mode (`useDeprecatedPolling: true`): the socket.io event
+// channel is not implemented, and `/api/socket.io/` answers 404.
+import http from "node:http";
+import { randomBytes } from "node:crypto";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { Box } from "./box.mjs";
+import { HostError, errorBody } from "./errors.mjs";
+import { acceptWebSocket } from "./ws.mjs";
+
+const MAX_BODY = 512 * 1024 * 1024;
+
+/**
+ * Starts the host. `port: 0` picks a free port. `root` holds one directory per box
+ * (a fresh temp dir when omitted, removed again on close).
+ * @returns {Promise<{url: string, apiUrl: string, port: number, root: string, close(): Promise<void>}>}
+ */
+export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0.1", log = () => {} } = {}) {
+  if (!apiKey) throw new Error("startSandboxHost: apiKey is required");
+  const ownRoot = !root;
+  const rootDir = root ?? fs.mkdtempSync(path.join(os.tmpdir(), "sandbox-host-"));
+  fs.mkdirSync(path.join(rootDir, "boxes"), { recursive: true });
+  const hostId = randomBytes(6).toString("hex");
+  const boxes = new Map();
+  const snapshots = new Map();
+  let baseUrl = "";
+
+  const server = http.createServer((req, res) => {
+    handle(req, res).catch((err) => sendError(res, req, err));
+  });
+  server.on("upgrade", (req, socket, head) => {
+    try {
+      handleUpgrade(req, socket, head);
+    } catch (err) {
+      const status = err instanceof HostError ? err.status : 500;
+      socket.end(`HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
+    }
+  });
+
+  const api = {
+    isAuthorized(req, url, box) {
+      if (req.headers.authorization === `Bearer ${apiKey}`) return true;
+      // Workers/browsers cannot set headers on a WebSocket: Daytona accepts the preview token as a query param.
+      const t = url.searchParams.get("DAYTONA_SANDBOX_AUTH_KEY") ?? req.headers["x-daytona-preview-token"];
+      return !!box && !!t && t === box.token;
+    },
+  };
+
+  async function handle(req, res) {
+    const url = new URL(req.url, "http://local");
+    const parts = url.pathname.split("/").filter(Boolean).map(decodeURIComponent);
+    if (parts[0] === "api") return handleApi(req, res, url, parts.slice(1));
+    if (parts[0] === "toolbox" && parts[1]) {
+      const box = boxes.get(parts[1]);
+      if (!api.isAuthorized(req, url, box)) throw new HostError(401, "Unauthorized");
+      if (!box) throw new HostError(404, `sandbox ${parts[1]} not found`);
+      return handleToolbox(req, res, url, box, parts.slice(2));
+    }
+    if (url.pathname === "/health") return sendJson(res, 200, { ok: true });
+    throw new HostError(404, `no route for ${req.method} ${url.pathname}`);
+  }
+
+  function findBox(idOrName) {
+    const b = boxes.get(idOrName);
+    if (b) return b;
+    for (const box of boxes.values()) if (box.spec.name === idOrName) return box;
+    throw new HostError(404, `Sandbox with ID or name ${idOrName} not found`);
+  }
+
+  async function handleApi(req, res, url, p) {
+    if (!api.isAuthorized(req, url, null)) throw new HostError(401, "Unauthorized");
+    const m = req.method;
+    if (p[0] === "sandbox") {
+      if (p.length === 1 && m === "POST") return sendJson(res, 200, createBox(await readJson(req)).dto());
+      if (p.length === 1 && m === "GET") return sendJson(res, 200, listBoxes(url));
+      const box = findBox(p[1]);
+      if (p.length === 2 && m === "GET") return sendJson(res, 200, box.dto());
+      if (p.length === 2 && m === "DELETE") return sendJson(res, 200, deleteBox(box));
+      if (p.length === 3 && p[2] === "toolbox-proxy-url" && m === "GET") return sendJson(res, 200, { url: `${baseUrl}/toolbox` });
+      if (p.length === 3 && p[2] === "start" && m === "POST") return sendJson(res, 200, startBox(box));
+      if (p.length === 3 && p[2] === "stop" && m === "POST") return sendJson(res, 200, await stopBox(box));
+      if (p.length === 5 && p[2] === "ports" && p[4] === "preview-url" && m === "GET") {
+        return sendJson(res, 200, { sandboxId: box.id, url: `${baseUrl}/toolbox/${box.id}`, token: box.token });
+      }
+    }
+    if (p[0] === "snapshots") {
+      if (p.length === 1 && m === "POST") return sendJson(res, 200, createSnapshot(await readJson(req)));
+      if (p.length === 1 && m === "GET") {
+        const items = [...snapshots.values()];
+        return sendJson(res, 200, { items, total: items.length, page: 1, totalPages: 1 });
+      }
+      const snap = snapshots.get(p[1]) ?? [...snapshots.values()].find((s) => s.id === p[1]);
+      if (!snap) throw new HostError(404, `Snapshot ${p[1]} not found`);
+      if (p.length === 2 && m === "GET") return sendJson(res, 200, snap);
+      if (p.length === 2 && m === "DELETE") {
+        snapshots.delete(snap.name);
+        return sendEmpty(res, 200);
+      }
+    }
+    throw new HostError(404, `no route for ${m} /api/${p.join("/")}`);
+  }
+
+  function createBox(body) {
+    if (!body || typeof body !== "object") throw new HostError(400, "body must be a JSON object");
+    for (const k of ["env", "labels"]) {
+      const v = body[k];
+      if (v !== undefined && (typeof v !== "object" || v === null || Object.values(v).some((x) => typeof x !== "string"))) {
+        throw new HostError(400, `${k} must be an object of strings`);
+      }
+    }
+    if (body.name && [...boxes.values()].some((b) => b.spec.name === body.name)) {
+      throw new HostError(409, `Sandbox with name ${body.name} already exists`);
+    }
+    let snapshotDir;
+    if (body.snapshot) {
+      const snap = snapshots.get(body.snapshot);
+      if (!snap) throw new HostError(400, `Snapshot ${body.snapshot} not found. Did you add it through the Daytona Dashboard?`);
+      snapshotDir = path.join(rootDir, "snapshots", snap.name);
+    }
+    const box = new Box({ hostId, root: rootDir, spec: body, toolboxProxyUrl: `${baseUrl}/toolbox`, snapshotDir });
+    boxes.set(box.id, box);
+    log(`create ${box.id} labels=${JSON.stringify(body.labels ?? {})}`);
+    setTimeout(() => void box.provision(), 10);
+    return box;
+  }
+
+  function listBoxes(url) {
+    let want = {};
+    const raw = url.searchParams.get("labels");
+    if (raw) {
+      try {
+        want = JSON.parse(raw);
+      } catch {
+        throw new HostError(400, "labels must be a JSON object");
+      }
+    }
+    const states = url.searchParams.getAll("states").flatMap((s) => s.split(","));
+    const items = [...boxes.values()]
+      .filter((b) => Object.entries(want).every(([k, v]) => b.spec.labels?.[k] === v))
+      .filter((b) => states.length === 0 || states.includes(b.state))
+      .map((b) => b.dto({ full: false }));
+    return { items, nextCursor: null };
+  }
+
+  function deleteBox(box) {
+    // A second delete while the first is still tearing down is a state conflict, as on Daytona.
+    if (box.state === "destroying") throw new HostError(409, "Sandbox state change in progress");
+    box.setState("destroying");
+    const dto = box.dto();
+    log(`delete ${box.id}`);
+    box
+      .destroy()
+      .catch((err) => log(`delete ${box.id} failed: ${err?.message}`))
+      .finally(() => {
+        box.setState("destroyed");
+        boxes.delete(box.id);
+      });
+    return dto;
+  }
+
+  function startBox(box) {
+    if (box.state === "stopped") box.setState("started");
+    return box.dto();
+  }
+
+  async function stopBox(box) {
+    if (box.state !== "started") throw new HostError(409, `Sandbox is ${box.state}`);
+    box.setState("stopping");
+    await box.killAll();
+    box.sessions.clear();
+    box.setState("stopped");
+    return box.dto();
+  }
+
+  /**
+   * A local snapshot is a recorded name: nothing is built from the image or Dockerfile (boxes run on
+   * the host's own toolchain). If `<root>/snapshots/<name>/` exists its files seed each new box's HOME.
+   */
+  function createSnapshot(body) {
+    if (!body?.name) throw new HostError(400, "name is required");
+    const now = new Date().toISOString();
+    const snap = {
+      id: snapshots.get(body.name)?.id ?? randomBytes(8).toString("hex"),
+      organizationId: "local",
+      general: false,
+      name: body.name,
+      imageName: body.imageName ?? "",
+      state: "active",
+      size: null,
+      entrypoint: body.entrypoint ?? null,
+      cpu: body.cpu ?? 1,
+      gpu: body.gpu ?? 0,
+      mem: body.memory ?? 1,
+      disk: body.disk ?? 1,
+      errorReason: null,
+      createdAt: now,
+      updatedAt: now,
+      lastUsedAt: null,
+      sourceSandboxId: null,
+      ...(body.buildInfo ? { buildInfo: { dockerfileContent: body.buildInfo.dockerfileContent ?? "", contextHashes: body.buildInfo.contextHashes ?? [], createdAt: now, updatedAt: now, snapshotRef: body.name } } : {}),
+    };
+    snapshots.set(body.name, snap);
+    fs.mkdirSync(path.join(rootDir, "snapshots"), { recursive: true });
+    fs.writeFileSync(path.join(rootDir, "snapshots", `${body.name}.json`), JSON.stringify(snap, null, 2));
+    return snap;
+  }
+
+  // Snapshots recorded by earlier runs against the same root survive restarts.
+  try {
+    for (const f of fs.readdirSync(path.join(rootDir, "snapshots"))) {
+      if (!f.endsWith(".json")) continue;
+      const s = JSON.parse(fs.readFileSync(path.join(rootDir, "snapshots", f), "utf8"));
+      snapshots.set(s.name, s);
+    }
+  } catch {
+    /* none yet */
+  }
+
+  async function handleToolbox(req, res, url, box, p) {
+    const m = req.method;
+    const route = `${m} /${p.join("/")}`;
+    const q = url.searchParams;
+    if (route === "GET /user-home-dir") return sendJson(res, 200, { dir: box.home });
+    if (route === "GET /work-dir") return sendJson(res, 200, { dir: box.home });
+    if (route === "GET /version") return sendJson(res, 200, { version: "local-sandbox-host" });
+    if (route === "POST /process/execute") return sendJson(res, 200, await box.execute(await readJson(req)));
+    if (route === "POST /git/clone") {
+      await box.clone(await readJson(req));
+      return sendEmpty(res, 200);
+    }
+    if (route === "POST /files/folder") {
+      const dir = box.resolve(q.get("path"));
+      const mode = parseInt(q.get("mode") || "755", 8);
+      fsCall(() => fs.mkdirSync(dir, { recursive: true, mode }));
+      return sendEmpty(res, 200);
+    }
+    if (route === "POST /files/bulk-upload") return uploadFiles(req, res, box);
+    if (route === "POST /files/bulk-download") return downloadFiles(req, res, box);
+    if (p[0] === "process" && p[1] === "session") {
+      box.assertRunning();
+      if (p.length === 2 && m === "POST") {
+        box.createSession((await readJson(req)).sessionId);
+        return sendEmpty(res, 201);
+      }
+      if (p.length === 2 && m === "GET") return sendJson(res, 200, [...box.sessions.values()].map((s) => s.info()));
+      const s = box.session(p[2]);
+      if (p.length === 3 && m === "GET") return sendJson(res, 200, s.info());
+      if (p.length === 3 && m === "DELETE") {
+        box.deleteSession(p[2]);
+        return sendEmpty(res, 204);
+      }
+      if (p.length === 4 && p[3] === "exec" && m === "POST") {
+        const body = await readJson(req);
+        const cmd = s.exec(body.command);
+        if (body.runAsync || body.async) return sendJson(res, 202, { cmdId: cmd.id });
+        await cmd.wait();
+        const l = cmd.logs();
+        return sendJson(res, 200, { cmdId: cmd.id, exitCode: cmd.exitCode, output: l.output, stdout: l.stdout, stderr: l.stderr });
+      }
+      if (p[3] === "command" && p[4]) {
+        const cmd = s.command(p[4]);
+        if (p.length === 5 && m === "GET") return sendJson(res, 200, cmd.info());
+        if (p.length === 6 && p[5] === "logs" && m === "GET") return sendJson(res, 200, cmd.logs());
+      }
+    }
+    throw new HostError(404, `no route for ${route}`);
+  }
+
+  function handleUpgrade(req, socket, head) {
+    const url = new URL(req.url, "http://local");
+    const p = url.pathname.split("/").filter(Boolean).map(decodeURIComponent);
+    // /toolbox/<id>/process/session/<sid>/command/<cid>/logs?follow=true
+    if (!(p[0] === "toolbox" && p[2] === "process" && p[3] === "session" && p[5] === "command" && p[7] === "logs" && p.length === 8)) {
+      throw new HostError(404, "no websocket route");
+    }
+    const box = boxes.get(p[1]);
+    if (!api.isAuthorized(req, url, box)) throw new HostError(401, "Unauthorized");
+    if (!box) throw new HostError(404, "sandbox not found");
+    const cmd = box.session(p[4]).command(p[6]);
+    const ws = acceptWebSocket(req, socket, head);
+    if (!ws) return;
+    const { existing, unsubscribe } = cmd.follow((frame) => {
+      if (frame === null) ws.close(1000, "command finished");
+      else ws.sendBinary(frame);
+    });
+    if (existing.length) ws.sendBinary(existing);
+    if (cmd.done) ws.close(1000, "command finished");
+    ws.onClose(unsubscribe);
+  }
+
+  async function uploadFiles(req, res, box) {
+    const raw = await readBody(req);
+    let form;
+    try {
+      form = await new Request("http://local/", {
+        method: "POST",
+        headers: { "content-type": req.headers["content-type"] ?? "" },
+        body: raw,
+      }).formData();
+    } catch (err) {
+      throw new HostError(400, `invalid multipart body: ${err.message}`);
+    }
+    const files = [];
+    for (let i = 0; form.has(`files[${i}].path`); i++) {
+      const file = form.get(`files[${i}].file`);
+      if (!file || typeof file === "string") throw new HostError(400, `files[${i}].file is missing`);
+      files.push({ dest: box.resolve(String(form.get(`files[${i}].path`))), file });
+    }
+    if (files.length === 0) throw new HostError(400, "no files in upload");
+    for (const { dest, file } of files) {
+      const data = Buffer.from(await file.arrayBuffer());
+      fsCall(() => {
+        fs.mkdirSync(path.dirname(dest), { recursive: true });
+        fs.writeFileSync(dest, data);
+      });
+    }
+    return sendEmpty(res, 200);
+  }
+
+  async function downloadFiles(req, res, box) {
+    const body = await readJson(req);
+    if (!Array.isArray(body?.paths) || body.paths.length === 0) throw new HostError(400, "paths is required");
+    const boundary = `sbh${randomBytes(12).toString("hex")}`;
+    const chunks = [];
+    for (const src of body.paths) {
+      const name = String(src).replace(/"/g, "%22");
+      let data;
+      let error;
+      try {
+        const abs = box.resolve(String(src));
+        data = fsCall(() => fs.readFileSync(abs));
+      } catch (err) {
+        const status = err instanceof HostError ? err.status : 500;
+        error = errorBody(status, err.message, { code: err.code === "ENOENT" ? "FILE_NOT_FOUND" : err.code, source: "DAYTONA_DAEMON" });
+      }
+      const field = error ? "error" : "file";
+      const payload = error ? Buffer.from(JSON.stringify(error)) : data;
+      chunks.push(
+        Buffer.from(
+          `--${boundary}\r\nContent-Disposition: form-data; name="${field}"; filename="${name}"\r\n` +
+            `Content-Type: ${error ? "application/json" : "application/octet-stream"}\r\nContent-Length: ${payload.length}\r\n\r\n`,
+        ),
+        payload,
+        Buffer.from("\r\n"),
+      );
+    }
+    chunks.push(Buffer.from(`--${boundary}--\r\n`));
+    const out = Buffer.concat(chunks);
+    res.writeHead(200, { "content-type": `multipart/form-data; boundary=${boundary}`, "content-length": out.length });
+    res.end(out);
+  }
+
+  await new Promise((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(port, host, () => resolve());
+  });
+  const actualPort = server.address().port;
+  baseUrl = `http://${host}:${actualPort}`;
+
+  return {
+    url: baseUrl,
+    apiUrl: `${baseUrl}/api`,
+    port: actualPort,
+    root: rootDir,
+    boxes,
+    async close() {
+      server.closeAllConnections?.();
+      await new Promise((r) => server.close(() => r()));
+      await Promise.all([...boxes.values()].map((b) => b.destroy().catch(() => {})));
+      boxes.clear();
+      if (ownRoot) fs.rmSync(rootDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Turns fs errors into toolbox error codes instead of 500s (or hangs). */
+function fsCall(fn) {
+  try {
+    return fn();
+  } catch (err) {
+    if (err instanceof HostError) throw err;
+    const map = {
+      ENOENT: [404, "FILE_NOT_FOUND"],
+      EACCES: [403, "FILE_ACCESS_DENIED"],
+      EPERM: [403, "FILE_ACCESS_DENIED"],
+      EROFS: [403, "FILE_ACCESS_DENIED"],
+      ENOTDIR: [400, "INVALID_FILE_PATH"],
+      EISDIR: [400, "INVALID_FILE_PATH"],
+      EEXIST: [400, "INVALID_FILE_PATH"],
+    };
+    const [status, code] = map[err.code] ?? [500, "FILE_READ_FAILED"];
+    const e = new HostError(status, err.message, code);
+    e.fsCode = err.code;
+    throw e;
+  }
+}
+
+function readBody(req) {
+  return new Promise((resolve, reject) => {
+    const chunks = [];
+    let size = 0;
+    req.on("data", (c) => {
+      size += c.length;
+      if (size > MAX_BODY) {
+        reject(new HostError(413, "request body too large"));
+        req.destroy();
+        return;
+      }
+      chunks.push(c);
+    });
+    req.on("end", () => resolve(Buffer.concat(chunks)));
+    req.on("error", reject);
+  });
+}
+
+async function readJson(req) {
+  const raw = await readBody(req);
+  if (raw.length === 0) return {};
+  try {
+    return JSON.parse(raw.toString("utf8"));
+  } catch {
+    throw new HostError(400, "invalid JSON body");
+  }
+}
+
+function sendJson(res, status, body) {
+  const data = Buffer.from(JSON.stringify(body));
+  res.writeHead(status, { "content-type": "application/json; charset=utf-8", "content-length": data.length });
+  res.end(data);
+}
+
+function sendEmpty(res, status) {
+  res.writeHead(status, { "content-length": 0 });
+  res.end();
+}
+
+function sendError(res, req, err) {
+  const status = err instanceof HostError ? err.status : 500;
+  const source = req.url.startsWith("/toolbox") ? "DAYTONA_DAEMON" : "DAYTONA_API";
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  sendJson(res, status, errorBody(status, err?.message ?? String(err), { code: err?.code, source, method: req.method, path: req.url.split("?")[0] }));
+}
