@@ -1,0 +1,344 @@
+// SandboxProvider on the real @daytonaio/sdk. Works in Node and inside workerd (Durable Objects):
+// - polling mode: the SDK's socket.io channel would hold an outbound socket in the DO and block
+//   hibernation, and the local sandbox host does not serve it;
+// - a bounded requestTimeoutMs (the SDK default is 24 h);
+// - bytes, never local paths, for uploads, and uploads verified afterwards (in workerd the SDK
+//   does not check the upload's HTTP status).
+import { Daytona, type Sandbox } from "@daytonaio/sdk";
+import { ProviderError, toProviderError } from "./errors";
+import { classifySandboxState, type Liveness } from "./state";
+import {
+  autoStopMinutes,
+  boxLabels,
+  shQuote,
+  type BoxInfo,
+  type CloneOptions,
+  type CreateBoxOptions,
+  type DeleteOptions,
+  type DetachedHandle,
+  type DetachedLogs,
+  type DetachedOptions,
+  type DetachedStatus,
+  type ExecOptions,
+  type ExecResult,
+  type FileUpload,
+  type FollowCallbacks,
+  type SandboxProvider,
+} from "./provider";
+
+export interface DaytonaProviderConfig {
+  apiUrl: string;
+  apiKey: string;
+  target?: string;
+  /** Per-request HTTP timeout. Default 60 s. */
+  requestTimeoutMs?: number;
+  /** How many times a 409 ("state change in progress") is retried. Default 5. */
+  conflictRetries?: number;
+}
+
+const DEFAULT_REQUEST_TIMEOUT_MS = 60_000;
+
+type SdkSandboxDto = { id: string; state?: string; labels?: Record<string, string>; recoverable?: boolean; errorReason?: string };
+
+export class DaytonaProvider implements SandboxProvider {
+  readonly kind = "daytona";
+  private readonly client: Daytona;
+  private readonly conflictRetries: number;
+  /** Sandbox handles cached per ref: every SDK call needs one and fetching it costs a GET. */
+  private readonly handles = new Map<string, Sandbox>();
+
+  constructor(private readonly config: DaytonaProviderConfig) {
+    if (!config.apiUrl || !config.apiKey) {
+      throw new ProviderError("bad_request", "Daytona provider needs apiUrl and apiKey (DAYTONA_API_URL, DAYTONA_API_KEY)");
+    }
+    this.conflictRetries = config.conflictRetries ?? 5;
+    this.client = new Daytona({
+      apiUrl: config.apiUrl,
+      apiKey: config.apiKey,
+      target: config.target || undefined,
+      useDeprecatedPolling: true,
+      requestTimeoutMs: config.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS,
+    });
+  }
+
+  async create(opts: CreateBoxOptions): Promise<BoxInfo> {
+    const labels = boxLabels(opts.labels, opts.ephemeral);
+    const source = await this.resolveSource(opts);
+    const egress = opts.egress ?? {};
+    const base = {
+      name: opts.name,
+      labels,
+      envVars: opts.env ?? {},
+      autoStopInterval: autoStopMinutes(opts.runawayGuardMs, opts.autoStopBufferMinutes),
+      // -1 = never auto-delete. 0 would delete the box the moment it stops.
+      autoDeleteInterval: -1,
+      networkBlockAll: egress.blockAll,
+      domainAllowList: egress.domainAllowList?.join(","),
+      networkAllowList: egress.networkAllowList?.join(","),
+      outboundProxyUrl: egress.outboundProxyUrl,
+    };
+    const timeout = opts.timeoutSec ?? 120;
+    let sb: Sandbox;
+    try {
+      if (source.kind === "snapshot") sb = await this.client.create({ ...base, snapshot: source.name }, { timeout });
+      else if (source.kind === "image") sb = await this.client.create({ ...base, image: source.name! }, { timeout });
+      else sb = await this.client.create(base, { timeout });
+    } catch (err) {
+      throw toProviderError(err, "create sandbox");
+    }
+    this.handles.set(sb.id, sb);
+    if (source.kind !== "snapshot" && opts.installSteps?.length) {
+      for (const step of opts.installSteps) {
+        const r = await this.exec(sb.id, step, { timeoutSec: 900 });
+        if (r.exitCode !== 0) {
+          // A half-provisioned box is useless and would leak: remove it before failing.
+          await this.delete(sb.id).catch(() => {});
+          throw new ProviderError("bad_request", `install step failed (exit ${r.exitCode}): ${step}\n${r.output.slice(-2000)}`);
+        }
+      }
+    }
+    return { ...infoOf(sb as unknown as SdkSandboxDto), source };
+  }
+
+  /** Snapshot first (only if it exists and is active), else the fallback image, else the provider default. */
+  private async resolveSource(opts: CreateBoxOptions): Promise<NonNullable<BoxInfo["source"]>> {
+    if (opts.snapshot) {
+      try {
+        const snap = await this.client.snapshot.get(opts.snapshot);
+        if (snap.state === "active") return { kind: "snapshot", name: opts.snapshot };
+      } catch (err) {
+        const e = toProviderError(err, "get snapshot");
+        // Missing snapshot -> fall back; a broken provider must surface, not silently build an image.
+        if (e.code !== "not_found") throw e;
+      }
+    }
+    if (opts.image) return { kind: "image", name: opts.image };
+    return { kind: "default" };
+  }
+
+  async get(ref: string): Promise<BoxInfo> {
+    return infoOf(await this.fetch(ref));
+  }
+
+  async list(labels: Record<string, string>): Promise<BoxInfo[]> {
+    const out: BoxInfo[] = [];
+    try {
+      for await (const sb of this.client.list({ labels })) out.push(infoOf(sb as unknown as SdkSandboxDto));
+    } catch (err) {
+      throw toProviderError(err, "list sandboxes");
+    }
+    return out;
+  }
+
+  async exec(ref: string, command: string, opts: ExecOptions = {}): Promise<ExecResult> {
+    const sb = await this.handle(ref);
+    try {
+      // bash -c: the Daytona daemon does not run /process/execute through a shell.
+      const r = await sb.process.executeCommand(`bash -c ${shQuote(command)}`, opts.cwd, opts.env, opts.timeoutSec);
+      return { exitCode: r.exitCode ?? -1, output: r.result ?? "" };
+    } catch (err) {
+      throw toProviderError(err, "exec");
+    }
+  }
+
+  async upload(ref: string, files: FileUpload[]): Promise<void> {
+    if (files.length === 0) return;
+    const sb = await this.handle(ref);
+    const enc = new TextEncoder();
+    const items = files.map((f) => {
+      const bytes = typeof f.content === "string" ? enc.encode(f.content) : f.content;
+      // The SDK's own typing wants a Node Buffer; in workerd nodejs_compat provides one.
+      return { source: Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength), destination: f.path, size: bytes.byteLength };
+    });
+    try {
+      await sb.fs.uploadFiles(items.map(({ source, destination }) => ({ source, destination })));
+    } catch (err) {
+      throw toProviderError(err, "upload");
+    }
+    // Verify: sizes as seen inside the box, one round trip for all files.
+    const check = items.map((i) => `wc -c < ${shQuote(i.destination)} 2>/dev/null || echo -1`).join("; ");
+    const r = await this.exec(ref, check);
+    const sizes = r.output.trim().split(/\s+/).map(Number);
+    items.forEach((i, n) => {
+      if (sizes[n] !== i.size) {
+        throw new ProviderError("unavailable", `upload of ${i.destination} not confirmed (expected ${i.size} bytes, box has ${sizes[n]})`);
+      }
+    });
+  }
+
+  async download(ref: string, path: string): Promise<Uint8Array> {
+    const sb = await this.handle(ref);
+    try {
+      const buf = await sb.fs.downloadFile(path);
+      return new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength);
+    } catch (err) {
+      throw toProviderError(err, `download ${path}`);
+    }
+  }
+
+  async clone(ref: string, opts: CloneOptions): Promise<void> {
+    const sb = await this.handle(ref);
+    try {
+      await sb.git.clone(opts.url, opts.path, opts.branch, opts.commit, opts.username, opts.password, undefined, opts.depth);
+    } catch (err) {
+      throw toProviderError(err, `clone ${opts.url}`);
+    }
+  }
+
+  async homeDir(ref: string): Promise<string> {
+    const sb = await this.handle(ref);
+    try {
+      return (await sb.getUserHomeDir()) ?? "";
+    } catch (err) {
+      throw toProviderError(err, "home dir");
+    }
+  }
+
+  async startDetached(ref: string, command: string, opts: DetachedOptions = {}): Promise<DetachedHandle> {
+    const sb = await this.handle(ref);
+    const sessionId = opts.sessionId ?? `tb-${crypto.randomUUID()}`;
+    // Own shell (bash -c): a bare `exit N` in the command must not end the session shell,
+    // and cwd/env apply to this command only.
+    const envPart = Object.entries(opts.env ?? {})
+      .map(([k, v]) => {
+        if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k)) throw new ProviderError("bad_request", `invalid env name ${k}`);
+        return shQuote(`${k}=${v}`);
+      })
+      .join(" ");
+    const wrapped =
+      (opts.cwd ? `cd ${shQuote(opts.cwd)} && ` : "") + (envPart ? `env ${envPart} ` : "") + `bash -c ${shQuote(command)}`;
+    try {
+      await sb.process.createSession(sessionId);
+      const r = await sb.process.executeSessionCommand(sessionId, { command: wrapped, runAsync: true });
+      if (!r.cmdId) throw new ProviderError("unavailable", "session exec returned no command id");
+      return { ref, sessionId, commandId: r.cmdId };
+    } catch (err) {
+      throw toProviderError(err, "start detached");
+    }
+  }
+
+  async detachedStatus(h: DetachedHandle): Promise<DetachedStatus> {
+    const sb = await this.handle(h.ref);
+    try {
+      const c = await sb.process.getSessionCommand(h.sessionId, h.commandId);
+      return c.exitCode === undefined || c.exitCode === null ? { running: true } : { running: false, exitCode: c.exitCode };
+    } catch (err) {
+      throw toProviderError(err, "detached status");
+    }
+  }
+
+  async detachedLogs(h: DetachedHandle): Promise<DetachedLogs> {
+    const sb = await this.handle(h.ref);
+    try {
+      const l = await sb.process.getSessionCommandLogs(h.sessionId, h.commandId);
+      return { output: l.output ?? "", stdout: l.stdout ?? "", stderr: l.stderr ?? "" };
+    } catch (err) {
+      throw toProviderError(err, "detached logs");
+    }
+  }
+
+  async followDetached(h: DetachedHandle, cb: FollowCallbacks): Promise<void> {
+    const sb = await this.handle(h.ref);
+    try {
+      await sb.process.getSessionCommandLogs(h.sessionId, h.commandId, cb.onStdout ?? (() => {}), cb.onStderr ?? (() => {}));
+    } catch (err) {
+      throw toProviderError(err, "follow detached");
+    }
+  }
+
+  async killDetached(h: DetachedHandle): Promise<void> {
+    const sb = await this.handle(h.ref);
+    try {
+      await sb.process.deleteSession(h.sessionId);
+    } catch (err) {
+      const e = toProviderError(err, "kill detached");
+      if (e.code !== "not_found") throw e; // already gone is what we wanted
+    }
+  }
+
+  async probe(ref: string): Promise<Liveness> {
+    try {
+      return classifySandboxState(await this.fetch(ref));
+    } catch (err) {
+      if (err instanceof ProviderError && err.code === "not_found") return "dead";
+      return "unknown";
+    }
+  }
+
+  async delete(ref: string, opts: DeleteOptions = {}): Promise<void> {
+    const sb = this.handles.get(ref);
+    this.handles.delete(ref);
+    for (let attempt = 0; ; attempt++) {
+      try {
+        // Through the SDK's sandbox API so no handle (and no GET) is needed for a box that may be gone.
+        if (sb) await sb.delete(opts.timeoutSec ?? 60);
+        else await (this.client as unknown as { sandboxApi: { deleteSandbox(id: string): Promise<unknown> } }).sandboxApi.deleteSandbox(ref);
+        break;
+      } catch (err) {
+        const e = toProviderError(err, "delete");
+        if (e.code === "not_found") return;
+        if (e.code !== "conflict") throw e;
+        // 409: a state change is in progress. If it is our own destroy, that is success.
+        const state = await this.fetch(ref).then((d) => d.state, (x) => (x instanceof ProviderError && x.code === "not_found" ? "destroyed" : undefined));
+        if (state === "destroying" || state === "destroyed") break;
+        if (attempt >= this.conflictRetries) throw e;
+        await sleep(Math.min(2000, 200 * 2 ** attempt));
+      }
+    }
+    if (opts.wait) await this.waitGone(ref, opts.timeoutSec ?? 60);
+  }
+
+  private async waitGone(ref: string, timeoutSec: number): Promise<void> {
+    const deadline = Date.now() + timeoutSec * 1000;
+    for (let delay = 100; ; delay = Math.min(1000, delay * 2)) {
+      try {
+        const d = await this.fetch(ref);
+        if (d.state === "destroyed") return;
+      } catch (err) {
+        if (err instanceof ProviderError && err.code === "not_found") return;
+        throw err;
+      }
+      if (Date.now() > deadline) throw new ProviderError("timeout", `sandbox ${ref} still present after ${timeoutSec}s`);
+      await sleep(delay);
+    }
+  }
+
+  /** Fresh DTO for a box (refreshes the cached handle too). */
+  private async fetch(ref: string): Promise<SdkSandboxDto> {
+    try {
+      const sb = await this.client.get(ref);
+      this.handles.set(ref, sb);
+      return sb as unknown as SdkSandboxDto;
+    } catch (err) {
+      const e = toProviderError(err, `get sandbox ${ref}`);
+      if (e.code === "not_found") this.handles.delete(ref);
+      throw e;
+    }
+  }
+
+  private async handle(ref: string): Promise<Sandbox> {
+    const cached = this.handles.get(ref);
+    if (cached) return cached;
+    await this.fetch(ref);
+    return this.handles.get(ref)!;
+  }
+}
+
+function infoOf(d: SdkSandboxDto): BoxInfo {
+  return {
+    ref: d.id,
+    state: String(d.state ?? "unknown"),
+    labels: { ...(d.labels ?? {}) },
+    ...(d.recoverable !== undefined ? { recoverable: d.recoverable } : {}),
+    ...(d.errorReason ? { errorReason: d.errorReason } : {}),
+  };
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+/** The factory the actors call with the worker's DAYTONA_API_URL / DAYTONA_API_KEY / DAYTONA_TARGET. */
+export function createDaytonaProvider(config: { apiUrl: string; apiKey: string; target?: string; requestTimeoutMs?: number }): DaytonaProvider {
+  return new DaytonaProvider(config);
+}

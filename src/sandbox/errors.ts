@@ -1,0 +1,48 @@
+// Typed provider errors with stable codes, so actors decide on `code`, never on SDK classes or messages.
+
+export type ProviderErrorCode = "not_found" | "conflict" | "unauthorized" | "unavailable" | "bad_request" | "timeout";
+
+export class ProviderError extends Error {
+  readonly code: ProviderErrorCode;
+  readonly status?: number;
+  constructor(code: ProviderErrorCode, message: string, opts: { status?: number; cause?: unknown } = {}) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.name = "ProviderError";
+    this.code = code;
+    this.status = opts.status;
+  }
+}
+
+export function isProviderError(err: unknown, code?: ProviderErrorCode): err is ProviderError {
+  return err instanceof ProviderError && (code === undefined || err.code === code);
+}
+
+/** HTTP status -> code. Anything we cannot attribute to the request is `unavailable` (retryable). */
+export function codeForStatus(status: number | undefined): ProviderErrorCode {
+  if (status === undefined) return "unavailable";
+  if (status === 404 || status === 410) return "not_found";
+  if (status === 409) return "conflict";
+  if (status === 401 || status === 403) return "unauthorized";
+  if (status === 408 || status === 504) return "timeout";
+  if (status >= 400 && status < 500 && status !== 429) return "bad_request";
+  return "unavailable";
+}
+
+/**
+ * Maps whatever the Daytona SDK (or fetch) threw to a ProviderError. Duck-typed on `statusCode`
+ * and the class name so it works for the SDK's ESM and CJS builds alike.
+ */
+export function toProviderError(err: unknown, what: string): ProviderError {
+  if (err instanceof ProviderError) return err;
+  const e = err as { name?: string; message?: string; statusCode?: number; status?: number; constructor?: { name?: string } };
+  const name = e?.constructor?.name ?? e?.name ?? "";
+  const status = typeof e?.statusCode === "number" ? e.statusCode : typeof e?.status === "number" ? e.status : undefined;
+  const msg = `${what}: ${e?.message ?? String(err)}`;
+  if (status === undefined && /Timeout/.test(name) && !/Connection/.test(name)) return new ProviderError("timeout", msg, { cause: err });
+  if (status === undefined && /timeout|timed out|aborted/i.test(e?.message ?? "") && !/ECONNREFUSED/.test(e?.message ?? "")) {
+    return new ProviderError("timeout", msg, { cause: err });
+  }
+  if (status === undefined && /NotFound/.test(name)) return new ProviderError("not_found", msg, { cause: err });
+  if (status === undefined && /Authentication|Authorization|Forbidden/.test(name)) return new ProviderError("unauthorized", msg, { cause: err });
+  return new ProviderError(codeForStatus(status), msg, { status, cause: err });
+}

@@ -1,0 +1,179 @@
+// The one sandbox interface the actors use. Daytona (cloud or the local sandbox host) is the
+// implementation; test-provider.ts is an in-memory double with the same contract.
+
+export { ProviderError, type ProviderErrorCode } from "./errors";
+export { classifySandboxState, type Liveness, type SandboxStateLike } from "./state";
+import type { Liveness } from "./state";
+
+/** Label keys stamped on every box so a listing shows which house/thread/environment owns it. */
+export const LABEL_HOUSE = "threadbox.house";
+export const LABEL_THREAD = "threadbox.thread";
+export const LABEL_ENVIRONMENT = "threadbox.environment";
+/** Our "reapable when idle" flag. Deliberately NOT Daytona's `ephemeral`, which deletes on stop. */
+export const LABEL_EPHEMERAL = "threadbox.ephemeral";
+
+/** Runaway guard of a run (constants table: about 3 days); box auto-stop is set above it. */
+export const DEFAULT_RUNAWAY_GUARD_MS = 3 * 24 * 60 * 60 * 1000;
+export const DEFAULT_AUTO_STOP_BUFFER_MIN = 60;
+
+export interface BoxLabels {
+  house: string;
+  thread?: string;
+  environment?: string;
+}
+
+export interface EgressSettings {
+  /** Block all outbound traffic. */
+  blockAll?: boolean;
+  /** Domains the box may reach (Daytona matches egress by domain). */
+  domainAllowList?: string[];
+  /** CIDRs the box may reach (higher Daytona tiers only). */
+  networkAllowList?: string[];
+  /** HTTP(S) proxy the box's traffic is routed through. */
+  outboundProxyUrl?: string;
+}
+
+export interface CreateBoxOptions {
+  labels: BoxLabels;
+  /** Reapable when no thread runs on it (delegate_task boxes). Stored as a label. */
+  ephemeral: boolean;
+  env?: Record<string, string>;
+  /** Preferred: a snapshot with the harness pre-installed. Used only when it exists and is active. */
+  snapshot?: string;
+  /** Fallback when the snapshot is missing: a base image ... */
+  image?: string;
+  /** ... plus shell steps run once after creation (e.g. installing the harness). */
+  installSteps?: string[];
+  /** Auto-stop = runaway guard + buffer: a backstop for abandoned boxes, not the reaper. */
+  runawayGuardMs?: number;
+  autoStopBufferMinutes?: number;
+  egress?: EgressSettings;
+  name?: string;
+  /** Seconds to wait for the box to reach `started`. */
+  timeoutSec?: number;
+}
+
+export interface BoxInfo {
+  /** Provider reference (the Daytona sandbox id). */
+  ref: string;
+  /** Raw provider state, e.g. `started`, `stopped`, `error`. */
+  state: string;
+  labels: Record<string, string>;
+  recoverable?: boolean;
+  errorReason?: string;
+  /** How the box was made: from the snapshot, from the fallback image, or the provider default. */
+  source?: { kind: "snapshot" | "image" | "default"; name?: string };
+}
+
+export interface ExecOptions {
+  /** Working directory; relative paths are HOME-relative. */
+  cwd?: string;
+  env?: Record<string, string>;
+  /** Server-side timeout in seconds (0 or absent = provider default). */
+  timeoutSec?: number;
+}
+
+export interface ExecResult {
+  exitCode: number;
+  /** stdout and stderr combined, as the toolbox returns them. */
+  output: string;
+}
+
+export interface FileUpload {
+  /** Destination; use HOME-relative paths (boxes run as a non-root user). */
+  path: string;
+  content: Uint8Array | string;
+}
+
+export interface CloneOptions {
+  url: string;
+  /** Destination directory, HOME-relative. */
+  path: string;
+  branch?: string;
+  commit?: string;
+  depth?: number;
+  username?: string;
+  password?: string;
+}
+
+export interface DetachedOptions {
+  cwd?: string;
+  env?: Record<string, string>;
+  /** Session id to use; default a fresh `tb-<random>` so the command has its own shell. */
+  sessionId?: string;
+}
+
+/** Enough to find a detached command again, also from another request or after a DO restart. */
+export interface DetachedHandle {
+  ref: string;
+  sessionId: string;
+  commandId: string;
+}
+
+export interface DetachedStatus {
+  running: boolean;
+  exitCode?: number;
+}
+
+export interface DetachedLogs {
+  output: string;
+  stdout: string;
+  stderr: string;
+}
+
+export interface FollowCallbacks {
+  onStdout?: (text: string) => void;
+  onStderr?: (text: string) => void;
+}
+
+export interface DeleteOptions {
+  /** Wait until the provider reports the box gone (404), not just `destroying`. */
+  wait?: boolean;
+  timeoutSec?: number;
+}
+
+export interface SandboxProvider {
+  readonly kind: string;
+  create(opts: CreateBoxOptions): Promise<BoxInfo>;
+  /** Throws ProviderError `not_found` when the box does not exist. */
+  get(ref: string): Promise<BoxInfo>;
+  /** Boxes whose labels match every given label (e.g. `{ "threadbox.house": id }`). */
+  list(labels: Record<string, string>): Promise<BoxInfo[]>;
+  exec(ref: string, command: string, opts?: ExecOptions): Promise<ExecResult>;
+  /** Uploads bytes and verifies each file's size afterwards. */
+  upload(ref: string, files: FileUpload[]): Promise<void>;
+  download(ref: string, path: string): Promise<Uint8Array>;
+  clone(ref: string, opts: CloneOptions): Promise<void>;
+  homeDir(ref: string): Promise<string>;
+  /** Starts a command in its own session (runAsync) and returns at once. */
+  startDetached(ref: string, command: string, opts?: DetachedOptions): Promise<DetachedHandle>;
+  detachedStatus(handle: DetachedHandle): Promise<DetachedStatus>;
+  detachedLogs(handle: DetachedHandle): Promise<DetachedLogs>;
+  /** Streams the command's output live (stdout/stderr separated); resolves when it ends. */
+  followDetached(handle: DetachedHandle, cb: FollowCallbacks): Promise<void>;
+  /** Kills the command by deleting its session (and with it the session's process group). */
+  killDetached(handle: DetachedHandle): Promise<void>;
+  /** `dead` only on 404 or a terminal-fault state; network errors and odd states are `unknown`. */
+  probe(ref: string): Promise<Liveness>;
+  /** Idempotent: a box that is already gone (or being destroyed) is success. */
+  delete(ref: string, opts?: DeleteOptions): Promise<void>;
+}
+
+export function boxLabels(labels: BoxLabels, ephemeral: boolean): Record<string, string> {
+  return {
+    [LABEL_HOUSE]: labels.house,
+    ...(labels.thread ? { [LABEL_THREAD]: labels.thread } : {}),
+    ...(labels.environment ? { [LABEL_ENVIRONMENT]: labels.environment } : {}),
+    [LABEL_EPHEMERAL]: ephemeral ? "true" : "false",
+  };
+}
+
+/** Minutes for Daytona's autoStopInterval: clears the runaway guard, never 0 by accident. */
+export function autoStopMinutes(runawayGuardMs = DEFAULT_RUNAWAY_GUARD_MS, bufferMin = DEFAULT_AUTO_STOP_BUFFER_MIN): number {
+  return Math.ceil(runawayGuardMs / 60_000) + Math.max(1, Math.ceil(bufferMin));
+}
+
+/** Single-quotes a string for bash. */
+export function shQuote(s: string): string {
+  return `'${s.replace(/'/g, `'\\''`)}'`;
+}
