@@ -1,5 +1,42 @@
-import { DurableObject } from "cloudflare:workers";
-export class ThreadActor extends DurableObject { async ping() { this.ctx.storage.sql.exec("create table if not exists t(x)"); return "pong"; } }
-export class SandboxActor extends DurableObject {}
-export class HouseActor extends DurableObject {}
-export default { async fetch(req: Request, env: any) { const s = env.THREADS.get(env.THREADS.idFromName("a")); return new Response(await s.ping()); } };
+import { Router } from "itty-router";
+import { ApiError, errorResponse, json } from "./errors";
+import type { Env } from "./env";
+import { mintTokenRoute } from "./http/routes-admin";
+import {
+  createThreadRoute, getThreadRoute, listThreadsRoute, mintThreadTokenRoute, postEntriesRoute, readEntriesRoute, subscribeRoute,
+} from "./http/routes-threads";
+import { streamRoute, withStreamCors } from "./http/routes-streams";
+
+export { ThreadActor } from "./actors/thread-actor";
+export { HouseActor } from "./actors/house-actor";
+export { SandboxActor } from "./actors/sandbox-actor";
+
+type Req = Request & { params: Record<string, string> };
+
+const router = Router<Req, [Env, ExecutionContext]>();
+
+router
+  .get("/health", () => json({ ok: true, service: "threadbox" }))
+  .post("/api/admin/tokens", (req, env) => mintTokenRoute(req, env))
+  .post("/api/threads", (req, env) => createThreadRoute(req, env))
+  .get("/api/threads", (req, env) => listThreadsRoute(req, env))
+  .get("/api/threads/:id", (req, env) => getThreadRoute(req, env, req.params.id))
+  .post("/api/threads/:id/entries", (req, env) => postEntriesRoute(req, env, req.params.id))
+  .get("/api/threads/:id/entries", (req, env) => readEntriesRoute(req, env, req.params.id))
+  .get("/api/threads/:id/subscribe", (req, env) => subscribeRoute(req, env, req.params.id))
+  .post("/api/threads/:id/tokens", (req, env) => mintThreadTokenRoute(req, env, req.params.id))
+  .all("/api/stream/*", async (req, env) => withStreamCors(await streamRoute(req, env, "/api/stream/").catch(errorResponse)))
+  .all("/v1/stream/*", async (req, env) => withStreamCors(await streamRoute(req, env, "/v1/stream/").catch(errorResponse)))
+  .all("*", () => {
+    throw new ApiError("not_found", "no such route");
+  });
+
+export default {
+  async fetch(request: Request, env: Env, ctx: ExecutionContext): Promise<Response> {
+    try {
+      return await router.fetch(request as Req, env, ctx);
+    } catch (err) {
+      return errorResponse(err);
+    }
+  },
+} satisfies ExportedHandler<Env>;

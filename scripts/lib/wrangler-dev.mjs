@@ -1,0 +1,102 @@
+// Starts the worker under `wrangler dev` (local workerd) for scripts, Node tests and benchmarks.
+import { spawn } from "node:child_process";
+import { mkdtempSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+
+export const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+
+/** Children must find Node 22 first on PATH, as they do under `npm run`. */
+export function nodePath() {
+  return `${dirname(process.execPath)}:${join(ROOT, "node_modules", ".bin")}:${process.env.PATH ?? ""}`;
+}
+
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.unref();
+    srv.on("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+export async function waitForHttp(url, timeoutMs = 60_000, isReady = (r) => r.ok) {
+  const deadline = Date.now() + timeoutMs;
+  let lastErr;
+  while (Date.now() < deadline) {
+    try {
+      const r = await fetch(url);
+      if (isReady(r)) return;
+    } catch (err) {
+      lastErr = err;
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`timed out waiting for ${url}: ${lastErr?.message ?? "not ready"}`);
+}
+
+/**
+ * @param {{ port?: number, vars?: Record<string,string>, persistTo?: string, quiet?: boolean }} opts
+ */
+export async function startWorker(opts = {}) {
+  const port = opts.port ?? (await freePort());
+  const inspectorPort = await freePort();
+  const vars = {
+    THREADBOX_ADMIN_SECRET: "test-admin-secret",
+    THREADBOX_TOKEN_SECRET: "test-token-secret-0123456789abcdef",
+    ...opts.vars,
+  };
+  const persistTo = opts.persistTo ?? mkdtempSync(join(tmpdir(), "threadbox-wrangler-"));
+  const args = [
+    "dev", "--ip", "127.0.0.1", "--port", String(port), "--inspector-port", String(inspectorPort),
+    "--persist-to", persistTo, "--show-interactive-dev-session=false", "--log-level", opts.logLevel ?? "warn",
+  ];
+  for (const [k, v] of Object.entries(vars)) args.push("--var", `${k}:${v}`);
+  const child = spawn(process.execPath, [join(ROOT, "node_modules", "wrangler", "bin", "wrangler.js"), ...args], {
+    cwd: ROOT,
+    env: { ...process.env, PATH: nodePath(), WRANGLER_SEND_METRICS: "false", CI: "true", NO_COLOR: "1" },
+    stdio: ["ignore", opts.quiet === false ? "inherit" : "pipe", opts.quiet === false ? "inherit" : "pipe"],
+    detached: true,
+  });
+  let output = "";
+  child.stdout?.on("data", (d) => { output += d; });
+  child.stderr?.on("data", (d) => { output += d; });
+  const url = `http://127.0.0.1:${port}`;
+  const exited = new Promise((resolve) => child.on("exit", resolve));
+  try {
+    await Promise.race([
+      waitForHttp(`${url}/health`, 90_000),
+      exited.then((code) => { throw new Error(`wrangler dev exited early (${code}):\n${output}`); }),
+    ]);
+  } catch (err) {
+    try { process.kill(-child.pid, "SIGKILL"); } catch {}
+    throw err;
+  }
+  return {
+    url,
+    port,
+    vars,
+    persistTo,
+    output: () => output,
+    async mintHouseToken(houseId = "house-test", subject = "user-test", role = "owner") {
+      const r = await fetch(`${url}/api/admin/tokens`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${vars.THREADBOX_ADMIN_SECRET}`, "content-type": "application/json" },
+        body: JSON.stringify({ houseId, subject, role }),
+      });
+      if (r.status !== 201) throw new Error(`mint failed: ${r.status} ${await r.text()}`);
+      return (await r.json()).token;
+    },
+    async stop() {
+      if (child.exitCode !== null) return;
+      try { process.kill(-child.pid, "SIGTERM"); } catch {}
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 5000))]);
+      try { process.kill(-child.pid, "SIGKILL"); } catch {}
+    },
+  };
+}

@@ -1,0 +1,63 @@
+import { DurableObject } from "cloudflare:workers";
+import type { Env } from "../env";
+import type { ThreadStatus } from "../entries/schema";
+import type { ParentRef } from "../threads/thread-row";
+
+export type ThreadSummary = {
+  id: string;
+  parent: ParentRef;
+  status: ThreadStatus;
+  reason: string | null;
+  title: string | null;
+  environmentId: string | null;
+  boxId: string | null;
+  createdAt: string;
+  updatedAt: string;
+};
+
+export type ThreadFilter = { parentKind?: string; parentId?: string; status?: ThreadStatus; limit: number; before?: string };
+
+/**
+ * One per house: an index so listing does not ask every thread. The ThreadActor stays the
+ * authority for its own row and pushes every change here.
+ */
+export class HouseActor extends DurableObject<Env> {
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    ctx.storage.sql.exec(`create table if not exists threads (
+      id text primary key, parent_kind text not null, parent_id text, status text not null, reason text,
+      title text, environment_id text, box_id text, created_at text not null, updated_at text not null)`);
+    ctx.storage.sql.exec(`create index if not exists threads_parent on threads(parent_kind, parent_id)`);
+  }
+
+  upsertThread(t: ThreadSummary): void {
+    this.ctx.storage.sql.exec(
+      `insert into threads (id, parent_kind, parent_id, status, reason, title, environment_id, box_id, created_at, updated_at)
+       values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+       on conflict(id) do update set status = excluded.status, reason = excluded.reason, title = excluded.title,
+         box_id = excluded.box_id, updated_at = excluded.updated_at`,
+      t.id, t.parent.kind, t.parent.id, t.status, t.reason, t.title, t.environmentId, t.boxId, t.createdAt, t.updatedAt,
+    );
+  }
+
+  listThreads(f: ThreadFilter): ThreadSummary[] {
+    const where: string[] = [];
+    const args: unknown[] = [];
+    if (f.parentKind) { where.push("parent_kind = ?"); args.push(f.parentKind); }
+    if (f.parentId) { where.push("parent_id = ?"); args.push(f.parentId); }
+    if (f.status) { where.push("status = ?"); args.push(f.status); }
+    if (f.before) { where.push("created_at < ?"); args.push(f.before); }
+    const sql = `select * from threads ${where.length ? "where " + where.join(" and ") : ""} order by created_at desc, id limit ?`;
+    return this.ctx.storage.sql.exec(sql, ...args, f.limit).toArray().map((r) => ({
+      id: r.id as string,
+      parent: { kind: r.parent_kind as ParentRef["kind"], id: r.parent_id as string | null },
+      status: r.status as ThreadStatus,
+      reason: r.reason as string | null,
+      title: r.title as string | null,
+      environmentId: r.environment_id as string | null,
+      boxId: r.box_id as string | null,
+      createdAt: r.created_at as string,
+      updatedAt: r.updated_at as string,
+    }));
+  }
+}

@@ -1,0 +1,87 @@
+import { SignJWT, jwtVerify, errors as joseErrors } from "jose";
+import { z } from "zod";
+import { ApiError } from "../errors";
+
+export const ROLES = ["owner", "member", "bot", "reader"] as const;
+export type Role = (typeof ROLES)[number];
+export const STREAM_SCOPES = ["stream:write", "stream:read"] as const;
+export type StreamScope = (typeof STREAM_SCOPES)[number];
+
+export const STREAM_TOKEN_TTL_SECONDS = 2 * 60 * 60;
+export const API_TOKEN_DEFAULT_TTL_SECONDS = 30 * 24 * 60 * 60;
+const ISSUER = "threadbox";
+const MIN_SECRET_BYTES = 16;
+
+export type HouseClaims = { kind: "house"; houseId: string; subject: string; role: Role };
+export type StreamClaims = { kind: "stream"; houseId: string; threadId: string; subject: string; scope: StreamScope };
+export type TokenClaims = HouseClaims | StreamClaims;
+
+const idPattern = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
+export const idSchema = z.string().regex(idPattern, "ids are 1-128 chars of [A-Za-z0-9._:-]");
+
+const claimsSchema = z.discriminatedUnion("kind", [
+  z.object({ kind: z.literal("house"), house: idSchema, sub: z.string().min(1), role: z.enum(ROLES) }),
+  z.object({ kind: z.literal("stream"), house: idSchema, thread: idSchema, sub: z.string().min(1), scope: z.enum(STREAM_SCOPES) }),
+]);
+
+function keyFrom(secret: string | undefined): Uint8Array {
+  if (!secret || secret.length < MIN_SECRET_BYTES) {
+    throw new ApiError("internal", "THREADBOX_TOKEN_SECRET is not configured (at least 16 characters)");
+  }
+  return new TextEncoder().encode(secret);
+}
+
+export type MintedToken = { token: string; expiresAt: string };
+
+async function sign(claims: Record<string, unknown>, subject: string, ttlSeconds: number, secret: string | undefined, nowMs = Date.now()): Promise<MintedToken> {
+  const iat = Math.floor(nowMs / 1000);
+  const exp = iat + ttlSeconds;
+  const token = await new SignJWT(claims)
+    .setProtectedHeader({ alg: "HS256", typ: "JWT" })
+    .setIssuer(ISSUER)
+    .setSubject(subject)
+    .setIssuedAt(iat)
+    .setExpirationTime(exp)
+    .sign(keyFrom(secret));
+  return { token, expiresAt: new Date(exp * 1000).toISOString() };
+}
+
+export function mintHouseToken(
+  secret: string | undefined,
+  houseId: string,
+  subject: string,
+  role: Role,
+  ttlSeconds = API_TOKEN_DEFAULT_TTL_SECONDS,
+  nowMs?: number,
+): Promise<MintedToken> {
+  return sign({ kind: "house", house: houseId, role }, subject, ttlSeconds, secret, nowMs);
+}
+
+export function mintStreamToken(
+  secret: string | undefined,
+  houseId: string,
+  threadId: string,
+  scope: StreamScope = "stream:write",
+  subject = `thread:${threadId}`,
+  ttlSeconds = STREAM_TOKEN_TTL_SECONDS,
+  nowMs?: number,
+): Promise<MintedToken> {
+  return sign({ kind: "stream", house: houseId, thread: threadId, scope }, subject, ttlSeconds, secret, nowMs);
+}
+
+export async function verifyToken(secret: string | undefined, token: string): Promise<TokenClaims> {
+  const key = keyFrom(secret);
+  let payload: Record<string, unknown>;
+  try {
+    ({ payload } = await jwtVerify(token, key, { issuer: ISSUER, algorithms: ["HS256"] }));
+  } catch (err) {
+    if (err instanceof joseErrors.JWTExpired) throw new ApiError("unauthorized", "token expired");
+    throw new ApiError("unauthorized", "invalid token");
+  }
+  const parsed = claimsSchema.safeParse(payload);
+  if (!parsed.success) throw new ApiError("unauthorized", "invalid token claims");
+  const c = parsed.data;
+  return c.kind === "house"
+    ? { kind: "house", houseId: c.house, subject: c.sub, role: c.role }
+    : { kind: "stream", houseId: c.house, threadId: c.thread, subject: c.sub, scope: c.scope };
+}

@@ -1,0 +1,56 @@
+import { z } from "zod";
+
+export const THREAD_STATUSES = ["idle", "running", "completed", "failed"] as const;
+export type ThreadStatus = (typeof THREAD_STATUSES)[number];
+
+/** Statuses a `signal.thread.status_changed` entry may carry. `running` is the launch claim. */
+export const RUN_SIGNAL_STATUSES = ["running", "completed", "pi_failed", "pi_session_orphaned", "stopped"] as const;
+export type RunSignalStatus = (typeof RUN_SIGNAL_STATUSES)[number];
+
+export const MAX_ENTRY_ID_LENGTH = 200;
+
+const chatPayload = z.object({
+  type: z.literal("chat"),
+  text: z.string().max(1_000_000),
+  mentions: z.array(z.string().max(200)).max(100).optional(),
+}).passthrough();
+
+const statusChangedPayload = z.object({
+  type: z.literal("signal.thread.status_changed"),
+  status: z.enum(RUN_SIGNAL_STATUSES),
+  reason: z.string().max(10_000).optional(),
+  boxId: z.string().max(200).optional(),
+}).passthrough();
+
+const openPayload = z.object({
+  type: z.string().regex(/^(pi|signal)\.[A-Za-z0-9_.-]{1,100}$/, "payload.type must be chat, pi.* or signal.*"),
+}).passthrough();
+
+export const payloadSchema = z.union([chatPayload, statusChangedPayload, openPayload]).superRefine((p, ctx) => {
+  // The union would let a malformed status_changed slip through as an open signal.
+  if (p.type === "signal.thread.status_changed") {
+    const r = statusChangedPayload.safeParse(p);
+    if (!r.success) for (const issue of r.error.issues) ctx.addIssue({ ...issue, code: "custom", message: issue.message });
+  }
+});
+export type Payload = z.infer<typeof payloadSchema> & { type: string; [k: string]: unknown };
+
+/** What a writer sends: `id` and `ts` are optional; the thread fills them in. */
+export const entryInputSchema = z.object({
+  id: z.string().min(1).max(MAX_ENTRY_ID_LENGTH).optional(),
+  ts: z.number().int().nonnegative().optional(),
+  authorId: z.string().min(1).max(200).optional(),
+  payload: payloadSchema,
+}).strict();
+export type EntryInput = z.infer<typeof entryInputSchema>;
+
+export type Entry = { id: string; ts: number; authorId?: string; payload: Payload };
+export type EntryWithOffset = Entry & { offset: string };
+
+export function isHeartbeat(input: { payload: { type: string } }): boolean {
+  return input.payload.type === "signal.heartbeat";
+}
+
+export function formatZodError(error: z.ZodError): { path: string; message: string }[] {
+  return error.issues.slice(0, 20).map((i) => ({ path: i.path.join("."), message: i.message }));
+}

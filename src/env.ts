@@ -1,0 +1,23 @@
+import type { ThreadActor } from "./actors/thread-actor";
+import type { HouseActor } from "./actors/house-actor";
+import type { SandboxActor } from "./actors/sandbox-actor";
+
+export interface Env {
+  THREADS: DurableObjectNamespace<ThreadActor>;
+  HOUSES: DurableObjectNamespace<HouseActor>;
+  SANDBOXES: DurableObjectNamespace<SandboxActor>;
+  THREADBOX_ADMIN_SECRET?: string;
+  THREADBOX_TOKEN_SECRET?: string;
+  LONG_POLL_TIMEOUT_MS?: string;
+  ORPHAN_SILENCE_MS?: string;
+  PROBE_INTERVAL_MS?: string;
+  DAYTONA_API_URL?: string;
+  DAYTONA_API_KEY?: string;
+  DAYTONA_TARGET?: string;
+  THREADBOX_STREAM_URL?: string;
+}
+
+export function intVar(value: string | undefined, fallback: number): number {
+  const n = Number(value);
+  return Number.isFinite(n) && n > 0 ? n : fallback;
+}

@@ -1,0 +1,12 @@
+import type { Env } from "../env";
+
+export const threadStub = (env: Env, threadId: string) => env.THREADS.get(env.THREADS.idFromName(`thread:${threadId}`));
+export const plainStreamStub = (env: Env, houseId: string, name: string) =>
+  env.THREADS.get(env.THREADS.idFromName(`stream:${houseId}:${name}`));
+export const houseStub = (env: Env, houseId: string) => env.HOUSES.get(env.HOUSES.idFromName(houseId));
+export const sandboxStub = (env: Env, boxId: string) => env.SANDBOXES.get(env.SANDBOXES.idFromName(boxId));
+
+export function newId(prefix: string): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(12));
+  return prefix + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}

@@ -1,0 +1,33 @@
+import { z } from "zod";
+import { ApiError, json } from "../errors";
+import type { Env } from "../env";
+import { idSchema, mintHouseToken, ROLES } from "../auth/tokens";
+import { readBody } from "./body";
+
+const mintSchema = z.object({
+  houseId: idSchema,
+  subject: z.string().min(1).max(200),
+  role: z.enum(ROLES).default("member"),
+  ttlSeconds: z.number().int().min(60).max(365 * 24 * 3600).optional(),
+}).strict();
+
+function timingSafeEqual(a: string, b: string): boolean {
+  const ea = new TextEncoder().encode(a);
+  const eb = new TextEncoder().encode(b);
+  let diff = ea.length ^ eb.length;
+  for (let i = 0; i < Math.max(ea.length, eb.length); i++) diff |= (ea[i] ?? 0) ^ (eb[i] ?? 0);
+  return diff === 0;
+}
+
+/** Only the admin secret mints house tokens; it is compared in constant time and never echoed. */
+export async function mintTokenRoute(request: Request, env: Env): Promise<Response> {
+  const secret = env.THREADBOX_ADMIN_SECRET;
+  if (!secret) throw new ApiError("internal", "THREADBOX_ADMIN_SECRET is not configured");
+  const header = request.headers.get("authorization") ?? "";
+  const match = /^Bearer\s+(.+)$/i.exec(header.trim());
+  if (!match) throw new ApiError("unauthorized", "missing admin bearer token");
+  if (!timingSafeEqual(match[1], secret)) throw new ApiError("unauthorized", "invalid admin secret");
+  const body = await readBody(request, mintSchema);
+  const minted = await mintHouseToken(env.THREADBOX_TOKEN_SECRET, body.houseId, body.subject, body.role, body.ttlSeconds);
+  return json({ ...minted, houseId: body.houseId, subject: body.subject, role: body.role }, 201);
+}

@@ -1,0 +1,45 @@
+import { ApiError, errorResponse } from "../errors";
+import type { Env } from "../env";
+import { authenticate, canWrite } from "../auth/authenticate";
+import { CORS_HEADERS } from "../streams/protocol";
+import { plainStreamStub, threadStub } from "./actors";
+import { forwardToActor } from "./routes-threads";
+
+const NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._~:@!$&'()*+,;=/-]{0,255}$/;
+const THREAD_STREAM = /^thread-([A-Za-z0-9][A-Za-z0-9._:-]{0,127})$/;
+
+/**
+ * `/api/stream/<name>` and `/v1/stream/<name>`: the Durable Streams protocol. `thread-<id>` is a
+ * thread's log; any other name is a plain stream of the caller's house.
+ */
+export async function streamRoute(request: Request, env: Env, prefix: string): Promise<Response> {
+  const url = new URL(request.url);
+  let name: string;
+  try {
+    name = decodeURIComponent(url.pathname.slice(prefix.length));
+  } catch {
+    throw new ApiError("bad_request", "stream name is not valid percent-encoding");
+  }
+  if (!NAME_PATTERN.test(name) || name.includes("..")) throw new ApiError("bad_request", "invalid stream name");
+  if (request.method === "OPTIONS") return new Response(null, { status: 204, headers: CORS_HEADERS });
+
+  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  const auth = { houseId: claims.houseId, subject: claims.subject, canWrite: canWrite(claims) };
+  const threadMatch = THREAD_STREAM.exec(name);
+  if (threadMatch) {
+    const threadId = threadMatch[1];
+    if (claims.kind === "stream" && claims.threadId !== threadId) throw new ApiError("forbidden", "token is scoped to another thread");
+    return forwardToActor(request, threadStub(env, threadId), auth, { kind: "thread", threadId }, "/stream");
+  }
+  if (claims.kind === "stream") throw new ApiError("forbidden", "a stream token reaches only its own thread");
+  return forwardToActor(request, plainStreamStub(env, claims.houseId, name), auth, { kind: "plain", name }, "/stream");
+}
+
+export function withStreamCors(res: Response): Response {
+  if (res.status === 101) return res;
+  const out = new Response(res.body, res);
+  for (const [k, v] of Object.entries(CORS_HEADERS)) if (!out.headers.has(k)) out.headers.set(k, v);
+  return out;
+}
+
+export { errorResponse };

@@ -1,0 +1,142 @@
+import { z } from "zod";
+import { ApiError, json, SECURITY_HEADERS } from "../errors";
+import type { Env } from "../env";
+import { THREAD_STATUSES } from "../entries/schema";
+import { assertThreadAccess, authenticate, canWrite, requireHouse } from "../auth/authenticate";
+import { idSchema, mintStreamToken, STREAM_SCOPES } from "../auth/tokens";
+import { readBody, readJson } from "./body";
+import { houseStub, newId, threadStub } from "./actors";
+import { AUTH_HEADER, TARGET_HEADER, type ActorAuth, type StreamTarget } from "../actors/thread-actor";
+import { unwrapRpc } from "./rpc";
+import type { EntryWithOffset } from "../entries/schema";
+
+type EntriesPage = { entries: EntryWithOffset[]; nextOffset: string; upToDate: boolean };
+
+const createThreadSchema = z.object({
+  title: z.string().max(500).optional(),
+  parent: z.object({ kind: z.enum(["none", "agent", "thread"]), id: idSchema.optional() }).strict().optional(),
+  environmentId: idSchema.optional(),
+  brainId: z.string().min(1).max(200).optional(),
+}).strict();
+
+const tokenSchema = z.object({ scope: z.enum(STREAM_SCOPES).default("stream:write") }).strict();
+
+const listSchema = z.object({
+  parent: z.string().max(200).optional(),
+  parentKind: z.enum(["none", "agent", "thread"]).optional(),
+  status: z.enum(THREAD_STATUSES).optional(),
+  limit: z.coerce.number().int().min(1).max(1000).default(100),
+  before: z.string().max(64).optional(),
+});
+
+function threadIdParam(raw: string | undefined): string {
+  const parsed = idSchema.safeParse(raw);
+  if (!parsed.success) throw new ApiError("not_found", "thread not found");
+  return parsed.data;
+}
+
+export async function createThreadRoute(request: Request, env: Env): Promise<Response> {
+  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  requireHouse(claims);
+  if (!canWrite(claims)) throw new ApiError("forbidden", "token does not allow writes");
+  const body = await readBody(request, createThreadSchema);
+  const parent = body.parent ?? { kind: "none" as const };
+  if (parent.kind !== "none" && !parent.id) throw new ApiError("validation_failed", "parent.id is required unless parent.kind is none");
+  let environmentId = body.environmentId ?? null;
+  if (parent.kind === "thread") {
+    // A child inherits its parent's environment; the parent must be in the same house.
+    const parentRow = await unwrapRpc(threadStub(env, parent.id!).getThread(claims.houseId));
+    environmentId = environmentId ?? parentRow.environmentId;
+  }
+  const id = newId("th_");
+  const row = await unwrapRpc(threadStub(env, id).createThread({
+    id, houseId: claims.houseId, parent: { kind: parent.kind, id: parent.id ?? null }, environmentId,
+    title: body.title ?? null, brainId: body.brainId ?? null, createdBy: claims.subject,
+  }));
+  return json(row, 201, { location: `/api/threads/${id}` });
+}
+
+export async function getThreadRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
+  const threadId = threadIdParam(id);
+  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  assertThreadAccess(claims, claims.houseId, threadId, false);
+  return json(await unwrapRpc(threadStub(env, threadId).getThread(claims.houseId)));
+}
+
+export async function listThreadsRoute(request: Request, env: Env): Promise<Response> {
+  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  requireHouse(claims);
+  const q = listSchema.safeParse(Object.fromEntries(new URL(request.url).searchParams));
+  if (!q.success) throw new ApiError("validation_failed", "invalid query", q.error.issues.map((i) => ({ path: i.path.join("."), message: i.message })));
+  let parentKind = q.data.parentKind;
+  let parentId: string | undefined;
+  if (q.data.parent === "none") parentKind = "none";
+  else if (q.data.parent) parentId = q.data.parent;
+  const threads = await houseStub(env, claims.houseId).listThreads({ parentKind, parentId, status: q.data.status, limit: q.data.limit, before: q.data.before });
+  return json({ threads });
+}
+
+export async function postEntriesRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
+  const threadId = threadIdParam(id);
+  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  assertThreadAccess(claims, claims.houseId, threadId, true);
+  const raw = await readJson(request);
+  const author = claims.kind === "house" ? claims.subject : undefined;
+  const result = await unwrapRpc(threadStub(env, threadId).appendEntries(claims.houseId, raw, author));
+  return json(result, 201, { "Stream-Next-Offset": result.nextOffset });
+}
+
+export async function readEntriesRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
+  const threadId = threadIdParam(id);
+  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  assertThreadAccess(claims, claims.houseId, threadId, false);
+  const url = new URL(request.url);
+  const limitRaw = url.searchParams.get("limit");
+  const limit = limitRaw === null ? 1000 : Number(limitRaw);
+  if (!Number.isInteger(limit) || limit < 1 || limit > 10_000) throw new ApiError("validation_failed", "limit must be an integer from 1 to 10000");
+  const page = (await unwrapRpc(threadStub(env, threadId).readEntries(claims.houseId, url.searchParams.get("offset"), limit))) as EntriesPage;
+  const headers = { "Stream-Next-Offset": page.nextOffset, ...(page.upToDate ? { "Stream-Up-To-Date": "true" } : {}) };
+  if ((request.headers.get("accept") ?? "").includes("application/x-ndjson")) {
+    const body = page.entries.map((e) => JSON.stringify(e) + "\n").join("");
+    return new Response(body, { headers: { "content-type": "application/x-ndjson", ...SECURITY_HEADERS, ...headers } });
+  }
+  return json(page, 200, headers);
+}
+
+export async function mintThreadTokenRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
+  const threadId = threadIdParam(id);
+  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  requireHouse(claims);
+  const body = await readBody(request, tokenSchema);
+  if (body.scope === "stream:write" && !canWrite(claims)) throw new ApiError("forbidden", "a reader cannot mint write tokens");
+  await unwrapRpc(threadStub(env, threadId).getThread(claims.houseId));
+  const minted = await mintStreamToken(env.THREADBOX_TOKEN_SECRET, claims.houseId, threadId, body.scope);
+  return json({ ...minted, scope: body.scope, threadId }, 201);
+}
+
+export async function subscribeRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
+  const threadId = threadIdParam(id);
+  // Checked before the upgrade: a bad token never gets a socket.
+  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET, true);
+  assertThreadAccess(claims, claims.houseId, threadId, false);
+  if (request.headers.get("upgrade")?.toLowerCase() !== "websocket") {
+    throw new ApiError("upgrade_required", "this route needs a WebSocket upgrade");
+  }
+  return forwardToActor(request, threadStub(env, threadId), { houseId: claims.houseId, subject: claims.subject, canWrite: false }, { kind: "thread", threadId }, "/subscribe");
+}
+
+export function forwardToActor(
+  request: Request,
+  stub: { fetch(r: Request): Promise<Response> },
+  auth: ActorAuth,
+  target: StreamTarget,
+  path: string,
+): Promise<Response> {
+  const url = new URL(request.url);
+  const inner = new URL(`https://actor${path}${url.search}`);
+  const headers = new Headers(request.headers);
+  headers.set(AUTH_HEADER, JSON.stringify(auth));
+  headers.set(TARGET_HEADER, JSON.stringify(target));
+  headers.delete("authorization");
+  return stub.fetch(new Request(inner, { method: request.method, headers, body: request.body, signal: request.signal }));
+}

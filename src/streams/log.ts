@@ -1,0 +1,283 @@
+import { ApiError } from "../errors";
+import { formatOffset, normalizeContentType } from "./protocol";
+
+export type StreamMeta = {
+  name: string;
+  contentType: string;
+  ttlSeconds: number | null;
+  expiresAt: string | null;
+  createdAt: number;
+  lastAccessAt: number;
+  closed: boolean;
+  closedBy: ProducerTuple | null;
+  lastStreamSeq: string | null;
+  tailSeq: number;
+};
+
+export type ProducerTuple = { id: string; epoch: number; seq: number };
+
+export type CreateOptions = {
+  contentType: string;
+  ttlSeconds: number | null;
+  expiresAt: string | null;
+  closed: boolean;
+};
+
+export type NewMessage = { data: Uint8Array; entryId?: string | null };
+
+export type AppendRequest = {
+  messages: NewMessage[];
+  streamSeq?: string;
+  producer?: ProducerTuple;
+  close?: boolean;
+};
+
+export type AppendOutcome =
+  | { kind: "appended"; tailSeq: number; appended: { seq: number; entryId: string | null; duplicate: boolean }[]; closed: boolean }
+  | { kind: "duplicate"; tailSeq: number; lastSeq: number; closed: boolean }
+  | { kind: "closed"; tailSeq: number };
+
+export type StoredMessage = { seq: number; data: Uint8Array; entryId: string | null };
+
+const PRODUCER_STATE_TTL_MS = 7 * 24 * 60 * 60 * 1000;
+
+/**
+ * The append-only log behind every stream and thread, in the actor's SQLite.
+ * Synchronous on purpose: inside one actor each call is atomic with respect to every other
+ * request, which is what gives ordering, read-your-writes and gap-free fan-out.
+ */
+export class StreamLog {
+  constructor(private readonly storage: DurableObjectStorage) {
+    const sql = storage.sql;
+    sql.exec(`create table if not exists stream_meta (
+      id integer primary key check (id = 1), name text not null, content_type text not null,
+      ttl_seconds integer, expires_at text, created_at integer not null, last_access_at integer not null,
+      closed integer not null default 0, closed_by text, last_stream_seq text, tail_seq integer not null default 0)`);
+    sql.exec(`create table if not exists messages (
+      seq integer primary key, data blob not null, entry_id text, ts integer not null)`);
+    sql.exec(`create unique index if not exists messages_entry_id on messages(entry_id) where entry_id is not null`);
+    sql.exec(`create table if not exists producers (
+      id text primary key, epoch integer not null, last_seq integer not null, updated_at integer not null)`);
+  }
+
+  private get sql(): SqlStorage {
+    return this.storage.sql;
+  }
+
+  /** The stream's metadata, or null if it does not exist. An expired stream is purged here. */
+  meta(nowMs = Date.now()): StreamMeta | null {
+    const row = this.sql.exec(`select * from stream_meta where id = 1`).toArray()[0];
+    if (!row) return null;
+    const meta: StreamMeta = {
+      name: row.name as string,
+      contentType: row.content_type as string,
+      ttlSeconds: row.ttl_seconds as number | null,
+      expiresAt: row.expires_at as string | null,
+      createdAt: row.created_at as number,
+      lastAccessAt: row.last_access_at as number,
+      closed: row.closed === 1,
+      closedBy: row.closed_by ? (JSON.parse(row.closed_by as string) as ProducerTuple) : null,
+      lastStreamSeq: row.last_stream_seq as string | null,
+      tailSeq: row.tail_seq as number,
+    };
+    if (isExpired(meta, nowMs)) {
+      this.purge();
+      return null;
+    }
+    return meta;
+  }
+
+  /** Idempotent create: same configuration -> existing stream, different -> conflict. */
+  create(name: string, opts: CreateOptions, initial: NewMessage[], nowMs = Date.now()): { created: boolean; meta: StreamMeta } {
+    const existing = this.meta(nowMs);
+    if (existing) {
+      const same =
+        normalizeContentType(existing.contentType) === normalizeContentType(opts.contentType) &&
+        existing.ttlSeconds === opts.ttlSeconds &&
+        existing.expiresAt === opts.expiresAt &&
+        existing.closed === opts.closed;
+      if (!same) throw new ApiError("conflict", "stream already exists with a different configuration");
+      return { created: false, meta: existing };
+    }
+    this.storage.transactionSync(() => {
+      this.sql.exec(
+        `insert into stream_meta (id, name, content_type, ttl_seconds, expires_at, created_at, last_access_at, closed, tail_seq)
+         values (1, ?, ?, ?, ?, ?, ?, 0, 0)`,
+        name, opts.contentType, opts.ttlSeconds, opts.expiresAt, nowMs, nowMs,
+      );
+      this.insertMessages(initial, 0, nowMs);
+      if (opts.closed) this.sql.exec(`update stream_meta set closed = 1 where id = 1`);
+    });
+    return { created: true, meta: this.meta(nowMs)! };
+  }
+
+  append(req: AppendRequest, nowMs = Date.now()): AppendOutcome {
+    const meta = this.meta(nowMs);
+    if (!meta) throw new ApiError("not_found", "stream not found");
+    if (meta.closed) {
+      const by = meta.closedBy;
+      if (req.producer && by && by.id === req.producer.id && by.epoch === req.producer.epoch && by.seq === req.producer.seq) {
+        return { kind: "duplicate", tailSeq: meta.tailSeq, lastSeq: req.producer.seq, closed: true };
+      }
+      return { kind: "closed", tailSeq: meta.tailSeq };
+    }
+    // Producer dedup comes before Stream-Seq so a retried POST carrying both is acknowledged.
+    if (req.producer) {
+      const verdict = this.checkProducer(req.producer, nowMs);
+      if (verdict.kind === "duplicate") return { kind: "duplicate", tailSeq: meta.tailSeq, lastSeq: verdict.lastSeq, closed: false };
+    }
+    if (req.streamSeq !== undefined && meta.lastStreamSeq !== null && req.streamSeq <= meta.lastStreamSeq) {
+      throw new ApiError("sequence_conflict", `Stream-Seq ${req.streamSeq} is not above ${meta.lastStreamSeq}`);
+    }
+    let appended: { seq: number; entryId: string | null; duplicate: boolean }[] = [];
+    this.storage.transactionSync(() => {
+      appended = this.insertMessages(req.messages, meta.tailSeq, nowMs);
+      if (req.producer) this.commitProducer(req.producer, nowMs);
+      const tail = appended.reduce((t, a) => (a.duplicate ? t : Math.max(t, a.seq)), meta.tailSeq);
+      this.sql.exec(
+        `update stream_meta set tail_seq = ?, last_access_at = ?, last_stream_seq = coalesce(?, last_stream_seq),
+           closed = ?, closed_by = ? where id = 1`,
+        tail, nowMs, req.streamSeq ?? null, req.close ? 1 : 0,
+        req.close && req.producer ? JSON.stringify(req.producer) : null,
+      );
+    });
+    return { kind: "appended", tailSeq: this.tailSeq(), appended, closed: !!req.close };
+  }
+
+  /** Close without data. With a producer the close takes part in producer sequencing. */
+  close(producer: ProducerTuple | undefined, nowMs = Date.now()): AppendOutcome {
+    const meta = this.meta(nowMs);
+    if (!meta) throw new ApiError("not_found", "stream not found");
+    if (meta.closed) {
+      if (!producer) return { kind: "duplicate", tailSeq: meta.tailSeq, lastSeq: -1, closed: true };
+      const by = meta.closedBy;
+      if (by && by.id === producer.id && by.epoch === producer.epoch && by.seq === producer.seq) {
+        return { kind: "duplicate", tailSeq: meta.tailSeq, lastSeq: producer.seq, closed: true };
+      }
+      return { kind: "closed", tailSeq: meta.tailSeq };
+    }
+    if (producer) {
+      const verdict = this.checkProducer(producer, nowMs);
+      if (verdict.kind === "duplicate") return { kind: "duplicate", tailSeq: meta.tailSeq, lastSeq: verdict.lastSeq, closed: false };
+    }
+    this.storage.transactionSync(() => {
+      if (producer) this.commitProducer(producer, nowMs);
+      this.sql.exec(`update stream_meta set closed = 1, closed_by = ? where id = 1`, producer ? JSON.stringify(producer) : null);
+    });
+    return { kind: "appended", tailSeq: meta.tailSeq, appended: [], closed: true };
+  }
+
+  /** Messages after `afterSeq`, at most about `maxBytes` (always at least one message). */
+  read(afterSeq: number, maxBytes: number, maxCount = 10_000): { messages: StoredMessage[]; upToDate: boolean } {
+    const cursor = this.sql.exec(
+      `select seq, data, entry_id from messages where seq > ? order by seq limit ?`, afterSeq, maxCount + 1,
+    );
+    const messages: StoredMessage[] = [];
+    let bytes = 0;
+    let more = false;
+    for (const row of cursor) {
+      const data = new Uint8Array(row.data as ArrayBuffer);
+      if (messages.length >= maxCount || (messages.length > 0 && bytes + data.byteLength > maxBytes)) {
+        more = true;
+        break;
+      }
+      messages.push({ seq: row.seq as number, data, entryId: row.entry_id as string | null });
+      bytes += data.byteLength;
+    }
+    return { messages, upToDate: !more };
+  }
+
+  lastMessages(count: number): StoredMessage[] {
+    return this.sql
+      .exec(`select seq, data, entry_id from messages order by seq desc limit ?`, count)
+      .toArray()
+      .reverse()
+      .map((row) => ({ seq: row.seq as number, data: new Uint8Array(row.data as ArrayBuffer), entryId: row.entry_id as string | null }));
+  }
+
+  tailSeq(): number {
+    const row = this.sql.exec(`select tail_seq from stream_meta where id = 1`).toArray()[0];
+    return row ? (row.tail_seq as number) : 0;
+  }
+
+  /** Sliding TTL: reads and appends (not HEAD) push expiry out. Only written when a TTL is set. */
+  touch(meta: StreamMeta, nowMs = Date.now()): void {
+    if (meta.ttlSeconds !== null) this.sql.exec(`update stream_meta set last_access_at = ? where id = 1`, nowMs);
+  }
+
+  purge(): void {
+    this.storage.transactionSync(() => {
+      this.sql.exec(`delete from messages`);
+      this.sql.exec(`delete from producers`);
+      this.sql.exec(`delete from stream_meta`);
+    });
+  }
+
+  formatTail(): string {
+    return formatOffset(this.tailSeq());
+  }
+
+  private insertMessages(messages: NewMessage[], tailSeq: number, nowMs: number) {
+    const out: { seq: number; entryId: string | null; duplicate: boolean }[] = [];
+    let seq = tailSeq;
+    for (const m of messages) {
+      const entryId = m.entryId ?? null;
+      if (entryId !== null) {
+        const existing = this.sql.exec(`select seq from messages where entry_id = ?`, entryId).toArray()[0];
+        if (existing) {
+          out.push({ seq: existing.seq as number, entryId, duplicate: true });
+          continue;
+        }
+      }
+      seq += 1;
+      this.sql.exec(`insert into messages (seq, data, entry_id, ts) values (?, ?, ?, ?)`, seq, m.data, entryId, nowMs);
+      out.push({ seq, entryId, duplicate: false });
+    }
+    if (seq !== tailSeq) this.sql.exec(`update stream_meta set tail_seq = ? where id = 1`, seq);
+    return out;
+  }
+
+  private checkProducer(p: ProducerTuple, nowMs: number): { kind: "accept" } | { kind: "duplicate"; lastSeq: number } {
+    this.sql.exec(`delete from producers where updated_at < ?`, nowMs - PRODUCER_STATE_TTL_MS);
+    const state = this.sql.exec(`select epoch, last_seq from producers where id = ?`, p.id).toArray()[0];
+    if (!state) {
+      if (p.seq !== 0) throw producerGap(0, p.seq);
+      return { kind: "accept" };
+    }
+    const epoch = state.epoch as number;
+    const lastSeq = state.last_seq as number;
+    if (p.epoch < epoch) {
+      throw new ApiError("stale_producer_epoch", "stale producer epoch", undefined, { "Producer-Epoch": String(epoch) });
+    }
+    if (p.epoch > epoch) {
+      if (p.seq !== 0) throw new ApiError("bad_request", "a new producer epoch must start at sequence 0");
+      return { kind: "accept" };
+    }
+    if (p.seq <= lastSeq) return { kind: "duplicate", lastSeq };
+    if (p.seq === lastSeq + 1) return { kind: "accept" };
+    throw producerGap(lastSeq + 1, p.seq);
+  }
+
+  private commitProducer(p: ProducerTuple, nowMs: number): void {
+    this.sql.exec(
+      `insert into producers (id, epoch, last_seq, updated_at) values (?, ?, ?, ?)
+       on conflict(id) do update set epoch = excluded.epoch, last_seq = excluded.last_seq, updated_at = excluded.updated_at`,
+      p.id, p.epoch, p.seq, nowMs,
+    );
+  }
+}
+
+function producerGap(expected: number, received: number): ApiError {
+  return new ApiError("producer_sequence_gap", "producer sequence gap", { expected, received }, {
+    "Producer-Expected-Seq": String(expected),
+    "Producer-Received-Seq": String(received),
+  });
+}
+
+export function isExpired(meta: Pick<StreamMeta, "expiresAt" | "ttlSeconds" | "lastAccessAt">, nowMs: number): boolean {
+  if (meta.expiresAt) {
+    const at = Date.parse(meta.expiresAt);
+    if (!Number.isFinite(at) || nowMs >= at) return true;
+  }
+  return meta.ttlSeconds !== null && nowMs >= meta.lastAccessAt + meta.ttlSeconds * 1000;
+}

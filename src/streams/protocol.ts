@@ -1,0 +1,74 @@
+import { ApiError } from "../errors";
+
+/** Header and query names of the Durable Streams protocol. */
+export const H = {
+  offset: "Stream-Next-Offset",
+  cursor: "Stream-Cursor",
+  upToDate: "Stream-Up-To-Date",
+  closed: "Stream-Closed",
+  seq: "Stream-Seq",
+  ttl: "Stream-TTL",
+  expiresAt: "Stream-Expires-At",
+  producerId: "Producer-Id",
+  producerEpoch: "Producer-Epoch",
+  producerSeq: "Producer-Seq",
+  producerExpectedSeq: "Producer-Expected-Seq",
+  producerReceivedSeq: "Producer-Received-Seq",
+  sseEncoding: "Stream-SSE-Data-Encoding",
+} as const;
+
+export const CORS_HEADERS: Record<string, string> = {
+  "access-control-allow-origin": "*",
+  "access-control-allow-methods": "GET, POST, PUT, DELETE, HEAD, OPTIONS",
+  "access-control-allow-headers":
+    "content-type, authorization, if-none-match, Stream-Seq, Stream-TTL, Stream-Expires-At, Stream-Closed, Producer-Id, Producer-Epoch, Producer-Seq",
+  "access-control-expose-headers":
+    "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, Stream-Expires-At, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, etag, content-type, location",
+  "access-control-max-age": "86400",
+};
+
+/**
+ * Offsets are `<epoch>_<seq>`, both 16 zero-padded digits, so string order is log order.
+ * `seq` counts messages: the offset after message n is n, the start is 0.
+ */
+const OFFSET_PATTERN = /^(\d{1,16})_(\d{1,16})$/;
+
+export function formatOffset(seq: number): string {
+  return `0000000000000000_${String(seq).padStart(16, "0")}`;
+}
+
+export const START_OFFSET = formatOffset(0);
+
+export type ParsedOffset = { kind: "seq"; seq: number } | { kind: "now" };
+
+export function parseOffset(raw: string | null): ParsedOffset {
+  if (raw === null || raw === "-1" || raw === "0") return { kind: "seq", seq: 0 };
+  if (raw === "now") return { kind: "now" };
+  const m = OFFSET_PATTERN.exec(raw);
+  if (!m) throw new ApiError("invalid_offset", "offset must be -1, 0, now or an offset returned by the server");
+  const epoch = Number(m[1]);
+  // A later epoch than ours can only come from another server: it is past our tail.
+  return { kind: "seq", seq: epoch > 0 ? Number.MAX_SAFE_INTEGER : Number(m[2]) };
+}
+
+const CURSOR_EPOCH_MS = Date.UTC(2024, 9, 9);
+const CURSOR_INTERVAL_MS = 20_000;
+
+/** Cursors only let CDNs collapse requests; a client echo must always get a larger one. */
+export function responseCursor(clientCursor: string | null, nowMs = Date.now()): string {
+  const current = Math.floor((nowMs - CURSOR_EPOCH_MS) / CURSOR_INTERVAL_MS);
+  const client = clientCursor === null ? NaN : Number.parseInt(clientCursor, 10);
+  if (Number.isNaN(client) || client < current) return String(current);
+  return String(client + 1 + Math.floor(Math.random() * 180));
+}
+
+export function normalizeContentType(ct: string | null | undefined): string {
+  return (ct ?? "").split(";")[0].trim().toLowerCase();
+}
+
+export function isJsonContentType(ct: string | null | undefined): boolean {
+  return normalizeContentType(ct) === "application/json";
+}
+
+export const MAX_APPEND_BYTES = 1024 * 1024;
+export const MAX_READ_BYTES = 1024 * 1024;

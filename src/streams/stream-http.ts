@@ -1,0 +1,410 @@
+import { ApiError, SECURITY_HEADERS, errorResponse } from "../errors";
+import { StreamLog, type AppendOutcome, type NewMessage, type ProducerTuple, type StreamMeta, type StoredMessage } from "./log";
+import {
+  CORS_HEADERS, H, MAX_APPEND_BYTES, MAX_READ_BYTES, formatOffset, isJsonContentType, normalizeContentType,
+  parseOffset, responseCursor,
+} from "./protocol";
+import { WaitHub } from "./wait-hub";
+
+/** What a stream's owner (a plain stream, or a thread) decides on top of the generic protocol. */
+export interface StreamHost {
+  readonly log: StreamLog;
+  readonly hub: WaitHub;
+  readonly longPollTimeoutMs: number;
+  readonly streamName: string;
+  /** Turns an append body into messages; a thread validates entries here. `null` = nothing to append. */
+  prepareAppend(body: Uint8Array, meta: StreamMeta): NewMessage[] | null;
+  /** Called after messages were durably appended (not for duplicates). */
+  afterAppend(appended: StoredMessage[], outcome: AppendOutcome): void;
+  /** Whether this stream may be created / deleted through the protocol. */
+  allowCreate: boolean;
+  allowDelete: boolean;
+  onDelete?(): void;
+}
+
+export type StreamRequestAuth = { canWrite: boolean; subject: string };
+
+const STRICT_INT = /^\d+$/;
+const TTL_PATTERN = /^(0|[1-9]\d*)$/;
+
+function headers(extra: Record<string, string | undefined> = {}): Headers {
+  const h = new Headers({ ...CORS_HEADERS, ...SECURITY_HEADERS });
+  for (const [k, v] of Object.entries(extra)) if (v !== undefined) h.set(k, v);
+  return h;
+}
+
+function withCors(res: Response): Response {
+  const out = new Response(res.body, res);
+  for (const [k, v] of Object.entries(CORS_HEADERS)) out.headers.set(k, v);
+  return out;
+}
+
+async function readBody(request: Request, limit: number): Promise<Uint8Array> {
+  const declared = Number(request.headers.get("content-length") ?? "0");
+  if (declared > limit) throw new ApiError("payload_too_large", `body is larger than ${limit} bytes`);
+  if (!request.body) return new Uint8Array(0);
+  const reader = request.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (total > limit) {
+      await reader.cancel();
+      throw new ApiError("payload_too_large", `body is larger than ${limit} bytes`);
+    }
+    chunks.push(value);
+  }
+  const out = new Uint8Array(total);
+  let at = 0;
+  for (const c of chunks) {
+    out.set(c, at);
+    at += c.byteLength;
+  }
+  return out;
+}
+
+/** Splits a JSON-mode body into one message per value (top-level arrays are flattened one level). */
+export function splitJsonMessages(body: Uint8Array, allowEmptyArray: boolean): Uint8Array[] {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(new TextDecoder().decode(body));
+  } catch {
+    throw new ApiError("invalid_json", "body is not valid JSON");
+  }
+  const values = Array.isArray(parsed) ? parsed : [parsed];
+  if (values.length === 0 && !allowEmptyArray) throw new ApiError("bad_request", "empty arrays are not allowed");
+  const enc = new TextEncoder();
+  return values.map((v) => enc.encode(JSON.stringify(v)));
+}
+
+function producerFrom(request: Request): ProducerTuple | undefined {
+  const id = request.headers.get(H.producerId);
+  const epoch = request.headers.get(H.producerEpoch);
+  const seq = request.headers.get(H.producerSeq);
+  if (id === null && epoch === null && seq === null) return undefined;
+  if (id === null || epoch === null || seq === null) {
+    throw new ApiError("bad_request", "Producer-Id, Producer-Epoch and Producer-Seq must be sent together");
+  }
+  if (id === "") throw new ApiError("bad_request", "Producer-Id must not be empty");
+  if (!STRICT_INT.test(epoch) || !Number.isSafeInteger(Number(epoch))) throw new ApiError("bad_request", "invalid Producer-Epoch");
+  if (!STRICT_INT.test(seq) || !Number.isSafeInteger(Number(seq))) throw new ApiError("bad_request", "invalid Producer-Seq");
+  return { id, epoch: Number(epoch), seq: Number(seq) };
+}
+
+function formatBody(meta: StreamMeta, messages: StoredMessage[]): Uint8Array {
+  if (isJsonContentType(meta.contentType)) {
+    const dec = new TextDecoder();
+    return new TextEncoder().encode(`[${messages.map((m) => dec.decode(m.data)).join(",")}]`);
+  }
+  const total = messages.reduce((n, m) => n + m.data.byteLength, 0);
+  const out = new Uint8Array(total);
+  let at = 0;
+  for (const m of messages) {
+    out.set(m.data, at);
+    at += m.data.byteLength;
+  }
+  return out;
+}
+
+function etagFor(name: string, start: string, end: string, closed: boolean): string {
+  const b64 = btoa(String.fromCharCode(...new TextEncoder().encode(name)));
+  return `"${b64}:${start}:${end}${closed ? ":c" : ""}"`;
+}
+
+export async function handleStreamHttp(request: Request, host: StreamHost, auth: StreamRequestAuth): Promise<Response> {
+  try {
+    const method = request.method.toUpperCase();
+    if (method === "OPTIONS") return new Response(null, { status: 204, headers: headers() });
+    if (method !== "GET" && method !== "HEAD" && !auth.canWrite) throw new ApiError("forbidden", "token does not allow writes");
+    switch (method) {
+      case "PUT": return await handleCreate(request, host);
+      case "POST": return await handleAppend(request, host, auth);
+      case "GET": return await handleRead(request, host);
+      case "HEAD": return handleHead(host);
+      case "DELETE": return handleDelete(host);
+      default: throw new ApiError("method_not_allowed", `${method} is not supported on a stream`);
+    }
+  } catch (err) {
+    return withCors(errorResponse(err));
+  }
+}
+
+async function handleCreate(request: Request, host: StreamHost): Promise<Response> {
+  let contentType = request.headers.get("content-type");
+  if (!contentType || !/^[\w.+-]+\/[\w.+-]+/.test(contentType.trim())) contentType = "application/octet-stream";
+  const ttl = request.headers.get(H.ttl);
+  const expiresAt = request.headers.get(H.expiresAt);
+  if (ttl !== null && expiresAt !== null) throw new ApiError("bad_request", "send Stream-TTL or Stream-Expires-At, not both");
+  if (ttl !== null && !TTL_PATTERN.test(ttl)) throw new ApiError("bad_request", "invalid Stream-TTL");
+  if (expiresAt !== null && Number.isNaN(Date.parse(expiresAt))) throw new ApiError("bad_request", "invalid Stream-Expires-At");
+  const closed = request.headers.get(H.closed) === "true";
+  const body = await readBody(request, MAX_APPEND_BYTES);
+  const existing = host.log.meta();
+  if (!existing && !host.allowCreate) throw new ApiError("not_found", "stream not found");
+  let initial: NewMessage[] = [];
+  if (body.byteLength > 0 && !existing) {
+    initial = isJsonContentType(contentType) ? splitJsonMessages(body, true).map((data) => ({ data })) : [{ data: body }];
+  }
+  const { created, meta } = host.log.create(host.streamName, {
+    contentType, ttlSeconds: ttl === null ? null : Number(ttl), expiresAt, closed,
+  }, initial);
+  if (created && initial.length > 0) {
+    host.afterAppend(host.log.read(0, Number.MAX_SAFE_INTEGER).messages, { kind: "appended", tailSeq: meta.tailSeq, appended: [], closed });
+  }
+  if (created) host.hub.notify();
+  return new Response(null, {
+    status: created ? 201 : 200,
+    headers: headers({
+      "content-type": meta.contentType,
+      [H.offset]: formatOffset(meta.tailSeq),
+      [H.closed]: meta.closed ? "true" : undefined,
+      location: created ? request.url : undefined,
+    }),
+  });
+}
+
+function handleHead(host: StreamHost): Response {
+  const meta = host.log.meta();
+  if (!meta) return new Response(null, { status: 404, headers: headers() });
+  const tail = formatOffset(meta.tailSeq);
+  return new Response(null, {
+    status: 200,
+    headers: headers({
+      "content-type": meta.contentType,
+      [H.offset]: tail,
+      "cache-control": "no-store",
+      [H.closed]: meta.closed ? "true" : undefined,
+      [H.ttl]: meta.ttlSeconds !== null ? String(meta.ttlSeconds) : undefined,
+      [H.expiresAt]: meta.expiresAt ?? undefined,
+      etag: etagFor(host.streamName, "-1", tail, meta.closed),
+    }),
+  });
+}
+
+function handleDelete(host: StreamHost): Response {
+  if (!host.allowDelete) throw new ApiError("method_not_allowed", "this stream cannot be deleted");
+  const meta = host.log.meta();
+  if (!meta) throw new ApiError("not_found", "stream not found");
+  host.log.purge();
+  host.onDelete?.();
+  host.hub.notify();
+  return new Response(null, { status: 204, headers: headers() });
+}
+
+async function handleAppend(request: Request, host: StreamHost, auth: StreamRequestAuth): Promise<Response> {
+  const producer = producerFrom(request);
+  const close = request.headers.get(H.closed) === "true";
+  const streamSeq = request.headers.get(H.seq) ?? undefined;
+  const body = await readBody(request, MAX_APPEND_BYTES);
+  const meta = host.log.meta();
+  if (!meta) throw new ApiError("not_found", "stream not found");
+
+  let outcome: AppendOutcome;
+  if (body.byteLength === 0) {
+    if (!close) throw new ApiError("bad_request", "empty body");
+    outcome = host.log.close(producer);
+  } else {
+    const contentType = request.headers.get("content-type");
+    if (!contentType) throw new ApiError("bad_request", "Content-Type is required");
+    if (normalizeContentType(contentType) !== normalizeContentType(meta.contentType)) {
+      throw new ApiError("content_type_mismatch", `stream content type is ${meta.contentType}`);
+    }
+    if (meta.closed) {
+      outcome = host.log.append({ messages: [], producer, close }); // closed / duplicate-of-close verdict only
+    } else {
+      const messages = host.prepareAppend(body, meta);
+      if (messages === null) {
+        // Nothing durable to write (a heartbeat): acknowledge with the current tail.
+        return new Response(null, { status: 204, headers: headers({ [H.offset]: formatOffset(meta.tailSeq) }) });
+      }
+      outcome = host.log.append({ messages, producer, close, streamSeq });
+    }
+  }
+  return appendResponse(host, outcome, producer);
+}
+
+function appendResponse(host: StreamHost, outcome: AppendOutcome, producer: ProducerTuple | undefined): Response {
+  const tail = formatOffset(outcome.tailSeq);
+  if (outcome.kind === "closed") {
+    throw new ApiError("stream_closed", "stream is closed", undefined, { [H.closed]: "true", [H.offset]: tail });
+  }
+  if (outcome.kind === "duplicate") {
+    return new Response(null, {
+      status: 204,
+      headers: headers({
+        [H.offset]: tail,
+        [H.closed]: outcome.closed ? "true" : undefined,
+        [H.producerEpoch]: producer ? String(producer.epoch) : undefined,
+        [H.producerSeq]: producer ? String(outcome.lastSeq) : undefined,
+      }),
+    });
+  }
+  const fresh = outcome.appended.filter((a) => !a.duplicate).map((a) => a.seq);
+  if (fresh.length > 0) {
+    const first = Math.min(...fresh);
+    host.afterAppend(host.log.read(first - 1, Number.MAX_SAFE_INTEGER, fresh.length).messages, outcome);
+  }
+  if (fresh.length > 0 || outcome.closed) host.hub.notify();
+  const last = outcome.appended.length > 0 ? Math.max(...outcome.appended.map((a) => a.seq)) : outcome.tailSeq;
+  return new Response(null, {
+    status: producer ? 200 : 204,
+    headers: headers({
+      [H.offset]: formatOffset(outcome.appended.length > 0 ? last : outcome.tailSeq),
+      [H.closed]: outcome.closed ? "true" : undefined,
+      [H.producerEpoch]: producer ? String(producer.epoch) : undefined,
+      [H.producerSeq]: producer ? String(producer.seq) : undefined,
+    }),
+  });
+}
+
+async function handleRead(request: Request, host: StreamHost): Promise<Response> {
+  const url = new URL(request.url);
+  const offsets = url.searchParams.getAll("offset");
+  if (offsets.length > 1) throw new ApiError("invalid_offset", "only one offset parameter is allowed");
+  const rawOffset = offsets[0] ?? null;
+  if (rawOffset === "") throw new ApiError("invalid_offset", "offset must not be empty");
+  const live = url.searchParams.get("live");
+  if (live !== null && live !== "long-poll" && live !== "sse") throw new ApiError("bad_request", "live must be long-poll or sse");
+  if (live !== null && rawOffset === null) throw new ApiError("bad_request", `${live} requires an offset`);
+  const parsed = parseOffset(rawOffset);
+  const cursor = url.searchParams.get("cursor");
+
+  let meta = host.log.meta();
+  if (!meta) throw new ApiError("not_found", "stream not found");
+  const startSeq = parsed.kind === "now" ? meta.tailSeq : parsed.seq;
+
+  if (live === "sse") return sseResponse(request, host, meta, startSeq, cursor);
+
+  if (parsed.kind === "now" && live === null) {
+    return new Response(isJsonContentType(meta.contentType) ? "[]" : "", {
+      status: 200,
+      headers: headers({
+        "content-type": meta.contentType,
+        [H.offset]: formatOffset(meta.tailSeq),
+        [H.upToDate]: "true",
+        "cache-control": "no-store",
+        [H.closed]: meta.closed ? "true" : undefined,
+      }),
+    });
+  }
+
+  let page = host.log.read(startSeq, MAX_READ_BYTES);
+  host.log.touch(meta);
+  if (live === "long-poll" && page.messages.length === 0) {
+    if (!meta.closed) {
+      await host.hub.wait(host.longPollTimeoutMs, request.signal);
+      meta = host.log.meta();
+      if (!meta) throw new ApiError("not_found", "stream not found");
+      page = host.log.read(startSeq, MAX_READ_BYTES);
+    }
+    if (page.messages.length === 0) {
+      const at = formatOffset(Math.min(startSeq, meta.tailSeq));
+      return new Response(null, {
+        status: 204,
+        headers: headers({
+          [H.offset]: at,
+          [H.upToDate]: "true",
+          [H.cursor]: responseCursor(cursor),
+          [H.closed]: meta.closed ? "true" : undefined,
+        }),
+      });
+    }
+  }
+
+  const lastSeq = page.messages.length > 0 ? page.messages[page.messages.length - 1].seq : Math.min(startSeq, meta.tailSeq);
+  const next = formatOffset(lastSeq);
+  const atTail = lastSeq >= meta.tailSeq;
+  const closedAtTail = meta.closed && atTail && page.upToDate;
+  const etag = etagFor(host.streamName, rawOffset ?? "-1", next, closedAtTail);
+  if (request.headers.get("if-none-match") === etag) {
+    return new Response(null, { status: 304, headers: headers({ etag }) });
+  }
+  return new Response(formatBody(meta, page.messages), {
+    status: 200,
+    headers: headers({
+      "content-type": meta.contentType,
+      [H.offset]: next,
+      [H.upToDate]: page.upToDate && atTail ? "true" : undefined,
+      [H.cursor]: live === "long-poll" ? responseCursor(cursor) : undefined,
+      [H.closed]: closedAtTail ? "true" : undefined,
+      etag,
+    }),
+  });
+}
+
+function sseData(payload: string): string {
+  return payload.split(/\r\n|\r|\n/).map((line) => `data:${line}`).join("\n") + "\n\n";
+}
+
+function toBase64(bytes: Uint8Array): string {
+  let s = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) s += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return btoa(s);
+}
+
+function sseResponse(request: Request, host: StreamHost, initialMeta: StreamMeta, startSeq: number, cursor: string | null): Response {
+  const ct = normalizeContentType(initialMeta.contentType);
+  const isJson = ct === "application/json";
+  const base64 = !(isJson || ct.startsWith("text/"));
+  const { readable, writable } = new TransformStream<Uint8Array, Uint8Array>();
+  const writer = writable.getWriter();
+  const enc = new TextEncoder();
+  const dec = new TextDecoder();
+  let connected = true;
+  request.signal.addEventListener("abort", () => { connected = false; });
+  const write = async (s: string) => {
+    try {
+      await writer.write(enc.encode(s));
+    } catch {
+      connected = false;
+    }
+  };
+
+  const loop = async () => {
+    let seq = startSeq;
+    while (connected) {
+      const meta = host.log.meta();
+      if (!meta) break;
+      const page = host.log.read(seq, MAX_READ_BYTES);
+      let out = "";
+      for (const m of page.messages) {
+        const data = base64 ? toBase64(m.data) : isJson ? `[${dec.decode(m.data)}]` : dec.decode(m.data);
+        out += `event: data\n${sseData(data)}`;
+        seq = m.seq;
+      }
+      if (page.messages.length === 0) seq = Math.min(seq, meta.tailSeq);
+      const atTail = seq >= meta.tailSeq;
+      const control: Record<string, unknown> = { streamNextOffset: formatOffset(seq) };
+      if (meta.closed && atTail) control.streamClosed = true;
+      else {
+        control.streamCursor = responseCursor(cursor);
+        if (atTail) control.upToDate = true;
+      }
+      out += `event: control\n${sseData(JSON.stringify(control))}`;
+      await write(out);
+      if (meta.closed && atTail) break;
+      if (!atTail) continue;
+      const r = await host.hub.wait(host.longPollTimeoutMs, request.signal);
+      if (r === "timeout" && connected) {
+        const after = host.log.meta();
+        if (after && after.tailSeq === seq && !after.closed) {
+          await write(`event: control\n${sseData(JSON.stringify({ streamNextOffset: formatOffset(seq), streamCursor: responseCursor(cursor), upToDate: true }))}`);
+        }
+      }
+    }
+    try { await writer.close(); } catch { /* client went away */ }
+  };
+  const done = loop();
+  // Keep the actor working on the stream after the response has been handed back.
+  void done;
+  return new Response(readable, {
+    status: 200,
+    headers: headers({
+      "content-type": "text/event-stream",
+      "cache-control": "no-cache",
+      [H.sseEncoding]: base64 ? "base64" : undefined,
+    }),
+  });
+}

@@ -1,0 +1,32 @@
+import type { Entry, RunSignalStatus, ThreadStatus } from "../entries/schema";
+import type { ThreadRow } from "./thread-row";
+
+export type StatusPatch = { status: ThreadStatus; statusReason: string | null; statusDetail: string | null; boxId?: string | null; runStartedAt?: number | null };
+
+const TERMINAL: Record<Exclude<RunSignalStatus, "running">, ThreadStatus> = {
+  completed: "completed",
+  pi_failed: "failed",
+  pi_session_orphaned: "failed",
+  stopped: "failed",
+};
+
+export function isTerminal(status: ThreadStatus): boolean {
+  return status === "completed" || status === "failed";
+}
+
+/**
+ * What a `signal.thread.status_changed` entry does to the row. The first finished-signal of a run
+ * wins; later ones stay in the log but change nothing. A `running` claim starts a (new) run.
+ */
+export function decideSignal(row: Pick<ThreadRow, "status">, entry: Entry, nowMs: number): StatusPatch | null {
+  const p = entry.payload;
+  if (p.type !== "signal.thread.status_changed") return null;
+  const status = p.status as RunSignalStatus;
+  const reason = typeof p.reason === "string" ? p.reason : null;
+  if (status === "running") {
+    if (row.status === "running") return null;
+    return { status: "running", statusReason: null, statusDetail: reason, boxId: typeof p.boxId === "string" ? p.boxId : undefined, runStartedAt: nowMs };
+  }
+  if (isTerminal(row.status)) return null;
+  return { status: TERMINAL[status], statusReason: status, statusDetail: reason };
+}

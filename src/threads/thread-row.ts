@@ -1,0 +1,105 @@
+import type { ThreadStatus } from "../entries/schema";
+
+export type ParentRef = { kind: "none" | "agent" | "thread"; id: string | null };
+
+export type ThreadRow = {
+  id: string;
+  houseId: string;
+  parent: ParentRef;
+  environmentId: string | null;
+  title: string | null;
+  status: ThreadStatus;
+  statusReason: string | null;
+  statusDetail: string | null;
+  boxId: string | null;
+  lastLivenessAt: number | null;
+  runStartedAt: number | null;
+  brainId: string | null;
+  createdBy: string;
+  createdAt: number;
+  updatedAt: number;
+};
+
+/** The thread's single row, next to its log in the same actor's SQLite. */
+export class ThreadRowStore {
+  constructor(private readonly sql: SqlStorage) {
+    sql.exec(`create table if not exists thread_row (
+      id integer primary key check (id = 1), thread_id text not null, house_id text not null,
+      parent_kind text not null, parent_id text, environment_id text, title text,
+      status text not null, status_reason text, status_detail text, box_id text, last_liveness_at integer, run_started_at integer,
+      brain_id text, created_by text not null, created_at integer not null, updated_at integer not null)`);
+  }
+
+  get(): ThreadRow | null {
+    const r = this.sql.exec(`select * from thread_row where id = 1`).toArray()[0];
+    if (!r) return null;
+    return {
+      id: r.thread_id as string,
+      houseId: r.house_id as string,
+      parent: { kind: r.parent_kind as ParentRef["kind"], id: (r.parent_id as string | null) ?? null },
+      environmentId: r.environment_id as string | null,
+      title: r.title as string | null,
+      status: r.status as ThreadStatus,
+      statusReason: r.status_reason as string | null,
+      statusDetail: r.status_detail as string | null,
+      boxId: r.box_id as string | null,
+      lastLivenessAt: r.last_liveness_at as number | null,
+      runStartedAt: r.run_started_at as number | null,
+      brainId: r.brain_id as string | null,
+      createdBy: r.created_by as string,
+      createdAt: r.created_at as number,
+      updatedAt: r.updated_at as number,
+    };
+  }
+
+  insert(row: ThreadRow): void {
+    this.sql.exec(
+      `insert into thread_row (id, thread_id, house_id, parent_kind, parent_id, environment_id, title, status, status_reason, status_detail,
+        box_id, last_liveness_at, run_started_at, brain_id, created_by, created_at, updated_at)
+       values (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      row.id, row.houseId, row.parent.kind, row.parent.id, row.environmentId, row.title, row.status, row.statusReason, row.statusDetail,
+      row.boxId, row.lastLivenessAt, row.runStartedAt, row.brainId, row.createdBy, row.createdAt, row.updatedAt,
+    );
+  }
+
+  update(patch: Partial<Pick<ThreadRow, "status" | "statusReason" | "statusDetail" | "boxId" | "lastLivenessAt" | "runStartedAt" | "title">>, nowMs = Date.now()): void {
+    const cols: Record<string, string> = {
+      status: "status", statusReason: "status_reason", statusDetail: "status_detail", boxId: "box_id", lastLivenessAt: "last_liveness_at",
+      runStartedAt: "run_started_at", title: "title",
+    };
+    const sets: string[] = [];
+    const values: unknown[] = [];
+    for (const [k, v] of Object.entries(patch)) {
+      if (v === undefined) continue;
+      sets.push(`${cols[k]} = ?`);
+      values.push(v);
+    }
+    if (sets.length === 0) return;
+    sets.push("updated_at = ?");
+    values.push(nowMs);
+    this.sql.exec(`update thread_row set ${sets.join(", ")} where id = 1`, ...values);
+  }
+
+  /** Liveness is a column, not log entries: heartbeats must not grow the log. */
+  touchLiveness(nowMs: number): void {
+    this.sql.exec(`update thread_row set last_liveness_at = ? where id = 1`, nowMs);
+  }
+}
+
+export function publicThread(row: ThreadRow) {
+  return {
+    id: row.id,
+    houseId: row.houseId,
+    parent: row.parent,
+    environmentId: row.environmentId,
+    title: row.title,
+    status: row.status,
+    reason: row.statusReason,
+    detail: row.statusDetail,
+    boxId: row.boxId,
+    lastLivenessAt: row.lastLivenessAt === null ? null : new Date(row.lastLivenessAt).toISOString(),
+    createdBy: row.createdBy,
+    createdAt: new Date(row.createdAt).toISOString(),
+    updatedAt: new Date(row.updatedAt).toISOString(),
+  };
+}
