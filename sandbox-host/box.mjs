@@ -78,7 +78,7 @@ export class Box {
    * must stay inside the box directory (symlinks included), so a box cannot write the host.
    */
   resolve(p, { mustExist = false } = {}) {
-    if (typeof p !== "string" || p === "") throw new HostError(400, "path is required", "INVALID_FILE_PATH");
+    if (typeof p !== "string" || p === "") throw new HostError(400, "path is required", "BAD_REQUEST");
     let abs;
     if (p === "~") abs = this.home;
     else if (p.startsWith("~/")) abs = path.join(this.home, p.slice(2));
@@ -87,14 +87,14 @@ export class Box {
     const real = realpathOfNearest(abs);
     const base = fs.realpathSync(this.dir);
     if (real !== base && !real.startsWith(base + path.sep)) {
-      throw new HostError(400, `path ${p} is outside the sandbox`, "INVALID_FILE_PATH");
+      throw new HostError(400, `path ${p} is outside the sandbox`, "BAD_REQUEST");
     }
     if (mustExist && !fs.existsSync(abs)) throw new HostError(404, `file ${p} not found`, "FILE_NOT_FOUND");
     return abs;
   }
 
   assertRunning() {
-    if (this.state !== "started") throw new HostError(409, `sandbox is ${this.state}`, "SANDBOX_NOT_STARTED");
+    if (this.state !== "started") throw new HostError(409, `sandbox is ${this.state}`, "CONFLICT");
   }
 
   /** One-shot command: stdout+stderr combined, returns when the stdio pipes close (like Daytona). */

@@ -7,11 +7,23 @@ export class HostError extends Error {
   }
 }
 
+const STATUS_CODES = {
+  400: "BAD_REQUEST",
+  401: "UNAUTHORIZED",
+  403: "FORBIDDEN",
+  404: "NOT_FOUND",
+  408: "REQUEST_TIMEOUT",
+  409: "CONFLICT",
+  410: "GONE",
+  422: "UNPROCESSABLE_ENTITY",
+};
+
+/** Daytona's ErrorResponse; `code` always from the daemon's DaemonErrorCode set. */
 export function errorBody(status, message, { code, source, method, path } = {}) {
   return {
     statusCode: status,
     message,
-    ...(code ? { code } : {}),
+    code: code ?? STATUS_CODES[status] ?? "INTERNAL_SERVER_ERROR",
     source,
     method,
     path,

@@ -336,7 +336,9 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
         data = fsCall(() => fs.readFileSync(abs));
       } catch (err) {
         const status = err instanceof HostError ? err.status : 500;
-        error = errorBody(status, err.message, { code: err.code === "ENOENT" ? "FILE_NOT_FOUND" : err.code, source: "DAYTONA_DAEMON" });
+        // Name the box path, not the host path, in the message.
+        const message = err.fsCode === "ENOENT" ? `file ${src} not found` : err.message;
+        error = errorBody(status, message, { code: err.code, source: "DAYTONA_DAEMON", method: "POST", path: "/files/bulk-download" });
       }
       const field = error ? "error" : "file";
       const payload = error ? Buffer.from(JSON.stringify(error)) : data;
@@ -389,11 +391,11 @@ function fsCall(fn) {
       EACCES: [403, "FILE_ACCESS_DENIED"],
       EPERM: [403, "FILE_ACCESS_DENIED"],
       EROFS: [403, "FILE_ACCESS_DENIED"],
-      ENOTDIR: [400, "INVALID_FILE_PATH"],
-      EISDIR: [400, "INVALID_FILE_PATH"],
-      EEXIST: [400, "INVALID_FILE_PATH"],
+      ENOTDIR: [400, "BAD_REQUEST"],
+      EISDIR: [400, "BAD_REQUEST"],
+      EEXIST: [400, "BAD_REQUEST"],
     };
-    const [status, code] = map[err.code] ?? [500, "FILE_READ_FAILED"];
+    const [status, code] = map[err.code] ?? [500, "INTERNAL_SERVER_ERROR"];
     const e = new HostError(status, err.message, code);
     e.fsCode = err.code;
     throw e;

@@ -1,0 +1,21 @@
+export interface SandboxHostOptions {
+  /** 0 = any free port. */
+  port?: number;
+  /** Bearer key clients must send (DAYTONA_API_KEY on the client side). */
+  apiKey: string;
+  /** Directory for boxes; a fresh temp dir (removed on close) when omitted. */
+  root?: string;
+  host?: string;
+  log?: (line: string) => void;
+}
+export interface SandboxHost {
+  /** e.g. http://127.0.0.1:3986 */
+  url: string;
+  /** Daytona API base, e.g. http://127.0.0.1:3986/api */
+  apiUrl: string;
+  port: number;
+  root: string;
+  boxes: Map<string, { id: string; dir: string; home: string; marker: string; state: string }>;
+  close(): Promise<void>;
+}
+export function startSandboxHost(opts: SandboxHostOptions): Promise<SandboxHost>;

@@ -1,0 +1,240 @@
+// The local sandbox host, driven by the REAL @daytonaio/sdk, plus every endpoint it implements
+// checked against Daytona's OpenAPI schemas.
+import { execFileSync } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { Daytona } from "@daytonaio/sdk";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startSandboxHost, type SandboxHost } from "../../sandbox-host/server.mjs";
+import { loadValidators } from "./sandbox-openapi";
+
+const KEY = "test-host-key";
+let host: SandboxHost;
+let daytona: Daytona;
+const v = loadValidators();
+
+beforeAll(async () => {
+  host = await startSandboxHost({ port: 0, apiKey: KEY });
+  daytona = new Daytona({ apiUrl: host.apiUrl, apiKey: KEY, target: "local", useDeprecatedPolling: true, requestTimeoutMs: 20_000 });
+});
+afterAll(async () => {
+  await host?.close();
+});
+
+function makeRepo(): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "sbh-repo-"));
+  const git = (...args: string[]) => execFileSync("git", args, { cwd: dir, env: { ...process.env, GIT_AUTHOR_NAME: "t", GIT_AUTHOR_EMAIL: "t@t", GIT_COMMITTER_NAME: "t", GIT_COMMITTER_EMAIL: "t@t" } });
+  git("init", "-q", "-b", "main");
+  fs.writeFileSync(path.join(dir, "README.md"), "hello repo\n");
+  git("add", ".");
+  git("commit", "-q", "-m", "init");
+  return dir;
+}
+
+describe("real SDK against the local host", () => {
+  it("create -> exec -> files -> clone -> detached logs -> list -> delete -> 404", async () => {
+    const labels = { "threadbox.house": `h-${Date.now()}`, "threadbox.thread": "t1" };
+    const sb = await daytona.create({ labels, envVars: { GREETING: "hi" }, autoStopInterval: 4380, autoDeleteInterval: -1 }, { timeout: 20 });
+    expect(sb.state).toBe("started");
+
+    const r = await sb.process.executeCommand(`bash -c 'echo $GREETING $DAYTONA_SANDBOX_ID; echo oops >&2; exit 7'`);
+    expect(r.exitCode).toBe(7);
+    expect(r.result).toContain(`hi ${sb.id}`);
+    expect(r.result).toContain("oops");
+
+    const home = await sb.getUserHomeDir();
+    const pwd = await sb.process.executeCommand("pwd");
+    expect(pwd.result.trim()).toBe(home);
+
+    const bytes = new Uint8Array(256).map((_, i) => i);
+    await sb.fs.uploadFiles([{ source: Buffer.from(bytes), destination: "up/bin.dat" }]);
+    const back = await sb.fs.downloadFile("up/bin.dat");
+    expect(new Uint8Array(back)).toEqual(bytes);
+    await sb.fs.createFolder("made/here", "755");
+    expect((await sb.process.executeCommand("test -d made/here && echo yes")).result.trim()).toBe("yes");
+
+    const repo = makeRepo();
+    await sb.git.clone(`file://${repo}`, "work/repo");
+    expect((await sb.process.executeCommand("cat work/repo/README.md")).result).toBe("hello repo\n");
+    await sb.git.clone(repo, "work/repo2");
+    expect((await sb.process.executeCommand("git -C work/repo2 log --oneline | wc -l")).result.trim()).toBe("1");
+
+    await sb.process.createSession("runner");
+    const cmd = await sb.process.executeSessionCommand("runner", {
+      command: `for i in 1 2 3; do echo out$i; echo err$i >&2; sleep 0.15; done; exit 3`,
+      runAsync: true,
+    });
+    expect(cmd.cmdId).toBeTruthy();
+    const seen: { kind: string; text: string; at: number }[] = [];
+    const t0 = Date.now();
+    await sb.process.getSessionCommandLogs(
+      "runner",
+      cmd.cmdId!,
+      (s) => seen.push({ kind: "out", text: s, at: Date.now() - t0 }),
+      (s) => seen.push({ kind: "err", text: s, at: Date.now() - t0 }),
+    );
+    const out = seen.filter((s) => s.kind === "out").map((s) => s.text).join("");
+    const err = seen.filter((s) => s.kind === "err").map((s) => s.text).join("");
+    expect(out).toBe("out1\nout2\nout3\n");
+    expect(err).toBe("err1\nerr2\nerr3\n");
+    // Live: the first line arrived well before the command finished.
+    expect(seen[0].at).toBeLessThan(seen[seen.length - 1].at);
+    const done = await sb.process.getSessionCommand("runner", cmd.cmdId!);
+    // `exit 3` inside a session command ends the session shell (as on Daytona): exit code 3.
+    expect(done.exitCode).toBe(3);
+    const logs = await sb.process.getSessionCommandLogs("runner", cmd.cmdId!);
+    expect(logs.stdout).toBe("out1\nout2\nout3\n");
+    expect(logs.stderr).toBe("err1\nerr2\nerr3\n");
+
+    // Sessions keep shell state between commands.
+    await sb.process.createSession("shell");
+    await sb.process.executeSessionCommand("shell", { command: "mkdir -p d && cd d && export X=42" });
+    const st = await sb.process.executeSessionCommand("shell", { command: "echo $X $(basename $PWD)" });
+    expect(st.stdout).toBe("42 d\n");
+    expect(st.exitCode).toBe(0);
+
+    const listed: string[] = [];
+    for await (const s of daytona.list({ labels })) listed.push(s.id);
+    expect(listed).toEqual([sb.id]);
+    const none: string[] = [];
+    for await (const s of daytona.list({ labels: { "threadbox.house": "nobody" } })) none.push(s.id);
+    expect(none).toEqual([]);
+
+    await sb.delete(30, true);
+    await expect(daytona.get(sb.id)).rejects.toMatchObject({ statusCode: 404 });
+  });
+});
+
+describe("host responses match Daytona's OpenAPI schemas", () => {
+  const call = async (method: string, p: string, body?: unknown, headers: Record<string, string> = {}) => {
+    const res = await fetch(`${host.url}${p}`, {
+      method,
+      headers: { authorization: `Bearer ${KEY}`, ...(body !== undefined && !(body instanceof FormData) ? { "content-type": "application/json" } : {}), ...headers },
+      body: body === undefined ? undefined : body instanceof FormData ? body : JSON.stringify(body),
+    });
+    const text = await res.text();
+    let json: unknown;
+    try {
+      json = text ? JSON.parse(text) : undefined;
+    } catch {
+      json = undefined;
+    }
+    return { status: res.status, json, text, headers: res.headers };
+  };
+  /** Validates against the schema the spec declares for this route and status. */
+  const expectSpec = (spec: "api" | "toolbox", route: string, method: string, r: { status: number; json: unknown }) => {
+    const name = v.declared(spec, route, method, r.status);
+    expect(name, `${method} ${route} ${r.status} has a declared schema`).toBeTruthy();
+    if (name === "Session" && Array.isArray(r.json)) for (const s of r.json) v.toolbox("Session", s);
+    else v[spec](name!, r.json);
+  };
+
+  it("control plane: sandbox, list, preview, proxy url, snapshots, start/stop, delete", async () => {
+    const created = await call("POST", "/api/sandbox", { labels: { "threadbox.house": "schema" }, env: { A: "1" }, autoStopInterval: 0, autoDeleteInterval: -1 });
+    expect(created.status).toBe(200);
+    expectSpec("api", "/sandbox", "POST", created);
+    const id = (created.json as { id: string }).id;
+    // wait for started
+    for (let i = 0; i < 50; i++) {
+      const g = await call("GET", `/api/sandbox/${id}`);
+      expectSpec("api", "/sandbox/{sandboxIdOrName}", "GET", g);
+      if ((g.json as { state: string }).state === "started") break;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const list = await call("GET", `/api/sandbox?labels=${encodeURIComponent(JSON.stringify({ "threadbox.house": "schema" }))}`);
+    expectSpec("api", "/sandbox", "GET", list);
+    expect((list.json as { items: unknown[] }).items).toHaveLength(1);
+    expectSpec("api", "/sandbox/{sandboxIdOrName}/ports/{port}/preview-url", "GET", await call("GET", `/api/sandbox/${id}/ports/1/preview-url`));
+    expectSpec("api", "/sandbox/{sandboxId}/toolbox-proxy-url", "GET", await call("GET", `/api/sandbox/${id}/toolbox-proxy-url`));
+    expectSpec("api", "/sandbox/{sandboxIdOrName}/stop", "POST", await call("POST", `/api/sandbox/${id}/stop`));
+    expectSpec("api", "/sandbox/{sandboxIdOrName}/start", "POST", await call("POST", `/api/sandbox/${id}/start`));
+
+    const snap = await call("POST", "/api/snapshots", { name: "schema-snap", imageName: "node:22" });
+    expectSpec("api", "/snapshots", "POST", snap);
+    expectSpec("api", "/snapshots/{id}", "GET", await call("GET", "/api/snapshots/schema-snap"));
+    expectSpec("api", "/snapshots", "GET", await call("GET", "/api/snapshots"));
+    expect((await call("GET", "/api/snapshots/missing")).status).toBe(404);
+
+    const del = await call("DELETE", `/api/sandbox/${id}`);
+    expectSpec("api", "/sandbox/{sandboxIdOrName}", "DELETE", del);
+    expect((del.json as { state: string }).state).toBe("destroying");
+    for (let i = 0; i < 100 && (await call("GET", `/api/sandbox/${id}`)).status !== 404; i++) await new Promise((r) => setTimeout(r, 20));
+    expect((await call("GET", `/api/sandbox/${id}`)).status).toBe(404);
+    expect((await call("GET", "/api/sandbox", undefined, { authorization: "Bearer wrong" })).status).toBe(401);
+  });
+
+  it("toolbox: info, execute, sessions, files, git, and error shapes", async () => {
+    const sb = await daytona.create({ labels: { "threadbox.house": "schema2" } }, { timeout: 20 });
+    const t = `/toolbox/${sb.id}`;
+    expectSpec("toolbox", "/user-home-dir", "GET", await call("GET", `${t}/user-home-dir`));
+    expectSpec("toolbox", "/work-dir", "GET", await call("GET", `${t}/work-dir`));
+    const ver = await call("GET", `${t}/version`);
+    expect(Object.values(ver.json as object).every((x) => typeof x === "string")).toBe(true);
+    expectSpec("toolbox", "/process/execute", "POST", await call("POST", `${t}/process/execute`, { command: "echo hi" }));
+    const to = await call("POST", `${t}/process/execute`, { command: "sleep 5", timeout: 1 });
+    expect(to.status).toBe(408);
+    expectSpec("toolbox", "/process/execute", "POST", to);
+
+    expect((await call("POST", `${t}/process/session`, { sessionId: "s" })).status).toBe(201);
+    expectSpec("toolbox", "/process/session", "POST", await call("POST", `${t}/process/session`, { sessionId: "s" })); // 409
+    const sync = await call("POST", `${t}/process/session/s/exec`, { command: "echo a; echo b >&2" });
+    expect(sync.status).toBe(200);
+    expectSpec("toolbox", "/process/session/{sessionId}/exec", "POST", sync);
+    const asy = await call("POST", `${t}/process/session/s/exec`, { command: "sleep 0.2; echo c", runAsync: true });
+    expect(asy.status).toBe(202);
+    expectSpec("toolbox", "/process/session/{sessionId}/exec", "POST", asy);
+    const cid = (asy.json as { cmdId: string }).cmdId;
+    const running = await call("GET", `${t}/process/session/s/command/${cid}`);
+    expectSpec("toolbox", "/process/session/{sessionId}/command/{commandId}", "GET", running);
+    expect((running.json as { exitCode?: number }).exitCode).toBeUndefined();
+    expectSpec("toolbox", "/process/session/{sessionId}/command/{commandId}/logs", "GET", await call("GET", `${t}/process/session/s/command/${cid}/logs`));
+    expectSpec("toolbox", "/process/session/{sessionId}", "GET", await call("GET", `${t}/process/session/s`));
+    expectSpec("toolbox", "/process/session", "GET", await call("GET", `${t}/process/session`));
+    expectSpec("toolbox", "/process/session/{sessionId}", "GET", await call("GET", `${t}/process/session/nope`)); // 404
+    expect((await call("DELETE", `${t}/process/session/s`)).status).toBe(204);
+
+    const form = new FormData();
+    form.append("files[0].path", "f/one.txt");
+    form.append("files[0].file", new Blob(["one"]), "f/one.txt");
+    expect((await call("POST", `${t}/files/bulk-upload`, form)).status).toBe(200);
+    const dl = await call("POST", `${t}/files/bulk-download`, { paths: ["f/one.txt", "f/missing.txt"] });
+    expect(dl.status).toBe(200);
+    expect(dl.headers.get("content-type")).toMatch(/^multipart\/form-data; boundary=/);
+    const parts = await new Response(dl.text, { headers: { "content-type": dl.headers.get("content-type")! } }).formData();
+    expect(await (parts.get("file") as File).text()).toBe("one");
+    v.toolbox("ErrorResponse", JSON.parse(await (parts.get("error") as File).text()));
+    expect((await call("POST", `${t}/files/folder?path=f/sub&mode=755`)).status).toBe(200);
+
+    // Bad paths answer with errors, never hang.
+    const outside = new FormData();
+    outside.append("files[0].path", "/etc/evil.txt");
+    outside.append("files[0].file", new Blob(["x"]), "evil");
+    const o = await call("POST", `${t}/files/bulk-upload`, outside);
+    expect(o.status).toBe(400);
+    expectSpec("toolbox", "/files/bulk-upload", "POST", o);
+    const escape = await call("POST", `${t}/files/folder?path=../../../escape&mode=755`);
+    expectSpec("toolbox", "/files/folder", "POST", escape);
+    const underFile = new FormData();
+    underFile.append("files[0].path", "f/one.txt/child");
+    underFile.append("files[0].file", new Blob(["x"]), "child");
+    const uf = await call("POST", `${t}/files/bulk-upload`, underFile);
+    expect(uf.status).toBe(400);
+    v.toolbox("ErrorResponse", uf.json);
+    const badCwd = await call("POST", `${t}/process/execute`, { command: "pwd", cwd: "/" });
+    expect(badCwd.status).toBe(400);
+    expectSpec("toolbox", "/process/execute", "POST", badCwd);
+
+    const repo = makeRepo();
+    expect((await call("POST", `${t}/git/clone`, { url: repo, path: "r" })).status).toBe(200);
+    const bad = await call("POST", `${t}/git/clone`, { url: "/nonexistent/repo", path: "r2" });
+    expect(bad.status).toBe(404);
+    expectSpec("toolbox", "/git/clone", "POST", bad);
+    expect((await call("GET", `${t}/user-home-dir`, undefined, { authorization: "Bearer nope" })).status).toBe(401);
+    const preview = await call("GET", `/api/sandbox/${sb.id}/ports/1/preview-url`);
+    const token = (preview.json as { token: string }).token;
+    const viaToken = await fetch(`${host.url}${t}/user-home-dir?DAYTONA_SANDBOX_AUTH_KEY=${token}`);
+    expect(viaToken.status).toBe(200);
+    await sb.delete();
+  });
+});
