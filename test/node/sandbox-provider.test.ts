@@ -1,0 +1,160 @@
+// DaytonaProvider (real SDK) against the local host in Node: the flow and the fault cases.
+import { execFileSync, spawnSync } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startSandboxHost, type SandboxHost } from "../../sandbox-host/server.mjs";
+import { BOX_MARKER_VAR, findMarkedPids } from "../../sandbox-host/proc.mjs";
+import { createDaytonaProvider, type DaytonaProvider } from "../../src/sandbox/daytona-provider";
+import { LABEL_EPHEMERAL, LABEL_HOUSE, LABEL_THREAD, ProviderError } from "../../src/sandbox/provider";
+
+const KEY = "provider-test-key";
+let host: SandboxHost;
+let provider: DaytonaProvider;
+
+beforeAll(async () => {
+  host = await startSandboxHost({ port: 0, apiKey: KEY });
+  provider = createDaytonaProvider({ apiUrl: host.apiUrl, apiKey: KEY, target: "local" });
+});
+afterAll(async () => {
+  await host?.close();
+});
+
+const house = () => `house-${Math.random().toString(36).slice(2, 8)}`;
+
+describe("DaytonaProvider on the local host", () => {
+  it("runs the whole box lifecycle", async () => {
+    const h = house();
+    const box = await provider.create({ labels: { house: h, thread: "t1", environment: "e1" }, ephemeral: true, env: { TB_VAR: "v1" } });
+    expect(box.state).toBe("started");
+    expect(box.labels).toMatchObject({ [LABEL_HOUSE]: h, [LABEL_THREAD]: "t1", [LABEL_EPHEMERAL]: "true" });
+    expect(box.source).toEqual({ kind: "default" });
+
+    const r = await provider.exec(box.ref, "echo $TB_VAR $EXTRA; pwd; echo bad >&2; exit 4", { cwd: "sub", env: { EXTRA: "x" } }).catch((e) => e);
+    // cwd must exist first
+    expect(r).toBeInstanceOf(ProviderError);
+    await provider.exec(box.ref, "mkdir -p sub");
+    const r2 = await provider.exec(box.ref, "echo $TB_VAR $EXTRA; basename $(pwd); echo bad >&2; exit 4", { cwd: "sub", env: { EXTRA: "x" } });
+    expect(r2).toEqual({ exitCode: 4, output: "v1 x\nsub\nbad\n" });
+
+    await provider.upload(box.ref, [
+      { path: "a/text.txt", content: "héllo" },
+      { path: "a/bin.dat", content: new Uint8Array([0, 1, 2, 255]) },
+    ]);
+    expect(new TextDecoder().decode(await provider.download(box.ref, "a/text.txt"))).toBe("héllo");
+    expect([...(await provider.download(box.ref, "a/bin.dat"))]).toEqual([0, 1, 2, 255]);
+    await expect(provider.download(box.ref, "a/none")).rejects.toBeInstanceOf(Error);
+
+    const repo = fs.mkdtempSync(path.join(os.tmpdir(), "prov-repo-"));
+    const env = { ...process.env, GIT_AUTHOR_NAME: "t", GIT_AUTHOR_EMAIL: "t@t", GIT_COMMITTER_NAME: "t", GIT_COMMITTER_EMAIL: "t@t" };
+    execFileSync("git", ["init", "-q", "-b", "main"], { cwd: repo });
+    fs.writeFileSync(path.join(repo, "f.txt"), "repo-file\n");
+    execFileSync("git", ["add", "."], { cwd: repo });
+    execFileSync("git", ["commit", "-q", "-m", "c"], { cwd: repo, env });
+    await provider.clone(box.ref, { url: `file://${repo}`, path: "repo" });
+    expect((await provider.exec(box.ref, "cat repo/f.txt")).output).toBe("repo-file\n");
+    await expect(provider.clone(box.ref, { url: "/does/not/exist", path: "repo2" })).rejects.toMatchObject({ code: "not_found" });
+
+    const handle = await provider.startDetached(box.ref, "for i in 1 2; do echo o$i; echo e$i >&2; sleep 0.1; done; exit 5", { cwd: "sub", env: { Z: "1" } });
+    const out: string[] = [];
+    const err: string[] = [];
+    await provider.followDetached(handle, { onStdout: (s) => out.push(s), onStderr: (s) => err.push(s) });
+    expect(out.join("")).toBe("o1\no2\n");
+    expect(err.join("")).toBe("e1\ne2\n");
+    expect(await provider.detachedStatus(handle)).toEqual({ running: false, exitCode: 5 });
+    expect(await provider.detachedLogs(handle)).toMatchObject({ stdout: "o1\no2\n", stderr: "e1\ne2\n" });
+
+    const long = await provider.startDetached(box.ref, "sleep 30");
+    expect(await provider.detachedStatus(long)).toEqual({ running: true });
+    await provider.killDetached(long);
+    await provider.killDetached(long); // twice is fine
+
+    expect((await provider.list({ [LABEL_HOUSE]: h })).map((b) => b.ref)).toEqual([box.ref]);
+    expect(await provider.probe(box.ref)).toBe("live");
+    await provider.delete(box.ref, { wait: true });
+    await expect(provider.get(box.ref)).rejects.toMatchObject({ code: "not_found" });
+    expect(await provider.probe(box.ref)).toBe("dead");
+  });
+
+  it("box deleted out-of-band -> probe says dead", async () => {
+    const box = await provider.create({ labels: { house: house() }, ephemeral: false });
+    expect(await provider.probe(box.ref)).toBe("live");
+    // Another client (not this provider instance) removes it.
+    const res = await fetch(`${host.apiUrl}/sandbox/${box.ref}`, { method: "DELETE", headers: { authorization: `Bearer ${KEY}` } });
+    expect(res.status).toBe(200);
+    for (let i = 0; i < 50 && (await provider.probe(box.ref)) !== "dead"; i++) await new Promise((r) => setTimeout(r, 20));
+    expect(await provider.probe(box.ref)).toBe("dead");
+  });
+
+  it("delete twice -> no error; delete of a never-existing box -> no error", async () => {
+    const box = await provider.create({ labels: { house: house() }, ephemeral: true });
+    await provider.delete(box.ref);
+    await provider.delete(box.ref); // 409 while destroying, or 404 after: both are success
+    await provider.delete(box.ref, { wait: true });
+    await provider.delete("00000000-0000-0000-0000-000000000000");
+  });
+
+  it("delete kills background processes, including ones that escaped with setsid/nohup", async () => {
+    const box = await provider.create({ labels: { house: house() }, ephemeral: true });
+    const marker = host.boxes.get(box.ref)!.marker;
+    await provider.exec(box.ref, "setsid sleep 300 > /dev/null 2>&1 < /dev/null & nohup sleep 301 > /dev/null 2>&1 &");
+    await provider.startDetached(box.ref, "sleep 302");
+    await new Promise((r) => setTimeout(r, 200));
+    expect(findMarkedPids(marker).length).toBeGreaterThanOrEqual(3);
+    const dir = host.boxes.get(box.ref)!.dir;
+    await provider.delete(box.ref, { wait: true });
+    expect(findMarkedPids(marker)).toEqual([]);
+    expect(fs.existsSync(dir)).toBe(false);
+    // and nothing of this box in the process table at all
+    const ps = spawnSync("bash", ["-c", `grep -l "${BOX_MARKER_VAR}=${marker}" /proc/[0-9]*/environ 2>/dev/null || true`]);
+    expect(ps.stdout.toString().trim()).toBe("");
+  });
+
+  it("host down -> probe says unknown, calls fail as unavailable", async () => {
+    const other = await startSandboxHost({ port: 0, apiKey: KEY });
+    const p = createDaytonaProvider({ apiUrl: other.apiUrl, apiKey: KEY });
+    const box = await p.create({ labels: { house: house() }, ephemeral: true });
+    await other.close();
+    expect(await p.probe(box.ref)).toBe("unknown");
+    await expect(p.get(box.ref)).rejects.toMatchObject({ code: "unavailable" });
+  });
+
+  it("wrong API key -> unauthorized", async () => {
+    const p = createDaytonaProvider({ apiUrl: host.apiUrl, apiKey: "wrong" });
+    await expect(p.list({})).rejects.toMatchObject({ code: "unauthorized" });
+    expect(await p.probe("whatever")).toBe("unknown");
+  });
+
+  it("snapshot-first: uses an active snapshot, else falls back to image + install steps", async () => {
+    const fallback = await provider.create({
+      labels: { house: house() },
+      ephemeral: true,
+      snapshot: "threadbox-missing-snapshot",
+      image: "node:22-bookworm",
+      installSteps: ["echo installed > .harness-installed"],
+    });
+    expect(fallback.source).toEqual({ kind: "image", name: "node:22-bookworm" });
+    expect((await provider.exec(fallback.ref, "cat .harness-installed")).output).toBe("installed\n");
+    await provider.delete(fallback.ref);
+
+    await fetch(`${host.apiUrl}/snapshots`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${KEY}`, "content-type": "application/json" },
+      body: JSON.stringify({ name: "threadbox-test-snap", imageName: "node:22-bookworm" }),
+    });
+    const fromSnap = await provider.create({ labels: { house: house() }, ephemeral: true, snapshot: "threadbox-test-snap", installSteps: ["exit 1"] });
+    expect(fromSnap.source).toEqual({ kind: "snapshot", name: "threadbox-test-snap" });
+    await provider.delete(fromSnap.ref);
+
+    await expect(
+      provider.create({ labels: { house: house() }, ephemeral: true, installSteps: ["echo nope; exit 9"] }),
+    ).rejects.toMatchObject({ code: "bad_request" });
+  });
+
+  it("exec timeout -> timeout error", async () => {
+    const box = await provider.create({ labels: { house: house() }, ephemeral: true });
+    await expect(provider.exec(box.ref, "sleep 5", { timeoutSec: 1 })).rejects.toMatchObject({ code: "timeout" });
+    await provider.delete(box.ref);
+  });
+});
