@@ -6,18 +6,26 @@ export default defineConfig({
     projects: [
       {
         plugins: [
-          cloudflareTest({
+          cloudflareTest(({ inject }) => ({
             wrangler: { configPath: "./wrangler.toml" },
             miniflare: {
               bindings: {
                 THREADBOX_ADMIN_SECRET: "test-admin-secret",
                 THREADBOX_TOKEN_SECRET: "test-token-secret-0123456789abcdef",
                 LONG_POLL_TIMEOUT_MS: "1500",
+                // Local sandbox host started by test/workers/sandbox-provider.setup.ts
+                DAYTONA_API_URL: inject("sandboxHostApiUrl"),
+                DAYTONA_API_KEY: inject("sandboxHostApiKey"),
+                DAYTONA_TARGET: "local",
               },
             },
-          }),
+          })),
         ],
-        test: { name: "workers", include: ["test/workers/**/*.test.ts"] },
+        test: {
+          name: "workers",
+          include: ["test/workers/**/*.test.ts"],
+          globalSetup: ["test/workers/sandbox-provider.setup.ts"],
+        },
       },
       {
         test: {
