@@ -1,0 +1,131 @@
+/**
+ * The mirror: a pi extension that posts pi's work to the thread as it happens.
+ *
+ *   pi --extension mirror.mjs ...   (config from THREADBOX_* env, see docs/CONTRACTS.md)
+ *
+ * - Every finished user / assistant / tool-result message -> `pi.*` entries, with ids
+ *   `${threadId}:m:${sessionId}:${index}[:k]`, where index is the message's position among the
+ *   user/assistant/toolResult messages of pi's session. Deterministic: a restarted producer
+ *   re-posting a message cannot create a second entry on a thread that dedups by id.
+ * - Resume: messages already in the loaded session are not re-posted, except those at
+ *   positions >= THREADBOX_MIRROR_NEXT_INDEX (a tail the previous mirror did not get out).
+ * - A heartbeat every THREADBOX_HEARTBEAT_MS (default 5000), without producer headers.
+ * - When pi settles after an assistant stop reason `error`, it posts the `pi_failed`
+ *   finished-signal with id `${threadId}:finished:${runId}` (the runner uses the same id).
+ * - Posting never blocks pi: entries queue in order and retry with backoff
+ *   (see StreamWriter); on session_shutdown the heartbeat is cleared and the queue is
+ *   flushed for at most THREADBOX_FLUSH_TIMEOUT_MS (default 15 s).
+ */
+import { randomUUID } from "node:crypto";
+import type { ExtensionAPI } from "@earendil-works/pi-coding-agent";
+import { finishedSignal } from "../sandbox/harness/outcome";
+import { finishedSignalId, isMirroredRole, mirrorEntryId, piMessageToEntries } from "../sandbox/harness/pi";
+import { readBoxConfig, type BoxConfig } from "./config";
+import { postHeartbeat, StreamWriter, threadStreamUrl, type WireEntry } from "./stream-writer";
+
+const log = (m: string) => process.stderr.write(`[threadbox mirror] ${m}\n`);
+
+function randomId(): string {
+  return randomUUID().replace(/-/g, "").slice(0, 12);
+}
+
+export default function threadboxMirror(pi: ExtensionAPI): void {
+  const cfgOrMissing = readBoxConfig(process.env);
+  if ("missing" in cfgOrMissing) {
+    log(`disabled: missing ${cfgOrMissing.missing.join(", ")}`);
+    return;
+  }
+  const cfg: BoxConfig = cfgOrMissing;
+  const url = threadStreamUrl(cfg.streamUrl, cfg.threadId);
+
+  let writer: StreamWriter | undefined;
+  let heartbeat: ReturnType<typeof setInterval> | undefined;
+  let sessionId = "nosession";
+  let counter = 0;
+  let lastAssistant: { stopReason?: string; errorMessage?: string } | undefined;
+  let failurePosted = false;
+  let runId = cfg.runId;
+
+  const stamp = (entries: WireEntry[], index: number): WireEntry[] =>
+    entries.map((e, k) => ({
+      ...e,
+      id: mirrorEntryId(cfg.threadId, sessionId, index, k),
+      ts: e.ts ?? Date.now(),
+      ...(cfg.authorId ? { authorId: cfg.authorId } : {}),
+    }));
+
+  const mirrorMessage = (message: any, index: number) => {
+    const entries = piMessageToEntries(message) as WireEntry[];
+    if (entries.length) writer?.append(...stamp(entries, index));
+  };
+
+  const postFailureIfNeeded = () => {
+    if (failurePosted || !writer || lastAssistant?.stopReason !== "error") return;
+    failurePosted = true;
+    const reason = lastAssistant.errorMessage || "model error";
+    const entry = finishedSignal("pi_failed", reason, {
+      signalId: finishedSignalId(cfg.threadId, runId ?? sessionId),
+      authorId: cfg.authorId,
+    }) as WireEntry;
+    entry.ts = Date.now();
+    writer.append(entry);
+  };
+
+  const stopHeartbeat = () => {
+    if (heartbeat) clearInterval(heartbeat);
+    heartbeat = undefined;
+  };
+
+  pi.on("session_start", (_event, ctx) => {
+    stopHeartbeat();
+    sessionId = ctx.sessionManager.getSessionId();
+    runId = cfg.runId ?? `${sessionId}`;
+    if (!writer) {
+      writer = new StreamWriter({
+        url,
+        token: cfg.token,
+        producerId: `mirror-${sessionId}-${randomId()}`,
+        log: (m) => log(m),
+      });
+    }
+    // messages already in the session (resume): count them, re-post only the unmirrored tail
+    const loaded = ctx.sessionManager
+      .getBranch()
+      .filter((e: any) => e.type === "message" && isMirroredRole(e.message?.role))
+      .map((e: any) => e.message);
+    const next = Math.min(cfg.mirrorNextIndex ?? loaded.length, loaded.length);
+    for (let i = next; i < loaded.length; i++) mirrorMessage(loaded[i], i);
+    counter = loaded.length;
+
+    if (cfg.heartbeatMs > 0) {
+      const beat = () => void postHeartbeat(url, cfg.token, Math.min(cfg.heartbeatMs, 5_000));
+      beat();
+      heartbeat = setInterval(beat, cfg.heartbeatMs);
+      heartbeat.unref?.();
+    }
+  });
+
+  pi.on("message_end", (event) => {
+    const message: any = event.message;
+    if (!isMirroredRole(message?.role)) return;
+    const index = counter++;
+    mirrorMessage(message, index);
+    if (message.role === "assistant") {
+      lastAssistant = { stopReason: message.stopReason, errorMessage: message.errorMessage };
+    }
+  });
+
+  // pi will not retry or continue on its own any more: an error stop is final now
+  pi.on("agent_settled", () => {
+    postFailureIfNeeded();
+  });
+
+  pi.on("session_shutdown", async () => {
+    stopHeartbeat();
+    postFailureIfNeeded();
+    if (writer) {
+      const drained = await writer.flush(cfg.flushTimeoutMs);
+      if (!drained) log(`shutdown flush timed out with ${writer.pending} entries unposted`);
+    }
+  });
+}

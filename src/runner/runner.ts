@@ -1,0 +1,233 @@
+/**
+ * The runner: the process started in a box for one run.
+ *
+ *   node runner.mjs --harness pi --prompt-file <f> [--mirror <mirror.mjs>] [--model m] [--provider p]
+ *        [--system-prompt-file f] [--append-system-prompt-file f] [--tools a,b] [--session <file|id>]
+ *        [--cwd dir] [--bin <harness binary>] [-- extra harness args]
+ *
+ * It starts the harness, owns its exit code, enforces the runaway guard (THREADBOX_RUNAWAY_MS:
+ * SIGTERM, then SIGKILL after THREADBOX_KILL_GRACE_MS), forwards SIGTERM/SIGINT/SIGHUP to the
+ * harness, and on exit reads the thread back, runs decideOutcome and posts the finished-signal
+ * unless one is already there. Harnesses that do not mirror themselves (claude-code, codex) have
+ * their stdout parsed and posted by the runner, with a heartbeat.
+ * Exits with the harness's exit code (128 + signal number when it was killed).
+ */
+import { randomUUID } from "node:crypto";
+import { spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { constants as osConstants } from "node:os";
+import { parseArgs } from "node:util";
+import { getCodingAgent } from "../sandbox/harness/index";
+import { finishedSignalId } from "../sandbox/harness/pi";
+import type { ThreadEntry } from "../sandbox/harness/types";
+import { readBoxConfig } from "./config";
+import { postHeartbeat, readThread, sleep, StreamWriter, threadStreamUrl, type WireEntry } from "./stream-writer";
+
+const log = (m: string) => process.stderr.write(`[threadbox runner] ${new Date().toISOString()} ${m}\n`);
+
+function randomId(): string {
+  return randomUUID().replace(/-/g, "").slice(0, 16);
+}
+
+function splitLines(onLine: (line: string) => void) {
+  let buf = "";
+  return {
+    push(chunk: Buffer | string) {
+      buf += chunk.toString();
+      let i: number;
+      while ((i = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, i).replace(/\r$/, "");
+        buf = buf.slice(i + 1);
+        if (line) onLine(line);
+      }
+    },
+    end() {
+      if (buf.trim()) onLine(buf);
+      buf = "";
+    },
+  };
+}
+
+export async function main(argv: string[] = process.argv.slice(2)): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      harness: { type: "string", default: "pi" },
+      prompt: { type: "string" },
+      "prompt-file": { type: "string" },
+      mirror: { type: "string" },
+      model: { type: "string" },
+      provider: { type: "string" },
+      "system-prompt-file": { type: "string" },
+      "append-system-prompt-file": { type: "string" },
+      tools: { type: "string" },
+      session: { type: "string" },
+      cwd: { type: "string" },
+      bin: { type: "string" },
+    },
+  });
+
+  const cfgOrMissing = readBoxConfig(process.env);
+  if ("missing" in cfgOrMissing) {
+    log(`missing ${cfgOrMissing.missing.join(", ")}`);
+    return 2;
+  }
+  const cfg = cfgOrMissing;
+  const runId = cfg.runId ?? randomId();
+  const agent = getCodingAgent(values.harness!);
+  const prompt = values.prompt ?? (values["prompt-file"] ? readFileSync(values["prompt-file"], "utf8") : undefined);
+  if (prompt === undefined) {
+    log("no prompt: give --prompt or --prompt-file");
+    return 2;
+  }
+  const readOpt = (f?: string) => (f ? readFileSync(f, "utf8") : undefined);
+  const cmd = agent.buildCommand({
+    prompt,
+    model: values.model,
+    provider: values.provider,
+    systemPrompt: readOpt(values["system-prompt-file"]),
+    appendSystemPrompt: readOpt(values["append-system-prompt-file"]),
+    allowedTools: values.tools !== undefined ? values.tools.split(",").filter(Boolean) : undefined,
+    sessionFile: values.session,
+    extensions: values.mirror ? [values.mirror] : [],
+    extraArgs: positionals,
+  });
+  const bin = values.bin ?? process.env.THREADBOX_HARNESS_BIN ?? cmd.argv[0];
+  const url = threadStreamUrl(cfg.streamUrl, cfg.threadId);
+  const signalId = finishedSignalId(cfg.threadId, runId);
+
+  // entries the runner itself posts for harnesses that do not mirror themselves
+  const harnessWriter = agent.mirrorsItself
+    ? undefined
+    : new StreamWriter({ url, token: cfg.token, producerId: `runner-h-${runId}-${randomId()}`, log });
+  const local: ThreadEntry[] = []; // the runner's own view of the run, from the harness's stdout
+  const parser = agent.createParser();
+  let n = 0;
+  const onEntries = (entries: ThreadEntry[]) => {
+    for (const e of entries) {
+      local.push(e);
+      if (harnessWriter) {
+        const w: WireEntry = { ...(e as WireEntry), id: `${cfg.threadId}:h:${runId}:${n++}`, ts: e.ts ?? Date.now() };
+        if (cfg.authorId) w.authorId = cfg.authorId;
+        harnessWriter.append(w);
+      }
+    }
+  };
+  const lines = splitLines((line) => onEntries(parser.push(line)));
+
+  log(`run ${runId}: starting ${agent.name} (${bin}) in ${values.cwd ?? process.cwd()}`);
+  const child = spawn(bin, cmd.argv.slice(1), {
+    cwd: values.cwd ?? process.cwd(),
+    env: { ...process.env, ...cmd.env, THREADBOX_RUN_ID: runId },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  child.stdout!.on("data", (d) => lines.push(d));
+  child.stderr!.on("data", (d) => process.stderr.write(d));
+
+  let heartbeat: ReturnType<typeof setInterval> | undefined;
+  if (!agent.mirrorsItself && cfg.heartbeatMs > 0) {
+    const beat = () => void postHeartbeat(url, cfg.token, Math.min(cfg.heartbeatMs, 5_000));
+    beat();
+    heartbeat = setInterval(beat, cfg.heartbeatMs);
+  }
+
+  let stopRequested = false;
+  let runaway = false;
+  let killTimer: ReturnType<typeof setTimeout> | undefined;
+  let exited = false;
+  const terminate = () => {
+    if (exited) return;
+    child.kill("SIGTERM");
+    if (!killTimer) {
+      killTimer = setTimeout(() => {
+        if (!exited) {
+          log("harness ignored SIGTERM; SIGKILL");
+          child.kill("SIGKILL");
+        }
+      }, cfg.killGraceMs);
+    }
+  };
+  const runawayTimer = setTimeout(() => {
+    runaway = true;
+    log(`runaway guard (${cfg.runawayMs} ms): stopping the harness`);
+    terminate();
+  }, Math.min(cfg.runawayMs, 2 ** 31 - 1));
+  const onSignal = (sig: NodeJS.Signals) => {
+    log(`${sig}: stopping the harness`);
+    stopRequested = true;
+    terminate();
+  };
+  for (const s of ["SIGTERM", "SIGINT", "SIGHUP"] as const) process.on(s, onSignal);
+
+  const { code, signal } = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+    child.on("error", (err) => {
+      log(`could not start the harness: ${err.message}`);
+      resolve({ code: 127, signal: null });
+    });
+    child.on("close", (c, s) => resolve({ code: c, signal: s }));
+  });
+  exited = true;
+  clearTimeout(runawayTimer);
+  if (killTimer) clearTimeout(killTimer);
+  if (heartbeat) clearInterval(heartbeat);
+  lines.end();
+  onEntries(parser.end());
+  log(`harness exited: code=${code} signal=${signal}`);
+
+  const deadline = Date.now() + cfg.flushTimeoutMs;
+  if (harnessWriter) await harnessWriter.flush(Math.max(0, deadline - Date.now()));
+
+  // read the thread back (bounded), then decide
+  let thread: ThreadEntry[] | undefined;
+  for (let attempt = 0; Date.now() < deadline; attempt++) {
+    try {
+      thread = (await readThread(url, cfg.token, Math.max(1_000, Math.min(10_000, deadline - Date.now())))) as ThreadEntry[];
+      break;
+    } catch (err) {
+      log(`reading the thread failed (${(err as Error).message}); retrying`);
+      await sleep(Math.min(2_000, 200 * 2 ** attempt));
+    }
+  }
+  if (!thread) log("could not read the thread; deciding from the harness output alone");
+  // the thread decides whether a finished-signal is already there; the runner's local view
+  // (appended last) covers entries that did not reach the thread
+  const outcome = agent.decideOutcome([...(thread ?? []), ...local], code, {
+    signal,
+    stopRequested,
+    runaway,
+    signalId,
+    authorId: cfg.authorId,
+  });
+  log(`outcome: ${outcome.status} (${outcome.reason})${outcome.alreadyFinished ? " — already on the thread" : ""}`);
+  if (outcome.entries.length) {
+    const writer = new StreamWriter({ url, token: cfg.token, producerId: `runner-${runId}-${randomId()}`, log });
+    writer.append(...outcome.entries.map((e) => ({ ...(e as WireEntry), ts: Date.now() })));
+    const ok = await writer.flush(Math.max(cfg.flushTimeoutMs, deadline - Date.now()));
+    writer.stop();
+    if (!ok) log("could not post the finished-signal in time");
+  }
+  harnessWriter?.stop();
+  if (code !== null) return code;
+  const signum = signal ? (osConstants.signals as Record<string, number>)[signal] ?? 1 : 1;
+  return 128 + signum;
+}
+
+const isMain = (() => {
+  try {
+    const entry = process.argv[1] ?? "";
+    return /runner\.(m?js|ts)$/.test(entry);
+  } catch {
+    return false;
+  }
+})();
+
+if (isMain) {
+  main().then(
+    (code) => process.exit(code),
+    (err) => {
+      log(`crashed: ${(err as Error)?.stack ?? err}`);
+      process.exit(1);
+    },
+  );
+}

@@ -1,0 +1,251 @@
+/**
+ * Ordered, retrying writer of entries to one Durable Streams thread, with idempotent producer
+ * headers (Producer-Id / Producer-Epoch / Producer-Seq). Used by the mirror and the runner.
+ *
+ * - append() never blocks: entries queue in order.
+ * - One POST in flight at a time. A batch, once sent, is frozen (same body, same seq) until the
+ *   server acknowledges it, so a retry after a lost response is a duplicate the server drops.
+ * - Network errors, timeouts, 5xx, 404, 408, 429, 401, 403 (non-fencing) -> retry with backoff.
+ *   400/413/other 4xx -> the batch is dropped (logged); seq is not consumed.
+ *   403 with Producer-Epoch (fenced: a newer producer epoch exists) -> this writer stops.
+ *   409 sequence gap -> adopt the server's expected seq and resend.
+ * - flush(ms) waits for the queue to drain, bounded.
+ */
+
+export interface StreamWriterOptions {
+  /** full stream URL: <THREADBOX_STREAM_URL>/thread-<id> */
+  url: string;
+  token?: string;
+  producerId: string;
+  epoch?: number;
+  maxBatch?: number;
+  requestTimeoutMs?: number;
+  baseDelayMs?: number;
+  maxDelayMs?: number;
+  log?: (msg: string) => void;
+  fetchImpl?: typeof fetch;
+}
+
+export interface WireEntry {
+  id?: string;
+  ts?: number;
+  authorId?: string;
+  payload: { type: string; [k: string]: unknown };
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export class StreamWriter {
+  private queue: WireEntry[] = [];
+  private inflight: { body: string; count: number } | undefined;
+  private seq = 0;
+  private running = false;
+  private stopped = false;
+  private waiters: Array<() => void> = [];
+  private wake: (() => void) | undefined;
+  readonly opts: Required<Omit<StreamWriterOptions, "token" | "fetchImpl">> & Pick<StreamWriterOptions, "token" | "fetchImpl">;
+  /** count of entries acknowledged by the server */
+  acked = 0;
+  /** count of entries dropped after a permanent rejection */
+  dropped = 0;
+
+  constructor(opts: StreamWriterOptions) {
+    this.opts = {
+      epoch: 0,
+      maxBatch: 50,
+      requestTimeoutMs: 10_000,
+      baseDelayMs: 200,
+      maxDelayMs: 5_000,
+      log: (m) => process.stderr.write(`[threadbox] ${m}\n`),
+      ...opts,
+    } as StreamWriter["opts"];
+  }
+
+  get pending(): number {
+    return this.queue.length + (this.inflight ? this.inflight.count : 0);
+  }
+
+  get isStopped(): boolean {
+    return this.stopped;
+  }
+
+  append(...entries: WireEntry[]): void {
+    if (this.stopped) return;
+    this.queue.push(...entries);
+    if (this.wake) {
+      const w = this.wake;
+      this.wake = undefined;
+      w();
+    }
+    if (!this.running) void this.loop();
+  }
+
+  /** Wait until everything queued so far is acknowledged, or `timeoutMs` passes. true when drained. */
+  async flush(timeoutMs: number): Promise<boolean> {
+    if (this.pending === 0 || this.stopped) return this.pending === 0;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const drained = new Promise<boolean>((resolve) => this.waiters.push(() => resolve(true)));
+    const timeout = new Promise<boolean>((resolve) => {
+      timer = setTimeout(() => resolve(false), timeoutMs);
+    });
+    const ok = await Promise.race([drained, timeout]);
+    if (timer) clearTimeout(timer);
+    return ok;
+  }
+
+  /** Stop retrying; whatever is still queued is abandoned. */
+  stop(): void {
+    this.stopped = true;
+    if (this.wake) this.wake();
+    for (const w of this.waiters.splice(0)) w();
+  }
+
+  private headers(): Record<string, string> {
+    const h: Record<string, string> = { "content-type": "application/json" };
+    if (this.opts.token) h.authorization = `Bearer ${this.opts.token}`;
+    return h;
+  }
+
+  private async loop(): Promise<void> {
+    this.running = true;
+    let attempt = 0;
+    try {
+      while (!this.stopped) {
+        if (!this.inflight) {
+          if (this.queue.length === 0) break;
+          const batch = this.queue.splice(0, this.opts.maxBatch);
+          this.inflight = { body: JSON.stringify(batch), count: batch.length };
+        }
+        const verdict = await this.post(this.inflight.body);
+        if (verdict === "ok") {
+          this.acked += this.inflight.count;
+          this.inflight = undefined;
+          this.seq++;
+          attempt = 0;
+          continue;
+        }
+        if (verdict === "drop") {
+          this.dropped += this.inflight.count;
+          this.inflight = undefined;
+          attempt = 0;
+          continue;
+        }
+        if (verdict === "fenced") {
+          this.opts.log(`producer ${this.opts.producerId} fenced by a newer epoch; stopping`);
+          this.stopped = true;
+          break;
+        }
+        if (verdict === "resend") continue;
+        // retry with exponential backoff and jitter
+        const delay = Math.min(this.opts.maxDelayMs, this.opts.baseDelayMs * 2 ** attempt) * (0.5 + Math.random() / 2);
+        attempt = Math.min(attempt + 1, 20);
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, delay);
+          this.wake = () => {
+            if (this.stopped) {
+              clearTimeout(t);
+              resolve();
+            }
+          };
+        });
+        this.wake = undefined;
+      }
+    } finally {
+      this.running = false;
+      if (this.pending === 0 || this.stopped) for (const w of this.waiters.splice(0)) w();
+    }
+  }
+
+  private async post(body: string): Promise<"ok" | "retry" | "drop" | "fenced" | "resend"> {
+    const f = this.opts.fetchImpl ?? fetch;
+    let res: Response;
+    try {
+      res = await f(this.opts.url, {
+        method: "POST",
+        headers: {
+          ...this.headers(),
+          "Producer-Id": this.opts.producerId,
+          "Producer-Epoch": String(this.opts.epoch),
+          "Producer-Seq": String(this.seq),
+        },
+        body,
+        signal: AbortSignal.timeout(this.opts.requestTimeoutMs),
+      });
+    } catch (err) {
+      this.opts.log(`POST failed (${(err as Error)?.name ?? "error"}); will retry`);
+      return "retry";
+    }
+    await res.arrayBuffer().catch(() => undefined);
+    const s = res.status;
+    if (s >= 200 && s < 300) return "ok";
+    if (s === 409) {
+      const expected = Number(res.headers.get("producer-expected-seq"));
+      if (Number.isInteger(expected) && expected >= 0 && expected !== this.seq) {
+        this.opts.log(`producer seq gap: server expects ${expected}, had ${this.seq}`);
+        this.seq = expected;
+        return "resend";
+      }
+      return "retry";
+    }
+    if (s === 403 && res.headers.get("producer-epoch") !== null) return "fenced";
+    if (s >= 500 || s === 404 || s === 408 || s === 429 || s === 401 || s === 403) {
+      this.opts.log(`POST answered ${s}; will retry`);
+      return "retry";
+    }
+    this.opts.log(`POST rejected with ${s}; dropping ${this.inflight?.count ?? 0} entries`);
+    return "drop";
+  }
+}
+
+/** POST a heartbeat (no producer headers). Never throws. */
+export async function postHeartbeat(url: string, token: string | undefined, timeoutMs = 5_000): Promise<boolean> {
+  try {
+    const headers: Record<string, string> = { "content-type": "application/json" };
+    if (token) headers.authorization = `Bearer ${token}`;
+    const res = await fetch(url, {
+      method: "POST",
+      headers,
+      body: JSON.stringify({ payload: { type: "signal.heartbeat" } }),
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+    await res.arrayBuffer().catch(() => undefined);
+    return res.ok;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Read the whole thread: GET ?offset=-1, then follow Stream-Next-Offset until
+ * Stream-Up-To-Date. Throws on a network error or a non-2xx answer.
+ */
+export async function readThread(url: string, token: string | undefined, timeoutMs = 10_000): Promise<WireEntry[]> {
+  const out: WireEntry[] = [];
+  let offset = "-1";
+  for (let guard = 0; guard < 100_000; guard++) {
+    const headers: Record<string, string> = { accept: "application/json" };
+    if (token) headers.authorization = `Bearer ${token}`;
+    const res = await fetch(`${url}?offset=${encodeURIComponent(offset)}`, { headers, signal: AbortSignal.timeout(timeoutMs) });
+    if (!res.ok) {
+      await res.arrayBuffer().catch(() => undefined);
+      throw new Error(`GET ${res.status}`);
+    }
+    const text = await res.text();
+    if (text.trim()) {
+      const parsed = JSON.parse(text);
+      if (Array.isArray(parsed)) out.push(...parsed);
+      else out.push(parsed);
+    }
+    const next = res.headers.get("stream-next-offset");
+    const upToDate = res.headers.get("stream-up-to-date") === "true";
+    if (upToDate || !next || next === offset) break;
+    offset = next;
+  }
+  return out;
+}
+
+export function threadStreamUrl(base: string, threadId: string): string {
+  return `${base.replace(/\/+$/, "")}/thread-${threadId}`;
+}
+
+export { sleep };

@@ -1,0 +1,133 @@
+/**
+ * Coding-agent descriptors and what the control plane needs to launch a run in a box. Pure.
+ *
+ *   const plan = runnerLaunch({ harness: "pi", threadId, streamUrl, streamToken, runId, ... });
+ *   await provider.exec(box, plan.install.command)            // once per box (skip if plan.install.check passes)
+ *   await provider.upload(box, plan.uploads)                  // runner.mjs + mirror.mjs (from dist/runner) + prompt
+ *   await provider.startDetached(box, plan.command, { env: plan.env, cwd: plan.cwd })
+ */
+import { claudeCodeAgent } from "./claude-code";
+import { codexAgent } from "./codex";
+import { piAgent, PI_PREFIX } from "./pi";
+import type { CodingAgent, HarnessName } from "./types";
+
+export * from "./types";
+export { decideOutcome, currentRunSlice, findFinishedSignal, finishedSignal } from "./outcome";
+export {
+  piAgent,
+  piMessageToEntries,
+  mirrorEntryId,
+  parseMirrorEntryId,
+  mirrorNextIndex,
+  finishedSignalId,
+  createPiJsonParser,
+  buildPiCommand,
+  PI_PACKAGE,
+  PI_VERSION,
+  PI_PREFIX,
+} from "./pi";
+export { claudeCodeAgent, createClaudeCodeParser, buildClaudeCodeCommand } from "./claude-code";
+export { codexAgent, createCodexParser, buildCodexCommand } from "./codex";
+export { rebuildPiSession, type RebuildOptions, type RebuiltSession } from "./pi-session";
+
+export const CODING_AGENTS: Record<HarnessName, CodingAgent> = {
+  pi: piAgent,
+  "claude-code": claudeCodeAgent,
+  codex: codexAgent,
+};
+
+export function getCodingAgent(name: string): CodingAgent {
+  const a = (CODING_AGENTS as Record<string, CodingAgent>)[name];
+  if (!a) throw new Error(`unknown coding agent: ${name}`);
+  return a;
+}
+
+/** Box-side layout, relative to the box user's HOME (Daytona uploads are HOME-relative). */
+export const BOX_DIR = ".threadbox";
+export const RUNNER_PATH = `${BOX_DIR}/runner.mjs`;
+export const MIRROR_PATH = `${BOX_DIR}/mirror.mjs`;
+/** local build outputs of scripts/build-runner.mjs that get uploaded to the paths above */
+export const RUNNER_BUNDLE = "dist/runner/runner.mjs";
+export const MIRROR_BUNDLE = "dist/runner/mirror.mjs";
+
+export interface RunnerLaunchOptions {
+  harness?: HarnessName;
+  threadId: string;
+  /** the stream base URL the box can reach (the stream-proxy from a Daytona box) */
+  streamUrl: string;
+  streamToken: string;
+  /** unique per run; shared by the mirror and runner in the finished-signal id */
+  runId: string;
+  authorId?: string;
+  /** prompt text; uploaded as a file (no shell quoting of user text) */
+  prompt: string;
+  model?: string;
+  provider?: string;
+  systemPrompt?: string;
+  appendSystemPrompt?: string;
+  allowedTools?: string[];
+  /** HOME-relative or absolute session file (pi) / session id (claude-code, codex) to resume */
+  sessionFile?: string;
+  /** working directory of the harness, HOME-relative or absolute (default: HOME) */
+  cwd?: string;
+  mirrorNextIndex?: number;
+  heartbeatMs?: number;
+  runawayMs?: number;
+  /** extra env for the harness (model keys etc.; never logged by the runner) */
+  env?: Record<string, string>;
+}
+
+export interface RunnerLaunch {
+  install: { check: string; command: string };
+  /** files to place in the box, HOME-relative. `source` ones are local build outputs. */
+  uploads: Array<{ path: string; source?: string; content?: string }>;
+  /** the runner's command line (run with `sh -c`, cwd = HOME); detach it (nohup / provider session) */
+  command: string;
+  env: Record<string, string>;
+  /** where the runner's own log goes, HOME-relative */
+  logPath: string;
+}
+
+const shq = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
+
+export function runnerLaunch(o: RunnerLaunchOptions): RunnerLaunch {
+  const agent = getCodingAgent(o.harness ?? "pi");
+  const runDir = `${BOX_DIR}/runs/${o.runId}`;
+  const promptPath = `${runDir}/prompt.txt`;
+  const logPath = `${runDir}/runner.log`;
+  const args: string[] = ["--harness", agent.name, "--prompt-file", `$HOME/${promptPath}`];
+  if (agent.name === "pi") args.push("--mirror", `$HOME/${MIRROR_PATH}`);
+  if (o.model) args.push("--model", shq(o.model));
+  if (o.provider) args.push("--provider", shq(o.provider));
+  if (o.allowedTools) args.push("--tools", shq(o.allowedTools.join(",")));
+  if (o.sessionFile) args.push("--session", o.sessionFile.startsWith("/") ? shq(o.sessionFile) : `"$HOME"/${shq(o.sessionFile)}`);
+  if (o.cwd) args.push("--cwd", o.cwd.startsWith("/") ? shq(o.cwd) : `"$HOME"/${shq(o.cwd)}`);
+  const uploads: RunnerLaunch["uploads"] = [
+    { path: RUNNER_PATH, source: RUNNER_BUNDLE },
+    { path: promptPath, content: o.prompt },
+  ];
+  if (agent.name === "pi") uploads.push({ path: MIRROR_PATH, source: MIRROR_BUNDLE });
+  if (o.systemPrompt !== undefined) {
+    uploads.push({ path: `${runDir}/system-prompt.txt`, content: o.systemPrompt });
+    args.push("--system-prompt-file", `$HOME/${runDir}/system-prompt.txt`);
+  }
+  if (o.appendSystemPrompt !== undefined) {
+    uploads.push({ path: `${runDir}/append-system-prompt.txt`, content: o.appendSystemPrompt });
+    args.push("--append-system-prompt-file", `$HOME/${runDir}/append-system-prompt.txt`);
+  }
+  const env: Record<string, string> = {
+    ...(o.env ?? {}),
+    THREADBOX_THREAD_ID: o.threadId,
+    THREADBOX_STREAM_URL: o.streamUrl,
+    THREADBOX_STREAM_TOKEN: o.streamToken,
+    THREADBOX_RUN_ID: o.runId,
+  };
+  if (o.authorId) env.THREADBOX_AUTHOR_ID = o.authorId;
+  if (o.mirrorNextIndex !== undefined) env.THREADBOX_MIRROR_NEXT_INDEX = String(o.mirrorNextIndex);
+  if (o.heartbeatMs !== undefined) env.THREADBOX_HEARTBEAT_MS = String(o.heartbeatMs);
+  if (o.runawayMs !== undefined) env.THREADBOX_RUNAWAY_MS = String(o.runawayMs);
+  const command =
+    `mkdir -p "$HOME/${runDir}" && cd "$HOME" && PATH="${PI_PREFIX}/bin:$PATH" ` +
+    `node "$HOME/${RUNNER_PATH}" ${args.join(" ")} >> "$HOME/${logPath}" 2>&1`;
+  return { install: { check: agent.install.check, command: agent.install.command }, uploads, command, env, logPath };
+}

@@ -1,0 +1,100 @@
+/**
+ * decideOutcome: how a run ended, from the thread and the harness's exit code. Pure.
+ *
+ * The run's slice of the thread is everything after the last `status_changed: running`
+ * claim (the whole thread when there is none). Rules, first match wins:
+ *   1. a finished-signal already in the slice           -> that status, nothing to post
+ *   2. exit 0 and the last assistant stopped with "stop" -> completed
+ *   3. last assistant stopReason "error"                 -> pi_failed (its errorMessage)
+ *   4. a pi.error after the last assistant               -> pi_failed (its message)
+ *   5. the runaway guard fired                           -> pi_failed
+ *   6. the runner was asked to stop                      -> stopped
+ *   7. killed by a signal / non-zero exit                -> pi_failed
+ *   8. no assistant message at all                       -> pi_failed
+ *   9. last stopReason length / aborted / toolUse        -> pi_failed (the task did not finish)
+ */
+import {
+  HEARTBEAT,
+  STATUS_CHANGED,
+  TERMINAL_STATUSES,
+  type FinishedStatus,
+  type Outcome,
+  type OutcomeContext,
+  type ThreadEntry,
+} from "./types";
+
+const isTerminal = (s: unknown): s is FinishedStatus => TERMINAL_STATUSES.includes(s as FinishedStatus);
+
+/** The entries of the current run: after the last `running` claim. Heartbeats dropped. */
+export function currentRunSlice(entries: ThreadEntry[]): ThreadEntry[] {
+  let start = 0;
+  for (let i = entries.length - 1; i >= 0; i--) {
+    const p = entries[i]?.payload;
+    if (p?.type === STATUS_CHANGED && p.status === "running") {
+      start = i + 1;
+      break;
+    }
+  }
+  return entries.slice(start).filter((e) => e?.payload && e.payload.type !== HEARTBEAT);
+}
+
+/** The finished-signal already on the run's slice, if any. */
+export function findFinishedSignal(entries: ThreadEntry[]): ThreadEntry | undefined {
+  return currentRunSlice(entries).find((e) => e.payload.type === STATUS_CHANGED && isTerminal(e.payload.status));
+}
+
+export function finishedSignal(status: FinishedStatus, reason: string, ctx: OutcomeContext = {}): ThreadEntry {
+  const payload: Record<string, unknown> = { type: STATUS_CHANGED, status, reason };
+  if (ctx.boxId) payload.boxId = ctx.boxId;
+  const entry: ThreadEntry = { payload: payload as ThreadEntry["payload"] };
+  if (ctx.signalId) entry.id = ctx.signalId;
+  if (ctx.authorId) entry.authorId = ctx.authorId;
+  return entry;
+}
+
+export function decideOutcome(
+  threadEntries: ThreadEntry[],
+  exitCode: number | null,
+  ctx: OutcomeContext = {},
+): Outcome {
+  const slice = currentRunSlice(threadEntries);
+  const done = slice.find((e) => e.payload.type === STATUS_CHANGED && isTerminal(e.payload.status));
+  if (done) {
+    return {
+      status: done.payload.status as FinishedStatus,
+      reason: String(done.payload.reason ?? "already finished"),
+      entries: [],
+      alreadyFinished: true,
+    };
+  }
+
+  let lastAssistantIdx = -1;
+  for (let i = slice.length - 1; i >= 0; i--) {
+    if (slice[i].payload.type === "pi.assistant") {
+      lastAssistantIdx = i;
+      break;
+    }
+  }
+  const last = lastAssistantIdx >= 0 ? slice[lastAssistantIdx].payload : undefined;
+  const stopReason = last?.stopReason as string | undefined;
+  const laterError = slice.slice(lastAssistantIdx + 1).find((e) => e.payload.type === "pi.error");
+
+  const out = (status: FinishedStatus, reason: string): Outcome => ({
+    status,
+    reason,
+    entries: [finishedSignal(status, reason, ctx)],
+    alreadyFinished: false,
+  });
+
+  if (exitCode === 0 && stopReason === "stop" && !laterError && !ctx.runaway) return out("completed", "stop");
+  if (stopReason === "error") return out("pi_failed", String(last?.errorMessage || "model error"));
+  if (laterError) return out("pi_failed", String(laterError.payload.message || "harness error"));
+  if (ctx.runaway) return out("pi_failed", "runaway guard: the harness ran past THREADBOX_RUNAWAY_MS");
+  if (ctx.stopRequested) return out("stopped", "stopped by request");
+  if (exitCode === null) return out("pi_failed", `harness killed by signal ${ctx.signal ?? "unknown"}`);
+  if (exitCode !== 0) return out("pi_failed", `harness exited with code ${exitCode}`);
+  if (!last) return out("pi_failed", "harness exited without an assistant message");
+  if (stopReason === "length") return out("pi_failed", "length: the model hit its output limit");
+  if (stopReason === "aborted") return out("pi_failed", "aborted");
+  return out("pi_failed", `harness exited after stopReason ${stopReason ?? "unknown"}`);
+}

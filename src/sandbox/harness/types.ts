@@ -1,0 +1,147 @@
+/**
+ * Shared types of the coding-agent (harness) layer. Pure: importable from the worker and
+ * from box code alike (no node: imports anywhere under src/sandbox/harness).
+ *
+ * Payload shapes follow docs/CONTRACTS.md.
+ */
+
+export type StopReason = "stop" | "length" | "toolUse" | "error" | "aborted";
+
+export type FinishedStatus = "completed" | "pi_failed" | "pi_session_orphaned" | "stopped";
+
+export interface Payload {
+  type: string;
+  [key: string]: unknown;
+}
+
+/** A thread entry. On a write `id` and `ts` may be omitted. */
+export interface ThreadEntry {
+  id?: string;
+  ts?: number;
+  authorId?: string;
+  payload: Payload;
+}
+
+export interface PiUserPayload extends Payload {
+  type: "pi.user";
+  text: string;
+}
+export interface PiAssistantPayload extends Payload {
+  type: "pi.assistant";
+  text: string;
+  stopReason: StopReason;
+  model?: string;
+  errorMessage?: string;
+  raw?: unknown;
+}
+export interface PiToolCallPayload extends Payload {
+  type: "pi.tool_call";
+  toolCallId: string;
+  name: string;
+  args: unknown;
+  raw?: unknown;
+}
+export interface PiToolResultPayload extends Payload {
+  type: "pi.tool_result";
+  toolCallId: string;
+  name?: string;
+  output: string;
+  isError: boolean;
+  raw?: unknown;
+}
+export interface PiErrorPayload extends Payload {
+  type: "pi.error";
+  message: string;
+  raw?: unknown;
+}
+export interface StatusChangedPayload extends Payload {
+  type: "signal.thread.status_changed";
+  status: "running" | FinishedStatus;
+  reason?: string;
+  boxId?: string;
+}
+
+export const STATUS_CHANGED = "signal.thread.status_changed";
+export const HEARTBEAT = "signal.heartbeat";
+export const TERMINAL_STATUSES: readonly FinishedStatus[] = ["completed", "pi_failed", "pi_session_orphaned", "stopped"];
+
+/** Options the control plane gives to start one run of a harness. */
+export interface StartOptions {
+  /** the task / prompt text (canonical on the thread as a chat entry) */
+  prompt: string;
+  /** model id, e.g. "anthropic/claude-sonnet-4-5" for pi, "claude-sonnet-4-5" for claude-code */
+  model?: string;
+  /** pi only: provider name to restrict --model lookup */
+  provider?: string;
+  /** replaces the harness's default system prompt where supported */
+  systemPrompt?: string;
+  /** appended to the default system prompt */
+  appendSystemPrompt?: string;
+  /** allow-list of tools (harness-native names) */
+  allowedTools?: string[];
+  /** pi: session file to continue (`--session <file>`); claude-code/codex: session id to resume */
+  sessionFile?: string;
+  /** pi: extension files to load (the mirror) */
+  extensions?: string[];
+  /** extra raw arguments appended verbatim */
+  extraArgs?: string[];
+}
+
+/** A harness command: argv[0] is the binary; never passed through a shell. */
+export interface HarnessCommand {
+  argv: string[];
+  env: Record<string, string>;
+}
+
+/** Incremental line parser of a harness's machine output (one JSON record per line). */
+export interface HarnessParser {
+  /** feed one stdout line; returns the normalized entries it completes */
+  push(line: string): ThreadEntry[];
+  /** end of stream; returns whatever was still buffered */
+  end(): ThreadEntry[];
+}
+
+export interface OutcomeContext {
+  /** signal name when the harness was killed by a signal (exitCode null) */
+  signal?: string | null;
+  /** the runner was asked to stop (SIGTERM from outside) */
+  stopRequested?: boolean;
+  /** the runaway guard fired */
+  runaway?: boolean;
+  /** id for the finished-signal entry (deterministic per run, so the mirror and runner share it) */
+  signalId?: string;
+  authorId?: string;
+  boxId?: string;
+}
+
+export interface Outcome {
+  status: FinishedStatus;
+  reason: string;
+  /** the finished-signal entries to post; empty when the run already has one on the thread */
+  entries: ThreadEntry[];
+  /** true when a finished-signal for this run was already on the thread */
+  alreadyFinished: boolean;
+}
+
+export interface InstallSpec {
+  /** shell snippet that exits 0 when the harness is already installed at the right version */
+  check: string;
+  /** shell snippet that installs it as the (non-root) box user */
+  command: string;
+  /** directory to prepend to PATH so the binary is found after install */
+  binDir: string;
+}
+
+export type HarnessName = "pi" | "claude-code" | "codex";
+
+export interface CodingAgent {
+  name: HarnessName;
+  /** the binary name on PATH after install */
+  bin: string;
+  install: InstallSpec;
+  /** true when the harness mirrors its own work into the thread (pi + the mirror extension) */
+  mirrorsItself: boolean;
+  buildCommand(opts: StartOptions): HarnessCommand;
+  createParser(): HarnessParser;
+  decideOutcome(threadEntries: ThreadEntry[], exitCode: number | null, ctx?: OutcomeContext): Outcome;
+}
