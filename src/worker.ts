@@ -25,8 +25,8 @@ router
   .get("/api/threads/:id/entries", (req, env) => readEntriesRoute(req, env, req.params.id))
   .get("/api/threads/:id/subscribe", (req, env) => subscribeRoute(req, env, req.params.id))
   .post("/api/threads/:id/tokens", (req, env) => mintThreadTokenRoute(req, env, req.params.id))
-  .all("/api/stream/*", async (req, env) => withStreamCors(await streamRoute(req, env, "/api/stream/").catch(errorResponse)))
-  .all("/v1/stream/*", async (req, env) => withStreamCors(await streamRoute(req, env, "/v1/stream/").catch(errorResponse)))
+  .all("/api/stream/*", async (req, env) => withStreamCors(await streamRoute(req, env, "/api/stream/").catch(errorResponse), req))
+  .all("/v1/stream/*", async (req, env) => withStreamCors(await streamRoute(req, env, "/v1/stream/").catch(errorResponse), req))
   .all("*", () => {
     throw new ApiError("not_found", "no such route");
   });

@@ -35,9 +35,11 @@ export async function streamRoute(request: Request, env: Env, prefix: string): P
   return forwardToActor(request, plainStreamStub(env, claims.houseId, name), auth, { kind: "plain", name }, "/stream");
 }
 
-export function withStreamCors(res: Response): Response {
+export function withStreamCors(res: Response, request?: Request): Response {
   if (res.status === 101) return res;
   const out = new Response(res.body, res);
+  // The actor sees an internal URL; a created stream's Location is the public one.
+  if (res.status === 201 && request) out.headers.set("location", request.url);
   for (const [k, v] of Object.entries(CORS_HEADERS)) if (!out.headers.has(k)) out.headers.set(k, v);
   return out;
 }

@@ -205,6 +205,19 @@ async function handleAppend(request: Request, host: StreamHost, auth: StreamRequ
   if (body.byteLength === 0) {
     if (!close) throw new ApiError("bad_request", "empty body");
     outcome = host.log.close(producer);
+    host.log.touch(meta);
+    if (outcome.kind === "appended") {
+      host.hub.notify();
+      return new Response(null, {
+        status: 204,
+        headers: headers({
+          [H.offset]: formatOffset(outcome.tailSeq),
+          [H.closed]: "true",
+          [H.producerEpoch]: producer ? String(producer.epoch) : undefined,
+          [H.producerSeq]: producer ? String(producer.seq) : undefined,
+        }),
+      });
+    }
   } else {
     const contentType = request.headers.get("content-type");
     if (!contentType) throw new ApiError("bad_request", "Content-Type is required");
@@ -278,6 +291,7 @@ async function handleRead(request: Request, host: StreamHost): Promise<Response>
   if (live === "sse") return sseResponse(request, host, meta, startSeq, cursor);
 
   if (parsed.kind === "now" && live === null) {
+    host.log.touch(meta);
     return new Response(isJsonContentType(meta.contentType) ? "[]" : "", {
       status: 200,
       headers: headers({
@@ -368,21 +382,29 @@ function sseResponse(request: Request, host: StreamHost, initialMeta: StreamMeta
       const meta = host.log.meta();
       if (!meta) break;
       const page = host.log.read(seq, MAX_READ_BYTES);
+      host.log.touch(meta);
+      const controlAt = (at: number) => {
+        const atTail = at >= meta.tailSeq;
+        const control: Record<string, unknown> = { streamNextOffset: formatOffset(at) };
+        if (meta.closed && atTail) control.streamClosed = true;
+        else {
+          control.streamCursor = responseCursor(cursor);
+          if (atTail) control.upToDate = true;
+        }
+        return `event: control\n${sseData(JSON.stringify(control))}`;
+      };
+      // Every data event is followed by its own control event, so a reader can resume exactly there.
       let out = "";
       for (const m of page.messages) {
         const data = base64 ? toBase64(m.data) : isJson ? `[${dec.decode(m.data)}]` : dec.decode(m.data);
-        out += `event: data\n${sseData(data)}`;
         seq = m.seq;
+        out += `event: data\n${sseData(data)}${controlAt(seq)}`;
       }
-      if (page.messages.length === 0) seq = Math.min(seq, meta.tailSeq);
+      if (page.messages.length === 0) {
+        seq = Math.min(seq, meta.tailSeq);
+        out += controlAt(seq);
+      }
       const atTail = seq >= meta.tailSeq;
-      const control: Record<string, unknown> = { streamNextOffset: formatOffset(seq) };
-      if (meta.closed && atTail) control.streamClosed = true;
-      else {
-        control.streamCursor = responseCursor(cursor);
-        if (atTail) control.upToDate = true;
-      }
-      out += `event: control\n${sseData(JSON.stringify(control))}`;
       await write(out);
       if (meta.closed && atTail) break;
       if (!atTail) continue;

@@ -1,0 +1,12 @@
+import { defineConfig } from "vitest/config";
+
+export default defineConfig({
+  test: {
+    include: ["test/conformance/conformance.test.ts"],
+    setupFiles: ["test/conformance/inject-token.ts"],
+    testTimeout: 60_000,
+    hookTimeout: 60_000,
+    // Fork tests are optional for threadbox (forking is not implemented).
+    testNamePattern: process.env.CONFORMANCE_INCLUDE_FORKS ? undefined : /^(?!.*Fork - ).*/,
+  },
+});
