@@ -1,0 +1,354 @@
+/**
+ * End to end, box side: the real pi CLI with the mirror extension, run by the runner, against a
+ * scripted OpenAI-compatible model and the reference Durable Streams server as the thread.
+ */
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createServer, type Server, type Socket } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { DurableStreamTestServer } from "@durable-streams/server";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { rebuildPiSession } from "../../src/sandbox/harness/pi-session";
+import { readThread } from "../../src/runner/stream-writer";
+import { startModelServer, type ModelServer, type ScriptStep } from "../support/model-server";
+
+const ROOT = join(__dirname, "..", "..");
+const RUNNER = join(ROOT, "dist/runner/runner.mjs");
+const MIRROR = join(ROOT, "dist/runner/mirror.mjs");
+const BIN = join(ROOT, "node_modules/.bin");
+
+let streams: DurableStreamTestServer;
+let streamBase: string; // http://127.0.0.1:port/v1/stream
+let tmp: string;
+let threadSeq = 0;
+
+beforeAll(async () => {
+  execFileSync(process.execPath, [join(ROOT, "scripts/build-runner.mjs")], { cwd: ROOT, stdio: "pipe" });
+  streams = new DurableStreamTestServer({ port: 0, host: "127.0.0.1" });
+  const url = await streams.start();
+  streamBase = `${url}/v1/stream`;
+  tmp = mkdtempSync(join(tmpdir(), "threadbox-runner-"));
+});
+
+afterAll(async () => {
+  await streams?.stop();
+  if (tmp) rmSync(tmp, { recursive: true, force: true });
+});
+
+async function newThread(base = streamBase): Promise<string> {
+  const id = `t${Date.now().toString(36)}${threadSeq++}`;
+  const res = await fetch(`${streamBase}/thread-${id}`, { method: "PUT", headers: { "content-type": "application/json" } });
+  expect(res.status).toBe(201);
+  void base;
+  return id;
+}
+
+async function post(threadId: string, entry: unknown) {
+  const res = await fetch(`${streamBase}/thread-${threadId}`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(entry),
+  });
+  expect(res.ok).toBe(true);
+}
+
+async function entriesOf(threadId: string) {
+  const all = (await readThread(`${streamBase}/thread-${threadId}`, undefined)) as any[];
+  return all.filter((e) => e.payload?.type !== "signal.heartbeat");
+}
+
+function agentDir(model: ModelServer): string {
+  const dir = mkdtempSync(join(tmp, "agent-"));
+  writeFileSync(
+    join(dir, "models.json"),
+    JSON.stringify({
+      providers: {
+        local: { baseUrl: model.baseUrl, api: "openai-completions", apiKey: "test-key", models: [{ id: "scripted-model" }] },
+      },
+    }),
+  );
+  writeFileSync(join(dir, "settings.json"), JSON.stringify({ retry: { enabled: false } }));
+  return dir;
+}
+
+interface RunResult {
+  code: number | null;
+  stderr: string;
+  cwd: string;
+  agentDir: string;
+}
+
+function startRunner(opts: {
+  threadId: string;
+  model: ModelServer;
+  prompt: string;
+  streamUrl?: string;
+  cwd?: string;
+  agentDir?: string;
+  session?: string;
+  env?: Record<string, string>;
+}): { child: ChildProcess; done: Promise<RunResult> } {
+  const cwd = opts.cwd ?? mkdtempSync(join(tmp, "work-"));
+  const adir = opts.agentDir ?? agentDir(opts.model);
+  const args = [RUNNER, "--harness", "pi", "--mirror", MIRROR, "--model", "local/scripted-model", "--prompt", opts.prompt];
+  if (opts.session) args.push("--session", opts.session);
+  const child = spawn(process.execPath, args, {
+    cwd,
+    stdio: ["ignore", "ignore", "pipe"],
+    env: {
+      ...process.env,
+      PATH: `${BIN}:${dirname(process.execPath)}:${process.env.PATH}`,
+      PI_CODING_AGENT_DIR: adir,
+      PI_OFFLINE: "1",
+      THREADBOX_THREAD_ID: opts.threadId,
+      THREADBOX_STREAM_URL: opts.streamUrl ?? streamBase,
+      THREADBOX_STREAM_TOKEN: "test-token",
+      THREADBOX_RUN_ID: `run-${opts.threadId}-${Date.now().toString(36)}`,
+      THREADBOX_HEARTBEAT_MS: "500",
+      THREADBOX_FLUSH_TIMEOUT_MS: "20000",
+      ...(opts.env ?? {}),
+    },
+  });
+  let stderr = "";
+  child.stderr!.on("data", (d) => (stderr += d));
+  const done = new Promise<RunResult>((resolve) =>
+    child.on("close", (code) => resolve({ code, stderr, cwd, agentDir: adir })),
+  );
+  return { child, done };
+}
+
+const types = (es: any[]) => es.map((e) => (e.payload.type === "signal.thread.status_changed" ? `status:${e.payload.status}` : e.payload.type));
+
+function expectNoDuplicateIds(es: any[]) {
+  const ids = es.map((e) => e.id).filter(Boolean);
+  expect(new Set(ids).size).toBe(ids.length);
+}
+
+const toolThenAnswer = (file = "out.txt"): ScriptStep[] => [
+  { toolCalls: [{ name: "bash", arguments: { command: `echo hello > ${file} && echo written` } }] },
+  { text: "All done." },
+];
+
+describe("runner + mirror with the real pi", () => {
+  let firstThread: string;
+  let firstRun: RunResult;
+
+  it("mirrors a tool call, its result and the final answer, then posts one completed", async () => {
+    const model = await startModelServer(toolThenAnswer());
+    try {
+      firstThread = await newThread();
+      await post(firstThread, { id: `${firstThread}:prompt`, payload: { type: "chat", text: "write the file" } });
+      const { done } = startRunner({ threadId: firstThread, model, prompt: "write the file" });
+      firstRun = await done;
+      expect(firstRun.code, firstRun.stderr).toBe(0);
+      const es = await entriesOf(firstThread);
+      expect(types(es)).toEqual([
+        "chat",
+        "pi.user",
+        "pi.assistant",
+        "pi.tool_call",
+        "pi.tool_result",
+        "pi.assistant",
+        "status:completed",
+      ]);
+      expectNoDuplicateIds(es);
+      expect(es[2].payload.stopReason).toBe("toolUse");
+      expect(es[3].payload).toMatchObject({ name: "bash", args: { command: "echo hello > out.txt && echo written" } });
+      expect(es[4].payload).toMatchObject({ output: "written\n", isError: false });
+      expect(es[5].payload).toMatchObject({ text: "All done.", stopReason: "stop", model: "scripted-model" });
+      expect(es[6].id).toMatch(/:finished:run-/);
+      expect(readFileSync(join(firstRun.cwd, "out.txt"), "utf8")).toBe("hello\n");
+    } finally {
+      await model.close();
+    }
+  });
+
+  it("resume: a session rebuilt from the thread loads in pi and the model sees the first turn", async () => {
+    expect(firstThread).toBeTruthy();
+    const model = await startModelServer([{ text: "Second answer." }]);
+    try {
+      // the control plane: claim the new run, post the follow-up prompt, rebuild the session
+      await post(firstThread, { payload: { type: "signal.thread.status_changed", status: "running" } });
+      await post(firstThread, { payload: { type: "chat", text: "now say more" } });
+      const before = await entriesOf(firstThread);
+      const freshCwd = mkdtempSync(join(tmp, "fresh-box-"));
+      const rebuilt = rebuildPiSession(before, { cwd: freshCwd, model: { provider: "local", modelId: "scripted-model" } });
+      expect(rebuilt.pendingPrompt).toBe("now say more");
+      expect(rebuilt.messageCount).toBe(4); // user, assistant(tool call), tool result, assistant
+      const sessionFile = join(freshCwd, "rebuilt.jsonl");
+      writeFileSync(sessionFile, rebuilt.jsonl);
+
+      const { done } = startRunner({
+        threadId: firstThread,
+        model,
+        prompt: rebuilt.pendingPrompt!,
+        cwd: freshCwd,
+        session: sessionFile,
+        env: { THREADBOX_MIRROR_NEXT_INDEX: String(rebuilt.messageCount) },
+      });
+      const run = await done;
+      expect(run.code, run.stderr).toBe(0);
+
+      expect(model.requests).toHaveLength(1);
+      const msgs = model.requests[0].messages;
+      const flat = JSON.stringify(msgs);
+      expect(flat).toContain("write the file");
+      expect(flat).toContain("echo hello > out.txt");
+      expect(flat).toContain("written\\n");
+      expect(flat).toContain("All done.");
+      const roles = msgs.map((m: any) => m.role);
+      expect(roles).toEqual(["system", "user", "assistant", "tool", "assistant", "user"]);
+      expect(msgs[msgs.length - 1].content).toEqual(expect.arrayContaining([expect.objectContaining({ text: "now say more" })]));
+
+      const after = await entriesOf(firstThread);
+      const added = after.slice(before.length);
+      expect(types(added)).toEqual(["pi.user", "pi.assistant", "status:completed"]);
+      expect(added[1].payload.text).toBe("Second answer.");
+      expectNoDuplicateIds(after);
+      // the resumed run's ids are keyed by the rebuilt session and continue its index
+      expect(added[0].id).toBe(`${firstThread}:m:${rebuilt.sessionId}:${rebuilt.messageCount}`);
+    } finally {
+      await model.close();
+    }
+  });
+
+  it("model error: the mirror posts pi_failed and the runner does not post a second one", async () => {
+    const model = await startModelServer([{ error: 500, message: "upstream exploded" }]);
+    try {
+      const threadId = await newThread();
+      const { done } = startRunner({ threadId, model, prompt: "do it" });
+      const run = await done;
+      const es = await entriesOf(threadId);
+      expect(types(es)).toEqual(["pi.user", "pi.assistant", "status:pi_failed"]);
+      expect(es[1].payload.stopReason).toBe("error");
+      expect(es[2].payload.reason).toContain("upstream exploded");
+      expect(run.stderr).toContain("already on the thread");
+      expect(run.stderr).toContain("[threadbox runner]");
+    } finally {
+      await model.close();
+    }
+  });
+
+  it("pi killed with SIGKILL: the runner posts pi_failed", async () => {
+    const model = await startModelServer([{ hang: true }]);
+    try {
+      const threadId = await newThread();
+      const { child, done } = startRunner({ threadId, model, prompt: "take forever" });
+      const t0 = Date.now();
+      while (model.requests.length === 0 && Date.now() - t0 < 20_000) await new Promise((r) => setTimeout(r, 50));
+      expect(model.requests.length).toBe(1);
+      const pids = execFileSync("ps", ["-o", "pid=", "--ppid", String(child.pid)], { encoding: "utf8" })
+        .split("\n")
+        .map((s) => Number(s.trim()))
+        .filter(Boolean);
+      expect(pids.length).toBeGreaterThan(0);
+      for (const pid of pids) process.kill(pid, "SIGKILL");
+      const run = await done;
+      expect(run.code).toBe(137);
+      const es = await entriesOf(threadId);
+      expect(types(es)).toEqual(["pi.user", "status:pi_failed"]);
+      expect(es[1].payload.reason).toContain("SIGKILL");
+    } finally {
+      await model.close();
+    }
+  });
+
+  it("the stream unreachable mid-run: every entry still lands once, in order", async () => {
+    const proxy = await startPausableProxy(new URL(streamBase).port);
+    const model = await startModelServer([
+      { toolCalls: [{ name: "bash", arguments: { command: "echo one > a.txt && echo ok" } }], delayMs: 200 },
+      { toolCalls: [{ name: "bash", arguments: { command: "echo two > b.txt && echo ok" } }], delayMs: 200 },
+      { text: "Both written.", delayMs: 200 },
+    ]);
+    try {
+      const threadId = await newThread();
+      const { done } = startRunner({
+        threadId,
+        model,
+        prompt: "write two files",
+        streamUrl: `http://127.0.0.1:${proxy.port}/v1/stream`,
+      });
+      // cut the stream off as soon as pi asks the model, keep it off while pi works
+      const t0 = Date.now();
+      while (model.requests.length === 0 && Date.now() - t0 < 20_000) await new Promise((r) => setTimeout(r, 20));
+      proxy.pause();
+      while (model.requests.length < 3 && Date.now() - t0 < 20_000) await new Promise((r) => setTimeout(r, 20));
+      await new Promise((r) => setTimeout(r, 1500));
+      const refusedWhilePaused = proxy.refused;
+      proxy.resume();
+      const run = await done;
+      expect(run.code, run.stderr).toBe(0);
+      expect(refusedWhilePaused).toBeGreaterThan(0);
+      const es = await entriesOf(threadId);
+      expect(types(es)).toEqual([
+        "pi.user",
+        "pi.assistant",
+        "pi.tool_call",
+        "pi.tool_result",
+        "pi.assistant",
+        "pi.tool_call",
+        "pi.tool_result",
+        "pi.assistant",
+        "status:completed",
+      ]);
+      expectNoDuplicateIds(es);
+      expect(es[7].payload.text).toBe("Both written.");
+    } finally {
+      await model.close();
+      await proxy.close();
+    }
+  });
+});
+
+/** A TCP proxy to 127.0.0.1:targetPort that can be paused: paused = connections are reset. */
+async function startPausableProxy(targetPort: string | number) {
+  const { connect } = await import("node:net");
+  let paused = false;
+  let refused = 0;
+  const sockets = new Set<Socket>();
+  const server: Server = createServer((client) => {
+    if (paused) {
+      refused++;
+      client.destroy();
+      return;
+    }
+    const upstream = connect(Number(targetPort), "127.0.0.1");
+    sockets.add(client);
+    sockets.add(upstream);
+    const drop = () => {
+      client.destroy();
+      upstream.destroy();
+      sockets.delete(client);
+      sockets.delete(upstream);
+    };
+    client.on("error", drop).on("close", drop);
+    upstream.on("error", drop).on("close", drop);
+    client.pipe(upstream);
+    upstream.pipe(client);
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const port = (server.address() as { port: number }).port;
+  return {
+    port,
+    get refused() {
+      return refused;
+    },
+    pause() {
+      paused = true;
+      for (const s of sockets) s.destroy();
+      sockets.clear();
+    },
+    resume() {
+      paused = false;
+    },
+    close: () =>
+      new Promise<void>((r) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => r());
+      }),
+  };
+}
+
+void existsSync;
+void mkdirSync;
