@@ -1,0 +1,44 @@
+// Shared by scripts/smoke.mjs and scripts/snapshot.mjs: loads the TypeScript sandbox modules
+// by bundling them with esbuild (already a devDependency) into .tmp/, since plain node cannot
+// import extension-less TS imports.
+import { build } from "esbuild";
+import path from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
+
+export async function loadSandboxModules() {
+  const outfile = path.join(root, ".tmp", "sandbox-scripts.mjs");
+  await build({
+    stdin: {
+      contents: `export * from "./src/sandbox/daytona-provider.ts";\nexport * from "./src/sandbox/provider.ts";\nexport * from "./src/sandbox/snapshot.ts";\n`,
+      resolveDir: root,
+      loader: "ts",
+    },
+    bundle: true,
+    platform: "node",
+    format: "esm",
+    packages: "external",
+    outfile,
+    logLevel: "error",
+  });
+  return import(pathToFileURL(outfile).href + `?t=${Date.now()}`);
+}
+
+/** DAYTONA_* from the environment; `--local` starts an in-process sandbox host instead. */
+export async function resolveTarget(argv) {
+  if (argv.includes("--local")) {
+    const { startSandboxHost } = await import("../sandbox-host/server.mjs");
+    const apiKey = "local-" + Math.random().toString(36).slice(2);
+    const host = await startSandboxHost({ port: 0, apiKey });
+    return { apiUrl: host.apiUrl, apiKey, target: "local", close: () => host.close(), label: `in-process local host ${host.apiUrl}` };
+  }
+  const apiUrl = process.env.DAYTONA_API_URL;
+  const apiKey = process.env.DAYTONA_API_KEY;
+  if (!apiUrl || !apiKey) {
+    console.error("DAYTONA_API_URL and DAYTONA_API_KEY must be set (or pass --local to use an in-process local host).");
+    console.error("For the local host: npm run sandbox-host, then DAYTONA_API_URL=http://127.0.0.1:3986/api DAYTONA_API_KEY=$SANDBOX_HOST_API_KEY");
+    process.exit(2);
+  }
+  return { apiUrl, apiKey, target: process.env.DAYTONA_TARGET, close: async () => {}, label: apiUrl };
+}
