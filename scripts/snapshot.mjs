@@ -30,8 +30,8 @@ if (existing) {
   console.log(`snapshot: deleting ${snapshot} for refresh`);
   await daytona.snapshot.delete(existing);
 }
-// Installing as root in the image is fine here: the snapshot build runs as root; HOME-relative
-// prefix keeps the same layout the fallback install (run as the box user) produces.
+// The image build runs as root, so the snapshot installs into /usr/local (on PATH for every user);
+// the fallback path installs into the box user's $HOME/.local instead.
 const img = Image.base(image).runCommands(...installSteps.map((s) => s.replace('"$HOME/.local"', "/usr/local")));
 console.log(`snapshot: creating ${snapshot} from ${image} (+ ${installSteps.length} install step(s)) on ${target.label}`);
 const created = await daytona.snapshot.create({ name: snapshot, image: img }, { onLogs: (l) => console.log(`  ${l}`), timeout: 1800 });
