@@ -1,0 +1,48 @@
+import { SELF, env } from "cloudflare:test";
+import { mintHouseToken, mintStreamToken } from "../../src/auth/tokens";
+
+export const BASE = "http://threadbox.test";
+export const ADMIN = "test-admin-secret";
+const secret = () => (env as unknown as { THREADBOX_TOKEN_SECRET: string }).THREADBOX_TOKEN_SECRET;
+
+export async function houseToken(houseId = "house-a", subject = "alice", role: "owner" | "member" | "bot" | "reader" = "owner") {
+  return (await mintHouseToken(secret(), houseId, subject, role)).token;
+}
+
+export async function streamToken(houseId: string, threadId: string, scope: "stream:write" | "stream:read" = "stream:write", ttlSeconds?: number, nowMs?: number) {
+  return (await mintStreamToken(secret(), houseId, threadId, scope, undefined, ttlSeconds, nowMs)).token;
+}
+
+export function call(path: string, init: RequestInit & { token?: string; json?: unknown } = {}) {
+  const headers = new Headers(init.headers);
+  if (init.token) headers.set("authorization", `Bearer ${init.token}`);
+  let body = init.body;
+  if (init.json !== undefined) {
+    headers.set("content-type", "application/json");
+    body = JSON.stringify(init.json);
+  }
+  return SELF.fetch(`${BASE}${path}`, { ...init, headers, body });
+}
+
+export async function createThread(token: string, body: Record<string, unknown> = {}) {
+  const r = await call("/api/threads", { method: "POST", token, json: body });
+  if (r.status !== 201) throw new Error(`create thread: ${r.status} ${await r.text()}`);
+  return (await r.json()) as { id: string; houseId: string; status: string; parent: { kind: string; id: string | null } };
+}
+
+export async function post(token: string, threadId: string, entries: unknown) {
+  return call(`/api/threads/${threadId}/entries`, { method: "POST", token, json: entries });
+}
+
+export async function readAll(token: string, threadId: string, offset = "-1") {
+  const r = await call(`/api/threads/${threadId}/entries?offset=${offset}`, { token });
+  if (r.status !== 200) throw new Error(`read: ${r.status} ${await r.text()}`);
+  return (await r.json()) as { entries: { id: string; offset: string; authorId?: string; payload: { type: string; [k: string]: unknown } }[]; nextOffset: string; upToDate: boolean };
+}
+
+export const chat = (text: string, id?: string) => ({ ...(id ? { id } : {}), payload: { type: "chat", text } });
+
+export async function errorCode(r: Response): Promise<string> {
+  const body = (await r.json()) as { error?: { code?: string } };
+  return body.error?.code ?? "";
+}

@@ -1,0 +1,141 @@
+import { describe, expect, it } from "vitest";
+import { call, chat, createThread, houseToken, readAll, streamToken } from "./helpers";
+
+const producer = (id: string, epoch: number, seq: number) => ({ "Producer-Id": id, "Producer-Epoch": String(epoch), "Producer-Seq": String(seq) });
+
+describe("Durable Streams on a thread", () => {
+  it("appends envelopes, reads them from -1, 0, now and returned offsets", async () => {
+    const token = await houseToken();
+    const t = await createThread(token);
+    const st = await streamToken("house-a", t.id);
+    const path = `/api/stream/thread-${t.id}`;
+    const w = await call(path, { method: "POST", token: st, json: [chat("a"), chat("b")] });
+    expect(w.status).toBe(204);
+    const afterTwo = w.headers.get("Stream-Next-Offset")!;
+    const all = await call(`${path}?offset=-1`, { token: st });
+    expect(all.status).toBe(200);
+    expect(((await all.json()) as { payload: { text: string } }[]).map((e) => e.payload.text)).toEqual(["a", "b"]);
+    expect(all.headers.get("Stream-Up-To-Date")).toBe("true");
+    expect(all.headers.get("Stream-Next-Offset")).toBe(afterTwo);
+    await call(path, { method: "POST", token: st, json: chat("c") });
+    const fromOffset = await call(`${path}?offset=${afterTwo}`, { token: st });
+    expect(((await fromOffset.json()) as { payload: { text: string } }[]).map((e) => e.payload.text)).toEqual(["c"]);
+    const fromZero = await call(`${path}?offset=0`, { token: st });
+    expect((await fromZero.json()) as unknown[]).toHaveLength(3);
+    const now = await call(`${path}?offset=now`, { token: st });
+    expect(await now.json()).toEqual([]);
+    expect((await call(`${path}?offset=garbage`, { token: st })).status).toBe(400);
+    // A thread stream rejects invalid envelopes like the entries API does.
+    const bad = await call(path, { method: "POST", token: st, json: { payload: { type: "nope" } } });
+    expect(bad.status).toBe(400);
+    const wrongType = await call(path, { method: "POST", token: st, body: "raw", headers: { "content-type": "text/plain" } });
+    expect(wrongType.status).toBe(409);
+    expect((await readAll(token, t.id)).entries).toHaveLength(3);
+  });
+
+  it("an idempotent producer retry lands once; gaps and stale epochs are refused", async () => {
+    const token = await houseToken();
+    const t = await createThread(token);
+    const st = await streamToken("house-a", t.id);
+    const path = `/api/stream/thread-${t.id}`;
+    const first = await call(path, { method: "POST", token: st, json: chat("once"), headers: producer("mirror-1", 0, 0) });
+    expect(first.status).toBe(200);
+    const retry = await call(path, { method: "POST", token: st, json: chat("once"), headers: producer("mirror-1", 0, 0) });
+    expect(retry.status).toBe(204);
+    const gap = await call(path, { method: "POST", token: st, json: chat("gap"), headers: producer("mirror-1", 0, 5) });
+    expect(gap.status).toBe(409);
+    expect(gap.headers.get("Producer-Expected-Seq")).toBe("1");
+    const next = await call(path, { method: "POST", token: st, json: chat("two"), headers: producer("mirror-1", 1, 0) });
+    expect(next.status).toBe(200);
+    const stale = await call(path, { method: "POST", token: st, json: chat("zombie"), headers: producer("mirror-1", 0, 1) });
+    expect(stale.status).toBe(403);
+    const texts = (await readAll(token, t.id)).entries.map((e) => (e.payload as { text: string }).text);
+    expect(texts).toEqual(["once", "two"]);
+  });
+
+  it("heartbeats refresh liveness without growing the log", async () => {
+    const token = await houseToken();
+    const t = await createThread(token);
+    const st = await streamToken("house-a", t.id);
+    for (let i = 0; i < 20; i++) {
+      const r = await call(`/api/stream/thread-${t.id}`, { method: "POST", token: st, json: { payload: { type: "signal.heartbeat" } } });
+      expect(r.status).toBe(204);
+    }
+    expect((await readAll(token, t.id)).entries).toHaveLength(0);
+    const row = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { lastLivenessAt: string | null };
+    expect(row.lastLivenessAt).not.toBeNull();
+  });
+
+  it("a long-poll wakes up on an append and times out with 204 when nothing comes", async () => {
+    const token = await houseToken();
+    const t = await createThread(token);
+    const path = `/api/stream/thread-${t.id}`;
+    const tail = (await call(`${path}?offset=now`, { token })).headers.get("Stream-Next-Offset")!;
+    const waiting = call(`${path}?offset=${tail}&live=long-poll`, { token });
+    await new Promise((r) => setTimeout(r, 100));
+    await call(path, { method: "POST", token, json: chat("wake") });
+    const woke = await waiting;
+    expect(woke.status).toBe(200);
+    expect(((await woke.json()) as { payload: { text: string } }[])[0].payload.text).toBe("wake");
+    const next = woke.headers.get("Stream-Next-Offset")!;
+    const idle = await call(`${path}?offset=${next}&live=long-poll`, { token });
+    expect(idle.status).toBe(204);
+    expect(idle.headers.get("Stream-Up-To-Date")).toBe("true");
+  });
+
+  it("SSE delivers catch-up then live data with control events", async () => {
+    const token = await houseToken();
+    const t = await createThread(token);
+    const path = `/api/stream/thread-${t.id}`;
+    await call(path, { method: "POST", token, json: chat("before") });
+    const ac = new AbortController();
+    const res = await call(`${path}?offset=-1&live=sse`, { token, signal: ac.signal });
+    expect(res.headers.get("content-type")).toBe("text/event-stream");
+    const reader = res.body!.getReader();
+    const dec = new TextDecoder();
+    let text = "";
+    const readUntil = async (needle: string) => {
+      while (!text.includes(needle)) {
+        const { value, done } = await reader.read();
+        if (done) throw new Error("sse ended early");
+        text += dec.decode(value);
+      }
+    };
+    await readUntil('"upToDate":true');
+    expect(text).toContain('"text":"before"');
+    await call(path, { method: "POST", token, json: chat("live one") });
+    await readUntil("live one");
+    const events = text.split("\n\n").filter(Boolean).map((b) => b.split("\n")[0]);
+    expect(events.filter((e) => e === "event: data")).toHaveLength(2);
+    ac.abort();
+    await reader.cancel().catch(() => {});
+  });
+});
+
+describe("plain streams", () => {
+  it("are namespaced by house: two houses' `foo` are different streams", async () => {
+    const a = await houseToken("house-p1");
+    const b = await houseToken("house-p2");
+    for (const tok of [a, b]) {
+      const r = await call("/api/stream/foo", { method: "PUT", token: tok, headers: { "content-type": "application/json" } });
+      expect(r.status).toBe(201);
+    }
+    await call("/api/stream/foo", { method: "POST", token: a, json: { from: "a" } });
+    const readB = await call("/api/stream/foo?offset=-1", { token: b });
+    expect(await readB.json()).toEqual([]);
+    const readA = await call("/v1/stream/foo?offset=-1", { token: a });
+    expect(await readA.json()).toEqual([{ from: "a" }]);
+    expect((await call("/api/stream/foo?offset=-1")).status).toBe(401);
+  });
+
+  it("rejects an oversize append with 413 and keeps the stream unchanged", async () => {
+    const a = await houseToken("house-big");
+    await call("/api/stream/big", { method: "PUT", token: a, headers: { "content-type": "application/octet-stream" } });
+    const r = await call("/api/stream/big", { method: "POST", token: a, body: new Uint8Array(1024 * 1024 + 1), headers: { "content-type": "application/octet-stream" } });
+    expect(r.status).toBe(413);
+    const ok = await call("/api/stream/big", { method: "POST", token: a, body: new Uint8Array(1024 * 1024), headers: { "content-type": "application/octet-stream" } });
+    expect(ok.status).toBe(204);
+    const head = await call("/api/stream/big", { method: "HEAD", token: a });
+    expect(head.headers.get("Stream-Next-Offset")).toBe(ok.headers.get("Stream-Next-Offset"));
+  });
+});

@@ -1,0 +1,78 @@
+import { describe, expect, it } from "vitest";
+import { SELF } from "cloudflare:test";
+import { BASE, call, chat, createThread, houseToken, post, streamToken } from "./helpers";
+
+type Msg = { offset: string; id: string; payload: { text?: string; type: string } };
+
+async function connect(threadId: string, token: string, offset = "-1", via: "query" | "protocol" = "query") {
+  const url = via === "query" ? `${BASE}/api/threads/${threadId}/subscribe?offset=${offset}&token=${token}` : `${BASE}/api/threads/${threadId}/subscribe?offset=${offset}`;
+  const headers: Record<string, string> = { upgrade: "websocket" };
+  if (via === "protocol") headers["sec-websocket-protocol"] = `bearer.${token}`;
+  const res = await SELF.fetch(url, { headers });
+  if (res.status !== 101) return { status: res.status, ws: null, got: [] as Msg[], waitFor: async () => {} };
+  const ws = res.webSocket!;
+  const got: Msg[] = [];
+  const waiters: (() => void)[] = [];
+  ws.addEventListener("message", (e) => {
+    got.push(JSON.parse(e.data as string));
+    waiters.splice(0).forEach((w) => w());
+  });
+  ws.accept();
+  const waitFor = async (n: number) => {
+    const deadline = Date.now() + 5000;
+    while (got.length < n) {
+      if (Date.now() > deadline) throw new Error(`only ${got.length}/${n} messages`);
+      await new Promise<void>((r) => { waiters.push(r); setTimeout(r, 100); });
+    }
+  };
+  return { status: 101, ws, got, waitFor };
+}
+
+const texts = (msgs: Msg[]) => msgs.map((m) => m.payload.text);
+
+describe("WebSocket subscriptions", () => {
+  it("3+ subscribers get catch-up then live entries in order, and reconnect from their last offset without gap or duplicate", async () => {
+    const token = await houseToken();
+    const t = await createThread(token);
+    await post(token, t.id, [chat("e1"), chat("e2")]);
+    const subs = await Promise.all([connect(t.id, token), connect(t.id, token), connect(t.id, token, "-1", "protocol")]);
+    for (const s of subs) expect(s.status).toBe(101);
+    for (const s of subs) await s.waitFor(2);
+    await post(token, t.id, chat("e3"));
+    await post(token, t.id, [chat("e4"), chat("e5")]);
+    for (const s of subs) {
+      await s.waitFor(5);
+      expect(texts(s.got)).toEqual(["e1", "e2", "e3", "e4", "e5"]);
+      const offsets = s.got.map((m) => m.offset);
+      expect([...offsets].sort()).toEqual(offsets);
+    }
+    // Subscriber 0 drops after e5; entries land while it is away; it resumes from its last offset.
+    const last = subs[0].got[subs[0].got.length - 1].offset;
+    subs[0].ws!.close(1000, "bye");
+    await post(token, t.id, [chat("e6"), chat("e7")]);
+    const again = await connect(t.id, token, last);
+    await again.waitFor(2);
+    await post(token, t.id, chat("e8"));
+    await again.waitFor(3);
+    expect(texts(again.got)).toEqual(["e6", "e7", "e8"]);
+    for (const s of subs.slice(1)) {
+      await s.waitFor(8);
+      expect(texts(s.got)).toEqual(["e1", "e2", "e3", "e4", "e5", "e6", "e7", "e8"]);
+    }
+    for (const s of [...subs.slice(1), again]) s.ws!.close(1000, "done");
+  });
+
+  it("checks the token before the upgrade", async () => {
+    const token = await houseToken();
+    const t = await createThread(token);
+    const other = await createThread(token);
+    expect((await connect(t.id, "garbage")).status).toBe(401);
+    expect((await connect(t.id, await houseToken("house-other"))).status).toBe(404);
+    expect((await connect(t.id, await streamToken("house-a", other.id, "stream:read"))).status).toBe(403);
+    const noUpgrade = await call(`/api/threads/${t.id}/subscribe?token=${token}`);
+    expect(noUpgrade.status).toBe(426);
+    const scoped = await connect(t.id, await streamToken("house-a", t.id, "stream:read"));
+    expect(scoped.status).toBe(101);
+    scoped.ws!.close(1000, "done");
+  });
+});

@@ -1,0 +1,177 @@
+import { describe, expect, it } from "vitest";
+import { call, chat, createThread, errorCode, houseToken, post, readAll, streamToken, ADMIN } from "./helpers";
+
+describe("admin tokens", () => {
+  it("mints a house token with the admin secret and refuses anything else", async () => {
+    const ok = await call("/api/admin/tokens", { method: "POST", headers: { authorization: `Bearer ${ADMIN}` }, json: { houseId: "h1", subject: "u1", role: "member" } });
+    expect(ok.status).toBe(201);
+    const minted = (await ok.json()) as { token: string; expiresAt: string };
+    expect(minted.token.split(".")).toHaveLength(3);
+    expect(Date.parse(minted.expiresAt)).toBeGreaterThan(Date.now());
+    const t = await createThread(minted.token);
+    expect(t.houseId).toBe("h1");
+
+    const wrong = await call("/api/admin/tokens", { method: "POST", headers: { authorization: "Bearer nope" }, json: { houseId: "h1", subject: "u1", role: "member" } });
+    expect(wrong.status).toBe(401);
+    const missing = await call("/api/admin/tokens", { method: "POST", json: { houseId: "h1", subject: "u1" } });
+    expect(missing.status).toBe(401);
+    const bad = await call("/api/admin/tokens", { method: "POST", headers: { authorization: `Bearer ${ADMIN}` }, json: { houseId: "", subject: "u1" } });
+    expect(bad.status).toBe(400);
+    expect(await errorCode(bad)).toBe("validation_failed");
+  });
+});
+
+describe("threads", () => {
+  it("creates, reads and lists threads with parent and status filters", async () => {
+    const token = await houseToken("house-list");
+    const parent = await createThread(token, { title: "parent", environmentId: "env-1" });
+    expect(parent.status).toBe("idle");
+    const child = await createThread(token, { title: "child", parent: { kind: "thread", id: parent.id } });
+    expect(child.parent).toEqual({ kind: "thread", id: parent.id });
+    expect((child as unknown as { environmentId: string }).environmentId).toBe("env-1");
+
+    const got = await call(`/api/threads/${child.id}`, { token });
+    expect(got.status).toBe(200);
+    expect(((await got.json()) as { title: string }).title).toBe("child");
+
+    const all = (await (await call("/api/threads", { token })).json()) as { threads: { id: string }[] };
+    expect(all.threads.map((t) => t.id).sort()).toEqual([parent.id, child.id].sort());
+    const children = (await (await call(`/api/threads?parent=${parent.id}`, { token })).json()) as { threads: { id: string }[] };
+    expect(children.threads.map((t) => t.id)).toEqual([child.id]);
+    const roots = (await (await call(`/api/threads?parent=none`, { token })).json()) as { threads: { id: string }[] };
+    expect(roots.threads.map((t) => t.id)).toEqual([parent.id]);
+    const running = (await (await call(`/api/threads?status=running`, { token })).json()) as { threads: unknown[] };
+    expect(running.threads).toEqual([]);
+    const badStatus = await call(`/api/threads?status=bogus`, { token });
+    expect(badStatus.status).toBe(400);
+  });
+
+  it("never shows one house's threads to another", async () => {
+    const a = await houseToken("house-x");
+    const b = await houseToken("house-y");
+    const t = await createThread(a);
+    expect((await call(`/api/threads/${t.id}`, { token: b })).status).toBe(404);
+    expect((await post(b, t.id, chat("intrusion"))).status).toBe(404);
+    expect((await call(`/api/threads/${t.id}/entries`, { token: b })).status).toBe(404);
+    expect((await call(`/api/stream/thread-${t.id}?offset=-1`, { token: b })).status).toBe(404);
+    const listB = (await (await call("/api/threads", { token: b })).json()) as { threads: unknown[] };
+    expect(listB.threads).toEqual([]);
+    // A child cannot hang off another house's thread.
+    const child = await call("/api/threads", { method: "POST", token: b, json: { parent: { kind: "thread", id: t.id } } });
+    expect(child.status).toBe(404);
+    expect((await readAll(a, t.id)).entries).toHaveLength(0);
+  });
+});
+
+describe("entries", () => {
+  it("appends one or a batch and reads them back from offsets as JSON and NDJSON", async () => {
+    const token = await houseToken();
+    const t = await createThread(token);
+    const one = await post(token, t.id, chat("first"));
+    expect(one.status).toBe(201);
+    const batch = await post(token, t.id, [chat("second"), { payload: { type: "pi.assistant", text: "hi", stopReason: "stop" } }, { payload: { type: "signal.custom_thing", x: 1 } }]);
+    expect(batch.status).toBe(201);
+    const all = await readAll(token, t.id);
+    expect(all.entries.map((e) => e.payload.type)).toEqual(["chat", "chat", "pi.assistant", "signal.custom_thing"]);
+    expect(all.entries[0].authorId).toBe("alice");
+    expect(all.upToDate).toBe(true);
+    const offsets = all.entries.map((e) => e.offset);
+    expect([...offsets].sort()).toEqual(offsets);
+
+    const fromSecond = await readAll(token, t.id, offsets[1]);
+    expect(fromSecond.entries.map((e) => (e.payload as { text?: string }).text ?? e.payload.type)).toEqual(["hi", "signal.custom_thing"]);
+    expect((await readAll(token, t.id, "0")).entries).toHaveLength(4);
+    expect((await readAll(token, t.id, "now")).entries).toHaveLength(0);
+
+    const nd = await call(`/api/threads/${t.id}/entries?offset=-1`, { token, headers: { accept: "application/x-ndjson" } });
+    expect(nd.headers.get("content-type")).toContain("application/x-ndjson");
+    const lines = (await nd.text()).trim().split("\n").map((l) => JSON.parse(l));
+    expect(lines.map((l) => l.offset)).toEqual(offsets);
+    expect(nd.headers.get("Stream-Next-Offset")).toBe(offsets[3]);
+  });
+
+  it("a client-supplied id makes a post idempotent", async () => {
+    const token = await houseToken();
+    const t = await createThread(token);
+    const first = await post(token, t.id, chat("once", "entry-1"));
+    const again = await post(token, t.id, chat("once", "entry-1"));
+    expect(first.status).toBe(201);
+    expect(again.status).toBe(201);
+    const body = (await again.json()) as { entries: { duplicate: boolean; offset: string }[] };
+    expect(body.entries[0].duplicate).toBe(true);
+    expect((await readAll(token, t.id)).entries).toHaveLength(1);
+  });
+
+  it("rejects every class of bad input with a stable code and changes nothing", async () => {
+    const token = await houseToken();
+    const t = await createThread(token);
+    const cases: [RequestInit & { token?: string; json?: unknown }, number, string][] = [
+      [{ method: "POST", token, body: "{not json", headers: { "content-type": "application/json" } }, 400, "invalid_json"],
+      [{ method: "POST", token, json: { payload: { type: "chat" } } }, 400, "validation_failed"],
+      [{ method: "POST", token, json: { payload: { type: "bogus" } } }, 400, "validation_failed"],
+      [{ method: "POST", token, json: { payload: { type: "signal.thread.status_changed", status: "exploded" } } }, 400, "validation_failed"],
+      [{ method: "POST", token, json: [chat("fine"), { payload: { type: "chat", text: 5 } }] }, 400, "validation_failed"],
+      [{ method: "POST", token, json: [] }, 400, "bad_request"],
+      [{ method: "POST", token, json: { payload: { type: "chat", text: "x" }, extra: 1 } }, 400, "validation_failed"],
+      [{ method: "POST", token, body: "hello", headers: { "content-type": "text/plain" } }, 415, "unsupported_media_type"],
+      [{ method: "POST", token, json: chat("x".repeat(1024 * 1024 + 10)) }, 413, "payload_too_large"],
+      [{ method: "POST", json: chat("no token") }, 401, "unauthorized"],
+      [{ method: "POST", token: "not.a.jwt", json: chat("bad token") }, 401, "unauthorized"],
+    ];
+    for (const [init, status, code] of cases) {
+      const r = await call(`/api/threads/${t.id}/entries`, init);
+      expect(r.status, JSON.stringify(init.json ?? init.body).slice(0, 80)).toBe(status);
+      expect(r.headers.get("content-type")).toContain("application/json");
+      expect(await errorCode(r)).toBe(code);
+    }
+    expect((await readAll(token, t.id)).entries).toHaveLength(0);
+    expect((await call("/api/threads/does-not-exist", { token })).status).toBe(404);
+    expect((await call("/api/threads/..%2F..", { token })).status).toBe(404);
+    expect((await call("/api/nothing-here", { token })).status).toBe(404);
+    const badCreate = await call("/api/threads", { method: "POST", token, json: { parent: { kind: "thread" } } });
+    expect(badCreate.status).toBe(400);
+  });
+
+  it("scopes tokens: stream tokens reach one thread, expired and forged tokens are 401, readers cannot write", async () => {
+    const token = await houseToken("house-s");
+    const a = await createThread(token);
+    const b = await createThread(token);
+    const forA = await streamToken("house-s", a.id);
+    expect((await post(forA, a.id, chat("mine"))).status).toBe(201);
+    expect((await post(forA, b.id, chat("not mine"))).status).toBe(403);
+    expect((await call(`/api/stream/thread-${b.id}`, { method: "POST", token: forA, json: chat("x") })).status).toBe(403);
+    expect((await call(`/api/threads/${b.id}/entries`, { token: forA })).status).toBe(403);
+    // A stream token cannot list the house or touch plain streams.
+    expect((await call("/api/threads", { token: forA })).status).toBe(403);
+    expect((await call("/api/stream/plain-one", { method: "PUT", token: forA })).status).toBe(403);
+
+    const expired = await streamToken("house-s", a.id, "stream:write", 60, Date.now() - 2 * 3600_000);
+    const r = await post(expired, a.id, chat("late"));
+    expect(r.status).toBe(401);
+    const forged = forA.slice(0, -4) + (forA.endsWith("AAAA") ? "BBBB" : "AAAA");
+    expect((await post(forged, a.id, chat("forged"))).status).toBe(401);
+
+    const readOnly = await streamToken("house-s", a.id, "stream:read");
+    expect((await post(readOnly, a.id, chat("ro"))).status).toBe(403);
+    expect((await call(`/api/threads/${a.id}/entries`, { token: readOnly })).status).toBe(200);
+    const reader = await houseToken("house-s", "rita", "reader");
+    expect((await post(reader, a.id, chat("reader"))).status).toBe(403);
+
+    const minted = await call(`/api/threads/${a.id}/tokens`, { method: "POST", token, json: { scope: "stream:write" } });
+    expect(minted.status).toBe(201);
+    const { token: scoped, expiresAt } = (await minted.json()) as { token: string; expiresAt: string };
+    const ttl = Date.parse(expiresAt) - Date.now();
+    expect(ttl).toBeGreaterThan(2 * 3600_000 - 60_000);
+    expect(ttl).toBeLessThanOrEqual(2 * 3600_000 + 1000);
+    expect((await post(scoped, a.id, chat("via minted"))).status).toBe(201);
+    expect((await readAll(token, a.id)).entries.map((e) => (e.payload as { text: string }).text)).toEqual(["mine", "via minted"]);
+  });
+});
+
+describe("health", () => {
+  it("answers without a token", async () => {
+    const r = await call("/health");
+    expect(r.status).toBe(200);
+    expect(((await r.json()) as { ok: boolean }).ok).toBe(true);
+  });
+});
