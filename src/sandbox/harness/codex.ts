@@ -119,8 +119,12 @@ export function createCodexParser(): HarnessParser {
             ...release("stop"),
             { payload: { type: "pi.error", message: String(ev.error?.message ?? "turn failed"), raw: ev } },
           ];
-        case "error":
-          return [...release("stop"), { payload: { type: "pi.error", message: String(ev.message ?? "codex error"), raw: ev } }];
+        case "error": {
+          const message = String(ev.message ?? "codex error");
+          // "Reconnecting... n/m" is codex retrying a dropped stream: not fatal, keep it as a note
+          if (/^Reconnecting\b/.test(message)) return [{ payload: { type: "pi.warning", message, raw: ev } }];
+          return [...release("stop"), { payload: { type: "pi.error", message, raw: ev } }];
+        }
         default:
           return [];
       }
