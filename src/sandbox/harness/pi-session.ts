@@ -91,6 +91,7 @@ export function rebuildPiSession(entries: ThreadEntry[], opts: RebuildOptions): 
     }
   };
   const closeOpenCalls = () => {
+    openAssistant = undefined;
     // results missing for calls made so far: synthesize them before the next non-result message
     for (const [id, name] of calls) {
       if (answered.has(id)) continue;
@@ -190,6 +191,7 @@ export function rebuildPiSession(entries: ThreadEntry[], opts: RebuildOptions): 
         const id = String(p.toolCallId);
         if (!calls.has(id) || answered.has(id)) return; // orphan or duplicate result
         answered.add(id);
+        openAssistant = undefined; // results follow: later tool calls belong to a new assistant turn
         messages.push({
           role: "toolResult",
           toolCallId: id,
