@@ -1,0 +1,64 @@
+// npm run dev: the whole system on this machine. Starts the local Daytona-compatible sandbox
+// host and the worker under `wrangler dev` (state persisted in .wrangler/state), then prints
+// the URL and a dev house token.
+import { spawn } from "node:child_process";
+import { copyFileSync, existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { ROOT, nodePath, waitForHttp } from "./lib/wrangler-dev.mjs";
+import { startSandboxHost } from "../sandbox-host/server.mjs";
+
+const devVarsPath = join(ROOT, ".dev.vars");
+if (!existsSync(devVarsPath)) {
+  copyFileSync(join(ROOT, ".dev.vars.example"), devVarsPath);
+  console.log("created .dev.vars from .dev.vars.example");
+}
+const vars = Object.fromEntries(
+  readFileSync(devVarsPath, "utf8").split("\n")
+    .map((l) => l.trim()).filter((l) => l && !l.startsWith("#") && l.includes("="))
+    .map((l) => [l.slice(0, l.indexOf("=")), l.slice(l.indexOf("=") + 1)]),
+);
+
+const port = Number(process.env.PORT ?? 8787);
+const sandboxPort = Number(process.env.SANDBOX_HOST_PORT ?? 3986);
+const sandboxKey = process.env.SANDBOX_HOST_API_KEY ?? vars.DAYTONA_API_KEY ?? "dev-sandbox-key";
+const sandboxRoot = process.env.SANDBOX_HOST_ROOT ?? join(ROOT, ".wrangler", "boxes");
+const host = await startSandboxHost({ port: sandboxPort, apiKey: sandboxKey, root: sandboxRoot });
+const url = `http://127.0.0.1:${port}`;
+
+const args = [join(ROOT, "node_modules", "wrangler", "bin", "wrangler.js"), "dev", "--ip", "127.0.0.1", "--port", String(port),
+  "--persist-to", join(ROOT, ".wrangler", "state"), "--show-interactive-dev-session=false",
+  // The local host is the default provider; the worker reaches it and boxes reach the worker over loopback.
+  "--var", `DAYTONA_API_URL:${host.apiUrl}`, "--var", `DAYTONA_API_KEY:${sandboxKey}`,
+  "--var", `THREADBOX_STREAM_URL:${vars.THREADBOX_STREAM_URL?.includes("127.0.0.1:8787") ? `${url}/api/stream` : vars.THREADBOX_STREAM_URL ?? `${url}/api/stream`}`];
+const wrangler = spawn(process.execPath, args, { cwd: ROOT, stdio: "inherit", env: { ...process.env, PATH: nodePath(), WRANGLER_SEND_METRICS: "false" } });
+
+let stopping = false;
+async function stop(code = 0) {
+  if (stopping) return;
+  stopping = true;
+  wrangler.kill("SIGTERM");
+  await host.close().catch(() => {});
+  process.exit(code);
+}
+process.on("SIGINT", () => stop(0));
+process.on("SIGTERM", () => stop(0));
+wrangler.on("exit", (code) => stop(code ?? 0));
+
+await waitForHttp(`${url}/health`, 120_000);
+const minted = await fetch(`${url}/api/admin/tokens`, {
+  method: "POST",
+  headers: { authorization: `Bearer ${vars.THREADBOX_ADMIN_SECRET}`, "content-type": "application/json" },
+  body: JSON.stringify({ houseId: "dev", subject: "dev-user", role: "owner", ttlSeconds: 30 * 24 * 3600 }),
+});
+const { token } = await minted.json();
+console.log(`
+threadbox is running
+  worker        ${url}
+  sandbox host  ${host.apiUrl}   (boxes under ${sandboxRoot})
+  house         dev
+
+  export THREADBOX_URL=${url}
+  export THREADBOX_TOKEN=${token}
+
+  curl -s -X POST $THREADBOX_URL/api/threads -H "authorization: Bearer $THREADBOX_TOKEN" -H 'content-type: application/json' -d '{"title":"hello"}'
+`);
