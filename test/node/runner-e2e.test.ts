@@ -159,6 +159,9 @@ describe("runner + mirror with the real pi", () => {
       expect(es[5].payload).toMatchObject({ text: "All done.", stopReason: "stop", model: "scripted-model" });
       expect(es[6].id).toMatch(/:finished:run-/);
       expect(readFileSync(join(firstRun.cwd, "out.txt"), "utf8")).toBe("hello\n");
+      // the reference server stores heartbeats (the worker only refreshes liveness with them)
+      const raw = (await readThread(`${streamBase}/thread-${firstThread}`, undefined)) as any[];
+      expect(raw.some((e) => e.payload?.type === "signal.heartbeat" && !e.id)).toBe(true);
     } finally {
       await model.close();
     }
@@ -249,6 +252,39 @@ describe("runner + mirror with the real pi", () => {
       const es = await entriesOf(threadId);
       expect(types(es)).toEqual(["pi.user", "status:pi_failed"]);
       expect(es[1].payload.reason).toContain("SIGKILL");
+    } finally {
+      await model.close();
+    }
+  });
+
+  it("an external SIGTERM to the runner stops pi cleanly and posts stopped", async () => {
+    const model = await startModelServer([{ hang: true }]);
+    try {
+      const threadId = await newThread();
+      const { child, done } = startRunner({ threadId, model, prompt: "wait" });
+      const t0 = Date.now();
+      while (model.requests.length === 0 && Date.now() - t0 < 20_000) await new Promise((r) => setTimeout(r, 50));
+      child.kill("SIGTERM");
+      const run = await done;
+      expect(run.code).toBe(143);
+      const es = await entriesOf(threadId);
+      expect(types(es)).toEqual(["pi.user", "status:stopped"]);
+      expect(run.stderr).toContain("harness exited: code=143");
+    } finally {
+      await model.close();
+    }
+  });
+
+  it("the runaway guard ends a hung pi: SIGTERM, then pi_failed", async () => {
+    const model = await startModelServer([{ hang: true }]);
+    try {
+      const threadId = await newThread();
+      const { done } = startRunner({ threadId, model, prompt: "hang", env: { THREADBOX_RUNAWAY_MS: "1500", THREADBOX_KILL_GRACE_MS: "3000" } });
+      const run = await done;
+      const es = await entriesOf(threadId);
+      expect(types(es)).toEqual(["pi.user", "status:pi_failed"]);
+      expect(es[1].payload.reason).toContain("runaway");
+      expect(run.code).toBe(143);
     } finally {
       await model.close();
     }
