@@ -337,6 +337,51 @@ describe("runner + mirror with the real pi", () => {
   });
 });
 
+describe("runner with harnesses that do not mirror themselves (recorded output)", () => {
+  function fakeHarness(fixture: string, exitCode: number): string {
+    const file = join(mkdtempSync(join(tmp, "bin-")), "fake-harness");
+    writeFileSync(file, `#!/bin/sh\ncat '${join(ROOT, "test/fixtures", fixture)}'\nexit ${exitCode}\n`, { mode: 0o755 });
+    return file;
+  }
+  async function runWith(harness: string, fixture: string, exitCode: number) {
+    const threadId = await newThread();
+    const child = spawn(process.execPath, [RUNNER, "--harness", harness, "--bin", fakeHarness(fixture, exitCode), "--prompt", "task"], {
+      cwd: tmp,
+      stdio: ["ignore", "ignore", "pipe"],
+      env: {
+        ...process.env,
+        THREADBOX_THREAD_ID: threadId,
+        THREADBOX_STREAM_URL: streamBase,
+        THREADBOX_STREAM_TOKEN: "test-token",
+        THREADBOX_RUN_ID: "r1",
+      },
+    });
+    let stderr = "";
+    child.stderr!.on("data", (d) => (stderr += d));
+    const code = await new Promise<number | null>((r) => child.on("close", r));
+    return { threadId, code, stderr, es: await entriesOf(threadId) };
+  }
+
+  it("codex: the runner parses --json output, posts the entries with ids, then completed", async () => {
+    const { threadId, code, es } = await runWith("codex", "codex-exec-json-success.jsonl", 0);
+    expect(code).toBe(0);
+    expect(types(es)).toEqual([
+      "pi.tool_call", "pi.tool_result", "pi.assistant", "pi.tool_call", "pi.tool_result",
+      "pi.tool_call", "pi.tool_result", "pi.assistant", "status:completed",
+    ]);
+    expect(es[0].id).toBe(`${threadId}:h:r1:0`);
+    expect(es[8].id).toBe(`${threadId}:finished:r1`);
+    expectNoDuplicateIds(es);
+  });
+
+  it("claude-code: an error result -> pi_failed", async () => {
+    const { code, es } = await runWith("claude-code", "claude-code-stream-json-max-turns.jsonl", 0);
+    expect(code).toBe(0);
+    expect(types(es)).toEqual(["pi.tool_call", "pi.tool_result", "pi.error", "status:pi_failed"]);
+    expect(es[3].payload.reason).toContain("error_max_turns");
+  });
+});
+
 /** A TCP proxy to 127.0.0.1:targetPort that can be paused: paused = connections are reset. */
 async function startPausableProxy(targetPort: string | number) {
   const { connect } = await import("node:net");
