@@ -72,11 +72,6 @@ export class StreamWriter {
   append(...entries: WireEntry[]): void {
     if (this.stopped) return;
     this.queue.push(...entries);
-    if (this.wake) {
-      const w = this.wake;
-      this.wake = undefined;
-      w();
-    }
     if (!this.running) void this.loop();
   }
 
