@@ -1,0 +1,356 @@
+// npm run bench — threadbox (wrangler dev, local workerd + SQLite) vs the Durable Streams
+// reference server (@durable-streams/server, Node), same workloads, same client code.
+// Knobs: env vars BENCH_* or flags --name=value (see bench/README.md). Writes bench/results.json.
+import { writeFileSync, mkdirSync } from "node:fs";
+import { join, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+import { cpus } from "node:os";
+import { startBenchWorker } from "./lib/worker.mjs";
+import { startRefServer } from "./lib/ref-server.mjs";
+import { Target } from "./lib/client.mjs";
+import { now, sleep, percentile, pool, paddedJson, treeCpu } from "./lib/stats.mjs";
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+
+// ---------- knobs ----------
+const flags = Object.fromEntries(process.argv.slice(2).filter((a) => a.startsWith("--")).map((a) => {
+  const [k, v] = a.slice(2).split("=");
+  return [k.replace(/-/g, "_").toUpperCase(), v ?? "1"];
+}));
+function knob(name, def) {
+  const raw = flags[name] ?? process.env[`BENCH_${name}`];
+  if (raw === undefined) return def;
+  return typeof def === "number" ? Number(raw) : raw;
+}
+const K = {
+  ONLY: knob("ONLY", "1,2,3,4,5,6,ceil"),
+  MSG_BYTES: knob("MSG_BYTES", 100),
+  W1_APPENDS: knob("W1_APPENDS", 3000),
+  W1_WRITERS: knob("W1_WRITERS", 16),
+  W2_BATCHES: knob("W2_BATCHES", 200),
+  W2_BATCH: knob("W2_BATCH", 100),
+  W2_WRITERS: knob("W2_WRITERS", 4),
+  W3_READERS: knob("W3_READERS", 50),
+  W3_MESSAGES: knob("W3_MESSAGES", 40),
+  W3_INTERVAL_MS: knob("W3_INTERVAL_MS", 100),
+  W4_ENTRIES: knob("W4_ENTRIES", 100_000),
+  W4_FILL_BATCH: knob("W4_FILL_BATCH", 1000),
+  W4_REPS: knob("W4_REPS", 2),
+  W5_THREADS: knob("W5_THREADS", 1000),
+  W5_ENTRIES: knob("W5_ENTRIES", 20),
+  W5_CONCURRENCY: knob("W5_CONCURRENCY", 64),
+  W6_THREADS: knob("W6_THREADS", 500),
+  W6_INTERVAL_MS: knob("W6_INTERVAL_MS", 5000),
+  W6_DURATION_MS: knob("W6_DURATION_MS", 60_000),
+  CEIL_HEALTH_REQUESTS: knob("CEIL_HEALTH_REQUESTS", 3000),
+  CEIL_HEALTH_CONCURRENCY: knob("CEIL_HEALTH_CONCURRENCY", 16),
+  CEIL_ROWS: knob("CEIL_ROWS", 50_000),
+  CEIL_REPS: knob("CEIL_REPS", 3),
+  LONG_POLL_TIMEOUT_MS: knob("LONG_POLL_TIMEOUT_MS", 20_000),
+  REF_STORE: knob("REF_STORE", "file"),
+  OUT: knob("OUT", join(HERE, "results.json")),
+};
+const only = new Set(String(K.ONLY).split(",").map((s) => s.trim()));
+const runId = Date.now().toString(36);
+const log = (...a) => console.error(`[bench ${((now() - T0) / 1000).toFixed(1)}s]`, ...a);
+const T0 = now();
+
+/** rows: { id, workload, metric, unit, better: "higher"|"lower"|null, threadbox, reference, note } */
+const rows = [];
+function row(id, workload, metric, unit, better, threadbox, reference, note = "") {
+  rows.push({ id, workload, metric, unit, better, threadbox, reference, note });
+}
+
+// ---------- workloads ----------
+async function w1(t) {
+  const name = await t.createStream(`bench-w1-${runId}`);
+  for (let i = 0; i < 50; i++) await t.append(name, paddedJson({ k: "warm", i }, K.MSG_BYTES)); // warm-up
+  const lat = [];
+  const t0 = now();
+  await pool(K.W1_APPENDS, K.W1_WRITERS, async (i) => {
+    lat.push(await t.append(name, paddedJson({ k: "w1", i }, K.MSG_BYTES)));
+  });
+  const sec = (now() - t0) / 1000;
+  return { rate: K.W1_APPENDS / sec, p50: percentile(lat, 50), p99: percentile(lat, 99), seconds: sec };
+}
+
+async function w2(t) {
+  const name = await t.createStream(`bench-w2-${runId}`);
+  const batch = (b) => "[" + Array.from({ length: K.W2_BATCH }, (_, j) => paddedJson({ k: "w2", b, j }, K.MSG_BYTES)).join(",") + "]";
+  await t.append(name, batch(-1)); // warm-up
+  const lat = [];
+  const t0 = now();
+  await pool(K.W2_BATCHES, K.W2_WRITERS, async (b) => { lat.push(await t.append(name, batch(b))); });
+  const sec = (now() - t0) / 1000;
+  return { rate: (K.W2_BATCHES * K.W2_BATCH) / sec, p50: percentile(lat, 50), p99: percentile(lat, 99), seconds: sec };
+}
+
+async function w3(t, mode) {
+  const name = await t.createThread(`w3-${mode}`);
+  const envelope = (text) => JSON.stringify({ payload: { type: "chat", text } });
+  await t.append(name, envelope("0")); // something to start after
+  const start = await t.tail(name);
+  const samples = [];
+  let got = 0;
+  const onMessage = (m) => {
+    const sent = Number(m?.payload?.text);
+    if (sent > 1) { samples.push(now() - sent); got++; }
+  };
+  const ac = new AbortController();
+  const readers = [];
+  const sockets = [];
+  let opened = 0;
+  for (let r = 0; r < K.W3_READERS; r++) {
+    if (mode === "long-poll") readers.push(t.longPoll(name, start, onMessage, ac.signal).catch((e) => { log(`reader error: ${e.message}`); }));
+    else if (mode === "sse") readers.push(t.sse(name, start, onMessage, ac.signal, () => opened++).catch((e) => { log(`reader error: ${e.message}`); }));
+    else sockets.push(await t.subscribe(name, onMessage));
+  }
+  // Let every reader park (long-poll has no open event; SSE and WS report theirs).
+  for (let i = 0; i < 100 && mode === "sse" && opened < K.W3_READERS; i++) await sleep(50);
+  await sleep(1000);
+  const expected = K.W3_READERS * K.W3_MESSAGES;
+  const appendLat = [];
+  const t0 = now();
+  for (let i = 0; i < K.W3_MESSAGES; i++) {
+    const due = t0 + i * K.W3_INTERVAL_MS;
+    if (due > now()) await sleep(due - now());
+    appendLat.push(await t.append(name, envelope(String(now()))));
+  }
+  for (let i = 0; i < 200 && got < expected; i++) await sleep(50);
+  ac.abort();
+  for (const ws of sockets) try { ws.close(); } catch {}
+  await Promise.race([Promise.all(readers), sleep(3000)]);
+  return { p50: percentile(samples, 50), p99: percentile(samples, 99), received: got, expected, appendP50: percentile(appendLat, 50) };
+}
+
+async function w4(t) {
+  const name = await t.createStream(`bench-w4-${runId}`);
+  const fills = Math.ceil(K.W4_ENTRIES / K.W4_FILL_BATCH);
+  const tf = now();
+  await pool(fills, 2, async (b) => {
+    const n = Math.min(K.W4_FILL_BATCH, K.W4_ENTRIES - b * K.W4_FILL_BATCH);
+    await t.append(name, "[" + Array.from({ length: n }, (_, j) => paddedJson({ k: "w4", b, j }, K.MSG_BYTES)).join(",") + "]");
+  });
+  const fillSec = (now() - tf) / 1000;
+  let best = null;
+  for (let rep = 0; rep < K.W4_REPS; rep++) {
+    const t0 = now();
+    const r = await t.catchUp(name, "-1");
+    const sec = (now() - t0) / 1000;
+    if (r.entries !== K.W4_ENTRIES) throw new Error(`${t.label}: catch-up read ${r.entries} entries, expected ${K.W4_ENTRIES}`);
+    const res = { rate: r.entries / sec, mbps: r.bytes / 1e6 / sec, pages: r.pages, seconds: sec, fillRate: K.W4_ENTRIES / fillSec };
+    if (!best || res.rate > best.rate) best = res;
+  }
+  return best;
+}
+
+async function w5(t) {
+  const names = [];
+  const tc = now();
+  await pool(K.W5_THREADS, 32, async (i) => { names[i] = await t.createThread(i); });
+  const createRate = K.W5_THREADS / ((now() - tc) / 1000);
+  const lat = [];
+  const t0 = now();
+  await pool(K.W5_THREADS, K.W5_CONCURRENCY, async (i) => {
+    for (let j = 0; j < K.W5_ENTRIES; j++) {
+      lat.push(await t.append(names[i], JSON.stringify({ payload: { type: "chat", text: `thread ${i} entry ${j} ${"x".repeat(40)}` } })));
+    }
+  });
+  const sec = (now() - t0) / 1000;
+  return { rate: (K.W5_THREADS * K.W5_ENTRIES) / sec, p50: percentile(lat, 50), p99: percentile(lat, 99), createRate, names, seconds: sec };
+}
+
+async function w6(t, pid, reuse) {
+  const names = reuse.slice(0, K.W6_THREADS);
+  for (let i = names.length; i < K.W6_THREADS; i++) names.push(await t.createThread(`w6-${i}`));
+  // Claim: idle -> running (one entry each, before the "before" count).
+  await pool(names.length, 32, async (i) => {
+    await t.append(names[i], JSON.stringify({ payload: { type: "signal.thread.status_changed", status: "running", reason: "bench" } }));
+  });
+  const tails = async () => { const out = []; await pool(names.length, 32, async (i) => { out[i] = await t.tail(names[i]); }); return out; };
+  const before = await tails();
+  // Idle baseline CPU (same length as one heartbeat interval).
+  const idle0 = treeCpu(pid); const ti0 = now();
+  await sleep(K.W6_INTERVAL_MS);
+  const idle1 = treeCpu(pid); const idleSec = (now() - ti0) / 1000;
+  const hb = JSON.stringify({ payload: { type: "signal.heartbeat" } });
+  const lat = [];
+  let sent = 0, failed = 0;
+  const c0 = treeCpu(pid); const t0 = now();
+  const rounds = Math.max(1, Math.floor(K.W6_DURATION_MS / K.W6_INTERVAL_MS));
+  // Each thread beats every interval, phases spread evenly over the interval.
+  await Promise.all(names.map(async (name, i) => {
+    for (let k = 0; k < rounds; k++) {
+      const due = t0 + (i / names.length) * K.W6_INTERVAL_MS + k * K.W6_INTERVAL_MS;
+      if (due > now()) await sleep(due - now());
+      try { lat.push(await t.append(name, hb)); sent++; } catch { failed++; }
+    }
+  }));
+  const c1 = treeCpu(pid); const sec = (now() - t0) / 1000;
+  const after = await tails();
+  const grown = after.filter((a, i) => a !== before[i]).length;
+  return {
+    workerdCpuPct: ((c1.workerdSec - c0.workerdSec) / sec) * 100,
+    treeCpuPct: ((c1.totalSec - c0.totalSec) / sec) * 100,
+    idleWorkerdCpuPct: ((idle1.workerdSec - idle0.workerdSec) / idleSec) * 100,
+    heartbeats: sent, failed, rate: sent / sec, p50: percentile(lat, 50), p99: percentile(lat, 99), grown, threads: names.length, seconds: sec,
+    pids: c1.pids,
+  };
+}
+
+async function healthCeiling(t) {
+  const lat = [];
+  for (let i = 0; i < 50; i++) await (await fetch(`${t.url}/health`, { headers: t.h() })).arrayBuffer();
+  const t0 = now();
+  await pool(K.CEIL_HEALTH_REQUESTS, K.CEIL_HEALTH_CONCURRENCY, async () => {
+    const a = now();
+    const r = await fetch(`${t.url}/health`, { headers: t.h() });
+    await r.arrayBuffer();
+    lat.push(now() - a);
+  });
+  return { rate: K.CEIL_HEALTH_REQUESTS / ((now() - t0) / 1000), p50: percentile(lat, 50) };
+}
+
+async function insertCeiling() {
+  const w = await startBenchWorker({ configPath: join(HERE, "wrangler.ceiling.toml") });
+  try {
+    const call = async (n, ids) => {
+      const a = now();
+      const r = await fetch(`${w.url}/insert?n=${n}&ids=${ids ? 1 : 0}`);
+      if (!r.ok) throw new Error(`ceiling insert -> ${r.status} ${await r.text()}`);
+      await r.json();
+      return now() - a;
+    };
+    const measure = async (ids) => {
+      await call(1000, ids); // warm-up
+      let base = Infinity, best = Infinity;
+      for (let i = 0; i < K.CEIL_REPS; i++) base = Math.min(base, await call(0, ids));
+      for (let i = 0; i < K.CEIL_REPS; i++) best = Math.min(best, await call(K.CEIL_ROWS, ids));
+      return K.CEIL_ROWS / (Math.max(1, best - base) / 1000);
+    };
+    return { plain: await measure(false), withIds: await measure(true) };
+  } finally {
+    await w.stop();
+  }
+}
+
+// ---------- main ----------
+async function main() {
+  log(`cpus=${cpus().length} knobs=${JSON.stringify(K)}`);
+  const results = { startedAt: new Date().toISOString(), cpus: cpus().length, node: process.version, knobs: K, raw: {}, rows };
+
+  log("starting threadbox (wrangler dev) and the reference server");
+  const [worker, ref] = await Promise.all([
+    startBenchWorker({ vars: { LONG_POLL_TIMEOUT_MS: String(K.LONG_POLL_TIMEOUT_MS) } }),
+    startRefServer({ longPollTimeoutMs: K.LONG_POLL_TIMEOUT_MS, store: K.REF_STORE }),
+  ]);
+  const stopAll = async () => { await Promise.allSettled([worker.stop(), ref.stop()]); };
+  process.on("SIGINT", () => { stopAll().finally(() => process.exit(130)); });
+  try {
+    const tb = new Target({ label: "threadbox", url: worker.url, token: await worker.mintHouseToken(), threads: true });
+    const rf = new Target({ label: "reference", url: ref.url, token: "unused", threads: false });
+    const both = async (key, fn) => {
+      log(`${key}: threadbox`);
+      const a = await fn(tb);
+      log(`${key}: reference`);
+      const b = await fn(rf);
+      results.raw[key] = { threadbox: a, reference: b };
+      return [a, b];
+    };
+
+    if (only.has("ceil")) {
+      log("ceiling: GET /health");
+      const h = await healthCeiling(tb);
+      results.raw.ceilHealth = h;
+      row("C1", "ceiling: no-op route GET /health (16 conc.)", "req/s", "req/s", null, h.rate, null, `p50 ${h.p50.toFixed(2)} ms`);
+      log("ceiling: raw DO SQLite inserts (bench/ceiling-worker.ts)");
+      const c = await insertCeiling();
+      results.raw.ceilInsert = c;
+      row("C2", "ceiling: raw DO SQLite insert, one actor", "rows/s", "rows/s", null, c.plain, null, "entry_id null (plain stream)");
+      row("C3", "ceiling: raw DO SQLite insert + entry_id", "rows/s", "rows/s", null, c.withIds, null, "unique entry_id (thread)");
+    }
+    if (only.has("1")) {
+      const [a, b] = await both("w1", w1);
+      row("1", `single appends, ${K.W1_WRITERS} writers`, "entries/s", "entries/s", "higher", a.rate, b.rate);
+      row("1", `single appends, ${K.W1_WRITERS} writers`, "append p50", "ms", "lower", a.p50, b.p50);
+      row("1", `single appends, ${K.W1_WRITERS} writers`, "append p99", "ms", "lower", a.p99, b.p99);
+    }
+    if (only.has("2")) {
+      const [a, b] = await both("w2", w2);
+      row("2", `batched appends (${K.W2_BATCH}/POST, ${K.W2_WRITERS} writers)`, "entries/s", "entries/s", "higher", a.rate, b.rate,
+        results.raw.ceilInsert ? `${((a.rate / results.raw.ceilInsert.plain) * 100).toFixed(0)}% of insert ceiling` : "");
+    }
+    if (only.has("3")) {
+      for (const mode of ["long-poll", "sse"]) {
+        const [a, b] = await both(`w3-${mode}`, (t) => w3(t, mode));
+        const note = `recv ${a.received}/${a.expected} vs ${b.received}/${b.expected}`;
+        row("3", `delivery, ${K.W3_READERS} ${mode} readers`, "p50", "ms", "lower", a.p50, b.p50, note);
+        row("3", `delivery, ${K.W3_READERS} ${mode} readers`, "p99", "ms", "lower", a.p99, b.p99);
+      }
+      log("w3-ws: threadbox");
+      const ws = await w3(tb, "ws");
+      results.raw["w3-ws"] = { threadbox: ws };
+      row("3", `delivery, ${K.W3_READERS} WebSocket subscribers`, "p50", "ms", "lower", ws.p50, null, `recv ${ws.received}/${ws.expected}; ref has no WS`);
+      row("3", `delivery, ${K.W3_READERS} WebSocket subscribers`, "p99", "ms", "lower", ws.p99, null);
+    }
+    if (only.has("4")) {
+      const [a, b] = await both("w4", w4);
+      row("4", `catch-up read of ${K.W4_ENTRIES} entries`, "entries/s", "entries/s", "higher", a.rate, b.rate, `pages ${a.pages} vs ${b.pages}`);
+      row("4", `catch-up read of ${K.W4_ENTRIES} entries`, "MB/s", "MB/s", "higher", a.mbps, b.mbps);
+      row("4", `fill (batches of ${K.W4_FILL_BATCH})`, "entries/s", "entries/s", "higher", a.fillRate, b.fillRate, "setup, informational");
+    }
+    let w5names = [];
+    if (only.has("5")) {
+      const [a, b] = await both("w5", w5);
+      w5names = a.names;
+      delete a.names; delete b.names;
+      row("5", `${K.W5_THREADS} threads x ${K.W5_ENTRIES} entries (${K.W5_CONCURRENCY} conc.)`, "entries/s", "entries/s", "higher", a.rate, b.rate, "ref: plain streams");
+      row("5", `${K.W5_THREADS} threads x ${K.W5_ENTRIES} entries`, "append p99", "ms", "lower", a.p99, b.p99);
+      row("5", `create ${K.W5_THREADS} threads/streams`, "per s", "per s", "higher", a.createRate, b.createRate, "setup, informational");
+    }
+    if (only.has("6")) {
+      log(`w6: ${K.W6_THREADS} running threads heartbeating every ${K.W6_INTERVAL_MS} ms for ${K.W6_DURATION_MS} ms`);
+      const h = await w6(tb, worker.pid, w5names);
+      results.raw.w6 = h;
+      row("6", `heartbeats: ${h.threads} threads / ${K.W6_INTERVAL_MS / 1000}s`, "workerd CPU", "% of 1 core", "lower", h.workerdCpuPct, null,
+        `idle ${h.idleWorkerdCpuPct.toFixed(1)}%; tree ${h.treeCpuPct.toFixed(1)}%; ${h.rate.toFixed(0)} hb/s`);
+      row("6", "heartbeats", "hb p99", "ms", "lower", h.p99, null, `failed ${h.failed}`);
+      row("6", "heartbeats: log growth", "threads grown", "threads", "lower", h.grown, null, h.grown === 0 ? "OK: zero growth" : "FAIL: logs grew");
+    }
+  } finally {
+    await stopAll();
+  }
+
+  results.finishedAt = new Date().toISOString();
+  mkdirSync(dirname(K.OUT), { recursive: true });
+  writeFileSync(K.OUT, JSON.stringify(results, null, 2));
+  console.log(table(rows));
+  console.log(`\nresults: ${K.OUT}  (ratio = threadbox / reference; goal: >= 1.0 throughput, <= 1.0 latency)`);
+}
+
+function fmt(v) {
+  if (v === null || v === undefined || Number.isNaN(v)) return "-";
+  if (Math.abs(v) >= 1000) return Math.round(v).toLocaleString("en-US");
+  if (Math.abs(v) >= 100) return v.toFixed(0);
+  if (Math.abs(v) >= 10) return v.toFixed(1);
+  return v.toFixed(2);
+}
+
+function table(rs) {
+  const head = ["#", "workload", "metric", "threadbox", "reference", "ratio", "goal", "note"];
+  const body = rs.map((r) => {
+    const ratio = r.threadbox !== null && r.reference ? r.threadbox / r.reference : null;
+    let goal = "";
+    if (ratio !== null && r.better) goal = (r.better === "higher" ? ratio >= 1 : ratio <= 1) ? "ok" : "SHORT";
+    return [r.id, r.workload, `${r.metric}${r.unit && r.unit !== r.metric ? ` (${r.unit})` : ""}`, fmt(r.threadbox), fmt(r.reference),
+      ratio === null ? "-" : ratio.toFixed(2), goal, r.note];
+  });
+  const w = head.map((h, i) => Math.max(h.length, ...body.map((b) => String(b[i]).length)));
+  const line = (cells) => cells.map((c, i) => (i >= 3 && i <= 5 ? String(c).padStart(w[i]) : String(c).padEnd(w[i]))).join("  ").trimEnd();
+  return [line(head), w.map((n) => "-".repeat(n)).join("  "), ...body.map(line)].join("\n");
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});
