@@ -13,6 +13,10 @@ export default defineConfig({
                 THREADBOX_ADMIN_SECRET: "test-admin-secret",
                 THREADBOX_TOKEN_SECRET: "test-token-secret-0123456789abcdef",
                 LONG_POLL_TIMEOUT_MS: "1500",
+                ORPHAN_SILENCE_MS: "300000",
+                PROBE_INTERVAL_MS: "60000",
+                PROBE_CONFIRM_MS: "5000",
+                THREADBOX_ALLOW_TEST_PROVIDER: "1",
                 // Local sandbox host started by test/workers/sandbox-provider.setup.ts
                 DAYTONA_API_URL: inject("sandboxHostApiUrl"),
                 DAYTONA_API_KEY: inject("sandboxHostApiKey"),

@@ -15,6 +15,10 @@ export interface Env {
   DAYTONA_API_KEY?: string;
   DAYTONA_TARGET?: string;
   THREADBOX_STREAM_URL?: string;
+  PROBE_CONFIRM_MS?: string;
+  STOPPED_BOX_GRACE_MS?: string;
+  /** Test configurations only: enables the in-memory sandbox provider. */
+  THREADBOX_ALLOW_TEST_PROVIDER?: string;
 }
 
 export function intVar(value: string | undefined, fallback: number): number {

@@ -3,8 +3,10 @@ import { ApiError, errorResponse, json } from "./errors";
 import type { Env } from "./env";
 import { mintTokenRoute } from "./http/routes-admin";
 import {
-  createThreadRoute, getThreadRoute, listThreadsRoute, mintThreadTokenRoute, postEntriesRoute, readEntriesRoute, subscribeRoute,
+  createThreadRoute, getThreadRoute, listThreadsRoute, mintThreadTokenRoute, postEntriesRoute, readEntriesRoute, stopThreadRoute,
+  subscribeRoute,
 } from "./http/routes-threads";
+import { createSandboxRoute, deleteSandboxRoute, getSandboxRoute, listSandboxesRoute, reconcileRoute } from "./http/routes-sandboxes";
 import { streamRoute, withStreamCors } from "./http/routes-streams";
 
 export { ThreadActor } from "./actors/thread-actor";
@@ -25,6 +27,12 @@ router
   .get("/api/threads/:id/entries", (req, env) => readEntriesRoute(req, env, req.params.id))
   .get("/api/threads/:id/subscribe", (req, env) => subscribeRoute(req, env, req.params.id))
   .post("/api/threads/:id/tokens", (req, env) => mintThreadTokenRoute(req, env, req.params.id))
+  .post("/api/threads/:id/stop", (req, env) => stopThreadRoute(req, env, req.params.id))
+  .get("/api/sandboxes", (req, env) => listSandboxesRoute(req, env))
+  .post("/api/sandboxes", (req, env) => createSandboxRoute(req, env))
+  .post("/api/sandboxes/reconcile", (req, env) => reconcileRoute(req, env))
+  .get("/api/sandboxes/:id", (req, env) => getSandboxRoute(req, env, req.params.id))
+  .delete("/api/sandboxes/:id", (req, env) => deleteSandboxRoute(req, env, req.params.id))
   .all("/api/stream/*", async (req, env) => withStreamCors(await streamRoute(req, env, "/api/stream/").catch(errorResponse), req))
   .all("/v1/stream/*", async (req, env) => withStreamCors(await streamRoute(req, env, "/v1/stream/").catch(errorResponse), req))
   .all("*", () => {

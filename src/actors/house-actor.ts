@@ -2,6 +2,7 @@ import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env";
 import type { ThreadStatus } from "../entries/schema";
 import type { ParentRef } from "../threads/thread-row";
+import type { BoxView } from "./sandbox-actor";
 
 export type ThreadSummary = {
   id: string;
@@ -28,6 +29,7 @@ export class HouseActor extends DurableObject<Env> {
       id text primary key, parent_kind text not null, parent_id text, status text not null, reason text,
       title text, environment_id text, box_id text, created_at text not null, updated_at text not null)`);
     ctx.storage.sql.exec(`create index if not exists threads_parent on threads(parent_kind, parent_id)`);
+    ctx.storage.sql.exec(`create table if not exists boxes (id text primary key, ephemeral integer not null, state text not null, view text not null)`);
   }
 
   upsertThread(t: ThreadSummary): void {
@@ -38,6 +40,23 @@ export class HouseActor extends DurableObject<Env> {
          box_id = excluded.box_id, updated_at = excluded.updated_at`,
       t.id, t.parent.kind, t.parent.id, t.status, t.reason, t.title, t.environmentId, t.boxId, t.createdAt, t.updatedAt,
     );
+  }
+
+  upsertBox(box: BoxView): void {
+    this.ctx.storage.sql.exec(
+      `insert into boxes (id, ephemeral, state, view) values (?, ?, ?, ?)
+       on conflict(id) do update set ephemeral = excluded.ephemeral, state = excluded.state, view = excluded.view`,
+      box.id, box.ephemeral ? 1 : 0, box.state, JSON.stringify(box),
+    );
+  }
+
+  listBoxes(f: { state?: string; ephemeral?: boolean }): BoxView[] {
+    const where: string[] = [];
+    const args: unknown[] = [];
+    if (f.state) { where.push("state = ?"); args.push(f.state); }
+    if (f.ephemeral !== undefined) { where.push("ephemeral = ?"); args.push(f.ephemeral ? 1 : 0); }
+    const sql = `select view from boxes ${where.length ? "where " + where.join(" and ") : ""} order by id`;
+    return this.ctx.storage.sql.exec(sql, ...args).toArray().map((r) => JSON.parse(r.view as string) as BoxView);
   }
 
   listThreads(f: ThreadFilter): ThreadSummary[] {

@@ -1,4 +1,269 @@
 import { DurableObject } from "cloudflare:workers";
-import type { Env } from "../env";
+import { ApiError } from "../errors";
+import { intVar, type Env } from "../env";
+import type { DetachedHandle, SandboxProvider } from "../sandbox/provider";
+import { ProviderError } from "../sandbox/errors";
+import { providerFor } from "../sandbox/providers";
+import { foldProbe, type ProbeVerdict } from "../threads/liveness";
+import { deleteRetryDelayMs, shouldReap, type BoxState } from "./sandbox-decisions";
 
-export class SandboxActor extends DurableObject<Env> {}
+export type RegisterBoxInput = {
+  boxId: string;
+  houseId: string;
+  provider: string;
+  providerRef: string;
+  ephemeral: boolean;
+  labels: Record<string, string>;
+  state?: BoxState;
+};
+
+export type BoxView = {
+  id: string;
+  houseId: string;
+  provider: string;
+  providerRef: string;
+  ephemeral: boolean;
+  state: BoxState;
+  labels: Record<string, string>;
+  generation: string;
+  threads: string[];
+  deleteAttempts: number;
+  lastError: string | null;
+  createdAt: string;
+  updatedAt: string;
+};
+
+export type ProbeAnswer = { verdict: ProbeVerdict; confirmedDead: boolean; state: BoxState };
+
+/**
+ * One per box. The box's lifetime is its own: runs attach and detach; an ephemeral box with no
+ * running thread is deleted (with retries), a shared box never is; death is confirmed twice.
+ */
+export class SandboxActor extends DurableObject<Env> {
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    const sql = ctx.storage.sql;
+    sql.exec(`create table if not exists box (
+      id integer primary key check (id = 1), box_id text not null, house_id text not null, provider text not null,
+      provider_ref text not null, ephemeral integer not null, state text not null, labels text not null,
+      generation text not null, delete_attempts integer not null default 0, next_delete_at integer,
+      dead_streak integer not null default 0, last_probe_at integer, last_error text,
+      created_at integer not null, updated_at integer not null)`);
+    sql.exec(`create table if not exists box_threads (thread_id text primary key, handle text)`);
+  }
+
+  // ---- RPC ----
+
+  async register(input: RegisterBoxInput): Promise<BoxView> {
+    if (!this.row()) {
+      const now = Date.now();
+      this.ctx.storage.sql.exec(
+        `insert into box (id, box_id, house_id, provider, provider_ref, ephemeral, state, labels, generation, created_at, updated_at)
+         values (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+        input.boxId, input.houseId, input.provider, input.providerRef, input.ephemeral ? 1 : 0, input.state ?? "live",
+        JSON.stringify(input.labels), crypto.randomUUID(), now, now,
+      );
+      await this.syncIndex();
+    }
+    return this.view(input.houseId);
+  }
+
+  view(houseId: string): BoxView {
+    const r = this.requireRow(houseId);
+    const threads = this.ctx.storage.sql.exec(`select thread_id from box_threads order by thread_id`).toArray().map((t) => t.thread_id as string);
+    return {
+      id: r.box_id as string,
+      houseId: r.house_id as string,
+      provider: r.provider as string,
+      providerRef: r.provider_ref as string,
+      ephemeral: r.ephemeral === 1,
+      state: r.state as BoxState,
+      labels: JSON.parse(r.labels as string),
+      generation: r.generation as string,
+      threads,
+      deleteAttempts: r.delete_attempts as number,
+      lastError: r.last_error as string | null,
+      createdAt: new Date(r.created_at as number).toISOString(),
+      updatedAt: new Date(r.updated_at as number).toISOString(),
+    };
+  }
+
+  async attach(houseId: string, threadId: string, handle?: DetachedHandle): Promise<BoxView> {
+    const r = this.requireRow(houseId);
+    if (r.state !== "live" && r.state !== "provisioning") throw new ApiError("conflict", `box is ${r.state}`);
+    this.ctx.storage.sql.exec(
+      `insert into box_threads (thread_id, handle) values (?, ?) on conflict(thread_id) do update set handle = coalesce(excluded.handle, handle)`,
+      threadId, handle ? JSON.stringify(handle) : null,
+    );
+    // A box kept after a stop is busy again: cancel its pending idle reap.
+    this.ctx.storage.sql.exec(`update box set next_delete_at = null where id = 1 and delete_attempts = 0`);
+    await this.recomputeAlarm();
+    this.touch();
+    await this.syncIndex();
+    return this.view(houseId);
+  }
+
+  /**
+   * A run on this box ended. Idempotent: detaching twice deletes the box at most once. A stopped
+   * run keeps its box for a grace period (to inspect it or resume on it); then idle reaping applies.
+   */
+  async detach(houseId: string, threadId: string, opts: { keepBox?: boolean } = {}): Promise<BoxView> {
+    this.requireRow(houseId);
+    this.ctx.storage.sql.exec(`delete from box_threads where thread_id = ?`, threadId);
+    this.touch();
+    if (opts.keepBox) {
+      const r = this.row()!;
+      if (r.ephemeral === 1 && this.threadIds().length === 0 && r.next_delete_at === null) {
+        this.ctx.storage.sql.exec(`update box set next_delete_at = ? where id = 1`, Date.now() + intVar(this.env.STOPPED_BOX_GRACE_MS, 15 * 60_000));
+        await this.recomputeAlarm();
+      }
+    } else {
+      await this.reapIfIdle();
+    }
+    await this.syncIndex();
+    return this.view(houseId);
+  }
+
+  /** Asks the provider; two `dead` answers in a row tombstone the box and orphan its threads. */
+  async probe(houseId: string): Promise<ProbeAnswer> {
+    const r = this.requireRow(houseId);
+    const state = r.state as BoxState;
+    if (state === "deleted" || state === "dead") return { verdict: "dead", confirmedDead: true, state };
+    let verdict: ProbeVerdict;
+    try {
+      verdict = await this.provider().probe(r.provider_ref as string);
+    } catch {
+      verdict = "unknown";
+    }
+    const { next, confirmedDead } = foldProbe(
+      { lastProbeAt: r.last_probe_at as number | null, deadStreak: r.dead_streak as number }, verdict, Date.now(),
+    );
+    this.ctx.storage.sql.exec(`update box set dead_streak = ?, last_probe_at = ? where id = 1`, next.deadStreak, next.lastProbeAt);
+    if (confirmedDead) await this.markDead(`provider reports the box gone (${r.provider_ref})`);
+    return { verdict, confirmedDead, state: this.row()!.state as BoxState };
+  }
+
+  /** Ends a run from outside: the harness gets SIGTERM through its session when the provider can. */
+  async stopRun(houseId: string, threadId: string): Promise<{ signalled: boolean }> {
+    this.requireRow(houseId);
+    const t = this.ctx.storage.sql.exec(`select handle from box_threads where thread_id = ?`, threadId).toArray()[0];
+    if (!t?.handle) return { signalled: false };
+    try {
+      await this.provider().killDetached(JSON.parse(t.handle as string) as DetachedHandle);
+      return { signalled: true };
+    } catch {
+      return { signalled: false };
+    }
+  }
+
+  /** Explicit delete. Refused while threads run on the box unless forced (which orphans them). */
+  async destroy(houseId: string, force: boolean): Promise<BoxView> {
+    this.requireRow(houseId);
+    const threads = this.threadIds();
+    if (threads.length > 0 && !force) throw new ApiError("conflict", `${threads.length} thread(s) are running on this box`);
+    for (const threadId of threads) await this.orphanThread(threadId, "box deleted by request");
+    this.ctx.storage.sql.exec(`delete from box_threads`);
+    await this.deleteNow();
+    await this.syncIndex();
+    return this.view(houseId);
+  }
+
+  async alarm(): Promise<void> {
+    const r = this.row();
+    if (!r) return;
+    if (r.next_delete_at !== null && r.state !== "deleted") {
+      const busy = r.state === "live" && this.threadIds().length > 0;
+      if (busy) this.ctx.storage.sql.exec(`update box set next_delete_at = null where id = 1`);
+      else await this.deleteNow();
+    }
+    await this.recomputeAlarm();
+    await this.syncIndex();
+  }
+
+  // ---- internals ----
+
+  private provider(): SandboxProvider {
+    return providerFor(this.env, this.row()!.provider as string);
+  }
+
+  private row() {
+    return this.ctx.storage.sql.exec(`select * from box where id = 1`).toArray()[0] ?? null;
+  }
+
+  private requireRow(houseId: string) {
+    const r = this.row();
+    if (!r || r.house_id !== houseId) throw new ApiError("not_found", "box not found");
+    return r;
+  }
+
+  private threadIds(): string[] {
+    return this.ctx.storage.sql.exec(`select thread_id from box_threads`).toArray().map((t) => t.thread_id as string);
+  }
+
+  private touch(): void {
+    this.ctx.storage.sql.exec(`update box set updated_at = ? where id = 1`, Date.now());
+  }
+
+  private async reapIfIdle(): Promise<void> {
+    const r = this.row()!;
+    const reap = shouldReap({
+      ephemeral: r.ephemeral === 1, state: r.state as BoxState, runningThreads: this.threadIds().length,
+      deletePending: r.next_delete_at !== null,
+    });
+    if (reap) await this.deleteNow();
+  }
+
+  private async markDead(reason: string): Promise<void> {
+    this.ctx.storage.sql.exec(`update box set state = 'dead', last_error = ?, updated_at = ? where id = 1`, reason, Date.now());
+    for (const threadId of this.threadIds()) await this.orphanThread(threadId, reason);
+    this.ctx.storage.sql.exec(`delete from box_threads`);
+    // A dead box may still hold resources at the provider (error state): delete it too.
+    await this.deleteNow();
+    await this.syncIndex();
+  }
+
+  private async orphanThread(threadId: string, reason: string): Promise<void> {
+    const houseId = this.row()!.house_id as string;
+    try {
+      await this.env.THREADS.get(this.env.THREADS.idFromName(`thread:${threadId}`)).boxDied(houseId, this.row()!.box_id as string, reason);
+    } catch (err) {
+      // The thread's own silence alarm still settles it if this call is lost.
+      console.warn("could not tell thread about dead box", threadId, err instanceof Error ? err.message : String(err));
+    }
+  }
+
+  /** Deletes at the provider; already-gone counts as done; a failure retries by alarm with backoff. */
+  private async deleteNow(): Promise<void> {
+    const r = this.row()!;
+    if (r.state === "deleted") return;
+    try {
+      await this.provider().delete(r.provider_ref as string);
+      this.ctx.storage.sql.exec(`update box set state = 'deleted', next_delete_at = null, updated_at = ? where id = 1`, Date.now());
+    } catch (err) {
+      if (err instanceof ProviderError && err.code === "not_found") {
+        this.ctx.storage.sql.exec(`update box set state = 'deleted', next_delete_at = null, updated_at = ? where id = 1`, Date.now());
+        await this.recomputeAlarm();
+        return;
+      }
+      const attempts = (r.delete_attempts as number) + 1;
+      const at = Date.now() + deleteRetryDelayMs(attempts);
+      const message = err instanceof Error ? err.message : String(err);
+      this.ctx.storage.sql.exec(`update box set delete_attempts = ?, next_delete_at = ?, last_error = ?, updated_at = ? where id = 1`, attempts, at, `delete failed: ${message}`, Date.now());
+    }
+    await this.recomputeAlarm();
+  }
+
+  /** The only deadline of a box is a pending delete retry; the alarm always mirrors it. */
+  private async recomputeAlarm(): Promise<void> {
+    const at = this.row()?.next_delete_at as number | null | undefined;
+    if (at) await this.ctx.storage.setAlarm(at);
+    else await this.ctx.storage.deleteAlarm();
+  }
+
+  private async syncIndex(): Promise<void> {
+    const r = this.row();
+    if (!r) return;
+    const v = this.view(r.house_id as string);
+    await this.env.HOUSES.get(this.env.HOUSES.idFromName(v.houseId)).upsertBox(v);
+  }
+}

@@ -2,12 +2,14 @@ import { DurableObject } from "cloudflare:workers";
 import { ApiError, errorResponse } from "../errors";
 import { intVar, type Env } from "../env";
 import type { Entry, EntryWithOffset } from "../entries/schema";
-import { StreamLog, type StoredMessage, type StreamMeta } from "../streams/log";
+import { StreamLog, type NewMessage, type StoredMessage, type StreamMeta } from "../streams/log";
 import { formatOffset, parseOffset, MAX_READ_BYTES } from "../streams/protocol";
 import { handleStreamHttp, splitJsonMessages, type StreamHost } from "../streams/stream-http";
 import { WaitHub } from "../streams/wait-hub";
 import { parseJsonBody, prepareEntries, toEntryWithOffset } from "../threads/entries";
-import { decideSignal } from "../threads/run-rules";
+import { decideSignal, isTerminal } from "../threads/run-rules";
+import { decideLiveness, livenessDeadlines, type LivenessConfig, type ProbeState } from "../threads/liveness";
+import { Outbox, type OutboxItem } from "../threads/outbox";
 import { ThreadRowStore, publicThread, type ParentRef, type ThreadRow } from "../threads/thread-row";
 import type { ThreadSummary } from "./house-actor";
 
@@ -38,8 +40,12 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
   readonly log: StreamLog;
   readonly hub = new WaitHub();
   readonly rows: ThreadRowStore;
+  readonly outbox: Outbox;
   readonly longPollTimeoutMs: number;
+  readonly liveness: LivenessConfig;
   streamName = "";
+  /** Tests shift the actor's clock instead of sleeping; always 0 in a deployment. */
+  clockSkewMs = 0;
   allowCreate = true;
   allowDelete = true;
 
@@ -47,7 +53,19 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
     super(ctx, env);
     this.log = new StreamLog(ctx.storage);
     this.rows = new ThreadRowStore(ctx.storage.sql);
+    this.outbox = new Outbox(ctx.storage.sql);
+    ctx.storage.sql.exec(`create table if not exists probe_state (id integer primary key check (id = 1), last_probe_at integer, dead_streak integer not null default 0)`);
+    ctx.storage.sql.exec(`create table if not exists deadlines (name text primary key, at integer not null)`);
     this.longPollTimeoutMs = intVar(env.LONG_POLL_TIMEOUT_MS, 20_000);
+    this.liveness = {
+      orphanSilenceMs: intVar(env.ORPHAN_SILENCE_MS, 300_000),
+      probeIntervalMs: intVar(env.PROBE_INTERVAL_MS, 60_000),
+      probeConfirmMs: intVar(env.PROBE_CONFIRM_MS, 5_000),
+    };
+  }
+
+  now(): number {
+    return Date.now() + this.clockSkewMs;
   }
 
   // ---- HTTP-shaped entry points (streams, WebSocket) ----
@@ -70,7 +88,7 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
         this.allowDelete = true;
       }
       const response = await handleStreamHttp(request, this, { canWrite: auth.canWrite, subject: auth.subject });
-      if (target.kind === "thread") await this.syncIndexIfChanged();
+      if (target.kind === "thread") await this.afterHandler();
       return response;
     } catch (err) {
       return errorResponse(err);
@@ -81,7 +99,7 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
 
   prepareAppend(body: Uint8Array, meta: StreamMeta) {
     if (!this.isThread()) return splitJsonOrRaw(body, meta);
-    const prepared = prepareEntries(parseJsonBody(body), undefined, Date.now());
+    const prepared = prepareEntries(parseJsonBody(body), undefined, this.now());
     if (prepared.heartbeats > 0) this.recordLiveness();
     return prepared.messages.length === 0 ? null : prepared.messages;
   }
@@ -99,7 +117,7 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
   async createThread(input: CreateThreadInput): Promise<ReturnType<typeof publicThread>> {
     const existing = this.rows.get();
     if (existing) throw new ApiError("conflict", "thread already exists");
-    const now = Date.now();
+    const now = this.now();
     const row: ThreadRow = {
       id: input.id, houseId: input.houseId, parent: input.parent, environmentId: input.environmentId, title: input.title,
       status: "idle", statusReason: null, statusDetail: null, boxId: null, lastLivenessAt: null, runStartedAt: null,
@@ -113,6 +131,73 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
     return publicThread(this.rows.get()!);
   }
 
+  /** Ends a running run from outside: status failed with reason `stopped`; the harness gets SIGTERM. */
+  async stopRun(houseId: string, subject: string): Promise<ReturnType<typeof publicThread>> {
+    const row = this.requireThread(houseId);
+    if (row.status !== "running") throw new ApiError("conflict", `thread is ${row.status}, not running`);
+    const runKey = row.runStartedAt ?? 0;
+    if (row.boxId) this.outbox.enqueue(`stop:${runKey}`, "stop_harness", { boxId: row.boxId }, this.now());
+    this.appendSystemSignal(`stop:${runKey}`, "stopped", `stopped by ${subject}`);
+    await this.afterHandler();
+    return publicThread(this.rows.get()!);
+  }
+
+  /** Called by the SandboxActor once it has confirmed this thread's box dead. */
+  async boxDied(houseId: string, boxId: string, reason: string): Promise<void> {
+    const row = this.requireThread(houseId);
+    if (row.status !== "running" || row.boxId !== boxId) return;
+    this.appendSystemSignal(`orphan:${row.runStartedAt ?? 0}`, "pi_session_orphaned", `box ${boxId} is dead: ${reason}`);
+    await this.afterHandler();
+  }
+
+  /** A delegated child finished: exactly one child_finished + one brain chat, deduped by entry id. */
+  async childFinished(houseId: string, n: { childId: string; runKey: number; status: string; reason: string | null; resultText: string; brainId: string | null }): Promise<void> {
+    this.requireThread(houseId);
+    this.streamName = this.streamName || `thread-${this.rows.get()!.id}`;
+    const enc = new TextEncoder();
+    const now = this.now();
+    const signal: Entry = {
+      id: `child_finished:${n.childId}:${n.runKey}`, ts: now, authorId: "threadbox",
+      payload: { type: "signal.thread.child_finished", childThreadId: n.childId, status: n.status, reason: n.reason ?? undefined },
+    };
+    const chatEntry: Entry = {
+      id: `child_result:${n.childId}:${n.runKey}`, ts: now, authorId: n.brainId ?? "threadbox",
+      // Written by the control plane on the brain's behalf; it must never wake bots again.
+      payload: { type: "chat", text: n.resultText, origin: "child_finished", childThreadId: n.childId, dispatch: false },
+    };
+    this.appendEntriesInternal([signal, chatEntry].map((e) => ({ data: enc.encode(JSON.stringify(e)), entryId: e.id })));
+    await this.afterHandler();
+  }
+
+  /** The single alarm: liveness checks while running, and retries of owed side effects. */
+  async alarm(): Promise<void> {
+    const row = this.rows.get();
+    if (!row) return;
+    const now = this.now();
+    const decision = decideLiveness(row, this.probeState(), this.liveness, now);
+    if (decision.kind === "orphan") {
+      this.appendSystemSignal(`orphan:${row.runStartedAt ?? 0}`, "pi_session_orphaned", decision.reason);
+    } else if (decision.kind === "probe" && row.boxId) {
+      let answer: { verdict: string; confirmedDead: boolean };
+      try {
+        answer = await this.env.SANDBOXES.get(this.env.SANDBOXES.idFromName(row.boxId)).probe(row.houseId);
+      } catch {
+        answer = { verdict: "unknown", confirmedDead: false };
+      }
+      const deadStreak = answer.verdict === "dead" && !answer.confirmedDead ? 1 : 0;
+      this.ctx.storage.sql.exec(
+        `insert into probe_state (id, last_probe_at, dead_streak) values (1, ?, ?)
+         on conflict(id) do update set last_probe_at = excluded.last_probe_at, dead_streak = excluded.dead_streak`,
+        this.now(), deadStreak,
+      );
+      const current = this.rows.get()!;
+      if (answer.confirmedDead && current.status === "running" && current.boxId === row.boxId) {
+        this.appendSystemSignal(`orphan:${row.runStartedAt ?? 0}`, "pi_session_orphaned", `box ${row.boxId} confirmed dead by two probes`);
+      }
+    }
+    await this.afterHandler();
+  }
+
   getThread(houseId: string): ReturnType<typeof publicThread> {
     return publicThread(this.requireThread(houseId));
   }
@@ -120,18 +205,11 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
   async appendEntries(houseId: string, raw: unknown, defaultAuthor: string | undefined) {
     this.requireThread(houseId);
     this.streamName = this.streamName || `thread-${this.rows.get()!.id}`;
-    const prepared = prepareEntries(raw, defaultAuthor, Date.now());
+    const prepared = prepareEntries(raw, defaultAuthor, this.now());
     if (prepared.heartbeats > 0) this.recordLiveness();
     if (prepared.messages.length === 0) return { entries: [], nextOffset: this.log.formatTail() };
-    const outcome = this.log.append({ messages: prepared.messages });
-    if (outcome.kind !== "appended") throw new ApiError("stream_closed", "thread log is closed");
-    const fresh = outcome.appended.filter((a) => !a.duplicate);
-    if (fresh.length > 0) {
-      const first = Math.min(...fresh.map((a) => a.seq));
-      this.afterAppend(this.log.read(first - 1, Number.MAX_SAFE_INTEGER, fresh.length).messages);
-      this.hub.notify();
-    }
-    await this.syncIndexIfChanged();
+    const outcome = this.appendEntriesInternal(prepared.messages);
+    await this.afterHandler();
     return {
       entries: outcome.appended.map((a) => ({ id: a.entryId, offset: formatOffset(a.seq), duplicate: a.duplicate })),
       nextOffset: formatOffset(outcome.tailSeq),
@@ -218,17 +296,132 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
   }
 
   private recordLiveness(): void {
-    this.rows.touchLiveness(Date.now());
+    this.rows.touchLiveness(this.now());
   }
 
   private statusBefore: string | null = null;
 
+  private appendEntriesInternal(messages: NewMessage[]) {
+    const outcome = this.log.append({ messages });
+    if (outcome.kind !== "appended") throw new ApiError("stream_closed", "thread log is closed");
+    const fresh = outcome.appended.filter((a) => !a.duplicate);
+    if (fresh.length > 0) {
+      const first = Math.min(...fresh.map((a) => a.seq));
+      this.afterAppend(this.log.read(first - 1, Number.MAX_SAFE_INTEGER, fresh.length).messages);
+      this.hub.notify();
+    }
+    return outcome;
+  }
+
+  /** Finished-signals the control plane itself writes; the id makes a re-run of the same path a no-op. */
+  private appendSystemSignal(id: string, status: string, reason: string): void {
+    const entry: Entry = { id, ts: this.now(), authorId: "threadbox", payload: { type: "signal.thread.status_changed", status, reason } };
+    this.appendEntriesInternal([{ data: new TextEncoder().encode(JSON.stringify(entry)), entryId: id }]);
+  }
+
   private applySignals(entries: Entry[]): void {
     for (const entry of entries) {
-      const row = this.rows.get()!;
-      const patch = decideSignal(row, entry, Date.now());
-      if (patch) this.rows.update(patch);
+      const before = this.rows.get()!;
+      const now = this.now();
+      const patch = decideSignal(before, entry, now);
+      if (!patch) continue;
+      this.rows.update(patch, now);
+      const after = this.rows.get()!;
+      if (patch.status === "running") {
+        this.ctx.storage.sql.exec(`delete from probe_state`);
+        if (after.boxId) this.outbox.enqueue(`attach:${after.boxId}:${after.runStartedAt}`, "attach", { boxId: after.boxId }, now);
+      } else if (isTerminal(after.status)) {
+        this.onTerminal(after, now);
+      }
     }
+  }
+
+  /** Owed once per run: release the box, and tell a delegating parent how the child ended. */
+  private onTerminal(row: ThreadRow, now: number): void {
+    const runKey = row.runStartedAt ?? 0;
+    if (row.boxId) {
+      const keepBox = row.statusReason === "stopped";
+      this.outbox.enqueue(`detach:${row.boxId}:${runKey}`, "detach", { boxId: row.boxId, keepBox }, now);
+    }
+    if (row.parent.kind === "thread" && row.parent.id) {
+      this.outbox.enqueue(`notify_parent:${runKey}`, "notify_parent", {
+        parentId: row.parent.id, runKey, status: row.status === "completed" ? "completed" : row.statusReason ?? "failed",
+        reason: row.statusDetail, resultText: this.resultText(row), brainId: row.brainId,
+      }, now);
+    }
+  }
+
+  private resultText(row: ThreadRow): string {
+    if (row.status !== "completed") {
+      return `Task ${row.id} ended: ${row.statusReason ?? "failed"}${row.statusDetail ? ` (${row.statusDetail})` : ""}`;
+    }
+    const recent = this.log.lastMessages(200).map(toEntryWithOffset).reverse();
+    const last = recent.find((e) => e.payload.type === "pi.assistant" && typeof e.payload.text === "string" && e.payload.text !== "");
+    return (last?.payload.text as string | undefined) ?? `Task ${row.id} completed.`;
+  }
+
+  private probeState(): ProbeState {
+    const r = this.ctx.storage.sql.exec(`select last_probe_at, dead_streak from probe_state where id = 1`).toArray()[0];
+    return { lastProbeAt: (r?.last_probe_at as number | null) ?? null, deadStreak: (r?.dead_streak as number) ?? 0 };
+  }
+
+  /** After every handler: run owed side effects, then recompute the one alarm from persisted state. */
+  private async afterHandler(): Promise<void> {
+    await this.drainOutbox();
+    await this.syncIndexIfChanged();
+    await this.recomputeDeadlines();
+  }
+
+  private async drainOutbox(): Promise<void> {
+    for (const item of this.outbox.due(this.now())) {
+      try {
+        await this.perform(item);
+        this.outbox.done(item.key);
+      } catch (err) {
+        console.warn("outbox item failed; will retry", item.kind, err instanceof Error ? err.message.split("\u0000")[0] : String(err));
+        this.outbox.failed(item, this.now());
+      }
+    }
+  }
+
+  private async perform(item: OutboxItem): Promise<void> {
+    const row = this.rows.get()!;
+    const p = item.payload;
+    const box = (id: unknown) => this.env.SANDBOXES.get(this.env.SANDBOXES.idFromName(String(id)));
+    switch (item.kind) {
+      case "attach":
+        await box(p.boxId).attach(row.houseId, row.id);
+        return;
+      case "detach":
+        await box(p.boxId).detach(row.houseId, row.id, { keepBox: p.keepBox === true });
+        return;
+      case "stop_harness":
+        await box(p.boxId).stopRun(row.houseId, row.id);
+        return;
+      case "notify_parent":
+        await this.env.THREADS.get(this.env.THREADS.idFromName(`thread:${String(p.parentId)}`)).childFinished(row.houseId, {
+          childId: row.id, runKey: Number(p.runKey), status: String(p.status), reason: (p.reason as string | null) ?? null,
+          resultText: String(p.resultText), brainId: (p.brainId as string | null) ?? null,
+        });
+        return;
+      default:
+        console.warn("unknown outbox item dropped", item.kind);
+    }
+  }
+
+  private async recomputeDeadlines(): Promise<void> {
+    const row = this.rows.get();
+    if (!row) return;
+    const { silenceAt, probeAt } = livenessDeadlines(row, this.probeState(), this.liveness);
+    const deadlines: [string, number | null][] = [["silence", silenceAt], ["probe", probeAt], ["outbox", this.outbox.nextAt()]];
+    const sql = this.ctx.storage.sql;
+    for (const [name, at] of deadlines) {
+      if (at === null) sql.exec(`delete from deadlines where name = ?`, name);
+      else sql.exec(`insert into deadlines (name, at) values (?, ?) on conflict(name) do update set at = excluded.at`, name, at);
+    }
+    const next = sql.exec(`select min(at) as at from deadlines`).toArray()[0]?.at as number | null;
+    if (next === null || next === undefined) await this.ctx.storage.deleteAlarm();
+    else await this.ctx.storage.setAlarm(Math.max(next, this.now()));
   }
 
   private async syncIndexIfChanged(): Promise<void> {

@@ -140,3 +140,11 @@ export function forwardToActor(
   headers.delete("authorization");
   return stub.fetch(new Request(inner, { method: request.method, headers, body: request.body, signal: request.signal }));
 }
+
+export async function stopThreadRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
+  const threadId = threadIdParam(id);
+  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  requireHouse(claims);
+  if (!canWrite(claims)) throw new ApiError("forbidden", "token does not allow writes");
+  return json(await unwrapRpc(threadStub(env, threadId).stopRun(claims.houseId, claims.subject)));
+}

@@ -49,7 +49,7 @@ describe("Durable Streams on a thread", () => {
     expect(next.status).toBe(200);
     const stale = await call(path, { method: "POST", token: st, json: chat("zombie"), headers: producer("mirror-1", 0, 1) });
     expect(stale.status).toBe(403);
-    const texts = (await readAll(token, t.id)).entries.map((e) => (e.payload as { text: string }).text);
+    const texts = (await readAll(token, t.id)).entries.map((e) => (e.payload as unknown as { text: string }).text);
     expect(texts).toEqual(["once", "two"]);
   });
 

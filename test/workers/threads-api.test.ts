@@ -164,7 +164,7 @@ describe("entries", () => {
     expect(ttl).toBeGreaterThan(2 * 3600_000 - 60_000);
     expect(ttl).toBeLessThanOrEqual(2 * 3600_000 + 1000);
     expect((await post(scoped, a.id, chat("via minted"))).status).toBe(201);
-    expect((await readAll(token, a.id)).entries.map((e) => (e.payload as { text: string }).text)).toEqual(["mine", "via minted"]);
+    expect((await readAll(token, a.id)).entries.map((e) => (e.payload as unknown as { text: string }).text)).toEqual(["mine", "via minted"]);
   });
 });
 

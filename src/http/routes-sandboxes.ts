@@ -1,0 +1,94 @@
+import { z } from "zod";
+import { ApiError, json } from "../errors";
+import type { Env } from "../env";
+import { authenticate, canWrite, requireHouse } from "../auth/authenticate";
+import { idSchema } from "../auth/tokens";
+import { LABEL_EPHEMERAL, LABEL_ENVIRONMENT, LABEL_HOUSE } from "../sandbox/provider";
+import { providerFor } from "../sandbox/providers";
+import { ProviderError } from "../sandbox/errors";
+import { houseStub, newId, sandboxStub } from "./actors";
+import { readBody } from "./body";
+import { unwrapRpc } from "./rpc";
+
+const listSchema = z.object({
+  state: z.enum(["provisioning", "live", "dead", "deleted"]).optional(),
+  ephemeral: z.enum(["true", "false"]).optional(),
+});
+
+const createSchema = z.object({
+  provider: z.string().max(40).default("daytona"),
+  ephemeral: z.boolean().default(false),
+  environmentId: idSchema.optional(),
+  snapshot: z.string().max(200).optional(),
+  image: z.string().max(500).optional(),
+}).strict();
+
+async function houseClaims(request: Request, env: Env, write: boolean) {
+  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  requireHouse(claims);
+  if (write && !canWrite(claims)) throw new ApiError("forbidden", "token does not allow writes");
+  return claims;
+}
+
+export async function listSandboxesRoute(request: Request, env: Env): Promise<Response> {
+  const claims = await houseClaims(request, env, false);
+  const q = listSchema.safeParse(Object.fromEntries(new URL(request.url).searchParams));
+  if (!q.success) throw new ApiError("validation_failed", "state must be provisioning|live|dead|deleted, ephemeral true|false");
+  const ephemeral = q.data.ephemeral === undefined ? undefined : q.data.ephemeral === "true";
+  const boxes = await houseStub(env, claims.houseId).listBoxes({ state: q.data.state, ephemeral });
+  return json({ sandboxes: boxes });
+}
+
+/** Creates a box at the provider and registers its actor (e.g. an environment's shared box). */
+export async function createSandboxRoute(request: Request, env: Env): Promise<Response> {
+  const claims = await houseClaims(request, env, true);
+  const body = await readBody(request, createSchema);
+  const provider = providerFor(env, body.provider);
+  const labels: Record<string, string> = { [LABEL_HOUSE]: claims.houseId, [LABEL_EPHEMERAL]: String(body.ephemeral) };
+  if (body.environmentId) labels[LABEL_ENVIRONMENT] = body.environmentId;
+  let info;
+  try {
+    info = await provider.create({
+      labels: { house: claims.houseId, environment: body.environmentId }, ephemeral: body.ephemeral,
+      snapshot: body.snapshot, image: body.image,
+    });
+  } catch (err) {
+    if (err instanceof ProviderError) throw new ApiError("provider_unavailable", `sandbox provider: ${err.code}`);
+    throw err;
+  }
+  const boxId = newId("box_");
+  const view = await unwrapRpc(sandboxStub(env, boxId).register({
+    boxId, houseId: claims.houseId, provider: body.provider, providerRef: info.ref, ephemeral: body.ephemeral, labels: { ...info.labels, ...labels },
+  }));
+  return json(view, 201);
+}
+
+/** Cold-row sweep: every box that claims to be live is probed twice; what is dead is settled. */
+export async function reconcileRoute(request: Request, env: Env): Promise<Response> {
+  const claims = await houseClaims(request, env, true);
+  const live = await houseStub(env, claims.houseId).listBoxes({ state: "live" });
+  const results: { id: string; verdict: string; dead: boolean }[] = [];
+  for (const box of live) {
+    const stub = sandboxStub(env, box.id);
+    let answer = await unwrapRpc(stub.probe(claims.houseId));
+    if (answer.verdict === "dead" && !answer.confirmedDead) answer = await unwrapRpc(stub.probe(claims.houseId));
+    results.push({ id: box.id, verdict: answer.verdict, dead: answer.confirmedDead });
+  }
+  return json({ probed: results.length, dead: results.filter((r) => r.dead).map((r) => r.id), results });
+}
+
+export async function deleteSandboxRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
+  const claims = await houseClaims(request, env, true);
+  const boxId = idSchema.safeParse(id);
+  if (!boxId.success) throw new ApiError("not_found", "box not found");
+  const force = new URL(request.url).searchParams.get("force") === "true";
+  const view = await unwrapRpc(sandboxStub(env, boxId.data).destroy(claims.houseId, force));
+  return json(view);
+}
+
+export async function getSandboxRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
+  const claims = await houseClaims(request, env, false);
+  const boxId = idSchema.safeParse(id);
+  if (!boxId.success) throw new ApiError("not_found", "box not found");
+  return json(await unwrapRpc(sandboxStub(env, boxId.data).view(claims.houseId)));
+}

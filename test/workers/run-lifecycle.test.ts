@@ -1,0 +1,245 @@
+import { describe, expect, it } from "vitest";
+import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import type { ThreadActor } from "../../src/actors/thread-actor";
+import { sharedTestProvider } from "../../src/sandbox/providers";
+import { call, chat, createThread, houseToken, post, readAll } from "./helpers";
+
+const SILENCE_MS = 300_000;
+const PROBE_MS = 60_000;
+const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor>; SANDBOXES: DurableObjectNamespace };
+
+const threadStub = (id: string) => E.THREADS.get(E.THREADS.idFromName(`thread:${id}`));
+const boxStub = (id: string) => E.SANDBOXES.get(E.SANDBOXES.idFromName(id));
+
+async function newBox(token: string, ephemeral: boolean) {
+  const r = await call("/api/sandboxes", { method: "POST", token, json: { provider: "test", ephemeral } });
+  expect(r.status).toBe(201);
+  return (await r.json()) as { id: string; providerRef: string; state: string };
+}
+
+const signal = (status: string, extra: Record<string, unknown> = {}) => ({ payload: { type: "signal.thread.status_changed", status, ...extra } });
+
+async function claim(token: string, threadId: string, boxId?: string) {
+  const r = await post(token, threadId, signal("running", boxId ? { boxId } : {}));
+  expect(r.status).toBe(201);
+}
+
+async function row(token: string, id: string) {
+  return (await (await call(`/api/threads/${id}`, { token })).json()) as { status: string; reason: string | null; boxId: string | null; lastLivenessAt: string | null };
+}
+
+async function box(token: string, id: string) {
+  return (await (await call(`/api/sandboxes/${id}`, { token })).json()) as { state: string; threads: string[]; deleteAttempts: number };
+}
+
+/** Moves the thread's clock forward and runs its alarm, as if that much time had passed. */
+async function advance(threadId: string, ms: number) {
+  const stub = threadStub(threadId);
+  await runInDurableObject(stub, (actor: ThreadActor) => { actor.clockSkewMs += ms; });
+  return runDurableObjectAlarm(stub);
+}
+
+const statusSignals = async (token: string, id: string) =>
+  (await readAll(token, id)).entries.filter((e) => e.payload.type === "signal.thread.status_changed").map((e) => e.payload.status);
+
+describe("run state machine", () => {
+  it("adopts the first finished-signal and ignores later ones", async () => {
+    const token = await houseToken("house-run");
+    const t = await createThread(token);
+    await claim(token, t.id);
+    expect((await row(token, t.id)).status).toBe("running");
+    await post(token, t.id, signal("completed", { reason: "done" }));
+    await post(token, t.id, signal("pi_failed", { reason: "late" }));
+    const r = await row(token, t.id);
+    expect(r.status).toBe("completed");
+    expect(await statusSignals(token, t.id)).toEqual(["running", "completed", "pi_failed"]);
+    const listed = (await (await call("/api/threads?status=completed", { token })).json()) as { threads: { id: string }[] };
+    expect(listed.threads.map((x) => x.id)).toContain(t.id);
+  });
+
+  it("orphans a run that goes silent past the threshold, even one that died in bootstrap", async () => {
+    const token = await houseToken("house-run");
+    const t = await createThread(token);
+    await claim(token, t.id); // claimed, then not a single mirror entry
+    await advance(t.id, SILENCE_MS - 10_000);
+    expect((await row(token, t.id)).status).toBe("running");
+    await advance(t.id, 20_000);
+    const r = await row(token, t.id);
+    expect(r.status).toBe("failed");
+    expect(r.reason).toBe("pi_session_orphaned");
+    expect(await statusSignals(token, t.id)).toEqual(["running", "pi_session_orphaned"]);
+    // The alarm running again does not write a second finished-signal.
+    await advance(t.id, SILENCE_MS);
+    expect(await statusSignals(token, t.id)).toEqual(["running", "pi_session_orphaned"]);
+  });
+
+  it("keeps a heartbeating run alive for many thresholds without growing the log", async () => {
+    const token = await houseToken("house-run");
+    const t = await createThread(token);
+    await claim(token, t.id);
+    const before = (await readAll(token, t.id)).entries.length;
+    for (let i = 0; i < 12; i++) {
+      await runInDurableObject(threadStub(t.id), (a: ThreadActor) => { a.clockSkewMs += SILENCE_MS / 2; });
+      const hb = await call(`/api/stream/thread-${t.id}`, { method: "POST", token, json: { payload: { type: "signal.heartbeat" } } });
+      expect(hb.status).toBe(204);
+      await runDurableObjectAlarm(threadStub(t.id));
+    }
+    expect((await row(token, t.id)).status).toBe("running");
+    expect((await readAll(token, t.id)).entries.length).toBe(before);
+  });
+
+  it("stop ends a running run with reason `stopped` and keeps the box", async () => {
+    const token = await houseToken("house-run");
+    const b = await newBox(token, true);
+    const t = await createThread(token);
+    await claim(token, t.id, b.id);
+    const stopped = await call(`/api/threads/${t.id}/stop`, { method: "POST", token });
+    expect(stopped.status).toBe(200);
+    const r = (await stopped.json()) as { status: string; reason: string };
+    expect([r.status, r.reason]).toEqual(["failed", "stopped"]);
+    expect((await box(token, b.id)).state).toBe("live");
+    expect((await call(`/api/threads/${t.id}/stop`, { method: "POST", token })).status).toBe(409);
+  });
+});
+
+describe("box liveness", () => {
+  it("a box killed mid-run is confirmed dead by two probes and the thread is orphaned before the silence threshold", async () => {
+    const token = await houseToken("house-box");
+    const b = await newBox(token, true);
+    const t = await createThread(token);
+    await claim(token, t.id, b.id);
+    expect((await box(token, b.id)).threads).toEqual([t.id]);
+    sharedTestProvider().kill(b.providerRef);
+    await advance(t.id, PROBE_MS); // first probe: dead, not yet confirmed
+    expect((await row(token, t.id)).status).toBe("running");
+    await advance(t.id, 5_000); // confirmation probe
+    const r = await row(token, t.id);
+    expect(r.status).toBe("failed");
+    expect(r.reason).toBe("pi_session_orphaned");
+    expect(await statusSignals(token, t.id)).toEqual(["running", "pi_session_orphaned"]);
+    const v = await box(token, b.id);
+    expect(["dead", "deleted"]).toContain(v.state);
+    expect(v.threads).toEqual([]);
+  });
+
+  it("a single dead answer or a network error does not orphan", async () => {
+    const token = await houseToken("house-box");
+    const b = await newBox(token, false);
+    const t = await createThread(token);
+    await claim(token, t.id, b.id);
+    const provider = sharedTestProvider();
+    provider.scriptProbe(b.providerRef, "dead", "live", "dead", "unknown", "dead", "live");
+    for (let i = 0; i < 6; i++) {
+      await post(token, t.id, { payload: { type: "pi.progress", i } }); // stays alive by silence rules
+      await advance(t.id, PROBE_MS);
+    }
+    provider.setUnreachable(true);
+    for (let i = 0; i < 3; i++) {
+      await post(token, t.id, { payload: { type: "pi.progress", i } });
+      await advance(t.id, PROBE_MS);
+    }
+    provider.setUnreachable(false);
+    expect((await row(token, t.id)).status).toBe("running");
+    expect((await box(token, b.id)).state).toBe("live");
+  });
+
+  it("reconcile settles a dead box nobody was watching", async () => {
+    const token = await houseToken("house-reconcile");
+    const b = await newBox(token, false);
+    const t = await createThread(token);
+    await claim(token, t.id, b.id);
+    sharedTestProvider().kill(b.providerRef);
+    const r = await call("/api/sandboxes/reconcile", { method: "POST", token });
+    expect(r.status).toBe(200);
+    const body = (await r.json()) as { dead: string[] };
+    expect(body.dead).toEqual([b.id]);
+    expect((await row(token, t.id)).reason).toBe("pi_session_orphaned");
+    const listed = (await (await call("/api/sandboxes?state=live", { token })).json()) as { sandboxes: unknown[] };
+    expect(listed.sandboxes).toEqual([]);
+  });
+});
+
+describe("idle reaping", () => {
+  it("deletes an ephemeral box once its last thread ends, exactly once, retrying a failed delete", async () => {
+    const token = await houseToken("house-reap");
+    const b = await newBox(token, true);
+    const provider = sharedTestProvider();
+    const [t1, t2] = [await createThread(token), await createThread(token)];
+    await claim(token, t1.id, b.id);
+    await claim(token, t2.id, b.id);
+    await post(token, t1.id, signal("completed"));
+    expect((await box(token, b.id)).state).toBe("live"); // t2 still runs on it
+    provider.failDeletes(1, "unavailable", b.providerRef);
+    await post(token, t2.id, signal("completed"));
+    let v = await box(token, b.id);
+    expect(v.state).toBe("live");
+    expect(v.deleteAttempts).toBe(1);
+    expect(await runDurableObjectAlarm(boxStub(b.id))).toBe(true);
+    v = await box(token, b.id);
+    expect(v.state).toBe("deleted");
+    // A late detach (the terminal path running again) does not delete twice.
+    await runInDurableObject(threadStub(t2.id), (a: ThreadActor) => a.outbox.enqueue("detach-again", "detach", { boxId: b.id }, a.now()));
+    await runDurableObjectAlarm(threadStub(t2.id));
+    const deletes = provider.calls.filter((c) => c.op === "delete" && c.ref === b.providerRef);
+    expect(deletes.length).toBe(2); // the failed attempt and the one that succeeded
+    expect((await box(token, b.id)).state).toBe("deleted");
+  });
+
+  it("never reaps a shared box, and refuses an explicit delete while threads run unless forced", async () => {
+    const token = await houseToken("house-reap");
+    const b = await newBox(token, false);
+    const t = await createThread(token);
+    await claim(token, t.id, b.id);
+    expect((await call(`/api/sandboxes/${b.id}`, { method: "DELETE", token })).status).toBe(409);
+    await post(token, t.id, signal("completed"));
+    expect((await box(token, b.id)).state).toBe("live");
+    const t2 = await createThread(token);
+    await claim(token, t2.id, b.id);
+    const forced = await call(`/api/sandboxes/${b.id}?force=true`, { method: "DELETE", token });
+    expect(forced.status).toBe(200);
+    expect((await box(token, b.id)).state).toBe("deleted");
+    expect((await row(token, t2.id)).reason).toBe("pi_session_orphaned");
+  });
+});
+
+describe("parent notification", () => {
+  it("a child's terminal posts exactly one child_finished and one brain chat on the parent, even when it runs twice", async () => {
+    const token = await houseToken("house-parent");
+    const parent = await createThread(token);
+    const child = await createThread(token, { parent: { kind: "thread", id: parent.id }, brainId: "bot-brain" });
+    await claim(token, child.id);
+    await post(token, child.id, { payload: { type: "pi.assistant", text: "the answer is 42", stopReason: "stop" } });
+    await post(token, child.id, signal("completed"));
+    await post(token, child.id, signal("completed")); // a second finished-signal
+    await runInDurableObject(threadStub(child.id), (a: ThreadActor) => {
+      const runKey = a.rows.get()!.runStartedAt;
+      a.outbox.enqueue(`notify_parent:${runKey}:again`, "notify_parent", {
+        parentId: parent.id, runKey, status: "completed", reason: null, resultText: "the answer is 42", brainId: "bot-brain",
+      }, a.now());
+    });
+    await runDurableObjectAlarm(threadStub(child.id));
+    const entries = (await readAll(token, parent.id)).entries;
+    const finished = entries.filter((e) => e.payload.type === "signal.thread.child_finished");
+    const chats = entries.filter((e) => e.payload.type === "chat");
+    expect(finished).toHaveLength(1);
+    expect(finished[0].payload).toMatchObject({ childThreadId: child.id, status: "completed" });
+    expect(chats).toHaveLength(1);
+    expect(chats[0].authorId).toBe("bot-brain");
+    expect(chats[0].payload.text).toBe("the answer is 42");
+    expect((await row(token, parent.id)).status).toBe("idle"); // no run was started on the parent
+  });
+
+  it("a failed child reports its failure reason", async () => {
+    const token = await houseToken("house-parent");
+    const parent = await createThread(token);
+    const child = await createThread(token, { parent: { kind: "thread", id: parent.id } });
+    await claim(token, child.id);
+    await advance(child.id, SILENCE_MS + 1000);
+    const entries = (await readAll(token, parent.id)).entries;
+    const finished = entries.find((e) => e.payload.type === "signal.thread.child_finished")!;
+    expect(finished.payload.status).toBe("pi_session_orphaned");
+    const text = entries.find((e) => e.payload.type === "chat")!.payload.text as string;
+    expect(text).toContain("pi_session_orphaned");
+    await post(token, parent.id, chat("still writable"));
+  });
+});
