@@ -1,0 +1,163 @@
+/**
+ * Pure request/response mapping for the stream-proxy edge function. No Deno (or Node) globals:
+ * only WHATWG URL / Headers / Response, so Node tests import it directly and Deno runs it as is.
+ *
+ * The proxy is a dumb transport: the worker owns token verification and thread scoping. What this
+ * module decides is only (1) which worker URL a request goes to and (2) which headers cross the hop.
+ */
+
+/** The function's name: on Supabase every request path starts with it; locally it is optional. */
+export const FUNCTION_PREFIX = "/stream-proxy";
+
+/** Env names (the only configuration the proxy reads). */
+export const ENV = {
+  workerUrl: "THREADBOX_WORKER_URL",
+  upstreamTimeoutMs: "STREAM_PROXY_UPSTREAM_TIMEOUT_MS",
+  port: "STREAM_PROXY_PORT",
+  hostname: "STREAM_PROXY_HOSTNAME",
+} as const;
+
+export const DEFAULT_PORT = 54321;
+/**
+ * Time to response headers. Must exceed the worker's long-poll timeout (LONG_POLL_TIMEOUT_MS,
+ * default 20 s): a long-poll answers only when data arrives or that timeout fires.
+ */
+export const DEFAULT_UPSTREAM_TIMEOUT_MS = 30_000;
+
+/**
+ * Connection-level headers (RFC 9110 7.6.1) plus the ones the runtime re-frames. They describe one
+ * hop, never the end-to-end request.
+ */
+const HOP_BY_HOP = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "proxy-authenticate",
+  "proxy-authorization",
+  "te",
+  "trailer",
+  "transfer-encoding",
+  "upgrade",
+]);
+
+/**
+ * Request headers not forwarded: hop-by-hop, `host` (fetch sets the worker's), `content-length`
+ * (the body is streamed; fetch frames it), `accept-encoding` (replaced with identity so the
+ * runtime never has to decode a compressed upstream body, which would stall live reads),
+ * `expect` (a 100-continue is between the box and this hop). `cf-*` headers describe the
+ * box -> Supabase hop as seen by Cloudflare; a Cloudflare-fronted worker must not receive them
+ * from another zone.
+ */
+const DROP_REQUEST = new Set([...HOP_BY_HOP, "host", "content-length", "accept-encoding", "expect"]);
+
+/**
+ * Response headers not passed back: hop-by-hop, and `content-length` (the body is re-streamed by
+ * this runtime, which frames it itself; a stale length would truncate or hang the client).
+ */
+const DROP_RESPONSE = new Set([...HOP_BY_HOP, "content-length"]);
+
+export type Mapped = { ok: true; url: string } | { ok: false; status: number; code: string; message: string };
+
+/**
+ * Maps the incoming URL onto the worker. Everything up to and including the first `/stream-proxy`
+ * path segment is dropped; the rest (raw, still percent-encoded) plus the query string is appended
+ * to the configured base. `http://h/functions/v1/stream-proxy/thread-1?offset=-1` and
+ * `http://h/thread-1?offset=-1` both go to `<base>/thread-1?offset=-1`.
+ */
+export function upstreamUrl(requestUrl: string, workerUrl: string | undefined | null): Mapped {
+  const base = (workerUrl ?? "").trim();
+  if (base === "") {
+    return { ok: false, status: 500, code: "proxy_misconfigured", message: `${ENV.workerUrl} is not set` };
+  }
+  let parsedBase: URL;
+  try {
+    parsedBase = new URL(base);
+  } catch {
+    return { ok: false, status: 500, code: "proxy_misconfigured", message: `${ENV.workerUrl} is not a valid URL` };
+  }
+  if (parsedBase.protocol !== "http:" && parsedBase.protocol !== "https:") {
+    return { ok: false, status: 500, code: "proxy_misconfigured", message: `${ENV.workerUrl} must be an http(s) URL` };
+  }
+  if (parsedBase.search !== "" || parsedBase.hash !== "") {
+    return { ok: false, status: 500, code: "proxy_misconfigured", message: `${ENV.workerUrl} must not carry a query or fragment` };
+  }
+  const incoming = new URL(requestUrl);
+  const rest = stripFunctionPrefix(incoming.pathname);
+  const joined = parsedBase.origin + parsedBase.pathname.replace(/\/+$/, "") + rest;
+  return { ok: true, url: joined + incoming.search };
+}
+
+/** `/a/stream-proxy/x/y` -> `/x/y`; `/stream-proxy` -> ``; `/x` (no prefix) -> `/x`. */
+export function stripFunctionPrefix(pathname: string): string {
+  const segment = /(^|\/)stream-proxy(?=\/|$)/.exec(pathname);
+  if (!segment) return pathname === "/" ? "" : pathname;
+  return pathname.slice(segment.index + segment[0].length);
+}
+
+/** Tokens named by the `Connection` header are hop-by-hop too (RFC 9110 7.6.1). */
+function connectionTokens(h: Headers): Set<string> {
+  const out = new Set<string>();
+  for (const t of (h.get("connection") ?? "").split(",")) {
+    const name = t.trim().toLowerCase();
+    if (name) out.add(name);
+  }
+  return out;
+}
+
+/** Headers sent to the worker: everything end-to-end, Authorization / Stream-* / Producer-* verbatim. */
+export function upstreamRequestHeaders(incoming: Headers): Headers {
+  const named = connectionTokens(incoming);
+  const out = new Headers();
+  incoming.forEach((value, key) => {
+    const k = key.toLowerCase();
+    if (DROP_REQUEST.has(k) || named.has(k) || k.startsWith("cf-")) return;
+    out.append(key, value);
+  });
+  out.set("accept-encoding", "identity");
+  return out;
+}
+
+/** Headers returned to the box: the worker's, minus hop-by-hop and content-length. */
+export function downstreamResponseHeaders(upstream: Headers): Headers {
+  const named = connectionTokens(upstream);
+  const out = new Headers();
+  upstream.forEach((value, key) => {
+    const k = key.toLowerCase();
+    if (DROP_RESPONSE.has(k) || named.has(k)) return;
+    out.append(key, value);
+  });
+  // Headers.forEach joins multiple Set-Cookie values; keep them separate where the runtime can.
+  const cookies = (upstream as Headers & { getSetCookie?: () => string[] }).getSetCookie?.() ?? [];
+  if (cookies.length > 0) {
+    out.delete("set-cookie");
+    for (const c of cookies) out.append("set-cookie", c);
+  }
+  return out;
+}
+
+/** Parses STREAM_PROXY_UPSTREAM_TIMEOUT_MS; absent/blank -> default; `0` disables the timeout. */
+export function upstreamTimeoutMs(raw: string | undefined | null): number {
+  if (raw === undefined || raw === null || raw.trim() === "") return DEFAULT_UPSTREAM_TIMEOUT_MS;
+  const n = Number(raw.trim());
+  if (!Number.isFinite(n) || n < 0 || !Number.isInteger(n)) return DEFAULT_UPSTREAM_TIMEOUT_MS;
+  return n;
+}
+
+/** The proxy's own errors use the worker's error shape: `{ error: { code, message } }`. */
+export function proxyError(status: number, code: string, message: string): Response {
+  return new Response(JSON.stringify({ error: { code, message } }), {
+    status,
+    headers: {
+      "content-type": "application/json",
+      "x-content-type-options": "nosniff",
+      "access-control-allow-origin": "*",
+      "x-stream-proxy-error": code,
+    },
+  });
+}
+
+/** Methods that carry no request body (fetch refuses a body on GET/HEAD). */
+export function hasBody(method: string): boolean {
+  const m = method.toUpperCase();
+  return m !== "GET" && m !== "HEAD";
+}

@@ -1,0 +1,102 @@
+/**
+ * stream-proxy: a Supabase Edge Function (Deno) between sandboxes and the threadbox worker.
+ *
+ * Boxes may only reach allow-listed hosts (`*.supabase.co` among them), never the worker's host,
+ * so box -> thread traffic goes through here. It is a dumb transport: method, path (after the
+ * `/stream-proxy` prefix), query, streamed body and the original `Authorization: Bearer <scoped
+ * token>` go to `THREADBOX_WORKER_URL`; the worker's status, headers and (streamed) body come back.
+ * No token checks here: the worker verifies tokens and enforces thread scope.
+ *
+ * Configuration (env): THREADBOX_WORKER_URL (required, e.g. https://<worker>/api/stream),
+ * STREAM_PROXY_UPSTREAM_TIMEOUT_MS (time to response headers, default 30000, 0 = none),
+ * STREAM_PROXY_PORT / STREAM_PROXY_HOSTNAME (local runs only; default 54321 on 127.0.0.1).
+ *
+ * Only Deno built-ins: it must start offline (no jsr:/npm:/https: imports).
+ */
+import {
+  DEFAULT_PORT,
+  ENV,
+  downstreamResponseHeaders,
+  hasBody,
+  proxyError,
+  upstreamRequestHeaders,
+  upstreamTimeoutMs,
+  upstreamUrl,
+} from "./forward.ts";
+
+async function handle(req: Request): Promise<Response> {
+  const mapped = upstreamUrl(req.url, Deno.env.get(ENV.workerUrl));
+  if (!mapped.ok) {
+    console.error(`stream-proxy: ${mapped.message}`);
+    return proxyError(mapped.status, mapped.code, mapped.message);
+  }
+  const timeoutMs = upstreamTimeoutMs(Deno.env.get(ENV.upstreamTimeoutMs));
+
+  // One controller: the client going away cancels the upstream request (and its streaming body);
+  // the timer bounds only the wait for response headers and is cleared once they arrive.
+  const ac = new AbortController();
+  const onClientAbort = () => ac.abort(req.signal.reason);
+  if (req.signal.aborted) onClientAbort();
+  else req.signal.addEventListener("abort", onClientAbort, { once: true });
+  let timedOut = false;
+  const timer = timeoutMs > 0
+    ? setTimeout(() => {
+      timedOut = true;
+      ac.abort(new DOMException(`no response headers within ${timeoutMs} ms`, "TimeoutError"));
+    }, timeoutMs)
+    : undefined;
+
+  let upstream: Response;
+  try {
+    upstream = await fetch(mapped.url, {
+      method: req.method,
+      headers: upstreamRequestHeaders(req.headers),
+      body: hasBody(req.method) ? req.body : undefined,
+      redirect: "manual",
+      signal: ac.signal,
+    });
+  } catch (err) {
+    const detail = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+    if (timedOut) {
+      console.error(`stream-proxy: upstream timeout after ${timeoutMs} ms (${req.method})`);
+      return proxyError(504, "upstream_timeout", `the worker sent no response headers within ${timeoutMs} ms`);
+    }
+    if (req.signal.aborted) {
+      // The client is gone; nobody reads this.
+      return proxyError(499, "client_closed", "the client closed the request");
+    }
+    console.error(`stream-proxy: upstream unreachable (${req.method}): ${detail}`);
+    return proxyError(502, "upstream_unreachable", "the worker is unreachable from the stream-proxy");
+  } finally {
+    if (timer !== undefined) clearTimeout(timer);
+  }
+
+  return new Response(upstream.body, {
+    status: upstream.status,
+    statusText: upstream.statusText,
+    headers: downstreamResponseHeaders(upstream.headers),
+  });
+}
+
+// On Supabase the edge runtime owns the listener (it defines `EdgeRuntime`); anywhere else listen
+// on STREAM_PROXY_PORT (default 54321), loopback unless STREAM_PROXY_HOSTNAME says otherwise.
+const onSupabase = typeof (globalThis as { EdgeRuntime?: unknown }).EdgeRuntime !== "undefined";
+if (onSupabase) {
+  Deno.serve(handle);
+} else {
+  const rawPort = Deno.env.get(ENV.port);
+  const port = rawPort && rawPort.trim() !== "" ? Number(rawPort) : DEFAULT_PORT;
+  if (!Number.isInteger(port) || port < 0 || port > 65535) {
+    console.error(`stream-proxy: ${ENV.port} must be a port number, got ${JSON.stringify(rawPort)}`);
+    Deno.exit(2);
+  }
+  const hostname = Deno.env.get(ENV.hostname) || "127.0.0.1";
+  Deno.serve({
+    port,
+    hostname,
+    onListen: (addr) => {
+      const upstream = Deno.env.get(ENV.workerUrl) || `(${ENV.workerUrl} not set: every request answers 500)`;
+      console.log(`stream-proxy listening on http://${addr.hostname}:${addr.port} -> ${upstream}`);
+    },
+  }, handle);
+}
