@@ -211,6 +211,23 @@ async function healthCeiling(t) {
   return { rate: K.CEIL_HEALTH_REQUESTS / ((now() - t0) / 1000), p50: percentile(lat, 50) };
 }
 
+/** Best effort (needs `ss`): the user worker's own workerd socket, bypassing wrangler's proxy worker. */
+async function directPort(worker) {
+  try {
+    const { execSync } = await import("node:child_process");
+    const pids = new Set(treeCpu(worker.pid).pids.filter((p) => p.endsWith(":workerd")).map((p) => p.split(":")[0]));
+    const out = execSync("ss -ltnp", { encoding: "utf8", timeout: 5000 });
+    for (const m of out.matchAll(/127\.0\.0\.1:(\d+)\s.*?"workerd",pid=(\d+)/g)) {
+      if (!pids.has(m[2]) || Number(m[1]) === worker.port) continue;
+      try {
+        const r = await fetch(`http://127.0.0.1:${m[1]}/health`, { signal: AbortSignal.timeout(2000) });
+        if ((await r.text()).includes("threadbox")) return Number(m[1]);
+      } catch {}
+    }
+  } catch {}
+  return null;
+}
+
 async function insertCeiling() {
   const w = await startBenchWorker({ configPath: join(HERE, "wrangler.ceiling.toml") });
   try {
@@ -228,7 +245,16 @@ async function insertCeiling() {
       for (let i = 0; i < K.CEIL_REPS; i++) best = Math.min(best, await call(K.CEIL_ROWS, ids));
       return K.CEIL_ROWS / (Math.max(1, best - base) / 1000);
     };
-    return { plain: await measure(false), withIds: await measure(true) };
+    // Same HTTP path as threadbox (wrangler proxy -> worker -> DO, commit per request), no stream logic:
+    // the platform's ceiling for workloads 1 and 2 on this machine.
+    const perRequest = async (rowsPer, requests, conc) => {
+      const t0 = now();
+      await pool(requests, conc, async () => { await call(rowsPer, false); });
+      return (rowsPer * requests) / ((now() - t0) / 1000);
+    };
+    const single = await perRequest(1, K.W1_APPENDS, K.W1_WRITERS);
+    const batched = await perRequest(K.W2_BATCH, K.W2_BATCHES, K.W2_WRITERS);
+    return { plain: await measure(false), withIds: await measure(true), single, batched };
   } finally {
     await w.stop();
   }
@@ -263,11 +289,19 @@ async function main() {
       const h = await healthCeiling(tb);
       results.raw.ceilHealth = h;
       row("C1", "ceiling: no-op route GET /health (16 conc.)", "req/s", "req/s", null, h.rate, null, `p50 ${h.p50.toFixed(2)} ms`);
+      const dp = await directPort(worker);
+      if (dp) {
+        const d = await healthCeiling(new Target({ label: "direct", url: `http://127.0.0.1:${dp}`, token: tb.token, threads: true }));
+        results.raw.ceilHealthDirect = d;
+        row("C1b", "ceiling: GET /health, bypassing wrangler proxy", "req/s", "req/s", null, d.rate, null, `p50 ${d.p50.toFixed(2)} ms; user workerd socket`);
+      }
       log("ceiling: raw DO SQLite inserts (bench/ceiling-worker.ts)");
       const c = await insertCeiling();
       results.raw.ceilInsert = c;
       row("C2", "ceiling: raw DO SQLite insert, one actor", "rows/s", "rows/s", null, c.plain, null, "entry_id null (plain stream)");
       row("C3", "ceiling: raw DO SQLite insert + entry_id", "rows/s", "rows/s", null, c.withIds, null, "unique entry_id (thread)");
+      row("C4", `ceiling: 1 row/request via HTTP, ${K.W1_WRITERS} conc.`, "rows/s", "rows/s", null, c.single, null, "no-auth DO insert route; bound for #1");
+      row("C5", `ceiling: ${K.W2_BATCH} rows/request via HTTP, ${K.W2_WRITERS} conc.`, "rows/s", "rows/s", null, c.batched, null, "no-auth DO insert route; bound for #2");
     }
     if (only.has("1")) {
       const [a, b] = await both("w1", w1);
