@@ -4,8 +4,9 @@ import type { Env } from "./env";
 import { mintTokenRoute } from "./http/routes-admin";
 import {
   createThreadRoute, getThreadRoute, listThreadsRoute, mintThreadTokenRoute, postEntriesRoute, readEntriesRoute, stopThreadRoute,
-  subscribeRoute,
+  subscribeRoute, delegateRoute, resumeRoute,
 } from "./http/routes-threads";
+import { createEnvironmentRoute, getEnvironmentRoute, listEnvironmentsRoute } from "./http/routes-environments";
 import { createSandboxRoute, deleteSandboxRoute, getSandboxRoute, listSandboxesRoute, reconcileRoute } from "./http/routes-sandboxes";
 import { streamRoute, withStreamCors } from "./http/routes-streams";
 
@@ -28,6 +29,11 @@ router
   .get("/api/threads/:id/subscribe", (req, env) => subscribeRoute(req, env, req.params.id))
   .post("/api/threads/:id/tokens", (req, env) => mintThreadTokenRoute(req, env, req.params.id))
   .post("/api/threads/:id/stop", (req, env) => stopThreadRoute(req, env, req.params.id))
+  .post("/api/threads/:id/delegate", (req, env) => delegateRoute(req, env, req.params.id))
+  .post("/api/threads/:id/resume", (req, env) => resumeRoute(req, env, req.params.id))
+  .post("/api/environments", (req, env) => createEnvironmentRoute(req, env))
+  .get("/api/environments", (req, env) => listEnvironmentsRoute(req, env))
+  .get("/api/environments/:id", (req, env) => getEnvironmentRoute(req, env, req.params.id))
   .get("/api/sandboxes", (req, env) => listSandboxesRoute(req, env))
   .post("/api/sandboxes", (req, env) => createSandboxRoute(req, env))
   .post("/api/sandboxes/reconcile", (req, env) => reconcileRoute(req, env))

@@ -3,6 +3,7 @@ import type { Env } from "../env";
 import type { ThreadStatus } from "../entries/schema";
 import type { ParentRef } from "../threads/thread-row";
 import type { BoxView } from "./sandbox-actor";
+import type { Environment } from "../environments";
 
 export type ThreadSummary = {
   id: string;
@@ -29,6 +30,7 @@ export class HouseActor extends DurableObject<Env> {
       id text primary key, parent_kind text not null, parent_id text, status text not null, reason text,
       title text, environment_id text, box_id text, created_at text not null, updated_at text not null)`);
     ctx.storage.sql.exec(`create index if not exists threads_parent on threads(parent_kind, parent_id)`);
+    ctx.storage.sql.exec(`create table if not exists environments (id text primary key, body text not null)`);
     ctx.storage.sql.exec(`create table if not exists boxes (id text primary key, ephemeral integer not null, state text not null, view text not null)`);
   }
 
@@ -40,6 +42,19 @@ export class HouseActor extends DurableObject<Env> {
          box_id = excluded.box_id, updated_at = excluded.updated_at`,
       t.id, t.parent.kind, t.parent.id, t.status, t.reason, t.title, t.environmentId, t.boxId, t.createdAt, t.updatedAt,
     );
+  }
+
+  putEnvironment(e: Environment): void {
+    this.ctx.storage.sql.exec(`insert into environments (id, body) values (?, ?) on conflict(id) do update set body = excluded.body`, e.id, JSON.stringify(e));
+  }
+
+  getEnvironment(id: string): Environment | null {
+    const r = this.ctx.storage.sql.exec(`select body from environments where id = ?`, id).toArray()[0];
+    return r ? (JSON.parse(r.body as string) as Environment) : null;
+  }
+
+  listEnvironments(): Environment[] {
+    return this.ctx.storage.sql.exec(`select body from environments order by id`).toArray().map((r) => JSON.parse(r.body as string) as Environment);
   }
 
   upsertBox(box: BoxView): void {

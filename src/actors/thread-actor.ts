@@ -10,6 +10,9 @@ import { parseJsonBody, prepareEntries, toEntryWithOffset } from "../threads/ent
 import { decideSignal, isTerminal } from "../threads/run-rules";
 import { decideLiveness, livenessDeadlines, type LivenessConfig, type ProbeState } from "../threads/liveness";
 import { Outbox, type OutboxItem } from "../threads/outbox";
+import { launchRun, type LaunchSpec } from "../threads/launch";
+import type { Environment } from "../environments";
+import type { DetachedHandle } from "../sandbox/provider";
 import { ThreadRowStore, publicThread, type ParentRef, type ThreadRow } from "../threads/thread-row";
 import type { ThreadSummary } from "./house-actor";
 
@@ -131,6 +134,26 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
     return publicThread(this.rows.get()!);
   }
 
+  /**
+   * Starts a run: the prompt goes on the thread first (it is canonical there), then the claim
+   * idle -> running, then the launch is queued for the alarm so the caller returns at once.
+   */
+  async startRun(houseId: string, spec: Omit<LaunchSpec, "runId"> & { authorId: string; resume: boolean }): Promise<{ runId: string }> {
+    const row = this.requireThread(houseId);
+    if (row.status === "running") throw new ApiError("conflict", "thread is already running");
+    if (spec.resume && row.status === "idle") throw new ApiError("conflict", "thread has no finished run to resume");
+    const runId = crypto.randomUUID();
+    const enc = new TextEncoder();
+    const now = this.now();
+    const prompt: Entry = { id: `prompt:${runId}`, ts: now, authorId: spec.authorId, payload: { type: "chat", text: spec.task, origin: spec.resume ? "resume" : "task", runId } };
+    const claim: Entry = { id: `claim:${runId}`, ts: now, authorId: "threadbox", payload: { type: "signal.thread.status_changed", status: "running", reason: "launching", runId, harness: spec.harness } };
+    this.appendEntriesInternal([prompt, claim].map((e) => ({ data: enc.encode(JSON.stringify(e)), entryId: e.id })));
+    const { authorId: _author, ...launch } = spec;
+    this.outbox.enqueue(`launch:${runId}`, "launch", { ...launch, runId }, now);
+    await this.afterHandler();
+    return { runId };
+  }
+
   /** Ends a running run from outside: status failed with reason `stopped`; the harness gets SIGTERM. */
   async stopRun(houseId: string, subject: string): Promise<ReturnType<typeof publicThread>> {
     const row = this.requireThread(houseId);
@@ -177,7 +200,7 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
     const decision = decideLiveness(row, this.probeState(), this.liveness, now);
     if (decision.kind === "orphan") {
       this.appendSystemSignal(`orphan:${row.runStartedAt ?? 0}`, "pi_session_orphaned", decision.reason);
-    } else if (decision.kind === "probe" && row.boxId) {
+    } else if (decision.kind === "probe" && row.boxId && !this.outbox.pending().some((i) => i.kind === "launch")) {
       let answer: { verdict: string; confirmedDead: boolean };
       try {
         answer = await this.env.SANDBOXES.get(this.env.SANDBOXES.idFromName(row.boxId)).probe(row.houseId);
@@ -195,6 +218,7 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
         this.appendSystemSignal(`orphan:${row.runStartedAt ?? 0}`, "pi_session_orphaned", `box ${row.boxId} confirmed dead by two probes`);
       }
     }
+    await this.drainOutbox(true);
     await this.afterHandler();
   }
 
@@ -323,6 +347,11 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
     for (const entry of entries) {
       const before = this.rows.get()!;
       const now = this.now();
+      if (entry.payload.type === "signal.thread.box_assigned" && before.status === "running" && typeof entry.payload.boxId === "string") {
+        this.rows.update({ boxId: entry.payload.boxId }, now);
+        this.outbox.enqueue(`attach:${entry.payload.boxId}:${before.runStartedAt}`, "attach", { boxId: entry.payload.boxId }, now);
+        continue;
+      }
       const patch = decideSignal(before, entry, now);
       if (!patch) continue;
       this.rows.update(patch, now);
@@ -372,13 +401,23 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
     await this.recomputeDeadlines();
   }
 
-  private async drainOutbox(): Promise<void> {
+  /** Launches can take minutes (box creation, installs): only the alarm runs them, never a request. */
+  private async drainOutbox(includeLaunch = false): Promise<void> {
     for (const item of this.outbox.due(this.now())) {
+      if (item.kind === "launch" && !includeLaunch) continue;
       try {
         await this.perform(item);
         this.outbox.done(item.key);
       } catch (err) {
-        console.warn("outbox item failed; will retry", item.kind, err instanceof Error ? err.message.split("\u0000")[0] : String(err));
+        const message = err instanceof Error ? err.message.split("\u0000")[0] : String(err);
+        if (item.kind === "launch") {
+          // A launch is not retried blindly (it would make another box): the run fails visibly.
+          this.outbox.done(item.key);
+          const row = this.rows.get()!;
+          if (row.status === "running") this.appendSystemSignal(`launch_failed:${item.payload.runId}`, "pi_failed", `launch failed: ${message}`);
+          continue;
+        }
+        console.warn("outbox item failed; will retry", item.kind, message);
         this.outbox.failed(item, this.now());
       }
     }
@@ -398,6 +437,9 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
       case "stop_harness":
         await box(p.boxId).stopRun(row.houseId, row.id);
         return;
+      case "launch":
+        await this.launch(item.payload as unknown as LaunchSpec);
+        return;
       case "notify_parent":
         await this.env.THREADS.get(this.env.THREADS.idFromName(`thread:${String(p.parentId)}`)).childFinished(row.houseId, {
           childId: row.id, runKey: Number(p.runKey), status: String(p.status), reason: (p.reason as string | null) ?? null,
@@ -407,6 +449,45 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
       default:
         console.warn("unknown outbox item dropped", item.kind);
     }
+  }
+
+  private async launch(spec: LaunchSpec): Promise<void> {
+    const row = this.rows.get()!;
+    if (row.status !== "running") return; // stopped or settled before the launch got its turn
+    const house = this.env.HOUSES.get(this.env.HOUSES.idFromName(row.houseId));
+    const environment = row.environmentId ? ((await house.getEnvironment(row.environmentId)) as Environment | null) : null;
+    const sandboxes = this.env.SANDBOXES;
+    await launchRun(spec, {
+      env: this.env,
+      row,
+      environment,
+      entries: () => this.log.read(0, Number.MAX_SAFE_INTEGER, 1_000_000).messages.map(toEntryWithOffset),
+      registerBox: async (info) => {
+        const boxId = `box_${crypto.randomUUID().replace(/-/g, "").slice(0, 24)}`;
+        await sandboxes.get(sandboxes.idFromName(boxId)).register({ boxId, houseId: row.houseId, ephemeral: true, ...info });
+        return boxId;
+      },
+      boxIsLive: async (boxId) => {
+        const stub = sandboxes.get(sandboxes.idFromName(boxId));
+        try {
+          const view = await stub.view(row.houseId);
+          if (view.state !== "live") return null;
+          const answer = await stub.probe(row.houseId);
+          return answer.verdict === "live" ? { providerRef: view.providerRef } : null;
+        } catch {
+          return null;
+        }
+      },
+      assignBox: async (boxId) => {
+        const entry: Entry = { id: `box:${spec.runId}`, ts: this.now(), authorId: "threadbox", payload: { type: "signal.thread.box_assigned", boxId, runId: spec.runId } };
+        this.appendEntriesInternal([{ data: new TextEncoder().encode(JSON.stringify(entry)), entryId: entry.id }]);
+        await this.drainOutbox();
+      },
+      rememberHandle: async (boxId, handle) => {
+        await sandboxes.get(sandboxes.idFromName(boxId)).attach(row.houseId, row.id, handle as DetachedHandle);
+      },
+      alive: () => this.recordLiveness(),
+    });
   }
 
   private async recomputeDeadlines(): Promise<void> {

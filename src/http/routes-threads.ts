@@ -148,3 +148,63 @@ export async function stopThreadRoute(request: Request, env: Env, id: string | u
   if (!canWrite(claims)) throw new ApiError("forbidden", "token does not allow writes");
   return json(await unwrapRpc(threadStub(env, threadId).stopRun(claims.houseId, claims.subject)));
 }
+
+const delegateSchema = z.object({
+  task: z.string().min(1).max(200_000),
+  repo: z.string().min(1).max(2000).optional(),
+  branch: z.string().min(1).max(200).optional(),
+  harness: z.enum(["pi", "claude-code", "codex"]).optional(),
+  model: z.string().min(1).max(200).optional(),
+  environmentId: idSchema.optional(),
+  title: z.string().max(500).optional(),
+}).strict();
+
+const resumeSchema = z.object({
+  message: z.string().min(1).max(200_000),
+  model: z.string().min(1).max(200).optional(),
+}).strict();
+
+/** Hands a task to a coding agent on a child thread; returns at once, the run goes on in the box. */
+export async function delegateRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
+  const parentId = threadIdParam(id);
+  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  requireHouse(claims);
+  if (!canWrite(claims)) throw new ApiError("forbidden", "token does not allow writes");
+  const body = await readBody(request, delegateSchema);
+  const parent = await unwrapRpc(threadStub(env, parentId).getThread(claims.houseId));
+  const environmentId = body.environmentId ?? parent.environmentId;
+  let harness = body.harness;
+  if (environmentId) {
+    const e = (await houseStub(env, claims.houseId).getEnvironment(environmentId)) as { harness?: "pi" | "claude-code" | "codex" } | null;
+    if (!e) throw new ApiError("not_found", "environment not found");
+    harness ??= e.harness;
+  }
+  const childId = newId("th_");
+  await unwrapRpc(threadStub(env, childId).createThread({
+    id: childId, houseId: claims.houseId, parent: { kind: "thread", id: parentId }, environmentId: environmentId ?? null,
+    title: body.title ?? body.task.slice(0, 120), brainId: claims.subject, createdBy: claims.subject,
+  }));
+  const { runId } = await unwrapRpc(threadStub(env, childId).startRun(claims.houseId, {
+    task: body.task, harness: harness ?? "pi", model: body.model, repo: body.repo, branch: body.branch, authorId: claims.subject, resume: false,
+  }));
+  return json({ childThreadId: childId, runId }, 202, { location: `/api/threads/${childId}` });
+}
+
+/** Continues a finished thread with a new message: same box if it is alive, else a rebuilt session. */
+export async function resumeRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
+  const threadId = threadIdParam(id);
+  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  requireHouse(claims);
+  if (!canWrite(claims)) throw new ApiError("forbidden", "token does not allow writes");
+  const body = await readBody(request, resumeSchema);
+  const row = await unwrapRpc(threadStub(env, threadId).getThread(claims.houseId));
+  let harness: "pi" | "claude-code" | "codex" = "pi";
+  if (row.environmentId) {
+    const e = (await houseStub(env, claims.houseId).getEnvironment(row.environmentId)) as { harness?: "pi" | "claude-code" | "codex" } | null;
+    harness = e?.harness ?? "pi";
+  }
+  const { runId } = await unwrapRpc(threadStub(env, threadId).startRun(claims.houseId, {
+    task: body.message, harness, model: body.model, authorId: claims.subject, resume: true,
+  }));
+  return json({ threadId, runId }, 202);
+}

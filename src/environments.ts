@@ -1,0 +1,39 @@
+import { z } from "zod";
+import { idSchema } from "./auth/tokens";
+import { PROVIDER_NAMES } from "./sandbox/providers";
+
+const envVarName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "env var names are [A-Za-z_][A-Za-z0-9_]*");
+
+/** A house's configuration that gives a thread's bots hands: where boxes run and what they get. */
+export const environmentInputSchema = z.object({
+  id: idSchema.optional(),
+  name: z.string().min(1).max(200),
+  runtime: z.literal("daytona").default("daytona"),
+  provider: z.enum(PROVIDER_NAMES).default("daytona"),
+  snapshot: z.string().max(200).optional(),
+  image: z.string().max(500).optional(),
+  env: z.record(envVarName, z.string().max(10_000)).default({}),
+  /** Write-only: handed to boxes as env vars, never returned, never written to an entry. */
+  secrets: z.record(envVarName, z.string().max(10_000)).default({}),
+  egress: z.object({
+    blockAll: z.boolean().optional(),
+    domainAllowList: z.array(z.string().max(253)).max(100).optional(),
+  }).strict().optional(),
+  /** Keep one non-ephemeral box for `run_command`; delegated runs still get their own. */
+  sharedBox: z.boolean().default(false),
+  /** pi's models.json for boxes of this environment (providers, base URLs, models). */
+  piModels: z.record(z.string(), z.unknown()).optional(),
+  /** pi's settings.json for boxes of this environment. */
+  piSettings: z.record(z.string(), z.unknown()).optional(),
+  /** Default model for runs, e.g. `local/scripted` (pi `--model`). */
+  model: z.string().max(200).optional(),
+  harness: z.enum(["pi", "claude-code", "codex"]).default("pi"),
+}).strict();
+
+export type EnvironmentInput = z.infer<typeof environmentInputSchema>;
+export type Environment = EnvironmentInput & { id: string; houseId: string; createdAt: string };
+
+export function publicEnvironment(e: Environment) {
+  const { secrets, ...rest } = e;
+  return { ...rest, secretNames: Object.keys(secrets).sort() };
+}
