@@ -309,7 +309,8 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
   // ---- thread internals ----
 
   private isThread(): boolean {
-    return this.streamName.startsWith("thread-") && this.rows.get() !== null;
+    // Plain streams never have a thread row: names `thread-*` always route to threads.
+    return this.rows.get() !== null;
   }
 
   private requireThread(houseId: string): ThreadRow {

@@ -1,0 +1,193 @@
+// The whole system on loopback: worker under wrangler dev, the local Daytona-compatible sandbox
+// host (real @daytonaio/sdk client in the worker), the real pi CLI in a box, and a scripted
+// OpenAI-compatible model server standing in for the LLM provider.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { startSandboxHost } from "../../sandbox-host/server.mjs";
+import { freePort, startWorker } from "../../scripts/lib/wrangler-dev.mjs";
+import { startModelServer, type ModelServer, type ScriptStep } from "../support/model-server";
+
+const SANDBOX_KEY = "e2e-sandbox-key";
+let host: Awaited<ReturnType<typeof startSandboxHost>>;
+let worker: Awaited<ReturnType<typeof startWorker>>;
+let token: string;
+let model: ModelServer;
+
+type Entry = { id: string; offset: string; authorId?: string; payload: { type: string; [k: string]: any } };
+
+async function api(path: string, init: { method?: string; json?: unknown } = {}) {
+  const r = await fetch(`${worker.url}${path}`, {
+    method: init.method ?? "GET",
+    headers: { authorization: `Bearer ${token}`, ...(init.json !== undefined ? { "content-type": "application/json" } : {}) },
+    body: init.json !== undefined ? JSON.stringify(init.json) : undefined,
+  });
+  const text = await r.text();
+  return { status: r.status, body: text ? JSON.parse(text) : null };
+}
+
+async function entries(threadId: string): Promise<Entry[]> {
+  return (await api(`/api/threads/${threadId}/entries?offset=-1&limit=10000`)).body.entries;
+}
+
+async function waitFor<T>(what: string, fn: () => Promise<T | null | undefined | false>, timeoutMs = 90_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 300));
+  }
+}
+
+const settled = (id: string) => waitFor(`thread ${id} to settle`, async () => {
+  const t = (await api(`/api/threads/${id}`)).body;
+  return t.status === "completed" || t.status === "failed" ? t : null;
+});
+
+async function environment(extraEnv: Record<string, string> = {}) {
+  const r = await api("/api/environments", {
+    method: "POST",
+    json: {
+      name: "e2e",
+      env: { PI_OFFLINE: "1", THREADBOX_HEARTBEAT_MS: "500", ...extraEnv },
+      secrets: { SCRIPTED_MODEL_KEY: "sk-e2e-secret-value" },
+      piModels: { providers: { local: { baseUrl: model.baseUrl, api: "openai-completions", apiKey: "$SCRIPTED_MODEL_KEY", models: [{ id: "scripted-model" }] } } },
+      piSettings: { retry: { enabled: false } },
+      model: "local/scripted-model",
+      provider: "daytona",
+    },
+  });
+  expect(r.status).toBe(201);
+  expect(JSON.stringify(r.body)).not.toContain("sk-e2e-secret-value");
+  return r.body.id as string;
+}
+
+/** SIGKILLs every process whose environment names this thread (the runner, pi, its tools). */
+function killProcessesOfThread(threadId: string): number {
+  let n = 0;
+  for (const pid of readdirSync("/proc").filter((d) => /^\d+$/.test(d))) {
+    try {
+      const environ = readFileSync(`/proc/${pid}/environ`, "utf8");
+      if (environ.includes(`THREADBOX_THREAD_ID=${threadId}\0`)) {
+        process.kill(Number(pid), "SIGKILL");
+        n++;
+      }
+    } catch {
+      // gone already, or not ours
+    }
+  }
+  return n;
+}
+
+const statuses = (es: Entry[]) => es.filter((e) => e.payload.type === "signal.thread.status_changed").map((e) => e.payload.status);
+
+beforeAll(async () => {
+  host = await startSandboxHost({ port: 0, apiKey: SANDBOX_KEY });
+  model = await startModelServer([]);
+  const port = await freePort();
+  worker = await startWorker({
+    port,
+    vars: {
+      DAYTONA_API_URL: host.apiUrl,
+      DAYTONA_API_KEY: SANDBOX_KEY,
+      DAYTONA_TARGET: "local",
+      THREADBOX_STREAM_URL: `http://127.0.0.1:${port}/api/stream`,
+      ORPHAN_SILENCE_MS: "6000",
+      PROBE_INTERVAL_MS: "1500",
+      PROBE_CONFIRM_MS: "500",
+    },
+  });
+  token = await worker.mintHouseToken("house-e2e", "brain-bot", "owner");
+}, 120_000);
+
+afterAll(async () => {
+  await worker?.stop();
+  await model?.close();
+  await host?.close();
+});
+
+describe("delegate a task to pi in a box", () => {
+  it("runs the real pi: tool call, tool result, answer, one completed signal, child_finished on the parent, box reaped", async () => {
+    model.push(
+      { toolCalls: [{ name: "bash", arguments: { command: "echo hello-from-box > proof.txt && cat proof.txt" } }] },
+      { text: "I wrote proof.txt." },
+    );
+    const envId = await environment();
+    const parent = (await api("/api/threads", { method: "POST", json: { title: "parent", environmentId: envId } })).body;
+    const started = Date.now();
+    const d = await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "write proof.txt" } });
+    expect(d.status).toBe(202);
+    const childId = d.body.childThreadId as string;
+    const claimed = (await api(`/api/threads/${childId}`)).body;
+    expect(claimed.status).toBe("running"); // claimed before the response, so bootstrap death is covered
+    const child = await settled(childId);
+    expect(child.status).toBe("completed");
+
+    const es = await entries(childId);
+    const kinds = es.map((e) => e.payload.type);
+    expect(kinds[0]).toBe("chat");
+    expect(es[0].payload.text).toBe("write proof.txt");
+    const call = es.find((e) => e.payload.type === "pi.tool_call")!;
+    expect(JSON.stringify(call.payload)).toContain("proof.txt");
+    const result = es.find((e) => e.payload.type === "pi.tool_result")!;
+    expect(JSON.stringify(result.payload)).toContain("hello-from-box");
+    const answers = es.filter((e) => e.payload.type === "pi.assistant" && e.payload.stopReason === "stop");
+    expect(answers.at(-1)!.payload.text).toContain("I wrote proof.txt.");
+    expect(kinds.indexOf("pi.tool_call")).toBeLessThan(kinds.indexOf("pi.tool_result"));
+    expect(statuses(es).filter((s) => s !== "running")).toEqual(["completed"]);
+    expect(new Set(es.map((e) => e.id)).size).toBe(es.length);
+    // The model key reached the model as a bearer token, never the thread.
+    expect(JSON.stringify(es)).not.toContain("sk-e2e-secret-value");
+    expect(model.requests.at(-1)!.headers.authorization).toBe("Bearer sk-e2e-secret-value");
+
+    const parentEntries = await entries(parent.id);
+    const finished = parentEntries.filter((e) => e.payload.type === "signal.thread.child_finished");
+    expect(finished).toHaveLength(1);
+    const brainChat = parentEntries.filter((e) => e.payload.type === "chat");
+    expect(brainChat).toHaveLength(1);
+    expect(brainChat[0].authorId).toBe("brain-bot");
+    expect(brainChat[0].payload.text).toContain("I wrote proof.txt.");
+
+    const box = await waitFor("box to be reaped", async () => {
+      const list = (await api("/api/sandboxes?state=deleted")).body.sandboxes as { id: string; labels: Record<string, string> }[];
+      return list.find((b) => b.labels["threadbox.thread"] === childId);
+    }, 30_000);
+    expect(box).toBeTruthy();
+    expect(readdirSync(host.root).filter((d) => existsSync(join(host.root, d, "proof.txt")))).toEqual([]);
+    console.log(`delegate e2e: ${Date.now() - started} ms from delegate to settled`);
+  });
+
+  it("a model error ends the run as pi_failed, posted once", async () => {
+    model.push({ error: 400, message: "the model refuses" });
+    const envId = await environment();
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const childId = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "fail please" } })).body.childThreadId;
+    const child = await settled(childId);
+    expect([child.status, child.reason]).toEqual(["failed", "pi_failed"]);
+    expect(statuses(await entries(childId)).filter((s) => s !== "running")).toEqual(["pi_failed"]);
+  });
+
+  it("a box whose processes all die mid-run is orphaned by the alarms", async () => {
+    model.push({ hang: true });
+    const envId = await environment();
+    const requestsBefore = model.requests.length;
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const childId = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "hang" } })).body.childThreadId;
+    const running = await waitFor("the box to be assigned", async () => {
+      const t = (await api(`/api/threads/${childId}`)).body;
+      const es = await entries(childId);
+      return t.boxId && es.some((e) => e.payload.type === "pi.user" || e.payload.type === "pi.assistant" || e.payload.type === "chat") && model.requests.length > requestsBefore ? t : null;
+    });
+    const boxes = (await api("/api/sandboxes")).body.sandboxes as { id: string; providerRef: string }[];
+    const ref = boxes.find((b) => b.id === running.boxId)!.providerRef;
+    // The box dies abruptly, as a destroyed VM does: runner and pi get no chance to post.
+    const killed = killProcessesOfThread(childId);
+    expect(killed).toBeGreaterThanOrEqual(2); // at least the runner and pi
+    const del = await fetch(`${host.apiUrl}/sandbox/${ref}`, { method: "DELETE", headers: { authorization: `Bearer ${SANDBOX_KEY}` } });
+    expect(del.ok).toBe(true);
+    const child = await settled(childId);
+    expect([child.status, child.reason]).toEqual(["failed", "pi_session_orphaned"]);
+    expect(statuses(await entries(childId)).filter((s) => s !== "running")).toEqual(["pi_session_orphaned"]);
+  });
+});
