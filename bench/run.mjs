@@ -97,6 +97,7 @@ async function w3(t, mode) {
     if (sent > 1) { samples.push(now() - sent); got++; }
   };
   const ac = new AbortController();
+  (await import("node:events")).setMaxListeners(0, ac.signal);
   const readers = [];
   const sockets = [];
   let opened = 0;
@@ -147,17 +148,28 @@ async function w4(t) {
 async function w5(t) {
   const names = [];
   const tc = now();
-  await pool(K.W5_THREADS, 32, async (i) => { names[i] = await t.createThread(i); });
+  // The reference's file store loses a stream now and then under concurrent PUTs (404 on the
+  // first append), so its streams are created one at a time; a 404 is re-created once and counted.
+  await pool(K.W5_THREADS, t.hasThreads ? 32 : 1, async (i) => { names[i] = await t.createThread(i); });
   const createRate = K.W5_THREADS / ((now() - tc) / 1000);
   const lat = [];
+  let recreated = 0;
   const t0 = now();
   await pool(K.W5_THREADS, K.W5_CONCURRENCY, async (i) => {
     for (let j = 0; j < K.W5_ENTRIES; j++) {
-      lat.push(await t.append(names[i], JSON.stringify({ payload: { type: "chat", text: `thread ${i} entry ${j} ${"x".repeat(40)}` } })));
+      const body = JSON.stringify({ payload: { type: "chat", text: `thread ${i} entry ${j} ${"x".repeat(40)}` } });
+      try {
+        lat.push(await t.append(names[i], body));
+      } catch (err) {
+        if (t.hasThreads || !/-> 404/.test(err.message)) throw err;
+        recreated++;
+        await t.createStream(names[i]);
+        lat.push(await t.append(names[i], body));
+      }
     }
   });
   const sec = (now() - t0) / 1000;
-  return { rate: (K.W5_THREADS * K.W5_ENTRIES) / sec, p50: percentile(lat, 50), p99: percentile(lat, 99), createRate, names, seconds: sec };
+  return { rate: (K.W5_THREADS * K.W5_ENTRIES) / sec, p50: percentile(lat, 50), p99: percentile(lat, 99), createRate, names, seconds: sec, recreated };
 }
 
 async function w6(t, pid, reuse) {
