@@ -350,7 +350,8 @@ async function main() {
       const [a, b] = await both("w5", w5);
       w5names = a.names;
       delete a.names; delete b.names;
-      row("5", `${K.W5_THREADS} threads x ${K.W5_ENTRIES} entries (${K.W5_CONCURRENCY} conc.)`, "entries/s", "entries/s", "higher", a.rate, b.rate, "ref: plain streams");
+      row("5", `${K.W5_THREADS} threads x ${K.W5_ENTRIES} entries (${K.W5_CONCURRENCY} conc.)`, "entries/s", "entries/s", "higher", a.rate, b.rate,
+        `ref: plain streams${b.recreated ? `, ${b.recreated} lost by ref and re-created` : ""}`);
       row("5", `${K.W5_THREADS} threads x ${K.W5_ENTRIES} entries`, "append p99", "ms", "lower", a.p99, b.p99);
       row("5", `create ${K.W5_THREADS} threads/streams`, "per s", "per s", "higher", a.createRate, b.createRate, "setup, informational");
     }
