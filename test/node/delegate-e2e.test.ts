@@ -6,13 +6,15 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { startSandboxHost } from "../../sandbox-host/server.mjs";
 import { freePort, startWorker } from "../../scripts/lib/wrangler-dev.mjs";
-import { startModelServer, type ModelServer, type ScriptStep } from "../support/model-server";
+import { startModelServer, type ModelServer } from "../support/model-server";
+import { startPausableProxy } from "../support/pausable-proxy";
 
 const SANDBOX_KEY = "e2e-sandbox-key";
 let host: Awaited<ReturnType<typeof startSandboxHost>>;
 let worker: Awaited<ReturnType<typeof startWorker>>;
 let token: string;
 let model: ModelServer;
+let streamPath: Awaited<ReturnType<typeof startPausableProxy>>;
 
 type Entry = { id: string; offset: string; authorId?: string; payload: { type: string; [k: string]: any } };
 
@@ -64,11 +66,13 @@ async function environment(extraEnv: Record<string, string> = {}) {
 }
 
 /** SIGKILLs every process whose environment names this thread (the runner, pi, its tools). */
-function killProcessesOfThread(threadId: string): number {
+function killProcessesOfThread(threadId: string, onlyCmdline?: RegExp): number {
   let n = 0;
   for (const pid of readdirSync("/proc").filter((d) => /^\d+$/.test(d))) {
     try {
       const environ = readFileSync(`/proc/${pid}/environ`, "utf8");
+      const cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+      if (onlyCmdline && !onlyCmdline.test(cmdline)) continue;
       if (environ.includes(`THREADBOX_THREAD_ID=${threadId}\0`)) {
         process.kill(Number(pid), "SIGKILL");
         n++;
@@ -80,19 +84,40 @@ function killProcessesOfThread(threadId: string): number {
   return n;
 }
 
+/** SIGKILLs the harness only: the direct children of this thread's runner (pi gets no THREADBOX_* env). */
+function killChildrenOfRunner(threadId: string): number {
+  const pids = readdirSync("/proc").filter((d) => /^\d+$/.test(d));
+  const read = (pid: string, f: string) => { try { return readFileSync(`/proc/${pid}/${f}`, "utf8"); } catch { return ""; } };
+  const isRunner = (p: string) => {
+    const argv = read(p, "cmdline").split("\0");
+    return /node$/.test(argv[0]) && argv.some((a) => a.endsWith("runner.mjs")); // not the shell that started it
+  };
+  const runners = pids.filter((p) => isRunner(p) && read(p, "environ").includes(`THREADBOX_THREAD_ID=${threadId}\0`));
+  let n = 0;
+  for (const pid of pids) {
+    const ppid = read(pid, "stat").split(") ")[1]?.split(" ")[1];
+    if (ppid && runners.includes(ppid)) {
+      try { process.kill(Number(pid), "SIGKILL"); n++; } catch { /* gone */ }
+    }
+  }
+  return n;
+}
+
 const statuses = (es: Entry[]) => es.filter((e) => e.payload.type === "signal.thread.status_changed").map((e) => e.payload.status);
 
 beforeAll(async () => {
   host = await startSandboxHost({ port: 0, apiKey: SANDBOX_KEY });
   model = await startModelServer([]);
   const port = await freePort();
+  // Boxes reach the worker through a TCP hop a test can cut, like a flaky edge proxy.
+  streamPath = await startPausableProxy(port);
   worker = await startWorker({
     port,
     vars: {
       DAYTONA_API_URL: host.apiUrl,
       DAYTONA_API_KEY: SANDBOX_KEY,
       DAYTONA_TARGET: "local",
-      THREADBOX_STREAM_URL: `http://127.0.0.1:${port}/api/stream`,
+      THREADBOX_STREAM_URL: `http://127.0.0.1:${streamPath.port}/api/stream`,
       ORPHAN_SILENCE_MS: "6000",
       PROBE_INTERVAL_MS: "1500",
       PROBE_CONFIRM_MS: "500",
@@ -104,6 +129,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await worker?.stop();
   await model?.close();
+  await streamPath?.close();
   await host?.close();
 });
 
@@ -189,5 +215,76 @@ describe("delegate a task to pi in a box", () => {
     const child = await settled(childId);
     expect([child.status, child.reason]).toEqual(["failed", "pi_session_orphaned"]);
     expect(statuses(await entries(childId)).filter((s) => s !== "running")).toEqual(["pi_session_orphaned"]);
+  });
+
+  it("pi killed with SIGKILL: the runner posts pi_failed", async () => {
+    model.push({ hang: true });
+    const envId = await environment();
+    const before = model.requests.length;
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const childId = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "hang then die" } })).body.childThreadId;
+    await waitFor("pi to call the model", async () => model.requests.length > before);
+    const killed = killChildrenOfRunner(childId);
+    expect(killed).toBeGreaterThanOrEqual(1);
+    const child = await settled(childId);
+    expect([child.status, child.reason]).toEqual(["failed", "pi_failed"]);
+    const finished = (await entries(childId)).filter((e) => e.payload.type === "signal.thread.status_changed" && e.payload.status !== "running");
+    expect(finished).toHaveLength(1);
+    expect(String(finished[0].payload.reason)).toMatch(/SIGKILL|signal/i);
+  });
+
+  it("the stream unreachable for a while mid-run: every entry still lands once, in order", async () => {
+    model.push(
+      { toolCalls: [{ name: "bash", arguments: { command: "sleep 2; echo one" } }] },
+      { toolCalls: [{ name: "bash", arguments: { command: "echo two" } }] },
+      { text: "Finished after the outage." },
+    );
+    const envId = await environment();
+    const before = model.requests.length;
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const childId = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "survive an outage" } })).body.childThreadId;
+    await waitFor("the first tool call", async () => model.requests.length > before);
+    streamPath.pause();
+    await new Promise((r) => setTimeout(r, 2500));
+    streamPath.resume();
+    const child = await settled(childId);
+    expect(child.status).toBe("completed");
+    expect(streamPath.refused).toBeGreaterThan(0);
+    const es = await entries(childId);
+    expect(new Set(es.map((e) => e.id)).size).toBe(es.length);
+    const results = es.filter((e) => e.payload.type === "pi.tool_result").map((e) => JSON.stringify(e.payload));
+    expect(results).toHaveLength(2);
+    expect(results[0]).toContain("one");
+    expect(results[1]).toContain("two");
+    const kinds = es.map((e) => e.payload.type).filter((k) => k.startsWith("pi.tool"));
+    expect(kinds).toEqual(["pi.tool_call", "pi.tool_result", "pi.tool_call", "pi.tool_result"]);
+    expect(statuses(es).filter((s) => s !== "running")).toEqual(["completed"]);
+  });
+
+  it("resume on a fresh box: the rebuilt session loads and the model sees the first turn", async () => {
+    model.push({ text: "The first answer is BLUE." });
+    const envId = await environment();
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const childId = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "pick a colour" } })).body.childThreadId;
+    expect((await settled(childId)).status).toBe("completed");
+    const firstBox = (await api(`/api/threads/${childId}`)).body.boxId;
+    await waitFor("the first box to be reaped", async () => (await api(`/api/sandboxes/${firstBox}`)).body.state === "deleted", 30_000);
+
+    model.push({ text: "You said BLUE before." });
+    const before = model.requests.length;
+    const r = await api(`/api/threads/${childId}/resume`, { method: "POST", json: { message: "what did you pick?" } });
+    expect(r.status).toBe(202);
+    const again = await settled(childId);
+    expect(again.status).toBe("completed");
+    expect(again.boxId).not.toBe(firstBox);
+    const second = model.requests.slice(before)[0];
+    const sent = JSON.stringify(second.messages);
+    expect(sent).toContain("pick a colour");
+    expect(sent).toContain("The first answer is BLUE.");
+    expect(sent).toContain("what did you pick?");
+    const es = await entries(childId);
+    expect(statuses(es)).toEqual(["running", "completed", "running", "completed"]);
+    expect(new Set(es.map((e) => e.id)).size).toBe(es.length);
+    expect((await api(`/api/threads/${childId}/resume`, { method: "POST", json: {} })).status).toBe(400);
   });
 });

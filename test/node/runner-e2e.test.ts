@@ -3,8 +3,8 @@
  * scripted OpenAI-compatible model and the reference Durable Streams server as the thread.
  */
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { startPausableProxy } from "../support/pausable-proxy";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createServer, type Server, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { DurableStreamTestServer } from "@durable-streams/server";
@@ -381,55 +381,6 @@ describe("runner with harnesses that do not mirror themselves (recorded output)"
     expect(es[3].payload.reason).toContain("error_max_turns");
   });
 });
-
-/** A TCP proxy to 127.0.0.1:targetPort that can be paused: paused = connections are reset. */
-async function startPausableProxy(targetPort: string | number) {
-  const { connect } = await import("node:net");
-  let paused = false;
-  let refused = 0;
-  const sockets = new Set<Socket>();
-  const server: Server = createServer((client) => {
-    if (paused) {
-      refused++;
-      client.destroy();
-      return;
-    }
-    const upstream = connect(Number(targetPort), "127.0.0.1");
-    sockets.add(client);
-    sockets.add(upstream);
-    const drop = () => {
-      client.destroy();
-      upstream.destroy();
-      sockets.delete(client);
-      sockets.delete(upstream);
-    };
-    client.on("error", drop).on("close", drop);
-    upstream.on("error", drop).on("close", drop);
-    client.pipe(upstream);
-    upstream.pipe(client);
-  });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const port = (server.address() as { port: number }).port;
-  return {
-    port,
-    get refused() {
-      return refused;
-    },
-    pause() {
-      paused = true;
-      for (const s of sockets) s.destroy();
-      sockets.clear();
-    },
-    resume() {
-      paused = false;
-    },
-    close: () =>
-      new Promise<void>((r) => {
-        for (const s of sockets) s.destroy();
-        server.close(() => r());
-      }),
-  };
-}
 
 void existsSync;
 void mkdirSync;

@@ -1,0 +1,14 @@
+export const ROOT: string;
+export function nodePath(): string;
+export function freePort(): Promise<number>;
+export function waitForHttp(url: string, timeoutMs?: number, isReady?: (r: Response) => boolean): Promise<void>;
+export interface StartedWorker {
+  url: string;
+  port: number;
+  vars: Record<string, string>;
+  persistTo: string;
+  output(): string;
+  mintHouseToken(houseId?: string, subject?: string, role?: string): Promise<string>;
+  stop(): Promise<void>;
+}
+export function startWorker(opts?: { port?: number; vars?: Record<string, string>; persistTo?: string; quiet?: boolean; logLevel?: string }): Promise<StartedWorker>;

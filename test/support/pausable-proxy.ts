@@ -1,0 +1,50 @@
+import { connect, createServer, type Server, type Socket } from "node:net";
+
+/** A TCP proxy to 127.0.0.1:targetPort that can be paused: paused = connections are reset. */
+export async function startPausableProxy(targetPort: string | number) {
+  let paused = false;
+  let refused = 0;
+  const sockets = new Set<Socket>();
+  const server: Server = createServer((client) => {
+    if (paused) {
+      refused++;
+      client.destroy();
+      return;
+    }
+    const upstream = connect(Number(targetPort), "127.0.0.1");
+    sockets.add(client);
+    sockets.add(upstream);
+    const drop = () => {
+      client.destroy();
+      upstream.destroy();
+      sockets.delete(client);
+      sockets.delete(upstream);
+    };
+    client.on("error", drop).on("close", drop);
+    upstream.on("error", drop).on("close", drop);
+    client.pipe(upstream);
+    upstream.pipe(client);
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const port = (server.address() as { port: number }).port;
+  return {
+    port,
+    get refused() {
+      return refused;
+    },
+    pause() {
+      paused = true;
+      for (const s of sockets) s.destroy();
+      sockets.clear();
+    },
+    resume() {
+      paused = false;
+    },
+    close: () =>
+      new Promise<void>((r) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => r());
+      }),
+  };
+}
+
