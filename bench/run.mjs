@@ -161,15 +161,15 @@ async function w5(t) {
       try {
         lat.push(await t.append(names[i], body));
       } catch (err) {
+        // The reference's file store answers 404 on streams it just confirmed (PUT -> 200) once
+        // ~hundreds of streams are open; count those appends as lost instead of aborting the run.
         if (t.hasThreads || !/-> 404/.test(err.message)) throw err;
         recreated++;
-        await t.createStream(names[i]);
-        lat.push(await t.append(names[i], body));
       }
     }
   });
   const sec = (now() - t0) / 1000;
-  return { rate: (K.W5_THREADS * K.W5_ENTRIES) / sec, p50: percentile(lat, 50), p99: percentile(lat, 99), createRate, names, seconds: sec, recreated };
+  return { rate: (K.W5_THREADS * K.W5_ENTRIES - recreated) / sec, p50: percentile(lat, 50), p99: percentile(lat, 99), createRate, names, seconds: sec, recreated };
 }
 
 async function w6(t, pid, reuse) {
@@ -351,7 +351,7 @@ async function main() {
       w5names = a.names;
       delete a.names; delete b.names;
       row("5", `${K.W5_THREADS} threads x ${K.W5_ENTRIES} entries (${K.W5_CONCURRENCY} conc.)`, "entries/s", "entries/s", "higher", a.rate, b.rate,
-        `ref: plain streams${b.recreated ? `, ${b.recreated} lost by ref and re-created` : ""}`);
+        `ref: plain streams${b.recreated ? `; ref lost ${b.recreated} appends (404)` : ""}`);
       row("5", `${K.W5_THREADS} threads x ${K.W5_ENTRIES} entries`, "append p99", "ms", "lower", a.p99, b.p99);
       row("5", `create ${K.W5_THREADS} threads/streams`, "per s", "per s", "higher", a.createRate, b.createRate, "setup, informational");
     }
