@@ -2,7 +2,9 @@
 // host (real @daytonaio/sdk client in the worker), the real pi CLI in a box, and a scripted
 // OpenAI-compatible model server standing in for the LLM provider.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { execSync } from "node:child_process";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startSandboxHost } from "../../sandbox-host/server.mjs";
 import { freePort, startWorker } from "../../scripts/lib/wrangler-dev.mjs";
@@ -286,5 +288,23 @@ describe("delegate a task to pi in a box", () => {
     expect(statuses(es)).toEqual(["running", "completed", "running", "completed"]);
     expect(new Set(es.map((e) => e.id)).size).toBe(es.length);
     expect((await api(`/api/threads/${childId}/resume`, { method: "POST", json: {} })).status).toBe(400);
+  });
+
+  it("checks out a repository (a local path as file://) before the harness starts", async () => {
+    const repo = mkdtempSync(join(tmpdir(), "tb-repo-"));
+    const git = (cmd: string) => execSync(`git -c user.email=t@t -c user.name=t ${cmd}`, { cwd: repo, stdio: "pipe" });
+    git("init -q -b main");
+    writeFileSync(join(repo, "MARKER.txt"), "marker-from-repo\n");
+    git("add MARKER.txt");
+    git("commit -q -m init");
+    model.push({ toolCalls: [{ name: "bash", arguments: { command: "cat MARKER.txt && git log --oneline | wc -l" } }] }, { text: "Read it." });
+    const envId = await environment();
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const d = await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "read the marker", repo: `file://${repo}`, branch: "main" } });
+    expect(d.status).toBe(202);
+    const child = await settled(d.body.childThreadId);
+    expect(child.status).toBe("completed");
+    const result = (await entries(d.body.childThreadId)).find((e) => e.payload.type === "pi.tool_result")!;
+    expect(JSON.stringify(result.payload)).toContain("marker-from-repo");
   });
 });
