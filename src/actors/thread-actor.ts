@@ -487,6 +487,10 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
       rememberHandle: async (boxId, handle) => {
         await sandboxes.get(sandboxes.idFromName(boxId)).attach(row.houseId, row.id, handle as DetachedHandle);
       },
+      launched: async (info) => {
+        const entry: Entry = { id: `launched:${spec.runId}`, ts: this.now(), authorId: "threadbox", payload: { type: "signal.run.launched", runId: spec.runId, harness: spec.harness, ...info } };
+        this.appendEntriesInternal([{ data: new TextEncoder().encode(JSON.stringify(entry)), entryId: entry.id }]);
+      },
       alive: () => this.recordLiveness(),
     });
   }

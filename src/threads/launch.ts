@@ -30,6 +30,8 @@ export type LaunchDeps = {
   /** Records the box on the thread (readiness milestone) before anything runs in it. */
   assignBox(boxId: string): Promise<void>;
   rememberHandle(boxId: string, handle: unknown): Promise<void>;
+  /** The runner is started: records how (fresh box or reused; new, continued or rebuilt session). */
+  launched(info: { boxId: string; boxReused: boolean; session: "new" | "continued" | "rebuilt" }): Promise<void>;
   alive(): void;
 };
 
@@ -106,12 +108,14 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
 
   let sessionFile: string | undefined;
   let nextIndex: number | undefined;
+  let session: "new" | "continued" | "rebuilt" = "new";
   if (spec.resume && spec.harness === "pi") {
     const entries = deps.entries();
     const existing = sameBox ? await findPiSession(provider, ref, `${home}/${PI_AGENT_DIR}`) : null;
     if (existing) {
       sessionFile = existing.file;
       nextIndex = mirrorNextIndex(entries as never, row.id, existing.sessionId);
+      session = "continued";
     } else {
       // A fresh box: rebuild a loadable session from the thread (the prompt of this run is not part of it).
       const history = entries.slice(0, lastIndexOf(entries, (e) => e.payload.type === "signal.thread.status_changed" && e.payload.status === "running"));
@@ -119,6 +123,7 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
       sessionFile = `.threadbox/runs/${spec.runId}/session.jsonl`;
       uploads.push({ path: sessionFile, content: rebuilt.jsonl });
       nextIndex = rebuilt.messageCount;
+      session = "rebuilt";
     }
   }
 
@@ -146,6 +151,7 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
   deps.alive();
   const handle = await provider.startDetached(ref, plan.command, { env: plan.env, cwd: home });
   await deps.rememberHandle(boxId, handle);
+  await deps.launched({ boxId, boxReused: sameBox, session });
 }
 
 function lastIndexOf<T>(list: T[], pred: (t: T) => boolean): number {

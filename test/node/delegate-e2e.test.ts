@@ -286,6 +286,8 @@ describe("delegate a task to pi in a box", () => {
     expect(sent).toContain("what did you pick?");
     const es = await entries(childId);
     expect(statuses(es)).toEqual(["running", "completed", "running", "completed"]);
+    const launches = es.filter((e) => e.payload.type === "signal.run.launched").map((e) => [e.payload.boxReused, e.payload.session]);
+    expect(launches).toEqual([[false, "new"], [false, "rebuilt"]]);
     expect(new Set(es.map((e) => e.id)).size).toBe(es.length);
     expect((await api(`/api/threads/${childId}/resume`, { method: "POST", json: {} })).status).toBe(400);
   });
@@ -306,5 +308,33 @@ describe("delegate a task to pi in a box", () => {
     expect(child.status).toBe("completed");
     const result = (await entries(d.body.childThreadId)).find((e) => e.payload.type === "pi.tool_result")!;
     expect(JSON.stringify(result.payload)).toContain("marker-from-repo");
+  });
+
+  it("stop, then resume on the same box: pi continues its own session file", async () => {
+    // pi writes its session file once an assistant message exists: stop it inside a long tool call.
+    model.push({ toolCalls: [{ name: "bash", arguments: { command: "sleep 60" } }] });
+    const envId = await environment();
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const childId = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "remember the word ORANGE" } })).body.childThreadId;
+    await waitFor("the tool call to be mirrored", async () => (await entries(childId)).some((e) => e.payload.type === "pi.tool_call"));
+    const stopped = await api(`/api/threads/${childId}/stop`, { method: "POST" });
+    expect(stopped.status).toBe(200);
+    expect([stopped.body.status, stopped.body.reason]).toEqual(["failed", "stopped"]);
+    const boxId = stopped.body.boxId as string;
+    expect((await api(`/api/sandboxes/${boxId}`)).body.state).toBe("live"); // a stopped run keeps its box
+
+    model.push({ text: "The word was ORANGE." });
+    const beforeResume = model.requests.length;
+    expect((await api(`/api/threads/${childId}/resume`, { method: "POST", json: { message: "which word?" } })).status).toBe(202);
+    const done = await settled(childId);
+    expect(done.status).toBe("completed");
+    expect(done.boxId).toBe(boxId);
+    const sent = JSON.stringify(model.requests.slice(beforeResume)[0].messages);
+    expect(sent).toContain("remember the word ORANGE");
+    expect(sent).toContain("which word?");
+    const es = await entries(childId);
+    const launches = es.filter((e) => e.payload.type === "signal.run.launched").map((e) => [e.payload.boxReused, e.payload.session]);
+    expect(launches).toEqual([[false, "new"], [true, "continued"]]);
+    expect(new Set(es.map((e) => e.id)).size).toBe(es.length);
   });
 });
