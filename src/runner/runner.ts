@@ -3,7 +3,7 @@
  *
  *   node runner.mjs --harness pi --prompt-file <f> [--mirror <mirror.mjs>] [--model m] [--provider p]
  *        [--system-prompt-file f] [--append-system-prompt-file f] [--tools a,b] [--session <file|id>]
- *        [--cwd dir] [--bin <harness binary>] [-- extra harness args]
+ *        [--cwd dir] [--bin <harness binary>] [--no-finish] [-- extra harness args]
  *
  * It starts the harness, owns its exit code, enforces the runaway guard (THREADBOX_RUNAWAY_MS:
  * SIGTERM, then SIGKILL after THREADBOX_KILL_GRACE_MS), forwards SIGTERM/SIGINT/SIGHUP to the
@@ -65,6 +65,8 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
       session: { type: "string" },
       cwd: { type: "string" },
       bin: { type: "string" },
+      // The synchronous host driver (src/sandbox/run.ts) decides and posts the finished-signal itself.
+      "no-finish": { type: "boolean", default: false },
     },
   });
 
@@ -178,6 +180,12 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   const deadline = Date.now() + cfg.flushTimeoutMs;
   if (harnessWriter) await harnessWriter.flush(Math.max(0, deadline - Date.now()));
 
+  const exitCode = () => (code !== null ? code : 128 + ((signal ? (osConstants.signals as Record<string, number>)[signal] : 1) ?? 1));
+  if (values["no-finish"]) {
+    harnessWriter?.stop();
+    return exitCode();
+  }
+
   // read the thread back (bounded), then decide
   let thread: ThreadEntry[] | undefined;
   for (let attempt = 0; Date.now() < deadline; attempt++) {
@@ -208,9 +216,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
     if (!ok) log("could not post the finished-signal in time");
   }
   harnessWriter?.stop();
-  if (code !== null) return code;
-  const signum = signal ? (osConstants.signals as Record<string, number>)[signal] ?? 1 : 1;
-  return 128 + signum;
+  return exitCode();
 }
 
 const isMain = (() => {

@@ -7,9 +7,11 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } fro
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startSandboxHost } from "../../sandbox-host/server.mjs";
-import { freePort, startWorker } from "../../scripts/lib/wrangler-dev.mjs";
+import { ROOT, freePort, startWorker } from "../../scripts/lib/wrangler-dev.mjs";
 import { startModelServer, type ModelServer } from "../support/model-server";
 import { startPausableProxy } from "../support/pausable-proxy";
+import { createDaytonaProvider } from "../../src/sandbox/daytona-provider";
+import { run } from "../../src/sandbox/run";
 
 const SANDBOX_KEY = "e2e-sandbox-key";
 let host: Awaited<ReturnType<typeof startSandboxHost>>;
@@ -336,5 +338,45 @@ describe("delegate a task to pi in a box", () => {
     const launches = es.filter((e) => e.payload.type === "signal.run.launched").map((e) => [e.payload.boxReused, e.payload.session]);
     expect(launches).toEqual([[false, "new"], [true, "continued"]]);
     expect(new Set(es.map((e) => e.id)).size).toBe(es.length);
+  });
+});
+
+describe("run(): the synchronous host driver", () => {
+  it("provisions, drives pi, reads the thread back and posts the finished-signal from the host", async () => {
+    const provider = createDaytonaProvider({ apiUrl: host.apiUrl, apiKey: SANDBOX_KEY, target: "local" });
+    const bundles = Object.fromEntries(["dist/runner/runner.mjs", "dist/runner/mirror.mjs"].map((p) => [p, readFileSync(join(ROOT, p), "utf8")]));
+    const box = await provider.create({ labels: { house: "house-e2e" }, ephemeral: true });
+    const home = await provider.homeDir(box.ref);
+    const files = [
+      { path: ".threadbox/pi-agent/models.json", content: JSON.stringify({ providers: { local: { baseUrl: model.baseUrl, api: "openai-completions", apiKey: "k", models: [{ id: "scripted-model" }] } } }) },
+      { path: ".threadbox/pi-agent/settings.json", content: JSON.stringify({ retry: { enabled: false } }) },
+    ];
+    const env = { PI_CODING_AGENT_DIR: `${home}/.threadbox/pi-agent`, PI_OFFLINE: "1" };
+    const runOnce = async (task: string) => {
+      const t = (await api("/api/threads", { method: "POST", json: { title: task } })).body;
+      const streamToken = (await api(`/api/threads/${t.id}/tokens`, { method: "POST", json: { scope: "stream:write" } })).body.token;
+      const result = await run({
+        provider, streamUrl: `${worker.url}/api/stream`, streamToken, houseId: "house-e2e", threadId: t.id, task,
+        model: "local/scripted-model", boxRef: box.ref, env, files, bundles, timeoutSec: 120,
+      });
+      return { id: t.id as string, result };
+    };
+    try {
+      model.push({ text: "Synchronous answer." });
+      const ok = await runOnce("answer synchronously");
+      expect([ok.result.status, ok.result.finishedBy, ok.result.exitCode]).toEqual(["completed", "host", 0]);
+      expect((await api(`/api/threads/${ok.id}`)).body.status).toBe("completed");
+      const es = await entries(ok.id);
+      expect(es.some((e) => e.payload.type === "pi.assistant" && e.payload.text === "Synchronous answer.")).toBe(true);
+      expect(statuses(es)).toEqual(["running", "completed"]);
+
+      model.push({ error: 400, message: "no thanks" });
+      const bad = await runOnce("fail synchronously");
+      expect(bad.result.status).toBe("pi_failed");
+      expect(bad.result.finishedBy).toBe("already-on-thread"); // the mirror saw the error stop first
+      expect(statuses(await entries(bad.id))).toEqual(["running", "pi_failed"]);
+    } finally {
+      await provider.delete(box.ref);
+    }
   });
 });

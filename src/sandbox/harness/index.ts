@@ -75,6 +75,8 @@ export interface RunnerLaunchOptions {
   runawayMs?: number;
   /** extra env for the harness (model keys etc.; never logged by the runner) */
   env?: Record<string, string>;
+  /** the caller posts the finished-signal (the synchronous run() driver), not the runner */
+  noFinish?: boolean;
 }
 
 export interface RunnerLaunch {
@@ -102,6 +104,7 @@ export function runnerLaunch(o: RunnerLaunchOptions): RunnerLaunch {
   if (o.allowedTools) args.push("--tools", shq(o.allowedTools.join(",")));
   if (o.sessionFile) args.push("--session", o.sessionFile.startsWith("/") ? shq(o.sessionFile) : `"$HOME"/${shq(o.sessionFile)}`);
   if (o.cwd) args.push("--cwd", o.cwd.startsWith("/") ? shq(o.cwd) : `"$HOME"/${shq(o.cwd)}`);
+  if (o.noFinish) args.push("--no-finish");
   const uploads: RunnerLaunch["uploads"] = [
     { path: RUNNER_PATH, source: RUNNER_BUNDLE },
     { path: promptPath, content: o.prompt },
