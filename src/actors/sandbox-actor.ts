@@ -5,6 +5,7 @@ import type { DetachedHandle, SandboxProvider } from "../sandbox/provider";
 import { ProviderError } from "../sandbox/errors";
 import { providerFor } from "../sandbox/providers";
 import { foldProbe, type ProbeVerdict } from "../threads/liveness";
+import { settle, unwrapRpc } from "./rpc";
 import { deleteRetryDelayMs, shouldReap, type BoxState } from "./sandbox-decisions";
 
 export type RegisterBoxInput = {
@@ -54,21 +55,23 @@ export class SandboxActor extends DurableObject<Env> {
 
   // ---- RPC ----
 
-  async register(input: RegisterBoxInput): Promise<BoxView> {
-    if (!this.row()) {
-      const now = Date.now();
-      this.ctx.storage.sql.exec(
-        `insert into box (id, box_id, house_id, provider, provider_ref, ephemeral, state, labels, generation, created_at, updated_at)
-         values (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-        input.boxId, input.houseId, input.provider, input.providerRef, input.ephemeral ? 1 : 0, input.state ?? "live",
-        JSON.stringify(input.labels), crypto.randomUUID(), now, now,
-      );
-      await this.syncIndex();
-    }
-    return this.view(input.houseId);
+  async register(input: RegisterBoxInput) {
+    return settle(async () => {
+      if (!this.row()) {
+        const now = Date.now();
+        this.ctx.storage.sql.exec(
+          `insert into box (id, box_id, house_id, provider, provider_ref, ephemeral, state, labels, generation, created_at, updated_at)
+           values (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+          input.boxId, input.houseId, input.provider, input.providerRef, input.ephemeral ? 1 : 0, input.state ?? "live",
+          JSON.stringify(input.labels), crypto.randomUUID(), now, now,
+        );
+        await this.syncIndex();
+      }
+      return this.viewOf(input.houseId);
+    });
   }
 
-  view(houseId: string): BoxView {
+  private viewOf(houseId: string): BoxView {
     const r = this.requireRow(houseId);
     const threads = this.ctx.storage.sql.exec(`select thread_id from box_threads order by thread_id`).toArray().map((t) => t.thread_id as string);
     return {
@@ -88,84 +91,94 @@ export class SandboxActor extends DurableObject<Env> {
     };
   }
 
-  async attach(houseId: string, threadId: string, handle?: DetachedHandle): Promise<BoxView> {
-    const r = this.requireRow(houseId);
-    if (r.state !== "live" && r.state !== "provisioning") throw new ApiError("conflict", `box is ${r.state}`);
-    this.ctx.storage.sql.exec(
-      `insert into box_threads (thread_id, handle) values (?, ?) on conflict(thread_id) do update set handle = coalesce(excluded.handle, handle)`,
-      threadId, handle ? JSON.stringify(handle) : null,
-    );
-    // A box kept after a stop is busy again: cancel its pending idle reap.
-    this.ctx.storage.sql.exec(`update box set next_delete_at = null where id = 1 and delete_attempts = 0`);
-    await this.recomputeAlarm();
-    this.touch();
-    await this.syncIndex();
-    return this.view(houseId);
+  async attach(houseId: string, threadId: string, handle?: DetachedHandle) {
+    return settle(async () => {
+      const r = this.requireRow(houseId);
+      if (r.state !== "live" && r.state !== "provisioning") throw new ApiError("conflict", `box is ${r.state}`);
+      this.ctx.storage.sql.exec(
+        `insert into box_threads (thread_id, handle) values (?, ?) on conflict(thread_id) do update set handle = coalesce(excluded.handle, handle)`,
+        threadId, handle ? JSON.stringify(handle) : null,
+      );
+      // A box kept after a stop is busy again: cancel its pending idle reap.
+      this.ctx.storage.sql.exec(`update box set next_delete_at = null where id = 1 and delete_attempts = 0`);
+      await this.recomputeAlarm();
+      this.touch();
+      await this.syncIndex();
+      return this.viewOf(houseId);
+    });
   }
 
   /**
    * A run on this box ended. Idempotent: detaching twice deletes the box at most once. A stopped
    * run keeps its box for a grace period (to inspect it or resume on it); then idle reaping applies.
    */
-  async detach(houseId: string, threadId: string, opts: { keepBox?: boolean } = {}): Promise<BoxView> {
-    this.requireRow(houseId);
-    this.ctx.storage.sql.exec(`delete from box_threads where thread_id = ?`, threadId);
-    this.touch();
-    if (opts.keepBox) {
-      const r = this.row()!;
-      if (r.ephemeral === 1 && this.threadIds().length === 0 && r.next_delete_at === null) {
-        this.ctx.storage.sql.exec(`update box set next_delete_at = ? where id = 1`, Date.now() + intVar(this.env.STOPPED_BOX_GRACE_MS, 15 * 60_000));
-        await this.recomputeAlarm();
+  async detach(houseId: string, threadId: string, opts: { keepBox?: boolean } = {}) {
+    return settle(async () => {
+      this.requireRow(houseId);
+      this.ctx.storage.sql.exec(`delete from box_threads where thread_id = ?`, threadId);
+      this.touch();
+      if (opts.keepBox) {
+        const r = this.row()!;
+        if (r.ephemeral === 1 && this.threadIds().length === 0 && r.next_delete_at === null) {
+          this.ctx.storage.sql.exec(`update box set next_delete_at = ? where id = 1`, Date.now() + intVar(this.env.STOPPED_BOX_GRACE_MS, 15 * 60_000));
+          await this.recomputeAlarm();
+        }
+      } else {
+        await this.reapIfIdle();
       }
-    } else {
-      await this.reapIfIdle();
-    }
-    await this.syncIndex();
-    return this.view(houseId);
+      await this.syncIndex();
+      return this.viewOf(houseId);
+    });
   }
 
   /** Asks the provider; two `dead` answers in a row tombstone the box and orphan its threads. */
-  async probe(houseId: string): Promise<ProbeAnswer> {
-    const r = this.requireRow(houseId);
-    const state = r.state as BoxState;
-    if (state === "deleted" || state === "dead") return { verdict: "dead", confirmedDead: true, state };
-    let verdict: ProbeVerdict;
-    try {
-      verdict = await this.provider().probe(r.provider_ref as string);
-    } catch {
-      verdict = "unknown";
-    }
-    const { next, confirmedDead } = foldProbe(
-      { lastProbeAt: r.last_probe_at as number | null, deadStreak: r.dead_streak as number }, verdict, Date.now(),
-    );
-    this.ctx.storage.sql.exec(`update box set dead_streak = ?, last_probe_at = ? where id = 1`, next.deadStreak, next.lastProbeAt);
-    if (confirmedDead) await this.markDead(`provider reports the box gone (${r.provider_ref})`);
-    return { verdict, confirmedDead, state: this.row()!.state as BoxState };
+  async probe(houseId: string) {
+    return settle(async () => {
+      const r = this.requireRow(houseId);
+      const state = r.state as BoxState;
+      if (state === "deleted" || state === "dead") return { verdict: "dead", confirmedDead: true, state };
+      let verdict: ProbeVerdict;
+      try {
+        verdict = await this.provider().probe(r.provider_ref as string);
+      } catch {
+        verdict = "unknown";
+      }
+      const { next, confirmedDead } = foldProbe(
+        { lastProbeAt: r.last_probe_at as number | null, deadStreak: r.dead_streak as number }, verdict, Date.now(),
+      );
+      this.ctx.storage.sql.exec(`update box set dead_streak = ?, last_probe_at = ? where id = 1`, next.deadStreak, next.lastProbeAt);
+      if (confirmedDead) await this.markDead(`provider reports the box gone (${r.provider_ref})`);
+      return { verdict, confirmedDead, state: this.row()!.state as BoxState };
+    });
   }
 
   /** Ends a run from outside: the harness gets SIGTERM through its session when the provider can. */
-  async stopRun(houseId: string, threadId: string): Promise<{ signalled: boolean }> {
-    this.requireRow(houseId);
-    const t = this.ctx.storage.sql.exec(`select handle from box_threads where thread_id = ?`, threadId).toArray()[0];
-    if (!t?.handle) return { signalled: false };
-    try {
-      await this.provider().killDetached(JSON.parse(t.handle as string) as DetachedHandle);
-      return { signalled: true };
-    } catch {
-      return { signalled: false };
-    }
+  async stopRun(houseId: string, threadId: string) {
+    return settle(async () => {
+      this.requireRow(houseId);
+      const t = this.ctx.storage.sql.exec(`select handle from box_threads where thread_id = ?`, threadId).toArray()[0];
+      if (!t?.handle) return { signalled: false };
+      try {
+        await this.provider().killDetached(JSON.parse(t.handle as string) as DetachedHandle);
+        return { signalled: true };
+      } catch {
+        return { signalled: false };
+      }
+    });
   }
 
   /** Explicit delete. Refused while threads run on the box unless forced (which orphans them). */
-  async destroy(houseId: string, force: boolean): Promise<BoxView> {
-    this.requireRow(houseId);
-    const threads = this.threadIds();
-    if (threads.length > 0 && !force) throw new ApiError("conflict", `${threads.length} thread(s) are running on this box`);
-    for (const threadId of threads) await this.orphanThread(threadId, "box deleted by request");
-    this.ctx.storage.sql.exec(`delete from box_threads`);
-    await this.deleteNow();
-    await this.syncIndex();
-    return this.view(houseId);
+  async destroy(houseId: string, force: boolean) {
+    return settle(async () => {
+      this.requireRow(houseId);
+      const threads = this.threadIds();
+      if (threads.length > 0 && !force) throw new ApiError("conflict", `${threads.length} thread(s) are running on this box`);
+      for (const threadId of threads) await this.orphanThread(threadId, "box deleted by request");
+      this.ctx.storage.sql.exec(`delete from box_threads`);
+      await this.deleteNow();
+      await this.syncIndex();
+      return this.viewOf(houseId);
+    });
   }
 
   async alarm(): Promise<void> {
@@ -178,6 +191,10 @@ export class SandboxActor extends DurableObject<Env> {
     }
     await this.recomputeAlarm();
     await this.syncIndex();
+  }
+
+  async view(houseId: string) {
+    return settle(() => this.viewOf(houseId));
   }
 
   // ---- internals ----
@@ -225,7 +242,7 @@ export class SandboxActor extends DurableObject<Env> {
   private async orphanThread(threadId: string, reason: string): Promise<void> {
     const houseId = this.row()!.house_id as string;
     try {
-      await this.env.THREADS.get(this.env.THREADS.idFromName(`thread:${threadId}`)).boxDied(houseId, this.row()!.box_id as string, reason);
+      await unwrapRpc(this.env.THREADS.get(this.env.THREADS.idFromName(`thread:${threadId}`)).boxDied(houseId, this.row()!.box_id as string, reason));
     } catch (err) {
       // The thread's own silence alarm still settles it if this call is lost.
       console.warn("could not tell thread about dead box", threadId, err instanceof Error ? err.message : String(err));
@@ -263,7 +280,7 @@ export class SandboxActor extends DurableObject<Env> {
   private async syncIndex(): Promise<void> {
     const r = this.row();
     if (!r) return;
-    const v = this.view(r.house_id as string);
+    const v = this.viewOf(r.house_id as string);
     await this.env.HOUSES.get(this.env.HOUSES.idFromName(v.houseId)).upsertBox(v);
   }
 }

@@ -15,6 +15,7 @@ import type { Environment } from "../environments";
 import type { DetachedHandle } from "../sandbox/provider";
 import { ThreadRowStore, publicThread, type ParentRef, type ThreadRow } from "../threads/thread-row";
 import type { ThreadSummary } from "./house-actor";
+import { settle, unwrapRpc } from "./rpc";
 
 /** Sent by the worker (never by a client: actors are not reachable from outside). */
 export type ActorAuth = { houseId: string; subject: string; canWrite: boolean };
@@ -117,79 +118,89 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
 
   // ---- RPC used by the worker ----
 
-  async createThread(input: CreateThreadInput): Promise<ReturnType<typeof publicThread>> {
-    const existing = this.rows.get();
-    if (existing) throw new ApiError("conflict", "thread already exists");
-    const now = this.now();
-    const row: ThreadRow = {
-      id: input.id, houseId: input.houseId, parent: input.parent, environmentId: input.environmentId, title: input.title,
-      status: "idle", statusReason: null, statusDetail: null, boxId: null, lastLivenessAt: null, runStartedAt: null,
-      brainId: input.brainId, createdBy: input.createdBy, createdAt: now, updatedAt: now,
-    };
-    this.ctx.storage.transactionSync(() => {
-      this.rows.insert(row);
-      this.log.create(`thread-${input.id}`, { contentType: "application/json", ttlSeconds: null, expiresAt: null, closed: false }, []);
+  async createThread(input: CreateThreadInput) {
+    return settle(async () => {
+      const existing = this.rows.get();
+      if (existing) throw new ApiError("conflict", "thread already exists");
+      const now = this.now();
+      const row: ThreadRow = {
+        id: input.id, houseId: input.houseId, parent: input.parent, environmentId: input.environmentId, title: input.title,
+        status: "idle", statusReason: null, statusDetail: null, boxId: null, lastLivenessAt: null, runStartedAt: null,
+        brainId: input.brainId, createdBy: input.createdBy, createdAt: now, updatedAt: now,
+      };
+      this.ctx.storage.transactionSync(() => {
+        this.rows.insert(row);
+        this.log.create(`thread-${input.id}`, { contentType: "application/json", ttlSeconds: null, expiresAt: null, closed: false }, []);
+      });
+      await this.syncIndex();
+      return publicThread(this.rows.get()!);
     });
-    await this.syncIndex();
-    return publicThread(this.rows.get()!);
   }
 
   /**
    * Starts a run: the prompt goes on the thread first (it is canonical there), then the claim
    * idle -> running, then the launch is queued for the alarm so the caller returns at once.
    */
-  async startRun(houseId: string, spec: Omit<LaunchSpec, "runId"> & { authorId: string; resume: boolean }): Promise<{ runId: string }> {
-    const row = this.requireThread(houseId);
-    if (row.status === "running") throw new ApiError("conflict", "thread is already running");
-    if (spec.resume && row.status === "idle") throw new ApiError("conflict", "thread has no finished run to resume");
-    const runId = crypto.randomUUID();
-    const enc = new TextEncoder();
-    const now = this.now();
-    const prompt: Entry = { id: `prompt:${runId}`, ts: now, authorId: spec.authorId, payload: { type: "chat", text: spec.task, origin: spec.resume ? "resume" : "task", runId } };
-    const claim: Entry = { id: `claim:${runId}`, ts: now, authorId: "threadbox", payload: { type: "signal.thread.status_changed", status: "running", reason: "launching", runId, harness: spec.harness } };
-    this.appendEntriesInternal([prompt, claim].map((e) => ({ data: enc.encode(JSON.stringify(e)), entryId: e.id })));
-    const { authorId: _author, ...launch } = spec;
-    this.outbox.enqueue(`launch:${runId}`, "launch", { ...launch, runId }, now);
-    await this.afterHandler();
-    return { runId };
+  async startRun(houseId: string, spec: Omit<LaunchSpec, "runId"> & { authorId: string; resume: boolean }) {
+    return settle(async () => {
+      const row = this.requireThread(houseId);
+      if (row.status === "running") throw new ApiError("conflict", "thread is already running");
+      if (spec.resume && row.status === "idle") throw new ApiError("conflict", "thread has no finished run to resume");
+      const runId = crypto.randomUUID();
+      const enc = new TextEncoder();
+      const now = this.now();
+      const prompt: Entry = { id: `prompt:${runId}`, ts: now, authorId: spec.authorId, payload: { type: "chat", text: spec.task, origin: spec.resume ? "resume" : "task", runId } };
+      const claim: Entry = { id: `claim:${runId}`, ts: now, authorId: "threadbox", payload: { type: "signal.thread.status_changed", status: "running", reason: "launching", runId, harness: spec.harness } };
+      this.appendEntriesInternal([prompt, claim].map((e) => ({ data: enc.encode(JSON.stringify(e)), entryId: e.id })));
+      const { authorId: _author, ...launch } = spec;
+      this.outbox.enqueue(`launch:${runId}`, "launch", { ...launch, runId }, now);
+      await this.afterHandler();
+      return { runId };
+    });
   }
 
   /** Ends a running run from outside: status failed with reason `stopped`; the harness gets SIGTERM. */
-  async stopRun(houseId: string, subject: string): Promise<ReturnType<typeof publicThread>> {
-    const row = this.requireThread(houseId);
-    if (row.status !== "running") throw new ApiError("conflict", `thread is ${row.status}, not running`);
-    const runKey = row.runStartedAt ?? 0;
-    if (row.boxId) this.outbox.enqueue(`stop:${runKey}`, "stop_harness", { boxId: row.boxId }, this.now());
-    this.appendSystemSignal(`stop:${runKey}`, "stopped", `stopped by ${subject}`);
-    await this.afterHandler();
-    return publicThread(this.rows.get()!);
+  async stopRun(houseId: string, subject: string) {
+    return settle(async () => {
+      const row = this.requireThread(houseId);
+      if (row.status !== "running") throw new ApiError("conflict", `thread is ${row.status}, not running`);
+      const runKey = row.runStartedAt ?? 0;
+      if (row.boxId) this.outbox.enqueue(`stop:${runKey}`, "stop_harness", { boxId: row.boxId }, this.now());
+      this.appendSystemSignal(`stop:${runKey}`, "stopped", `stopped by ${subject}`);
+      await this.afterHandler();
+      return publicThread(this.rows.get()!);
+    });
   }
 
   /** Called by the SandboxActor once it has confirmed this thread's box dead. */
-  async boxDied(houseId: string, boxId: string, reason: string): Promise<void> {
-    const row = this.requireThread(houseId);
-    if (row.status !== "running" || row.boxId !== boxId) return;
-    this.appendSystemSignal(`orphan:${row.runStartedAt ?? 0}`, "pi_session_orphaned", `box ${boxId} is dead: ${reason}`);
-    await this.afterHandler();
+  async boxDied(houseId: string, boxId: string, reason: string) {
+    return settle(async () => {
+      const row = this.requireThread(houseId);
+      if (row.status !== "running" || row.boxId !== boxId) return;
+      this.appendSystemSignal(`orphan:${row.runStartedAt ?? 0}`, "pi_session_orphaned", `box ${boxId} is dead: ${reason}`);
+      await this.afterHandler();
+    });
   }
 
   /** A delegated child finished: exactly one child_finished + one brain chat, deduped by entry id. */
-  async childFinished(houseId: string, n: { childId: string; runKey: number; status: string; reason: string | null; resultText: string; brainId: string | null }): Promise<void> {
-    this.requireThread(houseId);
-    this.streamName = this.streamName || `thread-${this.rows.get()!.id}`;
-    const enc = new TextEncoder();
-    const now = this.now();
-    const signal: Entry = {
-      id: `child_finished:${n.childId}:${n.runKey}`, ts: now, authorId: "threadbox",
-      payload: { type: "signal.thread.child_finished", childThreadId: n.childId, status: n.status, reason: n.reason ?? undefined },
-    };
-    const chatEntry: Entry = {
-      id: `child_result:${n.childId}:${n.runKey}`, ts: now, authorId: n.brainId ?? "threadbox",
-      // Written by the control plane on the brain's behalf; it must never wake bots again.
-      payload: { type: "chat", text: n.resultText, origin: "child_finished", childThreadId: n.childId, dispatch: false },
-    };
-    this.appendEntriesInternal([signal, chatEntry].map((e) => ({ data: enc.encode(JSON.stringify(e)), entryId: e.id })));
-    await this.afterHandler();
+  async childFinished(houseId: string, n: { childId: string; runKey: number; status: string; reason: string | null; resultText: string; brainId: string | null }) {
+    return settle(async () => {
+      this.requireThread(houseId);
+      this.streamName = this.streamName || `thread-${this.rows.get()!.id}`;
+      const enc = new TextEncoder();
+      const now = this.now();
+      const signal: Entry = {
+        id: `child_finished:${n.childId}:${n.runKey}`, ts: now, authorId: "threadbox",
+        payload: { type: "signal.thread.child_finished", childThreadId: n.childId, status: n.status, reason: n.reason ?? undefined },
+      };
+      const chatEntry: Entry = {
+        id: `child_result:${n.childId}:${n.runKey}`, ts: now, authorId: n.brainId ?? "threadbox",
+        // Written by the control plane on the brain's behalf; it must never wake bots again.
+        payload: { type: "chat", text: n.resultText, origin: "child_finished", childThreadId: n.childId, dispatch: false },
+      };
+      this.appendEntriesInternal([signal, chatEntry].map((e) => ({ data: enc.encode(JSON.stringify(e)), entryId: e.id })));
+      await this.afterHandler();
+    });
   }
 
   /** The single alarm: liveness checks while running, and retries of owed side effects. */
@@ -203,7 +214,7 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
     } else if (decision.kind === "probe" && row.boxId && !this.outbox.pending().some((i) => i.kind === "launch")) {
       let answer: { verdict: string; confirmedDead: boolean };
       try {
-        answer = await this.env.SANDBOXES.get(this.env.SANDBOXES.idFromName(row.boxId)).probe(row.houseId);
+        answer = await unwrapRpc(this.env.SANDBOXES.get(this.env.SANDBOXES.idFromName(row.boxId)).probe(row.houseId));
       } catch {
         answer = { verdict: "unknown", confirmedDead: false };
       }
@@ -222,33 +233,39 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
     await this.afterHandler();
   }
 
-  getThread(houseId: string): ReturnType<typeof publicThread> {
-    return publicThread(this.requireThread(houseId));
+  async getThread(houseId: string) {
+    return settle(async () => {
+      return publicThread(this.requireThread(houseId));
+    });
   }
 
   async appendEntries(houseId: string, raw: unknown, defaultAuthor: string | undefined) {
-    this.requireThread(houseId);
-    this.streamName = this.streamName || `thread-${this.rows.get()!.id}`;
-    const prepared = prepareEntries(raw, defaultAuthor, this.now());
-    if (prepared.heartbeats > 0) this.recordLiveness();
-    if (prepared.messages.length === 0) return { entries: [], nextOffset: this.log.formatTail() };
-    const outcome = this.appendEntriesInternal(prepared.messages);
-    await this.afterHandler();
-    return {
-      entries: outcome.appended.map((a) => ({ id: a.entryId, offset: formatOffset(a.seq), duplicate: a.duplicate })),
-      nextOffset: formatOffset(outcome.tailSeq),
-    };
+    return settle(async () => {
+      this.requireThread(houseId);
+      this.streamName = this.streamName || `thread-${this.rows.get()!.id}`;
+      const prepared = prepareEntries(raw, defaultAuthor, this.now());
+      if (prepared.heartbeats > 0) this.recordLiveness();
+      if (prepared.messages.length === 0) return { entries: [], nextOffset: this.log.formatTail() };
+      const outcome = this.appendEntriesInternal(prepared.messages);
+      await this.afterHandler();
+      return {
+        entries: outcome.appended.map((a) => ({ id: a.entryId, offset: formatOffset(a.seq), duplicate: a.duplicate })),
+        nextOffset: formatOffset(outcome.tailSeq),
+      };
+    });
   }
 
-  readEntries(houseId: string, offset: string | null, limit: number): { entries: EntryWithOffset[]; nextOffset: string; upToDate: boolean } {
-    this.requireThread(houseId);
-    const parsed = parseOffset(offset);
-    const tail = this.log.tailSeq();
-    const from = parsed.kind === "now" ? tail : parsed.seq;
-    const page = this.log.read(from, MAX_READ_BYTES, limit);
-    const entries = page.messages.map(toEntryWithOffset);
-    const last = entries.length > 0 ? page.messages[page.messages.length - 1].seq : Math.min(from, tail);
-    return { entries, nextOffset: formatOffset(last), upToDate: last >= tail };
+  async readEntries(houseId: string, offset: string | null, limit: number) {
+    return settle(async () => {
+      this.requireThread(houseId);
+      const parsed = parseOffset(offset);
+      const tail = this.log.tailSeq();
+      const from = parsed.kind === "now" ? tail : parsed.seq;
+      const page = this.log.read(from, MAX_READ_BYTES, limit);
+      const entries = page.messages.map(toEntryWithOffset);
+      const last = entries.length > 0 ? page.messages[page.messages.length - 1].seq : Math.min(from, tail);
+      return { entries, nextOffset: formatOffset(last), upToDate: last >= tail };
+    });
   }
 
   // ---- WebSocket subscriptions (hibernatable) ----
@@ -430,22 +447,22 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
     const box = (id: unknown) => this.env.SANDBOXES.get(this.env.SANDBOXES.idFromName(String(id)));
     switch (item.kind) {
       case "attach":
-        await box(p.boxId).attach(row.houseId, row.id);
+        await unwrapRpc(box(p.boxId).attach(row.houseId, row.id));
         return;
       case "detach":
-        await box(p.boxId).detach(row.houseId, row.id, { keepBox: p.keepBox === true });
+        await unwrapRpc(box(p.boxId).detach(row.houseId, row.id, { keepBox: p.keepBox === true }));
         return;
       case "stop_harness":
-        await box(p.boxId).stopRun(row.houseId, row.id);
+        await unwrapRpc(box(p.boxId).stopRun(row.houseId, row.id));
         return;
       case "launch":
         await this.launch(item.payload as unknown as LaunchSpec);
         return;
       case "notify_parent":
-        await this.env.THREADS.get(this.env.THREADS.idFromName(`thread:${String(p.parentId)}`)).childFinished(row.houseId, {
+        await unwrapRpc(this.env.THREADS.get(this.env.THREADS.idFromName(`thread:${String(p.parentId)}`)).childFinished(row.houseId, {
           childId: row.id, runKey: Number(p.runKey), status: String(p.status), reason: (p.reason as string | null) ?? null,
           resultText: String(p.resultText), brainId: (p.brainId as string | null) ?? null,
-        });
+        }));
         return;
       default:
         console.warn("unknown outbox item dropped", item.kind);
@@ -465,15 +482,15 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
       entries: () => this.log.read(0, Number.MAX_SAFE_INTEGER, 1_000_000).messages.map(toEntryWithOffset),
       registerBox: async (info) => {
         const boxId = `box_${crypto.randomUUID().replace(/-/g, "").slice(0, 24)}`;
-        await sandboxes.get(sandboxes.idFromName(boxId)).register({ boxId, houseId: row.houseId, ephemeral: true, ...info });
+        await unwrapRpc(sandboxes.get(sandboxes.idFromName(boxId)).register({ boxId, houseId: row.houseId, ephemeral: true, ...info }));
         return boxId;
       },
       boxIsLive: async (boxId) => {
         const stub = sandboxes.get(sandboxes.idFromName(boxId));
         try {
-          const view = await stub.view(row.houseId);
+          const view = await unwrapRpc(stub.view(row.houseId));
           if (view.state !== "live") return null;
-          const answer = await stub.probe(row.houseId);
+          const answer = await unwrapRpc(stub.probe(row.houseId));
           return answer.verdict === "live" ? { providerRef: view.providerRef } : null;
         } catch {
           return null;
@@ -485,7 +502,7 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
         await this.drainOutbox();
       },
       rememberHandle: async (boxId, handle) => {
-        await sandboxes.get(sandboxes.idFromName(boxId)).attach(row.houseId, row.id, handle as DetachedHandle);
+        await unwrapRpc(sandboxes.get(sandboxes.idFromName(boxId)).attach(row.houseId, row.id, handle as DetachedHandle));
       },
       launched: async (info) => {
         const entry: Entry = { id: `launched:${spec.runId}`, ts: this.now(), authorId: "threadbox", payload: { type: "signal.run.launched", runId: spec.runId, harness: spec.harness, ...info } };

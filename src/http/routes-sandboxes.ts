@@ -8,7 +8,7 @@ import { providerFor } from "../sandbox/providers";
 import { ProviderError } from "../sandbox/errors";
 import { houseStub, newId, sandboxStub } from "./actors";
 import { readBody } from "./body";
-import { unwrapRpc } from "./rpc";
+import { unwrapRpc } from "../actors/rpc";
 
 const listSchema = z.object({
   state: z.enum(["provisioning", "live", "dead", "deleted"]).optional(),

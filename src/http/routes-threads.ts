@@ -7,7 +7,7 @@ import { idSchema, mintStreamToken, STREAM_SCOPES } from "../auth/tokens";
 import { readBody, readJson } from "./body";
 import { houseStub, newId, threadStub } from "./actors";
 import { AUTH_HEADER, TARGET_HEADER, type ActorAuth, type StreamTarget } from "../actors/thread-actor";
-import { unwrapRpc } from "./rpc";
+import { unwrapRpc } from "../actors/rpc";
 import type { EntryWithOffset } from "../entries/schema";
 
 type EntriesPage = { entries: EntryWithOffset[]; nextOffset: string; upToDate: boolean };
