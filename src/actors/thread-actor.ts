@@ -52,6 +52,7 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
   clockSkewMs = 0;
   allowCreate = true;
   allowDelete = true;
+  allowClose = true;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -61,6 +62,9 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
     ctx.storage.sql.exec(`create table if not exists probe_state (id integer primary key check (id = 1), last_probe_at integer, dead_streak integer not null default 0)`);
     ctx.storage.sql.exec(`create table if not exists deadlines (name text primary key, at integer not null)`);
     this.longPollTimeoutMs = intVar(env.LONG_POLL_TIMEOUT_MS, 20_000);
+    // What the house index last saw; a woken actor must not re-sync the index on its first request.
+    const row = this.rows.get();
+    if (row) this.statusBefore = `${row.status}|${row.statusReason}|${row.boxId}`;
     this.liveness = {
       orphanSilenceMs: intVar(env.ORPHAN_SILENCE_MS, 300_000),
       probeIntervalMs: intVar(env.PROBE_INTERVAL_MS, 60_000),
@@ -85,11 +89,13 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
         this.streamName = `thread-${target.threadId}`;
         this.allowCreate = false;
         this.allowDelete = false;
+        this.allowClose = false;
         if (url.pathname.endsWith("/subscribe")) return this.subscribe(request);
       } else {
         this.streamName = target.name;
         this.allowCreate = true;
         this.allowDelete = true;
+        this.allowClose = true;
       }
       const response = await handleStreamHttp(request, this, { canWrite: auth.canWrite, subject: auth.subject });
       if (target.kind === "thread") await this.afterHandler();
@@ -346,10 +352,8 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
   private appendEntriesInternal(messages: NewMessage[]) {
     const outcome = this.log.append({ messages });
     if (outcome.kind !== "appended") throw new ApiError("stream_closed", "thread log is closed");
-    const fresh = outcome.appended.filter((a) => !a.duplicate);
-    if (fresh.length > 0) {
-      const first = Math.min(...fresh.map((a) => a.seq));
-      this.afterAppend(this.log.read(first - 1, Number.MAX_SAFE_INTEGER, fresh.length).messages);
+    if (outcome.fresh.length > 0) {
+      this.afterAppend(outcome.fresh);
       this.hub.notify();
     }
     return outcome;

@@ -31,6 +31,22 @@ function keyFrom(secret: string | undefined): Uint8Array {
   return new TextEncoder().encode(secret);
 }
 
+// Importing the HMAC key and re-verifying the same token on every request was most of the cost
+// of a small append; both are cached per isolate. A cached token still expires on time.
+const keyCache = new Map<string, Promise<CryptoKey>>();
+const verifiedCache = new Map<string, { claims: TokenClaims; expMs: number }>();
+const VERIFIED_CACHE_MAX = 2048;
+
+function cryptoKey(secret: string | undefined): Promise<CryptoKey> {
+  const raw = keyFrom(secret);
+  let key = keyCache.get(secret!);
+  if (!key) {
+    key = crypto.subtle.importKey("raw", raw, { name: "HMAC", hash: "SHA-256" }, false, ["sign", "verify"]);
+    keyCache.set(secret!, key);
+  }
+  return key;
+}
+
 export type MintedToken = { token: string; expiresAt: string };
 
 async function sign(claims: Record<string, unknown>, subject: string, ttlSeconds: number, secret: string | undefined, nowMs = Date.now()): Promise<MintedToken> {
@@ -42,7 +58,7 @@ async function sign(claims: Record<string, unknown>, subject: string, ttlSeconds
     .setSubject(subject)
     .setIssuedAt(iat)
     .setExpirationTime(exp)
-    .sign(keyFrom(secret));
+    .sign(await cryptoKey(secret));
   return { token, expiresAt: new Date(exp * 1000).toISOString() };
 }
 
@@ -70,7 +86,13 @@ export function mintStreamToken(
 }
 
 export async function verifyToken(secret: string | undefined, token: string): Promise<TokenClaims> {
-  const key = keyFrom(secret);
+  const key = await cryptoKey(secret);
+  const cacheKey = `${secret}\u0000${token}`;
+  const hit = verifiedCache.get(cacheKey);
+  if (hit) {
+    if (Date.now() < hit.expMs) return hit.claims;
+    verifiedCache.delete(cacheKey);
+  }
   let payload: Record<string, unknown>;
   try {
     ({ payload } = await jwtVerify(token, key, { issuer: ISSUER, algorithms: ["HS256"] }));
@@ -81,7 +103,12 @@ export async function verifyToken(secret: string | undefined, token: string): Pr
   const parsed = claimsSchema.safeParse(payload);
   if (!parsed.success) throw new ApiError("unauthorized", "invalid token claims");
   const c = parsed.data;
-  return c.kind === "house"
+  const claims: TokenClaims = c.kind === "house"
     ? { kind: "house", houseId: c.house, subject: c.sub, role: c.role }
     : { kind: "stream", houseId: c.house, threadId: c.thread, subject: c.sub, scope: c.scope };
+  if (typeof payload.exp === "number") {
+    if (verifiedCache.size >= VERIFIED_CACHE_MAX) verifiedCache.delete(verifiedCache.keys().next().value!);
+    verifiedCache.set(cacheKey, { claims, expMs: payload.exp * 1000 });
+  }
+  return claims;
 }

@@ -32,8 +32,10 @@ export type AppendRequest = {
   close?: boolean;
 };
 
+export type AppendedRef = { seq: number; entryId: string | null; duplicate: boolean };
+
 export type AppendOutcome =
-  | { kind: "appended"; tailSeq: number; appended: { seq: number; entryId: string | null; duplicate: boolean }[]; closed: boolean }
+  | { kind: "appended"; tailSeq: number; appended: AppendedRef[]; fresh: StoredMessage[]; closed: boolean }
   | { kind: "duplicate"; tailSeq: number; lastSeq: number; closed: boolean }
   | { kind: "closed"; tailSeq: number };
 
@@ -105,14 +107,15 @@ export class StreamLog {
          values (1, ?, ?, ?, ?, ?, ?, 0, 0)`,
         name, opts.contentType, opts.ttlSeconds, opts.expiresAt, nowMs, nowMs,
       );
-      this.insertMessages(initial, 0, nowMs);
-      if (opts.closed) this.sql.exec(`update stream_meta set closed = 1 where id = 1`);
+      const { tail } = this.insertMessages(initial, 0, nowMs);
+      this.sql.exec(`update stream_meta set tail_seq = ?, closed = ? where id = 1`, tail, opts.closed ? 1 : 0);
     });
     return { created: true, meta: this.meta(nowMs)! };
   }
 
-  append(req: AppendRequest, nowMs = Date.now()): AppendOutcome {
-    const meta = this.meta(nowMs);
+  /** Appends atomically. `known` is the metadata the caller already read in this turn. */
+  append(req: AppendRequest, nowMs = Date.now(), known?: StreamMeta | null): AppendOutcome {
+    const meta = known ?? this.meta(nowMs);
     if (!meta) throw new ApiError("not_found", "stream not found");
     if (meta.closed) {
       const by = meta.closedBy;
@@ -129,19 +132,20 @@ export class StreamLog {
     if (req.streamSeq !== undefined && meta.lastStreamSeq !== null && req.streamSeq <= meta.lastStreamSeq) {
       throw new ApiError("sequence_conflict", `Stream-Seq ${req.streamSeq} is not above ${meta.lastStreamSeq}`);
     }
-    let appended: { seq: number; entryId: string | null; duplicate: boolean }[] = [];
+    let result: { appended: AppendedRef[]; fresh: StoredMessage[]; tail: number } = { appended: [], fresh: [], tail: meta.tailSeq };
     this.storage.transactionSync(() => {
-      appended = this.insertMessages(req.messages, meta.tailSeq, nowMs);
+      result = this.insertMessages(req.messages, meta.tailSeq, nowMs);
       if (req.producer) this.commitProducer(req.producer, nowMs);
-      const tail = appended.reduce((t, a) => (a.duplicate ? t : Math.max(t, a.seq)), meta.tailSeq);
-      this.sql.exec(
-        `update stream_meta set tail_seq = ?, last_access_at = ?, last_stream_seq = coalesce(?, last_stream_seq),
-           closed = ?, closed_by = ? where id = 1`,
-        tail, nowMs, req.streamSeq ?? null, req.close ? 1 : 0,
-        req.close && req.producer ? JSON.stringify(req.producer) : null,
-      );
+      // One metadata write per append, touching only what changed.
+      const sets: string[] = [];
+      const args: unknown[] = [];
+      if (result.tail !== meta.tailSeq) { sets.push("tail_seq = ?"); args.push(result.tail); }
+      if (meta.ttlSeconds !== null) { sets.push("last_access_at = ?"); args.push(nowMs); }
+      if (req.streamSeq !== undefined) { sets.push("last_stream_seq = ?"); args.push(req.streamSeq); }
+      if (req.close) { sets.push("closed = 1", "closed_by = ?"); args.push(req.producer ? JSON.stringify(req.producer) : null); }
+      if (sets.length > 0) this.sql.exec(`update stream_meta set ${sets.join(", ")} where id = 1`, ...args);
     });
-    return { kind: "appended", tailSeq: this.tailSeq(), appended, closed: !!req.close };
+    return { kind: "appended", tailSeq: result.tail, appended: result.appended, fresh: result.fresh, closed: !!req.close };
   }
 
   /** Close without data. With a producer the close takes part in producer sequencing. */
@@ -164,7 +168,7 @@ export class StreamLog {
       if (producer) this.commitProducer(producer, nowMs);
       this.sql.exec(`update stream_meta set closed = 1, closed_by = ? where id = 1`, producer ? JSON.stringify(producer) : null);
     });
-    return { kind: "appended", tailSeq: meta.tailSeq, appended: [], closed: true };
+    return { kind: "appended", tailSeq: meta.tailSeq, appended: [], fresh: [], closed: true };
   }
 
   /** Messages after `afterSeq`, at most about `maxBytes` (always at least one message). */
@@ -218,27 +222,38 @@ export class StreamLog {
   }
 
   private insertMessages(messages: NewMessage[], tailSeq: number, nowMs: number) {
-    const out: { seq: number; entryId: string | null; duplicate: boolean }[] = [];
+    const appended: AppendedRef[] = [];
+    const fresh: StoredMessage[] = [];
     let seq = tailSeq;
     for (const m of messages) {
       const entryId = m.entryId ?? null;
-      if (entryId !== null) {
-        const existing = this.sql.exec(`select seq from messages where entry_id = ?`, entryId).toArray()[0];
-        if (existing) {
-          out.push({ seq: existing.seq as number, entryId, duplicate: true });
+      if (entryId === null) {
+        seq += 1;
+        this.sql.exec(`insert into messages (seq, data, entry_id, ts) values (?, ?, null, ?)`, seq, m.data, nowMs);
+      } else {
+        // The unique index on entry_id is the dedup: an ignored insert means the entry is already there.
+        const written = this.sql.exec(`insert or ignore into messages (seq, data, entry_id, ts) values (?, ?, ?, ?)`, seq + 1, m.data, entryId, nowMs).rowsWritten;
+        if (written === 0) {
+          const existing = this.sql.exec(`select seq from messages where entry_id = ?`, entryId).one();
+          appended.push({ seq: existing.seq as number, entryId, duplicate: true });
           continue;
         }
+        seq += 1;
       }
-      seq += 1;
-      this.sql.exec(`insert into messages (seq, data, entry_id, ts) values (?, ?, ?, ?)`, seq, m.data, entryId, nowMs);
-      out.push({ seq, entryId, duplicate: false });
+      appended.push({ seq, entryId, duplicate: false });
+      fresh.push({ seq, data: m.data, entryId });
     }
-    if (seq !== tailSeq) this.sql.exec(`update stream_meta set tail_seq = ? where id = 1`, seq);
-    return out;
+    return { appended, fresh, tail: seq };
   }
 
+  private lastProducerSweepMs = 0;
+
   private checkProducer(p: ProducerTuple, nowMs: number): { kind: "accept" } | { kind: "duplicate"; lastSeq: number } {
-    this.sql.exec(`delete from producers where updated_at < ?`, nowMs - PRODUCER_STATE_TTL_MS);
+    // Expired producer state is swept at most hourly, not on every append.
+    if (nowMs - this.lastProducerSweepMs > 3_600_000) {
+      this.sql.exec(`delete from producers where updated_at < ?`, nowMs - PRODUCER_STATE_TTL_MS);
+      this.lastProducerSweepMs = nowMs;
+    }
     const state = this.sql.exec(`select epoch, last_seq from producers where id = ?`, p.id).toArray()[0];
     if (!state) {
       if (p.seq !== 0) throw producerGap(0, p.seq);

@@ -19,6 +19,8 @@ export interface StreamHost {
   /** Whether this stream may be created / deleted through the protocol. */
   allowCreate: boolean;
   allowDelete: boolean;
+  /** A thread's log must stay open: the control plane still has to write its finished-signal. */
+  allowClose: boolean;
   onDelete?(): void;
 }
 
@@ -94,17 +96,18 @@ function producerFrom(request: Request): ProducerTuple | undefined {
 }
 
 function formatBody(meta: StreamMeta, messages: StoredMessage[]): Uint8Array {
-  if (isJsonContentType(meta.contentType)) {
-    const dec = new TextDecoder();
-    return new TextEncoder().encode(`[${messages.map((m) => dec.decode(m.data)).join(",")}]`);
-  }
-  const total = messages.reduce((n, m) => n + m.data.byteLength, 0);
-  const out = new Uint8Array(total);
+  // JSON messages are stored as their serialized bytes: a page is `[` + joined by `,` + `]`.
+  const json = isJsonContentType(meta.contentType);
+  const payload = messages.reduce((n, m) => n + m.data.byteLength, 0);
+  const out = new Uint8Array(json ? payload + Math.max(0, messages.length - 1) + 2 : payload);
   let at = 0;
-  for (const m of messages) {
+  if (json) out[at++] = 0x5b;
+  messages.forEach((m, i) => {
+    if (json && i > 0) out[at++] = 0x2c;
     out.set(m.data, at);
     at += m.data.byteLength;
-  }
+  });
+  if (json) out[at++] = 0x5d;
   return out;
 }
 
@@ -140,6 +143,7 @@ async function handleCreate(request: Request, host: StreamHost): Promise<Respons
   if (ttl !== null && !TTL_PATTERN.test(ttl)) throw new ApiError("bad_request", "invalid Stream-TTL");
   if (expiresAt !== null && Number.isNaN(Date.parse(expiresAt))) throw new ApiError("bad_request", "invalid Stream-Expires-At");
   const closed = request.headers.get(H.closed) === "true";
+  if (closed && !host.allowClose) throw new ApiError("forbidden", "this stream cannot be closed");
   const body = await readBody(request, MAX_APPEND_BYTES);
   const existing = host.log.meta();
   if (!existing && !host.allowCreate) throw new ApiError("not_found", "stream not found");
@@ -151,7 +155,7 @@ async function handleCreate(request: Request, host: StreamHost): Promise<Respons
     contentType, ttlSeconds: ttl === null ? null : Number(ttl), expiresAt, closed,
   }, initial);
   if (created && initial.length > 0) {
-    host.afterAppend(host.log.read(0, Number.MAX_SAFE_INTEGER).messages, { kind: "appended", tailSeq: meta.tailSeq, appended: [], closed });
+    host.afterAppend(host.log.read(0, Number.MAX_SAFE_INTEGER).messages, { kind: "appended", tailSeq: meta.tailSeq, appended: [], fresh: [], closed });
   }
   if (created) host.hub.notify();
   return new Response(null, {
@@ -196,6 +200,7 @@ function handleDelete(host: StreamHost): Response {
 async function handleAppend(request: Request, host: StreamHost, auth: StreamRequestAuth): Promise<Response> {
   const producer = producerFrom(request);
   const close = request.headers.get(H.closed) === "true";
+  if (close && !host.allowClose) throw new ApiError("forbidden", "this stream cannot be closed");
   const streamSeq = request.headers.get(H.seq) ?? undefined;
   const body = await readBody(request, MAX_APPEND_BYTES);
   const meta = host.log.meta();
@@ -225,14 +230,14 @@ async function handleAppend(request: Request, host: StreamHost, auth: StreamRequ
       throw new ApiError("content_type_mismatch", `stream content type is ${meta.contentType}`);
     }
     if (meta.closed) {
-      outcome = host.log.append({ messages: [], producer, close }); // closed / duplicate-of-close verdict only
+      outcome = host.log.append({ messages: [], producer, close }, undefined, meta); // closed / duplicate-of-close verdict only
     } else {
       const messages = host.prepareAppend(body, meta);
       if (messages === null) {
         // Nothing durable to write (a heartbeat): acknowledge with the current tail.
         return new Response(null, { status: 204, headers: headers({ [H.offset]: formatOffset(meta.tailSeq) }) });
       }
-      outcome = host.log.append({ messages, producer, close, streamSeq });
+      outcome = host.log.append({ messages, producer, close, streamSeq }, undefined, meta);
     }
   }
   return appendResponse(host, outcome, producer);
@@ -254,13 +259,10 @@ function appendResponse(host: StreamHost, outcome: AppendOutcome, producer: Prod
       }),
     });
   }
-  const fresh = outcome.appended.filter((a) => !a.duplicate).map((a) => a.seq);
-  if (fresh.length > 0) {
-    const first = Math.min(...fresh);
-    host.afterAppend(host.log.read(first - 1, Number.MAX_SAFE_INTEGER, fresh.length).messages, outcome);
-  }
-  if (fresh.length > 0 || outcome.closed) host.hub.notify();
-  const last = outcome.appended.length > 0 ? Math.max(...outcome.appended.map((a) => a.seq)) : outcome.tailSeq;
+  if (outcome.fresh.length > 0) host.afterAppend(outcome.fresh, outcome);
+  if (outcome.fresh.length > 0 || outcome.closed) host.hub.notify();
+  let last = outcome.tailSeq;
+  if (outcome.appended.length > 0) last = outcome.appended.reduce((m, a) => Math.max(m, a.seq), 0);
   return new Response(null, {
     status: producer ? 200 : 204,
     headers: headers({

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { call, chat, createThread, houseToken, readAll, streamToken } from "./helpers";
+import { call, chat, createThread, houseToken, post, readAll, streamToken } from "./helpers";
 
 const producer = (id: string, epoch: number, seq: number) => ({ "Producer-Id": id, "Producer-Epoch": String(epoch), "Producer-Seq": String(seq) });
 
@@ -30,7 +30,13 @@ describe("Durable Streams on a thread", () => {
     expect(bad.status).toBe(400);
     const wrongType = await call(path, { method: "POST", token: st, body: "raw", headers: { "content-type": "text/plain" } });
     expect(wrongType.status).toBe(409);
+    // A thread's log cannot be closed or deleted through the protocol.
+    const close = await call(path, { method: "POST", token: st, headers: { "Stream-Closed": "true" } });
+    expect(close.status).toBe(403);
+    expect((await call(path, { method: "DELETE", token })).status).toBe(405);
+    expect((await call(path, { method: "PUT", token, headers: { "content-type": "application/json" } })).status).toBe(200);
     expect((await readAll(token, t.id)).entries).toHaveLength(3);
+    expect((await post(token, t.id, chat("still open"))).status).toBe(201);
   });
 
   it("an idempotent producer retry lands once; gaps and stale epochs are refused", async () => {
