@@ -8,7 +8,7 @@
  * Pure.
  */
 import { decideOutcome } from "./outcome";
-import { PI_PREFIX } from "./pi";
+import { npmInstall } from "./pi";
 import type { CodingAgent, HarnessCommand, HarnessParser, StartOptions, StopReason, ThreadEntry } from "./types";
 
 export const CLAUDE_CODE_PACKAGE = "@anthropic-ai/claude-code";
@@ -133,11 +133,7 @@ export function buildClaudeCodeCommand(opts: StartOptions): HarnessCommand {
 export const claudeCodeAgent: CodingAgent = {
   name: "claude-code",
   bin: "claude",
-  install: {
-    check: `PATH="${PI_PREFIX}/bin:$PATH" command -v claude >/dev/null 2>&1`,
-    command: `mkdir -p "${PI_PREFIX}" && npm install -g --prefix "${PI_PREFIX}" --no-audit --no-fund ${CLAUDE_CODE_PACKAGE}`,
-    binDir: `${PI_PREFIX}/bin`,
-  },
+  install: npmInstall(CLAUDE_CODE_PACKAGE, "command -v claude >/dev/null 2>&1"),
   mirrorsItself: false,
   buildCommand: buildClaudeCodeCommand,
   createParser: createClaudeCodeParser,

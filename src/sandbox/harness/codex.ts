@@ -8,7 +8,7 @@
  * the turn went on with a tool (`toolUse`) or ended (`stop`). Pure.
  */
 import { decideOutcome } from "./outcome";
-import { PI_PREFIX } from "./pi";
+import { npmInstall } from "./pi";
 import type { CodingAgent, HarnessCommand, HarnessParser, StartOptions, ThreadEntry } from "./types";
 
 export const CODEX_PACKAGE = "@openai/codex";
@@ -158,11 +158,7 @@ export function buildCodexCommand(opts: StartOptions): HarnessCommand {
 export const codexAgent: CodingAgent = {
   name: "codex",
   bin: "codex",
-  install: {
-    check: `PATH="${PI_PREFIX}/bin:$PATH" command -v codex >/dev/null 2>&1`,
-    command: `mkdir -p "${PI_PREFIX}" && npm install -g --prefix "${PI_PREFIX}" --no-audit --no-fund ${CODEX_PACKAGE}`,
-    binDir: `${PI_PREFIX}/bin`,
-  },
+  install: npmInstall(CODEX_PACKAGE, "command -v codex >/dev/null 2>&1"),
   mirrorsItself: false,
   buildCommand: buildCodexCommand,
   createParser: createCodexParser,

@@ -17,6 +17,15 @@ export const PI_VERSION = "0.87.1";
 /** npm prefix under HOME (the box user is not root) */
 export const PI_PREFIX = "$HOME/.threadbox/npm";
 
+/** How a harness published on npm gets into a box: a user-level prefix (boxes are not root). */
+export function npmInstall(pkg: string, check: string): { check: string; command: string; binDir: string } {
+  return {
+    check: `PATH="${PI_PREFIX}/bin:$PATH" ${check}`,
+    command: `mkdir -p "${PI_PREFIX}" && npm install -g --prefix "${PI_PREFIX}" --no-audit --no-fund ${pkg}`,
+    binDir: `${PI_PREFIX}/bin`,
+  };
+}
+
 const STOP_REASONS: StopReason[] = ["stop", "length", "toolUse", "error", "aborted"];
 
 function textOf(content: unknown): string {
@@ -170,11 +179,7 @@ export function buildPiCommand(opts: PiCommandOptions): HarnessCommand {
 export const piAgent: CodingAgent = {
   name: "pi",
   bin: "pi",
-  install: {
-    check: `PATH="${PI_PREFIX}/bin:$PATH" pi --version 2>/dev/null | grep -q '${PI_VERSION}'`,
-    command: `mkdir -p "${PI_PREFIX}" && npm install -g --prefix "${PI_PREFIX}" --no-audit --no-fund ${PI_PACKAGE}@${PI_VERSION}`,
-    binDir: `${PI_PREFIX}/bin`,
-  },
+  install: npmInstall(`${PI_PACKAGE}@${PI_VERSION}`, `pi --version 2>/dev/null | grep -q '${PI_VERSION}'`),
   mirrorsItself: true,
   buildCommand: (opts) => buildPiCommand(opts),
   createParser: createPiJsonParser,
