@@ -5,10 +5,13 @@ export function waitForHttp(url: string, timeoutMs?: number, isReady?: (r: Respo
 export interface StartedWorker {
   url: string;
   port: number;
+  pid: number;
   vars: Record<string, string>;
   persistTo: string;
   output(): string;
   mintHouseToken(houseId?: string, subject?: string, role?: string): Promise<string>;
   stop(): Promise<void>;
 }
-export function startWorker(opts?: { port?: number; vars?: Record<string, string>; persistTo?: string; quiet?: boolean; logLevel?: string }): Promise<StartedWorker>;
+export function startWorker(opts?: {
+  port?: number; vars?: Record<string, string>; persistTo?: string; quiet?: boolean; logLevel?: string; configPath?: string; readyPath?: string;
+}): Promise<StartedWorker>;

@@ -41,7 +41,8 @@ export async function waitForHttp(url, timeoutMs = 60_000, isReady = (r) => r.ok
 }
 
 /**
- * @param {{ port?: number, vars?: Record<string,string>, persistTo?: string, quiet?: boolean }} opts
+ * @param {{ port?: number, vars?: Record<string,string>, persistTo?: string, quiet?: boolean, logLevel?: string,
+ *           configPath?: string, readyPath?: string }} opts
  */
 export async function startWorker(opts = {}) {
   const port = opts.port ?? (await freePort());
@@ -56,6 +57,7 @@ export async function startWorker(opts = {}) {
     "dev", "--ip", "127.0.0.1", "--port", String(port), "--inspector-port", String(inspectorPort),
     "--persist-to", persistTo, "--show-interactive-dev-session=false", "--log-level", opts.logLevel ?? "warn",
   ];
+  if (opts.configPath) args.push("--config", opts.configPath);
   for (const [k, v] of Object.entries(vars)) args.push("--var", `${k}:${v}`);
   const child = spawn(process.execPath, [join(ROOT, "node_modules", "wrangler", "bin", "wrangler.js"), ...args], {
     cwd: ROOT,
@@ -64,13 +66,14 @@ export async function startWorker(opts = {}) {
     detached: true,
   });
   let output = "";
-  child.stdout?.on("data", (d) => { output += d; });
-  child.stderr?.on("data", (d) => { output += d; });
+  // Keep only the tail: a long benchmark must not hold every log line in memory.
+  child.stdout?.on("data", (d) => { output = (output + d).slice(-20_000); });
+  child.stderr?.on("data", (d) => { output = (output + d).slice(-20_000); });
   const url = `http://127.0.0.1:${port}`;
   const exited = new Promise((resolve) => child.on("exit", resolve));
   try {
     await Promise.race([
-      waitForHttp(`${url}/health`, 90_000),
+      waitForHttp(`${url}${opts.readyPath ?? "/health"}`, 120_000),
       exited.then((code) => { throw new Error(`wrangler dev exited early (${code}):\n${output}`); }),
     ]);
   } catch (err) {
@@ -80,6 +83,8 @@ export async function startWorker(opts = {}) {
   return {
     url,
     port,
+    /** The wrangler process group: benchmarks read CPU of the workerd tree below it. */
+    pid: child.pid,
     vars,
     persistTo,
     output: () => output,

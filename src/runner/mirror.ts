@@ -36,6 +36,9 @@ export default function threadboxMirror(pi: ExtensionAPI): void {
     return;
   }
   const cfg: BoxConfig = cfgOrMissing;
+  // pi hands its environment to every tool it runs: once read, the stream token leaves it, so
+  // neither the model nor a command it runs can see or reuse it.
+  delete process.env.THREADBOX_STREAM_TOKEN;
   const url = threadStreamUrl(cfg.streamUrl, cfg.threadId);
 
   let writer: StreamWriter | undefined;

@@ -71,4 +71,5 @@ export function isJsonContentType(ct: string | null | undefined): boolean {
 }
 
 export const MAX_APPEND_BYTES = 1024 * 1024;
-export const MAX_READ_BYTES = 1024 * 1024;
+/** One catch-up page: large enough that a late reader needs few round trips, small enough for memory. */
+export const MAX_READ_BYTES = 4 * 1024 * 1024;

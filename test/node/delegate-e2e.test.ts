@@ -140,7 +140,7 @@ afterAll(async () => {
 describe("delegate a task to pi in a box", () => {
   it("runs the real pi: tool call, tool result, answer, one completed signal, child_finished on the parent, box reaped", async () => {
     model.push(
-      { toolCalls: [{ name: "bash", arguments: { command: "echo hello-from-box > proof.txt && cat proof.txt" } }] },
+      { toolCalls: [{ name: "bash", arguments: { command: "echo hello-from-box > proof.txt && cat proof.txt && echo \"token=[$THREADBOX_STREAM_TOKEN]\"" } }] },
       { text: "I wrote proof.txt." },
     );
     const envId = await environment();
@@ -162,6 +162,7 @@ describe("delegate a task to pi in a box", () => {
     expect(JSON.stringify(call.payload)).toContain("proof.txt");
     const result = es.find((e) => e.payload.type === "pi.tool_result")!;
     expect(JSON.stringify(result.payload)).toContain("hello-from-box");
+    expect(JSON.stringify(result.payload)).toContain("token=[]"); // the stream token never reaches a tool
     const answers = es.filter((e) => e.payload.type === "pi.assistant" && e.payload.stopReason === "stop");
     expect(answers.at(-1)!.payload.text).toContain("I wrote proof.txt.");
     expect(kinds.indexOf("pi.tool_call")).toBeLessThan(kinds.indexOf("pi.tool_result"));
