@@ -98,7 +98,9 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
         this.allowClose = true;
       }
       const response = await handleStreamHttp(request, this, { canWrite: auth.canWrite, subject: auth.subject });
-      if (target.kind === "thread") await this.afterHandler();
+      // Heartbeats and ordinary entries only push the silence deadline later: an alarm already
+      // set fires early, finds nothing due and re-arms itself. Only state changes need settling.
+      if (target.kind === "thread" && this.settleNeeded) await this.afterHandler();
       return response;
     } catch (err) {
       return errorResponse(err);
@@ -119,7 +121,7 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
     this.recordLiveness();
     const entries = appended.map(toEntryWithOffset);
     this.applySignals(entries);
-    this.fanOut(entries);
+    this.fanOut(appended, entries);
   }
 
   // ---- RPC used by the worker ----
@@ -306,19 +308,33 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
     ws.serializeAttachment(state);
   }
 
-  private fanOut(entries: EntryWithOffset[]): void {
-    if (entries.length === 0) return;
-    const lastSeq = parseOffset(entries[entries.length - 1].offset);
-    for (const ws of this.ctx.getWebSockets()) {
+  /**
+   * Live delivery: every subscriber that is caught up gets the same serialized frames (no log
+   * read per subscriber); one that lags behind catches up from the log first.
+   */
+  private fanOut(appended: StoredMessage[], entries: EntryWithOffset[]): void {
+    if (appended.length === 0) return;
+    const sockets = this.ctx.getWebSockets();
+    if (sockets.length === 0) return;
+    const firstSeq = appended[0].seq;
+    const lastSeq = appended[appended.length - 1].seq;
+    const frames = entries.map((e) => JSON.stringify(e));
+    for (const ws of sockets) {
       const state = (ws.deserializeAttachment() as SocketState | null) ?? { seq: 0 };
+      if (state.seq >= lastSeq) continue;
       try {
-        this.sendFrom(ws, state);
+        if (state.seq === firstSeq - 1) {
+          for (const f of frames) ws.send(f);
+          state.seq = lastSeq;
+          ws.serializeAttachment(state);
+        } else {
+          this.sendFrom(ws, state);
+        }
       } catch {
         // A socket that cannot take more is closed; the client reconnects from its last offset.
         try { ws.close(1011, "send failed"); } catch { /* already gone */ }
       }
     }
-    void lastSeq;
   }
 
   async webSocketMessage(ws: WebSocket, message: string | ArrayBuffer): Promise<void> {
@@ -348,6 +364,7 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
   }
 
   private statusBefore: string | null = null;
+  private settleNeeded = false;
 
   private appendEntriesInternal(messages: NewMessage[]) {
     const outcome = this.log.append({ messages });
@@ -370,12 +387,14 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
       const before = this.rows.get()!;
       const now = this.now();
       if (entry.payload.type === "signal.thread.box_assigned" && before.status === "running" && typeof entry.payload.boxId === "string") {
+        this.settleNeeded = true;
         this.rows.update({ boxId: entry.payload.boxId }, now);
         this.outbox.enqueue(`attach:${entry.payload.boxId}:${before.runStartedAt}`, "attach", { boxId: entry.payload.boxId }, now);
         continue;
       }
       const patch = decideSignal(before, entry, now);
       if (!patch) continue;
+      this.settleNeeded = true;
       this.rows.update(patch, now);
       const after = this.rows.get()!;
       if (patch.status === "running") {
@@ -418,6 +437,7 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
 
   /** After every handler: run owed side effects, then recompute the one alarm from persisted state. */
   private async afterHandler(): Promise<void> {
+    this.settleNeeded = false;
     await this.drainOutbox();
     await this.syncIndexIfChanged();
     await this.recomputeDeadlines();

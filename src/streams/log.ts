@@ -172,7 +172,7 @@ export class StreamLog {
   }
 
   /** Messages after `afterSeq`, at most about `maxBytes` (always at least one message). */
-  read(afterSeq: number, maxBytes: number, maxCount = 10_000): { messages: StoredMessage[]; upToDate: boolean } {
+  read(afterSeq: number, maxBytes: number, maxCount = 1_000_000): { messages: StoredMessage[]; upToDate: boolean } {
     const cursor = this.sql.exec(
       `select seq, data, entry_id from messages where seq > ? order by seq limit ?`, afterSeq, maxCount + 1,
     );
