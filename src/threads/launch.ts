@@ -4,6 +4,7 @@ import type { Environment } from "../environments";
 import { mintStreamToken } from "../auth/tokens";
 import type { SandboxProvider } from "../sandbox/provider";
 import { providerFor } from "../sandbox/providers";
+import { DEFAULT_FALLBACK_IMAGE, DEFAULT_HARNESS_SNAPSHOT } from "../sandbox/snapshot";
 import { mirrorNextIndex, rebuildPiSession, runnerLaunch, type HarnessName } from "../sandbox/harness";
 import { BUNDLES } from "../runner/bundles.generated";
 import type { ThreadRow } from "./thread-row";
@@ -68,8 +69,10 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
       labels: { house: row.houseId, thread: row.id, environment: row.environmentId ?? undefined },
       ephemeral: true,
       env: { ...(environment?.env ?? {}) },
-      snapshot: environment?.snapshot,
-      image: environment?.image,
+      // Snapshot-first: the harness is pre-installed there (`npm run snapshot`); else the image,
+      // and the harness check below installs what is missing.
+      snapshot: environment?.snapshot ?? DEFAULT_HARNESS_SNAPSHOT,
+      image: environment?.image ?? DEFAULT_FALLBACK_IMAGE,
       egress: environment?.egress,
     });
     ref = info.ref;
