@@ -1,0 +1,92 @@
+// Pure decision rules of the run lifecycle, without a runtime.
+import { describe, expect, it } from "vitest";
+import { decideLiveness, foldProbe, livenessDeadlines, type LivenessConfig } from "../../src/threads/liveness";
+import { decideSignal, isTerminal } from "../../src/threads/run-rules";
+import { deleteRetryDelayMs, shouldReap } from "../../src/actors/sandbox-decisions";
+import type { ThreadRow } from "../../src/threads/thread-row";
+
+const cfg: LivenessConfig = { orphanSilenceMs: 300_000, probeIntervalMs: 60_000, probeConfirmMs: 5_000 };
+const T0 = 1_800_000_000_000;
+
+function row(over: Partial<ThreadRow> = {}): ThreadRow {
+  return {
+    id: "th_1", houseId: "h", parent: { kind: "none", id: null }, environmentId: null, title: null, status: "running",
+    statusReason: null, statusDetail: null, boxId: "box_1", lastLivenessAt: null, runStartedAt: T0, brainId: null,
+    createdBy: "u", createdAt: T0, updatedAt: T0, ...over,
+  };
+}
+const noProbe = { lastProbeAt: null, deadStreak: 0 };
+const signal = (status: string, extra: Record<string, unknown> = {}) => ({ id: "e", ts: T0, payload: { type: "signal.thread.status_changed", status, ...extra } });
+
+describe("liveness", () => {
+  it("nothing is due for a thread that is not running", () => {
+    for (const status of ["idle", "completed", "failed"] as const) {
+      expect(livenessDeadlines(row({ status }), noProbe, cfg)).toEqual({ silenceAt: null, probeAt: null });
+      expect(decideLiveness(row({ status }), noProbe, cfg, T0 + 10 * cfg.orphanSilenceMs)).toEqual({ kind: "none" });
+    }
+  });
+
+  it("silence counts from the last sign of life, or from the claim when there was none", () => {
+    expect(decideLiveness(row(), noProbe, cfg, T0 + cfg.orphanSilenceMs - 1).kind).not.toBe("orphan");
+    expect(decideLiveness(row(), noProbe, cfg, T0 + cfg.orphanSilenceMs).kind).toBe("orphan");
+    const alive = row({ lastLivenessAt: T0 + 200_000 });
+    expect(decideLiveness(alive, { lastProbeAt: T0 + 380_000, deadStreak: 0 }, cfg, T0 + 400_000)).toEqual({ kind: "none" });
+    expect(decideLiveness(alive, noProbe, cfg, T0 + 500_000).kind).toBe("orphan");
+  });
+
+  it("probes every interval, and sooner to confirm a first dead answer; never without a box", () => {
+    expect(livenessDeadlines(row(), noProbe, cfg).probeAt).toBe(T0 + cfg.probeIntervalMs);
+    expect(livenessDeadlines(row(), { lastProbeAt: T0 + 60_000, deadStreak: 1 }, cfg).probeAt).toBe(T0 + 65_000);
+    expect(livenessDeadlines(row({ boxId: null }), noProbe, cfg).probeAt).toBeNull();
+    expect(decideLiveness(row({ lastLivenessAt: T0 + 60_000 }), noProbe, cfg, T0 + 60_000)).toEqual({ kind: "probe" });
+  });
+
+  it("death needs two dead answers in a row; live or unknown in between resets", () => {
+    let state = noProbe;
+    const feed = (v: "live" | "dead" | "unknown") => {
+      const r = foldProbe(state, v, T0);
+      state = r.next;
+      return r.confirmedDead;
+    };
+    expect(feed("dead")).toBe(false);
+    expect(feed("unknown")).toBe(false);
+    expect(feed("dead")).toBe(false);
+    expect(feed("live")).toBe(false);
+    expect(feed("dead")).toBe(false);
+    expect(feed("dead")).toBe(true);
+  });
+});
+
+describe("finished-signals", () => {
+  it("a claim starts a run; the first finished-signal wins; later ones change nothing", () => {
+    const claim = decideSignal({ status: "idle" }, signal("running", { boxId: "box_9" }), T0);
+    expect(claim).toMatchObject({ status: "running", boxId: "box_9", runStartedAt: T0 });
+    expect(decideSignal({ status: "running" }, signal("running"), T0)).toBeNull();
+    expect(decideSignal({ status: "running" }, signal("completed"), T0)).toMatchObject({ status: "completed", statusReason: "completed" });
+    expect(decideSignal({ status: "running" }, signal("pi_failed", { reason: "boom" }), T0)).toMatchObject({ status: "failed", statusReason: "pi_failed", statusDetail: "boom" });
+    expect(decideSignal({ status: "running" }, signal("stopped"), T0)).toMatchObject({ status: "failed", statusReason: "stopped" });
+    expect(decideSignal({ status: "completed" }, signal("pi_failed"), T0)).toBeNull();
+    expect(decideSignal({ status: "failed" }, signal("completed"), T0)).toBeNull();
+    // A resume is a new claim on a finished thread.
+    expect(decideSignal({ status: "completed" }, signal("running"), T0)).toMatchObject({ status: "running" });
+    expect(decideSignal({ status: "running" }, { id: "c", ts: T0, payload: { type: "chat", text: "hi" } }, T0)).toBeNull();
+    expect([isTerminal("completed"), isTerminal("failed"), isTerminal("running"), isTerminal("idle")]).toEqual([true, true, false, false]);
+  });
+});
+
+describe("box reaping", () => {
+  it("reaps only an ephemeral box with no running thread and no delete already pending", () => {
+    const base = { ephemeral: true, state: "live" as const, runningThreads: 0, deletePending: false };
+    expect(shouldReap(base)).toBe(true);
+    expect(shouldReap({ ...base, ephemeral: false })).toBe(false);
+    expect(shouldReap({ ...base, runningThreads: 1 })).toBe(false);
+    expect(shouldReap({ ...base, deletePending: true })).toBe(false);
+    expect(shouldReap({ ...base, state: "deleted" })).toBe(false);
+    expect(shouldReap({ ...base, state: "dead" })).toBe(true);
+  });
+
+  it("backs off delete retries exponentially up to a cap", () => {
+    expect([1, 2, 3, 4].map(deleteRetryDelayMs)).toEqual([5_000, 10_000, 20_000, 40_000]);
+    expect(deleteRetryDelayMs(30)).toBe(600_000);
+  });
+});
