@@ -17,6 +17,7 @@ export default defineConfig({
                 PROBE_INTERVAL_MS: "60000",
                 PROBE_CONFIRM_MS: "5000",
                 THREADBOX_ALLOW_TEST_PROVIDER: "1",
+                STOP_GRACE_MS: "300",
                 // Local sandbox host started by test/workers/sandbox-provider.setup.ts
                 DAYTONA_API_URL: inject("sandboxHostApiUrl"),
                 DAYTONA_API_KEY: inject("sandboxHostApiKey"),

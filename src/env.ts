@@ -17,6 +17,7 @@ export interface Env {
   THREADBOX_STREAM_URL?: string;
   PROBE_CONFIRM_MS?: string;
   STOPPED_BOX_GRACE_MS?: string;
+  STOP_GRACE_MS?: string;
   /** Test configurations only: enables the in-memory sandbox provider. */
   THREADBOX_ALLOW_TEST_PROVIDER?: string;
 }

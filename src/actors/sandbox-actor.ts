@@ -34,6 +34,21 @@ export type BoxView = {
   updatedAt: string;
 };
 
+const THREAD_ID_PATTERN = /^[A-Za-z0-9._:-]+$/;
+
+/**
+ * A shell script run in the box. TERM: the runner's recorded pid. KILL: every process whose
+ * environment names the thread (runner, harness, and the tools it started in their own groups).
+ */
+export function stopScript(threadId: string, signal: "TERM" | "KILL"): string {
+  if (!THREAD_ID_PATTERN.test(threadId)) throw new ApiError("bad_request", "invalid thread id");
+  if (signal === "TERM") {
+    return `f="$HOME/.threadbox/runner-${threadId}.pid"; if [ -f "$f" ]; then kill -TERM "$(cat "$f")" 2>/dev/null; fi; true`;
+  }
+  return `for d in /proc/[0-9]*; do p=\${d#/proc/}; [ "$p" = "$$" ] && continue; ` +
+    `if tr '\\0' '\\n' < "$d/environ" 2>/dev/null | grep -qx "THREADBOX_THREAD_ID=${threadId}"; then kill -KILL "$p" 2>/dev/null; fi; done; true`;
+}
+
 export type ProbeAnswer = { verdict: ProbeVerdict; confirmedDead: boolean; state: BoxState };
 
 /**
@@ -152,18 +167,36 @@ export class SandboxActor extends DurableObject<Env> {
     });
   }
 
-  /** Ends a run from outside: the harness gets SIGTERM through its session when the provider can. */
+  /**
+   * Ends a run from outside, gracefully first: SIGTERM to the runner (which stops the harness and
+   * lets it clean up), then, after a grace period, SIGKILL to every process of the thread's run
+   * and the end of its session. The box itself stays.
+   */
   async stopRun(houseId: string, threadId: string) {
     return settle(async () => {
-      this.requireRow(houseId);
+      const r = this.requireRow(houseId);
       const t = this.ctx.storage.sql.exec(`select handle from box_threads where thread_id = ?`, threadId).toArray()[0];
-      if (!t?.handle) return { signalled: false };
-      try {
-        await this.provider().killDetached(JSON.parse(t.handle as string) as DetachedHandle);
-        return { signalled: true };
-      } catch {
-        return { signalled: false };
+      const ref = r.provider_ref as string;
+      const provider = this.provider();
+      const handle = t?.handle ? (JSON.parse(t.handle as string) as DetachedHandle) : null;
+      const quiet = async (what: string, p: Promise<unknown>) => {
+        try {
+          await p;
+        } catch (err) {
+          console.warn(`stop ${threadId}: ${what} failed:`, err instanceof Error ? err.message : String(err));
+        }
+      };
+      await quiet("SIGTERM", provider.exec(ref, stopScript(threadId, "TERM"), { timeoutSec: 30 }));
+      const graceMs = intVar(this.env.STOP_GRACE_MS, 10_000);
+      const deadline = Date.now() + graceMs;
+      while (handle && Date.now() < deadline) {
+        const status = await provider.detachedStatus(handle).catch(() => ({ running: false }));
+        if (!status.running) break;
+        await new Promise((res) => setTimeout(res, 500));
       }
+      await quiet("SIGKILL sweep", provider.exec(ref, stopScript(threadId, "KILL"), { timeoutSec: 30 }));
+      if (handle) await quiet("session end", provider.killDetached(handle));
+      return { signalled: true };
     });
   }
 

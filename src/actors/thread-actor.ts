@@ -443,10 +443,14 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
     await this.recomputeDeadlines();
   }
 
-  /** Launches can take minutes (box creation, installs): only the alarm runs them, never a request. */
-  private async drainOutbox(includeLaunch = false): Promise<void> {
+  /**
+   * Items run in the order they were owed. Launches (box creation, installs) and stops (a grace
+   * period for the harness) take long: only the alarm runs them, and what was owed after them
+   * (e.g. releasing the box after a stop) waits for them.
+   */
+  private async drainOutbox(includeSlow = false): Promise<void> {
     for (const item of this.outbox.due(this.now())) {
-      if (item.kind === "launch" && !includeLaunch) continue;
+      if ((item.kind === "launch" || item.kind === "stop_harness") && !includeSlow) break;
       try {
         await this.perform(item);
         this.outbox.done(item.key);

@@ -14,8 +14,9 @@
  */
 import { randomUUID } from "node:crypto";
 import { spawn } from "node:child_process";
-import { readFileSync } from "node:fs";
-import { constants as osConstants } from "node:os";
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { constants as osConstants, homedir } from "node:os";
+import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { getCodingAgent } from "../sandbox/harness/index";
 import { finishedSignalId } from "../sandbox/harness/pi";
@@ -118,6 +119,15 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   };
   const lines = splitLines((line) => onEntries(parser.push(line)));
 
+  // The control plane stops a run by SIGTERM to this pid (then the harness gets it from us).
+  const pidFile = runnerPidFile(cfg.threadId);
+  try {
+    mkdirSync(join(homedir(), ".threadbox"), { recursive: true });
+    writeFileSync(pidFile, String(process.pid));
+  } catch (err) {
+    log(`could not write ${pidFile}: ${(err as Error).message}`);
+  }
+
   log(`run ${runId}: starting ${agent.name} (${bin}) in ${values.cwd ?? process.cwd()}`);
   const child = spawn(bin, cmd.argv.slice(1), {
     cwd: values.cwd ?? process.cwd(),
@@ -180,6 +190,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   const deadline = Date.now() + cfg.flushTimeoutMs;
   if (harnessWriter) await harnessWriter.flush(Math.max(0, deadline - Date.now()));
 
+  rmSync(pidFile, { force: true });
   const exitCode = () => (code !== null ? code : 128 + ((signal ? (osConstants.signals as Record<string, number>)[signal] : 1) ?? 1));
   if (values["no-finish"]) {
     harnessWriter?.stop();
@@ -217,6 +228,11 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   }
   harnessWriter?.stop();
   return exitCode();
+}
+
+/** Where the runner of a thread's current run records its pid, HOME-relative in the box. */
+export function runnerPidFile(threadId: string): string {
+  return join(homedir(), ".threadbox", `runner-${threadId}.pid`);
 }
 
 const isMain = (() => {

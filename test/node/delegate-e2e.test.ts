@@ -107,6 +107,19 @@ function killChildrenOfRunner(threadId: string): number {
   return n;
 }
 
+/** How many processes still carry this run's id in their environment. */
+function processesOfRun(runId: string): number {
+  let n = 0;
+  for (const pid of readdirSync("/proc").filter((d) => /^\d+$/.test(d))) {
+    try {
+      if (readFileSync(`/proc/${pid}/environ`, "utf8").includes(`THREADBOX_RUN_ID=${runId}\0`)) n++;
+    } catch {
+      // gone
+    }
+  }
+  return n;
+}
+
 const statuses = (es: Entry[]) => es.filter((e) => e.payload.type === "signal.thread.status_changed").map((e) => e.payload.status);
 
 beforeAll(async () => {
@@ -125,6 +138,7 @@ beforeAll(async () => {
       ORPHAN_SILENCE_MS: "6000",
       PROBE_INTERVAL_MS: "1500",
       PROBE_CONFIRM_MS: "500",
+      STOP_GRACE_MS: "3000",
     },
   });
   token = await worker.mintHouseToken("house-e2e", "brain-bot", "owner");
@@ -318,11 +332,15 @@ describe("delegate a task to pi in a box", () => {
     model.push({ toolCalls: [{ name: "bash", arguments: { command: "sleep 60" } }] });
     const envId = await environment();
     const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
-    const childId = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "remember the word ORANGE" } })).body.childThreadId;
+    const delegated = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "remember the word ORANGE" } })).body;
+    const childId = delegated.childThreadId;
     await waitFor("the tool call to be mirrored", async () => (await entries(childId)).some((e) => e.payload.type === "pi.tool_call"));
+    expect(processesOfRun(delegated.runId)).toBeGreaterThan(0);
     const stopped = await api(`/api/threads/${childId}/stop`, { method: "POST" });
     expect(stopped.status).toBe(200);
     expect([stopped.body.status, stopped.body.reason]).toEqual(["failed", "stopped"]);
+    // The stop reaches the box: the stopped run's processes (runner, pi, its tool) are gone.
+    await waitFor("the stopped run's processes to end", async () => processesOfRun(delegated.runId) === 0, 15_000);
     const boxId = stopped.body.boxId as string;
     expect((await api(`/api/sandboxes/${boxId}`)).body.state).toBe("live"); // a stopped run keeps its box
 

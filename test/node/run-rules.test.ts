@@ -1,6 +1,6 @@
 // Pure decision rules of the run lifecycle, without a runtime.
 import { describe, expect, it } from "vitest";
-import { decideLiveness, foldProbe, livenessDeadlines, type LivenessConfig } from "../../src/threads/liveness";
+import { decideLiveness, foldProbe, livenessDeadlines, type LivenessConfig, type ProbeState } from "../../src/threads/liveness";
 import { decideSignal, isTerminal } from "../../src/threads/run-rules";
 import { deleteRetryDelayMs, shouldReap } from "../../src/actors/sandbox-decisions";
 import type { ThreadRow } from "../../src/threads/thread-row";
@@ -42,7 +42,7 @@ describe("liveness", () => {
   });
 
   it("death needs two dead answers in a row; live or unknown in between resets", () => {
-    let state = noProbe;
+    let state: ProbeState = noProbe;
     const feed = (v: "live" | "dead" | "unknown") => {
       const r = foldProbe(state, v, T0);
       state = r.next;

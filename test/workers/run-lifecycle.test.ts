@@ -1,4 +1,4 @@
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import type { ThreadActor } from "../../src/actors/thread-actor";
 import { sharedTestProvider } from "../../src/sandbox/providers";
@@ -99,6 +99,25 @@ describe("run state machine", () => {
     expect([r.status, r.reason]).toEqual(["failed", "stopped"]);
     expect((await box(token, b.id)).state).toBe("live");
     expect((await call(`/api/threads/${t.id}/stop`, { method: "POST", token })).status).toBe(409);
+  });
+
+  it("stop tells the box to end the run's detached command", async () => {
+    const token = await houseToken("house-run");
+    const b = await newBox(token, true);
+    const t = await createThread(token);
+    await claim(token, t.id, b.id);
+    const provider = sharedTestProvider();
+    const handle = await provider.startDetached(b.providerRef, "node runner.mjs");
+    const attached = await (boxStub(b.id) as unknown as { attach(h: string, t: string, d: unknown): Promise<{ ok: boolean }> }).attach("house-run", t.id, handle);
+    expect(attached.ok).toBe(true);
+    expect((await call(`/api/threads/${t.id}/stop`, { method: "POST", token })).status).toBe(200);
+    // The stop (with its grace period) runs from the alarm, which may already be under way.
+    await runDurableObjectAlarm(threadStub(t.id));
+    await vi.waitFor(() => expect(provider.calls.filter((c) => c.op === "killDetached" && c.ref === b.providerRef)).toHaveLength(1), { timeout: 5000 });
+    const ops = provider.calls.filter((c) => c.ref === b.providerRef).map((c) => (c.op === "exec" ? JSON.stringify(c.args).match(/kill -(TERM|KILL)/)?.[0] : c.op));
+    // Graceful first, then the sweep, then the session; the box is not deleted by a stop.
+    expect(ops).toEqual(["startDetached", "kill -TERM", "detachedStatus", "kill -KILL", "killDetached"]);
+    expect((await box(token, b.id)).state).toBe("live");
   });
 });
 
