@@ -18,6 +18,7 @@ export interface Env {
   PROBE_CONFIRM_MS?: string;
   STOPPED_BOX_GRACE_MS?: string;
   STOP_GRACE_MS?: string;
+  STREAM_TOKEN_TTL_SECONDS?: string;
   /** Test configurations only: enables the in-memory sandbox provider. */
   THREADBOX_ALLOW_TEST_PROVIDER?: string;
 }

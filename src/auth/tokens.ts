@@ -8,6 +8,12 @@ export const STREAM_SCOPES = ["stream:write", "stream:read"] as const;
 export type StreamScope = (typeof STREAM_SCOPES)[number];
 
 export const STREAM_TOKEN_TTL_SECONDS = 2 * 60 * 60;
+/** Stream token lifetime; configurable (STREAM_TOKEN_TTL_SECONDS) so tests can watch a renewal. */
+export function streamTokenTtlSeconds(env: { STREAM_TOKEN_TTL_SECONDS?: string }): number {
+  const n = Number(env.STREAM_TOKEN_TTL_SECONDS);
+  return Number.isInteger(n) && n >= 2 && n <= 24 * 3600 ? n : STREAM_TOKEN_TTL_SECONDS;
+}
+
 export const API_TOKEN_DEFAULT_TTL_SECONDS = 30 * 24 * 60 * 60;
 const ISSUER = "threadbox";
 const MIN_SECRET_BYTES = 16;

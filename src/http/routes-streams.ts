@@ -1,12 +1,16 @@
 import { ApiError, errorResponse } from "../errors";
 import type { Env } from "../env";
 import { authenticate, canWrite } from "../auth/authenticate";
+import { mintStreamToken, streamTokenTtlSeconds, type TokenClaims } from "../auth/tokens";
+import { json } from "../errors";
+import { unwrapRpc } from "../actors/rpc";
 import { CORS_HEADERS } from "../streams/protocol";
 import { plainStreamStub, threadStub } from "./actors";
 import { forwardToActor } from "./routes-threads";
 
 const NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._~:@!$&'()*+,;=/-]{0,255}$/;
 const THREAD_STREAM = /^thread-([A-Za-z0-9][A-Za-z0-9._:-]{0,127})$/;
+const TOKEN_RENEWAL = /^thread-([A-Za-z0-9][A-Za-z0-9._:-]{0,127})\/token$/;
 
 /**
  * `/api/stream/<name>` and `/v1/stream/<name>`: the Durable Streams protocol. `thread-<id>` is a
@@ -24,6 +28,8 @@ export async function streamRoute(request: Request, env: Env, prefix: string): P
   if (request.method === "OPTIONS") return new Response(null, { status: 204, headers: CORS_HEADERS });
 
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  const renewal = TOKEN_RENEWAL.exec(name);
+  if (renewal) return renewStreamToken(request, env, claims, renewal[1]);
   const auth = { houseId: claims.houseId, subject: claims.subject, canWrite: canWrite(claims) };
   const threadMatch = THREAD_STREAM.exec(name);
   if (threadMatch) {
@@ -33,6 +39,22 @@ export async function streamRoute(request: Request, env: Env, prefix: string): P
   }
   if (claims.kind === "stream") throw new ApiError("forbidden", "a stream token reaches only its own thread");
   return forwardToActor(request, plainStreamStub(env, claims.houseId, name), auth, { kind: "plain", name }, "/stream");
+}
+
+/**
+ * `POST <stream base>/thread-<id>/token`: a box exchanges its still-valid stream token for a
+ * fresh one (same thread, scope and subject). It lives under the stream path because that is
+ * all a box can reach through the stream-proxy; it works only while the thread is running, so a
+ * leaked token cannot be kept alive past its run.
+ */
+async function renewStreamToken(request: Request, env: Env, claims: TokenClaims, threadId: string): Promise<Response> {
+  if (request.method !== "POST") throw new ApiError("method_not_allowed", "POST to renew a stream token");
+  if (claims.kind !== "stream") throw new ApiError("forbidden", "only a stream token can be renewed");
+  if (claims.threadId !== threadId) throw new ApiError("forbidden", "token is scoped to another thread");
+  const row = await unwrapRpc(threadStub(env, threadId).getThread(claims.houseId));
+  if (row.status !== "running") throw new ApiError("conflict", `thread is ${row.status}: stream tokens are renewed only while it runs`);
+  const minted = await mintStreamToken(env.THREADBOX_TOKEN_SECRET, claims.houseId, threadId, claims.scope, claims.subject, streamTokenTtlSeconds(env));
+  return json({ ...minted, scope: claims.scope, threadId }, 201);
 }
 
 export function withStreamCors(res: Response, request?: Request): Response {

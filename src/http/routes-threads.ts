@@ -3,7 +3,7 @@ import { ApiError, json, SECURITY_HEADERS } from "../errors";
 import type { Env } from "../env";
 import { THREAD_STATUSES } from "../entries/schema";
 import { assertThreadAccess, authenticate, canWrite, requireHouse } from "../auth/authenticate";
-import { idSchema, mintStreamToken, STREAM_SCOPES } from "../auth/tokens";
+import { idSchema, mintStreamToken, STREAM_SCOPES, streamTokenTtlSeconds } from "../auth/tokens";
 import { readBody, readJson } from "./body";
 import { houseStub, newId, threadStub } from "./actors";
 import { AUTH_HEADER, TARGET_HEADER, type ActorAuth, type StreamTarget } from "../actors/thread-actor";
@@ -110,7 +110,7 @@ export async function mintThreadTokenRoute(request: Request, env: Env, id: strin
   const body = await readBody(request, tokenSchema);
   if (body.scope === "stream:write" && !canWrite(claims)) throw new ApiError("forbidden", "a reader cannot mint write tokens");
   await unwrapRpc(threadStub(env, threadId).getThread(claims.houseId));
-  const minted = await mintStreamToken(env.THREADBOX_TOKEN_SECRET, claims.houseId, threadId, body.scope);
+  const minted = await mintStreamToken(env.THREADBOX_TOKEN_SECRET, claims.houseId, threadId, body.scope, undefined, streamTokenTtlSeconds(env));
   return json({ ...minted, scope: body.scope, threadId }, 201);
 }
 

@@ -21,6 +21,7 @@ import type { ExtensionAPI } from "@earendil-works/pi-coding-agent";
 import { finishedSignal } from "../sandbox/harness/outcome";
 import { finishedSignalId, isMirroredRole, mirrorEntryId, piMessageToEntries } from "../sandbox/harness/pi";
 import { readBoxConfig, type BoxConfig } from "./config";
+import { TokenKeeper, renewUrlFor } from "./token-keeper";
 import { postHeartbeat, StreamWriter, threadStreamUrl, type WireEntry } from "./stream-writer";
 
 const log = (m: string) => process.stderr.write(`[threadbox mirror] ${m}\n`);
@@ -40,6 +41,8 @@ export default function threadboxMirror(pi: ExtensionAPI): void {
   // neither the model nor a command it runs can see or reuse it.
   delete process.env.THREADBOX_STREAM_TOKEN;
   const url = threadStreamUrl(cfg.streamUrl, cfg.threadId);
+  const tokens = new TokenKeeper(cfg.token, renewUrlFor(url), log);
+  const stopTokenRefresh = tokens.keepFresh();
 
   let writer: StreamWriter | undefined;
   let heartbeat: ReturnType<typeof setInterval> | undefined;
@@ -86,7 +89,7 @@ export default function threadboxMirror(pi: ExtensionAPI): void {
     if (!writer) {
       writer = new StreamWriter({
         url,
-        token: cfg.token,
+        token: () => tokens.current(),
         producerId: `mirror-${sessionId}-${randomId()}`,
         log: (m) => log(m),
       });
@@ -101,7 +104,7 @@ export default function threadboxMirror(pi: ExtensionAPI): void {
     counter = loaded.length;
 
     if (cfg.heartbeatMs > 0) {
-      const beat = () => void postHeartbeat(url, cfg.token, Math.min(cfg.heartbeatMs, 5_000));
+      const beat = () => void postHeartbeat(url, tokens.current(), Math.min(cfg.heartbeatMs, 5_000));
       beat();
       heartbeat = setInterval(beat, cfg.heartbeatMs);
       heartbeat.unref?.();
@@ -125,6 +128,7 @@ export default function threadboxMirror(pi: ExtensionAPI): void {
 
   pi.on("session_shutdown", async () => {
     stopHeartbeat();
+    stopTokenRefresh();
     postFailureIfNeeded();
     if (writer) {
       const drained = await writer.flush(cfg.flushTimeoutMs);

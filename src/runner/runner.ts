@@ -22,6 +22,7 @@ import { getCodingAgent } from "../sandbox/harness/index";
 import { finishedSignalId } from "../sandbox/harness/pi";
 import type { ThreadEntry } from "../sandbox/harness/types";
 import { readBoxConfig } from "./config";
+import { TokenKeeper, renewUrlFor } from "./token-keeper";
 import { postHeartbeat, readThread, sleep, StreamWriter, threadStreamUrl, type WireEntry } from "./stream-writer";
 
 const log = (m: string) => process.stderr.write(`[threadbox runner] ${new Date().toISOString()} ${m}\n`);
@@ -98,12 +99,14 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   });
   const bin = values.bin ?? process.env.THREADBOX_HARNESS_BIN ?? cmd.argv[0];
   const url = threadStreamUrl(cfg.streamUrl, cfg.threadId);
+  const tokens = new TokenKeeper(cfg.token, renewUrlFor(url), log);
+  const stopTokenRefresh = tokens.keepFresh();
   const signalId = finishedSignalId(cfg.threadId, runId);
 
   // entries the runner itself posts for harnesses that do not mirror themselves
   const harnessWriter = agent.mirrorsItself
     ? undefined
-    : new StreamWriter({ url, token: cfg.token, producerId: `runner-h-${runId}-${randomId()}`, log });
+    : new StreamWriter({ url, token: () => tokens.current(), producerId: `runner-h-${runId}-${randomId()}`, log });
   const local: ThreadEntry[] = []; // the runner's own view of the run, from the harness's stdout
   const parser = agent.createParser();
   let n = 0;
@@ -139,7 +142,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
 
   let heartbeat: ReturnType<typeof setInterval> | undefined;
   if (!agent.mirrorsItself && cfg.heartbeatMs > 0) {
-    const beat = () => void postHeartbeat(url, cfg.token, Math.min(cfg.heartbeatMs, 5_000));
+    const beat = () => void postHeartbeat(url, tokens.current(), Math.min(cfg.heartbeatMs, 5_000));
     beat();
     heartbeat = setInterval(beat, cfg.heartbeatMs);
   }
@@ -194,6 +197,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   const exitCode = () => (code !== null ? code : 128 + ((signal ? (osConstants.signals as Record<string, number>)[signal] : 1) ?? 1));
   if (values["no-finish"]) {
     harnessWriter?.stop();
+    stopTokenRefresh();
     return exitCode();
   }
 
@@ -201,7 +205,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   let thread: ThreadEntry[] | undefined;
   for (let attempt = 0; Date.now() < deadline; attempt++) {
     try {
-      thread = (await readThread(url, cfg.token, Math.max(1_000, Math.min(10_000, deadline - Date.now())))) as ThreadEntry[];
+      thread = (await readThread(url, tokens.current(), Math.max(1_000, Math.min(10_000, deadline - Date.now())))) as ThreadEntry[];
       break;
     } catch (err) {
       log(`reading the thread failed (${(err as Error).message}); retrying`);
@@ -220,13 +224,14 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   });
   log(`outcome: ${outcome.status} (${outcome.reason})${outcome.alreadyFinished ? " — already on the thread" : ""}`);
   if (outcome.entries.length) {
-    const writer = new StreamWriter({ url, token: cfg.token, producerId: `runner-${runId}-${randomId()}`, log });
+    const writer = new StreamWriter({ url, token: () => tokens.current(), producerId: `runner-${runId}-${randomId()}`, log });
     writer.append(...outcome.entries.map((e) => ({ ...(e as WireEntry), ts: Date.now() })));
     const ok = await writer.flush(Math.max(cfg.flushTimeoutMs, deadline - Date.now()));
     writer.stop();
     if (!ok) log("could not post the finished-signal in time");
   }
   harnessWriter?.stop();
+  stopTokenRefresh();
   return exitCode();
 }
 

@@ -15,7 +15,8 @@
 export interface StreamWriterOptions {
   /** full stream URL: <THREADBOX_STREAM_URL>/thread-<id> */
   url: string;
-  token?: string;
+  /** a token, or a function giving the current one (see TokenKeeper) */
+  token?: string | (() => string | undefined);
   producerId: string;
   epoch?: number;
   maxBatch?: number;
@@ -97,7 +98,8 @@ export class StreamWriter {
 
   private headers(): Record<string, string> {
     const h: Record<string, string> = { "content-type": "application/json" };
-    if (this.opts.token) h.authorization = `Bearer ${this.opts.token}`;
+    const token = typeof this.opts.token === "function" ? this.opts.token() : this.opts.token;
+    if (token) h.authorization = `Bearer ${token}`;
     return h;
   }
 

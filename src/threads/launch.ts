@@ -1,7 +1,7 @@
 import type { Env } from "../env";
 import type { Entry } from "../entries/schema";
 import type { Environment } from "../environments";
-import { mintStreamToken } from "../auth/tokens";
+import { mintStreamToken, streamTokenTtlSeconds } from "../auth/tokens";
 import type { SandboxProvider } from "../sandbox/provider";
 import { providerFor } from "../sandbox/providers";
 import { DEFAULT_FALLBACK_IMAGE, DEFAULT_HARNESS_SNAPSHOT } from "../sandbox/snapshot";
@@ -130,7 +130,7 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
     }
   }
 
-  const token = await mintStreamToken(env.THREADBOX_TOKEN_SECRET, row.houseId, row.id, "stream:write", `runner:${spec.runId}`);
+  const token = await mintStreamToken(env.THREADBOX_TOKEN_SECRET, row.houseId, row.id, "stream:write", `runner:${spec.runId}`, streamTokenTtlSeconds(env));
   const plan = runnerLaunch({
     harness: spec.harness,
     threadId: row.id,

@@ -139,6 +139,8 @@ beforeAll(async () => {
       PROBE_INTERVAL_MS: "1500",
       PROBE_CONFIRM_MS: "500",
       STOP_GRACE_MS: "3000",
+      // Short-lived stream tokens: every run here outlives its first token and must renew it.
+      STREAM_TOKEN_TTL_SECONDS: "8",
     },
   });
   token = await worker.mintHouseToken("house-e2e", "brain-bot", "owner");
@@ -357,6 +359,24 @@ describe("delegate a task to pi in a box", () => {
     const launches = es.filter((e) => e.payload.type === "signal.run.launched").map((e) => [e.payload.boxReused, e.payload.session]);
     expect(launches).toEqual([[false, "new"], [true, "continued"]]);
     expect(new Set(es.map((e) => e.id)).size).toBe(es.length);
+  });
+});
+
+describe("long runs", () => {
+  it("a run that outlives its stream token keeps writing: the mirror and the runner renew it", async () => {
+    model.push(
+      { toolCalls: [{ name: "bash", arguments: { command: "sleep 11; echo slept" } }] },
+      { text: "Done after a long tool call." },
+    );
+    const envId = await environment();
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const childId = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "take longer than a token lives" } })).body.childThreadId;
+    const child = await settled(childId);
+    expect(child.status).toBe("completed");
+    const es = await entries(childId);
+    expect(JSON.stringify(es.find((e) => e.payload.type === "pi.tool_result")!.payload)).toContain("slept");
+    expect(es.some((e) => e.payload.type === "pi.assistant" && e.payload.text === "Done after a long tool call.")).toBe(true);
+    expect(statuses(es).filter((s) => s !== "running")).toEqual(["completed"]);
   });
 });
 

@@ -145,3 +145,28 @@ describe("plain streams", () => {
     expect(head.headers.get("Stream-Next-Offset")).toBe(ok.headers.get("Stream-Next-Offset"));
   });
 });
+
+describe("stream token renewal", () => {
+  it("a box renews its token through the stream path, only while its thread runs", async () => {
+    const token = await houseToken("house-renew");
+    const t = await createThread(token);
+    const other = await createThread(token);
+    const st = await streamToken("house-renew", t.id, "stream:write", undefined, Date.now() - 600_000); // issued 10 min ago
+    const renew = (tok: string, id = t.id) => call(`/api/stream/thread-${id}/token`, { method: "POST", token: tok });
+    expect((await renew(st)).status).toBe(409); // idle: nothing to keep alive
+    await post(token, t.id, { payload: { type: "signal.thread.status_changed", status: "running" } });
+    const r = await renew(st);
+    expect(r.status).toBe(201);
+    const fresh = ((await r.json()) as { token: string; scope: string }).token;
+    expect(fresh).not.toBe(st);
+    expect((await call(`/api/stream/thread-${t.id}`, { method: "POST", token: fresh, json: chat("with the renewed token") })).status).toBe(204);
+    expect((await renew(st, other.id)).status).toBe(403); // another thread's token
+    expect((await renew(token)).status).toBe(403); // house tokens use POST /api/threads/:id/tokens
+    const expired = await streamToken("house-renew", t.id, "stream:write", 60, Date.now() - 3 * 3600_000);
+    expect((await renew(expired)).status).toBe(401); // an expired token cannot be revived
+    expect((await call(`/api/stream/thread-${t.id}/token`, { token: st })).status).toBe(405);
+    await post(token, t.id, { payload: { type: "signal.thread.status_changed", status: "completed" } });
+    expect((await renew(fresh)).status).toBe(409);
+  });
+});
+
