@@ -175,6 +175,7 @@ export class SandboxActor extends DurableObject<Env> {
   async stopRun(houseId: string, threadId: string) {
     return settle(async () => {
       const r = this.requireRow(houseId);
+      if (r.state === "dead" || r.state === "deleted") return { signalled: false }; // nothing left to stop
       const t = this.ctx.storage.sql.exec(`select handle from box_threads where thread_id = ?`, threadId).toArray()[0];
       const ref = r.provider_ref as string;
       const provider = this.provider();

@@ -409,6 +409,11 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
   /** Owed once per run: release the box, and tell a delegating parent how the child ended. */
   private onTerminal(row: ThreadRow, now: number): void {
     const runKey = row.runStartedAt ?? 0;
+    // An orphaned run may still have live processes (a hung runner, a box that lost its network):
+    // end them before the box is released, so nothing writes to a settled thread.
+    if (row.boxId && row.statusReason === "pi_session_orphaned") {
+      this.outbox.enqueue(`stop:${runKey}`, "stop_harness", { boxId: row.boxId }, now);
+    }
     if (row.boxId) {
       const keepBox = row.statusReason === "stopped";
       this.outbox.enqueue(`detach:${row.boxId}:${runKey}`, "detach", { boxId: row.boxId, keepBox }, now);

@@ -73,6 +73,21 @@ describe("run state machine", () => {
     expect(await statusSignals(token, t.id)).toEqual(["running", "pi_session_orphaned"]);
   });
 
+  it("a silent run's leftover processes on a live box are ended before the box is released", async () => {
+    const token = await houseToken("house-run");
+    const b = await newBox(token, false);
+    const t = await createThread(token);
+    await claim(token, t.id, b.id);
+    await advance(t.id, SILENCE_MS + 1000);
+    expect((await row(token, t.id)).reason).toBe("pi_session_orphaned");
+    const provider = sharedTestProvider();
+    await vi.waitFor(() => {
+      const execs = provider.calls.filter((c) => c.op === "exec" && c.ref === b.providerRef).map((c) => JSON.stringify(c.args));
+      expect(execs.some((a) => a.includes("kill -KILL"))).toBe(true);
+    }, { timeout: 5000 });
+    await vi.waitFor(async () => expect((await box(token, b.id)).threads).toEqual([]), { timeout: 5000 });
+  });
+
   it("keeps a heartbeating run alive for many thresholds without growing the log", async () => {
     const token = await houseToken("house-run");
     const t = await createThread(token);
