@@ -3,11 +3,10 @@
 import { startSandboxHost } from "./server.mjs";
 
 const port = Number(process.env.SANDBOX_HOST_PORT ?? 3986);
-const apiKey = process.env.SANDBOX_HOST_API_KEY;
-if (!apiKey) {
-  console.error("SANDBOX_HOST_API_KEY is required (clients send it as DAYTONA_API_KEY).");
-  process.exit(2);
-}
+// The same development default as .dev.vars.example's DAYTONA_API_KEY, so `npm run dev` and a
+// host started alone agree; set SANDBOX_HOST_API_KEY for anything but a laptop.
+const apiKey = process.env.SANDBOX_HOST_API_KEY || "dev-sandbox-key";
+if (!process.env.SANDBOX_HOST_API_KEY) console.log("[sandbox-host] SANDBOX_HOST_API_KEY not set: using the development key dev-sandbox-key");
 const host = await startSandboxHost({
   port,
   apiKey,
