@@ -9,6 +9,14 @@ import {
 import { createEnvironmentRoute, getEnvironmentRoute, listEnvironmentsRoute } from "./http/routes-environments";
 import { createSandboxRoute, deleteSandboxRoute, getSandboxRoute, listSandboxesRoute, reconcileRoute } from "./http/routes-sandboxes";
 import { streamRoute, withStreamCors } from "./http/routes-streams";
+import { CORS_HEADERS } from "./streams/protocol";
+
+function withCors(res: Response): Response {
+  if (res.status === 101 || res.headers.has("access-control-allow-origin")) return res;
+  const out = new Response(res.body, res);
+  for (const [k, v] of Object.entries(CORS_HEADERS)) out.headers.set(k, v);
+  return out;
+}
 
 export { ThreadActor } from "./actors/thread-actor";
 export { HouseActor } from "./actors/house-actor";
@@ -19,6 +27,8 @@ type Req = Request & { params: Record<string, string> };
 const router = Router<Req, [Env, ExecutionContext]>();
 
 router
+  // Bearer tokens, never cookies: any origin may call the API, preflights included.
+  .options("*", () => new Response(null, { status: 204, headers: CORS_HEADERS }))
   .get("/health", () => json({ ok: true, service: "threadbox" }))
   .post("/api/admin/tokens", (req, env) => mintTokenRoute(req, env))
   .post("/api/threads", (req, env) => createThreadRoute(req, env))
@@ -47,10 +57,12 @@ router
 
 export default {
   async fetch(request: Request, env: Env, ctx: ExecutionContext): Promise<Response> {
+    let response: Response;
     try {
-      return await router.fetch(request as Req, env, ctx);
+      response = await router.fetch(request as Req, env, ctx);
     } catch (err) {
-      return errorResponse(err);
+      response = errorResponse(err);
     }
+    return withCors(response);
   },
 } satisfies ExportedHandler<Env>;

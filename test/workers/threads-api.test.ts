@@ -168,10 +168,21 @@ describe("entries", () => {
   });
 });
 
-describe("health", () => {
+describe("health and CORS", () => {
   it("answers without a token", async () => {
     const r = await call("/health");
     expect(r.status).toBe(200);
     expect(((await r.json()) as { ok: boolean }).ok).toBe(true);
+  });
+
+  it("lets browsers call the API: preflights and CORS headers on answers and errors", async () => {
+    const pre = await call("/api/threads", { method: "OPTIONS", headers: { origin: "https://app.example", "access-control-request-method": "POST" } });
+    expect(pre.status).toBe(204);
+    expect(pre.headers.get("access-control-allow-origin")).toBe("*");
+    expect(pre.headers.get("access-control-allow-headers")).toContain("authorization");
+    const denied = await call("/api/threads");
+    expect(denied.status).toBe(401);
+    expect(denied.headers.get("access-control-allow-origin")).toBe("*");
+    expect(denied.headers.get("x-content-type-options")).toBe("nosniff");
   });
 });
