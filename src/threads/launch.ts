@@ -50,6 +50,8 @@ function shq(s: string): string {
  */
 export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<void> {
   const { env, row, environment } = deps;
+  // Checked before any box exists: a runner without a reachable stream URL could never report.
+  if (!env.THREADBOX_STREAM_URL) throw new Error("THREADBOX_STREAM_URL is not configured (the stream-proxy URL boxes write to)");
   const providerName = environment?.provider ?? "daytona";
   const provider: SandboxProvider = providerFor(env, providerName);
 
@@ -134,7 +136,7 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
   const plan = runnerLaunch({
     harness: spec.harness,
     threadId: row.id,
-    streamUrl: env.THREADBOX_STREAM_URL ?? "",
+    streamUrl: env.THREADBOX_STREAM_URL,
     streamToken: token.token,
     runId: spec.runId,
     authorId: row.brainId ?? undefined,
