@@ -18,6 +18,8 @@ export default defineConfig({
                 PROBE_CONFIRM_MS: "5000",
                 THREADBOX_ALLOW_TEST_PROVIDER: "1",
                 STOP_GRACE_MS: "300",
+                // Explicit, so a developer's .dev.vars cannot change what the tests see.
+                THREADBOX_STREAM_URL: "",
                 // Local sandbox host started by test/workers/sandbox-provider.setup.ts
                 DAYTONA_API_URL: inject("sandboxHostApiUrl"),
                 DAYTONA_API_KEY: inject("sandboxHostApiKey"),

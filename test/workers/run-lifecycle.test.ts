@@ -277,3 +277,26 @@ describe("parent notification", () => {
     await post(token, parent.id, chat("still writable"));
   });
 });
+
+describe("launch", () => {
+  it("a launch that cannot start settles the run visibly (pi_failed with the reason), creating no box", async () => {
+    const token = await houseToken("house-launch");
+    const envRes = await call("/api/environments", { method: "POST", token, json: { name: "t", provider: "test" } });
+    const envId = ((await envRes.json()) as { id: string }).id;
+    const parent = await createThread(token, { environmentId: envId });
+    const d = await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "do it" } });
+    expect(d.status).toBe(202);
+    const { childThreadId } = (await d.json()) as { childThreadId: string };
+    expect((await row(token, childThreadId)).status).toBe("running");
+    // This test worker has no THREADBOX_STREAM_URL: the launch (run by the alarm) must fail loudly.
+    await vi.waitFor(async () => expect((await row(token, childThreadId)).status).toBe("failed"), { timeout: 5000 });
+    const r = (await (await call(`/api/threads/${childThreadId}`, { token })).json()) as { reason: string; detail: string };
+    expect(r.reason).toBe("pi_failed");
+    expect(r.detail).toContain("THREADBOX_STREAM_URL");
+    const boxes = (await (await call("/api/sandboxes", { token })).json()) as { sandboxes: unknown[] };
+    expect(boxes.sandboxes).toEqual([]);
+    const parentEntries = (await readAll(token, parent.id)).entries;
+    expect(parentEntries.filter((e) => e.payload.type === "signal.thread.child_finished")).toHaveLength(1);
+  });
+});
+
