@@ -48,3 +48,11 @@ export function assertThreadAccess(claims: TokenClaims, houseId: string, threadI
   if (claims.houseId !== houseId) throw new ApiError("not_found", "thread not found");
   if (write && !canWrite(claims)) throw new ApiError("forbidden", "token does not allow writes");
 }
+
+/** A house token that may write: the common gate of the routes that change a house. */
+export async function houseWriter(request: Request, secret: string | undefined) {
+  const claims = await authenticate(request, secret);
+  requireHouse(claims);
+  if (!canWrite(claims)) throw new ApiError("forbidden", "token does not allow writes");
+  return claims;
+}

@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { ApiError, json } from "../errors";
 import type { Env } from "../env";
-import { authenticate, canWrite, requireHouse } from "../auth/authenticate";
+import { authenticate, houseWriter, requireHouse } from "../auth/authenticate";
 import { idSchema } from "../auth/tokens";
 import { LABEL_EPHEMERAL, LABEL_ENVIRONMENT, LABEL_HOUSE } from "../sandbox/provider";
 import { providerFor } from "../sandbox/providers";
@@ -24,9 +24,9 @@ const createSchema = z.object({
 }).strict();
 
 async function houseClaims(request: Request, env: Env, write: boolean) {
+  if (write) return houseWriter(request, env.THREADBOX_TOKEN_SECRET);
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
   requireHouse(claims);
-  if (write && !canWrite(claims)) throw new ApiError("forbidden", "token does not allow writes");
   return claims;
 }
 

@@ -4,7 +4,7 @@ import { authenticate, canWrite } from "../auth/authenticate";
 import { mintStreamToken, streamTokenTtlSeconds, type TokenClaims } from "../auth/tokens";
 import { json } from "../errors";
 import { unwrapRpc } from "../actors/rpc";
-import { CORS_HEADERS } from "../streams/protocol";
+import { CORS_HEADERS, MAX_APPEND_BYTES } from "../streams/protocol";
 import { plainStreamStub, threadStub } from "./actors";
 import { forwardToActor } from "./routes-threads";
 
@@ -28,6 +28,11 @@ export async function streamRoute(request: Request, env: Env, prefix: string): P
   if (request.method === "OPTIONS") return new Response(null, { status: 204, headers: CORS_HEADERS });
 
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  // Refuse a declared oversize body here: streaming megabytes into the actor only to reject
+  // them wastes the transfer and can break the connection mid-body.
+  if (Number(request.headers.get("content-length") ?? "0") > MAX_APPEND_BYTES) {
+    throw new ApiError("payload_too_large", `body is larger than ${MAX_APPEND_BYTES} bytes`);
+  }
   const renewal = TOKEN_RENEWAL.exec(name);
   if (renewal) return renewStreamToken(request, env, claims, renewal[1]);
   const auth = { houseId: claims.houseId, subject: claims.subject, canWrite: canWrite(claims) };

@@ -2,13 +2,15 @@ import { z } from "zod";
 import { ApiError, json, SECURITY_HEADERS } from "../errors";
 import type { Env } from "../env";
 import { THREAD_STATUSES } from "../entries/schema";
-import { assertThreadAccess, authenticate, canWrite, requireHouse } from "../auth/authenticate";
+import { assertThreadAccess, authenticate, canWrite, houseWriter, requireHouse } from "../auth/authenticate";
 import { idSchema, mintStreamToken, STREAM_SCOPES, streamTokenTtlSeconds } from "../auth/tokens";
 import { readBody, readJson } from "./body";
 import { houseStub, newId, threadStub } from "./actors";
 import { AUTH_HEADER, TARGET_HEADER, type ActorAuth, type StreamTarget } from "../actors/thread-actor";
 import { unwrapRpc } from "../actors/rpc";
 import type { EntryWithOffset } from "../entries/schema";
+import type { Environment } from "../environments";
+import type { HarnessName } from "../sandbox/harness";
 
 type EntriesPage = { entries: EntryWithOffset[]; nextOffset: string; upToDate: boolean };
 
@@ -36,9 +38,7 @@ function threadIdParam(raw: string | undefined): string {
 }
 
 export async function createThreadRoute(request: Request, env: Env): Promise<Response> {
-  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
-  requireHouse(claims);
-  if (!canWrite(claims)) throw new ApiError("forbidden", "token does not allow writes");
+  const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
   const body = await readBody(request, createThreadSchema);
   const parent = body.parent ?? { kind: "none" as const };
   if (parent.kind !== "none" && !parent.id) throw new ApiError("validation_failed", "parent.id is required unless parent.kind is none");
@@ -143,9 +143,7 @@ export function forwardToActor(
 
 export async function stopThreadRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
   const threadId = threadIdParam(id);
-  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
-  requireHouse(claims);
-  if (!canWrite(claims)) throw new ApiError("forbidden", "token does not allow writes");
+  const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
   return json(await unwrapRpc(threadStub(env, threadId).stopRun(claims.houseId, claims.subject)));
 }
 
@@ -164,28 +162,29 @@ const resumeSchema = z.object({
   model: z.string().min(1).max(200).optional(),
 }).strict();
 
+/** The coding agent an environment runs; a missing environment is the caller's 404. */
+async function environmentHarness(env: Env, houseId: string, environmentId: string): Promise<HarnessName> {
+  const e = (await houseStub(env, houseId).getEnvironment(environmentId)) as Environment | null;
+  if (!e) throw new ApiError("not_found", "environment not found");
+  return e.harness;
+}
+
 /** Hands a task to a coding agent on a child thread; returns at once, the run goes on in the box. */
 export async function delegateRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
   const parentId = threadIdParam(id);
-  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
-  requireHouse(claims);
-  if (!canWrite(claims)) throw new ApiError("forbidden", "token does not allow writes");
+  const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
   const body = await readBody(request, delegateSchema);
   const parent = await unwrapRpc(threadStub(env, parentId).getThread(claims.houseId));
   const environmentId = body.environmentId ?? parent.environmentId;
-  let harness = body.harness;
-  if (environmentId) {
-    const e = (await houseStub(env, claims.houseId).getEnvironment(environmentId)) as { harness?: "pi" | "claude-code" | "codex" } | null;
-    if (!e) throw new ApiError("not_found", "environment not found");
-    harness ??= e.harness;
-  }
+  const environmentDefault = environmentId ? await environmentHarness(env, claims.houseId, environmentId) : "pi";
+  const harness = body.harness ?? environmentDefault;
   const childId = newId("th_");
   await unwrapRpc(threadStub(env, childId).createThread({
     id: childId, houseId: claims.houseId, parent: { kind: "thread", id: parentId }, environmentId: environmentId ?? null,
     title: body.title ?? body.task.slice(0, 120), brainId: claims.subject, createdBy: claims.subject,
   }));
   const { runId } = await unwrapRpc(threadStub(env, childId).startRun(claims.houseId, {
-    task: body.task, harness: harness ?? "pi", model: body.model, repo: body.repo, branch: body.branch, authorId: claims.subject, resume: false,
+    task: body.task, harness, model: body.model, repo: body.repo, branch: body.branch, authorId: claims.subject, resume: false,
   }));
   return json({ childThreadId: childId, runId }, 202, { location: `/api/threads/${childId}` });
 }
@@ -193,16 +192,10 @@ export async function delegateRoute(request: Request, env: Env, id: string | und
 /** Continues a finished thread with a new message: same box if it is alive, else a rebuilt session. */
 export async function resumeRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
   const threadId = threadIdParam(id);
-  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
-  requireHouse(claims);
-  if (!canWrite(claims)) throw new ApiError("forbidden", "token does not allow writes");
+  const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
   const body = await readBody(request, resumeSchema);
   const row = await unwrapRpc(threadStub(env, threadId).getThread(claims.houseId));
-  let harness: "pi" | "claude-code" | "codex" = "pi";
-  if (row.environmentId) {
-    const e = (await houseStub(env, claims.houseId).getEnvironment(row.environmentId)) as { harness?: "pi" | "claude-code" | "codex" } | null;
-    harness = e?.harness ?? "pi";
-  }
+  const harness = row.environmentId ? await environmentHarness(env, claims.houseId, row.environmentId) : "pi";
   const { runId } = await unwrapRpc(threadStub(env, threadId).startRun(claims.houseId, {
     task: body.message, harness, model: body.model, authorId: claims.subject, resume: true,
   }));

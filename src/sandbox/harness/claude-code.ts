@@ -9,6 +9,7 @@
  */
 import { decideOutcome } from "./outcome";
 import { npmInstall } from "./pi";
+import { parseJsonLine } from "./types";
 import type { CodingAgent, HarnessCommand, HarnessParser, StartOptions, StopReason, ThreadEntry } from "./types";
 
 export const CLAUDE_CODE_PACKAGE = "@anthropic-ai/claude-code";
@@ -44,14 +45,8 @@ export function createClaudeCodeParser(): HarnessParser {
   let model: string | undefined;
   return {
     push(line: string): ThreadEntry[] {
-      const t = line.trim();
-      if (!t.startsWith("{")) return [];
-      let ev: any;
-      try {
-        ev = JSON.parse(t);
-      } catch {
-        return [];
-      }
+      const ev = parseJsonLine(line);
+      if (ev === null) return [];
       const out: ThreadEntry[] = [];
       switch (ev.type) {
         case "system":

@@ -9,6 +9,7 @@
  */
 import { decideOutcome } from "./outcome";
 import { npmInstall } from "./pi";
+import { parseJsonLine } from "./types";
 import type { CodingAgent, HarnessCommand, HarnessParser, StartOptions, ThreadEntry } from "./types";
 
 export const CODEX_PACKAGE = "@openai/codex";
@@ -67,14 +68,8 @@ export function createCodexParser(): HarnessParser {
 
   return {
     push(line: string): ThreadEntry[] {
-      const t = line.trim();
-      if (!t.startsWith("{")) return [];
-      let ev: any;
-      try {
-        ev = JSON.parse(t);
-      } catch {
-        return [];
-      }
+      const ev = parseJsonLine(line);
+      if (ev === null) return [];
       const item = ev.item;
       switch (ev.type) {
         case "thread.started":

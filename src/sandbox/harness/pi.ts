@@ -3,6 +3,7 @@
  * both the mirror extension and the `--mode json` parser use. Pure.
  */
 import { decideOutcome } from "./outcome";
+import { parseJsonLine } from "./types";
 import type {
   CodingAgent,
   HarnessCommand,
@@ -132,14 +133,8 @@ export function finishedSignalId(threadId: string, runId: string): string {
 export function createPiJsonParser(): HarnessParser {
   return {
     push(line: string): ThreadEntry[] {
-      const t = line.trim();
-      if (!t.startsWith("{")) return [];
-      let ev: any;
-      try {
-        ev = JSON.parse(t);
-      } catch {
-        return [];
-      }
+      const ev = parseJsonLine(line);
+      if (ev === null) return [];
       if (ev.type === "message_end") return piMessageToEntries(ev.message);
       if (ev.type === "auto_retry_end" && ev.success === false) {
         return [{ payload: { type: "pi.error", message: String(ev.finalError ?? "retries exhausted"), raw: ev } }];

@@ -145,3 +145,15 @@ export interface CodingAgent {
   createParser(): HarnessParser;
   decideOutcome(threadEntries: ThreadEntry[], exitCode: number | null, ctx?: OutcomeContext): Outcome;
 }
+
+/** One line of a harness's JSON-lines output as an event, or null for anything else (banners, noise). */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export function parseJsonLine(line: string): any | null {
+  const t = line.trim();
+  if (!t.startsWith("{")) return null;
+  try {
+    return JSON.parse(t);
+  } catch {
+    return null;
+  }
+}
