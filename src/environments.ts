@@ -31,7 +31,7 @@ export const environmentInputSchema = z.object({
 }).strict();
 
 export type EnvironmentInput = z.infer<typeof environmentInputSchema>;
-export type Environment = EnvironmentInput & { id: string; houseId: string; createdAt: string };
+export type Environment = EnvironmentInput & { id: string; houseId: string; createdAt: string; sharedBoxId?: string };
 
 export function publicEnvironment(e: Environment) {
   const { secrets, ...rest } = e;

@@ -19,6 +19,7 @@ export const ERROR_STATUS = {
   unsupported_media_type: 415,
   upgrade_required: 426,
   provider_unavailable: 502,
+  command_timeout: 504,
   internal: 500,
 } as const;
 

@@ -6,7 +6,7 @@ import {
   createThreadRoute, getThreadRoute, listThreadsRoute, mintThreadTokenRoute, postEntriesRoute, readEntriesRoute, stopThreadRoute,
   subscribeRoute, delegateRoute, resumeRoute,
 } from "./http/routes-threads";
-import { createEnvironmentRoute, getEnvironmentRoute, listEnvironmentsRoute } from "./http/routes-environments";
+import { createEnvironmentRoute, execRoute, getEnvironmentRoute, listEnvironmentsRoute } from "./http/routes-environments";
 import { createSandboxRoute, deleteSandboxRoute, getSandboxRoute, listSandboxesRoute, reconcileRoute } from "./http/routes-sandboxes";
 import { streamRoute, withStreamCors } from "./http/routes-streams";
 import { CORS_HEADERS } from "./streams/protocol";
@@ -44,6 +44,7 @@ router
   .post("/api/environments", (req, env) => createEnvironmentRoute(req, env))
   .get("/api/environments", (req, env) => listEnvironmentsRoute(req, env))
   .get("/api/environments/:id", (req, env) => getEnvironmentRoute(req, env, req.params.id))
+  .post("/api/environments/:id/exec", (req, env) => execRoute(req, env, req.params.id))
   .get("/api/sandboxes", (req, env) => listSandboxesRoute(req, env))
   .post("/api/sandboxes", (req, env) => createSandboxRoute(req, env))
   .post("/api/sandboxes/reconcile", (req, env) => reconcileRoute(req, env))

@@ -53,6 +53,18 @@ export class HouseActor extends DurableObject<Env> {
     return r ? (JSON.parse(r.body as string) as Environment) : null;
   }
 
+  /**
+   * The environment's shared box: the first registered box wins, so two concurrent first
+   * commands cannot leave two shared boxes behind (the loser deletes its own).
+   */
+  claimSharedBox(environmentId: string, boxId: string, replace: string | null): string | null {
+    const e = this.getEnvironment(environmentId);
+    if (!e) return null;
+    if (e.sharedBoxId && e.sharedBoxId !== replace) return e.sharedBoxId;
+    this.putEnvironment({ ...e, sharedBoxId: boxId });
+    return boxId;
+  }
+
   listEnvironments(): Environment[] {
     return this.ctx.storage.sql.exec(`select body from environments order by id`).toArray().map((r) => JSON.parse(r.body as string) as Environment);
   }

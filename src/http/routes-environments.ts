@@ -1,9 +1,13 @@
+import { z } from "zod";
 import { ApiError, json } from "../errors";
 import type { Env } from "../env";
-import { authenticate, canWrite, requireHouse } from "../auth/authenticate";
+import { authenticate, canWrite, houseWriter, requireHouse } from "../auth/authenticate";
 import { idSchema } from "../auth/tokens";
 import { environmentInputSchema, publicEnvironment, type Environment } from "../environments";
-import { houseStub, newId } from "./actors";
+import { houseStub, newId, sandboxStub } from "./actors";
+import { unwrapRpc } from "../actors/rpc";
+import { providerFor } from "../sandbox/providers";
+import { ProviderError } from "../sandbox/errors";
 import { readBody } from "./body";
 
 export async function createEnvironmentRoute(request: Request, env: Env): Promise<Response> {
@@ -31,4 +35,67 @@ export async function getEnvironmentRoute(request: Request, env: Env, id: string
   const e = (await houseStub(env, claims.houseId).getEnvironment(parsed.data)) as Environment | null;
   if (!e) throw new ApiError("not_found", "environment not found");
   return json(publicEnvironment(e));
+}
+
+const execSchema = z.object({
+  command: z.string().min(1).max(100_000),
+  cwd: z.string().max(1000).optional(),
+  timeoutSec: z.number().int().min(1).max(3600).default(120),
+}).strict();
+
+/**
+ * `run_command`: a synchronous shell command on the environment's shared, non-ephemeral box,
+ * created on first use. The environment's env vars apply; its secrets do not (output goes back
+ * to the caller, and from a bot to a model).
+ */
+export async function execRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
+  const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
+  const parsed = idSchema.safeParse(id);
+  if (!parsed.success) throw new ApiError("not_found", "environment not found");
+  const body = await readBody(request, execSchema);
+  const house = houseStub(env, claims.houseId);
+  const e = (await house.getEnvironment(parsed.data)) as Environment | null;
+  if (!e) throw new ApiError("not_found", "environment not found");
+  if (!e.sharedBox) throw new ApiError("conflict", "this environment keeps no shared box (set sharedBox: true)");
+  const provider = providerFor(env, e.provider);
+  const box = await sharedBox(env, claims.houseId, e);
+  try {
+    const r = await provider.exec(box.providerRef, body.command, { cwd: body.cwd, env: e.env, timeoutSec: body.timeoutSec });
+    return json({ boxId: box.id, exitCode: r.exitCode, output: r.output });
+  } catch (err) {
+    if (err instanceof ProviderError) {
+      if (err.code === "timeout") throw new ApiError("command_timeout", `command did not finish within ${body.timeoutSec}s`);
+      throw new ApiError("provider_unavailable", `sandbox provider: ${err.code}`);
+    }
+    throw err;
+  }
+}
+
+async function sharedBox(env: Env, houseId: string, e: Environment): Promise<{ id: string; providerRef: string }> {
+  if (e.sharedBoxId) {
+    const view = await unwrapRpc(sandboxStub(env, e.sharedBoxId).view(houseId)).catch(() => null);
+    if (view && view.state === "live") return { id: view.id, providerRef: view.providerRef };
+  }
+  const provider = providerFor(env, e.provider);
+  let info;
+  try {
+    info = await provider.create({
+      labels: { house: houseId, environment: e.id }, ephemeral: false, env: e.env,
+      snapshot: e.snapshot, image: e.image, egress: e.egress,
+    });
+  } catch (err) {
+    if (err instanceof ProviderError) throw new ApiError("provider_unavailable", `sandbox provider: ${err.code}`);
+    throw err;
+  }
+  const boxId = newId("box_");
+  const view = await unwrapRpc(sandboxStub(env, boxId).register({
+    boxId, houseId, provider: e.provider, providerRef: info.ref, ephemeral: false, labels: info.labels,
+  }));
+  const winner = (await houseStub(env, houseId).claimSharedBox(e.id, boxId, e.sharedBoxId ?? null)) as string | null;
+  if (winner && winner !== boxId) {
+    await unwrapRpc(sandboxStub(env, boxId).destroy(houseId, true)).catch(() => {});
+    const other = await unwrapRpc(sandboxStub(env, winner).view(houseId));
+    return { id: other.id, providerRef: other.providerRef };
+  }
+  return { id: view.id, providerRef: view.providerRef };
 }

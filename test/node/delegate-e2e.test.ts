@@ -380,6 +380,19 @@ describe("long runs", () => {
   });
 });
 
+describe("run_command", () => {
+  it("runs a command on the environment's shared box, which outlives it", async () => {
+    const e = (await api("/api/environments", { method: "POST", json: { name: "shared", sharedBox: true, env: { GREETING: "hello-shared" } } })).body;
+    const r1 = await api(`/api/environments/${e.id}/exec`, { method: "POST", json: { command: "echo $GREETING > note.txt && cat note.txt" } });
+    expect(r1.status).toBe(200);
+    expect([r1.body.exitCode, r1.body.output.trim()]).toEqual([0, "hello-shared"]);
+    const r2 = await api(`/api/environments/${e.id}/exec`, { method: "POST", json: { command: "cat note.txt; exit 7" } });
+    expect([r2.body.boxId, r2.body.exitCode, r2.body.output.trim()]).toEqual([r1.body.boxId, 7, "hello-shared"]);
+    const box = (await api(`/api/sandboxes/${r1.body.boxId}`)).body;
+    expect([box.state, box.ephemeral]).toEqual(["live", false]);
+  });
+});
+
 describe("run(): the synchronous host driver", () => {
   it("provisions, drives pi, reads the thread back and posts the finished-signal from the host", async () => {
     const provider = createDaytonaProvider({ apiUrl: host.apiUrl, apiKey: SANDBOX_KEY, target: "local" });

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { call, createThread, errorCode, houseToken } from "./helpers";
+import { sharedTestProvider } from "../../src/sandbox/providers";
 
 describe("environments", () => {
   it("are created and listed per house; secrets are write-only", async () => {
@@ -63,3 +64,38 @@ describe("environments", () => {
     expect(idle.status).toBe(409);
   });
 });
+
+describe("run_command on an environment's shared box", () => {
+  it("creates the shared box once, runs commands there with the environment's env (never its secrets)", async () => {
+    const token = await houseToken("house-exec");
+    const provider = sharedTestProvider();
+    provider.execHandler = (_box, command, opts) => ({ exitCode: command.includes("fail") ? 3 : 0, output: `ran ${command} env=${JSON.stringify(opts.env ?? {})}` });
+    const e = (await (await call("/api/environments", {
+      method: "POST", token, json: { name: "shared", provider: "test", sharedBox: true, env: { FOO: "bar" }, secrets: { API_KEY: "sk-never-shown" } },
+    })).json()) as { id: string };
+    const first = await call(`/api/environments/${e.id}/exec`, { method: "POST", token, json: { command: "echo hi" } });
+    expect(first.status).toBe(200);
+    const r1 = (await first.json()) as { boxId: string; exitCode: number; output: string };
+    expect(r1.exitCode).toBe(0);
+    expect(r1.output).toContain('"FOO":"bar"');
+    expect(r1.output).not.toContain("sk-never-shown");
+    const r2 = (await (await call(`/api/environments/${e.id}/exec`, { method: "POST", token, json: { command: "fail now" } })).json()) as { boxId: string; exitCode: number };
+    expect(r2.boxId).toBe(r1.boxId);
+    expect(r2.exitCode).toBe(3);
+    const boxes = (await (await call("/api/sandboxes?ephemeral=false", { token })).json()) as { sandboxes: { id: string; state: string }[] };
+    expect(boxes.sandboxes.map((b) => [b.id, b.state])).toEqual([[r1.boxId, "live"]]);
+    expect(provider.calls.filter((c) => c.op === "create" && JSON.stringify(c.args).includes("house-exec"))).toHaveLength(1);
+    provider.execHandler = () => ({ exitCode: 0, output: "" });
+  });
+
+  it("refuses environments without a shared box, bad commands and read-only tokens", async () => {
+    const token = await houseToken("house-exec-2");
+    const e = (await (await call("/api/environments", { method: "POST", token, json: { name: "no-box", provider: "test" } })).json()) as { id: string };
+    expect((await call(`/api/environments/${e.id}/exec`, { method: "POST", token, json: { command: "ls" } })).status).toBe(409);
+    expect((await call(`/api/environments/${e.id}/exec`, { method: "POST", token, json: {} })).status).toBe(400);
+    expect((await call(`/api/environments/env_missing/exec`, { method: "POST", token, json: { command: "ls" } })).status).toBe(404);
+    const reader = await houseToken("house-exec-2", "rita", "reader");
+    expect((await call(`/api/environments/${e.id}/exec`, { method: "POST", token: reader, json: { command: "ls" } })).status).toBe(403);
+  });
+});
+
