@@ -163,7 +163,7 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
       const { authorId: _author, ...launch } = spec;
       this.outbox.enqueue(`launch:${runId}`, "launch", { ...launch, runId }, now);
       await this.afterHandler();
-      return { runId };
+      return { runId, status: this.rows.get()!.status };
     });
   }
 

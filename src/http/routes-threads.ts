@@ -183,10 +183,11 @@ export async function delegateRoute(request: Request, env: Env, id: string | und
     id: childId, houseId: claims.houseId, parent: { kind: "thread", id: parentId }, environmentId: environmentId ?? null,
     title: body.title ?? body.task.slice(0, 120), brainId: claims.subject, createdBy: claims.subject,
   }));
-  const { runId } = await unwrapRpc(threadStub(env, childId).startRun(claims.houseId, {
+  const { runId, status } = await unwrapRpc(threadStub(env, childId).startRun(claims.houseId, {
     task: body.task, harness, model: body.model, repo: body.repo, branch: body.branch, authorId: claims.subject, resume: false,
   }));
-  return json({ childThreadId: childId, runId }, 202, { location: `/api/threads/${childId}` });
+  // `status` is the child's status when the request returned: claimed `running` before any launch work.
+  return json({ childThreadId: childId, runId, status }, 202, { location: `/api/threads/${childId}` });
 }
 
 /** Continues a finished thread with a new message: same box if it is alive, else a rebuilt session. */
@@ -196,8 +197,8 @@ export async function resumeRoute(request: Request, env: Env, id: string | undef
   const body = await readBody(request, resumeSchema);
   const row = await unwrapRpc(threadStub(env, threadId).getThread(claims.houseId));
   const harness = row.environmentId ? await environmentHarness(env, claims.houseId, row.environmentId) : "pi";
-  const { runId } = await unwrapRpc(threadStub(env, threadId).startRun(claims.houseId, {
+  const { runId, status } = await unwrapRpc(threadStub(env, threadId).startRun(claims.houseId, {
     task: body.message, harness, model: body.model, authorId: claims.subject, resume: true,
   }));
-  return json({ threadId, runId }, 202);
+  return json({ threadId, runId, status }, 202);
 }
