@@ -1,5 +1,5 @@
 import { ApiError } from "../errors";
-import { verifyToken, type TokenClaims } from "./tokens";
+import { READ_ONLY_ROLES, verifyToken, type TokenClaims } from "./tokens";
 
 const WS_PROTOCOL_PREFIX = "bearer.";
 
@@ -37,7 +37,7 @@ export function requireHouse(claims: TokenClaims): asserts claims is Extract<Tok
 }
 
 export function canWrite(claims: TokenClaims): boolean {
-  return claims.kind === "house" ? claims.role !== "reader" : claims.scope === "stream:write";
+  return claims.kind === "house" ? !READ_ONLY_ROLES.includes(claims.role) : claims.scope === "stream:write";
 }
 
 /** A stream token reaches exactly one thread; a house token every thread of its house. */

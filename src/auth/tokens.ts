@@ -2,8 +2,13 @@ import { SignJWT, jwtVerify, errors as joseErrors } from "jose";
 import { z } from "zod";
 import { ApiError } from "../errors";
 
-export const ROLES = ["owner", "member", "bot", "reader"] as const;
-export type Role = (typeof ROLES)[number];
+/**
+ * Roles with a meaning: `reader` (and `viewer`) may only read; `bot` may not configure
+ * environments. Any other role name is accepted and acts as a member.
+ */
+export const READ_ONLY_ROLES: readonly string[] = ["reader", "viewer"];
+export const roleSchema = z.string().regex(/^[a-z][a-z0-9_-]{0,39}$/, "role is 1-40 chars of [a-z0-9_-]");
+export type Role = string;
 export const STREAM_SCOPES = ["stream:write", "stream:read"] as const;
 export type StreamScope = (typeof STREAM_SCOPES)[number];
 
@@ -26,7 +31,7 @@ const idPattern = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
 export const idSchema = z.string().regex(idPattern, "ids are 1-128 chars of [A-Za-z0-9._:-]");
 
 const claimsSchema = z.discriminatedUnion("kind", [
-  z.object({ kind: z.literal("house"), house: idSchema, sub: z.string().min(1), role: z.enum(ROLES) }),
+  z.object({ kind: z.literal("house"), house: idSchema, sub: z.string().min(1), role: roleSchema }),
   z.object({ kind: z.literal("stream"), house: idSchema, thread: idSchema, sub: z.string().min(1), scope: z.enum(STREAM_SCOPES) }),
 ]);
 

@@ -41,7 +41,7 @@ export const entryInputSchema = z.object({
   ts: z.number().int().nonnegative().optional(),
   authorId: z.string().min(1).max(200).optional(),
   payload: payloadSchema,
-}).strict();
+}); // unknown envelope fields (e.g. the `offset` of an entry read back) are dropped, never stored
 export type EntryInput = z.infer<typeof entryInputSchema>;
 
 export type Entry = { id: string; ts: number; authorId?: string; payload: Payload };

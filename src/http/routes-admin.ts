@@ -1,13 +1,13 @@
 import { z } from "zod";
 import { ApiError, json } from "../errors";
 import type { Env } from "../env";
-import { idSchema, mintHouseToken, ROLES } from "../auth/tokens";
+import { idSchema, mintHouseToken, roleSchema } from "../auth/tokens";
 import { readBody } from "./body";
 
 const mintSchema = z.object({
   houseId: idSchema,
   subject: z.string().min(1).max(200),
-  role: z.enum(ROLES).default("member"),
+  role: roleSchema.default("member"),
   ttlSeconds: z.number().int().min(60).max(365 * 24 * 3600).optional(),
 }).strict();
 
