@@ -8,9 +8,10 @@ import {
 } from "./http/routes-threads";
 import { createEnvironmentRoute, execRoute, getEnvironmentRoute, listEnvironmentsRoute } from "./http/routes-environments";
 import { createSandboxRoute, deleteSandboxRoute, getSandboxRoute, listSandboxesRoute, reconcileRoute } from "./http/routes-sandboxes";
-import { streamRoute, withStreamCors } from "./http/routes-streams";
+import { streamRoute, withPublicLocation } from "./http/routes-streams";
 import { CORS_HEADERS } from "./streams/protocol";
 
+/** Every answer carries CORS headers (stream answers already do, from the actor). */
 function withCors(res: Response): Response {
   if (res.status === 101 || res.headers.has("access-control-allow-origin")) return res;
   const out = new Response(res.body, res);
@@ -50,8 +51,8 @@ router
   .post("/api/sandboxes/reconcile", (req, env) => reconcileRoute(req, env))
   .get("/api/sandboxes/:id", (req, env) => getSandboxRoute(req, env, req.params.id))
   .delete("/api/sandboxes/:id", (req, env) => deleteSandboxRoute(req, env, req.params.id))
-  .all("/api/stream/*", async (req, env) => withStreamCors(await streamRoute(req, env, "/api/stream/").catch(errorResponse), req))
-  .all("/v1/stream/*", async (req, env) => withStreamCors(await streamRoute(req, env, "/v1/stream/").catch(errorResponse), req))
+  .all("/api/stream/*", async (req, env) => withPublicLocation(await streamRoute(req, env, "/api/stream/").catch(errorResponse), req))
+  .all("/v1/stream/*", async (req, env) => withPublicLocation(await streamRoute(req, env, "/v1/stream/").catch(errorResponse), req))
   .all("*", () => {
     throw new ApiError("not_found", "no such route");
   });

@@ -4,7 +4,7 @@ import { intVar, type Env } from "../env";
 import type { Entry, EntryWithOffset } from "../entries/schema";
 import { StreamLog, type NewMessage, type StoredMessage, type StreamMeta } from "../streams/log";
 import { formatOffset, parseOffset, MAX_READ_BYTES } from "../streams/protocol";
-import { handleStreamHttp, splitJsonMessages, type StreamHost } from "../streams/stream-http";
+import { bodyToMessages, handleStreamHttp, type StreamHost } from "../streams/stream-http";
 import { WaitHub } from "../streams/wait-hub";
 import { parseJsonBody, prepareEntries, toEntryWithOffset } from "../threads/entries";
 import { decideSignal, isTerminal } from "../threads/run-rules";
@@ -110,7 +110,7 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
   // ---- StreamHost ----
 
   prepareAppend(body: Uint8Array, meta: StreamMeta) {
-    if (!this.isThread()) return splitJsonOrRaw(body, meta);
+    if (!this.isThread()) return bodyToMessages(body, meta.contentType, false);
     const prepared = prepareEntries(parseJsonBody(body), undefined, this.now());
     if (prepared.heartbeats > 0) this.recordLiveness();
     return prepared.messages.length === 0 ? null : prepared.messages;
@@ -194,7 +194,6 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
   async childFinished(houseId: string, n: { childId: string; runKey: number; status: string; reason: string | null; resultText: string; brainId: string | null }) {
     return settle(async () => {
       this.requireThread(houseId);
-      this.streamName = this.streamName || `thread-${this.rows.get()!.id}`;
       const enc = new TextEncoder();
       const now = this.now();
       const signal: Entry = {
@@ -250,7 +249,6 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
   async appendEntries(houseId: string, raw: unknown, defaultAuthor: string | undefined) {
     return settle(async () => {
       this.requireThread(houseId);
-      this.streamName = this.streamName || `thread-${this.rows.get()!.id}`;
       const prepared = prepareEntries(raw, defaultAuthor, this.now());
       if (prepared.heartbeats > 0) this.recordLiveness();
       if (prepared.messages.length === 0) return { entries: [], nextOffset: this.log.formatTail() };
@@ -347,9 +345,12 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
 
   // ---- thread internals ----
 
+  private knownThread = false;
+
+  /** Plain streams never get a thread row, and a thread's row is never removed: a yes is cached. */
   private isThread(): boolean {
-    // Plain streams never have a thread row: names `thread-*` always route to threads.
-    return this.rows.get() !== null;
+    this.knownThread ||= this.rows.get() !== null;
+    return this.knownThread;
   }
 
   private requireThread(houseId: string): ThreadRow {
@@ -578,10 +579,4 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
     };
     await this.env.HOUSES.get(this.env.HOUSES.idFromName(row.houseId)).upsertThread(summary);
   }
-}
-
-function splitJsonOrRaw(body: Uint8Array, meta: StreamMeta) {
-  const ct = meta.contentType.split(";")[0].trim().toLowerCase();
-  if (ct === "application/json") return splitJsonMessages(body, false).map((data) => ({ data }));
-  return [{ data: body }];
 }

@@ -1,10 +1,10 @@
-import { ApiError, errorResponse } from "../errors";
+import { ApiError } from "../errors";
 import type { Env } from "../env";
 import { authenticate, canWrite } from "../auth/authenticate";
 import { mintStreamToken, streamTokenTtlSeconds, type TokenClaims } from "../auth/tokens";
 import { json } from "../errors";
 import { unwrapRpc } from "../actors/rpc";
-import { CORS_HEADERS, MAX_APPEND_BYTES } from "../streams/protocol";
+import { MAX_APPEND_BYTES } from "../streams/protocol";
 import { plainStreamStub, threadStub } from "./actors";
 import { forwardToActor } from "./routes-threads";
 
@@ -25,7 +25,6 @@ export async function streamRoute(request: Request, env: Env, prefix: string): P
     throw new ApiError("bad_request", "stream name is not valid percent-encoding");
   }
   if (!NAME_PATTERN.test(name) || name.includes("..")) throw new ApiError("bad_request", "invalid stream name");
-  if (request.method === "OPTIONS") return new Response(null, { status: 204, headers: CORS_HEADERS });
 
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
   // Refuse a declared oversize body here: streaming megabytes into the actor only to reject
@@ -62,13 +61,11 @@ async function renewStreamToken(request: Request, env: Env, claims: TokenClaims,
   return json({ ...minted, scope: claims.scope, threadId }, 201);
 }
 
-export function withStreamCors(res: Response, request?: Request): Response {
-  if (res.status === 101) return res;
+/** The actor sees an internal URL: a stream created by PUT gets its public Location back. */
+export function withPublicLocation(res: Response, request: Request): Response {
+  if (request.method !== "PUT" || res.status !== 201) return res;
   const out = new Response(res.body, res);
-  // The actor sees an internal URL; a created stream's Location is the public one.
-  if (res.status === 201 && request) out.headers.set("location", request.url);
-  for (const [k, v] of Object.entries(CORS_HEADERS)) if (!out.headers.has(k)) out.headers.set(k, v);
+  out.headers.set("location", request.url);
   return out;
 }
 
-export { errorResponse };

@@ -81,6 +81,11 @@ export function splitJsonMessages(body: Uint8Array, allowEmptyArray: boolean): U
   return values.map((v) => enc.encode(JSON.stringify(v)));
 }
 
+/** A plain stream's append body as messages: one per JSON value in JSON mode, else the bytes as one. */
+export function bodyToMessages(body: Uint8Array, contentType: string, allowEmptyArray: boolean): NewMessage[] {
+  return isJsonContentType(contentType) ? splitJsonMessages(body, allowEmptyArray).map((data) => ({ data })) : [{ data: body }];
+}
+
 function producerFrom(request: Request): ProducerTuple | undefined {
   const id = request.headers.get(H.producerId);
   const epoch = request.headers.get(H.producerEpoch);
@@ -149,7 +154,7 @@ async function handleCreate(request: Request, host: StreamHost): Promise<Respons
   if (!existing && !host.allowCreate) throw new ApiError("not_found", "stream not found");
   let initial: NewMessage[] = [];
   if (body.byteLength > 0 && !existing) {
-    initial = isJsonContentType(contentType) ? splitJsonMessages(body, true).map((data) => ({ data })) : [{ data: body }];
+    initial = bodyToMessages(body, contentType, true);
   }
   const { created, meta } = host.log.create(host.streamName, {
     contentType, ttlSeconds: ttl === null ? null : Number(ttl), expiresAt, closed,
