@@ -60,6 +60,7 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
     this.rows = new ThreadRowStore(ctx.storage.sql);
     this.outbox = new Outbox(ctx.storage.sql);
     ctx.storage.sql.exec(`create table if not exists probe_state (id integer primary key check (id = 1), last_probe_at integer, dead_streak integer not null default 0)`);
+    ctx.storage.sql.exec(`create table if not exists stream_owner (id integer primary key check (id = 1), house_id text not null)`);
     ctx.storage.sql.exec(`create table if not exists deadlines (name text primary key, at integer not null)`);
     this.longPollTimeoutMs = intVar(env.LONG_POLL_TIMEOUT_MS, 20_000);
     // What the house index last saw; a woken actor must not re-sync the index on its first request.
@@ -92,6 +93,7 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
         this.allowClose = false;
         if (url.pathname.endsWith("/subscribe")) return this.subscribe(request);
       } else {
+        this.claimPlainStream(auth.houseId);
         this.streamName = target.name;
         this.allowCreate = true;
         this.allowDelete = true;
@@ -351,6 +353,17 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
   private isThread(): boolean {
     this.knownThread ||= this.rows.get() !== null;
     return this.knownThread;
+  }
+
+  /**
+   * A plain stream belongs to the house that first reached it; the routing key already separates
+   * houses, and this check keeps another house out even if two keys ever collided.
+   */
+  private claimPlainStream(houseId: string): void {
+    const sql = this.ctx.storage.sql;
+    const owner = sql.exec(`select house_id from stream_owner where id = 1`).toArray()[0]?.house_id as string | undefined;
+    if (owner === undefined) sql.exec(`insert into stream_owner (id, house_id) values (1, ?)`, houseId);
+    else if (owner !== houseId) throw new ApiError("not_found", "stream not found");
   }
 
   private requireThread(houseId: string): ThreadRow {
