@@ -6,7 +6,7 @@ import { assertThreadAccess, authenticate, canWrite, houseWriter, requireHouse }
 import { idSchema, mintStreamToken, STREAM_SCOPES, streamTokenTtlSeconds } from "../auth/tokens";
 import { readBody, readJson } from "./body";
 import { houseStub, newId, threadStub } from "./actors";
-import { AUTH_HEADER, TARGET_HEADER, type ActorAuth, type StreamTarget } from "../actors/thread-actor";
+import { AUTH_HEADER, TARGET_HEADER, type ActorAuth, type StreamTarget } from "../actors/thread/thread-actor";
 import { unwrapRpc } from "../actors/rpc";
 import type { EntryWithOffset } from "../entries/schema";
 import type { Environment } from "../environments";
@@ -72,7 +72,7 @@ export async function listThreadsRoute(request: Request, env: Env): Promise<Resp
   let parentId: string | undefined;
   if (q.data.parent === "none") parentKind = "none";
   else if (q.data.parent) parentId = q.data.parent;
-  const threads = await houseStub(env, claims.houseId).listThreads({ parentKind, parentId, status: q.data.status, limit: q.data.limit, before: q.data.before });
+  const threads = await unwrapRpc(houseStub(env, claims.houseId).listThreads({ parentKind, parentId, status: q.data.status, limit: q.data.limit, before: q.data.before }));
   return json({ threads });
 }
 
@@ -164,7 +164,7 @@ const resumeSchema = z.object({
 
 /** The coding agent an environment runs; a missing environment is the caller's 404. */
 async function environmentHarness(env: Env, houseId: string, environmentId: string): Promise<HarnessName> {
-  const e = (await houseStub(env, houseId).getEnvironment(environmentId)) as Environment | null;
+  const e = (await unwrapRpc(houseStub(env, houseId).getEnvironment(environmentId))) as Environment | null;
   if (!e) throw new ApiError("not_found", "environment not found");
   return e.harness;
 }

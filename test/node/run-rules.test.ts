@@ -2,7 +2,7 @@
 import { describe, expect, it } from "vitest";
 import { decideLiveness, foldProbe, livenessDeadlines, type LivenessConfig, type ProbeState } from "../../src/threads/liveness";
 import { decideSignal, isTerminal } from "../../src/threads/run-rules";
-import { deleteRetryDelayMs, shouldReap } from "../../src/actors/sandbox-decisions";
+import { deleteRetryDelayMs, shouldReap } from "../../src/actors/sandbox/sandbox-decisions";
 import type { ThreadRow } from "../../src/threads/thread-row";
 
 const cfg: LivenessConfig = { orphanSilenceMs: 300_000, probeIntervalMs: 60_000, probeConfirmMs: 5_000 };

@@ -1,0 +1,45 @@
+/**
+ * The worker as the workers tests run it: production's entry, with a ThreadActor whose clock the
+ * tests can move forward (instead of sleeping) and whose outbox they can load directly. Registered
+ * only in vitest.config.ts; the deployed worker never contains it.
+ */
+import { ThreadActor as ProductionThreadActor } from "../../src/worker";
+import type { Clock } from "../../src/actors/clock";
+import type { OutboxKind, OutboxPayloads } from "../../src/actors/thread/outbox";
+import type { Env } from "../../src/env";
+
+export { default, HouseActor, SandboxActor } from "../../src/worker";
+
+class ShiftedClock implements Clock {
+  skewMs = 0;
+  now(): number {
+    return Date.now() + this.skewMs;
+  }
+}
+
+export class ThreadActor extends ProductionThreadActor {
+  private readonly testClock: ShiftedClock;
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    const clock = new ShiftedClock();
+    super(ctx, env, clock);
+    this.testClock = clock;
+  }
+
+  /** Moves this actor's clock forward, as if that much time had passed. */
+  advanceClock(ms: number): void {
+    this.testClock.skewMs += ms;
+  }
+
+  testNow(): number {
+    return this.clock.now();
+  }
+
+  testRow() {
+    return this.rows.get();
+  }
+
+  testEnqueue<K extends OutboxKind>(key: string, kind: K, payload: OutboxPayloads[K]): void {
+    this.outbox.enqueue(key, kind, payload, this.clock.now());
+  }
+}
