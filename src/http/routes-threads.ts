@@ -8,6 +8,7 @@ import { readBody, readJson } from "./body";
 import { houseStub, newId, threadStub } from "./actors";
 import { AUTH_HEADER, TARGET_HEADER, type ActorAuth, type StreamTarget } from "../actors/thread/thread-actor";
 import { unwrapRpc } from "../actors/rpc";
+import { idempotencyKey, idempotentThreadId, requestFingerprint } from "../threads/idempotency";
 import type { EntryWithOffset } from "../entries/schema";
 import type { Environment } from "../environments";
 import type { HarnessName } from "../sandbox/harness";
@@ -48,12 +49,15 @@ export async function createThreadRoute(request: Request, env: Env): Promise<Res
     const parentRow = await unwrapRpc(threadStub(env, parent.id!).getThread(claims.houseId));
     environmentId = environmentId ?? parentRow.environmentId;
   }
-  const id = newId("th_");
-  const row = await unwrapRpc(threadStub(env, id).createThread({
+  const key = idempotencyKey(request);
+  const id = key === null ? newId("th_") : await idempotentThreadId(claims.houseId, claims.subject, key);
+  const { thread, created } = await unwrapRpc(threadStub(env, id).createThread({
     id, houseId: claims.houseId, parent: { kind: parent.kind, id: parent.id ?? null }, environmentId,
     title: body.title ?? null, brainId: body.brainId ?? null, createdBy: claims.subject,
+    requestFingerprint: key === null ? null : await requestFingerprint(body),
   }));
-  return json(row, 201, { location: `/api/threads/${id}` });
+  // A retry with the same Idempotency-Key answers the row it created the first time.
+  return json(thread, created ? 201 : 200, { location: `/api/threads/${id}`, ...(created ? {} : { "idempotent-replayed": "true" }) });
 }
 
 export async function getThreadRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
@@ -181,7 +185,7 @@ export async function delegateRoute(request: Request, env: Env, id: string | und
   const childId = newId("th_");
   await unwrapRpc(threadStub(env, childId).createThread({
     id: childId, houseId: claims.houseId, parent: { kind: "thread", id: parentId }, environmentId: environmentId ?? null,
-    title: body.title ?? body.task.slice(0, 120), brainId: claims.subject, createdBy: claims.subject,
+    title: body.title ?? body.task.slice(0, 120), brainId: claims.subject, createdBy: claims.subject, requestFingerprint: null,
   }));
   const { runId, status } = await unwrapRpc(threadStub(env, childId).startRun(claims.houseId, {
     task: body.task, harness, model: body.model, repo: body.repo, branch: body.branch, authorId: claims.subject, resume: false,

@@ -36,6 +36,7 @@ export class HouseActor extends DurableObject<Env> {
     ctx.storage.sql.exec(`create table if not exists boxes (id text primary key, ephemeral integer not null, state text not null, view text not null)`);
   }
 
+  /** Updates arrive through the thread's outbox and may be retried: an older row never overwrites a newer one. */
   async upsertThread(t: ThreadSummary) {
     return settle(() => this.upsertThreadSync(t));
   }
@@ -45,7 +46,8 @@ export class HouseActor extends DurableObject<Env> {
       `insert into threads (id, parent_kind, parent_id, status, reason, title, environment_id, box_id, created_at, updated_at)
        values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
        on conflict(id) do update set status = excluded.status, reason = excluded.reason, title = excluded.title,
-         box_id = excluded.box_id, updated_at = excluded.updated_at`,
+         box_id = excluded.box_id, updated_at = excluded.updated_at
+       where excluded.updated_at >= threads.updated_at`,
       t.id, t.parent.kind, t.parent.id, t.status, t.reason, t.title, t.environmentId, t.boxId, t.createdAt, t.updatedAt,
     );
   }

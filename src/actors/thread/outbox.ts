@@ -50,6 +50,18 @@ export class Outbox {
     this.sql.exec(`insert into outbox (key, kind, payload, next_at) values (?, ?, ?, ?) on conflict(key) do nothing`, key, kind, JSON.stringify(payload), nowMs);
   }
 
+  /**
+   * Owes `key` now: a new item, or one already waiting out a backoff is made due again (its
+   * attempts count stays). For items that carry the latest state rather than one event.
+   */
+  enqueueNow<K extends OutboxKind>(key: string, kind: K, payload: OutboxPayloads[K], nowMs: number): void {
+    this.sql.exec(
+      `insert into outbox (key, kind, payload, next_at) values (?, ?, ?, ?)
+       on conflict(key) do update set next_at = min(next_at, excluded.next_at), payload = excluded.payload`,
+      key, kind, JSON.stringify(payload), nowMs,
+    );
+  }
+
   due(nowMs: number): OutboxItem[] {
     return this.sql.exec(`select * from outbox where next_at <= ? order by rowid`, nowMs).toArray().map((r) => ({
       key: r.key as string, kind: r.kind as OutboxKind, payload: JSON.parse(r.payload as string), attempts: r.attempts as number, nextAt: r.next_at as number,

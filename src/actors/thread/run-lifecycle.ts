@@ -88,6 +88,12 @@ export class RunLifecycle {
     }
   }
 
+  /** A change the house index shows: it is owed an update, in the same turn as the change. */
+  private markChanged(now: number): void {
+    this.changed = true;
+    this.p.outbox.enqueueNow("sync_index", "sync_index", {}, now);
+  }
+
   private deadlines() {
     const row = this.p.rows.get();
     return row ? livenessDeadlines(row, this.probeState(), this.p.config) : null;
@@ -99,7 +105,7 @@ export class RunLifecycle {
     const now = clock.now();
     const detail = decideDetail(before, entry);
     if (entry.payload.type === "signal.thread.box_assigned" && before.status === "running" && typeof entry.payload.boxId === "string") {
-      this.changed = true;
+      this.markChanged(now);
       rows.update({ boxId: entry.payload.boxId, statusDetail: detail ?? undefined }, now);
       outbox.enqueue(`attach:${entry.payload.boxId}:${before.runStartedAt}`, "attach", { boxId: entry.payload.boxId }, now);
       return;
@@ -110,7 +116,7 @@ export class RunLifecycle {
     }
     const patch = decideSignal(before, entry, now);
     if (!patch) return;
-    this.changed = true;
+    this.markChanged(now);
     rows.update(patch, now);
     const after = rows.get()!;
     if (patch.status === "running") {

@@ -34,6 +34,8 @@ export type CreateThreadInput = {
   title: string | null;
   brainId: string | null;
   createdBy: string;
+  /** Set when the client sent an Idempotency-Key: the same key with another request is refused. */
+  requestFingerprint: string | null;
 };
 
 /** Runs in the same synchronous turn as the append that produced `entries` (never for duplicates). */
@@ -66,8 +68,6 @@ export class ThreadActor extends DurableObject<Env> {
   private readonly executors: OutboxExecutors;
   private readonly longPollTimeoutMs: number;
   private readonly threadPolicy: AppendPolicy;
-  /** What the house index last saw; a woken actor must not re-sync the index on its first request. */
-  private indexedKey: string | null = null;
   private knownThread = false;
 
   constructor(ctx: DurableObjectState, env: Env, clock: Clock = systemClock) {
@@ -79,6 +79,7 @@ export class ThreadActor extends DurableObject<Env> {
     this.outbox = new Outbox(sql);
     this.fanout = new Fanout(ctx, this.log);
     sql.exec(`create table if not exists stream_owner (id integer primary key check (id = 1), house_id text not null)`);
+    sql.exec(`create table if not exists create_request (id integer primary key check (id = 1), fingerprint text not null)`);
     this.longPollTimeoutMs = intVar(env.LONG_POLL_TIMEOUT_MS, 20_000);
     this.lifecycle = new RunLifecycle({
       sql, rows: this.rows, log: this.log, outbox: this.outbox, clock,
@@ -110,8 +111,6 @@ export class ThreadActor extends DurableObject<Env> {
       },
       afterAppend: (appended) => this.runAppendHooks(appended),
     };
-    const row = this.rows.get();
-    if (row) this.indexedKey = indexKey(row);
   }
 
   // ---- HTTP-shaped entry points (streams, WebSocket) ----
@@ -143,7 +142,7 @@ export class ThreadActor extends DurableObject<Env> {
   async createThread(input: CreateThreadInput) {
     return settle(async () => {
       const existing = this.rows.get();
-      if (existing) throw new ApiError("conflict", "thread already exists");
+      if (existing) return { thread: publicThread(this.replayCreate(existing, input)), created: false };
       const now = this.clock.now();
       const row: ThreadRow = {
         id: input.id, houseId: input.houseId, parent: input.parent, environmentId: input.environmentId, title: input.title,
@@ -153,9 +152,13 @@ export class ThreadActor extends DurableObject<Env> {
       this.ctx.storage.transactionSync(() => {
         this.rows.insert(row);
         this.log.create(`thread-${input.id}`, { contentType: "application/json", ttlSeconds: null, expiresAt: null, closed: false }, []);
+        if (input.requestFingerprint) this.ctx.storage.sql.exec(`insert into create_request (id, fingerprint) values (1, ?)`, input.requestFingerprint);
+        // Owed in the same transaction: the house index learns of the thread even if telling it fails now.
+        this.outbox.enqueueNow("sync_index", "sync_index", {}, now);
       });
-      await this.syncIndex();
-      return publicThread(this.rows.get()!);
+      // The thread exists once committed: a failing index is retried by alarm, never this request's error.
+      await this.settleTurn();
+      return { thread: publicThread(this.rows.get()!), created: true };
     });
   }
 
@@ -290,6 +293,14 @@ export class ThreadActor extends DurableObject<Env> {
     else if (owner !== houseId) throw new ApiError("not_found", "stream not found");
   }
 
+  /** A create that reached an existing thread: the same idempotent request gets the same row back. */
+  private replayCreate(existing: ThreadRow, input: CreateThreadInput): ThreadRow {
+    const stored = this.ctx.storage.sql.exec(`select fingerprint from create_request where id = 1`).toArray()[0]?.fingerprint as string | undefined;
+    if (!input.requestFingerprint || existing.houseId !== input.houseId) throw new ApiError("conflict", "thread already exists");
+    if (stored !== input.requestFingerprint) throw new ApiError("conflict", "this Idempotency-Key was used for a different request");
+    return existing;
+  }
+
   private requireThread(houseId: string): ThreadRow {
     const row = this.rows.get();
     // Another house's thread answers exactly like a missing one.
@@ -327,7 +338,6 @@ export class ThreadActor extends DurableObject<Env> {
   private async settleTurn(): Promise<void> {
     this.lifecycle.takeChanged();
     await this.drainOutbox(false);
-    await this.syncIndexIfChanged();
     if (this.rows.get()) await this.deadlines.recompute();
   }
 
@@ -370,24 +380,24 @@ export class ThreadActor extends DurableObject<Env> {
     };
   }
 
-  private async syncIndexIfChanged(): Promise<void> {
-    const row = this.rows.get();
-    if (row && indexKey(row) !== this.indexedKey) await this.syncIndex();
-  }
-
+  /**
+   * Tells the house index the row as it is now. If the row changes while the call is out, it is
+   * sent again: the pending item is consumed when this returns, and the index keeps the newest.
+   */
   private async syncIndex(): Promise<void> {
-    const row = this.rows.get();
-    if (!row) return;
-    this.indexedKey = indexKey(row);
-    const t = publicThread(row);
-    const summary: ThreadSummary = {
-      id: t.id, parent: t.parent, status: t.status, reason: t.reason, title: t.title, environmentId: t.environmentId,
-      boxId: t.boxId, createdAt: t.createdAt, updatedAt: t.updatedAt,
-    };
-    await unwrapRpc(houseStub(this.env, row.houseId).upsertThread(summary));
+    for (let sent: string | null = null; ;) {
+      const row = this.rows.get();
+      if (!row) return;
+      const t = publicThread(row);
+      const summary: ThreadSummary = {
+        id: t.id, parent: t.parent, status: t.status, reason: t.reason, title: t.title, environmentId: t.environmentId,
+        boxId: t.boxId, createdAt: t.createdAt, updatedAt: t.updatedAt,
+      };
+      const version = JSON.stringify(summary);
+      if (version === sent) return;
+      await unwrapRpc(houseStub(this.env, row.houseId).upsertThread(summary));
+      sent = version;
+    }
   }
 }
-
-/** The part of the row the house index shows. */
-const indexKey = (row: ThreadRow) => `${row.status}|${row.statusReason}|${row.boxId}`;
 
