@@ -53,7 +53,8 @@ export type AppendHook = (entries: EntryWithOffset[], appended: StoredMessage[])
  * - Append hook: push onto `appendHooks`; it sees every freshly appended entry in the same turn
  *   as the append (chat entries that should wake bots, say), before any other request can run.
  * - Outbox kind: add the payload type to `OutboxPayloads` (outbox.ts) and its executor to
- *   `executors` below; mark it `slow` if only the alarm may run it.
+ *   `outboxExecutors()` below; mark it `slow` if only the alarm may run it, `unordered` if it
+ *   depends on nothing owed before it.
  */
 export class ThreadActor extends DurableObject<Env> {
   protected readonly clock: Clock;
