@@ -71,6 +71,7 @@ export default function threadboxMirror(pi: ExtensionAPI): void {
     const reason = lastAssistant.errorMessage || "model error";
     const entry = finishedSignal("pi_failed", reason, {
       signalId: finishedSignalId(cfg.threadId, runId ?? sessionId),
+      runId: cfg.runId,
       authorId: cfg.authorId,
     }) as WireEntry;
     entry.ts = Date.now();

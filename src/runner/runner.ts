@@ -221,6 +221,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
     stopRequested,
     runaway,
     signalId,
+    runId: cfg.runId,
     authorId: cfg.authorId,
   });
   log(`outcome: ${outcome.status} (${outcome.reason})${outcome.alreadyFinished ? " — already on the thread" : ""}`);

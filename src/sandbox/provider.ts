@@ -9,6 +9,8 @@ import type { Liveness } from "./state";
 export const LABEL_HOUSE = "threadbox.house";
 export const LABEL_THREAD = "threadbox.thread";
 export const LABEL_ENVIRONMENT = "threadbox.environment";
+/** The run a box was created for: a retried launch finds its box by it instead of making another. */
+export const LABEL_RUN = "threadbox.run";
 /** Our "reapable when idle" flag. Deliberately NOT Daytona's `ephemeral`, which deletes on stop. */
 export const LABEL_EPHEMERAL = "threadbox.ephemeral";
 
@@ -20,6 +22,7 @@ export interface BoxLabels {
   house: string;
   thread?: string;
   environment?: string;
+  run?: string;
 }
 
 export interface EgressSettings {
@@ -164,6 +167,7 @@ export function boxLabels(labels: BoxLabels, ephemeral: boolean): Record<string,
     [LABEL_HOUSE]: labels.house,
     ...(labels.thread ? { [LABEL_THREAD]: labels.thread } : {}),
     ...(labels.environment ? { [LABEL_ENVIRONMENT]: labels.environment } : {}),
+    ...(labels.run ? { [LABEL_RUN]: labels.run } : {}),
     [LABEL_EPHEMERAL]: ephemeral ? "true" : "false",
   };
 }

@@ -2,7 +2,9 @@ import type { Env } from "../env";
 import type { Entry } from "../entries/schema";
 import type { Environment } from "../environments";
 import { mintStreamToken, streamTokenTtlSeconds } from "../auth/tokens";
-import type { SandboxProvider } from "../sandbox/provider";
+import { LABEL_RUN, type DetachedHandle, type SandboxProvider } from "../sandbox/provider";
+import { classifySandboxState } from "../sandbox/state";
+import { launchBoxId, type LaunchProgress, type LaunchStep } from "./launch-progress";
 import { providerFor } from "../sandbox/providers";
 import { DEFAULT_FALLBACK_IMAGE, DEFAULT_HARNESS_SNAPSHOT } from "../sandbox/snapshot";
 import { mirrorNextIndex, rebuildPiSession, runnerLaunch, type HarnessName } from "../sandbox/harness";
@@ -26,8 +28,14 @@ export type LaunchDeps = {
   row: ThreadRow;
   environment: Environment | null;
   entries: () => Entry[];
-  /** Registers a new box's actor and returns its id. */
-  registerBox(info: { provider: string; providerRef: string; labels: Record<string, string> }): Promise<string>;
+  /** This run's launch progress, persisted by the caller after every step. */
+  progress(): LaunchProgress;
+  /** Records progress durably (committed before it resolves). */
+  saveProgress(patch: LaunchProgress): Promise<LaunchProgress>;
+  /** Called after a step's effect is made and before it is recorded (a test may crash the actor there). */
+  checkpoint(step: LaunchStep): void;
+  /** Registers the box's actor under `boxId` (idempotent: registering again changes nothing). */
+  registerBox(boxId: string, info: { provider: string; providerRef: string; labels: Record<string, string> }): Promise<void>;
   /** Whether an existing box can take this run (resume on the same box). */
   boxIsLive(boxId: string): Promise<{ providerRef: string } | null>;
   /** Records the box on the thread (readiness milestone) before anything runs in it. */
@@ -43,6 +51,11 @@ export type LaunchDeps = {
  * Puts a run in motion: a box (reused on resume when it is still alive, else a fresh ephemeral
  * one), the harness, the repository, the runner and mirror, then starts the runner DETACHED.
  * Returns as soon as the runner is started; the runner and the thread's alarms settle the run.
+ *
+ * Every step is idempotent or recorded in the run's launch progress, so a launch retried after
+ * a crash converges on one box and one runner: the box carries the run's label and is found by
+ * it before one is created, its actor id derives from the run id, and a started runner is
+ * recorded before anything else happens.
  */
 export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<void> {
   const { env, row, environment } = deps;
@@ -51,20 +64,16 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
   const providerName = environment?.provider ?? "daytona";
   const provider: SandboxProvider = providerFor(env, providerName);
 
-  let boxId: string | null = null;
-  let ref: string | null = null;
-  let sameBox = false;
-  if (spec.resume && row.boxId) {
+  let progress = deps.progress();
+  if (!progress.boxId && spec.resume && row.boxId) {
     const live = await deps.boxIsLive(row.boxId);
-    if (live) {
-      boxId = row.boxId;
-      ref = live.providerRef;
-      sameBox = true;
-    }
+    if (live) progress = await deps.saveProgress({ boxId: row.boxId, providerRef: live.providerRef, sameBox: true });
   }
-  if (!boxId || !ref) {
-    const info = await provider.create({
-      labels: { house: row.houseId, thread: row.id, environment: row.environmentId ?? undefined },
+  if (!progress.boxId) {
+    // A box an earlier attempt of this launch made (it may have died before recording it).
+    const earlier = (await provider.list({ [LABEL_RUN]: spec.runId })).find((b) => classifySandboxState(b) !== "dead");
+    const info = earlier ?? await provider.create({
+      labels: { house: row.houseId, thread: row.id, environment: row.environmentId ?? undefined, run: spec.runId },
       ephemeral: true,
       env: { ...(environment?.env ?? {}) },
       // Snapshot-first: the harness is pre-installed there (`npm run snapshot`); else the image,
@@ -73,12 +82,32 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
       image: environment?.image ?? DEFAULT_FALLBACK_IMAGE,
       egress: environment?.egress,
     });
-    ref = info.ref;
-    boxId = await deps.registerBox({ provider: providerName, providerRef: ref, labels: info.labels });
+    deps.checkpoint("box_created");
+    const boxId = launchBoxId(spec.runId);
+    await deps.registerBox(boxId, { provider: providerName, providerRef: info.ref, labels: info.labels });
+    progress = await deps.saveProgress({ providerRef: info.ref, boxId, sameBox: false });
+    deps.checkpoint("box_registered");
   }
+  const boxId = progress.boxId!;
+  const ref = progress.providerRef!;
+  const sameBox = progress.sameBox === true;
   await deps.assignBox(boxId);
   deps.alive();
 
+  if (!progress.handle) {
+    const started = await startRunner(spec, deps, provider, ref, sameBox, progress);
+    progress = await deps.saveProgress({ handle: started.handle, session: started.session });
+    deps.checkpoint("runner_started");
+  }
+  await deps.rememberHandle(boxId, progress.handle);
+  await deps.launched({ boxId, boxReused: sameBox, session: progress.session ?? "new" });
+}
+
+/** Harness, repository, files and the detached runner on a box that is this run's. */
+async function startRunner(
+  spec: LaunchSpec, deps: LaunchDeps, provider: SandboxProvider, ref: string, sameBox: boolean, progress: LaunchProgress,
+): Promise<{ handle: DetachedHandle; session: "new" | "continued" | "rebuilt" }> {
+  const { env, row, environment } = deps;
   const plan0 = runnerLaunch({ harness: spec.harness, threadId: row.id, streamUrl: "", streamToken: "", runId: spec.runId, prompt: "" });
   const check = await provider.exec(ref, plan0.install.check, { timeoutSec: 60 });
   if (check.exitCode !== 0) {
@@ -89,11 +118,15 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
 
   const home = await provider.homeDir(ref);
   let cwd = WORK_DIR;
-  if (spec.repo && !sameBox) {
-    await provider.clone(ref, { url: spec.repo, path: `${WORK_DIR}/repo`, branch: spec.branch });
-    cwd = `${WORK_DIR}/repo`;
+  const repoDir = `${WORK_DIR}/repo`;
+  if (spec.repo && !sameBox && !progress.cloned) {
+    // What an interrupted attempt left would make the clone fail.
+    await provider.exec(ref, `rm -rf ${shq(repoDir)}`, { cwd: home });
+    await provider.clone(ref, { url: spec.repo, path: repoDir, branch: spec.branch });
+    await deps.saveProgress({ cloned: true });
+    cwd = repoDir;
   } else if (spec.repo) {
-    cwd = `${WORK_DIR}/repo`;
+    cwd = repoDir;
   } else {
     await provider.exec(ref, `mkdir -p ${shq(WORK_DIR)}`, { cwd: home });
   }
@@ -132,7 +165,7 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
   const plan = runnerLaunch({
     harness: spec.harness,
     threadId: row.id,
-    streamUrl: env.THREADBOX_STREAM_URL,
+    streamUrl: env.THREADBOX_STREAM_URL!,
     streamToken: token.token,
     runId: spec.runId,
     authorId: row.brainId ?? undefined,
@@ -151,8 +184,7 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
   await provider.upload(ref, uploads);
   deps.alive();
   const handle = await provider.startDetached(ref, plan.command, { env: plan.env, cwd: home });
-  await deps.rememberHandle(boxId, handle);
-  await deps.launched({ boxId, boxReused: sameBox, session });
+  return { handle, session };
 }
 
 function lastIndexOf<T>(list: T[], pred: (t: T) => boolean): number {

@@ -1,7 +1,7 @@
 import type { Entry, RunSignalStatus, ThreadStatus } from "../entries/schema";
 import type { ThreadRow } from "./thread-row";
 
-export type StatusPatch = { status: ThreadStatus; statusReason: string | null; statusDetail: string | null; boxId?: string | null; runStartedAt?: number | null };
+export type StatusPatch = { status: ThreadStatus; statusReason: string | null; statusDetail: string | null; boxId?: string | null; runStartedAt?: number | null; runId?: string | null };
 
 const TERMINAL: Record<Exclude<RunSignalStatus, "running">, ThreadStatus> = {
   completed: "completed",
@@ -17,18 +17,28 @@ export function isTerminal(status: ThreadStatus): boolean {
 /**
  * What a `signal.thread.status_changed` entry does to the row. The first finished-signal of a run
  * wins; later ones stay in the log but change nothing. A `running` claim starts a (new) run.
+ * A finished-signal that names another run than the current one (a stopped run's runner ending
+ * late, after a resume started the next run) changes nothing; one without a run id still counts.
  */
-export function decideSignal(row: Pick<ThreadRow, "status">, entry: Entry, nowMs: number): StatusPatch | null {
+export function decideSignal(row: Pick<ThreadRow, "status"> & { runId?: string | null }, entry: Entry, nowMs: number): StatusPatch | null {
   const p = entry.payload;
   if (p.type !== "signal.thread.status_changed") return null;
   const status = p.status as RunSignalStatus;
   const reason = typeof p.reason === "string" ? p.reason : null;
+  const runId = typeof p.runId === "string" ? p.runId : null;
   if (status === "running") {
     if (row.status === "running") return null;
-    return { status: "running", statusReason: null, statusDetail: reason, boxId: typeof p.boxId === "string" ? p.boxId : undefined, runStartedAt: nowMs };
+    return { status: "running", statusReason: null, statusDetail: reason, boxId: typeof p.boxId === "string" ? p.boxId : undefined, runStartedAt: nowMs, runId };
   }
   if (isTerminal(row.status)) return null;
+  if (isForeignRun(row, entry)) return null;
   return { status: TERMINAL[status], statusReason: status, statusDetail: reason };
+}
+
+/** A finished-signal for a run other than the row's current one. */
+export function isForeignRun(row: { runId?: string | null }, entry: Entry): boolean {
+  const runId = entry.payload.runId;
+  return typeof runId === "string" && typeof row.runId === "string" && runId !== row.runId;
 }
 
 /**

@@ -14,6 +14,8 @@ export type ThreadRow = {
   boxId: string | null;
   lastLivenessAt: number | null;
   runStartedAt: number | null;
+  /** The current (or last) run's id, from its claim; finished-signals of other runs are ignored. */
+  runId: string | null;
   brainId: string | null;
   createdBy: string;
   createdAt: number;
@@ -28,6 +30,8 @@ export class ThreadRowStore {
       parent_kind text not null, parent_id text, environment_id text, title text,
       status text not null, status_reason text, status_detail text, box_id text, last_liveness_at integer, run_started_at integer,
       brain_id text, created_by text not null, created_at integer not null, updated_at integer not null)`);
+    const columns = sql.exec(`pragma table_info(thread_row)`).toArray().map((c) => c.name as string);
+    if (!columns.includes("run_id")) sql.exec(`alter table thread_row add column run_id text`);
   }
 
   get(): ThreadRow | null {
@@ -45,6 +49,7 @@ export class ThreadRowStore {
       boxId: r.box_id as string | null,
       lastLivenessAt: r.last_liveness_at as number | null,
       runStartedAt: r.run_started_at as number | null,
+      runId: (r.run_id as string | null) ?? null,
       brainId: r.brain_id as string | null,
       createdBy: r.created_by as string,
       createdAt: r.created_at as number,
@@ -55,17 +60,17 @@ export class ThreadRowStore {
   insert(row: ThreadRow): void {
     this.sql.exec(
       `insert into thread_row (id, thread_id, house_id, parent_kind, parent_id, environment_id, title, status, status_reason, status_detail,
-        box_id, last_liveness_at, run_started_at, brain_id, created_by, created_at, updated_at)
-       values (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+        box_id, last_liveness_at, run_started_at, run_id, brain_id, created_by, created_at, updated_at)
+       values (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       row.id, row.houseId, row.parent.kind, row.parent.id, row.environmentId, row.title, row.status, row.statusReason, row.statusDetail,
-      row.boxId, row.lastLivenessAt, row.runStartedAt, row.brainId, row.createdBy, row.createdAt, row.updatedAt,
+      row.boxId, row.lastLivenessAt, row.runStartedAt, row.runId, row.brainId, row.createdBy, row.createdAt, row.updatedAt,
     );
   }
 
-  update(patch: Partial<Pick<ThreadRow, "status" | "statusReason" | "statusDetail" | "boxId" | "lastLivenessAt" | "runStartedAt" | "title">>, nowMs = Date.now()): void {
+  update(patch: Partial<Pick<ThreadRow, "status" | "statusReason" | "statusDetail" | "boxId" | "lastLivenessAt" | "runStartedAt" | "runId" | "title">>, nowMs = Date.now()): void {
     const cols: Record<string, string> = {
       status: "status", statusReason: "status_reason", statusDetail: "status_detail", boxId: "box_id", lastLivenessAt: "last_liveness_at",
-      runStartedAt: "run_started_at", title: "title",
+      runStartedAt: "run_started_at", runId: "run_id", title: "title",
     };
     const sets: string[] = [];
     const values: unknown[] = [];

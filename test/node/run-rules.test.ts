@@ -11,7 +11,7 @@ const T0 = 1_800_000_000_000;
 function row(over: Partial<ThreadRow> = {}): ThreadRow {
   return {
     id: "th_1", houseId: "h", parent: { kind: "none", id: null }, environmentId: null, title: null, status: "running",
-    statusReason: null, statusDetail: null, boxId: "box_1", lastLivenessAt: null, runStartedAt: T0, brainId: null,
+    statusReason: null, statusDetail: null, boxId: "box_1", lastLivenessAt: null, runStartedAt: T0, runId: null, brainId: null,
     createdBy: "u", createdAt: T0, updatedAt: T0, ...over,
   };
 }

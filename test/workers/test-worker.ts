@@ -9,6 +9,7 @@ import type { ThreadSummary } from "../../src/actors/house/house-actor";
 import type { Clock } from "../../src/actors/clock";
 import type { OutboxKind, OutboxPayloads } from "../../src/actors/thread/outbox";
 import type { Env } from "../../src/env";
+import type { LaunchStep } from "../../src/threads/launch-progress";
 
 export { default, SandboxActor } from "../../src/worker";
 
@@ -19,13 +20,43 @@ class ShiftedClock implements Clock {
   }
 }
 
+/**
+ * The actor's env with overrides a test stored in this actor (they survive a restart of the
+ * actor, as a deployment's configuration would).
+ */
+function envWithOverrides(ctx: DurableObjectState, env: Env): Env {
+  ctx.storage.sql.exec(`create table if not exists test_env (name text primary key, value text not null)`);
+  const rows = ctx.storage.sql.exec(`select name, value from test_env`).toArray();
+  return { ...env, ...Object.fromEntries(rows.map((r) => [r.name as string, r.value as string])) };
+}
+
 export class ThreadActor extends ProductionThreadActor {
   private readonly testClock: ShiftedClock;
+  private crashAtLaunchStep: LaunchStep | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
     const clock = new ShiftedClock();
-    super(ctx, env, clock);
+    super(ctx, envWithOverrides(ctx, env), clock);
     this.testClock = clock;
+  }
+
+  /** Sets env vars for this actor, now and after a restart (e.g. a THREADBOX_STREAM_URL for launches). */
+  setTestEnv(vars: Record<string, string>): void {
+    for (const [name, value] of Object.entries(vars)) {
+      this.ctx.storage.sql.exec(`insert into test_env (name, value) values (?, ?) on conflict(name) do update set value = excluded.value`, name, value);
+    }
+    Object.assign(this.env, vars);
+  }
+
+  /** The next launch dies at `step`, as a crashed or evicted alarm would: the actor is reset. */
+  crashLaunchAt(step: LaunchStep): void {
+    this.crashAtLaunchStep = step;
+  }
+
+  protected override launchCheckpoint(step: LaunchStep): void {
+    if (this.crashAtLaunchStep !== step) return;
+    this.crashAtLaunchStep = null;
+    this.ctx.abort(`test: launch crashed at ${step}`);
   }
 
   /** Moves this actor's clock forward, as if that much time had passed. */

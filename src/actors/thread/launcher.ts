@@ -4,6 +4,7 @@ import type { Environment } from "../../environments";
 import type { DetachedHandle } from "../../sandbox/provider";
 import { launchRun, type LaunchSpec } from "../../threads/launch";
 import type { ThreadRow } from "../../threads/thread-row";
+import type { LaunchProgressStore, LaunchStep } from "../../threads/launch-progress";
 import { unwrapRpc } from "../rpc";
 import { houseStub, sandboxStub } from "../stubs";
 import { errorMessage, logEvent } from "../../domain/log-event";
@@ -18,6 +19,11 @@ export type LauncherPorts = {
   /** Runs what became owed (e.g. the attach a box assignment owes) before the launch goes on. */
   settle(): Promise<void>;
   alive(): void;
+  progress: LaunchProgressStore;
+  /** Resolves once what was written is durable. */
+  persist(): Promise<void>;
+  /** A test seam between launch steps; production passes a no-op. */
+  checkpoint(step: LaunchStep): void;
 };
 
 /** The launch outbox item: wires threads/launch.ts to the box and house actors and the thread log. */
@@ -30,10 +36,15 @@ export async function launch(spec: LaunchSpec, p: LauncherPorts): Promise<void> 
     row,
     environment,
     entries: p.entries,
-    registerBox: async (info) => {
-      const boxId = `box_${crypto.randomUUID().replace(/-/g, "").slice(0, 24)}`;
+    progress: () => p.progress.get(spec.runId),
+    saveProgress: async (patch) => {
+      const saved = p.progress.save(spec.runId, patch);
+      await p.persist();
+      return saved;
+    },
+    checkpoint: p.checkpoint,
+    registerBox: async (boxId, info) => {
       await unwrapRpc(sandboxStub(p.env, boxId).register({ boxId, houseId: row.houseId, ephemeral: true, ...info }));
-      return boxId;
     },
     boxIsLive: async (boxId) => {
       const stub = sandboxStub(p.env, boxId);

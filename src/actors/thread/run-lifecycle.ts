@@ -2,7 +2,7 @@ import type { Entry } from "../../entries/schema";
 import type { StreamLog } from "../../streams/log";
 import { toEntryWithOffset } from "../../threads/entries";
 import { decideLiveness, livenessDeadlines, type LivenessConfig, type ProbeState, type ProbeVerdict } from "../../threads/liveness";
-import { decideDetail, decideSignal, isTerminal } from "../../threads/run-rules";
+import { decideDetail, decideSignal, isForeignRun, isTerminal } from "../../threads/run-rules";
 import type { ThreadRow, ThreadRowStore } from "../../threads/thread-row";
 import type { Clock } from "../clock";
 import { errorMessage, logEvent } from "../../domain/log-event";
@@ -115,7 +115,12 @@ export class RunLifecycle {
       return;
     }
     const patch = decideSignal(before, entry, now);
-    if (!patch) return;
+    if (!patch) {
+      if (entry.payload.type === "signal.thread.status_changed" && before.status === "running" && isForeignRun(before, entry)) {
+        logEvent("foreign_run_signal_ignored", { threadId: before.id, runId: before.runId, signalRunId: entry.payload.runId, status: entry.payload.status, entryId: entry.id });
+      }
+      return;
+    }
     this.markChanged(now);
     rows.update(patch, now);
     const after = rows.get()!;

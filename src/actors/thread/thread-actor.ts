@@ -6,6 +6,7 @@ import { StreamLog, type NewMessage, type StoredMessage } from "../../streams/lo
 import { formatOffset, parseOffset, MAX_READ_BYTES } from "../../streams/protocol";
 import { parseJsonBody, prepareEntries, toEntryWithOffset } from "../../threads/entries";
 import type { LaunchSpec } from "../../threads/launch";
+import { LaunchProgressStore, type LaunchStep } from "../../threads/launch-progress";
 import { ThreadRowStore, publicThread, type ParentRef, type ThreadRow } from "../../threads/thread-row";
 import type { ThreadSummary } from "../house/house-actor";
 import { systemClock, type Clock } from "../clock";
@@ -66,6 +67,7 @@ export class ThreadActor extends DurableObject<Env> {
   protected readonly deadlines: Deadlines;
   protected readonly appendHooks: AppendHook[];
   protected readonly alarmSteps: AlarmStep[];
+  protected readonly launchProgress: LaunchProgressStore;
   private readonly executors: OutboxExecutors;
   private readonly longPollTimeoutMs: number;
   private readonly threadPolicy: AppendPolicy;
@@ -78,6 +80,7 @@ export class ThreadActor extends DurableObject<Env> {
     this.log = new StreamLog(ctx.storage);
     this.rows = new ThreadRowStore(sql);
     this.outbox = new Outbox(sql);
+    this.launchProgress = new LaunchProgressStore(sql);
     this.fanout = new Fanout(ctx, this.log);
     sql.exec(`create table if not exists stream_owner (id integer primary key check (id = 1), house_id text not null)`);
     sql.exec(`create table if not exists create_request (id integer primary key check (id = 1), fingerprint text not null)`);
@@ -147,7 +150,7 @@ export class ThreadActor extends DurableObject<Env> {
       const now = this.clock.now();
       const row: ThreadRow = {
         id: input.id, houseId: input.houseId, parent: input.parent, environmentId: input.environmentId, title: input.title,
-        status: "idle", statusReason: null, statusDetail: null, boxId: null, lastLivenessAt: null, runStartedAt: null,
+        status: "idle", statusReason: null, statusDetail: null, boxId: null, lastLivenessAt: null, runStartedAt: null, runId: null,
         brainId: input.brainId, createdBy: input.createdBy, createdAt: now, updatedAt: now,
       };
       this.ctx.storage.transactionSync(() => {
@@ -331,9 +334,14 @@ export class ThreadActor extends DurableObject<Env> {
     return this.appendMessages(entries.map((e) => ({ data: enc.encode(JSON.stringify(e)), entryId: e.id })));
   }
 
-  private appendSystemSignal(id: string, status: string, reason: string): void {
-    this.appendInternal([{ id, ts: this.clock.now(), authorId: "threadbox", payload: { type: "signal.thread.status_changed", status, reason } }]);
+  /** A finished-signal of the control plane, for the given run (default: the current one). */
+  private appendSystemSignal(id: string, status: string, reason: string, runId = this.rows.get()?.runId ?? null): void {
+    const payload = { type: "signal.thread.status_changed", status, reason, ...(runId ? { runId } : {}) };
+    this.appendInternal([{ id, ts: this.clock.now(), authorId: "threadbox", payload }]);
   }
+
+  /** Between launch steps; nothing happens here in production (tests crash the actor at a step). */
+  protected launchCheckpoint(_step: LaunchStep): void {}
 
   /** Every handler ends here: run owed side effects, then recompute the one alarm from persisted state. */
   private async settleTurn(): Promise<void> {
@@ -359,17 +367,25 @@ export class ThreadActor extends DurableObject<Env> {
       launch: {
         // Box creation and installs take long: only the alarm runs them.
         slow: true,
-        run: (spec) => launch(spec, {
-          env, row, now: () => this.clock.now(),
-          entries: () => this.log.read(0, Number.MAX_SAFE_INTEGER, 1_000_000).messages.map(toEntryWithOffset),
-          append: (entry) => void this.appendInternal([entry]),
-          settle: () => this.drainOutbox(false),
-          alive: () => this.lifecycle.recordLiveness(),
-        }),
-        // A launch is not retried blindly (it would make another box): the run fails visibly.
+        run: async (spec) => {
+          await launch(spec, {
+            env, row, now: () => this.clock.now(),
+            entries: () => this.log.read(0, Number.MAX_SAFE_INTEGER, 1_000_000).messages.map(toEntryWithOffset),
+            append: (entry) => void this.appendInternal([entry]),
+            settle: () => this.drainOutbox(false),
+            alive: () => this.lifecycle.recordLiveness(),
+            progress: this.launchProgress,
+            persist: () => this.ctx.storage.sync(),
+            checkpoint: (step) => this.launchCheckpoint(step),
+          });
+          this.launchProgress.clear(spec.runId);
+        },
+        // A failed step is final (the run fails visibly); only an attempt that died mid-way (the
+        // item is still owed) runs again, and it continues from the recorded progress.
         giveUp: (spec, message) => {
+          this.launchProgress.clear(spec.runId);
           logEvent("launch_failed", { threadId: row().id, runId: spec.runId, error: message }, "warn");
-          if (row().status === "running") this.appendSystemSignal(`launch_failed:${spec.runId}`, "pi_failed", `launch failed: ${message}`);
+          if (row().status === "running") this.appendSystemSignal(`launch_failed:${spec.runId}`, "pi_failed", `launch failed: ${message}`, spec.runId);
         },
       },
       notify_parent: {

@@ -46,6 +46,7 @@ export function findFinishedSignal(entries: ThreadEntry[]): ThreadEntry | undefi
 export function finishedSignal(status: FinishedStatus, reason: string, ctx: OutcomeContext = {}): ThreadEntry {
   const payload: Record<string, unknown> = { type: STATUS_CHANGED, status, reason };
   if (ctx.boxId) payload.boxId = ctx.boxId;
+  if (ctx.runId) payload.runId = ctx.runId;
   const entry: ThreadEntry = { payload: payload as ThreadEntry["payload"] };
   if (ctx.signalId) entry.id = ctx.signalId;
   if (ctx.authorId) entry.authorId = ctx.authorId;

@@ -109,6 +109,8 @@ export interface OutcomeContext {
   runaway?: boolean;
   /** id for the finished-signal entry (deterministic per run, so the mirror and runner share it) */
   signalId?: string;
+  /** The run the signal finishes: the control plane ignores a finished-signal of another run. */
+  runId?: string;
   authorId?: string;
   boxId?: string;
 }

@@ -1,0 +1,51 @@
+import type { DetachedHandle } from "../sandbox/provider";
+
+/**
+ * How far a run's launch got, persisted after each step so a launch retried after a crash (the
+ * alarm dying mid-launch) continues where it stopped instead of making a second box or a second
+ * runner. Keyed by run id.
+ */
+export type LaunchProgress = {
+  /** The provider's box for this run (found by its run label, or created). */
+  providerRef?: string;
+  /** The box actor registered for it (deterministic per run: launchBoxId). */
+  boxId?: string;
+  /** The box is the previous run's, reused on resume. */
+  sameBox?: boolean;
+  /** The repository is in place (a half-done clone is removed before cloning again). */
+  cloned?: boolean;
+  session?: "new" | "continued" | "rebuilt";
+  /** The runner is started: a retry only records it. */
+  handle?: DetachedHandle;
+};
+
+export type LaunchStep = "box_created" | "box_registered" | "runner_started";
+
+export class LaunchProgressStore {
+  constructor(private readonly sql: SqlStorage) {
+    sql.exec(`create table if not exists launch_progress (run_id text primary key, state text not null)`);
+  }
+
+  get(runId: string): LaunchProgress {
+    const r = this.sql.exec(`select state from launch_progress where run_id = ?`, runId).toArray()[0];
+    return r ? (JSON.parse(r.state as string) as LaunchProgress) : {};
+  }
+
+  save(runId: string, patch: LaunchProgress): LaunchProgress {
+    const next = { ...this.get(runId), ...patch };
+    this.sql.exec(
+      `insert into launch_progress (run_id, state) values (?, ?) on conflict(run_id) do update set state = excluded.state`,
+      runId, JSON.stringify(next),
+    );
+    return next;
+  }
+
+  clear(runId: string): void {
+    this.sql.exec(`delete from launch_progress where run_id = ?`, runId);
+  }
+}
+
+/** The box actor id of the box made for a run: the same on every retry of its launch. */
+export function launchBoxId(runId: string): string {
+  return `box_${runId.replace(/[^A-Za-z0-9]/g, "").slice(0, 24)}`;
+}

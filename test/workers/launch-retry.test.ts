@@ -1,0 +1,65 @@
+// A launch whose alarm dies part-way is retried and must converge on one box and one runner.
+import { describe, expect, it, vi } from "vitest";
+import { env, runInDurableObject } from "cloudflare:test";
+import type { ThreadActor } from "./test-worker";
+import { sharedTestProvider } from "../../src/sandbox/providers";
+import { LABEL_RUN } from "../../src/sandbox/provider";
+import { unwrapRpc } from "../../src/actors/rpc";
+import type { LaunchStep } from "../../src/threads/launch-progress";
+import { call, createThread, houseToken, readAll } from "./helpers";
+
+const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> };
+const threadStub = (id: string) => E.THREADS.get(E.THREADS.idFromName(`thread:${id}`));
+
+async function launchThatCrashesAt(houseId: string, step: LaunchStep) {
+  const token = await houseToken(houseId);
+  const envRes = await call("/api/environments", { method: "POST", token, json: { name: "retry", provider: "test" } });
+  const environmentId = ((await envRes.json()) as { id: string }).id;
+  const t = await createThread(token, { environmentId });
+  const stub = threadStub(t.id);
+  await runInDurableObject(stub, (a: ThreadActor) => {
+    a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" });
+    a.crashLaunchAt(step);
+  });
+  const { runId } = await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+  // The alarm (due at once) runs the launch; the first attempt dies at `step`, and the runtime
+  // retries the failed alarm, which must finish the same launch.
+  await vi.waitFor(async () => {
+    const launched = (await readAll(token, t.id)).entries.filter((e) => e.payload.type === "signal.run.launched");
+    expect(launched).toHaveLength(1);
+  }, { timeout: 15_000, interval: 100 });
+  return { token, threadId: t.id, runId };
+}
+
+async function expectOneBoxAndOneRunner(token: string, threadId: string, runId: string) {
+  const provider = sharedTestProvider();
+  const boxes = await provider.list({ [LABEL_RUN]: runId });
+  expect(boxes).toHaveLength(1);
+  const ref = boxes[0].ref;
+  expect(provider.calls.filter((c) => c.op === "create" && JSON.stringify(c.args).includes(runId))).toHaveLength(1);
+  expect(provider.calls.filter((c) => c.op === "startDetached" && c.ref === ref)).toHaveLength(1);
+  const listed = (await (await call("/api/sandboxes", { token })).json()) as { sandboxes: { id: string; providerRef: string; threads: string[] }[] };
+  expect(listed.sandboxes.map((s) => s.providerRef)).toEqual([ref]);
+  const thread = (await (await call(`/api/threads/${threadId}`, { token })).json()) as { status: string; boxId: string };
+  expect(thread.status).toBe("running");
+  expect(thread.boxId).toBe(listed.sandboxes[0].id);
+  const box = (await (await call(`/api/sandboxes/${thread.boxId}`, { token })).json()) as { threads: string[] };
+  expect(box.threads).toEqual([threadId]);
+}
+
+describe("launch retried after the alarm died mid-launch", () => {
+  it("after the box was created but before it was recorded: the retry finds the box by its run label", async () => {
+    const { token, threadId, runId } = await launchThatCrashesAt("house-retry-a", "box_created");
+    await expectOneBoxAndOneRunner(token, threadId, runId);
+  }, 30_000);
+
+  it("after the box was registered: the retry reuses it", async () => {
+    const { token, threadId, runId } = await launchThatCrashesAt("house-retry-b", "box_registered");
+    await expectOneBoxAndOneRunner(token, threadId, runId);
+  }, 30_000);
+
+  it("after the runner was started: the retry only records it, no second runner", async () => {
+    const { token, threadId, runId } = await launchThatCrashesAt("house-retry-c", "runner_started");
+    await expectOneBoxAndOneRunner(token, threadId, runId);
+  }, 30_000);
+});
