@@ -4,6 +4,7 @@ import { decideLiveness, foldProbe, livenessDeadlines, type LivenessConfig, type
 import { decideDetail, decideSignal, isTerminal } from "../../src/threads/run-rules";
 import { deleteRetryDelayMs, shouldReap } from "../../src/actors/sandbox/sandbox-decisions";
 import type { ThreadRow } from "../../src/threads/thread-row";
+import { getCodingAgent } from "../../src/sandbox/harness";
 
 const cfg: LivenessConfig = { orphanSilenceMs: 300_000, probeIntervalMs: 60_000, probeConfirmMs: 5_000 };
 const T0 = 1_800_000_000_000;
@@ -71,6 +72,24 @@ describe("finished-signals", () => {
     expect(decideSignal({ status: "completed" }, signal("running"), T0)).toMatchObject({ status: "running" });
     expect(decideSignal({ status: "running" }, { id: "c", ts: T0, payload: { type: "chat", text: "hi" } }, T0)).toBeNull();
     expect([isTerminal("completed"), isTerminal("failed"), isTerminal("running"), isTerminal("idle")]).toEqual([true, true, false, false]);
+  });
+});
+
+describe("finished-signals are matched to their run", () => {
+  it("a claim records its run; a finished-signal of another run changes nothing; one without a run id still counts", () => {
+    expect(decideSignal({ status: "failed", runId: "run-a" }, signal("running", { runId: "run-b" }), T0)).toMatchObject({ status: "running", runId: "run-b" });
+    const runningB = { status: "running" as const, runId: "run-b" };
+    // The stopped run A's runner ends late, after run B was claimed.
+    expect(decideSignal(runningB, signal("stopped", { runId: "run-a", reason: "stopped by request" }), T0)).toBeNull();
+    expect(decideSignal(runningB, signal("completed", { runId: "run-b" }), T0)).toMatchObject({ status: "completed" });
+    expect(decideSignal(runningB, signal("pi_failed", { reason: "old runner" }), T0)).toMatchObject({ status: "failed", statusReason: "pi_failed" });
+    // A thread claimed before runs had ids takes any finished-signal.
+    expect(decideSignal({ status: "running", runId: null }, signal("completed", { runId: "run-x" }), T0)).toMatchObject({ status: "completed" });
+  });
+
+  it("the runner's and the mirror's finished-signal carries the run id", () => {
+    const out = getCodingAgent("pi").decideOutcome([], 1, { signalId: "t:finished:run-a", runId: "run-a" });
+    expect(out.entries[0].payload).toMatchObject({ type: "signal.thread.status_changed", status: "pi_failed", runId: "run-a" });
   });
 });
 

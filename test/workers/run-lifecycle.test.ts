@@ -136,6 +136,24 @@ describe("run state machine", () => {
   });
 });
 
+describe("finished-signals of another run", () => {
+  it("a stopped run's late `stopped` signal does not end the run that resumed after it", async () => {
+    const token = await houseToken("house-run");
+    const t = await createThread(token);
+    expect((await post(token, t.id, signal("running", { runId: "run-a" }))).status).toBe(201);
+    expect((await call(`/api/threads/${t.id}/stop`, { method: "POST", token })).status).toBe(200);
+    const stop = (await readAll(token, t.id)).entries.find((e) => e.payload.status === "stopped");
+    expect(stop?.payload.runId).toBe("run-a"); // the control plane's own signal names the run it ends
+    expect((await post(token, t.id, signal("running", { runId: "run-b" }))).status).toBe(201);
+    // Run A's runner got its SIGTERM and reports only now.
+    expect((await post(token, t.id, { id: `${t.id}:finished:run-a`, ...signal("stopped", { runId: "run-a", reason: "stopped by request" }) })).status).toBe(201);
+    expect((await row(token, t.id)).status).toBe("running");
+    expect((await post(token, t.id, signal("completed", { runId: "run-b", reason: "done" }))).status).toBe(201);
+    const r = await row(token, t.id);
+    expect([r.status, r.reason]).toEqual(["completed", "completed"]);
+  });
+});
+
 describe("box liveness", () => {
   it("a box killed mid-run is confirmed dead by two probes and the thread is orphaned before the silence threshold", async () => {
     const token = await houseToken("house-box");
