@@ -166,11 +166,22 @@ const resumeSchema = z.object({
   model: z.string().min(1).max(200).optional(),
 }).strict();
 
-/** The coding agent an environment runs; a missing environment is the caller's 404. */
-async function environmentHarness(env: Env, houseId: string, environmentId: string): Promise<HarnessName> {
+/** The environment a run uses; a missing environment is the caller's 404. */
+async function runEnvironment(env: Env, houseId: string, environmentId: string | null): Promise<Environment | null> {
+  if (!environmentId) return null;
   const e = (await unwrapRpc(houseStub(env, houseId).getEnvironment(environmentId))) as Environment | null;
   if (!e) throw new ApiError("not_found", "environment not found");
-  return e.harness;
+  return e;
+}
+
+/**
+ * pi started without a model fails in the box with a message nobody sees: a pi run must name its
+ * model (in the request or as the environment's default) before any box is made for it.
+ */
+function requireModel(harness: HarnessName, model: string | undefined, environment: Environment | null): void {
+  if (harness !== "pi" || model || environment?.model) return;
+  const where = environment ? `environment ${environment.id} has no default model` : "the thread has no environment";
+  throw new ApiError("validation_failed", `no model for this run: ${where}; pass "model" (e.g. "local/my-model") or set the environment's "model" (and its "piModels" for a custom provider)`);
 }
 
 /** Hands a task to a coding agent on a child thread; returns at once, the run goes on in the box. */
@@ -180,8 +191,9 @@ export async function delegateRoute(request: Request, env: Env, id: string | und
   const body = await readBody(request, delegateSchema);
   const parent = await unwrapRpc(threadStub(env, parentId).getThread(claims.houseId));
   const environmentId = body.environmentId ?? parent.environmentId;
-  const environmentDefault = environmentId ? await environmentHarness(env, claims.houseId, environmentId) : "pi";
-  const harness = body.harness ?? environmentDefault;
+  const environment = await runEnvironment(env, claims.houseId, environmentId ?? null);
+  const harness = body.harness ?? environment?.harness ?? "pi";
+  requireModel(harness, body.model, environment);
   const childId = newId("th_");
   await unwrapRpc(threadStub(env, childId).createThread({
     id: childId, houseId: claims.houseId, parent: { kind: "thread", id: parentId }, environmentId: environmentId ?? null,
@@ -200,7 +212,10 @@ export async function resumeRoute(request: Request, env: Env, id: string | undef
   const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
   const body = await readBody(request, resumeSchema);
   const row = await unwrapRpc(threadStub(env, threadId).getThread(claims.houseId));
-  const harness = row.environmentId ? await environmentHarness(env, claims.houseId, row.environmentId) : "pi";
+  const environment = await runEnvironment(env, claims.houseId, row.environmentId);
+  const harness = environment?.harness ?? "pi";
+  // A thread with nothing to resume gets its 409 from the actor first.
+  if (row.status === "completed" || row.status === "failed") requireModel(harness, body.model, environment);
   const { runId, status } = await unwrapRpc(threadStub(env, threadId).startRun(claims.houseId, {
     task: body.message, harness, model: body.model, authorId: claims.subject, resume: true,
   }));

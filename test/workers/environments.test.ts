@@ -63,6 +63,26 @@ describe("environments", () => {
     const idle = await call(`/api/threads/${parent.id}/resume`, { method: "POST", token, json: { message: "again" } });
     expect(idle.status).toBe(409);
   });
+
+  it("delegate refuses a pi run with no model (none in the request, none on the environment) with a clear 400", async () => {
+    const token = await houseToken("house-env-m");
+    const parent = await createThread(token);
+    const noEnv = await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "x" } });
+    expect(noEnv.status).toBe(400);
+    const noEnvError = ((await noEnv.json()) as { error: { code: string; message: string } }).error;
+    expect(noEnvError.code).toBe("validation_failed");
+    expect(noEnvError.message).toMatch(/no model .*no environment.*"model"/);
+    const bare = (await (await call("/api/environments", { method: "POST", token, json: { name: "bare", provider: "test" } })).json()) as { id: string };
+    const noModel = await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "x", environmentId: bare.id } });
+    expect(noModel.status).toBe(400);
+    expect(((await noModel.json()) as { error: { message: string } }).error.message).toContain(`environment ${bare.id} has no default model`);
+    const list = (await (await call("/api/threads", { token })).json()) as { threads: unknown[] };
+    expect(list.threads).toHaveLength(1); // no child was created
+    // A model in the request, or on the environment, is enough.
+    expect((await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "x", environmentId: bare.id, model: "local/m" } })).status).toBe(202);
+    const withModel = (await (await call("/api/environments", { method: "POST", token, json: { name: "m", provider: "test", model: "local/m" } })).json()) as { id: string };
+    expect((await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "x", environmentId: withModel.id } })).status).toBe(202);
+  });
 });
 
 describe("run_command on an environment's shared box", () => {

@@ -302,7 +302,7 @@ describe("launch", () => {
     const envRes = await call("/api/environments", { method: "POST", token, json: { name: "t", provider: "test" } });
     const envId = ((await envRes.json()) as { id: string }).id;
     const parent = await createThread(token, { environmentId: envId });
-    const d = await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "do it" } });
+    const d = await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "do it", model: "local/m" } });
     expect(d.status).toBe(202);
     const { childThreadId, status } = (await d.json()) as { childThreadId: string; status: string };
     expect(status).toBe("running"); // claimed before the response; the alarm may fail it right after
