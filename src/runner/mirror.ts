@@ -48,7 +48,9 @@ export default function threadboxMirror(pi: ExtensionAPI): void {
   let heartbeat: ReturnType<typeof setInterval> | undefined;
   let sessionId = "nosession";
   let counter = 0;
-  let lastAssistant: { stopReason?: string; errorMessage?: string } | undefined;
+  let lastAssistant: { stopReason?: string; errorMessage?: string; model?: string } | undefined;
+  /** Where the current model is served: a failure to reach it names the URL. */
+  let modelUrl: string | undefined;
   let failurePosted = false;
   let runId = cfg.runId;
 
@@ -68,7 +70,7 @@ export default function threadboxMirror(pi: ExtensionAPI): void {
   const postFailureIfNeeded = () => {
     if (failurePosted || !writer || lastAssistant?.stopReason !== "error") return;
     failurePosted = true;
-    const reason = lastAssistant.errorMessage || "model error";
+    const reason = withModelUrl(lastAssistant.errorMessage || "model error", lastAssistant.model, modelUrl);
     const entry = finishedSignal("pi_failed", reason, {
       signalId: finishedSignalId(cfg.threadId, runId ?? sessionId),
       runId: cfg.runId,
@@ -112,13 +114,15 @@ export default function threadboxMirror(pi: ExtensionAPI): void {
     }
   });
 
-  pi.on("message_end", (event) => {
+  pi.on("message_end", (event, ctx) => {
     const message: any = event.message;
     if (!isMirroredRole(message?.role)) return;
     const index = counter++;
     mirrorMessage(message, index);
     if (message.role === "assistant") {
-      lastAssistant = { stopReason: message.stopReason, errorMessage: message.errorMessage };
+      const model = message.provider && message.model ? `${message.provider}/${message.model}` : undefined;
+      lastAssistant = { stopReason: message.stopReason, errorMessage: message.errorMessage, model };
+      modelUrl = (ctx?.model as { baseUrl?: string } | undefined)?.baseUrl ?? modelUrl;
     }
   });
 
@@ -136,4 +140,19 @@ export default function threadboxMirror(pi: ExtensionAPI): void {
       if (!drained) log(`shutdown flush timed out with ${writer.pending} entries unposted`);
     }
   });
+}
+
+const UNREACHABLE = /connection|connect|ECONNREFUSED|ECONNRESET|ENOTFOUND|EAI_AGAIN|fetch failed|network|socket|timed? ?out/i;
+
+/** A model that could not be reached: say which URL, without credentials or query. */
+export function withModelUrl(reason: string, model: string | undefined, baseUrl: string | undefined): string {
+  if (!baseUrl || !UNREACHABLE.test(reason)) return reason;
+  let shown = baseUrl;
+  try {
+    const u = new URL(baseUrl);
+    shown = `${u.protocol}//${u.host}${u.pathname}`;
+  } catch {
+    // not a URL: shown as configured
+  }
+  return `${reason} (model ${model ?? "?"} at ${shown})`;
 }

@@ -22,7 +22,8 @@ import { getCodingAgent } from "../sandbox/harness/index";
 import { finishedSignalId } from "../sandbox/harness/pi";
 import type { ThreadEntry } from "../sandbox/harness/types";
 import { readBoxConfig } from "./config";
-import { runnerPidPath } from "../domain/box-layout";
+import { BOX_ENV, runnerPidPath } from "../domain/box-layout";
+import { StderrTail, lastLine, secretValues } from "./stderr-tail";
 import { TokenKeeper, renewUrlFor } from "./token-keeper";
 import { postHeartbeat, readThread, sleep, StreamWriter, threadStreamUrl, type WireEntry } from "./stream-writer";
 
@@ -139,7 +140,11 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
     stdio: ["ignore", "pipe", "pipe"],
   });
   child.stdout!.on("data", (d) => lines.push(d));
-  child.stderr!.on("data", (d) => process.stderr.write(d));
+  const stderrTail = new StderrTail();
+  child.stderr!.on("data", (d) => {
+    stderrTail.push(d);
+    process.stderr.write(d);
+  });
 
   let heartbeat: ReturnType<typeof setInterval> | undefined;
   if (!agent.mirrorsItself && cfg.heartbeatMs > 0) {
@@ -225,9 +230,27 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
     authorId: cfg.authorId,
   });
   log(`outcome: ${outcome.status} (${outcome.reason})${outcome.alreadyFinished ? " — already on the thread" : ""}`);
-  if (outcome.entries.length) {
+  const failureEntries: WireEntry[] = [];
+  if (outcome.status !== "completed") {
+    const secrets = secretValues(process.env, (process.env[BOX_ENV.secretNames] ?? "").split(",").filter(Boolean), [cfg.token, tokens.current()]);
+    const tail = stderrTail.text(secrets);
+    if (tail.text.trim()) {
+      // The harness's own words on why it failed, which otherwise die with the box's log.
+      failureEntries.push({
+        id: `${cfg.threadId}:stderr:${runId}`, ts: Date.now(), ...(cfg.authorId ? { authorId: cfg.authorId } : {}),
+        payload: { type: "signal.run.stderr", runId, text: tail.text, truncated: tail.truncated },
+      } as WireEntry);
+      const line = lastLine(tail.text);
+      // A bare exit code says nothing: name the harness's last words in the reason the thread shows.
+      for (const e of outcome.entries) {
+        const p = e.payload as { reason?: unknown };
+        if (line && typeof p.reason === "string" && /exited with code|killed by/.test(p.reason)) p.reason = `${p.reason}: ${line}`;
+      }
+    }
+  }
+  if (outcome.entries.length || failureEntries.length) {
     const writer = new StreamWriter({ url, token: () => tokens.current(), producerId: `runner-${runId}-${randomId()}`, log });
-    writer.append(...outcome.entries.map((e) => ({ ...(e as WireEntry), ts: Date.now() })));
+    writer.append(...failureEntries, ...outcome.entries.map((e) => ({ ...(e as WireEntry), ts: Date.now() })));
     const ok = await writer.flush(Math.max(cfg.flushTimeoutMs, deadline - Date.now()));
     writer.stop();
     if (!ok) log("could not post the finished-signal in time");

@@ -11,7 +11,7 @@ import { mirrorNextIndex, rebuildPiSession, runnerLaunch, type HarnessName } fro
 import { BUNDLES } from "../runner/bundles.generated";
 import type { ThreadRow } from "./thread-row";
 import { shq } from "../domain/shell";
-import { PI_AGENT_DIR, WORK_DIR, runDir } from "../domain/box-layout";
+import { BOX_ENV, PI_AGENT_DIR, WORK_DIR, runDir } from "../domain/box-layout";
 
 export type LaunchSpec = {
   runId: string;
@@ -134,6 +134,8 @@ async function startRunner(
 
   const uploads: { path: string; content: Uint8Array | string }[] = [];
   const harnessEnv: Record<string, string> = { ...(environment?.env ?? {}), ...(environment?.secrets ?? {}) };
+  // The runner scrubs these values from what it posts (a failed run's stderr).
+  if (environment?.secrets) harnessEnv[BOX_ENV.secretNames] = Object.keys(environment.secrets).join(",");
   if (spec.harness === "pi") {
     harnessEnv.PI_CODING_AGENT_DIR = `${home}/${PI_AGENT_DIR}`;
     if (environment?.piModels) uploads.push({ path: `${PI_AGENT_DIR}/models.json`, content: JSON.stringify(environment.piModels, null, 2) });

@@ -233,6 +233,47 @@ describe("runner + mirror with the real pi", () => {
     }
   });
 
+  it("pi without an API key: the run fails with pi's own message on the thread, not a bare exit code", async () => {
+    const model = await startModelServer([]);
+    try {
+      const adir = mkdtempSync(join(tmp, "agent-"));
+      writeFileSync(join(adir, "models.json"), JSON.stringify({
+        providers: { local: { baseUrl: model.baseUrl, api: "openai-completions", models: [{ id: "scripted-model" }] } },
+      }));
+      writeFileSync(join(adir, "settings.json"), JSON.stringify({ retry: { enabled: false } }));
+      const threadId = await newThread();
+      const run = await startRunner({ threadId, model, prompt: "do it", agentDir: adir }).done;
+      expect(run.code).toBe(1);
+      const es = await entriesOf(threadId);
+      const finished = es.filter((e) => e.payload.type === "signal.thread.status_changed");
+      expect(finished).toHaveLength(1);
+      expect(finished[0].payload.status).toBe("pi_failed");
+      expect(finished[0].payload.reason).toBe("harness exited with code 1: No API key found for local.");
+      expect(finished[0].payload.runId).toMatch(/^run-/);
+      const stderr = es.find((e) => e.payload.type === "signal.run.stderr");
+      expect(stderr?.payload.text).toContain("No API key found for local.");
+      expect(stderr?.payload.truncated).toBe(false);
+      expect(model.requests).toHaveLength(0);
+    } finally {
+      await model.close();
+    }
+  });
+
+  it("a model URL nobody answers: the failure names the URL", async () => {
+    const model = await startModelServer([]);
+    const url = model.baseUrl;
+    await model.close(); // nothing listens there any more
+    const threadId = await newThread();
+    const run = await startRunner({ threadId, model: { ...model, baseUrl: url } as ModelServer, prompt: "do it" }).done;
+    expect(run.code).not.toBeNull();
+    const es = await entriesOf(threadId);
+    const finished = es.filter((e) => e.payload.type === "signal.thread.status_changed");
+    expect(finished).toHaveLength(1);
+    expect(finished[0].payload.status).toBe("pi_failed");
+    expect(finished[0].payload.reason).toContain(`at ${url}`);
+    expect(finished[0].payload.reason).toContain("local/scripted-model");
+  });
+
   it("pi killed with SIGKILL: the runner posts pi_failed", async () => {
     const model = await startModelServer([{ hang: true }]);
     try {
@@ -361,6 +402,40 @@ describe("runner with harnesses that do not mirror themselves (recorded output)"
     const code = await new Promise<number | null>((r) => child.on("close", r));
     return { threadId, code, stderr, es: await entriesOf(threadId) };
   }
+
+  it("a failed harness's stderr tail goes on the thread: bounded, the stream token and secrets redacted", async () => {
+    const threadId = await newThread();
+    const bin = join(mkdtempSync(join(tmp, "bin-")), "noisy-harness");
+    // Writes 10 KiB of noise, then the secrets it was given, then its last words; exits 3.
+    writeFileSync(bin, `#!/bin/sh\nhead -c 10240 /dev/zero | tr '\\0' x >&2\necho >&2\necho "token=$THREADBOX_STREAM_TOKEN key=$MODEL_KEY named=$PLAIN_NAMED_SECRET short=$SHORT" >&2\necho "fatal: cannot reach the model" >&2\nexit 3\n`, { mode: 0o755 });
+    const child = spawn(process.execPath, [RUNNER, "--harness", "codex", "--bin", bin, "--prompt", "task"], {
+      cwd: tmp,
+      stdio: ["ignore", "ignore", "pipe"],
+      env: {
+        ...process.env,
+        THREADBOX_THREAD_ID: threadId,
+        THREADBOX_STREAM_URL: streamBase,
+        THREADBOX_STREAM_TOKEN: "stream-token-value-123",
+        THREADBOX_RUN_ID: "r-stderr",
+        MODEL_KEY: "sk-model-key-456",
+        PLAIN_NAMED_SECRET: "hunter2-but-longer",
+        THREADBOX_SECRET_NAMES: "PLAIN_NAMED_SECRET",
+        SHORT: "abc",
+      },
+    });
+    const code = await new Promise<number | null>((r) => child.on("close", r));
+    expect(code).toBe(3);
+    const es = await entriesOf(threadId);
+    const tail = es.find((e) => e.payload.type === "signal.run.stderr")!;
+    expect(tail.id).toBe(`${threadId}:stderr:r-stderr`);
+    expect(tail.payload.runId).toBe("r-stderr");
+    expect(tail.payload.truncated).toBe(true);
+    expect(Buffer.byteLength(tail.payload.text)).toBeLessThanOrEqual(4096);
+    expect(tail.payload.text).toContain("token=[redacted] key=[redacted] named=[redacted] short=abc");
+    for (const secret of ["stream-token-value-123", "sk-model-key-456", "hunter2-but-longer"]) expect(JSON.stringify(es)).not.toContain(secret);
+    const finished = es.filter((e) => e.payload.type === "signal.thread.status_changed");
+    expect(finished.map((e) => [e.payload.status, e.payload.reason])).toEqual([["pi_failed", "harness exited with code 3: fatal: cannot reach the model"]]);
+  });
 
   it("codex: the runner parses --json output, posts the entries with ids, then completed", async () => {
     const { threadId, code, es } = await runWith("codex", "codex-exec-json-success.jsonl", 0);
