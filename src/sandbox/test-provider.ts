@@ -4,6 +4,7 @@
 import { ProviderError, type ProviderErrorCode } from "./errors";
 import { classifySandboxState, type Liveness } from "./state";
 import {
+  LABEL_HOUSE,
   boxLabels,
   type BoxInfo,
   type CloneOptions,
@@ -60,6 +61,7 @@ export class TestSandboxProvider implements SandboxProvider {
   private deleteFailures: { remaining: number; code: ProviderErrorCode; ref?: string }[] = [];
   private probeScript = new Map<string, Liveness[]>();
   private unreachable = false;
+  private failingOps: { op: string; house: string; message: string }[] = [];
 
   // ---- scripting -------------------------------------------------------------------------
 
@@ -84,6 +86,11 @@ export class TestSandboxProvider implements SandboxProvider {
   /** Queues probe answers for a box; once used up, probe falls back to the real rule. */
   scriptProbe(ref: string, ...answers: Liveness[]): void {
     this.probeScript.set(ref, [...(this.probeScript.get(ref) ?? []), ...answers]);
+  }
+
+  /** Every `op` (e.g. `clone`, `upload`) on a box of `house` fails with `message` (a provider error). */
+  failOn(op: string, house: string, message: string): void {
+    this.failingOps.push({ op, house, message });
   }
 
   /** Simulates the provider being down: every call throws `unavailable`, probe says `unknown`. */
@@ -241,6 +248,9 @@ export class TestSandboxProvider implements SandboxProvider {
   private enter(op: string, ref?: string, args?: unknown): void {
     this.calls.push({ op, ref, args });
     if (this.unreachable) throw new ProviderError("unavailable", `provider unreachable (${op})`);
+    const house = ref ? this.boxes.get(ref)?.labels[LABEL_HOUSE] : undefined;
+    const failing = this.failingOps.find((f) => f.op === op && f.house === house);
+    if (failing) throw new ProviderError("bad_request", failing.message);
   }
 
   private info(b: FakeBox): BoxInfo {

@@ -1,4 +1,5 @@
-// A launch whose alarm dies part-way is retried and must converge on one box and one runner.
+// Launches: one whose alarm dies part-way is retried and converges on one box and one runner;
+// one whose step fails ends the run visibly and releases its box.
 import { describe, expect, it, vi } from "vitest";
 import { env, runInDurableObject } from "cloudflare:test";
 import type { ThreadActor } from "./test-worker";
@@ -61,5 +62,62 @@ describe("launch retried after the alarm died mid-launch", () => {
   it("after the runner was started: the retry only records it, no second runner", async () => {
     const { token, threadId, runId } = await launchThatCrashesAt("house-retry-c", "runner_started");
     await expectOneBoxAndOneRunner(token, threadId, runId);
+  }, 30_000);
+});
+
+async function launchIn(houseId: string, body: { repo?: string } = {}) {
+  const token = await houseToken(houseId);
+  const envRes = await call("/api/environments", { method: "POST", token, json: { name: "fails", provider: "test" } });
+  const environmentId = ((await envRes.json()) as { id: string }).id;
+  const t = await createThread(token, { environmentId });
+  const stub = threadStub(t.id);
+  await runInDurableObject(stub, (a: ThreadActor) => a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" }));
+  const { runId } = await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice", ...body }));
+  return { token, threadId: t.id, runId };
+}
+
+async function expectLaunchFailed(token: string, threadId: string, runId: string, detail: string) {
+  await vi.waitFor(async () => {
+    const t = (await (await call(`/api/threads/${threadId}`, { token })).json()) as { status: string };
+    expect(t.status).toBe("failed");
+  }, { timeout: 10_000 });
+  const t = (await (await call(`/api/threads/${threadId}`, { token })).json()) as { reason: string; detail: string };
+  expect(t.reason).toBe("pi_failed");
+  expect(t.detail).toContain(detail);
+  const es = (await readAll(token, threadId)).entries;
+  expect(es.filter((e) => e.payload.type === "signal.run.launched")).toEqual([]);
+  expect(es.filter((e) => e.payload.type === "signal.thread.status_changed" && e.payload.status !== "running").map((e) => e.payload.runId)).toEqual([runId]);
+  // The box made for the run is released, not leaked.
+  await vi.waitFor(async () => expect(await sharedTestProvider().list({ [LABEL_RUN]: runId })).toEqual([]), { timeout: 10_000 });
+  expect(sharedTestProvider().calls.filter((c) => c.op === "startDetached" && JSON.stringify(c.args).includes(runId))).toEqual([]);
+}
+
+describe("launch failures end the run visibly and release the box", () => {
+  it("the harness install fails", async () => {
+    const provider = sharedTestProvider();
+    const previous = provider.execHandler;
+    provider.execHandler = (box, command, opts) => {
+      const house = provider.boxes.get(box.ref)?.labels["threadbox.house"];
+      if (house === "house-launch-install" && /npm|command -v|pi --version/.test(command)) return { exitCode: 7, output: "npm ERR! network" };
+      return previous(box, command, opts);
+    };
+    try {
+      const { token, threadId, runId } = await launchIn("house-launch-install");
+      await expectLaunchFailed(token, threadId, runId, "launch failed: installing pi failed (exit 7)");
+    } finally {
+      provider.execHandler = previous;
+    }
+  }, 30_000);
+
+  it("the clone fails", async () => {
+    sharedTestProvider().failOn("clone", "house-launch-clone", "clone https://example.invalid/repo.git: repository not found");
+    const { token, threadId, runId } = await launchIn("house-launch-clone", { repo: "https://example.invalid/repo.git" });
+    await expectLaunchFailed(token, threadId, runId, "repository not found");
+  }, 30_000);
+
+  it("the upload fails", async () => {
+    sharedTestProvider().failOn("upload", "house-launch-upload", "upload of .threadbox/runner.mjs not confirmed");
+    const { token, threadId, runId } = await launchIn("house-launch-upload");
+    await expectLaunchFailed(token, threadId, runId, "upload of .threadbox/runner.mjs not confirmed");
   }, 30_000);
 });
