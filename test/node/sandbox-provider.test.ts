@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startSandboxHost, type SandboxHost } from "../../sandbox-host/server.mjs";
 import { BOX_MARKER_VAR, findMarkedPids } from "../../sandbox-host/proc.mjs";
 import { createDaytonaProvider, type DaytonaProvider } from "../../src/sandbox/daytona-provider";
-import { LABEL_EPHEMERAL, LABEL_HOUSE, LABEL_THREAD, ProviderError } from "../../src/sandbox/provider";
+import { LABEL_EPHEMERAL, LABEL_HOUSE, LABEL_RUN, LABEL_THREAD, ProviderError } from "../../src/sandbox/provider";
 
 const KEY = "provider-test-key";
 let host: SandboxHost;
@@ -87,12 +87,26 @@ describe("DaytonaProvider on the local host", () => {
     expect(await provider.probe(box.ref)).toBe("dead");
   });
 
+  it("a box made for a run is found by its run label (what a retried launch looks for)", async () => {
+    const runId = `run-${Date.now().toString(36)}`;
+    const box = await provider.create({ labels: { house: house(), run: runId }, ephemeral: true });
+    await provider.create({ labels: { house: house(), run: `${runId}-other` }, ephemeral: true });
+    const found = await provider.list({ [LABEL_RUN]: runId });
+    expect(found.map((b) => b.ref)).toEqual([box.ref]);
+    expect(found[0].labels[LABEL_RUN]).toBe(runId);
+  });
+
   it("delete twice -> no error; delete of a never-existing box -> no error", async () => {
     const box = await provider.create({ labels: { house: house() }, ephemeral: true });
     await provider.delete(box.ref);
     await provider.delete(box.ref); // 409 while destroying, or 404 after: both are success
     await provider.delete(box.ref, { wait: true });
     await provider.delete("00000000-0000-0000-0000-000000000000");
+    // The deletes did what they say: the box is gone at the provider and from its listing.
+    await expect(provider.get(box.ref)).rejects.toMatchObject({ code: "not_found" });
+    expect(await provider.probe(box.ref)).toBe("dead");
+    expect((await provider.list({ [LABEL_HOUSE]: box.labels[LABEL_HOUSE] })).map((b) => b.ref)).not.toContain(box.ref);
+    expect(host.boxes.has(box.ref)).toBe(false);
   });
 
   it("delete kills background processes, including ones that escaped with setsid/nohup", async () => {

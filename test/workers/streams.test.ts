@@ -1,4 +1,6 @@
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
+import { env, runInDurableObject } from "cloudflare:test";
+import type { ThreadActor } from "./test-worker";
 import { call, chat, createThread, houseToken, post, readAll, streamToken } from "./helpers";
 
 const producer = (id: string, epoch: number, seq: number) => ({ "Producer-Id": id, "Producer-Epoch": String(epoch), "Producer-Seq": String(seq) });
@@ -78,7 +80,9 @@ describe("Durable Streams on a thread", () => {
     const path = `/api/stream/thread-${t.id}`;
     const tail = (await call(`${path}?offset=now`, { token })).headers.get("Stream-Next-Offset")!;
     const waiting = call(`${path}?offset=${tail}&live=long-poll`, { token });
-    await new Promise((r) => setTimeout(r, 100));
+    // Post only once the reader is parked: an append before that would be caught up, not woken up.
+    const stub = (env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> }).THREADS.get((env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> }).THREADS.idFromName(`thread:${t.id}`));
+    await vi.waitFor(async () => expect(await runInDurableObject(stub, (a: ThreadActor) => a.testWaiterCount())).toBe(1), { timeout: 5000, interval: 10 });
     await call(path, { method: "POST", token, json: chat("wake") });
     const woke = await waiting;
     expect(woke.status).toBe(200);

@@ -68,6 +68,11 @@ export class ThreadActor extends ProductionThreadActor {
     return this.clock.now();
   }
 
+  /** Long-poll and SSE readers waiting for an append. */
+  testWaiterCount(): number {
+    return this.fanout.hub.size;
+  }
+
   testRow() {
     return this.rows.get();
   }
