@@ -234,6 +234,9 @@ describe("delegate a task to pi in a box", () => {
     expect(del.ok).toBe(true);
     const child = await settled(childId);
     expect([child.status, child.reason]).toEqual(["failed", "pi_session_orphaned"]);
+    // The probes found the box gone (well before the silence threshold could have ended the run).
+    expect(child.detail).toMatch(new RegExp(`^box ${running.boxId} (confirmed dead by two probes|is dead: )`));
+    expect(child.detail).not.toMatch(/no heartbeat/);
     expect(statuses(await entries(childId)).filter((s) => s !== "running")).toEqual(["pi_session_orphaned"]);
   });
 
