@@ -154,6 +154,45 @@ describe("finished-signals of another run", () => {
   });
 });
 
+describe("stopped-box grace", () => {
+  const GRACE_MS = 15 * 60_000; // STOPPED_BOX_GRACE_MS default; the test config does not set it
+
+  async function stopOnBox(house: string) {
+    const token = await houseToken(house);
+    const b = await newBox(token, true);
+    const t = await createThread(token);
+    await claim(token, t.id, b.id);
+    const stoppedAt = Date.now();
+    expect((await call(`/api/threads/${t.id}/stop`, { method: "POST", token })).status).toBe(200);
+    // The detach waits behind the stop's grace period, which only the thread's alarm runs.
+    await runDurableObjectAlarm(threadStub(t.id));
+    await vi.waitFor(async () => expect((await box(token, b.id)).threads).toEqual([]), { timeout: 5000 });
+    return { token, b, t, stoppedAt };
+  }
+
+  it("a stopped run's ephemeral box is kept for the grace period, then deleted", async () => {
+    const { token, b, stoppedAt } = await stopOnBox("house-grace");
+    expect((await box(token, b.id)).state).toBe("live");
+    const alarmAt = await runInDurableObject(boxStub(b.id), (_a: unknown, state) => state.storage.getAlarm());
+    expect(alarmAt).toBeGreaterThanOrEqual(stoppedAt + GRACE_MS);
+    expect(alarmAt).toBeLessThan(Date.now() + GRACE_MS + 1000);
+    // The grace period is over.
+    expect(await runDurableObjectAlarm(boxStub(b.id))).toBe(true);
+    expect((await box(token, b.id)).state).toBe("deleted");
+    await expect(sharedTestProvider().get(b.providerRef)).rejects.toMatchObject({ code: "not_found" });
+  });
+
+  it("a run attached within the grace period keeps the box", async () => {
+    const { token, b } = await stopOnBox("house-grace");
+    const t2 = await createThread(token);
+    await claim(token, t2.id, b.id);
+    await vi.waitFor(async () => expect((await box(token, b.id)).threads).toEqual([t2.id]), { timeout: 5000 });
+    await runDurableObjectAlarm(boxStub(b.id)); // whatever was due
+    expect((await box(token, b.id)).state).toBe("live");
+    expect((await sharedTestProvider().get(b.providerRef)).state).toBe("started");
+  });
+});
+
 describe("box liveness", () => {
   it("a box killed mid-run is confirmed dead by two probes and the thread is orphaned before the silence threshold", async () => {
     const token = await houseToken("house-box");
