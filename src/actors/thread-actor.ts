@@ -6,7 +6,7 @@ import { StreamLog, type NewMessage, type StoredMessage, type StreamMeta } from 
 import { formatOffset, parseOffset, MAX_READ_BYTES } from "../streams/protocol";
 import { bodyToMessages, handleStreamHttp, type StreamHost } from "../streams/stream-http";
 import { WaitHub } from "../streams/wait-hub";
-import { parseJsonBody, prepareEntries, toEntryWithOffset } from "../threads/entries";
+import { parseJsonBody, prepareEntries, toEntryWithOffset, type EntryWriter } from "../threads/entries";
 import { decideSignal, isTerminal } from "../threads/run-rules";
 import { decideLiveness, livenessDeadlines, type LivenessConfig, type ProbeState } from "../threads/liveness";
 import { Outbox, type OutboxItem } from "../threads/outbox";
@@ -18,7 +18,7 @@ import type { ThreadSummary } from "./house-actor";
 import { settle, unwrapRpc } from "./rpc";
 
 /** Sent by the worker (never by a client: actors are not reachable from outside). */
-export type ActorAuth = { houseId: string; subject: string; canWrite: boolean };
+export type ActorAuth = { houseId: string; subject: string; canWrite: boolean; mayAuthorAsOthers: boolean };
 export type StreamTarget = { kind: "thread"; threadId: string } | { kind: "plain"; name: string };
 
 export const AUTH_HEADER = "x-threadbox-auth";
@@ -99,7 +99,7 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
         this.allowDelete = true;
         this.allowClose = true;
       }
-      const response = await handleStreamHttp(request, this, { canWrite: auth.canWrite, subject: auth.subject });
+      const response = await handleStreamHttp(request, this, { canWrite: auth.canWrite, subject: auth.subject, mayAuthorAsOthers: auth.mayAuthorAsOthers === true });
       // Heartbeats and ordinary entries only push the silence deadline later: an alarm already
       // set fires early, finds nothing due and re-arms itself. Only state changes need settling.
       if (target.kind === "thread" && this.settleNeeded) await this.afterHandler();
@@ -111,9 +111,9 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
 
   // ---- StreamHost ----
 
-  prepareAppend(body: Uint8Array, meta: StreamMeta) {
+  prepareAppend(body: Uint8Array, meta: StreamMeta, writer: EntryWriter) {
     if (!this.isThread()) return bodyToMessages(body, meta.contentType, false);
-    const prepared = prepareEntries(parseJsonBody(body), undefined, this.now());
+    const prepared = prepareEntries(parseJsonBody(body), writer, this.now());
     if (prepared.heartbeats > 0) this.recordLiveness();
     return prepared.messages.length === 0 ? null : prepared.messages;
   }
@@ -248,10 +248,10 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
     });
   }
 
-  async appendEntries(houseId: string, raw: unknown, defaultAuthor: string | undefined) {
+  async appendEntries(houseId: string, raw: unknown, writer: EntryWriter) {
     return settle(async () => {
       this.requireThread(houseId);
-      const prepared = prepareEntries(raw, defaultAuthor, this.now());
+      const prepared = prepareEntries(raw, writer, this.now());
       if (prepared.heartbeats > 0) this.recordLiveness();
       if (prepared.messages.length === 0) return { entries: [], nextOffset: this.log.formatTail() };
       const outcome = this.appendEntriesInternal(prepared.messages);

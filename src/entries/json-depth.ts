@@ -1,0 +1,50 @@
+/**
+ * Entries are JSON that every reader parses, clones across actor RPC and serializes again; past a
+ * few hundred levels each of those can exhaust the stack. One documented limit keeps them safe.
+ */
+export const MAX_JSON_DEPTH = 64;
+
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const OPEN_ARRAY = 0x5b;
+const OPEN_OBJECT = 0x7b;
+const CLOSE_ARRAY = 0x5d;
+const CLOSE_OBJECT = 0x7d;
+
+/**
+ * Whether JSON text nests arrays/objects deeper than `limit`, decided on the UTF-8 bytes before
+ * any parse (a scan never recurses). Multi-byte UTF-8 never contains these ASCII bytes.
+ */
+export function jsonNestsDeeperThan(bytes: Uint8Array, limit = MAX_JSON_DEPTH): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < bytes.length; i++) {
+    const b = bytes[i];
+    if (inString) {
+      if (b === BACKSLASH) i++;
+      else if (b === QUOTE) inString = false;
+    } else if (b === QUOTE) {
+      inString = true;
+    } else if (b === OPEN_ARRAY || b === OPEN_OBJECT) {
+      if (++depth > limit) return true;
+    } else if (b === CLOSE_ARRAY || b === CLOSE_OBJECT) {
+      depth--;
+    }
+  }
+  return false;
+}
+
+export const TOO_DEEP_MARKER = `[nested deeper than ${MAX_JSON_DEPTH} levels]`;
+
+/**
+ * A copy of `value` whose arrays/objects below `limit` levels are replaced by a marker string.
+ * Recursion stops at `limit`, so it is safe on any input JSON.parse accepted.
+ */
+export function pruneDeepJson(value: unknown, limit = MAX_JSON_DEPTH, depth = 0): unknown {
+  if (value === null || typeof value !== "object") return value;
+  if (depth >= limit) return TOO_DEEP_MARKER;
+  if (Array.isArray(value)) return value.map((v) => pruneDeepJson(v, limit, depth + 1));
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value)) out[k] = pruneDeepJson(v, limit, depth + 1);
+  return out;
+}
