@@ -4,7 +4,7 @@ import type { Env } from "../env";
 import { THREAD_STATUSES } from "../entries/schema";
 import { assertThreadAccess, authenticate, BEARER_PROTOCOL_PREFIX, canWrite, houseWriter, requireHouse } from "../auth/authenticate";
 import { idSchema, mintStreamToken, STREAM_SCOPES, streamTokenTtlSeconds, type TokenClaims } from "../auth/tokens";
-import { writerFor } from "../threads/entries";
+import { authorFor, writerFor } from "../threads/entries";
 import { readBody, readJson } from "./body";
 import { houseStub, newId, threadStub } from "./actors";
 import { AUTH_HEADER, TARGET_HEADER, type ActorAuth, type StreamTarget } from "../actors/thread-actor";
@@ -34,10 +34,8 @@ const listSchema = z.object({
 
 /**
  * Authorization before validation: another house's thread answers 404 before its body is read.
- * A stream token is bound to its thread when minted, so only house tokens need the look-up.
  */
 async function assertThreadInHouse(env: Env, claims: TokenClaims, threadId: string): Promise<void> {
-  if (claims.kind === "stream") return;
   await unwrapRpc(threadStub(env, threadId).getThread(claims.houseId));
 }
 
@@ -61,7 +59,8 @@ export async function createThreadRoute(request: Request, env: Env): Promise<Res
   const id = newId("th_");
   const row = await unwrapRpc(threadStub(env, id).createThread({
     id, houseId: claims.houseId, parent: { kind: parent.kind, id: parent.id ?? null }, environmentId,
-    title: body.title ?? null, brainId: body.brainId ?? null, createdBy: claims.subject,
+    // A run's box writes as the brain: naming one is authoring as it, so the authorship rule applies.
+    title: body.title ?? null, brainId: body.brainId === undefined ? null : authorFor(body.brainId, writerFor(claims)), createdBy: claims.subject,
   }));
   return json(row, 201, { location: `/api/threads/${id}` });
 }

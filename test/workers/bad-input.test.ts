@@ -209,6 +209,20 @@ describe("authorship of entries", () => {
   });
 });
 
+describe("who a run writes as", () => {
+  it("a thread's brain (what its box writes as) follows the same rule; no token is ever minted for threadbox", async () => {
+    const member = await houseToken("house-author-3", "alice", "member");
+    const admin = await houseToken("house-author-3", "root", "admin" as "owner");
+    const create = (token: string, brainId: string) => call("/api/threads", { method: "POST", token, json: { brainId } });
+    await expectError(await create(member, "ceo"), 403, "forbidden");
+    await expectError(await create(admin, "threadbox"), 403, "forbidden");
+    expect((await create(member, "alice")).status).toBe(201);
+    expect((await create(admin, "bot-7")).status).toBe(201);
+    const mint = await call("/api/admin/tokens", { method: "POST", headers: { authorization: "Bearer test-admin-secret" }, json: { houseId: "house-author-3", subject: "threadbox" } });
+    await expectError(mint, 400, "validation_failed");
+  });
+});
+
 describe("query strings and charsets", () => {
   it("a repeated query parameter is a 400 on every route", async () => {
     const token = await houseToken("house-query");
