@@ -13,18 +13,17 @@ const CLOSE_OBJECT = 0x7d;
 
 /**
  * Whether JSON text nests arrays/objects deeper than `limit`, decided on the UTF-8 bytes before
- * any parse (a scan never recurses). Multi-byte UTF-8 never contains these ASCII bytes.
+ * any parse (a scan never recurses). Multi-byte UTF-8 never contains these ASCII bytes. Strings
+ * are skipped with a native search for their closing quote: readers scan every stored entry.
  */
 export function jsonNestsDeeperThan(bytes: Uint8Array, limit = MAX_JSON_DEPTH): boolean {
   let depth = 0;
-  let inString = false;
   for (let i = 0; i < bytes.length; i++) {
     const b = bytes[i];
-    if (inString) {
-      if (b === BACKSLASH) i++;
-      else if (b === QUOTE) inString = false;
-    } else if (b === QUOTE) {
-      inString = true;
+    if (b === QUOTE) {
+      const end = closingQuote(bytes, i);
+      if (end < 0) return false; // unterminated: the parse that follows refuses it
+      i = end;
     } else if (b === OPEN_ARRAY || b === OPEN_OBJECT) {
       if (++depth > limit) return true;
     } else if (b === CLOSE_ARRAY || b === CLOSE_OBJECT) {
@@ -32,6 +31,18 @@ export function jsonNestsDeeperThan(bytes: Uint8Array, limit = MAX_JSON_DEPTH): 
     }
   }
   return false;
+}
+
+/** Index of the quote that ends the string opened at `open` (one not escaped by a backslash), or -1. */
+function closingQuote(bytes: Uint8Array, open: number): number {
+  let at = open;
+  for (;;) {
+    at = bytes.indexOf(QUOTE, at + 1);
+    if (at < 0) return -1;
+    let backslashes = 0;
+    for (let k = at - 1; k > open && bytes[k] === BACKSLASH; k--) backslashes++;
+    if (backslashes % 2 === 0) return at;
+  }
 }
 
 export const TOO_DEEP_MARKER = `[nested deeper than ${MAX_JSON_DEPTH} levels]`;
