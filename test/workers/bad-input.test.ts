@@ -183,7 +183,7 @@ describe("authorship of entries", () => {
   it("a member writes only as its token's subject; only admin may name another author; nobody writes as threadbox", async () => {
     const member = await houseToken("house-author", "alice", "member");
     const bot = await houseToken("house-author", "bot-1", "bot");
-    const admin = await houseToken("house-author", "root", "admin" as "owner");
+    const admin = await houseToken("house-author", "root", "admin");
     const t = await createThread(member);
     expect((await post(member, t.id, { ...chat("mine"), authorId: "alice" })).status).toBe(201);
     expect((await post(member, t.id, chat("implicit"))).status).toBe(201);
@@ -212,7 +212,7 @@ describe("authorship of entries", () => {
 describe("who a run writes as", () => {
   it("a thread's brain (what its box writes as) follows the same rule; no token is ever minted for threadbox", async () => {
     const member = await houseToken("house-author-3", "alice", "member");
-    const admin = await houseToken("house-author-3", "root", "admin" as "owner");
+    const admin = await houseToken("house-author-3", "root", "admin");
     const create = (token: string, brainId: string) => call("/api/threads", { method: "POST", token, json: { brainId } });
     await expectError(await create(member, "ceo"), 403, "forbidden");
     await expectError(await create(admin, "threadbox"), 403, "forbidden");

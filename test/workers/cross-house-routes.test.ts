@@ -182,7 +182,7 @@ describe.each(ATTACKERS)("another house ($house) against house xh", ({ house, st
     owner = await setUpOwner();
     attacker = {
       house,
-      token: await houseToken(house, "mallory", "admin" as "owner"),
+      token: await houseToken(house, "mallory", "admin"),
       // A validly signed token of the attacker's house that names xh's thread: still nothing.
       streamTokenForOwnersThread: await streamToken(house, owner.threadId, "stream:write"),
       streamName,
