@@ -38,6 +38,8 @@ type Row = {
   as?: "house" | "stream";
   expect: Expect;
   requires?: keyof typeof FEATURES;
+  /** xh's thing is named in the body (so the body must be parsed to find it). */
+  targetInBody?: boolean;
 };
 
 const json = { "content-type": "application/json" };
@@ -63,7 +65,7 @@ const ROWS: Row[] = [
   // threads
   { name: "GET /api/threads", method: "GET", path: () => "/api/threads", expect: { ownEmptyList: "threads" } },
   { name: "GET /api/threads?parent=<xh thread>", method: "GET", path: (o) => `/api/threads?parent=${o.threadId}`, expect: { ownEmptyList: "threads" } },
-  { name: "POST /api/threads (parent = xh thread)", method: "POST", path: () => "/api/threads", body: (o) => ({ parent: { kind: "thread", id: o.threadId } }), headers: json, expect: { status: 404 } },
+  { name: "POST /api/threads (parent = xh thread)", method: "POST", path: () => "/api/threads", body: (o) => ({ parent: { kind: "thread", id: o.threadId } }), headers: json, expect: { status: 404 }, targetInBody: true },
   { name: "GET /api/threads/:id", method: "GET", path: (o) => `/api/threads/${o.threadId}`, expect: { status: 404 } },
   { name: "POST /api/threads/:id/entries", method: "POST", path: (o) => `/api/threads/${o.threadId}/entries`, body: chatBody, headers: json, expect: { status: 404 } },
   { name: "POST /api/threads/:id/entries (stream token)", method: "POST", path: (o) => `/api/threads/${o.threadId}/entries`, body: chatBody, headers: json, as: "stream", expect: { status: 404 } },
@@ -82,6 +84,8 @@ const ROWS: Row[] = [
   { name: "GET /api/environments/:id", method: "GET", path: (o) => `/api/environments/${o.environmentId}`, expect: { status: 404 } },
   { name: "POST /api/environments/:id/exec", method: "POST", path: (o) => `/api/environments/${o.environmentId}/exec`, body: () => ({ command: "cat /etc/passwd" }), headers: json, expect: { status: 404 } },
   { name: "POST /api/threads (environmentId = xh environment)", method: "POST", path: () => "/api/threads", body: (o) => ({ environmentId: o.environmentId }), headers: json, expect: { ownStatus: 201 } },
+  // After the reads above: an environment created with xh's id is the caller's own, xh's is untouched.
+  { name: "POST /api/environments (xh's environment id)", method: "POST", path: () => "/api/environments", body: (o) => ({ id: o.environmentId, name: "mine", provider: "test", sharedBox: true }), headers: json, expect: { ownStatus: 201 } },
 
   // sandboxes
   { name: "GET /api/sandboxes", method: "GET", path: () => "/api/sandboxes", expect: { ownEmptyList: "sandboxes" } },
@@ -89,6 +93,7 @@ const ROWS: Row[] = [
   { name: "GET /api/sandboxes/:id", method: "GET", path: (o) => `/api/sandboxes/${o.boxId}`, expect: { status: 404 } },
   { name: "DELETE /api/sandboxes/:id", method: "DELETE", path: (o) => `/api/sandboxes/${o.boxId}`, expect: { status: 404 } },
   { name: "DELETE /api/sandboxes/:id?force=true", method: "DELETE", path: (o) => `/api/sandboxes/${o.boxId}?force=true`, expect: { status: 404 } },
+  { name: "POST /api/sandboxes (xh's environment)", method: "POST", path: () => "/api/sandboxes", body: (o) => ({ provider: "test", environmentId: o.environmentId }), headers: json, expect: { ownStatus: 201 } },
   { name: "POST /api/sandboxes/reconcile", method: "POST", path: () => "/api/sandboxes/reconcile", expect: { ownStatus: 200 } },
 
   // a thread's log over the Durable Streams protocol, both prefixes, both credentials
@@ -210,6 +215,15 @@ describe.each(ATTACKERS)("another house ($house) against house xh", ({ house, st
       expect(JSON.parse(text)[row.expect.ownEmptyList]).toEqual([]);
     } else {
       expect(res.status).toBe(row.expect.ownStatus);
+    }
+
+    // Authorization comes before validation: a malformed body changes nothing about the answer.
+    if (row.body && "status" in row.expect && !row.targetInBody) {
+      for (const [garbage, contentType] of [["{not json", "application/json"], ["[[[[[[[[", "application/json; charset=latin1"], ["x", "text/html"]]) {
+        const bad = await SELF.fetch(`${BASE}${row.path(owner, attacker)}`, { method: row.method, headers: { authorization: headers.get("authorization")!, "content-type": contentType }, body: garbage });
+        expect({ garbage, status: bad.status }).toEqual({ garbage, status: row.expect.status });
+        await bad.body?.cancel();
+      }
     }
 
     // Nothing of xh's comes back...
