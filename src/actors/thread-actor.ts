@@ -99,7 +99,7 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
         this.allowDelete = true;
         this.allowClose = true;
       }
-      const response = await handleStreamHttp(request, this, { canWrite: auth.canWrite, subject: auth.subject, mayAuthorAsOthers: auth.mayAuthorAsOthers === true });
+      const response = await handleStreamHttp(request, this, { canWrite: auth.canWrite, subject: auth.subject, mayAuthorAsOthers: auth.mayAuthorAsOthers });
       // Heartbeats and ordinary entries only push the silence deadline later: an alarm already
       // set fires early, finds nothing due and re-arms itself. Only state changes need settling.
       if (target.kind === "thread" && this.settleNeeded) await this.afterHandler();

@@ -1,23 +1,10 @@
 import type { z } from "zod";
 import { ApiError } from "../errors";
 import { formatZodError } from "../entries/schema";
-import { MAX_JSON_DEPTH, jsonNestsDeeperThan } from "../entries/json-depth";
+import { parseJsonBytes } from "../entries/json-limits";
 import { assertUtf8Charset, readBoundedBody } from "./bounded-body";
 
 export const MAX_JSON_BODY_BYTES = 1024 * 1024;
-
-/** Parses JSON bytes that passed the size check; too deep or malformed is the client's 400. */
-export function parseJsonBytes(bytes: Uint8Array): unknown {
-  if (bytes.byteLength === 0) throw new ApiError("invalid_json", "body is empty");
-  if (jsonNestsDeeperThan(bytes)) {
-    throw new ApiError("validation_failed", `JSON nests deeper than ${MAX_JSON_DEPTH} levels`, [{ path: "", message: `at most ${MAX_JSON_DEPTH} levels of arrays and objects` }]);
-  }
-  try {
-    return JSON.parse(new TextDecoder().decode(bytes));
-  } catch {
-    throw new ApiError("invalid_json", "body is not valid JSON");
-  }
-}
 
 /** Reads a JSON request body with a size cap; every failure is a client error, never a 500. */
 export async function readJson(request: Request, limit = MAX_JSON_BODY_BYTES): Promise<unknown> {

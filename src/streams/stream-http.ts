@@ -6,7 +6,7 @@ import {
 } from "./protocol";
 import { WaitHub } from "./wait-hub";
 import { assertUtf8Charset, readBoundedBody } from "../http/bounded-body";
-import { parseJsonBytes } from "../http/body";
+import { parseJsonBytes } from "../entries/json-limits";
 
 /** What a stream's owner (a plain stream, or a thread) decides on top of the generic protocol. */
 export interface StreamHost {

@@ -1,8 +1,7 @@
 import { z } from "zod";
 import { ApiError } from "../errors";
 import { entryInputSchema, formatZodError, isHeartbeat, SYSTEM_AUTHOR, type Entry, type EntryWithOffset } from "../entries/schema";
-import { jsonNestsDeeperThan, pruneDeepJson } from "../entries/json-depth";
-import { parseJsonBytes } from "../http/body";
+import { jsonNestsDeeperThan, parseJsonBytes, pruneDeepJson } from "../entries/json-limits";
 import type { NewMessage, StoredMessage } from "../streams/log";
 import { formatOffset } from "../streams/protocol";
 

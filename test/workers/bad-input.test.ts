@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { SELF, env, runInDurableObject } from "cloudflare:test";
 import { BASE, call, chat, createThread, errorCode, houseToken, post, readAll, streamToken } from "./helpers";
 import type { ThreadActor } from "../../src/actors/thread-actor";
-import { MAX_JSON_DEPTH } from "../../src/entries/json-depth";
+import { MAX_JSON_DEPTH } from "../../src/entries/json-limits";
 
 const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> };
 const threadStub = (id: string) => E.THREADS.get(E.THREADS.idFromName(`thread:${id}`));

@@ -1,3 +1,5 @@
+import { ApiError } from "../errors";
+
 /**
  * Entries are JSON that every reader parses, clones across actor RPC and serializes again; past a
  * few hundred levels each of those can exhaust the stack. One documented limit keeps them safe.
@@ -58,4 +60,19 @@ export function pruneDeepJson(value: unknown, limit = MAX_JSON_DEPTH, depth = 0)
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(value)) out[k] = pruneDeepJson(v, limit, depth + 1);
   return out;
+}
+
+/** Parses JSON bytes that passed the size check; too deep or malformed is the client's 400. */
+export function parseJsonBytes(bytes: Uint8Array): unknown {
+  if (bytes.byteLength === 0) throw new ApiError("invalid_json", "body is empty");
+  if (jsonNestsDeeperThan(bytes)) {
+    throw new ApiError("validation_failed", `JSON nests deeper than ${MAX_JSON_DEPTH} levels`, [
+      { path: "", message: `at most ${MAX_JSON_DEPTH} levels of arrays and objects` },
+    ]);
+  }
+  try {
+    return JSON.parse(new TextDecoder().decode(bytes));
+  } catch {
+    throw new ApiError("invalid_json", "body is not valid JSON");
+  }
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { MAX_JSON_DEPTH, TOO_DEEP_MARKER, jsonNestsDeeperThan, pruneDeepJson } from "../../src/entries/json-depth";
+import { MAX_JSON_DEPTH, TOO_DEEP_MARKER, jsonNestsDeeperThan, pruneDeepJson } from "../../src/entries/json-limits";
 
 const bytes = (s: string) => new TextEncoder().encode(s);
 const nested = (n: number, open = "[", close = "]") => open.repeat(n) + close.repeat(n);
