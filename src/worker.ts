@@ -10,6 +10,7 @@ import { createEnvironmentRoute, execRoute, getEnvironmentRoute, listEnvironment
 import { createSandboxRoute, deleteSandboxRoute, getSandboxRoute, listSandboxesRoute, reconcileRoute } from "./http/routes-sandboxes";
 import { streamRoute, withPublicLocation } from "./http/routes-streams";
 import { CORS_HEADERS } from "./streams/protocol";
+import { assertNoRepeatedQuery } from "./http/query";
 
 /** Every answer carries CORS headers (stream answers already do, from the actor). */
 function withCors(res: Response): Response {
@@ -61,6 +62,7 @@ export default {
   async fetch(request: Request, env: Env, ctx: ExecutionContext): Promise<Response> {
     let response: Response;
     try {
+      assertNoRepeatedQuery(new URL(request.url));
       response = await router.fetch(request as Req, env, ctx);
     } catch (err) {
       response = errorResponse(err);

@@ -7,6 +7,7 @@ import { unwrapRpc } from "../actors/rpc";
 import { MAX_APPEND_BYTES } from "../streams/protocol";
 import { plainStreamStub, threadStub } from "./actors";
 import { forwardToActor } from "./routes-threads";
+import { writerFor } from "../threads/entries";
 
 const NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._~:@!$&'()*+,;=/-]{0,255}$/;
 const THREAD_STREAM = /^thread-([A-Za-z0-9][A-Za-z0-9._:-]{0,127})$/;
@@ -34,7 +35,7 @@ export async function streamRoute(request: Request, env: Env, prefix: string): P
   }
   const renewal = TOKEN_RENEWAL.exec(name);
   if (renewal) return renewStreamToken(request, env, claims, renewal[1]);
-  const auth = { houseId: claims.houseId, subject: claims.subject, canWrite: canWrite(claims) };
+  const auth = { houseId: claims.houseId, subject: claims.subject, canWrite: canWrite(claims), mayAuthorAsOthers: writerFor(claims).mayAuthorAsOthers };
   const threadMatch = THREAD_STREAM.exec(name);
   if (threadMatch) {
     const threadId = threadMatch[1];

@@ -5,6 +5,8 @@ import {
   parseOffset, responseCursor,
 } from "./protocol";
 import { WaitHub } from "./wait-hub";
+import { assertUtf8Charset, readBoundedBody } from "../http/bounded-body";
+import { parseJsonBytes } from "../entries/json-limits";
 
 /** What a stream's owner (a plain stream, or a thread) decides on top of the generic protocol. */
 export interface StreamHost {
@@ -12,8 +14,8 @@ export interface StreamHost {
   readonly hub: WaitHub;
   readonly longPollTimeoutMs: number;
   readonly streamName: string;
-  /** Turns an append body into messages; a thread validates entries here. `null` = nothing to append. */
-  prepareAppend(body: Uint8Array, meta: StreamMeta): NewMessage[] | null;
+  /** Turns an append body into messages; a thread validates entries (and their author) here. `null` = nothing to append. */
+  prepareAppend(body: Uint8Array, meta: StreamMeta, writer: StreamRequestAuth): NewMessage[] | null;
   /** Called after messages were durably appended (not for duplicates). */
   afterAppend(appended: StoredMessage[], outcome: AppendOutcome): void;
   /** Whether this stream may be created / deleted through the protocol. */
@@ -24,7 +26,8 @@ export interface StreamHost {
   onDelete?(): void;
 }
 
-export type StreamRequestAuth = { canWrite: boolean; subject: string };
+/** `subject` is who the entries are authored as; `mayAuthorAsOthers` lets the writer name another author. */
+export type StreamRequestAuth = { canWrite: boolean; subject: string; mayAuthorAsOthers: boolean };
 
 const STRICT_INT = /^\d+$/;
 const TTL_PATTERN = /^(0|[1-9]\d*)$/;
@@ -41,40 +44,9 @@ function withCors(res: Response): Response {
   return out;
 }
 
-async function readBody(request: Request, limit: number): Promise<Uint8Array> {
-  const declared = Number(request.headers.get("content-length") ?? "0");
-  if (declared > limit) throw new ApiError("payload_too_large", `body is larger than ${limit} bytes`);
-  if (!request.body) return new Uint8Array(0);
-  const reader = request.body.getReader();
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    total += value.byteLength;
-    if (total > limit) {
-      await reader.cancel();
-      throw new ApiError("payload_too_large", `body is larger than ${limit} bytes`);
-    }
-    chunks.push(value);
-  }
-  const out = new Uint8Array(total);
-  let at = 0;
-  for (const c of chunks) {
-    out.set(c, at);
-    at += c.byteLength;
-  }
-  return out;
-}
-
 /** Splits a JSON-mode body into one message per value (top-level arrays are flattened one level). */
 export function splitJsonMessages(body: Uint8Array, allowEmptyArray: boolean): Uint8Array[] {
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(new TextDecoder().decode(body));
-  } catch {
-    throw new ApiError("invalid_json", "body is not valid JSON");
-  }
+  const parsed = parseJsonBytes(body);
   const values = Array.isArray(parsed) ? parsed : [parsed];
   if (values.length === 0 && !allowEmptyArray) throw new ApiError("bad_request", "empty arrays are not allowed");
   const enc = new TextEncoder();
@@ -147,9 +119,13 @@ async function handleCreate(request: Request, host: StreamHost): Promise<Respons
   if (ttl !== null && expiresAt !== null) throw new ApiError("bad_request", "send Stream-TTL or Stream-Expires-At, not both");
   if (ttl !== null && !TTL_PATTERN.test(ttl)) throw new ApiError("bad_request", "invalid Stream-TTL");
   if (expiresAt !== null && Number.isNaN(Date.parse(expiresAt))) throw new ApiError("bad_request", "invalid Stream-Expires-At");
+  // A stream that would be expired the moment it exists is the client's mistake, not a create.
+  if (ttl !== null && Number(ttl) === 0) throw new ApiError("bad_request", "Stream-TTL must be at least 1 second");
+  if (expiresAt !== null && Date.parse(expiresAt) <= Date.now()) throw new ApiError("bad_request", "Stream-Expires-At is in the past");
+  if (isJsonContentType(contentType)) assertUtf8Charset(contentType);
   const closed = request.headers.get(H.closed) === "true";
   if (closed && !host.allowClose) throw new ApiError("forbidden", "this stream cannot be closed");
-  const body = await readBody(request, MAX_APPEND_BYTES);
+  const body = await readBoundedBody(request, MAX_APPEND_BYTES);
   const existing = host.log.meta();
   if (!existing && !host.allowCreate) throw new ApiError("not_found", "stream not found");
   let initial: NewMessage[] = [];
@@ -207,7 +183,7 @@ async function handleAppend(request: Request, host: StreamHost, auth: StreamRequ
   const close = request.headers.get(H.closed) === "true";
   if (close && !host.allowClose) throw new ApiError("forbidden", "this stream cannot be closed");
   const streamSeq = request.headers.get(H.seq) ?? undefined;
-  const body = await readBody(request, MAX_APPEND_BYTES);
+  const body = await readBoundedBody(request, MAX_APPEND_BYTES);
   const meta = host.log.meta();
   if (!meta) throw new ApiError("not_found", "stream not found");
 
@@ -231,13 +207,14 @@ async function handleAppend(request: Request, host: StreamHost, auth: StreamRequ
   } else {
     const contentType = request.headers.get("content-type");
     if (!contentType) throw new ApiError("bad_request", "Content-Type is required");
+    if (isJsonContentType(contentType)) assertUtf8Charset(contentType);
     if (normalizeContentType(contentType) !== normalizeContentType(meta.contentType)) {
       throw new ApiError("content_type_mismatch", `stream content type is ${meta.contentType}`);
     }
     if (meta.closed) {
       outcome = host.log.append({ messages: [], producer, close }, undefined, meta); // closed / duplicate-of-close verdict only
     } else {
-      const messages = host.prepareAppend(body, meta);
+      const messages = host.prepareAppend(body, meta, auth);
       if (messages === null) {
         // Nothing durable to write (a heartbeat): acknowledge with the current tail.
         return new Response(null, { status: 204, headers: headers({ [H.offset]: formatOffset(meta.tailSeq) }) });

@@ -41,6 +41,11 @@ export class ThreadActor extends ProductionThreadActor {
     return this.rows.get();
   }
 
+  /** Writes bytes straight into the log, bypassing validation: what an older version may have stored. */
+  testAppendRaw(entryId: string, data: Uint8Array): void {
+    this.log.append({ messages: [{ data, entryId }] });
+  }
+
   testEnqueue<K extends OutboxKind>(key: string, kind: K, payload: OutboxPayloads[K]): void {
     this.outbox.enqueue(key, kind, payload, this.clock.now());
   }

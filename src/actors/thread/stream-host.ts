@@ -1,4 +1,5 @@
 import type { NewMessage, StoredMessage, StreamLog, StreamMeta } from "../../streams/log";
+import type { EntryWriter } from "../../threads/entries";
 import { bodyToMessages, handleStreamHttp, type StreamHost } from "../../streams/stream-http";
 import type { WaitHub } from "../../streams/wait-hub";
 
@@ -11,11 +12,12 @@ export type StreamRequestOptions = {
   allowClose: boolean;
   subject: string;
   canWrite: boolean;
+  mayAuthorAsOthers: boolean;
 };
 
 /** How a stream's owner turns an append body into messages and reacts to what was appended. */
 export type AppendPolicy = {
-  prepareAppend(body: Uint8Array, meta: StreamMeta): NewMessage[] | null;
+  prepareAppend(body: Uint8Array, meta: StreamMeta, writer: EntryWriter): NewMessage[] | null;
   afterAppend(appended: StoredMessage[]): void;
 };
 
@@ -27,12 +29,16 @@ export const plainStreamPolicy: AppendPolicy = {
   afterAppend: () => {},
 };
 
-export const threadStreamOptions = (threadId: string, auth: { subject: string; canWrite: boolean }): StreamRequestOptions => ({
-  streamName: `thread-${threadId}`, allowCreate: false, allowDelete: false, allowClose: false, subject: auth.subject, canWrite: auth.canWrite,
+type StreamAuth = { subject: string; canWrite: boolean; mayAuthorAsOthers: boolean };
+
+export const threadStreamOptions = (threadId: string, auth: StreamAuth): StreamRequestOptions => ({
+  streamName: `thread-${threadId}`, allowCreate: false, allowDelete: false, allowClose: false,
+  subject: auth.subject, canWrite: auth.canWrite, mayAuthorAsOthers: auth.mayAuthorAsOthers,
 });
 
-export const plainStreamOptions = (name: string, auth: { subject: string; canWrite: boolean }): StreamRequestOptions => ({
-  streamName: name, allowCreate: true, allowDelete: true, allowClose: true, subject: auth.subject, canWrite: auth.canWrite,
+export const plainStreamOptions = (name: string, auth: StreamAuth): StreamRequestOptions => ({
+  streamName: name, allowCreate: true, allowDelete: true, allowClose: true,
+  subject: auth.subject, canWrite: auth.canWrite, mayAuthorAsOthers: auth.mayAuthorAsOthers,
 });
 
 /** Serves one Durable Streams request; the host is built for this request only, never shared. */
@@ -45,8 +51,8 @@ export function serveStream(request: Request, store: StreamStore, policy: Append
     allowCreate: options.allowCreate,
     allowDelete: options.allowDelete,
     allowClose: options.allowClose,
-    prepareAppend: (body, meta) => policy.prepareAppend(body, meta),
+    prepareAppend: (body, meta, writer) => policy.prepareAppend(body, meta, writer),
     afterAppend: (appended) => policy.afterAppend(appended),
   };
-  return handleStreamHttp(request, host, { canWrite: options.canWrite, subject: options.subject });
+  return handleStreamHttp(request, host, { canWrite: options.canWrite, subject: options.subject, mayAuthorAsOthers: options.mayAuthorAsOthers });
 }

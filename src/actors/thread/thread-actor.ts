@@ -4,7 +4,7 @@ import { intVar, type Env } from "../../env";
 import type { Entry, EntryWithOffset } from "../../entries/schema";
 import { StreamLog, type NewMessage, type StoredMessage } from "../../streams/log";
 import { formatOffset, parseOffset, MAX_READ_BYTES } from "../../streams/protocol";
-import { parseJsonBody, prepareEntries, toEntryWithOffset } from "../../threads/entries";
+import { parseJsonBody, prepareEntries, toEntryWithOffset, type EntryWriter } from "../../threads/entries";
 import type { LaunchSpec } from "../../threads/launch";
 import { ThreadRowStore, publicThread, type ParentRef, type ThreadRow } from "../../threads/thread-row";
 import type { ThreadSummary } from "../house/house-actor";
@@ -20,7 +20,7 @@ import { RunLifecycle } from "./run-lifecycle";
 import { plainStreamOptions, plainStreamPolicy, serveStream, threadStreamOptions, type AppendPolicy } from "./stream-host";
 
 /** Sent by the worker (never by a client: actors are not reachable from outside). */
-export type ActorAuth = { houseId: string; subject: string; canWrite: boolean };
+export type ActorAuth = { houseId: string; subject: string; canWrite: boolean; mayAuthorAsOthers: boolean };
 export type StreamTarget = { kind: "thread"; threadId: string } | { kind: "plain"; name: string };
 
 export const AUTH_HEADER = "x-threadbox-auth";
@@ -105,8 +105,8 @@ export class ThreadActor extends DurableObject<Env> {
     ];
     this.executors = this.outboxExecutors();
     this.threadPolicy = {
-      prepareAppend: (body) => {
-        const prepared = prepareEntries(parseJsonBody(body), undefined, this.clock.now());
+      prepareAppend: (body, _meta, writer) => {
+        const prepared = prepareEntries(parseJsonBody(body), writer, this.clock.now());
         if (prepared.heartbeats > 0) this.lifecycle.recordLiveness();
         return prepared.messages.length === 0 ? null : prepared.messages;
       },
@@ -237,10 +237,10 @@ export class ThreadActor extends DurableObject<Env> {
     return settle(async () => publicThread(this.requireThread(houseId)));
   }
 
-  async appendEntries(houseId: string, raw: unknown, defaultAuthor: string | undefined) {
+  async appendEntries(houseId: string, raw: unknown, writer: EntryWriter) {
     return settle(async () => {
       this.requireThread(houseId);
-      const prepared = prepareEntries(raw, defaultAuthor, this.clock.now());
+      const prepared = prepareEntries(raw, writer, this.clock.now());
       if (prepared.heartbeats > 0) this.lifecycle.recordLiveness();
       if (prepared.messages.length === 0) return { entries: [], nextOffset: this.log.formatTail() };
       const outcome = this.appendMessages(prepared.messages);
