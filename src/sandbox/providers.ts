@@ -1,3 +1,4 @@
+import { z } from "zod";
 import { ApiError } from "../errors";
 import type { Env } from "../env";
 import { createDaytonaProvider } from "./daytona-provider";
@@ -30,6 +31,11 @@ export function isProviderName(name: string): boolean {
 export function providerNames(): string[] {
   return [...factories.keys()];
 }
+
+/** A provider name in a request body: only the registered ones pass (400 validation_failed otherwise). */
+export const providerNameSchema = z.string().max(40).superRefine((name, ctx) => {
+  if (!isProviderName(name)) ctx.addIssue({ code: "custom", message: `unknown sandbox provider ${name}; known: ${providerNames().join(", ")}` });
+});
 
 export function providerFor(env: Env, name: string): SandboxProvider {
   const factory = factories.get(name);
