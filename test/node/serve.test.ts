@@ -113,7 +113,10 @@ describe("npm run serve", () => {
     const before = (await api.call(`/api/threads/${thread.id}/entries?offset=-1`)).body;
     expect(before.entries).toHaveLength(51);
 
-    expect((await api.call("/api/stream/notes", { method: "PUT", headers: { "content-type": "application/json" } })).status).toBe(201);
+    // Behind a TLS reverse proxy: its X-Forwarded-Proto makes the created stream's URL https.
+    const created = await api.call("/api/stream/notes", { method: "PUT", headers: { "content-type": "application/json", "x-forwarded-proto": "https" } });
+    expect(created.status).toBe(201);
+    expect(created.headers.get("location")).toBe(`https://127.0.0.1:${port}/api/stream/notes`);
     expect((await api.call("/api/stream/notes", { method: "POST", json: [{ n: 1 }, { n: 2 }] })).status).toBe(204);
 
     // A running thread whose run goes silent: the orphan alarm is due ORPHAN_SILENCE_MS later.
