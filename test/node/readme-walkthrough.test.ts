@@ -99,8 +99,9 @@ describe("README walkthrough", () => {
     // The child thread ran pi to the end: the task, the tool call, the answer, completed.
     const child = await waitForStatus(childId!, token);
     expect(child.status).toBe("completed");
-    const entries = await (await fetch(`${worker.url}/api/threads/${childId}/entries?offset=-1`, { headers: { authorization: `Bearer ${token}` } })).json();
-    const texts = entries.entries.map((e: { payload: { type: string; text?: string } }) => `${e.payload.type}:${e.payload.text ?? ""}`);
+    const entries = (await (await fetch(`${worker.url}/api/threads/${childId}/entries?offset=-1`, { headers: { authorization: `Bearer ${token}` } })).json()) as
+      { entries: { payload: { type: string; text?: string } }[] };
+    const texts = entries.entries.map((e) => `${e.payload.type}:${e.payload.text ?? ""}`);
     expect(texts[0]).toBe("chat:write hello.txt containing hi");
     expect(texts).toContain("pi.assistant:wrote hello.txt");
   }, 180_000);
@@ -129,7 +130,7 @@ describe("README walkthrough", () => {
 
 async function waitForStatus(threadId: string, token: string) {
   for (;;) {
-    const t = await (await fetch(`${worker.url}/api/threads/${threadId}`, { headers: { authorization: `Bearer ${token}` } })).json();
+    const t = (await (await fetch(`${worker.url}/api/threads/${threadId}`, { headers: { authorization: `Bearer ${token}` } })).json()) as { status: string };
     if (t.status === "completed" || t.status === "failed") return t;
     await new Promise((r) => setTimeout(r, 250));
   }

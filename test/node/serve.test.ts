@@ -74,7 +74,7 @@ function client(url: string) {
         body: JSON.stringify({ houseId: "house-serve", subject: "owner-serve", role: "owner" }),
       });
       expect(r.status).toBe(201);
-      token = (await r.json()).token;
+      token = ((await r.json()) as { token: string }).token;
     },
   };
 }
@@ -195,7 +195,7 @@ describe("npm run serve", () => {
       expect(await health.json()).toEqual({ ok: true, service: "threadbox" });
       const unauthorized = await fetch(`${url}/api/threads`);
       expect(unauthorized.status).toBe(401);
-      expect((await unauthorized.json()).error.code).toBe("unauthorized");
+      expect(((await unauthorized.json()) as { error: { code: string } }).error.code).toBe("unauthorized");
       const missing = await fetch(`${url}/nope.js`);
       expect(missing.status).toBe(404);
       await missing.body?.cancel();

@@ -6,7 +6,7 @@ describe("a path that matches no route", () => {
     for (const path of ["/api/threads//entries", "/api/nope", "/v1/nope"]) {
       const none = await call(path, { method: "POST" });
       expect(none.status, path).toBe(401);
-      expect((await none.json()).error.code).toBe("unauthorized");
+      expect(((await none.json()) as { error: { code: string } }).error.code).toBe("unauthorized");
       const bad = await call(path, { method: "GET", token: "not-a-token" });
       expect(bad.status, path).toBe(401);
       await bad.body?.cancel();
