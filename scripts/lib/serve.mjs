@@ -193,11 +193,12 @@ export async function startServe(o) {
   const cwd = o.cwd ?? ROOT;
   const configPath = join(cwd, "wrangler.toml");
   const project = await readProjectConfig(configPath);
-  if (project.assets && !existsSync(project.assets.directory)) {
-    throw new Error(`wrangler.toml [assets] directory ${project.assets.directory} does not exist: build the web UI first`);
-  }
   mkdirSync(o.buildDir, { recursive: true });
+  // wrangler's [build] command may be what creates the assets directory, so check it afterwards.
   const bundle = o.bundle ?? (await buildBundle({ cwd, configPath, outdir: join(o.buildDir, "bundle") }));
+  if (project.assets && !existsSync(project.assets.directory)) {
+    throw new Error(`the [assets] directory of wrangler.toml, ${project.assets.directory}, does not exist: build the web UI first`);
+  }
   const stateDir = isAbsolute(o.stateDir) ? o.stateDir : resolve(cwd, o.stateDir);
   mkdirSync(stateDir, { recursive: true });
   const values = bindingValues(project, o.varsFileText);
