@@ -18,7 +18,6 @@ export default defineConfig({
                 ORPHAN_SILENCE_MS: "300000",
                 PROBE_INTERVAL_MS: "60000",
                 PROBE_CONFIRM_MS: "5000",
-                THREADBOX_ALLOW_TEST_PROVIDER: "1",
                 STOP_GRACE_MS: "300",
                 // Explicit, so a developer's .dev.vars cannot change what the tests see.
                 THREADBOX_STREAM_URL: "",
@@ -34,6 +33,8 @@ export default defineConfig({
           name: "workers",
           include: ["test/workers/**/*.test.ts"],
           globalSetup: ["test/workers/sandbox-provider.setup.ts"],
+          // The in-memory sandbox provider "test" exists only in this configuration.
+          setupFiles: ["test/workers/register-test-provider.ts"],
         },
       },
       {

@@ -2,26 +2,32 @@
 // host and the worker under `wrangler dev` (state persisted in .wrangler/state), then prints
 // the URL and a dev house token.
 import { spawn } from "node:child_process";
-import { copyFileSync, existsSync, readFileSync } from "node:fs";
+import { copyFileSync, existsSync } from "node:fs";
 import { join } from "node:path";
-import { ROOT, nodePath, waitForHttp } from "./lib/wrangler-dev.mjs";
+import { ROOT, localTracingEnv, nodePath, waitForHttp } from "./lib/wrangler-dev.mjs";
+import { busyPortsMessage } from "./lib/ports.mjs";
+import { readVarsFile } from "./lib/vars-file.mjs";
 import { startSandboxHost } from "../sandbox-host/server.mjs";
+
+const port = Number(process.env.PORT ?? 8787);
+const sandboxPort = Number(process.env.SANDBOX_HOST_PORT ?? 3986);
+const busy = await busyPortsMessage([
+  { port, envVar: "PORT", what: "the worker" },
+  { port: sandboxPort, envVar: "SANDBOX_HOST_PORT", what: "the local sandbox host" },
+], "npm run dev");
+if (busy) {
+  console.error(busy);
+  process.exit(1);
+}
 
 const devVarsPath = join(ROOT, ".dev.vars");
 if (!existsSync(devVarsPath)) {
   copyFileSync(join(ROOT, ".dev.vars.example"), devVarsPath);
   console.log("created .dev.vars from .dev.vars.example");
 }
-const vars = Object.fromEntries(
-  readFileSync(devVarsPath, "utf8").split("\n")
-    .map((l) => l.trim()).filter((l) => l && !l.startsWith("#") && l.includes("="))
-    .map((l) => [l.slice(0, l.indexOf("=")), l.slice(l.indexOf("=") + 1)]),
-);
-
-const port = Number(process.env.PORT ?? 8787);
-const sandboxPort = Number(process.env.SANDBOX_HOST_PORT ?? 3986);
+const vars = readVarsFile(devVarsPath);
 const sandboxKey = process.env.SANDBOX_HOST_API_KEY ?? vars.DAYTONA_API_KEY ?? "dev-sandbox-key";
-const sandboxRoot = process.env.SANDBOX_HOST_ROOT ?? join(ROOT, ".wrangler", "boxes");
+const sandboxRoot = process.env.SANDBOX_HOST_ROOT ?? join(ROOT, ".wrangler", "sandbox-host");
 const host = await startSandboxHost({ port: sandboxPort, apiKey: sandboxKey, root: sandboxRoot });
 const url = `http://127.0.0.1:${port}`;
 
@@ -30,7 +36,7 @@ const args = [join(ROOT, "node_modules", "wrangler", "bin", "wrangler.js"), "dev
   // The local host is the default provider; the worker reaches it and boxes reach the worker over loopback.
   "--var", `DAYTONA_API_URL:${host.apiUrl}`, "--var", `DAYTONA_API_KEY:${sandboxKey}`,
   "--var", `THREADBOX_STREAM_URL:${vars.THREADBOX_STREAM_URL?.includes("127.0.0.1:8787") ? `${url}/api/stream` : vars.THREADBOX_STREAM_URL ?? `${url}/api/stream`}`];
-const wrangler = spawn(process.execPath, args, { cwd: ROOT, stdio: "inherit", env: { ...process.env, PATH: nodePath(), WRANGLER_SEND_METRICS: "false" } });
+const wrangler = spawn(process.execPath, args, { cwd: ROOT, stdio: "inherit", env: { ...localTracingEnv(), ...process.env, PATH: nodePath(), WRANGLER_SEND_METRICS: "false" } });
 
 let stopping = false;
 async function stop(code = 0) {
@@ -54,7 +60,7 @@ const { token } = await minted.json();
 console.log(`
 threadbox is running
   worker        ${url}
-  sandbox host  ${host.apiUrl}   (boxes under ${sandboxRoot})
+  sandbox host  ${host.apiUrl}   (a box's files: ${join(host.root, "boxes", "<providerRef>", "home")})
   house         dev
 
   export THREADBOX_URL=${url}

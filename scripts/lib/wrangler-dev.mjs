@@ -13,6 +13,15 @@ export function nodePath() {
   return `${dirname(process.execPath)}:${join(ROOT, "node_modules", ".bin")}:${process.env.PATH ?? ""}`;
 }
 
+/**
+ * wrangler dev traces every request locally by default (its local explorer and observability),
+ * which costs more CPU than the worker itself. Off unless the caller's environment turns them on
+ * (`X_LOCAL_EXPLORER=true npm run dev`); spread before process.env so that choice wins.
+ */
+export function localTracingEnv() {
+  return { X_LOCAL_OBSERVABILITY: "false", X_LOCAL_EXPLORER: "false" };
+}
+
 export function freePort() {
   return new Promise((resolve, reject) => {
     const srv = createServer();
@@ -42,7 +51,7 @@ export async function waitForHttp(url, timeoutMs = 60_000, isReady = (r) => r.ok
 
 /**
  * @param {{ port?: number, vars?: Record<string,string>, persistTo?: string, quiet?: boolean, logLevel?: string,
- *           configPath?: string, readyPath?: string }} opts
+ *           configPath?: string, readyPath?: string, cwd?: string }} opts
  */
 export async function startWorker(opts = {}) {
   const port = opts.port ?? (await freePort());
@@ -59,9 +68,10 @@ export async function startWorker(opts = {}) {
   ];
   if (opts.configPath) args.push("--config", opts.configPath);
   for (const [k, v] of Object.entries(vars)) args.push("--var", `${k}:${v}`);
-  const child = spawn(process.execPath, [join(ROOT, "node_modules", "wrangler", "bin", "wrangler.js"), ...args], {
-    cwd: ROOT,
-    env: { ...process.env, PATH: nodePath(), WRANGLER_SEND_METRICS: "false", CI: "true", NO_COLOR: "1" },
+  const cwd = opts.cwd ?? ROOT;
+  const child = spawn(process.execPath, [join(cwd, "node_modules", "wrangler", "bin", "wrangler.js"), ...args], {
+    cwd,
+    env: { ...localTracingEnv(), ...process.env, PATH: nodePath(), WRANGLER_SEND_METRICS: "false", CI: "true", NO_COLOR: "1" },
     stdio: ["ignore", opts.quiet === false ? "inherit" : "pipe", opts.quiet === false ? "inherit" : "pipe"],
     detached: true,
   });

@@ -1,7 +1,7 @@
 import { describe, expect, it, vi } from "vitest";
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import type { ThreadActor } from "./test-worker";
-import { sharedTestProvider } from "../../src/sandbox/providers";
+import { sharedTestProvider } from "./register-test-provider";
 import { call, chat, createThread, houseToken, post, readAll } from "./helpers";
 
 const SILENCE_MS = 300_000;
