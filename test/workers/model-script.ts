@@ -51,11 +51,19 @@ export function scriptedModel(api: ModelApi, s: ScriptedModel): ResolvedModel {
   return r.model;
 }
 
+export type ReceivedTurn = {
+  role: string;
+  text?: string;
+  toolCalls?: { id: string; name: string; args: unknown }[];
+  toolResult?: { id: string; text: string; isError: boolean };
+};
+export type Received = { system: string; tools: string[]; turns: ReceivedTurn[]; apiKeyHeader: unknown };
+
 /** What a request carried, in one shape for both APIs: the system prompt, tool names and turns. */
-export function received(req: RecordedRequest) {
+export function received(req: RecordedRequest): Received {
   if (req.api === "anthropic-messages") {
     const system = typeof req.body.system === "string" ? req.body.system : (req.body.system ?? []).map((b: any) => b.text).join("");
-    const turns: { role: string; text?: string; toolCalls?: { id: string; name: string; args: unknown }[]; toolResult?: { id: string; text: string; isError: boolean } }[] = [];
+    const turns: ReceivedTurn[] = [];
     for (const m of req.messages) {
       const blocks = typeof m.content === "string" ? [{ type: "text", text: m.content }] : m.content;
       for (const b of blocks) {
@@ -71,7 +79,7 @@ export function received(req: RecordedRequest) {
   }
   const sys = req.messages.filter((m: any) => m.role === "system" || m.role === "developer");
   const text = (c: any) => (typeof c === "string" ? c : (c ?? []).map((p: any) => p.text).join(""));
-  const turns: ReturnType<typeof received>["turns"] = [];
+  const turns: ReceivedTurn[] = [];
   for (const m of req.messages) {
     if (m.role === "system" || m.role === "developer") continue;
     if (m.role === "tool") {
