@@ -97,21 +97,40 @@ async function attempt(o: ModelCallOptions): Promise<Attempt> {
   const onOuterAbort = () => ctl.abort();
   o.signal?.addEventListener("abort", onOuterAbort, { once: true });
 
-  // The SDKs fold the HTTP status into a message; observing fetch tells status and
-  // network failure apart without parsing provider prose.
+  // The SDKs fold the HTTP status into a message; observing fetch (and the body it streams)
+  // tells status and network failure apart without parsing provider prose.
   let status: number | undefined;
   let responseHeaders: Headers | undefined;
   let networkError = false;
+  const noteFailure = () => {
+    if (!ctl.signal.aborted) networkError = true;
+  };
   const observingFetch = async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
+    let res: Response;
     try {
-      const res = await fetch(input, init);
-      status = res.status;
-      responseHeaders = res.headers;
-      return res;
+      res = await fetch(input, init);
     } catch (err) {
-      if (!ctl.signal.aborted) networkError = true;
+      noteFailure();
       throw err;
     }
+    status = res.status;
+    responseHeaders = res.headers;
+    if (!res.body) return res;
+    const reader = res.body.getReader();
+    const body = new ReadableStream<Uint8Array>({
+      async pull(c) {
+        try {
+          const { done, value } = await reader.read();
+          if (done) c.close();
+          else c.enqueue(value);
+        } catch (err) {
+          noteFailure();
+          c.error(err);
+        }
+      },
+      cancel: (reason) => reader.cancel(reason),
+    });
+    return new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
   };
 
   try {
@@ -143,11 +162,14 @@ async function attempt(o: ModelCallOptions): Promise<Attempt> {
     const detail = oneLine(redactSecrets(failure?.errorMessage ?? "no answer", o.model));
     if (o.signal?.aborted) return { ok: false, retryable: false, reason: "the turn was cancelled" };
     if (timedOut) return { ok: false, retryable: false, reason: `the model did not answer within ${o.requestTimeoutMs} ms (timeout)` };
-    if (status !== undefined && (status === 429 || status >= 500)) {
-      return { ok: false, retryable: true, reason: `the model API answered HTTP ${status}: ${detail}`, retryAfterMs: retryAfterMs(responseHeaders) };
+    if (status !== undefined && status >= 400) {
+      const retryable = status === 429 || status >= 500;
+      return { ok: false, retryable, reason: `the model API answered HTTP ${status}: ${detail}`, retryAfterMs: retryAfterMs(responseHeaders) };
     }
-    if (status !== undefined && status >= 400) return { ok: false, retryable: false, reason: `the model API answered HTTP ${status}: ${detail}` };
-    if (networkError) return { ok: false, retryable: true, reason: `could not reach the model API at ${o.model.baseUrl}: ${detail}` };
+    if (networkError) {
+      const where = status === undefined ? `could not reach the model API at ${o.model.baseUrl}` : "the model API connection broke mid-answer";
+      return { ok: false, retryable: true, reason: `${where}: ${detail}` };
+    }
     return { ok: false, retryable: false, reason: `the model call failed: ${detail}` };
   } finally {
     clearTimeout(timer);

@@ -4,8 +4,9 @@
  * - Anthropic Messages: `POST …/v1/messages` (SSE events with text and tool_use blocks, or JSON)
  *
  * A test gives a script: one step per expected request, whatever the API. Each step answers
- * with text and/or tool calls, an HTTP error (optionally with headers, e.g. retry-after), or
- * hangs. Every request is recorded so a test can assert what the model received.
+ * with text and/or tool calls, an HTTP error (optionally with headers, e.g. retry-after), hangs,
+ * or cuts the connection (before answering, or mid-stream with `dropAfterChunks`). Every request
+ * is recorded so a test can assert what the model received.
  *
  *   const model = await startModelServer([
  *     { toolCalls: [{ name: "bash", arguments: { command: "echo hi > f.txt" } }] },
@@ -46,10 +47,14 @@ export type ScriptStep =
       /** delay between chunks, ms */
       chunkDelayMs?: number;
       usage?: { prompt_tokens: number; completion_tokens: number };
+      /** streamed answers only: cut the connection after this many SSE events (a network failure mid-stream) */
+      dropAfterChunks?: number;
     }
   | { error: number; message?: string; delayMs?: number; headers?: Record<string, string> }
   /** hang: accept the request and never answer (until the client goes away or the server closes) */
-  | { hang: true };
+  | { hang: true }
+  /** drop: cut the connection without answering (a network failure) */
+  | { drop: true };
 
 export type ModelApiKind = "openai-completions" | "anthropic-messages";
 
@@ -110,6 +115,21 @@ function json(res: ServerResponse, status: number, body: unknown, headers: Recor
 
 type TextStep = Extract<ScriptStep, { toolCalls?: ScriptedToolCall[] }>;
 
+class Dropped extends Error {}
+
+/** counts SSE events and cuts the connection once the step's budget is spent */
+function eventBudget(res: ServerResponse, step: TextStep) {
+  let sent = 0;
+  return async () => {
+    if (step.dropAfterChunks !== undefined && sent++ >= step.dropAfterChunks) {
+      // let the head and the events already written reach the client, so the cut is mid-answer
+      await new Promise<void>((resolve) => res.write("", () => resolve()));
+      res.socket?.destroy();
+      throw new Dropped();
+    }
+  };
+}
+
 function normalizedToolCalls(step: TextStep, n: number, api: ModelApiKind) {
   return (step.toolCalls ?? []).map((tc, i) => ({
     id: tc.id ?? (api === "anthropic-messages" ? `toolu_${n}_${i}` : `call_${n}_${i}`),
@@ -154,7 +174,9 @@ async function answerOpenAI(res: ServerResponse, body: any, step: TextStep, n: n
   }
 
   res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache", connection: "keep-alive" });
+  const spend = eventBudget(res, step);
   const send = async (obj: unknown) => {
+    await spend();
     res.write(`data: ${JSON.stringify(obj)}\n\n`);
     if (step.chunkDelayMs) await sleep(step.chunkDelayMs);
   };
@@ -219,7 +241,9 @@ async function answerAnthropic(res: ServerResponse, body: any, step: TextStep, n
   }
 
   res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache", connection: "keep-alive" });
+  const spend = eventBudget(res, step);
   const send = async (event: string, data: Record<string, unknown>) => {
+    await spend();
     res.write(`event: ${event}\ndata: ${JSON.stringify({ type: event, ...data })}\n\n`);
     if (step.chunkDelayMs) await sleep(step.chunkDelayMs);
   };
@@ -336,6 +360,10 @@ export async function startModelServer(
     const step = session.steps.shift() ?? session.fallback;
     const n = ++session.callNo;
 
+    if ("drop" in step) {
+      req.socket.destroy();
+      return;
+    }
     if ("hang" in step) {
       open.add(res);
       res.on("close", () => open.delete(res));
@@ -352,6 +380,7 @@ export async function startModelServer(
 
   const server: Server = createServer((req, res) => {
     handle(req, res).catch((err) => {
+      if (err instanceof Dropped) return;
       try {
         res.writeHead(500);
         res.end(String(err));

@@ -202,6 +202,25 @@ describe.each<ModelApi>(["openai-completions", "anthropic-messages"])("runToolLo
     expect(await s.requests()).toHaveLength(3);
   });
 
+  // workerd logs "Network connection lost" as an uncaught rejection for a dropped fetch even when it is caught
+  it("retries a dropped connection and an answer cut mid-stream, and succeeds", async () => {
+    const s = await scriptModel([{ drop: true }, { text: "a long answer that breaks", dropAfterChunks: 3 }, { text: "whole answer" }]);
+    const events: LoopEvent[] = [];
+    const r = await runToolLoop({ model: scriptedModel(api, s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async (e) => void events.push(e), ...fast });
+    expect(r).toEqual({ ok: true, finalText: "whole answer", rounds: 1 });
+    // the broken attempts left no trace: one assistant event, from the whole answer
+    expect(events).toEqual([{ kind: "assistant", text: "whole answer", toolCalls: [], stopReason: "stop" }]);
+    expect(await s.requests()).toHaveLength(3);
+  });
+
+  it("ends ok:false when the connection keeps dropping", async () => {
+    const s = await scriptModel([], { drop: true });
+    const r = await runToolLoop({ model: scriptedModel(api, s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, retries: 1, ...fast });
+    expect(r).toMatchObject({ ok: false, rounds: 0 });
+    expect(!r.ok && r.reason).toMatch(/could not reach the model API.*after 2 attempts/);
+    expect(await s.requests()).toHaveLength(2);
+  });
+
   it("does not retry a client error (400)", async () => {
     const s = await scriptModel([{ error: 400, message: "bad request body" }, { text: "never" }]);
     const r = await runToolLoop({ model: scriptedModel(api, s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast });
