@@ -53,9 +53,9 @@ export function toPiModel(m: ResolvedModel): Model<ModelApi> {
   };
 }
 
-/** Replaces every secret the model carries (key, resolved header values) in text shown to users. */
+/** Replaces every secret the model carries (its key, the secrets its headers used) in text shown to users. */
 export function redactSecrets(text: string, m: ResolvedModel): string {
-  const secrets = [m.apiKey, ...Object.values(m.headers ?? {})].filter((s): s is string => !!s && s.length >= 4);
+  const secrets = [m.apiKey, ...m.secretValues].filter((s): s is string => !!s && s.length >= 4);
   let out = text;
   for (const s of secrets.sort((a, b) => b.length - a.length)) out = out.split(s).join("[redacted]");
   return out;

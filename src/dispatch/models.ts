@@ -17,6 +17,8 @@ export type ResolvedModel = {
   apiKey: string | undefined;
   /** may carry resolved secrets too: treat like apiKey */
   headers?: Record<string, string>;
+  /** every secret value the key and headers were built from, to scrub from errors */
+  secretValues: string[];
   name: string;
   contextWindow: number;
   maxTokens: number;
@@ -60,10 +62,11 @@ export function resolveConfigValue(
   value: string,
   secrets: Record<string, string>,
   what: string,
-): { ok: true; value: string } | { ok: false; reason: string } {
+): { ok: true; value: string; used: string[] } | { ok: false; reason: string } {
   if (value.startsWith("!")) return { ok: false, reason: `${what} uses a shell command (!…), which bots cannot run; use "$SECRET_NAME"` };
   let out = "";
   const missing: string[] = [];
+  const used: string[] = [];
   for (let i = 0; i < value.length; ) {
     const dollar = value.indexOf("$", i);
     if (dollar < 0) {
@@ -100,14 +103,17 @@ export function resolveConfigValue(
     }
     const secret = Object.prototype.hasOwnProperty.call(secrets, name) ? secrets[name] : undefined;
     if (secret === undefined || secret === "") missing.push(name);
-    else out += secret;
+    else {
+      out += secret;
+      used.push(secret);
+    }
     i = end;
   }
   if (missing.length) {
     const names = [...new Set(missing)].join(", ");
     return { ok: false, reason: `${what} needs the secret ${names}, which the environment does not have` };
   }
-  return { ok: true, value: out };
+  return { ok: true, value: out, used };
 }
 
 function positiveInt(v: unknown, fallback: number): number {
@@ -165,11 +171,13 @@ export function resolveModel(
     return { ok: false, reason: `provider "${provider}" has an invalid baseUrl (must be an http(s) URL)` };
   }
 
+  const secretValues: string[] = [];
   let apiKey: string | undefined;
   if (typeof p.apiKey === "string" && p.apiKey !== "") {
     const r = resolveConfigValue(p.apiKey, secrets, `the apiKey of provider "${provider}"`);
     if (!r.ok) return r;
     apiKey = r.value;
+    secretValues.push(...r.used);
   }
 
   let headers: Record<string, string> | undefined;
@@ -179,6 +187,15 @@ export function resolveModel(
     const r = resolveConfigValue(v, secrets, `header "${k}" of provider "${provider}"`);
     if (!r.ok) return r;
     (headers ??= {})[k] = r.value;
+    secretValues.push(...r.used);
+  }
+  // Both SDKs refuse to send a request without credentials; say so now rather than at call time.
+  const authHeaders = Object.keys(headers ?? {}).map((h) => h.toLowerCase());
+  if (!apiKey && !authHeaders.some((h) => h === "authorization" || h === "x-api-key")) {
+    return {
+      ok: false,
+      reason: `provider "${provider}" sets no apiKey: set "apiKey": "$SECRET_NAME" (any placeholder for an endpoint that needs no key)`,
+    };
   }
 
   const compat = isRecord(m.compat) ? m.compat : isRecord((p as Record<string, unknown>).compat) ? ((p as Record<string, unknown>).compat as Record<string, unknown>) : undefined;
@@ -196,6 +213,7 @@ export function resolveModel(
       baseUrl,
       apiKey,
       ...(headers ? { headers } : {}),
+      secretValues,
       name: typeof m.name === "string" && m.name ? m.name : modelId,
       contextWindow: positiveInt(m.contextWindow, DEFAULT_CONTEXT_WINDOW),
       maxTokens: positiveInt(m.maxTokens, DEFAULT_MAX_TOKENS),

@@ -46,7 +46,9 @@ const ZERO_USAGE = {
 
 /** Converts the bot's view of the conversation into pi-ai messages for `model`. */
 export function toPiMessages(messages: LoopMessage[], model: ResolvedModel, now = Date.now()): Message[] {
-  return messages.map((m): Message => {
+  // An assistant turn with neither text nor calls is refused by providers; it carries nothing.
+  const meaningful = messages.filter((m) => m.role !== "assistant" || m.text !== "" || (m.toolCalls?.length ?? 0) > 0);
+  return meaningful.map((m): Message => {
     if (m.role === "user") {
       return { role: "user", content: m.authorId ? `[${m.authorId}] ${m.text}` : m.text, timestamp: now };
     }

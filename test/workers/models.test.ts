@@ -16,8 +16,8 @@ const piModels: PiModelsConfig = {
     nokey: { baseUrl: "http://127.0.0.1:8081/v1", api: "openai-completions", models: [{ id: "m" }] },
     google: { baseUrl: "https://generativelanguage.googleapis.com", api: "google-generative-ai", apiKey: "$G", models: [{ id: "gemini" }] },
     shell: { api: "openai-completions", apiKey: "!cat ~/.key", models: [{ id: "m" }] },
-    noapi: { baseUrl: "http://127.0.0.1:1/v1", models: [{ id: "m" }] },
-    badurl: { baseUrl: "ftp://x", api: "openai-completions", models: [{ id: "m" }] },
+    noapi: { baseUrl: "http://127.0.0.1:1/v1", apiKey: "k", models: [{ id: "m" }] },
+    badurl: { baseUrl: "ftp://x", api: "openai-completions", apiKey: "k", models: [{ id: "m" }] },
   },
 };
 const secrets = { OPENAI_API_KEY: KEY, ANTHROPIC_KEY: "sk-ant-999999", TEAM_ID: "team-4242", G: "g-secret-7777" };
@@ -62,12 +62,13 @@ describe("resolveModel", () => {
 
   it("accepts a literal key, no key, and a per-model api/baseUrl override", () => {
     expect(resolveModel("local/llama", piModels, {})).toMatchObject({ ok: true, model: { apiKey: "literal-key", api: "openai-completions" } });
-    expect(resolveModel("nokey/m", piModels, {})).toMatchObject({ ok: true, model: { apiKey: undefined } });
+    const bearer = { providers: { h: { baseUrl: "http://127.0.0.1:1/v1", api: "openai-completions", headers: { Authorization: "Bearer $TOK" }, models: [{ id: "m" }] } } };
+    expect(resolveModel("h/m", bearer, { TOK: "tok-123456" })).toMatchObject({ ok: true, model: { apiKey: undefined, headers: { Authorization: "Bearer tok-123456" }, secretValues: ["tok-123456"] } });
     expect(resolveModel("local/other", piModels, {})).toMatchObject({ ok: true, model: { api: "anthropic-messages", baseUrl: "http://127.0.0.1:9090" } });
   });
 
   it("keeps slashes in the model id (provider is the first segment)", () => {
-    const cfg = { providers: { or: { baseUrl: "https://openrouter.ai/api/v1", api: "openai-completions", models: [{ id: "meta/llama-3" }] } } };
+    const cfg = { providers: { or: { baseUrl: "https://openrouter.ai/api/v1", api: "openai-completions", apiKey: "k", models: [{ id: "meta/llama-3" }] } } };
     expect(resolveModel("or/meta/llama-3", cfg, {})).toMatchObject({ ok: true, model: { provider: "or", modelId: "meta/llama-3" } });
   });
 
@@ -108,6 +109,16 @@ describe("resolveModel", () => {
     expect(reasonOf("openai/gpt-4.1-mini", piModels, { OPENAI_API_KEY: "" })).toMatch(/OPENAI_API_KEY/);
   });
 
+  it("lists the secrets it used, so errors can be scrubbed", () => {
+    const r = resolveModel("anthropic/claude-sonnet", piModels, secrets);
+    expect(r.ok && r.model.secretValues).toEqual(["sk-ant-999999", "team-4242"]);
+    expect(resolveModel("local/llama", piModels, {})).toMatchObject({ ok: true, model: { secretValues: [] } });
+  });
+
+  it("explains a provider without credentials", () => {
+    expect(reasonOf("nokey/m")).toMatch(/provider "nokey" sets no apiKey/);
+  });
+
   it("refuses shell-command keys and non-http base URLs", () => {
     expect(reasonOf("shell/m")).toMatch(/shell command/);
     expect(reasonOf("badurl/m")).toMatch(/invalid baseUrl/);
@@ -124,7 +135,7 @@ describe("resolveConfigValue", () => {
     ["cost $$5", "cost $5"],
     ["$", "$"],
     ["${not valid}", "${not valid}"],
-  ])("%j -> %j", (value, want) => expect(resolveConfigValue(value, s, "v")).toEqual({ ok: true, value: want }));
+  ])("%j -> %j", (value, want) => expect(resolveConfigValue(value, s, "v")).toMatchObject({ ok: true, value: want }));
 
   it("names every missing secret", () => {
     expect(resolveConfigValue("$X-$Y-$A", s, "the key")).toEqual({ ok: false, reason: "the key needs the secret X, Y, which the environment does not have" });
