@@ -260,7 +260,7 @@ describe.each<ModelApi>(["openai-completions", "anthropic-messages"])("runToolLo
     expect(await s.requests()).toHaveLength(3);
   });
 
-  it("sends a prior tool round from the thread's history in the provider's shape", async () => {
+  it("sends a prior tool round from the thread's history in the provider's shape (empty turns left out)", async () => {
     const s = await scriptModel([{ text: "continuing" }]);
     const r = await runToolLoop({
       model: scriptedModel(api, s),
@@ -269,6 +269,7 @@ describe.each<ModelApi>(["openai-completions", "anthropic-messages"])("runToolLo
         { role: "user", text: "list files", authorId: "bob" },
         { role: "assistant", text: "Looking.", toolCalls: [{ id: "h1", name: "echo", args: { text: "ls" } }] },
         { role: "tool", toolCallId: "h1", name: "echo", output: "a.txt b.txt" },
+        { role: "assistant", text: "" },
         { role: "user", text: "and now?", authorId: "bob" },
       ],
       tools: [echoTool()],
