@@ -32,7 +32,7 @@ export default defineConfig({
         test: {
           name: "workers",
           include: ["test/workers/**/*.test.ts"],
-          globalSetup: ["test/workers/sandbox-provider.setup.ts"],
+          globalSetup: ["test/workers/sandbox-provider.setup.ts", "test/workers/model-server.setup.ts"],
           // The in-memory sandbox provider "test" exists only in this configuration.
           setupFiles: ["test/workers/register-test-provider.ts"],
         },
