@@ -35,6 +35,8 @@ export type ScriptStep =
       delayMs?: number;
       /** delay between chunks, ms */
       chunkDelayMs?: number;
+      /** answer only once this settles: a test holds the model until it has seen what it waits for */
+      until?: Promise<unknown>;
       usage?: { prompt_tokens: number; completion_tokens: number };
     }
   | { error: number; message?: string; delayMs?: number }
@@ -128,6 +130,7 @@ export async function startModelServer(
       return;
     }
 
+    if (step.until) await step.until.catch(() => {});
     if (step.delayMs) await sleep(step.delayMs);
     const id = `chatcmpl-scripted-${n}`;
     const created = Math.floor(Date.now() / 1000);
