@@ -91,7 +91,7 @@ describe("signing in", () => {
     expect([deep.status, deep.headers.get("content-type")]).toEqual([200, "text/html; charset=utf-8"]);
     const missing = await fetch(`${worker.url}/api/no-such-route`);
     expect(missing.status).toBe(404);
-    expect((await missing.json()).error.code).toBe("not_found");
+    expect(((await missing.json()) as { error: { code: string } }).error.code).toBe("not_found");
     expect((await fetch(`${worker.url}/health`)).status).toBe(200);
   });
 
