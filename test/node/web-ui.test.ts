@@ -213,6 +213,40 @@ describe("a delegated run, watched live", () => {
   });
 });
 
+describe("stop and resume", () => {
+  it("stops a running child from its page, then resumes it with a message", async () => {
+    const env = (await api("/api/environments", {
+      method: "POST",
+      json: {
+        name: "ui-stop", env: { PI_OFFLINE: "1", THREADBOX_HEARTBEAT_MS: "500" }, secrets: { SCRIPTED_MODEL_KEY: MODEL_SECRET },
+        piModels: { providers: { local: { baseUrl: model.baseUrl, api: "openai-completions", apiKey: "$SCRIPTED_MODEL_KEY", models: [{ id: "scripted-model" }] } } },
+        piSettings: { retry: { enabled: false } }, model: "local/scripted-model",
+      },
+    })).body;
+    const parent = (await api("/api/threads", { method: "POST", json: { title: "stoppable", environmentId: env.id } })).body;
+    // pi keeps its session file once an assistant turn exists: stop it inside a long tool call.
+    model.push({ toolCalls: [{ name: "bash", arguments: { command: "sleep 60" } }] });
+    const { context, page } = await signedInPage();
+    await page.goto(`${worker.url}/threads/${parent.id}`);
+    await page.fill("form.delegate input[name=task]", "take a long nap");
+    await page.click("form.delegate button[type=submit]");
+    await page.click("li.child[data-child-id] a");
+    await page.waitForSelector("details.tool[data-tool=bash].tool-running");
+    await page.click("button:has-text('Stop')");
+    await page.waitForSelector(".thread-head [data-status=failed]");
+    expect(await page.textContent(".thread-head .badge")).toContain("stopped");
+    expect(await page.$("button:has-text('Stop')")).toBeNull();
+
+    model.push({ text: "Awake again, all done." });
+    await page.fill("input[name=resume]", "wake up and finish");
+    await page.click("button:has-text('Resume')");
+    await page.waitForSelector("li.bubble-agent >> text=Awake again, all done.");
+    await page.waitForSelector(".thread-head [data-status=completed]");
+    expect(JSON.stringify(model.requests.at(-1)!.messages)).toContain("wake up and finish");
+    await context.close();
+  });
+});
+
 describe("reconnecting", () => {
   it("after a dropped socket, resumes from its last offset: no gap, no duplicate", async () => {
     const thread = (await api("/api/threads", { method: "POST", json: { title: "flaky network" } })).body;
