@@ -234,6 +234,37 @@ describe("a delegated run, watched live", () => {
   });
 });
 
+describe("bots and @mentions", () => {
+  it("creates a bot from the Bots page and completes its @handle in the composer (or says bots are not there yet)", async () => {
+    const { context, page } = await signedInPage();
+    await page.goto(`${worker.url}/bots`);
+    if ((await api("/api/agents")).status === 404) {
+      // A server without the bots API: the page says so instead of failing.
+      await page.waitForSelector("text=no bots API yet");
+      const thread = (await api("/api/threads", { method: "POST", json: { title: "no bots" } })).body;
+      await page.goto(`${worker.url}/threads/${thread.id}`);
+      await page.fill("textarea[name=message]", "hello @");
+      expect(await page.$("ul.mentions")).toBeNull();
+      await context.close();
+      return;
+    }
+    await page.fill("input[name=name]", "Demo bot");
+    await page.fill("input[name=handle]", "demo");
+    await page.fill("input[name=model]", "local/scripted-model");
+    await page.click("text=Create bot");
+    await page.waitForSelector("li[data-agent-id] >> text=@demo");
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "mentions" } })).body;
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.click("textarea[name=message]");
+    await page.keyboard.type("please @de");
+    await page.waitForSelector("ul.mentions >> text=@demo");
+    await page.keyboard.press("Tab");
+    await page.keyboard.type("look");
+    expect(await page.inputValue("textarea[name=message]")).toBe("please @demo look");
+    await context.close();
+  });
+});
+
 describe("stop and resume", () => {
   it("stops a running child from its page, then resumes it with a message", async () => {
     const env = (await api("/api/environments", {
