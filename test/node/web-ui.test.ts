@@ -140,6 +140,16 @@ describe("signing in", () => {
     expect(await page.evaluate(() => localStorage.getItem("threadbox.token"))).toBe(token);
     await context.close();
   });
+
+  it("a stored token the server refuses (expired, revoked) leads back to sign-in", async () => {
+    const context = await browser.newContext();
+    await context.addInitScript(() => { if (!sessionStorage.getItem("seeded")) { sessionStorage.setItem("seeded", "1"); localStorage.setItem("threadbox.token", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.forged"); } });
+    const page = await context.newPage();
+    await page.goto(`${worker.url}/threads`);
+    await page.waitForSelector("textarea[name=token]");
+    expect(await page.evaluate(() => localStorage.getItem("threadbox.token"))).toBeNull();
+    await context.close();
+  });
 });
 
 describe("a delegated run, watched live", () => {

@@ -14,16 +14,16 @@ export type Session = { api: Api; token: string; houseId?: string; subject?: str
 export function App() {
   const [token, setToken] = useState(() => loadToken(localStorage));
   const path = usePath();
+  const signOut = () => { clearToken(localStorage); setToken(null); };
   const session = useMemo<Session | null>(() => {
     if (!token) return null;
     const c = readClaims(token);
-    return { api: new Api(token), token, houseId: c.houseId, subject: c.subject };
+    return { api: new Api(token, signOut), token, houseId: c.houseId, subject: c.subject };
   }, [token]);
 
   if (!session) {
     return <SignIn onToken={(t) => { saveToken(localStorage, t); setToken(t); }} />;
   }
-  const signOut = () => { clearToken(localStorage); setToken(null); };
   const route = matchRoute(path);
   const nav = (href: string, label: string, active: boolean) => (
     <a href={href} onClick={onLinkClick} class={active ? "active" : ""}>{label}</a>
@@ -42,7 +42,7 @@ export function App() {
         <button class="link" onClick={signOut}>Sign out</button>
       </header>
       <main>
-        {route.page === "threads" && <ThreadsPage session={session} onUnauthorized={signOut} />}
+        {route.page === "threads" && <ThreadsPage session={session} />}
         {route.page === "thread" && <ThreadView key={route.id} id={route.id} session={session} />}
         {route.page === "sandboxes" && <SandboxesPage session={session} />}
         {route.page === "environments" && <EnvironmentsPage session={session} />}

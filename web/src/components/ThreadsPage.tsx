@@ -34,13 +34,12 @@ function TreeNode({ node }: { node: Node }) {
   );
 }
 
-export function ThreadsPage({ session, onUnauthorized }: { session: Session; onUnauthorized: () => void }) {
+export function ThreadsPage({ session }: { session: Session }) {
   const { data, error } = usePolled(() => session.api.threads(), 3000, [session]);
   const envs = usePolled(() => session.api.environments(), 0, [session]);
   const [title, setTitle] = useState("");
   const [environmentId, setEnvironmentId] = useState("");
   const [createError, setCreateError] = useState<ApiError | null>(null);
-  if (error?.status === 401) onUnauthorized();
 
   const create = async (e: Event) => {
     e.preventDefault();

@@ -26,7 +26,8 @@ export class ApiError extends Error {
 }
 
 export class Api {
-  constructor(private readonly token: string, private readonly base = "") {}
+  /** `onUnauthorized` runs when the server refuses the token (expired, revoked): the app signs out. */
+  constructor(private readonly token: string, private readonly onUnauthorized: () => void = () => {}, private readonly base = "") {}
 
   async request<T>(method: string, path: string, body?: unknown): Promise<T> {
     let res: Response;
@@ -41,6 +42,7 @@ export class Api {
     }
     const text = await res.text();
     const data = text ? safeJson(text) : null;
+    if (res.status === 401) this.onUnauthorized();
     if (!res.ok) {
       const err = (data as { error?: { code?: string; message?: string } } | null)?.error;
       throw new ApiError(res.status, err?.code ?? `http_${res.status}`, err?.message ?? res.statusText);
