@@ -46,6 +46,11 @@ describe("timeline", () => {
     ]);
   });
 
+  it("shows a delegated child's answer on the parent as the child's result, not as its delegator's words", () => {
+    const es = [entry({ type: "chat", text: "wrote it", origin: "child_finished", childThreadId: "th_c", dispatch: false }, { authorId: "ana" })];
+    expect(buildTimeline(es, [], who)[0]).toMatchObject({ kind: "chat", role: "agent", author: "result of child thread", childThreadId: "th_c" });
+  });
+
   it("shows signals as marks and places child threads where they were created", () => {
     const es = [
       entry({ type: "chat", text: "first" }),

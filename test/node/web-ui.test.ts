@@ -218,13 +218,15 @@ describe("a delegated run, watched live", () => {
     await page.click(`.thread-head a[href="/threads/${parentId}"]`);
     await page.waitForSelector(`li.child[data-child-id="${childId}"] [data-status=completed]`);
     await page.waitForSelector("li[data-kind='signal.thread.child_finished']");
-    await page.waitForSelector("li.bubble >> text=I wrote hello.txt containing hi.");
+    await page.waitForSelector("li.bubble-agent >> text=I wrote hello.txt containing hi.");
+    expect(await page.textContent("li.bubble-agent .bubble-head")).toContain("result of child thread");
     expect(await page.evaluate(() => (window as any).__sameDocument)).toBe(true); // no page load: all of it arrived live
 
     // What the page shows is the thread, once each: same offsets, same order.
     const shown = await page.$$eval("[data-offset]", (els) => els.map((el) => el.getAttribute("data-offset")));
     const offsets = (await entries(parentId)).map((e) => e.offset);
     expect(shown).toEqual(offsets);
+    await page.screenshot({ path: join(OUT_DIR, "parent-thread.png"), fullPage: true });
 
     await page.goto(`${worker.url}/threads/${childId}`);
     await page.waitForSelector("details.tool[data-tool=write]");
@@ -236,10 +238,12 @@ describe("a delegated run, watched live", () => {
     await page.waitForSelector(`.tree-row[data-thread-id="${childId}"] [data-status=completed]`);
     const tree = await page.$$eval(".tree > li", (lis) => lis.map((li) => li.querySelectorAll("[data-thread-id]").length));
     expect(tree).toContain(2); // the parent row with its child nested under it
+    await page.screenshot({ path: join(OUT_DIR, "threads.png") });
 
     await page.goto(`${worker.url}/sandboxes`);
     await page.click("input[type=checkbox]");
     await page.waitForSelector("tr[data-box-id]");
+    await page.screenshot({ path: join(OUT_DIR, "sandboxes.png") });
     await context.close();
   });
 });

@@ -48,7 +48,11 @@ export function Timeline({ items }: { items: TimelineItem[] }) {
           case "chat":
             return (
               <li key={item.key} class={`bubble bubble-${item.role}`} data-offset={item.entry.offset} data-kind="chat">
-                <div class="bubble-head"><b>{item.author}</b> <span class="muted">{time(item.entry.ts)}</span></div>
+                <div class="bubble-head">
+                  <b>{item.author}</b>
+                  {item.childThreadId && <> <Link href={`/threads/${item.childThreadId}`}>open</Link></>}
+                  {" "}<span class="muted">{time(item.entry.ts)}</span>
+                </div>
                 <div class="bubble-text">{item.text}</div>
               </li>
             );

@@ -3,7 +3,7 @@ import type { Entry, ThreadSummary } from "./api";
 
 export type ToolItem = { kind: "tool"; key: string; toolCallId: string; name: string; args: unknown; call?: Entry; result?: Entry };
 export type TimelineItem =
-  | { kind: "chat"; key: string; entry: Entry; text: string; role: "person" | "bot" | "agent"; author: string }
+  | { kind: "chat"; key: string; entry: Entry; text: string; role: "person" | "bot" | "agent"; author: string; childThreadId?: string }
   | ToolItem
   | { kind: "signal"; key: string; entry: Entry; label: string; tone: "info" | "good" | "bad"; childThreadId?: string }
   | { kind: "child"; key: string; thread: ThreadSummary };
@@ -60,7 +60,12 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
     if (p.type === "chat") {
       const text = String(p.text ?? "");
       chatTexts.add(text);
-      items.push({ kind: "chat", key, entry, text, ...authorOf(entry, who) });
+      if (p.origin === "child_finished" && typeof p.childThreadId === "string") {
+        // A delegated child's answer, posted on the parent on behalf of whoever delegated.
+        items.push({ kind: "chat", key, entry, text, role: "agent", author: `result of child thread`, childThreadId: p.childThreadId });
+      } else {
+        items.push({ kind: "chat", key, entry, text, ...authorOf(entry, who) });
+      }
     } else if (p.type === "pi.user") {
       const text = String(p.text ?? "");
       if (!chatTexts.has(text)) items.push({ kind: "chat", key, entry, text, role: "person", author: "prompt" });
