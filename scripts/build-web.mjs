@@ -36,8 +36,18 @@ if (existsSync(join(dist, "index.html")) && existsSync(stampPath) && readFileSyn
 const staging = join(web, `.dist-${process.pid}`);
 await build({ configFile: join(web, "vite.config.ts"), build: { outDir: staging, emptyOutDir: true } });
 const old = join(web, `.dist-old-${process.pid}`);
-if (existsSync(dist)) renameSync(dist, old);
-renameSync(staging, dist);
+try {
+  renameSync(dist, old);
+} catch (err) {
+  if (err.code !== "ENOENT") throw err;
+}
+try {
+  renameSync(staging, dist);
+} catch (err) {
+  // Another build swapped its (identical) output in first.
+  if (err.code !== "ENOTEMPTY" && err.code !== "EEXIST") throw err;
+}
 rmSync(old, { recursive: true, force: true });
+rmSync(staging, { recursive: true, force: true });
 writeFileSync(stampPath, digest);
 console.log("built web/dist");
