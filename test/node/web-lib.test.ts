@@ -1,6 +1,6 @@
 // The web UI's pure parts: how entries become a timeline, diffs, @mentions, the token link.
 import { describe, expect, it } from "vitest";
-import { appendEntry, buildTimeline } from "../../web/src/lib/timeline";
+import { appendEntries, buildTimeline } from "../../web/src/lib/timeline";
 import { diffOfToolCall, looksLikeDiff, parseUnifiedDiff } from "../../web/src/lib/diff";
 import { insertMention, mentionQuery } from "../../web/src/lib/mentions";
 import { isAfter } from "../../web/src/lib/subscription";
@@ -64,11 +64,12 @@ describe("timeline", () => {
     expect(items[3]).toMatchObject({ label: "status: pi_failed (exit 1)", tone: "bad" });
   });
 
-  it("appendEntry keeps one copy of each offset, in offset order", () => {
-    const [a, b, c] = [entry({ type: "chat", text: "a" }), entry({ type: "chat", text: "b" }), entry({ type: "chat", text: "c" })];
+  it("appendEntries keeps one copy of each offset, in offset order", () => {
+    const [a, b, c, d] = ["a", "b", "c", "d"].map((text) => entry({ type: "chat", text }));
     let list: Entry[] = [];
-    for (const e of [a, c, b, c, a]) list = appendEntry(list, e);
-    expect(list.map((e) => e.payload.text)).toEqual(["a", "b", "c"]);
+    for (const batch of [[a], [c, b], [c, a], [], [d]]) list = appendEntries(list, batch);
+    expect(list.map((e) => e.payload.text)).toEqual(["a", "b", "c", "d"]);
+    expect(appendEntries(list, [])).toBe(list);
   });
 
   it("isAfter orders fixed-width offsets, with -1 before all", () => {

@@ -4,7 +4,7 @@ import type { Entry } from "../lib/api";
 import { ApiError } from "../lib/api";
 import { usePolled } from "../lib/hooks";
 import { ThreadSubscription, type LinkState } from "../lib/subscription";
-import { appendEntry, buildTimeline } from "../lib/timeline";
+import { appendEntries, buildTimeline } from "../lib/timeline";
 import { ErrorNote, Link, StatusBadge } from "./common";
 import { Timeline } from "./Timeline";
 import { Composer } from "./Composer";
@@ -23,16 +23,25 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
 
   useEffect(() => {
     setEntries([]);
+    // A catch-up replays the whole thread one frame per entry: render them in batches.
+    let pending: Entry[] = [];
+    let flush: ReturnType<typeof setTimeout> | undefined;
     const sub = new ThreadSubscription({
       threadId: id,
       token: session.token,
       onEntry: (entry) => {
-        setEntries((list) => appendEntry(list, entry));
-        if (entry.payload.type.startsWith("signal.thread.")) reloadRow.current();
+        pending.push(entry);
+        flush ??= setTimeout(() => {
+          const batch = pending;
+          pending = [];
+          flush = undefined;
+          setEntries((list) => appendEntries(list, batch));
+          if (batch.some((e) => e.payload.type.startsWith("signal.thread."))) reloadRow.current();
+        }, 16);
       },
       onState: setLink,
     }).start();
-    return () => sub.close();
+    return () => { sub.close(); clearTimeout(flush); };
   }, [id, session.token]);
 
   const bots = useMemo(() => new Map((agents.data ?? []).map((a) => [a.id, a.handle])), [agents.data]);

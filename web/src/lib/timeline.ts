@@ -100,9 +100,11 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
   return items;
 }
 
-/** Adds one entry to an offset-ordered list unless its offset is already there. */
-export function appendEntry(list: Entry[], entry: Entry): Entry[] {
-  const last = list[list.length - 1];
-  if (last && entry.offset <= last.offset) return list.some((e) => e.offset === entry.offset) ? list : [...list, entry].sort((a, b) => a.offset.localeCompare(b.offset));
-  return [...list, entry];
+/** Adds entries to an offset-ordered list, keeping one copy of each offset. */
+export function appendEntries(list: Entry[], more: Entry[]): Entry[] {
+  const last = list[list.length - 1]?.offset ?? "";
+  if (more.every((e, i) => e.offset > (i === 0 ? last : more[i - 1].offset))) return more.length ? [...list, ...more] : list;
+  const byOffset = new Map(list.map((e) => [e.offset, e]));
+  for (const e of more) if (!byOffset.has(e.offset)) byOffset.set(e.offset, e);
+  return [...byOffset.values()].sort((a, b) => a.offset.localeCompare(b.offset));
 }
