@@ -356,4 +356,23 @@ describe("reconnecting", () => {
     expect(await bubbles(page)).toEqual((await entries(thread.id)).map((e) => [e.offset, e.payload.text]));
     await context.close();
   });
+
+  it("rides out a worker restart: shows it is reconnecting, then carries on from where it was", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "worker restart" } })).body;
+    const post = (text: string) => api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text } } });
+    const { context, page } = await signedInPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector(".link-state[data-link=live]");
+    await post("before");
+    await page.waitForSelector("li.bubble >> text=before");
+
+    await worker.stop();
+    await page.waitForSelector(".link-state[data-link=reconnecting]");
+    worker = await startWorker({ port: worker.port, persistTo: worker.persistTo, vars: worker.vars });
+    await page.waitForSelector(".link-state[data-link=live]", { timeout: 60_000 });
+    await post("after");
+    await page.waitForSelector("li.bubble >> text=after");
+    expect(await bubbles(page)).toEqual((await entries(thread.id)).map((e) => [e.offset, e.payload.text]));
+    await context.close();
+  });
 });
