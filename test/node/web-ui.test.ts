@@ -248,6 +248,27 @@ describe("a delegated run, watched live", () => {
   });
 });
 
+describe("mistakes in forms", () => {
+  it("shows the API's error code and message, and catches bad JSON before sending", async () => {
+    const { context, page } = await signedInPage();
+    await page.goto(`${worker.url}/environments`);
+    await page.fill("input[name=name]", "broken");
+    await page.fill("textarea[name=piModels]", "{not json");
+    await page.click("text=Create environment");
+    await page.waitForSelector("form.form .error >> text=pi models.json is not valid JSON");
+
+    await page.fill("textarea[name=piModels]", "");
+    await page.fill("input[name=secret-name-0]", "BAD-NAME");
+    await page.fill("input[name=secret-value-0]", "s3cret");
+    await page.click("text=Create environment");
+    await page.waitForSelector("form.form .error >> text=validation_failed");
+    expect(await page.inputValue("input[name=secret-value-0]")).toBe("s3cret"); // kept, to fix the name and retry
+    const names = ((await api("/api/environments")).body.environments as { name: string }[]).map((e) => e.name);
+    expect(names).not.toContain("broken");
+    await context.close();
+  });
+});
+
 describe("bots and @mentions", () => {
   it("creates a bot from the Bots page and completes its @handle in the composer (or says bots are not there yet)", async () => {
     const { context, page } = await signedInPage();

@@ -18,8 +18,8 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
   const thread = usePolled(() => session.api.thread(id), 5000, [id, session]);
   const children = usePolled(() => session.api.threads(`parent=${encodeURIComponent(id)}&limit=200`), 2500, [id, session]);
   const agents = usePolled(() => session.api.agents(), 0, [session]);
-  const reloadRow = useRef(thread.reload);
-  reloadRow.current = () => { thread.reload(); children.reload(); };
+  const refreshRows = useRef(() => {});
+  refreshRows.current = () => { thread.reload(); children.reload(); };
 
   useEffect(() => {
     setEntries([]);
@@ -36,7 +36,7 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
           pending = [];
           flush = undefined;
           setEntries((list) => appendEntries(list, batch));
-          if (batch.some((e) => e.payload.type.startsWith("signal.thread."))) reloadRow.current();
+          if (batch.some((e) => e.payload.type.startsWith("signal.thread."))) refreshRows.current();
         }, 16);
       },
       onState: setLink,
@@ -47,16 +47,25 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
   const bots = useMemo(() => new Map((agents.data ?? []).map((a) => [a.id, a.handle])), [agents.data]);
   const items = useMemo(() => buildTimeline(entries, children.data ?? [], { me: session.subject, bots }), [entries, children.data, bots]);
 
+  // Follow new entries while the reader is at the bottom; leave them be when they scrolled up.
   const bottom = useRef<HTMLDivElement>(null);
-  useEffect(() => { bottom.current?.scrollIntoView({ block: "end" }); }, [items.length]);
+  const following = useRef(true);
+  useEffect(() => {
+    const onScroll = () => { following.current = innerHeight + scrollY >= document.body.scrollHeight - 80; };
+    addEventListener("scroll", onScroll, { passive: true });
+    return () => removeEventListener("scroll", onScroll);
+  }, []);
+  useEffect(() => { if (following.current) bottom.current?.scrollIntoView({ block: "end" }); }, [items.length]);
 
-  const act = async (fn: () => Promise<unknown>) => {
+  const act = async (fn: () => Promise<unknown>): Promise<boolean> => {
     setActionError(null);
     try {
       await fn();
       thread.reload();
+      return true;
     } catch (err) {
       setActionError(err as ApiError);
+      return false;
     }
   };
   const t = thread.data;
@@ -82,7 +91,7 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
       <Timeline items={items} />
       <div ref={bottom} />
       {(t?.status === "completed" || t?.status === "failed") && (
-        <form class="card row" onSubmit={(e) => { e.preventDefault(); act(() => session.api.resume(id, resumeText.trim())).then(() => setResumeText("")); }}>
+        <form class="card row" onSubmit={(e) => { e.preventDefault(); act(() => session.api.resume(id, resumeText.trim())).then((ok) => ok && setResumeText("")); }}>
           <input name="resume" placeholder="Tell the agent what to do next, then resume the run" value={resumeText} onInput={(e) => setResumeText(e.currentTarget.value)} />
           <button type="submit" disabled={!resumeText.trim()}>Resume</button>
         </form>
