@@ -169,6 +169,7 @@ describe("a delegated run, watched live", () => {
     await page.waitForSelector("li[data-env-id] >> text=ui-e2e");
     expect(await page.textContent("li[data-env-id]")).toContain("SCRIPTED_MODEL_KEY");
     expect(await page.content()).not.toContain(MODEL_SECRET); // write-only: the form is cleared and nothing echoes it
+    await page.screenshot({ path: join(OUT_DIR, "environments.png"), fullPage: true });
 
     // The model holds its first answer until the page shows the running child.
     let release!: () => void;
@@ -293,6 +294,7 @@ describe("bots and @mentions", () => {
     await page.click("textarea[name=message]");
     await page.keyboard.type("please @de");
     await page.waitForSelector("ul.mentions >> text=@demo");
+    await page.screenshot({ path: join(OUT_DIR, "mention.png") });
     await page.keyboard.press("Tab");
     await page.keyboard.type("look");
     expect(await page.inputValue("textarea[name=message]")).toBe("please @demo look");
