@@ -46,6 +46,8 @@ export type ScriptStep =
       delayMs?: number;
       /** delay between chunks, ms */
       chunkDelayMs?: number;
+      /** answer only once this settles: a test holds the model until it has seen what it waits for */
+      until?: Promise<unknown>;
       usage?: { prompt_tokens: number; completion_tokens: number };
       /** streamed answers only: cut the connection after this many SSE events (a network failure mid-stream) */
       dropAfterChunks?: number;
@@ -373,6 +375,8 @@ export async function startModelServer(
       if (step.delayMs) await sleep(step.delayMs);
       return json(res, step.error, errorBody(api, step.error, step.message ?? `scripted error ${step.error}`), step.headers);
     }
+
+    if (step.until) await step.until.catch(() => {});
     if (step.delayMs) await sleep(step.delayMs);
     if (api === "anthropic-messages") await answerAnthropic(res, body, step, n, modelName);
     else await answerOpenAI(res, body, step, n, modelName);
