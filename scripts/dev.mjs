@@ -1,11 +1,15 @@
 // npm run dev: the whole system on this machine. Starts the local Daytona-compatible sandbox
 // host and the worker under `wrangler dev` (state persisted in .wrangler/state), then prints
-// the URL and a dev house token.
+// the URL and a dev house token. Also starts the offline demo model and seeds the dev house
+// with an environment and a bot that use it (scripts/lib/seed-dev.mjs).
 import { spawn } from "node:child_process";
 import { copyFileSync, existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { ROOT, nodePath, waitForHttp } from "./lib/wrangler-dev.mjs";
 import { startSandboxHost } from "../sandbox-host/server.mjs";
+import { startDemoModel } from "../dev/demo-model/server.mjs";
+import { seedDevHouse } from "./lib/seed-dev.mjs";
+import { devBanner } from "./lib/dev-banner.mjs";
 
 const devVarsPath = join(ROOT, ".dev.vars");
 if (!existsSync(devVarsPath)) {
@@ -23,6 +27,7 @@ const sandboxPort = Number(process.env.SANDBOX_HOST_PORT ?? 3986);
 const sandboxKey = process.env.SANDBOX_HOST_API_KEY ?? vars.DAYTONA_API_KEY ?? "dev-sandbox-key";
 const sandboxRoot = process.env.SANDBOX_HOST_ROOT ?? join(ROOT, ".wrangler", "boxes");
 const host = await startSandboxHost({ port: sandboxPort, apiKey: sandboxKey, root: sandboxRoot });
+const demoModel = await startDemoModel({ port: Number(process.env.DEMO_MODEL_PORT ?? 3987) });
 const url = `http://127.0.0.1:${port}`;
 
 const args = [join(ROOT, "node_modules", "wrangler", "bin", "wrangler.js"), "dev", "--ip", "127.0.0.1", "--port", String(port),
@@ -38,6 +43,7 @@ async function stop(code = 0) {
   stopping = true;
   wrangler.kill("SIGTERM");
   await host.close().catch(() => {});
+  await demoModel.close().catch(() => {});
   process.exit(code);
 }
 process.on("SIGINT", () => stop(0));
@@ -51,14 +57,11 @@ const minted = await fetch(`${url}/api/admin/tokens`, {
   body: JSON.stringify({ houseId: "dev", subject: "dev-user", role: "owner", ttlSeconds: 30 * 24 * 3600 }),
 });
 const { token } = await minted.json();
-console.log(`
-threadbox is running
-  worker        ${url}
-  sandbox host  ${host.apiUrl}   (boxes under ${sandboxRoot})
-  house         dev
-
-  export THREADBOX_URL=${url}
-  export THREADBOX_TOKEN=${token}
-
-  curl -s -X POST $THREADBOX_URL/api/threads -H "authorization: Bearer $THREADBOX_TOKEN" -H 'content-type: application/json' -d '{"title":"hello"}'
-`);
+const seeded = await seedDevHouse({
+  url, token, demoModelBaseUrl: demoModel.baseUrl, vars, statePath: join(ROOT, ".wrangler", "seed-dev.json"),
+}).catch((err) => {
+  // The server works without the seed; say what went wrong and go on.
+  console.error(`could not seed the dev house: ${err.message}`);
+  return { environments: [], agents: [], agentsSupported: false };
+});
+console.log(devBanner({ url, token, sandboxApiUrl: host.apiUrl, sandboxRoot, demoModelBaseUrl: demoModel.baseUrl, seeded }));

@@ -44,7 +44,7 @@ export function renderEntry(entry, c, opts = {}) {
     case "pi.assistant":
       if (p.stopReason === "error") return `${at} ${c.red("pi error")} ${p.errorMessage ?? p.text ?? ""}`;
       if (!p.text) return null;
-      return `${at} ${c.bold("pi")}: ${p.text}`;
+      return `${at} ${c.bold("pi")}: ${p.text.replace(/\n/g, "\n           ")}`;
     case "pi.tool_call":
       return `${at} ${c.yellow("▶")} ${describeToolCall(p.name, p.args)}`;
     case "pi.tool_result": {
@@ -58,6 +58,10 @@ export function renderEntry(entry, c, opts = {}) {
       return `${at} ${c.red("pi error")} ${p.message ?? ""}`;
     case "signal.thread.status_changed":
       return `${at} ${c.gray("●")} ${statusColour(c, p.status)}${p.reason ? c.gray(` (${p.reason})`) : ""}`;
+    case "signal.thread.box_assigned":
+      return `${at} ${c.gray(`· on box ${p.boxId}`)}`;
+    case "signal.run.launched":
+      return `${at} ${c.gray(`· ${p.harness ?? "agent"} started (${p.boxReused ? "box reused" : "new box"}, session ${p.session ?? "new"})`)}`;
     case "signal.thread.child_finished":
       return `${at} ${c.gray("●")} child ${p.childThreadId} ${statusColour(c, p.status)}${p.reason ? c.gray(` (${p.reason})`) : ""}`;
     default: {
@@ -70,7 +74,7 @@ export function renderEntry(entry, c, opts = {}) {
 
 /** `id  status  title` for one thread row. */
 export function threadLine(t, c) {
-  const reason = t.status !== "running" && t.reason ? c.gray(` (${t.reason})`) : "";
+  const reason = t.status !== "running" && t.reason && t.reason !== t.status ? c.gray(` (${t.reason})`) : "";
   return `${c.bold(t.id)}  ${statusColour(c, t.status)}${reason}  ${t.title ?? c.gray("(untitled)")}`;
 }
 
