@@ -5,7 +5,7 @@
 import { spawn } from "node:child_process";
 import { copyFileSync, existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { ROOT, nodePath, waitForHttp } from "./lib/wrangler-dev.mjs";
+import { OFFLINE_WRANGLER_ENV, ROOT, nodePath, waitForHttp } from "./lib/wrangler-dev.mjs";
 import { startSandboxHost } from "../sandbox-host/server.mjs";
 import { startDemoModel } from "../dev/demo-model/server.mjs";
 import { seedDevHouse } from "./lib/seed-dev.mjs";
@@ -35,7 +35,7 @@ const args = [join(ROOT, "node_modules", "wrangler", "bin", "wrangler.js"), "dev
   // The local host is the default provider; the worker reaches it and boxes reach the worker over loopback.
   "--var", `DAYTONA_API_URL:${host.apiUrl}`, "--var", `DAYTONA_API_KEY:${sandboxKey}`,
   "--var", `THREADBOX_STREAM_URL:${vars.THREADBOX_STREAM_URL?.includes("127.0.0.1:8787") ? `${url}/api/stream` : vars.THREADBOX_STREAM_URL ?? `${url}/api/stream`}`];
-const wrangler = spawn(process.execPath, args, { cwd: ROOT, stdio: "inherit", env: { ...process.env, PATH: nodePath(), WRANGLER_SEND_METRICS: "false" } });
+const wrangler = spawn(process.execPath, args, { cwd: ROOT, stdio: "inherit", env: { ...process.env, ...OFFLINE_WRANGLER_ENV, PATH: nodePath() } });
 
 let stopping = false;
 async function stop(code = 0) {

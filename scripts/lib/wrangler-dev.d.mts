@@ -1,4 +1,5 @@
 export const ROOT: string;
+export const OFFLINE_WRANGLER_ENV: Record<string, string>;
 export function nodePath(): string;
 export function freePort(): Promise<number>;
 export function waitForHttp(url: string, timeoutMs?: number, isReady?: (r: Response) => boolean): Promise<void>;
