@@ -40,7 +40,7 @@ const ok = async (args: string[], opts: Parameters<typeof cli>[1] = {}) => {
   if (r.code !== 0) throw new Error(`threadbox ${args.join(" ")} exited ${r.code}:\n${r.stdout}\n${r.stderr}`);
   return r;
 };
-const api = async (path: string) => (await fetch(`${worker.url}${path}`, { headers: { authorization: `Bearer ${token}` } })).json();
+const api = async (path: string): Promise<any> => (await fetch(`${worker.url}${path}`, { headers: { authorization: `Bearer ${token}` } })).json();
 
 beforeAll(async () => {
   host = await startSandboxHost({ port: 0, apiKey: SANDBOX_KEY });
@@ -183,6 +183,27 @@ describe("runs: delegate --watch and tail --until-done end when the run ends", (
     expect(r.stderr).toContain("run failed: stopped");
     const again = await cli(["stop", childId], { env: as() });
     expect([again.code, again.stderr]).toEqual([2, expect.stringMatching(/^error conflict: thread is failed, not running/)]);
+  });
+});
+
+describe("chat with a bot", () => {
+  it("chat <bot> opens a DM thread, posts each stdin line and exits once the bot has answered the last one", async (ctx) => {
+    if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip(); // a server without bots
+    const r = await cli(["chat", "@demo", "--reply-timeout", "120"], { env: as(), input: "hello demo\n" });
+    expect(r.code).toBe(0);
+    const threadId = /thread (th_\S+) with @demo/.exec(r.stderr)![1];
+    const thread = await api(`/api/threads/${threadId}`);
+    expect(thread.parent.kind).toBe("agent");
+    expect(r.stdout).toMatch(/@demo: .+/);
+    const chats = (await api(`/api/threads/${threadId}/entries?offset=-1`)).entries.filter((e: any) => e.payload.type === "chat");
+    expect(chats[0]).toMatchObject({ authorId: "cli-user", payload: { text: "hello demo" } });
+    expect(chats.some((e: any) => e.authorId === thread.parent.id)).toBe(true);
+  });
+
+  it("chat names a missing bot clearly", async (ctx) => {
+    if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip();
+    const r = await cli(["chat", "@nobody"], { env: as() });
+    expect([r.code, r.stderr.trim()]).toEqual([2, "error not_found: no bot @nobody in this house (see `threadbox agents`)"]);
   });
 });
 

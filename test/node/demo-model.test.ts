@@ -58,17 +58,17 @@ describe("demo model server", () => {
   it("answers plain JSON completions and lists its model", async () => {
     const r = await post({ model: "demo", messages: [{ role: "user", content: "run pwd" }], tools: [fn("bash")] });
     expect(r.status).toBe(200);
-    const j = await r.json();
+    const j: any = await r.json();
     expect(j.choices[0].finish_reason).toBe("tool_calls");
     expect(j.choices[0].message.tool_calls[0].function).toEqual({ name: "bash", arguments: JSON.stringify({ command: "pwd" }) });
-    const models = await (await fetch(`${model.baseUrl}/models`)).json();
+    const models: any = await (await fetch(`${model.baseUrl}/models`)).json();
     expect(models.data.map((m: any) => m.id)).toEqual(["demo"]);
   });
 
   it("refuses bad requests with OpenAI-style errors, not a crash", async () => {
     const bad = await post("{not json");
     expect(bad.status).toBe(400);
-    expect((await bad.json()).error.message).toBe("body is not JSON");
+    expect(((await bad.json()) as any).error.message).toBe("body is not JSON");
     const noMessages = await post({ model: "demo" });
     expect(noMessages.status).toBe(400);
     expect((await fetch(`${model.baseUrl}/nope`)).status).toBe(404);
