@@ -93,7 +93,9 @@ export function registerThreads(program, ctxOf, setExit) {
       if (environmentId) body.environmentId = environmentId;
       const r = await ctx.wait("delegating", () => api.post(paths.threadAction(threadId, "delegate"), body));
       if (!opts.watch) return ctx.print(r, () => r.childThreadId);
-      if (!ctx.json) process.stderr.write(`${ctx.c.gray(`child thread ${r.childThreadId}, run ${r.runId}`)}\n`);
+      // with --json the first line is the delegate answer, then one line per entry
+      if (ctx.json) process.stdout.write(`${JSON.stringify(r)}\n`);
+      else process.stderr.write(`${ctx.c.gray(`child thread ${r.childThreadId}, run ${r.runId}`)}\n`);
       setExit(await followThread({ api, threadId: r.childThreadId, untilDone: true, json: ctx.json, c: ctx.c }));
     });
 

@@ -13,5 +13,5 @@ export class CliError extends Error {
   }
 }
 
-/** Exit codes: a watched run that failed is 1; any error (API, network, usage) is 2. */
-export const EXIT = { ok: 0, runFailed: 1, error: 2 };
+/** Exit codes: a watched run that failed is 1; any error (API, network, usage) is 2; Ctrl-C while waiting for a run is 130. */
+export const EXIT = { ok: 0, runFailed: 1, error: 2, interrupted: 130 };

@@ -50,7 +50,8 @@ export async function followThread(opts) {
       }
     },
   });
-  const stop = () => sub.close();
+  let interrupted = false;
+  const stop = () => { interrupted = true; sub.close(); };
   process.once("SIGINT", stop);
   try {
     await sub.done;
@@ -58,7 +59,8 @@ export async function followThread(opts) {
     spinner.stop();
     process.off("SIGINT", stop);
   }
-  if (!finalRow) return EXIT.ok;
+  // Ctrl-C before the run ended: a script waiting on the run must not read that as success.
+  if (!finalRow) return untilDone && interrupted ? EXIT.interrupted : EXIT.ok;
   if (!json) {
     const how = finalRow.status === "completed" ? c.green("run completed") : c.red(`run failed${finalRow.reason ? `: ${finalRow.reason}` : ""}`);
     process.stderr.write(`${how}\n`);

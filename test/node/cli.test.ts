@@ -9,6 +9,7 @@ import { startSandboxHost } from "../../sandbox-host/server.mjs";
 import { ROOT, freePort, startWorker } from "../../scripts/lib/wrangler-dev.mjs";
 import { startDemoModel } from "../../dev/demo-model/server.mjs";
 import { DEMO_ENVIRONMENT_ID, seedDevHouse } from "../../scripts/lib/seed-dev.mjs";
+import { startPausableProxy } from "../support/pausable-proxy";
 
 const CLI = join(ROOT, "cli", "threadbox.mjs");
 const SANDBOX_KEY = "cli-sandbox-key";
@@ -183,6 +184,51 @@ describe("runs: delegate --watch and tail --until-done end when the run ends", (
     expect(r.stderr).toContain("run failed: stopped");
     const again = await cli(["stop", childId], { env: as() });
     expect([again.code, again.stderr]).toEqual([2, expect.stringMatching(/^error conflict: thread is failed, not running/)]);
+  });
+});
+
+describe("tail over a flaky connection", () => {
+  it("reconnects from the last offset after a drop: every entry once, in order", async () => {
+    const proxy = await startPausableProxy(worker.port);
+    const threadId = (await ok(["new", "flaky"])).stdout.trim();
+    const post = (id: string) => fetch(`${worker.url}/api/threads/${threadId}/entries`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify({ id, payload: { type: "chat", text: id } }),
+    });
+    for (const id of ["m1", "m2", "m3"]) await post(id);
+    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
+    const child = spawn(process.execPath, [CLI, "tail", threadId, "--json"], {
+      env: { ...base, THREADBOX_URL: `http://127.0.0.1:${proxy.port}`, THREADBOX_TOKEN: token, XDG_CONFIG_HOME: mkdtempSync(join(tmpdir(), "tb-cfg-")) },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "";
+    child.stdout.on("data", (d) => (out += d));
+    const exited = new Promise((r) => child.on("close", r));
+    const ids = () => out.split("\n").filter(Boolean).map((l) => JSON.parse(l).id);
+    const until = async (n: number) => {
+      for (let i = 0; ids().length < n; i++) {
+        if (i > 400) throw new Error(`tail saw only ${ids().join(",")}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    };
+    try {
+      await until(3);
+      proxy.pause(); // the socket drops; reconnects are refused while paused
+      for (const id of ["m4", "m5"]) await post(id);
+      await new Promise((r) => setTimeout(r, 300));
+      expect(ids()).toEqual(["m1", "m2", "m3"]);
+      proxy.resume();
+      await until(5);
+      await post("m6");
+      await until(6);
+      expect(ids()).toEqual(["m1", "m2", "m3", "m4", "m5", "m6"]);
+    } finally {
+      child.kill("SIGINT");
+      await exited;
+      await proxy.close();
+    }
+    expect(child.exitCode).toBe(0); // Ctrl-C ends a plain tail cleanly
   });
 });
 
