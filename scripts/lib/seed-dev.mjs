@@ -32,14 +32,19 @@ export function devSeedPlan(demoModelBaseUrl, vars = {}) {
     systemPrompt: "You are the threadbox demo bot. Hand coding work to a coding agent with delegate_task.",
   }];
   const providers = [
-    { key: "OPENAI_API_KEY", id: "env_openai", name: "openai", model: "openai/gpt-4.1-mini", handle: "gpt", botName: "GPT" },
-    { key: "ANTHROPIC_API_KEY", id: "env_anthropic", name: "anthropic", model: "anthropic/claude-sonnet-4-5", handle: "claude", botName: "Claude" },
+    { key: "OPENAI_API_KEY", id: "env_openai", name: "openai", provider: "openai", modelId: "gpt-4.1-mini", baseUrl: "https://api.openai.com/v1", api: "openai-completions", handle: "gpt", botName: "GPT" },
+    { key: "ANTHROPIC_API_KEY", id: "env_anthropic", name: "anthropic", provider: "anthropic", modelId: "claude-sonnet-4-5", baseUrl: "https://api.anthropic.com", api: "anthropic-messages", handle: "claude", botName: "Claude" },
   ];
   for (const p of providers) {
     if (!vars[p.key]) continue;
-    // pi reads the provider's key from the variable of the same name: the secret is handed to boxes as exactly that.
-    environments.push({ id: p.id, name: p.name, secrets: { [p.key]: vars[p.key] }, piSettings: { retry: { enabled: false } }, model: p.model, sharedBox: true });
-    agents.push({ name: p.botName, handle: p.handle, model: p.model, environmentId: p.id, tools: ["delegate_task", "run_command"] });
+    const model = `${p.provider}/${p.modelId}`;
+    // The provider is spelled out so both pi in a box and a bot's own model calls resolve it; the key stays a secret.
+    environments.push({
+      id: p.id, name: p.name, secrets: { [p.key]: vars[p.key] }, model, sharedBox: true,
+      piModels: { providers: { [p.provider]: { baseUrl: p.baseUrl, api: p.api, apiKey: `$${p.key}`, models: [{ id: p.modelId }] } } },
+      piSettings: { retry: { enabled: false } },
+    });
+    agents.push({ name: p.botName, handle: p.handle, model, environmentId: p.id, tools: ["delegate_task", "run_command"] });
   }
   return { environments, agents };
 }
