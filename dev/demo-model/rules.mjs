@@ -39,9 +39,12 @@ function mainParameter(body, toolName, fallback) {
 
 const clip = (s, n) => (s.length > n ? `${s.slice(0, n)}…` : s);
 
-/** A request written to a bot often starts with its handle: "@demo write …". */
+/**
+ * A request written to a bot arrives as "[authorId] @demo write …" (the bot's model layer names
+ * the author in brackets): the author and leading @handles are not part of the request.
+ */
 function stripMentions(text) {
-  return text.replace(/^(\s*@[a-z0-9_-]+[,:]?\s*)+/i, "").trim();
+  return text.replace(/^\s*\[[^\]\n]{1,200}\]\s*/, "").replace(/^(\s*@[a-z0-9_-]+[,:]?\s*)+/i, "").trim();
 }
 
 /**

@@ -23,6 +23,7 @@ describe("demo model rules", () => {
   it("reads the fixed phrasings, with or without a leading @handle", () => {
     expect(parseRequest("write hello.txt containing hi there")).toEqual({ kind: "write", path: "hello.txt", content: "hi there" });
     expect(parseRequest("@demo run echo 1 && echo 2")).toEqual({ kind: "run", command: "echo 1 && echo 2" });
+    expect(parseRequest("[dev-user] @demo delegate: write a.txt containing b")).toEqual({ kind: "delegate", task: "write a.txt containing b" });
     expect(parseRequest("list files")).toEqual({ kind: "list", path: "." });
     expect(parseRequest("delegate: write a.txt containing b")).toEqual({ kind: "delegate", task: "write a.txt containing b" });
     expect(parseRequest("what is the weather").kind).toBe("help");
