@@ -246,6 +246,16 @@ describe("chat with a bot", () => {
     expect(chats.some((e: any) => e.authorId === thread.parent.id)).toBe(true);
   });
 
+  it("agent add creates a bot on an environment named by name; agents lists it; a taken handle is the API's error", async (ctx) => {
+    if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip();
+    const r = await ok(["agent", "add", "@reviewer", "--model", "demo/demo", "--env", "demo", "--tools", "delegate_task", "--json"]);
+    expect(JSON.parse(r.stdout)).toMatchObject({ handle: "reviewer", name: "reviewer", model: "demo/demo", environmentId: DEMO_ENVIRONMENT_ID, tools: ["delegate_task"] });
+    expect((await ok(["agents"])).stdout).toMatch(/^@reviewer {2}reviewer {2}model demo\/demo/m);
+    const again = await cli(["agent", "add", "reviewer", "--model", "demo/demo"], { env: as() });
+    expect(again.code).toBe(2);
+    expect(again.stderr).toMatch(/^error \w+: /);
+  });
+
   it("chat names a missing bot clearly", async (ctx) => {
     if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip();
     const r = await cli(["chat", "@nobody"], { env: as() });
