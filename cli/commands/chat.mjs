@@ -1,6 +1,7 @@
 // chat <bot>: a direct-message thread with a bot. Each stdin line is posted as a chat message;
 // everything others write to the thread (the bot's replies, its tool calls, child runs) is printed
-// as it arrives. At the end of stdin it waits for the answer to the last message, then exits.
+// as it arrives. At the end of stdin it waits for the answer to the last message (and for the
+// child runs that answer started), then exits.
 import { randomUUID } from "node:crypto";
 import { createInterface } from "node:readline";
 import { paths, resolveAgent } from "../lib/api.mjs";
@@ -11,12 +12,39 @@ import { subscribe } from "../lib/subscribe.mjs";
 import { createSpinner } from "../lib/term.mjs";
 
 /**
- * Whether `entry` answers the messages posted so far: a chat by someone else, after the last of
- * ours. Pure; offsets are sortable strings.
+ * Where a conversation stands, updated entry by entry (pure). The bot has answered when, after our
+ * last message, it wrote a chat and every child run it delegated since has finished and been
+ * reported back with a chat of its own.
+ * @typedef {{ lastPosted: string | null, lastOtherChat: string, replied: boolean, pendingChildren: number }} ChatProgress
  */
-export function isReply(entry, me, lastPostedOffset) {
-  return entry.payload?.type === "chat" && entry.authorId !== me && lastPostedOffset !== null && entry.offset > lastPostedOffset;
+export const initialProgress = () => ({ lastPosted: null, lastOtherChat: "", replied: true, pendingChildren: 0 });
+
+/** @returns {ChatProgress} */
+export function advance(progress, entry, me) {
+  const p = { ...progress };
+  const type = entry.payload?.type;
+  const after = p.lastPosted !== null && entry.offset > p.lastPosted;
+  if (type === "chat" && entry.authorId !== me) {
+    if (entry.offset > p.lastOtherChat) p.lastOtherChat = entry.offset;
+    if (after) p.replied = true;
+  }
+  if (after && type === "pi.tool_result" && (entry.payload.toolName ?? entry.payload.name) === "delegate_task" && !entry.payload.isError
+      && /\bth_[A-Za-z0-9]+/.test(String(entry.payload.output ?? ""))) {
+    p.pendingChildren += 1;
+  }
+  if (after && type === "signal.thread.child_finished" && p.pendingChildren > 0) {
+    p.pendingChildren -= 1;
+    p.replied = false; // the bot's chat with the child's answer comes with it
+  }
+  return p;
 }
+
+/** After posting a message at `offset`: the answer may already have come over the socket. */
+export function onPosted(progress, offset) {
+  return { ...progress, lastPosted: offset, replied: progress.lastOtherChat > offset };
+}
+
+export const answered = (progress) => progress.replied && progress.pendingChildren === 0;
 
 export function registerChat(program, ctxOf, setExit) {
   program
@@ -34,30 +62,30 @@ export function registerChat(program, ctxOf, setExit) {
       const names = new Map([[bot.id, `@${bot.handle}`]]);
       const thread = opts.thread
         ? await api.get(paths.thread(opts.thread))
-        : await ctx.wait("opening a DM thread", () => api.post("/api/threads", { title: `chat with @${bot.handle}`, parent: { kind: "agent", id: bot.id } }));
+        : await ctx.wait("opening a DM thread", () => api.post("/api/threads", {
+          title: `chat with @${bot.handle}`,
+          parent: { kind: "agent", id: bot.id },
+          // the bot's tools (run_command, delegate_task) work in the thread's environment
+          ...(bot.environmentId ? { environmentId: bot.environmentId } : {}),
+        }));
       const interactive = Boolean(process.stdin.isTTY);
       if (json) process.stdout.write(`${JSON.stringify({ threadId: thread.id, bot: { id: bot.id, handle: bot.handle } })}\n`);
       else process.stderr.write(c.gray(`thread ${thread.id} with @${bot.handle}${interactive ? " — type a message, Ctrl-D to end" : ""}\n`));
 
       const spinner = createSpinner();
       const start = opts.thread ? (await api.get(`${paths.threadAction(thread.id, "entries")}?offset=now&limit=1`)).nextOffset : "-1";
-      let lastPosted = null;
-      let lastOtherChat = "";
-      let answered = true;
+      let progress = initialProgress();
       let inputDone = false;
       let finish;
       const finished = new Promise((resolve) => { finish = resolve; });
-      const maybeFinish = () => { if (inputDone && answered) finish(); };
+      const maybeFinish = () => { if (inputDone && answered(progress)) finish(); };
 
       const sub = subscribe(api.target, thread.id, {
         offset: start,
         onReconnecting: (ms) => spinner.print(c.gray(`connection lost, reconnecting in ${ms} ms`), process.stderr),
         onEntry(entry) {
-          if (entry.payload?.type === "chat" && entry.authorId !== me && entry.offset > lastOtherChat) lastOtherChat = entry.offset;
-          if (isReply(entry, me, lastPosted)) {
-            answered = true;
-            spinner.stop();
-          }
+          progress = advance(progress, entry, me);
+          if (answered(progress)) spinner.stop();
           if (entry.authorId === me && entry.payload?.type === "chat") return; // our own words, already on screen
           if (json) process.stdout.write(`${JSON.stringify(entry)}\n`);
           else {
@@ -74,10 +102,8 @@ export function registerChat(program, ctxOf, setExit) {
         const text = line.trim();
         if (!text) continue;
         const r = await api.post(paths.threadAction(thread.id, "entries"), { id: `cli-${randomUUID()}`, payload: { type: "chat", text } });
-        lastPosted = r.entries[0].offset;
-        // the answer may have come over the socket before the POST's response did
-        answered = lastOtherChat > lastPosted;
-        if (!json && !answered) spinner.start(`@${bot.handle} is thinking`);
+        progress = onPosted(progress, r.entries[0].offset);
+        if (!json && !answered(progress)) spinner.start(`@${bot.handle} is thinking`);
       }
       inputDone = true;
       const timeoutMs = Number(opts.replyTimeout) * 1000;

@@ -6,6 +6,12 @@ const indent = (text, pad) => text.split("\n").map((l) => `${pad}${l}`).join("\n
 
 const FINISHED_OK = new Set(["completed"]);
 
+/** Bots' ids carry the `ag_` prefix, so an entry's author tells a bot from a person. */
+export const isBot = (entry) => Boolean(entry.authorId?.startsWith("ag_"));
+
+/** Continuation lines of a multi-line text, aligned under its first line. */
+const continued = (text) => text.replace(/\n/g, "\n           ");
+
 export function statusColour(c, status) {
   if (status === "running") return c.yellow(status);
   if (FINISHED_OK.has(status)) return c.green(status);
@@ -36,22 +42,25 @@ export function renderEntry(entry, c, opts = {}) {
   const maxLines = opts.maxOutputLines ?? 20;
   switch (p.type) {
     case "chat": {
-      const who = entry.authorId?.startsWith("ag_") ? c.magenta(author) : c.cyan(author || "anonymous");
-      return `${at} ${c.bold(who)}: ${p.text ?? ""}`;
+      const who = isBot(entry) ? c.magenta(author) : c.cyan(author || "anonymous");
+      return `${at} ${c.bold(who)}: ${continued(p.text ?? "")}`;
     }
     case "pi.user":
       return `${at} ${c.blue("task")}  ${p.text ?? ""}`;
-    case "pi.assistant":
-      if (p.stopReason === "error") return `${at} ${c.red("pi error")} ${p.errorMessage ?? p.text ?? ""}`;
-      if (!p.text) return null;
-      return `${at} ${c.bold("pi")}: ${p.text.replace(/\n/g, "\n           ")}`;
+    case "pi.assistant": {
+      if (p.stopReason === "error") return `${at} ${c.red(isBot(entry) ? `${author} error` : "pi error")} ${p.errorMessage ?? p.text ?? ""}`;
+      // A bot's turn lists its tool calls here; its words reach the thread as a chat entry, shown there.
+      const calls = (Array.isArray(p.toolCalls) ? p.toolCalls : []).map((tc) => `${at} ${c.yellow("▶")} ${describeToolCall(tc.name, tc.args ?? tc.arguments)}`);
+      const text = p.text && !isBot(entry) ? [`${at} ${c.bold("pi")}: ${continued(p.text)}`] : [];
+      return [...text, ...calls].join("\n") || null;
+    }
     case "pi.tool_call":
       return `${at} ${c.yellow("▶")} ${describeToolCall(p.name, p.args)}`;
     case "pi.tool_result": {
       const out = String(p.output ?? "").replace(/\s+$/, "");
       const lines = out ? out.split("\n") : [];
       const shown = lines.slice(0, maxLines).join("\n") + (lines.length > maxLines ? `\n… ${lines.length - maxLines} more lines` : "");
-      const head = `${at} ${p.isError ? c.red("✗") : c.green("✓")} ${p.name ?? "tool"}${lines.length ? "" : c.gray(" (no output)")}`;
+      const head = `${at} ${p.isError ? c.red("✗") : c.green("✓")} ${p.name ?? p.toolName ?? "tool"}${lines.length ? "" : c.gray(" (no output)")}`;
       return lines.length ? `${head}\n${c.gray(indent(shown, "           │ "))}` : head;
     }
     case "pi.error":

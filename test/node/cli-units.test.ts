@@ -9,7 +9,7 @@ import { describeToolCall, renderEntry, threadTree } from "../../cli/lib/render.
 // @ts-expect-error plain JS module without declarations
 import { palette } from "../../cli/lib/term.mjs";
 // @ts-expect-error plain JS module without declarations
-import { isReply } from "../../cli/commands/chat.mjs";
+import { advance, answered, initialProgress, onPosted } from "../../cli/commands/chat.mjs";
 // @ts-expect-error plain JS module without declarations
 import { finishedRow, mayEndRun } from "../../cli/lib/follow.mjs";
 
@@ -74,12 +74,33 @@ describe("watching", () => {
     expect(finishedRow({ status: "failed" })).toEqual({ status: "failed" });
   });
 
-  it("a chat reply is someone else's chat after our last message", () => {
-    const e = (authorId: string, offset: string, type = "chat") => ({ authorId, offset, payload: { type } });
-    expect(isReply(e("ag_1", "0002"), "me", "0001")).toBe(true);
-    expect(isReply(e("me", "0002"), "me", "0001")).toBe(false);
-    expect(isReply(e("ag_1", "0001"), "me", "0002")).toBe(false);
-    expect(isReply(e("ag_1", "0002", "pi.assistant"), "me", "0001")).toBe(false);
-    expect(isReply(e("ag_1", "0002"), "me", null)).toBe(false);
+  it("chat waits for a bot's chat after our message, and for the child runs it delegated to report back", () => {
+    const e = (authorId: string, offset: string, payload: Record<string, unknown>) => ({ authorId, offset, payload });
+    let p = onPosted(initialProgress(), "0002");
+    expect(answered(p)).toBe(false);
+    p = advance(p, e("me", "0002", { type: "chat", text: "write a.txt containing b" }), "me");
+    p = advance(p, e("ag_1", "0003", { type: "pi.tool_result", toolName: "delegate_task", isError: false, output: '{"childThreadId":"th_abc"}' }), "me");
+    p = advance(p, e("ag_1", "0004", { type: "chat", text: "delegated" }), "me");
+    expect(answered(p)).toBe(false); // a child is still running
+    p = advance(p, e("threadbox", "0005", { type: "signal.thread.child_finished", childThreadId: "th_abc", status: "completed" }), "me");
+    expect(answered(p)).toBe(false); // its answer is still to come
+    p = advance(p, e("ag_1", "0006", { type: "chat", text: "the child wrote a.txt" }), "me");
+    expect(answered(p)).toBe(true);
+
+    // a failed delegate starts nothing to wait for; an answer seen before the POST returned counts
+    let q = advance(initialProgress(), e("ag_1", "0009", { type: "chat", text: "fast" }), "me");
+    q = onPosted(q, "0008");
+    expect(answered(q)).toBe(true);
+    const r = advance(onPosted(initialProgress(), "0001"), e("ag_1", "0002", { type: "pi.tool_result", toolName: "delegate_task", isError: true, output: "th_x failed" }), "me");
+    expect(r.pendingChildren).toBe(0);
+  });
+
+  it("renders a bot's turn: its tool calls and results, not its words twice", () => {
+    const bot = { authorId: "ag_1", ts: 0 };
+    expect(renderEntry({ ...bot, payload: { type: "pi.assistant", text: "", toolCalls: [{ id: "c1", name: "delegate_task", args: { task: "x" } }], stopReason: "toolUse" } }, c))
+      .toBe('00:00:00 ▶ delegate_task {"task":"x"}');
+    expect(renderEntry({ ...bot, payload: { type: "pi.tool_result", toolCallId: "c1", toolName: "delegate_task", output: "ok", isError: false } }, c)).toBe("00:00:00 ✓ delegate_task\n           │ ok");
+    expect(renderEntry({ ...bot, payload: { type: "pi.assistant", text: "Done.", toolCalls: [], stopReason: "stop" } }, c)).toBeNull();
+    expect(renderEntry({ ...bot, payload: { type: "chat", text: "Done.\nTwo lines." } }, c, { names: new Map([["ag_1", "@demo"]]) })).toBe("00:00:00 @demo: Done.\n           Two lines.");
   });
 });
