@@ -233,17 +233,21 @@ describe("tail over a flaky connection", () => {
 });
 
 describe("chat with a bot", () => {
-  it("chat <bot> opens a DM thread, posts each stdin line and exits once the bot has answered the last one", async (ctx) => {
+  it("chat <bot>: a DM thread in the bot's environment; the bot delegates, and chat exits once the child's result is back", async (ctx) => {
     if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip(); // a server without bots
-    const r = await cli(["chat", "@demo", "--reply-timeout", "120"], { env: as(), input: "hello demo\n" });
+    const r = await cli(["chat", "@demo", "--reply-timeout", "120"], { env: as(), input: "write hi.txt containing yo\n" });
     expect(r.code).toBe(0);
     const threadId = /thread (th_\S+) with @demo/.exec(r.stderr)![1];
     const thread = await api(`/api/threads/${threadId}`);
-    expect(thread.parent.kind).toBe("agent");
-    expect(r.stdout).toMatch(/@demo: .+/);
-    const chats = (await api(`/api/threads/${threadId}/entries?offset=-1`)).entries.filter((e: any) => e.payload.type === "chat");
-    expect(chats[0]).toMatchObject({ authorId: "cli-user", payload: { text: "hello demo" } });
-    expect(chats.some((e: any) => e.authorId === thread.parent.id)).toBe(true);
+    expect([thread.parent.kind, thread.environmentId]).toEqual(["agent", DEMO_ENVIRONMENT_ID]);
+    expect(r.stdout).toContain("▶ delegate_task");
+    expect(r.stdout).toMatch(/● child th_\S+ completed/);
+    expect(r.stdout).toMatch(/@demo: Done\. write finished:\n\s+Successfully wrote to hi\.txt/);
+    const es = (await api(`/api/threads/${threadId}/entries?offset=-1`)).entries;
+    const chats = es.filter((e: any) => e.payload.type === "chat");
+    expect(chats[0]).toMatchObject({ authorId: "cli-user", payload: { text: "write hi.txt containing yo" } });
+    expect(chats.at(-1).authorId).toBe(thread.parent.id); // the last word is the bot's report of the child
+    expect(es.filter((e: any) => e.payload.type === "signal.thread.child_finished")).toHaveLength(1);
   });
 
   it("agent add creates a bot on an environment named by name; agents lists it; a taken handle is the API's error", async (ctx) => {
