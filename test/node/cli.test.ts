@@ -155,7 +155,7 @@ describe("runs: delegate --watch and tail --until-done end when the run ends", (
     expect(types.at(-1)).toBe("signal.thread.status_changed");
   });
 
-  it("tail --until-done exits non-zero when the run fails (a model error)", async () => {
+  it("tail --until-done exits non-zero when the run fails (a model error); resume --watch then follows the new run only", async () => {
     const parent = (await ok(["new", "fail me", "--env", "demo"])).stdout.trim();
     const childId = (await ok(["delegate", parent, "fail: on purpose"])).stdout.trim();
     expect(childId).toMatch(/^th_/);
@@ -163,6 +163,13 @@ describe("runs: delegate --watch and tail --until-done end when the run ends", (
     expect(r.code).toBe(1);
     expect(r.stdout).toContain("demo model failure: on purpose");
     expect(r.stderr).toMatch(/run failed: /);
+
+    // resume --watch follows only the new run, to its own end
+    const resumed = await cli(["resume", childId, "write again.txt containing more", "--watch"], { env: as() });
+    expect(resumed.code).toBe(0);
+    expect(resumed.stdout).toContain("▶ write again.txt (5 bytes)");
+    expect(resumed.stdout).not.toContain("demo model failure"); // the earlier run is not replayed
+    expect(resumed.stderr).toContain("run completed");
   });
 
   it("stop ends a running run; the tail watching it exits non-zero with reason stopped", async () => {
@@ -182,6 +189,8 @@ describe("runs: delegate --watch and tail --until-done end when the run ends", (
     expect(r.code).toBe(1);
     expect(r.stdout).toContain("▶ bash $ sleep 60");
     expect(r.stderr).toContain("run failed: stopped");
+    const { boxId } = await api(`/api/threads/${childId}`);
+    expect((await ok(["sandboxes"])).stdout).toMatch(new RegExp(`^${boxId}  \\w+  ephemeral`, "m"));
     const again = await cli(["stop", childId], { env: as() });
     expect([again.code, again.stderr]).toEqual([2, expect.stringMatching(/^error conflict: thread is failed, not running/)]);
   });
