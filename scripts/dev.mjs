@@ -27,7 +27,12 @@ const sandboxPort = Number(process.env.SANDBOX_HOST_PORT ?? 3986);
 const sandboxKey = process.env.SANDBOX_HOST_API_KEY ?? vars.DAYTONA_API_KEY ?? "dev-sandbox-key";
 const sandboxRoot = process.env.SANDBOX_HOST_ROOT ?? join(ROOT, ".wrangler", "boxes");
 const host = await startSandboxHost({ port: sandboxPort, apiKey: sandboxKey, root: sandboxRoot });
-const demoModel = await startDemoModel({ port: Number(process.env.DEMO_MODEL_PORT ?? 3987) });
+const demoModelPort = Number(process.env.DEMO_MODEL_PORT ?? 3987);
+const demoModel = await startDemoModel({ port: demoModelPort }).catch((err) => {
+  if (err.code !== "EADDRINUSE") throw err;
+  console.error(`port ${demoModelPort} (demo model) is in use: stop what holds it, or set DEMO_MODEL_PORT to a free port`);
+  process.exit(1);
+});
 const url = `http://127.0.0.1:${port}`;
 
 const args = [join(ROOT, "node_modules", "wrangler", "bin", "wrangler.js"), "dev", "--ip", "127.0.0.1", "--port", String(port),
