@@ -1,6 +1,10 @@
 import type { Plugin } from "vite";
 import { defineConfig } from "vitest/config";
 import { cloudflareTest } from "@cloudflare/vitest-plugin";
+import quietExpectedWorkerdNoise from "./test/support/quiet-expected-noise";
+
+// The Workers integration writes workerd's logs from this process: filter them here.
+quietExpectedWorkerdNoise();
 
 /**
  * Drops one known, harmless Vite warning: packages (e.g. @daytonaio/sdk) whose sourcemaps name
@@ -57,7 +61,7 @@ export default defineConfig({
         test: {
           name: "workers",
           include: ["test/workers/**/*.test.ts"],
-          globalSetup: ["test/workers/sandbox-provider.setup.ts", "test/support/quiet-expected-noise.ts"],
+          globalSetup: ["test/workers/sandbox-provider.setup.ts"],
         },
       },
       {

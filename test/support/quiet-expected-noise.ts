@@ -4,8 +4,8 @@
 // Connection refused`, then `Network connection lost.`), even when the caller handles the
 // rejection (checked: `fetch(dead).then(ok, handle)` logs it too). Our fault tests do that on
 // purpose (a sandbox host that is down). The Workers vitest integration writes workerd's logs
-// straight to stdout/stderr with no filter hook, so this vitest globalSetup filters those two
-// streams of the vitest process. Only these whole log messages are dropped; anything else
+// straight to stdout/stderr of the vitest process with no filter hook, so vitest.config.ts
+// filters those two streams. Only these whole log messages are dropped; anything else
 // workerd says still prints.
 
 const WORKERD_REFUSED = /^(exception = \S*: disconnected: Connection refused \(os error 111\)|uncaught exception; (source = Uncaught \(in promise\); stack = Error: Network connection lost\.|exception = \S*: disconnected: jsg\.Error: Network connection lost\.))(\nstack: [^\n]*)?\n?$/;
@@ -27,7 +27,7 @@ function filter(stream: NodeJS.WriteStream): void {
 }
 
 let installed = false;
-export default function setup(): void {
+export default function quietExpectedWorkerdNoise(): void {
   if (installed) return;
   installed = true;
   filter(process.stdout);
