@@ -1,5 +1,5 @@
-// npm test: every phase in turn, each announced with its number and timed, stopping at the first
-// that fails. Phases: bundle the box-side code, the vitest projects (workerd tests, then Node
+// npm test (after its `pretest` build): every phase in turn, each announced with its number and
+// timed, stopping at the first that fails. Phases: the vitest projects (workerd tests and Node
 // tests with real processes), the Durable Streams conformance suite against wrangler dev.
 import { spawn } from "node:child_process";
 import { join } from "node:path";
@@ -7,7 +7,6 @@ import { ROOT } from "./lib/wrangler-dev.mjs";
 
 const node = process.execPath;
 const PHASES = [
-  { name: "bundle the runner and mirror", argv: [node, join(ROOT, "scripts", "build-runner.mjs")] },
   { name: "vitest: workerd tests and Node tests (real wrangler dev, sandbox host, pi)", argv: [node, join(ROOT, "node_modules", "vitest", "vitest.mjs"), "run", ...process.argv.slice(2)] },
   { name: "Durable Streams conformance suite", argv: [node, join(ROOT, "scripts", "conformance.mjs")] },
 ];
