@@ -1,7 +1,7 @@
 import type { Plugin } from "vite";
 import { defineConfig } from "vitest/config";
 import { cloudflareTest } from "@cloudflare/vitest-plugin";
-import quietExpectedWorkerdNoise from "./test/support/quiet-expected-noise";
+import quietExpectedWorkerdNoise from "./test/support/quiet-expected-noise.mjs";
 
 // The Workers integration writes workerd's logs from this process: filter them here.
 quietExpectedWorkerdNoise();

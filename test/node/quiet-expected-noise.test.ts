@@ -1,6 +1,6 @@
 // The test-output filter drops only workerd's report of a refused loopback connection.
 import { describe, expect, it } from "vitest";
-import { isExpectedWorkerdNoise } from "../support/quiet-expected-noise";
+import { isExpectedWorkerdNoise } from "../support/quiet-expected-noise.mjs";
 
 const STACK = "stack: /x/workerd@28a3c60 /x/workerd@3ac7580";
 

@@ -10,24 +10,25 @@
 
 const WORKERD_REFUSED = /^(exception = \S*: disconnected: Connection refused \(os error 111\)|uncaught exception; (source = Uncaught \(in promise\); stack = Error: Network connection lost\.|exception = \S*: disconnected: jsg\.Error: Network connection lost\.))(\nstack: [^\n]*)?\n?$/;
 
-/** Whether one write is only workerd's report of a refused loopback connection. */
-export function isExpectedWorkerdNoise(chunk: unknown): boolean {
+/** Whether one write is only workerd's report of a refused loopback connection. @param {unknown} chunk */
+export function isExpectedWorkerdNoise(chunk) {
   return (typeof chunk === "string" || chunk instanceof Uint8Array) && WORKERD_REFUSED.test(String(chunk));
 }
 
-function filter(stream: NodeJS.WriteStream): void {
-  const write = stream.write.bind(stream) as (...args: unknown[]) => boolean;
-  stream.write = ((chunk: unknown, ...rest: unknown[]) => {
+/** @param {NodeJS.WriteStream} stream */
+function filter(stream) {
+  const write = stream.write.bind(stream);
+  stream.write = (chunk, ...rest) => {
     if (isExpectedWorkerdNoise(chunk)) {
-      (rest.find((r) => typeof r === "function") as (() => void) | undefined)?.();
+      rest.find((r) => typeof r === "function")?.(); // the write "completed"
       return true;
     }
     return write(chunk, ...rest);
-  }) as typeof stream.write;
+  };
 }
 
 let installed = false;
-export default function quietExpectedWorkerdNoise(): void {
+export default function quietExpectedWorkerdNoise() {
   if (installed) return;
   installed = true;
   filter(process.stdout);
