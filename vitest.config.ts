@@ -1,11 +1,41 @@
+import type { Plugin } from "vite";
 import { defineConfig } from "vitest/config";
 import { cloudflareTest } from "@cloudflare/vitest-plugin";
+import quietExpectedWorkerdNoise from "./test/support/quiet-expected-noise.mjs";
+
+// The Workers integration writes workerd's logs from this process: filter them here.
+quietExpectedWorkerdNoise();
+
+/**
+ * Drops one known, harmless Vite warning: packages (e.g. @daytonaio/sdk) whose sourcemaps name
+ * sources outside the package. Vitest sets each project's logger itself, so this wraps whatever
+ * logger it set; every other message still prints.
+ */
+const quietExpectedWarnings: Plugin = {
+  name: "threadbox:quiet-expected-warnings",
+  enforce: "post",
+  config(config) {
+    const logger = config.customLogger;
+    if (!logger) return;
+    const expected = /Sourcemap for .* points to a source file outside its package/;
+    config.customLogger = {
+      ...logger,
+      warn: (msg, opts) => { if (!expected.test(msg)) logger.warn(msg, opts); },
+      warnOnce: (msg, opts) => { if (!expected.test(msg)) logger.warnOnce(msg, opts); },
+    };
+  },
+};
+
+// The Workers integration reads wrangler.toml through wrangler, which announces at info level every
+// `.dev.vars` it finds (tests override those values anyway); warnings and errors still print.
+process.env.WRANGLER_LOG ??= "warn";
 
 export default defineConfig({
   test: {
     projects: [
       {
         plugins: [
+          quietExpectedWarnings,
           cloudflareTest(({ inject }) => ({
             wrangler: { configPath: "./wrangler.toml" },
             // Production's entry plus test-only hooks (a movable clock): see the file.
@@ -38,6 +68,7 @@ export default defineConfig({
         },
       },
       {
+        plugins: [quietExpectedWarnings],
         test: {
           name: "node",
           include: ["test/node/**/*.test.ts"],

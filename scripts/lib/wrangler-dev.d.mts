@@ -1,4 +1,5 @@
 export const ROOT: string;
+export const OFFLINE_WRANGLER_ENV: Record<string, string>;
 export function nodePath(): string;
 export function localTracingEnv(): Record<string, string>;
 export function freePort(): Promise<number>;

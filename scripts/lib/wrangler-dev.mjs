@@ -8,6 +8,12 @@ import { fileURLToPath } from "node:url";
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 
+/**
+ * Wrangler settings for a machine without internet: no metrics, and no fetch of the `Request.cf`
+ * object from workers.cloudflare.com (offline it only prints a warning and uses a placeholder).
+ */
+export const OFFLINE_WRANGLER_ENV = { WRANGLER_SEND_METRICS: "false", CLOUDFLARE_CF_FETCH_ENABLED: "false" };
+
 /** Children must find Node 22 first on PATH, as they do under `npm run`. */
 export function nodePath() {
   return `${dirname(process.execPath)}:${join(ROOT, "node_modules", ".bin")}:${process.env.PATH ?? ""}`;
@@ -71,7 +77,7 @@ export async function startWorker(opts = {}) {
   const cwd = opts.cwd ?? ROOT;
   const child = spawn(process.execPath, [join(cwd, "node_modules", "wrangler", "bin", "wrangler.js"), ...args], {
     cwd,
-    env: { ...localTracingEnv(), ...process.env, PATH: nodePath(), WRANGLER_SEND_METRICS: "false", CI: "true", NO_COLOR: "1" },
+    env: { ...localTracingEnv(), ...process.env, ...OFFLINE_WRANGLER_ENV, PATH: nodePath(), CI: "true", NO_COLOR: "1" },
     stdio: ["ignore", opts.quiet === false ? "inherit" : "pipe", opts.quiet === false ? "inherit" : "pipe"],
     detached: true,
   });
