@@ -4,7 +4,9 @@ import { intVar, type Env } from "../env";
 import type { Entry, EntryWithOffset } from "../entries/schema";
 import { StreamLog, type NewMessage, type StoredMessage, type StreamMeta } from "../streams/log";
 import { formatOffset, parseOffset, MAX_READ_BYTES } from "../streams/protocol";
-import { bodyToMessages, handleStreamHttp, type StreamHost } from "../streams/stream-http";
+import { bodyToMessages, handleStreamHttp, type ForkHost, type StreamHost } from "../streams/stream-http";
+import { acquireFork, readPrefix, releaseFork, type AcquireRequest, type ForkLinks, type ForkSource, type PrefixRequest } from "../streams/fork";
+import { streamForkLinks } from "./stream-fork-links";
 import { WaitHub } from "../streams/wait-hub";
 import { parseJsonBody, prepareEntries, toEntryWithOffset } from "../threads/entries";
 import { decideSignal, isTerminal } from "../threads/run-rules";
@@ -19,7 +21,7 @@ import { settle, unwrapRpc } from "./rpc";
 
 /** Sent by the worker (never by a client: actors are not reachable from outside). */
 export type ActorAuth = { houseId: string; subject: string; canWrite: boolean };
-export type StreamTarget = { kind: "thread"; threadId: string } | { kind: "plain"; name: string };
+export type StreamTarget = { kind: "thread"; threadId: string } | { kind: "plain"; name: string; forkSource?: ForkSource };
 
 export const AUTH_HEADER = "x-threadbox-auth";
 export const TARGET_HEADER = "x-threadbox-target";
@@ -53,6 +55,8 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
   allowCreate = true;
   allowDelete = true;
   allowClose = true;
+  fork: ForkHost | undefined;
+  private readonly forkLinks: ForkLinks;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -63,6 +67,7 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
     ctx.storage.sql.exec(`create table if not exists stream_owner (id integer primary key check (id = 1), house_id text not null)`);
     ctx.storage.sql.exec(`create table if not exists deadlines (name text primary key, at integer not null)`);
     this.longPollTimeoutMs = intVar(env.LONG_POLL_TIMEOUT_MS, 20_000);
+    this.forkLinks = streamForkLinks(env, ctx.id.toString());
     // What the house index last saw; a woken actor must not re-sync the index on its first request.
     const row = this.rows.get();
     if (row) this.statusBefore = `${row.status}|${row.statusReason}|${row.boxId}`;
@@ -91,6 +96,7 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
         this.allowCreate = false;
         this.allowDelete = false;
         this.allowClose = false;
+        this.fork = undefined;
         if (url.pathname.endsWith("/subscribe")) return this.subscribe(request);
       } else {
         this.claimPlainStream(auth.houseId);
@@ -98,6 +104,7 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
         this.allowCreate = true;
         this.allowDelete = true;
         this.allowClose = true;
+        this.fork = { links: this.forkLinks, houseId: auth.houseId, source: target.forkSource ?? null };
       }
       const response = await handleStreamHttp(request, this, { canWrite: auth.canWrite, subject: auth.subject });
       // Heartbeats and ordinary entries only push the silence deadline later: an alarm already
@@ -124,6 +131,29 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
     const entries = appended.map(toEntryWithOffset);
     this.applySignals(entries);
     this.fanOut(appended, entries);
+  }
+
+  // ---- RPC between plain streams: forking (streams/fork.ts) ----
+
+  async forkAcquire(req: AcquireRequest) {
+    return settle(() => {
+      this.requirePlainStream(req.houseId);
+      return acquireFork(this.log, this.forkLinks, req);
+    });
+  }
+
+  async forkReadPrefix(req: PrefixRequest) {
+    return settle(() => {
+      this.requirePlainStream(req.houseId);
+      return readPrefix(this.log, this.forkLinks, req);
+    });
+  }
+
+  async forkRelease(houseId: string, childKey: string) {
+    return settle(() => {
+      this.requirePlainStream(houseId);
+      return releaseFork(this.log, this.forkLinks, houseId, childKey);
+    });
   }
 
   // ---- RPC used by the worker ----
@@ -364,6 +394,12 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
     const owner = sql.exec(`select house_id from stream_owner where id = 1`).toArray()[0]?.house_id as string | undefined;
     if (owner === undefined) sql.exec(`insert into stream_owner (id, house_id) values (1, ?)`, houseId);
     else if (owner !== houseId) throw new ApiError("not_found", "stream not found");
+  }
+
+  /** A fork's source must be a plain stream of the fork's own house; anything else is "not found". */
+  private requirePlainStream(houseId: string): void {
+    const owner = this.ctx.storage.sql.exec(`select house_id from stream_owner where id = 1`).toArray()[0]?.house_id;
+    if (this.isThread() || owner !== houseId) throw new ApiError("not_found", "source stream not found");
   }
 
   private requireThread(houseId: string): ThreadRow {
