@@ -57,9 +57,13 @@ export class ForkStore {
   dropRef(): void {
     const ref = this.ref();
     if (!ref) return;
-    this.sql.exec(`insert or ignore into fork_releases (source_key) values (?)`, ref.sourceKey);
+    this.queueRelease(ref.sourceKey);
     this.sql.exec(`delete from stream_fork`);
     this.cached = null;
+  }
+
+  queueRelease(sourceKey: string): void {
+    this.sql.exec(`insert or ignore into fork_releases (source_key) values (?)`, sourceKey);
     this.releasesKnownEmpty = false;
   }
 

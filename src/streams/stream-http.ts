@@ -220,7 +220,7 @@ function createdResponse(request: Request, meta: StreamMeta, created: boolean): 
 
 /**
  * PUT with Stream-Forked-From. The source's actor checks the request and counts the fork as its
- * reader before this log exists; any failure after that gives the reference back.
+ * reader before this log exists; any failure after that (a bad body, say) gives the reference back.
  */
 async function createFork(
   request: Request, host: StreamHost, ctx: ForkHost, source: ForkSource, fork: ForkRequest, settings: CreateSettings, body: Uint8Array,
@@ -245,7 +245,8 @@ async function createFork(
     host.hub.notify();
     return createdResponse(request, meta, true);
   } catch (err) {
-    if (!holdsReference) await ctx.links.release(source.key, ctx.houseId, ctx.links.selfKey);
+    // Sent when this request ends (handleStreamHttp), retried later if the source is unreachable.
+    if (!holdsReference) host.log.forks.queueRelease(source.key);
     throw err;
   }
 }

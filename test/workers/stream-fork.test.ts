@@ -28,7 +28,8 @@ const status = async (token: string, name: string, method = "HEAD") => (await ca
 
 /** Runs the stream's expiry check as if `aheadMs` had passed (no sleeping in tests). */
 async function expireAhead(houseId: string, name: string, aheadMs: number) {
-  const stub = env.THREADS.get(env.THREADS.idFromName(plainStreamKey(houseId, name)));
+  const threads = (env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> }).THREADS;
+  const stub = threads.get(threads.idFromName(plainStreamKey(houseId, name)));
   await runInDurableObject(stub, (actor: ThreadActor) => { actor.log.meta(Date.now() + aheadMs); });
 }
 
@@ -122,6 +123,14 @@ describe("forking a plain stream", () => {
     expect((await fork(token, unique("x"), src, { "content-type": "application/json" })).status).toBe(409);
     expect((await call(`/v1/stream/${src}`, { method: "DELETE", token })).status).toBe(204);
     expect(await status(token, src)).toBe(404);
+
+    // A body the fork cannot take fails after the source counted the fork: the count is given back.
+    const json = unique("json");
+    await put(token, json, { "content-type": "application/json" }, "[1]");
+    const badBody = await put(token, unique("x"), { "content-type": "application/json", "Stream-Forked-From": `/v1/stream/${json}` }, "{not json");
+    expect(badBody.status).toBe(400);
+    expect((await call(`/v1/stream/${json}`, { method: "DELETE", token })).status).toBe(204);
+    expect(await status(token, json)).toBe(404);
   });
 
   it("a missing source or another house's source is 404, and the other house's stream is untouched", async () => {
