@@ -116,6 +116,10 @@ describe("forking a plain stream", () => {
       expect((await fork(token, unique("x"), src, { "Stream-Fork-Offset": zero, "Stream-Fork-Sub-Offset": bad })).status).toBe(400);
     }
     expect((await fork(token, unique("x"), src, { "Stream-Fork-Offset": "garbage" })).status).toBe(400);
+    // A stream cannot fork itself: missing, it has no source (404); existing, it is not that fork (409).
+    const self = unique("self");
+    expect((await fork(token, self, self)).status).toBe(404);
+    expect((await fork(token, src, src)).status).toBe(409);
     const notAPath = await put(token, unique("x"), { ...TEXT, "Stream-Forked-From": "somewhere-else" });
     expect(notAPath.status).toBe(400);
     expect(((await notAPath.json()) as { error: { code: string } }).error.code).toBe("bad_request");
