@@ -212,7 +212,7 @@ export class StreamLog {
 
   /**
    * Stored messages after `afterSeq` (up to `uptoSeq`), at most about `maxBytes` (always at least
-   * one message). A fork's first messages are not stored here: see fork-read.ts.
+   * one message). A fork's inherited messages are not stored here: see readThrough in fork.ts.
    */
   read(afterSeq: number, maxBytes: number, maxCount = 1_000_000, uptoSeq = Number.MAX_SAFE_INTEGER): { messages: StoredMessage[]; upToDate: boolean } {
     const cursor = this.sql.exec(
