@@ -225,6 +225,12 @@ describe("forking a plain stream", () => {
     expect(await status(token, src)).toBe(410); // `f` still holds the source
     expect((await call(`/v1/stream/${f}`, { method: "DELETE", token })).status).toBe(204);
     expect(await status(token, src)).toBe(404);
+
+    // An expired source without forks is simply gone: nothing to fork.
+    const lapsed = unique("lapsed");
+    await put(token, lapsed, { ...TEXT, "Stream-TTL": "60" }, "old");
+    await expireAhead("fork-expiry", lapsed, 61_000);
+    expect((await fork(token, unique("late"), lapsed)).status).toBe(404);
   });
 
   it("two concurrent PUTs of the same fork make one fork holding one reference", async () => {
