@@ -46,6 +46,11 @@ export class ThreadActor extends ProductionThreadActor {
     this.log.append({ messages: [{ data, entryId }] });
   }
 
+  /** Reads the stream's metadata as if the clock were `aheadMs` later (expires it if due). */
+  testExpireCheck(aheadMs: number): void {
+    this.log.meta(Date.now() + aheadMs);
+  }
+
   testEnqueue<K extends OutboxKind>(key: string, kind: K, payload: OutboxPayloads[K]): void {
     this.outbox.enqueue(key, kind, payload, this.clock.now());
   }

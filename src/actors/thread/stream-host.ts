@@ -1,6 +1,6 @@
 import type { NewMessage, StoredMessage, StreamLog, StreamMeta } from "../../streams/log";
 import type { EntryWriter } from "../../threads/entries";
-import { bodyToMessages, handleStreamHttp, type StreamHost } from "../../streams/stream-http";
+import { bodyToMessages, handleStreamHttp, type ForkHost, type StreamHost } from "../../streams/stream-http";
 import type { WaitHub } from "../../streams/wait-hub";
 
 /** What is decided per request: which stream this is, what the protocol may do to it, who writes. */
@@ -13,6 +13,8 @@ export type StreamRequestOptions = {
   subject: string;
   canWrite: boolean;
   mayAuthorAsOthers: boolean;
+  /** Plain streams only: how this request may fork (threads are not forkable). */
+  fork?: ForkHost;
 };
 
 /** How a stream's owner turns an append body into messages and reacts to what was appended. */
@@ -36,8 +38,8 @@ export const threadStreamOptions = (threadId: string, auth: StreamAuth): StreamR
   subject: auth.subject, canWrite: auth.canWrite, mayAuthorAsOthers: auth.mayAuthorAsOthers,
 });
 
-export const plainStreamOptions = (name: string, auth: StreamAuth): StreamRequestOptions => ({
-  streamName: name, allowCreate: true, allowDelete: true, allowClose: true,
+export const plainStreamOptions = (name: string, auth: StreamAuth, fork: ForkHost): StreamRequestOptions => ({
+  streamName: name, allowCreate: true, allowDelete: true, allowClose: true, fork,
   subject: auth.subject, canWrite: auth.canWrite, mayAuthorAsOthers: auth.mayAuthorAsOthers,
 });
 
@@ -53,6 +55,7 @@ export function serveStream(request: Request, store: StreamStore, policy: Append
     allowClose: options.allowClose,
     prepareAppend: (body, meta, writer) => policy.prepareAppend(body, meta, writer),
     afterAppend: (appended) => policy.afterAppend(appended),
+    fork: options.fork,
   };
   return handleStreamHttp(request, host, { canWrite: options.canWrite, subject: options.subject, mayAuthorAsOthers: options.mayAuthorAsOthers });
 }

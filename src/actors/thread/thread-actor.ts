@@ -11,7 +11,8 @@ import type { ThreadSummary } from "../house/house-actor";
 import { systemClock, type Clock } from "../clock";
 import { logEvent } from "../../domain/log-event";
 import { settle, unwrapRpc } from "../rpc";
-import { houseStub, sandboxStub, threadStub } from "../stubs";
+import { houseStub, sandboxStub, streamForkLinks, threadStub } from "../stubs";
+import { acquireFork, readPrefix, releaseFork, type AcquireRequest, type ForkLinks, type ForkSource, type PrefixRequest } from "../../streams/fork";
 import { Deadlines, type AlarmStep } from "./deadlines";
 import { Fanout } from "./fanout";
 import { launch } from "./launcher";
@@ -21,7 +22,7 @@ import { plainStreamOptions, plainStreamPolicy, serveStream, threadStreamOptions
 
 /** Sent by the worker (never by a client: actors are not reachable from outside). */
 export type ActorAuth = { houseId: string; subject: string; canWrite: boolean; mayAuthorAsOthers: boolean };
-export type StreamTarget = { kind: "thread"; threadId: string } | { kind: "plain"; name: string };
+export type StreamTarget = { kind: "thread"; threadId: string } | { kind: "plain"; name: string; forkSource?: ForkSource };
 
 export const AUTH_HEADER = "x-threadbox-auth";
 export const TARGET_HEADER = "x-threadbox-target";
@@ -70,12 +71,14 @@ export class ThreadActor extends DurableObject<Env> {
   private readonly longPollTimeoutMs: number;
   private readonly threadPolicy: AppendPolicy;
   private knownThread = false;
+  private readonly forkLinks: ForkLinks;
 
   constructor(ctx: DurableObjectState, env: Env, clock: Clock = systemClock) {
     super(ctx, env);
     const sql = ctx.storage.sql;
     this.clock = clock;
     this.log = new StreamLog(ctx.storage);
+    this.forkLinks = streamForkLinks(env, ctx.id.toString());
     this.rows = new ThreadRowStore(sql);
     this.outbox = new Outbox(sql);
     this.fanout = new Fanout(ctx, this.log);
@@ -124,7 +127,8 @@ export class ThreadActor extends DurableObject<Env> {
       const store = { log: this.log, hub: this.fanout.hub, longPollTimeoutMs: this.longPollTimeoutMs };
       if (target.kind === "plain") {
         this.claimPlainStream(auth.houseId);
-        return await serveStream(request, store, plainStreamPolicy, plainStreamOptions(target.name, auth));
+        const fork = { links: this.forkLinks, houseId: auth.houseId, source: target.forkSource ?? null };
+        return await serveStream(request, store, plainStreamPolicy, plainStreamOptions(target.name, auth, fork));
       }
       this.requireThread(auth.houseId);
       if (new URL(request.url).pathname.endsWith("/subscribe")) return this.fanout.subscribe(request);
@@ -136,6 +140,29 @@ export class ThreadActor extends DurableObject<Env> {
     } catch (err) {
       return errorResponse(err);
     }
+  }
+
+  // ---- RPC between plain streams: forking (streams/fork.ts) ----
+
+  async forkAcquire(req: AcquireRequest) {
+    return settle(() => {
+      this.requirePlainStream(req.houseId);
+      return acquireFork(this.log, this.forkLinks, req);
+    });
+  }
+
+  async forkReadPrefix(req: PrefixRequest) {
+    return settle(() => {
+      this.requirePlainStream(req.houseId);
+      return readPrefix(this.log, this.forkLinks, req);
+    });
+  }
+
+  async forkRelease(houseId: string, childKey: string) {
+    return settle(() => {
+      this.requirePlainStream(houseId);
+      return releaseFork(this.log, this.forkLinks, houseId, childKey);
+    });
   }
 
   // ---- RPC used by the worker ----
@@ -276,6 +303,12 @@ export class ThreadActor extends DurableObject<Env> {
   }
 
   // ---- composition ----
+
+  /** A fork's source must be a plain stream of the fork's own house; anything else is "not found". */
+  private requirePlainStream(houseId: string): void {
+    const owner = this.ctx.storage.sql.exec(`select house_id from stream_owner where id = 1`).toArray()[0]?.house_id;
+    if (this.isThread() || owner !== houseId) throw new ApiError("not_found", "source stream not found");
+  }
 
   /** Plain streams never get a thread row, and a thread's row is never removed: a yes is cached. */
   private isThread(): boolean {
