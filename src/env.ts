@@ -19,8 +19,6 @@ export interface Env {
   STOPPED_BOX_GRACE_MS?: string;
   STOP_GRACE_MS?: string;
   STREAM_TOKEN_TTL_SECONDS?: string;
-  /** Test configurations only: enables the in-memory sandbox provider. */
-  THREADBOX_ALLOW_TEST_PROVIDER?: string;
 }
 
 export function intVar(value: string | undefined, fallback: number): number {

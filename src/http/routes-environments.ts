@@ -52,10 +52,10 @@ export async function execRoute(request: Request, env: Env, id: string | undefin
   const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
   const parsed = idSchema.safeParse(id);
   if (!parsed.success) throw new ApiError("not_found", "environment not found");
-  const body = await readBody(request, execSchema);
   const house = houseStub(env, claims.houseId);
   const e = (await unwrapRpc(house.getEnvironment(parsed.data))) as Environment | null;
   if (!e) throw new ApiError("not_found", "environment not found");
+  const body = await readBody(request, execSchema);
   if (!e.sharedBox) throw new ApiError("conflict", "this environment keeps no shared box (set sharedBox: true)");
   const provider = providerFor(env, e.provider);
   const box = await sharedBox(env, claims.houseId, e);

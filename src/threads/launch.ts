@@ -163,7 +163,8 @@ async function startRunner(
     }
   }
 
-  const token = await mintStreamToken(env.THREADBOX_TOKEN_SECRET, row.houseId, row.id, "stream:write", `runner:${spec.runId}`, streamTokenTtlSeconds(env));
+  // The box writes as the run's author (the authorship rule): the token's subject is that author.
+  const token = await mintStreamToken(env.THREADBOX_TOKEN_SECRET, row.houseId, row.id, "stream:write", row.brainId ?? `runner:${spec.runId}`, streamTokenTtlSeconds(env));
   const plan = runnerLaunch({
     harness: spec.harness,
     threadId: row.id,

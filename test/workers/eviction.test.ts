@@ -84,10 +84,8 @@ describe("WebSocket subscribers across hibernation", () => {
     expect(res.status).toBe(101);
     const ws = res.webSocket!;
     const got: string[] = [];
-    let wake: (() => void) | null = null;
     ws.addEventListener("message", (e) => {
       got.push((JSON.parse(e.data as string) as { payload: { text: string } }).payload.text);
-      wake?.();
     });
     ws.accept();
     const until = (n: number) => vi.waitFor(() => expect(got.length).toBeGreaterThanOrEqual(n), { timeout: 5000, interval: 10 });

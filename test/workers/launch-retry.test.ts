@@ -3,7 +3,7 @@
 import { describe, expect, it, vi } from "vitest";
 import { env, runInDurableObject } from "cloudflare:test";
 import type { ThreadActor } from "./test-worker";
-import { sharedTestProvider } from "../../src/sandbox/providers";
+import { sharedTestProvider } from "./register-test-provider";
 import { LABEL_RUN } from "../../src/sandbox/provider";
 import { unwrapRpc } from "../../src/actors/rpc";
 import type { LaunchStep } from "../../src/threads/launch-progress";
