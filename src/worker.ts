@@ -8,6 +8,7 @@ import {
 } from "./http/routes-threads";
 import { createEnvironmentRoute, execRoute, getEnvironmentRoute, listEnvironmentsRoute } from "./http/routes-environments";
 import { createSandboxRoute, deleteSandboxRoute, getSandboxRoute, listSandboxesRoute, reconcileRoute } from "./http/routes-sandboxes";
+import { createAgentRoute, deleteAgentRoute, getAgentRoute, listAgentsRoute, patchAgentRoute } from "./http/routes-agents";
 import { streamRoute, withPublicLocation } from "./http/routes-streams";
 import { CORS_HEADERS } from "./streams/protocol";
 
@@ -42,6 +43,11 @@ router
   .post("/api/threads/:id/stop", (req, env) => stopThreadRoute(req, env, req.params.id))
   .post("/api/threads/:id/delegate", (req, env) => delegateRoute(req, env, req.params.id))
   .post("/api/threads/:id/resume", (req, env) => resumeRoute(req, env, req.params.id))
+  .post("/api/agents", (req, env) => createAgentRoute(req, env))
+  .get("/api/agents", (req, env) => listAgentsRoute(req, env))
+  .get("/api/agents/:id", (req, env) => getAgentRoute(req, env, req.params.id))
+  .patch("/api/agents/:id", (req, env) => patchAgentRoute(req, env, req.params.id))
+  .delete("/api/agents/:id", (req, env) => deleteAgentRoute(req, env, req.params.id))
   .post("/api/environments", (req, env) => createEnvironmentRoute(req, env))
   .get("/api/environments", (req, env) => listEnvironmentsRoute(req, env))
   .get("/api/environments/:id", (req, env) => getEnvironmentRoute(req, env, req.params.id))

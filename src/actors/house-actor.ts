@@ -4,6 +4,9 @@ import type { ThreadStatus } from "../entries/schema";
 import type { ParentRef } from "../threads/thread-row";
 import type { BoxView } from "./sandbox-actor";
 import type { Environment } from "../environments";
+import { applyAgentPatch, type Agent, type AgentPatch } from "../agents";
+import { ApiError } from "../errors";
+import { settle } from "./rpc";
 
 export type ThreadSummary = {
   id: string;
@@ -31,6 +34,8 @@ export class HouseActor extends DurableObject<Env> {
       title text, environment_id text, box_id text, created_at text not null, updated_at text not null)`);
     ctx.storage.sql.exec(`create index if not exists threads_parent on threads(parent_kind, parent_id)`);
     ctx.storage.sql.exec(`create table if not exists environments (id text primary key, body text not null)`);
+    // `handle` is unique per house: it is what `@handle` in chat text resolves to.
+    ctx.storage.sql.exec(`create table if not exists agents (id text primary key, handle text not null unique, body text not null)`);
     ctx.storage.sql.exec(`create table if not exists boxes (id text primary key, ephemeral integer not null, state text not null, view text not null)`);
   }
 
@@ -67,6 +72,43 @@ export class HouseActor extends DurableObject<Env> {
 
   listEnvironments(): Environment[] {
     return this.ctx.storage.sql.exec(`select body from environments order by id`).toArray().map((r) => JSON.parse(r.body as string) as Environment);
+  }
+
+  async createAgent(a: Agent) {
+    return settle(() => {
+      if (this.agentByHandle(a.handle)) throw new ApiError("conflict", `handle @${a.handle} is taken in this house`);
+      this.ctx.storage.sql.exec(`insert into agents (id, handle, body) values (?, ?, ?)`, a.id, a.handle, JSON.stringify(a));
+      return a;
+    });
+  }
+
+  listAgents(): Agent[] {
+    return this.ctx.storage.sql.exec(`select body from agents order by handle`).toArray().map((r) => JSON.parse(r.body as string) as Agent);
+  }
+
+  getAgent(id: string): Agent | null {
+    const r = this.ctx.storage.sql.exec(`select body from agents where id = ?`, id).toArray()[0];
+    return r ? (JSON.parse(r.body as string) as Agent) : null;
+  }
+
+  async updateAgent(id: string, patch: AgentPatch, nowIso: string) {
+    return settle(() => {
+      const current = this.getAgent(id);
+      if (!current) throw new ApiError("not_found", "agent not found");
+      const next = applyAgentPatch(current, patch, nowIso);
+      const holder = this.agentByHandle(next.handle);
+      if (holder && holder !== id) throw new ApiError("conflict", `handle @${next.handle} is taken in this house`);
+      this.ctx.storage.sql.exec(`update agents set handle = ?, body = ? where id = ?`, next.handle, JSON.stringify(next), id);
+      return next;
+    });
+  }
+
+  deleteAgent(id: string): boolean {
+    return this.ctx.storage.sql.exec(`delete from agents where id = ?`, id).rowsWritten > 0;
+  }
+
+  private agentByHandle(handle: string): string | null {
+    return (this.ctx.storage.sql.exec(`select id from agents where handle = ?`, handle).toArray()[0]?.id as string | undefined) ?? null;
   }
 
   upsertBox(box: BoxView): void {
