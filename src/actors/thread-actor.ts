@@ -16,6 +16,9 @@ import type { DetachedHandle } from "../sandbox/provider";
 import { ThreadRowStore, publicThread, type ParentRef, type ThreadRow } from "../threads/thread-row";
 import type { ThreadSummary } from "./house-actor";
 import { settle, unwrapRpc } from "./rpc";
+import { DispatchService } from "./thread/dispatch";
+import type { Agent } from "../agents";
+import type { DispatchConfig, ThreadConfigPatch } from "../dispatch/config";
 
 /** Sent by the worker (never by a client: actors are not reachable from outside). */
 export type ActorAuth = { houseId: string; subject: string; canWrite: boolean };
@@ -32,6 +35,7 @@ export type CreateThreadInput = {
   title: string | null;
   brainId: string | null;
   createdBy: string;
+  dispatchConfig?: DispatchConfig;
 };
 
 type SocketState = { seq: number };
@@ -47,6 +51,7 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
   readonly outbox: Outbox;
   readonly longPollTimeoutMs: number;
   readonly liveness: LivenessConfig;
+  readonly dispatch: DispatchService;
   streamName = "";
   /** Tests shift the actor's clock instead of sleeping; always 0 in a deployment. */
   clockSkewMs = 0;
@@ -63,6 +68,28 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
     ctx.storage.sql.exec(`create table if not exists stream_owner (id integer primary key check (id = 1), house_id text not null)`);
     ctx.storage.sql.exec(`create table if not exists deadlines (name text primary key, at integer not null)`);
     this.longPollTimeoutMs = intVar(env.LONG_POLL_TIMEOUT_MS, 20_000);
+    const enc = new TextEncoder();
+    this.dispatch = new DispatchService({
+      sql: ctx.storage.sql,
+      env,
+      now: () => this.now(),
+      thread: () => this.rows.get()!,
+      append: (entries) => { this.appendEntriesInternal(entries.map((e) => ({ data: enc.encode(JSON.stringify(e)), entryId: e.id }))); },
+      recent: (count, upToSeq) => this.log.lastMessages(count, upToSeq).map(toEntryWithOffset),
+      house: (houseId) => {
+        const house = env.HOUSES.get(env.HOUSES.idFromName(houseId));
+        return {
+          listAgents: async () => (await house.listAgents()) as Agent[],
+          getAgent: async (id) => (await house.getAgent(id)) as Agent | null,
+          getEnvironment: async (id) => (await house.getEnvironment(id)) as Environment | null,
+        };
+      },
+    });
+    // Every write path (REST, the stream protocol, internal writes) goes through the log: a chat
+    // entry's dispatch trigger commits in the same transaction as the entry.
+    this.log.onAppendInTransaction = (fresh) => {
+      if (this.isThread() && this.dispatch.recordTriggers(fresh) > 0) this.settleNeeded = true;
+    };
     // What the house index last saw; a woken actor must not re-sync the index on its first request.
     const row = this.rows.get();
     if (row) this.statusBefore = `${row.status}|${row.statusReason}|${row.boxId}`;
@@ -140,6 +167,7 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
       };
       this.ctx.storage.transactionSync(() => {
         this.rows.insert(row);
+        if (input.dispatchConfig) this.dispatch.setConfig(input.dispatchConfig);
         this.log.create(`thread-${input.id}`, { contentType: "application/json", ttlSeconds: null, expiresAt: null, closed: false }, []);
       });
       await this.syncIndex();
@@ -159,7 +187,7 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
       const runId = crypto.randomUUID();
       const enc = new TextEncoder();
       const now = this.now();
-      const prompt: Entry = { id: `prompt:${runId}`, ts: now, authorId: spec.authorId, payload: { type: "chat", text: spec.task, origin: spec.resume ? "resume" : "task", runId } };
+      const prompt: Entry = { id: `prompt:${runId}`, ts: now, authorId: spec.authorId, payload: { type: "chat", text: spec.task, origin: spec.resume ? "resume" : "task", runId, dispatch: false } };
       const claim: Entry = { id: `claim:${runId}`, ts: now, authorId: "threadbox", payload: { type: "signal.thread.status_changed", status: "running", reason: "launching", runId, harness: spec.harness } };
       this.appendEntriesInternal([prompt, claim].map((e) => ({ data: enc.encode(JSON.stringify(e)), entryId: e.id })));
       const { authorId: _author, ...launch } = spec;
@@ -239,7 +267,45 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
       }
     }
     await this.drainOutbox(true);
+    await this.dispatch.onAlarm();
     await this.afterHandler();
+  }
+
+  // ---- dispatch (bots) ----
+
+  async getDispatchConfig(houseId: string) {
+    return settle(() => {
+      this.requireThread(houseId);
+      return { dispatch: this.dispatch.config() };
+    });
+  }
+
+  async patchDispatchConfig(houseId: string, patch: ThreadConfigPatch) {
+    return settle(() => {
+      this.requireThread(houseId);
+      return { dispatch: this.dispatch.patchConfig(patch) };
+    });
+  }
+
+  async dispatchDecisions(houseId: string, limit: number) {
+    return settle(() => {
+      this.requireThread(houseId);
+      return { decisions: this.dispatch.decisions(limit) };
+    });
+  }
+
+  /** `post_to_thread`: a bot's chat in this thread, written internally as that bot, carrying its depth. */
+  async postChat(houseId: string, p: { id: string; text: string; authorId: string; depth: number; sourceThreadId: string }) {
+    return settle(async () => {
+      this.requireThread(houseId);
+      const entry: Entry = {
+        id: p.id, ts: this.now(), authorId: p.authorId,
+        payload: { type: "chat", text: p.text, depth: p.depth, origin: "post_to_thread", sourceThreadId: p.sourceThreadId },
+      };
+      const outcome = this.appendEntriesInternal([{ data: new TextEncoder().encode(JSON.stringify(entry)), entryId: entry.id }]);
+      await this.afterHandler();
+      return { entryId: p.id, duplicate: outcome.appended[0]?.duplicate ?? false };
+    });
   }
 
   async getThread(houseId: string) {
@@ -563,7 +629,7 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
     const row = this.rows.get();
     if (!row) return;
     const { silenceAt, probeAt } = livenessDeadlines(row, this.probeState(), this.liveness);
-    const deadlines: [string, number | null][] = [["silence", silenceAt], ["probe", probeAt], ["outbox", this.outbox.nextAt()]];
+    const deadlines: [string, number | null][] = [["silence", silenceAt], ["probe", probeAt], ["outbox", this.outbox.nextAt()], ["dispatch", this.dispatch.nextDeadline()]];
     const sql = this.ctx.storage.sql;
     for (const [name, at] of deadlines) {
       if (at === null) sql.exec(`delete from deadlines where name = ?`, name);

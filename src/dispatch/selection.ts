@@ -109,7 +109,7 @@ export function afterGate(d: Decision, reply: boolean): Decision {
 }
 
 /** The depth a chat entry carries: a bot's reply says so; anything else starts a chain at 0. */
-export function entryDepth(payload: { depth?: unknown }): number {
+export function entryDepth(payload: { [k: string]: unknown }): number {
   const d = payload.depth;
   return typeof d === "number" && Number.isInteger(d) && d >= 0 ? Math.min(d, MAX_DEPTH) : 0;
 }

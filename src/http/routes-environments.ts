@@ -2,7 +2,7 @@ import { z } from "zod";
 import { ApiError, json } from "../errors";
 import type { Env } from "../env";
 import { authenticate, canWrite, houseWriter, requireHouse } from "../auth/authenticate";
-import { idSchema } from "../auth/tokens";
+import { idSchema, type HouseClaims } from "../auth/tokens";
 import { environmentInputSchema, publicEnvironment, type Environment } from "../environments";
 import { houseStub, newId, sandboxStub } from "./actors";
 import { unwrapRpc } from "../actors/rpc";
@@ -37,7 +37,7 @@ export async function getEnvironmentRoute(request: Request, env: Env, id: string
   return json(publicEnvironment(e));
 }
 
-const execSchema = z.object({
+export const execSchema = z.object({
   command: z.string().min(1).max(100_000),
   cwd: z.string().max(1000).optional(),
   timeoutSec: z.number().int().min(1).max(3600).default(120),
@@ -48,20 +48,20 @@ const execSchema = z.object({
  * created on first use. The environment's env vars apply; its secrets do not (output goes back
  * to the caller, and from a bot to a model).
  */
-export async function execRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
-  const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
-  const parsed = idSchema.safeParse(id);
-  if (!parsed.success) throw new ApiError("not_found", "environment not found");
-  const body = await readBody(request, execSchema);
+export type ExecBody = z.infer<typeof execSchema>;
+export type ExecResult = { boxId: string; exitCode: number; output: string };
+
+/** The route and the `run_command` tool both come here. */
+export async function runInEnvironment(env: Env, claims: HouseClaims, environmentId: string, body: ExecBody): Promise<ExecResult> {
   const house = houseStub(env, claims.houseId);
-  const e = (await house.getEnvironment(parsed.data)) as Environment | null;
+  const e = (await house.getEnvironment(environmentId)) as Environment | null;
   if (!e) throw new ApiError("not_found", "environment not found");
   if (!e.sharedBox) throw new ApiError("conflict", "this environment keeps no shared box (set sharedBox: true)");
   const provider = providerFor(env, e.provider);
   const box = await sharedBox(env, claims.houseId, e);
   try {
     const r = await provider.exec(box.providerRef, body.command, { cwd: body.cwd, env: e.env, timeoutSec: body.timeoutSec });
-    return json({ boxId: box.id, exitCode: r.exitCode, output: r.output });
+    return { boxId: box.id, exitCode: r.exitCode, output: r.output };
   } catch (err) {
     if (err instanceof ProviderError) {
       if (err.code === "timeout") throw new ApiError("command_timeout", `command did not finish within ${body.timeoutSec}s`);
@@ -69,6 +69,14 @@ export async function execRoute(request: Request, env: Env, id: string | undefin
     }
     throw err;
   }
+}
+
+export async function execRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
+  const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
+  const parsed = idSchema.safeParse(id);
+  if (!parsed.success) throw new ApiError("not_found", "environment not found");
+  const body = await readBody(request, execSchema);
+  return json(await runInEnvironment(env, claims, parsed.data, body));
 }
 
 async function sharedBox(env: Env, houseId: string, e: Environment): Promise<{ id: string; providerRef: string }> {

@@ -132,7 +132,9 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
     }
   }
 
-  const token = await mintStreamToken(env.THREADBOX_TOKEN_SECRET, row.houseId, row.id, "stream:write", `runner:${spec.runId}`, streamTokenTtlSeconds(env));
+  // The run writes as its brain (the delegating bot or person): the token's subject says so.
+  const subject = row.brainId ?? `runner:${spec.runId}`;
+  const token = await mintStreamToken(env.THREADBOX_TOKEN_SECRET, row.houseId, row.id, "stream:write", subject, streamTokenTtlSeconds(env));
   const plan = runnerLaunch({
     harness: spec.harness,
     threadId: row.id,
