@@ -31,7 +31,7 @@ export default defineConfig({
         test: {
           name: "workers",
           include: ["test/workers/**/*.test.ts"],
-          globalSetup: ["test/workers/sandbox-provider.setup.ts"],
+          globalSetup: ["test/workers/sandbox-provider.setup.ts", "test/workers/model-control.setup.ts"],
         },
       },
       {
