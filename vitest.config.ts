@@ -18,6 +18,7 @@ export default defineConfig({
                 PROBE_CONFIRM_MS: "5000",
                 THREADBOX_ALLOW_TEST_PROVIDER: "1",
                 STOP_GRACE_MS: "300",
+                DISPATCH_TURN_LEASE_MS: "1500",
                 // Explicit, so a developer's .dev.vars cannot change what the tests see.
                 THREADBOX_STREAM_URL: "",
                 // Local sandbox host started by test/workers/sandbox-provider.setup.ts

@@ -76,6 +76,8 @@ export class ThreadActor extends DurableObject<Env> implements StreamHost {
       thread: () => this.rows.get()!,
       append: (entries) => { this.appendEntriesInternal(entries.map((e) => ({ data: enc.encode(JSON.stringify(e)), entryId: e.id }))); },
       recent: (count, upToSeq) => this.log.lastMessages(count, upToSeq).map(toEntryWithOffset),
+      rearm: () => this.recomputeDeadlines(),
+      turnLeaseMs: intVar(env.DISPATCH_TURN_LEASE_MS, 60_000),
       house: (houseId) => {
         const house = env.HOUSES.get(env.HOUSES.idFromName(houseId));
         return {

@@ -27,6 +27,10 @@ export type DispatchPorts = {
     getAgent(id: string): Promise<Agent | null>;
     getEnvironment(id: string): Promise<Environment | null>;
   };
+  /** Re-arms the actor's alarm from persisted state (a running turn's lease is a deadline). */
+  rearm(): Promise<void>;
+  /** How long a running turn's lease lasts; an expired lease means its incarnation died. */
+  turnLeaseMs?: number;
   /** Swappable in tests; the real pi-ai loop and gate by default. */
   llm?: { runToolLoop: typeof runToolLoop; askGate: typeof askGate };
 };
@@ -40,7 +44,7 @@ type TurnRow = {
 export type DecisionRecord = { at: string; triggerEntryId: string; agentId: string; verdict: string; reason: DecisionReason; detail: string | null; turnId: string | null };
 
 /** A running turn renews this lease every round; an expired one belongs to a dead incarnation and is resumed. */
-export const TURN_LEASE_MS = 60_000;
+export const DEFAULT_TURN_LEASE_MS = 60_000;
 /** A turn interrupted this many times ends with an error entry instead of trying again. */
 export const MAX_TURN_ATTEMPTS = 3;
 const RECENT_CHAT = 40;
@@ -57,10 +61,12 @@ const enc = new TextEncoder();
 export class DispatchService {
   private readonly active = new Set<string>();
   private readonly llm: { runToolLoop: typeof runToolLoop; askGate: typeof askGate };
+  private readonly leaseMs: number;
 
   constructor(private readonly ports: DispatchPorts) {
     const sql = ports.sql;
     this.llm = ports.llm ?? { runToolLoop, askGate };
+    this.leaseMs = ports.turnLeaseMs ?? DEFAULT_TURN_LEASE_MS;
     sql.exec(`create table if not exists dispatch_config (id integer primary key check (id = 1), body text not null)`);
     sql.exec(`create table if not exists dispatch_triggers (
       entry_id text primary key, seq integer not null, author_id text, text text not null, depth integer not null, mentions text)`);
@@ -119,7 +125,7 @@ export class DispatchService {
     const sql = this.ports.sql;
     if (sql.exec(`select 1 from dispatch_triggers limit 1`).toArray().length > 0) return this.ports.now();
     const r = sql.exec(`select min(case when state = 'running' then updated_at + ? else run_at end) as at
-      from dispatch_turns where state in ('gate', 'pending', 'running')`, TURN_LEASE_MS).toArray()[0];
+      from dispatch_turns where state in ('gate', 'pending', 'running')`, this.leaseMs).toArray()[0];
     return (r?.at as number | null) ?? null;
   }
 
@@ -127,7 +133,7 @@ export class DispatchService {
     await this.decidePending();
     const now = this.ports.now();
     const due = this.turns(`state in ('gate', 'pending') and run_at <= ?`, now)
-      .concat(this.turns(`state = 'running' and updated_at + ? <= ?`, TURN_LEASE_MS, now))
+      .concat(this.turns(`state = 'running' and updated_at + ? <= ?`, this.leaseMs, now))
       .filter((t) => !this.active.has(t.id));
     await Promise.all(due.map((t) => this.runTurn(t)));
   }
@@ -238,6 +244,8 @@ export class DispatchService {
       const model = resolve(agent.model);
       if (!model.ok) return this.fail(turn, model.reason);
       this.setTurn(turn.id, { state: "running", attempts });
+      // If this incarnation dies mid-turn, the lease deadline wakes the next one to resume.
+      await this.ports.rearm();
       const progress = closeInterruptedCalls(turn.progress);
       if (progress.length !== turn.progress.length) {
         this.persist(turn, agent.id, progress.slice(turn.progress.length).map(toEvent), turn.progress.length, progress);
@@ -248,7 +256,8 @@ export class DispatchService {
         this.finish(turn, agent.id, last.text);
         return;
       }
-      const tools = buildTools(this.toolContext(row, agent, turn, environmentId ?? null), agent.tools);
+      // The model may come from the bot's own environment; the hands are always the thread's.
+      const tools = buildTools(this.toolContext(row, agent, turn, row.environmentId), agent.tools);
       let written = progress.length;
       const transcript = [...progress];
       let result: LoopResult;
