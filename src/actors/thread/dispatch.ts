@@ -326,7 +326,7 @@ export class DispatchService {
       if (e.payload.type !== "chat") continue;
       const text = String(e.payload.text ?? "");
       if (e.authorId === agent.id) out.push({ role: "assistant", text });
-      else out.push({ role: "user", text: `[${e.authorId ?? "someone"}] ${text}`, authorId: e.authorId });
+      else out.push({ role: "user", text, authorId: e.authorId ?? "someone" });
     }
     return out.slice(-RECENT_CHAT);
   }
