@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { call, chat, createThread, houseToken, post, readAll } from "./helpers";
+import { call, chat, createThread, houseToken, post, readAll, streamToken } from "./helpers";
 import { createAgent, decisions, MODEL_KEY, modelEnvironment, scriptedModel, waitForEntries } from "./dispatch-helpers";
 import { sharedTestProvider } from "../../src/sandbox/providers";
 import { abortAllDurableObjects } from "cloudflare:test";
@@ -120,6 +120,21 @@ describe("dispatch: a bot's turn", () => {
     const result = es.find((e) => e.payload.type === "pi.tool_result")!;
     expect(result.payload.isError).toBe(false);
     expect(String(result.payload.output)).toMatch(/no sandbox is bound to this thread/);
+  });
+
+  it("a chat written through the Durable Streams protocol (a stream token) wakes bots too", async () => {
+    const token = await houseToken("house-turn-stream");
+    const model = await scriptedModel([{ text: "heard you over the stream" }]);
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Bot", handle: "bot" });
+    const thread = await createThread(token, { environmentId: envId });
+    const r = await call(`/api/stream/thread-${thread.id}`, {
+      method: "POST", token: await streamToken("house-turn-stream", thread.id),
+      headers: { "content-type": "application/json" }, body: JSON.stringify({ payload: { type: "chat", text: "@bot ping" } }),
+    });
+    expect(r.status).toBe(204);
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).length === 1);
+    expect(chatsBy(es, bot.id)[0].payload.text).toBe("heard you over the stream");
   });
 
   it("the agent's tool allow-list is all the model is offered", async () => {
