@@ -104,7 +104,7 @@ describe("dispatch: a bot's turn", () => {
     const results = es.filter((e) => e.payload.type === "pi.tool_result");
     expect(results).toHaveLength(2);
     expect(results.every((r) => r.payload.isError === true)).toBe(true);
-    expect(String(results[1].payload.output)).toMatch(/invalid arguments/);
+    expect(String(results[1].payload.output)).toMatch(/invalid arguments/i);
     expect(chatsBy(es, bot.id)[0].payload.text).toBe("Sorry, fixed.");
   });
 
