@@ -8,6 +8,8 @@ export default defineConfig({
         plugins: [
           cloudflareTest(({ inject }) => ({
             wrangler: { configPath: "./wrangler.toml" },
+            // Production's entry plus test-only hooks (a movable clock): see the file.
+            main: "./test/workers/test-worker.ts",
             miniflare: {
               bindings: {
                 THREADBOX_ADMIN_SECRET: "test-admin-secret",

@@ -1,6 +1,6 @@
-import type { ThreadActor } from "./actors/thread-actor";
-import type { HouseActor } from "./actors/house-actor";
-import type { SandboxActor } from "./actors/sandbox-actor";
+import type { ThreadActor } from "./actors/thread/thread-actor";
+import type { HouseActor } from "./actors/house/house-actor";
+import type { SandboxActor } from "./actors/sandbox/sandbox-actor";
 
 export interface Env {
   THREADS: DurableObjectNamespace<ThreadActor>;

@@ -21,9 +21,9 @@ function withCors(res: Response): Response {
   return out;
 }
 
-export { ThreadActor } from "./actors/thread-actor";
-export { HouseActor } from "./actors/house-actor";
-export { SandboxActor } from "./actors/sandbox-actor";
+export { ThreadActor } from "./actors/thread/thread-actor";
+export { HouseActor } from "./actors/house/house-actor";
+export { SandboxActor } from "./actors/sandbox/sandbox-actor";
 
 type Req = Request & { params: Record<string, string> };
 

@@ -30,13 +30,13 @@ export async function createAgentRoute(request: Request, env: Env): Promise<Resp
 export async function listAgentsRoute(request: Request, env: Env): Promise<Response> {
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
   requireHouse(claims);
-  return json({ agents: await houseStub(env, claims.houseId).listAgents() });
+  return json({ agents: await unwrapRpc(houseStub(env, claims.houseId).listAgents()) });
 }
 
 export async function getAgentRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
   requireHouse(claims);
-  const agent = await houseStub(env, claims.houseId).getAgent(agentIdParam(id));
+  const agent = await unwrapRpc(houseStub(env, claims.houseId).getAgent(agentIdParam(id)));
   if (!agent) throw new ApiError("not_found", "agent not found");
   return json(agent);
 }
@@ -50,7 +50,6 @@ export async function patchAgentRoute(request: Request, env: Env, id: string | u
 
 export async function deleteAgentRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
   const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
-  const deleted = await houseStub(env, claims.houseId).deleteAgent(agentIdParam(id));
-  if (!deleted) throw new ApiError("not_found", "agent not found");
+  await unwrapRpc(houseStub(env, claims.houseId).deleteAgent(agentIdParam(id)));
   return new Response(null, { status: 204 });
 }

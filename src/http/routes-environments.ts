@@ -7,7 +7,7 @@ import { environmentInputSchema, publicEnvironment, type Environment } from "../
 import { houseStub, newId, sandboxStub } from "./actors";
 import { unwrapRpc } from "../actors/rpc";
 import { providerFor } from "../sandbox/providers";
-import { ProviderError } from "../sandbox/errors";
+import { providerApiError } from "../sandbox/api-errors";
 import { readBody } from "./body";
 
 export async function createEnvironmentRoute(request: Request, env: Env): Promise<Response> {
@@ -16,14 +16,14 @@ export async function createEnvironmentRoute(request: Request, env: Env): Promis
   if (!canWrite(claims) || claims.role === "bot") throw new ApiError("forbidden", "only owners and members configure environments");
   const input = await readBody(request, environmentInputSchema);
   const e: Environment = { ...input, id: input.id ?? newId("env_"), houseId: claims.houseId, createdAt: new Date().toISOString() };
-  await houseStub(env, claims.houseId).putEnvironment(e);
+  await unwrapRpc(houseStub(env, claims.houseId).putEnvironment(e));
   return json(publicEnvironment(e), 201);
 }
 
 export async function listEnvironmentsRoute(request: Request, env: Env): Promise<Response> {
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
   requireHouse(claims);
-  const list = (await houseStub(env, claims.houseId).listEnvironments()) as Environment[];
+  const list = (await unwrapRpc(houseStub(env, claims.houseId).listEnvironments())) as Environment[];
   return json({ environments: list.map(publicEnvironment) });
 }
 
@@ -32,7 +32,7 @@ export async function getEnvironmentRoute(request: Request, env: Env, id: string
   requireHouse(claims);
   const parsed = idSchema.safeParse(id);
   if (!parsed.success) throw new ApiError("not_found", "environment not found");
-  const e = (await houseStub(env, claims.houseId).getEnvironment(parsed.data)) as Environment | null;
+  const e = (await unwrapRpc(houseStub(env, claims.houseId).getEnvironment(parsed.data))) as Environment | null;
   if (!e) throw new ApiError("not_found", "environment not found");
   return json(publicEnvironment(e));
 }
@@ -54,7 +54,7 @@ export type ExecResult = { boxId: string; exitCode: number; output: string };
 /** The route and the `run_command` tool both come here. */
 export async function runInEnvironment(env: Env, claims: HouseClaims, environmentId: string, body: ExecBody): Promise<ExecResult> {
   const house = houseStub(env, claims.houseId);
-  const e = (await house.getEnvironment(environmentId)) as Environment | null;
+  const e = (await unwrapRpc(house.getEnvironment(environmentId))) as Environment | null;
   if (!e) throw new ApiError("not_found", "environment not found");
   if (!e.sharedBox) throw new ApiError("conflict", "this environment keeps no shared box (set sharedBox: true)");
   const provider = providerFor(env, e.provider);
@@ -63,11 +63,7 @@ export async function runInEnvironment(env: Env, claims: HouseClaims, environmen
     const r = await provider.exec(box.providerRef, body.command, { cwd: body.cwd, env: e.env, timeoutSec: body.timeoutSec });
     return { boxId: box.id, exitCode: r.exitCode, output: r.output };
   } catch (err) {
-    if (err instanceof ProviderError) {
-      if (err.code === "timeout") throw new ApiError("command_timeout", `command did not finish within ${body.timeoutSec}s`);
-      throw new ApiError("provider_unavailable", `sandbox provider: ${err.code}`);
-    }
-    throw err;
+    throw providerApiError(err, { timeoutSec: body.timeoutSec });
   }
 }
 
@@ -92,14 +88,13 @@ async function sharedBox(env: Env, houseId: string, e: Environment): Promise<{ i
       snapshot: e.snapshot, image: e.image, egress: e.egress,
     });
   } catch (err) {
-    if (err instanceof ProviderError) throw new ApiError("provider_unavailable", `sandbox provider: ${err.code}`);
-    throw err;
+    throw providerApiError(err);
   }
   const boxId = newId("box_");
   const view = await unwrapRpc(sandboxStub(env, boxId).register({
     boxId, houseId, provider: e.provider, providerRef: info.ref, ephemeral: false, labels: info.labels,
   }));
-  const winner = (await houseStub(env, houseId).claimSharedBox(e.id, boxId, e.sharedBoxId ?? null)) as string | null;
+  const winner = (await unwrapRpc(houseStub(env, houseId).claimSharedBox(e.id, boxId, e.sharedBoxId ?? null))) as string | null;
   if (winner && winner !== boxId) {
     await unwrapRpc(sandboxStub(env, boxId).destroy(houseId, true)).catch(() => {});
     const other = await unwrapRpc(sandboxStub(env, winner).view(houseId));

@@ -5,7 +5,7 @@ import { authenticate, houseWriter, requireHouse } from "../auth/authenticate";
 import { idSchema } from "../auth/tokens";
 import { LABEL_EPHEMERAL, LABEL_ENVIRONMENT, LABEL_HOUSE } from "../sandbox/provider";
 import { providerFor } from "../sandbox/providers";
-import { ProviderError } from "../sandbox/errors";
+import { providerApiError } from "../sandbox/api-errors";
 import { houseStub, newId, sandboxStub } from "./actors";
 import { readBody } from "./body";
 import { unwrapRpc } from "../actors/rpc";
@@ -35,7 +35,7 @@ export async function listSandboxesRoute(request: Request, env: Env): Promise<Re
   const q = listSchema.safeParse(Object.fromEntries(new URL(request.url).searchParams));
   if (!q.success) throw new ApiError("validation_failed", "state must be provisioning|live|dead|deleted, ephemeral true|false");
   const ephemeral = q.data.ephemeral === undefined ? undefined : q.data.ephemeral === "true";
-  const boxes = await houseStub(env, claims.houseId).listBoxes({ state: q.data.state, ephemeral });
+  const boxes = await unwrapRpc(houseStub(env, claims.houseId).listBoxes({ state: q.data.state, ephemeral }));
   return json({ sandboxes: boxes });
 }
 
@@ -53,8 +53,7 @@ export async function createSandboxRoute(request: Request, env: Env): Promise<Re
       snapshot: body.snapshot, image: body.image,
     });
   } catch (err) {
-    if (err instanceof ProviderError) throw new ApiError("provider_unavailable", `sandbox provider: ${err.code}`);
-    throw err;
+    throw providerApiError(err);
   }
   const boxId = newId("box_");
   const view = await unwrapRpc(sandboxStub(env, boxId).register({
@@ -66,7 +65,7 @@ export async function createSandboxRoute(request: Request, env: Env): Promise<Re
 /** Cold-row sweep: every box that claims to be live is probed twice; what is dead is settled. */
 export async function reconcileRoute(request: Request, env: Env): Promise<Response> {
   const claims = await houseClaims(request, env, true);
-  const live = await houseStub(env, claims.houseId).listBoxes({ state: "live" });
+  const live = await unwrapRpc(houseStub(env, claims.houseId).listBoxes({ state: "live" }));
   const results: { id: string; verdict: string; dead: boolean }[] = [];
   for (const box of live) {
     const stub = sandboxStub(env, box.id);

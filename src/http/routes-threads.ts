@@ -7,8 +7,9 @@ import { initialDispatchConfig } from "../dispatch/config";
 import { idSchema, mintStreamToken, type HouseClaims, STREAM_SCOPES, streamTokenTtlSeconds } from "../auth/tokens";
 import { readBody, readJson } from "./body";
 import { houseStub, newId, threadStub } from "./actors";
-import { AUTH_HEADER, TARGET_HEADER, type ActorAuth, type StreamTarget } from "../actors/thread-actor";
+import { AUTH_HEADER, TARGET_HEADER, type ActorAuth, type StreamTarget } from "../actors/thread/thread-actor";
 import { unwrapRpc } from "../actors/rpc";
+import { idempotencyKey, idempotentThreadId, requestFingerprint } from "../threads/idempotency";
 import type { EntryWithOffset } from "../entries/schema";
 import type { Environment } from "../environments";
 import type { HarnessName } from "../sandbox/harness";
@@ -41,7 +42,7 @@ function threadIdParam(raw: string | undefined): string {
 export type CreateThreadBody = z.infer<typeof createThreadSchema>;
 
 /** The one way a thread is made: the route and the `create_thread` tool (as the bot) both come here. */
-export async function createThread(env: Env, claims: HouseClaims, body: CreateThreadBody) {
+export async function createThread(env: Env, claims: HouseClaims, body: CreateThreadBody, idem?: { key: string }) {
   const parent = body.parent ?? { kind: "none" as const };
   if (parent.kind !== "none" && !parent.id) throw new ApiError("validation_failed", "parent.id is required unless parent.kind is none");
   let environmentId = body.environmentId ?? null;
@@ -50,14 +51,15 @@ export async function createThread(env: Env, claims: HouseClaims, body: CreateTh
     const parentRow = await unwrapRpc(threadStub(env, parent.id!).getThread(claims.houseId));
     environmentId = environmentId ?? parentRow.environmentId;
   }
-  if (parent.kind === "agent" && !(await houseStub(env, claims.houseId).getAgent(parent.id!))) {
+  if (parent.kind === "agent" && !(await unwrapRpc(houseStub(env, claims.houseId).getAgent(parent.id!)))) {
     throw new ApiError("not_found", "agent not found");
   }
-  const id = newId("th_");
+  const id = idem ? await idempotentThreadId(claims.houseId, claims.subject, idem.key) : newId("th_");
   const parentRef = { kind: parent.kind, id: parent.id ?? null };
   return unwrapRpc(threadStub(env, id).createThread({
     id, houseId: claims.houseId, parent: parentRef, environmentId,
     title: body.title ?? null, brainId: body.brainId ?? null, createdBy: claims.subject,
+    requestFingerprint: idem ? await requestFingerprint(body) : null,
     dispatchConfig: initialDispatchConfig(parentRef),
   }));
 }
@@ -65,8 +67,10 @@ export async function createThread(env: Env, claims: HouseClaims, body: CreateTh
 export async function createThreadRoute(request: Request, env: Env): Promise<Response> {
   const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
   const body = await readBody(request, createThreadSchema);
-  const row = await createThread(env, claims, body);
-  return json(row, 201, { location: `/api/threads/${row.id}` });
+  const key = idempotencyKey(request);
+  const { thread, created } = await createThread(env, claims, body, key === null ? undefined : { key });
+  // A retry with the same Idempotency-Key answers the row it created the first time.
+  return json(thread, created ? 201 : 200, { location: `/api/threads/${thread.id}`, ...(created ? {} : { "idempotent-replayed": "true" }) });
 }
 
 export async function getThreadRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
@@ -85,7 +89,7 @@ export async function listThreadsRoute(request: Request, env: Env): Promise<Resp
   let parentId: string | undefined;
   if (q.data.parent === "none") parentKind = "none";
   else if (q.data.parent) parentId = q.data.parent;
-  const threads = await houseStub(env, claims.houseId).listThreads({ parentKind, parentId, status: q.data.status, limit: q.data.limit, before: q.data.before });
+  const threads = await unwrapRpc(houseStub(env, claims.houseId).listThreads({ parentKind, parentId, status: q.data.status, limit: q.data.limit, before: q.data.before }));
   return json({ threads });
 }
 
@@ -177,7 +181,7 @@ const resumeSchema = z.object({
 
 /** The coding agent an environment runs; a missing environment is the caller's 404. */
 async function environmentHarness(env: Env, houseId: string, environmentId: string): Promise<HarnessName> {
-  const e = (await houseStub(env, houseId).getEnvironment(environmentId)) as Environment | null;
+  const e = (await unwrapRpc(houseStub(env, houseId).getEnvironment(environmentId))) as Environment | null;
   if (!e) throw new ApiError("not_found", "environment not found");
   return e.harness;
 }
@@ -197,7 +201,7 @@ export async function delegateTask(env: Env, claims: HouseClaims, parentId: stri
   const childId = newId("th_");
   await unwrapRpc(threadStub(env, childId).createThread({
     id: childId, houseId: claims.houseId, parent: { kind: "thread", id: parentId }, environmentId: environmentId ?? null,
-    title: body.title ?? body.task.slice(0, 120), brainId: claims.subject, createdBy: claims.subject,
+    title: body.title ?? body.task.slice(0, 120), brainId: claims.subject, createdBy: claims.subject, requestFingerprint: null,
   }));
   const { runId, status } = await unwrapRpc(threadStub(env, childId).startRun(claims.houseId, {
     task: body.task, harness, model: body.model, repo: body.repo, branch: body.branch, authorId: claims.subject, resume: false,

@@ -1,4 +1,5 @@
 /** Box-side configuration from the environment (names in docs/CONTRACTS.md). */
+import { BOX_ENV } from "../domain/box-layout";
 
 export interface BoxConfig {
   threadId: string;
@@ -25,19 +26,19 @@ function num(v: string | undefined, dflt: number): number {
 
 /** Returns the config, or the list of missing required variables. */
 export function readBoxConfig(env: Record<string, string | undefined>): BoxConfig | { missing: string[] } {
-  const missing = ["THREADBOX_THREAD_ID", "THREADBOX_STREAM_URL", "THREADBOX_STREAM_TOKEN"].filter((k) => !env[k]);
+  const missing = [BOX_ENV.threadId, BOX_ENV.streamUrl, BOX_ENV.streamToken].filter((k) => !env[k]);
   if (missing.length) return { missing };
-  const nextIdx = env.THREADBOX_MIRROR_NEXT_INDEX;
+  const nextIdx = env[BOX_ENV.mirrorNextIndex];
   return {
-    threadId: env.THREADBOX_THREAD_ID!,
-    streamUrl: env.THREADBOX_STREAM_URL!,
-    token: env.THREADBOX_STREAM_TOKEN!,
-    authorId: env.THREADBOX_AUTHOR_ID || undefined,
-    runId: env.THREADBOX_RUN_ID || undefined,
+    threadId: env[BOX_ENV.threadId]!,
+    streamUrl: env[BOX_ENV.streamUrl]!,
+    token: env[BOX_ENV.streamToken]!,
+    authorId: env[BOX_ENV.authorId] || undefined,
+    runId: env[BOX_ENV.runId] || undefined,
     mirrorNextIndex: nextIdx !== undefined && nextIdx !== "" && Number.isInteger(Number(nextIdx)) ? Number(nextIdx) : undefined,
-    heartbeatMs: num(env.THREADBOX_HEARTBEAT_MS, 5_000),
-    runawayMs: num(env.THREADBOX_RUNAWAY_MS, THREE_DAYS_MS),
-    killGraceMs: num(env.THREADBOX_KILL_GRACE_MS, 10_000),
-    flushTimeoutMs: num(env.THREADBOX_FLUSH_TIMEOUT_MS, 15_000),
+    heartbeatMs: num(env[BOX_ENV.heartbeatMs], 5_000),
+    runawayMs: num(env[BOX_ENV.runawayMs], THREE_DAYS_MS),
+    killGraceMs: num(env[BOX_ENV.killGraceMs], 10_000),
+    flushTimeoutMs: num(env[BOX_ENV.flushTimeoutMs], 15_000),
   };
 }

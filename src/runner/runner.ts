@@ -22,6 +22,7 @@ import { getCodingAgent } from "../sandbox/harness/index";
 import { finishedSignalId } from "../sandbox/harness/pi";
 import type { ThreadEntry } from "../sandbox/harness/types";
 import { readBoxConfig } from "./config";
+import { runnerPidPath } from "../domain/box-layout";
 import { TokenKeeper, renewUrlFor } from "./token-keeper";
 import { postHeartbeat, readThread, sleep, StreamWriter, threadStreamUrl, type WireEntry } from "./stream-writer";
 
@@ -237,7 +238,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
 
 /** Where the runner of a thread's current run records its pid, HOME-relative in the box. */
 export function runnerPidFile(threadId: string): string {
-  return join(homedir(), ".threadbox", `runner-${threadId}.pid`);
+  return join(homedir(), runnerPidPath(threadId));
 }
 
 const isMain = (() => {

@@ -6,6 +6,7 @@
 //   does not check the upload's HTTP status).
 import { Daytona, type Sandbox } from "@daytonaio/sdk";
 import { ProviderError, toProviderError } from "./errors";
+import { errorMessage, logEvent } from "../domain/log-event";
 import { classifySandboxState, type Liveness } from "./state";
 import {
   autoStopMinutes,
@@ -92,7 +93,7 @@ export class DaytonaProvider implements SandboxProvider {
         const r = await this.exec(sb.id, step, { timeoutSec: 900 });
         if (r.exitCode !== 0) {
           // A half-provisioned box is useless and would leak: remove it before failing.
-          await this.delete(sb.id).catch(() => {});
+          await this.delete(sb.id).catch((err) => logEvent("box_cleanup_failed", { ref: sb.id, error: errorMessage(err) }, "warn"));
           throw new ProviderError("bad_request", `install step failed (exit ${r.exitCode}): ${step}\n${r.output.slice(-2000)}`);
         }
       }

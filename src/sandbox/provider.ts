@@ -174,6 +174,4 @@ export function autoStopMinutes(runawayGuardMs = DEFAULT_RUNAWAY_GUARD_MS, buffe
 }
 
 /** Single-quotes a string for bash. */
-export function shQuote(s: string): string {
-  return `'${s.replace(/'/g, `'\\''`)}'`;
-}
+export { shq as shQuote } from "../domain/shell";

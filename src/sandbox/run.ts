@@ -1,6 +1,7 @@
 import { getCodingAgent, runnerLaunch, type HarnessName } from "./harness";
 import type { ThreadEntry } from "./harness/types";
 import type { SandboxProvider } from "./provider";
+import { errorMessage, logEvent } from "../domain/log-event";
 
 export type RunOptions = {
   provider: SandboxProvider;
@@ -84,6 +85,8 @@ export async function run(o: RunOptions): Promise<RunResult> {
     if (outcome.entries.length > 0) await post(url, o.streamToken, outcome.entries);
     return { status: outcome.status, reason: outcome.reason, exitCode: exec.exitCode, boxRef: ref, finishedBy: outcome.alreadyFinished ? "already-on-thread" : "host" };
   } finally {
-    if (created) await o.provider.delete(ref).catch(() => {});
+    if (created) {
+      await o.provider.delete(ref).catch((err) => logEvent("box_cleanup_failed", { ref, error: errorMessage(err) }, "warn"));
+    }
   }
 }

@@ -1,3 +1,5 @@
+import { PI_PACKAGE, PI_VERSION } from "../domain/pi-install";
+
 // Snapshot-first box creation: the snapshot has the harness pre-installed; without it a box is
 // built from the fallback image and the same install steps run at create time (slower, same result).
 
@@ -5,12 +7,13 @@
 export const DEFAULT_HARNESS_SNAPSHOT = "threadbox-harness-v1";
 /** Base image used when the snapshot is missing (and as the snapshot's own base). */
 export const DEFAULT_FALLBACK_IMAGE = "node:22-bookworm-slim";
-/** pi version the harness pins (kept in step with package.json's devDependency). */
-export const DEFAULT_PI_VERSION = "0.87.1";
+/** pi version the harness pins. */
+export const DEFAULT_PI_VERSION = PI_VERSION;
 
 /** Shell steps that install the default harness into a box (run as the box user, HOME-relative prefix). */
 export function harnessInstallSteps(piVersion = DEFAULT_PI_VERSION): string[] {
-  return [`npm install -g --prefix "$HOME/.local" @earendil-works/pi-coding-agent@${piVersion}`];
+  // `scripts/snapshot.mjs` rewrites this prefix to /usr/local for the snapshot image.
+  return [`npm install -g --prefix "$HOME/.local" ${PI_PACKAGE}@${piVersion}`];
 }
 
 export interface SnapshotChoice {

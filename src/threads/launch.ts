@@ -8,6 +8,8 @@ import { DEFAULT_FALLBACK_IMAGE, DEFAULT_HARNESS_SNAPSHOT } from "../sandbox/sna
 import { mirrorNextIndex, rebuildPiSession, runnerLaunch, type HarnessName } from "../sandbox/harness";
 import { BUNDLES } from "../runner/bundles.generated";
 import type { ThreadRow } from "./thread-row";
+import { shq } from "../domain/shell";
+import { PI_AGENT_DIR, WORK_DIR, runDir } from "../domain/box-layout";
 
 export type LaunchSpec = {
   runId: string;
@@ -36,12 +38,6 @@ export type LaunchDeps = {
   alive(): void;
 };
 
-const WORK_DIR = "work";
-const PI_AGENT_DIR = ".threadbox/pi-agent";
-
-function shq(s: string): string {
-  return `'${s.replace(/'/g, `'\\''`)}'`;
-}
 
 /**
  * Puts a run in motion: a box (reused on resume when it is still alive, else a fresh ephemeral
@@ -125,7 +121,7 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
       // A fresh box: rebuild a loadable session from the thread (the prompt of this run is not part of it).
       const history = entries.slice(0, lastIndexOf(entries, (e) => e.payload.type === "signal.thread.status_changed" && e.payload.status === "running"));
       const rebuilt = rebuildPiSession(history as never, { cwd: `${home}/${cwd}` });
-      sessionFile = `.threadbox/runs/${spec.runId}/session.jsonl`;
+      sessionFile = `${runDir(spec.runId)}/session.jsonl`;
       uploads.push({ path: sessionFile, content: rebuilt.jsonl });
       nextIndex = rebuilt.messageCount;
       session = "rebuilt";

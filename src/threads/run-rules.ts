@@ -30,3 +30,19 @@ export function decideSignal(row: Pick<ThreadRow, "status">, entry: Entry, nowMs
   if (isTerminal(row.status)) return null;
   return { status: TERMINAL[status], statusReason: status, statusDetail: reason };
 }
+
+/**
+ * The running thread's `detail`: where the run is between the claim and its finished-signal, from
+ * the control plane's own milestone entries. Null: the entry changes nothing.
+ */
+export function decideDetail(row: Pick<ThreadRow, "status">, entry: Entry): string | null {
+  if (row.status !== "running") return null;
+  const p = entry.payload;
+  if (p.type === "signal.thread.box_assigned" && typeof p.boxId === "string") return `preparing box ${p.boxId}`;
+  if (p.type === "signal.run.launched") {
+    const harness = typeof p.harness === "string" ? p.harness : "harness";
+    const box = typeof p.boxId === "string" ? ` on box ${p.boxId}` : "";
+    return `${harness} running${box}`;
+  }
+  return null;
+}

@@ -1,8 +1,8 @@
 // Pure decision rules of the run lifecycle, without a runtime.
 import { describe, expect, it } from "vitest";
 import { decideLiveness, foldProbe, livenessDeadlines, type LivenessConfig, type ProbeState } from "../../src/threads/liveness";
-import { decideSignal, isTerminal } from "../../src/threads/run-rules";
-import { deleteRetryDelayMs, shouldReap } from "../../src/actors/sandbox-decisions";
+import { decideDetail, decideSignal, isTerminal } from "../../src/threads/run-rules";
+import { deleteRetryDelayMs, shouldReap } from "../../src/actors/sandbox/sandbox-decisions";
 import type { ThreadRow } from "../../src/threads/thread-row";
 
 const cfg: LivenessConfig = { orphanSilenceMs: 300_000, probeIntervalMs: 60_000, probeConfirmMs: 5_000 };
@@ -71,6 +71,16 @@ describe("finished-signals", () => {
     expect(decideSignal({ status: "completed" }, signal("running"), T0)).toMatchObject({ status: "running" });
     expect(decideSignal({ status: "running" }, { id: "c", ts: T0, payload: { type: "chat", text: "hi" } }, T0)).toBeNull();
     expect([isTerminal("completed"), isTerminal("failed"), isTerminal("running"), isTerminal("idle")]).toEqual([true, true, false, false]);
+  });
+});
+
+describe("run detail", () => {
+  const entry = (payload: Record<string, unknown>) => ({ id: "e", ts: T0, payload: payload as { type: string } });
+  it("names the milestone a running thread reached, and nothing once it is settled", () => {
+    expect(decideDetail({ status: "running" }, entry({ type: "signal.thread.box_assigned", boxId: "box_1" }) as never)).toBe("preparing box box_1");
+    expect(decideDetail({ status: "running" }, entry({ type: "signal.run.launched", harness: "codex", boxId: "box_1" }) as never)).toBe("codex running on box box_1");
+    expect(decideDetail({ status: "completed" }, entry({ type: "signal.run.launched", harness: "pi" }) as never)).toBeNull();
+    expect(decideDetail({ status: "running" }, entry({ type: "chat", text: "hi" }) as never)).toBeNull();
   });
 });
 

@@ -1,6 +1,6 @@
 import { describe, expect, it, vi } from "vitest";
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
-import type { ThreadActor } from "../../src/actors/thread-actor";
+import type { ThreadActor } from "./test-worker";
 import { sharedTestProvider } from "../../src/sandbox/providers";
 import { call, chat, createThread, houseToken, post, readAll } from "./helpers";
 
@@ -35,7 +35,7 @@ async function box(token: string, id: string) {
 /** Moves the thread's clock forward and runs its alarm, as if that much time had passed. */
 async function advance(threadId: string, ms: number) {
   const stub = threadStub(threadId);
-  await runInDurableObject(stub, (actor: ThreadActor) => { actor.clockSkewMs += ms; });
+  await runInDurableObject(stub, (actor: ThreadActor) => { actor.advanceClock(ms); });
   return runDurableObjectAlarm(stub);
 }
 
@@ -94,7 +94,7 @@ describe("run state machine", () => {
     await claim(token, t.id);
     const before = (await readAll(token, t.id)).entries.length;
     for (let i = 0; i < 12; i++) {
-      await runInDurableObject(threadStub(t.id), (a: ThreadActor) => { a.clockSkewMs += SILENCE_MS / 2; });
+      await runInDurableObject(threadStub(t.id), (a: ThreadActor) => { a.advanceClock(SILENCE_MS / 2); });
       const hb = await call(`/api/stream/thread-${t.id}`, { method: "POST", token, json: { payload: { type: "signal.heartbeat" } } });
       expect(hb.status).toBe(204);
       await runDurableObjectAlarm(threadStub(t.id));
@@ -212,7 +212,7 @@ describe("idle reaping", () => {
     v = await box(token, b.id);
     expect(v.state).toBe("deleted");
     // A late detach (the terminal path running again) does not delete twice.
-    await runInDurableObject(threadStub(t2.id), (a: ThreadActor) => a.outbox.enqueue("detach-again", "detach", { boxId: b.id }, a.now()));
+    await runInDurableObject(threadStub(t2.id), (a: ThreadActor) => a.testEnqueue("detach-again", "detach", { boxId: b.id, keepBox: false }));
     await runDurableObjectAlarm(threadStub(t2.id));
     const deletes = provider.calls.filter((c) => c.op === "delete" && c.ref === b.providerRef);
     expect(deletes.length).toBe(2); // the failed attempt and the one that succeeded
@@ -246,10 +246,10 @@ describe("parent notification", () => {
     await post(token, child.id, signal("completed"));
     await post(token, child.id, signal("completed")); // a second finished-signal
     await runInDurableObject(threadStub(child.id), (a: ThreadActor) => {
-      const runKey = a.rows.get()!.runStartedAt;
-      a.outbox.enqueue(`notify_parent:${runKey}:again`, "notify_parent", {
+      const runKey = a.testRow()!.runStartedAt!;
+      a.testEnqueue(`notify_parent:${runKey}:again`, "notify_parent", {
         parentId: parent.id, runKey, status: "completed", reason: null, resultText: "the answer is 42", brainId: "bot-brain",
-      }, a.now());
+      });
     });
     await runDurableObjectAlarm(threadStub(child.id));
     const entries = (await readAll(token, parent.id)).entries;

@@ -25,7 +25,7 @@ export function threadTools(ctx: ToolContext): ToolSpec[] {
       },
       args: createThreadSchema.omit({ brainId: true }),
       async run(args) {
-        const t = await createThread(ctx.env, ctx.claims, args);
+        const { thread: t } = await createThread(ctx.env, ctx.claims, args);
         return JSON.stringify({ id: t.id, title: t.title, environmentId: t.environmentId });
       },
     }),
@@ -35,7 +35,7 @@ export function threadTools(ctx: ToolContext): ToolSpec[] {
       parameters: { type: "object", properties: { limit: { type: "integer", minimum: 1, maximum: 100 } }, additionalProperties: false },
       args: z.object({ limit: z.number().int().min(1).max(100).default(20) }).strict(),
       async run(args) {
-        const list = await houseStub(ctx.env, ctx.claims.houseId).listThreads({ limit: args.limit });
+        const list = await unwrapRpc(houseStub(ctx.env, ctx.claims.houseId).listThreads({ limit: args.limit }));
         return JSON.stringify(list.map((t) => ({ id: t.id, title: t.title, status: t.status, parent: t.parent })));
       },
     }),

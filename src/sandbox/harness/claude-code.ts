@@ -8,7 +8,7 @@
  * Pure.
  */
 import { decideOutcome } from "./outcome";
-import { npmInstall } from "./pi";
+import { npmInstall } from "../../domain/pi-install";
 import { parseJsonLine } from "./types";
 import type { CodingAgent, HarnessCommand, HarnessParser, StartOptions, StopReason, ThreadEntry } from "./types";
 

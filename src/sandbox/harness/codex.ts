@@ -8,7 +8,7 @@
  * the turn went on with a tool (`toolUse`) or ended (`stop`). Pure.
  */
 import { decideOutcome } from "./outcome";
-import { npmInstall } from "./pi";
+import { npmInstall } from "../../domain/pi-install";
 import { parseJsonLine } from "./types";
 import type { CodingAgent, HarnessCommand, HarnessParser, StartOptions, ThreadEntry } from "./types";
 

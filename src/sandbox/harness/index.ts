@@ -8,7 +8,10 @@
  */
 import { claudeCodeAgent } from "./claude-code";
 import { codexAgent } from "./codex";
-import { piAgent, PI_PREFIX } from "./pi";
+import { piAgent } from "./pi";
+import { PI_PREFIX } from "../../domain/pi-install";
+import { shq } from "../../domain/shell";
+import { BOX_DIR, BOX_ENV, MIRROR_PATH, RUNNER_PATH, runDir as runDirOf } from "../../domain/box-layout";
 import type { CodingAgent, HarnessName } from "./types";
 
 export * from "./types";
@@ -43,9 +46,7 @@ export function getCodingAgent(name: string): CodingAgent {
 }
 
 /** Box-side layout, relative to the box user's HOME (Daytona uploads are HOME-relative). */
-export const BOX_DIR = ".threadbox";
-export const RUNNER_PATH = `${BOX_DIR}/runner.mjs`;
-export const MIRROR_PATH = `${BOX_DIR}/mirror.mjs`;
+export { BOX_DIR, RUNNER_PATH, MIRROR_PATH };
 /** local build outputs of scripts/build-runner.mjs that get uploaded to the paths above */
 export const RUNNER_BUNDLE = "dist/runner/runner.mjs";
 export const MIRROR_BUNDLE = "dist/runner/mirror.mjs";
@@ -90,11 +91,10 @@ export interface RunnerLaunch {
   logPath: string;
 }
 
-const shq = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
 
 export function runnerLaunch(o: RunnerLaunchOptions): RunnerLaunch {
   const agent = getCodingAgent(o.harness ?? "pi");
-  const runDir = `${BOX_DIR}/runs/${o.runId}`;
+  const runDir = runDirOf(o.runId);
   const promptPath = `${runDir}/prompt.txt`;
   const logPath = `${runDir}/runner.log`;
   const args: string[] = ["--harness", agent.name, "--prompt-file", `$HOME/${promptPath}`];
@@ -120,15 +120,15 @@ export function runnerLaunch(o: RunnerLaunchOptions): RunnerLaunch {
   }
   const env: Record<string, string> = {
     ...(o.env ?? {}),
-    THREADBOX_THREAD_ID: o.threadId,
-    THREADBOX_STREAM_URL: o.streamUrl,
-    THREADBOX_STREAM_TOKEN: o.streamToken,
-    THREADBOX_RUN_ID: o.runId,
+    [BOX_ENV.threadId]: o.threadId,
+    [BOX_ENV.streamUrl]: o.streamUrl,
+    [BOX_ENV.streamToken]: o.streamToken,
+    [BOX_ENV.runId]: o.runId,
   };
-  if (o.authorId) env.THREADBOX_AUTHOR_ID = o.authorId;
-  if (o.mirrorNextIndex !== undefined) env.THREADBOX_MIRROR_NEXT_INDEX = String(o.mirrorNextIndex);
-  if (o.heartbeatMs !== undefined) env.THREADBOX_HEARTBEAT_MS = String(o.heartbeatMs);
-  if (o.runawayMs !== undefined) env.THREADBOX_RUNAWAY_MS = String(o.runawayMs);
+  if (o.authorId) env[BOX_ENV.authorId] = o.authorId;
+  if (o.mirrorNextIndex !== undefined) env[BOX_ENV.mirrorNextIndex] = String(o.mirrorNextIndex);
+  if (o.heartbeatMs !== undefined) env[BOX_ENV.heartbeatMs] = String(o.heartbeatMs);
+  if (o.runawayMs !== undefined) env[BOX_ENV.runawayMs] = String(o.runawayMs);
   const command =
     `mkdir -p "$HOME/${runDir}" && cd "$HOME" && PATH="${PI_PREFIX}/bin:$PATH" ` +
     `node "$HOME/${RUNNER_PATH}" ${args.join(" ")} >> "$HOME/${logPath}" 2>&1`;

@@ -13,19 +13,8 @@ import type {
   ThreadEntry,
 } from "./types";
 
-export const PI_PACKAGE = "@earendil-works/pi-coding-agent";
-export const PI_VERSION = "0.87.1";
-/** npm prefix under HOME (the box user is not root) */
-export const PI_PREFIX = "$HOME/.threadbox/npm";
-
-/** How a harness published on npm gets into a box: a user-level prefix (boxes are not root). */
-export function npmInstall(pkg: string, check: string): { check: string; command: string; binDir: string } {
-  return {
-    check: `PATH="${PI_PREFIX}/bin:$PATH" ${check}`,
-    command: `mkdir -p "${PI_PREFIX}" && npm install -g --prefix "${PI_PREFIX}" --no-audit --no-fund ${pkg}`,
-    binDir: `${PI_PREFIX}/bin`,
-  };
-}
+import { piInstall } from "../../domain/pi-install";
+export { PI_PACKAGE, PI_VERSION, PI_PREFIX, npmInstall } from "../../domain/pi-install";
 
 const STOP_REASONS: StopReason[] = ["stop", "length", "toolUse", "error", "aborted"];
 
@@ -174,7 +163,7 @@ export function buildPiCommand(opts: PiCommandOptions): HarnessCommand {
 export const piAgent: CodingAgent = {
   name: "pi",
   bin: "pi",
-  install: npmInstall(`${PI_PACKAGE}@${PI_VERSION}`, `pi --version 2>/dev/null | grep -q '${PI_VERSION}'`),
+  install: piInstall(),
   mirrorsItself: true,
   buildCommand: (opts) => buildPiCommand(opts),
   createParser: createPiJsonParser,

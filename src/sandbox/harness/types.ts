@@ -7,7 +7,8 @@
 
 export type StopReason = "stop" | "length" | "toolUse" | "error" | "aborted";
 
-export type FinishedStatus = "completed" | "pi_failed" | "pi_session_orphaned" | "stopped";
+import type { FinishedStatus } from "../../domain/statuses";
+export type { FinishedStatus };
 
 export interface Payload {
   type: string;
@@ -61,9 +62,7 @@ export interface StatusChangedPayload extends Payload {
   boxId?: string;
 }
 
-export const STATUS_CHANGED = "signal.thread.status_changed";
-export const HEARTBEAT = "signal.heartbeat";
-export const TERMINAL_STATUSES: readonly FinishedStatus[] = ["completed", "pi_failed", "pi_session_orphaned", "stopped"];
+export { STATUS_CHANGED, HEARTBEAT, FINISHED_STATUSES as TERMINAL_STATUSES } from "../../domain/statuses";
 
 /** Options the control plane gives to start one run of a harness. */
 export interface StartOptions {

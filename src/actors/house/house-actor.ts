@@ -1,12 +1,12 @@
 import { DurableObject } from "cloudflare:workers";
-import type { Env } from "../env";
-import type { ThreadStatus } from "../entries/schema";
-import type { ParentRef } from "../threads/thread-row";
-import type { BoxView } from "./sandbox-actor";
-import type { Environment } from "../environments";
-import { applyAgentPatch, type Agent, type AgentPatch } from "../agents";
-import { ApiError } from "../errors";
-import { settle } from "./rpc";
+import type { Env } from "../../env";
+import type { ThreadStatus } from "../../entries/schema";
+import type { ParentRef } from "../../threads/thread-row";
+import type { BoxView } from "../sandbox/sandbox-actor";
+import type { Environment } from "../../environments";
+import { settle } from "../rpc";
+import { applyAgentPatch, type Agent, type AgentPatch } from "../../agents";
+import { ApiError } from "../../errors";
 
 export type ThreadSummary = {
   id: string;
@@ -23,7 +23,8 @@ export type ThreadSummary = {
 export type ThreadFilter = { parentKind?: string; parentId?: string; status?: ThreadStatus; limit: number; before?: string };
 
 /**
- * One per house: an index so listing does not ask every thread. The ThreadActor stays the
+ * One per house: an index so listing does not ask every thread. Answers with the same typed
+ * results (`settle`) as the other actors; callers `unwrapRpc`. The ThreadActor stays the
  * authority for its own row and pushes every change here.
  */
 export class HouseActor extends DurableObject<Env> {
@@ -39,21 +40,35 @@ export class HouseActor extends DurableObject<Env> {
     ctx.storage.sql.exec(`create table if not exists boxes (id text primary key, ephemeral integer not null, state text not null, view text not null)`);
   }
 
-  upsertThread(t: ThreadSummary): void {
+  /** Updates arrive through the thread's outbox and may be retried: an older row never overwrites a newer one. */
+  async upsertThread(t: ThreadSummary) {
+    return settle(() => this.upsertThreadSync(t));
+  }
+
+  private upsertThreadSync(t: ThreadSummary): void {
     this.ctx.storage.sql.exec(
       `insert into threads (id, parent_kind, parent_id, status, reason, title, environment_id, box_id, created_at, updated_at)
        values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
        on conflict(id) do update set status = excluded.status, reason = excluded.reason, title = excluded.title,
-         box_id = excluded.box_id, updated_at = excluded.updated_at`,
+         box_id = excluded.box_id, updated_at = excluded.updated_at
+       where excluded.updated_at >= threads.updated_at`,
       t.id, t.parent.kind, t.parent.id, t.status, t.reason, t.title, t.environmentId, t.boxId, t.createdAt, t.updatedAt,
     );
   }
 
-  putEnvironment(e: Environment): void {
+  async putEnvironment(e: Environment) {
+    return settle(() => this.putEnvironmentSync(e));
+  }
+
+  private putEnvironmentSync(e: Environment): void {
     this.ctx.storage.sql.exec(`insert into environments (id, body) values (?, ?) on conflict(id) do update set body = excluded.body`, e.id, JSON.stringify(e));
   }
 
-  getEnvironment(id: string): Environment | null {
+  async getEnvironment(id: string) {
+    return settle(() => this.getEnvironmentSync(id));
+  }
+
+  private getEnvironmentSync(id: string): Environment | null {
     const r = this.ctx.storage.sql.exec(`select body from environments where id = ?`, id).toArray()[0];
     return r ? (JSON.parse(r.body as string) as Environment) : null;
   }
@@ -62,15 +77,23 @@ export class HouseActor extends DurableObject<Env> {
    * The environment's shared box: the first registered box wins, so two concurrent first
    * commands cannot leave two shared boxes behind (the loser deletes its own).
    */
-  claimSharedBox(environmentId: string, boxId: string, replace: string | null): string | null {
-    const e = this.getEnvironment(environmentId);
+  async claimSharedBox(environmentId: string, boxId: string, replace: string | null) {
+    return settle(() => this.claimSharedBoxSync(environmentId, boxId, replace));
+  }
+
+  private claimSharedBoxSync(environmentId: string, boxId: string, replace: string | null): string | null {
+    const e = this.getEnvironmentSync(environmentId);
     if (!e) return null;
     if (e.sharedBoxId && e.sharedBoxId !== replace) return e.sharedBoxId;
-    this.putEnvironment({ ...e, sharedBoxId: boxId });
+    this.putEnvironmentSync({ ...e, sharedBoxId: boxId });
     return boxId;
   }
 
-  listEnvironments(): Environment[] {
+  async listEnvironments() {
+    return settle(() => this.listEnvironmentsSync());
+  }
+
+  private listEnvironmentsSync(): Environment[] {
     return this.ctx.storage.sql.exec(`select body from environments order by id`).toArray().map((r) => JSON.parse(r.body as string) as Environment);
   }
 
@@ -82,18 +105,22 @@ export class HouseActor extends DurableObject<Env> {
     });
   }
 
-  listAgents(): Agent[] {
-    return this.ctx.storage.sql.exec(`select body from agents order by handle`).toArray().map((r) => JSON.parse(r.body as string) as Agent);
+  async listAgents() {
+    return settle(() => this.ctx.storage.sql.exec(`select body from agents order by handle`).toArray().map((r) => JSON.parse(r.body as string) as Agent));
   }
 
-  getAgent(id: string): Agent | null {
+  async getAgent(id: string) {
+    return settle(() => this.getAgentSync(id));
+  }
+
+  private getAgentSync(id: string): Agent | null {
     const r = this.ctx.storage.sql.exec(`select body from agents where id = ?`, id).toArray()[0];
     return r ? (JSON.parse(r.body as string) as Agent) : null;
   }
 
   async updateAgent(id: string, patch: AgentPatch, nowIso: string) {
     return settle(() => {
-      const current = this.getAgent(id);
+      const current = this.getAgentSync(id);
       if (!current) throw new ApiError("not_found", "agent not found");
       const next = applyAgentPatch(current, patch, nowIso);
       const holder = this.agentByHandle(next.handle);
@@ -103,15 +130,22 @@ export class HouseActor extends DurableObject<Env> {
     });
   }
 
-  deleteAgent(id: string): boolean {
-    return this.ctx.storage.sql.exec(`delete from agents where id = ?`, id).rowsWritten > 0;
+  async deleteAgent(id: string) {
+    return settle(() => {
+      if (this.ctx.storage.sql.exec(`delete from agents where id = ?`, id).rowsWritten === 0) throw new ApiError("not_found", "agent not found");
+      return true;
+    });
   }
 
   private agentByHandle(handle: string): string | null {
     return (this.ctx.storage.sql.exec(`select id from agents where handle = ?`, handle).toArray()[0]?.id as string | undefined) ?? null;
   }
 
-  upsertBox(box: BoxView): void {
+  async upsertBox(box: BoxView) {
+    return settle(() => this.upsertBoxSync(box));
+  }
+
+  private upsertBoxSync(box: BoxView): void {
     this.ctx.storage.sql.exec(
       `insert into boxes (id, ephemeral, state, view) values (?, ?, ?, ?)
        on conflict(id) do update set ephemeral = excluded.ephemeral, state = excluded.state, view = excluded.view`,
@@ -119,7 +153,11 @@ export class HouseActor extends DurableObject<Env> {
     );
   }
 
-  listBoxes(f: { state?: string; ephemeral?: boolean }): BoxView[] {
+  async listBoxes(f: { state?: string; ephemeral?: boolean }) {
+    return settle(() => this.listBoxesSync(f));
+  }
+
+  private listBoxesSync(f: { state?: string; ephemeral?: boolean }): BoxView[] {
     const where: string[] = [];
     const args: unknown[] = [];
     if (f.state) { where.push("state = ?"); args.push(f.state); }
@@ -128,7 +166,11 @@ export class HouseActor extends DurableObject<Env> {
     return this.ctx.storage.sql.exec(sql, ...args).toArray().map((r) => JSON.parse(r.view as string) as BoxView);
   }
 
-  listThreads(f: ThreadFilter): ThreadSummary[] {
+  async listThreads(f: ThreadFilter) {
+    return settle(() => this.listThreadsSync(f));
+  }
+
+  private listThreadsSync(f: ThreadFilter): ThreadSummary[] {
     const where: string[] = [];
     const args: unknown[] = [];
     if (f.parentKind) { where.push("parent_kind = ?"); args.push(f.parentKind); }

@@ -1,12 +1,14 @@
 import { DurableObject } from "cloudflare:workers";
-import { ApiError } from "../errors";
-import { intVar, type Env } from "../env";
-import type { DetachedHandle, SandboxProvider } from "../sandbox/provider";
-import { ProviderError } from "../sandbox/errors";
-import { providerFor } from "../sandbox/providers";
-import { foldProbe, type ProbeVerdict } from "../threads/liveness";
-import { settle, unwrapRpc } from "./rpc";
-import { deleteRetryDelayMs, shouldReap, type BoxState } from "./sandbox-decisions";
+import { ApiError } from "../../errors";
+import { intVar, type Env } from "../../env";
+import type { DetachedHandle, SandboxProvider } from "../../sandbox/provider";
+import { ProviderError } from "../../sandbox/errors";
+import { providerFor } from "../../sandbox/providers";
+import { foldProbe, type ProbeVerdict } from "../../threads/liveness";
+import { settle, unwrapRpc } from "../rpc";
+import { houseStub, threadStub } from "../stubs";
+import { errorMessage, logEvent } from "../../domain/log-event";
+import { deleteRetryDelayMs, shouldReap, stopScript, type BoxState } from "./sandbox-decisions";
 
 export type RegisterBoxInput = {
   boxId: string;
@@ -34,19 +36,11 @@ export type BoxView = {
   updatedAt: string;
 };
 
-const THREAD_ID_PATTERN = /^[A-Za-z0-9._:-]+$/;
-
-/**
- * A shell script run in the box. TERM: the runner's recorded pid. KILL: every process whose
- * environment names the thread (runner, harness, and the tools it started in their own groups).
- */
-export function stopScript(threadId: string, signal: "TERM" | "KILL"): string {
-  if (!THREAD_ID_PATTERN.test(threadId)) throw new ApiError("bad_request", "invalid thread id");
-  if (signal === "TERM") {
-    return `f="$HOME/.threadbox/runner-${threadId}.pid"; if [ -f "$f" ]; then kill -TERM "$(cat "$f")" 2>/dev/null; fi; true`;
-  }
-  return `for d in /proc/[0-9]*; do p=\${d#/proc/}; [ "$p" = "$$" ] && continue; ` +
-    `if tr '\\0' '\\n' < "$d/environ" 2>/dev/null | grep -qx "THREADBOX_THREAD_ID=${threadId}"; then kill -KILL "$p" 2>/dev/null; fi; done; true`;
+/** The stop script for a thread, or a client error for an id that cannot go into a script. */
+function stopScriptFor(threadId: string, signal: "TERM" | "KILL"): string {
+  const script = stopScript(threadId, signal);
+  if (script === null) throw new ApiError("bad_request", "invalid thread id");
+  return script;
 }
 
 export type ProbeAnswer = { verdict: ProbeVerdict; confirmedDead: boolean; state: BoxState };
@@ -155,7 +149,8 @@ export class SandboxActor extends DurableObject<Env> {
       let verdict: ProbeVerdict;
       try {
         verdict = await this.provider().probe(r.provider_ref as string);
-      } catch {
+      } catch (err) {
+        logEvent("box_probe_failed", { boxId: r.box_id, error: errorMessage(err) }, "warn");
         verdict = "unknown";
       }
       const { next, confirmedDead } = foldProbe(
@@ -184,18 +179,21 @@ export class SandboxActor extends DurableObject<Env> {
         try {
           await p;
         } catch (err) {
-          console.warn(`stop ${threadId}: ${what} failed:`, err instanceof Error ? err.message : String(err));
+          logEvent("stop_step_failed", { boxId: r.box_id, threadId, step: what, error: errorMessage(err) }, "warn");
         }
       };
-      await quiet("SIGTERM", provider.exec(ref, stopScript(threadId, "TERM"), { timeoutSec: 30 }));
+      await quiet("SIGTERM", provider.exec(ref, stopScriptFor(threadId, "TERM"), { timeoutSec: 30 }));
       const graceMs = intVar(this.env.STOP_GRACE_MS, 10_000);
       const deadline = Date.now() + graceMs;
       while (handle && Date.now() < deadline) {
-        const status = await provider.detachedStatus(handle).catch(() => ({ running: false }));
+        const status = await provider.detachedStatus(handle).catch((err) => {
+          logEvent("stop_status_unknown", { boxId: r.box_id, threadId, error: errorMessage(err) }, "warn");
+          return { running: false };
+        });
         if (!status.running) break;
         await new Promise((res) => setTimeout(res, 500));
       }
-      await quiet("SIGKILL sweep", provider.exec(ref, stopScript(threadId, "KILL"), { timeoutSec: 30 }));
+      await quiet("SIGKILL sweep", provider.exec(ref, stopScriptFor(threadId, "KILL"), { timeoutSec: 30 }));
       if (handle) await quiet("session end", provider.killDetached(handle));
       return { signalled: true };
     });
@@ -276,10 +274,10 @@ export class SandboxActor extends DurableObject<Env> {
   private async orphanThread(threadId: string, reason: string): Promise<void> {
     const houseId = this.row()!.house_id as string;
     try {
-      await unwrapRpc(this.env.THREADS.get(this.env.THREADS.idFromName(`thread:${threadId}`)).boxDied(houseId, this.row()!.box_id as string, reason));
+      await unwrapRpc(threadStub(this.env, threadId).boxDied(houseId, this.row()!.box_id as string, reason));
     } catch (err) {
       // The thread's own silence alarm still settles it if this call is lost.
-      console.warn("could not tell thread about dead box", threadId, err instanceof Error ? err.message : String(err));
+      logEvent("box_death_not_delivered", { boxId: this.row()!.box_id, threadId, error: errorMessage(err) }, "warn");
     }
   }
 
@@ -298,7 +296,8 @@ export class SandboxActor extends DurableObject<Env> {
       }
       const attempts = (r.delete_attempts as number) + 1;
       const at = Date.now() + deleteRetryDelayMs(attempts);
-      const message = err instanceof Error ? err.message : String(err);
+      const message = errorMessage(err);
+      logEvent("box_delete_failed", { boxId: r.box_id, attempts, retryAt: at, error: message }, "warn");
       this.ctx.storage.sql.exec(`update box set delete_attempts = ?, next_delete_at = ?, last_error = ?, updated_at = ? where id = 1`, attempts, at, `delete failed: ${message}`, Date.now());
     }
     await this.recomputeAlarm();
@@ -315,6 +314,6 @@ export class SandboxActor extends DurableObject<Env> {
     const r = this.row();
     if (!r) return;
     const v = this.viewOf(r.house_id as string);
-    await this.env.HOUSES.get(this.env.HOUSES.idFromName(v.houseId)).upsertBox(v);
+    await unwrapRpc(houseStub(this.env, v.houseId).upsertBox(v));
   }
 }

@@ -1,0 +1,35 @@
+import { backoffDelayMs } from "../../domain/backoff";
+import { BOX_ENV, runnerPidPath } from "../../domain/box-layout";
+
+export type BoxState = "provisioning" | "live" | "dead" | "deleted";
+
+export type BoxRowView = { ephemeral: boolean; state: BoxState; runningThreads: number; deletePending: boolean };
+
+/** An ephemeral box with no running thread is deleted; a shared box never is; a tombstone stays one. */
+export function shouldReap(box: BoxRowView): boolean {
+  return box.ephemeral && box.runningThreads === 0 && (box.state === "live" || box.state === "provisioning" || box.state === "dead") && !box.deletePending;
+}
+
+export const DELETE_BACKOFF_BASE_MS = 5_000;
+export const DELETE_BACKOFF_MAX_MS = 10 * 60_000;
+
+/** Exponential backoff for delete retries: 5 s, 10 s, 20 s, ... capped at 10 min. */
+export function deleteRetryDelayMs(attempts: number): number {
+  return backoffDelayMs(attempts, DELETE_BACKOFF_BASE_MS, DELETE_BACKOFF_MAX_MS);
+}
+
+const THREAD_ID_PATTERN = /^[A-Za-z0-9._:-]+$/;
+
+/**
+ * A shell script run in the box. TERM: the runner's recorded pid. KILL: every process whose
+ * environment names the thread (runner, harness, and the tools it started in their own groups).
+ * Null: the thread id cannot be put in a script safely.
+ */
+export function stopScript(threadId: string, signal: "TERM" | "KILL"): string | null {
+  if (!THREAD_ID_PATTERN.test(threadId)) return null;
+  if (signal === "TERM") {
+    return `f="$HOME/${runnerPidPath(threadId)}"; if [ -f "$f" ]; then kill -TERM "$(cat "$f")" 2>/dev/null; fi; true`;
+  }
+  return `for d in /proc/[0-9]*; do p=\${d#/proc/}; [ "$p" = "$$" ] && continue; ` +
+    `if tr '\\0' '\\n' < "$d/environ" 2>/dev/null | grep -qx "${BOX_ENV.threadId}=${threadId}"; then kill -KILL "$p" 2>/dev/null; fi; done; true`;
+}

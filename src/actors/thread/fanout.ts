@@ -1,0 +1,92 @@
+import { ApiError } from "../../errors";
+import type { EntryWithOffset } from "../../entries/schema";
+import type { StoredMessage, StreamLog } from "../../streams/log";
+import { MAX_READ_BYTES, parseOffset } from "../../streams/protocol";
+import { WaitHub } from "../../streams/wait-hub";
+import { toEntryWithOffset } from "../../threads/entries";
+import { logEvent } from "../../domain/log-event";
+
+type SocketState = { seq: number };
+
+/**
+ * Everyone waiting for new entries: hibernatable WebSocket subscribers (their position lives in
+ * the socket's attachment, so it survives hibernation) and long-poll/SSE readers (the wait hub).
+ */
+export class Fanout {
+  readonly hub = new WaitHub();
+
+  constructor(private readonly ctx: DurableObjectState, private readonly log: StreamLog) {}
+
+  /** Replays from `offset`, then streams live. */
+  subscribe(request: Request): Response {
+    if (request.headers.get("upgrade")?.toLowerCase() !== "websocket") {
+      throw new ApiError("upgrade_required", "this route needs a WebSocket upgrade");
+    }
+    const parsed = parseOffset(new URL(request.url).searchParams.get("offset"));
+    const seq = parsed.kind === "now" ? this.log.tailSeq() : parsed.seq;
+    const pair = new WebSocketPair();
+    const server = pair[1];
+    this.ctx.acceptWebSocket(server);
+    // Catch-up and the switch to live happen in one synchronous turn: no append can interleave.
+    this.sendFrom(server, { seq });
+    const protocol = request.headers.get("sec-websocket-protocol");
+    const headers = new Headers();
+    if (protocol) headers.set("sec-websocket-protocol", protocol.split(",")[0].trim());
+    return new Response(null, { status: 101, webSocket: pair[0], headers });
+  }
+
+  /**
+   * Live delivery: every subscriber that is caught up gets the same serialized frames (no log
+   * read per subscriber); one that lags behind catches up from the log first.
+   */
+  deliver(appended: StoredMessage[], entries: EntryWithOffset[]): void {
+    if (appended.length === 0) return;
+    const sockets = this.ctx.getWebSockets();
+    if (sockets.length === 0) return;
+    const firstSeq = appended[0].seq;
+    const lastSeq = appended[appended.length - 1].seq;
+    const frames = entries.map((e) => JSON.stringify(e));
+    for (const ws of sockets) {
+      const state = (ws.deserializeAttachment() as SocketState | null) ?? { seq: 0 };
+      if (state.seq >= lastSeq) continue;
+      try {
+        if (state.seq === firstSeq - 1) {
+          for (const f of frames) ws.send(f);
+          state.seq = lastSeq;
+          ws.serializeAttachment(state);
+        } else {
+          this.sendFrom(ws, state);
+        }
+      } catch (err) {
+        // A socket that cannot take more is closed; the client reconnects from its last offset.
+        logEvent("subscriber_closed", { reason: "send_failed", seq: state.seq, error: err instanceof Error ? err.message : String(err) }, "warn");
+        try { ws.close(1011, "send failed"); } catch { /* already gone: nothing left to close */ }
+      }
+    }
+  }
+
+  /** Wakes long-poll and SSE readers. */
+  notifyWaiters(): void {
+    this.hub.notify();
+  }
+
+  onMessage(ws: WebSocket, message: string | ArrayBuffer): void {
+    if (message === "ping") ws.send(JSON.stringify({ type: "pong" }));
+  }
+
+  onClose(ws: WebSocket, code: number): void {
+    try { ws.close(code === 1005 ? 1000 : code, "closing"); } catch { /* already closed by the peer */ }
+  }
+
+  private sendFrom(ws: WebSocket, state: SocketState): void {
+    for (;;) {
+      const page = this.log.read(state.seq, MAX_READ_BYTES, 500);
+      for (const m of page.messages) {
+        ws.send(JSON.stringify(toEntryWithOffset(m)));
+        state.seq = m.seq;
+      }
+      if (page.upToDate) break;
+    }
+    ws.serializeAttachment(state);
+  }
+}

@@ -1,0 +1,164 @@
+import type { Entry } from "../../entries/schema";
+import type { StreamLog } from "../../streams/log";
+import { toEntryWithOffset } from "../../threads/entries";
+import { decideLiveness, livenessDeadlines, type LivenessConfig, type ProbeState, type ProbeVerdict } from "../../threads/liveness";
+import { decideDetail, decideSignal, isTerminal } from "../../threads/run-rules";
+import type { ThreadRow, ThreadRowStore } from "../../threads/thread-row";
+import type { Clock } from "../clock";
+import { errorMessage, logEvent } from "../../domain/log-event";
+import type { DeadlineSource } from "./deadlines";
+import type { Outbox } from "./outbox";
+
+export type RunLifecyclePorts = {
+  sql: SqlStorage;
+  rows: ThreadRowStore;
+  log: StreamLog;
+  outbox: Outbox;
+  clock: Clock;
+  config: LivenessConfig;
+  /** Asks the box's actor; a failed call is the caller's problem (it reads as `unknown`). */
+  probeBox(houseId: string, boxId: string): Promise<{ verdict: ProbeVerdict | string; confirmedDead: boolean }>;
+  /** Appends a finished-signal written by the control plane (deduped by id). */
+  appendSystemSignal(id: string, status: string, reason: string): void;
+};
+
+/**
+ * A run from claim to finished-signal: liveness (heartbeats, silence, box probes, orphaning),
+ * status signals applied to the row, and what a terminal status owes other actors. The decisions
+ * are the pure rules in threads/run-rules.ts and threads/liveness.ts; this applies them.
+ */
+export class RunLifecycle {
+  /** Set when an append changed the row's state; the handler then settles (outbox, index, alarm). */
+  private changed = false;
+
+  constructor(private readonly p: RunLifecyclePorts) {
+    p.sql.exec(`create table if not exists probe_state (id integer primary key check (id = 1), last_probe_at integer, dead_streak integer not null default 0)`);
+  }
+
+  recordLiveness(): void {
+    this.p.rows.touchLiveness(this.p.clock.now());
+  }
+
+  /** Whether something appended since the last call changed the run's state. */
+  takeChanged(): boolean {
+    const changed = this.changed;
+    this.changed = false;
+    return changed;
+  }
+
+  /** An append hook: runs in the same synchronous turn as the append. */
+  onAppended(entries: Entry[]): void {
+    this.recordLiveness();
+    for (const entry of entries) this.apply(entry);
+  }
+
+  readonly deadlineSources: DeadlineSource[] = [
+    { name: "silence", nextDeadline: () => this.deadlines()?.silenceAt ?? null },
+    { name: "probe", nextDeadline: () => this.deadlines()?.probeAt ?? null },
+  ];
+
+  /** The alarm step: orphan a silent run, or probe the box (twice `dead` settles the run). */
+  async alarmStep(): Promise<void> {
+    const { rows, outbox, config } = this.p;
+    const row = rows.get();
+    if (!row) return;
+    const decision = decideLiveness(row, this.probeState(), config, this.p.clock.now());
+    if (decision.kind === "orphan") {
+      this.p.appendSystemSignal(`orphan:${row.runStartedAt ?? 0}`, "pi_session_orphaned", decision.reason);
+      return;
+    }
+    // While the launch is still owed the box may not exist yet: probing it would prove nothing.
+    if (decision.kind !== "probe" || !row.boxId || outbox.has("launch")) return;
+    let answer: { verdict: string; confirmedDead: boolean };
+    try {
+      answer = await this.p.probeBox(row.houseId, row.boxId);
+    } catch (err) {
+      logEvent("box_probe_failed", { threadId: row.id, boxId: row.boxId, error: errorMessage(err) }, "warn");
+      answer = { verdict: "unknown", confirmedDead: false };
+    }
+    const deadStreak = answer.verdict === "dead" && !answer.confirmedDead ? 1 : 0;
+    this.p.sql.exec(
+      `insert into probe_state (id, last_probe_at, dead_streak) values (1, ?, ?)
+       on conflict(id) do update set last_probe_at = excluded.last_probe_at, dead_streak = excluded.dead_streak`,
+      this.p.clock.now(), deadStreak,
+    );
+    const current = rows.get()!;
+    if (answer.confirmedDead && current.status === "running" && current.boxId === row.boxId) {
+      this.p.appendSystemSignal(`orphan:${row.runStartedAt ?? 0}`, "pi_session_orphaned", `box ${row.boxId} confirmed dead by two probes`);
+    }
+  }
+
+  /** A change the house index shows: it is owed an update, in the same turn as the change. */
+  private markChanged(now: number): void {
+    this.changed = true;
+    this.p.outbox.enqueueNow("sync_index", "sync_index", {}, now);
+  }
+
+  private deadlines() {
+    const row = this.p.rows.get();
+    return row ? livenessDeadlines(row, this.probeState(), this.p.config) : null;
+  }
+
+  private apply(entry: Entry): void {
+    const { rows, outbox, clock } = this.p;
+    const before = rows.get()!;
+    const now = clock.now();
+    const detail = decideDetail(before, entry);
+    if (entry.payload.type === "signal.thread.box_assigned" && before.status === "running" && typeof entry.payload.boxId === "string") {
+      this.markChanged(now);
+      rows.update({ boxId: entry.payload.boxId, statusDetail: detail ?? undefined }, now);
+      outbox.enqueue(`attach:${entry.payload.boxId}:${before.runStartedAt}`, "attach", { boxId: entry.payload.boxId }, now);
+      return;
+    }
+    if (detail !== null) {
+      rows.update({ statusDetail: detail }, now);
+      return;
+    }
+    const patch = decideSignal(before, entry, now);
+    if (!patch) return;
+    this.markChanged(now);
+    rows.update(patch, now);
+    const after = rows.get()!;
+    if (patch.status === "running") {
+      this.p.sql.exec(`delete from probe_state`);
+      if (after.boxId) outbox.enqueue(`attach:${after.boxId}:${after.runStartedAt}`, "attach", { boxId: after.boxId }, now);
+    } else if (isTerminal(after.status)) {
+      this.onTerminal(after, now);
+    }
+  }
+
+  /** Owed once per run: release the box, and tell a delegating parent how the child ended. */
+  private onTerminal(row: ThreadRow, now: number): void {
+    const { outbox } = this.p;
+    const runKey = row.runStartedAt ?? 0;
+    // An orphaned run may still have live processes (a hung runner, a box that lost its network):
+    // end them before the box is released, so nothing writes to a settled thread.
+    if (row.boxId && row.statusReason === "pi_session_orphaned") {
+      outbox.enqueue(`stop:${runKey}`, "stop_harness", { boxId: row.boxId }, now);
+    }
+    if (row.boxId) {
+      const keepBox = row.statusReason === "stopped";
+      outbox.enqueue(`detach:${row.boxId}:${runKey}`, "detach", { boxId: row.boxId, keepBox }, now);
+    }
+    if (row.parent.kind === "thread" && row.parent.id) {
+      outbox.enqueue(`notify_parent:${runKey}`, "notify_parent", {
+        parentId: row.parent.id, runKey, status: row.status === "completed" ? "completed" : row.statusReason ?? "failed",
+        reason: row.statusDetail, resultText: this.resultText(row), brainId: row.brainId,
+      }, now);
+    }
+  }
+
+  private resultText(row: ThreadRow): string {
+    if (row.status !== "completed") {
+      return `Task ${row.id} ended: ${row.statusReason ?? "failed"}${row.statusDetail ? ` (${row.statusDetail})` : ""}`;
+    }
+    const recent = this.p.log.lastMessages(200).map(toEntryWithOffset).reverse();
+    const last = recent.find((e) => e.payload.type === "pi.assistant" && typeof e.payload.text === "string" && e.payload.text !== "");
+    return (last?.payload.text as string | undefined) ?? `Task ${row.id} completed.`;
+  }
+
+  private probeState(): ProbeState {
+    const r = this.p.sql.exec(`select last_probe_at, dead_streak from probe_state where id = 1`).toArray()[0];
+    return { lastProbeAt: (r?.last_probe_at as number | null) ?? null, deadStreak: (r?.dead_streak as number) ?? 0 };
+  }
+}

@@ -1,0 +1,52 @@
+import type { NewMessage, StoredMessage, StreamLog, StreamMeta } from "../../streams/log";
+import { bodyToMessages, handleStreamHttp, type StreamHost } from "../../streams/stream-http";
+import type { WaitHub } from "../../streams/wait-hub";
+
+/** What is decided per request: which stream this is, what the protocol may do to it, who writes. */
+export type StreamRequestOptions = {
+  streamName: string;
+  allowCreate: boolean;
+  allowDelete: boolean;
+  /** A thread's log must stay open: the control plane still has to write its finished-signal. */
+  allowClose: boolean;
+  subject: string;
+  canWrite: boolean;
+};
+
+/** How a stream's owner turns an append body into messages and reacts to what was appended. */
+export type AppendPolicy = {
+  prepareAppend(body: Uint8Array, meta: StreamMeta): NewMessage[] | null;
+  afterAppend(appended: StoredMessage[]): void;
+};
+
+export type StreamStore = { log: StreamLog; hub: WaitHub; longPollTimeoutMs: number };
+
+/** A plain stream's messages are the body as the protocol defines it; nothing reacts to them. */
+export const plainStreamPolicy: AppendPolicy = {
+  prepareAppend: (body, meta) => bodyToMessages(body, meta.contentType, false),
+  afterAppend: () => {},
+};
+
+export const threadStreamOptions = (threadId: string, auth: { subject: string; canWrite: boolean }): StreamRequestOptions => ({
+  streamName: `thread-${threadId}`, allowCreate: false, allowDelete: false, allowClose: false, subject: auth.subject, canWrite: auth.canWrite,
+});
+
+export const plainStreamOptions = (name: string, auth: { subject: string; canWrite: boolean }): StreamRequestOptions => ({
+  streamName: name, allowCreate: true, allowDelete: true, allowClose: true, subject: auth.subject, canWrite: auth.canWrite,
+});
+
+/** Serves one Durable Streams request; the host is built for this request only, never shared. */
+export function serveStream(request: Request, store: StreamStore, policy: AppendPolicy, options: StreamRequestOptions): Promise<Response> {
+  const host: StreamHost = {
+    log: store.log,
+    hub: store.hub,
+    longPollTimeoutMs: store.longPollTimeoutMs,
+    streamName: options.streamName,
+    allowCreate: options.allowCreate,
+    allowDelete: options.allowDelete,
+    allowClose: options.allowClose,
+    prepareAppend: (body, meta) => policy.prepareAppend(body, meta),
+    afterAppend: (appended) => policy.afterAppend(appended),
+  };
+  return handleStreamHttp(request, host, { canWrite: options.canWrite, subject: options.subject });
+}

@@ -1,0 +1,479 @@
+import { DurableObject } from "cloudflare:workers";
+import { ApiError, errorResponse } from "../../errors";
+import { intVar, type Env } from "../../env";
+import type { Entry, EntryWithOffset } from "../../entries/schema";
+import { StreamLog, type NewMessage, type StoredMessage } from "../../streams/log";
+import { formatOffset, parseOffset, MAX_READ_BYTES } from "../../streams/protocol";
+import { parseJsonBody, prepareEntries, toEntryWithOffset } from "../../threads/entries";
+import type { LaunchSpec } from "../../threads/launch";
+import { ThreadRowStore, publicThread, type ParentRef, type ThreadRow } from "../../threads/thread-row";
+import type { ThreadSummary } from "../house/house-actor";
+import { systemClock, type Clock } from "../clock";
+import { logEvent } from "../../domain/log-event";
+import { settle, unwrapRpc } from "../rpc";
+import { houseStub, sandboxStub, threadStub } from "../stubs";
+import { Deadlines, type AlarmStep } from "./deadlines";
+import { Fanout } from "./fanout";
+import { launch } from "./launcher";
+import { Outbox, type OutboxExecutors } from "./outbox";
+import { RunLifecycle } from "./run-lifecycle";
+import { DispatchService } from "./dispatch";
+import type { Agent } from "../../agents";
+import type { Environment } from "../../environments";
+import type { DispatchConfig, ThreadConfigPatch } from "../../dispatch/config";
+import { plainStreamOptions, plainStreamPolicy, serveStream, threadStreamOptions, type AppendPolicy } from "./stream-host";
+
+/** Sent by the worker (never by a client: actors are not reachable from outside). */
+export type ActorAuth = { houseId: string; subject: string; canWrite: boolean };
+export type StreamTarget = { kind: "thread"; threadId: string } | { kind: "plain"; name: string };
+
+export const AUTH_HEADER = "x-threadbox-auth";
+export const TARGET_HEADER = "x-threadbox-target";
+
+export type CreateThreadInput = {
+  id: string;
+  houseId: string;
+  parent: ParentRef;
+  environmentId: string | null;
+  title: string | null;
+  brainId: string | null;
+  createdBy: string;
+  /** A DM thread starts with its agent answering every message. */
+  dispatchConfig?: DispatchConfig;
+  /** Set when the client sent an Idempotency-Key: the same key with another request is refused. */
+  requestFingerprint: string | null;
+};
+
+/** Runs in the same synchronous turn as the append that produced `entries` (never for duplicates). */
+export type AppendHook = (entries: EntryWithOffset[], appended: StoredMessage[]) => void;
+
+/**
+ * One actor per thread, and one per plain stream (same log core, no thread row). The class only
+ * composes services and owns the one alarm.
+ *
+ * Extension points for a new service (e.g. dispatch):
+ * - Deadline: `this.deadlines.addSource({ name, nextDeadline })` — a pure read of the service's
+ *   persisted state; every handler ends in `settleTurn()`, which recomputes the alarm from all sources.
+ * - Alarm step: push `{ name, run(nowMs) }` onto `alarmSteps`; steps run in order on every alarm
+ *   and each decides for itself whether it is due.
+ * - Append hook: push onto `appendHooks`; it sees every freshly appended entry in the same turn
+ *   as the append (chat entries that should wake bots, say), before any other request can run.
+ * - Outbox kind: add the payload type to `OutboxPayloads` (outbox.ts) and its executor to
+ *   `outboxExecutors()` below; mark it `slow` if only the alarm may run it, `unordered` if it
+ *   depends on nothing owed before it.
+ */
+export class ThreadActor extends DurableObject<Env> {
+  protected readonly clock: Clock;
+  protected readonly log: StreamLog;
+  protected readonly rows: ThreadRowStore;
+  protected readonly outbox: Outbox;
+  protected readonly fanout: Fanout;
+  protected readonly lifecycle: RunLifecycle;
+  protected readonly deadlines: Deadlines;
+  protected readonly dispatch: DispatchService;
+  /** Set when an append recorded a dispatch trigger: the alarm must be re-armed before answering. */
+  private triggersRecorded = false;
+  protected readonly appendHooks: AppendHook[];
+  protected readonly alarmSteps: AlarmStep[];
+  private readonly executors: OutboxExecutors;
+  private readonly longPollTimeoutMs: number;
+  private readonly threadPolicy: AppendPolicy;
+  private knownThread = false;
+
+  constructor(ctx: DurableObjectState, env: Env, clock: Clock = systemClock) {
+    super(ctx, env);
+    const sql = ctx.storage.sql;
+    this.clock = clock;
+    this.log = new StreamLog(ctx.storage);
+    this.rows = new ThreadRowStore(sql);
+    this.outbox = new Outbox(sql);
+    this.fanout = new Fanout(ctx, this.log);
+    sql.exec(`create table if not exists stream_owner (id integer primary key check (id = 1), house_id text not null)`);
+    sql.exec(`create table if not exists create_request (id integer primary key check (id = 1), fingerprint text not null)`);
+    this.longPollTimeoutMs = intVar(env.LONG_POLL_TIMEOUT_MS, 20_000);
+    this.lifecycle = new RunLifecycle({
+      sql, rows: this.rows, log: this.log, outbox: this.outbox, clock,
+      config: {
+        orphanSilenceMs: intVar(env.ORPHAN_SILENCE_MS, 300_000),
+        probeIntervalMs: intVar(env.PROBE_INTERVAL_MS, 60_000),
+        probeConfirmMs: intVar(env.PROBE_CONFIRM_MS, 5_000),
+      },
+      probeBox: (houseId, boxId) => unwrapRpc(sandboxStub(env, boxId).probe(houseId)),
+      appendSystemSignal: (id, status, reason) => this.appendSystemSignal(id, status, reason),
+    });
+    this.deadlines = new Deadlines(ctx.storage, () => clock.now());
+    for (const source of this.lifecycle.deadlineSources) this.deadlines.addSource(source);
+    this.deadlines.addSource({ name: "outbox", nextDeadline: () => this.outbox.nextAt() });
+    this.dispatch = new DispatchService({
+      sql, env,
+      now: () => clock.now(),
+      thread: () => this.rows.get()!,
+      append: (entries) => void this.appendInternal(entries),
+      recent: (count, upToSeq) => this.log.lastMessages(count, upToSeq).map(toEntryWithOffset),
+      house: (houseId) => {
+        const house = houseStub(env, houseId);
+        return {
+          listAgents: async () => (await unwrapRpc(house.listAgents())) as Agent[],
+          getAgent: async (id) => (await unwrapRpc(house.getAgent(id))) as Agent | null,
+          getEnvironment: async (id) => (await unwrapRpc(house.getEnvironment(id))) as Environment | null,
+        };
+      },
+      rearm: () => this.deadlines.recompute(),
+      turnLeaseMs: intVar(env.DISPATCH_TURN_LEASE_MS, 60_000),
+    });
+    this.deadlines.addSource({ name: "dispatch", nextDeadline: () => this.dispatch.nextDeadline() });
+    // Every write path (REST, the stream protocol, internal writes) goes through the log: a chat
+    // entry's dispatch trigger commits in the same storage transaction as the entry itself.
+    this.log.onAppendInTransaction = (fresh) => {
+      if (this.isThread() && this.dispatch.recordTriggers(fresh) > 0) this.triggersRecorded = true;
+    };
+    this.appendHooks = [
+      (entries) => this.lifecycle.onAppended(entries),
+      (entries, appended) => this.fanout.deliver(appended, entries),
+    ];
+    this.alarmSteps = [
+      { name: "liveness", run: () => this.lifecycle.alarmStep() },
+      { name: "outbox", run: () => this.drainOutbox(true) },
+      // Last: a bot's turn may take a while, and nothing else of the thread waits for it.
+      { name: "dispatch", run: () => this.dispatch.onAlarm() },
+    ];
+    this.executors = this.outboxExecutors();
+    this.threadPolicy = {
+      prepareAppend: (body) => {
+        const prepared = prepareEntries(parseJsonBody(body), undefined, this.clock.now());
+        if (prepared.heartbeats > 0) this.lifecycle.recordLiveness();
+        return prepared.messages.length === 0 ? null : prepared.messages;
+      },
+      afterAppend: (appended) => this.runAppendHooks(appended),
+    };
+  }
+
+  // ---- HTTP-shaped entry points (streams, WebSocket) ----
+
+  async fetch(request: Request): Promise<Response> {
+    try {
+      const auth = JSON.parse(request.headers.get(AUTH_HEADER) ?? "null") as ActorAuth | null;
+      const target = JSON.parse(request.headers.get(TARGET_HEADER) ?? "null") as StreamTarget | null;
+      if (!auth || !target) throw new ApiError("bad_request", "missing routing headers");
+      const store = { log: this.log, hub: this.fanout.hub, longPollTimeoutMs: this.longPollTimeoutMs };
+      if (target.kind === "plain") {
+        this.claimPlainStream(auth.houseId);
+        return await serveStream(request, store, plainStreamPolicy, plainStreamOptions(target.name, auth));
+      }
+      this.requireThread(auth.houseId);
+      if (new URL(request.url).pathname.endsWith("/subscribe")) return this.fanout.subscribe(request);
+      const response = await serveStream(request, store, this.threadPolicy, threadStreamOptions(target.threadId, auth));
+      // Heartbeats and ordinary entries only push the silence deadline later: an alarm already
+      // set fires early, finds nothing due and re-arms itself. Only state changes need settling.
+      const triggered = this.triggersRecorded;
+      this.triggersRecorded = false;
+      if (this.lifecycle.takeChanged() || triggered) await this.settleTurn();
+      return response;
+    } catch (err) {
+      return errorResponse(err);
+    }
+  }
+
+  // ---- RPC used by the worker ----
+
+  async createThread(input: CreateThreadInput) {
+    return settle(async () => {
+      const existing = this.rows.get();
+      if (existing) return { thread: publicThread(this.replayCreate(existing, input)), created: false };
+      const now = this.clock.now();
+      const row: ThreadRow = {
+        id: input.id, houseId: input.houseId, parent: input.parent, environmentId: input.environmentId, title: input.title,
+        status: "idle", statusReason: null, statusDetail: null, boxId: null, lastLivenessAt: null, runStartedAt: null,
+        brainId: input.brainId, createdBy: input.createdBy, createdAt: now, updatedAt: now,
+      };
+      this.ctx.storage.transactionSync(() => {
+        this.rows.insert(row);
+        if (input.dispatchConfig) this.dispatch.setConfig(input.dispatchConfig);
+        this.log.create(`thread-${input.id}`, { contentType: "application/json", ttlSeconds: null, expiresAt: null, closed: false }, []);
+        if (input.requestFingerprint) this.ctx.storage.sql.exec(`insert into create_request (id, fingerprint) values (1, ?)`, input.requestFingerprint);
+        // Owed in the same transaction: the house index learns of the thread even if telling it fails now.
+        this.outbox.enqueueNow("sync_index", "sync_index", {}, now);
+      });
+      // The thread exists once committed: a failing index is retried by alarm, never this request's error.
+      await this.settleTurn();
+      return { thread: publicThread(this.rows.get()!), created: true };
+    });
+  }
+
+  /**
+   * Starts a run: the prompt goes on the thread first (it is canonical there), then the claim
+   * idle -> running, then the launch is queued for the alarm so the caller returns at once.
+   */
+  async startRun(houseId: string, spec: Omit<LaunchSpec, "runId"> & { authorId: string; resume: boolean }) {
+    return settle(async () => {
+      const row = this.requireThread(houseId);
+      if (row.status === "running") throw new ApiError("conflict", "thread is already running");
+      if (spec.resume && row.status === "idle") throw new ApiError("conflict", "thread has no finished run to resume");
+      const runId = crypto.randomUUID();
+      const now = this.clock.now();
+      const prompt: Entry = { id: `prompt:${runId}`, ts: now, authorId: spec.authorId, payload: { type: "chat", text: spec.task, origin: spec.resume ? "resume" : "task", runId, dispatch: false } };
+      const claim: Entry = { id: `claim:${runId}`, ts: now, authorId: "threadbox", payload: { type: "signal.thread.status_changed", status: "running", reason: "launching", runId, harness: spec.harness } };
+      this.appendInternal([prompt, claim]);
+      const { authorId: _author, ...launchSpec } = spec;
+      this.outbox.enqueue(`launch:${runId}`, "launch", { ...launchSpec, runId }, now);
+      await this.settleTurn();
+      return { runId, status: this.rows.get()!.status };
+    });
+  }
+
+  /** Ends a running run from outside: status failed with reason `stopped`; the harness gets SIGTERM. */
+  async stopRun(houseId: string, subject: string) {
+    return settle(async () => {
+      const row = this.requireThread(houseId);
+      if (row.status !== "running") throw new ApiError("conflict", `thread is ${row.status}, not running`);
+      const runKey = row.runStartedAt ?? 0;
+      if (row.boxId) this.outbox.enqueue(`stop:${runKey}`, "stop_harness", { boxId: row.boxId }, this.clock.now());
+      this.appendSystemSignal(`stop:${runKey}`, "stopped", `stopped by ${subject}`);
+      await this.settleTurn();
+      return publicThread(this.rows.get()!);
+    });
+  }
+
+  /** Called by the SandboxActor once it has confirmed this thread's box dead. */
+  async boxDied(houseId: string, boxId: string, reason: string) {
+    return settle(async () => {
+      const row = this.requireThread(houseId);
+      if (row.status !== "running" || row.boxId !== boxId) return;
+      this.appendSystemSignal(`orphan:${row.runStartedAt ?? 0}`, "pi_session_orphaned", `box ${boxId} is dead: ${reason}`);
+      await this.settleTurn();
+    });
+  }
+
+  /** A delegated child finished: exactly one child_finished + one brain chat, deduped by entry id. */
+  async childFinished(houseId: string, n: { childId: string; runKey: number; status: string; reason: string | null; resultText: string; brainId: string | null }) {
+    return settle(async () => {
+      this.requireThread(houseId);
+      const now = this.clock.now();
+      const signal: Entry = {
+        id: `child_finished:${n.childId}:${n.runKey}`, ts: now, authorId: "threadbox",
+        payload: { type: "signal.thread.child_finished", childThreadId: n.childId, status: n.status, reason: n.reason ?? undefined },
+      };
+      const chatEntry: Entry = {
+        id: `child_result:${n.childId}:${n.runKey}`, ts: now, authorId: n.brainId ?? "threadbox",
+        // Written by the control plane on the brain's behalf; it must never wake bots again.
+        payload: { type: "chat", text: n.resultText, origin: "child_finished", childThreadId: n.childId, dispatch: false },
+      };
+      this.appendInternal([signal, chatEntry]);
+      await this.settleTurn();
+    });
+  }
+
+  /** The single alarm: every service's step in order, then the alarm is recomputed from all sources. */
+  async alarm(): Promise<void> {
+    if (!this.rows.get()) return;
+    for (const step of this.alarmSteps) await step.run(this.clock.now());
+    await this.settleTurn();
+  }
+
+  // ---- dispatch (bots) ----
+
+  async getDispatchConfig(houseId: string) {
+    return settle(() => {
+      this.requireThread(houseId);
+      return { dispatch: this.dispatch.config() };
+    });
+  }
+
+  async patchDispatchConfig(houseId: string, patch: ThreadConfigPatch) {
+    return settle(() => {
+      this.requireThread(houseId);
+      return { dispatch: this.dispatch.patchConfig(patch) };
+    });
+  }
+
+  async dispatchDecisions(houseId: string, limit: number) {
+    return settle(() => {
+      this.requireThread(houseId);
+      return { decisions: this.dispatch.decisions(limit) };
+    });
+  }
+
+  /** `post_to_thread`: a bot's chat in this thread, written internally as that bot, carrying its depth. */
+  async postChat(houseId: string, p: { id: string; text: string; authorId: string; depth: number; sourceThreadId: string }) {
+    return settle(async () => {
+      this.requireThread(houseId);
+      const entry: Entry = {
+        id: p.id, ts: this.clock.now(), authorId: p.authorId,
+        payload: { type: "chat", text: p.text, depth: p.depth, origin: "post_to_thread", sourceThreadId: p.sourceThreadId },
+      };
+      const outcome = this.appendInternal([entry]);
+      await this.settleTurn();
+      return { entryId: p.id, duplicate: outcome.appended[0]?.duplicate ?? false };
+    });
+  }
+
+  async getThread(houseId: string) {
+    return settle(async () => publicThread(this.requireThread(houseId)));
+  }
+
+  async appendEntries(houseId: string, raw: unknown, defaultAuthor: string | undefined) {
+    return settle(async () => {
+      this.requireThread(houseId);
+      const prepared = prepareEntries(raw, defaultAuthor, this.clock.now());
+      if (prepared.heartbeats > 0) this.lifecycle.recordLiveness();
+      if (prepared.messages.length === 0) return { entries: [], nextOffset: this.log.formatTail() };
+      const outcome = this.appendMessages(prepared.messages);
+      await this.settleTurn();
+      return {
+        entries: outcome.appended.map((a) => ({ id: a.entryId, offset: formatOffset(a.seq), duplicate: a.duplicate })),
+        nextOffset: formatOffset(outcome.tailSeq),
+      };
+    });
+  }
+
+  async readEntries(houseId: string, offset: string | null, limit: number) {
+    return settle(async () => {
+      this.requireThread(houseId);
+      const parsed = parseOffset(offset);
+      const tail = this.log.tailSeq();
+      const from = parsed.kind === "now" ? tail : parsed.seq;
+      const page = this.log.read(from, MAX_READ_BYTES, limit);
+      const entries = page.messages.map(toEntryWithOffset);
+      const last = entries.length > 0 ? page.messages[page.messages.length - 1].seq : Math.min(from, tail);
+      return { entries, nextOffset: formatOffset(last), upToDate: last >= tail };
+    });
+  }
+
+  // ---- WebSocket subscriptions (hibernatable) ----
+
+  async webSocketMessage(ws: WebSocket, message: string | ArrayBuffer): Promise<void> {
+    this.fanout.onMessage(ws, message);
+  }
+
+  async webSocketClose(ws: WebSocket, code: number): Promise<void> {
+    this.fanout.onClose(ws, code);
+  }
+
+  // ---- composition ----
+
+  /** Plain streams never get a thread row, and a thread's row is never removed: a yes is cached. */
+  private isThread(): boolean {
+    this.knownThread ||= this.rows.get() !== null;
+    return this.knownThread;
+  }
+
+  /**
+   * A plain stream belongs to the house that first reached it; the routing key already separates
+   * houses, and this check keeps another house out even if two keys ever collided.
+   */
+  private claimPlainStream(houseId: string): void {
+    const sql = this.ctx.storage.sql;
+    const owner = sql.exec(`select house_id from stream_owner where id = 1`).toArray()[0]?.house_id as string | undefined;
+    if (owner === undefined) sql.exec(`insert into stream_owner (id, house_id) values (1, ?)`, houseId);
+    else if (owner !== houseId) throw new ApiError("not_found", "stream not found");
+  }
+
+  /** A create that reached an existing thread: the same idempotent request gets the same row back. */
+  private replayCreate(existing: ThreadRow, input: CreateThreadInput): ThreadRow {
+    const stored = this.ctx.storage.sql.exec(`select fingerprint from create_request where id = 1`).toArray()[0]?.fingerprint as string | undefined;
+    if (!input.requestFingerprint || existing.houseId !== input.houseId) throw new ApiError("conflict", "thread already exists");
+    if (stored !== input.requestFingerprint) throw new ApiError("conflict", "this Idempotency-Key was used for a different request");
+    return existing;
+  }
+
+  private requireThread(houseId: string): ThreadRow {
+    const row = this.rows.get();
+    // Another house's thread answers exactly like a missing one.
+    if (!row || row.houseId !== houseId) throw new ApiError("not_found", "thread not found");
+    return row;
+  }
+
+  private runAppendHooks(appended: StoredMessage[]): void {
+    if (!this.isThread() || appended.length === 0) return;
+    const entries = appended.map(toEntryWithOffset);
+    for (const hook of this.appendHooks) hook(entries, appended);
+  }
+
+  private appendMessages(messages: NewMessage[]) {
+    const outcome = this.log.append({ messages });
+    if (outcome.kind !== "appended") throw new ApiError("stream_closed", "thread log is closed");
+    if (outcome.fresh.length > 0) {
+      this.runAppendHooks(outcome.fresh);
+      this.fanout.notifyWaiters();
+    }
+    return outcome;
+  }
+
+  /** Entries the control plane writes itself; their ids make a re-run of the same path a no-op. */
+  private appendInternal(entries: Entry[]) {
+    const enc = new TextEncoder();
+    return this.appendMessages(entries.map((e) => ({ data: enc.encode(JSON.stringify(e)), entryId: e.id })));
+  }
+
+  private appendSystemSignal(id: string, status: string, reason: string): void {
+    this.appendInternal([{ id, ts: this.clock.now(), authorId: "threadbox", payload: { type: "signal.thread.status_changed", status, reason } }]);
+  }
+
+  /** Every handler ends here: run owed side effects, then recompute the one alarm from persisted state. */
+  private async settleTurn(): Promise<void> {
+    this.lifecycle.takeChanged();
+    this.triggersRecorded = false;
+    await this.drainOutbox(false);
+    if (this.rows.get()) await this.deadlines.recompute();
+  }
+
+  private drainOutbox(includeSlow: boolean): Promise<void> {
+    return this.outbox.drain(this.executors, () => this.clock.now(), includeSlow, (item, outcome, message) => {
+      logEvent(outcome === "retry" ? "outbox_item_failed" : "outbox_item_dropped", { threadId: this.rows.get()?.id, kind: item.kind, key: item.key, attempts: item.attempts + 1, error: message }, "warn");
+    });
+  }
+
+  private outboxExecutors(): OutboxExecutors {
+    const env = this.env;
+    const row = () => this.rows.get()!;
+    return {
+      attach: { run: async (p) => void (await unwrapRpc(sandboxStub(env, p.boxId).attach(row().houseId, row().id))) },
+      detach: { run: async (p) => void (await unwrapRpc(sandboxStub(env, p.boxId).detach(row().houseId, row().id, { keepBox: p.keepBox === true }))) },
+      // A grace period for the harness: only the alarm waits for it.
+      stop_harness: { slow: true, run: async (p) => void (await unwrapRpc(sandboxStub(env, p.boxId).stopRun(row().houseId, row().id))) },
+      launch: {
+        // Box creation and installs take long: only the alarm runs them.
+        slow: true,
+        run: (spec) => launch(spec, {
+          env, row, now: () => this.clock.now(),
+          entries: () => this.log.read(0, Number.MAX_SAFE_INTEGER, 1_000_000).messages.map(toEntryWithOffset),
+          append: (entry) => void this.appendInternal([entry]),
+          settle: () => this.drainOutbox(false),
+          alive: () => this.lifecycle.recordLiveness(),
+        }),
+        // A launch is not retried blindly (it would make another box): the run fails visibly.
+        giveUp: (spec, message) => {
+          logEvent("launch_failed", { threadId: row().id, runId: spec.runId, error: message }, "warn");
+          if (row().status === "running") this.appendSystemSignal(`launch_failed:${spec.runId}`, "pi_failed", `launch failed: ${message}`);
+        },
+      },
+      notify_parent: {
+        run: async (p) => void (await unwrapRpc(threadStub(env, p.parentId).childFinished(row().houseId, {
+          childId: row().id, runKey: Number(p.runKey), status: p.status, reason: p.reason ?? null, resultText: p.resultText, brainId: p.brainId ?? null,
+        }))),
+      },
+      sync_index: { unordered: true, run: () => this.syncIndex() },
+    };
+  }
+
+  /**
+   * Tells the house index the row as it is now. If the row changes while the call is out, it is
+   * sent again: the pending item is consumed when this returns, and the index keeps the newest.
+   */
+  private async syncIndex(): Promise<void> {
+    for (let sent: string | null = null; ;) {
+      const row = this.rows.get();
+      if (!row) return;
+      const t = publicThread(row);
+      const summary: ThreadSummary = {
+        id: t.id, parent: t.parent, status: t.status, reason: t.reason, title: t.title, environmentId: t.environmentId,
+        boxId: t.boxId, createdAt: t.createdAt, updatedAt: t.updatedAt,
+      };
+      const version = JSON.stringify(summary);
+      if (version === sent) return;
+      await unwrapRpc(houseStub(this.env, row.houseId).upsertThread(summary));
+      sent = version;
+    }
+  }
+}
+

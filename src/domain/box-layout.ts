@@ -1,0 +1,32 @@
+/**
+ * Where things live in a box (HOME-relative: boxes run as a non-root user) and the environment
+ * the control plane hands the runner. Shared by the worker (which writes them) and the runner
+ * (which reads them), so the two can never disagree.
+ */
+export const BOX_DIR = ".threadbox";
+export const RUNNER_PATH = `${BOX_DIR}/runner.mjs`;
+export const MIRROR_PATH = `${BOX_DIR}/mirror.mjs`;
+/** The harness's working directory; a cloned repository goes to `${WORK_DIR}/repo`. */
+export const WORK_DIR = "work";
+/** pi's config dir (models.json, settings.json, sessions) inside the box. */
+export const PI_AGENT_DIR = `${BOX_DIR}/pi-agent`;
+
+/** One run's files: prompt, runner log, rebuilt session. */
+export const runDir = (runId: string) => `${BOX_DIR}/runs/${runId}`;
+
+/** Where the runner of a thread's current run records its pid. */
+export const runnerPidPath = (threadId: string) => `${BOX_DIR}/runner-${threadId}.pid`;
+
+/** The runner's environment variables. */
+export const BOX_ENV = {
+  threadId: "THREADBOX_THREAD_ID",
+  streamUrl: "THREADBOX_STREAM_URL",
+  streamToken: "THREADBOX_STREAM_TOKEN",
+  runId: "THREADBOX_RUN_ID",
+  authorId: "THREADBOX_AUTHOR_ID",
+  mirrorNextIndex: "THREADBOX_MIRROR_NEXT_INDEX",
+  heartbeatMs: "THREADBOX_HEARTBEAT_MS",
+  runawayMs: "THREADBOX_RUNAWAY_MS",
+  killGraceMs: "THREADBOX_KILL_GRACE_MS",
+  flushTimeoutMs: "THREADBOX_FLUSH_TIMEOUT_MS",
+} as const;

@@ -1,0 +1,17 @@
+import { ApiError } from "../errors";
+import { ProviderError } from "./errors";
+import { logEvent } from "../domain/log-event";
+
+/**
+ * The one mapping from a sandbox provider's failure to what an API client sees. The provider's
+ * own message stays in the logs (it may name hosts or refs); the client gets the stable code.
+ * Anything that is not a provider error is returned unchanged.
+ */
+export function providerApiError(err: unknown, opts: { timeoutSec?: number } = {}): unknown {
+  if (!(err instanceof ProviderError)) return err;
+  logEvent("provider_error", { code: err.code, status: err.status, error: err.message }, "warn");
+  if (err.code === "timeout" && opts.timeoutSec !== undefined) {
+    return new ApiError("command_timeout", `command did not finish within ${opts.timeoutSec}s`);
+  }
+  return new ApiError("provider_unavailable", `sandbox provider: ${err.code}`);
+}

@@ -1,0 +1,30 @@
+import { ApiError } from "../errors";
+
+export const IDEMPOTENCY_HEADER = "idempotency-key";
+const KEY_PATTERN = /^[\x21-\x7e]{1,255}$/;
+
+/** The request's Idempotency-Key, or null without one. 1-255 visible ASCII characters. */
+export function idempotencyKey(request: Request): string | null {
+  const raw = request.headers.get(IDEMPOTENCY_HEADER);
+  if (raw === null) return null;
+  if (!KEY_PATTERN.test(raw)) throw new ApiError("validation_failed", "Idempotency-Key must be 1-255 visible ASCII characters");
+  return raw;
+}
+
+async function sha256Hex(text: string): Promise<string> {
+  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
+  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/**
+ * A retried create lands on the same thread: its id is derived from who asked (house and subject)
+ * and the key, so the retry reaches the same actor, which already holds the row.
+ */
+export async function idempotentThreadId(houseId: string, subject: string, key: string): Promise<string> {
+  return `th_${(await sha256Hex(JSON.stringify(["thread", houseId, subject, key]))).slice(0, 24)}`;
+}
+
+/** What the first request asked for; the same key with another body is refused, not replayed. */
+export function requestFingerprint(body: unknown): Promise<string> {
+  return sha256Hex(JSON.stringify(body));
+}
