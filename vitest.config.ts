@@ -1,11 +1,41 @@
+import type { Plugin } from "vite";
 import { defineConfig } from "vitest/config";
 import { cloudflareTest } from "@cloudflare/vitest-plugin";
+import quietExpectedWorkerdNoise from "./test/support/quiet-expected-noise.mjs";
+
+// The Workers integration writes workerd's logs from this process: filter them here.
+quietExpectedWorkerdNoise();
+
+/**
+ * Drops one known, harmless Vite warning: packages (e.g. @daytonaio/sdk) whose sourcemaps name
+ * sources outside the package. Vitest sets each project's logger itself, so this wraps whatever
+ * logger it set; every other message still prints.
+ */
+const quietExpectedWarnings: Plugin = {
+  name: "threadbox:quiet-expected-warnings",
+  enforce: "post",
+  config(config) {
+    const logger = config.customLogger;
+    if (!logger) return;
+    const expected = /Sourcemap for .* points to a source file outside its package/;
+    config.customLogger = {
+      ...logger,
+      warn: (msg, opts) => { if (!expected.test(msg)) logger.warn(msg, opts); },
+      warnOnce: (msg, opts) => { if (!expected.test(msg)) logger.warnOnce(msg, opts); },
+    };
+  },
+};
+
+// The Workers integration reads wrangler.toml through wrangler, which announces at info level every
+// `.dev.vars` it finds (tests override those values anyway); warnings and errors still print.
+process.env.WRANGLER_LOG ??= "warn";
 
 export default defineConfig({
   test: {
     projects: [
       {
         plugins: [
+          quietExpectedWarnings,
           cloudflareTest(({ inject }) => ({
             wrangler: { configPath: "./wrangler.toml" },
             // Production's entry plus test-only hooks (a movable clock): see the file.
@@ -18,7 +48,6 @@ export default defineConfig({
                 ORPHAN_SILENCE_MS: "300000",
                 PROBE_INTERVAL_MS: "60000",
                 PROBE_CONFIRM_MS: "5000",
-                THREADBOX_ALLOW_TEST_PROVIDER: "1",
                 STOP_GRACE_MS: "300",
                 DISPATCH_TURN_LEASE_MS: "1500",
                 // Explicit, so a developer's .dev.vars cannot change what the tests see.
@@ -34,10 +63,13 @@ export default defineConfig({
         test: {
           name: "workers",
           include: ["test/workers/**/*.test.ts"],
-          globalSetup: ["test/workers/sandbox-provider.setup.ts", "test/workers/model-control.setup.ts"],
+          globalSetup: ["test/workers/sandbox-provider.setup.ts", "test/workers/model-server.setup.ts"],
+          // The in-memory sandbox provider "test" exists only in this configuration.
+          setupFiles: ["test/workers/register-test-provider.ts"],
         },
       },
       {
+        plugins: [quietExpectedWarnings],
         test: {
           name: "node",
           include: ["test/node/**/*.test.ts"],

@@ -1,11 +1,11 @@
-// npm run bench — threadbox (wrangler dev, local workerd + SQLite) vs the Durable Streams
-// reference server (@durable-streams/server, Node), same workloads, same client code.
+// npm run bench — threadbox (on `npm run serve`'s plain workerd and under wrangler dev) vs the
+// Durable Streams reference server (@durable-streams/server, Node), same workloads, same client code.
 // Knobs: env vars BENCH_* or flags --name=value (see bench/README.md). Writes bench/results.json.
 import { writeFileSync, mkdirSync } from "node:fs";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { cpus } from "node:os";
-import { startBenchWorker } from "./lib/worker.mjs";
+import { startBenchServe, startBenchWorker } from "./lib/worker.mjs";
 import { startRefServer } from "./lib/ref-server.mjs";
 import { Target } from "./lib/client.mjs";
 import { now, sleep, percentile, pool, paddedJson, treeCpu } from "./lib/stats.mjs";
@@ -51,6 +51,7 @@ const K = {
   CEIL_REPS: knob("CEIL_REPS", 3),
   LONG_POLL_TIMEOUT_MS: knob("LONG_POLL_TIMEOUT_MS", 20_000),
   REF_STORE: knob("REF_STORE", "file"),
+  SERVE: knob("SERVE", 1),
   OUT: knob("OUT", join(HERE, "results.json")),
 };
 const only = new Set(String(K.ONLY).split(",").map((s) => s.trim()));
@@ -58,10 +59,13 @@ const runId = Date.now().toString(36);
 const log = (...a) => console.error(`[bench ${((now() - T0) / 1000).toFixed(1)}s]`, ...a);
 const T0 = now();
 
-/** rows: { id, workload, metric, unit, better: "higher"|"lower"|null, threadbox, reference, note } */
+/**
+ * rows: { id, workload, metric, unit, better: "higher"|"lower"|null, threadbox, reference, serve, note }
+ * `threadbox` is wrangler dev, `serve` the same code on `npm run serve`'s runtime (null when not run).
+ */
 const rows = [];
-function row(id, workload, metric, unit, better, threadbox, reference, note = "") {
-  rows.push({ id, workload, metric, unit, better, threadbox, reference, note });
+function row(id, workload, metric, unit, better, threadbox, reference, note = "", serve = null) {
+  rows.push({ id, workload, metric, unit, better, threadbox, reference, serve: serve ?? null, note });
 }
 
 // ---------- workloads ----------
@@ -309,30 +313,41 @@ async function main() {
   log(`cpus=${cpus().length} knobs=${JSON.stringify(K)}`);
   const results = { startedAt: new Date().toISOString(), cpus: cpus().length, node: process.version, knobs: K, raw: {}, rows };
 
-  log("starting threadbox (wrangler dev) and the reference server");
-  const [worker, ref] = await Promise.all([
-    startBenchWorker({ vars: { LONG_POLL_TIMEOUT_MS: String(K.LONG_POLL_TIMEOUT_MS) } }),
+  log(`starting threadbox (wrangler dev${K.SERVE ? " and npm run serve" : ""}) and the reference server`);
+  const vars = { LONG_POLL_TIMEOUT_MS: String(K.LONG_POLL_TIMEOUT_MS) };
+  const [worker, ref, served] = await Promise.all([
+    startBenchWorker({ vars }),
     startRefServer({ longPollTimeoutMs: K.LONG_POLL_TIMEOUT_MS, store: K.REF_STORE }),
+    K.SERVE ? startBenchServe({ vars }) : null,
   ]);
-  const stopAll = async () => { await Promise.allSettled([worker.stop(), ref.stop()]); };
+  const stopAll = async () => { await Promise.allSettled([worker.stop(), ref.stop(), served?.stop()]); };
   process.on("SIGINT", () => { stopAll().finally(() => process.exit(130)); });
   try {
     const tb = new Target({ label: "threadbox", url: worker.url, token: await worker.mintHouseToken(), threads: true });
     const rf = new Target({ label: "reference", url: ref.url, token: "unused", threads: false });
+    const sv = served ? new Target({ label: "serve", url: served.url, token: await served.mintHouseToken(), threads: true }) : null;
     const both = async (key, fn) => {
-      log(`${key}: threadbox`);
+      log(`${key}: threadbox (wrangler dev)`);
       const a = await fn(tb);
+      let c = null;
+      if (sv) {
+        log(`${key}: threadbox (npm run serve)`);
+        c = await fn(sv);
+      }
       log(`${key}: reference`);
       const b = await fn(rf);
-      results.raw[key] = { threadbox: a, reference: b };
-      return [a, b];
+      results.raw[key] = { threadbox: a, reference: b, ...(c ? { serve: c } : {}) };
+      return [a, b, c];
     };
 
     if (only.has("ceil")) {
       log("ceiling: GET /health");
       const h = await healthCeiling(tb);
       results.raw.ceilHealth = h;
-      row("C1", "ceiling: no-op route GET /health (16 conc.)", "req/s", "req/s", null, h.rate, null, `p50 ${h.p50.toFixed(2)} ms`);
+      const hs = sv ? await healthCeiling(sv) : null;
+      if (hs) results.raw.ceilHealthServe = hs;
+      row("C1", "ceiling: no-op route GET /health (16 conc.)", "req/s", "req/s", null, h.rate, null,
+        `p50 ${hs ? `${hs.p50.toFixed(2)} ms serve, ` : ""}${h.p50.toFixed(2)} ms dev`, hs?.rate);
       const dp = await directPort(worker);
       if (dp) {
         const d = await healthCeiling(new Target({ label: "direct", url: `http://127.0.0.1:${dp}`, token: tb.token, threads: true }));
@@ -348,44 +363,51 @@ async function main() {
       row("C5", `ceiling: ${K.W2_BATCH} rows/request via HTTP, ${K.W2_WRITERS} conc.`, "rows/s", "rows/s", null, c.batched, null, "no-auth DO insert route; bound for #2");
     }
     if (only.has("1")) {
-      const [a, b] = await both("w1", w1);
-      row("1", `single appends, ${K.W1_WRITERS} writers`, "entries/s", "entries/s", "higher", a.rate, b.rate);
-      row("1", `single appends, ${K.W1_WRITERS} writers`, "append p50", "ms", "lower", a.p50, b.p50);
-      row("1", `single appends, ${K.W1_WRITERS} writers`, "append p99", "ms", "lower", a.p99, b.p99);
+      const [a, b, c] = await both("w1", w1);
+      row("1", `single appends, ${K.W1_WRITERS} writers`, "entries/s", "entries/s", "higher", a.rate, b.rate, "", c?.rate);
+      row("1", `single appends, ${K.W1_WRITERS} writers`, "append p50", "ms", "lower", a.p50, b.p50, "", c?.p50);
+      row("1", `single appends, ${K.W1_WRITERS} writers`, "append p99", "ms", "lower", a.p99, b.p99, "", c?.p99);
     }
     if (only.has("2")) {
-      const [a, b] = await both("w2", w2);
+      const [a, b, c] = await both("w2", w2);
       row("2", `batched appends (${K.W2_BATCH}/POST, ${K.W2_WRITERS} writers)`, "entries/s", "entries/s", "higher", a.rate, b.rate,
-        results.raw.ceilInsert ? `${((a.rate / results.raw.ceilInsert.plain) * 100).toFixed(0)}% of insert ceiling` : "");
+        results.raw.ceilInsert ? `wrangler dev: ${((a.rate / results.raw.ceilInsert.plain) * 100).toFixed(0)}% of insert ceiling` : "", c?.rate);
     }
     if (only.has("3")) {
       for (const mode of ["long-poll", "sse"]) {
-        const [a, b] = await both(`w3-${mode}`, (t) => w3(t, mode));
-        const note = `recv ${a.received}/${a.expected} vs ${b.received}/${b.expected}`;
-        row("3", `delivery, ${K.W3_READERS} ${mode} readers`, "p50", "ms", "lower", a.p50, b.p50, note);
-        row("3", `delivery, ${K.W3_READERS} ${mode} readers`, "p99", "ms", "lower", a.p99, b.p99);
+        const [a, b, c] = await both(`w3-${mode}`, (t) => w3(t, mode));
+        const note = `recv ${c ? `${c.received}/${c.expected} serve, ` : ""}${a.received}/${a.expected} dev vs ${b.received}/${b.expected}`;
+        row("3", `delivery, ${K.W3_READERS} ${mode} readers`, "p50", "ms", "lower", a.p50, b.p50, note, c?.p50);
+        row("3", `delivery, ${K.W3_READERS} ${mode} readers`, "p99", "ms", "lower", a.p99, b.p99, "", c?.p99);
       }
-      log("w3-ws: threadbox");
+      log("w3-ws: threadbox (wrangler dev)");
       const ws = await w3(tb, "ws");
-      results.raw["w3-ws"] = { threadbox: ws };
-      row("3", `delivery, ${K.W3_READERS} WebSocket subscribers`, "p50", "ms", "lower", ws.p50, null, `recv ${ws.received}/${ws.expected}; ref has no WS`);
-      row("3", `delivery, ${K.W3_READERS} WebSocket subscribers`, "p99", "ms", "lower", ws.p99, null);
+      let wss = null;
+      if (sv) {
+        log("w3-ws: threadbox (npm run serve)");
+        wss = await w3(sv, "ws");
+      }
+      results.raw["w3-ws"] = { threadbox: ws, ...(wss ? { serve: wss } : {}) };
+      row("3", `delivery, ${K.W3_READERS} WebSocket subscribers`, "p50", "ms", "lower", ws.p50, null,
+        `recv ${wss ? `${wss.received}/${wss.expected} serve, ` : ""}${ws.received}/${ws.expected} dev; ref has no WS`, wss?.p50);
+      row("3", `delivery, ${K.W3_READERS} WebSocket subscribers`, "p99", "ms", "lower", ws.p99, null, "", wss?.p99);
     }
     if (only.has("4")) {
-      const [a, b] = await both("w4", w4);
-      row("4", `catch-up read of ${K.W4_ENTRIES} entries`, "entries/s", "entries/s", "higher", a.rate, b.rate, `pages ${a.pages} vs ${b.pages}`);
-      row("4", `catch-up read of ${K.W4_ENTRIES} entries`, "MB/s", "MB/s", "higher", a.mbps, b.mbps);
-      row("4", `fill (batches of ${K.W4_FILL_BATCH})`, "entries/s", "entries/s", "higher", a.fillRate, b.fillRate, "setup, informational");
+      const [a, b, c] = await both("w4", w4);
+      row("4", `catch-up read of ${K.W4_ENTRIES} entries`, "entries/s", "entries/s", "higher", a.rate, b.rate, `pages ${a.pages} vs ${b.pages}`, c?.rate);
+      row("4", `catch-up read of ${K.W4_ENTRIES} entries`, "MB/s", "MB/s", "higher", a.mbps, b.mbps, "", c?.mbps);
+      row("4", `fill (batches of ${K.W4_FILL_BATCH})`, "entries/s", "entries/s", "higher", a.fillRate, b.fillRate, "setup, informational", c?.fillRate);
     }
     let w5names = [];
     if (only.has("5")) {
-      const [a, b] = await both("w5", w5);
+      const [a, b, c] = await both("w5", w5);
       w5names = a.names;
       delete a.names; delete b.names;
+      if (c) delete c.names;
       row("5", `${K.W5_THREADS} threads x ${K.W5_ENTRIES} entries (${K.W5_CONCURRENCY} conc.)`, "entries/s", "entries/s", "higher", a.rate, b.rate,
-        `ref: plain streams${b.recreated ? `; ref lost ${b.recreated} appends (404)` : ""}`);
-      row("5", `${K.W5_THREADS} threads x ${K.W5_ENTRIES} entries`, "append p99", "ms", "lower", a.p99, b.p99);
-      row("5", `create ${K.W5_THREADS} threads/streams`, "per s", "per s", "higher", a.createRate, b.createRate, "setup, informational");
+        `ref: plain streams${b.recreated ? `; ref lost ${b.recreated} appends (404)` : ""}`, c?.rate);
+      row("5", `${K.W5_THREADS} threads x ${K.W5_ENTRIES} entries`, "append p99", "ms", "lower", a.p99, b.p99, "", c?.p99);
+      row("5", `create ${K.W5_THREADS} threads/streams`, "per s", "per s", "higher", a.createRate, b.createRate, "setup, informational", c?.createRate);
     }
     if (only.has("6")) {
       log(`w6: ${K.W6_THREADS} running threads heartbeating every ${K.W6_INTERVAL_MS} ms for ${K.W6_DURATION_MS} ms`);
@@ -414,7 +436,7 @@ async function main() {
   mkdirSync(dirname(K.OUT), { recursive: true });
   writeFileSync(K.OUT, JSON.stringify(results, null, 2));
   console.log(table(rows));
-  console.log(`\nresults: ${K.OUT}  (ratio = threadbox / reference; goal: >= 1.0 throughput, <= 1.0 latency)`);
+  console.log(`\nresults: ${K.OUT}  (ratio = ${served ? "serve" : "wrangler dev"} / reference; goal: >= 1.0 throughput, <= 1.0 latency)`);
 }
 
 function fmt(v) {
@@ -425,17 +447,25 @@ function fmt(v) {
   return v.toFixed(2);
 }
 
+/**
+ * ratio = the primary threadbox figure / reference: `npm run serve`'s runtime when it ran (what a
+ * self-hosted threadbox is), else wrangler dev. wrangler dev stays a column without goals.
+ */
 function table(rs) {
-  const head = ["#", "workload", "metric", "threadbox", "reference", "ratio", "goal", "note"];
+  const withServe = rs.some((r) => r.serve !== null);
+  const head = ["#", "workload", "metric", ...(withServe ? ["serve"] : []), "wrangler dev", "reference", "ratio", "goal", "note"];
+  const numeric = new Set(withServe ? [3, 4, 5, 6] : [3, 4, 5]);
   const body = rs.map((r) => {
-    const ratio = r.threadbox !== null && r.reference ? r.threadbox / r.reference : null;
+    const primary = withServe ? r.serve : r.threadbox;
+    const ratio = primary !== null && primary !== undefined && r.reference ? primary / r.reference : null;
     let goal = "";
     if (ratio !== null && r.better) goal = (r.better === "higher" ? ratio >= 1 : ratio <= 1) ? "ok" : "SHORT";
-    return [r.id, r.workload, `${r.metric}${r.unit && r.unit !== r.metric ? ` (${r.unit})` : ""}`, fmt(r.threadbox), fmt(r.reference),
+    return [r.id, r.workload, `${r.metric}${r.unit && r.unit !== r.metric ? ` (${r.unit})` : ""}`,
+      ...(withServe ? [fmt(r.serve)] : []), fmt(r.threadbox), fmt(r.reference),
       ratio === null ? "-" : ratio.toFixed(2), goal, r.note];
   });
   const w = head.map((h, i) => Math.max(h.length, ...body.map((b) => String(b[i]).length)));
-  const line = (cells) => cells.map((c, i) => (i >= 3 && i <= 5 ? String(c).padStart(w[i]) : String(c).padEnd(w[i]))).join("  ").trimEnd();
+  const line = (cells) => cells.map((c, i) => (numeric.has(i) ? String(c).padStart(w[i]) : String(c).padEnd(w[i]))).join("  ").trimEnd();
   return [line(head), w.map((n) => "-".repeat(n)).join("  "), ...body.map(line)].join("\n");
 }
 

@@ -1,28 +1,44 @@
 // npm run dev: the whole system on this machine. Starts the local Daytona-compatible sandbox
 // host and the worker under `wrangler dev` (state persisted in .wrangler/state), then prints
-// the URL and a dev house token.
+// the URL and a dev house token. Also starts the offline demo model and seeds the dev house
+// with an environment and a bot that use it (scripts/lib/seed-dev.mjs).
 import { spawn } from "node:child_process";
-import { copyFileSync, existsSync, readFileSync } from "node:fs";
+import { copyFileSync, existsSync } from "node:fs";
 import { join } from "node:path";
-import { ROOT, nodePath, waitForHttp } from "./lib/wrangler-dev.mjs";
+import { OFFLINE_WRANGLER_ENV, ROOT, localTracingEnv, nodePath, waitForHttp } from "./lib/wrangler-dev.mjs";
+import { busyPortsMessage } from "./lib/ports.mjs";
+import { readVarsFile } from "./lib/vars-file.mjs";
 import { startSandboxHost } from "../sandbox-host/server.mjs";
+import { startDemoModel } from "../dev/demo-model/server.mjs";
+import { seedDevHouse } from "./lib/seed-dev.mjs";
+import { devBanner } from "./lib/dev-banner.mjs";
+
+const port = Number(process.env.PORT ?? 8787);
+const sandboxPort = Number(process.env.SANDBOX_HOST_PORT ?? 3986);
+const busy = await busyPortsMessage([
+  { port, envVar: "PORT", what: "the worker" },
+  { port: sandboxPort, envVar: "SANDBOX_HOST_PORT", what: "the local sandbox host" },
+], "npm run dev");
+if (busy) {
+  console.error(busy);
+  process.exit(1);
+}
 
 const devVarsPath = join(ROOT, ".dev.vars");
 if (!existsSync(devVarsPath)) {
   copyFileSync(join(ROOT, ".dev.vars.example"), devVarsPath);
   console.log("created .dev.vars from .dev.vars.example");
 }
-const vars = Object.fromEntries(
-  readFileSync(devVarsPath, "utf8").split("\n")
-    .map((l) => l.trim()).filter((l) => l && !l.startsWith("#") && l.includes("="))
-    .map((l) => [l.slice(0, l.indexOf("=")), l.slice(l.indexOf("=") + 1)]),
-);
-
-const port = Number(process.env.PORT ?? 8787);
-const sandboxPort = Number(process.env.SANDBOX_HOST_PORT ?? 3986);
+const vars = readVarsFile(devVarsPath);
 const sandboxKey = process.env.SANDBOX_HOST_API_KEY ?? vars.DAYTONA_API_KEY ?? "dev-sandbox-key";
-const sandboxRoot = process.env.SANDBOX_HOST_ROOT ?? join(ROOT, ".wrangler", "boxes");
+const sandboxRoot = process.env.SANDBOX_HOST_ROOT ?? join(ROOT, ".wrangler", "sandbox-host");
 const host = await startSandboxHost({ port: sandboxPort, apiKey: sandboxKey, root: sandboxRoot });
+const demoModelPort = Number(process.env.DEMO_MODEL_PORT ?? 3987);
+const demoModel = await startDemoModel({ port: demoModelPort }).catch((err) => {
+  if (err.code !== "EADDRINUSE") throw err;
+  console.error(`port ${demoModelPort} (demo model) is in use: stop what holds it, or set DEMO_MODEL_PORT to a free port`);
+  process.exit(1);
+});
 const url = `http://127.0.0.1:${port}`;
 
 const args = [join(ROOT, "node_modules", "wrangler", "bin", "wrangler.js"), "dev", "--ip", "127.0.0.1", "--port", String(port),
@@ -30,7 +46,7 @@ const args = [join(ROOT, "node_modules", "wrangler", "bin", "wrangler.js"), "dev
   // The local host is the default provider; the worker reaches it and boxes reach the worker over loopback.
   "--var", `DAYTONA_API_URL:${host.apiUrl}`, "--var", `DAYTONA_API_KEY:${sandboxKey}`,
   "--var", `THREADBOX_STREAM_URL:${vars.THREADBOX_STREAM_URL?.includes("127.0.0.1:8787") ? `${url}/api/stream` : vars.THREADBOX_STREAM_URL ?? `${url}/api/stream`}`];
-const wrangler = spawn(process.execPath, args, { cwd: ROOT, stdio: "inherit", env: { ...process.env, PATH: nodePath(), WRANGLER_SEND_METRICS: "false" } });
+const wrangler = spawn(process.execPath, args, { cwd: ROOT, stdio: "inherit", env: { ...localTracingEnv(), ...process.env, ...OFFLINE_WRANGLER_ENV, PATH: nodePath() } });
 
 let stopping = false;
 async function stop(code = 0) {
@@ -38,6 +54,7 @@ async function stop(code = 0) {
   stopping = true;
   wrangler.kill("SIGTERM");
   await host.close().catch(() => {});
+  await demoModel.close().catch(() => {});
   process.exit(code);
 }
 process.on("SIGINT", () => stop(0));
@@ -51,14 +68,11 @@ const minted = await fetch(`${url}/api/admin/tokens`, {
   body: JSON.stringify({ houseId: "dev", subject: "dev-user", role: "owner", ttlSeconds: 30 * 24 * 3600 }),
 });
 const { token } = await minted.json();
-console.log(`
-threadbox is running
-  worker        ${url}
-  sandbox host  ${host.apiUrl}   (boxes under ${sandboxRoot})
-  house         dev
-
-  export THREADBOX_URL=${url}
-  export THREADBOX_TOKEN=${token}
-
-  curl -s -X POST $THREADBOX_URL/api/threads -H "authorization: Bearer $THREADBOX_TOKEN" -H 'content-type: application/json' -d '{"title":"hello"}'
-`);
+const seeded = await seedDevHouse({
+  url, token, demoModelBaseUrl: demoModel.baseUrl, vars, statePath: join(ROOT, ".wrangler", "seed-dev.json"),
+}).catch((err) => {
+  // The server works without the seed; say what went wrong and go on.
+  console.error(`could not seed the dev house: ${err.message}`);
+  return { environments: [], agents: [], agentsSupported: false };
+});
+console.log(devBanner({ url, token, sandboxApiUrl: host.apiUrl, sandboxRoot, demoModelBaseUrl: demoModel.baseUrl, seeded }));

@@ -4,6 +4,7 @@
 import { build } from "esbuild";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { readVarsFile } from "./lib/vars-file.mjs";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 
@@ -25,7 +26,10 @@ export async function loadSandboxModules() {
   return import(pathToFileURL(outfile).href + `?t=${Date.now()}`);
 }
 
-/** DAYTONA_* from the environment; `--local` starts an in-process sandbox host instead. */
+/**
+ * DAYTONA_* from the environment, else from `.dev.vars` (the file `npm run dev` and wrangler
+ * read); `--local` starts an in-process sandbox host instead.
+ */
 export async function resolveTarget(argv) {
   if (argv.includes("--local")) {
     const { startSandboxHost } = await import("../sandbox-host/server.mjs");
@@ -33,12 +37,15 @@ export async function resolveTarget(argv) {
     const host = await startSandboxHost({ port: 0, apiKey });
     return { apiUrl: host.apiUrl, apiKey, target: "local", close: () => host.close(), label: `in-process local host ${host.apiUrl}` };
   }
-  const apiUrl = process.env.DAYTONA_API_URL;
-  const apiKey = process.env.DAYTONA_API_KEY;
+  const file = readVarsFile(path.join(root, ".dev.vars"));
+  const pick = (name) => process.env[name] || file[name] || undefined;
+  const apiUrl = pick("DAYTONA_API_URL");
+  const apiKey = pick("DAYTONA_API_KEY");
   if (!apiUrl || !apiKey) {
-    console.error("DAYTONA_API_URL and DAYTONA_API_KEY must be set (or pass --local to use an in-process local host).");
+    console.error("DAYTONA_API_URL and DAYTONA_API_KEY must be set, in the environment or in .dev.vars (or pass --local to use an in-process local host).");
     console.error("For the local host: npm run sandbox-host, then DAYTONA_API_URL=http://127.0.0.1:3986/api DAYTONA_API_KEY=$SANDBOX_HOST_API_KEY");
     process.exit(2);
   }
-  return { apiUrl, apiKey, target: process.env.DAYTONA_TARGET, close: async () => {}, label: apiUrl };
+  const from = process.env.DAYTONA_API_URL ? "environment" : ".dev.vars";
+  return { apiUrl, apiKey, target: pick("DAYTONA_TARGET"), close: async () => {}, label: `${apiUrl} (from ${from})` };
 }

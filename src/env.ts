@@ -21,8 +21,6 @@ export interface Env {
   STREAM_TOKEN_TTL_SECONDS?: string;
   /** How soon a bot's turn interrupted by an eviction is resumed (ms); default 60000. */
   DISPATCH_TURN_LEASE_MS?: string;
-  /** Test configurations only: enables the in-memory sandbox provider. */
-  THREADBOX_ALLOW_TEST_PROVIDER?: string;
 }
 
 export function intVar(value: string | undefined, fallback: number): number {

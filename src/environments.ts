@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { idSchema } from "./auth/tokens";
-import { PROVIDER_NAMES } from "./sandbox/providers";
+import { providerNameSchema } from "./sandbox/providers";
 
 const envVarName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "env var names are [A-Za-z_][A-Za-z0-9_]*");
 
@@ -9,7 +9,7 @@ export const environmentInputSchema = z.object({
   id: idSchema.optional(),
   name: z.string().min(1).max(200),
   runtime: z.literal("daytona").default("daytona"),
-  provider: z.enum(PROVIDER_NAMES).default("daytona"),
+  provider: providerNameSchema.default("daytona"),
   snapshot: z.string().max(200).optional(),
   image: z.string().max(500).optional(),
   env: z.record(envVarName, z.string().max(10_000)).default({}),

@@ -12,6 +12,8 @@ import { createAgentRoute, deleteAgentRoute, getAgentRoute, listAgentsRoute, pat
 import { dispatchDecisionsRoute, getThreadConfigRoute, patchThreadConfigRoute } from "./http/routes-dispatch";
 import { streamRoute, withPublicLocation } from "./http/routes-streams";
 import { CORS_HEADERS } from "./streams/protocol";
+import { assertNoRepeatedQuery } from "./http/query";
+import { authenticate } from "./auth/authenticate";
 
 /** Every answer carries CORS headers (stream answers already do, from the actor). */
 function withCors(res: Response): Response {
@@ -63,7 +65,9 @@ router
   .delete("/api/sandboxes/:id", (req, env) => deleteSandboxRoute(req, env, req.params.id))
   .all("/api/stream/*", async (req, env) => withPublicLocation(await streamRoute(req, env, "/api/stream/").catch(errorResponse), req))
   .all("/v1/stream/*", async (req, env) => withPublicLocation(await streamRoute(req, env, "/v1/stream/").catch(errorResponse), req))
-  .all("*", () => {
+  .all("*", async (req, env) => {
+    // A token problem is reported as such even on a wrong path, so a client never chases a 404 that is really a 401.
+    if (/^\/(api|v1)\//.test(new URL(req.url).pathname)) await authenticate(req, env.THREADBOX_TOKEN_SECRET);
     throw new ApiError("not_found", "no such route");
   });
 
@@ -71,6 +75,7 @@ export default {
   async fetch(request: Request, env: Env, ctx: ExecutionContext): Promise<Response> {
     let response: Response;
     try {
+      assertNoRepeatedQuery(new URL(request.url));
       response = await router.fetch(request as Req, env, ctx);
     } catch (err) {
       response = errorResponse(err);

@@ -1,5 +1,5 @@
 // The bench starts workers with the shared helper, under bench-only secrets.
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ROOT, freePort, nodePath, startWorker } from "../../scripts/lib/wrangler-dev.mjs";
@@ -16,4 +16,42 @@ export async function startBenchWorker(opts = {}) {
   const mint = worker.mintHouseToken;
   worker.mintHouseToken = (houseId = "house-bench", subject = "user-bench", role = "owner") => mint(houseId, subject, role);
   return worker;
+}
+
+/**
+ * threadbox on `npm run serve`'s runtime (the deploy bundle on plain workerd), built into and
+ * persisted in temp dirs, with the same bench secrets and vars. Same interface as startBenchWorker;
+ * `pid` is workerd's own.
+ * @param {{ vars?: Record<string,string> }} opts
+ */
+export async function startBenchServe(opts = {}) {
+  const { startServe } = await import("../../scripts/lib/serve.mjs");
+  const vars = { THREADBOX_ADMIN_SECRET: "bench-admin-secret", THREADBOX_TOKEN_SECRET: "bench-token-secret-0123456789abcdef", ...opts.vars };
+  const port = await freePort();
+  const stateDir = mkdtempSync(join(tmpdir(), "threadbox-bench-serve-state-"));
+  const buildDir = mkdtempSync(join(tmpdir(), "threadbox-bench-serve-build-"));
+  const server = await startServe({
+    port,
+    stateDir,
+    buildDir,
+    varsFileText: Object.entries(vars).map(([k, v]) => `${k}=${v}`).join("\n"),
+  });
+  return {
+    url: server.url,
+    port,
+    pid: server.pid,
+    async mintHouseToken(houseId = "house-bench", subject = "user-bench", role = "owner") {
+      const r = await fetch(`${server.url}/api/admin/tokens`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${vars.THREADBOX_ADMIN_SECRET}`, "content-type": "application/json" },
+        body: JSON.stringify({ houseId, subject, role }),
+      });
+      if (r.status !== 201) throw new Error(`mint failed: ${r.status} ${await r.text()}`);
+      return (await r.json()).token;
+    },
+    async stop() {
+      await server.stop();
+      for (const d of [stateDir, buildDir]) rmSync(d, { recursive: true, force: true });
+    },
+  };
 }

@@ -1,5 +1,7 @@
 export const ROOT: string;
+export const OFFLINE_WRANGLER_ENV: Record<string, string>;
 export function nodePath(): string;
+export function localTracingEnv(): Record<string, string>;
 export function freePort(): Promise<number>;
 export function waitForHttp(url: string, timeoutMs?: number, isReady?: (r: Response) => boolean): Promise<void>;
 export interface StartedWorker {
@@ -14,4 +16,6 @@ export interface StartedWorker {
 }
 export function startWorker(opts?: {
   port?: number; vars?: Record<string, string>; persistTo?: string; quiet?: boolean; logLevel?: string; configPath?: string; readyPath?: string;
+  /** Project directory to run wrangler in (default: this checkout). */
+  cwd?: string;
 }): Promise<StartedWorker>;

@@ -8,9 +8,24 @@ import { fileURLToPath } from "node:url";
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 
+/**
+ * Wrangler settings for a machine without internet: no metrics, and no fetch of the `Request.cf`
+ * object from workers.cloudflare.com (offline it only prints a warning and uses a placeholder).
+ */
+export const OFFLINE_WRANGLER_ENV = { WRANGLER_SEND_METRICS: "false", CLOUDFLARE_CF_FETCH_ENABLED: "false" };
+
 /** Children must find Node 22 first on PATH, as they do under `npm run`. */
 export function nodePath() {
   return `${dirname(process.execPath)}:${join(ROOT, "node_modules", ".bin")}:${process.env.PATH ?? ""}`;
+}
+
+/**
+ * wrangler dev traces every request locally by default (its local explorer and observability),
+ * which costs more CPU than the worker itself. Off unless the caller's environment turns them on
+ * (`X_LOCAL_EXPLORER=true npm run dev`); spread before process.env so that choice wins.
+ */
+export function localTracingEnv() {
+  return { X_LOCAL_OBSERVABILITY: "false", X_LOCAL_EXPLORER: "false" };
 }
 
 export function freePort() {
@@ -42,7 +57,7 @@ export async function waitForHttp(url, timeoutMs = 60_000, isReady = (r) => r.ok
 
 /**
  * @param {{ port?: number, vars?: Record<string,string>, persistTo?: string, quiet?: boolean, logLevel?: string,
- *           configPath?: string, readyPath?: string }} opts
+ *           configPath?: string, readyPath?: string, cwd?: string }} opts
  */
 export async function startWorker(opts = {}) {
   const port = opts.port ?? (await freePort());
@@ -59,9 +74,10 @@ export async function startWorker(opts = {}) {
   ];
   if (opts.configPath) args.push("--config", opts.configPath);
   for (const [k, v] of Object.entries(vars)) args.push("--var", `${k}:${v}`);
-  const child = spawn(process.execPath, [join(ROOT, "node_modules", "wrangler", "bin", "wrangler.js"), ...args], {
-    cwd: ROOT,
-    env: { ...process.env, PATH: nodePath(), WRANGLER_SEND_METRICS: "false", CI: "true", NO_COLOR: "1" },
+  const cwd = opts.cwd ?? ROOT;
+  const child = spawn(process.execPath, [join(cwd, "node_modules", "wrangler", "bin", "wrangler.js"), ...args], {
+    cwd,
+    env: { ...localTracingEnv(), ...process.env, ...OFFLINE_WRANGLER_ENV, PATH: nodePath(), CI: "true", NO_COLOR: "1" },
     stdio: ["ignore", opts.quiet === false ? "inherit" : "pipe", opts.quiet === false ? "inherit" : "pipe"],
     detached: true,
   });

@@ -1,4 +1,6 @@
 import type { Env } from "../env";
+import type { ForkLinks } from "../streams/fork";
+import { unwrapRpc } from "./rpc";
 
 /** Every actor address in one place: the naming of a Durable Object is part of its storage identity. */
 
@@ -20,3 +22,14 @@ export function plainStreamKey(houseId: string, name: string): string {
 export const houseStub = (env: Env, houseId: string) => env.HOUSES.get(env.HOUSES.idFromName(houseId));
 
 export const sandboxStub = (env: Env, boxId: string) => env.SANDBOXES.get(env.SANDBOXES.idFromName(boxId));
+
+/** How a plain stream's actor reaches the actors of the streams it forks from (by routing key). */
+export function streamForkLinks(env: Env, selfKey: string): ForkLinks {
+  const actor = (key: string) => env.THREADS.get(env.THREADS.idFromName(key));
+  return {
+    selfKey,
+    acquire: (key, req) => unwrapRpc(actor(key).forkAcquire(req)),
+    readPrefix: (key, req) => unwrapRpc(actor(key).forkReadPrefix(req)),
+    release: (key, houseId, childKey) => unwrapRpc(actor(key).forkRelease(houseId, childKey)),
+  };
+}

@@ -1,7 +1,7 @@
 import { ApiError } from "../errors";
 import { READ_ONLY_ROLES, verifyToken, type TokenClaims } from "./tokens";
 
-const WS_PROTOCOL_PREFIX = "bearer.";
+export const BEARER_PROTOCOL_PREFIX = "bearer.";
 
 /**
  * Browsers cannot set headers on a WebSocket, so a token may also come as `?token=` or as a
@@ -20,7 +20,7 @@ export function tokenFromRequest(request: Request, allowQuery: boolean): string 
   const protocols = request.headers.get("sec-websocket-protocol");
   if (protocols) {
     for (const p of protocols.split(",").map((s) => s.trim())) {
-      if (p.startsWith(WS_PROTOCOL_PREFIX)) return p.slice(WS_PROTOCOL_PREFIX.length);
+      if (p.startsWith(BEARER_PROTOCOL_PREFIX)) return p.slice(BEARER_PROTOCOL_PREFIX.length);
     }
   }
   return null;

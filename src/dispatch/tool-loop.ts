@@ -1,65 +1,190 @@
-// TEMPORARY STAND-IN for the llm helper's module (contract: /work/briefs/dispatch-llm-interface.md). Replaced on merge.
+/**
+ * A bot's turn: call its model, run the tools it asks for, feed the results back, until it
+ * answers without tool calls. Every round is handed to `onEvent` (and awaited) before the next
+ * model call, so the caller can persist progress as it happens.
+ */
+import type { AssistantMessage, Message, Tool, ToolCall } from "@earendil-works/pi-ai";
+import { validateToolArguments } from "@earendil-works/pi-ai/utils/validation";
+import { callModel, redactSecrets } from "./model-call";
 import type { ResolvedModel } from "./models";
 
 export type ToolSpec = {
-  name: string; description: string; parameters: Record<string, unknown>;
+  name: string;
+  description: string;
+  /** JSON Schema object */
+  parameters: Record<string, unknown>;
   execute(args: Record<string, unknown>, signal: AbortSignal): Promise<{ output: string; isError?: boolean }>;
 };
+
+export type LoopToolCall = { id: string; name: string; args: Record<string, unknown> };
+
+/** The conversation the bot sees. A user message with `authorId` reaches the model as `[authorId] text`. */
 export type LoopMessage =
   | { role: "user"; text: string; authorId?: string }
-  | { role: "assistant"; text: string; toolCalls?: { id: string; name: string; args: Record<string, unknown> }[] }
+  | { role: "assistant"; text: string; toolCalls?: LoopToolCall[] }
   | { role: "tool"; toolCallId: string; name: string; output: string; isError?: boolean };
+
 export type LoopEvent =
-  | { kind: "assistant"; text: string; toolCalls: { id: string; name: string; args: Record<string, unknown> }[]; stopReason: string }
+  | { kind: "assistant"; text: string; toolCalls: LoopToolCall[]; stopReason: string }
   | { kind: "tool_result"; toolCallId: string; name: string; output: string; isError: boolean };
+
 export type LoopResult = { ok: true; finalText: string; rounds: number } | { ok: false; reason: string; rounds: number };
 
-function toOpenAi(systemPrompt: string, messages: LoopMessage[]) {
-  const out: unknown[] = [{ role: "system", content: systemPrompt }];
-  for (const m of messages) {
-    if (m.role === "user") out.push({ role: "user", content: m.text });
-    else if (m.role === "assistant") out.push({ role: "assistant", content: m.text, ...(m.toolCalls?.length ? { tool_calls: m.toolCalls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: JSON.stringify(c.args) } })) } : {}) });
-    else out.push({ role: "tool", tool_call_id: m.toolCallId, content: m.output });
+export const DEFAULT_MAX_ROUNDS = 20;
+export const DEFAULT_REQUEST_TIMEOUT_MS = 120_000;
+export const DEFAULT_RETRIES = 2;
+export const DEFAULT_RETRY_BASE_DELAY_MS = 500;
+
+const ZERO_USAGE = {
+  input: 0,
+  output: 0,
+  cacheRead: 0,
+  cacheWrite: 0,
+  totalTokens: 0,
+  cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, total: 0 },
+};
+
+/** Converts the bot's view of the conversation into pi-ai messages for `model`. */
+export function toPiMessages(messages: LoopMessage[], model: ResolvedModel, now = Date.now()): Message[] {
+  // An assistant turn with neither text nor calls is refused by providers; it carries nothing.
+  const meaningful = messages.filter((m) => m.role !== "assistant" || m.text !== "" || (m.toolCalls?.length ?? 0) > 0);
+  return meaningful.map((m): Message => {
+    if (m.role === "user") {
+      return { role: "user", content: m.authorId ? `[${m.authorId}] ${m.text}` : m.text, timestamp: now };
+    }
+    if (m.role === "tool") {
+      return {
+        role: "toolResult",
+        toolCallId: m.toolCallId,
+        toolName: m.name,
+        content: [{ type: "text", text: m.output }],
+        isError: m.isError ?? false,
+        timestamp: now,
+      } as Message;
+    }
+    const calls = m.toolCalls ?? [];
+    const content: AssistantMessage["content"] = [];
+    if (m.text) content.push({ type: "text", text: m.text });
+    for (const c of calls) content.push({ type: "toolCall", id: c.id, name: c.name, arguments: c.args as ToolCall["arguments"] });
+    return {
+      role: "assistant",
+      content,
+      api: model.api,
+      provider: model.provider,
+      model: model.modelId,
+      usage: ZERO_USAGE,
+      stopReason: calls.length ? "toolUse" : "stop",
+      timestamp: now,
+    };
+  });
+}
+
+function toPiTool(t: ToolSpec): Tool {
+  return { name: t.name, description: t.description, parameters: t.parameters as unknown as Tool["parameters"] };
+}
+
+const textOf = (m: AssistantMessage) =>
+  m.content
+    .filter((c): c is { type: "text"; text: string } => c.type === "text")
+    .map((c) => c.text)
+    .join("");
+
+const isPlainObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+
+/** Why a tool call cannot run as asked (told to the model so it may correct itself), or its checked args. */
+export function checkToolCall(
+  call: ToolCall,
+  rawArgs: string | undefined,
+  tools: ToolSpec[],
+): { ok: true; tool: ToolSpec; args: Record<string, unknown> } | { ok: false; error: string } {
+  const tool = tools.find((t) => t.name === call.name);
+  if (!tool) {
+    const names = tools.map((t) => t.name).join(", ") || "none";
+    return { ok: false, error: `Unknown tool "${call.name}". Available tools: ${names}.` };
   }
-  return out;
+  let args: unknown = call.arguments;
+  // pi-ai repairs partial JSON while streaming; a call whose finished text is not JSON is malformed.
+  if (rawArgs !== undefined && rawArgs.trim() !== "") {
+    try {
+      args = JSON.parse(rawArgs);
+    } catch {
+      return { ok: false, error: `The arguments for tool "${call.name}" are not valid JSON: ${rawArgs.slice(0, 200)}` };
+    }
+  }
+  if (!isPlainObject(args)) return { ok: false, error: `The arguments for tool "${call.name}" must be a JSON object.` };
+  try {
+    const checked = validateToolArguments(toPiTool(tool), { ...call, arguments: args as ToolCall["arguments"] });
+    return { ok: true, tool, args: isPlainObject(checked) ? checked : args };
+  } catch (err) {
+    return { ok: false, error: `Invalid arguments for tool "${call.name}": ${err instanceof Error ? err.message : String(err)}` };
+  }
 }
 
 export async function runToolLoop(opts: {
-  model: ResolvedModel; systemPrompt: string; messages: LoopMessage[]; tools: ToolSpec[]; onEvent: (e: LoopEvent) => Promise<void>;
-  maxRounds?: number; requestTimeoutMs?: number; retries?: number; signal?: AbortSignal;
+  model: ResolvedModel;
+  systemPrompt: string;
+  messages: LoopMessage[];
+  tools: ToolSpec[];
+  onEvent: (e: LoopEvent) => Promise<void>;
+  maxRounds?: number;
+  requestTimeoutMs?: number;
+  retries?: number;
+  /** first retry waits about this long, doubling each time */
+  retryBaseDelayMs?: number;
+  signal?: AbortSignal;
 }): Promise<LoopResult> {
-  const messages = [...opts.messages];
-  const maxRounds = opts.maxRounds ?? 20;
-  for (let round = 0; round < maxRounds; round++) {
-    let body: any;
-    try {
-      const r = await fetch(`${opts.model.baseUrl}/chat/completions`, {
-        method: "POST",
-        headers: { "content-type": "application/json", ...(opts.model.apiKey ? { authorization: `Bearer ${opts.model.apiKey}` } : {}) },
-        body: JSON.stringify({ model: opts.model.modelId, stream: false, messages: toOpenAi(opts.systemPrompt, messages),
-          tools: opts.tools.map((t) => ({ type: "function", function: { name: t.name, description: t.description, parameters: t.parameters } })) }),
-        signal: AbortSignal.timeout(opts.requestTimeoutMs ?? 120_000),
-      });
-      if (!r.ok) return { ok: false, reason: `model answered HTTP ${r.status}`, rounds: round };
-      body = await r.json();
-    } catch (err) {
-      return { ok: false, reason: `model call failed: ${(err as Error).message}`, rounds: round };
-    }
-    const msg = body.choices?.[0]?.message ?? {};
-    const toolCalls = (msg.tool_calls ?? []).map((c: any) => {
-      let args: Record<string, unknown> = {};
-      try { args = JSON.parse(c.function.arguments || "{}"); } catch { args = {}; }
-      return { id: c.id, name: c.function.name, args };
+  const maxRounds = opts.maxRounds ?? DEFAULT_MAX_ROUNDS;
+  const signal = opts.signal ?? new AbortController().signal;
+  const history = toPiMessages(opts.messages, opts.model);
+  const piTools = opts.tools.map(toPiTool);
+
+  for (let round = 1; round <= maxRounds; round++) {
+    const call = await callModel({
+      model: opts.model,
+      systemPrompt: opts.systemPrompt,
+      messages: history,
+      tools: piTools,
+      requestTimeoutMs: opts.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS,
+      retries: opts.retries ?? DEFAULT_RETRIES,
+      retryBaseDelayMs: opts.retryBaseDelayMs ?? DEFAULT_RETRY_BASE_DELAY_MS,
+      signal,
     });
-    const text = msg.content ?? "";
-    await opts.onEvent({ kind: "assistant", text, toolCalls, stopReason: toolCalls.length ? "toolUse" : "stop" });
-    messages.push({ role: "assistant", text, toolCalls });
-    if (toolCalls.length === 0) return { ok: true, finalText: text, rounds: round + 1 };
-    for (const c of toolCalls) {
-      const tool = opts.tools.find((t) => t.name === c.name);
-      const res = tool ? await tool.execute(c.args, new AbortController().signal) : { output: `unknown tool ${c.name}`, isError: true };
-      await opts.onEvent({ kind: "tool_result", toolCallId: c.id, name: c.name, output: res.output, isError: !!res.isError });
-      messages.push({ role: "tool", toolCallId: c.id, name: c.name, output: res.output, isError: !!res.isError });
+    if (!call.ok) return { ok: false, reason: call.reason, rounds: round - 1 };
+
+    const message = call.message;
+    const text = textOf(message);
+    const calls = message.content
+      .map((c, index) => ({ c, index }))
+      .filter((x): x is { c: ToolCall; index: number } => x.c.type === "toolCall");
+    history.push(message);
+    await opts.onEvent({
+      kind: "assistant",
+      text,
+      toolCalls: calls.map(({ c }) => ({ id: c.id, name: c.name, args: isPlainObject(c.arguments) ? c.arguments : {} })),
+      stopReason: message.stopReason,
+    });
+    if (calls.length === 0) return { ok: true, finalText: text, rounds: round };
+
+    for (const { c, index } of calls) {
+      if (signal.aborted) return { ok: false, reason: "the turn was cancelled", rounds: round };
+      const checked = checkToolCall(c, call.rawToolArgs.get(index), opts.tools);
+      let output: string;
+      let isError: boolean;
+      if (!checked.ok) {
+        output = checked.error;
+        isError = true;
+      } else {
+        try {
+          const r = await checked.tool.execute(checked.args, signal);
+          output = r.output;
+          isError = r.isError ?? false;
+        } catch (err) {
+          output = `Tool "${c.name}" failed: ${redactSecrets(err instanceof Error ? err.message : String(err), opts.model)}`;
+          isError = true;
+        }
+      }
+      history.push({ role: "toolResult", toolCallId: c.id, toolName: c.name, content: [{ type: "text", text: output }], isError, timestamp: Date.now() } as Message);
+      await opts.onEvent({ kind: "tool_result", toolCallId: c.id, name: c.name, output, isError });
     }
   }
   return { ok: false, reason: "too many tool rounds", rounds: maxRounds };

@@ -35,10 +35,22 @@ export const payloadSchema = z.union([chatPayload, statusChangedPayload, openPay
 });
 export type Payload = z.infer<typeof payloadSchema> & { type: string; [k: string]: unknown };
 
+/**
+ * `ts` is stored as epoch milliseconds (an integer); a writer may send that or an ISO-8601
+ * date-time with a zone (`2026-11-22T04:00:00Z`, `...+02:00`), converted on write.
+ */
+export const entryTsSchema = z.union([
+  z.number().int().nonnegative(),
+  z.iso.datetime({ offset: true }).transform((s) => Date.parse(s)).pipe(z.number().int().nonnegative()),
+]);
+
+/** Reserved for entries the control plane writes itself; never accepted from a client. */
+export const SYSTEM_AUTHOR = "threadbox";
+
 /** What a writer sends: `id` and `ts` are optional; the thread fills them in. */
 export const entryInputSchema = z.object({
   id: z.string().min(1).max(MAX_ENTRY_ID_LENGTH).optional(),
-  ts: z.number().int().nonnegative().optional(),
+  ts: entryTsSchema.optional(),
   authorId: z.string().min(1).max(200).optional(),
   payload: payloadSchema,
 }); // unknown envelope fields (e.g. the `offset` of an entry read back) are dropped, never stored

@@ -3,10 +3,11 @@ import { ApiError, json } from "../errors";
 import type { Env } from "../env";
 import { idSchema, mintHouseToken, roleSchema } from "../auth/tokens";
 import { readBody } from "./body";
+import { SYSTEM_AUTHOR } from "../entries/schema";
 
 const mintSchema = z.object({
   houseId: idSchema,
-  subject: z.string().min(1).max(200),
+  subject: z.string().min(1).max(200).refine((s) => s !== SYSTEM_AUTHOR, `subject ${SYSTEM_AUTHOR} is reserved for the control plane`),
   role: roleSchema.default("member"),
   ttlSeconds: z.number().int().min(60).max(365 * 24 * 3600).optional(),
 }).strict();

@@ -51,14 +51,16 @@ export const execSchema = z.object({
 export type ExecBody = z.infer<typeof execSchema>;
 export type ExecResult = { boxId: string; exitCode: number; output: string };
 
-/** The route and the `run_command` tool both come here. */
-export async function runInEnvironment(env: Env, claims: HouseClaims, environmentId: string, body: ExecBody): Promise<ExecResult> {
-  const house = houseStub(env, claims.houseId);
-  const e = (await unwrapRpc(house.getEnvironment(environmentId))) as Environment | null;
+async function loadEnvironment(env: Env, houseId: string, environmentId: string): Promise<Environment> {
+  const e = (await unwrapRpc(houseStub(env, houseId).getEnvironment(environmentId))) as Environment | null;
   if (!e) throw new ApiError("not_found", "environment not found");
+  return e;
+}
+
+async function runOnSharedBox(env: Env, houseId: string, e: Environment, body: ExecBody): Promise<ExecResult> {
   if (!e.sharedBox) throw new ApiError("conflict", "this environment keeps no shared box (set sharedBox: true)");
   const provider = providerFor(env, e.provider);
-  const box = await sharedBox(env, claims.houseId, e);
+  const box = await sharedBox(env, houseId, e);
   try {
     const r = await provider.exec(box.providerRef, body.command, { cwd: body.cwd, env: e.env, timeoutSec: body.timeoutSec });
     return { boxId: box.id, exitCode: r.exitCode, output: r.output };
@@ -67,12 +69,19 @@ export async function runInEnvironment(env: Env, claims: HouseClaims, environmen
   }
 }
 
+/** The `run_command` tool comes here, with the bot's claims: the same checks as the route. */
+export async function runInEnvironment(env: Env, claims: HouseClaims, environmentId: string, body: ExecBody): Promise<ExecResult> {
+  return runOnSharedBox(env, claims.houseId, await loadEnvironment(env, claims.houseId, environmentId), body);
+}
+
 export async function execRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
   const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
   const parsed = idSchema.safeParse(id);
   if (!parsed.success) throw new ApiError("not_found", "environment not found");
+  // Authorization before validation: another house's environment answers 404 before the body is read.
+  const e = await loadEnvironment(env, claims.houseId, parsed.data);
   const body = await readBody(request, execSchema);
-  return json(await runInEnvironment(env, claims, parsed.data, body));
+  return json(await runOnSharedBox(env, claims.houseId, e, body));
 }
 
 async function sharedBox(env: Env, houseId: string, e: Environment): Promise<{ id: string; providerRef: string }> {

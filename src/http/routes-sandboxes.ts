@@ -4,7 +4,7 @@ import type { Env } from "../env";
 import { authenticate, houseWriter, requireHouse } from "../auth/authenticate";
 import { idSchema } from "../auth/tokens";
 import { LABEL_EPHEMERAL, LABEL_ENVIRONMENT, LABEL_HOUSE } from "../sandbox/provider";
-import { providerFor } from "../sandbox/providers";
+import { providerFor, providerNameSchema } from "../sandbox/providers";
 import { providerApiError } from "../sandbox/api-errors";
 import { houseStub, newId, sandboxStub } from "./actors";
 import { readBody } from "./body";
@@ -16,7 +16,7 @@ const listSchema = z.object({
 });
 
 const createSchema = z.object({
-  provider: z.string().max(40).default("daytona"),
+  provider: providerNameSchema.default("daytona"),
   ephemeral: z.boolean().default(false),
   environmentId: idSchema.optional(),
   snapshot: z.string().max(200).optional(),

@@ -5,8 +5,10 @@ import { mintStreamToken, streamTokenTtlSeconds, type TokenClaims } from "../aut
 import { json } from "../errors";
 import { unwrapRpc } from "../actors/rpc";
 import { MAX_APPEND_BYTES } from "../streams/protocol";
-import { plainStreamStub, threadStub } from "./actors";
+import { FORK_HEADERS, type ForkSource } from "../streams/fork";
+import { plainStreamKey, plainStreamStub, threadStub } from "./actors";
 import { forwardToActor } from "./routes-threads";
+import { writerFor } from "../threads/entries";
 
 const NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._~:@!$&'()*+,;=/-]{0,255}$/;
 const THREAD_STREAM = /^thread-([A-Za-z0-9][A-Za-z0-9._:-]{0,127})$/;
@@ -34,15 +36,47 @@ export async function streamRoute(request: Request, env: Env, prefix: string): P
   }
   const renewal = TOKEN_RENEWAL.exec(name);
   if (renewal) return renewStreamToken(request, env, claims, renewal[1]);
-  const auth = { houseId: claims.houseId, subject: claims.subject, canWrite: canWrite(claims) };
+  const auth = { houseId: claims.houseId, subject: claims.subject, canWrite: canWrite(claims), mayAuthorAsOthers: writerFor(claims).mayAuthorAsOthers };
   const threadMatch = THREAD_STREAM.exec(name);
+  const forkedFrom = request.method === "PUT" ? request.headers.get(FORK_HEADERS.from) : null;
+  if (threadMatch && forkedFrom !== null) throw new ApiError("bad_request", "a thread's stream cannot be created as a fork");
   if (threadMatch) {
     const threadId = threadMatch[1];
     if (claims.kind === "stream" && claims.threadId !== threadId) throw new ApiError("forbidden", "token is scoped to another thread");
     return forwardToActor(request, threadStub(env, threadId), auth, { kind: "thread", threadId }, "/stream");
   }
   if (claims.kind === "stream") throw new ApiError("forbidden", "a stream token reaches only its own thread");
-  return forwardToActor(request, plainStreamStub(env, claims.houseId, name), auth, { kind: "plain", name }, "/stream");
+  const forkSource = forkedFrom === null ? undefined : resolveForkSource(forkedFrom, claims.houseId);
+  return forwardToActor(request, plainStreamStub(env, claims.houseId, name), auth, { kind: "plain", name, forkSource }, "/stream");
+}
+
+const STREAM_PATH = /^\/(?:v1|api)\/stream\/(.+)$/;
+
+/**
+ * `Stream-Forked-From` names the source by its path (`/v1/stream/<name>`, `/api/stream/<name>`,
+ * or a full URL to one). It is resolved in the caller's house only, so another house's stream of
+ * the same name is simply not there (404), and a thread's log is never a source.
+ */
+function resolveForkSource(raw: string, houseId: string): ForkSource {
+  let path = raw.trim();
+  if (/^https?:\/\//i.test(path)) {
+    try {
+      path = new URL(path).pathname;
+    } catch {
+      throw new ApiError("bad_request", `${FORK_HEADERS.from} is not a valid URL`);
+    }
+  }
+  const m = STREAM_PATH.exec(path);
+  if (!m) throw new ApiError("bad_request", `${FORK_HEADERS.from} must be a stream path such as /v1/stream/<name>`);
+  let name: string;
+  try {
+    name = decodeURIComponent(m[1]);
+  } catch {
+    throw new ApiError("bad_request", `${FORK_HEADERS.from} is not valid percent-encoding`);
+  }
+  if (!NAME_PATTERN.test(name) || name.includes("..")) throw new ApiError("bad_request", `${FORK_HEADERS.from} names an invalid stream`);
+  if (THREAD_STREAM.test(name) || TOKEN_RENEWAL.test(name)) throw new ApiError("bad_request", "a thread's stream cannot be forked");
+  return { name, key: plainStreamKey(houseId, name) };
 }
 
 /**

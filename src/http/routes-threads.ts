@@ -2,9 +2,10 @@ import { z } from "zod";
 import { ApiError, json, SECURITY_HEADERS } from "../errors";
 import type { Env } from "../env";
 import { THREAD_STATUSES } from "../entries/schema";
-import { assertThreadAccess, authenticate, canWrite, houseWriter, requireHouse } from "../auth/authenticate";
+import { assertThreadAccess, authenticate, BEARER_PROTOCOL_PREFIX, canWrite, houseWriter, requireHouse } from "../auth/authenticate";
 import { initialDispatchConfig } from "../dispatch/config";
-import { idSchema, mintStreamToken, type HouseClaims, STREAM_SCOPES, streamTokenTtlSeconds } from "../auth/tokens";
+import { idSchema, mintStreamToken, STREAM_SCOPES, streamTokenTtlSeconds, type HouseClaims, type TokenClaims } from "../auth/tokens";
+import { authorFor, writerFor } from "../threads/entries";
 import { readBody, readJson } from "./body";
 import { houseStub, newId, threadStub } from "./actors";
 import { AUTH_HEADER, TARGET_HEADER, type ActorAuth, type StreamTarget } from "../actors/thread/thread-actor";
@@ -33,6 +34,13 @@ const listSchema = z.object({
   before: z.string().max(64).optional(),
 });
 
+/**
+ * Authorization before validation: another house's thread answers 404 before its body is read.
+ */
+async function assertThreadInHouse(env: Env, claims: TokenClaims, threadId: string): Promise<void> {
+  await unwrapRpc(threadStub(env, threadId).getThread(claims.houseId));
+}
+
 function threadIdParam(raw: string | undefined): string {
   const parsed = idSchema.safeParse(raw);
   if (!parsed.success) throw new ApiError("not_found", "thread not found");
@@ -58,7 +66,8 @@ export async function createThread(env: Env, claims: HouseClaims, body: CreateTh
   const parentRef = { kind: parent.kind, id: parent.id ?? null };
   return unwrapRpc(threadStub(env, id).createThread({
     id, houseId: claims.houseId, parent: parentRef, environmentId,
-    title: body.title ?? null, brainId: body.brainId ?? null, createdBy: claims.subject,
+    // A run's box writes as the brain: naming one is authoring as it, so the authorship rule applies.
+    title: body.title ?? null, brainId: body.brainId === undefined ? null : authorFor(body.brainId, writerFor(claims)), createdBy: claims.subject,
     requestFingerprint: idem ? await requestFingerprint(body) : null,
     dispatchConfig: initialDispatchConfig(parentRef),
   }));
@@ -97,9 +106,9 @@ export async function postEntriesRoute(request: Request, env: Env, id: string | 
   const threadId = threadIdParam(id);
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
   assertThreadAccess(claims, claims.houseId, threadId, true);
+  await assertThreadInHouse(env, claims, threadId);
   const raw = await readJson(request);
-  const author = claims.kind === "house" ? claims.subject : undefined;
-  const result = await unwrapRpc(threadStub(env, threadId).appendEntries(claims.houseId, raw, author));
+  const result = await unwrapRpc(threadStub(env, threadId).appendEntries(claims.houseId, raw, writerFor(claims)));
   return json(result, 201, { "Stream-Next-Offset": result.nextOffset });
 }
 
@@ -124,10 +133,11 @@ export async function mintThreadTokenRoute(request: Request, env: Env, id: strin
   const threadId = threadIdParam(id);
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
   requireHouse(claims);
+  await assertThreadInHouse(env, claims, threadId);
   const body = await readBody(request, tokenSchema);
   if (body.scope === "stream:write" && !canWrite(claims)) throw new ApiError("forbidden", "a reader cannot mint write tokens");
-  await unwrapRpc(threadStub(env, threadId).getThread(claims.houseId));
-  const minted = await mintStreamToken(env.THREADBOX_TOKEN_SECRET, claims.houseId, threadId, body.scope, undefined, streamTokenTtlSeconds(env));
+  // The token writes as the person who minted it (see the authorship rule in the README).
+  const minted = await mintStreamToken(env.THREADBOX_TOKEN_SECRET, claims.houseId, threadId, body.scope, claims.subject, streamTokenTtlSeconds(env));
   return json({ ...minted, scope: body.scope, threadId }, 201);
 }
 
@@ -139,7 +149,21 @@ export async function subscribeRoute(request: Request, env: Env, id: string | un
   if (request.headers.get("upgrade")?.toLowerCase() !== "websocket") {
     throw new ApiError("upgrade_required", "this route needs a WebSocket upgrade");
   }
-  return forwardToActor(request, threadStub(env, threadId), { houseId: claims.houseId, subject: claims.subject, canWrite: false }, { kind: "thread", threadId }, "/subscribe");
+  return forwardToActor(withoutBearerProtocols(request), threadStub(env, threadId), { houseId: claims.houseId, subject: claims.subject, canWrite: false, mayAuthorAsOthers: false }, { kind: "thread", threadId }, "/subscribe");
+}
+
+/**
+ * A browser offers `bearer.<token>` next to a real protocol name; only the name may be selected
+ * (and echoed in the handshake), so the token is dropped before the actor picks one.
+ */
+function withoutBearerProtocols(request: Request): Request {
+  const offered = request.headers.get("sec-websocket-protocol");
+  if (offered === null) return request;
+  const kept = offered.split(",").map((p) => p.trim()).filter((p) => p !== "" && !p.startsWith(BEARER_PROTOCOL_PREFIX));
+  const headers = new Headers(request.headers);
+  if (kept.length > 0) headers.set("sec-websocket-protocol", kept.join(", "));
+  else headers.delete("sec-websocket-protocol");
+  return new Request(request, { headers });
 }
 
 export function forwardToActor(
@@ -193,14 +217,13 @@ export type DelegateBody = z.infer<typeof delegateSchema>;
  * The caller's subject is the child's brain: it authors the prompt, everything the harness posts
  * and the result chat on the parent. The route and the `delegate_task` tool both come here.
  */
-export async function delegateTask(env: Env, claims: HouseClaims, parentId: string, body: DelegateBody) {
-  const parent = await unwrapRpc(threadStub(env, parentId).getThread(claims.houseId));
+export async function delegateTask(env: Env, claims: HouseClaims, parent: { id: string; environmentId: string | null }, body: DelegateBody) {
   const environmentId = body.environmentId ?? parent.environmentId;
   const environmentDefault = environmentId ? await environmentHarness(env, claims.houseId, environmentId) : "pi";
   const harness = body.harness ?? environmentDefault;
   const childId = newId("th_");
   await unwrapRpc(threadStub(env, childId).createThread({
-    id: childId, houseId: claims.houseId, parent: { kind: "thread", id: parentId }, environmentId: environmentId ?? null,
+    id: childId, houseId: claims.houseId, parent: { kind: "thread", id: parent.id }, environmentId: environmentId ?? null,
     title: body.title ?? body.task.slice(0, 120), brainId: claims.subject, createdBy: claims.subject, requestFingerprint: null,
   }));
   const { runId, status } = await unwrapRpc(threadStub(env, childId).startRun(claims.houseId, {
@@ -213,8 +236,9 @@ export async function delegateTask(env: Env, claims: HouseClaims, parentId: stri
 export async function delegateRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
   const parentId = threadIdParam(id);
   const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
+  const parent = await unwrapRpc(threadStub(env, parentId).getThread(claims.houseId));
   const body = await readBody(request, delegateSchema);
-  const out = await delegateTask(env, claims, parentId, body);
+  const out = await delegateTask(env, claims, parent, body);
   return json(out, 202, { location: `/api/threads/${out.childThreadId}` });
 }
 
@@ -222,8 +246,8 @@ export async function delegateRoute(request: Request, env: Env, id: string | und
 export async function resumeRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
   const threadId = threadIdParam(id);
   const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
-  const body = await readBody(request, resumeSchema);
   const row = await unwrapRpc(threadStub(env, threadId).getThread(claims.houseId));
+  const body = await readBody(request, resumeSchema);
   const harness = row.environmentId ? await environmentHarness(env, claims.houseId, row.environmentId) : "pi";
   const { runId, status } = await unwrapRpc(threadStub(env, threadId).startRun(claims.houseId, {
     task: body.message, harness, model: body.model, authorId: claims.subject, resume: true,

@@ -1,4 +1,5 @@
-// In-memory SandboxProvider for actor tests: no processes, no network, fully scriptable.
+// In-memory SandboxProvider for tests only (registered as "test" by test configurations; the
+// deployed worker never imports it): no processes, no network, fully scriptable.
 // Scripting knobs: kill a box out-of-band, make deletes fail N times, queue probe answers,
 // answer exec through a handler, finish detached commands by hand.
 import { ProviderError, type ProviderErrorCode } from "./errors";

@@ -1,4 +1,5 @@
 import { ApiError } from "../errors";
+import { ForkStore, type ForkRef } from "./fork-store";
 import { formatOffset, normalizeContentType } from "./protocol";
 
 export type StreamMeta = {
@@ -49,12 +50,19 @@ const PRODUCER_STATE_TTL_MS = 7 * 24 * 60 * 60 * 1000;
  * request, which is what gives ordering, read-your-writes and gap-free fan-out.
  */
 export class StreamLog {
+  readonly forks: ForkStore;
+
   constructor(private readonly storage: DurableObjectStorage) {
     const sql = storage.sql;
     sql.exec(`create table if not exists stream_meta (
       id integer primary key check (id = 1), name text not null, content_type text not null,
       ttl_seconds integer, expires_at text, created_at integer not null, last_access_at integer not null,
-      closed integer not null default 0, closed_by text, last_stream_seq text, tail_seq integer not null default 0)`);
+      closed integer not null default 0, closed_by text, last_stream_seq text, tail_seq integer not null default 0,
+      deleted_at integer)`);
+    // Logs created before forking existed lack the tombstone column.
+    const columns = sql.exec(`pragma table_info(stream_meta)`).toArray().map((c) => c.name);
+    if (!columns.includes("deleted_at")) sql.exec(`alter table stream_meta add column deleted_at integer`);
+    this.forks = new ForkStore(sql);
     sql.exec(`create table if not exists messages (
       seq integer primary key, data blob not null, entry_id text, ts integer not null)`);
     sql.exec(`create unique index if not exists messages_entry_id on messages(entry_id) where entry_id is not null`);
@@ -72,10 +80,13 @@ export class StreamLog {
     return this.storage.sql;
   }
 
-  /** The stream's metadata, or null if it does not exist. An expired stream is purged here. */
+  /**
+   * The stream's metadata, or null if it does not exist or is a tombstone. An expired stream is
+   * purged here, or made a tombstone while forks still read through it.
+   */
   meta(nowMs = Date.now()): StreamMeta | null {
     const row = this.sql.exec(`select * from stream_meta where id = 1`).toArray()[0];
-    if (!row) return null;
+    if (!row || row.deleted_at !== null) return null;
     const meta: StreamMeta = {
       name: row.name as string,
       contentType: row.content_type as string,
@@ -89,15 +100,42 @@ export class StreamLog {
       tailSeq: row.tail_seq as number,
     };
     if (isExpired(meta, nowMs)) {
-      this.purge();
+      this.delete(nowMs);
       return null;
     }
     return meta;
   }
 
+  /**
+   * A deleted (or expired) stream that forks still read through: its messages stay, every
+   * protocol operation on it answers 410, and its name cannot be reused until the last fork is gone.
+   */
+  isTombstone(): boolean {
+    const row = this.sql.exec(`select deleted_at from stream_meta where id = 1`).toArray()[0];
+    return row !== undefined && row.deleted_at !== null;
+  }
+
+  /** Deletes the stream: a tombstone while it has forks, else purged. Returns which. */
+  delete(nowMs = Date.now()): "tombstone" | "purged" {
+    if (this.forks.childCount() === 0) {
+      this.purge();
+      return "purged";
+    }
+    this.storage.transactionSync(() => {
+      this.sql.exec(`update stream_meta set deleted_at = ? where id = 1`, nowMs);
+      this.sql.exec(`delete from producers`);
+    });
+    return "tombstone";
+  }
+
   /** Idempotent create: same configuration -> existing stream, different -> conflict. */
-  create(name: string, opts: CreateOptions, initial: NewMessage[], nowMs = Date.now()): { created: boolean; meta: StreamMeta } {
+  create(
+    name: string, opts: CreateOptions, initial: NewMessage[], nowMs = Date.now(), fork?: ForkRef,
+  ): { created: boolean; meta: StreamMeta } {
     const existing = this.meta(nowMs);
+    if (!existing && this.isTombstone()) {
+      throw new ApiError("conflict", "stream was deleted but forks still read through it: the name cannot be reused yet");
+    }
     if (existing) {
       const same =
         normalizeContentType(existing.contentType) === normalizeContentType(opts.contentType) &&
@@ -110,10 +148,11 @@ export class StreamLog {
     this.storage.transactionSync(() => {
       this.sql.exec(
         `insert into stream_meta (id, name, content_type, ttl_seconds, expires_at, created_at, last_access_at, closed, tail_seq)
-         values (1, ?, ?, ?, ?, ?, ?, 0, 0)`,
-        name, opts.contentType, opts.ttlSeconds, opts.expiresAt, nowMs, nowMs,
+         values (1, ?, ?, ?, ?, ?, ?, 0, ?)`,
+        name, opts.contentType, opts.ttlSeconds, opts.expiresAt, nowMs, nowMs, fork?.forkSeq ?? 0,
       );
-      const { tail } = this.insertMessages(initial, 0, nowMs);
+      if (fork) this.forks.setRef(fork);
+      const { tail } = this.insertMessages(initial, fork?.forkSeq ?? 0, nowMs);
       this.sql.exec(`update stream_meta set tail_seq = ?, closed = ? where id = 1`, tail, opts.closed ? 1 : 0);
     });
     return { created: true, meta: this.meta(nowMs)! };
@@ -178,10 +217,13 @@ export class StreamLog {
     return { kind: "appended", tailSeq: meta.tailSeq, appended: [], fresh: [], closed: true };
   }
 
-  /** Messages after `afterSeq`, at most about `maxBytes` (always at least one message). */
-  read(afterSeq: number, maxBytes: number, maxCount = 1_000_000): { messages: StoredMessage[]; upToDate: boolean } {
+  /**
+   * Stored messages after `afterSeq` (up to `uptoSeq`), at most about `maxBytes` (always at least
+   * one message). A fork's inherited messages are not stored here: see readThrough in fork.ts.
+   */
+  read(afterSeq: number, maxBytes: number, maxCount = 1_000_000, uptoSeq = Number.MAX_SAFE_INTEGER): { messages: StoredMessage[]; upToDate: boolean } {
     const cursor = this.sql.exec(
-      `select seq, data, entry_id from messages where seq > ? order by seq limit ?`, afterSeq, maxCount + 1,
+      `select seq, data, entry_id from messages where seq > ? and seq <= ? order by seq limit ?`, afterSeq, uptoSeq, maxCount + 1,
     );
     const messages: StoredMessage[] = [];
     let bytes = 0;
@@ -216,11 +258,13 @@ export class StreamLog {
     if (meta.ttlSeconds !== null) this.sql.exec(`update stream_meta set last_access_at = ? where id = 1`, nowMs);
   }
 
+  /** Removes everything; a fork's source reference becomes a pending release (fork-store.ts). */
   purge(): void {
     this.storage.transactionSync(() => {
       this.sql.exec(`delete from messages`);
       this.sql.exec(`delete from producers`);
       this.sql.exec(`delete from stream_meta`);
+      this.forks.dropRef();
     });
   }
 

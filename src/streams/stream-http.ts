@@ -1,10 +1,16 @@
 import { ApiError, SECURITY_HEADERS, errorResponse } from "../errors";
+import {
+  forkExpiry, parseForkHeaders, readThrough, sameFork, sendReleases,
+  type ForkLinks, type ForkRequest, type ForkSource, type Page,
+} from "./fork";
 import { StreamLog, type AppendOutcome, type NewMessage, type ProducerTuple, type StreamMeta, type StoredMessage } from "./log";
 import {
   CORS_HEADERS, H, MAX_APPEND_BYTES, MAX_READ_BYTES, formatOffset, isJsonContentType, normalizeContentType,
   parseOffset, responseCursor,
 } from "./protocol";
 import { WaitHub } from "./wait-hub";
+import { assertUtf8Charset, readBoundedBody } from "../http/bounded-body";
+import { parseJsonBytes } from "../entries/json-limits";
 
 /** What a stream's owner (a plain stream, or a thread) decides on top of the generic protocol. */
 export interface StreamHost {
@@ -12,8 +18,8 @@ export interface StreamHost {
   readonly hub: WaitHub;
   readonly longPollTimeoutMs: number;
   readonly streamName: string;
-  /** Turns an append body into messages; a thread validates entries here. `null` = nothing to append. */
-  prepareAppend(body: Uint8Array, meta: StreamMeta): NewMessage[] | null;
+  /** Turns an append body into messages; a thread validates entries (and their author) here. `null` = nothing to append. */
+  prepareAppend(body: Uint8Array, meta: StreamMeta, writer: StreamRequestAuth): NewMessage[] | null;
   /** Called after messages were durably appended (not for duplicates). */
   afterAppend(appended: StoredMessage[], outcome: AppendOutcome): void;
   /** Whether this stream may be created / deleted through the protocol. */
@@ -22,9 +28,21 @@ export interface StreamHost {
   /** A thread's log must stay open: the control plane still has to write its finished-signal. */
   allowClose: boolean;
   onDelete?(): void;
+  /** Plain streams only (threads are not forkable): see fork.ts. */
+  readonly fork?: ForkHost;
 }
 
-export type StreamRequestAuth = { canWrite: boolean; subject: string };
+/** A plain stream's view of forking, for the current request. */
+export type ForkHost = {
+  readonly links: ForkLinks;
+  readonly houseId: string;
+  /** The source a PUT's Stream-Forked-From named, resolved in the caller's house; null without one. */
+  readonly source: ForkSource | null;
+};
+
+/** `subject` is who the entries are authored as; `mayAuthorAsOthers` lets the writer name another author. */
+export type StreamRequestAuth = { canWrite: boolean; subject: string; mayAuthorAsOthers: boolean };
+
 
 const STRICT_INT = /^\d+$/;
 const TTL_PATTERN = /^(0|[1-9]\d*)$/;
@@ -41,40 +59,9 @@ function withCors(res: Response): Response {
   return out;
 }
 
-async function readBody(request: Request, limit: number): Promise<Uint8Array> {
-  const declared = Number(request.headers.get("content-length") ?? "0");
-  if (declared > limit) throw new ApiError("payload_too_large", `body is larger than ${limit} bytes`);
-  if (!request.body) return new Uint8Array(0);
-  const reader = request.body.getReader();
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    total += value.byteLength;
-    if (total > limit) {
-      await reader.cancel();
-      throw new ApiError("payload_too_large", `body is larger than ${limit} bytes`);
-    }
-    chunks.push(value);
-  }
-  const out = new Uint8Array(total);
-  let at = 0;
-  for (const c of chunks) {
-    out.set(c, at);
-    at += c.byteLength;
-  }
-  return out;
-}
-
 /** Splits a JSON-mode body into one message per value (top-level arrays are flattened one level). */
 export function splitJsonMessages(body: Uint8Array, allowEmptyArray: boolean): Uint8Array[] {
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(new TextDecoder().decode(body));
-  } catch {
-    throw new ApiError("invalid_json", "body is not valid JSON");
-  }
+  const parsed = parseJsonBytes(body);
   const values = Array.isArray(parsed) ? parsed : [parsed];
   if (values.length === 0 && !allowEmptyArray) throw new ApiError("bad_request", "empty arrays are not allowed");
   const enc = new TextEncoder();
@@ -123,35 +110,65 @@ function etagFor(name: string, start: string, end: string, closed: boolean): str
 
 export async function handleStreamHttp(request: Request, host: StreamHost, auth: StreamRequestAuth): Promise<Response> {
   try {
-    const method = request.method.toUpperCase();
-    if (method === "OPTIONS") return new Response(null, { status: 204, headers: headers() });
-    if (method !== "GET" && method !== "HEAD" && !auth.canWrite) throw new ApiError("forbidden", "token does not allow writes");
-    switch (method) {
-      case "PUT": return await handleCreate(request, host);
-      case "POST": return await handleAppend(request, host, auth);
-      case "GET": return await handleRead(request, host);
-      case "HEAD": return handleHead(host);
-      case "DELETE": return handleDelete(host);
-      default: throw new ApiError("method_not_allowed", `${method} is not supported on a stream`);
-    }
+    return await dispatch(request, host, auth);
   } catch (err) {
     return withCors(errorResponse(err));
+  } finally {
+    // A delete or an expiry may have left a fork's reference on its source to drop.
+    if (host.fork) await sendReleases(host.log, host.fork.links, host.fork.houseId);
   }
 }
 
+/** The stream's metadata; a tombstone (a deleted source that forks still read) is 410. */
+function requireMeta(host: StreamHost): StreamMeta {
+  const meta = host.log.meta();
+  if (meta) return meta;
+  if (host.log.isTombstone()) throw new ApiError("gone", "stream was deleted");
+  throw new ApiError("not_found", "stream not found");
+}
+
+function readPage(host: StreamHost, afterSeq: number): Promise<Page> {
+  return readThrough(host.log, host.fork?.links, host.fork?.houseId ?? "", afterSeq, MAX_READ_BYTES);
+}
+
+async function dispatch(request: Request, host: StreamHost, auth: StreamRequestAuth): Promise<Response> {
+  const method = request.method.toUpperCase();
+  if (method === "OPTIONS") return new Response(null, { status: 204, headers: headers() });
+  if (method !== "GET" && method !== "HEAD" && !auth.canWrite) throw new ApiError("forbidden", "token does not allow writes");
+  switch (method) {
+    case "PUT": return handleCreate(request, host);
+    case "POST": return handleAppend(request, host, auth);
+    case "GET": return handleRead(request, host);
+    case "HEAD": return handleHead(host);
+    case "DELETE": return handleDelete(host);
+    default: throw new ApiError("method_not_allowed", `${method} is not supported on a stream`);
+  }
+}
+
+type CreateSettings = { contentType: string | null; ttlSeconds: number | null; expiresAt: string | null; closed: boolean };
+
 async function handleCreate(request: Request, host: StreamHost): Promise<Response> {
-  let contentType = request.headers.get("content-type");
-  if (!contentType || !/^[\w.+-]+\/[\w.+-]+/.test(contentType.trim())) contentType = "application/octet-stream";
+  let declaredType = request.headers.get("content-type");
+  if (declaredType && !/^[\w.+-]+\/[\w.+-]+/.test(declaredType.trim())) declaredType = null;
   const ttl = request.headers.get(H.ttl);
   const expiresAt = request.headers.get(H.expiresAt);
   if (ttl !== null && expiresAt !== null) throw new ApiError("bad_request", "send Stream-TTL or Stream-Expires-At, not both");
   if (ttl !== null && !TTL_PATTERN.test(ttl)) throw new ApiError("bad_request", "invalid Stream-TTL");
   if (expiresAt !== null && Number.isNaN(Date.parse(expiresAt))) throw new ApiError("bad_request", "invalid Stream-Expires-At");
+  // A stream that would be expired the moment it exists is the client's mistake, not a create.
+  if (ttl !== null && Number(ttl) === 0) throw new ApiError("bad_request", "Stream-TTL must be at least 1 second");
+  if (expiresAt !== null && Date.parse(expiresAt) <= Date.now()) throw new ApiError("bad_request", "Stream-Expires-At is in the past");
+  if (declaredType && isJsonContentType(declaredType)) assertUtf8Charset(declaredType);
   const closed = request.headers.get(H.closed) === "true";
   if (closed && !host.allowClose) throw new ApiError("forbidden", "this stream cannot be closed");
-  const body = await readBody(request, MAX_APPEND_BYTES);
+  const fork = parseForkHeaders(request.headers, !!host.fork?.source);
+  const body = await readBoundedBody(request, MAX_APPEND_BYTES);
+  const settings = { contentType: declaredType, ttlSeconds: ttl === null ? null : Number(ttl), expiresAt, closed };
+  if (fork && host.fork?.source) return createFork(request, host, host.fork, host.fork.source, fork, settings, body);
+  const contentType = declaredType ?? "application/octet-stream";
   const existing = host.log.meta();
   if (!existing && !host.allowCreate) throw new ApiError("not_found", "stream not found");
+  if (existing && host.log.forks.ref()) throw new ApiError("conflict", "stream already exists as a fork");
   let initial: NewMessage[] = [];
   if (body.byteLength > 0 && !existing) {
     initial = bodyToMessages(body, contentType, true);
@@ -163,6 +180,10 @@ async function handleCreate(request: Request, host: StreamHost): Promise<Respons
     host.afterAppend(host.log.read(0, Number.MAX_SAFE_INTEGER).messages, { kind: "appended", tailSeq: meta.tailSeq, appended: [], fresh: [], closed });
   }
   if (created) host.hub.notify();
+  return createdResponse(request, meta, created);
+}
+
+function createdResponse(request: Request, meta: StreamMeta, created: boolean): Response {
   return new Response(null, {
     status: created ? 201 : 200,
     headers: headers({
@@ -174,9 +195,50 @@ async function handleCreate(request: Request, host: StreamHost): Promise<Respons
   });
 }
 
+/**
+ * PUT with Stream-Forked-From. The source's actor checks the request and counts the fork as its
+ * reader before this log exists; any failure after that (a bad body, say) gives the reference back.
+ */
+async function createFork(
+  request: Request, host: StreamHost, ctx: ForkHost, source: ForkSource, fork: ForkRequest, settings: CreateSettings, body: Uint8Array,
+): Promise<Response> {
+  if (host.log.meta() || host.log.isTombstone()) return repeatedFork(request, host, source, fork, settings);
+  const acquired = await ctx.links.acquire(source.key, {
+    houseId: ctx.houseId, childKey: ctx.links.selfKey, offset: fork.offset, subOffset: fork.subOffset, contentType: settings.contentType,
+  });
+  // An earlier fork under this name may not have sent its release to the same source yet.
+  host.log.forks.cancelRelease(source.key);
+  // Another PUT may have created this stream while the source answered.
+  const raced = host.log.meta() !== null || host.log.isTombstone();
+  const holdsReference = raced && host.log.forks.ref()?.sourceKey === source.key;
+  try {
+    if (raced) return repeatedFork(request, host, source, fork, settings);
+    const contentType = settings.contentType ?? acquired.contentType;
+    const initial: NewMessage[] = acquired.partial ? [{ data: acquired.partial }] : [];
+    if (body.byteLength > 0) initial.push(...bodyToMessages(body, contentType, true));
+    const { meta } = host.log.create(host.streamName, { contentType, ...forkExpiry(settings, acquired), closed: settings.closed }, initial, undefined, {
+      sourceKey: source.key, sourceName: source.name, forkSeq: acquired.forkSeq, requestedOffset: fork.requestedOffset, subOffset: fork.subOffset,
+    });
+    host.hub.notify();
+    return createdResponse(request, meta, true);
+  } catch (err) {
+    // Sent when this request ends (handleStreamHttp), retried later if the source is unreachable.
+    if (!holdsReference) host.log.forks.queueRelease(source.key);
+    throw err;
+  }
+}
+
+function repeatedFork(request: Request, host: StreamHost, source: ForkSource, fork: ForkRequest, settings: CreateSettings): Response {
+  const meta = host.log.meta();
+  if (!meta || !sameFork(meta, host.log.forks.ref(), source, fork, settings)) {
+    throw new ApiError("conflict", "stream already exists with a different configuration");
+  }
+  return createdResponse(request, meta, false);
+}
+
 function handleHead(host: StreamHost): Response {
   const meta = host.log.meta();
-  if (!meta) return new Response(null, { status: 404, headers: headers() });
+  if (!meta) return new Response(null, { status: host.log.isTombstone() ? 410 : 404, headers: headers() });
   const tail = formatOffset(meta.tailSeq);
   return new Response(null, {
     status: 200,
@@ -194,9 +256,8 @@ function handleHead(host: StreamHost): Response {
 
 function handleDelete(host: StreamHost): Response {
   if (!host.allowDelete) throw new ApiError("method_not_allowed", "this stream cannot be deleted");
-  const meta = host.log.meta();
-  if (!meta) throw new ApiError("not_found", "stream not found");
-  host.log.purge();
+  requireMeta(host);
+  host.log.delete();
   host.onDelete?.();
   host.hub.notify();
   return new Response(null, { status: 204, headers: headers() });
@@ -207,9 +268,8 @@ async function handleAppend(request: Request, host: StreamHost, auth: StreamRequ
   const close = request.headers.get(H.closed) === "true";
   if (close && !host.allowClose) throw new ApiError("forbidden", "this stream cannot be closed");
   const streamSeq = request.headers.get(H.seq) ?? undefined;
-  const body = await readBody(request, MAX_APPEND_BYTES);
-  const meta = host.log.meta();
-  if (!meta) throw new ApiError("not_found", "stream not found");
+  const body = await readBoundedBody(request, MAX_APPEND_BYTES);
+  const meta = requireMeta(host);
 
   let outcome: AppendOutcome;
   if (body.byteLength === 0) {
@@ -231,13 +291,14 @@ async function handleAppend(request: Request, host: StreamHost, auth: StreamRequ
   } else {
     const contentType = request.headers.get("content-type");
     if (!contentType) throw new ApiError("bad_request", "Content-Type is required");
+    if (isJsonContentType(contentType)) assertUtf8Charset(contentType);
     if (normalizeContentType(contentType) !== normalizeContentType(meta.contentType)) {
       throw new ApiError("content_type_mismatch", `stream content type is ${meta.contentType}`);
     }
     if (meta.closed) {
       outcome = host.log.append({ messages: [], producer, close }, undefined, meta); // closed / duplicate-of-close verdict only
     } else {
-      const messages = host.prepareAppend(body, meta);
+      const messages = host.prepareAppend(body, meta, auth);
       if (messages === null) {
         // Nothing durable to write (a heartbeat): acknowledge with the current tail.
         return new Response(null, { status: 204, headers: headers({ [H.offset]: formatOffset(meta.tailSeq) }) });
@@ -291,8 +352,7 @@ async function handleRead(request: Request, host: StreamHost): Promise<Response>
   const parsed = parseOffset(rawOffset);
   const cursor = url.searchParams.get("cursor");
 
-  let meta = host.log.meta();
-  if (!meta) throw new ApiError("not_found", "stream not found");
+  let meta = requireMeta(host);
   const startSeq = parsed.kind === "now" ? meta.tailSeq : parsed.seq;
 
   if (live === "sse") return sseResponse(request, host, meta, startSeq, cursor);
@@ -311,14 +371,15 @@ async function handleRead(request: Request, host: StreamHost): Promise<Response>
     });
   }
 
-  let page = host.log.read(startSeq, MAX_READ_BYTES);
+  let page = await readPage(host, startSeq);
+  // A fork's inherited page came from another actor: take the tail as it is now.
+  meta = requireMeta(host);
   host.log.touch(meta);
   if (live === "long-poll" && page.messages.length === 0) {
     if (!meta.closed) {
       await host.hub.wait(host.longPollTimeoutMs, request.signal);
-      meta = host.log.meta();
-      if (!meta) throw new ApiError("not_found", "stream not found");
-      page = host.log.read(startSeq, MAX_READ_BYTES);
+      page = await readPage(host, startSeq);
+      meta = requireMeta(host);
     }
     if (page.messages.length === 0) {
       const at = formatOffset(Math.min(startSeq, meta.tailSeq));
@@ -386,9 +447,9 @@ function sseResponse(request: Request, host: StreamHost, initialMeta: StreamMeta
   const loop = async () => {
     let seq = startSeq;
     while (connected) {
+      const page = await readPage(host, seq);
       const meta = host.log.meta();
       if (!meta) break;
-      const page = host.log.read(seq, MAX_READ_BYTES);
       host.log.touch(meta);
       const controlAt = (at: number) => {
         const atTail = at >= meta.tailSeq;

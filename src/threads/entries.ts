@@ -1,10 +1,34 @@
 import { z } from "zod";
 import { ApiError } from "../errors";
-import { entryInputSchema, formatZodError, isHeartbeat, type Entry, type EntryWithOffset } from "../entries/schema";
+import { entryInputSchema, formatZodError, isHeartbeat, SYSTEM_AUTHOR, type Entry, type EntryWithOffset } from "../entries/schema";
+import { jsonNestsDeeperThan, parseJsonBytes, pruneDeepJson } from "../entries/json-limits";
 import type { NewMessage, StoredMessage } from "../streams/log";
 import { formatOffset } from "../streams/protocol";
 
 export const MAX_ENTRIES_PER_POST = 1000;
+
+/** The only house role that may write entries authored as someone else. */
+export const AUTHOR_AS_OTHERS_ROLE = "admin";
+
+/**
+ * Who is writing: entries are authored as `subject` (the token's subject); only a writer with
+ * `mayAuthorAsOthers` may name another author, and nobody may name the control plane.
+ */
+export type EntryWriter = { subject: string; mayAuthorAsOthers: boolean };
+
+export function writerFor(claims: { kind: "house"; subject: string; role: string } | { kind: "stream"; subject: string }): EntryWriter {
+  return { subject: claims.subject, mayAuthorAsOthers: claims.kind === "house" && claims.role === AUTHOR_AS_OTHERS_ROLE };
+}
+
+/** The author an entry is stored with, or a 403 if this writer may not claim it. */
+export function authorFor(requested: string | undefined, writer: EntryWriter): string {
+  if (requested === undefined || requested === writer.subject) return writer.subject;
+  if (requested === SYSTEM_AUTHOR) throw new ApiError("forbidden", `authorId ${SYSTEM_AUTHOR} is reserved for the control plane`);
+  if (!writer.mayAuthorAsOthers) {
+    throw new ApiError("forbidden", `this token writes entries as ${writer.subject}; only the ${AUTHOR_AS_OTHERS_ROLE} role may set another authorId`);
+  }
+  return requested;
+}
 
 export type PreparedEntries = { messages: NewMessage[]; entries: Entry[]; heartbeats: number };
 
@@ -12,41 +36,51 @@ export type PreparedEntries = { messages: NewMessage[]; entries: Entry[]; heartb
  * Validates a write of one envelope or an array of envelopes and fills in what the writer may omit.
  * The whole write is rejected if any entry is invalid, so a bad request changes nothing.
  */
-export function prepareEntries(raw: unknown, defaultAuthor: string | undefined, nowMs: number): PreparedEntries {
+export function prepareEntries(raw: unknown, writer: EntryWriter, nowMs: number): PreparedEntries {
   const list = Array.isArray(raw) ? raw : [raw];
   if (list.length === 0) throw new ApiError("bad_request", "empty arrays are not allowed");
   if (list.length > MAX_ENTRIES_PER_POST) throw new ApiError("payload_too_large", `at most ${MAX_ENTRIES_PER_POST} entries per write`);
   const parsed = z.array(entryInputSchema).safeParse(list);
   if (!parsed.success) throw new ApiError("validation_failed", "invalid entry", formatZodError(parsed.error));
+  const authors = parsed.data.map((input) => authorFor(input.authorId, writer));
   const enc = new TextEncoder();
   const out: PreparedEntries = { messages: [], entries: [], heartbeats: 0 };
   const seen = new Set<string>();
-  for (const input of parsed.data) {
+  parsed.data.forEach((input, i) => {
     if (isHeartbeat(input)) {
       out.heartbeats += 1;
-      continue;
+      return;
     }
     const id = input.id ?? crypto.randomUUID();
-    if (seen.has(id)) continue; // the same id twice in one write is still one entry
+    if (seen.has(id)) return; // the same id twice in one write is still one entry
     seen.add(id);
-    const entry: Entry = { id, ts: input.ts ?? nowMs, payload: input.payload as Entry["payload"] };
-    const author = input.authorId ?? defaultAuthor;
-    if (author) entry.authorId = author;
+    const entry: Entry = { id, ts: input.ts ?? nowMs, authorId: authors[i], payload: input.payload as Entry["payload"] };
     out.entries.push(entry);
     out.messages.push({ data: enc.encode(JSON.stringify(entry)), entryId: id });
-  }
+  });
   return out;
 }
 
+/** An append body on the stream path: the same depth limit and errors as the REST path. */
 export function parseJsonBody(body: Uint8Array): unknown {
-  try {
-    return JSON.parse(new TextDecoder().decode(body));
-  } catch {
-    throw new ApiError("invalid_json", "body is not valid JSON");
-  }
+  return parseJsonBytes(body);
 }
 
+/**
+ * A stored entry for a reader. Entries written before the depth limit may nest deeper than any
+ * reader can clone or serialize: their deep parts are replaced by a marker, never a 500.
+ */
 export function toEntryWithOffset(m: StoredMessage): EntryWithOffset {
-  const entry = JSON.parse(new TextDecoder().decode(m.data)) as Entry;
-  return { offset: formatOffset(m.seq), ...entry };
+  const offset = formatOffset(m.seq);
+  if (!jsonNestsDeeperThan(m.data)) {
+    const entry = JSON.parse(new TextDecoder().decode(m.data)) as Entry;
+    return { offset, ...entry };
+  }
+  let entry: Entry;
+  try {
+    entry = pruneDeepJson(JSON.parse(new TextDecoder().decode(m.data))) as Entry;
+  } catch {
+    entry = { id: m.entryId ?? `seq:${m.seq}`, ts: 0, payload: { type: "signal.entry_unreadable" } };
+  }
+  return { offset, ...entry };
 }

@@ -128,9 +128,8 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
     }
   }
 
-  // The run writes as its brain (the delegating bot or person): the token's subject says so.
-  const subject = row.brainId ?? `runner:${spec.runId}`;
-  const token = await mintStreamToken(env.THREADBOX_TOKEN_SECRET, row.houseId, row.id, "stream:write", subject, streamTokenTtlSeconds(env));
+  // The box writes as the run's author (the authorship rule): the token's subject is that author.
+  const token = await mintStreamToken(env.THREADBOX_TOKEN_SECRET, row.houseId, row.id, "stream:write", row.brainId ?? `runner:${spec.runId}`, streamTokenTtlSeconds(env));
   const plan = runnerLaunch({
     harness: spec.harness,
     threadId: row.id,

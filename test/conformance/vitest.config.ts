@@ -6,7 +6,5 @@ export default defineConfig({
     setupFiles: ["test/conformance/inject-token.ts"],
     testTimeout: 60_000,
     hookTimeout: 60_000,
-    // Fork tests are optional for threadbox (forking is not implemented).
-    testNamePattern: process.env.CONFORMANCE_INCLUDE_FORKS ? undefined : /^(?!.*Fork - ).*/,
   },
 });

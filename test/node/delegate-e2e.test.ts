@@ -183,6 +183,12 @@ describe("delegate a task to pi in a box", () => {
     expect(kinds.indexOf("pi.tool_call")).toBeLessThan(kinds.indexOf("pi.tool_result"));
     expect(statuses(es).filter((s) => s !== "running")).toEqual(["completed"]);
     expect(new Set(es.map((e) => e.id)).size).toBe(es.length);
+    // The box writes as the run's author (the delegating brain); only the control plane is threadbox.
+    const written = es.filter((e) => e.payload.type.startsWith("pi."));
+    expect(written.length).toBeGreaterThan(0);
+    expect(new Set(written.map((e) => e.authorId))).toEqual(new Set(["brain-bot"]));
+    const finishedSignal = es.find((e) => e.payload.type === "signal.thread.status_changed" && e.payload.status === "completed")!;
+    expect(finishedSignal.authorId).toBe("brain-bot");
     // The model key reached the model as a bearer token, never the thread.
     expect(JSON.stringify(es)).not.toContain("sk-e2e-secret-value");
     expect(model.requests.at(-1)!.headers.authorization).toBe("Bearer sk-e2e-secret-value");

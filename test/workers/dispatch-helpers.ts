@@ -1,22 +1,13 @@
-import { inject } from "vitest";
 import { call, readAll } from "./helpers";
+import { scriptModel } from "./model-script";
+import type { ScriptStep } from "../support/model-server";
 
-export type Step = Record<string, unknown>;
+export type Step = ScriptStep;
 
-/** A scripted OpenAI-compatible model server of this test's own (see model-control.setup.ts). */
+/** A scripted OpenAI-compatible model of this test's own (a session of the shared model server). */
 export async function scriptedModel(script: Step[] = [], fallback?: Step) {
-  const control = inject("modelControlUrl");
-  const r = await fetch(`${control}/servers`, { method: "POST", body: JSON.stringify({ script, fallback }) });
-  const { id, baseUrl } = (await r.json()) as { id: string; baseUrl: string };
-  return {
-    baseUrl,
-    async push(...steps: Step[]) {
-      await fetch(`${control}/servers/${id}/push`, { method: "POST", body: JSON.stringify({ steps }) });
-    },
-    async requests() {
-      return ((await (await fetch(`${control}/servers/${id}/requests`)).json()) as { requests: { headers: Record<string, string>; body: any }[] }).requests;
-    },
-  };
+  const s = await scriptModel(script, fallback);
+  return { baseUrl: s.openaiBaseUrl, push: s.push, requests: s.requests };
 }
 
 export const MODEL_KEY = "sk-dispatch-secret-value";

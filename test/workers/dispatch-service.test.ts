@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { call, chat, createThread, houseToken, post, readAll, streamToken } from "./helpers";
 import { createAgent, decisions, MODEL_KEY, modelEnvironment, scriptedModel, waitForEntries } from "./dispatch-helpers";
-import { sharedTestProvider } from "../../src/sandbox/providers";
+import { sharedTestProvider } from "./register-test-provider";
 import { abortAllDurableObjects } from "cloudflare:test";
 import { closeInterruptedCalls } from "../../src/actors/thread/dispatch";
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { call, createThread, errorCode, houseToken } from "./helpers";
-import { sharedTestProvider } from "../../src/sandbox/providers";
+import { sharedTestProvider } from "./register-test-provider";
 
 describe("environments", () => {
   it("are created and listed per house; secrets are write-only", async () => {

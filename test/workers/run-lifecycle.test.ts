@@ -1,7 +1,7 @@
 import { describe, expect, it, vi } from "vitest";
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import type { ThreadActor } from "./test-worker";
-import { sharedTestProvider } from "../../src/sandbox/providers";
+import { sharedTestProvider } from "./register-test-provider";
 import { call, chat, createThread, houseToken, post, readAll } from "./helpers";
 
 const SILENCE_MS = 300_000;
@@ -240,7 +240,7 @@ describe("parent notification", () => {
   it("a child's terminal posts exactly one child_finished and one brain chat on the parent, even when it runs twice", async () => {
     const token = await houseToken("house-parent");
     const parent = await createThread(token);
-    const child = await createThread(token, { parent: { kind: "thread", id: parent.id }, brainId: "bot-brain" });
+    const child = await createThread(await houseToken("house-parent", "bot-brain", "bot"), { parent: { kind: "thread", id: parent.id }, brainId: "bot-brain" });
     await claim(token, child.id);
     await post(token, child.id, { payload: { type: "pi.assistant", text: "the answer is 42", stopReason: "stop" } });
     await post(token, child.id, signal("completed"));

@@ -41,6 +41,16 @@ export class ThreadActor extends ProductionThreadActor {
     return this.rows.get();
   }
 
+  /** Writes bytes straight into the log, bypassing validation: what an older version may have stored. */
+  testAppendRaw(entryId: string, data: Uint8Array): void {
+    this.log.append({ messages: [{ data, entryId }] });
+  }
+
+  /** Reads the stream's metadata as if the clock were `aheadMs` later (expires it if due). */
+  testExpireCheck(aheadMs: number): void {
+    this.log.meta(Date.now() + aheadMs);
+  }
+
   testEnqueue<K extends OutboxKind>(key: string, kind: K, payload: OutboxPayloads[K]): void {
     this.outbox.enqueue(key, kind, payload, this.clock.now());
   }

@@ -92,7 +92,7 @@ describe("entries", () => {
 
     const nd = await call(`/api/threads/${t.id}/entries?offset=-1`, { token, headers: { accept: "application/x-ndjson" } });
     expect(nd.headers.get("content-type")).toContain("application/x-ndjson");
-    const lines = (await nd.text()).trim().split("\n").map((l) => JSON.parse(l));
+    const lines = new TextDecoder().decode(await nd.arrayBuffer()).trim().split("\n").map((l) => JSON.parse(l));
     expect(lines.map((l) => l.offset)).toEqual(offsets);
     expect(nd.headers.get("Stream-Next-Offset")).toBe(offsets[3]);
   });

@@ -1,5 +1,6 @@
 import type { NewMessage, StoredMessage, StreamLog, StreamMeta } from "../../streams/log";
-import { bodyToMessages, handleStreamHttp, type StreamHost } from "../../streams/stream-http";
+import type { EntryWriter } from "../../threads/entries";
+import { bodyToMessages, handleStreamHttp, type ForkHost, type StreamHost } from "../../streams/stream-http";
 import type { WaitHub } from "../../streams/wait-hub";
 
 /** What is decided per request: which stream this is, what the protocol may do to it, who writes. */
@@ -11,11 +12,14 @@ export type StreamRequestOptions = {
   allowClose: boolean;
   subject: string;
   canWrite: boolean;
+  mayAuthorAsOthers: boolean;
+  /** Plain streams only: how this request may fork (threads are not forkable). */
+  fork?: ForkHost;
 };
 
 /** How a stream's owner turns an append body into messages and reacts to what was appended. */
 export type AppendPolicy = {
-  prepareAppend(body: Uint8Array, meta: StreamMeta): NewMessage[] | null;
+  prepareAppend(body: Uint8Array, meta: StreamMeta, writer: EntryWriter): NewMessage[] | null;
   afterAppend(appended: StoredMessage[]): void;
 };
 
@@ -27,12 +31,16 @@ export const plainStreamPolicy: AppendPolicy = {
   afterAppend: () => {},
 };
 
-export const threadStreamOptions = (threadId: string, auth: { subject: string; canWrite: boolean }): StreamRequestOptions => ({
-  streamName: `thread-${threadId}`, allowCreate: false, allowDelete: false, allowClose: false, subject: auth.subject, canWrite: auth.canWrite,
+type StreamAuth = { subject: string; canWrite: boolean; mayAuthorAsOthers: boolean };
+
+export const threadStreamOptions = (threadId: string, auth: StreamAuth): StreamRequestOptions => ({
+  streamName: `thread-${threadId}`, allowCreate: false, allowDelete: false, allowClose: false,
+  subject: auth.subject, canWrite: auth.canWrite, mayAuthorAsOthers: auth.mayAuthorAsOthers,
 });
 
-export const plainStreamOptions = (name: string, auth: { subject: string; canWrite: boolean }): StreamRequestOptions => ({
-  streamName: name, allowCreate: true, allowDelete: true, allowClose: true, subject: auth.subject, canWrite: auth.canWrite,
+export const plainStreamOptions = (name: string, auth: StreamAuth, fork: ForkHost): StreamRequestOptions => ({
+  streamName: name, allowCreate: true, allowDelete: true, allowClose: true, fork,
+  subject: auth.subject, canWrite: auth.canWrite, mayAuthorAsOthers: auth.mayAuthorAsOthers,
 });
 
 /** Serves one Durable Streams request; the host is built for this request only, never shared. */
@@ -45,8 +53,9 @@ export function serveStream(request: Request, store: StreamStore, policy: Append
     allowCreate: options.allowCreate,
     allowDelete: options.allowDelete,
     allowClose: options.allowClose,
-    prepareAppend: (body, meta) => policy.prepareAppend(body, meta),
+    prepareAppend: (body, meta, writer) => policy.prepareAppend(body, meta, writer),
     afterAppend: (appended) => policy.afterAppend(appended),
+    fork: options.fork,
   };
-  return handleStreamHttp(request, host, { canWrite: options.canWrite, subject: options.subject });
+  return handleStreamHttp(request, host, { canWrite: options.canWrite, subject: options.subject, mayAuthorAsOthers: options.mayAuthorAsOthers });
 }

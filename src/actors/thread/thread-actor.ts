@@ -4,14 +4,15 @@ import { intVar, type Env } from "../../env";
 import type { Entry, EntryWithOffset } from "../../entries/schema";
 import { StreamLog, type NewMessage, type StoredMessage } from "../../streams/log";
 import { formatOffset, parseOffset, MAX_READ_BYTES } from "../../streams/protocol";
-import { parseJsonBody, prepareEntries, toEntryWithOffset } from "../../threads/entries";
+import { parseJsonBody, prepareEntries, toEntryWithOffset, type EntryWriter } from "../../threads/entries";
 import type { LaunchSpec } from "../../threads/launch";
 import { ThreadRowStore, publicThread, type ParentRef, type ThreadRow } from "../../threads/thread-row";
 import type { ThreadSummary } from "../house/house-actor";
 import { systemClock, type Clock } from "../clock";
 import { logEvent } from "../../domain/log-event";
 import { settle, unwrapRpc } from "../rpc";
-import { houseStub, sandboxStub, threadStub } from "../stubs";
+import { houseStub, sandboxStub, streamForkLinks, threadStub } from "../stubs";
+import { acquireFork, readPrefix, releaseFork, type AcquireRequest, type ForkLinks, type ForkSource, type PrefixRequest } from "../../streams/fork";
 import { Deadlines, type AlarmStep } from "./deadlines";
 import { Fanout } from "./fanout";
 import { launch } from "./launcher";
@@ -24,8 +25,8 @@ import type { DispatchConfig, ThreadConfigPatch } from "../../dispatch/config";
 import { plainStreamOptions, plainStreamPolicy, serveStream, threadStreamOptions, type AppendPolicy } from "./stream-host";
 
 /** Sent by the worker (never by a client: actors are not reachable from outside). */
-export type ActorAuth = { houseId: string; subject: string; canWrite: boolean };
-export type StreamTarget = { kind: "thread"; threadId: string } | { kind: "plain"; name: string };
+export type ActorAuth = { houseId: string; subject: string; canWrite: boolean; mayAuthorAsOthers: boolean };
+export type StreamTarget = { kind: "thread"; threadId: string } | { kind: "plain"; name: string; forkSource?: ForkSource };
 
 export const AUTH_HEADER = "x-threadbox-auth";
 export const TARGET_HEADER = "x-threadbox-target";
@@ -79,12 +80,14 @@ export class ThreadActor extends DurableObject<Env> {
   private readonly longPollTimeoutMs: number;
   private readonly threadPolicy: AppendPolicy;
   private knownThread = false;
+  private readonly forkLinks: ForkLinks;
 
   constructor(ctx: DurableObjectState, env: Env, clock: Clock = systemClock) {
     super(ctx, env);
     const sql = ctx.storage.sql;
     this.clock = clock;
     this.log = new StreamLog(ctx.storage);
+    this.forkLinks = streamForkLinks(env, ctx.id.toString());
     this.rows = new ThreadRowStore(sql);
     this.outbox = new Outbox(sql);
     this.fanout = new Fanout(ctx, this.log);
@@ -139,8 +142,8 @@ export class ThreadActor extends DurableObject<Env> {
     ];
     this.executors = this.outboxExecutors();
     this.threadPolicy = {
-      prepareAppend: (body) => {
-        const prepared = prepareEntries(parseJsonBody(body), undefined, this.clock.now());
+      prepareAppend: (body, _meta, writer) => {
+        const prepared = prepareEntries(parseJsonBody(body), writer, this.clock.now());
         if (prepared.heartbeats > 0) this.lifecycle.recordLiveness();
         return prepared.messages.length === 0 ? null : prepared.messages;
       },
@@ -158,7 +161,8 @@ export class ThreadActor extends DurableObject<Env> {
       const store = { log: this.log, hub: this.fanout.hub, longPollTimeoutMs: this.longPollTimeoutMs };
       if (target.kind === "plain") {
         this.claimPlainStream(auth.houseId);
-        return await serveStream(request, store, plainStreamPolicy, plainStreamOptions(target.name, auth));
+        const fork = { links: this.forkLinks, houseId: auth.houseId, source: target.forkSource ?? null };
+        return await serveStream(request, store, plainStreamPolicy, plainStreamOptions(target.name, auth, fork));
       }
       this.requireThread(auth.houseId);
       if (new URL(request.url).pathname.endsWith("/subscribe")) return this.fanout.subscribe(request);
@@ -172,6 +176,29 @@ export class ThreadActor extends DurableObject<Env> {
     } catch (err) {
       return errorResponse(err);
     }
+  }
+
+  // ---- RPC between plain streams: forking (streams/fork.ts) ----
+
+  async forkAcquire(req: AcquireRequest) {
+    return settle(() => {
+      this.requirePlainStream(req.houseId);
+      return acquireFork(this.log, this.forkLinks, req);
+    });
+  }
+
+  async forkReadPrefix(req: PrefixRequest) {
+    return settle(() => {
+      this.requirePlainStream(req.houseId);
+      return readPrefix(this.log, this.forkLinks, req);
+    });
+  }
+
+  async forkRelease(houseId: string, childKey: string) {
+    return settle(() => {
+      this.requirePlainStream(houseId);
+      return releaseFork(this.log, this.forkLinks, houseId, childKey);
+    });
   }
 
   // ---- RPC used by the worker ----
@@ -311,10 +338,10 @@ export class ThreadActor extends DurableObject<Env> {
     return settle(async () => publicThread(this.requireThread(houseId)));
   }
 
-  async appendEntries(houseId: string, raw: unknown, defaultAuthor: string | undefined) {
+  async appendEntries(houseId: string, raw: unknown, writer: EntryWriter) {
     return settle(async () => {
       this.requireThread(houseId);
-      const prepared = prepareEntries(raw, defaultAuthor, this.clock.now());
+      const prepared = prepareEntries(raw, writer, this.clock.now());
       if (prepared.heartbeats > 0) this.lifecycle.recordLiveness();
       if (prepared.messages.length === 0) return { entries: [], nextOffset: this.log.formatTail() };
       const outcome = this.appendMessages(prepared.messages);
@@ -350,6 +377,12 @@ export class ThreadActor extends DurableObject<Env> {
   }
 
   // ---- composition ----
+
+  /** A fork's source must be a plain stream of the fork's own house; anything else is "not found". */
+  private requirePlainStream(houseId: string): void {
+    const owner = this.ctx.storage.sql.exec(`select house_id from stream_owner where id = 1`).toArray()[0]?.house_id;
+    if (this.isThread() || owner !== houseId) throw new ApiError("not_found", "source stream not found");
+  }
 
   /** Plain streams never get a thread row, and a thread's row is never removed: a yes is cached. */
   private isThread(): boolean {

@@ -48,7 +48,7 @@ export function sandboxTools(ctx: ToolContext): ToolSpec[] {
     }).strict(),
     async run(args) {
       if (!ctx.environmentId) return NO_SANDBOX;
-      const r = await delegateTask(ctx.env, ctx.claims, ctx.threadId, args);
+      const r = await delegateTask(ctx.env, ctx.claims, { id: ctx.threadId, environmentId: ctx.environmentId }, args);
       return JSON.stringify({ childThreadId: r.childThreadId, status: r.status, note: "the result will be posted on this thread when the job ends" });
     },
   });

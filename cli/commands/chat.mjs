@@ -1,0 +1,119 @@
+// chat <bot>: a direct-message thread with a bot. Each stdin line is posted as a chat message;
+// everything others write to the thread (the bot's replies, its tool calls, child runs) is printed
+// as it arrives. At the end of stdin it waits for the answer to the last message (and for the
+// child runs that answer started), then exits.
+import { randomUUID } from "node:crypto";
+import { createInterface } from "node:readline";
+import { paths, resolveAgent } from "../lib/api.mjs";
+import { tokenClaims } from "../lib/config.mjs";
+import { CliError } from "../lib/errors.mjs";
+import { renderEntry } from "../lib/render.mjs";
+import { subscribe } from "../lib/subscribe.mjs";
+import { createSpinner } from "../lib/term.mjs";
+
+/**
+ * Where a conversation stands, updated entry by entry (pure). The bot has answered when, after our
+ * last message, it wrote a chat and every child run it delegated since has finished and been
+ * reported back with a chat of its own.
+ * @typedef {{ lastPosted: string | null, lastOtherChat: string, replied: boolean, pendingChildren: number }} ChatProgress
+ */
+export const initialProgress = () => ({ lastPosted: null, lastOtherChat: "", replied: true, pendingChildren: 0 });
+
+/** @returns {ChatProgress} */
+export function advance(progress, entry, me) {
+  const p = { ...progress };
+  const type = entry.payload?.type;
+  const after = p.lastPosted !== null && entry.offset > p.lastPosted;
+  if (type === "chat" && entry.authorId !== me) {
+    if (entry.offset > p.lastOtherChat) p.lastOtherChat = entry.offset;
+    if (after) p.replied = true;
+  }
+  if (after && type === "pi.tool_result" && (entry.payload.toolName ?? entry.payload.name) === "delegate_task" && !entry.payload.isError
+      && /\bth_[A-Za-z0-9]+/.test(String(entry.payload.output ?? ""))) {
+    p.pendingChildren += 1;
+  }
+  if (after && type === "signal.thread.child_finished" && p.pendingChildren > 0) {
+    p.pendingChildren -= 1;
+    p.replied = false; // the bot's chat with the child's answer comes with it
+  }
+  return p;
+}
+
+/** After posting a message at `offset`: the answer may already have come over the socket. */
+export function onPosted(progress, offset) {
+  return { ...progress, lastPosted: offset, replied: progress.lastOtherChat > offset };
+}
+
+export const answered = (progress) => progress.replied && progress.pendingChildren === 0;
+
+export function registerChat(program, ctxOf, setExit) {
+  program
+    .command("chat")
+    .description("talk to a bot in a direct-message thread: one line of stdin per message")
+    .argument("<bot>", "the bot's @handle (or id)")
+    .option("--thread <thread>", "continue this DM thread instead of opening a new one")
+    .option("--reply-timeout <seconds>", "at the end of stdin, how long to wait for the last answer", "300")
+    .action(async (botRef, opts, cmd) => {
+      const ctx = ctxOf(cmd);
+      const api = ctx.api();
+      const { c, json } = ctx;
+      const bot = await ctx.wait(`finding @${botRef.replace(/^@/, "")}`, () => resolveAgent(api, botRef));
+      const me = tokenClaims(api.target.token).sub;
+      const names = new Map([[bot.id, `@${bot.handle}`]]);
+      const thread = opts.thread
+        ? await api.get(paths.thread(opts.thread))
+        : await ctx.wait("opening a DM thread", () => api.post("/api/threads", {
+          title: `chat with @${bot.handle}`,
+          parent: { kind: "agent", id: bot.id },
+          // the bot's tools (run_command, delegate_task) work in the thread's environment
+          ...(bot.environmentId ? { environmentId: bot.environmentId } : {}),
+        }));
+      const interactive = Boolean(process.stdin.isTTY);
+      if (json) process.stdout.write(`${JSON.stringify({ threadId: thread.id, bot: { id: bot.id, handle: bot.handle } })}\n`);
+      else process.stderr.write(c.gray(`thread ${thread.id} with @${bot.handle}${interactive ? " — type a message, Ctrl-D to end" : ""}\n`));
+
+      const spinner = createSpinner();
+      const start = opts.thread ? (await api.get(`${paths.threadAction(thread.id, "entries")}?offset=now&limit=1`)).nextOffset : "-1";
+      let progress = initialProgress();
+      let inputDone = false;
+      let finish;
+      const finished = new Promise((resolve) => { finish = resolve; });
+      const maybeFinish = () => { if (inputDone && answered(progress)) finish(); };
+
+      const sub = subscribe(api.target, thread.id, {
+        offset: start,
+        onReconnecting: (ms) => spinner.print(c.gray(`connection lost, reconnecting in ${ms} ms`), process.stderr),
+        onEntry(entry) {
+          progress = advance(progress, entry, me);
+          if (answered(progress)) spinner.stop();
+          if (entry.authorId === me && entry.payload?.type === "chat") return; // our own words, already on screen
+          if (json) process.stdout.write(`${JSON.stringify(entry)}\n`);
+          else {
+            const line = renderEntry(entry, c, { names });
+            if (line) spinner.print(line);
+          }
+          maybeFinish();
+        },
+      });
+      sub.done.catch((err) => finish(err));
+
+      const rl = createInterface({ input: process.stdin, terminal: false });
+      for await (const line of rl) {
+        const text = line.trim();
+        if (!text) continue;
+        const r = await api.post(paths.threadAction(thread.id, "entries"), { id: `cli-${randomUUID()}`, payload: { type: "chat", text } });
+        progress = onPosted(progress, r.entries[0].offset);
+        if (!json && !answered(progress)) spinner.start(`@${bot.handle} is thinking`);
+      }
+      inputDone = true;
+      const timeoutMs = Number(opts.replyTimeout) * 1000;
+      const timer = setTimeout(() => finish(new CliError("timeout", `no answer from @${bot.handle} within ${opts.replyTimeout} s (thread ${thread.id})`)), timeoutMs);
+      maybeFinish();
+      const outcome = await finished;
+      clearTimeout(timer);
+      spinner.stop();
+      sub.close();
+      if (outcome instanceof Error) throw outcome;
+      setExit(0);
+    });
+}

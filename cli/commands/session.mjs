@@ -1,0 +1,45 @@
+// login / logout: where the CLI keeps its server URL and house token.
+import { createApi } from "../lib/api.mjs";
+import { configPath, DEFAULT_URL, loadConfig, normalizeUrl, parseSignInLink, removeConfig, saveConfig, tokenClaims } from "../lib/config.mjs";
+import { CliError } from "../lib/errors.mjs";
+import { promptHidden, readStdin } from "../lib/term.mjs";
+
+/** The token for `login`: from the link, stdin, THREADBOX_TOKEN, or a prompt that does not echo. */
+async function tokenFor(linkToken, opts) {
+  if (linkToken) return linkToken;
+  if (opts.tokenStdin) return (await readStdin()).trim();
+  if (process.env.THREADBOX_TOKEN) return process.env.THREADBOX_TOKEN;
+  if (process.stdin.isTTY) return (await promptHidden("house token: ")).trim();
+  throw new CliError("bad_request", "no token: pass a sign-in link (URL#token=…), --token-stdin, or THREADBOX_TOKEN");
+}
+
+export function registerSession(program, ctxOf) {
+  program
+    .command("login")
+    .description("store the server URL and a house token (the sign-in link `npm run dev` prints works as is)")
+    .argument("[link]", "server URL, or a sign-in link http://HOST:PORT/#token=TOKEN")
+    .option("--token-stdin", "read the token from stdin")
+    .action(async (link, opts, cmd) => {
+      const ctx = ctxOf(cmd);
+      const parsed = link ? parseSignInLink(link) : { url: undefined, token: undefined };
+      const url = normalizeUrl(parsed.url ?? ctx.globals.url ?? process.env.THREADBOX_URL ?? loadConfig().url ?? DEFAULT_URL);
+      const token = await tokenFor(parsed.token, opts);
+      if (!token) throw new CliError("bad_request", "empty token");
+      // A token is kept only once the server accepts it.
+      await ctx.wait(`checking the token with ${url}`, () => createApi({ url, token }).get("/api/threads?limit=1"));
+      const path = configPath();
+      saveConfig({ ...loadConfig(path), url, token }, path);
+      const claims = tokenClaims(token);
+      ctx.print({ url, house: claims.house ?? null, subject: claims.sub ?? null, role: claims.role ?? null, config: path }, () =>
+        `logged in to ${url}${claims.house ? ` as ${claims.sub} in house ${claims.house}` : ""} (saved in ${path})`);
+    });
+
+  program
+    .command("logout")
+    .description("forget the stored URL and token")
+    .action((_opts, cmd) => {
+      const path = configPath();
+      removeConfig(path);
+      ctxOf(cmd).print({ removed: path }, () => `removed ${path}`);
+    });
+}

@@ -1,0 +1,129 @@
+// threads, new, post, tail, delegate, stop, resume.
+import { randomUUID } from "node:crypto";
+import { Option } from "commander";
+import { paths, resolveEnvironment } from "../lib/api.mjs";
+import { followThread } from "../lib/follow.mjs";
+import { threadLine, threadTree } from "../lib/render.mjs";
+import { readStdin } from "../lib/term.mjs";
+
+const STATUSES = ["idle", "running", "completed", "failed"];
+
+/** `-` reads the text from stdin, so long or multi-line text needs no quoting. */
+const textArg = async (text) => (text === "-" ? (await readStdin()).replace(/\n$/, "") : text);
+
+export function registerThreads(program, ctxOf, setExit) {
+  program
+    .command("threads")
+    .description("list the house's threads, newest first")
+    .option("--tree", "show children under their parents")
+    .addOption(new Option("--status <status>", "only threads in this status").choices(STATUSES))
+    .option("--limit <n>", "at most this many", "100")
+    .action(async (opts, cmd) => {
+      const ctx = ctxOf(cmd);
+      const q = new URLSearchParams({ limit: String(opts.limit) });
+      if (opts.status) q.set("status", opts.status);
+      const { threads } = await ctx.wait("loading threads", () => ctx.api().get(`/api/threads?${q}`));
+      ctx.print({ threads }, () => {
+        if (!threads.length) return ctx.c.gray("no threads yet: threadbox new \"my first thread\"");
+        return opts.tree ? threadTree(threads, ctx.c) : threads.map((t) => threadLine(t, ctx.c));
+      });
+    });
+
+  program
+    .command("new")
+    .description("create a thread; prints its id")
+    .argument("[title]", "title of the thread")
+    .option("--env <environment>", "environment (id or name) its runs use")
+    .option("--parent <thread>", "make it a child of this thread")
+    .action(async (title, opts, cmd) => {
+      const ctx = ctxOf(cmd);
+      const api = ctx.api();
+      const environmentId = await resolveEnvironment(api, opts.env);
+      const body = {
+        ...(title ? { title } : {}),
+        ...(environmentId ? { environmentId } : {}),
+        ...(opts.parent ? { parent: { kind: "thread", id: opts.parent } } : {}),
+      };
+      const row = await ctx.wait("creating thread", () => api.post("/api/threads", body));
+      ctx.print(row, () => row.id);
+    });
+
+  program
+    .command("post")
+    .description("post a chat message to a thread (text `-` reads stdin)")
+    .argument("<thread>", "thread id")
+    .argument("<text>", "message text, or - for stdin")
+    .option("--id <id>", "entry id: the same id twice posts once", undefined)
+    .action(async (threadId, text, opts, cmd) => {
+      const ctx = ctxOf(cmd);
+      const envelope = { id: opts.id ?? `cli-${randomUUID()}`, payload: { type: "chat", text: await textArg(text) } };
+      const r = await ctx.wait("posting", () => ctx.api().post(paths.threadAction(threadId, "entries"), envelope));
+      ctx.print(r, () => `posted ${r.entries[0].id} at offset ${r.entries[0].offset}${r.entries[0].duplicate ? " (already there)" : ""}`);
+    });
+
+  program
+    .command("tail")
+    .description("print a thread's entries as they arrive (WebSocket)")
+    .argument("<thread>", "thread id")
+    .option("--until-done", "exit when the thread's run ends: 0 completed, 1 failed")
+    .option("--from <offset>", "start after this offset (-1: the beginning, now: only new entries)", "-1")
+    .action(async (threadId, opts, cmd) => {
+      const ctx = ctxOf(cmd);
+      setExit(await followThread({ api: ctx.api(), threadId, untilDone: Boolean(opts.untilDone), offset: opts.from, json: ctx.json, c: ctx.c }));
+    });
+
+  program
+    .command("delegate")
+    .description("hand a task to a coding agent in a fresh box, on a new child thread")
+    .argument("<thread>", "parent thread id")
+    .argument("<task>", "what the agent should do, or - for stdin")
+    .option("--watch", "follow the child thread until its run ends; exit 0 completed, 1 failed")
+    .option("--env <environment>", "environment (id or name); default: the parent's")
+    .option("--model <provider/model>", "model for pi, e.g. openai/gpt-4.1-mini")
+    .addOption(new Option("--harness <harness>", "coding agent").choices(["pi", "claude-code", "codex"]))
+    .option("--repo <url>", "git repository to clone into the box")
+    .option("--branch <branch>", "branch of --repo")
+    .option("--title <title>", "title of the child thread")
+    .action(async (threadId, task, opts, cmd) => {
+      const ctx = ctxOf(cmd);
+      const api = ctx.api();
+      const environmentId = await resolveEnvironment(api, opts.env);
+      const body = { task: await textArg(task) };
+      for (const k of ["model", "harness", "repo", "branch", "title"]) if (opts[k]) body[k] = opts[k];
+      if (environmentId) body.environmentId = environmentId;
+      const r = await ctx.wait("delegating", () => api.post(paths.threadAction(threadId, "delegate"), body));
+      if (!opts.watch) return ctx.print(r, () => r.childThreadId);
+      // with --json the first line is the delegate answer, then one line per entry
+      if (ctx.json) process.stdout.write(`${JSON.stringify(r)}\n`);
+      else process.stderr.write(`${ctx.c.gray(`child thread ${r.childThreadId}, run ${r.runId}`)}\n`);
+      setExit(await followThread({ api, threadId: r.childThreadId, untilDone: true, json: ctx.json, c: ctx.c }));
+    });
+
+  program
+    .command("stop")
+    .description("stop a thread's running run (status failed, reason stopped)")
+    .argument("<thread>", "thread id")
+    .action(async (threadId, _opts, cmd) => {
+      const ctx = ctxOf(cmd);
+      const row = await ctx.wait("stopping", () => ctx.api().post(paths.threadAction(threadId, "stop"), {}));
+      ctx.print(row, () => threadLine(row, ctx.c));
+    });
+
+  program
+    .command("resume")
+    .description("continue a finished thread with a new message")
+    .argument("<thread>", "thread id")
+    .argument("<message>", "what to do next, or - for stdin")
+    .option("--watch", "follow the run until it ends; exit 0 completed, 1 failed")
+    .option("--model <provider/model>", "model for this run")
+    .action(async (threadId, message, opts, cmd) => {
+      const ctx = ctxOf(cmd);
+      const api = ctx.api();
+      const body = { message: await textArg(message), ...(opts.model ? { model: opts.model } : {}) };
+      // Where the log ends before this run: watching from there shows the whole run, even a quick one.
+      const before = opts.watch ? (await api.get(`${paths.threadAction(threadId, "entries")}?offset=now&limit=1`)).nextOffset : undefined;
+      const r = await ctx.wait("resuming", () => api.post(paths.threadAction(threadId, "resume"), body));
+      if (!opts.watch) return ctx.print(r, () => `${r.threadId} ${r.status} (run ${r.runId})`);
+      setExit(await followThread({ api, threadId, untilDone: true, offset: before, json: ctx.json, c: ctx.c }));
+    });
+}

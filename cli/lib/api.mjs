@@ -1,0 +1,72 @@
+// A thin client of the threadbox HTTP API: JSON in, JSON out, the API's error code kept.
+import { CliError } from "./errors.mjs";
+
+/**
+ * @param {{ url: string, token: string }} target
+ */
+export function createApi(target) {
+  async function request(method, path, body) {
+    let res;
+    try {
+      res = await fetch(`${target.url}${path}`, {
+        method,
+        headers: {
+          authorization: `Bearer ${target.token}`,
+          accept: "application/json",
+          ...(body !== undefined ? { "content-type": "application/json" } : {}),
+        },
+        body: body !== undefined ? JSON.stringify(body) : undefined,
+      });
+    } catch (err) {
+      throw new CliError("unreachable", `cannot reach ${target.url}: ${err?.cause?.code ?? err?.message ?? err}`);
+    }
+    const text = await res.text();
+    let parsed = null;
+    try {
+      parsed = text ? JSON.parse(text) : null;
+    } catch {
+      parsed = null;
+    }
+    if (!res.ok) {
+      const e = parsed?.error;
+      if (e?.code) throw new CliError(e.code, e.message ?? "", { status: res.status, details: e.details });
+      throw new CliError(`http_${res.status}`, text.slice(0, 200) || res.statusText, { status: res.status });
+    }
+    return parsed;
+  }
+  return {
+    target,
+    get: (path) => request("GET", path),
+    post: (path, body = {}) => request("POST", path, body),
+    patch: (path, body) => request("PATCH", path, body),
+    del: (path) => request("DELETE", path),
+  };
+}
+
+const enc = encodeURIComponent;
+
+/** Resolves an environment given by id or by name. */
+export async function resolveEnvironment(api, ref) {
+  if (!ref) return undefined;
+  const { environments } = await api.get("/api/environments");
+  const byId = environments.find((e) => e.id === ref);
+  if (byId) return byId.id;
+  const byName = environments.filter((e) => e.name === ref);
+  if (byName.length === 1) return byName[0].id;
+  if (byName.length > 1) throw new CliError("ambiguous", `${byName.length} environments are named ${ref}: use an id (${byName.map((e) => e.id).join(", ")})`);
+  throw new CliError("not_found", `no environment with id or name ${ref}`);
+}
+
+/** Resolves a bot given by @handle, handle, id or name. */
+export async function resolveAgent(api, ref) {
+  const want = ref.replace(/^@/, "");
+  const { agents } = await api.get("/api/agents");
+  const found = agents.find((a) => a.handle === want) ?? agents.find((a) => a.id === want) ?? agents.find((a) => a.name === want);
+  if (!found) throw new CliError("not_found", `no bot @${want} in this house (see \`threadbox agents\`)`);
+  return found;
+}
+
+export const paths = {
+  thread: (id) => `/api/threads/${enc(id)}`,
+  threadAction: (id, action) => `/api/threads/${enc(id)}/${action}`,
+};

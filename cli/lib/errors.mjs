@@ -1,0 +1,17 @@
+/** An error the CLI reports as `error <code>: <message>`; `code` is the API's when it came from the API. */
+export class CliError extends Error {
+  /**
+   * @param {string} code
+   * @param {string} message
+   * @param {{ status?: number, details?: unknown }} [extra]
+   */
+  constructor(code, message, extra = {}) {
+    super(message);
+    this.code = code;
+    this.status = extra.status;
+    this.details = extra.details;
+  }
+}
+
+/** Exit codes: a watched run that failed is 1; any error (API, network, usage) is 2; Ctrl-C while waiting for a run is 130. */
+export const EXIT = { ok: 0, runFailed: 1, error: 2, interrupted: 130 };

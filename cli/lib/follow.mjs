@@ -1,0 +1,69 @@
+// Prints a thread's entries as they arrive; with `untilDone`, ends when the thread's run ends and
+// says how it ended.
+import { paths } from "./api.mjs";
+import { EXIT } from "./errors.mjs";
+import { renderEntry } from "./render.mjs";
+import { subscribe } from "./subscribe.mjs";
+import { createSpinner } from "./term.mjs";
+
+/** The finished-signals a run ends with (see the README's "Runs"). */
+export const FINISHED_STATUSES = new Set(["completed", "pi_failed", "pi_session_orphaned", "stopped"]);
+
+/** Whether an entry may end the run being watched: only then is the thread row worth asking. */
+export const mayEndRun = (entry) =>
+  entry?.payload?.type === "signal.thread.status_changed" && FINISHED_STATUSES.has(entry.payload.status);
+
+/** A thread row whose run is over (the run status the CLI exits with), or null while it runs or never ran. */
+export function finishedRow(row) {
+  return row.status === "completed" || row.status === "failed" ? row : null;
+}
+
+export const exitCodeFor = (row) => (row.status === "completed" ? EXIT.ok : EXIT.runFailed);
+
+/**
+ * @param {{ api: ReturnType<import("./api.mjs").createApi>, threadId: string, untilDone: boolean, offset?: string,
+ *           json: boolean, c: ReturnType<import("./term.mjs").palette>, names?: Map<string, string> }} opts
+ * @returns {Promise<number>} the exit code
+ */
+export async function followThread(opts) {
+  const { api, threadId, untilDone, json, c } = opts;
+  await api.get(paths.thread(threadId)); // a missing thread is a clear not_found before any socket
+  const spinner = createSpinner();
+  if (!json) spinner.start(untilDone ? "waiting for the run to finish" : "waiting for entries (Ctrl-C to stop)");
+  let finalRow = null;
+  const sub = subscribe(api.target, threadId, {
+    offset: opts.offset ?? "-1",
+    onReconnecting: (ms) => { if (!json) spinner.print(c.gray(`connection lost, reconnecting in ${ms} ms`), process.stderr); },
+    async onEntry(entry) {
+      if (json) process.stdout.write(`${JSON.stringify(entry)}\n`);
+      else {
+        const line = renderEntry(entry, c, { names: opts.names });
+        if (line) spinner.print(line);
+      }
+      if (untilDone && mayEndRun(entry)) {
+        // Replayed signals of earlier runs end nothing: the row says whether a run is still going.
+        const row = finishedRow(await api.get(paths.thread(threadId)));
+        if (row) {
+          finalRow = row;
+          sub.close();
+        }
+      }
+    },
+  });
+  let interrupted = false;
+  const stop = () => { interrupted = true; sub.close(); };
+  process.once("SIGINT", stop);
+  try {
+    await sub.done;
+  } finally {
+    spinner.stop();
+    process.off("SIGINT", stop);
+  }
+  // Ctrl-C before the run ended: a script waiting on the run must not read that as success.
+  if (!finalRow) return untilDone && interrupted ? EXIT.interrupted : EXIT.ok;
+  if (!json) {
+    const how = finalRow.status === "completed" ? c.green("run completed") : c.red(`run failed${finalRow.reason ? `: ${finalRow.reason}` : ""}`);
+    process.stderr.write(`${how}\n`);
+  }
+  return exitCodeFor(finalRow);
+}

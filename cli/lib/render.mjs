@@ -1,0 +1,130 @@
+// How entries, threads and other rows look in a terminal. Pure: values in, lines out.
+
+const clip = (s, n) => (s.length > n ? `${s.slice(0, n - 1)}…` : s);
+const time = (ts) => (typeof ts === "number" ? new Date(ts).toISOString().slice(11, 19) : "        ");
+const indent = (text, pad) => text.split("\n").map((l) => `${pad}${l}`).join("\n");
+
+const FINISHED_OK = new Set(["completed"]);
+
+/** Bots' ids carry the `ag_` prefix, so an entry's author tells a bot from a person. */
+export const isBot = (entry) => Boolean(entry.authorId?.startsWith("ag_"));
+
+/** Continuation lines of a multi-line text, aligned under its first line. */
+const continued = (text) => text.replace(/\n/g, "\n           ");
+
+export function statusColour(c, status) {
+  if (status === "running") return c.yellow(status);
+  if (FINISHED_OK.has(status)) return c.green(status);
+  if (["failed", "pi_failed", "pi_session_orphaned", "stopped"].includes(status)) return c.red(status);
+  return c.gray(String(status));
+}
+
+/** One line for a tool call: the command for bash, the path for file tools, else the arguments. */
+export function describeToolCall(name, args = {}) {
+  if (typeof args.command === "string") return `${name} $ ${args.command}`;
+  if (typeof args.path === "string") {
+    const size = typeof args.content === "string" ? ` (${Buffer.byteLength(args.content)} bytes)` : "";
+    return `${name} ${args.path}${size}`;
+  }
+  return `${name} ${clip(JSON.stringify(args), 200)}`;
+}
+
+/**
+ * Lines for one entry of a thread.
+ * @param {{ offset?: string, ts?: number, authorId?: string, payload: { type: string, [k: string]: any } }} entry
+ * @param {ReturnType<import("./term.mjs").palette>} c
+ * @param {{ maxOutputLines?: number, names?: Map<string, string> }} [opts]
+ */
+export function renderEntry(entry, c, opts = {}) {
+  const p = entry.payload ?? { type: "?" };
+  const at = c.gray(time(entry.ts));
+  const author = entry.authorId ? (opts.names?.get(entry.authorId) ?? entry.authorId) : "";
+  const maxLines = opts.maxOutputLines ?? 20;
+  switch (p.type) {
+    case "chat": {
+      const who = isBot(entry) ? c.magenta(author) : c.cyan(author || "anonymous");
+      return `${at} ${c.bold(who)}: ${continued(p.text ?? "")}`;
+    }
+    case "pi.user":
+      return `${at} ${c.blue("task")}  ${p.text ?? ""}`;
+    case "pi.assistant": {
+      if (p.stopReason === "error") return `${at} ${c.red(isBot(entry) ? `${author} error` : "pi error")} ${p.errorMessage ?? p.text ?? ""}`;
+      // A bot's turn lists its tool calls here; its words reach the thread as a chat entry, shown there.
+      const calls = (Array.isArray(p.toolCalls) ? p.toolCalls : []).map((tc) => `${at} ${c.yellow("▶")} ${describeToolCall(tc.name, tc.args ?? tc.arguments)}`);
+      const text = p.text && !isBot(entry) ? [`${at} ${c.bold("pi")}: ${continued(p.text)}`] : [];
+      return [...text, ...calls].join("\n") || null;
+    }
+    case "pi.tool_call":
+      return `${at} ${c.yellow("▶")} ${describeToolCall(p.name, p.args)}`;
+    case "pi.tool_result": {
+      const out = String(p.output ?? "").replace(/\s+$/, "");
+      const lines = out ? out.split("\n") : [];
+      const shown = lines.slice(0, maxLines).join("\n") + (lines.length > maxLines ? `\n… ${lines.length - maxLines} more lines` : "");
+      const head = `${at} ${p.isError ? c.red("✗") : c.green("✓")} ${p.name ?? p.toolName ?? "tool"}${lines.length ? "" : c.gray(" (no output)")}`;
+      return lines.length ? `${head}\n${c.gray(indent(shown, "           │ "))}` : head;
+    }
+    case "pi.error":
+      return `${at} ${c.red("pi error")} ${p.message ?? ""}`;
+    case "signal.thread.status_changed":
+      return `${at} ${c.gray("●")} ${statusColour(c, p.status)}${p.reason ? c.gray(` (${p.reason})`) : ""}`;
+    case "signal.thread.box_assigned":
+      return `${at} ${c.gray(`· on box ${p.boxId}`)}`;
+    case "signal.run.launched":
+      return `${at} ${c.gray(`· ${p.harness ?? "agent"} started (${p.boxReused ? "box reused" : "new box"}, session ${p.session ?? "new"})`)}`;
+    case "signal.thread.child_finished":
+      return `${at} ${c.gray("●")} child ${p.childThreadId} ${statusColour(c, p.status)}${p.reason ? c.gray(` (${p.reason})`) : ""}`;
+    default: {
+      const { type, ...rest } = p;
+      const fields = Object.entries(rest).filter(([, v]) => v !== undefined && typeof v !== "object").map(([k, v]) => `${k}=${v}`).join(" ");
+      return c.gray(`${time(entry.ts)} · ${type}${fields ? ` ${clip(fields, 200)}` : ""}`);
+    }
+  }
+}
+
+/** `id  status  title` for one thread row. */
+export function threadLine(t, c) {
+  const reason = t.status !== "running" && t.reason && t.reason !== t.status ? c.gray(` (${t.reason})`) : "";
+  return `${c.bold(t.id)}  ${statusColour(c, t.status)}${reason}  ${t.title ?? c.gray("(untitled)")}`;
+}
+
+/**
+ * Threads as a forest: children under their parent thread; a thread whose parent is not in the
+ * list is a root.
+ */
+export function threadTree(threads, c) {
+  const byId = new Map(threads.map((t) => [t.id, t]));
+  const children = new Map();
+  const roots = [];
+  for (const t of threads) {
+    const parentId = t.parent?.kind === "thread" ? t.parent.id : (t.parentKind === "thread" ? t.parentId : null);
+    if (parentId && byId.has(parentId)) {
+      if (!children.has(parentId)) children.set(parentId, []);
+      children.get(parentId).push(t);
+    } else roots.push(t);
+  }
+  const byCreated = (a, b) => String(a.createdAt).localeCompare(String(b.createdAt));
+  const lines = [];
+  const walk = (t, prefix, last, isRoot) => {
+    lines.push(isRoot ? threadLine(t, c) : `${prefix}${last ? "└─ " : "├─ "}${threadLine(t, c)}`);
+    const kids = (children.get(t.id) ?? []).sort(byCreated);
+    const next = isRoot ? "" : `${prefix}${last ? "   " : "│  "}`;
+    kids.forEach((k, i) => walk(k, next, i === kids.length - 1, false));
+  };
+  roots.forEach((r) => walk(r, "", true, true));
+  return lines;
+}
+
+export function sandboxLine(b, c) {
+  const threads = (b.threads ?? b.threadIds ?? []).map((t) => (typeof t === "string" ? t : t.id ?? t.threadId)).join(", ");
+  const state = b.state === "live" ? c.green(b.state) : b.state === "provisioning" ? c.yellow(b.state) : c.gray(b.state);
+  return `${c.bold(b.id)}  ${state}  ${b.ephemeral ? "ephemeral" : "kept"}${threads ? `  threads: ${threads}` : ""}`;
+}
+
+export function environmentLine(e, c) {
+  const secrets = e.secretNames?.length ? `  secrets: ${e.secretNames.join(", ")}` : "";
+  return `${c.bold(e.id)}  ${e.name}${e.model ? `  model ${e.model}` : ""}  ${e.harness ?? "pi"}${secrets}`;
+}
+
+export function agentLine(a, c) {
+  return `${c.bold(`@${a.handle}`)}  ${a.name}  model ${a.model}  ${a.triggerMode ?? "mention"}${a.tools?.length ? `  tools: ${a.tools.join(", ")}` : ""}  ${c.gray(a.id)}`;
+}

@@ -1,0 +1,96 @@
+// Follows a thread over its WebSocket (`/api/threads/:id/subscribe`, token in the `bearer.<token>`
+// subprotocol, never in the URL), reconnecting from the last offset seen after a drop, so no
+// entry is missed or shown twice.
+import WebSocket from "ws";
+import { CliError } from "./errors.mjs";
+
+const RECONNECT_MIN_MS = 250;
+const RECONNECT_MAX_MS = 5_000;
+
+/**
+ * @param {{ url: string, token: string }} target
+ * @param {string} threadId
+ * @param {{ offset?: string, onEntry: (entry: any) => void | Promise<void>, onReconnecting?: (delayMs: number) => void }} opts
+ * @returns {{ done: Promise<void>, close(): void, lastOffset(): string }}
+ *   `done` resolves after close(), rejects when the server refuses the subscription.
+ */
+export function subscribe(target, threadId, opts) {
+  let offset = opts.offset ?? "-1";
+  let socket = null;
+  let closed = false;
+  let attempt = 0;
+  let queue = Promise.resolve();
+  let settle;
+  const done = new Promise((resolve, reject) => { settle = { resolve, reject }; });
+
+  const wsUrl = () => {
+    const u = new URL(`${target.url}/api/threads/${encodeURIComponent(threadId)}/subscribe`);
+    u.protocol = u.protocol === "https:" ? "wss:" : "ws:";
+    u.searchParams.set("offset", offset);
+    return u.toString();
+  };
+
+  const fail = (err) => {
+    closed = true;
+    settle.reject(err);
+  };
+
+  const connect = () => {
+    if (closed) return;
+    const ws = new WebSocket(wsUrl(), [`bearer.${target.token}`]);
+    socket = ws;
+    ws.on("open", () => { attempt = 0; });
+    ws.on("message", (data) => {
+      let entry;
+      try {
+        entry = JSON.parse(String(data));
+      } catch {
+        return; // not an entry
+      }
+      if (entry.offset) offset = entry.offset;
+      // one at a time, in order, even when a handler awaits
+      queue = queue.then(() => (closed ? undefined : opts.onEntry(entry))).catch(fail);
+    });
+    ws.on("unexpected-response", (_req, res) => {
+      // The server answered the upgrade with an HTTP error: a bad token or thread will not get better by retrying.
+      let body = "";
+      res.on("data", (d) => (body += d));
+      res.on("end", () => {
+        let e;
+        try { e = JSON.parse(body).error; } catch { e = null; }
+        const status = res.statusCode ?? 0;
+        if (status >= 400 && status < 500) {
+          fail(new CliError(e?.code ?? `http_${status}`, e?.message ?? body.slice(0, 200), { status, details: e?.details }));
+          ws.terminate();
+        } else {
+          ws.terminate();
+          retry();
+        }
+      });
+    });
+    ws.on("error", () => { /* a close follows; retry there */ });
+    ws.on("close", () => { if (socket === ws) retry(); });
+  };
+
+  const retry = () => {
+    if (closed) return;
+    socket = null;
+    const delay = Math.min(RECONNECT_MAX_MS, RECONNECT_MIN_MS * 2 ** attempt++);
+    opts.onReconnecting?.(delay);
+    setTimeout(connect, delay);
+  };
+
+  connect();
+  return {
+    done,
+    lastOffset: () => offset,
+    close() {
+      if (closed) return;
+      closed = true;
+      const s = socket;
+      socket = null;
+      s?.close();
+      queue.then(() => settle.resolve());
+    },
+  };
+}

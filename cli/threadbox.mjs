@@ -1,0 +1,62 @@
+#!/usr/bin/env node
+// threadbox: the command-line client of a threadbox server. Plain JavaScript on purpose: it runs
+// as shipped on Node 20 and 22, with no build step between `npm ci` and `npx threadbox`.
+import { readFileSync } from "node:fs";
+import { Command, CommanderError } from "commander";
+import { registerChat } from "./commands/chat.mjs";
+import { registerHouse } from "./commands/house.mjs";
+import { registerSession } from "./commands/session.mjs";
+import { registerThreads } from "./commands/threads.mjs";
+import { createContext } from "./lib/context.mjs";
+import { CliError, EXIT } from "./lib/errors.mjs";
+import { colourEnabled, palette } from "./lib/term.mjs";
+
+let exitCode = EXIT.ok;
+const setExit = (code) => { exitCode = code; };
+
+const program = new Command("threadbox")
+  .description("client of a threadbox server: threads, runs, boxes, environments, bots")
+  .option("--url <url>", "server URL (default: $THREADBOX_URL, then what `threadbox login` stored)")
+  .option("--json", "machine-readable output: one JSON document (NDJSON for tail/chat)")
+  .version(JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")).version)
+  .showHelpAfterError()
+  .exitOverride();
+
+const contexts = new WeakMap();
+/** The context of the running command, made once from the global options. */
+const ctxOf = (cmd) => {
+  if (!contexts.has(cmd)) contexts.set(cmd, createContext(cmd.optsWithGlobals()));
+  return contexts.get(cmd);
+};
+
+registerSession(program, ctxOf);
+registerThreads(program, ctxOf, setExit);
+registerHouse(program, ctxOf);
+registerChat(program, ctxOf, setExit);
+
+function report(err) {
+  const json = process.argv.includes("--json");
+  if (err instanceof CommanderError) {
+    // help and version are not failures; usage mistakes were already printed by commander
+    return err.exitCode === 0 ? EXIT.ok : EXIT.error;
+  }
+  const code = err instanceof CliError ? err.code : "internal";
+  const message = err instanceof CliError ? err.message : String(err?.stack ?? err);
+  if (json) {
+    process.stderr.write(`${JSON.stringify({ error: { code, message, ...(err?.details !== undefined ? { details: err.details } : {}) } })}\n`);
+  } else {
+    const c = palette(colourEnabled(process.stderr));
+    process.stderr.write(`${c.red("error")} ${c.bold(code)}: ${message}\n`);
+    if (err?.details !== undefined) process.stderr.write(c.gray(`${JSON.stringify(err.details, null, 2)}\n`));
+  }
+  return EXIT.error;
+}
+
+try {
+  await program.parseAsync(process.argv);
+} catch (err) {
+  exitCode = report(err);
+}
+// Open sockets or a paused stdin must not keep a finished command alive.
+process.exitCode = exitCode;
+setImmediate(() => process.exit(exitCode));

@@ -1,0 +1,78 @@
+// npm run serve [-- --no-build]: threadbox on this machine on plain workerd, no wrangler at run
+// time. Builds the deploy bundle, writes .serve/build/workerd.capnp and runs workerd in the
+// foreground. PORT (default 8787), HOST (default 127.0.0.1), THREADBOX_STATE_DIR (default
+// .serve/state), THREADBOX_VARS_FILE (default .serve.vars; created with fresh secrets if missing).
+import { existsSync, readFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { ROOT } from "./lib/wrangler-dev.mjs";
+import { busyPortsMessage } from "./lib/ports.mjs";
+import { parseVars } from "./lib/vars-file.mjs";
+import { createVarsFile, scanBundle, startServe } from "./lib/serve.mjs";
+
+const port = Number(process.env.PORT ?? 8787);
+const host = process.env.HOST ?? "127.0.0.1";
+const stateDir = resolve(ROOT, process.env.THREADBOX_STATE_DIR ?? join(".serve", "state"));
+const varsFile = resolve(ROOT, process.env.THREADBOX_VARS_FILE ?? ".serve.vars");
+const buildDir = join(ROOT, ".serve", "build");
+const noBuild = process.argv.includes("--no-build");
+
+function fail(message) {
+  console.error(`npm run serve: ${message}`);
+  process.exit(1);
+}
+
+const busy = await busyPortsMessage([{ port, envVar: "PORT", what: "threadbox" }], "npm run serve", host);
+if (busy) {
+  console.error(busy);
+  process.exit(1);
+}
+
+if (!existsSync(varsFile)) {
+  createVarsFile(varsFile, join(ROOT, ".dev.vars.example"));
+  console.log(`created ${varsFile} with fresh random secrets (set DAYTONA_* and THREADBOX_STREAM_URL there for real boxes)`);
+}
+const varsFileText = readFileSync(varsFile, "utf8");
+const vars = parseVars(varsFileText);
+if (!vars.THREADBOX_ADMIN_SECRET) fail(`THREADBOX_ADMIN_SECRET is not set in ${varsFile}`);
+if (!vars.THREADBOX_TOKEN_SECRET || vars.THREADBOX_TOKEN_SECRET.length < 16) fail(`THREADBOX_TOKEN_SECRET in ${varsFile} must be at least 16 characters`);
+const example = parseVars(readFileSync(join(ROOT, ".dev.vars.example"), "utf8"));
+for (const name of ["THREADBOX_ADMIN_SECRET", "THREADBOX_TOKEN_SECRET"]) {
+  if (vars[name] === example[name]) console.warn(`warning: ${name} in ${varsFile} is the public development value; set a secret one`);
+}
+
+let server;
+try {
+  server = await startServe({
+    port, host, stateDir, buildDir, varsFileText, stdio: "inherit",
+    bundle: noBuild ? scanBundle(join(buildDir, "bundle")) : undefined,
+  });
+} catch (err) {
+  fail(err.message);
+}
+
+const size = server.bundle.uploadKiB ? `, bundle ${server.bundle.uploadKiB} KiB (gzip ${server.bundle.gzipKiB} KiB)` : "";
+console.log(`
+threadbox is serving on plain workerd (pid ${server.pid}${size})
+  url         ${server.url}
+  state       ${server.stateDir}
+  vars        ${varsFile}
+  config      ${server.configFile}
+
+  curl -s -X POST ${server.url}/api/admin/tokens -H "authorization: Bearer $THREADBOX_ADMIN_SECRET" \\
+       -H 'content-type: application/json' -d '{"houseId":"my-house","subject":"me","role":"owner"}'
+`);
+
+let stopping = false;
+async function stop() {
+  if (stopping) return;
+  stopping = true;
+  await server.stop();
+  process.exit(0);
+}
+process.on("SIGINT", stop);
+process.on("SIGTERM", stop);
+server.exited.then((code) => {
+  if (stopping) return;
+  console.error(`workerd exited (${code})`);
+  process.exit(typeof code === "number" && code !== 0 ? code : 1);
+});

@@ -1,0 +1,191 @@
+/**
+ * One streamed model call through pi-ai's API modules, with a per-call timeout and bounded
+ * retries. The non-lazy API modules are imported by subpath: the package root's lazy wrappers
+ * bundle but fail at run time under esbuild.
+ */
+import { stream as streamAnthropic } from "@earendil-works/pi-ai/api/anthropic-messages";
+import { stream as streamOpenAI } from "@earendil-works/pi-ai/api/openai-completions";
+import type { AssistantMessage, Context, Message, Model, Tool } from "@earendil-works/pi-ai";
+import { normalizeContext } from "@earendil-works/pi-ai/utils/transcript";
+import type { ModelApi, ResolvedModel } from "./models";
+
+export type ModelCallOptions = {
+  model: ResolvedModel;
+  systemPrompt: string;
+  messages: Message[];
+  tools?: Tool[];
+  maxTokens?: number;
+  requestTimeoutMs: number;
+  retries: number;
+  retryBaseDelayMs: number;
+  signal?: AbortSignal;
+};
+
+export type ModelCallResult =
+  | {
+      ok: true;
+      message: AssistantMessage;
+      /** the raw argument text each tool call streamed, by content index ("" when none) */
+      rawToolArgs: Map<number, string>;
+    }
+  | { ok: false; reason: string };
+
+type Attempt =
+  | { ok: true; message: AssistantMessage; rawToolArgs: Map<number, string> }
+  | { ok: false; retryable: boolean; reason: string; retryAfterMs?: number };
+
+const RETRY_DELAY_CAP_MS = 10_000;
+
+export function toPiModel(m: ResolvedModel): Model<ModelApi> {
+  return {
+    id: m.modelId,
+    name: m.name,
+    api: m.api,
+    provider: m.provider,
+    baseUrl: m.baseUrl,
+    reasoning: m.reasoning,
+    input: m.input,
+    cost: m.cost,
+    contextWindow: m.contextWindow,
+    maxTokens: m.maxTokens,
+    ...(m.headers ? { headers: m.headers } : {}),
+    ...(m.compat ? { compat: m.compat as never } : {}),
+  };
+}
+
+/** Replaces every secret the model carries (its key, the secrets its headers used) in text shown to users. */
+export function redactSecrets(text: string, m: ResolvedModel): string {
+  const secrets = [m.apiKey, ...m.secretValues].filter((s): s is string => !!s && s.length >= 4);
+  let out = text;
+  for (const s of secrets.sort((a, b) => b.length - a.length)) out = out.split(s).join("[redacted]");
+  return out;
+}
+
+function oneLine(text: string, max = 500): string {
+  const t = text.replace(/\s+/g, " ").trim();
+  return t.length > max ? `${t.slice(0, max)}…` : t;
+}
+
+function retryAfterMs(headers: Headers | undefined): number | undefined {
+  const ms = headers?.get("retry-after-ms");
+  if (ms && Number.isFinite(Number(ms))) return Number(ms);
+  const s = headers?.get("retry-after");
+  if (s && Number.isFinite(Number(s))) return Number(s) * 1000;
+  return undefined;
+}
+
+function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    }
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}
+
+async function attempt(o: ModelCallOptions): Promise<Attempt> {
+  const ctl = new AbortController();
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    ctl.abort();
+  }, o.requestTimeoutMs);
+  const onOuterAbort = () => ctl.abort();
+  o.signal?.addEventListener("abort", onOuterAbort, { once: true });
+
+  // The SDKs fold the HTTP status into a message; observing fetch (and the body it streams)
+  // tells status and network failure apart without parsing provider prose.
+  let status: number | undefined;
+  let responseHeaders: Headers | undefined;
+  let networkError = false;
+  const noteFailure = () => {
+    if (!ctl.signal.aborted) networkError = true;
+  };
+  const observingFetch = async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
+    let res: Response;
+    try {
+      res = await fetch(input, init);
+    } catch (err) {
+      noteFailure();
+      throw err;
+    }
+    status = res.status;
+    responseHeaders = res.headers;
+    if (!res.body) return res;
+    const reader = res.body.getReader();
+    const body = new ReadableStream<Uint8Array>({
+      async pull(c) {
+        try {
+          const { done, value } = await reader.read();
+          if (done) c.close();
+          else c.enqueue(value);
+        } catch (err) {
+          noteFailure();
+          c.error(err);
+        }
+      },
+      cancel: (reason) => reader.cancel(reason),
+    });
+    return new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
+  };
+
+  try {
+    const context: Context = { systemPrompt: o.systemPrompt, messages: o.messages, ...(o.tools?.length ? { tools: o.tools } : {}) };
+    const options = {
+      apiKey: o.model.apiKey,
+      signal: ctl.signal,
+      maxRetries: 0,
+      fetch: observingFetch as typeof fetch,
+      ...(o.maxTokens ? { maxTokens: o.maxTokens } : {}),
+    };
+    const piModel = toPiModel(o.model);
+    const events =
+      o.model.api === "anthropic-messages"
+        ? streamAnthropic(piModel as Model<"anthropic-messages">, normalizeContext(context), options)
+        : streamOpenAI(piModel as Model<"openai-completions">, normalizeContext(context), options);
+
+    const rawToolArgs = new Map<number, string>();
+    let final: AssistantMessage | undefined;
+    let failure: AssistantMessage | undefined;
+    for await (const ev of events) {
+      if (ev.type === "toolcall_start") rawToolArgs.set(ev.contentIndex, "");
+      else if (ev.type === "toolcall_delta") rawToolArgs.set(ev.contentIndex, (rawToolArgs.get(ev.contentIndex) ?? "") + ev.delta);
+      else if (ev.type === "done") final = ev.message;
+      else if (ev.type === "error") failure = ev.error;
+    }
+    if (final) return { ok: true, message: final, rawToolArgs };
+
+    const detail = oneLine(redactSecrets(failure?.errorMessage ?? "no answer", o.model));
+    if (o.signal?.aborted) return { ok: false, retryable: false, reason: "the turn was cancelled" };
+    if (timedOut) return { ok: false, retryable: false, reason: `the model did not answer within ${o.requestTimeoutMs} ms (timeout)` };
+    if (status !== undefined && status >= 400) {
+      const retryable = status === 429 || status >= 500;
+      return { ok: false, retryable, reason: `the model API answered HTTP ${status}: ${detail}`, retryAfterMs: retryAfterMs(responseHeaders) };
+    }
+    if (networkError) {
+      const where = status === undefined ? `could not reach the model API at ${o.model.baseUrl}` : "the model API connection broke mid-answer";
+      return { ok: false, retryable: true, reason: `${where}: ${detail}` };
+    }
+    return { ok: false, retryable: false, reason: `the model call failed: ${detail}` };
+  } finally {
+    clearTimeout(timer);
+    o.signal?.removeEventListener("abort", onOuterAbort);
+  }
+}
+
+/** Calls the model; retries 429/5xx/network failures `retries` times with exponential backoff. */
+export async function callModel(o: ModelCallOptions): Promise<ModelCallResult> {
+  for (let n = 0; ; n++) {
+    const r = await attempt(o);
+    if (r.ok) return r;
+    if (!r.retryable || n >= o.retries || o.signal?.aborted) {
+      return { ok: false, reason: n > 0 ? `${r.reason} (after ${n + 1} attempts)` : r.reason };
+    }
+    const backoffMs = o.retryBaseDelayMs * 2 ** n * (1 - Math.random() * 0.25);
+    await abortableSleep(Math.min(RETRY_DELAY_CAP_MS, Math.max(backoffMs, r.retryAfterMs ?? 0)), o.signal);
+  }
+}

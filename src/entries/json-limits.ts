@@ -1,0 +1,78 @@
+import { ApiError } from "../errors";
+
+/**
+ * Entries are JSON that every reader parses, clones across actor RPC and serializes again; past a
+ * few hundred levels each of those can exhaust the stack. One documented limit keeps them safe.
+ */
+export const MAX_JSON_DEPTH = 64;
+
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const OPEN_ARRAY = 0x5b;
+const OPEN_OBJECT = 0x7b;
+const CLOSE_ARRAY = 0x5d;
+const CLOSE_OBJECT = 0x7d;
+
+/**
+ * Whether JSON text nests arrays/objects deeper than `limit`, decided on the UTF-8 bytes before
+ * any parse (a scan never recurses). Multi-byte UTF-8 never contains these ASCII bytes. Strings
+ * are skipped with a native search for their closing quote: readers scan every stored entry.
+ */
+export function jsonNestsDeeperThan(bytes: Uint8Array, limit = MAX_JSON_DEPTH): boolean {
+  let depth = 0;
+  for (let i = 0; i < bytes.length; i++) {
+    const b = bytes[i];
+    if (b === QUOTE) {
+      const end = closingQuote(bytes, i);
+      if (end < 0) return false; // unterminated: the parse that follows refuses it
+      i = end;
+    } else if (b === OPEN_ARRAY || b === OPEN_OBJECT) {
+      if (++depth > limit) return true;
+    } else if (b === CLOSE_ARRAY || b === CLOSE_OBJECT) {
+      depth--;
+    }
+  }
+  return false;
+}
+
+/** Index of the quote that ends the string opened at `open` (one not escaped by a backslash), or -1. */
+function closingQuote(bytes: Uint8Array, open: number): number {
+  let at = open;
+  for (;;) {
+    at = bytes.indexOf(QUOTE, at + 1);
+    if (at < 0) return -1;
+    let backslashes = 0;
+    for (let k = at - 1; k > open && bytes[k] === BACKSLASH; k--) backslashes++;
+    if (backslashes % 2 === 0) return at;
+  }
+}
+
+export const TOO_DEEP_MARKER = `[nested deeper than ${MAX_JSON_DEPTH} levels]`;
+
+/**
+ * A copy of `value` whose arrays/objects below `limit` levels are replaced by a marker string.
+ * Recursion stops at `limit`, so it is safe on any input JSON.parse accepted.
+ */
+export function pruneDeepJson(value: unknown, limit = MAX_JSON_DEPTH, depth = 0): unknown {
+  if (value === null || typeof value !== "object") return value;
+  if (depth >= limit) return TOO_DEEP_MARKER;
+  if (Array.isArray(value)) return value.map((v) => pruneDeepJson(v, limit, depth + 1));
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value)) out[k] = pruneDeepJson(v, limit, depth + 1);
+  return out;
+}
+
+/** Parses JSON bytes that passed the size check; too deep or malformed is the client's 400. */
+export function parseJsonBytes(bytes: Uint8Array): unknown {
+  if (bytes.byteLength === 0) throw new ApiError("invalid_json", "body is empty");
+  if (jsonNestsDeeperThan(bytes)) {
+    throw new ApiError("validation_failed", `JSON nests deeper than ${MAX_JSON_DEPTH} levels`, [
+      { path: "", message: `at most ${MAX_JSON_DEPTH} levels of arrays and objects` },
+    ]);
+  }
+  try {
+    return JSON.parse(new TextDecoder().decode(bytes));
+  } catch {
+    throw new ApiError("invalid_json", "body is not valid JSON");
+  }
+}

@@ -1,0 +1,49 @@
+import { ApiError } from "../errors";
+
+/**
+ * Reads a request body, counting bytes as they arrive: a chunked upload without Content-Length is
+ * cut off at `limitBytes` instead of being buffered whole first.
+ */
+export async function readBoundedBody(request: Request, limitBytes: number): Promise<Uint8Array> {
+  const tooLarge = () => new ApiError("payload_too_large", `body is larger than ${limitBytes} bytes`);
+  const declared = Number(request.headers.get("content-length") ?? "0");
+  if (declared > limitBytes) throw tooLarge();
+  if (!request.body) return new Uint8Array(0);
+  const reader = request.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (total > limitBytes) {
+      await reader.cancel().catch(() => {});
+      throw tooLarge();
+    }
+    chunks.push(value);
+  }
+  if (chunks.length === 1) return chunks[0];
+  const out = new Uint8Array(total);
+  let at = 0;
+  for (const c of chunks) {
+    out.set(c, at);
+    at += c.byteLength;
+  }
+  return out;
+}
+
+/**
+ * JSON is UTF-8 (RFC 8259). A `charset` parameter naming anything else is refused rather than
+ * decoded as UTF-8 into something the client did not mean.
+ */
+export function assertUtf8Charset(contentType: string | null): void {
+  if (!contentType) return;
+  for (const param of contentType.split(";").slice(1)) {
+    const [rawKey, ...rest] = param.split("=");
+    if (rawKey.trim().toLowerCase() !== "charset") continue;
+    const value = rest.join("=").trim().replace(/^"(.*)"$/, "$1").toLowerCase();
+    if (value !== "utf-8" && value !== "utf8") {
+      throw new ApiError("unsupported_media_type", `charset ${value || "(empty)"} is not supported: send UTF-8`);
+    }
+  }
+}

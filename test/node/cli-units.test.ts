@@ -1,0 +1,106 @@
+// The CLI's pure pieces: sign-in links, config location, environment bodies, rendering, chat replies.
+import { describe, expect, it } from "vitest";
+// @ts-expect-error plain JS module without declarations
+import { configPath, parseSignInLink, resolveTarget } from "../../cli/lib/config.mjs";
+// @ts-expect-error plain JS module without declarations
+import { environmentBody } from "../../cli/commands/house.mjs";
+// @ts-expect-error plain JS module without declarations
+import { describeToolCall, renderEntry, threadTree } from "../../cli/lib/render.mjs";
+// @ts-expect-error plain JS module without declarations
+import { palette } from "../../cli/lib/term.mjs";
+// @ts-expect-error plain JS module without declarations
+import { advance, answered, initialProgress, onPosted } from "../../cli/commands/chat.mjs";
+// @ts-expect-error plain JS module without declarations
+import { finishedRow, mayEndRun } from "../../cli/lib/follow.mjs";
+
+const c = palette(false);
+
+describe("config", () => {
+  it("reads the sign-in link format npm run dev prints (token in the fragment) and plain URLs", () => {
+    expect(parseSignInLink("http://127.0.0.1:8787/#token=abc.def.ghi")).toEqual({ url: "http://127.0.0.1:8787", token: "abc.def.ghi" });
+    expect(parseSignInLink("https://tb.example.com/")).toEqual({ url: "https://tb.example.com", token: undefined });
+    expect(() => parseSignInLink("not a url")).toThrow(/not a URL/);
+  });
+
+  it("keeps the config under the user's config dir, and prefers the environment to the stored login", () => {
+    expect(configPath({ XDG_CONFIG_HOME: "/x" }, "linux")).toBe("/x/threadbox/config.json");
+    expect(configPath({ APPDATA: "C:/Users/u/AppData/Roaming" }, "win32")).toMatch(/AppData\/Roaming\/threadbox\/config\.json$/);
+    expect(configPath({ THREADBOX_CONFIG: "/etc/tb.json" }, "linux")).toBe("/etc/tb.json");
+    const stored = { url: "http://stored:1", token: "stored-token" };
+    expect(resolveTarget({}, {}, stored)).toEqual({ url: "http://stored:1", token: "stored-token" });
+    expect(resolveTarget({}, { THREADBOX_URL: "http://env:2/", THREADBOX_TOKEN: "env-token" }, stored)).toEqual({ url: "http://env:2", token: "env-token" });
+    expect(resolveTarget({ url: "http://flag:3" }, { THREADBOX_URL: "http://env:2" }, stored).url).toBe("http://flag:3");
+    expect(() => resolveTarget({}, {}, {})).toThrow(/threadbox login/);
+  });
+});
+
+describe("env add body", () => {
+  it("takes secret values from the reader (environment or prompt), never from options", async () => {
+    const asked: string[] = [];
+    const body = await environmentBody("prod", { model: "acme/m-1", baseUrl: "https://api.acme/v1", api: "openai-completions", secret: ["ACME_KEY"], var: ["A=1=2"] },
+      async (name: string) => { asked.push(name); return `value-of-${name}`; });
+    expect(asked).toEqual(["ACME_KEY"]);
+    expect(body).toEqual({
+      name: "prod", model: "acme/m-1", env: { A: "1=2" }, secrets: { ACME_KEY: "value-of-ACME_KEY" },
+      piModels: { providers: { acme: { baseUrl: "https://api.acme/v1", api: "openai-completions", apiKey: "$ACME_KEY", models: [{ id: "m-1" }] } } },
+    });
+    await expect(environmentBody("x", { var: ["novalue"] }, async () => "")).rejects.toThrow(/KEY=VALUE/);
+    await expect(environmentBody("x", { baseUrl: "http://h" }, async () => "")).rejects.toThrow(/--model provider\/model-id/);
+  });
+});
+
+describe("rendering", () => {
+  it("shows tool calls by their command or path, and results indented under them", () => {
+    expect(describeToolCall("bash", { command: "ls -la" })).toBe("bash $ ls -la");
+    expect(describeToolCall("write", { path: "a.txt", content: "hi\n" })).toBe("write a.txt (3 bytes)");
+    const lines = renderEntry({ ts: 0, payload: { type: "pi.tool_result", name: "bash", output: "one\ntwo\n", isError: false } }, c);
+    expect(lines).toBe("00:00:00 ✓ bash\n           │ one\n           │ two");
+    expect(renderEntry({ ts: 0, payload: { type: "signal.thread.status_changed", status: "stopped", reason: "stopped by u" } }, c)).toBe("00:00:00 ● stopped (stopped by u)");
+  });
+
+  it("draws the thread tree; a child whose parent is not listed is a root", () => {
+    const t = (id: string, parent: string | null, createdAt: string) => ({ id, status: "idle", title: id, createdAt, parent: parent ? { kind: "thread", id: parent } : { kind: "none", id: null } });
+    const lines = threadTree([t("b", "a", "2"), t("a", null, "1"), t("c", "a", "3"), t("d", "b", "4"), t("e", "gone", "5")], c);
+    expect(lines).toEqual(["a  idle  a", "├─ b  idle  b", "│  └─ d  idle  d", "└─ c  idle  c", "e  idle  e"]);
+  });
+});
+
+describe("watching", () => {
+  it("only a finished-signal may end a run, and only a row that is no longer running does", () => {
+    expect(mayEndRun({ payload: { type: "signal.thread.status_changed", status: "completed" } })).toBe(true);
+    expect(mayEndRun({ payload: { type: "signal.thread.status_changed", status: "running" } })).toBe(false);
+    expect(finishedRow({ status: "running" })).toBeNull();
+    expect(finishedRow({ status: "idle" })).toBeNull();
+    expect(finishedRow({ status: "failed" })).toEqual({ status: "failed" });
+  });
+
+  it("chat waits for a bot's chat after our message, and for the child runs it delegated to report back", () => {
+    const e = (authorId: string, offset: string, payload: Record<string, unknown>) => ({ authorId, offset, payload });
+    let p = onPosted(initialProgress(), "0002");
+    expect(answered(p)).toBe(false);
+    p = advance(p, e("me", "0002", { type: "chat", text: "write a.txt containing b" }), "me");
+    p = advance(p, e("ag_1", "0003", { type: "pi.tool_result", toolName: "delegate_task", isError: false, output: '{"childThreadId":"th_abc"}' }), "me");
+    p = advance(p, e("ag_1", "0004", { type: "chat", text: "delegated" }), "me");
+    expect(answered(p)).toBe(false); // a child is still running
+    p = advance(p, e("threadbox", "0005", { type: "signal.thread.child_finished", childThreadId: "th_abc", status: "completed" }), "me");
+    expect(answered(p)).toBe(false); // its answer is still to come
+    p = advance(p, e("ag_1", "0006", { type: "chat", text: "the child wrote a.txt" }), "me");
+    expect(answered(p)).toBe(true);
+
+    // a failed delegate starts nothing to wait for; an answer seen before the POST returned counts
+    let q = advance(initialProgress(), e("ag_1", "0009", { type: "chat", text: "fast" }), "me");
+    q = onPosted(q, "0008");
+    expect(answered(q)).toBe(true);
+    const r = advance(onPosted(initialProgress(), "0001"), e("ag_1", "0002", { type: "pi.tool_result", toolName: "delegate_task", isError: true, output: "th_x failed" }), "me");
+    expect(r.pendingChildren).toBe(0);
+  });
+
+  it("renders a bot's turn: its tool calls and results, not its words twice", () => {
+    const bot = { authorId: "ag_1", ts: 0 };
+    expect(renderEntry({ ...bot, payload: { type: "pi.assistant", text: "", toolCalls: [{ id: "c1", name: "delegate_task", args: { task: "x" } }], stopReason: "toolUse" } }, c))
+      .toBe('00:00:00 ▶ delegate_task {"task":"x"}');
+    expect(renderEntry({ ...bot, payload: { type: "pi.tool_result", toolCallId: "c1", toolName: "delegate_task", output: "ok", isError: false } }, c)).toBe("00:00:00 ✓ delegate_task\n           │ ok");
+    expect(renderEntry({ ...bot, payload: { type: "pi.assistant", text: "Done.", toolCalls: [], stopReason: "stop" } }, c)).toBeNull();
+    expect(renderEntry({ ...bot, payload: { type: "chat", text: "Done.\nTwo lines." } }, c, { names: new Map([["ag_1", "@demo"]]) })).toBe("00:00:00 @demo: Done.\n           Two lines.");
+  });
+});

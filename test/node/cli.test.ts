@@ -1,0 +1,307 @@
+// The real `threadbox` binary, spawned as a user runs it, against the worker under `wrangler dev`
+// with the local sandbox host, the real pi in boxes, and the development demo model as pi's model.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { execFileSync, spawn } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { delimiter, join } from "node:path";
+import { startSandboxHost } from "../../sandbox-host/server.mjs";
+import { ROOT, freePort, startWorker } from "../../scripts/lib/wrangler-dev.mjs";
+import { startDemoModel } from "../../dev/demo-model/server.mjs";
+import { DEMO_ENVIRONMENT_ID, seedDevHouse } from "../../scripts/lib/seed-dev.mjs";
+import { startPausableProxy } from "../support/pausable-proxy";
+
+const CLI = join(ROOT, "cli", "threadbox.mjs");
+const SANDBOX_KEY = "cli-sandbox-key";
+let host: Awaited<ReturnType<typeof startSandboxHost>>;
+let worker: Awaited<ReturnType<typeof startWorker>>;
+let demo: Awaited<ReturnType<typeof startDemoModel>>;
+let token: string;
+
+type Result = { code: number | null; stdout: string; stderr: string };
+
+/** Runs the CLI to its end. `env` replaces the login: no THREADBOX_* leaks in from the test's environment. */
+function cli(args: string[], opts: { env?: Record<string, string>; input?: string; node?: string; config?: string } = {}): Promise<Result> {
+  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
+  const child = spawn(opts.node ?? process.execPath, [CLI, ...args], {
+    env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: opts.config ?? mkdtempSync(join(tmpdir(), "tb-cfg-")), ...opts.env },
+    stdio: ["pipe", "pipe", "pipe"],
+  });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (d) => (stdout += d));
+  child.stderr.on("data", (d) => (stderr += d));
+  child.stdin.end(opts.input ?? "");
+  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
+}
+
+const as = () => ({ THREADBOX_URL: worker.url, THREADBOX_TOKEN: token });
+const ok = async (args: string[], opts: Parameters<typeof cli>[1] = {}) => {
+  const r = await cli(args, { env: as(), ...opts });
+  if (r.code !== 0) throw new Error(`threadbox ${args.join(" ")} exited ${r.code}:\n${r.stdout}\n${r.stderr}`);
+  return r;
+};
+const api = async (path: string): Promise<any> => (await fetch(`${worker.url}${path}`, { headers: { authorization: `Bearer ${token}` } })).json();
+
+beforeAll(async () => {
+  host = await startSandboxHost({ port: 0, apiKey: SANDBOX_KEY });
+  demo = await startDemoModel();
+  const port = await freePort();
+  worker = await startWorker({
+    port,
+    // boxes write to the worker itself over loopback, as under npm run dev
+    vars: { DAYTONA_API_URL: host.apiUrl, DAYTONA_API_KEY: SANDBOX_KEY, DAYTONA_TARGET: "local", THREADBOX_STREAM_URL: `http://127.0.0.1:${port}/api/stream` },
+  });
+  token = await worker.mintHouseToken("house-cli", "cli-user", "owner");
+  await seedDevHouse({ url: worker.url, token, demoModelBaseUrl: demo.baseUrl, vars: {}, statePath: join(mkdtempSync(join(tmpdir(), "tb-seed-")), "seed.json") });
+}, 180_000);
+
+afterAll(async () => {
+  await worker?.stop();
+  await demo?.close();
+  await host?.close();
+});
+
+describe("login", () => {
+  it("takes the sign-in link npm run dev prints, keeps the token in a file only the user reads, and later commands use it", async () => {
+    const config = mkdtempSync(join(tmpdir(), "tb-login-"));
+    const r = await cli(["login", `${worker.url}/#token=${token}`], { config });
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain("as cli-user in house house-cli");
+    const file = join(config, "threadbox", "config.json");
+    expect(statSync(file).mode & 0o777).toBe(0o600);
+    expect(JSON.parse(readFileSync(file, "utf8"))).toEqual({ url: worker.url, token });
+    const created = await cli(["new", "after login"], { config });
+    expect(created.code).toBe(0);
+    expect(created.stdout.trim()).toMatch(/^th_/);
+  });
+
+  it("refuses a bad token with the API's error code, exits non-zero and stores nothing", async () => {
+    const config = mkdtempSync(join(tmpdir(), "tb-login-"));
+    const r = await cli(["login", `${worker.url}/#token=not-a-token`], { config });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain("error unauthorized:");
+    expect(existsSync(join(config, "threadbox", "config.json"))).toBe(false);
+  });
+
+  it("runs on the machine's own Node (20) as well, outside npm's PATH", async () => {
+    const dirs = (process.env.PATH ?? "").split(delimiter).filter((d) => !d.includes("node_modules"));
+    const systemNode = dirs.map((d) => join(d, "node")).find((p) => existsSync(p));
+    expect(systemNode).toBeTruthy();
+    const version = execFileSync(systemNode!, ["--version"], { encoding: "utf8" }).trim();
+    const r = await cli(["threads", "--json"], { env: as(), node: systemNode });
+    expect({ version, code: r.code, stderr: r.stderr }).toEqual({ version, code: 0, stderr: "" });
+    expect(Array.isArray(JSON.parse(r.stdout).threads)).toBe(true);
+  });
+});
+
+describe("threads, new, post", () => {
+  it("new prints the id; post appends a chat entry idempotently; threads --tree nests children; --json is parseable", async () => {
+    const parent = (await ok(["new", "cli parent", "--env", "demo"])).stdout.trim();
+    const child = (await ok(["new", "cli child", "--parent", parent])).stdout.trim();
+    expect((await api(`/api/threads/${child}`)).environmentId).toBe(DEMO_ENVIRONMENT_ID); // inherited, named by name
+
+    const posted = await ok(["post", parent, "hello from the cli", "--id", "m-1"]);
+    expect(posted.stdout).toMatch(/^posted m-1 at offset \S+\n$/);
+    const again = await ok(["post", parent, "hello from the cli", "--id", "m-1", "--json"]);
+    expect(JSON.parse(again.stdout).entries[0].duplicate).toBe(true);
+    const viaStdin = await ok(["post", parent, "-"], { input: "two\nlines\n" });
+    expect(viaStdin.code).toBe(0);
+    const chats = (await api(`/api/threads/${parent}/entries?offset=-1`)).entries.filter((e: any) => e.payload.type === "chat");
+    expect(chats.map((e: any) => [e.authorId, e.payload.text])).toEqual([["cli-user", "hello from the cli"], ["cli-user", "two\nlines"]]);
+
+    const tree = (await ok(["threads", "--tree"])).stdout.split("\n");
+    const at = tree.findIndex((l) => l.startsWith(`${parent}  idle  cli parent`));
+    expect(at).toBeGreaterThanOrEqual(0);
+    expect(tree[at + 1]).toBe(`└─ ${child}  idle  cli child`);
+
+    const listed = JSON.parse((await ok(["threads", "--json"])).stdout);
+    expect(listed.threads.find((t: any) => t.id === child)).toMatchObject({ title: "cli child", parent: { kind: "thread", id: parent } });
+  });
+
+  it("errors print the API's code and message and exit non-zero; with --json as a JSON error on stderr", async () => {
+    const bad = await cli(["threads"], { env: { THREADBOX_URL: worker.url, THREADBOX_TOKEN: "forged" } });
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/^error unauthorized: .+/);
+    const missing = await cli(["post", "th_does_not_exist", "hi", "--json"], { env: as() });
+    expect(missing.code).toBe(2);
+    expect(JSON.parse(missing.stderr).error.code).toBe("not_found");
+    const noEnv = await cli(["new", "x", "--env", "no-such-env"], { env: as() });
+    expect([noEnv.code, noEnv.stderr.trim()]).toEqual([2, "error not_found: no environment with id or name no-such-env"]);
+    const down = await cli(["threads"], { env: { THREADBOX_URL: "http://127.0.0.1:9", THREADBOX_TOKEN: token } });
+    expect(down.code).toBe(2);
+    expect(down.stderr).toContain("error unreachable: cannot reach http://127.0.0.1:9");
+  });
+});
+
+describe("runs: delegate --watch and tail --until-done end when the run ends", () => {
+  it("delegate --watch: the demo model drives real pi through a write tool call to completion; exit 0", async () => {
+    const parent = (await ok(["new", "watch me", "--env", "demo"])).stdout.trim();
+    const r = await cli(["delegate", parent, "write hello.txt containing hi", "--watch"], { env: as() });
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain("▶ write hello.txt (3 bytes)");
+    expect(r.stdout).toContain("✓ write");
+    expect(r.stdout).toMatch(/pi: Done\. write finished/);
+    expect(r.stdout).toMatch(/● completed/);
+    expect(r.stderr).toContain("run completed");
+    const childId = /child thread (th_\S+),/.exec(r.stderr)![1];
+    expect((await api(`/api/threads/${childId}`)).status).toBe("completed");
+
+    // tail of a finished thread replays it and exits at once with the run's status
+    const replay = await cli(["tail", childId, "--until-done", "--json"], { env: as() });
+    expect(replay.code).toBe(0);
+    const types = replay.stdout.trim().split("\n").map((l) => JSON.parse(l).payload.type);
+    expect(types).toContain("pi.tool_call");
+    expect(types.at(-1)).toBe("signal.thread.status_changed");
+  });
+
+  it("tail --until-done exits non-zero when the run fails (a model error); resume --watch then follows the new run only", async () => {
+    const parent = (await ok(["new", "fail me", "--env", "demo"])).stdout.trim();
+    const childId = (await ok(["delegate", parent, "fail: on purpose"])).stdout.trim();
+    expect(childId).toMatch(/^th_/);
+    const r = await cli(["tail", childId, "--until-done"], { env: as() });
+    expect(r.code).toBe(1);
+    expect(r.stdout).toContain("demo model failure: on purpose");
+    expect(r.stderr).toMatch(/run failed: /);
+
+    // resume --watch follows only the new run, to its own end
+    const resumed = await cli(["resume", childId, "write again.txt containing more", "--watch"], { env: as() });
+    expect(resumed.code).toBe(0);
+    expect(resumed.stdout).toContain("▶ write again.txt (5 bytes)");
+    expect(resumed.stdout).not.toContain("demo model failure"); // the earlier run is not replayed
+    expect(resumed.stderr).toContain("run completed");
+  });
+
+  it("stop ends a running run; the tail watching it exits non-zero with reason stopped", async () => {
+    const parent = (await ok(["new", "stop me", "--env", "demo"])).stdout.trim();
+    const childId = (await ok(["delegate", parent, "run sleep 60"])).stdout.trim();
+    const tail = cli(["tail", childId, "--until-done"], { env: as() });
+    // stop once pi is really running the command
+    for (let i = 0; ; i++) {
+      const es = (await api(`/api/threads/${childId}/entries?offset=-1`)).entries;
+      if (es.some((e: any) => e.payload.type === "pi.tool_call")) break;
+      if (i > 300) throw new Error("pi never called the tool");
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    const stopped = await ok(["stop", childId, "--json"]);
+    expect(JSON.parse(stopped.stdout)).toMatchObject({ id: childId, status: "failed", reason: "stopped" });
+    const r = await tail;
+    expect(r.code).toBe(1);
+    expect(r.stdout).toContain("▶ bash $ sleep 60");
+    expect(r.stderr).toContain("run failed: stopped");
+    const { boxId } = await api(`/api/threads/${childId}`);
+    expect((await ok(["sandboxes"])).stdout).toMatch(new RegExp(`^${boxId}  \\w+  ephemeral`, "m"));
+    const again = await cli(["stop", childId], { env: as() });
+    expect([again.code, again.stderr]).toEqual([2, expect.stringMatching(/^error conflict: thread is failed, not running/)]);
+  });
+});
+
+describe("tail over a flaky connection", () => {
+  it("reconnects from the last offset after a drop: every entry once, in order", async () => {
+    const proxy = await startPausableProxy(worker.port);
+    const threadId = (await ok(["new", "flaky"])).stdout.trim();
+    const post = (id: string) => fetch(`${worker.url}/api/threads/${threadId}/entries`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify({ id, payload: { type: "chat", text: id } }),
+    });
+    for (const id of ["m1", "m2", "m3"]) await post(id);
+    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
+    const child = spawn(process.execPath, [CLI, "tail", threadId, "--json"], {
+      env: { ...base, THREADBOX_URL: `http://127.0.0.1:${proxy.port}`, THREADBOX_TOKEN: token, XDG_CONFIG_HOME: mkdtempSync(join(tmpdir(), "tb-cfg-")) },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "";
+    child.stdout.on("data", (d) => (out += d));
+    const exited = new Promise((r) => child.on("close", r));
+    const ids = () => out.split("\n").filter(Boolean).map((l) => JSON.parse(l).id);
+    const until = async (n: number) => {
+      for (let i = 0; ids().length < n; i++) {
+        if (i > 400) throw new Error(`tail saw only ${ids().join(",")}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    };
+    try {
+      await until(3);
+      proxy.pause(); // the socket drops; reconnects are refused while paused
+      for (const id of ["m4", "m5"]) await post(id);
+      await new Promise((r) => setTimeout(r, 300));
+      expect(ids()).toEqual(["m1", "m2", "m3"]);
+      proxy.resume();
+      await until(5);
+      await post("m6");
+      await until(6);
+      expect(ids()).toEqual(["m1", "m2", "m3", "m4", "m5", "m6"]);
+    } finally {
+      child.kill("SIGINT");
+      await exited;
+      await proxy.close();
+    }
+    expect(child.exitCode).toBe(0); // Ctrl-C ends a plain tail cleanly
+  });
+});
+
+describe("chat with a bot", () => {
+  it("chat <bot>: a DM thread in the bot's environment; the bot delegates, and chat exits once the child's result is back", async (ctx) => {
+    if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip(); // a server without bots
+    const r = await cli(["chat", "@demo", "--reply-timeout", "120"], { env: as(), input: "write hi.txt containing yo\n" });
+    expect(r.code).toBe(0);
+    const threadId = /thread (th_\S+) with @demo/.exec(r.stderr)![1];
+    const thread = await api(`/api/threads/${threadId}`);
+    expect([thread.parent.kind, thread.environmentId]).toEqual(["agent", DEMO_ENVIRONMENT_ID]);
+    expect(r.stdout).toContain("▶ delegate_task");
+    expect(r.stdout).toMatch(/● child th_\S+ completed/);
+    expect(r.stdout).toMatch(/@demo: Done\. write finished:\n\s+Successfully wrote to hi\.txt/);
+    const es = (await api(`/api/threads/${threadId}/entries?offset=-1`)).entries;
+    const chats = es.filter((e: any) => e.payload.type === "chat");
+    expect(chats[0]).toMatchObject({ authorId: "cli-user", payload: { text: "write hi.txt containing yo" } });
+    expect(chats.at(-1).authorId).toBe(thread.parent.id); // the last word is the bot's report of the child
+    expect(es.filter((e: any) => e.payload.type === "signal.thread.child_finished")).toHaveLength(1);
+  });
+
+  it("agent add creates a bot on an environment named by name; agents lists it; a taken handle is the API's error", async (ctx) => {
+    if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip();
+    const r = await ok(["agent", "add", "@reviewer", "--model", "demo/demo", "--env", "demo", "--tools", "delegate_task", "--json"]);
+    expect(JSON.parse(r.stdout)).toMatchObject({ handle: "reviewer", name: "reviewer", model: "demo/demo", environmentId: DEMO_ENVIRONMENT_ID, tools: ["delegate_task"] });
+    expect((await ok(["agents"])).stdout).toMatch(/^@reviewer {2}reviewer {2}model demo\/demo/m);
+    const again = await cli(["agent", "add", "reviewer", "--model", "demo/demo"], { env: as() });
+    expect(again.code).toBe(2);
+    expect(again.stderr).toMatch(/^error \w+: /);
+  });
+
+  it("chat names a missing bot clearly", async (ctx) => {
+    if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip();
+    const r = await cli(["chat", "@nobody"], { env: as() });
+    expect([r.code, r.stderr.trim()]).toEqual([2, "error not_found: no bot @nobody in this house (see `threadbox agents`)"]);
+  });
+});
+
+describe("house configuration", () => {
+  it("env add reads a secret from the environment, never from argv; envs shows it by name only", async () => {
+    const r = await ok(["env", "add", "cli-env", "--model", "local/m", "--base-url", "http://127.0.0.1:1/v1", "--secret", "CLI_TEST_KEY", "--var", "A=b", "--json"], {
+      env: { ...as(), CLI_TEST_KEY: "sk-cli-secret-value" },
+    });
+    const e = JSON.parse(r.stdout);
+    expect(e).toMatchObject({ name: "cli-env", secretNames: ["CLI_TEST_KEY"], env: { A: "b" }, model: "local/m" });
+    expect(e.piModels.providers.local).toEqual({ baseUrl: "http://127.0.0.1:1/v1", api: "openai-completions", apiKey: "$CLI_TEST_KEY", models: [{ id: "m" }] });
+    const listed = await ok(["envs"]);
+    expect(listed.stdout).toMatch(/cli-env .*secrets: CLI_TEST_KEY/);
+    expect(listed.stdout + r.stdout).not.toContain("sk-cli-secret-value");
+    const missing = await cli(["env", "add", "x", "--secret", "CLI_UNSET_KEY"], { env: as() });
+    expect([missing.code, missing.stderr]).toEqual([2, expect.stringContaining("error bad_request: secret CLI_UNSET_KEY: set it in the environment")]);
+  });
+
+  it("the dev seed is idempotent: a second run adds no second demo environment", async () => {
+    const statePath = join(mkdtempSync(join(tmpdir(), "tb-seed-")), "seed.json");
+    const seed = () => seedDevHouse({ url: worker.url, token, demoModelBaseUrl: demo.baseUrl, vars: {}, statePath });
+    await seed();
+    const second = await seed();
+    expect(second.environments).toEqual(["demo"]);
+    const envs = JSON.parse((await ok(["envs", "--json"])).stdout).environments;
+    expect(envs.filter((e: any) => e.name === "demo").map((e: any) => e.id)).toEqual([DEMO_ENVIRONMENT_ID]);
+    if (second.agentsSupported) {
+      const agents = JSON.parse((await ok(["agents", "--json"])).stdout).agents;
+      expect(agents.filter((a: any) => a.handle === "demo")).toHaveLength(1);
+    }
+  });
+});

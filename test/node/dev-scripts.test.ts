@@ -1,0 +1,135 @@
+// The start scripts as a newcomer meets them: `npm run dev` on a taken port, wrangler's local
+// tracing off by default, and `npm run smoke` reading the same .dev.vars as `npm run dev`.
+import { spawn, type ChildProcess } from "node:child_process";
+import { writeFileSync } from "node:fs";
+import { createServer, type Server } from "node:net";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { freshTree } from "../support/fresh-tree";
+import { freePort, nodePath } from "../../scripts/lib/wrangler-dev.mjs";
+import { startSandboxHost } from "../../sandbox-host/server.mjs";
+
+const tree = freshTree();
+afterAll(() => tree.remove());
+
+/** The script's environment without anything a developer's shell may carry into it. */
+function cleanEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env, PATH: nodePath(), WRANGLER_SEND_METRICS: "false", NO_COLOR: "1", ...extra };
+  for (const k of ["DAYTONA_API_URL", "DAYTONA_API_KEY", "DAYTONA_TARGET", "X_LOCAL_EXPLORER", "X_LOCAL_OBSERVABILITY", "SANDBOX_HOST_ROOT"]) {
+    if (!(k in extra)) delete env[k];
+  }
+  return env;
+}
+
+function run(script: string, env: Record<string, string>, args: string[] = []) {
+  const child = spawn(process.execPath, [join(tree.dir, "scripts", script), ...args], { cwd: tree.dir, env: cleanEnv(env), detached: true });
+  let output = "";
+  child.stdout!.on("data", (d) => { output += d; });
+  child.stderr!.on("data", (d) => { output += d; });
+  const exited = new Promise<number>((resolve) => child.on("exit", (code) => resolve(code ?? -1)));
+  return { child, exited, output: () => output };
+}
+
+function occupy(): Promise<{ server: Server; port: number }> {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.listen(0, "127.0.0.1", () => resolve({ server, port: (server.address() as { port: number }).port }));
+  });
+}
+
+async function until(what: string, check: () => boolean, child: ChildProcess, exited: Promise<number>): Promise<void> {
+  let done = false;
+  const ended = exited.then((code) => { if (!done) throw new Error(`${what}: exited with ${code}`); });
+  ended.catch(() => {});
+  while (!check()) {
+    if (child.exitCode !== null) await ended;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  done = true;
+}
+
+async function stopGroup(child: ChildProcess, exited: Promise<number>) {
+  try { process.kill(-child.pid!, "SIGINT"); } catch { /* gone */ }
+  const timer = setTimeout(() => { try { process.kill(-child.pid!, "SIGKILL"); } catch { /* gone */ } }, 10_000);
+  await exited;
+  clearTimeout(timer);
+}
+
+describe("npm run dev", () => {
+  it("on a busy worker port says which port and how to pick another, without a stack trace", async () => {
+    const busy = await occupy();
+    try {
+      const dev = run("dev.mjs", { PORT: String(busy.port), SANDBOX_HOST_PORT: String(await freePort()) });
+      expect(await dev.exited).toBe(1);
+      const out = dev.output();
+      expect(out).toContain(`port ${busy.port} (the worker) is already in use`);
+      expect(out).toMatch(new RegExp(`PORT=\\d+ npm run dev`));
+      expect(out).not.toMatch(/EADDRINUSE|\n\s+at /);
+    } finally {
+      busy.server.close();
+    }
+  }, 60_000);
+
+  it("on a busy sandbox host port names that one and SANDBOX_HOST_PORT", async () => {
+    const busy = await occupy();
+    try {
+      const dev = run("dev.mjs", { PORT: String(await freePort()), SANDBOX_HOST_PORT: String(busy.port) });
+      expect(await dev.exited).toBe(1);
+      const out = dev.output();
+      expect(out).toContain(`port ${busy.port} (the local sandbox host) is already in use`);
+      expect(out).toMatch(/SANDBOX_HOST_PORT=\d+ npm run dev/);
+      expect(out).not.toMatch(/EADDRINUSE|\n\s+at /);
+    } finally {
+      busy.server.close();
+    }
+  }, 60_000);
+
+  async function explorerAnswer(extra: Record<string, string>): Promise<{ status: number; body: string }> {
+    const port = await freePort();
+    const dev = run("dev.mjs", { PORT: String(port), SANDBOX_HOST_PORT: String(await freePort()), ...extra });
+    try {
+      await until("npm run dev", () => dev.output().includes("threadbox is running"), dev.child, dev.exited);
+      const r = await fetch(`http://127.0.0.1:${port}/cdn-cgi/local/explorer/`);
+      return { status: r.status, body: await r.text() };
+    } finally {
+      await stopGroup(dev.child, dev.exited);
+    }
+  }
+
+  it("runs wrangler without its local explorer and tracing, unless asked for them", async () => {
+    const off = await explorerAnswer({});
+    expect(off.body).not.toContain("Local Explorer");
+    expect(off.status).not.toBe(200);
+    const on = await explorerAnswer({ X_LOCAL_EXPLORER: "true" });
+    expect(on.status).toBe(200);
+    expect(on.body).toContain("Local Explorer");
+  }, 240_000);
+});
+
+describe("npm run smoke", () => {
+  it("reads the provider from .dev.vars, as npm run dev does", async () => {
+    const key = "smoke-dev-vars-key";
+    const host = await startSandboxHost({ port: 0, apiKey: key });
+    try {
+      writeFileSync(join(tree.dir, ".dev.vars"), `# the local host\nDAYTONA_API_URL=${host.apiUrl}\nDAYTONA_API_KEY="${key}"\nDAYTONA_TARGET=local\n`);
+      const smoke = run("smoke.mjs", {});
+      const code = await smoke.exited;
+      expect(smoke.output()).toContain(`provider ${host.apiUrl} (from .dev.vars)`);
+      expect(smoke.output()).toContain("VERDICT: PASS");
+      expect(code).toBe(0);
+
+      // The key really comes from the file: a wrong one fails at the first call.
+      writeFileSync(join(tree.dir, ".dev.vars"), `DAYTONA_API_URL=${host.apiUrl}\nDAYTONA_API_KEY=wrong-key\n`);
+      const wrong = run("smoke.mjs", {});
+      expect(await wrong.exited).toBe(1);
+      expect(wrong.output()).toMatch(/FAIL\s+credentials/);
+
+      // The environment still wins over the file.
+      const fromEnv = run("smoke.mjs", { DAYTONA_API_URL: host.apiUrl, DAYTONA_API_KEY: key });
+      expect(await fromEnv.exited).toBe(0);
+      expect(fromEnv.output()).toContain("(from environment)");
+    } finally {
+      await host.close();
+    }
+  }, 120_000);
+});

@@ -1,0 +1,37 @@
+import { describe, expect, it } from "vitest";
+import { MAX_JSON_DEPTH, TOO_DEEP_MARKER, jsonNestsDeeperThan, pruneDeepJson } from "../../src/entries/json-limits";
+
+const bytes = (s: string) => new TextEncoder().encode(s);
+const nested = (n: number, open = "[", close = "]") => open.repeat(n) + close.repeat(n);
+
+describe("jsonNestsDeeperThan", () => {
+  it("counts arrays and objects, and allows exactly the limit", () => {
+    expect(jsonNestsDeeperThan(bytes(nested(MAX_JSON_DEPTH)))).toBe(false);
+    expect(jsonNestsDeeperThan(bytes(nested(MAX_JSON_DEPTH + 1)))).toBe(true);
+    expect(jsonNestsDeeperThan(bytes(`{"a":{"b":[{"c":[]}]}}`), 4)).toBe(true);
+    expect(jsonNestsDeeperThan(bytes(`{"a":{"b":[{"c":1}]}}`), 4)).toBe(false);
+    expect(jsonNestsDeeperThan(bytes(`[[1],[2],[3],[4]]`), 2)).toBe(false);
+  });
+
+  it("ignores brackets inside strings, including after escaped quotes and backslashes", () => {
+    expect(jsonNestsDeeperThan(bytes(JSON.stringify({ s: nested(500) })), 2)).toBe(false);
+    expect(jsonNestsDeeperThan(bytes(JSON.stringify({ s: `\\"${nested(500)}` })), 2)).toBe(false);
+    expect(jsonNestsDeeperThan(bytes(JSON.stringify({ s: "ends in a backslash \\" , t: [[[]]] })), 3)).toBe(true);
+    expect(jsonNestsDeeperThan(bytes(JSON.stringify({ s: "é ü 漢字 🎉 [[[" })), 1)).toBe(false);
+  });
+
+  it("never throws on malformed input", () => {
+    expect(jsonNestsDeeperThan(bytes(`{"unterminated: [[[[`), 1)).toBe(false);
+    expect(jsonNestsDeeperThan(bytes(`]]]]`), 1)).toBe(false);
+  });
+});
+
+describe("pruneDeepJson", () => {
+  it("replaces what lies below the limit with a marker and keeps the rest", () => {
+    const value = JSON.parse(`{"type":"chat","deep":${nested(100)},"flat":[1,{"a":2}]}`);
+    const pruned = pruneDeepJson(value, 3) as { type: string; deep: unknown; flat: unknown };
+    expect(pruned.type).toBe("chat");
+    expect(pruned.flat).toEqual([1, { a: 2 }]);
+    expect(pruned.deep).toEqual([[TOO_DEEP_MARKER]]);
+  });
+});

@@ -1,0 +1,264 @@
+// `npm run serve`: the deploy bundle on plain workerd, started as a user starts it, from a fresh
+// clone. State lives in SQLite files on local disk: it survives a crash of the process, and an
+// alarm set before the crash fires after the restart.
+import { spawn } from "node:child_process";
+import { get } from "node:http";
+import { createServer } from "node:net";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { freshTree } from "../support/fresh-tree";
+import { freePort, nodePath } from "../../scripts/lib/wrangler-dev.mjs";
+
+const ADMIN = "serve-admin-secret-4f1c9e";
+const TOKEN_SECRET = "serve-token-secret-0123456789abcdef";
+const trees: { remove(): void }[] = [];
+const dirs: string[] = [];
+afterAll(() => {
+  for (const t of trees) t.remove();
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+function tempDir(prefix: string) {
+  const d = mkdtempSync(join(tmpdir(), prefix));
+  dirs.push(d);
+  return d;
+}
+
+/** `npm run serve` in `cwd`; resolves once it says it is serving. */
+async function serve(cwd: string, env: Record<string, string>, args: string[] = []) {
+  const child = spawn(process.execPath, [join(cwd, "scripts", "serve.mjs"), ...args], {
+    cwd, detached: true, env: { ...process.env, PATH: nodePath(), NO_COLOR: "1", ...env },
+  });
+  let output = "";
+  child.stdout!.on("data", (d) => { output += d; });
+  child.stderr!.on("data", (d) => { output += d; });
+  const exited = new Promise<number | string>((resolve) => child.on("exit", (code, signal) => resolve(code ?? signal ?? -1)));
+  const ready = new Promise<void>((resolve, reject) => {
+    const timer = setInterval(() => {
+      if (output.includes("threadbox is serving")) { clearInterval(timer); resolve(); }
+    }, 100);
+    exited.then((code) => { clearInterval(timer); reject(new Error(`npm run serve exited (${code}):\n${output}`)); });
+  });
+  await ready;
+  const workerdPid = Number(/plain workerd \(pid (\d+)/.exec(output)![1]);
+  return {
+    child, exited, workerdPid, output: () => output,
+    /** The whole process group at once, as a crash or a power cut would. */
+    crash() { process.kill(-child.pid!, "SIGKILL"); return exited; },
+  };
+}
+
+function alive(pid: number) {
+  try { process.kill(pid, 0); return true; } catch { return false; }
+}
+
+function client(url: string) {
+  let token = "";
+  const call = async (path: string, init: { method?: string; json?: unknown; headers?: Record<string, string>; body?: string } = {}) => {
+    const headers: Record<string, string> = { authorization: `Bearer ${token}`, ...init.headers };
+    let body = init.body;
+    if (init.json !== undefined) { headers["content-type"] = "application/json"; body = JSON.stringify(init.json); }
+    const r = await fetch(`${url}${path}`, { method: init.method ?? "GET", headers, body });
+    const text = await r.text();
+    let parsed: any = text;
+    try { parsed = JSON.parse(text); } catch { /* not JSON */ }
+    return { status: r.status, body: parsed, text, headers: r.headers };
+  };
+  return {
+    call,
+    async login() {
+      const r = await fetch(`${url}/api/admin/tokens`, {
+        method: "POST", headers: { authorization: `Bearer ${ADMIN}`, "content-type": "application/json" },
+        body: JSON.stringify({ houseId: "house-serve", subject: "owner-serve", role: "owner" }),
+      });
+      expect(r.status).toBe(201);
+      token = ((await r.json()) as { token: string }).token;
+    },
+  };
+}
+
+describe("npm run serve", () => {
+  it("keeps threads, entries and plain streams across a crash, and fires an alarm after the restart", async () => {
+    const tree = freshTree();
+    trees.push(tree);
+    const stateDir = tempDir("threadbox-serve-state-");
+    const varsFile = join(tempDir("threadbox-serve-vars-"), "serve.vars");
+    writeFileSync(varsFile, [
+      `THREADBOX_ADMIN_SECRET=${ADMIN}`,
+      `THREADBOX_TOKEN_SECRET="${TOKEN_SECRET}"`,
+      "ORPHAN_SILENCE_MS=4000",
+      "PROBE_INTERVAL_MS=60000",
+    ].join("\n"));
+    const port = await freePort();
+    const env = { PORT: String(port), THREADBOX_STATE_DIR: stateDir, THREADBOX_VARS_FILE: varsFile };
+
+    const first = await serve(tree.dir, env);
+    expect(first.output()).toMatch(/bundle [\d.]+ KiB/);
+    const api = client(`http://127.0.0.1:${port}`);
+    await api.login();
+
+    // Secrets reach workerd through its environment, never the config file on disk.
+    const config = readFileSync(join(tree.dir, ".serve", "build", "workerd.capnp"), "utf8");
+    expect(config).toContain("enableSql = true");
+    expect(config).not.toContain(ADMIN);
+    expect(config).not.toContain(TOKEN_SECRET);
+
+    const thread = (await api.call("/api/threads", { method: "POST", json: { title: "kept" } })).body;
+    const one = await api.call(`/api/threads/${thread.id}/entries`, { method: "POST", json: { id: "e1", payload: { type: "chat", text: "one" } } });
+    expect(one.status).toBe(201);
+    const batch = Array.from({ length: 50 }, (_, i) => ({ id: `b${i}`, payload: { type: "chat", text: `batch ${i}` } }));
+    expect((await api.call(`/api/threads/${thread.id}/entries`, { method: "POST", json: batch })).status).toBe(201);
+    const before = (await api.call(`/api/threads/${thread.id}/entries?offset=-1`)).body;
+    expect(before.entries).toHaveLength(51);
+
+    // Behind a TLS reverse proxy: its X-Forwarded-Proto makes the created stream's URL https.
+    const created = await api.call("/api/stream/notes", { method: "PUT", headers: { "content-type": "application/json", "x-forwarded-proto": "https" } });
+    expect(created.status).toBe(201);
+    expect(created.headers.get("location")).toBe(`https://127.0.0.1:${port}/api/stream/notes`);
+    expect((await api.call("/api/stream/notes", { method: "POST", json: [{ n: 1 }, { n: 2 }] })).status).toBe(204);
+
+    // A running thread whose run goes silent: the orphan alarm is due ORPHAN_SILENCE_MS later.
+    const run = (await api.call("/api/threads", { method: "POST", json: { title: "silent run" } })).body;
+    await api.call(`/api/threads/${run.id}/entries`, { method: "POST", json: { payload: { type: "signal.thread.status_changed", status: "running" } } });
+    expect((await api.call(`/api/threads/${run.id}`)).body.status).toBe("running");
+    const crashedAt = Date.now();
+    await first.crash();
+    await waitFor(async () => !alive(first.workerdPid), 10_000);
+
+    const second = await serve(tree.dir, env, ["--no-build"]);
+    try {
+      await api.login();
+      const after = (await api.call(`/api/threads/${thread.id}/entries?offset=-1`)).body;
+      expect(after.entries).toEqual(before.entries);
+      expect((await api.call(`/api/threads/${thread.id}`)).body.title).toBe("kept");
+      const listed = (await api.call("/api/threads?limit=10")).body.threads.map((t: { id: string }) => t.id);
+      expect(listed).toEqual(expect.arrayContaining([thread.id, run.id]));
+      const notes = await api.call("/api/stream/notes?offset=-1");
+      expect(notes.body).toEqual([{ n: 1 }, { n: 2 }]);
+      // An idempotent retry after the restart is still recognised.
+      const retry = (await api.call(`/api/threads/${thread.id}/entries`, { method: "POST", json: { id: "e1", payload: { type: "chat", text: "one" } } })).body;
+      expect(retry.entries[0].duplicate).toBe(true);
+
+      // The alarm set before the crash fires in the new process, without any request to that thread.
+      const orphaned = await waitFor(async () => {
+        const es = (await api.call(`/api/threads/${run.id}/entries?offset=-1`)).body.entries as { ts: number; payload: { status?: string } }[];
+        return es.find((e) => e.payload.status === "pi_session_orphaned");
+      });
+      expect(orphaned.ts).toBeGreaterThan(crashedAt);
+      const row = (await api.call(`/api/threads/${run.id}`)).body;
+      expect([row.status, row.reason]).toEqual(["failed", "pi_session_orphaned"]);
+
+      // Production knows no in-memory test provider.
+      const env1 = await api.call("/api/environments", { method: "POST", json: { name: "x", provider: "test" } });
+      expect(env1.status).toBe(400);
+      expect(env1.body.error.code).toBe("validation_failed");
+      const box = await api.call("/api/sandboxes", { method: "POST", json: { provider: "test" } });
+      expect(box.status).toBe(400);
+      expect(box.body.error.code).toBe("validation_failed");
+    } finally {
+      process.kill(-second.child.pid!, "SIGTERM");
+      expect(await second.exited).toBe(0);
+      await waitFor(async () => !alive(second.workerdPid), 10_000); // stopped with it, not left behind
+    }
+  }, 240_000);
+
+  it("serves the [assets] directory of wrangler.toml next to the API", async () => {
+    const tree = freshTree();
+    trees.push(tree);
+    const site = join(tree.dir, "site-dist");
+    mkdirSync(join(site, "assets"), { recursive: true });
+    writeFileSync(join(site, "index.html"), "<!doctype html><title>threadbox ui</title>");
+    writeFileSync(join(site, "assets", "app.js"), "console.log('ui')");
+    // This test brings its own [assets] (in place of the project's, if it has one by now).
+    const toml = readFileSync(join(tree.dir, "wrangler.toml"), "utf8").replace(/^\[assets\]\n(?:(?!\[)[^\n]*\n?)*/m, "");
+    writeFileSync(join(tree.dir, "wrangler.toml"), `${toml}\n[assets]\ndirectory = "./site-dist"\nnot_found_handling = "single-page-application"\n`);
+    const varsFile = join(tempDir("threadbox-serve-vars-"), "serve.vars");
+    writeFileSync(varsFile, `THREADBOX_ADMIN_SECRET=${ADMIN}\nTHREADBOX_TOKEN_SECRET=${TOKEN_SECRET}\n`);
+    const port = await freePort();
+    const server = await serve(tree.dir, { PORT: String(port), THREADBOX_STATE_DIR: tempDir("threadbox-serve-state-"), THREADBOX_VARS_FILE: varsFile });
+    const url = `http://127.0.0.1:${port}`;
+    try {
+      const index = await fetch(`${url}/`);
+      expect(index.status).toBe(200);
+      expect(index.headers.get("content-type")).toContain("text/html");
+      expect(await index.text()).toContain("threadbox ui");
+      const js = await fetch(`${url}/assets/app.js`);
+      expect(js.headers.get("content-type")).toContain("javascript");
+      expect(await js.text()).toBe("console.log('ui')");
+      // A page load of an app route gets the app; the API still answers API calls.
+      const route = await navigate(`${url}/threads/th_1`);
+      expect(route.status).toBe(200);
+      expect(route.body).toContain("threadbox ui");
+      const health = await fetch(`${url}/health`);
+      expect(await health.json()).toEqual({ ok: true, service: "threadbox" });
+      const unauthorized = await fetch(`${url}/api/threads`);
+      expect(unauthorized.status).toBe(401);
+      expect(((await unauthorized.json()) as { error: { code: string } }).error.code).toBe("unauthorized");
+      const missing = await fetch(`${url}/nope.js`);
+      expect(missing.status).toBe(404);
+      await missing.body?.cancel();
+    } finally {
+      process.kill(-server.child.pid!, "SIGTERM");
+      await server.exited;
+    }
+  }, 240_000);
+
+  it("refuses to start on a busy port, and without a usable token secret, before building anything", async () => {
+    const tree = freshTree();
+    trees.push(tree);
+    const varsFile = join(tempDir("threadbox-serve-vars-"), "serve.vars");
+    const start = async (port: number) => {
+      const child = spawn(process.execPath, [join(tree.dir, "scripts", "serve.mjs")], {
+        cwd: tree.dir, env: { ...process.env, PATH: nodePath(), PORT: String(port), THREADBOX_VARS_FILE: varsFile },
+      });
+      let out = "";
+      child.stdout.on("data", (d) => { out += d; });
+      child.stderr.on("data", (d) => { out += d; });
+      const code = await new Promise((r) => child.on("exit", r));
+      return { code, out };
+    };
+
+    writeFileSync(varsFile, `THREADBOX_ADMIN_SECRET=${ADMIN}\nTHREADBOX_TOKEN_SECRET=short\n`);
+    const weak = await start(await freePort());
+    expect(weak.code).toBe(1);
+    expect(weak.out).toContain("THREADBOX_TOKEN_SECRET");
+
+    writeFileSync(varsFile, `THREADBOX_ADMIN_SECRET=${ADMIN}\nTHREADBOX_TOKEN_SECRET=${TOKEN_SECRET}\n`);
+    const busy = createServer();
+    await new Promise<void>((r) => busy.listen(0, "127.0.0.1", () => r()));
+    const port = (busy.address() as { port: number }).port;
+    try {
+      const taken = await start(port);
+      expect(taken.code).toBe(1);
+      expect(taken.out).toContain(`port ${port} (threadbox) is already in use`);
+      expect(taken.out).toMatch(/PORT=\d+ npm run serve/);
+      expect(taken.out).not.toMatch(/EADDRINUSE|\n\s+at /);
+    } finally {
+      busy.close();
+    }
+    expect(existsSync(join(tree.dir, ".serve", "build"))).toBe(false);
+  }, 60_000);
+});
+
+/** A browser page load (fetch() may not set Sec-Fetch-Mode itself). */
+function navigate(url: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    get(url, { headers: { "sec-fetch-mode": "navigate", accept: "text/html" } }, (res) => {
+      let body = "";
+      res.on("data", (d) => { body += d; });
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+    }).on("error", reject);
+  });
+}
+
+async function waitFor<T>(probe: () => Promise<T | undefined>, timeoutMs = 60_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await probe();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error("timed out");
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}

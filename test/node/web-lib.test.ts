@@ -1,0 +1,126 @@
+// The web UI's pure parts: how entries become a timeline, diffs, @mentions, the token link.
+import { describe, expect, it } from "vitest";
+import { appendEntries, buildTimeline } from "../../web/src/lib/timeline";
+import { diffOfToolCall, looksLikeDiff, parseUnifiedDiff } from "../../web/src/lib/diff";
+import { insertMention, mentionQuery } from "../../web/src/lib/mentions";
+import { isAfter } from "../../web/src/lib/subscription";
+import { readClaims, takeTokenFromLocation } from "../../web/src/lib/auth";
+import type { Entry, ThreadSummary } from "../../web/src/lib/api";
+
+const off = (n: number) => `0000000000000000_${String(n).padStart(16, "0")}`;
+let seq = 0;
+const entry = (payload: Entry["payload"], extra: Partial<Entry> = {}): Entry => {
+  seq++;
+  return { offset: off(seq), id: `e${seq}`, ts: 1_000 * seq, payload, ...extra };
+};
+const who = { me: "ana", bots: new Map([["ag_1", "demo"]]) };
+
+describe("timeline", () => {
+  it("pairs each tool result with its call by toolCallId, in call order", () => {
+    const es = [
+      entry({ type: "pi.tool_call", toolCallId: "a", name: "bash", args: { command: "ls" } }),
+      entry({ type: "pi.tool_call", toolCallId: "b", name: "read", args: { path: "x" } }),
+      entry({ type: "pi.tool_result", toolCallId: "b", output: "B", isError: false }),
+      entry({ type: "pi.tool_result", toolCallId: "a", output: "A", isError: true }),
+    ];
+    const items = buildTimeline(es, [], who);
+    expect(items.map((i) => i.kind)).toEqual(["tool", "tool"]);
+    expect(items.map((i) => i.kind === "tool" && [i.name, i.result?.payload.output])).toEqual([["bash", "A"], ["read", "B"]]);
+  });
+
+  it("tells people, bots and the agent apart, and hides the prompt echo and empty assistant turns", () => {
+    const es = [
+      entry({ type: "chat", text: "do it" }, { authorId: "ana" }),
+      entry({ type: "pi.user", text: "do it" }),
+      entry({ type: "pi.assistant", text: "", stopReason: "toolUse" }),
+      entry({ type: "pi.assistant", text: "done", stopReason: "stop", model: "m1" }),
+      entry({ type: "chat", text: "result" }, { authorId: "ag_1" }),
+      entry({ type: "pi.assistant", text: "", stopReason: "error", errorMessage: "quota" }),
+    ];
+    const chats = buildTimeline(es, [], who).flatMap((i) => (i.kind === "chat" ? [[i.role, i.author, i.text]] : []));
+    expect(chats).toEqual([
+      ["person", "ana (you)", "do it"],
+      ["agent", "agent · m1", "done"],
+      ["bot", "@demo", "result"],
+      ["agent", "agent", "error: quota"],
+    ]);
+  });
+
+  it("shows a delegated child's answer on the parent as the child's result, not as its delegator's words", () => {
+    const es = [entry({ type: "chat", text: "wrote it", origin: "child_finished", childThreadId: "th_c", dispatch: false }, { authorId: "ana" })];
+    expect(buildTimeline(es, [], who)[0]).toMatchObject({ kind: "chat", role: "agent", author: "result of child thread", childThreadId: "th_c" });
+  });
+
+  it("shows signals as marks and places child threads where they were created", () => {
+    const es = [
+      entry({ type: "chat", text: "first" }),
+      entry({ type: "signal.thread.child_finished", childThreadId: "th_c", status: "completed" }),
+      entry({ type: "signal.thread.status_changed", status: "pi_failed", reason: "exit 1" }),
+    ];
+    const child = { id: "th_c", createdAt: new Date(es[0].ts + 1).toISOString(), status: "completed" } as ThreadSummary;
+    const items = buildTimeline(es, [child], who);
+    expect(items.map((i) => i.kind)).toEqual(["chat", "child", "signal", "signal"]);
+    expect(items[2]).toMatchObject({ label: "child thread completed", tone: "good", childThreadId: "th_c" });
+    expect(items[3]).toMatchObject({ label: "status: pi_failed (exit 1)", tone: "bad" });
+  });
+
+  it("appendEntries keeps one copy of each offset, in offset order", () => {
+    const [a, b, c, d] = ["a", "b", "c", "d"].map((text) => entry({ type: "chat", text }));
+    let list: Entry[] = [];
+    for (const batch of [[a], [c, b], [c, a], [], [d]]) list = appendEntries(list, batch);
+    expect(list.map((e) => e.payload.text)).toEqual(["a", "b", "c", "d"]);
+    expect(appendEntries(list, [])).toBe(list);
+  });
+
+  it("isAfter orders fixed-width offsets, with -1 before all", () => {
+    expect(isAfter(off(1), "-1")).toBe(true);
+    expect(isAfter(off(10), off(9))).toBe(true);
+    expect(isAfter(off(9), off(9))).toBe(false);
+    expect(isAfter(off(8), off(9))).toBe(false);
+  });
+});
+
+describe("diffs", () => {
+  it("recognizes and colours unified diff text", () => {
+    const text = "diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n keep\n-old\n+new\n";
+    expect(looksLikeDiff(text)).toBe(true);
+    expect(looksLikeDiff("total 4\n-rw-r--r-- 1 root root 3 f\n")).toBe(false);
+    expect(parseUnifiedDiff(text).map((l) => l.kind)).toEqual(["file", "file", "file", "hunk", "ctx", "del", "add"]);
+  });
+
+  it("turns write and edit tool calls into diffs", () => {
+    expect(diffOfToolCall("write", { path: "h.txt", content: "hi\nthere\n" })).toEqual([
+      { kind: "file", text: "+++ h.txt" }, { kind: "add", text: "+hi" }, { kind: "add", text: "+there" },
+    ]);
+    const edit = diffOfToolCall("edit", { path: "h.txt", edits: [{ oldText: "hi", newText: "hello" }] })!;
+    expect(edit.filter((l) => l.kind === "del" || l.kind === "add").map((l) => l.text)).toEqual(["-hi", "+hello"]);
+    expect(diffOfToolCall("bash", { command: "ls" })).toBeNull();
+  });
+});
+
+describe("@mentions", () => {
+  it("finds the handle being typed and completes it", () => {
+    expect(mentionQuery("hey @de", 7)).toBe("de");
+    expect(mentionQuery("mail a@de", 9)).toBeNull();
+    expect(mentionQuery("@demo done", 10)).toBeNull();
+    expect(insertMention("hey @de please", 7, "demo")).toEqual({ text: "hey @demo please", caret: 10 });
+  });
+});
+
+describe("token link", () => {
+  it("keeps a #token= and strips it from the address, leaving other fragment parts", () => {
+    const stored = new Map<string, string>();
+    const store = { setItem: (k: string, v: string) => stored.set(k, v), getItem: (k: string) => stored.get(k) ?? null } as unknown as Storage;
+    let replaced = "";
+    const hist = { replaceState: (_s: unknown, _t: string, url: string) => { replaced = url; } } as unknown as History;
+    takeTokenFromLocation({ hash: "#token=abc.def.ghi&x=1", pathname: "/threads/t1", search: "?q=2" } as Location, hist, store);
+    expect(stored.get("threadbox.token")).toBe("abc.def.ghi");
+    expect(replaced).toBe("/threads/t1?q=2#x=1");
+  });
+
+  it("reads the house and subject of a token for display", () => {
+    const payload = Buffer.from(JSON.stringify({ kind: "house", house: "dev", sub: "ana", role: "owner" })).toString("base64url");
+    expect(readClaims(`x.${payload}.y`)).toMatchObject({ houseId: "dev", subject: "ana", role: "owner" });
+    expect(readClaims("garbage")).toEqual({});
+  });
+});

@@ -1,0 +1,2 @@
+export function isExpectedWorkerdNoise(chunk: unknown): boolean;
+export default function quietExpectedWorkerdNoise(): void;

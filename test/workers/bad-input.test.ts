@@ -1,0 +1,304 @@
+import { describe, expect, it } from "vitest";
+import { SELF, env, runInDurableObject } from "cloudflare:test";
+import { BASE, call, chat, createThread, errorCode, houseToken, post, readAll, streamToken } from "./helpers";
+import type { ThreadActor } from "./test-worker";
+import { MAX_JSON_DEPTH } from "../../src/entries/json-limits";
+
+const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> };
+const threadStub = (id: string) => E.THREADS.get(E.THREADS.idFromName(`thread:${id}`));
+
+/** A chat payload whose `deep` field nests `levels` arrays. */
+function deepPayload(levels: number): string {
+  return `{"type":"chat","text":"deep","deep":${"[".repeat(levels)}${"]".repeat(levels)}}`;
+}
+/** An envelope whose body nests exactly `depth` levels of arrays/objects in total. */
+const envelopeOfDepth = (depth: number) => `{"payload":${deepPayload(depth - 2)}}`;
+
+async function expectError(r: Response, status: number, code: string) {
+  expect(r.status).toBe(status);
+  expect(r.headers.get("content-type")).toContain("application/json");
+  expect(await errorCode(r)).toBe(code);
+}
+
+describe("nesting depth limit", () => {
+  it(`refuses entries nested deeper than ${MAX_JSON_DEPTH} levels on the REST path with 400 validation_failed; ${MAX_JSON_DEPTH} is accepted`, async () => {
+    const token = await houseToken("house-depth");
+    const t = await createThread(token);
+    const send = (body: string) => call(`/api/threads/${t.id}/entries`, { method: "POST", token, body, headers: { "content-type": "application/json" } });
+    expect((await send(envelopeOfDepth(MAX_JSON_DEPTH))).status).toBe(201);
+    await expectError(await send(envelopeOfDepth(MAX_JSON_DEPTH + 1)), 400, "validation_failed");
+    await expectError(await send(envelopeOfDepth(4000)), 400, "validation_failed");
+    await expectError(await send(`[${envelopeOfDepth(10_000)}]`), 400, "validation_failed");
+    // Brackets inside strings are text, not nesting.
+    expect((await send(JSON.stringify({ payload: { type: "chat", text: "[".repeat(5000) } }))).status).toBe(201);
+    expect((await readAll(token, t.id)).entries).toHaveLength(2);
+  });
+
+  it("refuses the same bodies on the stream path (what a box's stream:write token uses)", async () => {
+    const token = await houseToken("house-depth-2");
+    const t = await createThread(token);
+    const st = await streamToken("house-depth-2", t.id);
+    const send = (body: string) => call(`/api/stream/thread-${t.id}`, { method: "POST", token: st, body, headers: { "content-type": "application/json" } });
+    expect((await send(envelopeOfDepth(MAX_JSON_DEPTH))).status).toBe(204);
+    await expectError(await send(envelopeOfDepth(MAX_JSON_DEPTH + 1)), 400, "validation_failed");
+    await expectError(await send(envelopeOfDepth(4000)), 400, "validation_failed");
+    await expectError(await send(`[${envelopeOfDepth(10_000)}]`), 400, "validation_failed");
+    expect((await readAll(token, t.id)).entries).toHaveLength(1);
+  });
+
+  it("reads never fail on an entry stored deep before the limit existed (JSON, NDJSON, WebSocket)", async () => {
+    const token = await houseToken("house-depth-3");
+    const t = await createThread(token);
+    await post(token, t.id, chat("before"));
+    // What an older version stored: bytes written straight into the thread's log.
+    const levels = 10_000;
+    await runInDurableObject(threadStub(t.id), (actor: ThreadActor) => {
+      const data = new TextEncoder().encode(`{"id":"deep-1","ts":1,"authorId":"box","payload":${deepPayload(levels)}}`);
+      actor.testAppendRaw("deep-1", data);
+    });
+    await post(token, t.id, chat("after"));
+
+    const page = await readAll(token, t.id);
+    expect(page.entries.map((e) => e.id).slice(1)).toEqual(["deep-1", page.entries[2].id]);
+    const deep = page.entries[1];
+    expect(deep.payload.type).toBe("chat");
+    expect(deep.authorId).toBe("box");
+    expect(JSON.stringify(deep.payload.deep)).toContain(`nested deeper than ${MAX_JSON_DEPTH} levels`);
+
+    const nd = await call(`/api/threads/${t.id}/entries?offset=-1`, { token, headers: { accept: "application/x-ndjson" } });
+    expect(nd.status).toBe(200);
+    expect((await nd.text()).trim().split("\n")).toHaveLength(3);
+
+    const res = await SELF.fetch(`${BASE}/api/threads/${t.id}/subscribe?offset=-1`, { headers: { upgrade: "websocket", authorization: `Bearer ${token}` } });
+    expect(res.status).toBe(101);
+    const ws = res.webSocket!;
+    const got: { id: string }[] = [];
+    const three = new Promise<void>((resolve) => ws.addEventListener("message", (e) => {
+      got.push(JSON.parse(e.data as string));
+      if (got.length === 3) resolve();
+    }));
+    ws.accept();
+    await three;
+    expect(got[1].id).toBe("deep-1");
+    ws.close();
+
+    // The Durable Streams read hands back the stored bytes as they are.
+    expect((await call(`/api/stream/thread-${t.id}?offset=-1`, { token })).status).toBe(200);
+  });
+});
+
+describe("plain stream creation that would already be expired", () => {
+  it("answers 400 with the JSON error shape, never 500", async () => {
+    const token = await houseToken("house-ttl");
+    const put = (name: string, headers: Record<string, string>) =>
+      call(`/api/stream/${name}`, { method: "PUT", token, headers: { "content-type": "text/plain", ...headers } });
+    await expectError(await put("ttl-zero", { "Stream-TTL": "0" }), 400, "bad_request");
+    await expectError(await put("expired-at", { "Stream-Expires-At": new Date(Date.now() - 60_000).toISOString() }), 400, "bad_request");
+    await expectError(await put("expired-at-body", { "Stream-Expires-At": "2020-01-01T00:00:00Z" }), 400, "bad_request");
+    expect((await put("ttl-one", { "Stream-TTL": "60" })).status).toBe(201);
+    expect((await call("/api/stream/ttl-zero", { method: "HEAD", token })).status).toBe(404);
+  });
+});
+
+/**
+ * A chunked body (no Content-Length) of `totalBytes`, produced lazily; `pulled()` says how much
+ * of it the server asked for.
+ */
+function chunkedBody(totalBytes: number, chunkBytes = 64 * 1024) {
+  let produced = 0;
+  const chunk = new TextEncoder().encode(" ".repeat(chunkBytes));
+  const stream = new ReadableStream<Uint8Array>({
+    pull(controller) {
+      if (produced >= totalBytes) return controller.close();
+      produced += chunk.byteLength;
+      controller.enqueue(chunk);
+    },
+  }, { highWaterMark: 0 });
+  return { stream, pulled: () => produced };
+}
+
+describe("chunked bodies are counted while they are read", () => {
+  const LIMIT = 1024 * 1024;
+  const TOTAL = 16 * LIMIT;
+
+  it("every JSON route and the stream route stop near 1 MiB with 413 payload_too_large", async () => {
+    const token = await houseToken("house-chunked");
+    const t = await createThread(token);
+    const envRes = await call("/api/environments", { method: "POST", token, json: { name: "e", provider: "test", sharedBox: true } });
+    const e = (await envRes.json()) as { id: string };
+    await call("/api/stream/chunky", { method: "PUT", token, headers: { "content-type": "application/json" } });
+    const routes: [string, string, Record<string, string>][] = [
+      ["/api/threads", token, {}],
+      [`/api/threads/${t.id}/entries`, token, {}],
+      [`/api/threads/${t.id}/tokens`, token, {}],
+      [`/api/threads/${t.id}/delegate`, token, {}],
+      [`/api/threads/${t.id}/resume`, token, {}],
+      ["/api/environments", token, {}],
+      [`/api/environments/${e.id}/exec`, token, {}],
+      ["/api/sandboxes", token, {}],
+      ["/api/admin/tokens", "test-admin-secret", {}],
+      [`/api/stream/thread-${t.id}`, token, {}],
+      ["/api/stream/chunky", token, {}],
+    ];
+    for (const [path, bearer] of routes) {
+      const body = chunkedBody(TOTAL);
+      const r = await SELF.fetch(`${BASE}${path}`, {
+        method: "POST", body: body.stream, headers: { authorization: `Bearer ${bearer}`, "content-type": "application/json" },
+      });
+      expect({ path, status: r.status }).toEqual({ path, status: 413 });
+      expect(await errorCode(r)).toBe("payload_too_large");
+      // Read up to the limit, then stopped: not the whole 16 MiB.
+      expect({ path, bounded: body.pulled() < 4 * LIMIT }).toEqual({ path, bounded: true });
+    }
+    expect((await readAll(token, t.id)).entries).toHaveLength(0);
+  });
+});
+
+describe("authorization before validation", () => {
+  it("another house's thread or environment answers 404 whatever the body is", async () => {
+    const owner = await houseToken("house-av-a");
+    const intruder = await houseToken("house-av-b", "mallory");
+    const t = await createThread(owner);
+    const envRes = await call("/api/environments", { method: "POST", token: owner, json: { name: "e", provider: "test", sharedBox: true } });
+    const e = (await envRes.json()) as { id: string };
+    const bodies: [string, Record<string, string>][] = [
+      ["{not json", { "content-type": "application/json" }],
+      [JSON.stringify({ wrong: true }), { "content-type": "application/json" }],
+      [envelopeOfDepth(500), { "content-type": "application/json" }],
+      ["plain", { "content-type": "text/plain" }],
+      [JSON.stringify({ payload: { type: "chat", text: "x" } }), { "content-type": "application/json; charset=latin1" }],
+    ];
+    const paths = [`/api/threads/${t.id}/entries`, `/api/threads/${t.id}/tokens`, `/api/threads/${t.id}/delegate`, `/api/threads/${t.id}/resume`, `/api/environments/${e.id}/exec`];
+    for (const path of paths) {
+      for (const [body, headers] of bodies) {
+        const r = await call(path, { method: "POST", token: intruder, body, headers });
+        expect({ path, body: body.slice(0, 20), status: r.status }).toEqual({ path, body: body.slice(0, 20), status: 404 });
+        expect(await errorCode(r)).toBe("not_found");
+      }
+    }
+  });
+});
+
+describe("authorship of entries", () => {
+  it("a member writes only as its token's subject; only admin may name another author; nobody writes as threadbox", async () => {
+    const member = await houseToken("house-author", "alice", "member");
+    const bot = await houseToken("house-author", "bot-1", "bot");
+    const admin = await houseToken("house-author", "root", "admin");
+    const t = await createThread(member);
+    expect((await post(member, t.id, { ...chat("mine"), authorId: "alice" })).status).toBe(201);
+    expect((await post(member, t.id, chat("implicit"))).status).toBe(201);
+    await expectError(await post(member, t.id, { ...chat("forged"), authorId: "bob" }), 403, "forbidden");
+    await expectError(await post(bot, t.id, [chat("ok"), { ...chat("forged"), authorId: "alice" }]), 403, "forbidden");
+    await expectError(await post(member, t.id, { payload: { type: "signal.thread.status_changed", status: "completed" }, authorId: "threadbox" }), 403, "forbidden");
+    await expectError(await post(admin, t.id, { ...chat("system"), authorId: "threadbox" }), 403, "forbidden");
+    expect((await post(admin, t.id, { ...chat("on behalf"), authorId: "bob" })).status).toBe(201);
+    const all = await readAll(member, t.id);
+    expect(all.entries.map((e) => [e.payload.text, e.authorId])).toEqual([["mine", "alice"], ["implicit", "alice"], ["on behalf", "bob"]]);
+  });
+
+  it("on the stream path a token writes as its subject: a minted stream token as its minter, never as anyone else", async () => {
+    const member = await houseToken("house-author-2", "alice", "member");
+    const t = await createThread(member);
+    const minted = (await (await call(`/api/threads/${t.id}/tokens`, { method: "POST", token: member, json: { scope: "stream:write" } })).json()) as { token: string };
+    const send = (body: unknown) => call(`/api/stream/thread-${t.id}`, { method: "POST", token: minted.token, json: body });
+    expect((await send(chat("via stream"))).status).toBe(204);
+    await expectError(await send({ ...chat("forged"), authorId: "bob" }), 403, "forbidden");
+    await expectError(await send({ ...chat("system"), authorId: "threadbox" }), 403, "forbidden");
+    const all = await readAll(member, t.id);
+    expect(all.entries.map((e) => [e.payload.text, e.authorId])).toEqual([["via stream", "alice"]]);
+  });
+});
+
+describe("who a run writes as", () => {
+  it("a thread's brain (what its box writes as) follows the same rule; no token is ever minted for threadbox", async () => {
+    const member = await houseToken("house-author-3", "alice", "member");
+    const admin = await houseToken("house-author-3", "root", "admin");
+    const create = (token: string, brainId: string) => call("/api/threads", { method: "POST", token, json: { brainId } });
+    await expectError(await create(member, "ceo"), 403, "forbidden");
+    await expectError(await create(admin, "threadbox"), 403, "forbidden");
+    expect((await create(member, "alice")).status).toBe(201);
+    expect((await create(admin, "bot-7")).status).toBe(201);
+    const mint = await call("/api/admin/tokens", { method: "POST", headers: { authorization: "Bearer test-admin-secret" }, json: { houseId: "house-author-3", subject: "threadbox" } });
+    await expectError(mint, 400, "validation_failed");
+  });
+});
+
+describe("query strings and charsets", () => {
+  it("a repeated query parameter is a 400 on every route", async () => {
+    const token = await houseToken("house-query");
+    const t = await createThread(token);
+    await call("/api/stream/q", { method: "PUT", token, headers: { "content-type": "text/plain" } });
+    const paths = [
+      "/api/threads?limit=1&limit=2",
+      `/api/threads/${t.id}/entries?offset=-1&offset=0`,
+      `/api/threads/${t.id}/entries?limit=1&limit=5`,
+      `/api/threads/${t.id}?x=1&x=2`,
+      "/api/sandboxes?state=live&state=dead",
+      "/api/environments?a=1&a=1",
+      `/api/stream/thread-${t.id}?offset=-1&offset=0`,
+      "/api/stream/q?offset=-1&live=long-poll&live=sse",
+    ];
+    for (const path of paths) {
+      const r = await call(path, { token });
+      expect({ path, status: r.status }).toEqual({ path, status: 400 });
+      expect(r.headers.get("content-type")).toContain("application/json");
+    }
+    const ws = await SELF.fetch(`${BASE}/api/threads/${t.id}/subscribe?offset=-1&offset=now`, { headers: { upgrade: "websocket", authorization: `Bearer ${token}` } });
+    expect(ws.status).toBe(400);
+  });
+
+  it("a charset other than utf-8 is 415 on JSON bodies; utf-8 is accepted", async () => {
+    const token = await houseToken("house-charset");
+    const t = await createThread(token);
+    const body = JSON.stringify(chat("hé"));
+    const rest = (ct: string) => call(`/api/threads/${t.id}/entries`, { method: "POST", token, body, headers: { "content-type": ct } });
+    await expectError(await rest("application/json; charset=iso-8859-1"), 415, "unsupported_media_type");
+    await expectError(await rest('application/json; charset="utf-16"'), 415, "unsupported_media_type");
+    expect((await rest("application/json; charset=UTF-8")).status).toBe(201);
+    await expectError(await call("/api/threads", { method: "POST", token, body: "{}", headers: { "content-type": "application/json;charset=latin1" } }), 415, "unsupported_media_type");
+    const st = await streamToken("house-charset", t.id);
+    const stream = (ct: string) => call(`/api/stream/thread-${t.id}`, { method: "POST", token: st, body, headers: { "content-type": ct } });
+    await expectError(await stream("application/json; charset=windows-1252"), 415, "unsupported_media_type");
+    expect((await stream("application/json; charset=utf-8")).status).toBe(204);
+    expect((await readAll(token, t.id)).entries.map((e) => e.payload.text)).toEqual(["hé", "hé"]);
+  });
+});
+
+describe("WebSocket subprotocol", () => {
+  it("selects the offered protocol name and never echoes the bearer token", async () => {
+    const token = await houseToken("house-ws");
+    const t = await createThread(token);
+    const open = (protocols: string) => SELF.fetch(`${BASE}/api/threads/${t.id}/subscribe?offset=-1`, { headers: { upgrade: "websocket", "sec-websocket-protocol": protocols } });
+    for (const offered of [`bearer.${token}, threadbox`, `threadbox, bearer.${token}`]) {
+      const r = await open(offered);
+      expect(r.status).toBe(101);
+      expect(r.headers.get("sec-websocket-protocol")).toBe("threadbox");
+      r.webSocket!.accept();
+      r.webSocket!.close();
+    }
+    const only = await open(`bearer.${token}`);
+    expect(only.status).toBe(101);
+    expect(only.headers.get("sec-websocket-protocol") ?? "").not.toContain(token);
+    only.webSocket!.accept();
+    only.webSocket!.close();
+  });
+});
+
+describe("entry ts", () => {
+  it("accepts epoch milliseconds or an ISO-8601 date-time and stores epoch milliseconds", async () => {
+    const token = await houseToken("house-ts");
+    const t = await createThread(token);
+    const iso = "2026-11-22T04:00:00Z";
+    expect((await post(token, t.id, { ...chat("iso"), ts: iso })).status).toBe(201);
+    expect((await post(token, t.id, { ...chat("offset"), ts: "2026-11-22T06:00:00+02:00" })).status).toBe(201);
+    expect((await post(token, t.id, { ...chat("ms"), ts: 1_700_000_000_000 })).status).toBe(201);
+    await expectError(await post(token, t.id, { ...chat("bad"), ts: "yesterday" }), 400, "validation_failed");
+    await expectError(await post(token, t.id, { ...chat("no zone"), ts: "2026-11-22" }), 400, "validation_failed");
+    const st = await streamToken("house-ts", t.id);
+    expect((await call(`/api/stream/thread-${t.id}`, { method: "POST", token: st, json: { ...chat("stream iso"), ts: iso } })).status).toBe(204);
+    const all = await readAll(token, t.id);
+    expect(all.entries.map((e) => [e.payload.text, (e as unknown as { ts: unknown }).ts])).toEqual([
+      ["iso", Date.parse(iso)], ["offset", Date.parse(iso)], ["ms", 1_700_000_000_000], ["stream iso", Date.parse(iso)],
+    ]);
+  });
+});

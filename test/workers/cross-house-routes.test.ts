@@ -1,0 +1,237 @@
+import { beforeAll, describe, expect, it } from "vitest";
+import { SELF } from "cloudflare:test";
+import { BASE, call, createThread, houseToken, streamToken } from "./helpers";
+
+/**
+ * Every route of the README's API table, called by another house against house `xh`'s things.
+ * Each row must answer 404 (or the caller's own, empty, list; or create only in the caller's own
+ * house), leak none of xh's data, and change nothing in xh.
+ *
+ * To cover a new route, add a row to ROWS. A row that needs a feature that is not mounted yet
+ * names it in `requires` and is skipped until the route exists (see FEATURES).
+ */
+
+type Owner = {
+  token: string;
+  threadId: string;
+  environmentId: string;
+  boxId: string;
+  streamName: string;
+  agentId: string | null;
+};
+type Attacker = { house: string; token: string; streamTokenForOwnersThread: string; streamName: string };
+
+type Expect =
+  | { status: 404 | 403 }
+  /** The caller's own list, empty: `key` holds the list. */
+  | { ownEmptyList: string }
+  /** Succeeds, but only in the caller's own house (xh is checked unchanged). */
+  | { ownStatus: number };
+
+type Row = {
+  name: string;
+  method: "GET" | "POST" | "PUT" | "DELETE" | "HEAD";
+  path: (o: Owner, a: Attacker) => string;
+  body?: (o: Owner) => unknown;
+  headers?: Record<string, string>;
+  /** Which credential the attacker uses; its house token unless said otherwise. */
+  as?: "house" | "stream";
+  expect: Expect;
+  requires?: keyof typeof FEATURES;
+  /** xh's thing is named in the body (so the body must be parsed to find it). */
+  targetInBody?: boolean;
+};
+
+const json = { "content-type": "application/json" };
+const chatBody = () => ({ id: "xh-attack", payload: { type: "chat", text: "injected" } });
+
+/** Features another branch is adding; their rows run once the route answers for its own house. */
+const FEATURES = {
+  agents: async (o: Owner) => (await call("/api/agents", { token: o.token })).status !== 404,
+};
+
+const streamMethods = (label: string, path: (o: Owner, a: Attacker) => string, as: "house" | "stream"): Row[] => [
+  { name: `${label} GET`, method: "GET", path: (o, a) => `${path(o, a)}?offset=-1`, as, expect: { status: 404 } },
+  { name: `${label} GET long-poll`, method: "GET", path: (o, a) => `${path(o, a)}?offset=-1&live=long-poll`, as, expect: { status: 404 } },
+  { name: `${label} GET sse`, method: "GET", path: (o, a) => `${path(o, a)}?offset=-1&live=sse`, as, expect: { status: 404 } },
+  { name: `${label} HEAD`, method: "HEAD", path, as, expect: { status: 404 } },
+  { name: `${label} POST`, method: "POST", path, body: chatBody, headers: json, as, expect: { status: 404 } },
+  { name: `${label} POST close`, method: "POST", path, headers: { "stream-closed": "true" }, as, expect: { status: 404 } },
+  { name: `${label} DELETE`, method: "DELETE", path, as, expect: { status: 404 } },
+  { name: `${label} PUT`, method: "PUT", path, headers: json, as, expect: { status: 404 } },
+];
+
+const ROWS: Row[] = [
+  // threads
+  { name: "GET /api/threads", method: "GET", path: () => "/api/threads", expect: { ownEmptyList: "threads" } },
+  { name: "GET /api/threads?parent=<xh thread>", method: "GET", path: (o) => `/api/threads?parent=${o.threadId}`, expect: { ownEmptyList: "threads" } },
+  { name: "POST /api/threads (parent = xh thread)", method: "POST", path: () => "/api/threads", body: (o) => ({ parent: { kind: "thread", id: o.threadId } }), headers: json, expect: { status: 404 }, targetInBody: true },
+  { name: "GET /api/threads/:id", method: "GET", path: (o) => `/api/threads/${o.threadId}`, expect: { status: 404 } },
+  { name: "POST /api/threads/:id/entries", method: "POST", path: (o) => `/api/threads/${o.threadId}/entries`, body: chatBody, headers: json, expect: { status: 404 } },
+  { name: "POST /api/threads/:id/entries (stream token)", method: "POST", path: (o) => `/api/threads/${o.threadId}/entries`, body: chatBody, headers: json, as: "stream", expect: { status: 404 } },
+  { name: "GET /api/threads/:id/entries", method: "GET", path: (o) => `/api/threads/${o.threadId}/entries?offset=-1`, expect: { status: 404 } },
+  { name: "GET /api/threads/:id/entries (stream token)", method: "GET", path: (o) => `/api/threads/${o.threadId}/entries?offset=-1`, as: "stream", expect: { status: 404 } },
+  { name: "GET /api/threads/:id/subscribe", method: "GET", path: (o) => `/api/threads/${o.threadId}/subscribe?offset=-1`, headers: { upgrade: "websocket" }, expect: { status: 404 } },
+  { name: "GET /api/threads/:id/subscribe (stream token)", method: "GET", path: (o) => `/api/threads/${o.threadId}/subscribe?offset=-1`, headers: { upgrade: "websocket" }, as: "stream", expect: { status: 404 } },
+  { name: "POST /api/threads/:id/tokens write", method: "POST", path: (o) => `/api/threads/${o.threadId}/tokens`, body: () => ({ scope: "stream:write" }), headers: json, expect: { status: 404 } },
+  { name: "POST /api/threads/:id/tokens read", method: "POST", path: (o) => `/api/threads/${o.threadId}/tokens`, body: () => ({ scope: "stream:read" }), headers: json, expect: { status: 404 } },
+  { name: "POST /api/threads/:id/delegate", method: "POST", path: (o) => `/api/threads/${o.threadId}/delegate`, body: () => ({ task: "exfiltrate" }), headers: json, expect: { status: 404 } },
+  { name: "POST /api/threads/:id/resume", method: "POST", path: (o) => `/api/threads/${o.threadId}/resume`, body: () => ({ message: "again" }), headers: json, expect: { status: 404 } },
+  { name: "POST /api/threads/:id/stop", method: "POST", path: (o) => `/api/threads/${o.threadId}/stop`, expect: { status: 404 } },
+
+  // environments
+  { name: "GET /api/environments", method: "GET", path: () => "/api/environments", expect: { ownEmptyList: "environments" } },
+  { name: "GET /api/environments/:id", method: "GET", path: (o) => `/api/environments/${o.environmentId}`, expect: { status: 404 } },
+  { name: "POST /api/environments/:id/exec", method: "POST", path: (o) => `/api/environments/${o.environmentId}/exec`, body: () => ({ command: "cat /etc/passwd" }), headers: json, expect: { status: 404 } },
+  { name: "POST /api/threads (environmentId = xh environment)", method: "POST", path: () => "/api/threads", body: (o) => ({ environmentId: o.environmentId }), headers: json, expect: { ownStatus: 201 } },
+  // After the reads above: an environment created with xh's id is the caller's own, xh's is untouched.
+  { name: "POST /api/environments (xh's environment id)", method: "POST", path: () => "/api/environments", body: (o) => ({ id: o.environmentId, name: "mine", provider: "test", sharedBox: true }), headers: json, expect: { ownStatus: 201 } },
+
+  // sandboxes
+  { name: "GET /api/sandboxes", method: "GET", path: () => "/api/sandboxes", expect: { ownEmptyList: "sandboxes" } },
+  { name: "GET /api/sandboxes?state=live", method: "GET", path: () => "/api/sandboxes?state=live", expect: { ownEmptyList: "sandboxes" } },
+  { name: "GET /api/sandboxes/:id", method: "GET", path: (o) => `/api/sandboxes/${o.boxId}`, expect: { status: 404 } },
+  { name: "DELETE /api/sandboxes/:id", method: "DELETE", path: (o) => `/api/sandboxes/${o.boxId}`, expect: { status: 404 } },
+  { name: "DELETE /api/sandboxes/:id?force=true", method: "DELETE", path: (o) => `/api/sandboxes/${o.boxId}?force=true`, expect: { status: 404 } },
+  { name: "POST /api/sandboxes (xh's environment)", method: "POST", path: () => "/api/sandboxes", body: (o) => ({ provider: "test", environmentId: o.environmentId }), headers: json, expect: { ownStatus: 201 } },
+  { name: "POST /api/sandboxes/reconcile", method: "POST", path: () => "/api/sandboxes/reconcile", expect: { ownStatus: 200 } },
+
+  // a thread's log over the Durable Streams protocol, both prefixes, both credentials
+  ...streamMethods("/api/stream/thread-<id>", (o) => `/api/stream/thread-${o.threadId}`, "house"),
+  ...streamMethods("/v1/stream/thread-<id>", (o) => `/v1/stream/thread-${o.threadId}`, "house"),
+  ...streamMethods("/api/stream/thread-<id> (stream token)", (o) => `/api/stream/thread-${o.threadId}`, "stream"),
+  { name: "POST /api/stream/thread-<id>/token (house token)", method: "POST", path: (o) => `/api/stream/thread-${o.threadId}/token`, expect: { status: 403 } },
+  { name: "POST /api/stream/thread-<id>/token (stream token)", method: "POST", path: (o) => `/api/stream/thread-${o.threadId}/token`, as: "stream", expect: { status: 404 } },
+
+  // plain streams: the attacker's name is what would have reached xh's stream under an ambiguous key
+  ...streamMethods("/api/stream/<name>", (_o, a) => `/api/stream/${a.streamName}`, "house").filter((r) => r.method !== "PUT"),
+  ...streamMethods("/v1/stream/<name>", (_o, a) => `/v1/stream/${a.streamName}`, "house").filter((r) => r.method !== "PUT"),
+  { name: "/api/stream/<xh's own name> GET", method: "GET", path: (o) => `/api/stream/${o.streamName}?offset=-1`, expect: { status: 404 } },
+  { name: "/api/stream/<xh's own name> POST", method: "POST", path: (o) => `/api/stream/${o.streamName}`, body: () => "x", headers: { "content-type": "text/plain" }, expect: { status: 404 } },
+  { name: "/api/stream/<name> with a stream token", method: "GET", path: (o) => `/api/stream/${o.streamName}?offset=-1`, as: "stream", expect: { status: 403 } },
+  // Last among plain streams: creates the attacker's own stream of that name, leaving xh's alone.
+  { name: "/api/stream/<name> PUT", method: "PUT", path: (_o, a) => `/api/stream/${a.streamName}`, headers: { "content-type": "text/plain" }, expect: { ownStatus: 201 } },
+
+  // agents (added by another branch; these rows run once /api/agents exists)
+  { name: "GET /api/agents", method: "GET", path: () => "/api/agents", expect: { ownEmptyList: "agents" }, requires: "agents" },
+  { name: "GET /api/agents/:id", method: "GET", path: (o) => `/api/agents/${o.agentId}`, expect: { status: 404 }, requires: "agents" },
+  { name: "GET /api/threads/:id/config", method: "GET", path: (o) => `/api/threads/${o.threadId}/config`, expect: { status: 404 }, requires: "agents" },
+  { name: "PUT /api/threads/:id/config", method: "PUT", path: (o) => `/api/threads/${o.threadId}/config`, body: () => ({}), headers: json, expect: { status: 404 }, requires: "agents" },
+  { name: "POST /api/threads/:id/dispatch", method: "POST", path: (o) => `/api/threads/${o.threadId}/dispatch`, body: () => ({}), headers: json, expect: { status: 404 }, requires: "agents" },
+];
+
+const OWNER_HOUSE = "xh";
+const SECRET = "sk-xh-never-leaks";
+const STREAM_TEXT = "xh-salary-data";
+
+/** Everything house xh can see; compared before and after each row. */
+async function snapshot(o: Owner): Promise<string> {
+  const get = async (path: string, init: RequestInit = {}) => {
+    const r = await call(path, { token: o.token, ...init });
+    return { status: r.status, body: init.method === "HEAD" ? "" : await r.text(), tail: r.headers.get("stream-next-offset") };
+  };
+  const parts = [
+    await get(`/api/threads/${o.threadId}`),
+    await get(`/api/threads/${o.threadId}/entries?offset=-1`),
+    await get("/api/threads"),
+    await get("/api/environments"),
+    await get(`/api/environments/${o.environmentId}`),
+    await get("/api/sandboxes"),
+    await get(`/api/sandboxes/${o.boxId}`),
+    await get(`/api/stream/${o.streamName}?offset=-1`),
+    await get(`/api/stream/${o.streamName}`, { method: "HEAD" }),
+    await get(`/api/stream/thread-${o.threadId}?offset=-1`),
+  ];
+  if (o.agentId) parts.push(await get("/api/agents"), await get(`/api/agents/${o.agentId}`));
+  return JSON.stringify(parts);
+}
+
+let ownerOnce: Promise<Owner> | undefined;
+/** House xh is set up once; every attacker block checks it is still exactly as it was. */
+const setUpOwner = () => (ownerOnce ??= createOwner());
+
+async function createOwner(): Promise<Owner> {
+  const token = await houseToken(OWNER_HOUSE, "xh-alice", "owner");
+  const t = await createThread(token, { title: "xh private thread" });
+  const posted = await call(`/api/threads/${t.id}/entries`, { method: "POST", token, json: { id: "xh-1", payload: { type: "chat", text: "xh private entry" } } });
+  expect(posted.status).toBe(201);
+  const e = await call("/api/environments", { method: "POST", token, json: { name: "xh-env", provider: "test", sharedBox: true, secrets: { KEY: SECRET } } });
+  expect(e.status).toBe(201);
+  const box = await call("/api/sandboxes", { method: "POST", token, json: { provider: "test", ephemeral: false } });
+  expect(box.status).toBe(201);
+  const streamName = "eng:payroll";
+  expect((await call(`/api/stream/${streamName}`, { method: "PUT", token, headers: { "content-type": "text/plain" } })).status).toBe(201);
+  expect((await call(`/api/stream/${streamName}`, { method: "POST", token, body: STREAM_TEXT, headers: { "content-type": "text/plain" } })).status).toBe(204);
+  const owner: Owner = {
+    token, threadId: t.id, environmentId: ((await e.json()) as { id: string }).id, boxId: ((await box.json()) as { id: string }).id, streamName, agentId: null,
+  };
+  if (await FEATURES.agents(owner)) {
+    const agent = await call("/api/agents", { method: "POST", token, json: { name: "xh-agent" } });
+    if (agent.status === 201) owner.agentId = ((await agent.json()) as { id: string }).id;
+  }
+  return owner;
+}
+
+// `xh:eng` + `payroll` and `xh` + `eng:payroll` were one storage key once; `other` is unrelated.
+const ATTACKERS = [
+  { house: "xh:eng", streamName: "payroll" },
+  { house: "other-house", streamName: "eng:payroll" },
+];
+
+describe.each(ATTACKERS)("another house ($house) against house xh", ({ house, streamName }) => {
+  let owner: Owner;
+  let attacker: Attacker;
+  let baseline: string;
+
+  beforeAll(async () => {
+    owner = await setUpOwner();
+    attacker = {
+      house,
+      token: await houseToken(house, "mallory", "admin"),
+      // A validly signed token of the attacker's house that names xh's thread: still nothing.
+      streamTokenForOwnersThread: await streamToken(house, owner.threadId, "stream:write"),
+      streamName,
+    };
+    baseline = await snapshot(owner);
+  });
+
+  it.for(ROWS)("$name", async (row, ctx) => {
+    if (row.requires && !(await FEATURES[row.requires](owner))) return ctx.skip(`needs ${row.requires}`);
+    if (row.requires === "agents" && row.path(owner, attacker).includes("/api/agents/null")) return ctx.skip("no agent could be created");
+    const headers = new Headers(row.headers);
+    headers.set("authorization", `Bearer ${row.as === "stream" ? attacker.streamTokenForOwnersThread : attacker.token}`);
+    const rawBody = row.body?.(owner);
+    const init: RequestInit = { method: row.method, headers };
+    if (rawBody !== undefined) init.body = typeof rawBody === "string" ? rawBody : JSON.stringify(rawBody);
+    const res = await SELF.fetch(`${BASE}${row.path(owner, attacker)}`, init);
+    const text = row.method === "HEAD" ? "" : await res.text();
+    if (res.webSocket) res.webSocket.accept();
+
+    if ("status" in row.expect) {
+      expect(res.status).toBe(row.expect.status);
+      if (row.method !== "HEAD") expect(JSON.parse(text).error.code).toBe(row.expect.status === 404 ? "not_found" : "forbidden");
+    } else if ("ownEmptyList" in row.expect) {
+      expect(res.status).toBe(200);
+      expect(JSON.parse(text)[row.expect.ownEmptyList]).toEqual([]);
+    } else {
+      expect(res.status).toBe(row.expect.ownStatus);
+    }
+
+    // Authorization comes before validation: a malformed body changes nothing about the answer.
+    if (row.body && "status" in row.expect && !row.targetInBody) {
+      for (const [garbage, contentType] of [["{not json", "application/json"], ["[[[[[[[[", "application/json; charset=latin1"], ["x", "text/html"]]) {
+        const bad = await SELF.fetch(`${BASE}${row.path(owner, attacker)}`, { method: row.method, headers: { authorization: headers.get("authorization")!, "content-type": contentType }, body: garbage });
+        expect({ garbage, status: bad.status }).toEqual({ garbage, status: row.expect.status });
+        await bad.body?.cancel();
+      }
+    }
+
+    // Nothing of xh's comes back...
+    const mustNotLeak = [SECRET, STREAM_TEXT, "xh private", "xh-alice"];
+    if (!("ownStatus" in row.expect)) mustNotLeak.push(owner.threadId, owner.environmentId, owner.boxId);
+    for (const secret of mustNotLeak) expect(text).not.toContain(secret);
+    for (const [, value] of res.headers) for (const secret of mustNotLeak) expect(value).not.toContain(secret);
+    // ...and nothing of xh's changed.
+    expect(await snapshot(owner)).toBe(baseline);
+  });
+});

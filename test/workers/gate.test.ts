@@ -1,0 +1,79 @@
+// The ambient gate: a one-shot YES/NO completion against the scripted model server.
+import { describe, expect, it } from "vitest";
+import { askGate, parseGateAnswer } from "../../src/dispatch/gate";
+import type { ModelApi } from "../../src/dispatch/models";
+import { received, SCRIPTED_KEY, scriptedModel, scriptModel } from "./model-script";
+
+describe("parseGateAnswer", () => {
+  it.each([
+    ["YES", true],
+    ["yes", true],
+    ["Yes.", true],
+    ["**YES**", true],
+    ["Yes, the user asked the bot directly.", true],
+    ["NO", false],
+    ["no.", false],
+    [" No - it is small talk between people.", false],
+    ["I think yes", true],
+    ["Answer: NO", false],
+  ])("%j -> %s", (text, want) => expect(parseGateAnswer(text)).toBe(want));
+
+  it.each(["", "maybe", "It depends.", "Nope", "Yesterday", "I would say yes, or no"])("%j is unclear", (text) => {
+    expect(parseGateAnswer(text)).toBeUndefined();
+  });
+});
+
+describe.each<ModelApi>(["openai-completions", "anthropic-messages"])("askGate over %s", (api) => {
+  const recent = [
+    { role: "user" as const, text: "anyone know how to rebase?", authorId: "alice" },
+    { role: "assistant" as const, text: "I can help with git." },
+    { role: "tool" as const, toolCallId: "t", name: "run_command", output: "SECRET-TOOL-OUTPUT" },
+    { role: "user" as const, text: "@reviewer what about this diff", authorId: "bob" },
+  ];
+
+  it("says reply when the model answers YES, after asking a YES/NO question with the conversation", async () => {
+    const s = await scriptModel([{ text: "YES" }]);
+    const r = await askGate({ model: scriptedModel(api, s), botName: "helper", botInstructions: "You help with git questions.", recent });
+    expect(r).toEqual({ reply: true, reason: "gate said yes" });
+    const reqs = await s.requests();
+    expect(reqs).toHaveLength(1);
+    const got = received(reqs[0]);
+    expect(got.system).toContain("You help with git questions.");
+    expect(got.system).toMatch(/YES or NO/);
+    expect(got.tools).toEqual([]);
+    expect(got.turns).toHaveLength(1);
+    expect(got.turns[0].text).toContain("alice: anyone know how to rebase?");
+    expect(got.turns[0].text).toContain("helper: I can help with git.");
+    expect(got.turns[0].text).toContain("bob: @reviewer what about this diff");
+    expect(got.turns[0].text).not.toContain("SECRET-TOOL-OUTPUT");
+    expect(got.apiKeyHeader).toContain(SCRIPTED_KEY);
+  });
+
+  it("says no reply when the model answers NO", async () => {
+    const s = await scriptModel([{ text: "No." }]);
+    expect(await askGate({ model: scriptedModel(api, s), botName: "helper", botInstructions: "", recent })).toEqual({ reply: false, reason: "gate said no" });
+  });
+
+  it("says no reply, with the reason, when the answer is unclear", async () => {
+    const s = await scriptModel([{ text: "Perhaps later" }]);
+    const r = await askGate({ model: scriptedModel(api, s), botName: "helper", botInstructions: "", recent });
+    expect(r.reply).toBe(false);
+    expect(r.reason).toMatch(/unclear.*Perhaps later/);
+  });
+
+  it("says no reply when the model keeps failing, without leaking the key", async () => {
+    const s = await scriptModel([], { error: 503, message: `bad key ${SCRIPTED_KEY}` });
+    const r = await askGate({ model: scriptedModel(api, s), botName: "helper", botInstructions: "", recent });
+    expect(r.reply).toBe(false);
+    expect(r.reason).toMatch(/^gate failed: .*HTTP 503/);
+    expect(r.reason).not.toContain(SCRIPTED_KEY);
+    expect((await s.requests()).length).toBeGreaterThanOrEqual(1);
+  });
+
+  it("says no reply when the model hangs past the timeout", async () => {
+    const s = await scriptModel([{ hang: true }]);
+    const r = await askGate({ model: scriptedModel(api, s), botName: "helper", botInstructions: "", recent, requestTimeoutMs: 200 });
+    expect(r.reply).toBe(false);
+    expect(r.reason).toMatch(/gate failed: .*timeout/);
+  });
+});

@@ -1,0 +1,310 @@
+// The bot tool loop against the scripted model server, for both provider APIs, inside workerd.
+import { env, runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import type { ModelApi } from "../../src/dispatch/models";
+import { runToolLoop, type LoopEvent, type ToolSpec } from "../../src/dispatch/tool-loop";
+import { received, SCRIPTED_KEY, scriptedModel, scriptModel } from "./model-script";
+
+function echoTool(calls: Record<string, unknown>[] = []): ToolSpec {
+  return {
+    name: "echo",
+    description: "Echo the given text back",
+    parameters: { type: "object", properties: { text: { type: "string" } }, required: ["text"], additionalProperties: false },
+    async execute(args) {
+      calls.push(args);
+      return { output: `echo: ${String(args.text)}` };
+    },
+  };
+}
+
+const fast = { retryBaseDelayMs: 5 };
+
+describe.each<ModelApi>(["openai-completions", "anthropic-messages"])("runToolLoop over %s", (api) => {
+  it("returns the model's text when it calls no tool, having sent the prompt, history, tools and key", async () => {
+    const s = await scriptModel([{ text: "Hello Alice." }]);
+    const events: LoopEvent[] = [];
+    const r = await runToolLoop({
+      model: scriptedModel(api, s),
+      systemPrompt: "You are coder, a helpful bot.",
+      messages: [
+        { role: "user", text: "hi there", authorId: "alice" },
+        { role: "assistant", text: "Earlier answer." },
+        { role: "user", text: "say hello", authorId: "alice" },
+      ],
+      tools: [echoTool()],
+      onEvent: async (e) => void events.push(e),
+    });
+    expect(r).toEqual({ ok: true, finalText: "Hello Alice.", rounds: 1 });
+    expect(events).toEqual([{ kind: "assistant", text: "Hello Alice.", toolCalls: [], stopReason: "stop" }]);
+    const reqs = await s.requests();
+    expect(reqs).toHaveLength(1);
+    const got = received(reqs[0]);
+    expect(got.system).toContain("You are coder, a helpful bot.");
+    expect(got.tools).toEqual(["echo"]);
+    expect(got.turns).toEqual([
+      { role: "user", text: "[alice] hi there" },
+      { role: "assistant", text: "Earlier answer." },
+      { role: "user", text: "[alice] say hello" },
+    ]);
+    expect(got.apiKeyHeader).toContain(SCRIPTED_KEY);
+    expect(reqs[0].body.stream).toBe(true);
+  });
+
+  it("runs a tool, persists the round before the next call, and feeds the result back", async () => {
+    const s = await scriptModel([
+      { text: "Let me echo.", toolCalls: [{ id: "c1", name: "echo", arguments: { text: "abc" } }] },
+      { text: "Echoed abc." },
+    ]);
+    const calls: Record<string, unknown>[] = [];
+    const events: LoopEvent[] = [];
+    const r = await runToolLoop({
+      model: scriptedModel(api, s),
+      systemPrompt: "sys",
+      messages: [{ role: "user", text: "echo abc" }],
+      tools: [echoTool(calls)],
+      onEvent: async (e) => void events.push(e),
+    });
+    expect(r).toEqual({ ok: true, finalText: "Echoed abc.", rounds: 2 });
+    expect(calls).toEqual([{ text: "abc" }]);
+    expect(events).toEqual([
+      { kind: "assistant", text: "Let me echo.", toolCalls: [{ id: "c1", name: "echo", args: { text: "abc" } }], stopReason: "toolUse" },
+      { kind: "tool_result", toolCallId: "c1", name: "echo", output: "echo: abc", isError: false },
+      { kind: "assistant", text: "Echoed abc.", toolCalls: [], stopReason: "stop" },
+    ]);
+    const second = received((await s.requests())[1]);
+    expect(second.turns).toEqual([
+      { role: "user", text: "echo abc" },
+      { role: "assistant", text: "Let me echo." },
+      { role: "assistant", toolCalls: [{ id: "c1", name: "echo", args: { text: "abc" } }] },
+      { role: "tool", toolResult: { id: "c1", text: "echo: abc", isError: false } },
+    ]);
+  });
+
+  it("awaits onEvent before the next model call: a failed persist stops the turn", async () => {
+    const s = await scriptModel([{ toolCalls: [{ id: "p", name: "echo", arguments: { text: "x" } }] }, { text: "must not be asked" }]);
+    const calls: Record<string, unknown>[] = [];
+    const run = runToolLoop({
+      model: scriptedModel(api, s),
+      systemPrompt: "sys",
+      messages: [{ role: "user", text: "go" }],
+      tools: [echoTool(calls)],
+      onEvent: async (e) => {
+        if (e.kind === "tool_result") throw new Error("storage unavailable");
+      },
+    });
+    await expect(run).rejects.toThrow("storage unavailable");
+    expect(calls).toHaveLength(1);
+    expect(await s.requests()).toHaveLength(1);
+  });
+
+  it("runs several tools across several rounds, in order, with the whole history each time", async () => {
+    const s = await scriptModel([
+      { toolCalls: [{ id: "a", name: "echo", arguments: { text: "one" } }, { id: "b", name: "echo", arguments: { text: "two" } }] },
+      { toolCalls: [{ id: "c", name: "echo", arguments: { text: "three" } }] },
+      { text: "one two three" },
+    ]);
+    const calls: Record<string, unknown>[] = [];
+    const events: LoopEvent[] = [];
+    const r = await runToolLoop({
+      model: scriptedModel(api, s),
+      systemPrompt: "sys",
+      messages: [{ role: "user", text: "count" }],
+      tools: [echoTool(calls)],
+      onEvent: async (e) => void events.push(e),
+    });
+    expect(r).toEqual({ ok: true, finalText: "one two three", rounds: 3 });
+    expect(calls.map((c) => c.text)).toEqual(["one", "two", "three"]);
+    expect(events.map((e) => (e.kind === "assistant" ? `A:${e.toolCalls.map((c) => c.id).join(",")}` : `R:${e.toolCallId}`))).toEqual([
+      "A:a,b", "R:a", "R:b", "A:c", "R:c", "A:",
+    ]);
+    const third = received((await s.requests())[2]);
+    expect(third.turns.filter((t) => t.toolResult).map((t) => [t.toolResult!.id, t.toolResult!.text])).toEqual([
+      ["a", "echo: one"], ["b", "echo: two"], ["c", "echo: three"],
+    ]);
+  });
+
+  it("answers malformed tool calls (unknown tool, non-JSON args, schema failure) as error results the model sees", async () => {
+    const s = await scriptModel([
+      {
+        toolCalls: [
+          { id: "u", name: "rm_rf", arguments: { path: "/" } },
+          { id: "j", name: "echo", arguments: '{"text": "unterminated' },
+          { id: "v", name: "echo", arguments: { nope: 1 } },
+        ],
+      },
+      { text: "Sorry, fixed." },
+    ]);
+    const calls: Record<string, unknown>[] = [];
+    const events: LoopEvent[] = [];
+    const r = await runToolLoop({
+      model: scriptedModel(api, s),
+      systemPrompt: "sys",
+      messages: [{ role: "user", text: "go" }],
+      tools: [echoTool(calls)],
+      onEvent: async (e) => void events.push(e),
+    });
+    expect(r).toEqual({ ok: true, finalText: "Sorry, fixed.", rounds: 2 });
+    expect(calls).toEqual([]);
+    const results = events.filter((e) => e.kind === "tool_result") as Extract<LoopEvent, { kind: "tool_result" }>[];
+    expect(results.map((e) => [e.toolCallId, e.isError])).toEqual([["u", true], ["j", true], ["v", true]]);
+    expect(results[0].output).toMatch(/Unknown tool "rm_rf".*echo/);
+    expect(results[1].output).toMatch(/not valid JSON/);
+    expect(results[2].output).toMatch(/Invalid arguments for tool "echo"/);
+    const sent = received((await s.requests())[1]).turns.filter((t) => t.toolResult).map((t) => t.toolResult!);
+    expect(sent.map((t) => t.id)).toEqual(["u", "j", "v"]);
+    expect(sent[0].text).toMatch(/Unknown tool "rm_rf"/);
+    expect(sent[1].text).toMatch(/not valid JSON/);
+    if (api === "anthropic-messages") expect(sent.every((t) => t.isError)).toBe(true);
+  });
+
+  it("answers a tool that throws as an error result and goes on", async () => {
+    const s = await scriptModel([{ toolCalls: [{ id: "t", name: "boom", arguments: {} }] }, { text: "It failed." }]);
+    const events: LoopEvent[] = [];
+    const r = await runToolLoop({
+      model: scriptedModel(api, s),
+      systemPrompt: "sys",
+      messages: [{ role: "user", text: "go" }],
+      tools: [{ name: "boom", description: "fails", parameters: { type: "object", properties: {} }, execute: async () => { throw new Error("disk on fire"); } }],
+      onEvent: async (e) => void events.push(e),
+    });
+    expect(r).toEqual({ ok: true, finalText: "It failed.", rounds: 2 });
+    expect(events[1]).toEqual({ kind: "tool_result", toolCallId: "t", name: "boom", output: 'Tool "boom" failed: disk on fire', isError: true });
+  });
+
+  it("retries an HTTP 500 and succeeds", async () => {
+    const s = await scriptModel([{ error: 500 }, { text: "recovered" }]);
+    const events: LoopEvent[] = [];
+    const r = await runToolLoop({ model: scriptedModel(api, s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async (e) => void events.push(e), ...fast });
+    expect(r).toEqual({ ok: true, finalText: "recovered", rounds: 1 });
+    expect(events).toHaveLength(1);
+    expect(await s.requests()).toHaveLength(2);
+  });
+
+  it("retries a 429 (honouring retry-after-ms) and succeeds", async () => {
+    const s = await scriptModel([{ error: 429, headers: { "retry-after-ms": "20" } }, { text: "after the limit" }]);
+    const r = await runToolLoop({ model: scriptedModel(api, s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast });
+    expect(r).toEqual({ ok: true, finalText: "after the limit", rounds: 1 });
+    expect(await s.requests()).toHaveLength(2);
+  });
+
+  it("ends ok:false after bounded retries when the API keeps failing, without leaking the key", async () => {
+    const s = await scriptModel([], { error: 500, message: `upstream rejected key ${SCRIPTED_KEY}` });
+    const events: LoopEvent[] = [];
+    const r = await runToolLoop({ model: scriptedModel(api, s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async (e) => void events.push(e), retries: 2, ...fast });
+    expect(r.ok).toBe(false);
+    if (r.ok) return;
+    expect(r.rounds).toBe(0);
+    expect(r.reason).toMatch(/HTTP 500/);
+    expect(r.reason).toMatch(/after 3 attempts/);
+    expect(r.reason).not.toContain(SCRIPTED_KEY);
+    expect(r.reason).toContain("[redacted]");
+    expect(events).toEqual([]);
+    expect(await s.requests()).toHaveLength(3);
+  });
+
+  // workerd logs "Network connection lost" as an uncaught rejection for a dropped fetch even when it is caught
+  it("retries a dropped connection and an answer cut mid-stream, and succeeds", async () => {
+    const s = await scriptModel([{ drop: true }, { text: "a long answer that breaks", dropAfterChunks: 3 }, { text: "whole answer" }]);
+    const events: LoopEvent[] = [];
+    const r = await runToolLoop({ model: scriptedModel(api, s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async (e) => void events.push(e), ...fast });
+    expect(r).toEqual({ ok: true, finalText: "whole answer", rounds: 1 });
+    // the broken attempts left no trace: one assistant event, from the whole answer
+    expect(events).toEqual([{ kind: "assistant", text: "whole answer", toolCalls: [], stopReason: "stop" }]);
+    expect(await s.requests()).toHaveLength(3);
+  });
+
+  it("ends ok:false when the connection keeps dropping", async () => {
+    const s = await scriptModel([], { drop: true });
+    const r = await runToolLoop({ model: scriptedModel(api, s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, retries: 1, ...fast });
+    expect(r).toMatchObject({ ok: false, rounds: 0 });
+    expect(!r.ok && r.reason).toMatch(/could not reach the model API.*after 2 attempts/);
+    expect(await s.requests()).toHaveLength(2);
+  });
+
+  it("does not retry a client error (400)", async () => {
+    const s = await scriptModel([{ error: 400, message: "bad request body" }, { text: "never" }]);
+    const r = await runToolLoop({ model: scriptedModel(api, s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast });
+    expect(r).toMatchObject({ ok: false, rounds: 0 });
+    expect(!r.ok && r.reason).toMatch(/HTTP 400.*bad request body/);
+    expect(await s.requests()).toHaveLength(1);
+  });
+
+  it("ends ok:false with a timeout reason when the model hangs past the per-call timeout", async () => {
+    const s = await scriptModel([{ text: "first", toolCalls: [{ id: "x", name: "echo", arguments: { text: "y" } }] }, { hang: true }]);
+    const events: LoopEvent[] = [];
+    const r = await runToolLoop({
+      model: scriptedModel(api, s),
+      systemPrompt: "sys",
+      messages: [{ role: "user", text: "hi" }],
+      tools: [echoTool()],
+      onEvent: async (e) => void events.push(e),
+      requestTimeoutMs: 300,
+      ...fast,
+    });
+    expect(r.ok).toBe(false);
+    if (r.ok) return;
+    expect(r.reason).toMatch(/timeout/);
+    expect(r.reason).toContain("300 ms");
+    expect(r.rounds).toBe(1);
+    // the first round was persisted before the hang
+    expect(events.map((e) => e.kind)).toEqual(["assistant", "tool_result"]);
+    expect(await s.requests()).toHaveLength(2);
+  });
+
+  it("stops after maxRounds when the model never stops calling tools", async () => {
+    const s = await scriptModel([], { toolCalls: [{ name: "echo", arguments: { text: "again" } }] });
+    const calls: Record<string, unknown>[] = [];
+    const r = await runToolLoop({ model: scriptedModel(api, s), systemPrompt: "sys", messages: [{ role: "user", text: "loop" }], tools: [echoTool(calls)], onEvent: async () => {}, maxRounds: 3 });
+    expect(r).toEqual({ ok: false, reason: "too many tool rounds", rounds: 3 });
+    expect(calls).toHaveLength(3);
+    expect(await s.requests()).toHaveLength(3);
+  });
+
+  it("sends a prior tool round from the thread's history in the provider's shape (empty turns left out)", async () => {
+    const s = await scriptModel([{ text: "continuing" }]);
+    const r = await runToolLoop({
+      model: scriptedModel(api, s),
+      systemPrompt: "sys",
+      messages: [
+        { role: "user", text: "list files", authorId: "bob" },
+        { role: "assistant", text: "Looking.", toolCalls: [{ id: "h1", name: "echo", args: { text: "ls" } }] },
+        { role: "tool", toolCallId: "h1", name: "echo", output: "a.txt b.txt" },
+        { role: "assistant", text: "" },
+        { role: "user", text: "and now?", authorId: "bob" },
+      ],
+      tools: [echoTool()],
+      onEvent: async () => {},
+    });
+    expect(r.ok).toBe(true);
+    expect(received((await s.requests())[0]).turns).toEqual([
+      { role: "user", text: "[bob] list files" },
+      { role: "assistant", text: "Looking." },
+      { role: "assistant", toolCalls: [{ id: "h1", name: "echo", args: { text: "ls" } }] },
+      { role: "tool", toolResult: { id: "h1", text: "a.txt b.txt", isError: false } },
+      { role: "user", text: "[bob] and now?" },
+    ]);
+  });
+
+  it("stops when the caller aborts", async () => {
+    const s = await scriptModel([{ hang: true }]);
+    const ctl = new AbortController();
+    const p = runToolLoop({ model: scriptedModel(api, s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, signal: ctl.signal });
+    while ((await s.requests()).length === 0) await scheduler.wait(10);
+    ctl.abort();
+    expect(await p).toEqual({ ok: false, reason: "the turn was cancelled", rounds: 0 });
+  });
+
+  it("runs inside a Durable Object", async () => {
+    const s = await scriptModel([{ toolCalls: [{ id: "d", name: "echo", arguments: { text: "in a DO" } }] }, { text: "done in DO" }]);
+    const model = scriptedModel(api, s);
+    const threads = (env as unknown as { THREADS: DurableObjectNamespace }).THREADS;
+    const stub = threads.get(threads.idFromName(`llm-loop-${api}-${crypto.randomUUID()}`));
+    const r = await runInDurableObject(stub, async () => {
+      const events: LoopEvent[] = [];
+      const result = await runToolLoop({ model, systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [echoTool()], onEvent: async (e) => void events.push(e) });
+      return { result, events };
+    });
+    expect(r.result).toEqual({ ok: true, finalText: "done in DO", rounds: 2 });
+    expect(r.events[1]).toMatchObject({ kind: "tool_result", output: "echo: in a DO" });
+  });
+});

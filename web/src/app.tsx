@@ -1,0 +1,54 @@
+import { useMemo, useState } from "preact/hooks";
+import { Api } from "./lib/api";
+import { clearToken, loadToken, readClaims, saveToken } from "./lib/auth";
+import { matchRoute, onLinkClick, usePath } from "./lib/router";
+import { SignIn } from "./components/SignIn";
+import { ThreadsPage } from "./components/ThreadsPage";
+import { ThreadView } from "./components/ThreadView";
+import { SandboxesPage } from "./components/SandboxesPage";
+import { EnvironmentsPage } from "./components/EnvironmentsPage";
+import { BotsPage } from "./components/BotsPage";
+
+export type Session = { api: Api; token: string; houseId?: string; subject?: string };
+
+export function App() {
+  const [token, setToken] = useState(() => loadToken(localStorage));
+  const path = usePath();
+  const signOut = () => { clearToken(localStorage); setToken(null); };
+  const session = useMemo<Session | null>(() => {
+    if (!token) return null;
+    const c = readClaims(token);
+    return { api: new Api(token, signOut), token, houseId: c.houseId, subject: c.subject };
+  }, [token]);
+
+  if (!session) {
+    return <SignIn onToken={(t) => { saveToken(localStorage, t); setToken(t); }} />;
+  }
+  const route = matchRoute(path);
+  const nav = (href: string, label: string, active: boolean) => (
+    <a href={href} onClick={onLinkClick} class={active ? "active" : ""}>{label}</a>
+  );
+  return (
+    <div class="shell">
+      <header class="topbar">
+        <a href="/" onClick={onLinkClick} class="brand">threadbox</a>
+        <nav>
+          {nav("/", "Threads", route.page === "threads" || route.page === "thread")}
+          {nav("/sandboxes", "Sandboxes", route.page === "sandboxes")}
+          {nav("/environments", "Environments", route.page === "environments")}
+          {nav("/bots", "Bots", route.page === "bots")}
+        </nav>
+        <span class="who" title={session.subject}>house <b>{session.houseId ?? "?"}</b></span>
+        <button class="link" onClick={signOut}>Sign out</button>
+      </header>
+      <main>
+        {route.page === "threads" && <ThreadsPage session={session} />}
+        {route.page === "thread" && <ThreadView key={route.id} id={route.id} session={session} />}
+        {route.page === "sandboxes" && <SandboxesPage session={session} />}
+        {route.page === "environments" && <EnvironmentsPage session={session} />}
+        {route.page === "bots" && <BotsPage session={session} />}
+        {route.page === "missing" && <p class="empty">No such page. <a href="/" onClick={onLinkClick}>Threads</a></p>}
+      </main>
+    </div>
+  );
+}

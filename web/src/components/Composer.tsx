@@ -1,0 +1,83 @@
+import { useRef, useState } from "preact/hooks";
+import type { Session } from "../app";
+import type { Agent } from "../lib/api";
+import { ApiError } from "../lib/api";
+import { insertMention, mentionQuery } from "../lib/mentions";
+import { ErrorNote } from "./common";
+
+/** Posts chat to the thread; `@` opens a list of the house's bots to mention. */
+export function Composer({ session, threadId, agents }: { session: Session; threadId: string; agents: Agent[] }) {
+  const [text, setText] = useState("");
+  const [query, setQuery] = useState<string | null>(null);
+  const [pick, setPick] = useState(0);
+  const [error, setError] = useState<ApiError | null>(null);
+  const [busy, setBusy] = useState(false);
+  const box = useRef<HTMLTextAreaElement>(null);
+  const matches = query === null ? [] : agents.filter((a) => a.handle.startsWith(query)).slice(0, 8);
+
+  const update = (el: HTMLTextAreaElement) => {
+    setText(el.value);
+    setQuery(mentionQuery(el.value, el.selectionStart ?? el.value.length));
+    setPick(0);
+  };
+  const choose = (handle: string) => {
+    const el = box.current!;
+    const next = insertMention(el.value, el.selectionStart ?? el.value.length, handle);
+    setText(next.text);
+    setQuery(null);
+    requestAnimationFrame(() => { el.focus(); el.setSelectionRange(next.caret, next.caret); });
+  };
+  const send = async () => {
+    const body = text.trim();
+    if (!body || busy) return;
+    setBusy(true);
+    setError(null);
+    try {
+      await session.api.post(threadId, body);
+      setText("");
+    } catch (err) {
+      setError(err as ApiError);
+    } finally {
+      setBusy(false);
+    }
+  };
+  const onKeyDown = (e: KeyboardEvent) => {
+    if (matches.length > 0) {
+      if (e.key === "ArrowDown" || e.key === "ArrowUp") {
+        e.preventDefault();
+        setPick((p) => (p + (e.key === "ArrowDown" ? 1 : matches.length - 1)) % matches.length);
+        return;
+      }
+      if (e.key === "Enter" || e.key === "Tab") {
+        e.preventDefault();
+        choose(matches[pick].handle);
+        return;
+      }
+      if (e.key === "Escape") {
+        setQuery(null);
+        return;
+      }
+    }
+    if (e.key === "Enter" && !e.shiftKey) {
+      e.preventDefault();
+      send();
+    }
+  };
+  return (
+    <form class="composer card" onSubmit={(e) => { e.preventDefault(); send(); }}>
+      {matches.length > 0 && (
+        <ul class="mentions" role="listbox">
+          {matches.map((a, i) => (
+            <li key={a.id} role="option" aria-selected={i === pick} class={i === pick ? "picked" : ""} onMouseDown={(e) => { e.preventDefault(); choose(a.handle); }}>
+              <b>@{a.handle}</b> <span class="muted">{a.name} · {a.model}</span>
+            </li>
+          ))}
+        </ul>
+      )}
+      <textarea ref={box} name="message" rows={2} placeholder={agents.length ? "Message… (@ to mention a bot)" : "Message…"}
+        value={text} onInput={(e) => update(e.currentTarget)} onKeyDown={onKeyDown} onClick={(e) => update(e.currentTarget)} />
+      <button type="submit" disabled={busy || !text.trim()}>Send</button>
+      <ErrorNote error={error} />
+    </form>
+  );
+}

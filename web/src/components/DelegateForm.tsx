@@ -1,0 +1,41 @@
+import { useState } from "preact/hooks";
+import type { Session } from "../app";
+import { ApiError } from "../lib/api";
+import { usePolled } from "../lib/hooks";
+import { ErrorNote } from "./common";
+
+/** Hands a task to a coding agent in a fresh box: a child thread of this one. */
+export function DelegateForm({ session, threadId, defaultEnvironmentId, onStarted }: {
+  session: Session; threadId: string; defaultEnvironmentId?: string; onStarted: (childId: string) => void;
+}) {
+  const envs = usePolled(() => session.api.environments(), 0, [session]);
+  const [task, setTask] = useState("");
+  const [environmentId, setEnvironmentId] = useState("");
+  const [error, setError] = useState<ApiError | null>(null);
+  const [busy, setBusy] = useState(false);
+  const submit = async (e: Event) => {
+    e.preventDefault();
+    setBusy(true);
+    setError(null);
+    try {
+      const r = await session.api.delegate(threadId, { task: task.trim(), environmentId: environmentId || undefined });
+      setTask("");
+      onStarted(r.childThreadId);
+    } catch (err) {
+      setError(err as ApiError);
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <form class="card row delegate" onSubmit={submit}>
+      <input name="task" placeholder="Delegate a task to a coding agent, e.g. write hello.txt containing hi" value={task} onInput={(e) => setTask(e.currentTarget.value)} />
+      <select name="environment" value={environmentId} onChange={(e) => setEnvironmentId(e.currentTarget.value)}>
+        <option value="">{defaultEnvironmentId ? "thread's environment" : "default environment"}</option>
+        {envs.data?.map((env) => <option key={env.id} value={env.id}>{env.name}</option>)}
+      </select>
+      <button type="submit" disabled={busy || !task.trim()}>Delegate</button>
+      <ErrorNote error={error} />
+    </form>
+  );
+}

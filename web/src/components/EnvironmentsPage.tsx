@@ -1,0 +1,90 @@
+import { useState } from "preact/hooks";
+import type { Session } from "../app";
+import { ApiError } from "../lib/api";
+import { usePolled } from "../lib/hooks";
+import { ErrorNote, parseKeyValues } from "./common";
+
+type Secret = { name: string; value: string };
+
+function parseJsonField(label: string, text: string): unknown {
+  if (!text.trim()) return undefined;
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw new Error(`${label} is not valid JSON`);
+  }
+}
+
+/** Environments: what a run's box gets. Secrets are write-only: sent once, never shown again. */
+export function EnvironmentsPage({ session }: { session: Session }) {
+  const list = usePolled(() => session.api.environments(), 0, [session]);
+  const [name, setName] = useState("");
+  const [model, setModel] = useState("");
+  const [env, setEnv] = useState("");
+  const [secrets, setSecrets] = useState<Secret[]>([{ name: "", value: "" }]);
+  const [piModels, setPiModels] = useState("");
+  const [piSettings, setPiSettings] = useState("");
+  const [sharedBox, setSharedBox] = useState(false);
+  const [error, setError] = useState<ApiError | string | null>(null);
+
+  const setSecret = (i: number, patch: Partial<Secret>) => setSecrets((s) => s.map((x, j) => (j === i ? { ...x, ...patch } : x)));
+  const submit = async (e: Event) => {
+    e.preventDefault();
+    setError(null);
+    try {
+      const body: Record<string, unknown> = { name: name.trim(), sharedBox };
+      if (model.trim()) body.model = model.trim();
+      const envVars = parseKeyValues(env);
+      if (Object.keys(envVars).length) body.env = envVars;
+      const secretMap = Object.fromEntries(secrets.filter((s) => s.name.trim()).map((s) => [s.name.trim(), s.value]));
+      if (Object.keys(secretMap).length) body.secrets = secretMap;
+      const models = parseJsonField("pi models.json", piModels);
+      if (models !== undefined) body.piModels = models;
+      const settings = parseJsonField("pi settings.json", piSettings);
+      if (settings !== undefined) body.piSettings = settings;
+      await session.api.createEnvironment(body);
+      setName(""); setModel(""); setEnv(""); setPiModels(""); setPiSettings(""); setSharedBox(false);
+      setSecrets([{ name: "", value: "" }]);
+      list.reload();
+    } catch (err) {
+      setError(err instanceof ApiError ? err : (err as Error).message);
+    }
+  };
+  return (
+    <section>
+      <h2>Environments</h2>
+      <ErrorNote error={list.error} />
+      {list.data && list.data.length === 0 && <p class="empty">No environments yet.</p>}
+      <ul class="cards">
+        {list.data?.map((e) => (
+          <li key={e.id} class="card" data-env-id={e.id}>
+            <b>{e.name}</b> <code class="muted">{e.id}</code>
+            <div class="small">model {e.model ?? <span class="muted">default</span>}{e.sharedBox ? " · shared box" : ""}</div>
+            <div class="small">secrets: {e.secretNames.length ? e.secretNames.map((s) => <code key={s} class="secret-name">{s}</code>) : <span class="muted">none</span>}</div>
+          </li>
+        ))}
+      </ul>
+      <form class="card form" onSubmit={submit}>
+        <h3>New environment</h3>
+        <label>Name <input name="name" required value={name} onInput={(e) => setName(e.currentTarget.value)} /></label>
+        <label>Model (provider/id) <input name="model" placeholder="openai/gpt-4.1-mini" value={model} onInput={(e) => setModel(e.currentTarget.value)} /></label>
+        <label>Environment variables (KEY=value per line) <textarea name="env" rows={2} value={env} onInput={(e) => setEnv(e.currentTarget.value)} /></label>
+        <fieldset>
+          <legend>Secrets (write-only: never shown again)</legend>
+          {secrets.map((s, i) => (
+            <div class="row" key={i}>
+              <input name={`secret-name-${i}`} placeholder="NAME" value={s.name} onInput={(e) => setSecret(i, { name: e.currentTarget.value })} />
+              <input name={`secret-value-${i}`} type="password" autocomplete="off" placeholder="value" value={s.value} onInput={(e) => setSecret(i, { value: e.currentTarget.value })} />
+            </div>
+          ))}
+          <button type="button" class="link" onClick={() => setSecrets((s) => [...s, { name: "", value: "" }])}>+ another secret</button>
+        </fieldset>
+        <label>pi models.json (optional JSON; <code>"apiKey": "$NAME"</code> reads a secret)<textarea name="piModels" rows={4} value={piModels} onInput={(e) => setPiModels(e.currentTarget.value)} /></label>
+        <label>pi settings.json (optional JSON)<textarea name="piSettings" rows={2} value={piSettings} onInput={(e) => setPiSettings(e.currentTarget.value)} /></label>
+        <label class="check"><input type="checkbox" name="sharedBox" checked={sharedBox} onChange={(e) => setSharedBox(e.currentTarget.checked)} /> shared box for run_command</label>
+        <ErrorNote error={error} />
+        <button type="submit" disabled={!name.trim()}>Create environment</button>
+      </form>
+    </section>
+  );
+}

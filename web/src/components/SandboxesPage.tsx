@@ -1,0 +1,34 @@
+import { useState } from "preact/hooks";
+import type { Session } from "../app";
+import { usePolled } from "../lib/hooks";
+import { ErrorNote, Link, ago } from "./common";
+
+export function SandboxesPage({ session }: { session: Session }) {
+  const { data, error } = usePolled(() => session.api.sandboxes(), 4000, [session]);
+  const [showDeleted, setShowDeleted] = useState(false);
+  const boxes = (data ?? []).filter((b) => showDeleted || b.state !== "deleted");
+  return (
+    <section>
+      <h2>Sandboxes</h2>
+      <label class="small"><input type="checkbox" checked={showDeleted} onChange={(e) => setShowDeleted(e.currentTarget.checked)} /> show deleted</label>
+      <ErrorNote error={error} />
+      {data && boxes.length === 0 && <p class="empty">No boxes. A delegated task creates one.</p>}
+      {boxes.length > 0 && (
+        <table>
+          <thead><tr><th>box</th><th>state</th><th>kind</th><th>threads running</th><th>created</th></tr></thead>
+          <tbody>
+            {boxes.map((b) => (
+              <tr key={b.id} data-box-id={b.id}>
+                <td><code>{b.id}</code><div class="muted small">{b.provider} · {b.providerRef}</div></td>
+                <td><span class={`badge box-${b.state}`}>{b.state}</span>{b.lastError && <div class="error small">{b.lastError}</div>}</td>
+                <td>{b.ephemeral ? "ephemeral" : "shared"}</td>
+                <td>{b.threads.length ? b.threads.map((t) => <div key={t}><Link href={`/threads/${t}`}>{t}</Link></div>) : <span class="muted">none</span>}</td>
+                <td class="muted">{ago(b.createdAt)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </section>
+  );
+}

@@ -1,0 +1,34 @@
+import { useState } from "preact/hooks";
+import { Api, ApiError } from "../lib/api";
+import { ErrorNote } from "./common";
+
+/** Paste a house token; it is checked against the API before it is kept. */
+export function SignIn({ onToken }: { onToken: (token: string) => void }) {
+  const [token, setToken] = useState("");
+  const [error, setError] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  const submit = async (e: Event) => {
+    e.preventDefault();
+    const t = token.trim();
+    if (!t) return;
+    setBusy(true);
+    setError(null);
+    try {
+      await new Api(t).threads("limit=1");
+      onToken(t);
+    } catch (err) {
+      setError(err instanceof ApiError && err.status === 401 ? "That token was not accepted (expired or not a house token)." : String((err as Error).message));
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <form class="signin card" onSubmit={submit}>
+      <h1>threadbox</h1>
+      <p>Sign in with a house token. <code>npm run dev</code> prints one, and a link that signs you in.</p>
+      <textarea name="token" rows={4} placeholder="eyJhbGciOi…" value={token} onInput={(e) => setToken(e.currentTarget.value)} autofocus />
+      <ErrorNote error={error} />
+      <button type="submit" disabled={busy || !token.trim()}>Sign in</button>
+    </form>
+  );
+}

@@ -1,0 +1,103 @@
+import { useEffect, useMemo, useRef, useState } from "preact/hooks";
+import type { Session } from "../app";
+import type { Entry } from "../lib/api";
+import { ApiError } from "../lib/api";
+import { usePolled } from "../lib/hooks";
+import { ThreadSubscription, type LinkState } from "../lib/subscription";
+import { appendEntries, buildTimeline } from "../lib/timeline";
+import { ErrorNote, Link, StatusBadge } from "./common";
+import { Timeline } from "./Timeline";
+import { Composer } from "./Composer";
+import { DelegateForm } from "./DelegateForm";
+
+export function ThreadView({ id, session }: { id: string; session: Session }) {
+  const [entries, setEntries] = useState<Entry[]>([]);
+  const [link, setLink] = useState<LinkState>("connecting");
+  const [actionError, setActionError] = useState<ApiError | null>(null);
+  const [resumeText, setResumeText] = useState("");
+  const thread = usePolled(() => session.api.thread(id), 5000, [id, session]);
+  const children = usePolled(() => session.api.threads(`parent=${encodeURIComponent(id)}&limit=200`), 2500, [id, session]);
+  const agents = usePolled(() => session.api.agents(), 0, [session]);
+  const refreshRows = useRef(() => {});
+  refreshRows.current = () => { thread.reload(); children.reload(); };
+
+  useEffect(() => {
+    setEntries([]);
+    // A catch-up replays the whole thread one frame per entry: render them in batches.
+    let pending: Entry[] = [];
+    let flush: ReturnType<typeof setTimeout> | undefined;
+    const sub = new ThreadSubscription({
+      threadId: id,
+      token: session.token,
+      onEntry: (entry) => {
+        pending.push(entry);
+        flush ??= setTimeout(() => {
+          const batch = pending;
+          pending = [];
+          flush = undefined;
+          setEntries((list) => appendEntries(list, batch));
+          if (batch.some((e) => e.payload.type.startsWith("signal.thread."))) refreshRows.current();
+        }, 16);
+      },
+      onState: setLink,
+    }).start();
+    return () => { sub.close(); clearTimeout(flush); };
+  }, [id, session.token]);
+
+  const bots = useMemo(() => new Map((agents.data ?? []).map((a) => [a.id, a.handle])), [agents.data]);
+  const items = useMemo(() => buildTimeline(entries, children.data ?? [], { me: session.subject, bots }), [entries, children.data, bots]);
+
+  // Follow new entries while the reader is at the bottom; leave them be when they scrolled up.
+  const bottom = useRef<HTMLDivElement>(null);
+  const following = useRef(true);
+  useEffect(() => {
+    const onScroll = () => { following.current = innerHeight + scrollY >= document.body.scrollHeight - 80; };
+    addEventListener("scroll", onScroll, { passive: true });
+    return () => removeEventListener("scroll", onScroll);
+  }, []);
+  useEffect(() => { if (following.current) bottom.current?.scrollIntoView({ block: "end" }); }, [items.length]);
+
+  const act = async (fn: () => Promise<unknown>): Promise<boolean> => {
+    setActionError(null);
+    try {
+      await fn();
+      thread.reload();
+      return true;
+    } catch (err) {
+      setActionError(err as ApiError);
+      return false;
+    }
+  };
+  const t = thread.data;
+  if (thread.error?.status === 404) return <p class="empty">Thread {id} not found. <Link href="/">Threads</Link></p>;
+  return (
+    <section class="thread">
+      <header class="thread-head">
+        <div>
+          <h2>{t?.title || id}</h2>
+          <div class="muted small">
+            {id}
+            {t?.parent.kind === "thread" && t.parent.id && <> · child of <Link href={`/threads/${t.parent.id}`}>{t.parent.id}</Link></>}
+            {t?.boxId && <> · box {t.boxId}</>}
+          </div>
+        </div>
+        <div class="head-actions">
+          {t && <StatusBadge status={t.status} reason={t.reason} />}
+          <span class={`link-state link-${link}`} data-link={link}>{link}</span>
+          {t?.status === "running" && <button class="danger" onClick={() => act(() => session.api.stop(id))}>Stop</button>}
+        </div>
+      </header>
+      <ErrorNote error={thread.error ?? actionError} />
+      <Timeline items={items} />
+      <div ref={bottom} />
+      {(t?.status === "completed" || t?.status === "failed") && (
+        <form class="card row" onSubmit={(e) => { e.preventDefault(); act(() => session.api.resume(id, resumeText.trim())).then((ok) => ok && setResumeText("")); }}>
+          <input name="resume" placeholder="Tell the agent what to do next, then resume the run" value={resumeText} onInput={(e) => setResumeText(e.currentTarget.value)} />
+          <button type="submit" disabled={!resumeText.trim()}>Resume</button>
+        </form>
+      )}
+      <Composer session={session} threadId={id} agents={agents.data ?? []} />
+      <DelegateForm session={session} threadId={id} defaultEnvironmentId={t?.environmentId ?? undefined} onStarted={() => children.reload()} />
+    </section>
+  );
+}

@@ -1,0 +1,81 @@
+import type { TimelineItem, ToolItem } from "../lib/timeline";
+import { diffOfToolCall, looksLikeDiff, parseUnifiedDiff, type DiffLine } from "../lib/diff";
+import { Link, StatusBadge } from "./common";
+
+function time(ts: number) {
+  return new Date(ts).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+}
+
+export function DiffView({ lines }: { lines: DiffLine[] }) {
+  return <pre class="diff">{lines.map((l, i) => <div key={i} class={`d-${l.kind}`}>{l.text || " "}</div>)}</pre>;
+}
+
+function Output({ text }: { text: string }) {
+  return looksLikeDiff(text) ? <DiffView lines={parseUnifiedDiff(text)} /> : <pre class="output">{text}</pre>;
+}
+
+function summary(item: ToolItem): string {
+  const a = (item.args ?? {}) as Record<string, unknown>;
+  const first = a.command ?? a.path ?? a.file_path ?? a.pattern ?? a.url;
+  return typeof first === "string" ? first.split("\n")[0].slice(0, 120) : "";
+}
+
+function ToolCall({ item }: { item: ToolItem }) {
+  const r = item.result?.payload;
+  const state = !r ? "running" : r.isError ? "error" : "done";
+  const diff = diffOfToolCall(item.name, item.args);
+  return (
+    <details class={`tool tool-${state}`} data-offset={item.call?.offset ?? item.result?.offset} data-tool={item.name}>
+      <summary>
+        <span class="tool-name">{item.name}</span>
+        <span class="tool-summary">{summary(item)}</span>
+        <span class={`tool-state`}>{state === "running" ? "…" : state === "error" ? "failed" : "done"}</span>
+      </summary>
+      <div class="tool-body">
+        {diff ? <DiffView lines={diff} /> : <pre class="args">{JSON.stringify(item.args ?? {}, null, 2)}</pre>}
+        {r && <Output text={String(r.output ?? "")} />}
+      </div>
+    </details>
+  );
+}
+
+export function Timeline({ items }: { items: TimelineItem[] }) {
+  if (items.length === 0) return <p class="empty">Nothing here yet: post a message or delegate a task below.</p>;
+  return (
+    <ol class="timeline">
+      {items.map((item) => {
+        switch (item.kind) {
+          case "chat":
+            return (
+              <li key={item.key} class={`bubble bubble-${item.role}`} data-offset={item.entry.offset} data-kind="chat">
+                <div class="bubble-head">
+                  <b>{item.author}</b>
+                  {item.childThreadId && <> <Link href={`/threads/${item.childThreadId}`}>open</Link></>}
+                  {" "}<span class="muted">{time(item.entry.ts)}</span>
+                </div>
+                <div class="bubble-text">{item.text}</div>
+              </li>
+            );
+          case "tool":
+            return <li key={item.key} class="tool-item"><ToolCall item={item} /></li>;
+          case "signal":
+            return (
+              <li key={item.key} class={`mark mark-${item.tone}`} data-offset={item.entry.offset} data-kind={item.entry.payload.type}>
+                <span class="dot" /> {item.label}
+                {item.childThreadId && <> · <Link href={`/threads/${item.childThreadId}`}>open</Link></>}
+                <span class="muted"> {time(item.entry.ts)}</span>
+              </li>
+            );
+          case "child":
+            return (
+              <li key={item.key} class="child card" data-child-id={item.thread.id}>
+                <span class="muted">child thread</span>
+                <Link href={`/threads/${item.thread.id}`}>{item.thread.title || item.thread.id}</Link>
+                <StatusBadge status={item.thread.status} reason={item.thread.reason} />
+              </li>
+            );
+        }
+      })}
+    </ol>
+  );
+}

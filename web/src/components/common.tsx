@@ -1,0 +1,38 @@
+import type { ComponentChildren } from "preact";
+import { onLinkClick } from "../lib/router";
+import type { ApiError } from "../lib/api";
+
+export function StatusBadge({ status, reason }: { status: string; reason?: string | null }) {
+  return <span class={`badge status-${status}`} title={reason ?? undefined} data-status={status}>{status}{reason && status === "failed" ? ` · ${reason}` : ""}</span>;
+}
+
+export function Link({ href, children, class: cls }: { href: string; children: ComponentChildren; class?: string }) {
+  return <a href={href} onClick={onLinkClick} class={cls}>{children}</a>;
+}
+
+export function ErrorNote({ error }: { error: ApiError | string | null | undefined }) {
+  if (!error) return null;
+  const text = typeof error === "string" ? error : `${error.code}: ${error.message}`;
+  return <p class="error" role="alert">{text}</p>;
+}
+
+export function ago(iso: string | number): string {
+  const s = Math.max(0, Math.round((Date.now() - (typeof iso === "number" ? iso : Date.parse(iso))) / 1000));
+  if (s < 60) return `${s}s ago`;
+  if (s < 3600) return `${Math.round(s / 60)}m ago`;
+  if (s < 86400) return `${Math.round(s / 3600)}h ago`;
+  return `${Math.round(s / 86400)}d ago`;
+}
+
+/** Parses KEY=value lines (blank lines and # comments skipped). */
+export function parseKeyValues(text: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const raw of text.split("\n")) {
+    const line = raw.trim();
+    if (!line || line.startsWith("#")) continue;
+    const i = line.indexOf("=");
+    if (i <= 0) throw new Error(`"${line}" is not KEY=value`);
+    out[line.slice(0, i).trim()] = line.slice(i + 1);
+  }
+  return out;
+}

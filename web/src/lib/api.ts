@@ -1,0 +1,86 @@
+// The public HTTP API of the same origin. Errors come back as {"error":{"code","message"}}.
+
+export type ThreadStatus = "idle" | "running" | "completed" | "failed";
+export type ParentRef = { kind: "none" | "agent" | "thread"; id: string | null };
+export type ThreadSummary = {
+  id: string; parent: ParentRef; status: ThreadStatus; reason: string | null; title: string | null;
+  environmentId: string | null; boxId: string | null; createdAt: string; updatedAt: string;
+};
+export type Thread = ThreadSummary & { detail?: string | null; lastLivenessAt?: number | null };
+export type Payload = { type: string; [k: string]: unknown };
+export type Entry = { offset: string; id: string; ts: number; authorId?: string; payload: Payload };
+export type Environment = {
+  id: string; name: string; model?: string; provider?: string; sharedBox?: boolean;
+  env?: Record<string, string>; secretNames: string[]; createdAt?: string;
+};
+export type Agent = { id: string; name: string; handle: string; model: string; triggerMode: string; environmentId?: string; tools?: string[] };
+export type Box = {
+  id: string; provider: string; providerRef: string; ephemeral: boolean; state: string;
+  labels: Record<string, string>; threads: string[]; lastError: string | null; createdAt: string; updatedAt: string;
+};
+
+export class ApiError extends Error {
+  constructor(readonly status: number, readonly code: string, message: string) {
+    super(message);
+  }
+}
+
+export class Api {
+  /** `onUnauthorized` runs when the server refuses the token (expired, revoked): the app signs out. */
+  constructor(private readonly token: string, private readonly onUnauthorized: () => void = () => {}, private readonly base = "") {}
+
+  async request<T>(method: string, path: string, body?: unknown): Promise<T> {
+    let res: Response;
+    try {
+      res = await fetch(this.base + path, {
+        method,
+        headers: { authorization: `Bearer ${this.token}`, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
+        body: body !== undefined ? JSON.stringify(body) : undefined,
+      });
+    } catch {
+      throw new ApiError(0, "network_error", "the server cannot be reached");
+    }
+    const text = await res.text();
+    const data = text ? safeJson(text) : null;
+    if (res.status === 401) this.onUnauthorized();
+    if (!res.ok) {
+      const err = (data as { error?: { code?: string; message?: string } } | null)?.error;
+      throw new ApiError(res.status, err?.code ?? `http_${res.status}`, err?.message ?? res.statusText);
+    }
+    return data as T;
+  }
+
+  threads = (q = "limit=500") => this.request<{ threads: ThreadSummary[] }>("GET", `/api/threads?${q}`).then((r) => r.threads);
+  thread = (id: string) => this.request<Thread>("GET", `/api/threads/${enc(id)}`);
+  createThread = (body: { title?: string; environmentId?: string }) => this.request<Thread>("POST", "/api/threads", body);
+  post = (id: string, text: string) =>
+    this.request("POST", `/api/threads/${enc(id)}/entries`, { id: `ui-${crypto.randomUUID()}`, payload: { type: "chat", text } });
+  delegate = (id: string, body: { task: string; environmentId?: string }) =>
+    this.request<{ childThreadId: string }>("POST", `/api/threads/${enc(id)}/delegate`, body);
+  stop = (id: string) => this.request<Thread>("POST", `/api/threads/${enc(id)}/stop`);
+  resume = (id: string, message: string) => this.request("POST", `/api/threads/${enc(id)}/resume`, { message });
+  environments = () => this.request<{ environments: Environment[] }>("GET", "/api/environments").then((r) => r.environments);
+  createEnvironment = (body: Record<string, unknown>) => this.request<Environment>("POST", "/api/environments", body);
+  sandboxes = () => this.request<{ sandboxes: Box[] }>("GET", "/api/sandboxes").then((r) => r.sandboxes);
+  createAgent = (body: Record<string, unknown>) => this.request<Agent>("POST", "/api/agents", body);
+
+  /** The house's bots, or null where this server has no bots yet (404). */
+  async agents(): Promise<Agent[] | null> {
+    try {
+      return (await this.request<{ agents: Agent[] }>("GET", "/api/agents")).agents;
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 404) return null;
+      throw err;
+    }
+  }
+}
+
+const enc = encodeURIComponent;
+
+function safeJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return null;
+  }
+}

@@ -1,0 +1,32 @@
+// The house token: pasted on the sign-in page or handed over as `#token=<token>` in the URL
+// (the dev script prints such a link). Kept in localStorage; the fragment is removed from the
+// address bar at once so it does not linger in history or screenshots.
+const KEY = "threadbox.token";
+
+export type Claims = { houseId?: string; subject?: string; role?: string; exp?: number };
+
+export function takeTokenFromLocation(loc: Location, hist: History, store: Storage): void {
+  const params = new URLSearchParams(loc.hash.replace(/^#/, ""));
+  const token = params.get("token");
+  if (!token) return;
+  store.setItem(KEY, token.trim());
+  params.delete("token");
+  const rest = params.toString();
+  hist.replaceState(null, "", loc.pathname + loc.search + (rest ? `#${rest}` : ""));
+}
+
+export const loadToken = (store: Storage): string | null => store.getItem(KEY);
+export const saveToken = (store: Storage, token: string): void => store.setItem(KEY, token.trim());
+export const clearToken = (store: Storage): void => store.removeItem(KEY);
+
+/** Reads a JWT's claims for display only; the server is the one that verifies it. */
+export function readClaims(token: string): Claims {
+  try {
+    const part = token.split(".")[1] ?? "";
+    const json = atob(part.replace(/-/g, "+").replace(/_/g, "/").padEnd(Math.ceil(part.length / 4) * 4, "="));
+    const c = JSON.parse(json);
+    return { houseId: c.houseId ?? c.house, subject: c.sub, role: c.role, exp: c.exp };
+  } catch {
+    return {};
+  }
+}

@@ -1,0 +1,25 @@
+import { useCallback, useEffect, useRef, useState } from "preact/hooks";
+import { ApiError } from "./api";
+
+export type Loaded<T> = { data: T | undefined; error: ApiError | null; reload: () => void };
+
+/** Loads `fn` now and every `everyMs` while the page is visible (live lists: statuses, boxes). */
+export function usePolled<T>(fn: () => Promise<T>, everyMs: number, deps: unknown[]): Loaded<T> {
+  const [data, setData] = useState<T | undefined>(undefined);
+  const [error, setError] = useState<ApiError | null>(null);
+  const fnRef = useRef(fn);
+  fnRef.current = fn;
+  const reload = useCallback(() => {
+    fnRef.current().then(
+      (d) => { setData(d); setError(null); },
+      (e) => setError(e instanceof ApiError ? e : new ApiError(0, "error", String(e))),
+    );
+  }, []);
+  useEffect(() => {
+    reload();
+    if (!everyMs) return;
+    const t = setInterval(() => { if (document.visibilityState === "visible") reload(); }, everyMs);
+    return () => clearInterval(t);
+  }, deps);
+  return { data, error, reload };
+}

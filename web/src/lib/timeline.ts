@@ -1,0 +1,110 @@
+// What the thread view shows, folded from the thread's entries (pure: no DOM, no network).
+import type { Entry, ThreadSummary } from "./api";
+
+export type ToolItem = { kind: "tool"; key: string; toolCallId: string; name: string; args: unknown; call?: Entry; result?: Entry };
+export type TimelineItem =
+  | { kind: "chat"; key: string; entry: Entry; text: string; role: "person" | "bot" | "agent"; author: string; childThreadId?: string }
+  | ToolItem
+  | { kind: "signal"; key: string; entry: Entry; label: string; tone: "info" | "good" | "bad"; childThreadId?: string }
+  | { kind: "child"; key: string; thread: ThreadSummary };
+
+export type AuthorInfo = { me?: string; bots: Map<string, string> };
+
+const FINISHED_OK = new Set(["completed"]);
+
+export function authorOf(entry: Entry, who: AuthorInfo): { role: "person" | "bot"; author: string } {
+  const id = entry.authorId;
+  if (!id) return { role: "person", author: "someone" };
+  const handle = who.bots.get(id);
+  if (handle) return { role: "bot", author: `@${handle}` };
+  if (id.startsWith("ag_")) return { role: "bot", author: id };
+  return { role: "person", author: id === who.me ? `${id} (you)` : id };
+}
+
+export function signalLabel(p: Entry["payload"]): { label: string; tone: "info" | "good" | "bad" } {
+  const reason = typeof p.reason === "string" && p.reason ? ` (${p.reason})` : "";
+  switch (p.type) {
+    case "signal.thread.status_changed":
+      return { label: `status: ${p.status}${reason}`, tone: p.status === "running" ? "info" : FINISHED_OK.has(String(p.status)) ? "good" : "bad" };
+    case "signal.thread.child_finished":
+      return { label: `child thread ${p.status}${reason}`, tone: FINISHED_OK.has(String(p.status)) ? "good" : "bad" };
+    case "signal.thread.box_assigned":
+      return { label: `box ${p.boxId}`, tone: "info" };
+    case "signal.run.launched":
+      return { label: `${p.harness ?? "agent"} launched (${p.boxReused ? "box reused" : "new box"}, session ${p.session ?? "new"})`, tone: "info" };
+    default:
+      return { label: p.type.replace(/^signal\./, ""), tone: "info" };
+  }
+}
+
+/**
+ * Entries (in offset order) and the thread's children become timeline items: chat bubbles,
+ * one item per tool call holding its result, small signal marks, and child thread cards placed
+ * where the child was created.
+ */
+export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: AuthorInfo): TimelineItem[] {
+  const items: TimelineItem[] = [];
+  const tools = new Map<string, ToolItem>();
+  const chatTexts = new Set<string>();
+  const pending = [...children].sort((a, b) => a.createdAt.localeCompare(b.createdAt));
+  const placeChildrenBefore = (ts: number) => {
+    while (pending.length && Date.parse(pending[0].createdAt) <= ts) {
+      const thread = pending.shift()!;
+      items.push({ kind: "child", key: `child:${thread.id}`, thread });
+    }
+  };
+  for (const entry of entries) {
+    placeChildrenBefore(entry.ts);
+    const p = entry.payload;
+    const key = entry.offset;
+    if (p.type === "chat") {
+      const text = String(p.text ?? "");
+      chatTexts.add(text);
+      if (p.origin === "child_finished" && typeof p.childThreadId === "string") {
+        // A delegated child's answer, posted on the parent on behalf of whoever delegated.
+        items.push({ kind: "chat", key, entry, text, role: "agent", author: `result of child thread`, childThreadId: p.childThreadId });
+      } else {
+        items.push({ kind: "chat", key, entry, text, ...authorOf(entry, who) });
+      }
+    } else if (p.type === "pi.user") {
+      const text = String(p.text ?? "");
+      if (!chatTexts.has(text)) items.push({ kind: "chat", key, entry, text, role: "person", author: "prompt" });
+    } else if (p.type === "pi.assistant") {
+      const text = String(p.text ?? "") || (p.stopReason === "error" ? `error: ${p.errorMessage ?? "the model failed"}` : "");
+      if (text) items.push({ kind: "chat", key, entry, text, role: "agent", author: typeof p.model === "string" ? `agent · ${p.model}` : "agent" });
+    } else if (p.type === "pi.tool_call" || p.type === "pi.tool_result") {
+      const id = String(p.toolCallId ?? entry.id);
+      let item = tools.get(id);
+      if (!item) {
+        item = { kind: "tool", key, toolCallId: id, name: String(p.name ?? "tool"), args: undefined };
+        tools.set(id, item);
+        items.push(item);
+      }
+      if (p.type === "pi.tool_call") {
+        item.call = entry;
+        item.name = String(p.name ?? item.name);
+        item.args = p.args;
+      } else {
+        item.result = entry;
+      }
+    } else if (p.type === "pi.error") {
+      items.push({ kind: "signal", key, entry, label: `error: ${p.message ?? "unknown"}`, tone: "bad" });
+    } else if (p.type.startsWith("signal.")) {
+      const childThreadId = typeof p.childThreadId === "string" ? p.childThreadId : undefined;
+      items.push({ kind: "signal", key, entry, ...signalLabel(p), childThreadId });
+    } else {
+      items.push({ kind: "signal", key, entry, label: p.type, tone: "info" });
+    }
+  }
+  placeChildrenBefore(Infinity);
+  return items;
+}
+
+/** Adds entries to an offset-ordered list, keeping one copy of each offset. */
+export function appendEntries(list: Entry[], more: Entry[]): Entry[] {
+  const last = list[list.length - 1]?.offset ?? "";
+  if (more.every((e, i) => e.offset > (i === 0 ? last : more[i - 1].offset))) return more.length ? [...list, ...more] : list;
+  const byOffset = new Map(list.map((e) => [e.offset, e]));
+  for (const e of more) if (!byOffset.has(e.offset)) byOffset.set(e.offset, e);
+  return [...byOffset.values()].sort((a, b) => a.offset.localeCompare(b.offset));
+}
