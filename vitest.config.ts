@@ -49,6 +49,7 @@ export default defineConfig({
                 PROBE_INTERVAL_MS: "60000",
                 PROBE_CONFIRM_MS: "5000",
                 STOP_GRACE_MS: "300",
+                DISPATCH_TURN_LEASE_MS: "1500",
                 // Explicit, so a developer's .dev.vars cannot change what the tests see.
                 THREADBOX_STREAM_URL: "",
                 // Local sandbox host started by test/workers/sandbox-provider.setup.ts

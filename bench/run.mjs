@@ -23,7 +23,7 @@ function knob(name, def) {
   return typeof def === "number" ? Number(raw) : raw;
 }
 const K = {
-  ONLY: knob("ONLY", "1,2,3,4,5,6,ceil"),
+  ONLY: knob("ONLY", "1,2,3,4,5,6,7,ceil"),
   MSG_BYTES: knob("MSG_BYTES", 100),
   W1_APPENDS: knob("W1_APPENDS", 3000),
   W1_WRITERS: knob("W1_WRITERS", 16),
@@ -42,6 +42,9 @@ const K = {
   W6_THREADS: knob("W6_THREADS", 500),
   W6_INTERVAL_MS: knob("W6_INTERVAL_MS", 5000),
   W6_DURATION_MS: knob("W6_DURATION_MS", 60_000),
+  W7_APPENDS: knob("W7_APPENDS", 1000),
+  W7_WRITERS: knob("W7_WRITERS", 4),
+  W7_BOTS: knob("W7_BOTS", 10),
   CEIL_HEALTH_REQUESTS: knob("CEIL_HEALTH_REQUESTS", 3000),
   CEIL_HEALTH_CONCURRENCY: knob("CEIL_HEALTH_CONCURRENCY", 16),
   CEIL_ROWS: knob("CEIL_ROWS", 50_000),
@@ -212,6 +215,35 @@ async function w6(t, pid, reuse) {
     heartbeats: sent, failed, rate: sent / sec, p50: percentile(lat, 50), p99: percentile(lat, 99), grown, threads: names.length, seconds: sec,
     pids: c1.pids,
   };
+}
+
+/**
+ * #7: what dispatch costs the append path. Chat appends to a thread of a house with W7_BOTS bots
+ * none of which is triggered (mention mode, no mention), against the same appends of entries no
+ * bot ever looks at (`pi.note`) in a house without bots. Each chat is recorded as a trigger and
+ * decided by the thread's alarm, off the append's response path.
+ */
+async function w7(worker) {
+  const lane = async (house, bots, type) => {
+    const t = new Target({ label: house, url: worker.url, token: await worker.mintHouseToken(house), threads: true });
+    for (let i = 0; i < bots; i++) {
+      const r = await fetch(`${t.url}/api/agents`, {
+        method: "POST", headers: t.h({ "content-type": "application/json" }),
+        body: JSON.stringify({ name: `bot ${i}`, handle: `bot${i}`, model: "none/none" }),
+      });
+      if (r.status !== 201) throw new Error(`w7: create agent -> ${r.status} ${await r.text()}`);
+    }
+    const name = await t.createThread(`w7-${house}`);
+    const body = (i) => JSON.stringify({ payload: type === "chat" ? { type, text: `no mention here ${i}` } : { type, text: `note ${i}` } });
+    for (let i = 0; i < 50; i++) await t.append(name, body(-i)); // warm-up
+    const lat = [];
+    const t0 = now();
+    await pool(K.W7_APPENDS, K.W7_WRITERS, async (i) => { lat.push(await t.append(name, body(i))); });
+    return { rate: K.W7_APPENDS / ((now() - t0) / 1000), p50: percentile(lat, 50), p99: percentile(lat, 99) };
+  };
+  const plain = await lane(`bench-w7-plain-${runId}`, 0, "pi.note");
+  const bots = await lane(`bench-w7-bots-${runId}`, K.W7_BOTS, "chat");
+  return { plain, bots };
 }
 
 async function healthCeiling(t) {
@@ -385,6 +417,16 @@ async function main() {
         `idle ${h.idleWorkerdCpuPct.toFixed(1)}%; tree ${h.treeCpuPct.toFixed(1)}%; ${h.rate.toFixed(0)} hb/s`);
       row("6", "heartbeats", "hb p99", "ms", "lower", h.p99, null, `failed ${h.failed}`);
       row("6", "heartbeats: log growth", "threads grown", "threads", "lower", h.grown, null, h.grown === 0 ? "OK: zero growth" : "FAIL: logs grew");
+    }
+    if (only.has("7")) {
+      log(`w7: chat appends with ${K.W7_BOTS} bots, none triggered, vs plain appends`);
+      const d = await w7(worker);
+      results.raw.w7 = d;
+      const label = `chat appends, ${K.W7_BOTS} bots none triggered (${K.W7_WRITERS} writers)`;
+      const note = "reference column: plain appends (pi.*) in a house without bots; goal ratio <= 1.10";
+      row("7", label, "append p50", "ms", "lower", d.bots.p50, d.plain.p50, note);
+      row("7", label, "append p99", "ms", "lower", d.bots.p99, d.plain.p99);
+      row("7", label, "entries/s", "entries/s", "higher", d.bots.rate, d.plain.rate);
     }
   } finally {
     await stopAll();

@@ -19,6 +19,8 @@ export interface Env {
   STOPPED_BOX_GRACE_MS?: string;
   STOP_GRACE_MS?: string;
   STREAM_TOKEN_TTL_SECONDS?: string;
+  /** How soon a bot's turn interrupted by an eviction is resumed (ms); default 60000. */
+  DISPATCH_TURN_LEASE_MS?: string;
 }
 
 export function intVar(value: string | undefined, fallback: number): number {

@@ -8,6 +8,8 @@ import {
 } from "./http/routes-threads";
 import { createEnvironmentRoute, execRoute, getEnvironmentRoute, listEnvironmentsRoute } from "./http/routes-environments";
 import { createSandboxRoute, deleteSandboxRoute, getSandboxRoute, listSandboxesRoute, reconcileRoute } from "./http/routes-sandboxes";
+import { createAgentRoute, deleteAgentRoute, getAgentRoute, listAgentsRoute, patchAgentRoute } from "./http/routes-agents";
+import { dispatchDecisionsRoute, getThreadConfigRoute, patchThreadConfigRoute } from "./http/routes-dispatch";
 import { streamRoute, withPublicLocation } from "./http/routes-streams";
 import { CORS_HEADERS } from "./streams/protocol";
 import { assertNoRepeatedQuery } from "./http/query";
@@ -44,6 +46,14 @@ router
   .post("/api/threads/:id/stop", (req, env) => stopThreadRoute(req, env, req.params.id))
   .post("/api/threads/:id/delegate", (req, env) => delegateRoute(req, env, req.params.id))
   .post("/api/threads/:id/resume", (req, env) => resumeRoute(req, env, req.params.id))
+  .get("/api/threads/:id/config", (req, env) => getThreadConfigRoute(req, env, req.params.id))
+  .patch("/api/threads/:id/config", (req, env) => patchThreadConfigRoute(req, env, req.params.id))
+  .get("/api/threads/:id/dispatch", (req, env) => dispatchDecisionsRoute(req, env, req.params.id))
+  .post("/api/agents", (req, env) => createAgentRoute(req, env))
+  .get("/api/agents", (req, env) => listAgentsRoute(req, env))
+  .get("/api/agents/:id", (req, env) => getAgentRoute(req, env, req.params.id))
+  .patch("/api/agents/:id", (req, env) => patchAgentRoute(req, env, req.params.id))
+  .delete("/api/agents/:id", (req, env) => deleteAgentRoute(req, env, req.params.id))
   .post("/api/environments", (req, env) => createEnvironmentRoute(req, env))
   .get("/api/environments", (req, env) => listEnvironmentsRoute(req, env))
   .get("/api/environments/:id", (req, env) => getEnvironmentRoute(req, env, req.params.id))

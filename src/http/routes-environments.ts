@@ -2,7 +2,7 @@ import { z } from "zod";
 import { ApiError, json } from "../errors";
 import type { Env } from "../env";
 import { authenticate, canWrite, houseWriter, requireHouse } from "../auth/authenticate";
-import { idSchema } from "../auth/tokens";
+import { idSchema, type HouseClaims } from "../auth/tokens";
 import { environmentInputSchema, publicEnvironment, type Environment } from "../environments";
 import { houseStub, newId, sandboxStub } from "./actors";
 import { unwrapRpc } from "../actors/rpc";
@@ -37,7 +37,7 @@ export async function getEnvironmentRoute(request: Request, env: Env, id: string
   return json(publicEnvironment(e));
 }
 
-const execSchema = z.object({
+export const execSchema = z.object({
   command: z.string().min(1).max(100_000),
   cwd: z.string().max(1000).optional(),
   timeoutSec: z.number().int().min(1).max(3600).default(120),
@@ -48,23 +48,40 @@ const execSchema = z.object({
  * created on first use. The environment's env vars apply; its secrets do not (output goes back
  * to the caller, and from a bot to a model).
  */
+export type ExecBody = z.infer<typeof execSchema>;
+export type ExecResult = { boxId: string; exitCode: number; output: string };
+
+async function loadEnvironment(env: Env, houseId: string, environmentId: string): Promise<Environment> {
+  const e = (await unwrapRpc(houseStub(env, houseId).getEnvironment(environmentId))) as Environment | null;
+  if (!e) throw new ApiError("not_found", "environment not found");
+  return e;
+}
+
+async function runOnSharedBox(env: Env, houseId: string, e: Environment, body: ExecBody): Promise<ExecResult> {
+  if (!e.sharedBox) throw new ApiError("conflict", "this environment keeps no shared box (set sharedBox: true)");
+  const provider = providerFor(env, e.provider);
+  const box = await sharedBox(env, houseId, e);
+  try {
+    const r = await provider.exec(box.providerRef, body.command, { cwd: body.cwd, env: e.env, timeoutSec: body.timeoutSec });
+    return { boxId: box.id, exitCode: r.exitCode, output: r.output };
+  } catch (err) {
+    throw providerApiError(err, { timeoutSec: body.timeoutSec });
+  }
+}
+
+/** The `run_command` tool comes here, with the bot's claims: the same checks as the route. */
+export async function runInEnvironment(env: Env, claims: HouseClaims, environmentId: string, body: ExecBody): Promise<ExecResult> {
+  return runOnSharedBox(env, claims.houseId, await loadEnvironment(env, claims.houseId, environmentId), body);
+}
+
 export async function execRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
   const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
   const parsed = idSchema.safeParse(id);
   if (!parsed.success) throw new ApiError("not_found", "environment not found");
-  const house = houseStub(env, claims.houseId);
-  const e = (await unwrapRpc(house.getEnvironment(parsed.data))) as Environment | null;
-  if (!e) throw new ApiError("not_found", "environment not found");
+  // Authorization before validation: another house's environment answers 404 before the body is read.
+  const e = await loadEnvironment(env, claims.houseId, parsed.data);
   const body = await readBody(request, execSchema);
-  if (!e.sharedBox) throw new ApiError("conflict", "this environment keeps no shared box (set sharedBox: true)");
-  const provider = providerFor(env, e.provider);
-  const box = await sharedBox(env, claims.houseId, e);
-  try {
-    const r = await provider.exec(box.providerRef, body.command, { cwd: body.cwd, env: e.env, timeoutSec: body.timeoutSec });
-    return json({ boxId: box.id, exitCode: r.exitCode, output: r.output });
-  } catch (err) {
-    throw providerApiError(err, { timeoutSec: body.timeoutSec });
-  }
+  return json(await runOnSharedBox(env, claims.houseId, e, body));
 }
 
 async function sharedBox(env: Env, houseId: string, e: Environment): Promise<{ id: string; providerRef: string }> {

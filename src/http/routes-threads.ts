@@ -3,7 +3,8 @@ import { ApiError, json, SECURITY_HEADERS } from "../errors";
 import type { Env } from "../env";
 import { THREAD_STATUSES } from "../entries/schema";
 import { assertThreadAccess, authenticate, BEARER_PROTOCOL_PREFIX, canWrite, houseWriter, requireHouse } from "../auth/authenticate";
-import { idSchema, mintStreamToken, STREAM_SCOPES, streamTokenTtlSeconds, type TokenClaims } from "../auth/tokens";
+import { initialDispatchConfig } from "../dispatch/config";
+import { idSchema, mintStreamToken, STREAM_SCOPES, streamTokenTtlSeconds, type HouseClaims, type TokenClaims } from "../auth/tokens";
 import { authorFor, writerFor } from "../threads/entries";
 import { readBody, readJson } from "./body";
 import { houseStub, newId, threadStub } from "./actors";
@@ -16,7 +17,7 @@ import type { HarnessName } from "../sandbox/harness";
 
 type EntriesPage = { entries: EntryWithOffset[]; nextOffset: string; upToDate: boolean };
 
-const createThreadSchema = z.object({
+export const createThreadSchema = z.object({
   title: z.string().max(500).optional(),
   parent: z.object({ kind: z.enum(["none", "agent", "thread"]), id: idSchema.optional() }).strict().optional(),
   environmentId: idSchema.optional(),
@@ -46,9 +47,10 @@ function threadIdParam(raw: string | undefined): string {
   return parsed.data;
 }
 
-export async function createThreadRoute(request: Request, env: Env): Promise<Response> {
-  const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
-  const body = await readBody(request, createThreadSchema);
+export type CreateThreadBody = z.infer<typeof createThreadSchema>;
+
+/** The one way a thread is made: the route and the `create_thread` tool (as the bot) both come here. */
+export async function createThread(env: Env, claims: HouseClaims, body: CreateThreadBody, idem?: { key: string }) {
   const parent = body.parent ?? { kind: "none" as const };
   if (parent.kind !== "none" && !parent.id) throw new ApiError("validation_failed", "parent.id is required unless parent.kind is none");
   let environmentId = body.environmentId ?? null;
@@ -57,16 +59,27 @@ export async function createThreadRoute(request: Request, env: Env): Promise<Res
     const parentRow = await unwrapRpc(threadStub(env, parent.id!).getThread(claims.houseId));
     environmentId = environmentId ?? parentRow.environmentId;
   }
-  const key = idempotencyKey(request);
-  const id = key === null ? newId("th_") : await idempotentThreadId(claims.houseId, claims.subject, key);
-  const { thread, created } = await unwrapRpc(threadStub(env, id).createThread({
-    id, houseId: claims.houseId, parent: { kind: parent.kind, id: parent.id ?? null }, environmentId,
+  if (parent.kind === "agent" && !(await unwrapRpc(houseStub(env, claims.houseId).getAgent(parent.id!)))) {
+    throw new ApiError("not_found", "agent not found");
+  }
+  const id = idem ? await idempotentThreadId(claims.houseId, claims.subject, idem.key) : newId("th_");
+  const parentRef = { kind: parent.kind, id: parent.id ?? null };
+  return unwrapRpc(threadStub(env, id).createThread({
+    id, houseId: claims.houseId, parent: parentRef, environmentId,
     // A run's box writes as the brain: naming one is authoring as it, so the authorship rule applies.
     title: body.title ?? null, brainId: body.brainId === undefined ? null : authorFor(body.brainId, writerFor(claims)), createdBy: claims.subject,
-    requestFingerprint: key === null ? null : await requestFingerprint(body),
+    requestFingerprint: idem ? await requestFingerprint(body) : null,
+    dispatchConfig: initialDispatchConfig(parentRef),
   }));
+}
+
+export async function createThreadRoute(request: Request, env: Env): Promise<Response> {
+  const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
+  const body = await readBody(request, createThreadSchema);
+  const key = idempotencyKey(request);
+  const { thread, created } = await createThread(env, claims, body, key === null ? undefined : { key });
   // A retry with the same Idempotency-Key answers the row it created the first time.
-  return json(thread, created ? 201 : 200, { location: `/api/threads/${id}`, ...(created ? {} : { "idempotent-replayed": "true" }) });
+  return json(thread, created ? 201 : 200, { location: `/api/threads/${thread.id}`, ...(created ? {} : { "idempotent-replayed": "true" }) });
 }
 
 export async function getThreadRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
@@ -175,7 +188,7 @@ export async function stopThreadRoute(request: Request, env: Env, id: string | u
   return json(await unwrapRpc(threadStub(env, threadId).stopRun(claims.houseId, claims.subject)));
 }
 
-const delegateSchema = z.object({
+export const delegateSchema = z.object({
   task: z.string().min(1).max(200_000),
   repo: z.string().min(1).max(2000).optional(),
   branch: z.string().min(1).max(200).optional(),
@@ -197,25 +210,36 @@ async function environmentHarness(env: Env, houseId: string, environmentId: stri
   return e.harness;
 }
 
-/** Hands a task to a coding agent on a child thread; returns at once, the run goes on in the box. */
-export async function delegateRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
-  const parentId = threadIdParam(id);
-  const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
-  const parent = await unwrapRpc(threadStub(env, parentId).getThread(claims.houseId));
-  const body = await readBody(request, delegateSchema);
+export type DelegateBody = z.infer<typeof delegateSchema>;
+
+/**
+ * Hands a task to a coding agent on a child thread; returns at once, the run goes on in the box.
+ * The caller's subject is the child's brain: it authors the prompt, everything the harness posts
+ * and the result chat on the parent. The route and the `delegate_task` tool both come here.
+ */
+export async function delegateTask(env: Env, claims: HouseClaims, parent: { id: string; environmentId: string | null }, body: DelegateBody) {
   const environmentId = body.environmentId ?? parent.environmentId;
   const environmentDefault = environmentId ? await environmentHarness(env, claims.houseId, environmentId) : "pi";
   const harness = body.harness ?? environmentDefault;
   const childId = newId("th_");
   await unwrapRpc(threadStub(env, childId).createThread({
-    id: childId, houseId: claims.houseId, parent: { kind: "thread", id: parentId }, environmentId: environmentId ?? null,
+    id: childId, houseId: claims.houseId, parent: { kind: "thread", id: parent.id }, environmentId: environmentId ?? null,
     title: body.title ?? body.task.slice(0, 120), brainId: claims.subject, createdBy: claims.subject, requestFingerprint: null,
   }));
   const { runId, status } = await unwrapRpc(threadStub(env, childId).startRun(claims.houseId, {
     task: body.task, harness, model: body.model, repo: body.repo, branch: body.branch, authorId: claims.subject, resume: false,
   }));
-  // `status` is the child's status when the request returned: claimed `running` before any launch work.
-  return json({ childThreadId: childId, runId, status }, 202, { location: `/api/threads/${childId}` });
+  // `status` is the child's status when the call returned: claimed `running` before any launch work.
+  return { childThreadId: childId, runId, status };
+}
+
+export async function delegateRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
+  const parentId = threadIdParam(id);
+  const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
+  const parent = await unwrapRpc(threadStub(env, parentId).getThread(claims.houseId));
+  const body = await readBody(request, delegateSchema);
+  const out = await delegateTask(env, claims, parent, body);
+  return json(out, 202, { location: `/api/threads/${out.childThreadId}` });
 }
 
 /** Continues a finished thread with a new message: same box if it is alive, else a rebuilt session. */

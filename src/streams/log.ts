@@ -70,6 +70,12 @@ export class StreamLog {
       id text primary key, epoch integer not null, last_seq integer not null, updated_at integer not null)`);
   }
 
+  /**
+   * Runs inside the append's storage transaction with the messages it adds: what a thread must
+   * record about an entry (a dispatch trigger) commits with the entry or not at all.
+   */
+  onAppendInTransaction: ((fresh: StoredMessage[]) => void) | null = null;
+
   private get sql(): SqlStorage {
     return this.storage.sql;
   }
@@ -174,6 +180,7 @@ export class StreamLog {
     let result: { appended: AppendedRef[]; fresh: StoredMessage[]; tail: number } = { appended: [], fresh: [], tail: meta.tailSeq };
     this.storage.transactionSync(() => {
       result = this.insertMessages(req.messages, meta.tailSeq, nowMs);
+      if (result.fresh.length > 0) this.onAppendInTransaction?.(result.fresh);
       if (req.producer) this.commitProducer(req.producer, nowMs);
       // One metadata write per append, touching only what changed.
       const sets: string[] = [];
@@ -233,9 +240,9 @@ export class StreamLog {
     return { messages, upToDate: !more };
   }
 
-  lastMessages(count: number): StoredMessage[] {
+  lastMessages(count: number, upToSeq = Number.MAX_SAFE_INTEGER): StoredMessage[] {
     return this.sql
-      .exec(`select seq, data, entry_id from messages order by seq desc limit ?`, count)
+      .exec(`select seq, data, entry_id from messages where seq <= ? order by seq desc limit ?`, upToSeq, count)
       .toArray()
       .reverse()
       .map((row) => ({ seq: row.seq as number, data: new Uint8Array(row.data as ArrayBuffer), entryId: row.entry_id as string | null }));

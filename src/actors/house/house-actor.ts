@@ -5,6 +5,8 @@ import type { ParentRef } from "../../threads/thread-row";
 import type { BoxView } from "../sandbox/sandbox-actor";
 import type { Environment } from "../../environments";
 import { settle } from "../rpc";
+import { applyAgentPatch, type Agent, type AgentPatch } from "../../agents";
+import { ApiError } from "../../errors";
 
 export type ThreadSummary = {
   id: string;
@@ -33,6 +35,8 @@ export class HouseActor extends DurableObject<Env> {
       title text, environment_id text, box_id text, created_at text not null, updated_at text not null)`);
     ctx.storage.sql.exec(`create index if not exists threads_parent on threads(parent_kind, parent_id)`);
     ctx.storage.sql.exec(`create table if not exists environments (id text primary key, body text not null)`);
+    // `handle` is unique per house: it is what `@handle` in chat text resolves to.
+    ctx.storage.sql.exec(`create table if not exists agents (id text primary key, handle text not null unique, body text not null)`);
     ctx.storage.sql.exec(`create table if not exists boxes (id text primary key, ephemeral integer not null, state text not null, view text not null)`);
   }
 
@@ -91,6 +95,50 @@ export class HouseActor extends DurableObject<Env> {
 
   private listEnvironmentsSync(): Environment[] {
     return this.ctx.storage.sql.exec(`select body from environments order by id`).toArray().map((r) => JSON.parse(r.body as string) as Environment);
+  }
+
+  async createAgent(a: Agent) {
+    return settle(() => {
+      if (this.agentByHandle(a.handle)) throw new ApiError("conflict", `handle @${a.handle} is taken in this house`);
+      this.ctx.storage.sql.exec(`insert into agents (id, handle, body) values (?, ?, ?)`, a.id, a.handle, JSON.stringify(a));
+      return a;
+    });
+  }
+
+  async listAgents() {
+    return settle(() => this.ctx.storage.sql.exec(`select body from agents order by handle`).toArray().map((r) => JSON.parse(r.body as string) as Agent));
+  }
+
+  async getAgent(id: string) {
+    return settle(() => this.getAgentSync(id));
+  }
+
+  private getAgentSync(id: string): Agent | null {
+    const r = this.ctx.storage.sql.exec(`select body from agents where id = ?`, id).toArray()[0];
+    return r ? (JSON.parse(r.body as string) as Agent) : null;
+  }
+
+  async updateAgent(id: string, patch: AgentPatch, nowIso: string) {
+    return settle(() => {
+      const current = this.getAgentSync(id);
+      if (!current) throw new ApiError("not_found", "agent not found");
+      const next = applyAgentPatch(current, patch, nowIso);
+      const holder = this.agentByHandle(next.handle);
+      if (holder && holder !== id) throw new ApiError("conflict", `handle @${next.handle} is taken in this house`);
+      this.ctx.storage.sql.exec(`update agents set handle = ?, body = ? where id = ?`, next.handle, JSON.stringify(next), id);
+      return next;
+    });
+  }
+
+  async deleteAgent(id: string) {
+    return settle(() => {
+      if (this.ctx.storage.sql.exec(`delete from agents where id = ?`, id).rowsWritten === 0) throw new ApiError("not_found", "agent not found");
+      return true;
+    });
+  }
+
+  private agentByHandle(handle: string): string | null {
+    return (this.ctx.storage.sql.exec(`select id from agents where handle = ?`, handle).toArray()[0]?.id as string | undefined) ?? null;
   }
 
   async upsertBox(box: BoxView) {

@@ -18,6 +18,10 @@ import { Fanout } from "./fanout";
 import { launch } from "./launcher";
 import { Outbox, type OutboxExecutors } from "./outbox";
 import { RunLifecycle } from "./run-lifecycle";
+import { DispatchService } from "./dispatch";
+import type { Agent } from "../../agents";
+import type { Environment } from "../../environments";
+import type { DispatchConfig, ThreadConfigPatch } from "../../dispatch/config";
 import { plainStreamOptions, plainStreamPolicy, serveStream, threadStreamOptions, type AppendPolicy } from "./stream-host";
 
 /** Sent by the worker (never by a client: actors are not reachable from outside). */
@@ -35,6 +39,8 @@ export type CreateThreadInput = {
   title: string | null;
   brainId: string | null;
   createdBy: string;
+  /** A DM thread starts with its agent answering every message. */
+  dispatchConfig?: DispatchConfig;
   /** Set when the client sent an Idempotency-Key: the same key with another request is refused. */
   requestFingerprint: string | null;
 };
@@ -65,6 +71,9 @@ export class ThreadActor extends DurableObject<Env> {
   protected readonly fanout: Fanout;
   protected readonly lifecycle: RunLifecycle;
   protected readonly deadlines: Deadlines;
+  protected readonly dispatch: DispatchService;
+  /** Set when an append recorded a dispatch trigger: the alarm must be re-armed before answering. */
+  private triggersRecorded = false;
   protected readonly appendHooks: AppendHook[];
   protected readonly alarmSteps: AlarmStep[];
   private readonly executors: OutboxExecutors;
@@ -98,6 +107,29 @@ export class ThreadActor extends DurableObject<Env> {
     this.deadlines = new Deadlines(ctx.storage, () => clock.now());
     for (const source of this.lifecycle.deadlineSources) this.deadlines.addSource(source);
     this.deadlines.addSource({ name: "outbox", nextDeadline: () => this.outbox.nextAt() });
+    this.dispatch = new DispatchService({
+      sql, env,
+      now: () => clock.now(),
+      thread: () => this.rows.get()!,
+      append: (entries) => void this.appendInternal(entries),
+      recent: (count, upToSeq) => this.log.lastMessages(count, upToSeq).map(toEntryWithOffset),
+      house: (houseId) => {
+        const house = houseStub(env, houseId);
+        return {
+          listAgents: async () => (await unwrapRpc(house.listAgents())) as Agent[],
+          getAgent: async (id) => (await unwrapRpc(house.getAgent(id))) as Agent | null,
+          getEnvironment: async (id) => (await unwrapRpc(house.getEnvironment(id))) as Environment | null,
+        };
+      },
+      rearm: () => this.deadlines.recompute(),
+      turnLeaseMs: intVar(env.DISPATCH_TURN_LEASE_MS, 60_000),
+    });
+    this.deadlines.addSource({ name: "dispatch", nextDeadline: () => this.dispatch.nextDeadline() });
+    // Every write path (REST, the stream protocol, internal writes) goes through the log: a chat
+    // entry's dispatch trigger commits in the same storage transaction as the entry itself.
+    this.log.onAppendInTransaction = (fresh) => {
+      if (this.isThread() && this.dispatch.recordTriggers(fresh) > 0) this.triggersRecorded = true;
+    };
     this.appendHooks = [
       (entries) => this.lifecycle.onAppended(entries),
       (entries, appended) => this.fanout.deliver(appended, entries),
@@ -105,6 +137,8 @@ export class ThreadActor extends DurableObject<Env> {
     this.alarmSteps = [
       { name: "liveness", run: () => this.lifecycle.alarmStep() },
       { name: "outbox", run: () => this.drainOutbox(true) },
+      // Last: a bot's turn may take a while, and nothing else of the thread waits for it.
+      { name: "dispatch", run: () => this.dispatch.onAlarm() },
     ];
     this.executors = this.outboxExecutors();
     this.threadPolicy = {
@@ -135,7 +169,9 @@ export class ThreadActor extends DurableObject<Env> {
       const response = await serveStream(request, store, this.threadPolicy, threadStreamOptions(target.threadId, auth));
       // Heartbeats and ordinary entries only push the silence deadline later: an alarm already
       // set fires early, finds nothing due and re-arms itself. Only state changes need settling.
-      if (this.lifecycle.takeChanged()) await this.settleTurn();
+      const triggered = this.triggersRecorded;
+      this.triggersRecorded = false;
+      if (this.lifecycle.takeChanged() || triggered) await this.settleTurn();
       return response;
     } catch (err) {
       return errorResponse(err);
@@ -179,6 +215,7 @@ export class ThreadActor extends DurableObject<Env> {
       };
       this.ctx.storage.transactionSync(() => {
         this.rows.insert(row);
+        if (input.dispatchConfig) this.dispatch.setConfig(input.dispatchConfig);
         this.log.create(`thread-${input.id}`, { contentType: "application/json", ttlSeconds: null, expiresAt: null, closed: false }, []);
         if (input.requestFingerprint) this.ctx.storage.sql.exec(`insert into create_request (id, fingerprint) values (1, ?)`, input.requestFingerprint);
         // Owed in the same transaction: the house index learns of the thread even if telling it fails now.
@@ -201,7 +238,7 @@ export class ThreadActor extends DurableObject<Env> {
       if (spec.resume && row.status === "idle") throw new ApiError("conflict", "thread has no finished run to resume");
       const runId = crypto.randomUUID();
       const now = this.clock.now();
-      const prompt: Entry = { id: `prompt:${runId}`, ts: now, authorId: spec.authorId, payload: { type: "chat", text: spec.task, origin: spec.resume ? "resume" : "task", runId } };
+      const prompt: Entry = { id: `prompt:${runId}`, ts: now, authorId: spec.authorId, payload: { type: "chat", text: spec.task, origin: spec.resume ? "resume" : "task", runId, dispatch: false } };
       const claim: Entry = { id: `claim:${runId}`, ts: now, authorId: "threadbox", payload: { type: "signal.thread.status_changed", status: "running", reason: "launching", runId, harness: spec.harness } };
       this.appendInternal([prompt, claim]);
       const { authorId: _author, ...launchSpec } = spec;
@@ -258,6 +295,43 @@ export class ThreadActor extends DurableObject<Env> {
     if (!this.rows.get()) return;
     for (const step of this.alarmSteps) await step.run(this.clock.now());
     await this.settleTurn();
+  }
+
+  // ---- dispatch (bots) ----
+
+  async getDispatchConfig(houseId: string) {
+    return settle(() => {
+      this.requireThread(houseId);
+      return { dispatch: this.dispatch.config() };
+    });
+  }
+
+  async patchDispatchConfig(houseId: string, patch: ThreadConfigPatch) {
+    return settle(() => {
+      this.requireThread(houseId);
+      return { dispatch: this.dispatch.patchConfig(patch) };
+    });
+  }
+
+  async dispatchDecisions(houseId: string, limit: number) {
+    return settle(() => {
+      this.requireThread(houseId);
+      return { decisions: this.dispatch.decisions(limit) };
+    });
+  }
+
+  /** `post_to_thread`: a bot's chat in this thread, written internally as that bot, carrying its depth. */
+  async postChat(houseId: string, p: { id: string; text: string; authorId: string; depth: number; sourceThreadId: string }) {
+    return settle(async () => {
+      this.requireThread(houseId);
+      const entry: Entry = {
+        id: p.id, ts: this.clock.now(), authorId: p.authorId,
+        payload: { type: "chat", text: p.text, depth: p.depth, origin: "post_to_thread", sourceThreadId: p.sourceThreadId },
+      };
+      const outcome = this.appendInternal([entry]);
+      await this.settleTurn();
+      return { entryId: p.id, duplicate: outcome.appended[0]?.duplicate ?? false };
+    });
   }
 
   async getThread(houseId: string) {
@@ -371,6 +445,7 @@ export class ThreadActor extends DurableObject<Env> {
   /** Every handler ends here: run owed side effects, then recompute the one alarm from persisted state. */
   private async settleTurn(): Promise<void> {
     this.lifecycle.takeChanged();
+    this.triggersRecorded = false;
     await this.drainOutbox(false);
     if (this.rows.get()) await this.deadlines.recompute();
   }

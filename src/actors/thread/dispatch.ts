@@ -1,0 +1,384 @@
+import type { Env } from "../../env";
+import type { Agent } from "../../agents";
+import type { Entry, EntryWithOffset } from "../../entries/schema";
+import type { Environment } from "../../environments";
+import type { StoredMessage } from "../../streams/log";
+import type { ThreadRow } from "../../threads/thread-row";
+import { DEFAULT_DISPATCH_CONFIG, mergeDispatchConfig, type DispatchConfig, type ThreadConfigPatch } from "../../dispatch/config";
+import { afterGate, entryDepth, isTriggerable, selectResponders, type Decision, type DecisionReason, type Trigger } from "../../dispatch/selection";
+import { resolveModel, type PiModelsConfig, type ResolvedModel } from "../../dispatch/models";
+import { runToolLoop, type LoopEvent, type LoopMessage, type LoopResult, type ToolSpec } from "../../dispatch/tool-loop";
+import { askGate } from "../../dispatch/gate";
+import { buildTools } from "../../dispatch/tools";
+import type { ToolContext } from "../../dispatch/tools/context";
+
+/** What the dispatch service needs from its actor. */
+export type DispatchPorts = {
+  sql: SqlStorage;
+  env: Env;
+  now(): number;
+  thread(): ThreadRow;
+  /** Appends entries the control plane writes (deduped by id), as one atomic write. */
+  append(entries: Entry[]): void;
+  /** The last `count` entries up to and including `upToSeq`. */
+  recent(count: number, upToSeq?: number): EntryWithOffset[];
+  house(houseId: string): {
+    listAgents(): Promise<Agent[]>;
+    getAgent(id: string): Promise<Agent | null>;
+    getEnvironment(id: string): Promise<Environment | null>;
+  };
+  /** Re-arms the actor's alarm from persisted state (a running turn's lease is a deadline). */
+  rearm(): Promise<void>;
+  /** How long a running turn's lease lasts; an expired lease means its incarnation died. */
+  turnLeaseMs?: number;
+  /** Swappable in tests; the real pi-ai loop and gate by default. */
+  llm?: { runToolLoop: typeof runToolLoop; askGate: typeof askGate };
+};
+
+type TurnState = "gate" | "pending" | "running" | "done" | "failed";
+type TurnRow = {
+  id: string; agentId: string; triggerEntryId: string; triggerSeq: number; depth: number; state: TurnState;
+  runAt: number; attempts: number; progress: LoopMessage[]; updatedAt: number;
+};
+
+export type DecisionRecord = { at: string; triggerEntryId: string; agentId: string; verdict: string; reason: DecisionReason; detail: string | null; turnId: string | null };
+
+/** A running turn renews this lease every round; an expired one belongs to a dead incarnation and is resumed. */
+export const DEFAULT_TURN_LEASE_MS = 60_000;
+/** A turn interrupted this many times ends with an error entry instead of trying again. */
+export const MAX_TURN_ATTEMPTS = 3;
+const RECENT_CHAT = 40;
+const DECISIONS_KEPT = 500;
+const enc = new TextEncoder();
+
+/**
+ * Bots reacting to chat, inside the ThreadActor. A chat entry becomes a trigger in the same
+ * transaction that appends it; the actor's alarm turns triggers into decisions and turns, and
+ * runs turns. A turn persists its progress with every round it writes to the thread, so after
+ * an eviction it resumes from there; every entry it writes has an id fixed by the turn, so a
+ * replayed step is deduplicated by the log instead of posted twice.
+ */
+export class DispatchService {
+  private readonly active = new Set<string>();
+  private readonly llm: { runToolLoop: typeof runToolLoop; askGate: typeof askGate };
+  private readonly leaseMs: number;
+
+  constructor(private readonly ports: DispatchPorts) {
+    const sql = ports.sql;
+    this.llm = ports.llm ?? { runToolLoop, askGate };
+    this.leaseMs = ports.turnLeaseMs ?? DEFAULT_TURN_LEASE_MS;
+    sql.exec(`create table if not exists dispatch_config (id integer primary key check (id = 1), body text not null)`);
+    sql.exec(`create table if not exists dispatch_triggers (
+      entry_id text primary key, seq integer not null, author_id text, text text not null, depth integer not null, mentions text)`);
+    sql.exec(`create table if not exists dispatch_turns (
+      id text primary key, agent_id text not null, trigger_entry_id text not null, trigger_seq integer not null, depth integer not null,
+      state text not null, run_at integer not null, attempts integer not null default 0, progress text not null default '[]',
+      updated_at integer not null)`);
+    sql.exec(`create unique index if not exists dispatch_turns_once on dispatch_turns(trigger_entry_id, agent_id)`);
+    sql.exec(`create table if not exists dispatch_decisions (
+      seq integer primary key autoincrement, at integer not null, trigger_entry_id text not null, agent_id text not null,
+      verdict text not null, reason text not null, detail text, turn_id text)`);
+    sql.exec(`create table if not exists dispatch_replies (agent_id text primary key, at integer not null)`);
+  }
+
+  // ---- config ----
+
+  config(): DispatchConfig {
+    const r = this.ports.sql.exec(`select body from dispatch_config where id = 1`).toArray()[0];
+    return r ? { ...DEFAULT_DISPATCH_CONFIG, ...(JSON.parse(r.body as string) as DispatchConfig) } : DEFAULT_DISPATCH_CONFIG;
+  }
+
+  setConfig(c: DispatchConfig): void {
+    this.ports.sql.exec(`insert into dispatch_config (id, body) values (1, ?) on conflict(id) do update set body = excluded.body`, JSON.stringify(c));
+  }
+
+  patchConfig(patch: ThreadConfigPatch): DispatchConfig {
+    const next = mergeDispatchConfig(this.config(), patch.dispatch);
+    this.setConfig(next);
+    return next;
+  }
+
+  // ---- the append path (synchronous, inside the append's transaction) ----
+
+  /** Returns how many triggers were recorded, so the caller knows to re-arm the alarm. */
+  recordTriggers(fresh: StoredMessage[]): number {
+    let n = 0;
+    const dec = new TextDecoder();
+    for (const m of fresh) {
+      const raw = dec.decode(m.data);
+      if (!raw.includes(`"chat"`)) continue; // cheap pre-check: most entries are pi.* and signals
+      const e = JSON.parse(raw) as Entry;
+      if (!isTriggerable(e.payload)) continue;
+      const mentions = Array.isArray(e.payload.mentions) ? JSON.stringify(e.payload.mentions) : null;
+      this.ports.sql.exec(
+        `insert into dispatch_triggers (entry_id, seq, author_id, text, depth, mentions) values (?, ?, ?, ?, ?, ?) on conflict do nothing`,
+        e.id, m.seq, e.authorId ?? null, String(e.payload.text ?? ""), entryDepth(e.payload), mentions,
+      );
+      n++;
+    }
+    return n;
+  }
+
+  // ---- the alarm ----
+
+  nextDeadline(): number | null {
+    const sql = this.ports.sql;
+    if (sql.exec(`select 1 from dispatch_triggers limit 1`).toArray().length > 0) return this.ports.now();
+    const r = sql.exec(`select min(case when state = 'running' then updated_at + ? else run_at end) as at
+      from dispatch_turns where state in ('gate', 'pending', 'running')`, this.leaseMs).toArray()[0];
+    return (r?.at as number | null) ?? null;
+  }
+
+  async onAlarm(): Promise<void> {
+    await this.decidePending();
+    const now = this.ports.now();
+    const due = this.turns(`state in ('gate', 'pending') and run_at <= ?`, now)
+      .concat(this.turns(`state = 'running' and updated_at + ? <= ?`, this.leaseMs, now))
+      .filter((t) => !this.active.has(t.id));
+    await Promise.all(due.map((t) => this.runTurn(t)));
+  }
+
+  /** Triggers -> decisions (recorded with reasons) -> turns. */
+  private async decidePending(): Promise<void> {
+    const sql = this.ports.sql;
+    const triggers = sql.exec(`select * from dispatch_triggers order by seq`).toArray();
+    if (triggers.length === 0) return;
+    const row = this.ports.thread();
+    const agents = await this.ports.house(row.houseId).listAgents();
+    const config = this.config();
+    const lastReplyAt = Object.fromEntries(sql.exec(`select agent_id, at from dispatch_replies`).toArray().map((r) => [r.agent_id as string, r.at as number]));
+    const candidates = agents.map((a) => ({ id: a.id, handle: a.handle, triggerMode: a.triggerMode }));
+    for (const t of triggers) {
+      const trigger: Trigger = {
+        entryId: t.entry_id as string, authorId: (t.author_id as string | null) ?? null, text: t.text as string, depth: t.depth as number,
+        mentions: t.mentions ? (JSON.parse(t.mentions as string) as string[]) : undefined,
+      };
+      const now = this.ports.now();
+      const decisions = selectResponders({ trigger, agents: candidates, config, lastReplyAt, nowMs: now });
+      for (const d of decisions) {
+        let turnId: string | null = null;
+        if (d.verdict !== "skip") {
+          turnId = `turn_${crypto.randomUUID().replace(/-/g, "").slice(0, 20)}`;
+          sql.exec(
+            `insert into dispatch_turns (id, agent_id, trigger_entry_id, trigger_seq, depth, state, run_at, updated_at)
+             values (?, ?, ?, ?, ?, ?, ?, ?) on conflict do nothing`,
+            turnId, d.agentId, trigger.entryId, t.seq as number, d.depth, d.verdict === "gate" ? "gate" : "pending", d.runAt, now,
+          );
+        }
+        this.decide(trigger.entryId, d, null, turnId);
+      }
+      sql.exec(`delete from dispatch_triggers where entry_id = ?`, trigger.entryId);
+    }
+  }
+
+  private decide(triggerEntryId: string, d: Pick<Decision, "agentId" | "verdict" | "reason">, detail: string | null, turnId: string | null): void {
+    const sql = this.ports.sql;
+    sql.exec(
+      `insert into dispatch_decisions (at, trigger_entry_id, agent_id, verdict, reason, detail, turn_id) values (?, ?, ?, ?, ?, ?, ?)`,
+      this.ports.now(), triggerEntryId, d.agentId, d.verdict, d.reason, detail, turnId,
+    );
+    sql.exec(`delete from dispatch_decisions where seq <= (select max(seq) from dispatch_decisions) - ?`, DECISIONS_KEPT);
+  }
+
+  decisions(limit: number): DecisionRecord[] {
+    return this.ports.sql.exec(`select * from dispatch_decisions order by seq desc limit ?`, limit).toArray().map((r) => ({
+      at: new Date(r.at as number).toISOString(), triggerEntryId: r.trigger_entry_id as string, agentId: r.agent_id as string,
+      verdict: r.verdict as string, reason: r.reason as DecisionReason, detail: (r.detail as string | null) ?? null, turnId: (r.turn_id as string | null) ?? null,
+    }));
+  }
+
+  private turns(where: string, ...args: unknown[]): TurnRow[] {
+    return this.ports.sql.exec(`select * from dispatch_turns where ${where} order by run_at`, ...args).toArray().map((r) => ({
+      id: r.id as string, agentId: r.agent_id as string, triggerEntryId: r.trigger_entry_id as string, triggerSeq: r.trigger_seq as number,
+      depth: r.depth as number, state: r.state as TurnState, runAt: r.run_at as number, attempts: r.attempts as number,
+      progress: JSON.parse(r.progress as string) as LoopMessage[], updatedAt: r.updated_at as number,
+    }));
+  }
+
+  private setTurn(id: string, patch: { state?: TurnState; attempts?: number; progress?: LoopMessage[] }): void {
+    this.ports.sql.exec(
+      `update dispatch_turns set state = coalesce(?, state), attempts = coalesce(?, attempts), progress = coalesce(?, progress), updated_at = ? where id = ?`,
+      patch.state ?? null, patch.attempts ?? null, patch.progress ? JSON.stringify(patch.progress) : null, this.ports.now(), id,
+    );
+  }
+
+  // ---- one turn ----
+
+  private async runTurn(turn: TurnRow): Promise<void> {
+    this.active.add(turn.id);
+    try {
+      const resumed = turn.state === "running";
+      const attempts = turn.attempts + 1;
+      if (resumed && attempts > MAX_TURN_ATTEMPTS) {
+        this.fail(turn, `the turn was interrupted ${turn.attempts} times and was given up`);
+        return;
+      }
+      const row = this.ports.thread();
+      const house = this.ports.house(row.houseId);
+      const agent = await house.getAgent(turn.agentId);
+      if (!agent) {
+        this.setTurn(turn.id, { state: "failed" });
+        this.decide(turn.triggerEntryId, { agentId: turn.agentId, verdict: "skip", reason: "error" }, "agent was deleted", turn.id);
+        return;
+      }
+      const environmentId = agent.environmentId ?? row.environmentId;
+      const environment = environmentId ? await house.getEnvironment(environmentId) : null;
+      const resolve = (ref: string) => {
+        if (!environment) return { ok: false as const, reason: `no model: bot @${agent.handle} has no environment to resolve "${ref}" from (give the bot or the thread an environment with piModels)` };
+        return resolveModel(ref, (environment.piModels ?? null) as PiModelsConfig | null, environment.secrets ?? {});
+      };
+      const history = this.history(agent, turn);
+
+      if (turn.state === "gate") {
+        const gateModel = resolve(agent.gateModel ?? agent.model);
+        if (!gateModel.ok) return this.fail(turn, gateModel.reason);
+        const answer = await this.llm.askGate({ model: gateModel.model, botName: agent.name, botInstructions: agent.systemPrompt ?? "", recent: history });
+        const d = afterGate({ agentId: agent.id, verdict: "gate", reason: "ambient_wait", runAt: turn.runAt, depth: turn.depth }, answer.reply);
+        this.decide(turn.triggerEntryId, d, answer.reason.slice(0, 500), turn.id);
+        if (d.verdict === "skip") {
+          this.setTurn(turn.id, { state: "done" });
+          return;
+        }
+      }
+
+      const model = resolve(agent.model);
+      if (!model.ok) return this.fail(turn, model.reason);
+      this.setTurn(turn.id, { state: "running", attempts });
+      // If this incarnation dies mid-turn, the lease deadline wakes the next one to resume.
+      await this.ports.rearm();
+      const progress = closeInterruptedCalls(turn.progress);
+      if (progress.length !== turn.progress.length) {
+        this.persist(turn, agent.id, progress.slice(turn.progress.length).map(toEvent), turn.progress.length, progress);
+      }
+      const last = progress.at(-1);
+      if (last?.role === "assistant" && !last.toolCalls?.length) {
+        // Interrupted after the final round was written: that round is the answer.
+        this.finish(turn, agent.id, last.text);
+        return;
+      }
+      // The model may come from the bot's own environment; the hands are always the thread's.
+      const tools = buildTools(this.toolContext(row, agent, turn, row.environmentId), agent.tools);
+      let written = progress.length;
+      const transcript = [...progress];
+      let result: LoopResult;
+      try {
+        result = await this.llm.runToolLoop({
+          model: model.model,
+          systemPrompt: systemPrompt(agent, tools),
+          messages: [...history, ...progress],
+          tools,
+          onEvent: async (e: LoopEvent) => {
+            transcript.push(toMessage(e));
+            this.persist(turn, agent.id, [e], written, transcript);
+            written += 1;
+          },
+        });
+      } catch (err) {
+        result = { ok: false, reason: `model call failed: ${err instanceof Error ? err.message : String(err)}`, rounds: 0 };
+      }
+      if (!result.ok) return this.fail(turn, result.reason);
+      this.finish(turn, agent.id, result.finalText);
+    } catch (err) {
+      console.error("dispatch turn failed", err instanceof Error ? err.message : String(err));
+      this.fail(turn, "internal error in the dispatch turn");
+    } finally {
+      this.active.delete(turn.id);
+    }
+  }
+
+  /** The reply is itself a trigger: other bots may answer it, one level deeper. */
+  private finish(turn: TurnRow, agentId: string, text: string): void {
+    const now = this.ports.now();
+    this.ports.append([{
+      id: `reply:${turn.id}`, ts: now, authorId: agentId,
+      payload: { type: "chat", text, depth: turn.depth, turnId: turn.id },
+    }]);
+    this.ports.sql.exec(`insert into dispatch_replies (agent_id, at) values (?, ?) on conflict(agent_id) do update set at = excluded.at`, agentId, now);
+    this.setTurn(turn.id, { state: "done" });
+  }
+
+  /** Each round goes on the thread and into the turn's progress in one synchronous step. */
+  private persist(turn: TurnRow, agentId: string, events: LoopEvent[], firstIndex: number, progress: LoopMessage[]): void {
+    const now = this.ports.now();
+    const entries: Entry[] = events.map((e, i) => ({
+      id: `turn:${turn.id}:${firstIndex + i}`, ts: now, authorId: agentId,
+      payload: e.kind === "assistant"
+        ? { type: "pi.assistant", text: e.text, toolCalls: e.toolCalls, stopReason: e.stopReason, depth: turn.depth, turnId: turn.id }
+        : { type: "pi.tool_result", toolCallId: e.toolCallId, toolName: e.name, output: e.output, isError: e.isError, depth: turn.depth, turnId: turn.id },
+    }));
+    this.ports.append(entries);
+    this.setTurn(turn.id, { progress });
+  }
+
+  private fail(turn: TurnRow, reason: string): void {
+    this.ports.append([{
+      id: `dispatch_error:${turn.id}`, ts: this.ports.now(), authorId: turn.agentId,
+      payload: { type: "signal.dispatch.error", agentId: turn.agentId, turnId: turn.id, triggerEntryId: turn.triggerEntryId, reason, depth: turn.depth },
+    }]);
+    this.setTurn(turn.id, { state: "failed" });
+    this.decide(turn.triggerEntryId, { agentId: turn.agentId, verdict: "skip", reason: "error" }, reason, turn.id);
+  }
+
+  /** The conversation up to the trigger, as the bot sees it: its own replies as its turns. */
+  private history(agent: Agent, turn: TurnRow): LoopMessage[] {
+    const out: LoopMessage[] = [];
+    for (const e of this.ports.recent(RECENT_CHAT * 4, turn.triggerSeq)) {
+      if (e.payload.type !== "chat") continue;
+      const text = String(e.payload.text ?? "");
+      if (e.authorId === agent.id) out.push({ role: "assistant", text });
+      else out.push({ role: "user", text, authorId: e.authorId ?? "someone" });
+    }
+    return out.slice(-RECENT_CHAT);
+  }
+
+  private toolContext(row: ThreadRow, agent: Agent, turn: TurnRow, environmentId: string | null): ToolContext {
+    return {
+      env: this.ports.env,
+      claims: { kind: "house", houseId: row.houseId, subject: agent.id, role: "bot" },
+      threadId: row.id,
+      environmentId,
+      depth: turn.depth,
+      turnId: turn.id,
+      postBudget: { left: this.config().widthCap },
+    };
+  }
+}
+
+function systemPrompt(agent: Agent, tools: ToolSpec[]): string {
+  const lines = [
+    `You are ${agent.name} (@${agent.handle}), a bot in a shared thread. Messages from others start with their author id in brackets.`,
+    `Your final answer is posted to the thread as your reply.`,
+  ];
+  if (tools.length > 0) lines.push(`Tools you may call: ${tools.map((t) => t.name).join(", ")}.`);
+  if (agent.systemPrompt) lines.push("", agent.systemPrompt);
+  return lines.join("\n");
+}
+
+function toMessage(e: LoopEvent): LoopMessage {
+  return e.kind === "assistant"
+    ? { role: "assistant", text: e.text, toolCalls: e.toolCalls }
+    : { role: "tool", toolCallId: e.toolCallId, name: e.name, output: e.output, isError: e.isError };
+}
+
+function toEvent(m: LoopMessage): LoopEvent {
+  if (m.role === "tool") return { kind: "tool_result", toolCallId: m.toolCallId, name: m.name, output: m.output, isError: m.isError ?? false };
+  if (m.role === "assistant") return { kind: "assistant", text: m.text, toolCalls: m.toolCalls ?? [], stopReason: "toolUse" };
+  throw new Error("a turn's progress holds no user messages");
+}
+
+/**
+ * A turn interrupted between a tool call and its result may or may not have had its effect
+ * (a delegated child may exist). It is not run again: the model is told, and decides.
+ */
+export function closeInterruptedCalls(progress: LoopMessage[]): LoopMessage[] {
+  const out = [...progress];
+  const last = [...out].reverse().find((m) => m.role === "assistant") as Extract<LoopMessage, { role: "assistant" }> | undefined;
+  if (!last?.toolCalls?.length) return out;
+  const answered = new Set(out.filter((m) => m.role === "tool").map((m) => (m as Extract<LoopMessage, { role: "tool" }>).toolCallId));
+  for (const c of last.toolCalls) {
+    if (!answered.has(c.id)) {
+      out.push({ role: "tool", toolCallId: c.id, name: c.name, output: "interrupted by a restart: this call may or may not have taken effect; check before repeating it", isError: true });
+    }
+  }
+  return out;
+}

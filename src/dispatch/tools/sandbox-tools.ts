@@ -1,0 +1,56 @@
+import { z } from "zod";
+import { runInEnvironment } from "../../http/routes-environments";
+import { delegateTask } from "../../http/routes-threads";
+import { defineTool, type ToolContext } from "./context";
+import type { ToolSpec } from "../tool-loop";
+
+export const NO_SANDBOX = "no sandbox is bound to this thread (it has no environment); answer without running anything";
+
+/** The thread environment's hands: a synchronous shell, and a detached coding agent on a child thread. */
+export function sandboxTools(ctx: ToolContext): ToolSpec[] {
+  const runCommand = defineTool({
+    name: "run_command",
+    description: "Run a shell command on this thread's sandbox box and get its output (truncated to 16 KiB). For quick checks; use delegate_task for multi-step coding work.",
+    parameters: {
+      type: "object",
+      properties: {
+        command: { type: "string", description: "shell command" },
+        cwd: { type: "string", description: "working directory (optional)" },
+        timeoutSec: { type: "integer", minimum: 1, maximum: 3600, description: "default 120" },
+      },
+      required: ["command"],
+      additionalProperties: false,
+    },
+    args: z.object({ command: z.string().min(1).max(100_000), cwd: z.string().max(1000).optional(), timeoutSec: z.number().int().min(1).max(3600).default(120) }).strict(),
+    async run(args) {
+      if (!ctx.environmentId) return NO_SANDBOX;
+      const r = await runInEnvironment(ctx.env, ctx.claims, ctx.environmentId, args);
+      return `exit code ${r.exitCode}\n${r.output}`;
+    },
+  });
+  const delegate = defineTool({
+    name: "delegate_task",
+    description: "Hand a multi-step coding job to a coding agent running in a sandbox, on a child thread. Returns the child thread id at once; when the job ends, its result is posted here.",
+    parameters: {
+      type: "object",
+      properties: {
+        task: { type: "string", description: "what the coding agent should do" },
+        repo: { type: "string", description: "git URL to clone first (optional)" },
+        branch: { type: "string" },
+        harness: { type: "string", enum: ["pi", "claude-code", "codex"] },
+      },
+      required: ["task"],
+      additionalProperties: false,
+    },
+    args: z.object({
+      task: z.string().min(1).max(200_000), repo: z.string().min(1).max(2000).optional(), branch: z.string().min(1).max(200).optional(),
+      harness: z.enum(["pi", "claude-code", "codex"]).optional(),
+    }).strict(),
+    async run(args) {
+      if (!ctx.environmentId) return NO_SANDBOX;
+      const r = await delegateTask(ctx.env, ctx.claims, { id: ctx.threadId, environmentId: ctx.environmentId }, args);
+      return JSON.stringify({ childThreadId: r.childThreadId, status: r.status, note: "the result will be posted on this thread when the job ends" });
+    },
+  });
+  return [runCommand, delegate];
+}

@@ -1,0 +1,65 @@
+import { z } from "zod";
+import { idSchema } from "../../auth/tokens";
+import { ApiError } from "../../errors";
+import { createThread, createThreadSchema } from "../../http/routes-threads";
+import { houseStub, threadStub } from "../../http/actors";
+import { unwrapRpc } from "../../actors/rpc";
+import { defineTool, type ToolContext } from "./context";
+import type { ToolSpec } from "../tool-loop";
+
+/** Thread structure: make threads, list them, and speak in another thread of the same house. */
+export function threadTools(ctx: ToolContext): ToolSpec[] {
+  let posts = 0;
+  return [
+    defineTool({
+      name: "create_thread",
+      description: "Create a new thread in this house (optionally bound to an environment, or as a child of a thread).",
+      parameters: {
+        type: "object",
+        properties: {
+          title: { type: "string" },
+          environmentId: { type: "string" },
+          parent: { type: "object", properties: { kind: { type: "string", enum: ["none", "agent", "thread"] }, id: { type: "string" } }, required: ["kind"] },
+        },
+        additionalProperties: false,
+      },
+      args: createThreadSchema.omit({ brainId: true }),
+      async run(args) {
+        const { thread: t } = await createThread(ctx.env, ctx.claims, args);
+        return JSON.stringify({ id: t.id, title: t.title, environmentId: t.environmentId });
+      },
+    }),
+    defineTool({
+      name: "list_threads",
+      description: "List the most recent threads of this house.",
+      parameters: { type: "object", properties: { limit: { type: "integer", minimum: 1, maximum: 100 } }, additionalProperties: false },
+      args: z.object({ limit: z.number().int().min(1).max(100).default(20) }).strict(),
+      async run(args) {
+        const list = await unwrapRpc(houseStub(ctx.env, ctx.claims.houseId).listThreads({ limit: args.limit }));
+        return JSON.stringify(list.map((t) => ({ id: t.id, title: t.title, status: t.status, parent: t.parent })));
+      },
+    }),
+    defineTool({
+      name: "post_to_thread",
+      description: "Post a chat message into another thread of this house, as yourself. A bare @handle in the text wakes that bot there.",
+      parameters: {
+        type: "object",
+        properties: { threadId: { type: "string" }, text: { type: "string" } },
+        required: ["threadId", "text"],
+        additionalProperties: false,
+      },
+      args: z.object({ threadId: idSchema, text: z.string().min(1).max(100_000) }).strict(),
+      async run(args) {
+        if (args.threadId === ctx.threadId) throw new ApiError("bad_request", "that is this thread: answer here instead");
+        if (ctx.postBudget.left <= 0) throw new ApiError("forbidden", "width cap: this turn may post into no more threads");
+        ctx.postBudget.left -= 1;
+        posts += 1;
+        // The id is fixed per turn and post, so a resumed turn cannot post the same message twice.
+        const r = await unwrapRpc(threadStub(ctx.env, args.threadId).postChat(ctx.claims.houseId, {
+          id: `post:${ctx.turnId}:${posts}`, text: args.text, authorId: ctx.claims.subject, depth: ctx.depth, sourceThreadId: ctx.threadId,
+        }));
+        return JSON.stringify({ posted: true, threadId: args.threadId, entryId: r.entryId });
+      },
+    }),
+  ];
+}

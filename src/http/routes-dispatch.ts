@@ -1,0 +1,41 @@
+import { z } from "zod";
+import { ApiError, json } from "../errors";
+import type { Env } from "../env";
+import { assertThreadAccess, authenticate, houseWriter } from "../auth/authenticate";
+import { idSchema } from "../auth/tokens";
+import { threadConfigPatchSchema } from "../dispatch/config";
+import { threadStub } from "./actors";
+import { unwrapRpc } from "../actors/rpc";
+import { readBody } from "./body";
+
+function threadIdParam(raw: string | undefined): string {
+  const parsed = idSchema.safeParse(raw);
+  if (!parsed.success) throw new ApiError("not_found", "thread not found");
+  return parsed.data;
+}
+
+export async function getThreadConfigRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
+  const threadId = threadIdParam(id);
+  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  assertThreadAccess(claims, claims.houseId, threadId, false);
+  return json(await unwrapRpc(threadStub(env, threadId).getDispatchConfig(claims.houseId)));
+}
+
+export async function patchThreadConfigRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
+  const threadId = threadIdParam(id);
+  const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
+  const patch = await readBody(request, threadConfigPatchSchema);
+  return json(await unwrapRpc(threadStub(env, threadId).patchDispatchConfig(claims.houseId, patch)));
+}
+
+const decisionsQuery = z.object({ limit: z.coerce.number().int().min(1).max(500).default(100) });
+
+/** Why each bot did or did not answer each recent chat entry, newest first. */
+export async function dispatchDecisionsRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
+  const threadId = threadIdParam(id);
+  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  assertThreadAccess(claims, claims.houseId, threadId, false);
+  const q = decisionsQuery.safeParse(Object.fromEntries(new URL(request.url).searchParams));
+  if (!q.success) throw new ApiError("validation_failed", "limit must be an integer from 1 to 500");
+  return json(await unwrapRpc(threadStub(env, threadId).dispatchDecisions(claims.houseId, q.data.limit)));
+}

@@ -1,0 +1,331 @@
+import { describe, expect, it } from "vitest";
+import { call, chat, createThread, houseToken, post, readAll, streamToken } from "./helpers";
+import { createAgent, decisions, MODEL_KEY, modelEnvironment, scriptedModel, waitForEntries } from "./dispatch-helpers";
+import { sharedTestProvider } from "./register-test-provider";
+import { abortAllDurableObjects } from "cloudflare:test";
+import { closeInterruptedCalls } from "../../src/actors/thread/dispatch";
+
+const chatsBy = <T extends { authorId?: string; payload: { type: string } }>(es: T[], author: string) => es.filter((e) => e.payload.type === "chat" && e.authorId === author);
+
+describe("dispatch: a bot's turn", () => {
+  it("mention -> tool round persisted as pi.assistant + pi.tool_result, then one chat reply by the bot at depth 1", async () => {
+    const token = await houseToken("house-turn-1");
+    const model = await scriptedModel([
+      { toolCalls: [{ id: "c1", name: "run_command", arguments: { command: "cat hello.txt" } }] },
+      { text: "The file says hi." },
+    ]);
+    sharedTestProvider().execHandler = (_box, command) => ({ exitCode: 0, output: `ran: ${command}` });
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const coder = await createAgent(token, { name: "Coder", handle: "coder", systemPrompt: "Be brief." });
+    const thread = await createThread(token, { environmentId: envId });
+    const r = await post(token, thread.id, chat("@coder what is in hello.txt?"));
+    expect(r.status).toBe(201);
+
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, coder.id).length === 1, "the reply");
+    const turn = es.filter((e) => e.authorId === coder.id);
+    expect(turn.map((e) => e.payload.type)).toEqual(["pi.assistant", "pi.tool_result", "pi.assistant", "chat"]);
+    expect(turn.every((e) => e.payload.depth === 1)).toBe(true);
+    expect(turn[0].payload.toolCalls).toEqual([{ id: "c1", name: "run_command", args: { command: "cat hello.txt" } }]);
+    expect(turn[1].payload.output).toContain("ran: cat hello.txt");
+    expect(turn[3].payload.text).toBe("The file says hi.");
+
+    const reqs = await model.requests();
+    expect(reqs).toHaveLength(2);
+    expect(reqs[0].headers.authorization).toBe(`Bearer ${MODEL_KEY}`);
+    expect(JSON.stringify(reqs[0].body.messages)).toContain("@coder what is in hello.txt?");
+    expect(JSON.stringify(reqs[0].body.messages)).toContain("Be brief.");
+    expect(reqs[0].body.tools.map((t: any) => t.function.name).sort()).toEqual(["create_agent", "create_thread", "delegate_task", "list_threads", "post_to_thread", "run_command"]);
+    expect(JSON.stringify(reqs[1].body.messages)).toContain("ran: cat hello.txt");
+    expect(JSON.stringify(es)).not.toContain(MODEL_KEY);
+
+    const ds = await decisions(token, thread.id);
+    expect(ds.find((d) => d.agentId === coder.id && d.reason === "mentioned")).toBeTruthy();
+    // The reply is itself a trigger; its author does not answer itself.
+    expect(ds.find((d) => d.agentId === coder.id && d.reason === "author")).toBeTruthy();
+  });
+
+  it("a model error (HTTP 500) ends the turn with one signal.dispatch.error; the thread keeps working", async () => {
+    const token = await houseToken("house-turn-500");
+    // Enough 500s to outlast any bounded retry.
+    const failing = await scriptedModel(Array.from({ length: 6 }, () => ({ error: 500, message: "upstream exploded" })));
+    const failingEnv = await modelEnvironment(token, failing.baseUrl);
+    const bot = await createAgent(token, { name: "Bot", handle: "bot", environmentId: failingEnv });
+    const thread = await createThread(token, {});
+    await post(token, thread.id, chat("@bot hello"));
+    const es = await waitForEntries(token, thread.id, (es) => es.some((e) => e.payload.type === "signal.dispatch.error"), "the error");
+    const errors = es.filter((e) => e.payload.type === "signal.dispatch.error");
+    expect(errors).toHaveLength(1);
+    expect(errors[0].authorId).toBe(bot.id);
+    expect(String(errors[0].payload.reason)).toMatch(/500/);
+    expect(chatsBy(es, bot.id)).toHaveLength(0);
+    expect((await decisions(token, thread.id)).find((d) => d.agentId === bot.id && d.reason === "error")?.detail).toMatch(/500/);
+    const calls = (await failing.requests()).length;
+    expect(calls).toBeGreaterThanOrEqual(1);
+    expect(calls).toBeLessThanOrEqual(4); // bounded retries, no loop
+
+    const healthy = await scriptedModel([{ text: "back again" }]);
+    const healthyEnv = await modelEnvironment(token, healthy.baseUrl);
+    expect((await call(`/api/agents/${bot.id}`, { method: "PATCH", token, json: { environmentId: healthyEnv } })).status).toBe(200);
+    await post(token, thread.id, chat("@bot again?"));
+    const later = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).length === 1, "the next reply");
+    expect(chatsBy(later, bot.id)[0].payload.text).toBe("back again");
+    expect(later.filter((e) => e.payload.type === "signal.dispatch.error")).toHaveLength(1);
+  }, 60_000);
+
+  it("no model resolvable: the turn ends with a signal.dispatch.error saying so, and never calls a model", async () => {
+    const token = await houseToken("house-turn-nomodel");
+    const bot = await createAgent(token, { name: "Bot", handle: "bot", model: "nowhere/model-x" });
+    const bare = await createThread(token, {});
+    await post(token, bare.id, chat("@bot hi"));
+    const es = await waitForEntries(token, bare.id, (es) => es.some((e) => e.payload.type === "signal.dispatch.error"));
+    expect(String(es.find((e) => e.payload.type === "signal.dispatch.error")!.payload.reason)).toMatch(/no model/i);
+
+    const model = await scriptedModel();
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const bound = await createThread(token, { environmentId: envId });
+    await post(token, bound.id, chat("@bot hi"));
+    const es2 = await waitForEntries(token, bound.id, (es) => es.some((e) => e.payload.type === "signal.dispatch.error"));
+    expect(String(es2.find((e) => e.payload.type === "signal.dispatch.error")!.payload.reason)).toContain("nowhere");
+    expect(await model.requests()).toHaveLength(0);
+    expect(chatsBy(es2, bot.id)).toHaveLength(0);
+  });
+
+  it("a malformed tool call (unknown tool, bad arguments) is answered as an error result; the bot recovers", async () => {
+    const token = await houseToken("house-turn-malformed");
+    const model = await scriptedModel([
+      { toolCalls: [{ id: "x1", name: "launch_missiles", arguments: {} }, { id: "x2", name: "run_command", arguments: { cmd: "ls" } }] },
+      { text: "Sorry, fixed." },
+    ]);
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Bot", handle: "bot" });
+    const thread = await createThread(token, { environmentId: envId });
+    await post(token, thread.id, chat("@bot go"));
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).length === 1);
+    const results = es.filter((e) => e.payload.type === "pi.tool_result");
+    expect(results).toHaveLength(2);
+    expect(results.every((r) => r.payload.isError === true)).toBe(true);
+    expect(String(results[1].payload.output)).toMatch(/invalid arguments/i);
+    expect(chatsBy(es, bot.id)[0].payload.text).toBe("Sorry, fixed.");
+  });
+
+  it("run_command without an environment: a plain 'no sandbox' result, and the bot answers normally", async () => {
+    const token = await houseToken("house-turn-nobox");
+    const model = await scriptedModel([{ toolCalls: [{ id: "r1", name: "run_command", arguments: { command: "ls" } }] }, { text: "Nowhere to run that." }]);
+    const envId = await modelEnvironment(token, model.baseUrl);
+    // The bot resolves its model from its own environment; the thread has none, so no sandbox.
+    const bot = await createAgent(token, { name: "Bot", handle: "bot", environmentId: envId });
+    const thread = await createThread(token, {});
+    await post(token, thread.id, chat("@bot ls please"));
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).length === 1);
+    const result = es.find((e) => e.payload.type === "pi.tool_result")!;
+    expect(result.payload.isError).toBe(false);
+    expect(String(result.payload.output)).toMatch(/no sandbox is bound to this thread/);
+  });
+
+  it("a chat written through the Durable Streams protocol (a stream token) wakes bots too", async () => {
+    const token = await houseToken("house-turn-stream");
+    const model = await scriptedModel([{ text: "heard you over the stream" }]);
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Bot", handle: "bot" });
+    const thread = await createThread(token, { environmentId: envId });
+    const r = await call(`/api/stream/thread-${thread.id}`, {
+      method: "POST", token: await streamToken("house-turn-stream", thread.id),
+      headers: { "content-type": "application/json" }, body: JSON.stringify({ payload: { type: "chat", text: "@bot ping" } }),
+    });
+    expect(r.status).toBe(204);
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).length === 1);
+    expect(chatsBy(es, bot.id)[0].payload.text).toBe("heard you over the stream");
+  });
+
+  it("the agent's tool allow-list is all the model is offered", async () => {
+    const token = await houseToken("house-turn-allow");
+    const model = await scriptedModel([{ text: "ok" }]);
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Bot", handle: "bot", tools: ["list_threads"] });
+    const thread = await createThread(token, { environmentId: envId });
+    await post(token, thread.id, chat("@bot hi"));
+    await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).length === 1);
+    expect((await model.requests())[0].body.tools.map((t: any) => t.function.name)).toEqual(["list_threads"]);
+  });
+});
+
+describe("dispatch: selection end to end", () => {
+  it("two always bots talking stop at depth 8", async () => {
+    const token = await houseToken("house-pingpong");
+    const model = await scriptedModel([], { text: "and you?" });
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const a = await createAgent(token, { name: "A", handle: "alpha", triggerMode: "always" });
+    const b = await createAgent(token, { name: "B", handle: "beta", triggerMode: "always" });
+    const thread = await createThread(token, { environmentId: envId });
+    // With both bots always-on, only one may answer the person: the other then answers it, and so on.
+    await call(`/api/threads/${thread.id}/config`, { method: "PATCH", token, json: { dispatch: { widthCap: 1 } } });
+    await post(token, thread.id, chat("talk among yourselves"));
+    const es = await waitForEntries(token, thread.id, (es) => es.some((e) => e.payload.type === "chat" && e.payload.depth === 8), "depth 8");
+    // Let the last trigger be decided: depth cap for both bots.
+    await waitForDecision(token, thread.id, (d) => d.reason === "depth_cap");
+    const final = (await readAll(token, thread.id)).entries;
+    const botChats = final.filter((e) => e.payload.type === "chat" && (e.authorId === a.id || e.authorId === b.id));
+    expect(botChats.map((e) => e.payload.depth)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+    for (let i = 1; i < botChats.length; i++) expect(botChats[i].authorId).not.toBe(botChats[i - 1].authorId);
+    expect(es.length).toBeGreaterThan(0);
+  });
+
+  it("DM thread: the agent answers without a mention; the config says always and can be overridden", async () => {
+    const token = await houseToken("house-dm");
+    const model = await scriptedModel([], { text: "hello human" });
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Pal", handle: "pal", environmentId: envId });
+    const dm = await createThread(token, { parent: { kind: "agent", id: bot.id } });
+    const cfg = (await (await call(`/api/threads/${dm.id}/config`, { token })).json()) as { dispatch: { perAgent: Record<string, { triggerMode: string }>; widthCap: number } };
+    expect(cfg.dispatch.perAgent).toEqual({ [bot.id]: { triggerMode: "always" } });
+    expect(cfg.dispatch.widthCap).toBe(3);
+    await post(token, dm.id, chat("hi there"));
+    await waitForEntries(token, dm.id, (es) => chatsBy(es, bot.id).length === 1);
+
+    const patched = await call(`/api/threads/${dm.id}/config`, { method: "PATCH", token, json: { dispatch: { perAgent: { [bot.id]: { triggerMode: "mention" } } } } });
+    expect(patched.status).toBe(200);
+    await post(token, dm.id, chat("still there?", "msg-2"));
+    await waitForDecision(token, dm.id, (d) => d.triggerEntryId === "msg-2" && d.reason === "not_mentioned");
+    expect(chatsBy((await readAll(token, dm.id)).entries, bot.id)).toHaveLength(1);
+
+    expect((await call("/api/threads", { method: "POST", token, json: { parent: { kind: "agent", id: "ag_missing" } } })).status).toBe(404);
+  });
+
+  it("a chat with dispatch:false never triggers, even with a mention", async () => {
+    const token = await houseToken("house-nodispatch");
+    const model = await scriptedModel();
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Bot", handle: "bot", triggerMode: "always" });
+    const thread = await createThread(token, { environmentId: envId });
+    await post(token, thread.id, { id: "quiet", payload: { type: "chat", text: "@bot done", dispatch: false } });
+    await post(token, thread.id, chat("@bot now", "loud"));
+    await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).length === 1);
+    const ds = await decisions(token, thread.id);
+    expect(ds.some((d) => d.triggerEntryId === "quiet")).toBe(false);
+    expect(ds.some((d) => d.triggerEntryId === "loud" && d.reason === "mentioned")).toBe(true);
+    expect(await model.requests()).toHaveLength(1);
+  });
+
+  it("ambient: the gate model decides; a 'no' is recorded as gated_no and nothing is posted", async () => {
+    const token = await houseToken("house-ambient");
+    const model = await scriptedModel([{ text: "no" }, { text: "yes" }, { text: "I can help." }]);
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Lurker", handle: "lurker", triggerMode: "ambient" });
+    const thread = await createThread(token, { environmentId: envId });
+    await call(`/api/threads/${thread.id}/config`, { method: "PATCH", token, json: { dispatch: { ambientDelayMs: 0 } } });
+    await post(token, thread.id, chat("nice weather", "w1"));
+    await waitForDecision(token, thread.id, (d) => d.triggerEntryId === "w1" && d.reason === "gated_no");
+    await post(token, thread.id, chat("how do I revert a commit?", "w2"));
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).length === 1);
+    expect(chatsBy(es, bot.id)[0].payload.text).toBe("I can help.");
+    expect((await decisions(token, thread.id)).some((d) => d.triggerEntryId === "w2" && d.reason === "gated_yes")).toBe(true);
+  });
+
+  it("width cap: at most widthCap bots answer one entry; the others are recorded as width_cap", async () => {
+    const token = await houseToken("house-width");
+    const model = await scriptedModel([], { text: "me too" });
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const bots = [];
+    for (const h of ["b1", "b2", "b3", "b4"]) bots.push(await createAgent(token, { name: h, handle: h }));
+    const thread = await createThread(token, { environmentId: envId });
+    await call(`/api/threads/${thread.id}/config`, { method: "PATCH", token, json: { dispatch: { widthCap: 2 } } });
+    await post(token, thread.id, chat("@b1 @b2 @b3 @b4 roll call", "rc"));
+    await waitForEntries(token, thread.id, (es) => es.filter((e) => e.payload.type === "chat" && e.authorId?.startsWith("ag_")).length === 2);
+    const ds = (await decisions(token, thread.id)).filter((d) => d.triggerEntryId === "rc");
+    expect(ds.filter((d) => d.reason === "mentioned").map((d) => d.agentId).sort()).toEqual([bots[0].id, bots[1].id].sort());
+    expect(ds.filter((d) => d.reason === "width_cap").map((d) => d.agentId).sort()).toEqual([bots[2].id, bots[3].id].sort());
+  });
+});
+
+describe("dispatch: post_to_thread", () => {
+  it("wakes a bot in another thread of the house (depth + 1) and is refused for another house's thread", async () => {
+    const token = await houseToken("house-post");
+    const model = await scriptedModel();
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const other = await createThread(token, { environmentId: envId });
+    const foreign = await createThread(await houseToken("house-post-other"), {});
+    await model.push(
+      { toolCalls: [
+        { id: "p1", name: "post_to_thread", arguments: { threadId: other.id, text: "@scout please look into it" } },
+        { id: "p2", name: "post_to_thread", arguments: { threadId: foreign.id, text: "hello neighbour" } },
+      ] },
+      { text: "Asked scout." },
+      { text: "Scout here, on it." },
+    );
+    const boss = await createAgent(token, { name: "Boss", handle: "boss" });
+    const scout = await createAgent(token, { name: "Scout", handle: "scout" });
+    const home = await createThread(token, { environmentId: envId });
+    await post(token, home.id, chat("@boss get scout on this"));
+
+    const homeEs = await waitForEntries(token, home.id, (es) => chatsBy(es, boss.id).length === 1);
+    const results = homeEs.filter((e) => e.payload.type === "pi.tool_result");
+    expect(results[0].payload.isError).toBe(false);
+    expect(results[1].payload.isError).toBe(true);
+    expect(String(results[1].payload.output)).toMatch(/not_found/);
+    const otherEs = await waitForEntries(token, other.id, (es) => chatsBy(es, scout.id).length === 1, "scout's reply");
+    const posted = chatsBy(otherEs, boss.id);
+    expect(posted).toHaveLength(1);
+    expect(posted[0].payload).toMatchObject({ text: "@scout please look into it", depth: 1, sourceThreadId: home.id });
+    expect(chatsBy(otherEs, scout.id)[0].payload).toMatchObject({ text: "Scout here, on it.", depth: 2 });
+    expect((await readAll(await houseToken("house-post-other"), foreign.id)).entries).toHaveLength(0);
+  });
+});
+
+async function waitForDecision(token: string, threadId: string, pred: (d: Awaited<ReturnType<typeof decisions>>[number]) => boolean) {
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    const ds = await decisions(token, threadId);
+    if (ds.some(pred)) return ds;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for a decision: ${JSON.stringify(ds)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+describe("dispatch: durable turns", () => {
+  it("an actor evicted mid-turn resumes from the persisted rounds: no repeated tool call, exactly one reply", async () => {
+    const token = await houseToken("house-evict");
+    let commands = 0;
+    sharedTestProvider().execHandler = (_box, command) => {
+      commands += command.includes("step-one") ? 1 : 0;
+      return { exitCode: 0, output: `did ${command}` };
+    };
+    const model = await scriptedModel([
+      { toolCalls: [{ id: "s1", name: "run_command", arguments: { command: "echo step-one" } }] },
+      { hang: true }, // the second model call never answers: the actor goes away meanwhile
+      { text: "Finished after the restart." },
+    ]);
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Bot", handle: "bot" });
+    const thread = await createThread(token, { environmentId: envId });
+    await post(token, thread.id, chat("@bot do the steps"));
+    await waitForEntries(token, thread.id, (es) => es.some((e) => e.payload.type === "pi.tool_result"), "round one");
+    const deadline = Date.now() + 20_000;
+    while ((await model.requests()).length < 2) {
+      if (Date.now() > deadline) throw new Error("second model call never came");
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    // The actor dies with the model call in flight (a graceful eviction would wait for it).
+    await abortAllDurableObjects();
+
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).length === 1, "the resumed reply");
+    expect(chatsBy(es, bot.id)[0].payload.text).toBe("Finished after the restart.");
+    expect(es.filter((e) => e.payload.type === "pi.tool_result")).toHaveLength(1);
+    expect(commands).toBe(1);
+    const reqs = await model.requests();
+    expect(reqs).toHaveLength(3);
+    // The resumed call carries round one from the thread, not a fresh start.
+    expect(JSON.stringify(reqs[2].body.messages)).toContain("did echo step-one");
+    expect(es.filter((e) => e.payload.type === "signal.dispatch.error")).toHaveLength(0);
+    expect(new Set(es.map((e) => e.id)).size).toBe(es.length);
+  }, 60_000);
+
+  it("a tool call cut off before its result is not run again: the model is told it was interrupted", () => {
+    const closed = closeInterruptedCalls([
+      { role: "assistant", text: "", toolCalls: [{ id: "a", name: "delegate_task", args: { task: "x" } }, { id: "b", name: "run_command", args: { command: "ls" } }] },
+      { role: "tool", toolCallId: "a", name: "delegate_task", output: "{}" },
+    ]);
+    expect(closed).toHaveLength(3);
+    expect(closed[2]).toMatchObject({ role: "tool", toolCallId: "b", isError: true });
+    expect(closeInterruptedCalls([{ role: "assistant", text: "done" }])).toHaveLength(1);
+  });
+});
