@@ -1,6 +1,6 @@
 // Follows a thread over its WebSocket (`/api/threads/:id/subscribe`, token in the `bearer.<token>`
-// subprotocol, never in the URL), reconnecting from the last offset seen after a drop, so no
-// entry is missed or shown twice.
+// subprotocol next to the `threadbox` one the server selects, never in the URL), reconnecting from
+// the last offset seen after a drop, so no entry is missed or shown twice.
 import WebSocket from "ws";
 import { CliError } from "./errors.mjs";
 
@@ -37,7 +37,9 @@ export function subscribe(target, threadId, opts) {
 
   const connect = () => {
     if (closed) return;
-    const ws = new WebSocket(wsUrl(), [`bearer.${target.token}`]);
+    // The server never echoes the token, so a protocol it can select is offered with it; without one
+    // the handshake selects nothing and the client refuses the socket.
+    const ws = new WebSocket(wsUrl(), ["threadbox", `bearer.${target.token}`]);
     socket = ws;
     ws.on("open", () => { attempt = 0; });
     ws.on("message", (data) => {

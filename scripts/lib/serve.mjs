@@ -56,7 +56,10 @@ export function buildBundle({ cwd = ROOT, configPath = join(cwd, "wrangler.toml"
   return new Promise((resolvePromise, reject) => {
     execFile(process.execPath, [join(cwd, "node_modules", "wrangler", "bin", "wrangler.js"), "deploy", "--dry-run", "--outdir", outdir, "--config", configPath], {
       cwd,
-      env: { ...process.env, PATH: nodePath(), WRANGLER_SEND_METRICS: "false", CI: "true", NO_COLOR: "1" },
+      env: {
+        ...process.env, PATH: nodePath(), WRANGLER_SEND_METRICS: "false", CI: "true", NO_COLOR: "1",
+        WRANGLER_LOG: atLeastLog(process.env.WRANGLER_LOG),
+      },
       maxBuffer: 16 * 1024 * 1024,
     }, (err, stdout, stderr) => {
       if (err) return reject(new Error(`wrangler deploy --dry-run failed:\n${stdout}${stderr}`));
@@ -68,6 +71,14 @@ export function buildBundle({ cwd = ROOT, configPath = join(cwd, "wrangler.toml"
       }
     });
   });
+}
+
+/**
+ * The bundle size is a line at wrangler's default level ("log", above "info"): a quieter inherited
+ * WRANGLER_LOG would hide it; "debug" is kept.
+ */
+function atLeastLog(level) {
+  return ["log", "debug"].includes(String(level ?? "").toLowerCase()) ? level : "log";
 }
 
 /** The modules of a built bundle directory, the entry module first (workerd's main module). */

@@ -15,7 +15,8 @@ function wrangler(args: string[], cwd: string): Promise<{ code: number; output: 
   return new Promise((resolve) => {
     execFile(process.execPath, [join(cwd, "node_modules", "wrangler", "bin", "wrangler.js"), ...args], {
       cwd,
-      env: { ...process.env, PATH: nodePath(), WRANGLER_SEND_METRICS: "false", CI: "true", NO_COLOR: "1" },
+      // Wrangler's default log level ("log"), as a user runs it: the test runner's own WRANGLER_LOG is quieter.
+      env: { ...process.env, PATH: nodePath(), WRANGLER_SEND_METRICS: "false", CI: "true", NO_COLOR: "1", WRANGLER_LOG: "log" },
       maxBuffer: 16 * 1024 * 1024,
     }, (err, stdout, stderr) => resolve({ code: err ? (typeof err.code === "number" ? err.code : 1) : 0, output: `${stdout}${stderr}` }));
   });

@@ -110,9 +110,12 @@ describe("signing in", () => {
     expect(home.headers.get("content-type")).toContain("text/html");
     const deep = await fetch(`${worker.url}/threads/t_anything`, { headers: { accept: "text/html" } });
     expect([deep.status, deep.headers.get("content-type")]).toEqual([200, "text/html; charset=utf-8"]);
-    const missing = await fetch(`${worker.url}/api/no-such-route`);
+    // An unknown /api path is the worker's JSON answer, never the page: 404 with a token, 401 without one.
+    const missing = await fetch(`${worker.url}/api/no-such-route`, { headers: { authorization: `Bearer ${token}` } });
     expect(missing.status).toBe(404);
     expect(((await missing.json()) as { error: { code: string } }).error.code).toBe("not_found");
+    const anonymous = await fetch(`${worker.url}/api/no-such-route`);
+    expect([anonymous.status, anonymous.headers.get("content-type")]).toEqual([401, "application/json"]);
     expect((await fetch(`${worker.url}/health`)).status).toBe(200);
   });
 

@@ -23,9 +23,12 @@ export function Composer({ session, threadId, agents }: { session: Session; thre
   const choose = (handle: string) => {
     const el = box.current!;
     const next = insertMention(el.value, el.selectionStart ?? el.value.length, handle);
+    // Text and caret change now, not on a later frame: keys typed right after Tab land after the mention.
+    el.value = next.text;
+    el.focus();
+    el.setSelectionRange(next.caret, next.caret);
     setText(next.text);
     setQuery(null);
-    requestAnimationFrame(() => { el.focus(); el.setSelectionRange(next.caret, next.caret); });
   };
   const send = async () => {
     const body = text.trim();
