@@ -165,19 +165,25 @@ export class DispatchService {
             turnId, d.agentId, trigger.entryId, t.seq as number, d.depth, d.verdict === "gate" ? "gate" : "pending", d.runAt, now,
           );
         }
-        this.decide(trigger.entryId, d, null, turnId);
+        // A bot nobody addressed is the common case for every chat: recording it would cost a
+        // row per bot per message and tell a user nothing they asked about.
+        if (d.reason !== "not_mentioned") this.decide(trigger.entryId, d, null, turnId, false);
       }
       sql.exec(`delete from dispatch_triggers where entry_id = ?`, trigger.entryId);
     }
+    this.trimDecisions();
   }
 
-  private decide(triggerEntryId: string, d: Pick<Decision, "agentId" | "verdict" | "reason">, detail: string | null, turnId: string | null): void {
-    const sql = this.ports.sql;
-    sql.exec(
+  private decide(triggerEntryId: string, d: Pick<Decision, "agentId" | "verdict" | "reason">, detail: string | null, turnId: string | null, trim = true): void {
+    this.ports.sql.exec(
       `insert into dispatch_decisions (at, trigger_entry_id, agent_id, verdict, reason, detail, turn_id) values (?, ?, ?, ?, ?, ?, ?)`,
       this.ports.now(), triggerEntryId, d.agentId, d.verdict, d.reason, detail, turnId,
     );
-    sql.exec(`delete from dispatch_decisions where seq <= (select max(seq) from dispatch_decisions) - ?`, DECISIONS_KEPT);
+    if (trim) this.trimDecisions();
+  }
+
+  private trimDecisions(): void {
+    this.ports.sql.exec(`delete from dispatch_decisions where seq <= (select max(seq) from dispatch_decisions) - ?`, DECISIONS_KEPT);
   }
 
   decisions(limit: number): DecisionRecord[] {
