@@ -100,21 +100,27 @@ export class DispatchService {
 
   // ---- the append path (synchronous, inside the append's transaction) ----
 
-  /** Returns how many triggers were recorded, so the caller knows to re-arm the alarm. */
+  /**
+   * Returns how many triggers need the alarm re-armed: none when triggers were already pending,
+   * since the alarm that decides those is armed already and re-arms itself when it ends (an
+   * untriggered chat then costs one row, not an alarm write per append).
+   */
   recordTriggers(fresh: StoredMessage[]): number {
     let n = 0;
+    let alreadyArmed: boolean | null = null;
     const dec = new TextDecoder();
     for (const m of fresh) {
       const raw = dec.decode(m.data);
       if (!raw.includes(`"chat"`)) continue; // cheap pre-check: most entries are pi.* and signals
       const e = JSON.parse(raw) as Entry;
       if (!isTriggerable(e.payload)) continue;
+      alreadyArmed ??= this.ports.sql.exec(`select 1 from dispatch_triggers limit 1`).toArray().length > 0;
       const mentions = Array.isArray(e.payload.mentions) ? JSON.stringify(e.payload.mentions) : null;
       this.ports.sql.exec(
         `insert into dispatch_triggers (entry_id, seq, author_id, text, depth, mentions) values (?, ?, ?, ?, ?, ?) on conflict do nothing`,
         e.id, m.seq, e.authorId ?? null, String(e.payload.text ?? ""), entryDepth(e.payload), mentions,
       );
-      n++;
+      if (!alreadyArmed) n++;
     }
     return n;
   }
