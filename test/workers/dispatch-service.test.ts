@@ -185,8 +185,12 @@ describe("dispatch: selection end to end", () => {
     const patched = await call(`/api/threads/${dm.id}/config`, { method: "PATCH", token, json: { dispatch: { perAgent: { [bot.id]: { triggerMode: "mention" } } } } });
     expect(patched.status).toBe(200);
     await post(token, dm.id, chat("still there?", "msg-2"));
-    await waitForDecision(token, dm.id, (d) => d.triggerEntryId === "msg-2" && d.reason === "not_mentioned");
-    expect(chatsBy((await readAll(token, dm.id)).entries, bot.id)).toHaveLength(1);
+    // Triggers are decided in order: once the later mention is decided, "still there?" was too.
+    await post(token, dm.id, chat("@pal now?", "msg-3"));
+    await waitForDecision(token, dm.id, (d) => d.triggerEntryId === "msg-3" && d.reason === "mentioned");
+    const ds = await decisions(token, dm.id);
+    expect(ds.filter((d) => d.triggerEntryId === "msg-2")).toEqual([]);
+    await waitForEntries(token, dm.id, (es) => chatsBy(es, bot.id).length === 2);
 
     expect((await call("/api/threads", { method: "POST", token, json: { parent: { kind: "agent", id: "ag_missing" } } })).status).toBe(404);
   });

@@ -100,21 +100,27 @@ export class DispatchService {
 
   // ---- the append path (synchronous, inside the append's transaction) ----
 
-  /** Returns how many triggers were recorded, so the caller knows to re-arm the alarm. */
+  /**
+   * Returns how many triggers need the alarm re-armed: none when triggers were already pending,
+   * since the alarm that decides those is armed already and re-arms itself when it ends (an
+   * untriggered chat then costs one row, not an alarm write per append).
+   */
   recordTriggers(fresh: StoredMessage[]): number {
     let n = 0;
+    let alreadyArmed: boolean | null = null;
     const dec = new TextDecoder();
     for (const m of fresh) {
       const raw = dec.decode(m.data);
       if (!raw.includes(`"chat"`)) continue; // cheap pre-check: most entries are pi.* and signals
       const e = JSON.parse(raw) as Entry;
       if (!isTriggerable(e.payload)) continue;
+      alreadyArmed ??= this.ports.sql.exec(`select 1 from dispatch_triggers limit 1`).toArray().length > 0;
       const mentions = Array.isArray(e.payload.mentions) ? JSON.stringify(e.payload.mentions) : null;
       this.ports.sql.exec(
         `insert into dispatch_triggers (entry_id, seq, author_id, text, depth, mentions) values (?, ?, ?, ?, ?, ?) on conflict do nothing`,
         e.id, m.seq, e.authorId ?? null, String(e.payload.text ?? ""), entryDepth(e.payload), mentions,
       );
-      n++;
+      if (!alreadyArmed) n++;
     }
     return n;
   }
@@ -165,19 +171,25 @@ export class DispatchService {
             turnId, d.agentId, trigger.entryId, t.seq as number, d.depth, d.verdict === "gate" ? "gate" : "pending", d.runAt, now,
           );
         }
-        this.decide(trigger.entryId, d, null, turnId);
+        // A bot nobody addressed is the common case for every chat: recording it would cost a
+        // row per bot per message and tell a user nothing they asked about.
+        if (d.reason !== "not_mentioned") this.decide(trigger.entryId, d, null, turnId, false);
       }
       sql.exec(`delete from dispatch_triggers where entry_id = ?`, trigger.entryId);
     }
+    this.trimDecisions();
   }
 
-  private decide(triggerEntryId: string, d: Pick<Decision, "agentId" | "verdict" | "reason">, detail: string | null, turnId: string | null): void {
-    const sql = this.ports.sql;
-    sql.exec(
+  private decide(triggerEntryId: string, d: Pick<Decision, "agentId" | "verdict" | "reason">, detail: string | null, turnId: string | null, trim = true): void {
+    this.ports.sql.exec(
       `insert into dispatch_decisions (at, trigger_entry_id, agent_id, verdict, reason, detail, turn_id) values (?, ?, ?, ?, ?, ?, ?)`,
       this.ports.now(), triggerEntryId, d.agentId, d.verdict, d.reason, detail, turnId,
     );
-    sql.exec(`delete from dispatch_decisions where seq <= (select max(seq) from dispatch_decisions) - ?`, DECISIONS_KEPT);
+    if (trim) this.trimDecisions();
+  }
+
+  private trimDecisions(): void {
+    this.ports.sql.exec(`delete from dispatch_decisions where seq <= (select max(seq) from dispatch_decisions) - ?`, DECISIONS_KEPT);
   }
 
   decisions(limit: number): DecisionRecord[] {
