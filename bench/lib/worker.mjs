@@ -2,7 +2,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { ROOT, freePort, nodePath, startWorker } from "../../scripts/lib/wrangler-dev.mjs";
+import { ROOT, freePort, mintHouseToken, nodePath, startWorker } from "../../scripts/lib/wrangler-dev.mjs";
 
 export { ROOT, freePort, nodePath };
 
@@ -40,15 +40,8 @@ export async function startBenchServe(opts = {}) {
     url: server.url,
     port,
     pid: server.pid,
-    async mintHouseToken(houseId = "house-bench", subject = "user-bench", role = "owner") {
-      const r = await fetch(`${server.url}/api/admin/tokens`, {
-        method: "POST",
-        headers: { authorization: `Bearer ${vars.THREADBOX_ADMIN_SECRET}`, "content-type": "application/json" },
-        body: JSON.stringify({ houseId, subject, role }),
-      });
-      if (r.status !== 201) throw new Error(`mint failed: ${r.status} ${await r.text()}`);
-      return (await r.json()).token;
-    },
+    mintHouseToken: (houseId = "house-bench", subject = "user-bench", role = "owner") =>
+      mintHouseToken(server.url, vars.THREADBOX_ADMIN_SECRET, houseId, subject, role),
     async stop() {
       await server.stop();
       for (const d of [stateDir, buildDir]) rmSync(d, { recursive: true, force: true });

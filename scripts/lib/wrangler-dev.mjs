@@ -14,6 +14,17 @@ export const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
  */
 export const OFFLINE_WRANGLER_ENV = { WRANGLER_SEND_METRICS: "false", CLOUDFLARE_CF_FETCH_ENABLED: "false" };
 
+/** A house API token from a running worker, through its admin route. */
+export async function mintHouseToken(url, adminSecret, houseId, subject, role) {
+  const r = await fetch(`${url}/api/admin/tokens`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${adminSecret}`, "content-type": "application/json" },
+    body: JSON.stringify({ houseId, subject, role }),
+  });
+  if (r.status !== 201) throw new Error(`mint failed: ${r.status} ${await r.text()}`);
+  return (await r.json()).token;
+}
+
 /** Children must find Node 22 first on PATH, as they do under `npm run`. */
 export function nodePath() {
   return `${dirname(process.execPath)}:${join(ROOT, "node_modules", ".bin")}:${process.env.PATH ?? ""}`;
@@ -104,15 +115,8 @@ export async function startWorker(opts = {}) {
     vars,
     persistTo,
     output: () => output,
-    async mintHouseToken(houseId = "house-test", subject = "user-test", role = "owner") {
-      const r = await fetch(`${url}/api/admin/tokens`, {
-        method: "POST",
-        headers: { authorization: `Bearer ${vars.THREADBOX_ADMIN_SECRET}`, "content-type": "application/json" },
-        body: JSON.stringify({ houseId, subject, role }),
-      });
-      if (r.status !== 201) throw new Error(`mint failed: ${r.status} ${await r.text()}`);
-      return (await r.json()).token;
-    },
+    mintHouseToken: (houseId = "house-test", subject = "user-test", role = "owner") =>
+      mintHouseToken(url, vars.THREADBOX_ADMIN_SECRET, houseId, subject, role),
     async stop() {
       if (child.exitCode !== null) return;
       try { process.kill(-child.pid, "SIGTERM"); } catch {}
