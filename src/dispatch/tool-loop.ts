@@ -7,6 +7,7 @@ import type { AssistantMessage, Message, Tool, ToolCall } from "@earendil-works/
 import { validateToolArguments } from "@earendil-works/pi-ai/utils/validation";
 import { callModel, redactSecrets } from "./model-call";
 import type { ResolvedModel } from "./models";
+import { EMPTY_USAGE } from "../domain/pi-usage";
 
 export type ToolSpec = {
   name: string;
@@ -34,15 +35,6 @@ export const DEFAULT_MAX_ROUNDS = 20;
 export const DEFAULT_REQUEST_TIMEOUT_MS = 120_000;
 export const DEFAULT_RETRIES = 2;
 export const DEFAULT_RETRY_BASE_DELAY_MS = 500;
-
-const ZERO_USAGE = {
-  input: 0,
-  output: 0,
-  cacheRead: 0,
-  cacheWrite: 0,
-  totalTokens: 0,
-  cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, total: 0 },
-};
 
 /** Converts the bot's view of the conversation into pi-ai messages for `model`. */
 export function toPiMessages(messages: LoopMessage[], model: ResolvedModel, now = Date.now()): Message[] {
@@ -72,7 +64,7 @@ export function toPiMessages(messages: LoopMessage[], model: ResolvedModel, now 
       api: model.api,
       provider: model.provider,
       model: model.modelId,
-      usage: ZERO_USAGE,
+      usage: EMPTY_USAGE,
       stopReason: calls.length ? "toolUse" : "stop",
       timestamp: now,
     };

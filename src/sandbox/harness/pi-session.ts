@@ -22,6 +22,7 @@
  * formats beyond text/tool calls, and the original entry ids and session id.
  */
 import type { ThreadEntry } from "./types";
+import { EMPTY_USAGE } from "../../domain/pi-usage";
 
 export interface RebuildOptions {
   /** working directory recorded in the header; must exist where pi runs */
@@ -49,15 +50,6 @@ export interface RebuiltSession {
 }
 
 type Msg = Record<string, any>;
-
-const EMPTY_USAGE = {
-  input: 0,
-  output: 0,
-  cacheRead: 0,
-  cacheWrite: 0,
-  totalTokens: 0,
-  cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, total: 0 },
-};
 
 function randomUuid(): string {
   const c = (globalThis as any).crypto;
