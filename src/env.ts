@@ -21,6 +21,7 @@ export interface Env {
   STREAM_TOKEN_TTL_SECONDS?: string;
   /** How soon a bot's turn interrupted by an eviction is resumed (ms); default 60000. */
   DISPATCH_TURN_LEASE_MS?: string;
+  DISPATCH_AGENT_CACHE_MS?: string;
 }
 
 export function intVar(value: string | undefined, fallback: number): number {

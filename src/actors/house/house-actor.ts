@@ -7,6 +7,8 @@ import type { Environment } from "../../environments";
 import { settle } from "../rpc";
 import { applyAgentPatch, type Agent, type AgentPatch } from "../../agents";
 import { ApiError } from "../../errors";
+import { threadStub } from "../stubs";
+import { logEvent } from "../../domain/log-event";
 
 export type ThreadSummary = {
   id: string;
@@ -38,6 +40,7 @@ export class HouseActor extends DurableObject<Env> {
     // `handle` is unique per house: it is what `@handle` in chat text resolves to.
     ctx.storage.sql.exec(`create table if not exists agents (id text primary key, handle text not null unique, body text not null)`);
     ctx.storage.sql.exec(`create table if not exists boxes (id text primary key, ephemeral integer not null, state text not null, view text not null)`);
+    ctx.storage.sql.exec(`create table if not exists counters (name text primary key, value integer not null)`);
   }
 
   /** Updates arrive through the thread's outbox and may be retried: an older row never overwrites a newer one. */
@@ -101,12 +104,39 @@ export class HouseActor extends DurableObject<Env> {
     return settle(() => {
       if (this.agentByHandle(a.handle)) throw new ApiError("conflict", `handle @${a.handle} is taken in this house`);
       this.ctx.storage.sql.exec(`insert into agents (id, handle, body) values (?, ?, ?)`, a.id, a.handle, JSON.stringify(a));
+      this.agentsChanged();
       return a;
     });
   }
 
   async listAgents() {
-    return settle(() => this.ctx.storage.sql.exec(`select body from agents order by handle`).toArray().map((r) => JSON.parse(r.body as string) as Agent));
+    return settle(() => this.listAgentsSync());
+  }
+
+  /** The agents with the version of the set they belong to, for threads that cache it. */
+  async agentSet() {
+    return settle(() => ({ version: this.agentsVersion(), agents: this.listAgentsSync() }));
+  }
+
+  private listAgentsSync(): Agent[] {
+    return this.ctx.storage.sql.exec(`select body from agents order by handle`).toArray().map((r) => JSON.parse(r.body as string) as Agent);
+  }
+
+  private agentsVersion(): number {
+    return (this.ctx.storage.sql.exec(`select value from counters where name = 'agents'`).toArray()[0]?.value as number | undefined) ?? 0;
+  }
+
+  /**
+   * Threads decide an unaddressed chat from a cached agent set; every change to the set bumps its
+   * version and tells the house's threads to drop older copies. A notice that is lost (an eviction
+   * mid-way) is bounded by the threads' cache lifetime.
+   */
+  private agentsChanged(): void {
+    const sql = this.ctx.storage.sql;
+    sql.exec(`insert into counters (name, value) values ('agents', 1) on conflict(name) do update set value = value + 1`);
+    const version = this.agentsVersion();
+    const ids = sql.exec(`select id from threads`).toArray().map((r) => r.id as string);
+    this.ctx.waitUntil(notifyThreads(this.env, ids, version));
   }
 
   async getAgent(id: string) {
@@ -126,6 +156,7 @@ export class HouseActor extends DurableObject<Env> {
       const holder = this.agentByHandle(next.handle);
       if (holder && holder !== id) throw new ApiError("conflict", `handle @${next.handle} is taken in this house`);
       this.ctx.storage.sql.exec(`update agents set handle = ?, body = ? where id = ?`, next.handle, JSON.stringify(next), id);
+      this.agentsChanged();
       return next;
     });
   }
@@ -133,6 +164,7 @@ export class HouseActor extends DurableObject<Env> {
   async deleteAgent(id: string) {
     return settle(() => {
       if (this.ctx.storage.sql.exec(`delete from agents where id = ?`, id).rowsWritten === 0) throw new ApiError("not_found", "agent not found");
+      this.agentsChanged();
       return true;
     });
   }
@@ -190,4 +222,16 @@ export class HouseActor extends DurableObject<Env> {
       updatedAt: r.updated_at as string,
     }));
   }
+}
+
+const NOTIFY_CONCURRENCY = 16;
+
+async function notifyThreads(env: Env, threadIds: string[], version: number): Promise<void> {
+  let failed = 0;
+  for (let i = 0; i < threadIds.length; i += NOTIFY_CONCURRENCY) {
+    const batch = threadIds.slice(i, i + NOTIFY_CONCURRENCY);
+    const results = await Promise.allSettled(batch.map((id) => threadStub(env, id).agentsChanged(version)));
+    failed += results.filter((r) => r.status === "rejected").length;
+  }
+  if (failed > 0) logEvent("agents_notify_failed", { threads: threadIds.length, failed, version }, "warn");
 }

@@ -5,7 +5,7 @@ import type { Environment } from "../../environments";
 import type { StoredMessage } from "../../streams/log";
 import type { ThreadRow } from "../../threads/thread-row";
 import { DEFAULT_DISPATCH_CONFIG, mergeDispatchConfig, type DispatchConfig, type ThreadConfigPatch } from "../../dispatch/config";
-import { afterGate, entryDepth, isTriggerable, selectResponders, type Decision, type DecisionReason, type Trigger } from "../../dispatch/selection";
+import { afterGate, entryDepth, isTriggerable, mentionedHandles, selectResponders, type Candidate, type Decision, type DecisionReason, type Trigger } from "../../dispatch/selection";
 import { resolveModel, type PiModelsConfig, type ResolvedModel } from "../../dispatch/models";
 import { runToolLoop, type LoopEvent, type LoopMessage, type LoopResult, type ToolSpec } from "../../dispatch/tool-loop";
 import { askGate } from "../../dispatch/gate";
@@ -23,7 +23,8 @@ export type DispatchPorts = {
   /** The last `count` entries up to and including `upToSeq`. */
   recent(count: number, upToSeq?: number): EntryWithOffset[];
   house(houseId: string): {
-    listAgents(): Promise<Agent[]>;
+    /** The house's agents and the version of that set. */
+    agentSet(): Promise<{ version: number; agents: Agent[] }>;
     getAgent(id: string): Promise<Agent | null>;
     getEnvironment(id: string): Promise<Environment | null>;
   };
@@ -31,6 +32,8 @@ export type DispatchPorts = {
   rearm(): Promise<void>;
   /** How long a running turn's lease lasts; an expired lease means its incarnation died. */
   turnLeaseMs?: number;
+  /** How long a cached agent set decides chats inline without asking the house again. */
+  agentCacheMs?: number;
   /** Swappable in tests; the real pi-ai loop and gate by default. */
   llm?: { runToolLoop: typeof runToolLoop; askGate: typeof askGate };
 };
@@ -48,6 +51,8 @@ export const DEFAULT_TURN_LEASE_MS = 60_000;
 /** A turn interrupted this many times ends with an error entry instead of trying again. */
 export const MAX_TURN_ATTEMPTS = 3;
 const RECENT_CHAT = 40;
+/** Bounds how long a lost change notice from the house can leave a thread with an old agent set. */
+export const DEFAULT_AGENT_CACHE_MS = 60_000;
 const DECISIONS_KEPT = 500;
 const enc = new TextEncoder();
 
@@ -62,11 +67,18 @@ export class DispatchService {
   private readonly active = new Set<string>();
   private readonly llm: { runToolLoop: typeof runToolLoop; askGate: typeof askGate };
   private readonly leaseMs: number;
+  private readonly agentCacheMs: number;
+  /** The house's agent set as last loaded, so a chat that addresses nobody is decided inline. */
+  private agentCache: { version: number; candidates: Candidate[]; loadedAt: number } | null = null;
+  /** The newest agent-set version the house announced; an older load never becomes the cache. */
+  private newestAgentsVersion = 0;
+  private configCache: DispatchConfig | null = null;
 
   constructor(private readonly ports: DispatchPorts) {
     const sql = ports.sql;
     this.llm = ports.llm ?? { runToolLoop, askGate };
     this.leaseMs = ports.turnLeaseMs ?? DEFAULT_TURN_LEASE_MS;
+    this.agentCacheMs = ports.agentCacheMs ?? DEFAULT_AGENT_CACHE_MS;
     sql.exec(`create table if not exists dispatch_config (id integer primary key check (id = 1), body text not null)`);
     sql.exec(`create table if not exists dispatch_triggers (
       entry_id text primary key, seq integer not null, author_id text, text text not null, depth integer not null, mentions text)`);
@@ -84,12 +96,50 @@ export class DispatchService {
   // ---- config ----
 
   config(): DispatchConfig {
+    if (this.configCache) return this.configCache;
     const r = this.ports.sql.exec(`select body from dispatch_config where id = 1`).toArray()[0];
-    return r ? { ...DEFAULT_DISPATCH_CONFIG, ...(JSON.parse(r.body as string) as DispatchConfig) } : DEFAULT_DISPATCH_CONFIG;
+    this.configCache = r ? { ...DEFAULT_DISPATCH_CONFIG, ...(JSON.parse(r.body as string) as DispatchConfig) } : DEFAULT_DISPATCH_CONFIG;
+    return this.configCache;
   }
 
   setConfig(c: DispatchConfig): void {
+    this.configCache = null;
     this.ports.sql.exec(`insert into dispatch_config (id, body) values (1, ?) on conflict(id) do update set body = excluded.body`, JSON.stringify(c));
+  }
+
+  // ---- the house's agent set ----
+
+  /** The house changed its agents: a cached set older than `version` no longer decides anything. */
+  agentsChanged(version: number): void {
+    this.newestAgentsVersion = Math.max(this.newestAgentsVersion, version);
+    if (this.agentCache && this.agentCache.version < version) this.agentCache = null;
+  }
+
+  private async loadAgents(houseId: string): Promise<Candidate[]> {
+    const { version, agents } = await this.ports.house(houseId).agentSet();
+    const candidates = agents.map((a) => ({ id: a.id, handle: a.handle, triggerMode: a.triggerMode }));
+    if (version >= this.newestAgentsVersion) {
+      this.newestAgentsVersion = version;
+      this.agentCache = { version, candidates, loadedAt: this.ports.now() };
+    }
+    return candidates;
+  }
+
+  /**
+   * True when a fresh cached agent set shows that no bot would do or record anything for this chat
+   * (every bot is mention-only and none is named): it then needs no trigger row and no alarm.
+   * A mention of a handle the cache does not know is never decided here.
+   */
+  private nobodyAddressed(e: Entry): boolean {
+    const cache = this.agentCache;
+    if (!cache || this.ports.now() - cache.loadedAt >= this.agentCacheMs) return false;
+    const decisions = selectResponders({
+      trigger: { entryId: e.id, authorId: e.authorId ?? null, text: String(e.payload.text ?? ""), depth: entryDepth(e.payload), mentions: mentionList(e.payload.mentions) },
+      agents: cache.candidates, config: this.config(), lastReplyAt: {}, nowMs: this.ports.now(),
+    });
+    if (!decisions.every((d) => d.reason === "not_mentioned")) return false;
+    const named = mentionedHandles(String(e.payload.text ?? ""), mentionList(e.payload.mentions));
+    return named.size === 0;
   }
 
   patchConfig(patch: ThreadConfigPatch): DispatchConfig {
@@ -114,6 +164,7 @@ export class DispatchService {
       if (!raw.includes(`"chat"`)) continue; // cheap pre-check: most entries are pi.* and signals
       const e = JSON.parse(raw) as Entry;
       if (!isTriggerable(e.payload)) continue;
+      if (this.nobodyAddressed(e)) continue;
       alreadyArmed ??= this.ports.sql.exec(`select 1 from dispatch_triggers limit 1`).toArray().length > 0;
       const mentions = Array.isArray(e.payload.mentions) ? JSON.stringify(e.payload.mentions) : null;
       this.ports.sql.exec(
@@ -150,10 +201,9 @@ export class DispatchService {
     const triggers = sql.exec(`select * from dispatch_triggers order by seq`).toArray();
     if (triggers.length === 0) return;
     const row = this.ports.thread();
-    const agents = await this.ports.house(row.houseId).listAgents();
+    const candidates = await this.loadAgents(row.houseId);
     const config = this.config();
     const lastReplyAt = Object.fromEntries(sql.exec(`select agent_id, at from dispatch_replies`).toArray().map((r) => [r.agent_id as string, r.at as number]));
-    const candidates = agents.map((a) => ({ id: a.id, handle: a.handle, triggerMode: a.triggerMode }));
     for (const t of triggers) {
       const trigger: Trigger = {
         entryId: t.entry_id as string, authorId: (t.author_id as string | null) ?? null, text: t.text as string, depth: t.depth as number,
@@ -393,4 +443,8 @@ export function closeInterruptedCalls(progress: LoopMessage[]): LoopMessage[] {
     }
   }
   return out;
+}
+
+function mentionList(v: unknown): string[] | undefined {
+  return Array.isArray(v) ? v.filter((m): m is string => typeof m === "string") : undefined;
 }

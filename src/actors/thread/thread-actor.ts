@@ -119,13 +119,14 @@ export class ThreadActor extends DurableObject<Env> {
       house: (houseId) => {
         const house = houseStub(env, houseId);
         return {
-          listAgents: async () => (await unwrapRpc(house.listAgents())) as Agent[],
+          agentSet: async () => (await unwrapRpc(house.agentSet())) as { version: number; agents: Agent[] },
           getAgent: async (id) => (await unwrapRpc(house.getAgent(id))) as Agent | null,
           getEnvironment: async (id) => (await unwrapRpc(house.getEnvironment(id))) as Environment | null,
         };
       },
       rearm: () => this.deadlines.recompute(),
       turnLeaseMs: intVar(env.DISPATCH_TURN_LEASE_MS, 60_000),
+      agentCacheMs: intVar(env.DISPATCH_AGENT_CACHE_MS, 60_000),
     });
     this.deadlines.addSource({ name: "dispatch", nextDeadline: () => this.dispatch.nextDeadline() });
     // Every write path (REST, the stream protocol, internal writes) goes through the log: a chat
@@ -314,6 +315,11 @@ export class ThreadActor extends DurableObject<Env> {
       this.requireThread(houseId);
       return { dispatch: this.dispatch.patchConfig(patch) };
     });
+  }
+
+  /** The house changed its agents (a notice, not a command: nothing to answer). */
+  async agentsChanged(version: number): Promise<void> {
+    this.dispatch.agentsChanged(version);
   }
 
   async dispatchDecisions(houseId: string, limit: number) {

@@ -1,0 +1,55 @@
+import { describe, expect, it } from "vitest";
+import { call, chat, createThread, houseToken, post } from "./helpers";
+import { createAgent, modelEnvironment, scriptedModel, waitForEntries } from "./dispatch-helpers";
+
+/**
+ * A thread decides chats that address nobody from its cached copy of the house's agents (so such a
+ * chat costs no trigger row and no alarm). These pin down that the copy never hides a change.
+ */
+describe("dispatch: the thread's cached agent set follows the house", () => {
+  const chatsBy = <T extends { authorId?: string; payload: { type: string } }>(es: T[], author: string) => es.filter((e) => e.payload.type === "chat" && e.authorId === author);
+
+  async function warmThread(house: string) {
+    const token = await houseToken(house);
+    const model = await scriptedModel([], { text: "ok" });
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const quiet = await createAgent(token, { name: "Quiet", handle: "quiet" });
+    const thread = await createThread(token, { environmentId: envId });
+    // A mention makes the thread load the house's agents; after the reply the copy is warm.
+    await post(token, thread.id, chat("@quiet hi"));
+    await waitForEntries(token, thread.id, (es) => chatsBy(es, quiet.id).length === 1, "quiet's reply");
+    return { token, thread, quiet, envId };
+  }
+
+  it("an `always` bot created after the thread cached the set answers the next unaddressed chat", async () => {
+    const { token, thread } = await warmThread("house-agent-cache-create");
+    const echo = await createAgent(token, { name: "Echo", handle: "echo", triggerMode: "always" });
+    const r = await post(token, thread.id, chat("nobody named here"));
+    expect(r.status).toBe(201);
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, echo.id).length === 1, "echo's reply");
+    expect(chatsBy(es, echo.id)[0].payload.text).toBe("ok");
+  });
+
+  it("a bot switched from mention to always by PATCH answers the next unaddressed chat", async () => {
+    const { token, thread, quiet } = await warmThread("house-agent-cache-patch");
+    const p = await call(`/api/agents/${quiet.id}`, { method: "PATCH", token, json: { triggerMode: "always" } });
+    expect(p.status).toBe(200);
+    await post(token, thread.id, chat("still nobody named"));
+    await waitForEntries(token, thread.id, (es) => chatsBy(es, quiet.id).length === 2, "quiet's second reply");
+  });
+
+  it("a thread config that makes a bot `always` takes effect on the next unaddressed chat", async () => {
+    const { token, thread, quiet } = await warmThread("house-agent-cache-config");
+    const p = await call(`/api/threads/${thread.id}/config`, { method: "PATCH", token, json: { dispatch: { perAgent: { [quiet.id]: { triggerMode: "always" } } } } });
+    expect(p.status).toBe(200);
+    await post(token, thread.id, chat("no handle in this one"));
+    await waitForEntries(token, thread.id, (es) => chatsBy(es, quiet.id).length === 2, "quiet's second reply");
+  });
+
+  it("a handle created after the thread cached the set is recognised at once", async () => {
+    const { token, thread, envId } = await warmThread("house-agent-cache-handle");
+    const late = await createAgent(token, { name: "Late", handle: "late", environmentId: envId });
+    await post(token, thread.id, chat("@late are you there?"));
+    await waitForEntries(token, thread.id, (es) => chatsBy(es, late.id).length === 1, "late's reply");
+  });
+});
