@@ -5,7 +5,7 @@ import type { Environment } from "../../environments";
 import type { StoredMessage } from "../../streams/log";
 import type { ThreadRow } from "../../threads/thread-row";
 import { DEFAULT_DISPATCH_CONFIG, mergeDispatchConfig, type DispatchConfig, type ThreadConfigPatch } from "../../dispatch/config";
-import { afterGate, entryDepth, isTriggerable, mentionedHandles, selectResponders, type Candidate, type Decision, type DecisionReason, type Trigger } from "../../dispatch/selection";
+import { afterGate, effectiveMode, entryDepth, isTriggerable, selectResponders, type Candidate, type Decision, type DecisionReason, type Trigger } from "../../dispatch/selection";
 import { resolveModel, type PiModelsConfig, type ResolvedModel } from "../../dispatch/models";
 import { runToolLoop, type LoopEvent, type LoopMessage, type LoopResult, type ToolSpec } from "../../dispatch/tool-loop";
 import { askGate } from "../../dispatch/gate";
@@ -69,7 +69,7 @@ export class DispatchService {
   private readonly leaseMs: number;
   private readonly agentCacheMs: number;
   /** The house's agent set as last loaded, so a chat that addresses nobody is decided inline. */
-  private agentCache: { version: number; candidates: Candidate[]; loadedAt: number } | null = null;
+  private agentCache: { version: number; candidates: Candidate[]; ids: Set<string>; loadedAt: number; mentionOnly?: boolean } | null = null;
   /** The newest agent-set version the house announced; an older load never becomes the cache. */
   private newestAgentsVersion = 0;
   private configCache: DispatchConfig | null = null;
@@ -104,6 +104,7 @@ export class DispatchService {
 
   setConfig(c: DispatchConfig): void {
     this.configCache = null;
+    if (this.agentCache) this.agentCache.mentionOnly = undefined;
     this.ports.sql.exec(`insert into dispatch_config (id, body) values (1, ?) on conflict(id) do update set body = excluded.body`, JSON.stringify(c));
   }
 
@@ -120,7 +121,7 @@ export class DispatchService {
     const candidates = agents.map((a) => ({ id: a.id, handle: a.handle, triggerMode: a.triggerMode }));
     if (version >= this.newestAgentsVersion) {
       this.newestAgentsVersion = version;
-      this.agentCache = { version, candidates, loadedAt: this.ports.now() };
+      this.agentCache = { version, candidates, ids: new Set(candidates.map((a) => a.id)), loadedAt: this.ports.now() };
     }
     return candidates;
   }
@@ -133,13 +134,12 @@ export class DispatchService {
   private nobodyAddressed(e: Entry): boolean {
     const cache = this.agentCache;
     if (!cache || this.ports.now() - cache.loadedAt >= this.agentCacheMs) return false;
-    const decisions = selectResponders({
-      trigger: { entryId: e.id, authorId: e.authorId ?? null, text: String(e.payload.text ?? ""), depth: entryDepth(e.payload), mentions: mentionList(e.payload.mentions) },
-      agents: cache.candidates, config: this.config(), lastReplyAt: {}, nowMs: this.ports.now(),
-    });
-    if (!decisions.every((d) => d.reason === "not_mentioned")) return false;
-    const named = mentionedHandles(String(e.payload.text ?? ""), mentionList(e.payload.mentions));
-    return named.size === 0;
+    const text = String(e.payload.text ?? "");
+    const mentions = mentionList(e.payload.mentions);
+    // A bot's own message gets a recorded "author" decision, and any `@` may name somebody.
+    if (text.includes("@") || (mentions?.length ?? 0) > 0 || (e.authorId !== undefined && cache.ids.has(e.authorId))) return false;
+    cache.mentionOnly ??= cache.candidates.every((a) => effectiveMode(a, this.config()) === "mention");
+    return cache.mentionOnly;
   }
 
   patchConfig(patch: ThreadConfigPatch): DispatchConfig {
