@@ -8,6 +8,7 @@ import {
 } from "./http/routes-threads";
 import { createEnvironmentRoute, execRoute, getEnvironmentRoute, listEnvironmentsRoute } from "./http/routes-environments";
 import { createSandboxRoute, deleteSandboxRoute, getSandboxRoute, listSandboxesRoute, reconcileRoute } from "./http/routes-sandboxes";
+import { listArtifactsRoute } from "./http/routes-artifacts";
 import { createAgentRoute, deleteAgentRoute, getAgentRoute, listAgentsRoute, patchAgentRoute } from "./http/routes-agents";
 import { dispatchDecisionsRoute, getThreadConfigRoute, patchThreadConfigRoute } from "./http/routes-dispatch";
 import { streamRoute, withPublicLocation } from "./http/routes-streams";
@@ -49,6 +50,7 @@ router
   .get("/api/threads/:id/config", (req, env) => getThreadConfigRoute(req, env, req.params.id))
   .patch("/api/threads/:id/config", (req, env) => patchThreadConfigRoute(req, env, req.params.id))
   .get("/api/threads/:id/dispatch", (req, env) => dispatchDecisionsRoute(req, env, req.params.id))
+  .get("/api/threads/:id/artifacts", (req, env) => listArtifactsRoute(req, env, req.params.id))
   .post("/api/agents", (req, env) => createAgentRoute(req, env))
   .get("/api/agents", (req, env) => listAgentsRoute(req, env))
   .get("/api/agents/:id", (req, env) => getAgentRoute(req, env, req.params.id))

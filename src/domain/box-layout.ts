@@ -29,6 +29,7 @@ export const BOX_ENV = {
   runawayMs: "THREADBOX_RUNAWAY_MS",
   killGraceMs: "THREADBOX_KILL_GRACE_MS",
   flushTimeoutMs: "THREADBOX_FLUSH_TIMEOUT_MS",
+  artifactsTimeoutMs: "THREADBOX_ARTIFACTS_TIMEOUT_MS",
   /** Comma-separated names of the environment's secret variables (their values never leave the box). */
   secretNames: "THREADBOX_SECRET_NAMES",
 } as const;

@@ -23,7 +23,7 @@ const statusChangedPayload = z.object({
 }).passthrough();
 
 const openPayload = z.object({
-  type: z.string().regex(/^(pi|signal)\.[A-Za-z0-9_.-]{1,100}$/, "payload.type must be chat, pi.* or signal.*"),
+  type: z.string().regex(/^(pi|signal|artifact)\.[A-Za-z0-9_.-]{1,100}$/, "payload.type must be chat, pi.*, signal.* or artifact.*"),
 }).passthrough();
 
 export const payloadSchema = z.union([chatPayload, statusChangedPayload, openPayload]).superRefine((p, ctx) => {

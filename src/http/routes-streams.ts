@@ -13,6 +13,8 @@ import { writerFor } from "../threads/entries";
 const NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._~:@!$&'()*+,;=/-]{0,255}$/;
 const THREAD_STREAM = /^thread-([A-Za-z0-9][A-Za-z0-9._:-]{0,127})$/;
 const TOKEN_RENEWAL = /^thread-([A-Za-z0-9][A-Za-z0-9._:-]{0,127})\/token$/;
+/** Plain streams a run's own stream token may write: its artifacts (e.g. a diff too large for an entry). */
+const RUN_ARTIFACTS = /^thread-([A-Za-z0-9][A-Za-z0-9._:-]{0,127})\/artifacts\//;
 
 /**
  * `/api/stream/<name>` and `/v1/stream/<name>`: the Durable Streams protocol. `thread-<id>` is a
@@ -45,7 +47,9 @@ export async function streamRoute(request: Request, env: Env, prefix: string): P
     if (claims.kind === "stream" && claims.threadId !== threadId) throw new ApiError("forbidden", "token is scoped to another thread");
     return forwardToActor(request, threadStub(env, threadId), auth, { kind: "thread", threadId }, "/stream");
   }
-  if (claims.kind === "stream") throw new ApiError("forbidden", "a stream token reaches only its own thread");
+  if (claims.kind === "stream" && (forkedFrom !== null || RUN_ARTIFACTS.exec(name)?.[1] !== claims.threadId)) {
+    throw new ApiError("forbidden", "a stream token reaches only its own thread and its artifact streams");
+  }
   const forkSource = forkedFrom === null ? undefined : resolveForkSource(forkedFrom, claims.houseId);
   return forwardToActor(request, plainStreamStub(env, claims.houseId, name), auth, { kind: "plain", name, forkSource }, "/stream");
 }

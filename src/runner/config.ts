@@ -14,6 +14,8 @@ export interface BoxConfig {
   killGraceMs: number;
   /** bound on posting at shutdown (mirror flush, runner finished-signal), ms */
   flushTimeoutMs: number;
+  /** bound on collecting and posting the run's artifacts; 0 turns them off */
+  artifactsTimeoutMs: number;
 }
 
 export const THREE_DAYS_MS = 3 * 24 * 60 * 60 * 1000;
@@ -40,5 +42,6 @@ export function readBoxConfig(env: Record<string, string | undefined>): BoxConfi
     runawayMs: num(env[BOX_ENV.runawayMs], THREE_DAYS_MS),
     killGraceMs: num(env[BOX_ENV.killGraceMs], 10_000),
     flushTimeoutMs: num(env[BOX_ENV.flushTimeoutMs], 15_000),
+    artifactsTimeoutMs: num(env[BOX_ENV.artifactsTimeoutMs], 20_000),
   };
 }

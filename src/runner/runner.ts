@@ -26,6 +26,8 @@ import { BOX_ENV, runnerPidPath } from "../domain/box-layout";
 import { StderrTail, lastLine, secretValues } from "./stderr-tail";
 import { TokenKeeper, renewUrlFor } from "./token-keeper";
 import { postHeartbeat, readThread, sleep, StreamWriter, threadStreamUrl, type WireEntry } from "./stream-writer";
+import { collectArtifacts, snapshotWorkspace, type WorkspaceStart } from "./artifacts";
+import { artifactEntries, artifactStreamName, MAX_INLINE_DIFF_BYTES, writeDiffStream } from "./post-artifacts";
 
 const log = (m: string) => process.stderr.write(`[threadbox runner] ${new Date().toISOString()} ${m}\n`);
 
@@ -133,7 +135,11 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
     log(`could not write ${pidFile}: ${(err as Error).message}`);
   }
 
-  log(`run ${runId}: starting ${agent.name} (${bin}) in ${values.cwd ?? process.cwd()}`);
+  const workDir = values.cwd ?? process.cwd();
+  const artifactsTimeoutMs = cfg.artifactsTimeoutMs;
+  const workspaceStart: WorkspaceStart | null = artifactsTimeoutMs > 0 ? snapshotWorkspace(workDir) : null;
+
+  log(`run ${runId}: starting ${agent.name} (${bin}) in ${workDir}`);
   const child = spawn(bin, cmd.argv.slice(1), {
     cwd: values.cwd ?? process.cwd(),
     env: { ...process.env, ...cmd.env, THREADBOX_RUN_ID: runId },
@@ -199,6 +205,11 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   const deadline = Date.now() + cfg.flushTimeoutMs;
   if (harnessWriter) await harnessWriter.flush(Math.max(0, deadline - Date.now()));
 
+  if (workspaceStart) {
+    const secrets = secretValues(process.env, (process.env[BOX_ENV.secretNames] ?? "").split(",").filter(Boolean), [cfg.token, tokens.current()]);
+    await postArtifacts(workspaceStart, secrets, { url, streamBase: cfg.streamUrl, threadId: cfg.threadId, runId, authorId: cfg.authorId, tokens, timeoutMs: artifactsTimeoutMs });
+  }
+
   rmSync(pidFile, { force: true });
   const exitCode = () => (code !== null ? code : 128 + ((signal ? (osConstants.signals as Record<string, number>)[signal] : 1) ?? 1));
   if (values["no-finish"]) {
@@ -258,6 +269,33 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   harnessWriter?.stop();
   stopTokenRefresh();
   return exitCode();
+}
+
+/**
+ * The run's work, on the thread before its finished-signal (so it outlives the box). Bounded by
+ * `timeoutMs`; a failure here is logged and never changes the run's outcome.
+ */
+async function postArtifacts(
+  start: WorkspaceStart, secrets: string[],
+  o: { url: string; streamBase: string; threadId: string; runId: string; authorId?: string; tokens: TokenKeeper; timeoutMs: number },
+): Promise<void> {
+  const deadline = Date.now() + o.timeoutMs;
+  try {
+    const artifacts = collectArtifacts(start, secrets);
+    let diffStream: string | undefined;
+    if (artifacts.git && artifacts.git.diffBytes > MAX_INLINE_DIFF_BYTES) {
+      const name = artifactStreamName(o.threadId, o.runId);
+      if (await writeDiffStream(o.streamBase, name, o.tokens.current() ?? "", artifacts.git.diff, Math.max(1_000, deadline - Date.now()))) diffStream = name;
+      else log("could not store the full diff in its stream; the thread keeps its head");
+    }
+    const writer = new StreamWriter({ url: o.url, token: () => o.tokens.current(), producerId: `runner-a-${o.runId}-${randomId()}`, log });
+    writer.append(...artifactEntries(artifacts, { threadId: o.threadId, runId: o.runId, authorId: o.authorId, diffStream }));
+    const ok = await writer.flush(Math.max(1_000, deadline - Date.now()));
+    writer.stop();
+    log(ok ? `artifacts: ${artifacts.files.length} file(s)${artifacts.git ? `, diff ${artifacts.git.diffBytes} bytes` : ""}` : "could not post the artifacts in time");
+  } catch (err) {
+    log(`collecting artifacts failed: ${(err as Error).message}`);
+  }
 }
 
 /** Where the runner of a thread's current run records its pid, HOME-relative in the box. */

@@ -375,6 +375,20 @@ export class ThreadActor extends DurableObject<Env> {
     });
   }
 
+  /** A run's artifacts (`artifact.*` entries, newest first), found by the ids the runner gives them. */
+  async listArtifacts(houseId: string, runId: string | null, limit: number) {
+    return settle(() => {
+      const row = this.requireThread(houseId);
+      const prefix = `${row.id}:artifacts:${runId === null ? "" : `${runId}:`}`;
+      const like = prefix.replace(/[\\%_]/g, (c) => `\\${c}`) + "%";
+      const found = this.ctx.storage.sql
+        .exec(`select seq, data, entry_id from messages where entry_id like ? escape '\\' order by seq desc limit ?`, like, limit)
+        .toArray()
+        .map((r) => toEntryWithOffset({ seq: r.seq as number, data: new Uint8Array(r.data as ArrayBuffer), entryId: r.entry_id as string }));
+      return { artifacts: found.filter((e) => e.payload.type.startsWith("artifact.")) };
+    });
+  }
+
   // ---- WebSocket subscriptions (hibernatable) ----
 
   async webSocketMessage(ws: WebSocket, message: string | ArrayBuffer): Promise<void> {

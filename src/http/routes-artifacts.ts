@@ -1,0 +1,24 @@
+import { z } from "zod";
+import { ApiError, json } from "../errors";
+import type { Env } from "../env";
+import { assertThreadAccess, authenticate } from "../auth/authenticate";
+import { idSchema } from "../auth/tokens";
+import { threadStub } from "./actors";
+import { unwrapRpc } from "../actors/rpc";
+
+const artifactsQuery = z.object({
+  runId: idSchema.optional(),
+  limit: z.coerce.number().int().min(1).max(200).default(50),
+}).strict();
+
+/** What the thread's runs left behind (`artifact.diff`, `artifact.files`), newest first. */
+export async function listArtifactsRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
+  const parsedId = idSchema.safeParse(id);
+  if (!parsedId.success) throw new ApiError("not_found", "thread not found");
+  const threadId = parsedId.data;
+  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  assertThreadAccess(claims, claims.houseId, threadId, false);
+  const q = artifactsQuery.safeParse(Object.fromEntries(new URL(request.url).searchParams));
+  if (!q.success) throw new ApiError("validation_failed", "query: runId is an id, limit an integer from 1 to 200");
+  return json(await unwrapRpc(threadStub(env, threadId).listArtifacts(claims.houseId, q.data.runId ?? null, q.data.limit)));
+}

@@ -1,0 +1,203 @@
+/**
+ * What a run left in its working directory, collected by the runner before its finished-signal
+ * so the thread keeps the work after the box is gone. Node-only (runs in the box).
+ *
+ * A git checkout yields `git status` and the diff against the commit the run started from
+ * (untracked files included); any other directory yields the files created or changed since the
+ * run started. Small UTF-8 files are inlined; binary, oversize and secret-looking files are listed
+ * only; secret values are redacted from everything that is inlined.
+ */
+import { execFileSync } from "node:child_process";
+import { lstatSync, readdirSync, readFileSync } from "node:fs";
+import { join, relative, sep } from "node:path";
+
+export type WorkspaceStart =
+  | { kind: "git"; root: string; head: string | null }
+  | { kind: "files"; root: string; files: Map<string, { size: number; mtimeMs: number }> };
+
+export type ArtifactFile = {
+  path: string;
+  status: "added" | "modified" | "deleted";
+  size: number;
+  binary: boolean;
+  content?: string;
+  /** Why the content is not inlined. */
+  omitted?: "binary" | "too_large" | "secret" | "budget";
+};
+
+export type Artifacts = {
+  files: ArtifactFile[];
+  /** More changed files than `maxFiles`: the list is cut. */
+  filesTruncated: boolean;
+  git?: { base: string | null; status: string; diff: string; diffBytes: number };
+};
+
+export type ArtifactLimits = {
+  /** Largest file whose content is inlined. */
+  maxTextBytes: number;
+  /** Total inlined file content per run. */
+  maxInlineTotalBytes: number;
+  maxFiles: number;
+  /** Walking a non-git directory stops after this many entries. */
+  maxScanEntries: number;
+};
+
+export const DEFAULT_ARTIFACT_LIMITS: ArtifactLimits = { maxTextBytes: 16 * 1024, maxInlineTotalBytes: 256 * 1024, maxFiles: 200, maxScanEntries: 20_000 };
+
+/** Never walked: dependency trees, VCS internals and the runner's own files. */
+const SKIP_DIRS = new Set([".git", "node_modules", ".threadbox", ".venv", "__pycache__", ".cache"]);
+/** Listed, never inlined: files that commonly hold credentials. */
+const SECRET_FILE = /(^|\/)(\.env(\..*)?|\.npmrc|\.netrc|\.pypirc|id_(rsa|ed25519|ecdsa)(\.pub)?|.*\.(pem|key|p12|pfx)|credentials(\.json)?|\.git-credentials)$/i;
+
+function git(root: string, args: string[], maxBuffer = 32 * 1024 * 1024): string {
+  return execFileSync("git", args, { cwd: root, encoding: "utf8", maxBuffer, stdio: ["ignore", "pipe", "ignore"] });
+}
+
+/** Records where the run starts from. Never throws: an unreadable directory starts empty. */
+export function snapshotWorkspace(dir: string): WorkspaceStart {
+  try {
+    const top = git(dir, ["rev-parse", "--show-toplevel"]).trim();
+    if (top) {
+      let head: string | null = null;
+      try {
+        head = git(dir, ["rev-parse", "--verify", "HEAD"]).trim() || null;
+      } catch {
+        head = null; // a fresh repository without commits
+      }
+      return { kind: "git", root: dir, head };
+    }
+  } catch {
+    // not a git checkout (or no git): compare file lists instead
+  }
+  return { kind: "files", root: dir, files: scan(dir, DEFAULT_ARTIFACT_LIMITS.maxScanEntries) };
+}
+
+function scan(root: string, maxEntries: number): Map<string, { size: number; mtimeMs: number }> {
+  const out = new Map<string, { size: number; mtimeMs: number }>();
+  const stack = [root];
+  let seen = 0;
+  while (stack.length && seen < maxEntries) {
+    const dir = stack.pop()!;
+    let names: string[];
+    try {
+      names = readdirSync(dir);
+    } catch {
+      continue;
+    }
+    for (const name of names) {
+      if (++seen > maxEntries) break;
+      const full = join(dir, name);
+      let st;
+      try {
+        st = lstatSync(full);
+      } catch {
+        continue;
+      }
+      if (st.isDirectory()) {
+        if (!SKIP_DIRS.has(name)) stack.push(full);
+      } else if (st.isFile()) {
+        out.set(relative(root, full).split(sep).join("/"), { size: st.size, mtimeMs: st.mtimeMs });
+      }
+    }
+  }
+  return out;
+}
+
+export function redact(text: string, secrets: string[]): string {
+  let out = text;
+  for (const s of secrets) if (s.length >= 4) out = out.split(s).join("[redacted]");
+  return out;
+}
+
+function isBinary(buf: Buffer): boolean {
+  const head = buf.subarray(0, 8192);
+  if (head.includes(0)) return true;
+  try {
+    new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(buf);
+    return false;
+  } catch {
+    return true;
+  }
+}
+
+/** What changed since `start`. Never throws for an unreadable file: it is listed without content. */
+export function collectArtifacts(start: WorkspaceStart, secrets: string[], limits: ArtifactLimits = DEFAULT_ARTIFACT_LIMITS): Artifacts {
+  const changed = start.kind === "git" ? gitChanges(start) : fileChanges(start, limits);
+  const filesTruncated = changed.length > limits.maxFiles;
+  let budget = limits.maxInlineTotalBytes;
+  const files = changed.slice(0, limits.maxFiles).map(({ path, status }): ArtifactFile => {
+    if (status === "deleted") return { path, status, size: 0, binary: false };
+    const full = join(start.root, path);
+    let size = 0;
+    try {
+      size = lstatSync(full).size;
+    } catch {
+      return { path, status, size: 0, binary: false };
+    }
+    if (SECRET_FILE.test(path)) return { path, status, size, binary: false, omitted: "secret" };
+    if (size > limits.maxTextBytes) return { path, status, size, binary: false, omitted: "too_large" };
+    let buf: Buffer;
+    try {
+      buf = readFileSync(full);
+    } catch {
+      return { path, status, size, binary: false };
+    }
+    if (isBinary(buf)) return { path, status, size, binary: true, omitted: "binary" };
+    if (buf.length > budget) return { path, status, size, binary: false, omitted: "budget" };
+    budget -= buf.length;
+    return { path, status, size, binary: false, content: redact(buf.toString("utf8"), secrets) };
+  });
+  const out: Artifacts = { files, filesTruncated };
+  if (start.kind === "git") {
+    const status = git(start.root, ["status", "--porcelain=v1", "--untracked-files=all"]);
+    const diff = redact(gitDiff(start, changed), secrets);
+    out.git = { base: start.head, status: redact(status, secrets), diff, diffBytes: Buffer.byteLength(diff) };
+  }
+  return out;
+}
+
+type Change = { path: string; status: ArtifactFile["status"] };
+
+function gitChanges(start: Extract<WorkspaceStart, { kind: "git" }>): Change[] {
+  const out = new Map<string, ArtifactFile["status"]>();
+  if (start.head) {
+    // Committed during the run, staged or not: all against the starting commit.
+    for (const line of git(start.root, ["diff", "--name-status", "--no-renames", start.head]).split("\n")) {
+      const m = /^([ADMT])\t(.+)$/.exec(line);
+      if (m) out.set(m[2], m[1] === "A" ? "added" : m[1] === "D" ? "deleted" : "modified");
+    }
+  } else {
+    for (const p of git(start.root, ["ls-files", "--cached"]).split("\n").filter(Boolean)) out.set(p, "added");
+  }
+  for (const p of git(start.root, ["ls-files", "--others", "--exclude-standard"]).split("\n").filter(Boolean)) out.set(p, "added");
+  return [...out].filter(([p]) => !p.split("/").some((seg) => SKIP_DIRS.has(seg))).map(([path, status]) => ({ path, status }));
+}
+
+function gitDiff(start: Extract<WorkspaceStart, { kind: "git" }>, changed: Change[]): string {
+  const parts: string[] = [];
+  if (start.head) parts.push(git(start.root, ["diff", "--no-renames", "--no-color", start.head]));
+  const tracked = new Set(start.head ? git(start.root, ["ls-files", "--cached"]).split("\n") : []);
+  for (const c of changed) {
+    if (c.status !== "added" || tracked.has(c.path) || SECRET_FILE.test(c.path)) continue;
+    try {
+      // `--no-index` exits 1 when the files differ, which is always here.
+      parts.push(git(start.root, ["diff", "--no-color", "--no-index", "--", "/dev/null", c.path]));
+    } catch (err) {
+      const stdout = (err as { stdout?: string }).stdout;
+      if (typeof stdout === "string") parts.push(stdout);
+    }
+  }
+  return parts.join("");
+}
+
+function fileChanges(start: Extract<WorkspaceStart, { kind: "files" }>, limits: ArtifactLimits): Change[] {
+  const now = scan(start.root, limits.maxScanEntries);
+  const out: Change[] = [];
+  for (const [path, st] of now) {
+    const before = start.files.get(path);
+    if (!before) out.push({ path, status: "added" });
+    else if (before.size !== st.size || before.mtimeMs !== st.mtimeMs) out.push({ path, status: "modified" });
+  }
+  for (const path of start.files.keys()) if (!now.has(path)) out.push({ path, status: "deleted" });
+  return out.sort((a, b) => a.path.localeCompare(b.path));
+}
