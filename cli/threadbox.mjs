@@ -3,6 +3,7 @@
 // as shipped on Node 20 and 22, with no build step between `npm ci` and `npx threadbox`.
 import { readFileSync } from "node:fs";
 import { Command, CommanderError } from "commander";
+import { registerArtifacts } from "./commands/artifacts.mjs";
 import { registerChat } from "./commands/chat.mjs";
 import { registerHouse } from "./commands/house.mjs";
 import { registerSession } from "./commands/session.mjs";
@@ -33,6 +34,7 @@ registerSession(program, ctxOf);
 registerThreads(program, ctxOf, setExit);
 registerHouse(program, ctxOf);
 registerChat(program, ctxOf, setExit);
+registerArtifacts(program, ctxOf);
 
 function report(err) {
   const json = process.argv.includes("--json");

@@ -50,6 +50,8 @@ export async function streamRoute(request: Request, env: Env, prefix: string): P
   if (claims.kind === "stream" && (forkedFrom !== null || RUN_ARTIFACTS.exec(name)?.[1] !== claims.threadId)) {
     throw new ApiError("forbidden", "a stream token reaches only its own thread and its artifact streams");
   }
+  // A run's token names a thread of its house; one that names no thread there writes nothing.
+  if (claims.kind === "stream") await unwrapRpc(threadStub(env, claims.threadId).getThread(claims.houseId));
   const forkSource = forkedFrom === null ? undefined : resolveForkSource(forkedFrom, claims.houseId);
   return forwardToActor(request, plainStreamStub(env, claims.houseId, name), auth, { kind: "plain", name, forkSource }, "/stream");
 }

@@ -153,6 +153,14 @@ describe("runs: delegate --watch and tail --until-done end when the run ends", (
     const types = replay.stdout.trim().split("\n").map((l) => JSON.parse(l).payload.type);
     expect(types).toContain("pi.tool_call");
     expect(types.at(-1)).toBe("signal.thread.status_changed");
+
+    // what the run wrote stays readable from the thread
+    const art = await cli(["artifacts", childId, "--full"], { env: as() });
+    expect(art.code).toBe(0);
+    expect(art.stdout).toMatch(/added\s+hello\.txt/);
+    expect(art.stdout).toContain("    | hi");
+    const artJson = JSON.parse((await cli(["artifacts", childId, "--json"], { env: as() })).stdout);
+    expect(artJson.artifacts[0].payload.files).toEqual([expect.objectContaining({ path: "hello.txt", content: "hi\n" })]);
   });
 
   it("tail --until-done exits non-zero when the run fails (a model error); resume --watch then follows the new run only", async () => {

@@ -207,6 +207,16 @@ describe("delegate a task to pi in a box", () => {
     }, 30_000);
     expect(box).toBeTruthy();
     expect(readdirSync(host.root).filter((d) => existsSync(join(host.root, d, "proof.txt")))).toEqual([]);
+
+    // The box is gone; what the run wrote is still on the thread, posted before its finished-signal.
+    const listed = await api(`/api/threads/${childId}/artifacts`);
+    expect(listed.status).toBe(200);
+    const files = listed.body.artifacts.find((a: any) => a.payload.type === "artifact.files");
+    expect(files.payload.files).toEqual([{ path: "proof.txt", status: "added", size: 15, binary: false, content: "hello-from-box\n" }]);
+    const all = await entries(childId);
+    const at = (pred: (e: any) => boolean) => all.findIndex(pred);
+    expect(at((e) => e.payload.type === "artifact.files")).toBeLessThan(at((e) => e.payload.type === "signal.thread.status_changed" && e.payload.status === "completed"));
+    expect(files.authorId).toBe("brain-bot");
     console.log(`delegate e2e: ${Date.now() - started} ms from delegate to settled`);
   });
 
@@ -326,7 +336,10 @@ describe("delegate a task to pi in a box", () => {
     writeFileSync(join(repo, "MARKER.txt"), "marker-from-repo\n");
     git("add MARKER.txt");
     git("commit -q -m init");
-    model.push({ toolCalls: [{ name: "bash", arguments: { command: "cat MARKER.txt && git log --oneline | wc -l" } }] }, { text: "Read it." });
+    model.push(
+      { toolCalls: [{ name: "bash", arguments: { command: "cat MARKER.txt && git log --oneline | wc -l && echo changed-by-run >> MARKER.txt && echo fresh > NEW.txt && echo \"KEY=$SCRIPTED_MODEL_KEY\" > NOTES.txt" } }] },
+      { text: "Read it." },
+    );
     const envId = await environment();
     const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
     const d = await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "read the marker", repo: `file://${repo}`, branch: "main" } });
@@ -335,6 +348,20 @@ describe("delegate a task to pi in a box", () => {
     expect(child.status).toBe("completed");
     const result = (await entries(d.body.childThreadId)).find((e) => e.payload.type === "pi.tool_result")!;
     expect(JSON.stringify(result.payload)).toContain("marker-from-repo");
+
+    // A checkout's result is git status plus the diff against the commit the run started from.
+    const { artifacts } = (await api(`/api/threads/${d.body.childThreadId}/artifacts`)).body;
+    const diff = artifacts.find((a: any) => a.payload.type === "artifact.diff").payload;
+    expect(diff.status).toContain(" M MARKER.txt");
+    expect(diff.status).toContain("?? NEW.txt");
+    expect(diff.diff).toContain("+changed-by-run");
+    expect(diff.diff).toContain("+fresh");
+    expect(diff.truncated).toBe(false);
+    const files = artifacts.find((a: any) => a.payload.type === "artifact.files").payload.files;
+    expect(files.map((f: any) => [f.path, f.status]).sort()).toEqual([["MARKER.txt", "modified"], ["NEW.txt", "added"], ["NOTES.txt", "added"]]);
+    // An environment secret the run wrote into a file never reaches the thread.
+    expect(JSON.stringify(artifacts)).not.toContain("sk-e2e-secret-value");
+    expect(JSON.stringify(artifacts)).toContain("KEY=[redacted]");
   });
 
   it("stop, then resume on the same box: pi continues its own session file", async () => {

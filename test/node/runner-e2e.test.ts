@@ -55,7 +55,8 @@ async function post(threadId: string, entry: unknown) {
 
 async function entriesOf(threadId: string) {
   const all = (await readThread(`${streamBase}/thread-${threadId}`, undefined)) as any[];
-  return all.filter((e) => e.payload?.type !== "signal.heartbeat");
+  // Artifacts (the run's files) have their own tests; these follow the run's own entries.
+  return all.filter((e) => e.payload?.type !== "signal.heartbeat" && !String(e.payload?.type).startsWith("artifact."));
 }
 
 function agentDir(model: ModelServer): string {

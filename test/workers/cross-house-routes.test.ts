@@ -117,6 +117,8 @@ const ROWS: Row[] = [
   { name: "GET /api/agents/:id", method: "GET", path: (o) => `/api/agents/${o.agentId}`, expect: { status: 404 }, requires: "agents" },
   { name: "GET /api/threads/:id/config", method: "GET", path: (o) => `/api/threads/${o.threadId}/config`, expect: { status: 404 }, requires: "agents" },
   { name: "PUT /api/threads/:id/config", method: "PUT", path: (o) => `/api/threads/${o.threadId}/config`, body: () => ({}), headers: json, expect: { status: 404 }, requires: "agents" },
+  { name: "GET /api/threads/:id/artifacts", method: "GET", path: (o) => `/api/threads/${o.threadId}/artifacts`, expect: { status: 404 } },
+  { name: "PUT /api/stream/thread-<id>/artifacts/<run>/diff (stream token)", method: "PUT", path: (o) => `/api/stream/thread-${o.threadId}/artifacts/r1/diff`, headers: { "content-type": "text/plain" }, as: "stream", expect: { status: 404 } },
   { name: "POST /api/threads/:id/dispatch", method: "POST", path: (o) => `/api/threads/${o.threadId}/dispatch`, body: () => ({}), headers: json, expect: { status: 404 }, requires: "agents" },
 ];
 

@@ -381,11 +381,14 @@ export class ThreadActor extends DurableObject<Env> {
       const row = this.requireThread(houseId);
       const prefix = `${row.id}:artifacts:${runId === null ? "" : `${runId}:`}`;
       const like = prefix.replace(/[\\%_]/g, (c) => `\\${c}`) + "%";
-      const found = this.ctx.storage.sql
-        .exec(`select seq, data, entry_id from messages where entry_id like ? escape '\\' order by seq desc limit ?`, like, limit)
-        .toArray()
-        .map((r) => toEntryWithOffset({ seq: r.seq as number, data: new Uint8Array(r.data as ArrayBuffer), entryId: r.entry_id as string }));
-      return { artifacts: found.filter((e) => e.payload.type.startsWith("artifact.")) };
+      const found: EntryWithOffset[] = [];
+      const cursor = this.ctx.storage.sql.exec(`select seq, data, entry_id from messages where entry_id like ? escape '\\' order by seq desc`, like);
+      for (const r of cursor) {
+        const e = toEntryWithOffset({ seq: r.seq as number, data: new Uint8Array(r.data as ArrayBuffer), entryId: r.entry_id as string });
+        if (e.payload.type.startsWith("artifact.")) found.push(e);
+        if (found.length >= limit) break;
+      }
+      return { artifacts: found };
     });
   }
 

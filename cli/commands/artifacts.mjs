@@ -1,0 +1,43 @@
+// artifacts <thread>: what the thread's runs left behind — changed files (small text inlined) and,
+// for a git checkout, status and diff — read from the thread, so it works after the box is gone.
+import { paths } from "../lib/api.mjs";
+
+/** Human-readable text of artifact entries, newest run first (pure). */
+export function renderArtifacts(artifacts, { full = false, c = { gray: (s) => s, bold: (s) => s } } = {}) {
+  if (artifacts.length === 0) return "no artifacts on this thread";
+  const out = [];
+  for (const a of artifacts) {
+    const p = a.payload;
+    if (p.type === "artifact.files") {
+      out.push(c.bold(`run ${p.runId}: ${p.files.length} file(s)${p.truncated ? " (list cut)" : ""}`));
+      for (const f of p.files) {
+        const note = f.status === "deleted" ? "" : f.omitted ? ` [${f.omitted}]` : "";
+        out.push(`  ${f.status.padEnd(8)} ${f.path}  ${c.gray(`${f.size} B${note}`)}`);
+        if (full && f.content !== undefined) out.push(f.content.replace(/^/gm, "    | ").replace(/\n {4}\| $/, ""));
+      }
+    } else if (p.type === "artifact.diff") {
+      out.push(c.bold(`run ${p.runId}: diff against ${p.base ? p.base.slice(0, 12) : "an empty repository"} (${p.bytes} B${p.truncated ? ", head shown" : ""})`));
+      if (p.stream) out.push(c.gray(`  full diff: plain stream ${p.stream}`));
+      if (full) out.push(p.diff);
+      else if (p.status) out.push(p.status.trimEnd().replace(/^/gm, "  "));
+    }
+  }
+  return out.join("\n");
+}
+
+export function registerArtifacts(program, ctxOf) {
+  program
+    .command("artifacts")
+    .description("what a thread's runs produced (files, git status and diff), kept on the thread after the box is gone")
+    .argument("<thread>", "thread id")
+    .option("--run <runId>", "only this run")
+    .option("--full", "print file contents and the whole inline diff")
+    .option("--limit <n>", "at most this many artifact entries", "50")
+    .action(async (threadId, opts, cmd) => {
+      const ctx = ctxOf(cmd);
+      const q = new URLSearchParams({ limit: String(opts.limit) });
+      if (opts.run) q.set("runId", opts.run);
+      const r = await ctx.api().get(`${paths.threadAction(threadId, "artifacts")}?${q}`);
+      ctx.print(r, () => renderArtifacts(r.artifacts, { full: Boolean(opts.full), c: ctx.c }));
+    });
+}

@@ -1,0 +1,113 @@
+import { describe, expect, it } from "vitest";
+import { execSync } from "node:child_process";
+import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { collectArtifacts, DEFAULT_ARTIFACT_LIMITS, snapshotWorkspace } from "../../src/runner/artifacts";
+import { artifactEntries, cutUtf8, MAX_INLINE_DIFF_BYTES } from "../../src/runner/post-artifacts";
+
+const tmp = () => mkdtempSync(join(tmpdir(), "tb-art-"));
+
+describe("a run's artifacts: a plain working directory", () => {
+  it("lists what was added, modified and deleted; inlines small text; lists binary, oversize and secret files", () => {
+    const dir = tmp();
+    writeFileSync(join(dir, "keep.txt"), "same\n");
+    writeFileSync(join(dir, "edit.txt"), "before\n");
+    writeFileSync(join(dir, "gone.txt"), "bye\n");
+    mkdirSync(join(dir, "node_modules"));
+    const start = snapshotWorkspace(dir);
+    expect(start.kind).toBe("files");
+
+    writeFileSync(join(dir, "hello.txt"), "hi\n");
+    writeFileSync(join(dir, "edit.txt"), "after, longer\n");
+    rmSync(join(dir, "gone.txt"));
+    writeFileSync(join(dir, "pic.bin"), Buffer.from([0x89, 0x50, 0x00, 0x01]));
+    writeFileSync(join(dir, "big.txt"), "x".repeat(DEFAULT_ARTIFACT_LIMITS.maxTextBytes + 1));
+    writeFileSync(join(dir, ".env"), "TOKEN=abc\n");
+    writeFileSync(join(dir, "node_modules", "dep.js"), "ignored\n");
+    mkdirSync(join(dir, "sub"));
+    writeFileSync(join(dir, "sub", "note.md"), "the key is sk-live-123456 ok\n");
+
+    const a = collectArtifacts(start, ["sk-live-123456"]);
+    const byPath = Object.fromEntries(a.files.map((f) => [f.path, f]));
+    expect(Object.keys(byPath).sort()).toEqual([".env", "big.txt", "edit.txt", "gone.txt", "hello.txt", "pic.bin", "sub/note.md"]);
+    expect(byPath["hello.txt"]).toEqual({ path: "hello.txt", status: "added", size: 3, binary: false, content: "hi\n" });
+    expect(byPath["edit.txt"]).toMatchObject({ status: "modified", content: "after, longer\n" });
+    expect(byPath["gone.txt"]).toMatchObject({ status: "deleted" });
+    expect(byPath["pic.bin"]).toMatchObject({ binary: true, omitted: "binary" });
+    expect(byPath["pic.bin"].content).toBeUndefined();
+    expect(byPath["big.txt"]).toMatchObject({ omitted: "too_large" });
+    expect(byPath[".env"]).toMatchObject({ omitted: "secret" });
+    expect(byPath[".env"].content).toBeUndefined();
+    expect(byPath["sub/note.md"].content).toBe("the key is [redacted] ok\n");
+    expect(a.git).toBeUndefined();
+  });
+
+  it("cuts the list at maxFiles and the inlined content at its budget", () => {
+    const dir = tmp();
+    const start = snapshotWorkspace(dir);
+    for (let i = 0; i < 5; i++) writeFileSync(join(dir, `f${i}.txt`), "0123456789");
+    const a = collectArtifacts(start, [], { ...DEFAULT_ARTIFACT_LIMITS, maxFiles: 3, maxInlineTotalBytes: 25 });
+    expect(a.files).toHaveLength(3);
+    expect(a.filesTruncated).toBe(true);
+    expect(a.files.filter((f) => f.content !== undefined)).toHaveLength(2);
+    expect(a.files[2].omitted).toBe("budget");
+  });
+});
+
+describe("a run's artifacts: a git checkout", () => {
+  const git = (dir: string, cmd: string) => execSync(`git -c user.email=t@t -c user.name=t ${cmd}`, { cwd: dir, stdio: "pipe" }).toString();
+
+  it("status and the diff against the starting commit, including commits and untracked files made during the run", () => {
+    const dir = tmp();
+    git(dir, "init -q -b main");
+    writeFileSync(join(dir, "a.txt"), "one\n");
+    git(dir, "add a.txt");
+    git(dir, "commit -q -m init");
+    const start = snapshotWorkspace(dir);
+    expect(start).toMatchObject({ kind: "git" });
+
+    writeFileSync(join(dir, "a.txt"), "one\ntwo\n");
+    git(dir, "commit -q -am more"); // committed by the run: still part of its diff
+    writeFileSync(join(dir, "new.txt"), "fresh\n");
+    writeFileSync(join(dir, "a.txt"), "one\ntwo\nthree\n");
+    const a = collectArtifacts(start, []);
+    expect(a.git!.status).toContain(" M a.txt");
+    expect(a.git!.status).toContain("?? new.txt");
+    expect(a.git!.diff).toContain("+two");
+    expect(a.git!.diff).toContain("+three");
+    expect(a.git!.diff).toContain("+fresh");
+    expect(a.files.map((f) => [f.path, f.status]).sort()).toEqual([["a.txt", "modified"], ["new.txt", "added"]]);
+  });
+
+  it("a repository without commits yet: everything is added", () => {
+    const dir = tmp();
+    git(dir, "init -q -b main");
+    const start = snapshotWorkspace(dir);
+    expect(start).toMatchObject({ kind: "git", head: null });
+    writeFileSync(join(dir, "first.txt"), "1\n");
+    const a = collectArtifacts(start, []);
+    expect(a.files.map((f) => f.path)).toEqual(["first.txt"]);
+    expect(a.git!.diff).toContain("+1");
+  });
+});
+
+describe("artifact entries", () => {
+  it("a diff over the inline bound is cut (at a character boundary) and names its stream", () => {
+    const big = "é".repeat(MAX_INLINE_DIFF_BYTES); // 2 bytes each
+    const es = artifactEntries({ files: [], filesTruncated: false, git: { base: "abc", status: "", diff: big, diffBytes: Buffer.byteLength(big) } },
+      { threadId: "t1", runId: "r1", authorId: "bot", diffStream: "thread-t1/artifacts/r1/diff" });
+    const diff = es.find((e) => e.payload.type === "artifact.diff")!;
+    expect(diff.id).toBe("t1:artifacts:r1:diff");
+    expect(diff.authorId).toBe("bot");
+    expect(diff.payload).toMatchObject({ truncated: true, bytes: 2 * MAX_INLINE_DIFF_BYTES, stream: "thread-t1/artifacts/r1/diff" });
+    expect(Buffer.byteLength(String(diff.payload.diff))).toBeLessThanOrEqual(MAX_INLINE_DIFF_BYTES);
+    expect(String(diff.payload.diff)).not.toContain("\uFFFD");
+    expect(es.map((e) => e.payload.type)).toEqual(["artifact.diff", "artifact.files"]);
+  });
+
+  it("cutUtf8 never splits a character", () => {
+    expect(cutUtf8("aé", 2)).toBe("a");
+    expect(cutUtf8("aé", 3)).toBe("aé");
+  });
+});

@@ -1,0 +1,69 @@
+import { describe, expect, it } from "vitest";
+import { call, createThread, houseToken, post, streamToken } from "./helpers";
+
+const files = (runId: string, threadId: string) => ({
+  id: `${threadId}:artifacts:${runId}:files`,
+  payload: { type: "artifact.files", runId, files: [{ path: "hello.txt", status: "added", size: 3, binary: false, content: "hi\n" }], truncated: false },
+});
+
+describe("GET /api/threads/:id/artifacts", () => {
+  it("lists a run's artifact entries, newest first, filtered by run", async () => {
+    const token = await houseToken("house-art-1");
+    const t = await createThread(token, {});
+    const st = await streamToken("house-art-1", t.id);
+    expect((await post(st, t.id, [files("run1", t.id), files("run2", t.id)])).status).toBe(201);
+    // An entry of another type that borrows the id pattern is not an artifact.
+    expect((await post(token, t.id, { id: `${t.id}:artifacts:run3:files`, payload: { type: "chat", text: "not an artifact" } })).status).toBe(201);
+
+    const all = await call(`/api/threads/${t.id}/artifacts`, { token });
+    expect(all.status).toBe(200);
+    const body = (await all.json()) as { artifacts: { payload: { runId: string; files: { content: string }[] } }[] };
+    expect(body.artifacts.map((a) => a.payload.runId)).toEqual(["run2", "run1"]);
+    expect(body.artifacts[0].payload.files[0].content).toBe("hi\n");
+
+    const one = (await (await call(`/api/threads/${t.id}/artifacts?runId=run1`, { token })).json()) as typeof body;
+    expect(one.artifacts.map((a) => a.payload.runId)).toEqual(["run1"]);
+    const limited = (await (await call(`/api/threads/${t.id}/artifacts?limit=1`, { token })).json()) as typeof body;
+    expect(limited.artifacts).toHaveLength(1);
+  });
+
+  it("refuses bad queries with 400 and needs a token", async () => {
+    const token = await houseToken("house-art-2");
+    const t = await createThread(token, {});
+    for (const q of ["limit=0", "limit=abc", "limit=201", "runId=%20x", "color=red", "limit=1&limit=2"]) {
+      const r = await call(`/api/threads/${t.id}/artifacts?${q}`, { token });
+      expect(r.status, q).toBe(400);
+    }
+    expect((await call(`/api/threads/${t.id}/artifacts`)).status).toBe(401);
+    expect((await call(`/api/threads/th_nope/artifacts`, { token })).status).toBe(404);
+  });
+});
+
+describe("a run's artifact streams", () => {
+  it("a run's stream token writes its thread's artifact stream, and nothing else", async () => {
+    const token = await houseToken("house-art-3");
+    const t = await createThread(token, {});
+    const other = await createThread(token, {});
+    const st = await streamToken("house-art-3", t.id);
+    const name = `thread-${t.id}/artifacts/run1/diff`;
+    const put = await call(`/api/stream/${name}`, { method: "PUT", token: st, headers: { "content-type": "text/plain" } });
+    expect(put.status).toBe(201);
+    expect((await call(`/api/stream/${name}`, { method: "POST", token: st, headers: { "content-type": "text/plain" }, body: "diff --git a b\n" })).status).toBe(204);
+    // The house reads it as one of its plain streams.
+    const read = await call(`/api/stream/${name}?offset=-1`, { token });
+    expect(read.status).toBe(200);
+    expect(await read.text()).toBe("diff --git a b\n");
+
+    const denied = [
+      `thread-${other.id}/artifacts/run1/diff`, // another thread's artifacts
+      "payroll", // any other plain stream
+      `thread-${t.id}/notes`, // not under artifacts/
+    ];
+    for (const n of denied) {
+      const r = await call(`/api/stream/${n}`, { method: "PUT", token: st, headers: { "content-type": "text/plain" } });
+      expect(r.status, n).toBe(403);
+    }
+    const fork = await call(`/api/stream/thread-${t.id}/artifacts/run2/diff`, { method: "PUT", token: st, headers: { "content-type": "text/plain", "Stream-Forked-From": "/api/stream/payroll" } });
+    expect(fork.status).toBe(403);
+  });
+});
