@@ -16,6 +16,16 @@ const entry = (payload: Entry["payload"], extra: Partial<Entry> = {}): Entry => 
 const who = { me: "ana", bots: new Map([["ag_1", "demo"]]) };
 
 describe("timeline", () => {
+  it("folds a run's artifact entries into one card per run", () => {
+    const es = [
+      entry({ type: "artifact.diff", runId: "r1", status: " M a.txt\n", diff: "--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-x\n+y\n", truncated: false, bytes: 40 }),
+      entry({ type: "artifact.files", runId: "r1", files: [{ path: "a.txt", status: "modified", size: 2, binary: false, content: "y\n" }], truncated: false }),
+      entry({ type: "artifact.files", runId: "r2", files: [], truncated: false }),
+    ];
+    const items = buildTimeline(es, [], who);
+    expect(items.map((i) => i.kind === "artifact" && [i.runId, i.files?.length, Boolean(i.diff)])).toEqual([["r1", 1, true], ["r2", 0, false]]);
+  });
+
   it("pairs each tool result with its call by toolCallId, in call order", () => {
     const es = [
       entry({ type: "pi.tool_call", toolCallId: "a", name: "bash", args: { command: "ls" } }),

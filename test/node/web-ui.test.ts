@@ -234,6 +234,10 @@ describe("a delegated run, watched live", () => {
 
     await page.goto(`${worker.url}/threads/${childId}`);
     await page.waitForSelector("details.tool[data-tool=write]");
+    // What the run produced, kept on the thread: the file it wrote, with its content.
+    const produced = await page.waitForSelector("details.artifacts li[data-path='hello.txt']");
+    expect(await produced.textContent()).toContain("added");
+    expect(await page.textContent("details.artifacts li[data-path='hello.txt'] pre.output")).toBe("hi\n");
     await page.click("details.tool[data-tool=write] summary");
     await page.screenshot({ path: join(OUT_DIR, "thread.png"), fullPage: false });
     if (process.env.UPDATE_UI_SCREENSHOT) copyFileSync(join(OUT_DIR, "thread.png"), join(ROOT, "docs", "ui.png"));

@@ -1,4 +1,4 @@
-import type { TimelineItem, ToolItem } from "../lib/timeline";
+import type { ArtifactItem, TimelineItem, ToolItem } from "../lib/timeline";
 import { diffOfToolCall, looksLikeDiff, parseUnifiedDiff, type DiffLine } from "../lib/diff";
 import { Link, StatusBadge } from "./common";
 
@@ -39,6 +39,28 @@ function ToolCall({ item }: { item: ToolItem }) {
   );
 }
 
+function Artifacts({ item }: { item: ArtifactItem }) {
+  const files = item.files ?? [];
+  return (
+    <details class="artifacts card" data-kind="artifacts" data-run={item.runId} open>
+      <summary>
+        <b>What the run produced</b> <span class="muted">{files.length} file{files.length === 1 ? "" : "s"} changed</span>
+      </summary>
+      <ul class="artifact-files">
+        {files.map((f) => (
+          <li key={f.path} data-path={f.path}>
+            <span class={`file-status file-${f.status}`}>{f.status}</span> <code>{f.path}</code>{" "}
+            <span class="muted">{f.size} B{f.omitted ? ` · ${f.omitted.replace("_", " ")}` : ""}</span>
+            {f.content !== undefined && !item.diff && <pre class="output">{f.content}</pre>}
+          </li>
+        ))}
+      </ul>
+      {item.diff && item.diff.text && <DiffView lines={parseUnifiedDiff(item.diff.text)} />}
+      {item.diff?.truncated && <p class="muted">Diff cut here{item.diff.stream ? `; the whole diff is the plain stream ${item.diff.stream}` : ""}.</p>}
+    </details>
+  );
+}
+
 export function Timeline({ items }: { items: TimelineItem[] }) {
   if (items.length === 0) return <p class="empty">Nothing here yet: post a message or delegate a task below.</p>;
   return (
@@ -66,6 +88,8 @@ export function Timeline({ items }: { items: TimelineItem[] }) {
                 <span class="muted"> {time(item.entry.ts)}</span>
               </li>
             );
+          case "artifact":
+            return <li key={item.key} class="artifact-item" data-offset={item.entry.offset}><Artifacts item={item} /></li>;
           case "child":
             return (
               <li key={item.key} class="child card" data-child-id={item.thread.id}>

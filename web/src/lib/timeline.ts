@@ -6,7 +6,12 @@ export type TimelineItem =
   | { kind: "chat"; key: string; entry: Entry; text: string; role: "person" | "bot" | "agent"; author: string; childThreadId?: string }
   | ToolItem
   | { kind: "signal"; key: string; entry: Entry; label: string; tone: "info" | "good" | "bad"; childThreadId?: string }
-  | { kind: "child"; key: string; thread: ThreadSummary };
+  | { kind: "child"; key: string; thread: ThreadSummary }
+  | ArtifactItem;
+
+export type ArtifactFile = { path: string; status: string; size: number; binary?: boolean; content?: string; omitted?: string };
+/** A run's results: the files it changed and, for a git checkout, its status and diff. */
+export type ArtifactItem = { kind: "artifact"; key: string; entry: Entry; runId: string; files?: ArtifactFile[]; diff?: { status: string; text: string; truncated: boolean; stream?: string } };
 
 export type AuthorInfo = { me?: string; bots: Map<string, string> };
 
@@ -87,6 +92,16 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
       } else {
         item.result = entry;
       }
+    } else if (p.type === "artifact.files" || p.type === "artifact.diff") {
+      const runId = String(p.runId ?? "");
+      // One card per run: its diff and its file list arrive as two entries.
+      let card = items.find((i): i is ArtifactItem => i.kind === "artifact" && i.runId === runId);
+      if (!card) {
+        card = { kind: "artifact", key, entry, runId };
+        items.push(card);
+      }
+      if (p.type === "artifact.files") card.files = Array.isArray(p.files) ? (p.files as ArtifactFile[]) : [];
+      else card.diff = { status: String(p.status ?? ""), text: String(p.diff ?? ""), truncated: p.truncated === true, stream: typeof p.stream === "string" ? p.stream : undefined };
     } else if (p.type === "pi.error") {
       items.push({ kind: "signal", key, entry, label: `error: ${p.message ?? "unknown"}`, tone: "bad" });
     } else if (p.type.startsWith("signal.")) {
