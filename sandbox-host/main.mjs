@@ -11,6 +11,7 @@ const host = await startSandboxHost({
   port,
   apiKey,
   root: process.env.SANDBOX_HOST_ROOT || undefined,
+  publicUrl: process.env.SANDBOX_HOST_PUBLIC_URL || undefined,
   log: (line) => console.log(`[sandbox-host] ${line}`),
 });
 console.log(`[sandbox-host] listening; Daytona API base ${host.apiUrl}`);

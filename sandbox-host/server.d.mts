@@ -6,6 +6,8 @@ export interface SandboxHostOptions {
   /** Directory for boxes; a fresh temp dir (removed on close) when omitted. */
   root?: string;
   host?: string;
+  /** Base of the preview URLs it hands out (default: its own URL); set when reached through a proxy. */
+  publicUrl?: string;
   log?: (line: string) => void;
 }
 export interface SandboxHost {

@@ -20,7 +20,7 @@ const MAX_BODY = 512 * 1024 * 1024;
  * (a fresh temp dir when omitted, removed again on close).
  * @returns {Promise<{url: string, apiUrl: string, port: number, root: string, close(): Promise<void>}>}
  */
-export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0.1", log = () => {} } = {}) {
+export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0.1", publicUrl, log = () => {} } = {}) {
   if (!apiKey) throw new Error("startSandboxHost: apiKey is required");
   const ownRoot = !root;
   const rootDir = root ?? fs.mkdtempSync(path.join(os.tmpdir(), "sandbox-host-"));
@@ -28,6 +28,8 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
   const hostId = randomBytes(6).toString("hex");
   const boxes = new Map();
   const snapshots = new Map();
+  /** Signed preview links: token -> { boxId, port, expiresAtMs }. */
+  const previews = new Map();
   let baseUrl = "";
 
   const server = http.createServer((req, res) => {
@@ -61,8 +63,51 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
       if (!box) throw new HostError(404, `sandbox ${parts[1]} not found`);
       return handleToolbox(req, res, url, box, parts.slice(2));
     }
+    if (parts[0] === "proxy" && parts[1]) return proxyPreview(req, res, url, parts[1]);
     if (url.pathname === "/health") return sendJson(res, 200, { ok: true });
     throw new HostError(404, `no route for ${req.method} ${url.pathname}`);
+  }
+
+  function signPreview(box, url, rawPort) {
+    const port = Number(rawPort);
+    if (!/^\d+$/.test(rawPort) || port < 1 || port > 65535) throw new HostError(400, "port must be an integer from 1 to 65535");
+    const rawTtl = url.searchParams.get("expiresInSeconds");
+    const ttl = rawTtl === null ? 60 : Number(rawTtl);
+    if (!Number.isInteger(ttl) || ttl < 1 || ttl > 86_400) throw new HostError(400, "expiresInSeconds must be an integer from 1 to 86400");
+    if (box.state !== "started") throw new HostError(409, `sandbox is ${box.state}`, "CONFLICT");
+    const token = randomBytes(16).toString("hex");
+    previews.set(token, { boxId: box.id, port, expiresAtMs: Date.now() + ttl * 1000 });
+    const base = (publicUrl ?? baseUrl).replace(/\/+$/, "");
+    return { sandboxId: box.id, port, token, url: `${base}/proxy/${port}-${token}/` };
+  }
+
+  /**
+   * `/proxy/<port>-<token>/<path>`: forwards to the port inside the box. Boxes here are processes
+   * on the host's network, so the port is the host's loopback port; the token decides which
+   * box and port a URL may reach, and for how long.
+   */
+  function proxyPreview(req, res, url, key) {
+    const m = /^(\d{1,5})-([0-9a-f]{32})$/.exec(key);
+    const link = m ? previews.get(m[2]) : undefined;
+    if (!m || !link || link.port !== Number(m[1])) throw new HostError(404, "no such preview link");
+    if (Date.now() >= link.expiresAtMs) {
+      previews.delete(m[2]);
+      throw new HostError(410, "preview link expired");
+    }
+    const box = boxes.get(link.boxId);
+    if (!box || box.state !== "started") throw new HostError(404, "the box behind this preview link is gone");
+    const prefix = `/proxy/${key}`;
+    const rest = url.pathname.slice(prefix.length) || "/";
+    const headers = { ...req.headers, host: `127.0.0.1:${link.port}`, "x-forwarded-prefix": prefix };
+    const upstream = http.request({ host: "127.0.0.1", port: link.port, method: req.method, path: rest + url.search, headers }, (up) => {
+      res.writeHead(up.statusCode ?? 502, up.headers);
+      up.pipe(res);
+    });
+    upstream.on("error", (err) => {
+      if (res.headersSent) return res.destroy();
+      sendJson(res, 502, errorBody(502, `nothing answers on port ${link.port} in the box (${err.code ?? err.message})`, { source: "DAYTONA_PROXY" }));
+    });
+    req.pipe(upstream);
   }
 
   function findBox(idOrName) {
@@ -84,6 +129,7 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
       if (p.length === 3 && p[2] === "toolbox-proxy-url" && m === "GET") return sendJson(res, 200, { url: `${baseUrl}/toolbox` });
       if (p.length === 3 && p[2] === "start" && m === "POST") return sendJson(res, 200, startBox(box));
       if (p.length === 3 && p[2] === "stop" && m === "POST") return sendJson(res, 200, await stopBox(box));
+      if (p.length === 5 && p[2] === "ports" && p[4] === "signed-preview-url" && m === "GET") return sendJson(res, 200, signPreview(box, url, p[3]));
       if (p.length === 5 && p[2] === "ports" && p[4] === "preview-url" && m === "GET") {
         return sendJson(res, 200, { sandboxId: box.id, url: `${baseUrl}/toolbox/${box.id}`, token: box.token });
       }

@@ -5,7 +5,7 @@ export const TRIGGER_MODES = ["mention", "ambient", "always"] as const;
 export type TriggerMode = (typeof TRIGGER_MODES)[number];
 
 /** Every tool a bot may be given; an agent's `tools` is an allow-list of these names. */
-export const TOOL_NAMES = ["run_command", "delegate_task", "create_agent", "create_thread", "list_threads", "post_to_thread"] as const;
+export const TOOL_NAMES = ["run_command", "delegate_task", "preview_link", "create_agent", "create_thread", "list_threads", "post_to_thread"] as const;
 export type ToolName = (typeof TOOL_NAMES)[number];
 
 /** What `@handle` in chat text matches. */

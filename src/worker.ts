@@ -7,7 +7,7 @@ import {
   subscribeRoute, delegateRoute, resumeRoute,
 } from "./http/routes-threads";
 import { createEnvironmentRoute, execRoute, getEnvironmentRoute, listEnvironmentsRoute } from "./http/routes-environments";
-import { createSandboxRoute, deleteSandboxRoute, getSandboxRoute, listSandboxesRoute, reconcileRoute } from "./http/routes-sandboxes";
+import { createSandboxRoute, deleteSandboxRoute, getSandboxRoute, listSandboxesRoute, previewLinkRoute, reconcileRoute } from "./http/routes-sandboxes";
 import { listArtifactsRoute } from "./http/routes-artifacts";
 import { createAgentRoute, deleteAgentRoute, getAgentRoute, listAgentsRoute, patchAgentRoute } from "./http/routes-agents";
 import { dispatchDecisionsRoute, getThreadConfigRoute, patchThreadConfigRoute } from "./http/routes-dispatch";
@@ -64,6 +64,7 @@ router
   .post("/api/sandboxes", (req, env) => createSandboxRoute(req, env))
   .post("/api/sandboxes/reconcile", (req, env) => reconcileRoute(req, env))
   .get("/api/sandboxes/:id", (req, env) => getSandboxRoute(req, env, req.params.id))
+  .get("/api/sandboxes/:id/ports/:port/preview", (req, env) => previewLinkRoute(req, env, req.params.id, req.params.port))
   .delete("/api/sandboxes/:id", (req, env) => deleteSandboxRoute(req, env, req.params.id))
   .all("/api/stream/*", async (req, env) => withPublicLocation(await streamRoute(req, env, "/api/stream/").catch(errorResponse), req))
   .all("/v1/stream/*", async (req, env) => withPublicLocation(await streamRoute(req, env, "/v1/stream/").catch(errorResponse), req))

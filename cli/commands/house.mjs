@@ -78,6 +78,26 @@ export function registerHouse(program, ctxOf) {
     });
 
   program
+    .command("preview")
+    .description("a URL that opens a port served inside a box (a dev server an agent started)")
+    .argument("<box|thread>", "a box id, or a thread id (its current box)")
+    .argument("<port>", "port inside the box")
+    .option("--expires <seconds>", "how long the link works", "3600")
+    .action(async (target, port, opts, cmd) => {
+      const ctx = ctxOf(cmd);
+      const api = ctx.api();
+      let boxId = target;
+      if (!target.startsWith("box_")) {
+        const row = await api.get(`/api/threads/${encodeURIComponent(target)}`);
+        if (!row.boxId) throw new CliError("no_box", `thread ${target} has no box right now (its run has ended or not started)`);
+        boxId = row.boxId;
+      }
+      const r = await ctx.wait("asking for a link", () =>
+        api.get(`/api/sandboxes/${encodeURIComponent(boxId)}/ports/${encodeURIComponent(port)}/preview?expiresInSeconds=${encodeURIComponent(opts.expires)}`));
+      ctx.print(r, () => `${r.url}\n${ctx.c.gray(`port ${r.port} of ${r.boxId}, valid until ${r.expiresAt}`)}`);
+    });
+
+  program
     .command("envs")
     .description("list the house's environments (secrets show by name only)")
     .action(async (_opts, cmd) => {

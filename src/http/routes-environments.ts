@@ -74,6 +74,14 @@ export async function runInEnvironment(env: Env, claims: HouseClaims, environmen
   return runOnSharedBox(env, claims.houseId, await loadEnvironment(env, claims.houseId, environmentId), body);
 }
 
+/** A preview link to a port on the environment's shared box, if that box is up (it is never created for this). */
+export async function previewInEnvironment(env: Env, claims: HouseClaims, environmentId: string, port: number, expiresInSeconds: number) {
+  const e = await loadEnvironment(env, claims.houseId, environmentId);
+  const view = e.sharedBoxId ? await unwrapRpc(sandboxStub(env, e.sharedBoxId).view(claims.houseId)).catch(() => null) : null;
+  if (!view || view.state !== "live") return null;
+  return unwrapRpc(sandboxStub(env, view.id).previewLink(claims.houseId, port, expiresInSeconds));
+}
+
 export async function execRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
   const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
   const parsed = idSchema.safeParse(id);

@@ -91,3 +91,20 @@ export async function getSandboxRoute(request: Request, env: Env, id: string | u
   if (!boxId.success) throw new ApiError("not_found", "box not found");
   return json(await unwrapRpc(sandboxStub(env, boxId.data).view(claims.houseId)));
 }
+
+const previewQuery = z.object({
+  expiresInSeconds: z.coerce.number().int().min(1).max(86_400).default(3_600),
+}).strict();
+const portSchema = z.coerce.number().int().min(1).max(65_535);
+
+/** A URL that reaches `port` inside the box (Daytona's signed preview link; the local host's proxy). */
+export async function previewLinkRoute(request: Request, env: Env, id: string | undefined, rawPort: string | undefined): Promise<Response> {
+  const claims = await houseClaims(request, env, true);
+  const boxId = idSchema.safeParse(id);
+  if (!boxId.success) throw new ApiError("not_found", "box not found");
+  const port = portSchema.safeParse(rawPort);
+  if (!port.success || !/^\d+$/.test(rawPort ?? "")) throw new ApiError("validation_failed", "port must be an integer from 1 to 65535");
+  const q = previewQuery.safeParse(Object.fromEntries(new URL(request.url).searchParams));
+  if (!q.success) throw new ApiError("validation_failed", "expiresInSeconds must be an integer from 1 to 86400");
+  return json(await unwrapRpc(sandboxStub(env, boxId.data).previewLink(claims.houseId, port.data, q.data.expiresInSeconds)));
+}

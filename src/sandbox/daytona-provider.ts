@@ -24,6 +24,7 @@ import {
   type ExecResult,
   type FileUpload,
   type FollowCallbacks,
+  type PreviewLink,
   type SandboxProvider,
 } from "./provider";
 
@@ -115,6 +116,16 @@ export class DaytonaProvider implements SandboxProvider {
     }
     if (opts.image) return { kind: "image", name: opts.image };
     return { kind: "default" };
+  }
+
+  async previewLink(ref: string, port: number, expiresInSeconds: number): Promise<PreviewLink> {
+    const sb = await this.handle(ref);
+    try {
+      const signed = await sb.getSignedPreviewUrl(port, expiresInSeconds);
+      return { url: signed.url, token: signed.token, expiresAt: new Date(Date.now() + expiresInSeconds * 1000).toISOString() };
+    } catch (err) {
+      throw toProviderError(err, "get preview link");
+    }
   }
 
   async get(ref: string): Promise<BoxInfo> {

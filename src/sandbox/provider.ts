@@ -129,6 +129,14 @@ export interface FollowCallbacks {
   onStderr?: (text: string) => void;
 }
 
+/** A URL that reaches a port served inside a box, valid until `expiresAt` (while the box lives). */
+export interface PreviewLink {
+  url: string;
+  /** The access token the URL carries (Daytona: part of the host name). */
+  token: string;
+  expiresAt: string;
+}
+
 export interface DeleteOptions {
   /** Wait until the provider reports the box gone (404), not just `destroying`. */
   wait?: boolean;
@@ -158,6 +166,8 @@ export interface SandboxProvider {
   killDetached(handle: DetachedHandle): Promise<void>;
   /** `dead` only on 404 or a terminal-fault state; network errors and odd states are `unknown`. */
   probe(ref: string): Promise<Liveness>;
+  /** A signed link to `port` inside the box, valid for `expiresInSeconds`. */
+  previewLink(ref: string, port: number, expiresInSeconds: number): Promise<PreviewLink>;
   /** Idempotent: a box that is already gone (or being destroyed) is success. */
   delete(ref: string, opts?: DeleteOptions): Promise<void>;
 }

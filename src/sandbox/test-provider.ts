@@ -19,6 +19,7 @@ import {
   type ExecResult,
   type FileUpload,
   type FollowCallbacks,
+  type PreviewLink,
   type SandboxProvider,
 } from "./provider";
 
@@ -221,6 +222,14 @@ export class TestSandboxProvider implements SandboxProvider {
     this.enter("killDetached", h.ref, h);
     const d = this.detached.get(key(h));
     if (d && d.exitCode === undefined) this.finishDetached(h, 137);
+  }
+
+  async previewLink(ref: string, port: number, expiresInSeconds: number): Promise<PreviewLink> {
+    this.calls.push({ op: "previewLink", ref });
+    const b = this.boxes.get(ref);
+    if (!b) throw new ProviderError("not_found", `box ${ref} not found`);
+    const token = `tok${ref}${port}`;
+    return { url: `https://${port}-${token}.preview.test/`, token, expiresAt: new Date(Date.now() + expiresInSeconds * 1000).toISOString() };
   }
 
   async probe(ref: string): Promise<Liveness> {

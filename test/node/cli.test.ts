@@ -284,6 +284,32 @@ describe("chat with a bot", () => {
   });
 });
 
+describe("preview", () => {
+  it("preview <box> <port> prints a URL that opens a server on the box; a thread without a box is a clear error", async () => {
+    const post = async (path: string, body: unknown) => (await fetch(`${worker.url}${path}`, {
+      method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body: JSON.stringify(body),
+    })).json();
+    const e = await post("/api/environments", { name: "cli-preview", sharedBox: true });
+    const port = 20_000 + Math.floor(Math.random() * 20_000);
+    const ran = await post(`/api/environments/${e.id}/exec`, { command: `echo from-cli-preview > index.html; nohup python3 -m http.server ${port} --bind 127.0.0.1 >/dev/null 2>&1 & sleep 0.5` });
+    const r = await ok(["preview", ran.boxId, String(port), "--expires", "120"]);
+    const url = r.stdout.split("\n")[0].trim();
+    expect(url).toMatch(new RegExp(`/proxy/${port}-[0-9a-f]{32}/$`));
+    let text = "";
+    for (let i = 0; i < 40 && !text.includes("from-cli-preview"); i++) {
+      text = await fetch(`${url}index.html`).then((x) => x.text()).catch(() => "");
+      if (!text.includes("from-cli-preview")) await new Promise((res) => setTimeout(res, 100));
+    }
+    expect(text.trim()).toBe("from-cli-preview");
+
+    const idle = (await ok(["new", "no box here"])).stdout.trim();
+    const noBox = await cli(["preview", idle, "3000"], { env: as() });
+    expect([noBox.code, noBox.stderr]).toEqual([2, expect.stringContaining("has no box right now")]);
+    const bad = await cli(["preview", ran.boxId, "0"], { env: as() });
+    expect([bad.code, bad.stderr]).toEqual([2, expect.stringContaining("error validation_failed")]);
+  });
+});
+
 describe("house configuration", () => {
   it("env add reads a secret from the environment, never from argv; envs shows it by name only", async () => {
     const r = await ok(["env", "add", "cli-env", "--model", "local/m", "--base-url", "http://127.0.0.1:1/v1", "--secret", "CLI_TEST_KEY", "--var", "A=b", "--json"], {

@@ -426,6 +426,30 @@ describe("run_command", () => {
     const box = (await api(`/api/sandboxes/${r1.body.boxId}`)).body;
     expect([box.state, box.ephemeral]).toEqual(["live", false]);
   });
+
+  it("a server started on the shared box is reached through its preview link", async () => {
+    const e = (await api("/api/environments", { method: "POST", json: { name: "preview", sharedBox: true } })).body;
+    const port = 20_000 + Math.floor(Math.random() * 20_000);
+    const start = await api(`/api/environments/${e.id}/exec`, {
+      method: "POST",
+      json: { command: `echo preview-ok > index.html; nohup python3 -m http.server ${port} --bind 127.0.0.1 >/dev/null 2>&1 & sleep 0.5; echo started` },
+    });
+    expect(start.status).toBe(200);
+    const boxId = start.body.boxId as string;
+    const link = await api(`/api/sandboxes/${boxId}/ports/${port}/preview?expiresInSeconds=120`);
+    expect(link.status).toBe(200);
+    expect(link.body).toMatchObject({ boxId, port });
+    expect(Date.parse(link.body.expiresAt) - Date.now()).toBeGreaterThan(100_000);
+    const page = await waitFor("the preview to answer", async () => {
+      const r = await fetch(`${link.body.url}index.html`).catch(() => null);
+      const text = r?.ok ? await r.text() : "";
+      return text.includes("preview-ok") ? text : undefined;
+    }, 20_000);
+    expect(page.trim()).toBe("preview-ok");
+
+    expect((await api(`/api/sandboxes/${boxId}/ports/0/preview`)).status).toBe(400);
+    expect((await api(`/api/sandboxes/${boxId}/ports/${port}/preview?expiresInSeconds=0`)).status).toBe(400);
+  });
 });
 
 describe("run(): the synchronous host driver", () => {

@@ -77,6 +77,36 @@ describe("DaytonaProvider on the local host", () => {
     expect(await provider.probe(box.ref)).toBe("dead");
   });
 
+  it("a preview link reaches a server started in the box; a wrong, expired or dead-box link does not", async () => {
+    const box = await provider.create({ labels: { house: house() }, ephemeral: true });
+    const port = 20_000 + Math.floor(Math.random() * 20_000);
+    const server = `require("http").createServer((q, s) => s.end("served from the box " + q.url + " " + (q.headers["x-forwarded-prefix"] || ""))).listen(${port}, "127.0.0.1")`;
+    await provider.startDetached(box.ref, `exec node -e ${JSON.stringify(server).replace(/\$/g, "\\$")}`);
+    const link = await provider.previewLink(box.ref, port, 30);
+    expect(link.url).toMatch(new RegExp(`/proxy/${port}-[0-9a-f]{32}/$`));
+    expect(Date.parse(link.expiresAt)).toBeGreaterThan(Date.now());
+    let body = "";
+    for (let i = 0; i < 100 && !body.startsWith("served"); i++) {
+      const r = await fetch(`${link.url}deep/path?x=1`);
+      body = await r.text();
+      if (!body.startsWith("served")) await new Promise((res) => setTimeout(res, 50));
+    }
+    expect(body).toBe(`served from the box /deep/path?x=1 /proxy/${port}-${link.token}`);
+
+    const wrong = await fetch(link.url.replace(link.token, "0".repeat(32)));
+    expect(wrong.status).toBe(404);
+    const otherPort = await fetch(link.url.replace(`/${port}-`, `/${port + 1}-`));
+    expect(otherPort.status).toBe(404);
+
+    const short = await provider.previewLink(box.ref, port, 1);
+    await new Promise((res) => setTimeout(res, 1_100));
+    expect((await fetch(short.url)).status).toBe(410);
+
+    await expect(provider.previewLink(box.ref, 0, 30)).rejects.toMatchObject({ code: "bad_request" });
+    await provider.delete(box.ref);
+    expect((await fetch(link.url)).status).toBe(404);
+  });
+
   it("box deleted out-of-band -> probe says dead", async () => {
     const box = await provider.create({ labels: { house: house() }, ephemeral: false });
     expect(await provider.probe(box.ref)).toBe("live");

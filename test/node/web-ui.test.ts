@@ -251,6 +251,23 @@ describe("a delegated run, watched live", () => {
     await page.goto(`${worker.url}/sandboxes`);
     await page.click("input[type=checkbox]");
     await page.waitForSelector("tr[data-box-id]");
+    // A live box offers a link to a port served inside it.
+    const env = await api("/api/environments", { method: "POST", json: { name: "ui-preview", sharedBox: true } });
+    const port = 20_000 + Math.floor(Math.random() * 20_000);
+    const ran = await api(`/api/environments/${env.body.id}/exec`, {
+      method: "POST", json: { command: `echo from-ui-preview > index.html; nohup python3 -m http.server ${port} --bind 127.0.0.1 >/dev/null 2>&1 & sleep 0.5` },
+    });
+    const row = `tr[data-box-id="${ran.body.boxId}"]`;
+    await page.waitForSelector(`${row} form.preview`, { timeout: 10_000 });
+    await page.fill(`${row} form.preview input[name=port]`, String(port));
+    await page.click(`${row} form.preview button`);
+    const href = await (await page.waitForSelector(`${row} a.preview-link`)).getAttribute("href");
+    let served = "";
+    for (let i = 0; i < 50 && served !== "from-ui-preview\n"; i++) {
+      served = await fetch(`${href}index.html`).then((x) => x.text()).catch(() => "");
+      if (served !== "from-ui-preview\n") await new Promise((res) => setTimeout(res, 100));
+    }
+    expect(served).toBe("from-ui-preview\n");
     await page.screenshot({ path: join(OUT_DIR, "sandboxes.png") });
     await context.close();
   });

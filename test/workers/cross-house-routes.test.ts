@@ -91,6 +91,7 @@ const ROWS: Row[] = [
   { name: "GET /api/sandboxes", method: "GET", path: () => "/api/sandboxes", expect: { ownEmptyList: "sandboxes" } },
   { name: "GET /api/sandboxes?state=live", method: "GET", path: () => "/api/sandboxes?state=live", expect: { ownEmptyList: "sandboxes" } },
   { name: "GET /api/sandboxes/:id", method: "GET", path: (o) => `/api/sandboxes/${o.boxId}`, expect: { status: 404 } },
+  { name: "GET /api/sandboxes/:id/ports/:port/preview", method: "GET", path: (o) => `/api/sandboxes/${o.boxId}/ports/3000/preview`, expect: { status: 404 } },
   { name: "DELETE /api/sandboxes/:id", method: "DELETE", path: (o) => `/api/sandboxes/${o.boxId}`, expect: { status: 404 } },
   { name: "DELETE /api/sandboxes/:id?force=true", method: "DELETE", path: (o) => `/api/sandboxes/${o.boxId}?force=true`, expect: { status: 404 } },
   { name: "POST /api/sandboxes (xh's environment)", method: "POST", path: () => "/api/sandboxes", body: (o) => ({ provider: "test", environmentId: o.environmentId }), headers: json, expect: { ownStatus: 201 } },

@@ -34,7 +34,7 @@ describe("dispatch: a bot's turn", () => {
     expect(reqs[0].headers.authorization).toBe(`Bearer ${MODEL_KEY}`);
     expect(JSON.stringify(reqs[0].body.messages)).toContain("@coder what is in hello.txt?");
     expect(JSON.stringify(reqs[0].body.messages)).toContain("Be brief.");
-    expect(reqs[0].body.tools.map((t: any) => t.function.name).sort()).toEqual(["create_agent", "create_thread", "delegate_task", "list_threads", "post_to_thread", "run_command"]);
+    expect(reqs[0].body.tools.map((t: any) => t.function.name).sort()).toEqual(["create_agent", "create_thread", "delegate_task", "list_threads", "post_to_thread", "preview_link", "run_command"]);
     expect(JSON.stringify(reqs[1].body.messages)).toContain("ran: cat hello.txt");
     expect(JSON.stringify(es)).not.toContain(MODEL_KEY);
 
@@ -42,6 +42,28 @@ describe("dispatch: a bot's turn", () => {
     expect(ds.find((d) => d.agentId === coder.id && d.reason === "mentioned")).toBeTruthy();
     // The reply is itself a trigger; its author does not answer itself.
     expect(ds.find((d) => d.agentId === coder.id && d.reason === "author")).toBeTruthy();
+  });
+
+  it("preview_link: a URL to a port on the environment's shared box once it runs; a plain answer before", async () => {
+    const token = await houseToken("house-turn-preview");
+    const model = await scriptedModel([
+      { toolCalls: [{ id: "p0", name: "preview_link", arguments: { port: 8080 } }] },
+      { toolCalls: [{ id: "c1", name: "run_command", arguments: { command: "start the server" } }] },
+      { toolCalls: [{ id: "p1", name: "preview_link", arguments: { port: 8080, expiresInSeconds: 600 } }] },
+      { text: "Open the link." },
+    ]);
+    sharedTestProvider().execHandler = () => ({ exitCode: 0, output: "serving" });
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const coder = await createAgent(token, { name: "Coder", handle: "coder" });
+    const thread = await createThread(token, { environmentId: envId });
+    await post(token, thread.id, chat("@coder serve it and give me a link"));
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, coder.id).length === 1, "the reply");
+    const results = es.filter((e) => e.authorId === coder.id && e.payload.type === "pi.tool_result");
+    expect(String(results[0].payload.output)).toMatch(/not running yet/);
+    const link = JSON.parse(String(results[2].payload.output));
+    expect(link.url).toContain("8080-");
+    expect(link.port).toBe(8080);
+    expect(Date.parse(link.expiresAt)).toBeGreaterThan(Date.now() + 500_000);
   });
 
   it("a model error (HTTP 500) ends the turn with one signal.dispatch.error; the thread keeps working", async () => {

@@ -4,6 +4,7 @@ import { intVar, type Env } from "../../env";
 import type { DetachedHandle, SandboxProvider } from "../../sandbox/provider";
 import { ProviderError } from "../../sandbox/errors";
 import { providerFor } from "../../sandbox/providers";
+import { providerApiError } from "../../sandbox/api-errors";
 import { foldProbe, type ProbeVerdict } from "../../threads/liveness";
 import { settle, unwrapRpc } from "../rpc";
 import { houseStub, threadStub } from "../stubs";
@@ -227,6 +228,21 @@ export class SandboxActor extends DurableObject<Env> {
 
   async view(houseId: string) {
     return settle(() => this.viewOf(houseId));
+  }
+
+  /** A signed URL to a port served inside this box; only while the box is live. */
+  async previewLink(houseId: string, port: number, expiresInSeconds: number) {
+    return settle(async () => {
+      const r = this.requireRow(houseId);
+      if (r.state !== "live") throw new ApiError("conflict", `box is ${r.state}: a preview needs a live box`);
+      let link;
+      try {
+        link = await this.provider().previewLink(r.provider_ref as string, port, expiresInSeconds);
+      } catch (err) {
+        throw providerApiError(err);
+      }
+      return { boxId: r.box_id as string, port, ...link };
+    });
   }
 
   // ---- internals ----

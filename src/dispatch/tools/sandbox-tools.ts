@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { runInEnvironment } from "../../http/routes-environments";
+import { previewInEnvironment, runInEnvironment } from "../../http/routes-environments";
 import { delegateTask } from "../../http/routes-threads";
 import { defineTool, type ToolContext } from "./context";
 import type { ToolSpec } from "../tool-loop";
@@ -52,5 +52,25 @@ export function sandboxTools(ctx: ToolContext): ToolSpec[] {
       return JSON.stringify({ childThreadId: r.childThreadId, status: r.status, note: "the result will be posted on this thread when the job ends" });
     },
   });
-  return [runCommand, delegate];
+  const preview = defineTool({
+    name: "preview_link",
+    description: "Get a URL that opens a port served inside this thread's sandbox box (e.g. a dev server started with run_command), to hand to the user. Valid for expiresInSeconds (default 3600) while the box lives.",
+    parameters: {
+      type: "object",
+      properties: {
+        port: { type: "integer", minimum: 1, maximum: 65535 },
+        expiresInSeconds: { type: "integer", minimum: 60, maximum: 86400 },
+      },
+      required: ["port"],
+      additionalProperties: false,
+    },
+    args: z.object({ port: z.number().int().min(1).max(65_535), expiresInSeconds: z.number().int().min(60).max(86_400).default(3_600) }).strict(),
+    async run(args) {
+      if (!ctx.environmentId) return NO_SANDBOX;
+      const link = await previewInEnvironment(ctx.env, ctx.claims, ctx.environmentId, args.port, args.expiresInSeconds);
+      if (!link) return "this thread's sandbox box is not running yet: start the server with run_command first, then ask for the link";
+      return JSON.stringify({ url: link.url, port: link.port, expiresAt: link.expiresAt });
+    },
+  });
+  return [runCommand, delegate, preview];
 }

@@ -4,7 +4,7 @@ import { ApiError } from "../lib/api";
 import { usePolled } from "../lib/hooks";
 import { ErrorNote } from "./common";
 
-const TOOLS = ["run_command", "delegate_task", "create_agent", "create_thread", "list_threads", "post_to_thread"];
+const TOOLS = ["run_command", "delegate_task", "preview_link", "create_agent", "create_thread", "list_threads", "post_to_thread"];
 
 /** Bots: personas that answer chat. Their model keys live in environments, as write-only secrets. */
 export function BotsPage({ session }: { session: Session }) {

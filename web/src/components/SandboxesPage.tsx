@@ -1,7 +1,32 @@
 import { useState } from "preact/hooks";
 import type { Session } from "../app";
+import { ApiError } from "../lib/api";
 import { usePolled } from "../lib/hooks";
 import { ErrorNote, Link, ago } from "./common";
+
+/** Asks for a preview link to a port of a live box and shows it as a link that opens in a new tab. */
+function PreviewForm({ session, boxId }: { session: Session; boxId: string }) {
+  const [link, setLink] = useState<{ url: string; expiresAt: string } | null>(null);
+  const [error, setError] = useState<ApiError | string | null>(null);
+  return (
+    <form class="preview small" onSubmit={async (e) => {
+      e.preventDefault();
+      const port = Number(new FormData(e.currentTarget).get("port"));
+      setError(null);
+      try {
+        setLink(await session.api.previewLink(boxId, port));
+      } catch (err) {
+        setLink(null);
+        setError(err instanceof ApiError ? err : String(err));
+      }
+    }}>
+      <input name="port" type="number" min={1} max={65535} placeholder="port" required aria-label="port" />
+      <button type="submit">open port</button>
+      {link && <> <a class="preview-link" href={link.url} target="_blank" rel="noreferrer">{link.url}</a></>}
+      <ErrorNote error={error} />
+    </form>
+  );
+}
 
 export function SandboxesPage({ session }: { session: Session }) {
   const { data, error } = usePolled(() => session.api.sandboxes(), 4000, [session]);
@@ -15,7 +40,7 @@ export function SandboxesPage({ session }: { session: Session }) {
       {data && boxes.length === 0 && <p class="empty">No boxes. A delegated task creates one.</p>}
       {boxes.length > 0 && (
         <table>
-          <thead><tr><th>box</th><th>state</th><th>kind</th><th>threads running</th><th>created</th></tr></thead>
+          <thead><tr><th>box</th><th>state</th><th>kind</th><th>threads running</th><th>created</th><th>preview</th></tr></thead>
           <tbody>
             {boxes.map((b) => (
               <tr key={b.id} data-box-id={b.id}>
@@ -24,6 +49,7 @@ export function SandboxesPage({ session }: { session: Session }) {
                 <td>{b.ephemeral ? "ephemeral" : "shared"}</td>
                 <td>{b.threads.length ? b.threads.map((t) => <div key={t}><Link href={`/threads/${t}`}>{t}</Link></div>) : <span class="muted">none</span>}</td>
                 <td class="muted">{ago(b.createdAt)}</td>
+                <td>{b.state === "live" ? <PreviewForm session={session} boxId={b.id} /> : <span class="muted">—</span>}</td>
               </tr>
             ))}
           </tbody>

@@ -62,6 +62,8 @@ export class Api {
   environments = () => this.request<{ environments: Environment[] }>("GET", "/api/environments").then((r) => r.environments);
   createEnvironment = (body: Record<string, unknown>) => this.request<Environment>("POST", "/api/environments", body);
   sandboxes = () => this.request<{ sandboxes: Box[] }>("GET", "/api/sandboxes").then((r) => r.sandboxes);
+  previewLink = (boxId: string, port: number) =>
+    this.request<{ url: string; expiresAt: string }>("GET", `/api/sandboxes/${encodeURIComponent(boxId)}/ports/${port}/preview`);
   createAgent = (body: Record<string, unknown>) => this.request<Agent>("POST", "/api/agents", body);
 
   /** The house's bots, or null where this server has no bots yet (404). */
