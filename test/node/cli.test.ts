@@ -286,7 +286,7 @@ describe("chat with a bot", () => {
 
 describe("preview", () => {
   it("preview <box> <port> prints a URL that opens a server on the box; a thread without a box is a clear error", async () => {
-    const post = async (path: string, body: unknown) => (await fetch(`${worker.url}${path}`, {
+    const post = async (path: string, body: unknown): Promise<any> => (await fetch(`${worker.url}${path}`, {
       method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body: JSON.stringify(body),
     })).json();
     const e = await post("/api/environments", { name: "cli-preview", sharedBox: true });
