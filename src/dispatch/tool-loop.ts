@@ -14,7 +14,7 @@ export type ToolSpec = {
   description: string;
   /** JSON Schema object */
   parameters: Record<string, unknown>;
-  execute(args: Record<string, unknown>, signal: AbortSignal): Promise<{ output: string; isError?: boolean }>;
+  execute(args: Record<string, unknown>, signal: AbortSignal, call: { toolCallId: string }): Promise<{ output: string; isError?: boolean }>;
 };
 
 export type LoopToolCall = { id: string; name: string; args: Record<string, unknown> };
@@ -167,7 +167,7 @@ export async function runToolLoop(opts: {
         isError = true;
       } else {
         try {
-          const r = await checked.tool.execute(checked.args, signal);
+          const r = await checked.tool.execute(checked.args, signal, { toolCallId: c.id });
           output = r.output;
           isError = r.isError ?? false;
         } catch (err) {

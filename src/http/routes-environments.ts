@@ -4,7 +4,10 @@ import type { Env } from "../env";
 import { authenticate, canWrite, houseWriter, requireHouse } from "../auth/authenticate";
 import { idSchema, type HouseClaims } from "../auth/tokens";
 import { environmentInputSchema, publicEnvironment, type Environment } from "../environments";
-import { houseStub, newId, sandboxStub } from "./actors";
+import { houseStub, newId, sandboxStub, threadStub } from "./actors";
+import { LiveOutput } from "../sandbox/live-output";
+import { writerFor } from "../threads/entries";
+import { errorMessage, logEvent } from "../domain/log-event";
 import { unwrapRpc } from "../actors/rpc";
 import { providerFor } from "../sandbox/providers";
 import { providerApiError } from "../sandbox/api-errors";
@@ -41,6 +44,8 @@ export const execSchema = z.object({
   command: z.string().min(1).max(100_000),
   cwd: z.string().max(1000).optional(),
   timeoutSec: z.number().int().min(1).max(3600).default(120),
+  /** A thread of the house that gets the output live, as `signal.exec.output` entries. */
+  threadId: idSchema.optional(),
 }).strict();
 
 /**
@@ -49,7 +54,23 @@ export const execSchema = z.object({
  * to the caller, and from a bot to a model).
  */
 export type ExecBody = z.infer<typeof execSchema>;
-export type ExecResult = { boxId: string; exitCode: number; output: string };
+export type ExecResult = { boxId: string; exitCode: number; output: string; execId?: string };
+
+/** Where a command's live output goes: a thread of the caller's house, written as the caller. */
+type LiveTarget = { threadId: string; claims: HouseClaims; execId: string; idPrefix?: string };
+
+function liveOutputTo(env: Env, t: LiveTarget): LiveOutput {
+  const stub = threadStub(env, t.threadId);
+  let n = 0;
+  return new LiveOutput(
+    t.execId,
+    async (payloads) => {
+      const raw = payloads.map((payload) => ({ id: `${t.idPrefix ?? t.execId}:out:${n++}`, payload }));
+      await unwrapRpc(stub.appendEntries(t.claims.houseId, raw, writerFor(t.claims)));
+    },
+    (err) => logEvent("exec_output_post_failed", { threadId: t.threadId, execId: t.execId, error: errorMessage(err) }, "warn"),
+  );
+}
 
 async function loadEnvironment(env: Env, houseId: string, environmentId: string): Promise<Environment> {
   const e = (await unwrapRpc(houseStub(env, houseId).getEnvironment(environmentId))) as Environment | null;
@@ -57,21 +78,33 @@ async function loadEnvironment(env: Env, houseId: string, environmentId: string)
   return e;
 }
 
-async function runOnSharedBox(env: Env, houseId: string, e: Environment, body: ExecBody): Promise<ExecResult> {
+async function runOnSharedBox(env: Env, houseId: string, e: Environment, body: ExecBody, live?: LiveTarget): Promise<ExecResult> {
   if (!e.sharedBox) throw new ApiError("conflict", "this environment keeps no shared box (set sharedBox: true)");
   const provider = providerFor(env, e.provider);
   const box = await sharedBox(env, houseId, e);
+  const opts = { cwd: body.cwd, env: e.env, timeoutSec: body.timeoutSec };
+  if (!live) {
+    try {
+      const r = await provider.exec(box.providerRef, body.command, opts);
+      return { boxId: box.id, exitCode: r.exitCode, output: r.output };
+    } catch (err) {
+      throw providerApiError(err, { timeoutSec: body.timeoutSec });
+    }
+  }
+  const out = liveOutputTo(env, live);
   try {
-    const r = await provider.exec(box.providerRef, body.command, { cwd: body.cwd, env: e.env, timeoutSec: body.timeoutSec });
-    return { boxId: box.id, exitCode: r.exitCode, output: r.output };
+    const r = await provider.execStreaming(box.providerRef, body.command, { ...opts, onOutput: (stream, text) => out.push(stream, text) });
+    return { boxId: box.id, exitCode: r.exitCode, output: r.output, execId: live.execId };
   } catch (err) {
     throw providerApiError(err, { timeoutSec: body.timeoutSec });
+  } finally {
+    await out.end();
   }
 }
 
 /** The `run_command` tool comes here, with the bot's claims: the same checks as the route. */
-export async function runInEnvironment(env: Env, claims: HouseClaims, environmentId: string, body: ExecBody): Promise<ExecResult> {
-  return runOnSharedBox(env, claims.houseId, await loadEnvironment(env, claims.houseId, environmentId), body);
+export async function runInEnvironment(env: Env, claims: HouseClaims, environmentId: string, body: ExecBody, live?: { threadId: string; execId: string; idPrefix?: string }): Promise<ExecResult> {
+  return runOnSharedBox(env, claims.houseId, await loadEnvironment(env, claims.houseId, environmentId), body, live && { ...live, claims });
 }
 
 /** A preview link to a port on the environment's shared box, if that box is up (it is never created for this). */
@@ -89,7 +122,13 @@ export async function execRoute(request: Request, env: Env, id: string | undefin
   // Authorization before validation: another house's environment answers 404 before the body is read.
   const e = await loadEnvironment(env, claims.houseId, parsed.data);
   const body = await readBody(request, execSchema);
-  return json(await runOnSharedBox(env, claims.houseId, e, body));
+  let live: LiveTarget | undefined;
+  if (body.threadId) {
+    // The thread must be the caller's (404 otherwise) before anything runs.
+    await unwrapRpc(threadStub(env, body.threadId).getThread(claims.houseId));
+    live = { threadId: body.threadId, claims, execId: newId("exec_") };
+  }
+  return json(await runOnSharedBox(env, claims.houseId, e, body, live));
 }
 
 async function sharedBox(env: Env, houseId: string, e: Environment): Promise<{ id: string; providerRef: string }> {

@@ -25,6 +25,7 @@ import {
   type FileUpload,
   type FollowCallbacks,
   type PreviewLink,
+  type StreamingExecOptions,
   type SandboxProvider,
 } from "./provider";
 
@@ -203,6 +204,34 @@ export class DaytonaProvider implements SandboxProvider {
       return (await sb.getUserHomeDir()) ?? "";
     } catch (err) {
       throw toProviderError(err, "home dir");
+    }
+  }
+
+  /**
+   * A session command followed live: its output arrives through the log stream while it runs;
+   * its exit code and full output are read once the stream ends. The session is removed after.
+   */
+  async execStreaming(ref: string, command: string, opts: StreamingExecOptions): Promise<ExecResult> {
+    const timeoutSec = opts.timeoutSec && opts.timeoutSec > 0 ? opts.timeoutSec : 120;
+    const h = await this.startDetached(ref, command, { cwd: opts.cwd, env: opts.env });
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    try {
+      const followed = this.followDetached(h, { onStdout: (t) => opts.onOutput("stdout", t), onStderr: (t) => opts.onOutput("stderr", t) });
+      const timedOut = new Promise<"timeout">((resolve) => { timer = setTimeout(() => resolve("timeout"), timeoutSec * 1000); });
+      if ((await Promise.race([followed.then(() => "done" as const), timedOut])) === "timeout") {
+        throw new ProviderError("timeout", `exec: command timed out after ${timeoutSec}s`);
+      }
+      // The log stream can close a moment before the command's exit code is recorded.
+      let status = await this.detachedStatus(h);
+      for (let i = 0; status.running && i < 50; i++) {
+        await new Promise((r) => setTimeout(r, 100));
+        status = await this.detachedStatus(h);
+      }
+      const logs = await this.detachedLogs(h);
+      return { exitCode: status.exitCode ?? -1, output: logs.output };
+    } finally {
+      clearTimeout(timer);
+      await this.killDetached(h).catch((err) => logEvent("exec_session_cleanup_failed", { ref, error: errorMessage(err) }, "warn"));
     }
   }
 

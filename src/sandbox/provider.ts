@@ -76,6 +76,13 @@ export interface ExecOptions {
   timeoutSec?: number;
 }
 
+export type OutputStream = "stdout" | "stderr";
+
+export interface StreamingExecOptions extends ExecOptions {
+  /** Called with output as the command produces it (chunks, not lines). */
+  onOutput: (stream: OutputStream, text: string) => void;
+}
+
 export interface ExecResult {
   exitCode: number;
   /** stdout and stderr combined, as the toolbox returns them. */
@@ -151,6 +158,8 @@ export interface SandboxProvider {
   /** Boxes whose labels match every given label (e.g. `{ "threadbox.house": id }`). */
   list(labels: Record<string, string>): Promise<BoxInfo[]>;
   exec(ref: string, command: string, opts?: ExecOptions): Promise<ExecResult>;
+  /** `exec` that also hands over the output while the command runs; the result is the same. */
+  execStreaming(ref: string, command: string, opts: StreamingExecOptions): Promise<ExecResult>;
   /** Uploads bytes and verifies each file's size afterwards. */
   upload(ref: string, files: FileUpload[]): Promise<void>;
   download(ref: string, path: string): Promise<Uint8Array>;

@@ -20,6 +20,7 @@ import {
   type FileUpload,
   type FollowCallbacks,
   type PreviewLink,
+  type StreamingExecOptions,
   type SandboxProvider,
 } from "./provider";
 
@@ -43,7 +44,8 @@ interface FakeBox {
   create: CreateBoxOptions;
 }
 
-export type ExecHandler = (box: { ref: string; env: Record<string, string> }, command: string, opts: ExecOptions) => ExecResult | Promise<ExecResult>;
+/** Scripts `exec`; under `execStreaming` the handler may hand over output as it goes through `opts.onOutput`. */
+export type ExecHandler = (box: { ref: string; env: Record<string, string> }, command: string, opts: ExecOptions & Partial<Pick<StreamingExecOptions, "onOutput">>) => ExecResult | Promise<ExecResult>;
 
 export interface TestProviderCall {
   op: string;
@@ -160,6 +162,17 @@ export class TestSandboxProvider implements SandboxProvider {
     this.enter("exec", ref, { command, opts });
     const b = this.mustRunning(ref);
     return this.execHandler({ ref, env: { ...b.env, ...(opts.env ?? {}) } }, command, opts);
+  }
+
+  async execStreaming(ref: string, command: string, opts: StreamingExecOptions): Promise<ExecResult> {
+    this.enter("execStreaming", ref, { command, opts: { cwd: opts.cwd, env: opts.env, timeoutSec: opts.timeoutSec } });
+    const b = this.mustRunning(ref);
+    let streamed = false;
+    const onOutput: StreamingExecOptions["onOutput"] = (stream, text) => { streamed = true; opts.onOutput(stream, text); };
+    const r = await this.execHandler({ ref, env: { ...b.env, ...(opts.env ?? {}) } }, command, { ...opts, onOutput });
+    // A handler that only returns a result still streams it, as one chunk.
+    if (!streamed && r.output) opts.onOutput("stdout", r.output);
+    return r;
   }
 
   async upload(ref: string, files: FileUpload[]): Promise<void> {

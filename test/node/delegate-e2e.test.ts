@@ -427,6 +427,29 @@ describe("run_command", () => {
     expect([box.state, box.ephemeral]).toEqual(["live", false]);
   });
 
+  it("with a threadId, a long command's output reaches the thread while it runs (real SDK session logs)", async () => {
+    const e = (await api("/api/environments", { method: "POST", json: { name: "live", sharedBox: true } })).body;
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "live output" } })).body;
+    const dir = `live-${Date.now()}`;
+    await api(`/api/environments/${e.id}/exec`, { method: "POST", json: { command: `mkdir -p ${dir}` } });
+    const pending = api(`/api/environments/${e.id}/exec`, {
+      method: "POST",
+      json: { command: `echo first; echo oops >&2; while [ ! -f ${dir}/go ]; do sleep 0.1; done; echo second`, threadId: thread.id, timeoutSec: 60 },
+    });
+    // The command is still waiting for its file: its first line can only be here if it streamed.
+    await waitFor("the first line on the thread", async () =>
+      (await entries(thread.id)).some((x) => x.payload.type === "signal.exec.output" && x.payload.text === "first\n"), 20_000);
+    await api(`/api/environments/${e.id}/exec`, { method: "POST", json: { command: `touch ${dir}/go` } });
+    const r = await pending;
+    expect(r.status).toBe(200);
+    expect(r.body.exitCode).toBe(0);
+    expect(r.body.output).toContain("second");
+    const out = (await entries(thread.id)).filter((x) => x.payload.type === "signal.exec.output");
+    expect(out.filter((x) => x.payload.stream === "stdout").map((x) => x.payload.text).join("")).toBe("first\nsecond\n");
+    expect(out.filter((x) => x.payload.stream === "stderr").map((x) => x.payload.text).join("")).toBe("oops\n");
+    expect(new Set(out.map((x) => x.payload.execId))).toEqual(new Set([r.body.execId]));
+  });
+
   it("a server started on the shared box is reached through its preview link", async () => {
     const e = (await api("/api/environments", { method: "POST", json: { name: "preview", sharedBox: true } })).body;
     const port = 20_000 + Math.floor(Math.random() * 20_000);

@@ -107,6 +107,20 @@ describe("DaytonaProvider on the local host", () => {
     expect((await fetch(link.url)).status).toBe(404);
   });
 
+  it("execStreaming hands over output as it comes and returns the exit code; a timeout ends the command", async () => {
+    const box = await provider.create({ labels: { house: house() }, ephemeral: true });
+    const chunks: [string, string][] = [];
+    const r = await provider.execStreaming(box.ref, "echo a; sleep 0.3; echo b >&2; exit 6", { onOutput: (s, t) => chunks.push([s, t]) });
+    expect(r.exitCode).toBe(6);
+    expect(r.output).toContain("a\n");
+    expect(chunks.filter(([s]) => s === "stdout").map(([, t]) => t).join("")).toBe("a\n");
+    expect(chunks.filter(([s]) => s === "stderr").map(([, t]) => t).join("")).toBe("b\n");
+    const started = Date.now();
+    await expect(provider.execStreaming(box.ref, "sleep 30", { timeoutSec: 1, onOutput: () => {} })).rejects.toMatchObject({ code: "timeout" });
+    expect(Date.now() - started).toBeLessThan(10_000);
+    await provider.delete(box.ref);
+  });
+
   it("box deleted out-of-band -> probe says dead", async () => {
     const box = await provider.create({ labels: { house: house() }, ephemeral: false });
     expect(await provider.probe(box.ref)).toBe("live");

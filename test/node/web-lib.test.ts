@@ -16,6 +16,21 @@ const entry = (payload: Entry["payload"], extra: Partial<Entry> = {}): Entry => 
 const who = { me: "ana", bots: new Map([["ag_1", "demo"]]) };
 
 describe("timeline", () => {
+  it("puts a command's live output on its tool call's card until the result arrives; an API exec gets a card of its own", () => {
+    const es = [
+      entry({ type: "pi.tool_call", toolCallId: "t1", name: "run_command", args: { command: "make" } }),
+      entry({ type: "signal.exec.output", execId: "t1", stream: "stdout", text: "cc a.c\n" }),
+      entry({ type: "signal.exec.output", execId: "t1", stream: "stderr", text: "warn\n" }),
+      entry({ type: "signal.exec.output", execId: "exec_9", stream: "stdout", text: "x\n" }),
+      entry({ type: "signal.exec.output", execId: "exec_9", stream: "stdout", text: "", truncated: true }),
+    ];
+    const items = buildTimeline(es, [], who);
+    expect(items.map((i) => i.kind === "tool" && [i.toolCallId, i.name, i.live, Boolean(i.liveOnly)])).toEqual([
+      ["t1", "run_command", "cc a.c\nwarn\n", false],
+      ["exec_9", "command", "x\n\n[more output not shown live]\n", true],
+    ]);
+  });
+
   it("folds a run's artifact entries into one card per run", () => {
     const es = [
       entry({ type: "artifact.diff", runId: "r1", status: " M a.txt\n", diff: "--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-x\n+y\n", truncated: false, bytes: 40 }),

@@ -22,8 +22,10 @@ describe("dispatch: a bot's turn", () => {
     expect(r.status).toBe(201);
 
     const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, coder.id).length === 1, "the reply");
-    const turn = es.filter((e) => e.authorId === coder.id);
+    const turn = es.filter((e) => e.authorId === coder.id && e.payload.type !== "signal.exec.output");
     expect(turn.map((e) => e.payload.type)).toEqual(["pi.assistant", "pi.tool_result", "pi.assistant", "chat"]);
+    // The command's output also went to the thread as it ran (live output has its own tests).
+    expect(es.filter((e) => e.payload.type === "signal.exec.output").map((e) => e.payload.text)).toEqual(["ran: cat hello.txt"]);
     expect(turn.every((e) => e.payload.depth === 1)).toBe(true);
     expect(turn[0].payload.toolCalls).toEqual([{ id: "c1", name: "run_command", args: { command: "cat hello.txt" } }]);
     expect(turn[1].payload.output).toContain("ran: cat hello.txt");

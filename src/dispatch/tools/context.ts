@@ -36,19 +36,19 @@ export function defineTool<T extends z.ZodType>(spec: {
   description: string;
   parameters: Record<string, unknown>;
   args: T;
-  run(args: z.infer<T>, signal: AbortSignal): Promise<string>;
+  run(args: z.infer<T>, signal: AbortSignal, call: { toolCallId: string }): Promise<string>;
 }): ToolSpec {
   return {
     name: spec.name,
     description: spec.description,
     parameters: spec.parameters,
-    async execute(raw, signal) {
+    async execute(raw, signal, call) {
       const parsed = spec.args.safeParse(raw);
       if (!parsed.success) {
         return { output: `invalid arguments: ${formatZodError(parsed.error).map((i) => `${i.path || "(root)"}: ${i.message}`).join("; ")}`, isError: true };
       }
       try {
-        return { output: truncate(await spec.run(parsed.data, signal)) };
+        return { output: truncate(await spec.run(parsed.data, signal, call)) };
       } catch (err) {
         if (err instanceof ApiError) return { output: `${err.code}: ${err.publicMessage}`, isError: true };
         console.error("tool failed", spec.name, err instanceof Error ? err.message : String(err));

@@ -22,9 +22,12 @@ export function sandboxTools(ctx: ToolContext): ToolSpec[] {
       additionalProperties: false,
     },
     args: z.object({ command: z.string().min(1).max(100_000), cwd: z.string().max(1000).optional(), timeoutSec: z.number().int().min(1).max(3600).default(120) }).strict(),
-    async run(args) {
+    async run(args, _signal, call) {
       if (!ctx.environmentId) return NO_SANDBOX;
-      const r = await runInEnvironment(ctx.env, ctx.claims, ctx.environmentId, args);
+      // The output reaches the thread while the command runs, under the tool call's id.
+      const r = await runInEnvironment(ctx.env, ctx.claims, ctx.environmentId, args, {
+        threadId: ctx.threadId, execId: call.toolCallId, idPrefix: `exec:${ctx.turnId}:${call.toolCallId}`,
+      });
       return `exit code ${r.exitCode}\n${r.output}`;
     },
   });

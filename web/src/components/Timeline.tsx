@@ -22,18 +22,18 @@ function summary(item: ToolItem): string {
 
 function ToolCall({ item }: { item: ToolItem }) {
   const r = item.result?.payload;
-  const state = !r ? "running" : r.isError ? "error" : "done";
+  const state = item.liveOnly ? "output" : !r ? "running" : r.isError ? "error" : "done";
   const diff = diffOfToolCall(item.name, item.args);
   return (
     <details class={`tool tool-${state}`} data-offset={item.call?.offset ?? item.result?.offset} data-tool={item.name}>
       <summary>
         <span class="tool-name">{item.name}</span>
         <span class="tool-summary">{summary(item)}</span>
-        <span class={`tool-state`}>{state === "running" ? "…" : state === "error" ? "failed" : "done"}</span>
+        <span class={`tool-state`}>{state === "running" ? "…" : state === "error" ? "failed" : state === "output" ? "output" : "done"}</span>
       </summary>
       <div class="tool-body">
-        {diff ? <DiffView lines={diff} /> : <pre class="args">{JSON.stringify(item.args ?? {}, null, 2)}</pre>}
-        {r && <Output text={String(r.output ?? "")} />}
+        {!item.liveOnly && (diff ? <DiffView lines={diff} /> : <pre class="args">{JSON.stringify(item.args ?? {}, null, 2)}</pre>)}
+        {r ? <Output text={String(r.output ?? "")} /> : item.live !== undefined && <pre class="output live">{item.live}</pre>}
       </div>
     </details>
   );

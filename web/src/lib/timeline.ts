@@ -1,7 +1,8 @@
 // What the thread view shows, folded from the thread's entries (pure: no DOM, no network).
 import type { Entry, ThreadSummary } from "./api";
 
-export type ToolItem = { kind: "tool"; key: string; toolCallId: string; name: string; args: unknown; call?: Entry; result?: Entry };
+/** `live` is the command's output as it streamed in (`signal.exec.output`), before or without a result. */
+export type ToolItem = { kind: "tool"; key: string; toolCallId: string; name: string; args: unknown; call?: Entry; result?: Entry; live?: string; liveOnly?: boolean };
 export type TimelineItem =
   | { kind: "chat"; key: string; entry: Entry; text: string; role: "person" | "bot" | "agent"; author: string; childThreadId?: string }
   | ToolItem
@@ -92,6 +93,17 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
       } else {
         item.result = entry;
       }
+    } else if (p.type === "signal.exec.output") {
+      // A command's output while it runs: on its tool call's card, or a card of its own (an exec
+      // started through the API with a threadId).
+      const id = String(p.execId ?? "");
+      let item = tools.get(id);
+      if (!item) {
+        item = { kind: "tool", key, toolCallId: id, name: "command", args: undefined, liveOnly: true };
+        tools.set(id, item);
+        items.push(item);
+      }
+      item.live = (item.live ?? "") + (p.truncated ? "\n[more output not shown live]\n" : String(p.text ?? ""));
     } else if (p.type === "artifact.files" || p.type === "artifact.diff") {
       const runId = String(p.runId ?? "");
       // One card per run: its diff and its file list arrive as two entries.

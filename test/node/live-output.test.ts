@@ -1,0 +1,60 @@
+import { describe, expect, it } from "vitest";
+import { LiveOutput, type LiveOutputPayload } from "../../src/sandbox/live-output";
+
+function collector() {
+  const posted: LiveOutputPayload[][] = [];
+  const errors: unknown[] = [];
+  return { posted, errors, post: async (p: LiveOutputPayload[]) => void posted.push(p), onError: (e: unknown) => void errors.push(e) };
+}
+
+describe("live command output", () => {
+  it("posts whole lines per stream, in order; a partial line waits for its newline or the end", async () => {
+    const c = collector();
+    const out = new LiveOutput("x1", c.post, c.onError, { maxEntries: 100, maxBytes: 10_000, flushMs: 5, maxEntryBytes: 1000 });
+    out.push("stdout", "one\ntw");
+    out.push("stderr", "warn\n");
+    out.push("stdout", "o\nthr");
+    await new Promise((r) => setTimeout(r, 20));
+    expect(c.posted.flat().map((p) => [p.stream, p.text])).toEqual([["stdout", "one\n"], ["stderr", "warn\n"], ["stdout", "two\n"]]);
+    out.push("stdout", "ee");
+    await out.end();
+    expect(c.posted.flat().map((p) => p.text).join("")).toBe("one\nwarn\ntwo\nthree");
+    expect(c.posted.flat().every((p) => p.type === "signal.exec.output" && p.execId === "x1")).toBe(true);
+  });
+
+  it("stops at its bounds with one truncation marker", async () => {
+    const c = collector();
+    const out = new LiveOutput("x2", c.post, c.onError, { maxEntries: 3, maxBytes: 10_000, flushMs: 1, maxEntryBytes: 4 });
+    for (let i = 0; i < 10; i++) {
+      out.push(i % 2 ? "stderr" : "stdout", `l${i}\n`);
+      await new Promise((r) => setTimeout(r, 3));
+    }
+    await out.end();
+    const all = c.posted.flat();
+    expect(all.filter((p) => p.truncated)).toHaveLength(1);
+    expect(all.at(-1)!.truncated).toBe(true);
+    expect(all.length).toBe(3);
+
+    const bytes = collector();
+    const big = new LiveOutput("x3", bytes.post, bytes.onError, { maxEntries: 100, maxBytes: 10, flushMs: 1, maxEntryBytes: 100 });
+    big.push("stdout", "0123456789abc\n");
+    await big.end();
+    expect(bytes.posted.flat()).toEqual([{ type: "signal.exec.output", execId: "x3", stream: "stdout", text: "", truncated: true }]);
+  });
+
+  it("a line that never ends is still posted in pieces, and a failing post does not stop later ones", async () => {
+    const posted: string[] = [];
+    const errors: unknown[] = [];
+    let calls = 0;
+    const out = new LiveOutput("x4", async (p) => {
+      if (calls++ === 0) throw new Error("thread unavailable");
+      posted.push(...p.map((x) => x.text));
+    }, (e) => void errors.push(e), { maxEntries: 100, maxBytes: 10_000, flushMs: 1, maxEntryBytes: 8 });
+    out.push("stdout", "aaaaaaaaaaaa"); // no newline, over maxEntryBytes
+    await new Promise((r) => setTimeout(r, 5));
+    out.push("stdout", "tail\n");
+    await out.end();
+    expect(errors).toHaveLength(1);
+    expect(posted).toEqual(["tail\n"]);
+  });
+});

@@ -1,0 +1,85 @@
+import { describe, expect, it } from "vitest";
+import { call, chat, createThread, houseToken, post, readAll } from "./helpers";
+import { createAgent, modelEnvironment, scriptedModel, waitForEntries } from "./dispatch-helpers";
+import { sharedTestProvider } from "./register-test-provider";
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A command that prints in steps, through the provider's streaming hook. */
+function steppedCommand(lines: string[], gapMs = 20) {
+  sharedTestProvider().execHandler = async (_box, _command, opts) => {
+    for (const l of lines) {
+      opts.onOutput?.(l.startsWith("!") ? "stderr" : "stdout", `${l.replace(/^!/, "")}\n`);
+      await sleep(gapMs);
+    }
+    return { exitCode: 3, output: lines.map((l) => `${l.replace(/^!/, "")}\n`).join("") };
+  };
+}
+
+describe("live output of run_command", () => {
+  it("the bot's run_command streams its output into the thread before the tool result, under the tool call's id", async () => {
+    const token = await houseToken("house-live-1");
+    const model = await scriptedModel([
+      { toolCalls: [{ id: "call-live", name: "run_command", arguments: { command: "build" } }] },
+      { text: "Built." },
+    ]);
+    steppedCommand(["compiling", "!warning: x", "linking", "done"], 300);
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const coder = await createAgent(token, { name: "Coder", handle: "coder" });
+    const thread = await createThread(token, { environmentId: envId });
+    await post(token, thread.id, chat("@coder build it"));
+    const es = await waitForEntries(token, thread.id, (es) => es.some((e) => e.payload.type === "chat" && e.authorId === coder.id), "the reply");
+    const out = es.filter((e) => e.payload.type === "signal.exec.output");
+    expect(out.length).toBeGreaterThanOrEqual(2);
+    expect(out.every((e) => e.payload.execId === "call-live" && e.authorId === coder.id)).toBe(true);
+    expect(out.filter((e) => e.payload.stream === "stdout").map((e) => e.payload.text).join("")).toBe("compiling\nlinking\ndone\n");
+    expect(out.filter((e) => e.payload.stream === "stderr").map((e) => e.payload.text).join("")).toBe("warning: x\n");
+    const result = es.findIndex((e) => e.payload.type === "pi.tool_result");
+    expect(es.findIndex((e) => e.payload.type === "signal.exec.output")).toBeLessThan(result);
+    expect(String(es[result].payload.output)).toBe("exit code 3\ncompiling\nwarning: x\nlinking\ndone\n");
+    // Output entries are signals: they never wake a bot.
+    expect(es.filter((e) => e.payload.type === "chat" && e.authorId === coder.id)).toHaveLength(1);
+  });
+
+  it("POST /api/environments/:id/exec with a threadId: output arrives on the thread while the command runs", async () => {
+    const token = await houseToken("house-live-2");
+    const env = await call("/api/environments", { method: "POST", token, json: { name: "e", provider: "test", sharedBox: true } });
+    const envId = ((await env.json()) as { id: string }).id;
+    const thread = await createThread(token, {});
+    steppedCommand(["first", "second"], 600);
+    const pending = call(`/api/environments/${envId}/exec`, { method: "POST", token, json: { command: "two steps", threadId: thread.id } });
+    // The first line is on the thread before the command has ended.
+    let seen = false;
+    let answered = false;
+    void pending.then(() => { answered = true; });
+    for (let i = 0; i < 100 && !seen; i++) {
+      seen = (await readAll(token, thread.id)).entries.some((e) => e.payload.type === "signal.exec.output" && e.payload.text === "first\n");
+      if (!seen) await sleep(20);
+    }
+    expect(seen).toBe(true);
+    expect(answered).toBe(false);
+    const r = await pending;
+    expect(r.status).toBe(200);
+    const body = (await r.json()) as { exitCode: number; output: string; execId: string };
+    expect(body).toMatchObject({ exitCode: 3, output: "first\nsecond\n" });
+    const out = (await readAll(token, thread.id)).entries.filter((e) => e.payload.type === "signal.exec.output");
+    expect(out.map((e) => e.payload.text).join("")).toBe("first\nsecond\n");
+    expect(out.every((e) => e.payload.execId === body.execId)).toBe(true);
+  });
+
+  it("a threadId of another house or a bad one is refused before anything runs; without one nothing is posted", async () => {
+    const token = await houseToken("house-live-3");
+    const env = await call("/api/environments", { method: "POST", token, json: { name: "e", provider: "test", sharedBox: true } });
+    const envId = ((await env.json()) as { id: string }).id;
+    const foreign = await createThread(await houseToken("house-live-other"), {});
+    let ran = 0;
+    sharedTestProvider().execHandler = () => ({ exitCode: 0, output: `ran ${++ran}` });
+    expect((await call(`/api/environments/${envId}/exec`, { method: "POST", token, json: { command: "x", threadId: foreign.id } })).status).toBe(404);
+    expect((await call(`/api/environments/${envId}/exec`, { method: "POST", token, json: { command: "x", threadId: "bad id!" } })).status).toBe(400);
+    expect(ran).toBe(0);
+    const own = await createThread(token, {});
+    const plain = await call(`/api/environments/${envId}/exec`, { method: "POST", token, json: { command: "x" } });
+    expect(((await plain.json()) as { output: string }).output).toBe("ran 1");
+    expect((await readAll(token, own.id)).entries.filter((e) => e.payload.type === "signal.exec.output")).toHaveLength(0);
+  });
+});
