@@ -3,7 +3,7 @@ import { ApiError, errorResponse, json } from "./errors";
 import type { Env } from "./env";
 import { mintTokenRoute } from "./http/routes-admin";
 import {
-  createThreadRoute, getThreadRoute, listThreadsRoute, mintThreadTokenRoute, postEntriesRoute, readEntriesRoute, stopThreadRoute,
+  createThreadRoute, getThreadRoute, listThreadsRoute, mintThreadTokenRoute, postEntriesRoute, readEntriesRoute, stopThreadRoute, interruptThreadRoute,
   subscribeRoute, delegateRoute, resumeRoute,
 } from "./http/routes-threads";
 import { createEnvironmentRoute, execRoute, getEnvironmentRoute, listEnvironmentsRoute } from "./http/routes-environments";
@@ -45,6 +45,7 @@ router
   .get("/api/threads/:id/subscribe", (req, env) => subscribeRoute(req, env, req.params.id))
   .post("/api/threads/:id/tokens", (req, env) => mintThreadTokenRoute(req, env, req.params.id))
   .post("/api/threads/:id/stop", (req, env) => stopThreadRoute(req, env, req.params.id))
+  .post("/api/threads/:id/interrupt", (req, env) => interruptThreadRoute(req, env, req.params.id))
   .post("/api/threads/:id/delegate", (req, env) => delegateRoute(req, env, req.params.id))
   .post("/api/threads/:id/resume", (req, env) => resumeRoute(req, env, req.params.id))
   .get("/api/threads/:id/config", (req, env) => getThreadConfigRoute(req, env, req.params.id))

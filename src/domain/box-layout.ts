@@ -30,6 +30,7 @@ export const BOX_ENV = {
   killGraceMs: "THREADBOX_KILL_GRACE_MS",
   flushTimeoutMs: "THREADBOX_FLUSH_TIMEOUT_MS",
   artifactsTimeoutMs: "THREADBOX_ARTIFACTS_TIMEOUT_MS",
+  steering: "THREADBOX_STEERING",
   /** Comma-separated names of the environment's secret variables (their values never leave the box). */
   secretNames: "THREADBOX_SECRET_NAMES",
 } as const;

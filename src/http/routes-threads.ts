@@ -188,6 +188,13 @@ export async function stopThreadRoute(request: Request, env: Env, id: string | u
   return json(await unwrapRpc(threadStub(env, threadId).stopRun(claims.houseId, claims.subject)));
 }
 
+/** Aborts the current turn of the thread's running agent; the run goes on (unlike stop). */
+export async function interruptThreadRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
+  const threadId = threadIdParam(id);
+  const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
+  return json(await unwrapRpc(threadStub(env, threadId).interruptRun(claims.houseId, claims.subject)), 202);
+}
+
 export const delegateSchema = z.object({
   task: z.string().min(1).max(200_000),
   repo: z.string().min(1).max(2000).optional(),

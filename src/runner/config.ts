@@ -16,6 +16,8 @@ export interface BoxConfig {
   flushTimeoutMs: number;
   /** bound on collecting and posting the run's artifacts; 0 turns them off */
   artifactsTimeoutMs: number;
+  /** pass chat posted mid-run to the harness (pi's RPC mode); THREADBOX_STEERING=0 turns it off */
+  steering: boolean;
 }
 
 export const THREE_DAYS_MS = 3 * 24 * 60 * 60 * 1000;
@@ -43,5 +45,6 @@ export function readBoxConfig(env: Record<string, string | undefined>): BoxConfi
     killGraceMs: num(env[BOX_ENV.killGraceMs], 10_000),
     flushTimeoutMs: num(env[BOX_ENV.flushTimeoutMs], 15_000),
     artifactsTimeoutMs: num(env[BOX_ENV.artifactsTimeoutMs], 20_000),
+    steering: env[BOX_ENV.steering] !== "0",
   };
 }

@@ -27,6 +27,10 @@ import { StderrTail, lastLine, secretValues } from "./stderr-tail";
 import { TokenKeeper, renewUrlFor } from "./token-keeper";
 import { postHeartbeat, readThread, sleep, StreamWriter, threadStreamUrl, type WireEntry } from "./stream-writer";
 import { collectArtifacts, snapshotWorkspace, type WorkspaceStart } from "./artifacts";
+import { PiRpc } from "./pi-rpc";
+import { MESSAGE_DELIVERED, RunCursor, steerAction } from "./steering";
+import { ThreadWatch } from "./thread-watch";
+import { parseJsonLine } from "../sandbox/harness/types";
 import { artifactEntries, artifactStreamName, MAX_INLINE_DIFF_BYTES, writeDiffStream } from "./post-artifacts";
 
 const log = (m: string) => process.stderr.write(`[threadbox runner] ${new Date().toISOString()} ${m}\n`);
@@ -90,7 +94,10 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
     return 2;
   }
   const readOpt = (f?: string) => (f ? readFileSync(f, "utf8") : undefined);
+  // A harness that takes messages mid-run is driven interactively, so the thread can talk to it.
+  const interactive = Boolean(agent.takesMessages) && cfg.steering;
   const cmd = agent.buildCommand({
+    interactive,
     prompt,
     model: values.model,
     provider: values.provider,
@@ -124,9 +131,18 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
       }
     }
   };
-  const lines = splitLines((line) => onEntries(parser.push(line)));
+  let rpc: PiRpc | undefined;
+  let refusal: string | undefined;
+  const lines = splitLines((line) => {
+    onEntries(parser.push(line));
+    if (rpc) {
+      const record = parseJsonLine(line);
+      if (record) rpc.onRecord(record);
+    }
+  });
 
   // The control plane stops a run by SIGTERM to this pid (then the harness gets it from us).
+  let stopNotes: ((ms: number) => Promise<void>) | undefined;
   const pidFile = runnerPidFile(cfg.threadId);
   try {
     mkdirSync(join(homedir(), ".threadbox"), { recursive: true });
@@ -143,10 +159,44 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   const child = spawn(bin, cmd.argv.slice(1), {
     cwd: values.cwd ?? process.cwd(),
     env: { ...process.env, ...cmd.env, THREADBOX_RUN_ID: runId },
-    stdio: ["ignore", "pipe", "pipe"],
+    stdio: [interactive ? "pipe" : "ignore", "pipe", "pipe"],
   });
   child.stdout!.on("data", (d) => lines.push(d));
   const stderrTail = new StderrTail();
+  let watch: ThreadWatch | undefined;
+  if (interactive) {
+    // Messages posted to the thread while the run goes on reach pi; each one pi took is marked.
+    const notes = new StreamWriter({ url, token: () => tokens.current(), producerId: `runner-s-${runId}-${randomId()}`, log });
+    child.stdin!.on("error", (err) => log(`pi's stdin: ${err.message}`));
+    rpc = new PiRpc(child.stdin!, {
+      onDelivered: (entryId, mode) => notes.append({
+        id: `${cfg.threadId}:delivered:${runId}:${entryId}`, ts: Date.now(), ...(cfg.authorId ? { authorId: cfg.authorId } : {}),
+        payload: { type: MESSAGE_DELIVERED, runId, entryId, mode },
+      }),
+      onRefused: (error) => {
+        refusal = error;
+        stderrTail.push(`${error}\n`);
+      },
+      log,
+    });
+    rpc.start(prompt);
+    const cursor = new RunCursor(runId);
+    const act = (e: WireEntry) => {
+      const a = steerAction(e, runId);
+      if (a.kind === "message" && !rpc!.message(a.entryId, a.text)) log(`message ${a.entryId} arrived after the run ended; not delivered`);
+      if (a.kind === "interrupt") rpc!.interrupt();
+    };
+    watch = new ThreadWatch({
+      url, token: () => tokens.current(), log,
+      onEntries: (es, live) => (live ? es : cursor.catchUp(es)).forEach(act),
+      onCaughtUp: () => cursor.caughtUp(),
+    });
+    watch.start();
+    stopNotes = async (ms: number) => {
+      await notes.flush(ms);
+      notes.stop();
+    };
+  }
   child.stderr!.on("data", (d) => {
     stderrTail.push(d);
     process.stderr.write(d);
@@ -195,6 +245,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
     child.on("close", (c, s) => resolve({ code: c, signal: s }));
   });
   exited = true;
+  await watch?.stop();
   clearTimeout(runawayTimer);
   if (killTimer) clearTimeout(killTimer);
   if (heartbeat) clearInterval(heartbeat);
@@ -204,6 +255,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
 
   const deadline = Date.now() + cfg.flushTimeoutMs;
   if (harnessWriter) await harnessWriter.flush(Math.max(0, deadline - Date.now()));
+  await stopNotes?.(Math.max(0, deadline - Date.now()));
 
   if (workspaceStart) {
     const secrets = secretValues(process.env, (process.env[BOX_ENV.secretNames] ?? "").split(",").filter(Boolean), [cfg.token, tokens.current()]);
@@ -211,7 +263,9 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   }
 
   rmSync(pidFile, { force: true });
-  const exitCode = () => (code !== null ? code : 128 + ((signal ? (osConstants.signals as Record<string, number>)[signal] : 1) ?? 1));
+  // pi refused the task in RPC mode (it exits 0 once its stdin closes): that is a failed start.
+  const effectiveCode = refusal !== undefined && code === 0 ? 1 : code;
+  const exitCode = () => (effectiveCode !== null ? effectiveCode : 128 + ((signal ? (osConstants.signals as Record<string, number>)[signal] : 1) ?? 1));
   if (values["no-finish"]) {
     harnessWriter?.stop();
     stopTokenRefresh();
@@ -232,7 +286,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   if (!thread) log("could not read the thread; deciding from the harness output alone");
   // the thread decides whether a finished-signal is already there; the runner's local view
   // (appended last) covers entries that did not reach the thread
-  const outcome = agent.decideOutcome([...(thread ?? []), ...local], code, {
+  const outcome = agent.decideOutcome([...(thread ?? []), ...local], effectiveCode, {
     signal,
     stopRequested,
     runaway,

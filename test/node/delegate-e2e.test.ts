@@ -415,6 +415,74 @@ describe("long runs", () => {
   });
 });
 
+describe("a live run: talk to it, interrupt it", () => {
+  const chatTo = async (threadId: string, text: string) => {
+    const r = await api(`/api/threads/${threadId}/entries`, { method: "POST", json: { payload: { type: "chat", text } } });
+    expect(r.status).toBe(201);
+    return r.body.entries[0].id as string;
+  };
+  const delivered = (es: Entry[]) => es.filter((e) => e.payload.type === "signal.run.message_delivered");
+
+  it("a chat posted while pi works reaches it as a steering message before its next model call, and is marked delivered", async () => {
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    model.push(
+      // pi is busy in a tool call until the test has posted its message
+      { toolCalls: [{ name: "bash", arguments: { command: "sleep 1; echo step-one" } }], until: Promise.resolve() },
+      { text: "Done, with the footer.", until: held },
+    );
+    const envId = await environment();
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const childId = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "write the page" } })).body.childThreadId as string;
+    await waitFor("pi's tool call", async () => (await entries(childId)).some((e) => e.payload.type === "pi.tool_call"), 30_000);
+    const before = model.requests.length;
+    const chatId = await chatTo(childId, "ALSO: add a footer");
+    const marked = await waitFor("the message to be delivered", async () => delivered(await entries(childId)).find((e) => e.payload.entryId === chatId), 20_000);
+    expect(marked.payload.mode).toBe("steer");
+    release();
+    const child = await settled(childId);
+    expect(child.status).toBe("completed");
+    // The model's next request carried the message.
+    const next = model.requests.slice(before).map((r) => JSON.stringify(r.body.messages));
+    expect(next.some((m) => m.includes("ALSO: add a footer"))).toBe(true);
+    const es = await entries(childId);
+    expect(delivered(es)).toHaveLength(1);
+    expect(es.filter((e) => e.payload.type === "pi.user").map((e) => e.payload.text)).toContain("ALSO: add a footer");
+  });
+
+  it("interrupt aborts a hanging model call; the run stays and continues with the next message", async () => {
+    model.push(
+      { text: "never finishes", until: new Promise(() => {}) },
+      { text: "Continued as asked." },
+    );
+    const envId = await environment();
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const childId = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "think forever" } })).body.childThreadId as string;
+    const requestsBefore = model.requests.length;
+    await waitFor("the hanging model call", async () => model.requests.length > requestsBefore || undefined, 30_000);
+
+    const idle = (await api("/api/threads", { method: "POST", json: {} })).body;
+    expect((await api(`/api/threads/${idle.id}/interrupt`, { method: "POST" })).status).toBe(409);
+
+    const r = await api(`/api/threads/${childId}/interrupt`, { method: "POST" });
+    expect(r.status).toBe(202);
+    const aborted = await waitFor("the aborted turn", async () =>
+      (await entries(childId)).find((e) => e.payload.type === "pi.assistant" && e.payload.stopReason === "aborted"), 20_000);
+    expect(aborted).toBeTruthy();
+    // Interrupted, not ended: the run is still running, waiting for what to do instead.
+    expect((await api(`/api/threads/${childId}`)).body.status).toBe("running");
+
+    const chatId = await chatTo(childId, "Skip that; just say you continued.");
+    const child = await settled(childId);
+    expect(child.status).toBe("completed");
+    const es = await entries(childId);
+    expect(delivered(es).map((e) => [e.payload.entryId, e.payload.mode])).toEqual([[chatId, "prompt"]]);
+    expect(es.filter((e) => e.payload.type === "pi.assistant").at(-1)!.payload.text).toBe("Continued as asked.");
+    expect(JSON.stringify(model.requests.at(-1)!.body.messages)).toContain("Skip that; just say you continued.");
+    expect(statuses(es).filter((x) => x !== "running")).toEqual(["completed"]);
+  });
+});
+
 describe("run_command", () => {
   it("runs a command on the environment's shared box, which outlives it", async () => {
     const e = (await api("/api/environments", { method: "POST", json: { name: "shared", sharedBox: true, env: { GREETING: "hello-shared" } } })).body;

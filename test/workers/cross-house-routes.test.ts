@@ -78,6 +78,7 @@ const ROWS: Row[] = [
   { name: "POST /api/threads/:id/delegate", method: "POST", path: (o) => `/api/threads/${o.threadId}/delegate`, body: () => ({ task: "exfiltrate" }), headers: json, expect: { status: 404 } },
   { name: "POST /api/threads/:id/resume", method: "POST", path: (o) => `/api/threads/${o.threadId}/resume`, body: () => ({ message: "again" }), headers: json, expect: { status: 404 } },
   { name: "POST /api/threads/:id/stop", method: "POST", path: (o) => `/api/threads/${o.threadId}/stop`, expect: { status: 404 } },
+  { name: "POST /api/threads/:id/interrupt", method: "POST", path: (o) => `/api/threads/${o.threadId}/interrupt`, expect: { status: 404 } },
 
   // environments
   { name: "GET /api/environments", method: "GET", path: () => "/api/environments", expect: { ownEmptyList: "environments" } },

@@ -116,6 +116,25 @@ describe("run state machine", () => {
     expect((await call(`/api/threads/${t.id}/stop`, { method: "POST", token })).status).toBe(409);
   });
 
+  it("interrupt marks the running run's turn for abort and leaves the run running; an idle thread answers 409", async () => {
+    const token = await houseToken("house-run-interrupt");
+    const b = await newBox(token, true);
+    const t = await createThread(token);
+    expect((await call(`/api/threads/${t.id}/interrupt`, { method: "POST", token })).status).toBe(409);
+    await claim(token, t.id, b.id);
+    const r = await call(`/api/threads/${t.id}/interrupt`, { method: "POST", token });
+    expect(r.status).toBe(202);
+    const body = (await r.json()) as { threadId: string; entryId: string };
+    expect(body.threadId).toBe(t.id);
+    const { entries } = await readAll(token, t.id);
+    const mark = entries.find((e) => e.id === body.entryId)!;
+    expect(mark.payload.type).toBe("signal.run.interrupt");
+    expect(mark.authorId).toBe("alice");
+    expect((await row(token, t.id)).status).toBe("running");
+    const reader = await houseToken("house-run-interrupt", "rita", "reader");
+    expect((await call(`/api/threads/${t.id}/interrupt`, { method: "POST", token: reader })).status).toBe(403);
+  });
+
   it("stop tells the box to end the run's detached command", async () => {
     const token = await houseToken("house-run");
     const b = await newBox(token, true);

@@ -265,6 +265,23 @@ export class ThreadActor extends DurableObject<Env> {
     });
   }
 
+  /**
+   * Aborts the running agent's current turn without ending the run: the runner, which follows
+   * its thread, sees this entry and aborts the harness's turn; the run then waits for a message.
+   */
+  async interruptRun(houseId: string, subject: string) {
+    return settle(() => {
+      const row = this.requireThread(houseId);
+      if (row.status !== "running") throw new ApiError("conflict", `thread is ${row.status}, not running: nothing to interrupt`);
+      const entry: Entry = {
+        id: `interrupt:${row.runId ?? row.runStartedAt ?? 0}:${crypto.randomUUID().slice(0, 8)}`, ts: this.clock.now(), authorId: subject,
+        payload: { type: "signal.run.interrupt", ...(row.runId ? { runId: row.runId } : {}) },
+      };
+      this.appendInternal([entry]);
+      return { threadId: row.id, runId: row.runId ?? null, entryId: entry.id };
+    });
+  }
+
   /** Called by the SandboxActor once it has confirmed this thread's box dead. */
   async boxDied(houseId: string, boxId: string, reason: string) {
     return settle(async () => {

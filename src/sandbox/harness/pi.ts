@@ -138,12 +138,13 @@ export function createPiJsonParser(): HarnessParser {
 }
 
 export interface PiCommandOptions extends StartOptions {
-  /** output mode; the runner uses json (stdout is consumed, the mirror posts) */
-  mode?: "json" | "print";
+  /** output mode; the runner uses rpc when it steers pi (else json): stdout is consumed, the mirror posts */
+  mode?: "json" | "print" | "rpc";
 }
 
 export function buildPiCommand(opts: PiCommandOptions): HarnessCommand {
-  const argv = ["pi", "--mode", opts.mode ?? "json"];
+  const mode = opts.mode ?? (opts.interactive ? "rpc" : "json");
+  const argv = ["pi", "--mode", mode];
   for (const e of opts.extensions ?? []) argv.push("--extension", e);
   if (opts.provider) argv.push("--provider", opts.provider);
   if (opts.model) argv.push("--model", opts.model);
@@ -155,8 +156,9 @@ export function buildPiCommand(opts: PiCommandOptions): HarnessCommand {
   }
   if (opts.sessionFile) argv.push("--session", opts.sessionFile);
   argv.push(...(opts.extraArgs ?? []));
+  // In RPC mode the task goes in on stdin as the first `prompt` command.
   // `--` so a prompt starting with "-" is not read as an option
-  argv.push("--", opts.prompt);
+  if (mode !== "rpc") argv.push("--", opts.prompt);
   return { argv, env: { PI_SKIP_VERSION_CHECK: "1" } };
 }
 
@@ -165,6 +167,7 @@ export const piAgent: CodingAgent = {
   bin: "pi",
   install: piInstall(),
   mirrorsItself: true,
+  takesMessages: true,
   buildCommand: (opts) => buildPiCommand(opts),
   createParser: createPiJsonParser,
   decideOutcome,

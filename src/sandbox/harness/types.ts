@@ -84,6 +84,8 @@ export interface StartOptions {
   extensions?: string[];
   /** extra raw arguments appended verbatim */
   extraArgs?: string[];
+  /** the runner drives the harness interactively (pi: RPC mode, task on stdin) to pass it messages mid-run */
+  interactive?: boolean;
 }
 
 /** A harness command: argv[0] is the binary; never passed through a shell. */
@@ -142,6 +144,8 @@ export interface CodingAgent {
   install: InstallSpec;
   /** true when the harness mirrors its own work into the thread (pi + the mirror extension) */
   mirrorsItself: boolean;
+  /** true when the harness can take a new message while it runs (pi's RPC mode); others cannot */
+  takesMessages?: boolean;
   buildCommand(opts: StartOptions): HarnessCommand;
   createParser(): HarnessParser;
   decideOutcome(threadEntries: ThreadEntry[], exitCode: number | null, ctx?: OutcomeContext): Outcome;

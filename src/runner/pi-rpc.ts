@@ -1,0 +1,100 @@
+/**
+ * Drives pi in RPC mode for the runner: the task goes in as the first prompt, messages from the
+ * thread go in as steering messages (pi busy) or new prompts (pi idle after an interrupt), an
+ * interrupt is pi's abort. When pi has settled with nothing left to do, stdin is closed and pi
+ * exits on its own, so the runner keeps owning the exit code.
+ */
+import type { Writable } from "node:stream";
+import { deliveryMode, endsWhenSettled, type DeliveryMode } from "./steering";
+
+export interface PiRpcHooks {
+  /** pi accepted a message from the thread. */
+  onDelivered(entryId: string, mode: DeliveryMode): void;
+  /** pi refused the task itself (e.g. no API key): its words, for the run's failure. */
+  onRefused(error: string): void;
+  log(m: string): void;
+}
+
+type Pending = { kind: "task" } | { kind: "message"; entryId: string; mode: DeliveryMode } | { kind: "abort" };
+
+export class PiRpc {
+  private busy = false;
+  private interruptedSincePrompt = false;
+  private ended = false;
+  private seq = 0;
+  private readonly pending = new Map<string, Pending>();
+  private readonly delivered = new Set<string>();
+
+  constructor(private readonly stdin: Writable, private readonly hooks: PiRpcHooks) {}
+
+  get isEnded(): boolean {
+    return this.ended;
+  }
+
+  start(task: string): void {
+    this.send({ type: "prompt", message: task }, { kind: "task" });
+    this.busy = true;
+  }
+
+  /** A chat from the thread. False when the run no longer takes messages. */
+  message(entryId: string, text: string): boolean {
+    if (this.ended) return false;
+    if (this.delivered.has(entryId)) return true;
+    this.delivered.add(entryId);
+    const mode = deliveryMode(this.busy);
+    if (mode === "steer") this.send({ type: "steer", message: text }, { kind: "message", entryId, mode });
+    else {
+      this.send({ type: "prompt", message: text }, { kind: "message", entryId, mode });
+      this.busy = true;
+      this.interruptedSincePrompt = false;
+    }
+    return true;
+  }
+
+  /** Aborts pi's current turn; the run stays and waits for the next message. */
+  interrupt(): void {
+    if (this.ended || !this.busy) return;
+    this.interruptedSincePrompt = true;
+    this.send({ type: "abort" }, { kind: "abort" });
+  }
+
+  /** One record from pi's stdout (events and command responses). */
+  onRecord(r: { type?: string; id?: string; success?: boolean; error?: string }): void {
+    if (r.type === "response" && r.id) {
+      const p = this.pending.get(r.id);
+      this.pending.delete(r.id);
+      if (!p) return;
+      if (r.success) {
+        if (p.kind === "message") this.hooks.onDelivered(p.entryId, p.mode);
+        return;
+      }
+      this.hooks.log(`pi refused ${p.kind}: ${r.error ?? "unknown error"}`);
+      if (p.kind === "task") {
+        this.hooks.onRefused(r.error ?? "pi refused the task");
+        this.end();
+      } else if (p.kind === "message") {
+        this.delivered.delete(p.entryId);
+      }
+      return;
+    }
+    if (r.type === "agent_start") this.busy = true;
+    if (r.type === "agent_settled") {
+      this.busy = false;
+      const waiting = [...this.pending.values()].filter((p) => p.kind === "message").length;
+      if (endsWhenSettled({ queued: waiting, interruptedSincePrompt: this.interruptedSincePrompt })) this.end();
+    }
+  }
+
+  /** Closes pi's stdin: pi finishes its shutdown (the mirror flushes) and exits. */
+  end(): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.stdin.end();
+  }
+
+  private send(command: Record<string, unknown>, pending: Pending): void {
+    const id = `tb-${++this.seq}`;
+    this.pending.set(id, pending);
+    this.stdin.write(`${JSON.stringify({ id, ...command })}\n`);
+  }
+}

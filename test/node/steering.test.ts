@@ -1,0 +1,93 @@
+import { describe, expect, it } from "vitest";
+import { PassThrough } from "node:stream";
+import { endsWhenSettled, RunCursor, steerAction } from "../../src/runner/steering";
+import { PiRpc } from "../../src/runner/pi-rpc";
+
+describe("what a running agent takes from its thread", () => {
+  it("a chat is a message; control-plane chat, empty chat and other entries are not; an interrupt names its run", () => {
+    expect(steerAction({ id: "c1", payload: { type: "chat", text: "also do X" } }, "r1")).toEqual({ kind: "message", entryId: "c1", text: "also do X" });
+    expect(steerAction({ id: "p", payload: { type: "chat", text: "the task", dispatch: false } }, "r1").kind).toBe("none");
+    expect(steerAction({ id: "e", payload: { type: "chat", text: "  " } }, "r1").kind).toBe("none");
+    expect(steerAction({ id: "x", payload: { type: "pi.assistant", text: "hi" } }, "r1").kind).toBe("none");
+    expect(steerAction({ id: "i", payload: { type: "signal.run.interrupt", runId: "r1" } }, "r1")).toEqual({ kind: "interrupt", entryId: "i" });
+    expect(steerAction({ id: "i2", payload: { type: "signal.run.interrupt", runId: "r0" } }, "r1").kind).toBe("none");
+  });
+
+  it("only entries after the run's own prompt count; without one, only new entries", () => {
+    const c = new RunCursor("r2");
+    const page = [
+      { id: "old", payload: { type: "chat", text: "before" } },
+      { id: "prompt:r2", payload: { type: "chat", text: "task", dispatch: false } },
+      { id: "new", payload: { type: "chat", text: "after" } },
+    ];
+    expect(c.catchUp(page).map((e) => e.id)).toEqual(["new"]);
+    expect(c.catchUp([{ id: "more", payload: { type: "chat", text: "x" } }]).map((e) => e.id)).toEqual(["more"]);
+    const fresh = new RunCursor("r3");
+    expect(fresh.catchUp(page)).toEqual([]);
+    fresh.caughtUp();
+    expect(fresh.catchUp(page)).toHaveLength(3);
+  });
+
+  it("the run ends when pi settles with nothing waiting, not right after an interrupt", () => {
+    expect(endsWhenSettled({ queued: 0, interruptedSincePrompt: false })).toBe(true);
+    expect(endsWhenSettled({ queued: 1, interruptedSincePrompt: false })).toBe(false);
+    expect(endsWhenSettled({ queued: 0, interruptedSincePrompt: true })).toBe(false);
+  });
+});
+
+describe("driving pi over RPC", () => {
+  function harness() {
+    const stdin = new PassThrough();
+    const sent: any[] = [];
+    stdin.on("data", (d) => String(d).split("\n").filter(Boolean).forEach((l) => sent.push(JSON.parse(l))));
+    const delivered: [string, string][] = [];
+    const refused: string[] = [];
+    const rpc = new PiRpc(stdin, { onDelivered: (id, mode) => delivered.push([id, mode]), onRefused: (e) => refused.push(e), log: () => {} });
+    let ended = false;
+    stdin.on("finish", () => (ended = true));
+    return { rpc, sent, delivered, refused, ended: () => ended, tick: () => new Promise((r) => setImmediate(r)) };
+  }
+
+  it("task as the first prompt; a message while busy is a steer, marked once pi accepts it; settling with nothing waiting ends", async () => {
+    const h = harness();
+    h.rpc.start("the task");
+    h.rpc.message("c1", "steer me");
+    h.rpc.message("c1", "steer me"); // the same entry twice (a re-read) is delivered once
+    await h.tick();
+    expect(h.sent.map((c) => [c.type, c.message])).toEqual([["prompt", "the task"], ["steer", "steer me"]]);
+    h.rpc.onRecord({ type: "response", id: h.sent[0].id, success: true });
+    h.rpc.onRecord({ type: "response", id: h.sent[1].id, success: true });
+    expect(h.delivered).toEqual([["c1", "steer"]]);
+    h.rpc.onRecord({ type: "agent_settled" });
+    await h.tick();
+    expect(h.ended()).toBe(true);
+    expect(h.rpc.message("c2", "too late")).toBe(false);
+  });
+
+  it("interrupt aborts; the run waits; the next message is a new prompt", async () => {
+    const h = harness();
+    h.rpc.start("the task");
+    h.rpc.interrupt();
+    h.rpc.onRecord({ type: "agent_settled" });
+    await h.tick();
+    expect(h.ended()).toBe(false);
+    h.rpc.message("c3", "do this instead");
+    await h.tick();
+    expect(h.sent.map((c) => c.type)).toEqual(["prompt", "abort", "prompt"]);
+    h.rpc.onRecord({ type: "response", id: h.sent[2].id, success: true });
+    expect(h.delivered).toEqual([["c3", "prompt"]]);
+    h.rpc.onRecord({ type: "agent_settled" });
+    await h.tick();
+    expect(h.ended()).toBe(true);
+  });
+
+  it("pi refusing the task (no API key) ends the run with pi's words", async () => {
+    const h = harness();
+    h.rpc.start("the task");
+    await h.tick();
+    h.rpc.onRecord({ type: "response", id: h.sent[0].id, success: false, error: "No API key found for the selected model." });
+    await h.tick();
+    expect(h.refused).toEqual(["No API key found for the selected model."]);
+    expect(h.ended()).toBe(true);
+  });
+});
