@@ -110,6 +110,16 @@ export function registerThreads(program, ctxOf, setExit) {
     });
 
   program
+    .command("interrupt")
+    .description("abort the running agent's current turn; the run goes on and waits for your next message (threadbox post)")
+    .argument("<thread>", "thread id")
+    .action(async (threadId, _opts, cmd) => {
+      const ctx = ctxOf(cmd);
+      const r = await ctx.wait("interrupting", () => ctx.api().post(paths.threadAction(threadId, "interrupt"), {}));
+      ctx.print(r, () => `interrupted run ${r.runId ?? "?"} of ${r.threadId}; post a message to say what to do instead`);
+    });
+
+  program
     .command("resume")
     .description("continue a finished thread with a new message")
     .argument("<thread>", "thread id")

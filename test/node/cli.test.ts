@@ -303,6 +303,8 @@ describe("preview", () => {
     expect(text.trim()).toBe("from-cli-preview");
 
     const idle = (await ok(["new", "no box here"])).stdout.trim();
+    const notRunning = await cli(["interrupt", idle], { env: as() });
+    expect([notRunning.code, notRunning.stderr]).toEqual([2, expect.stringContaining("error conflict: thread is idle, not running")]);
     const noBox = await cli(["preview", idle, "3000"], { env: as() });
     expect([noBox.code, noBox.stderr]).toEqual([2, expect.stringContaining("has no box right now")]);
     const bad = await cli(["preview", ran.boxId, "0"], { env: as() });

@@ -84,6 +84,7 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
         <div class="head-actions">
           {t && <StatusBadge status={t.status} reason={t.reason} />}
           <span class={`link-state link-${link}`} data-link={link}>{link}</span>
+          {t?.status === "running" && <button class="interrupt" title="abort the agent's current turn; the run waits for your next message" onClick={() => act(() => session.api.interrupt(id))}>Interrupt</button>}
           {t?.status === "running" && <button class="danger" onClick={() => act(() => session.api.stop(id))}>Stop</button>}
         </div>
       </header>

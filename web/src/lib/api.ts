@@ -58,6 +58,7 @@ export class Api {
   delegate = (id: string, body: { task: string; environmentId?: string }) =>
     this.request<{ childThreadId: string }>("POST", `/api/threads/${enc(id)}/delegate`, body);
   stop = (id: string) => this.request<Thread>("POST", `/api/threads/${enc(id)}/stop`);
+  interrupt = (id: string) => this.request<{ threadId: string; runId: string | null; entryId: string }>("POST", `/api/threads/${enc(id)}/interrupt`);
   resume = (id: string, message: string) => this.request("POST", `/api/threads/${enc(id)}/resume`, { message });
   environments = () => this.request<{ environments: Environment[] }>("GET", "/api/environments").then((r) => r.environments);
   createEnvironment = (body: Record<string, unknown>) => this.request<Environment>("POST", "/api/environments", body);

@@ -36,6 +36,10 @@ export function signalLabel(p: Entry["payload"]): { label: string; tone: "info" 
       return { label: `child thread ${p.status}${reason}`, tone: FINISHED_OK.has(String(p.status)) ? "good" : "bad" };
     case "signal.thread.box_assigned":
       return { label: `box ${p.boxId}`, tone: "info" };
+    case "signal.run.interrupt":
+      return { label: "interrupted: the agent's turn is aborted, the run waits for a message", tone: "info" };
+    case "signal.run.message_delivered":
+      return { label: `message delivered to the agent (${p.mode === "prompt" ? "as its next prompt" : "while it works"})`, tone: "good" };
     case "signal.run.launched":
       return { label: `${p.harness ?? "agent"} launched (${p.boxReused ? "box reused" : "new box"}, session ${p.session ?? "new"})`, tone: "info" };
     default:
