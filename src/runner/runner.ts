@@ -13,7 +13,7 @@
  * Exits with the harness's exit code (128 + signal number when it was killed).
  */
 import { randomUUID } from "node:crypto";
-import { spawn } from "node:child_process";
+import { spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { constants as osConstants, homedir } from "node:os";
 import { join } from "node:path";
@@ -96,7 +96,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   const readOpt = (f?: string) => (f ? readFileSync(f, "utf8") : undefined);
   // A harness that takes messages mid-run is driven interactively, so the thread can talk to it.
   const interactive = Boolean(agent.takesMessages) && cfg.steering;
-  const cmd = agent.buildCommand({
+  const startOptions = {
     interactive,
     prompt,
     model: values.model,
@@ -107,7 +107,8 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
     sessionFile: values.session,
     extensions: values.mirror ? [values.mirror] : [],
     extraArgs: positionals,
-  });
+  };
+  const cmd = agent.buildCommand(startOptions);
   const bin = values.bin ?? process.env.THREADBOX_HARNESS_BIN ?? cmd.argv[0];
   const url = threadStreamUrl(cfg.streamUrl, cfg.threadId);
   const tokens = new TokenKeeper(cfg.token, renewUrlFor(url), log);
@@ -132,13 +133,14 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
     }
   };
   let rpc: PiRpc | undefined;
+  /** The harness's own session id (claude-code, codex), for resuming it with queued messages. */
+  let sessionId: string | undefined;
   let refusal: string | undefined;
   const lines = splitLines((line) => {
     onEntries(parser.push(line));
-    if (rpc) {
-      const record = parseJsonLine(line);
-      if (record) rpc.onRecord(record);
-    }
+    const record = rpc || agent.sessionIdOf ? parseJsonLine(line) : null;
+    if (record && rpc) rpc.onRecord(record);
+    if (record && agent.sessionIdOf) sessionId = agent.sessionIdOf(record) ?? sessionId;
   });
 
   // The control plane stops a run by SIGTERM to this pid (then the harness gets it from us).
@@ -156,35 +158,70 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   const workspaceStart: WorkspaceStart | null = artifactsTimeoutMs > 0 ? snapshotWorkspace(workDir) : null;
 
   log(`run ${runId}: starting ${agent.name} (${bin}) in ${workDir}`);
-  const child = spawn(bin, cmd.argv.slice(1), {
-    cwd: values.cwd ?? process.cwd(),
-    env: { ...process.env, ...cmd.env, THREADBOX_RUN_ID: runId },
-    stdio: [interactive ? "pipe" : "ignore", "pipe", "pipe"],
-  });
-  child.stdout!.on("data", (d) => lines.push(d));
   const stderrTail = new StderrTail();
-  let watch: ThreadWatch | undefined;
-  if (interactive) {
-    // Messages posted to the thread while the run goes on reach pi; each one pi took is marked.
-    const notes = new StreamWriter({ url, token: () => tokens.current(), producerId: `runner-s-${runId}-${randomId()}`, log });
-    child.stdin!.on("error", (err) => log(`pi's stdin: ${err.message}`));
-    rpc = new PiRpc(child.stdin!, {
-      onDelivered: (entryId, mode) => notes.append({
-        id: `${cfg.threadId}:delivered:${runId}:${entryId}`, ts: Date.now(), ...(cfg.authorId ? { authorId: cfg.authorId } : {}),
-        payload: { type: MESSAGE_DELIVERED, runId, entryId, mode },
-      }),
-      onRefused: (error) => {
-        refusal = error;
-        stderrTail.push(`${error}\n`);
-      },
-      log,
+  let child!: ChildProcess;
+  let exited = false;
+  const spawnHarness = (argv: string[], env: Record<string, string>) => {
+    exited = false;
+    child = spawn(bin, argv.slice(1), {
+      cwd: workDir,
+      env: { ...process.env, ...env, THREADBOX_RUN_ID: runId },
+      stdio: [interactive ? "pipe" : "ignore", "pipe", "pipe"],
     });
-    rpc.start(prompt);
+    child.stdout!.on("data", (d) => lines.push(d));
+    child.stderr!.on("data", (d) => {
+      stderrTail.push(d);
+      process.stderr.write(d);
+    });
+    return new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+      child.on("error", (err) => {
+        log(`could not start the harness: ${err.message}`);
+        resolve({ code: 127, signal: null });
+      });
+      child.on("close", (c, sig) => resolve({ code: c, signal: sig }));
+    });
+  };
+  let waitHarness = spawnHarness(cmd.argv, cmd.env);
+
+  // Messages posted to the thread while the run goes on reach the harness; each one it took is marked.
+  let watch: ThreadWatch | undefined;
+  /** Messages for a harness that cannot take them mid-run: they start a resumed turn after this one. */
+  const queued: { entryId: string; text: string }[] = [];
+  const notes = new StreamWriter({ url, token: () => tokens.current(), producerId: `runner-s-${runId}-${randomId()}`, log });
+  const markDelivered = (entryId: string, mode: string) => notes.append({
+    id: `${cfg.threadId}:delivered:${runId}:${entryId}`, ts: Date.now(), ...(cfg.authorId ? { authorId: cfg.authorId } : {}),
+    payload: { type: MESSAGE_DELIVERED, runId, entryId, mode },
+  });
+  if (cfg.steering) {
+    if (interactive) {
+      child.stdin!.on("error", (err) => log(`pi's stdin: ${err.message}`));
+      rpc = new PiRpc(child.stdin!, {
+        onDelivered: markDelivered,
+        onRefused: (error) => {
+          refusal = error;
+          stderrTail.push(`${error}\n`);
+        },
+        log,
+      });
+      rpc.start(prompt);
+    }
     const cursor = new RunCursor(runId);
+    const seen = new Set<string>();
     const act = (e: WireEntry) => {
       const a = steerAction(e, runId);
-      if (a.kind === "message" && !rpc!.message(a.entryId, a.text)) log(`message ${a.entryId} arrived after the run ended; not delivered`);
-      if (a.kind === "interrupt") rpc!.interrupt();
+      if (a.kind === "message") {
+        if (rpc) {
+          if (!rpc.message(a.entryId, a.text)) log(`message ${a.entryId} arrived after the run ended; not delivered`);
+        } else if (!seen.has(a.entryId)) {
+          seen.add(a.entryId);
+          queued.push({ entryId: a.entryId, text: a.text });
+          log(`message ${a.entryId} queued: ${agent.name} takes it in a resumed turn after this one`);
+        }
+      }
+      if (a.kind === "interrupt") {
+        if (rpc) rpc.interrupt();
+        else log(`${agent.name} cannot abort a turn and go on; interrupt ignored (stop ends the run)`);
+      }
     };
     watch = new ThreadWatch({
       url, token: () => tokens.current(), log,
@@ -192,15 +229,11 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
       onCaughtUp: () => cursor.caughtUp(),
     });
     watch.start();
-    stopNotes = async (ms: number) => {
-      await notes.flush(ms);
-      notes.stop();
-    };
   }
-  child.stderr!.on("data", (d) => {
-    stderrTail.push(d);
-    process.stderr.write(d);
-  });
+  stopNotes = async (ms: number) => {
+    await notes.flush(ms);
+    notes.stop();
+  };
 
   let heartbeat: ReturnType<typeof setInterval> | undefined;
   if (!agent.mirrorsItself && cfg.heartbeatMs > 0) {
@@ -212,7 +245,6 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   let stopRequested = false;
   let runaway = false;
   let killTimer: ReturnType<typeof setTimeout> | undefined;
-  let exited = false;
   const terminate = () => {
     if (exited) return;
     child.kill("SIGTERM");
@@ -237,13 +269,20 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   };
   for (const s of ["SIGTERM", "SIGINT", "SIGHUP"] as const) process.on(s, onSignal);
 
-  const { code, signal } = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
-    child.on("error", (err) => {
-      log(`could not start the harness: ${err.message}`);
-      resolve({ code: 127, signal: null });
-    });
-    child.on("close", (c, s) => resolve({ code: c, signal: s }));
-  });
+  let { code, signal } = await waitHarness;
+  // A harness that cannot take messages mid-run gets what arrived as a resumed turn of its session.
+  while (!rpc && queued.length > 0 && code === 0 && !stopRequested && !runaway && agent.sessionIdOf) {
+    lines.end();
+    if (!sessionId) {
+      log(`${agent.name} reported no session id; ${queued.length} message(s) stay on the thread for a resume`);
+      break;
+    }
+    const batch = queued.splice(0);
+    for (const m of batch) markDelivered(m.entryId, "queued");
+    log(`resuming ${agent.name} session ${sessionId} with ${batch.length} message(s) from the thread`);
+    const next = agent.buildCommand({ ...startOptions, prompt: batch.map((m) => m.text).join("\n\n"), sessionFile: sessionId });
+    ({ code, signal } = await spawnHarness(next.argv, next.env));
+  }
   exited = true;
   await watch?.stop();
   clearTimeout(runawayTimer);

@@ -438,6 +438,46 @@ describe("runner with harnesses that do not mirror themselves (recorded output)"
     expect(finished.map((e) => [e.payload.status, e.payload.reason])).toEqual([["pi_failed", "harness exited with code 3: fatal: cannot reach the model"]]);
   });
 
+  it("claude-code cannot take a message mid-run: it is queued and starts a resumed turn of the same session after this one", async () => {
+    const threadId = await newThread();
+    const runId = "r-queue";
+    await post(threadId, { id: `prompt:${runId}`, payload: { type: "chat", text: "task", dispatch: false } });
+    const dir = mkdtempSync(join(tmp, "bin-"));
+    const calls = join(dir, "calls.jsonl");
+    const go = join(dir, "go");
+    const bin = join(dir, "fake-claude");
+    // Records its arguments; the first turn waits until the test has posted its message.
+    writeFileSync(bin, `#!/bin/sh
+node -e 'require("fs").appendFileSync(process.argv[1], JSON.stringify(process.argv.slice(2)) + "\\n")' '${calls}' "$@"
+if [ ! -f '${go}' ]; then touch '${go}.started'; while [ ! -f '${go}' ]; do sleep 0.05; done; fi
+cat '${join(ROOT, "test/fixtures/claude-code-stream-json-success.jsonl")}'
+`, { mode: 0o755 });
+    const child = spawn(process.execPath, [RUNNER, "--harness", "claude-code", "--bin", bin, "--prompt", "task"], {
+      cwd: tmp,
+      stdio: ["ignore", "ignore", "pipe"],
+      env: { ...process.env, THREADBOX_THREAD_ID: threadId, THREADBOX_STREAM_URL: streamBase, THREADBOX_STREAM_TOKEN: "test-token", THREADBOX_RUN_ID: runId },
+    });
+    let stderr = "";
+    child.stderr!.on("data", (d) => (stderr += d));
+    const closed = new Promise<number | null>((r) => child.on("close", r));
+    while (!existsSync(`${go}.started`)) await new Promise((r) => setTimeout(r, 20));
+    await post(threadId, { id: "c-late", payload: { type: "chat", text: "please also add a test" } });
+    // The first turn ends only once the runner has queued the message.
+    for (let i = 0; i < 200 && !stderr.includes("message c-late queued"); i++) await new Promise((r) => setTimeout(r, 50));
+    expect(stderr).toContain("message c-late queued");
+    writeFileSync(go, "");
+    expect(await closed).toBe(0);
+    const argvs = readFileSync(calls, "utf8").trim().split("\n").map((l) => JSON.parse(l) as string[]);
+    expect(argvs).toHaveLength(2);
+    expect(argvs[0]).not.toContain("--resume");
+    expect(argvs[1].slice(argvs[1].indexOf("--resume"), argvs[1].indexOf("--resume") + 2)).toEqual(["--resume", "3f1c2a4e-8b7d-4c2e-9a51-0d6e2b9f7c11"]);
+    expect(argvs[1].at(-1)).toBe("please also add a test");
+    const es = await entriesOf(threadId);
+    const marks = es.filter((e) => e.payload.type === "signal.run.message_delivered");
+    expect(marks.map((e) => [e.payload.entryId, e.payload.mode])).toEqual([["c-late", "queued"]]);
+    expect(es.filter((e) => e.payload.type === "signal.thread.status_changed").map((e) => e.payload.status)).toEqual(["completed"]);
+  });
+
   it("codex: the runner parses --json output, posts the entries with ids, then completed", async () => {
     const { threadId, code, es } = await runWith("codex", "codex-exec-json-success.jsonl", 0);
     expect(code).toBe(0);

@@ -130,6 +130,7 @@ export const claudeCodeAgent: CodingAgent = {
   bin: "claude",
   install: npmInstall(CLAUDE_CODE_PACKAGE, "command -v claude >/dev/null 2>&1"),
   mirrorsItself: false,
+  sessionIdOf: (ev) => (ev?.type === "system" && ev.subtype === "init" && typeof ev.session_id === "string" ? ev.session_id : undefined),
   buildCommand: buildClaudeCodeCommand,
   createParser: createClaudeCodeParser,
   decideOutcome,

@@ -155,6 +155,7 @@ export const codexAgent: CodingAgent = {
   bin: "codex",
   install: npmInstall(CODEX_PACKAGE, "command -v codex >/dev/null 2>&1"),
   mirrorsItself: false,
+  sessionIdOf: (ev) => (ev?.type === "thread.started" && typeof ev.thread_id === "string" ? ev.thread_id : undefined),
   buildCommand: buildCodexCommand,
   createParser: createCodexParser,
   decideOutcome,

@@ -146,6 +146,9 @@ export interface CodingAgent {
   mirrorsItself: boolean;
   /** true when the harness can take a new message while it runs (pi's RPC mode); others cannot */
   takesMessages?: boolean;
+  /** the session id one of its stdout events reports, to resume that session with queued messages */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  sessionIdOf?(event: any): string | undefined;
   buildCommand(opts: StartOptions): HarnessCommand;
   createParser(): HarnessParser;
   decideOutcome(threadEntries: ThreadEntry[], exitCode: number | null, ctx?: OutcomeContext): Outcome;
