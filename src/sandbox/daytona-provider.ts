@@ -249,12 +249,28 @@ export class DaytonaProvider implements SandboxProvider {
     const wrapped =
       (opts.cwd ? `cd ${shQuote(opts.cwd)} && ` : "") + (envPart ? `env ${envPart} ` : "") + `bash -c ${shQuote(command)}`;
     try {
-      await sb.process.createSession(sessionId);
+      if (!(await this.openSession(sb, sessionId, opts.sessionId !== undefined))) {
+        // A named session that already runs a command: a retried start finds that command again.
+        const s = await sb.process.getSession(sessionId);
+        const first = s.commands?.[0];
+        if (first?.id) return { ref, sessionId, commandId: first.id };
+      }
       const r = await sb.process.executeSessionCommand(sessionId, { command: wrapped, runAsync: true });
       if (!r.cmdId) throw new ProviderError("unavailable", "session exec returned no command id");
       return { ref, sessionId, commandId: r.cmdId };
     } catch (err) {
       throw toProviderError(err, "start detached");
+    }
+  }
+
+  /** Creates the session; false when a session of that (caller-chosen) name is already there. */
+  private async openSession(sb: Sandbox, sessionId: string, named: boolean): Promise<boolean> {
+    try {
+      await sb.process.createSession(sessionId);
+      return true;
+    } catch (err) {
+      if (named && toProviderError(err, "create session").code === "conflict") return false;
+      throw err;
     }
   }
 

@@ -186,8 +186,16 @@ async function startRunner(
   }
   await provider.upload(ref, uploads);
   deps.alive();
-  const handle = await provider.startDetached(ref, plan.command, { env: plan.env, cwd: home });
+  // A session named after the run: a launch retried after the runner started (but before that
+  // was recorded) finds the running command instead of starting a second runner.
+  const handle = await provider.startDetached(ref, plan.command, { env: plan.env, cwd: home, sessionId: runnerSessionId(spec.runId) });
+  deps.checkpoint("runner_spawned");
   return { handle, session };
+}
+
+/** The box session a run's runner lives in: the same on every retry of its launch. */
+export function runnerSessionId(runId: string): string {
+  return `tb-run-${runId.replace(/[^A-Za-z0-9_.-]/g, "")}`;
 }
 
 function lastIndexOf<T>(list: T[], pred: (t: T) => boolean): number {

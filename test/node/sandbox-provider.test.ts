@@ -121,6 +121,19 @@ describe("DaytonaProvider on the local host", () => {
     await provider.delete(box.ref);
   });
 
+  it("starting a named detached session twice runs its command once and returns the same handle", async () => {
+    const box = await provider.create({ labels: { house: house() }, ephemeral: true });
+    const a = await provider.startDetached(box.ref, "echo started >> once.txt; sleep 2", { sessionId: "tb-run-r1" });
+    const b = await provider.startDetached(box.ref, "echo started >> once.txt; sleep 2", { sessionId: "tb-run-r1" });
+    expect(b).toEqual(a);
+    await new Promise((r) => setTimeout(r, 300));
+    expect((await provider.exec(box.ref, "cat once.txt")).output).toBe("started\n");
+    // An unnamed start always gets its own session.
+    const c = await provider.startDetached(box.ref, "true");
+    expect(c.sessionId).not.toBe(a.sessionId);
+    await provider.delete(box.ref);
+  });
+
   it("box deleted out-of-band -> probe says dead", async () => {
     const box = await provider.create({ labels: { house: house() }, ephemeral: false });
     expect(await provider.probe(box.ref)).toBe("live");
