@@ -1,4 +1,4 @@
-import { env, runInDurableObject } from "cloudflare:test";
+import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { ThreadActor } from "./test-worker";
 import { plainStreamKey } from "../../src/http/actors";
@@ -231,6 +231,25 @@ describe("forking a plain stream", () => {
     await put(token, lapsed, { ...TEXT, "Stream-TTL": "60" }, "old");
     await expireAhead("fork-expiry", lapsed, 61_000);
     expect((await fork(token, unique("late"), lapsed)).status).toBe(404);
+  });
+
+  it("an expired fork nobody touches again gives its reference back on its own alarm", async () => {
+    const token = await houseToken("fork-alarm");
+    const src = unique("src");
+    await put(token, src, TEXT, "kept for the fork");
+    const f = unique("fork");
+    expect((await fork(token, f, src, { "Stream-TTL": "60" })).status).toBe(201);
+    expect((await call(`/v1/stream/${src}`, { method: "DELETE", token })).status).toBe(204);
+    expect(await status(token, src)).toBe(410); // held by the fork
+
+    const threads = (env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> }).THREADS;
+    const forkActor = threads.get(threads.idFromName(plainStreamKey("fork-alarm", f)));
+    await runInDurableObject(forkActor, (a: ThreadActor) => a.advanceClock(61_000));
+    expect(await runDurableObjectAlarm(forkActor)).toBe(true);
+    // Nobody asked for the fork: its alarm purged it and released the source.
+    expect(await status(token, src)).toBe(404);
+    await runInDurableObject(forkActor, (a: ThreadActor) => a.advanceClock(-61_000));
+    expect(await status(token, f)).toBe(404);
   });
 
   it("two concurrent PUTs of the same fork make one fork holding one reference", async () => {

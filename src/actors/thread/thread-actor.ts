@@ -13,7 +13,7 @@ import { systemClock, type Clock } from "../clock";
 import { logEvent } from "../../domain/log-event";
 import { settle, unwrapRpc } from "../rpc";
 import { houseStub, sandboxStub, streamForkLinks, threadStub } from "../stubs";
-import { acquireFork, readPrefix, releaseFork, type AcquireRequest, type ForkLinks, type ForkSource, type PrefixRequest } from "../../streams/fork";
+import { acquireFork, readPrefix, releaseFork, sendReleases, type AcquireRequest, type ForkLinks, type ForkSource, type PrefixRequest } from "../../streams/fork";
 import { Deadlines, type AlarmStep } from "./deadlines";
 import { Fanout } from "./fanout";
 import { launch } from "./launcher";
@@ -82,6 +82,9 @@ export class ThreadActor extends DurableObject<Env> {
   private readonly longPollTimeoutMs: number;
   private readonly threadPolicy: AppendPolicy;
   private knownThread = false;
+  /** When this plain stream's alarm is set for (in memory: a restart re-arms on the next request or alarm). */
+  private plainAlarmAt: number | null = null;
+  private plainAlarmChecked = false;
   private readonly forkLinks: ForkLinks;
 
   constructor(ctx: DurableObjectState, env: Env, clock: Clock = systemClock) {
@@ -166,7 +169,10 @@ export class ThreadActor extends DurableObject<Env> {
       if (target.kind === "plain") {
         this.claimPlainStream(auth.houseId);
         const fork = { links: this.forkLinks, houseId: auth.houseId, source: target.forkSource ?? null };
-        return await serveStream(request, store, plainStreamPolicy, plainStreamOptions(target.name, auth, fork));
+        const response = await serveStream(request, store, plainStreamPolicy, plainStreamOptions(target.name, auth, fork));
+        // Expiry is fixed when a stream is created; only a create or delete can change what to arm.
+        if (!this.plainAlarmChecked || request.method === "PUT" || request.method === "DELETE") await this.armPlainStreamAlarm();
+        return response;
       }
       this.requireThread(auth.houseId);
       if (new URL(request.url).pathname.endsWith("/subscribe")) return this.fanout.subscribe(request);
@@ -313,7 +319,7 @@ export class ThreadActor extends DurableObject<Env> {
 
   /** The single alarm: every service's step in order, then the alarm is recomputed from all sources. */
   async alarm(): Promise<void> {
-    if (!this.rows.get()) return;
+    if (!this.rows.get()) return this.plainStreamAlarm();
     for (const step of this.alarmSteps) await step.run(this.clock.now());
     await this.settleTurn();
   }
@@ -425,6 +431,32 @@ export class ThreadActor extends DurableObject<Env> {
   private requirePlainStream(houseId: string): void {
     const owner = this.ctx.storage.sql.exec(`select house_id from stream_owner where id = 1`).toArray()[0]?.house_id;
     if (this.isThread() || owner !== houseId) throw new ApiError("not_found", "source stream not found");
+  }
+
+  /**
+   * A plain stream's alarm: its expiry (or a fork release that could not be sent yet). An expired
+   * stream nobody touches again is purged (or made a tombstone while forks read through it) and
+   * gives back its references to the streams it forked from, so those are not held forever.
+   */
+  private async plainStreamAlarm(): Promise<void> {
+    this.plainAlarmAt = null;
+    const owner = this.ctx.storage.sql.exec(`select house_id from stream_owner where id = 1`).toArray()[0]?.house_id as string | undefined;
+    if (!owner) return;
+    this.log.meta(this.clock.now());
+    await sendReleases(this.log, this.forkLinks, owner);
+    await this.armPlainStreamAlarm();
+  }
+
+  /** Arms the alarm for the stream's expiry (sliding TTLs re-arm when it fires early) or a pending release. */
+  private async armPlainStreamAlarm(): Promise<void> {
+    this.plainAlarmChecked = true;
+    const now = this.clock.now();
+    const meta = this.log.meta(now);
+    let at = meta ? plainStreamExpiry(meta) : null;
+    if (this.log.forks.mayHaveReleases() && this.log.forks.pendingReleases().length > 0) at = Math.min(at ?? Infinity, now + PLAIN_RELEASE_RETRY_MS);
+    if (at === null || (this.plainAlarmAt !== null && this.plainAlarmAt <= at)) return;
+    this.plainAlarmAt = at;
+    await this.ctx.storage.setAlarm(Math.max(at, now));
   }
 
   /** Plain streams never get a thread row, and a thread's row is never removed: a yes is cached. */
@@ -566,3 +598,14 @@ export class ThreadActor extends DurableObject<Env> {
   }
 }
 
+
+/** A failed fork release is sent again this soon. */
+const PLAIN_RELEASE_RETRY_MS = 30_000;
+
+/** When a plain stream expires: its fixed `Stream-Expires-At`, else its sliding TTL from the last access. */
+function plainStreamExpiry(meta: { expiresAt: string | null; ttlSeconds: number | null; lastAccessAt: number }): number | null {
+  const fixed = meta.expiresAt ? Date.parse(meta.expiresAt) : null;
+  const sliding = meta.ttlSeconds !== null ? meta.lastAccessAt + meta.ttlSeconds * 1000 : null;
+  if (fixed === null) return sliding;
+  return sliding === null ? fixed : Math.min(fixed, sliding);
+}
