@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { idSchema } from "./auth/tokens";
 import { providerNameSchema } from "./sandbox/providers";
+import { allowedToolsSchema, boxModeSchema, filesSchema, permissionModeSchema, publicFiles } from "./workspace/box-config";
 
 const envVarName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "env var names are [A-Za-z_][A-Za-z0-9_]*");
 
@@ -21,6 +22,12 @@ export const environmentInputSchema = z.object({
   }).strict().optional(),
   /** Keep one non-ephemeral box for `run_command`; delegated runs still get their own. */
   sharedBox: z.boolean().default(false),
+  /** `shared` is `sharedBox: true`; the two must not disagree. */
+  boxMode: boxModeSchema.optional(),
+  /** Written into the working directory before the harness starts. */
+  files: filesSchema.default([]),
+  permissionMode: permissionModeSchema.optional(),
+  allowedTools: allowedToolsSchema.optional(),
   /** pi's models.json for boxes of this environment (providers, base URLs, models). */
   piModels: z.record(z.string(), z.unknown()).optional(),
   /** pi's settings.json for boxes of this environment. */
@@ -28,12 +35,19 @@ export const environmentInputSchema = z.object({
   /** Default model for runs, e.g. `local/scripted` (pi `--model`). */
   model: z.string().max(200).optional(),
   harness: z.enum(["pi", "claude-code", "codex"]).default("pi"),
-}).strict();
+}).strict().transform((e, ctx) => {
+  if (e.boxMode !== undefined && e.sharedBox && e.boxMode !== "shared") {
+    ctx.addIssue({ code: "custom", path: ["boxMode"], message: "boxMode ephemeral contradicts sharedBox: true" });
+    return z.NEVER;
+  }
+  const shared = e.boxMode === "shared" || e.sharedBox;
+  return { ...e, sharedBox: shared, boxMode: shared ? ("shared" as const) : ("ephemeral" as const) };
+});
 
-export type EnvironmentInput = z.infer<typeof environmentInputSchema>;
+export type EnvironmentInput = z.output<typeof environmentInputSchema>;
 export type Environment = EnvironmentInput & { id: string; houseId: string; createdAt: string; sharedBoxId?: string };
 
 export function publicEnvironment(e: Environment) {
-  const { secrets, ...rest } = e;
-  return { ...rest, secretNames: Object.keys(secrets).sort() };
+  const { secrets, files, ...rest } = e;
+  return { ...rest, files: publicFiles(files), secretNames: Object.keys(secrets ?? {}).sort() };
 }

@@ -6,7 +6,7 @@ import {
   createThreadRoute, getThreadRoute, listThreadsRoute, mintThreadTokenRoute, postEntriesRoute, readEntriesRoute, stopThreadRoute, interruptThreadRoute,
   subscribeRoute, delegateRoute, resumeRoute,
 } from "./http/routes-threads";
-import { createEnvironmentRoute, execRoute, getEnvironmentRoute, listEnvironmentsRoute } from "./http/routes-environments";
+import { createEnvironmentRoute, execRoute, getEnvironmentRoute, listEnvironmentsRoute, patchEnvironmentRoute } from "./http/routes-environments";
 import { createSandboxRoute, deleteSandboxRoute, getSandboxRoute, listSandboxesRoute, previewLinkRoute, reconcileRoute } from "./http/routes-sandboxes";
 import { listArtifactsRoute } from "./http/routes-artifacts";
 import { createAgentRoute, deleteAgentRoute, getAgentRoute, listAgentsRoute, patchAgentRoute } from "./http/routes-agents";
@@ -60,6 +60,7 @@ router
   .post("/api/environments", (req, env) => createEnvironmentRoute(req, env))
   .get("/api/environments", (req, env) => listEnvironmentsRoute(req, env))
   .get("/api/environments/:id", (req, env) => getEnvironmentRoute(req, env, req.params.id))
+  .patch("/api/environments/:id", (req, env) => patchEnvironmentRoute(req, env, req.params.id))
   .post("/api/environments/:id/exec", (req, env) => execRoute(req, env, req.params.id))
   .get("/api/sandboxes", (req, env) => listSandboxesRoute(req, env))
   .post("/api/sandboxes", (req, env) => createSandboxRoute(req, env))

@@ -12,6 +12,7 @@ import { unwrapRpc } from "../actors/rpc";
 import { providerFor } from "../sandbox/providers";
 import { providerApiError } from "../sandbox/api-errors";
 import { readBody } from "./body";
+import { formatZodError } from "../entries/schema";
 
 export async function createEnvironmentRoute(request: Request, env: Env): Promise<Response> {
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
@@ -21,6 +22,43 @@ export async function createEnvironmentRoute(request: Request, env: Env): Promis
   const e: Environment = { ...input, id: input.id ?? newId("env_"), houseId: claims.houseId, createdAt: new Date().toISOString() };
   await unwrapRpc(houseStub(env, claims.houseId).putEnvironment(e));
   return json(publicEnvironment(e), 201);
+}
+
+const patchBodySchema = z.record(z.string(), z.unknown());
+
+/**
+ * `PATCH /api/environments/:id`: the fields given replace the stored ones (`files` as a whole
+ * list); `secrets` merges by name, `null` removes one. The result is validated like a create.
+ */
+export async function patchEnvironmentRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
+  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  requireHouse(claims);
+  if (!canWrite(claims) || claims.role === "bot") throw new ApiError("forbidden", "only owners and members configure environments");
+  const parsedId = idSchema.safeParse(id);
+  if (!parsedId.success) throw new ApiError("not_found", "environment not found");
+  // Authorization before validation: another house's environment answers 404 before the body is read.
+  const current = await loadEnvironment(env, claims.houseId, parsedId.data);
+  const patch = await readBody(request, patchBodySchema);
+  if ("id" in patch && patch.id !== current.id) throw new ApiError("validation_failed", "id cannot be changed");
+  const { houseId, createdAt, sharedBoxId, id: _id, ...stored } = current;
+  const merged: Record<string, unknown> = { ...stored, ...patch };
+  if ("secrets" in patch) {
+    if (patch.secrets === null || typeof patch.secrets !== "object" || Array.isArray(patch.secrets)) throw new ApiError("validation_failed", "secrets must be an object (a null value removes that secret)");
+    const next: Record<string, unknown> = { ...(current.secrets ?? {}) };
+    for (const [k, v] of Object.entries(patch.secrets as Record<string, unknown>)) {
+      if (v === null) delete next[k];
+      else next[k] = v;
+    }
+    merged.secrets = next;
+  }
+  // One of the two box settings given: the other follows it.
+  if ("boxMode" in patch && !("sharedBox" in patch)) merged.sharedBox = patch.boxMode === "shared";
+  if ("sharedBox" in patch && !("boxMode" in patch)) delete merged.boxMode;
+  const parsed = environmentInputSchema.safeParse(merged);
+  if (!parsed.success) throw new ApiError("validation_failed", "invalid environment", { issues: formatZodError(parsed.error) });
+  const e: Environment = { ...parsed.data, id: current.id, houseId, createdAt, ...(sharedBoxId ? { sharedBoxId } : {}) };
+  await unwrapRpc(houseStub(env, claims.houseId).putEnvironment(e));
+  return json(publicEnvironment(e));
 }
 
 export async function listEnvironmentsRoute(request: Request, env: Env): Promise<Response> {

@@ -8,6 +8,7 @@ import { idSchema, mintStreamToken, STREAM_SCOPES, streamTokenTtlSeconds, type H
 import { authorFor, writerFor } from "../threads/entries";
 import { readBody, readJson } from "./body";
 import { houseStub, newId, threadStub } from "./actors";
+import { allowedToolsSchema, permissionModeSchema } from "../workspace/box-config";
 import { AUTH_HEADER, TARGET_HEADER, type ActorAuth, type StreamTarget } from "../actors/thread/thread-actor";
 import { unwrapRpc } from "../actors/rpc";
 import { idempotencyKey, idempotentThreadId, requestFingerprint } from "../threads/idempotency";
@@ -203,6 +204,9 @@ export const delegateSchema = z.object({
   model: z.string().min(1).max(200).optional(),
   environmentId: idSchema.optional(),
   title: z.string().max(500).optional(),
+  /** This run's, instead of the environment's. */
+  permissionMode: permissionModeSchema.optional(),
+  allowedTools: allowedToolsSchema.optional(),
 }).strict();
 
 const resumeSchema = z.object({
@@ -247,6 +251,8 @@ export async function delegateTask(env: Env, claims: HouseClaims, parent: { id: 
   }));
   const { runId, status } = await unwrapRpc(threadStub(env, childId).startRun(claims.houseId, {
     task: body.task, harness, model: body.model, repo: body.repo, branch: body.branch, authorId: claims.subject, resume: false,
+    ...(body.permissionMode ? { permissionMode: body.permissionMode } : {}),
+    ...(body.allowedTools ? { allowedTools: body.allowedTools } : {}),
   }));
   // `status` is the child's status when the call returned: claimed `running` before any launch work.
   return { childThreadId: childId, runId, status };

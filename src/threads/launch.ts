@@ -2,6 +2,7 @@ import type { Env } from "../env";
 import type { Entry } from "../entries/schema";
 import type { Environment } from "../environments";
 import { mintStreamToken, streamTokenTtlSeconds } from "../auth/tokens";
+import { piTools, type PermissionMode } from "../workspace/box-config";
 import { LABEL_RUN, type DetachedHandle, type SandboxProvider } from "../sandbox/provider";
 import { classifySandboxState } from "../sandbox/state";
 import { launchBoxId, type LaunchProgress, type LaunchStep } from "./launch-progress";
@@ -21,6 +22,19 @@ export type LaunchSpec = {
   repo?: string;
   branch?: string;
   resume: boolean;
+  /** Overrides the environment's for this run. */
+  permissionMode?: PermissionMode;
+  allowedTools?: string[];
+};
+
+/** What a launch put in place, recorded on its `signal.run.launched` entry. */
+export type LaunchInfo = {
+  boxId: string;
+  boxReused: boolean;
+  session: "new" | "continued" | "rebuilt";
+  permissionMode?: PermissionMode;
+  allowedTools?: string[];
+  files?: string[];
 };
 
 export type LaunchDeps = {
@@ -42,7 +56,7 @@ export type LaunchDeps = {
   assignBox(boxId: string): Promise<void>;
   rememberHandle(boxId: string, handle: unknown): Promise<void>;
   /** The runner is started: records how (fresh box or reused; new, continued or rebuilt session). */
-  launched(info: { boxId: string; boxReused: boolean; session: "new" | "continued" | "rebuilt" }): Promise<void>;
+  launched(info: LaunchInfo): Promise<void>;
   alive(): void;
 };
 
@@ -100,7 +114,13 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
     deps.checkpoint("runner_started");
   }
   await deps.rememberHandle(boxId, progress.handle);
-  await deps.launched({ boxId, boxReused: sameBox, session: progress.session ?? "new" });
+  const workspace = workspaceOf(spec, deps.environment);
+  await deps.launched({
+    boxId, boxReused: sameBox, session: progress.session ?? "new",
+    ...(workspace.permissionMode ? { permissionMode: workspace.permissionMode } : {}),
+    ...(workspace.allowedTools ? { allowedTools: workspace.allowedTools } : {}),
+    ...(workspace.files.length ? { files: workspace.files.map((f) => f.path) } : {}),
+  });
 }
 
 /** Harness, repository, files and the detached runner on a box that is this run's. */
@@ -133,6 +153,9 @@ async function startRunner(
   deps.alive();
 
   const uploads: { path: string; content: Uint8Array | string }[] = [];
+  const workspace = workspaceOf(spec, environment);
+  // The environment's files, in the working directory, before the harness starts.
+  for (const f of workspace.files) uploads.push({ path: `${cwd}/${f.path}`, content: f.content });
   const harnessEnv: Record<string, string> = { ...(environment?.env ?? {}), ...(environment?.secrets ?? {}) };
   // The runner scrubs these values from what it posts (a failed run's stderr).
   if (environment?.secrets) harnessEnv[BOX_ENV.secretNames] = Object.keys(environment.secrets).join(",");
@@ -178,6 +201,8 @@ async function startRunner(
     cwd,
     mirrorNextIndex: nextIndex,
     env: harnessEnv,
+    permissionMode: workspace.permissionMode,
+    allowedTools: spec.harness === "pi" ? piTools(workspace.permissionMode, workspace.allowedTools) : workspace.allowedTools,
   });
   for (const u of plan.uploads) {
     const content = u.source ? BUNDLES[u.source] : u.content;
@@ -191,6 +216,15 @@ async function startRunner(
   const handle = await provider.startDetached(ref, plan.command, { env: plan.env, cwd: home, sessionId: runnerSessionId(spec.runId) });
   deps.checkpoint("runner_spawned");
   return { handle, session };
+}
+
+/** The run's workspace settings: the delegate's override, else the environment's. */
+function workspaceOf(spec: LaunchSpec, environment: Environment | null) {
+  return {
+    permissionMode: spec.permissionMode ?? environment?.permissionMode,
+    allowedTools: spec.allowedTools ?? environment?.allowedTools,
+    files: environment?.files ?? [],
+  };
 }
 
 /** The box session a run's runner lives in: the same on every retry of its launch. */

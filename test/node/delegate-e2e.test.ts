@@ -415,6 +415,35 @@ describe("long runs", () => {
   });
 });
 
+describe("an environment's workspace", () => {
+  it("its files are in the working directory, and a tool its allowed tools leave out is refused on the thread", async () => {
+    model.push(
+      { toolCalls: [{ name: "read", arguments: { path: "brief/notes.md" } }] },
+      { toolCalls: [{ name: "bash", arguments: { command: "echo should-not-run > ran.txt" } }] },
+      { text: "Read the notes; bash was not allowed." },
+    );
+    const envId = await environment();
+    const patched = await api(`/api/environments/${envId}`, {
+      method: "PATCH",
+      json: { files: [{ path: "brief/notes.md", content: "notes-from-the-environment\n" }, { path: ".env.local", content: "TOKEN=tok-sensitive-123", sensitive: true }], allowedTools: ["read"] },
+    });
+    expect(patched.status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const childId = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "read the brief" } })).body.childThreadId as string;
+    const child = await settled(childId);
+    expect(child.status).toBe("completed");
+    const es = await entries(childId);
+    const results = es.filter((e) => e.payload.type === "pi.tool_result");
+    expect(JSON.stringify(results[0].payload)).toContain("notes-from-the-environment");
+    expect(results[1].payload.isError).toBe(true);
+    expect(JSON.stringify(results[1].payload)).toMatch(/bash/i);
+    expect(es.find((e) => e.payload.type === "signal.run.launched")!.payload).toMatchObject({ allowedTools: ["read"], files: ["brief/notes.md", ".env.local"] });
+    // The refused command never ran; the sensitive file's content is on no entry (artifacts included).
+    expect(JSON.stringify(es)).not.toContain("should-not-run\\n");
+    expect(JSON.stringify(es)).not.toContain("tok-sensitive-123");
+  });
+});
+
 describe("a live run: talk to it, interrupt it", () => {
   const chatTo = async (threadId: string, text: string) => {
     const r = await api(`/api/threads/${threadId}/entries`, { method: "POST", json: { payload: { type: "chat", text } } });

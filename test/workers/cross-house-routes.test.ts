@@ -83,6 +83,7 @@ const ROWS: Row[] = [
   // environments
   { name: "GET /api/environments", method: "GET", path: () => "/api/environments", expect: { ownEmptyList: "environments" } },
   { name: "GET /api/environments/:id", method: "GET", path: (o) => `/api/environments/${o.environmentId}`, expect: { status: 404 } },
+  { name: "PATCH /api/environments/:id", method: "PATCH", path: (o) => `/api/environments/${o.environmentId}`, body: () => ({ name: "taken over" }), headers: json, expect: { status: 404 } },
   { name: "POST /api/environments/:id/exec", method: "POST", path: (o) => `/api/environments/${o.environmentId}/exec`, body: () => ({ command: "cat /etc/passwd" }), headers: json, expect: { status: 404 } },
   { name: "POST /api/threads (environmentId = xh environment)", method: "POST", path: () => "/api/threads", body: (o) => ({ environmentId: o.environmentId }), headers: json, expect: { ownStatus: 201 } },
   // After the reads above: an environment created with xh's id is the caller's own, xh's is untouched.

@@ -114,7 +114,7 @@ export function createClaudeCodeParser(): HarnessParser {
 }
 
 export function buildClaudeCodeCommand(opts: StartOptions): HarnessCommand {
-  const argv = ["claude", "-p", "--output-format", "stream-json", "--verbose", "--permission-mode", "bypassPermissions"];
+  const argv = ["claude", "-p", "--output-format", "stream-json", "--verbose", "--permission-mode", opts.permissionMode ?? "bypassPermissions"];
   if (opts.model) argv.push("--model", opts.model);
   if (opts.systemPrompt !== undefined) argv.push("--system-prompt", opts.systemPrompt);
   if (opts.appendSystemPrompt !== undefined) argv.push("--append-system-prompt", opts.appendSystemPrompt);

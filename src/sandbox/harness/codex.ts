@@ -135,10 +135,17 @@ export function createCodexParser(): HarnessParser {
   };
 }
 
+/** Permission modes as codex's sandbox: reading only, writing the workspace, or no sandbox at all. */
+export function codexSandboxArgs(mode: string | undefined): string[] {
+  if (mode === "plan") return ["--sandbox", "read-only"];
+  if (mode === "default" || mode === "acceptEdits") return ["--sandbox", "workspace-write"];
+  return ["--dangerously-bypass-approvals-and-sandbox"];
+}
+
 export function buildCodexCommand(opts: StartOptions): HarnessCommand {
   const argv = ["codex", "exec"];
   if (opts.sessionFile) argv.push("resume", opts.sessionFile);
-  argv.push("--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox");
+  argv.push("--json", "--skip-git-repo-check", ...codexSandboxArgs(opts.permissionMode));
   if (opts.model) argv.push("--model", opts.model);
   argv.push(...(opts.extraArgs ?? []));
   // codex exec has no system-prompt flag: the instructions lead the prompt

@@ -67,6 +67,8 @@ export interface RunnerLaunchOptions {
   systemPrompt?: string;
   appendSystemPrompt?: string;
   allowedTools?: string[];
+  /** how much the harness may do without asking (mapped per harness) */
+  permissionMode?: string;
   /** HOME-relative or absolute session file (pi) / session id (claude-code, codex) to resume */
   sessionFile?: string;
   /** working directory of the harness, HOME-relative or absolute (default: HOME) */
@@ -102,6 +104,7 @@ export function runnerLaunch(o: RunnerLaunchOptions): RunnerLaunch {
   if (o.model) args.push("--model", shq(o.model));
   if (o.provider) args.push("--provider", shq(o.provider));
   if (o.allowedTools) args.push("--tools", shq(o.allowedTools.join(",")));
+  if (o.permissionMode) args.push("--permission-mode", shq(o.permissionMode));
   if (o.sessionFile) args.push("--session", o.sessionFile.startsWith("/") ? shq(o.sessionFile) : `"$HOME"/${shq(o.sessionFile)}`);
   if (o.cwd) args.push("--cwd", o.cwd.startsWith("/") ? shq(o.cwd) : `"$HOME"/${shq(o.cwd)}`);
   if (o.noFinish) args.push("--no-finish");

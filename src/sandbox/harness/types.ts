@@ -84,6 +84,8 @@ export interface StartOptions {
   extensions?: string[];
   /** extra raw arguments appended verbatim */
   extraArgs?: string[];
+  /** how much the harness may do without asking: default | acceptEdits | plan | bypassPermissions */
+  permissionMode?: string;
   /** the runner drives the harness interactively (pi: RPC mode, task on stdin) to pass it messages mid-run */
   interactive?: boolean;
 }

@@ -1,0 +1,61 @@
+import { z } from "zod";
+
+/**
+ * What an environment puts into a box besides its image, env and secrets: files written before
+ * the harness starts, how much the harness may do on its own (permission mode, allowed tools),
+ * and whether boxes are per run or one shared box.
+ */
+
+/** A path inside the run's working directory: relative, no `..`, no NUL. */
+export const workspacePathSchema = z.string().min(1).max(500).refine(
+  (p) => !p.startsWith("/") && !p.includes("\0") && !p.split("/").some((seg) => seg === ".." || seg === ""),
+  "a relative path inside the working directory (no leading /, no .., no empty segments)",
+);
+
+/** Below the 1 MiB request body limit, so the whole environment still fits one request. */
+export const MAX_FILES_BYTES = 512 * 1024;
+
+export const workspaceFileSchema = z.object({
+  path: workspacePathSchema,
+  content: z.string().max(MAX_FILES_BYTES),
+  /** Never echoed in a response or an entry (its path is). */
+  sensitive: z.boolean().default(false),
+}).strict();
+export type WorkspaceFile = z.infer<typeof workspaceFileSchema>;
+
+export const filesSchema = z.array(workspaceFileSchema).max(200).superRefine((files, ctx) => {
+  const bytes = files.reduce((n, f) => n + new TextEncoder().encode(f.content).byteLength, 0);
+  if (bytes > MAX_FILES_BYTES) ctx.addIssue({ code: "custom", message: `files add up to ${bytes} bytes; at most ${MAX_FILES_BYTES}` });
+  const seen = new Set<string>();
+  for (const f of files) {
+    if (seen.has(f.path)) ctx.addIssue({ code: "custom", message: `file ${f.path} is given twice` });
+    seen.add(f.path);
+  }
+});
+
+/**
+ * How much a harness may do without asking (Claude Code's modes; mapped onto each harness):
+ * `plan` reads only, `acceptEdits` / `default` may edit the workspace, `bypassPermissions` anything.
+ */
+export const PERMISSION_MODES = ["default", "acceptEdits", "plan", "bypassPermissions"] as const;
+export const permissionModeSchema = z.enum(PERMISSION_MODES);
+export type PermissionMode = z.infer<typeof permissionModeSchema>;
+
+/** Harness-native tool names (pi: read, bash, edit, write, grep, find, ls; Claude Code: Read, Bash, ...). */
+export const allowedToolsSchema = z.array(z.string().regex(/^[A-Za-z0-9_.:*()-]{1,100}$/, "a tool name")).max(100);
+
+export const boxModeSchema = z.enum(["ephemeral", "shared"]);
+
+/** pi has no permission prompts: `plan` becomes its read-only tool set. */
+export const PI_READ_ONLY_TOOLS = ["read", "grep", "find", "ls"] as const;
+
+/** The tools a pi run gets: the explicit list wins; `plan` narrows to reading; else pi's default. */
+export function piTools(mode: PermissionMode | undefined, allowed: string[] | undefined): string[] | undefined {
+  if (allowed) return allowed;
+  return mode === "plan" ? [...PI_READ_ONLY_TOOLS] : undefined;
+}
+
+/** A file list as a response or an entry may show it: sensitive contents left out. */
+export function publicFiles(files: WorkspaceFile[] | undefined) {
+  return (files ?? []).map((f) => (f.sensitive ? { path: f.path, sensitive: true } : f));
+}

@@ -1,0 +1,119 @@
+import { describe, expect, it, vi } from "vitest";
+import { env, runInDurableObject } from "cloudflare:test";
+import type { ThreadActor } from "./test-worker";
+import { call, errorCode, houseToken, readAll } from "./helpers";
+import { sharedTestProvider } from "./register-test-provider";
+import { LABEL_RUN } from "../../src/sandbox/provider";
+
+const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> };
+const threadStub = (id: string) => E.THREADS.get(E.THREADS.idFromName(`thread:${id}`));
+
+async function createEnv(token: string, body: Record<string, unknown>) {
+  const r = await call("/api/environments", { method: "POST", token, json: { name: "ws", provider: "test", model: "local/m", ...body } });
+  return { status: r.status, body: (await r.json()) as any };
+}
+
+describe("environment workspace fields", () => {
+  it("files: written into the working directory before the harness starts; sensitive content never comes back", async () => {
+    const token = await houseToken("house-ws-files");
+    const created = await createEnv(token, {
+      files: [{ path: "notes/README.md", content: "# plan\n" }, { path: ".env.local", content: "API_TOKEN=s3cr3t-value", sensitive: true }],
+      permissionMode: "plan",
+    });
+    expect(created.status).toBe(201);
+    expect(created.body.files).toEqual([{ path: "notes/README.md", content: "# plan\n", sensitive: false }, { path: ".env.local", sensitive: true }]);
+    for (const r of [await call(`/api/environments/${created.body.id}`, { token }), await call("/api/environments", { token })]) {
+      expect(await r.text()).not.toContain("s3cr3t-value");
+    }
+
+    // A delegated run gets them, with its permission mode mapped onto pi's tools.
+    const parent = (await (await call("/api/threads", { method: "POST", token, json: { environmentId: created.body.id } })).json()) as { id: string };
+    const d = await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "look around" } });
+    expect(d.status).toBe(202);
+    const { childThreadId, runId } = (await d.json()) as { childThreadId: string; runId: string };
+    await runInDurableObject(threadStub(childThreadId), (a: ThreadActor) => a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" }));
+    const launched = await vi.waitFor(async () => {
+      const l = (await readAll(token, childThreadId)).entries.find((e) => e.payload.type === "signal.run.launched");
+      expect(l).toBeTruthy();
+      return l!;
+    }, { timeout: 15_000, interval: 100 });
+    expect(launched.payload).toMatchObject({ permissionMode: "plan", files: ["notes/README.md", ".env.local"] });
+    expect(JSON.stringify((await readAll(token, childThreadId)).entries)).not.toContain("s3cr3t-value");
+    const provider = sharedTestProvider();
+    const [box] = await provider.list({ [LABEL_RUN]: runId });
+    const files = provider.boxes.get(box.ref)!.files;
+    expect(new TextDecoder().decode(files.get("work/notes/README.md"))).toBe("# plan\n");
+    expect(new TextDecoder().decode(files.get("work/.env.local"))).toBe("API_TOKEN=s3cr3t-value");
+    const start = provider.calls.find((c) => c.op === "startDetached" && c.ref === box.ref)!;
+    expect(JSON.stringify(start.args)).toContain("--tools 'read,grep,find,ls'");
+    expect(JSON.stringify(start.args)).toContain("--permission-mode 'plan'");
+  });
+
+  it("a delegate's permission mode and tools win over the environment's", async () => {
+    const token = await houseToken("house-ws-override");
+    const created = await createEnv(token, { permissionMode: "plan", allowedTools: ["read"] });
+    const parent = (await (await call("/api/threads", { method: "POST", token, json: { environmentId: created.body.id } })).json()) as { id: string };
+    const d = await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "edit", permissionMode: "acceptEdits", allowedTools: ["read", "edit"] } });
+    const { childThreadId } = (await d.json()) as { childThreadId: string };
+    await runInDurableObject(threadStub(childThreadId), (a: ThreadActor) => a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" }));
+    const launched = await vi.waitFor(async () => {
+      const l = (await readAll(token, childThreadId)).entries.find((e) => e.payload.type === "signal.run.launched");
+      expect(l).toBeTruthy();
+      return l!;
+    }, { timeout: 15_000, interval: 100 });
+    expect(launched.payload).toMatchObject({ permissionMode: "acceptEdits", allowedTools: ["read", "edit"] });
+    const bad = await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "x", permissionMode: "yolo" } });
+    expect(bad.status).toBe(400);
+  });
+
+  it("refuses bad files and contradicting box settings; boxMode and sharedBox agree", async () => {
+    const token = await houseToken("house-ws-bad");
+    for (const files of [
+      [{ path: "/etc/passwd", content: "x" }],
+      [{ path: "../up.txt", content: "x" }],
+      [{ path: "a//b", content: "x" }],
+      [{ path: "a.txt", content: "x" }, { path: "a.txt", content: "y" }],
+      [{ path: "big.bin", content: "x".repeat(512 * 1024 + 1) }],
+      [{ path: "a.txt", content: "x", mode: "0600" }],
+    ]) {
+      const r = await createEnv(token, { files });
+      expect(r.status, JSON.stringify(files).slice(0, 80)).toBe(400);
+      expect(r.body.error.code).toBe("validation_failed");
+    }
+    expect((await createEnv(token, { boxMode: "ephemeral", sharedBox: true })).status).toBe(400);
+    const shared = await createEnv(token, { boxMode: "shared" });
+    expect([shared.body.boxMode, shared.body.sharedBox]).toEqual(["shared", true]);
+    const legacy = await createEnv(token, { sharedBox: true });
+    expect(legacy.body.boxMode).toBe("shared");
+    expect((await createEnv(token, {})).body.boxMode).toBe("ephemeral");
+  });
+
+  it("PATCH updates what it names: secrets merge (null removes), files are replaced; the same checks as create", async () => {
+    const token = await houseToken("house-ws-patch");
+    const created = await createEnv(token, { secrets: { A_KEY: "aaaa-secret", B_KEY: "bbbb-secret" }, env: { X: "1" }, files: [{ path: "k.txt", content: "key", sensitive: true }] });
+    const id = created.body.id as string;
+    const r = await call(`/api/environments/${id}`, { method: "PATCH", token, json: { secrets: { A_KEY: null, C_KEY: "cccc-secret" }, env: { Y: "2" }, boxMode: "shared" } });
+    expect(r.status).toBe(200);
+    const body = (await r.json()) as any;
+    expect(body.secretNames).toEqual(["B_KEY", "C_KEY"]);
+    expect(body.env).toEqual({ Y: "2" });
+    expect([body.boxMode, body.sharedBox]).toEqual(["shared", true]);
+    expect(body.files).toEqual([{ path: "k.txt", sensitive: true }]);
+    expect(body.name).toBe("ws");
+    expect(JSON.stringify(body)).not.toMatch(/secret"|cccc|key"/);
+
+    const replaced = (await (await call(`/api/environments/${id}`, { method: "PATCH", token, json: { files: [{ path: "new.txt", content: "n" }] } })).json()) as any;
+    expect(replaced.files).toEqual([{ path: "new.txt", content: "n", sensitive: false }]);
+
+    for (const json of [{ files: [{ path: "../x", content: "" }] }, { id: "env_other" }, { unknownField: 1 }, { secrets: "nope" }, { env: { "BAD NAME": "x" } }]) {
+      const bad = await call(`/api/environments/${id}`, { method: "PATCH", token, json });
+      expect(bad.status, JSON.stringify(json)).toBe(400);
+      expect(await errorCode(bad)).toBe("validation_failed");
+    }
+    expect((await call(`/api/environments/${id}`, { method: "PATCH", token: await houseToken("house-ws-other"), json: { name: "mine" } })).status).toBe(404);
+    expect((await call(`/api/environments/${id}`, { method: "PATCH", token: await houseToken("house-ws-patch", "rita", "reader"), json: { name: "x" } })).status).toBe(403);
+    expect((await call(`/api/environments/${id}`, { method: "PATCH", token: await houseToken("house-ws-patch", "b", "bot"), json: { name: "x" } })).status).toBe(403);
+    expect((await call(`/api/environments/env_missing`, { method: "PATCH", token, json: {} })).status).toBe(404);
+    expect((await call(`/api/environments/${id}`, { method: "PATCH", token, headers: { "content-type": "application/json" }, body: "{not json" })).status).toBe(400);
+  });
+});
