@@ -30,7 +30,7 @@ type Expect =
 
 type Row = {
   name: string;
-  method: "GET" | "POST" | "PUT" | "DELETE" | "HEAD";
+  method: "GET" | "POST" | "PUT" | "PATCH" | "DELETE" | "HEAD";
   path: (o: Owner, a: Attacker) => string;
   body?: (o: Owner) => unknown;
   headers?: Record<string, string>;
