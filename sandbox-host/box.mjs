@@ -12,7 +12,7 @@ export { BOX_MARKER_VAR };
 
 
 export class Box {
-  constructor({ hostId, root, spec, toolboxProxyUrl, snapshotDir }) {
+  constructor({ hostId, root, spec, toolboxProxyUrl, snapshotDir, mounts = [] }) {
     this.id = randomUUID();
     this.hostId = hostId;
     this.marker = `${hostId}/${this.id}`;
@@ -23,6 +23,8 @@ export class Box {
     this.token = randomBytes(16).toString("hex");
     this.toolboxProxyUrl = toolboxProxyUrl;
     this.snapshotDir = snapshotDir;
+    /** Volumes: a link at `homePath` to a host directory that outlives the box. */
+    this.mounts = mounts;
     this.state = "creating";
     this.errorReason = undefined;
     this.createdAt = new Date().toISOString();
@@ -39,6 +41,13 @@ export class Box {
       fs.mkdirSync(path.join(this.dir, "tmp"), { recursive: true });
       if (this.snapshotDir && fs.existsSync(this.snapshotDir)) {
         fs.cpSync(this.snapshotDir, this.home, { recursive: true });
+      }
+      for (const m of this.mounts) {
+        fs.mkdirSync(m.hostDir, { recursive: true });
+        const at = path.join(this.home, m.homePath);
+        fs.mkdirSync(path.dirname(at), { recursive: true });
+        fs.rmSync(at, { recursive: true, force: true });
+        fs.symlinkSync(m.hostDir, at);
       }
       this.setState("started");
     } catch (err) {
@@ -86,7 +95,10 @@ export class Box {
     else abs = path.resolve(this.home, p);
     const real = realpathOfNearest(abs);
     const base = fs.realpathSync(this.dir);
-    if (real !== base && !real.startsWith(base + path.sep)) {
+    const inside = (dir) => real === dir || real.startsWith(dir + path.sep);
+    // A mounted volume is part of the box, wherever it lives on the host.
+    const inVolume = this.mounts.some((m) => fs.existsSync(m.hostDir) && inside(fs.realpathSync(m.hostDir)));
+    if (!inside(base) && !inVolume) {
       throw new HostError(400, `path ${p} is outside the sandbox`, "BAD_REQUEST");
     }
     if (mustExist && !fs.existsSync(abs)) throw new HostError(404, `file ${p} not found`, "FILE_NOT_FOUND");
@@ -218,6 +230,7 @@ export class Box {
       networkBlockAll: !!s.networkBlockAll,
       ...(s.networkAllowList ? { networkAllowList: s.networkAllowList } : {}),
       ...(s.domainAllowList ? { domainAllowList: s.domainAllowList } : {}),
+      ...(s.volumes ? { volumes: s.volumes } : {}),
       cpu: s.cpu ?? 1,
       gpu: s.gpu ?? 0,
       memory: s.memory ?? 1,

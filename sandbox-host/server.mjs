@@ -25,9 +25,12 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
   const ownRoot = !root;
   const rootDir = root ?? fs.mkdtempSync(path.join(os.tmpdir(), "sandbox-host-"));
   fs.mkdirSync(path.join(rootDir, "boxes"), { recursive: true });
+  fs.mkdirSync(path.join(rootDir, "volumes"), { recursive: true });
   const hostId = randomBytes(6).toString("hex");
   const boxes = new Map();
   const snapshots = new Map();
+  /** Volumes: storage that outlives boxes, a directory each under the root; by id. */
+  const volumes = new Map();
   /** Signed preview links: token -> { boxId, port, expiresAtMs }. */
   const previews = new Map();
   let baseUrl = "";
@@ -134,6 +137,7 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
         return sendJson(res, 200, { sandboxId: box.id, url: `${baseUrl}/toolbox/${box.id}`, token: box.token });
       }
     }
+    if (p[0] === "volumes") return handleVolumes(req, res, m, p.slice(1));
     if (p[0] === "snapshots") {
       if (p.length === 1 && m === "POST") return sendJson(res, 200, createSnapshot(await readJson(req)));
       if (p.length === 1 && m === "GET") {
@@ -149,6 +153,56 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
       }
     }
     throw new HostError(404, `no route for ${m} /api/${p.join("/")}`);
+  }
+
+  /** Daytona's volume API: create, list, get by name, delete (never while a box mounts it). */
+  async function handleVolumes(req, res, m, p) {
+    if (p.length === 0 && m === "POST") {
+      const body = await readJson(req);
+      if (!body || typeof body.name !== "string" || !/^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/.test(body.name)) throw new HostError(400, "name must be 1-100 chars of [A-Za-z0-9._-]");
+      if ([...volumes.values()].some((v) => v.name === body.name)) throw new HostError(409, `Volume with name ${body.name} already exists`);
+      const now = new Date().toISOString();
+      const v = { id: randomBytes(8).toString("hex"), name: body.name, organizationId: "local", state: "ready", createdAt: now, updatedAt: now, lastUsedAt: null, errorReason: null };
+      fs.mkdirSync(path.join(rootDir, "volumes", v.id), { recursive: true });
+      volumes.set(v.id, v);
+      log(`volume ${v.name} (${v.id}) created`);
+      return sendJson(res, 200, v);
+    }
+    if (p.length === 0 && m === "GET") return sendJson(res, 200, [...volumes.values()]);
+    if (p.length === 2 && p[0] === "by-name" && m === "GET") {
+      const v = [...volumes.values()].find((x) => x.name === p[1]);
+      if (!v) throw new HostError(404, `Volume with name ${p[1]} not found`);
+      return sendJson(res, 200, v);
+    }
+    if (p.length === 1 && m === "GET") {
+      const v = volumes.get(p[0]);
+      if (!v) throw new HostError(404, `Volume ${p[0]} not found`);
+      return sendJson(res, 200, v);
+    }
+    if (p.length === 1 && m === "DELETE") {
+      const v = volumes.get(p[0]);
+      if (!v) throw new HostError(404, `Volume ${p[0]} not found`);
+      if ([...boxes.values()].some((b) => b.state !== "destroyed" && (b.spec.volumes ?? []).some((x) => x.volumeId === v.id))) {
+        throw new HostError(409, `Volume ${v.name} is in use by a sandbox`);
+      }
+      volumes.delete(v.id);
+      fs.rmSync(path.join(rootDir, "volumes", v.id), { recursive: true, force: true });
+      return sendEmpty(res, 200);
+    }
+    throw new HostError(404, `no route for ${m} /api/volumes/${p.join("/")}`);
+  }
+
+  /** Where a volume mount lands in a local box: Daytona's home is /home/daytona, ours is the box's home. */
+  function volumeMounts(body) {
+    const list = body.volumes ?? [];
+    if (!Array.isArray(list)) throw new HostError(400, "volumes must be an array");
+    return list.map((m) => {
+      const v = volumes.get(m?.volumeId);
+      if (!v) throw new HostError(400, `Volume ${m?.volumeId} not found`);
+      const mp = String(m.mountPath ?? "");
+      if (!mp.startsWith("/home/daytona/") || mp.split("/").includes("..")) throw new HostError(400, `mountPath ${mp}: this host mounts volumes under /home/daytona/ only`);
+      return { hostDir: path.join(rootDir, "volumes", v.id, m.subpath ?? ""), homePath: mp.slice("/home/daytona/".length) };
+    });
   }
 
   function createBox(body) {
@@ -168,7 +222,8 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
       if (!snap) throw new HostError(400, `Snapshot ${body.snapshot} not found. Did you add it through the Daytona Dashboard?`);
       snapshotDir = path.join(rootDir, "snapshots", snap.name);
     }
-    const box = new Box({ hostId, root: rootDir, spec: body, toolboxProxyUrl: `${baseUrl}/toolbox`, snapshotDir });
+    const mounts = volumeMounts(body);
+    const box = new Box({ hostId, root: rootDir, spec: body, toolboxProxyUrl: `${baseUrl}/toolbox`, snapshotDir, mounts });
     boxes.set(box.id, box);
     log(`create ${box.id} labels=${JSON.stringify(body.labels ?? {})}`);
     setTimeout(() => void box.provision(), 10);

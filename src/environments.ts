@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { idSchema } from "./auth/tokens";
 import { providerNameSchema } from "./sandbox/providers";
-import { allowedToolsSchema, boxModeSchema, filesSchema, permissionModeSchema, publicFiles } from "./workspace/box-config";
+import { allowedToolsSchema, boxModeSchema, filesSchema, permissionModeSchema, publicFiles, volumesSchema } from "./workspace/box-config";
 
 const envVarName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "env var names are [A-Za-z_][A-Za-z0-9_]*");
 
@@ -28,6 +28,8 @@ export const environmentInputSchema = z.object({
   files: filesSchema.default([]),
   permissionMode: permissionModeSchema.optional(),
   allowedTools: allowedToolsSchema.optional(),
+  /** Persistent storage mounted into every box of the environment; never deleted with a box or the environment. */
+  volumes: volumesSchema.default([]),
   /** pi's models.json for boxes of this environment (providers, base URLs, models). */
   piModels: z.record(z.string(), z.unknown()).optional(),
   /** pi's settings.json for boxes of this environment. */

@@ -6,6 +6,7 @@ import { idSchema, type HouseClaims } from "../auth/tokens";
 import { environmentInputSchema, publicEnvironment, type Environment } from "../environments";
 import { houseStub, newId, sandboxStub, threadStub } from "./actors";
 import { LiveOutput } from "../sandbox/live-output";
+import { providerVolumes } from "../workspace/box-config";
 import { writerFor } from "../threads/entries";
 import { errorMessage, logEvent } from "../domain/log-event";
 import { unwrapRpc } from "../actors/rpc";
@@ -179,7 +180,7 @@ async function sharedBox(env: Env, houseId: string, e: Environment): Promise<{ i
   try {
     info = await provider.create({
       labels: { house: houseId, environment: e.id }, ephemeral: false, env: e.env,
-      snapshot: e.snapshot, image: e.image, egress: e.egress,
+      snapshot: e.snapshot, image: e.image, egress: e.egress, volumes: providerVolumes(houseId, e.volumes),
     });
   } catch (err) {
     throw providerApiError(err);

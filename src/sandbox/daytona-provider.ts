@@ -26,6 +26,7 @@ import {
   type FollowCallbacks,
   type PreviewLink,
   type StreamingExecOptions,
+  type VolumeMountSpec,
   type SandboxProvider,
 } from "./provider";
 
@@ -81,6 +82,8 @@ export class DaytonaProvider implements SandboxProvider {
       outboundProxyUrl: egress.outboundProxyUrl,
     };
     const timeout = opts.timeoutSec ?? 120;
+    const volumes = opts.volumes?.length ? await this.volumeMounts(opts.volumes, timeout) : undefined;
+    if (volumes) Object.assign(base, { volumes });
     let sb: Sandbox;
     try {
       if (source.kind === "snapshot") sb = await this.client.create({ ...base, snapshot: source.name }, { timeout });
@@ -101,6 +104,27 @@ export class DaytonaProvider implements SandboxProvider {
       }
     }
     return { ...infoOf(sb as unknown as SdkSandboxDto), source };
+  }
+
+  /** Finds (or creates) each named volume and waits until it is ready to mount. */
+  private async volumeMounts(specs: VolumeMountSpec[], timeoutSec: number): Promise<{ volumeId: string; mountPath: string }[]> {
+    const out: { volumeId: string; mountPath: string }[] = [];
+    for (const v of specs) {
+      try {
+        let vol = await this.client.volume.get(v.name, true);
+        const deadline = Date.now() + timeoutSec * 1000;
+        while (vol.state !== "ready" && Date.now() < deadline) {
+          if (vol.state === "error") throw new ProviderError("unavailable", `volume ${v.name} failed: ${vol.errorReason ?? "error"}`);
+          await new Promise((r) => setTimeout(r, 1_000));
+          vol = await this.client.volume.get(v.name);
+        }
+        if (vol.state !== "ready") throw new ProviderError("timeout", `volume ${v.name} is not ready after ${timeoutSec}s (${vol.state})`);
+        out.push({ volumeId: vol.id, mountPath: v.mountPath });
+      } catch (err) {
+        throw err instanceof ProviderError ? err : toProviderError(err, `volume ${v.name}`);
+      }
+    }
+    return out;
   }
 
   /** Snapshot first (only if it exists and is active), else the fallback image, else the provider default. */

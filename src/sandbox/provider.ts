@@ -51,9 +51,17 @@ export interface CreateBoxOptions {
   runawayGuardMs?: number;
   autoStopBufferMinutes?: number;
   egress?: EgressSettings;
+  /** Named persistent volumes (created when missing) mounted at absolute paths; they outlive the box. */
+  volumes?: VolumeMountSpec[];
   name?: string;
   /** Seconds to wait for the box to reach `started`. */
   timeoutSec?: number;
+}
+
+export interface VolumeMountSpec {
+  name: string;
+  /** Absolute path in the box, e.g. `/home/daytona/memory`. */
+  mountPath: string;
 }
 
 export interface BoxInfo {

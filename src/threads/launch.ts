@@ -2,7 +2,7 @@ import type { Env } from "../env";
 import type { Entry } from "../entries/schema";
 import type { Environment } from "../environments";
 import { mintStreamToken, streamTokenTtlSeconds } from "../auth/tokens";
-import { piTools, type PermissionMode } from "../workspace/box-config";
+import { piTools, providerVolumes, type PermissionMode } from "../workspace/box-config";
 import { LABEL_RUN, type DetachedHandle, type SandboxProvider } from "../sandbox/provider";
 import { classifySandboxState } from "../sandbox/state";
 import { launchBoxId, type LaunchProgress, type LaunchStep } from "./launch-progress";
@@ -95,6 +95,7 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
       snapshot: environment?.snapshot ?? DEFAULT_HARNESS_SNAPSHOT,
       image: environment?.image ?? DEFAULT_FALLBACK_IMAGE,
       egress: environment?.egress,
+      volumes: providerVolumes(row.houseId, environment?.volumes),
     });
     deps.checkpoint("box_created");
     const boxId = launchBoxId(spec.runId);

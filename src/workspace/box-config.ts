@@ -59,3 +59,37 @@ export function piTools(mode: PermissionMode | undefined, allowed: string[] | un
 export function publicFiles(files: WorkspaceFile[] | undefined) {
   return (files ?? []).map((f) => (f.sensitive ? { path: f.path, sensitive: true } : f));
 }
+
+/** A volume of the house, mounted into every box of the environment; it outlives boxes and environments. */
+export const volumeSchema = z.object({
+  name: z.string().regex(/^[a-z0-9][a-z0-9-]{0,39}$/, "volume names are 1-40 chars of [a-z0-9-]"),
+  /** HOME-relative (e.g. `memory`), or absolute under /home/daytona/. */
+  path: z.string().min(1).max(300).refine(
+    (p) => !p.split("/").includes("..") && (!p.startsWith("/") || p.startsWith("/home/daytona/")),
+    "a HOME-relative path, or an absolute one under /home/daytona/ (no ..)",
+  ),
+}).strict();
+export type VolumeSpec = z.infer<typeof volumeSchema>;
+
+export const volumesSchema = z.array(volumeSchema).max(10).superRefine((vs, ctx) => {
+  if (new Set(vs.map((v) => v.name)).size !== vs.length) ctx.addIssue({ code: "custom", message: "a volume is named twice" });
+  if (new Set(vs.map((v) => v.path)).size !== vs.length) ctx.addIssue({ code: "custom", message: "two volumes at one path" });
+});
+
+/**
+ * The provider's volumes are one namespace for every house: the house is part of the name, so
+ * two houses' `memory` volumes are two volumes.
+ */
+export function providerVolumes(houseId: string, volumes: VolumeSpec[] | undefined): { name: string; mountPath: string }[] {
+  return (volumes ?? []).map((v) => ({
+    name: `tb-${houseId.toLowerCase().replace(/[^a-z0-9-]/g, "-").slice(0, 40)}-${fnv1a(houseId)}-${v.name}`,
+    mountPath: v.path.startsWith("/") ? v.path : `/home/daytona/${v.path.replace(/^\.?\/+/, "")}`,
+  }));
+}
+
+/** A short stable hash, so houses whose ids differ only in characters the name cannot hold stay apart. */
+function fnv1a(s: string): string {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193) >>> 0;
+  return h.toString(16).padStart(8, "0");
+}

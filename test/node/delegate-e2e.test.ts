@@ -444,6 +444,30 @@ describe("an environment's workspace", () => {
   });
 });
 
+describe("an environment's volume", () => {
+  it("a file one run writes to the volume is there for the next run on a fresh box", async () => {
+    model.push(
+      { toolCalls: [{ name: "bash", arguments: { command: "echo remembered-across-boxes >> ~/memory/notes.txt && echo wrote" } }] },
+      { text: "Noted." },
+      { toolCalls: [{ name: "bash", arguments: { command: "cat ~/memory/notes.txt" } }] },
+      { text: "Recalled." },
+    );
+    const envId = await environment();
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { volumes: [{ name: "memory", path: "memory" }] } })).status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const first = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "remember this" } })).body.childThreadId as string;
+    expect((await settled(first)).status).toBe("completed");
+    const firstBox = (await entries(first)).find((e) => e.payload.type === "signal.run.launched")!.payload.boxId;
+    await waitFor("the first box to be reaped", async () => (await api(`/api/sandboxes/${firstBox}`)).body.state === "deleted", 30_000);
+
+    const second = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "what do you remember?" } })).body.childThreadId as string;
+    expect((await settled(second)).status).toBe("completed");
+    const es = await entries(second);
+    expect(es.find((e) => e.payload.type === "signal.run.launched")!.payload.boxId).not.toBe(firstBox);
+    expect(JSON.stringify(es.find((e) => e.payload.type === "pi.tool_result")!.payload)).toContain("remembered-across-boxes");
+  });
+});
+
 describe("a live run: talk to it, interrupt it", () => {
   const chatTo = async (threadId: string, text: string) => {
     const r = await api(`/api/threads/${threadId}/entries`, { method: "POST", json: { payload: { type: "chat", text } } });

@@ -134,6 +134,23 @@ describe("DaytonaProvider on the local host", () => {
     await provider.delete(box.ref);
   });
 
+  it("a volume outlives the box that wrote it: the next box mounting it finds the file", async () => {
+    const name = `vol-${Math.random().toString(36).slice(2, 8)}`;
+    const first = await provider.create({ labels: { house: house() }, ephemeral: true, volumes: [{ name, mountPath: "/home/daytona/memory" }] });
+    await provider.exec(first.ref, "echo remembered > memory/note.txt");
+    await provider.delete(first.ref);
+    const second = await provider.create({ labels: { house: house() }, ephemeral: true, volumes: [{ name, mountPath: "/home/daytona/memory" }] });
+    expect((await provider.exec(second.ref, "cat memory/note.txt")).output).toBe("remembered\n");
+    // The SDK's file API reaches into the volume too.
+    expect(new TextDecoder().decode(await provider.download(second.ref, "memory/note.txt"))).toBe("remembered\n");
+    await provider.delete(second.ref);
+    // A box without the volume does not see it.
+    const third = await provider.create({ labels: { house: house() }, ephemeral: true });
+    expect((await provider.exec(third.ref, "cat memory/note.txt")).exitCode).not.toBe(0);
+    await provider.delete(third.ref);
+    await expect(provider.create({ labels: { house: house() }, ephemeral: true, volumes: [{ name, mountPath: "/etc/x" }] })).rejects.toMatchObject({ code: "bad_request" });
+  });
+
   it("box deleted out-of-band -> probe says dead", async () => {
     const box = await provider.create({ labels: { house: house() }, ephemeral: false });
     expect(await provider.probe(box.ref)).toBe("live");

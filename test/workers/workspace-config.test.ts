@@ -88,6 +88,24 @@ describe("environment workspace fields", () => {
     expect((await createEnv(token, {})).body.boxMode).toBe("ephemeral");
   });
 
+  it("volumes: validated, and named per house at the provider so two houses' `memory` are two volumes", async () => {
+    const token = await houseToken("house-ws-vol");
+    for (const volumes of [[{ name: "Bad_Name", path: "m" }], [{ name: "m", path: "/etc/m" }], [{ name: "m", path: "../m" }], [{ name: "m", path: "a" }, { name: "m", path: "b" }], [{ name: "a", path: "m" }, { name: "b", path: "m" }]]) {
+      expect((await createEnv(token, { volumes })).status, JSON.stringify(volumes)).toBe(400);
+    }
+    const created = await createEnv(token, { volumes: [{ name: "memory", path: "memory" }], sharedBox: true });
+    expect(created.body.volumes).toEqual([{ name: "memory", path: "memory" }]);
+    await call(`/api/environments/${created.body.id}/exec`, { method: "POST", token, json: { command: "true" } });
+    const other = await houseToken("house-ws-vol-2");
+    const theirs = await createEnv(other, { volumes: [{ name: "memory", path: "memory" }], sharedBox: true });
+    await call(`/api/environments/${theirs.body.id}/exec`, { method: "POST", token: other, json: { command: "true" } });
+    const creates = sharedTestProvider().calls.filter((c) => c.op === "create" && /house-ws-vol/.test(JSON.stringify(c.args)));
+    const names = creates.map((c) => (c.args as { volumes?: { name: string; mountPath: string }[] }).volumes?.[0]);
+    expect(names).toHaveLength(2);
+    expect(names[0]!.mountPath).toBe("/home/daytona/memory");
+    expect(names[0]!.name).not.toBe(names[1]!.name);
+  });
+
   it("PATCH updates what it names: secrets merge (null removes), files are replaced; the same checks as create", async () => {
     const token = await houseToken("house-ws-patch");
     const created = await createEnv(token, { secrets: { A_KEY: "aaaa-secret", B_KEY: "bbbb-secret" }, env: { X: "1" }, files: [{ path: "k.txt", content: "key", sensitive: true }] });
