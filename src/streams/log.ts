@@ -276,12 +276,25 @@ export class StreamLog {
     const appended: AppendedRef[] = [];
     const fresh: StoredMessage[] = [];
     let seq = tailSeq;
+    // Messages without an entry id (plain streams) go in as multi-row inserts: one statement per
+    // run of up to ROWS_PER_INSERT instead of one per message.
+    let pending: { seq: number; data: Uint8Array }[] = [];
+    const flush = () => {
+      for (let i = 0; i < pending.length; i += ROWS_PER_INSERT) {
+        const chunk = pending.slice(i, i + ROWS_PER_INSERT);
+        const args: unknown[] = [];
+        for (const r of chunk) args.push(r.seq, r.data, nowMs);
+        this.sql.exec(`insert into messages (seq, data, entry_id, ts) values ${insertRows(chunk.length)}`, ...args);
+      }
+      pending = [];
+    };
     for (const m of messages) {
       const entryId = m.entryId ?? null;
       if (entryId === null) {
         seq += 1;
-        this.sql.exec(`insert into messages (seq, data, entry_id, ts) values (?, ?, null, ?)`, seq, m.data, nowMs);
+        pending.push({ seq, data: m.data });
       } else {
+        flush();
         // The unique index on entry_id is the dedup: an ignored insert means the entry is already there.
         const written = this.sql.exec(`insert or ignore into messages (seq, data, entry_id, ts) values (?, ?, ?, ?)`, seq + 1, m.data, entryId, nowMs).rowsWritten;
         if (written === 0) {
@@ -294,6 +307,7 @@ export class StreamLog {
       appended.push({ seq, entryId, duplicate: false });
       fresh.push({ seq, data: m.data, entryId });
     }
+    flush();
     return { appended, fresh, tail: seq };
   }
 
@@ -346,4 +360,16 @@ export function isExpired(meta: Pick<StreamMeta, "expiresAt" | "ttlSeconds" | "l
     if (!Number.isFinite(at) || nowMs >= at) return true;
   }
   return meta.ttlSeconds !== null && nowMs >= meta.lastAccessAt + meta.ttlSeconds * 1000;
+}
+
+/** Three bound parameters a row; SQLite in a Durable Object takes at most 100 per statement. */
+const ROWS_PER_INSERT = 32;
+const rowPlaceholders = new Map<number, string>();
+function insertRows(n: number): string {
+  let sql = rowPlaceholders.get(n);
+  if (!sql) {
+    sql = Array.from({ length: n }, () => "(?, ?, null, ?)").join(", ");
+    rowPlaceholders.set(n, sql);
+  }
+  return sql;
 }
