@@ -372,14 +372,22 @@ async function handleRead(request: Request, host: StreamHost): Promise<Response>
   }
 
   let page = await readPage(host, startSeq);
+  let wokenBody: ReturnType<typeof formatBody> | null = null;
   // A fork's inherited page came from another actor: take the tail as it is now.
   meta = requireMeta(host);
   host.log.touch(meta);
   if (live === "long-poll" && page.messages.length === 0) {
     if (!meta.closed) {
       await host.hub.wait(host.longPollTimeoutMs, request.signal);
-      page = await readPage(host, startSeq);
-      meta = requireMeta(host);
+      // Everyone woken by the same append at the same offset gets the same page.
+      const woke = await host.hub.shared(`long-poll:${startSeq}`, async () => {
+        const p = await readPage(host, startSeq);
+        const m = requireMeta(host);
+        return { page: p, meta: m, body: p.messages.length > 0 ? formatBody(m, p.messages) : null };
+      });
+      page = woke.page;
+      meta = woke.meta;
+      wokenBody = woke.body;
     }
     if (page.messages.length === 0) {
       const at = formatOffset(Math.min(startSeq, meta.tailSeq));
@@ -403,7 +411,8 @@ async function handleRead(request: Request, host: StreamHost): Promise<Response>
   if (request.headers.get("if-none-match") === etag) {
     return new Response(null, { status: 304, headers: headers({ etag }) });
   }
-  return new Response(formatBody(meta, page.messages), {
+  // A shared body is copied: a response may take ownership of the bytes it is given.
+  return new Response(wokenBody ? wokenBody.slice() : formatBody(meta, page.messages), {
     status: 200,
     headers: headers({
       "content-type": meta.contentType,
