@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { idSchema } from "./auth/tokens";
 import { providerNameSchema } from "./sandbox/providers";
-import { allowedToolsSchema, boxModeSchema, filesSchema, permissionModeSchema, publicFiles, volumesSchema } from "./workspace/box-config";
+import { allowedToolsSchema, boxModeSchema, filesSchema, permissionModeSchema, publicFiles, repositoriesSchema, volumesSchema } from "./workspace/box-config";
 
 const envVarName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "env var names are [A-Za-z_][A-Za-z0-9_]*");
 
@@ -30,6 +30,8 @@ export const environmentInputSchema = z.object({
   allowedTools: allowedToolsSchema.optional(),
   /** Persistent storage mounted into every box of the environment; never deleted with a box or the environment. */
   volumes: volumesSchema.default([]),
+  /** Cloned into the working directory of every delegated run (a delegate's own `repo` replaces them). */
+  repositories: repositoriesSchema.default([]),
   /** pi's models.json for boxes of this environment (providers, base URLs, models). */
   piModels: z.record(z.string(), z.unknown()).optional(),
   /** pi's settings.json for boxes of this environment. */
@@ -38,6 +40,12 @@ export const environmentInputSchema = z.object({
   model: z.string().max(200).optional(),
   harness: z.enum(["pi", "claude-code", "codex"]).default("pi"),
 }).strict().transform((e, ctx) => {
+  for (const [i, r] of e.repositories.entries()) {
+    if (r.credentialsSecret && !(r.credentialsSecret in e.secrets)) {
+      ctx.addIssue({ code: "custom", path: ["repositories", i, "credentialsSecret"], message: `no secret named ${r.credentialsSecret} in this environment` });
+      return z.NEVER;
+    }
+  }
   if (e.boxMode !== undefined && e.sharedBox && e.boxMode !== "shared") {
     ctx.addIssue({ code: "custom", path: ["boxMode"], message: "boxMode ephemeral contradicts sharedBox: true" });
     return z.NEVER;

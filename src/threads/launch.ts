@@ -2,7 +2,7 @@ import type { Env } from "../env";
 import type { Entry } from "../entries/schema";
 import type { Environment } from "../environments";
 import { mintStreamToken, streamTokenTtlSeconds } from "../auth/tokens";
-import { piTools, providerVolumes, type PermissionMode } from "../workspace/box-config";
+import { piTools, providerVolumes, repoPath, type PermissionMode } from "../workspace/box-config";
 import { LABEL_RUN, type DetachedHandle, type SandboxProvider } from "../sandbox/provider";
 import { classifySandboxState } from "../sandbox/state";
 import { launchBoxId, type LaunchProgress, type LaunchStep } from "./launch-progress";
@@ -35,6 +35,7 @@ export type LaunchInfo = {
   permissionMode?: PermissionMode;
   allowedTools?: string[];
   files?: string[];
+  repositories?: { url: string; path: string; branch?: string; ref?: string }[];
 };
 
 export type LaunchDeps = {
@@ -121,6 +122,9 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
     ...(workspace.permissionMode ? { permissionMode: workspace.permissionMode } : {}),
     ...(workspace.allowedTools ? { allowedTools: workspace.allowedTools } : {}),
     ...(workspace.files.length ? { files: workspace.files.map((f) => f.path) } : {}),
+    ...(!spec.repo && deps.environment?.repositories?.length
+      ? { repositories: deps.environment.repositories.map((r) => ({ url: r.url, path: repoPath(r), ...(r.branch ? { branch: r.branch } : {}), ...(r.ref ? { ref: r.ref } : {}) })) }
+      : {}),
   });
 }
 
@@ -140,6 +144,7 @@ async function startRunner(
   const home = await provider.homeDir(ref);
   let cwd = WORK_DIR;
   const repoDir = `${WORK_DIR}/repo`;
+  const envRepos = spec.repo ? [] : (environment?.repositories ?? []);
   if (spec.repo && !sameBox && !progress.cloned) {
     // What an interrupted attempt left would make the clone fail.
     await provider.exec(ref, `rm -rf ${shq(repoDir)}`, { cwd: home });
@@ -150,6 +155,21 @@ async function startRunner(
     cwd = repoDir;
   } else {
     await provider.exec(ref, `mkdir -p ${shq(WORK_DIR)}`, { cwd: home });
+    if (envRepos.length > 0 && !sameBox && !progress.cloned) {
+      for (const r of envRepos) {
+        const dest = `${WORK_DIR}/${repoPath(r)}`;
+        await provider.exec(ref, `rm -rf ${shq(dest)}`, { cwd: home });
+        const password = r.credentialsSecret ? environment?.secrets?.[r.credentialsSecret] : undefined;
+        await provider.clone(ref, {
+          url: r.url, path: dest, branch: r.branch, commit: r.ref, depth: r.depth,
+          ...(password ? { username: r.credentialsUsername ?? "x-access-token", password } : {}),
+        });
+        deps.alive();
+      }
+      await deps.saveProgress({ cloned: true });
+    }
+    // One repository is the working directory itself; several sit side by side in it.
+    if (envRepos.length === 1) cwd = `${WORK_DIR}/${repoPath(envRepos[0])}`;
   }
   deps.alive();
 

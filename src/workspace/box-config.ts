@@ -93,3 +93,39 @@ function fnv1a(s: string): string {
   for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193) >>> 0;
   return h.toString(16).padStart(8, "0");
 }
+
+/** A repository cloned into the run's working directory with the SDK's git API. */
+export const repositorySchema = z.object({
+  url: z.string().min(1).max(2000).refine((u) => {
+    try {
+      const parsed = new URL(u);
+      // Credentials in a URL end up in logs and process lists: they go in a secret instead.
+      return ["https:", "http:", "git:", "ssh:", "file:"].includes(parsed.protocol) && parsed.username === "" && parsed.password === "";
+    } catch {
+      return false;
+    }
+  }, "an http(s), git, ssh or file URL without credentials in it (name a secret in credentialsSecret)"),
+  branch: z.string().min(1).max(200).optional(),
+  /** A commit to check out. */
+  ref: z.string().regex(/^[0-9a-fA-F]{7,40}$/, "a commit id").optional(),
+  depth: z.number().int().min(1).max(100_000).optional(),
+  /** Where in the working directory (default: the repository's name). */
+  path: workspacePathSchema.optional(),
+  /** The name of one of the environment's secrets: the password/token for the clone. */
+  credentialsSecret: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/).optional(),
+  /** The user name sent with that secret (default `x-access-token`, what GitHub and most hosts take with a token). */
+  credentialsUsername: z.string().min(1).max(200).optional(),
+}).strict();
+export type RepositorySpec = z.infer<typeof repositorySchema>;
+
+export const repositoriesSchema = z.array(repositorySchema).max(20).superRefine((rs, ctx) => {
+  const paths = rs.map(repoPath);
+  if (new Set(paths).size !== paths.length) ctx.addIssue({ code: "custom", message: "two repositories at one path: give them different `path`s" });
+});
+
+/** Where a repository goes in the working directory. */
+export function repoPath(r: Pick<RepositorySpec, "url" | "path">): string {
+  if (r.path) return r.path;
+  const last = r.url.replace(/\/+$/, "").split("/").pop() ?? "repo";
+  return last.replace(/\.git$/, "") || "repo";
+}

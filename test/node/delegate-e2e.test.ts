@@ -444,6 +444,32 @@ describe("an environment's workspace", () => {
   });
 });
 
+describe("an environment's repositories", () => {
+  it("every repository is cloned side by side into the working directory (real SDK git API)", async () => {
+    const makeRepo = (file: string, text: string) => {
+      const dir = mkdtempSync(join(tmpdir(), "tb-envrepo-"));
+      const git = (cmd: string) => execSync(`git -c user.email=t@t -c user.name=t ${cmd}`, { cwd: dir, stdio: "pipe" });
+      git("init -q -b main");
+      writeFileSync(join(dir, file), text);
+      git(`add ${file}`);
+      git("commit -q -m init");
+      return dir;
+    };
+    const a = makeRepo("A.txt", "from-repo-a\n");
+    const b = makeRepo("B.txt", "from-repo-b\n");
+    model.push({ toolCalls: [{ name: "bash", arguments: { command: "cat app/A.txt libs/b/B.txt" } }] }, { text: "Both are here." });
+    const envId = await environment();
+    const patched = await api(`/api/environments/${envId}`, { method: "PATCH", json: { repositories: [{ url: `file://${a}`, path: "app", branch: "main" }, { url: `file://${b}`, path: "libs/b" }] } });
+    expect(patched.status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const childId = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "look at both repos" } })).body.childThreadId as string;
+    expect((await settled(childId)).status).toBe("completed");
+    const out = JSON.stringify((await entries(childId)).find((e) => e.payload.type === "pi.tool_result")!.payload);
+    expect(out).toContain("from-repo-a");
+    expect(out).toContain("from-repo-b");
+  });
+});
+
 describe("an environment's volume", () => {
   it("a file one run writes to the volume is there for the next run on a fresh box", async () => {
     model.push(

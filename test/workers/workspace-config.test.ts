@@ -106,6 +106,51 @@ describe("environment workspace fields", () => {
     expect(names[0]!.name).not.toBe(names[1]!.name);
   });
 
+  it("repositories: each cloned into the working directory, credentials from a named secret that no entry ever shows", async () => {
+    const token = await houseToken("house-ws-repos");
+    for (const repositories of [
+      [{ url: "https://user:pw@git.example/a.git" }],
+      [{ url: "https://git.example/a.git", credentialsSecret: "MISSING" }],
+      [{ url: "https://git.example/a.git" }, { url: "https://other.example/a" }],
+      [{ url: "not a url" }],
+      [{ url: "https://git.example/a.git", ref: "main" }],
+    ]) {
+      const r = await createEnv(token, { repositories, secrets: { GIT_TOKEN: "ghp-secret-token-1" } });
+      expect(r.status, JSON.stringify(repositories)).toBe(400);
+    }
+    const created = await createEnv(token, {
+      secrets: { GIT_TOKEN: "ghp-secret-token-1" },
+      repositories: [
+        { url: "https://git.example/org/app.git", branch: "main", credentialsSecret: "GIT_TOKEN" },
+        { url: "file:///srv/libs/shared", path: "libs/shared", ref: "abc1234", depth: 1 },
+      ],
+    });
+    expect(created.status).toBe(201);
+    expect(JSON.stringify(created.body)).not.toContain("ghp-secret-token-1");
+    const parent = (await (await call("/api/threads", { method: "POST", token, json: { environmentId: created.body.id } })).json()) as { id: string };
+    const d = await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "build both" } });
+    const { childThreadId, runId } = (await d.json()) as { childThreadId: string; runId: string };
+    await runInDurableObject(threadStub(childThreadId), (a: ThreadActor) => a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" }));
+    const launched = await vi.waitFor(async () => {
+      const l = (await readAll(token, childThreadId)).entries.find((e) => e.payload.type === "signal.run.launched");
+      expect(l).toBeTruthy();
+      return l!;
+    }, { timeout: 15_000, interval: 100 });
+    expect(launched.payload.repositories).toEqual([
+      { url: "https://git.example/org/app.git", path: "app", branch: "main" },
+      { url: "file:///srv/libs/shared", path: "libs/shared", ref: "abc1234" },
+    ]);
+    const provider = sharedTestProvider();
+    const [box] = await provider.list({ [LABEL_RUN]: runId });
+    const clones = provider.calls.filter((c) => c.op === "clone" && c.ref === box.ref).map((c) => c.args as Record<string, unknown>);
+    expect(clones).toEqual([
+      expect.objectContaining({ url: "https://git.example/org/app.git", path: "work/app", branch: "main", username: "x-access-token", password: "ghp-secret-token-1" }),
+      expect.objectContaining({ url: "file:///srv/libs/shared", path: "work/libs/shared", commit: "abc1234", depth: 1 }),
+    ]);
+    expect(clones[1].password).toBeUndefined();
+    expect(JSON.stringify((await readAll(token, childThreadId)).entries)).not.toContain("ghp-secret-token-1");
+  });
+
   it("PATCH updates what it names: secrets merge (null removes), files are replaced; the same checks as create", async () => {
     const token = await houseToken("house-ws-patch");
     const created = await createEnv(token, { secrets: { A_KEY: "aaaa-secret", B_KEY: "bbbb-secret" }, env: { X: "1" }, files: [{ path: "k.txt", content: "key", sensitive: true }] });
