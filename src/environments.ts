@@ -22,7 +22,7 @@ export const environmentInputSchema = z.object({
   }).strict().optional(),
   /** Keep one non-ephemeral box for `run_command`; delegated runs still get their own. */
   sharedBox: z.boolean().default(false),
-  /** `shared` is `sharedBox: true`; the two must not disagree. */
+  /** `shared`: delegated runs and `run_command` all use the environment's one long-lived box. */
   boxMode: boxModeSchema.optional(),
   /** Written into the working directory before the harness starts. */
   files: filesSchema.default([]),
@@ -46,12 +46,10 @@ export const environmentInputSchema = z.object({
       return z.NEVER;
     }
   }
-  if (e.boxMode !== undefined && e.sharedBox && e.boxMode !== "shared") {
-    ctx.addIssue({ code: "custom", path: ["boxMode"], message: "boxMode ephemeral contradicts sharedBox: true" });
-    return z.NEVER;
-  }
-  const shared = e.boxMode === "shared" || e.sharedBox;
-  return { ...e, sharedBox: shared, boxMode: shared ? ("shared" as const) : ("ephemeral" as const) };
+  // `shared`: every run and `run_command` use the one box. `ephemeral` (the default): a box per
+  // run; `sharedBox: true` then still keeps a box for `run_command`.
+  const boxMode = e.boxMode ?? "ephemeral";
+  return { ...e, boxMode, sharedBox: e.sharedBox || boxMode === "shared" };
 });
 
 export type EnvironmentInput = z.output<typeof environmentInputSchema>;

@@ -7,6 +7,7 @@ import { environmentInputSchema, publicEnvironment, type Environment } from "../
 import { houseStub, newId, sandboxStub, threadStub } from "./actors";
 import { LiveOutput } from "../sandbox/live-output";
 import { providerVolumes } from "../workspace/box-config";
+import { ensureSharedBox } from "../workspace/shared-box";
 import { writerFor } from "../threads/entries";
 import { errorMessage, logEvent } from "../domain/log-event";
 import { unwrapRpc } from "../actors/rpc";
@@ -52,9 +53,8 @@ export async function patchEnvironmentRoute(request: Request, env: Env, id: stri
     }
     merged.secrets = next;
   }
-  // One of the two box settings given: the other follows it.
-  if ("boxMode" in patch && !("sharedBox" in patch)) merged.sharedBox = patch.boxMode === "shared";
-  if ("sharedBox" in patch && !("boxMode" in patch)) delete merged.boxMode;
+  // Leaving `shared` keeps the box for run_command unless sharedBox says otherwise.
+  if (patch.boxMode === "ephemeral" && !("sharedBox" in patch)) merged.sharedBox = current.sharedBox;
   const parsed = environmentInputSchema.safeParse(merged);
   if (!parsed.success) throw new ApiError("validation_failed", "invalid environment", { issues: formatZodError(parsed.error) });
   const e: Environment = { ...parsed.data, id: current.id, houseId, createdAt, ...(sharedBoxId ? { sharedBoxId } : {}) };
@@ -120,7 +120,7 @@ async function loadEnvironment(env: Env, houseId: string, environmentId: string)
 async function runOnSharedBox(env: Env, houseId: string, e: Environment, body: ExecBody, live?: LiveTarget): Promise<ExecResult> {
   if (!e.sharedBox) throw new ApiError("conflict", "this environment keeps no shared box (set sharedBox: true)");
   const provider = providerFor(env, e.provider);
-  const box = await sharedBox(env, houseId, e);
+  const box = await ensureSharedBox(env, houseId, e);
   const opts = { cwd: body.cwd, env: e.env, timeoutSec: body.timeoutSec };
   if (!live) {
     try {
@@ -170,30 +170,3 @@ export async function execRoute(request: Request, env: Env, id: string | undefin
   return json(await runOnSharedBox(env, claims.houseId, e, body, live));
 }
 
-async function sharedBox(env: Env, houseId: string, e: Environment): Promise<{ id: string; providerRef: string }> {
-  if (e.sharedBoxId) {
-    const view = await unwrapRpc(sandboxStub(env, e.sharedBoxId).view(houseId)).catch(() => null);
-    if (view && view.state === "live") return { id: view.id, providerRef: view.providerRef };
-  }
-  const provider = providerFor(env, e.provider);
-  let info;
-  try {
-    info = await provider.create({
-      labels: { house: houseId, environment: e.id }, ephemeral: false, env: e.env,
-      snapshot: e.snapshot, image: e.image, egress: e.egress, volumes: providerVolumes(houseId, e.volumes),
-    });
-  } catch (err) {
-    throw providerApiError(err);
-  }
-  const boxId = newId("box_");
-  const view = await unwrapRpc(sandboxStub(env, boxId).register({
-    boxId, houseId, provider: e.provider, providerRef: info.ref, ephemeral: false, labels: info.labels,
-  }));
-  const winner = (await unwrapRpc(houseStub(env, houseId).claimSharedBox(e.id, boxId, e.sharedBoxId ?? null))) as string | null;
-  if (winner && winner !== boxId) {
-    await unwrapRpc(sandboxStub(env, boxId).destroy(houseId, true)).catch(() => {});
-    const other = await unwrapRpc(sandboxStub(env, winner).view(houseId));
-    return { id: other.id, providerRef: other.providerRef };
-  }
-  return { id: view.id, providerRef: view.providerRef };
-}

@@ -10,8 +10,10 @@ export type LaunchProgress = {
   providerRef?: string;
   /** The box actor registered for it (deterministic per run: launchBoxId). */
   boxId?: string;
-  /** The box is the previous run's, reused on resume. */
+  /** The box is the previous run's, reused on resume, or the environment's shared box. */
   sameBox?: boolean;
+  /** The box is the environment's shared box: its checkouts are reconciled, not recloned. */
+  shared?: boolean;
   /** The repository is in place (a half-done clone is removed before cloning again). */
   cloned?: boolean;
   session?: "new" | "continued" | "rebuilt";

@@ -2,7 +2,7 @@ import type { Env } from "../env";
 import type { Entry } from "../entries/schema";
 import type { Environment } from "../environments";
 import { mintStreamToken, streamTokenTtlSeconds } from "../auth/tokens";
-import { piTools, providerVolumes, repoPath, type PermissionMode } from "../workspace/box-config";
+import { piTools, providerVolumes, repoPath, type PermissionMode, type RepositorySpec } from "../workspace/box-config";
 import { LABEL_RUN, type DetachedHandle, type SandboxProvider } from "../sandbox/provider";
 import { classifySandboxState } from "../sandbox/state";
 import { launchBoxId, type LaunchProgress, type LaunchStep } from "./launch-progress";
@@ -59,6 +59,8 @@ export type LaunchDeps = {
   /** The runner is started: records how (fresh box or reused; new, continued or rebuilt session). */
   launched(info: LaunchInfo): Promise<void>;
   alive(): void;
+  /** The environment's shared box (`boxMode: "shared"`), created on first use. */
+  sharedBox(): Promise<{ id: string; providerRef: string }>;
 };
 
 
@@ -83,6 +85,11 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
   if (!progress.boxId && spec.resume && row.boxId) {
     const live = await deps.boxIsLive(row.boxId);
     if (live) progress = await deps.saveProgress({ boxId: row.boxId, providerRef: live.providerRef, sameBox: true });
+  }
+  if (!progress.boxId && environment?.boxMode === "shared") {
+    // A shared environment's runs all go to its one long-lived box.
+    const shared = await deps.sharedBox();
+    progress = await deps.saveProgress({ boxId: shared.id, providerRef: shared.providerRef, sameBox: true, shared: true });
   }
   if (!progress.boxId) {
     // A box an earlier attempt of this launch made (it may have died before recording it).
@@ -142,35 +149,27 @@ async function startRunner(
   deps.alive();
 
   const home = await provider.homeDir(ref);
-  let cwd = WORK_DIR;
-  const repoDir = `${WORK_DIR}/repo`;
-  const envRepos = spec.repo ? [] : (environment?.repositories ?? []);
-  if (spec.repo && !sameBox && !progress.cloned) {
-    // What an interrupted attempt left would make the clone fail.
-    await provider.exec(ref, `rm -rf ${shq(repoDir)}`, { cwd: home });
-    await provider.clone(ref, { url: spec.repo, path: repoDir, branch: spec.branch });
-    await deps.saveProgress({ cloned: true });
-    cwd = repoDir;
-  } else if (spec.repo) {
-    cwd = repoDir;
-  } else {
-    await provider.exec(ref, `mkdir -p ${shq(WORK_DIR)}`, { cwd: home });
-    if (envRepos.length > 0 && !sameBox && !progress.cloned) {
-      for (const r of envRepos) {
+  // The delegate's own repository replaces the environment's list for this run.
+  const repos: RepositorySpec[] = spec.repo ? [{ url: spec.repo, branch: spec.branch, path: "repo" }] : (environment?.repositories ?? []);
+  await provider.exec(ref, `mkdir -p ${shq(WORK_DIR)}`, { cwd: home });
+  if (repos.length > 0 && !progress.cloned) {
+    if (progress.shared) {
+      // A long-lived checkout is brought to the wanted ref in place; untracked work stays.
+      for (const r of repos) await reconcileCheckout(provider, ref, home, r, environment);
+      await deps.saveProgress({ cloned: true });
+    } else if (!sameBox) {
+      for (const r of repos) {
         const dest = `${WORK_DIR}/${repoPath(r)}`;
+        // What an interrupted attempt left would make the clone fail.
         await provider.exec(ref, `rm -rf ${shq(dest)}`, { cwd: home });
-        const password = r.credentialsSecret ? environment?.secrets?.[r.credentialsSecret] : undefined;
-        await provider.clone(ref, {
-          url: r.url, path: dest, branch: r.branch, commit: r.ref, depth: r.depth,
-          ...(password ? { username: r.credentialsUsername ?? "x-access-token", password } : {}),
-        });
+        await provider.clone(ref, cloneOptions(r, dest, environment));
         deps.alive();
       }
       await deps.saveProgress({ cloned: true });
     }
-    // One repository is the working directory itself; several sit side by side in it.
-    if (envRepos.length === 1) cwd = `${WORK_DIR}/${repoPath(envRepos[0])}`;
   }
+  // One repository is the working directory itself; several sit side by side in it.
+  const cwd = repos.length === 1 ? `${WORK_DIR}/${repoPath(repos[0])}` : WORK_DIR;
   deps.alive();
 
   const uploads: { path: string; content: Uint8Array | string }[] = [];
@@ -237,6 +236,35 @@ async function startRunner(
   const handle = await provider.startDetached(ref, plan.command, { env: plan.env, cwd: home, sessionId: runnerSessionId(spec.runId) });
   deps.checkpoint("runner_spawned");
   return { handle, session };
+}
+
+function cloneOptions(r: RepositorySpec, dest: string, environment: Environment | null) {
+  const password = r.credentialsSecret ? environment?.secrets?.[r.credentialsSecret] : undefined;
+  return {
+    url: r.url, path: dest, branch: r.branch, commit: r.ref, depth: r.depth,
+    ...(password ? { username: r.credentialsUsername ?? "x-access-token", password } : {}),
+  };
+}
+
+/**
+ * On a shared box: clone a repository the first time; afterwards fetch and check out the wanted
+ * branch or commit in place (fast-forward only), keeping untracked files.
+ */
+async function reconcileCheckout(provider: SandboxProvider, ref: string, home: string, r: RepositorySpec, environment: Environment | null): Promise<void> {
+  const dest = `${WORK_DIR}/${repoPath(r)}`;
+  const exists = (await provider.exec(ref, `test -d ${shq(dest)}/.git`, { cwd: home })).exitCode === 0;
+  if (!exists) {
+    await provider.exec(ref, `rm -rf ${shq(dest)}`, { cwd: home });
+    await provider.clone(ref, cloneOptions(r, dest, environment));
+    return;
+  }
+  const steps = r.ref
+    ? [`git fetch --quiet origin`, `git checkout --quiet ${shq(r.ref)}`]
+    : r.branch
+      ? [`git fetch --quiet origin ${shq(r.branch)}`, `(git checkout --quiet ${shq(r.branch)} 2>/dev/null || git checkout --quiet -b ${shq(r.branch)} FETCH_HEAD)`, `git merge --ff-only --quiet FETCH_HEAD`]
+      : [`git pull --ff-only --quiet`];
+  const out = await provider.exec(ref, steps.join(" && "), { cwd: `${home}/${dest}`, timeoutSec: 600, env: { GIT_TERMINAL_PROMPT: "0" } });
+  if (out.exitCode !== 0) throw new Error(`updating ${repoPath(r)} in place failed (exit ${out.exitCode}): ${out.output.trim().slice(-500)}`);
 }
 
 /** The run's workspace settings: the delegate's override, else the environment's. */

@@ -470,6 +470,46 @@ describe("an environment's repositories", () => {
   });
 });
 
+describe("a shared box", () => {
+  it("runs of a shared environment use its one box; the second finds the repository at the new commit without a reclone, untracked work kept", async () => {
+    const origin = mkdtempSync(join(tmpdir(), "tb-shared-origin-"));
+    const git = (cmd: string) => execSync(`git -c user.email=t@t -c user.name=t ${cmd}`, { cwd: origin, stdio: "pipe" });
+    git("init -q -b main");
+    writeFileSync(join(origin, "VERSION"), "v1\n");
+    git("add VERSION");
+    git("commit -q -m v1");
+    model.push(
+      { toolCalls: [{ name: "bash", arguments: { command: "cat VERSION && echo mine > scratch.txt" } }] },
+      { text: "Saw v1." },
+      { toolCalls: [{ name: "bash", arguments: { command: "cat VERSION scratch.txt && git reflog show HEAD | grep -c -e 'clone:' -e 'Fast-forward'" } }] },
+      { text: "Saw v2." },
+    );
+    const envId = await environment();
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { boxMode: "shared", repositories: [{ url: `file://${origin}`, branch: "main", path: "app" }] } })).status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const first = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "check the version" } })).body.childThreadId as string;
+    expect((await settled(first)).status).toBe("completed");
+    const firstEntries = await entries(first);
+    expect(JSON.stringify(firstEntries.find((e) => e.payload.type === "pi.tool_result")!.payload)).toContain("v1");
+    const boxId = firstEntries.find((e) => e.payload.type === "signal.run.launched")!.payload.boxId as string;
+
+    writeFileSync(join(origin, "VERSION"), "v2\n");
+    git("commit -q -am v2");
+    const second = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "check again" } })).body.childThreadId as string;
+    expect((await settled(second)).status).toBe("completed");
+    const es = await entries(second);
+    expect(es.find((e) => e.payload.type === "signal.run.launched")!.payload.boxId).toBe(boxId);
+    const out = String(es.find((e) => e.payload.type === "pi.tool_result")!.payload.output);
+    expect(out).toContain("v2");
+    expect(out).toContain("mine");
+    // One clone and one fast-forward in HEAD's history: updated in place, not cloned again (which
+    // would also have lost scratch.txt).
+    expect(out.trim().split("\n").at(-1)).toBe("2");
+    // The shared box outlives its runs.
+    expect((await api(`/api/sandboxes/${boxId}`)).body).toMatchObject({ state: "live", ephemeral: false });
+  });
+});
+
 describe("an environment's volume", () => {
   it("a file one run writes to the volume is there for the next run on a fresh box", async () => {
     model.push(

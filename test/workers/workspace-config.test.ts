@@ -66,7 +66,7 @@ describe("environment workspace fields", () => {
     expect(bad.status).toBe(400);
   });
 
-  it("refuses bad files and contradicting box settings; boxMode and sharedBox agree", async () => {
+  it("refuses bad files and box modes; boxMode shared implies the shared box", async () => {
     const token = await houseToken("house-ws-bad");
     for (const files of [
       [{ path: "/etc/passwd", content: "x" }],
@@ -80,12 +80,13 @@ describe("environment workspace fields", () => {
       expect(r.status, JSON.stringify(files).slice(0, 80)).toBe(400);
       expect(r.body.error.code).toBe("validation_failed");
     }
-    expect((await createEnv(token, { boxMode: "ephemeral", sharedBox: true })).status).toBe(400);
+    expect((await createEnv(token, { boxMode: "always" })).status).toBe(400);
     const shared = await createEnv(token, { boxMode: "shared" });
     expect([shared.body.boxMode, shared.body.sharedBox]).toEqual(["shared", true]);
+    // `sharedBox: true` alone keeps its meaning: a box for run_command, a box per run.
     const legacy = await createEnv(token, { sharedBox: true });
-    expect(legacy.body.boxMode).toBe("shared");
-    expect((await createEnv(token, {})).body.boxMode).toBe("ephemeral");
+    expect([legacy.body.boxMode, legacy.body.sharedBox]).toEqual(["ephemeral", true]);
+    expect((await createEnv(token, {})).body).toMatchObject({ boxMode: "ephemeral", sharedBox: false });
   });
 
   it("volumes: validated, and named per house at the provider so two houses' `memory` are two volumes", async () => {

@@ -2,6 +2,7 @@ import type { Env } from "../../env";
 import type { Entry } from "../../entries/schema";
 import type { Environment } from "../../environments";
 import type { DetachedHandle } from "../../sandbox/provider";
+import { ensureSharedBox } from "../../workspace/shared-box";
 import { launchRun, type LaunchSpec } from "../../threads/launch";
 import type { ThreadRow } from "../../threads/thread-row";
 import type { LaunchProgressStore, LaunchStep } from "../../threads/launch-progress";
@@ -69,5 +70,6 @@ export async function launch(spec: LaunchSpec, p: LauncherPorts): Promise<void> 
       p.append({ id: `launched:${spec.runId}`, ts: p.now(), authorId: "threadbox", payload: { type: "signal.run.launched", runId: spec.runId, harness: spec.harness, ...info } });
     },
     alive: p.alive,
+    sharedBox: () => ensureSharedBox(p.env, row.houseId, environment!),
   });
 }

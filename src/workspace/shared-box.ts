@@ -1,0 +1,41 @@
+import type { Env } from "../env";
+import type { Environment } from "../environments";
+import { unwrapRpc } from "../actors/rpc";
+import { houseStub, sandboxStub } from "../actors/stubs";
+import { providerFor } from "../sandbox/providers";
+import { providerApiError } from "../sandbox/api-errors";
+import { newId } from "../http/actors";
+import { providerVolumes } from "./box-config";
+
+/**
+ * The environment's one long-lived box (`boxMode: "shared"`): created on first use, then used by
+ * `run_command`, previews and delegated runs alike, and never reaped. Two first uses at once
+ * agree on one box through the house (the loser's box is deleted).
+ */
+export async function ensureSharedBox(env: Env, houseId: string, e: Environment): Promise<{ id: string; providerRef: string }> {
+  if (e.sharedBoxId) {
+    const view = await unwrapRpc(sandboxStub(env, e.sharedBoxId).view(houseId)).catch(() => null);
+    if (view && view.state === "live") return { id: view.id, providerRef: view.providerRef };
+  }
+  const provider = providerFor(env, e.provider);
+  let info;
+  try {
+    info = await provider.create({
+      labels: { house: houseId, environment: e.id }, ephemeral: false, env: e.env,
+      snapshot: e.snapshot, image: e.image, egress: e.egress, volumes: providerVolumes(houseId, e.volumes),
+    });
+  } catch (err) {
+    throw providerApiError(err);
+  }
+  const boxId = newId("box_");
+  const view = await unwrapRpc(sandboxStub(env, boxId).register({
+    boxId, houseId, provider: e.provider, providerRef: info.ref, ephemeral: false, labels: info.labels,
+  }));
+  const winner = (await unwrapRpc(houseStub(env, houseId).claimSharedBox(e.id, boxId, e.sharedBoxId ?? null))) as string | null;
+  if (winner && winner !== boxId) {
+    await unwrapRpc(sandboxStub(env, boxId).destroy(houseId, true)).catch(() => {});
+    const other = await unwrapRpc(sandboxStub(env, winner).view(houseId));
+    return { id: other.id, providerRef: other.providerRef };
+  }
+  return { id: view.id, providerRef: view.providerRef };
+}
