@@ -2,7 +2,7 @@ import type { Env } from "../env";
 import type { Entry } from "../entries/schema";
 import type { Environment } from "../environments";
 import { mintStreamToken, streamTokenTtlSeconds } from "../auth/tokens";
-import { piTools, providerVolumes, repoPath, type PermissionMode, type RepositorySpec } from "../workspace/box-config";
+import { codexMcpToml, piTools, providerVolumes, repoPath, skillFile, type PermissionMode, type Plugins, type RepositorySpec } from "../workspace/box-config";
 import { LABEL_RUN, type DetachedHandle, type SandboxProvider } from "../sandbox/provider";
 import { classifySandboxState } from "../sandbox/state";
 import { launchBoxId, type LaunchProgress, type LaunchStep } from "./launch-progress";
@@ -36,6 +36,7 @@ export type LaunchInfo = {
   allowedTools?: string[];
   files?: string[];
   repositories?: { url: string; path: string; branch?: string; ref?: string }[];
+  plugins?: { skills: string[]; extensions: string[]; mcpServers: string[] };
 };
 
 export type LaunchDeps = {
@@ -132,6 +133,9 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
     ...(!spec.repo && deps.environment?.repositories?.length
       ? { repositories: deps.environment.repositories.map((r) => ({ url: r.url, path: repoPath(r), ...(r.branch ? { branch: r.branch } : {}), ...(r.ref ? { ref: r.ref } : {}) })) }
       : {}),
+    ...(deps.environment?.plugins
+      ? { plugins: { skills: deps.environment.plugins.skills.map((x) => x.name), extensions: deps.environment.plugins.extensions.map((x) => x.name), mcpServers: Object.keys(deps.environment.plugins.mcpServers) } }
+      : {}),
   });
 }
 
@@ -179,6 +183,18 @@ async function startRunner(
   const harnessEnv: Record<string, string> = { ...(environment?.env ?? {}), ...(environment?.secrets ?? {}) };
   // The runner scrubs these values from what it posts (a failed run's stderr).
   if (environment?.secrets) harnessEnv[BOX_ENV.secretNames] = Object.keys(environment.secrets).join(",");
+  const plugins = environment?.plugins;
+  if (plugins && spec.harness === "pi") {
+    // pi discovers skills and extensions in its agent directory.
+    for (const sk of plugins.skills) uploads.push({ path: `${PI_AGENT_DIR}/skills/${sk.name}/SKILL.md`, content: skillFile(sk) });
+    for (const ext of plugins.extensions) uploads.push({ path: `${PI_AGENT_DIR}/extensions/${ext.name}.ts`, content: ext.source });
+  }
+  if (plugins && Object.keys(plugins.mcpServers).length > 0) {
+    const servers = withSecrets(plugins.mcpServers, environment?.secrets ?? {});
+    // Claude Code reads project-scoped servers from the working directory's .mcp.json; Codex from its config.
+    if (spec.harness === "claude-code") uploads.push({ path: `${cwd}/.mcp.json`, content: JSON.stringify({ mcpServers: servers }, null, 2) });
+    if (spec.harness === "codex") uploads.push({ path: ".codex/config.toml", content: codexMcpToml(servers) });
+  }
   if (spec.harness === "pi") {
     harnessEnv.PI_CODING_AGENT_DIR = `${home}/${PI_AGENT_DIR}`;
     if (environment?.piModels) uploads.push({ path: `${PI_AGENT_DIR}/models.json`, content: JSON.stringify(environment.piModels, null, 2) });
@@ -236,6 +252,15 @@ async function startRunner(
   const handle = await provider.startDetached(ref, plan.command, { env: plan.env, cwd: home, sessionId: runnerSessionId(spec.runId) });
   deps.checkpoint("runner_spawned");
   return { handle, session };
+}
+
+/** MCP server env values written `$NAME` take the environment's secret of that name, in the box only. */
+function withSecrets(servers: Plugins["mcpServers"], secrets: Record<string, string>): Plugins["mcpServers"] {
+  return Object.fromEntries(Object.entries(servers).map(([name, srv]) => {
+    if (!("command" in srv) || !srv.env) return [name, srv];
+    const env = Object.fromEntries(Object.entries(srv.env).map(([k, v]) => [k, v.startsWith("$") && v.slice(1) in secrets ? secrets[v.slice(1)] : v]));
+    return [name, { ...srv, env }];
+  }));
 }
 
 function cloneOptions(r: RepositorySpec, dest: string, environment: Environment | null) {

@@ -129,3 +129,54 @@ export function repoPath(r: Pick<RepositorySpec, "url" | "path">): string {
   const last = r.url.replace(/\/+$/, "").split("/").pop() ?? "repo";
   return last.replace(/\.git$/, "") || "repo";
 }
+
+/** Agent Skills names: lowercase words joined by single hyphens, at most 64 characters. */
+const pluginNameSchema = z.string().max(64).regex(/^[a-z0-9]+(-[a-z0-9]+)*$/, "lowercase letters, digits and single hyphens");
+const envNameSchema = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/);
+
+export const mcpServerSchema = z.union([
+  z.object({ command: z.string().min(1).max(500), args: z.array(z.string().max(2000)).max(50).optional(), env: z.record(envNameSchema, z.string().max(10_000)).optional() }).strict(),
+  z.object({ type: z.enum(["http", "sse"]).default("http"), url: z.string().url().max(2000) }).strict(),
+]);
+
+/**
+ * What a harness loads besides its own defaults: pi skills (instructions the model loads when a
+ * task calls for them) and pi extensions (TypeScript run inside pi), and MCP servers for Claude
+ * Code and Codex. All inline: nothing is fetched from a registry at run time.
+ */
+export const pluginsSchema = z.object({
+  skills: z.array(z.object({
+    name: pluginNameSchema,
+    description: z.string().min(1).max(1024),
+    instructions: z.string().max(64 * 1024),
+  }).strict()).max(50).default([]),
+  extensions: z.array(z.object({ name: pluginNameSchema, source: z.string().min(1).max(256 * 1024) }).strict()).max(20).default([]),
+  mcpServers: z.record(z.string().regex(/^[A-Za-z0-9_-]{1,64}$/), mcpServerSchema).default({}),
+}).strict().superRefine((p, ctx) => {
+  for (const [what, list] of [["skill", p.skills], ["extension", p.extensions]] as const) {
+    const names = list.map((x) => x.name);
+    if (new Set(names).size !== names.length) ctx.addIssue({ code: "custom", message: `a ${what} name is given twice` });
+  }
+});
+export type Plugins = z.infer<typeof pluginsSchema>;
+
+/** pi's skill file: Agent Skills frontmatter, then the instructions. */
+export function skillFile(s: Plugins["skills"][number]): string {
+  return `---\nname: ${s.name}\ndescription: ${JSON.stringify(s.description)}\n---\n\n${s.instructions}\n`;
+}
+
+/** Codex reads MCP servers from its config.toml. */
+export function codexMcpToml(servers: Plugins["mcpServers"]): string {
+  const q = (v: string) => JSON.stringify(v);
+  return Object.entries(servers).map(([name, srv]) => {
+    const lines = [`[mcp_servers.${name}]`];
+    if ("command" in srv) {
+      lines.push(`command = ${q(srv.command)}`);
+      if (srv.args?.length) lines.push(`args = [${srv.args.map(q).join(", ")}]`);
+      if (srv.env && Object.keys(srv.env).length) lines.push(`env = { ${Object.entries(srv.env).map(([k, v]) => `${k} = ${q(v)}`).join(", ")} }`);
+    } else {
+      lines.push(`url = ${q(srv.url)}`);
+    }
+    return lines.join("\n");
+  }).join("\n\n") + "\n";
+}

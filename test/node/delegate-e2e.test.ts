@@ -470,6 +470,27 @@ describe("an environment's repositories", () => {
   });
 });
 
+describe("an environment's plugins", () => {
+  it("pi gets the environment's skill (advertised to the model) and runs its extension", async () => {
+    model.push({ toolCalls: [{ name: "bash", arguments: { command: "cat ext-was-here.txt" } }] }, { text: "The extension ran." });
+    const envId = await environment();
+    const ext = `import { writeFileSync } from "node:fs";\nexport default function (pi: any) {\n  pi.on("session_start", () => writeFileSync("ext-was-here.txt", "extension-loaded\\n"));\n}\n`;
+    const patched = await api(`/api/environments/${envId}`, {
+      method: "PATCH",
+      json: { plugins: { skills: [{ name: "house-style", description: "House style guide: use when writing prose for this team.", instructions: "Short sentences." }], extensions: [{ name: "marker", source: ext }] } },
+    });
+    expect(patched.status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const before = model.requests.length;
+    const childId = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "check the plugins" } })).body.childThreadId as string;
+    expect((await settled(childId)).status).toBe("completed");
+    expect(JSON.stringify(model.requests[before].body.messages)).toContain("House style guide: use when writing prose for this team.");
+    const es = await entries(childId);
+    expect(JSON.stringify(es.find((e) => e.payload.type === "pi.tool_result")!.payload)).toContain("extension-loaded");
+    expect(es.find((e) => e.payload.type === "signal.run.launched")!.payload.plugins).toEqual({ skills: ["house-style"], extensions: ["marker"], mcpServers: [] });
+  });
+});
+
 describe("a shared box", () => {
   it("runs of a shared environment use its one box; the second finds the repository at the new commit without a reclone, untracked work kept", async () => {
     const origin = mkdtempSync(join(tmpdir(), "tb-shared-origin-"));

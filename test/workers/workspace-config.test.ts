@@ -152,6 +152,44 @@ describe("environment workspace fields", () => {
     expect(JSON.stringify((await readAll(token, childThreadId)).entries)).not.toContain("ghp-secret-token-1");
   });
 
+  it("plugins: pi skills and extensions go to pi's agent directory; MCP servers to Claude Code's .mcp.json with secrets filled in the box only", async () => {
+    const token = await houseToken("house-ws-plugins");
+    for (const plugins of [
+      { skills: [{ name: "Bad Name", description: "d", instructions: "i" }] },
+      { skills: [{ name: "a", description: "", instructions: "i" }] },
+      { extensions: [{ name: "x", source: "" }] },
+      { mcpServers: { docs: { url: "not-a-url" } } },
+      { skills: [{ name: "a", description: "d", instructions: "i" }, { name: "a", description: "d", instructions: "j" }] },
+    ]) {
+      expect((await createEnv(token, { plugins })).status, JSON.stringify(plugins)).toBe(400);
+    }
+    const created = await createEnv(token, {
+      harness: "claude-code",
+      secrets: { DOCS_KEY: "docs-secret-value" },
+      plugins: {
+        skills: [{ name: "release-notes", description: "Write release notes from the git log.", instructions: "Read git log, group by type." }],
+        mcpServers: { docs: { command: "docs-mcp", args: ["--stdio"], env: { API_KEY: "$DOCS_KEY" } } },
+      },
+    });
+    expect(created.status).toBe(201);
+    expect(JSON.stringify(created.body)).not.toContain("docs-secret-value");
+    const parent = (await (await call("/api/threads", { method: "POST", token, json: { environmentId: created.body.id } })).json()) as { id: string };
+    const d = await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "notes", harness: "claude-code", model: "claude-x" } });
+    const { childThreadId, runId } = (await d.json()) as { childThreadId: string; runId: string };
+    await runInDurableObject(threadStub(childThreadId), (a: ThreadActor) => a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" }));
+    const launched = await vi.waitFor(async () => {
+      const l = (await readAll(token, childThreadId)).entries.find((e) => e.payload.type === "signal.run.launched");
+      expect(l).toBeTruthy();
+      return l!;
+    }, { timeout: 15_000, interval: 100 });
+    expect(launched.payload.plugins).toEqual({ skills: ["release-notes"], extensions: [], mcpServers: ["docs"] });
+    const provider = sharedTestProvider();
+    const [box] = await provider.list({ [LABEL_RUN]: runId });
+    const mcp = JSON.parse(new TextDecoder().decode(provider.boxes.get(box.ref)!.files.get("work/.mcp.json")));
+    expect(mcp).toEqual({ mcpServers: { docs: { command: "docs-mcp", args: ["--stdio"], env: { API_KEY: "docs-secret-value" } } } });
+    expect(JSON.stringify((await readAll(token, childThreadId)).entries)).not.toContain("docs-secret-value");
+  });
+
   it("PATCH updates what it names: secrets merge (null removes), files are replaced; the same checks as create", async () => {
     const token = await houseToken("house-ws-patch");
     const created = await createEnv(token, { secrets: { A_KEY: "aaaa-secret", B_KEY: "bbbb-secret" }, env: { X: "1" }, files: [{ path: "k.txt", content: "key", sensitive: true }] });
