@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { idSchema } from "./auth/tokens";
 import { providerNameSchema } from "./sandbox/providers";
+import { packagesSchema } from "./workspace/packages";
 import { allowedToolsSchema, boxModeSchema, filesSchema, permissionModeSchema, publicFiles, repositoriesSchema, volumesSchema } from "./workspace/box-config";
 
 const envVarName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "env var names are [A-Za-z_][A-Za-z0-9_]*");
@@ -32,6 +33,8 @@ export const environmentInputSchema = z.object({
   volumes: volumesSchema.default([]),
   /** Cloned into the working directory of every delegated run (a delegate's own `repo` replaces them). */
   repositories: repositoriesSchema.default([]),
+  /** Installed at box start when the box lacks them (checked per package); the launch entry lists what was. */
+  packages: packagesSchema.optional(),
   /** pi's models.json for boxes of this environment (providers, base URLs, models). */
   piModels: z.record(z.string(), z.unknown()).optional(),
   /** pi's settings.json for boxes of this environment. */
