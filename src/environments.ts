@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { idSchema } from "./auth/tokens";
 import { providerNameSchema } from "./sandbox/providers";
+import { packagesSchema } from "./workspace/packages";
 import { allowedToolsSchema, boxModeSchema, filesSchema, permissionModeSchema, pluginsSchema, publicFiles, repositoriesSchema, volumesSchema } from "./workspace/box-config";
 
 const envVarName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "env var names are [A-Za-z_][A-Za-z0-9_]*");
@@ -34,6 +35,8 @@ export const environmentInputSchema = z.object({
   repositories: repositoriesSchema.default([]),
   /** pi skills and extensions, MCP servers for Claude Code and Codex. */
   plugins: pluginsSchema.optional(),
+  /** Installed at box start when the box lacks them (checked per package); the launch entry lists what was. */
+  packages: packagesSchema.optional(),
   /** pi's models.json for boxes of this environment (providers, base URLs, models). */
   piModels: z.record(z.string(), z.unknown()).optional(),
   /** pi's settings.json for boxes of this environment. */

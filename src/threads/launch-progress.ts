@@ -17,6 +17,8 @@ export type LaunchProgress = {
   /** The repository is in place (a half-done clone is removed before cloning again). */
   cloned?: boolean;
   session?: "new" | "continued" | "rebuilt";
+  /** The environment's packages are checked (and installed where missing): `manager:spec` installed. */
+  packagesInstalled?: string[];
   /** The runner is started: a retry only records it. */
   handle?: DetachedHandle;
 };

@@ -5,6 +5,7 @@ import { mintStreamToken, streamTokenTtlSeconds } from "../auth/tokens";
 import { codexMcpToml, piTools, providerVolumes, repoPath, skillFile, type PermissionMode, type Plugins, type RepositorySpec } from "../workspace/box-config";
 import { LABEL_RUN, type DetachedHandle, type SandboxProvider } from "../sandbox/provider";
 import { classifySandboxState } from "../sandbox/state";
+import { packageInstallCommands, parseInstalled } from "../workspace/packages";
 import { launchBoxId, type LaunchProgress, type LaunchStep } from "./launch-progress";
 import { providerFor } from "../sandbox/providers";
 import { DEFAULT_FALLBACK_IMAGE, DEFAULT_HARNESS_SNAPSHOT } from "../sandbox/snapshot";
@@ -37,6 +38,8 @@ export type LaunchInfo = {
   files?: string[];
   repositories?: { url: string; path: string; branch?: string; ref?: string }[];
   plugins?: { skills: string[]; extensions: string[]; mcpServers: string[] };
+  /** Packages of the environment this box lacked and the launch installed (`manager:spec`). */
+  packagesInstalled?: string[];
 };
 
 export type LaunchDeps = {
@@ -130,6 +133,7 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
     ...(workspace.permissionMode ? { permissionMode: workspace.permissionMode } : {}),
     ...(workspace.allowedTools ? { allowedTools: workspace.allowedTools } : {}),
     ...(workspace.files.length ? { files: workspace.files.map((f) => f.path) } : {}),
+    ...(progress.packagesInstalled?.length ? { packagesInstalled: progress.packagesInstalled } : {}),
     ...(!spec.repo && deps.environment?.repositories?.length
       ? { repositories: deps.environment.repositories.map((r) => ({ url: r.url, path: repoPath(r), ...(r.branch ? { branch: r.branch } : {}), ...(r.ref ? { ref: r.ref } : {}) })) }
       : {}),
@@ -151,6 +155,17 @@ async function startRunner(
     if (installed.exitCode !== 0) throw new Error(`installing ${spec.harness} failed (exit ${installed.exitCode})`);
   }
   deps.alive();
+  if (environment?.packages && !progress.packagesInstalled) {
+    // A snapshot built with them installs nothing here.
+    const installed: string[] = [];
+    for (const step of packageInstallCommands(environment.packages)) {
+      const out = await provider.exec(ref, step.command, { timeoutSec: 900 });
+      if (out.exitCode !== 0) throw new Error(`installing the environment's ${step.manager} packages failed (exit ${out.exitCode})`);
+      installed.push(...parseInstalled(out.output));
+      deps.alive();
+    }
+    progress = await deps.saveProgress({ packagesInstalled: installed });
+  }
 
   const home = await provider.homeDir(ref);
   // The delegate's own repository replaces the environment's list for this run.

