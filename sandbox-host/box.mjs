@@ -4,6 +4,7 @@ import { spawn } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
+import { EgressBridge } from "./egress.mjs";
 import { HostError } from "./errors.mjs";
 import { Session } from "./session.mjs";
 import { BOX_MARKER_VAR, exitCodeOf, findMarkedPids, killGroup } from "./proc.mjs";
@@ -25,6 +26,8 @@ export class Box {
     this.snapshotDir = snapshotDir;
     /** Volumes: a link at `homePath` to a host directory that outlives the box. */
     this.mounts = mounts;
+    /** A closed network with bridges to the allowed loopback ports, or null (open). */
+    this.egress = null;
     this.state = "creating";
     this.errorReason = undefined;
     this.createdAt = new Date().toISOString();
@@ -41,6 +44,10 @@ export class Box {
       fs.mkdirSync(path.join(this.dir, "tmp"), { recursive: true });
       if (this.snapshotDir && fs.existsSync(this.snapshotDir)) {
         fs.cpSync(this.snapshotDir, this.home, { recursive: true });
+      }
+      if (this.egressPolicy) {
+        this.egress = new EgressBridge(path.join(this.meta, "egress"), this.egressPolicy);
+        await this.egress.start();
       }
       for (const m of this.mounts) {
         fs.mkdirSync(m.hostDir, { recursive: true });
@@ -115,7 +122,8 @@ export class Box {
     if (typeof command !== "string" || !command) throw new HostError(400, "command is required");
     const dir = cwd ? this.resolve(cwd, { mustExist: true }) : this.home;
     return new Promise((resolve, reject) => {
-      const child = spawn("bash", ["-c", command], {
+      const [file, args] = this.egress ? this.egress.wrap(command, path.join(this.dir, "tmp")) : ["bash", ["-c", command]];
+      const child = spawn(file, args, {
         cwd: dir,
         env: this.env(envs ?? {}),
         detached: true,
@@ -214,6 +222,7 @@ export class Box {
 
   async destroy() {
     await this.killAll();
+    this.egress?.close();
     fs.rmSync(this.dir, { recursive: true, force: true, maxRetries: 3 });
   }
 

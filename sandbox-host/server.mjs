@@ -12,6 +12,7 @@ import path from "node:path";
 import { Box } from "./box.mjs";
 import { HostError, errorBody } from "./errors.mjs";
 import { acceptWebSocket } from "./ws.mjs";
+import { canIsolateNetwork, egressPolicy } from "./egress.mjs";
 
 const MAX_BODY = 512 * 1024 * 1024;
 
@@ -223,7 +224,10 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
       snapshotDir = path.join(rootDir, "snapshots", snap.name);
     }
     const mounts = volumeMounts(body);
+    const egress = egressPolicy(body);
+    if (egress && !canIsolateNetwork()) throw new HostError(400, "this host cannot close a box's network here (unshare -rn is not permitted); create the box with an open network");
     const box = new Box({ hostId, root: rootDir, spec: body, toolboxProxyUrl: `${baseUrl}/toolbox`, snapshotDir, mounts });
+    box.egressPolicy = egress;
     boxes.set(box.id, box);
     log(`create ${box.id} labels=${JSON.stringify(body.labels ?? {})}`);
     setTimeout(() => void box.provision(), 10);

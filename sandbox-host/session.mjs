@@ -101,7 +101,8 @@ export class Session {
     this.commands = new Map();
     this.queue = [];
     this.ended = false;
-    this.shell = spawn("bash", ["--noprofile", "--norc"], {
+    const [file, args] = box.egress ? box.egress.wrap(null, path.join(box.dir, "tmp")) : ["bash", ["--noprofile", "--norc"]];
+    this.shell = spawn(file, args, {
       cwd: box.home,
       env: box.env(),
       detached: true,

@@ -2,7 +2,7 @@ import { z } from "zod";
 import { idSchema } from "./auth/tokens";
 import { providerNameSchema } from "./sandbox/providers";
 import { packagesSchema } from "./workspace/packages";
-import { allowedToolsSchema, boxModeSchema, filesSchema, permissionModeSchema, pluginsSchema, publicFiles, repositoriesSchema, volumesSchema } from "./workspace/box-config";
+import { allowedToolsSchema, boxModeSchema, egressSchema, filesSchema, permissionModeSchema, pluginsSchema, publicFiles, repositoriesSchema, volumesSchema } from "./workspace/box-config";
 
 const envVarName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "env var names are [A-Za-z_][A-Za-z0-9_]*");
 
@@ -17,10 +17,8 @@ export const environmentInputSchema = z.object({
   env: z.record(envVarName, z.string().max(10_000)).default({}),
   /** Write-only: handed to boxes as env vars, never returned, never written to an entry. */
   secrets: z.record(envVarName, z.string().max(10_000)).default({}),
-  egress: z.object({
-    blockAll: z.boolean().optional(),
-    domainAllowList: z.array(z.string().max(253)).max(100).optional(),
-  }).strict().optional(),
+  /** `open` (default), `deny` (only the thread stream), or `{allow: [host]}` (the stream and those). */
+  egress: egressSchema.optional(),
   /** Keep one non-ephemeral box for `run_command`; delegated runs still get their own. */
   sharedBox: z.boolean().default(false),
   /** `shared`: delegated runs and `run_command` all use the environment's one long-lived box. */

@@ -2,7 +2,7 @@ import type { Env } from "../env";
 import type { Entry } from "../entries/schema";
 import type { Environment } from "../environments";
 import { mintStreamToken, streamTokenTtlSeconds } from "../auth/tokens";
-import { codexMcpToml, piTools, providerVolumes, repoPath, skillFile, type PermissionMode, type Plugins, type RepositorySpec } from "../workspace/box-config";
+import { codexMcpToml, egressSettings, piTools, providerVolumes, repoPath, skillFile, type PermissionMode, type Plugins, type RepositorySpec } from "../workspace/box-config";
 import { LABEL_RUN, type DetachedHandle, type SandboxProvider } from "../sandbox/provider";
 import { classifySandboxState } from "../sandbox/state";
 import { packageInstallCommands, parseInstalled } from "../workspace/packages";
@@ -106,7 +106,7 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
       // and the harness check below installs what is missing.
       snapshot: environment?.snapshot ?? DEFAULT_HARNESS_SNAPSHOT,
       image: environment?.image ?? DEFAULT_FALLBACK_IMAGE,
-      egress: environment?.egress,
+      egress: egressSettings(environment?.egress, env.THREADBOX_STREAM_URL),
       volumes: providerVolumes(row.houseId, environment?.volumes),
     });
     deps.checkpoint("box_created");

@@ -180,3 +180,32 @@ export function codexMcpToml(servers: Plugins["mcpServers"]): string {
     return lines.join("\n");
   }).join("\n\n") + "\n";
 }
+
+const hostSchema = z.string().regex(/^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?(:\d{1,5})?$/, "a host name or host:port");
+
+/**
+ * What a box may reach: everything (`open`, the default), nothing but its thread stream (`deny`),
+ * or the stream plus listed hosts (`{allow}`). The older `{blockAll, domainAllowList}` form is
+ * passed to the provider as it is.
+ */
+export const egressSchema = z.union([
+  z.literal("open"),
+  z.literal("deny"),
+  z.object({ allow: z.array(hostSchema).min(1).max(100) }).strict(),
+  z.object({ blockAll: z.boolean().optional(), domainAllowList: z.array(z.string().max(253)).max(100).optional() }).strict(),
+]);
+export type Egress = z.infer<typeof egressSchema>;
+
+/** The provider's egress settings for a box whose runs write to `streamUrl`: the stream is always allowed. */
+export function egressSettings(egress: Egress | undefined, streamUrl: string | undefined): { blockAll?: boolean; domainAllowList?: string[] } | undefined {
+  if (egress === undefined || egress === "open") return undefined;
+  if (typeof egress === "object" && !("allow" in egress)) return egress;
+  let stream: string[] = [];
+  try {
+    if (streamUrl) stream = [new URL(streamUrl).host];
+  } catch {
+    stream = [];
+  }
+  const allow = egress === "deny" ? [] : egress.allow;
+  return { blockAll: true, domainAllowList: [...new Set([...allow, ...stream])] };
+}

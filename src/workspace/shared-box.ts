@@ -5,7 +5,7 @@ import { houseStub, sandboxStub } from "../actors/stubs";
 import { providerFor } from "../sandbox/providers";
 import { providerApiError } from "../sandbox/api-errors";
 import { newId } from "../http/actors";
-import { providerVolumes } from "./box-config";
+import { egressSettings, providerVolumes } from "./box-config";
 
 /**
  * The environment's one long-lived box (`boxMode: "shared"`): created on first use, then used by
@@ -22,7 +22,7 @@ export async function ensureSharedBox(env: Env, houseId: string, e: Environment)
   try {
     info = await provider.create({
       labels: { house: houseId, environment: e.id }, ephemeral: false, env: e.env,
-      snapshot: e.snapshot, image: e.image, egress: e.egress, volumes: providerVolumes(houseId, e.volumes),
+      snapshot: e.snapshot, image: e.image, egress: egressSettings(e.egress, env.THREADBOX_STREAM_URL), volumes: providerVolumes(houseId, e.volumes),
     });
   } catch (err) {
     throw providerApiError(err);

@@ -491,6 +491,35 @@ describe("an environment's plugins", () => {
   });
 });
 
+describe("an environment's egress", () => {
+  it("a run that may reach only its model cannot reach another loopback server, and still posts everything to its thread", async () => {
+    const http = await import("node:http");
+    const other = http.createServer((_q, r) => r.end("secret-internal-service"));
+    await new Promise<void>((r) => other.listen(0, "127.0.0.1", () => r()));
+    const otherPort = (other.address() as { port: number }).port;
+    try {
+      model.push(
+        { toolCalls: [{ name: "bash", arguments: { command: `curl -s -m 3 http://127.0.0.1:${otherPort}/ || echo BLOCKED` } }] },
+        { text: "It was blocked." },
+      );
+      const envId = await environment();
+      const modelHost = new URL(model.baseUrl).host;
+      expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { egress: { allow: [modelHost] } } })).status).toBe(200);
+      const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+      const childId = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "try the internal service" } })).body.childThreadId as string;
+      expect((await settled(childId)).status).toBe("completed");
+      const es = await entries(childId);
+      const out = JSON.stringify(es.find((e) => e.payload.type === "pi.tool_result")!.payload);
+      expect(out).toContain("BLOCKED");
+      expect(out).not.toContain("secret-internal-service");
+      // The thread stream stayed reachable: the mirror's entries and the runner's signal arrived.
+      expect(es.some((e) => e.payload.type === "pi.assistant" && e.payload.text === "It was blocked.")).toBe(true);
+    } finally {
+      other.close();
+    }
+  });
+});
+
 describe("a shared box", () => {
   it("runs of a shared environment use its one box; the second finds the repository at the new commit without a reclone, untracked work kept", async () => {
     const origin = mkdtempSync(join(tmpdir(), "tb-shared-origin-"));

@@ -151,6 +151,37 @@ describe("DaytonaProvider on the local host", () => {
     await expect(provider.create({ labels: { house: house() }, ephemeral: true, volumes: [{ name, mountPath: "/etc/x" }] })).rejects.toMatchObject({ code: "bad_request" });
   });
 
+  it("a box with its network closed reaches only its allowed loopback port, in one-shot and session commands", async () => {
+    const http = await import("node:http");
+    const serve = (text: string) => new Promise<import("node:http").Server>((resolve) => {
+      const srv = http.createServer((_q, r) => r.end(text));
+      srv.listen(0, "127.0.0.1", () => resolve(srv));
+    });
+    const allowed = await serve("allowed-answer");
+    const other = await serve("must-not-see");
+    const portOf = (srv: import("node:http").Server) => (srv.address() as { port: number }).port;
+    try {
+      const box = await provider.create({ labels: { house: house() }, ephemeral: true, egress: { blockAll: true, domainAllowList: [`127.0.0.1:${portOf(allowed)}`] } });
+      const fetchFrom = (port: number) => `curl -s -m 3 http://127.0.0.1:${port}/ || echo BLOCKED`;
+      expect((await provider.exec(box.ref, fetchFrom(portOf(allowed)))).output).toBe("allowed-answer");
+      expect((await provider.exec(box.ref, fetchFrom(portOf(other)))).output.trim()).toBe("BLOCKED");
+      // Detached commands (how runners start) live in the same closed network.
+      const h = await provider.startDetached(box.ref, `${fetchFrom(portOf(other))}; ${fetchFrom(portOf(allowed))}`);
+      let status = await provider.detachedStatus(h);
+      for (let i = 0; status.running && i < 100; i++) {
+        await new Promise((r) => setTimeout(r, 50));
+        status = await provider.detachedStatus(h);
+      }
+      expect((await provider.detachedLogs(h)).output.trim().split("\n")).toEqual(["BLOCKED", "allowed-answer"]);
+      await provider.delete(box.ref);
+      // An allow-list entry this host cannot enforce is refused, not ignored.
+      await expect(provider.create({ labels: { house: house() }, ephemeral: true, egress: { blockAll: true, domainAllowList: ["example.com"] } })).rejects.toMatchObject({ code: "bad_request" });
+    } finally {
+      allowed.close();
+      other.close();
+    }
+  });
+
   it("box deleted out-of-band -> probe says dead", async () => {
     const box = await provider.create({ labels: { house: house() }, ephemeral: false });
     expect(await provider.probe(box.ref)).toBe("live");

@@ -223,6 +223,22 @@ describe("environment workspace fields", () => {
     expect(JSON.stringify((await readAll(token, childThreadId)).entries)).not.toContain("docs-secret-value");
   });
 
+  it("egress: open, deny or an allow-list, always with the thread stream; bad hosts are refused", async () => {
+    const token = await houseToken("house-ws-egress");
+    for (const egress of ["closed", { allow: [] }, { allow: ["bad host"] }, { allow: ["a.example"], extra: 1 }]) {
+      expect((await createEnv(token, { egress })).status, JSON.stringify(egress)).toBe(400);
+    }
+    for (const egress of ["open", "deny", { allow: ["api.anthropic.com", "127.0.0.1:8080"] }, { blockAll: true }]) {
+      const r = await createEnv(token, { egress });
+      expect(r.status, JSON.stringify(egress)).toBe(201);
+      expect(r.body.egress).toEqual(egress);
+    }
+    const { egressSettings } = await import("../../src/workspace/box-config");
+    expect(egressSettings("open", "https://x.supabase.co/functions/v1/stream-proxy")).toBeUndefined();
+    expect(egressSettings("deny", "https://x.supabase.co/functions/v1/stream-proxy")).toEqual({ blockAll: true, domainAllowList: ["x.supabase.co"] });
+    expect(egressSettings({ allow: ["api.example"] }, "http://127.0.0.1:8787/api/stream")).toEqual({ blockAll: true, domainAllowList: ["api.example", "127.0.0.1:8787"] });
+  });
+
   it("PATCH updates what it names: secrets merge (null removes), files are replaced; the same checks as create", async () => {
     const token = await houseToken("house-ws-patch");
     const created = await createEnv(token, { secrets: { A_KEY: "aaaa-secret", B_KEY: "bbbb-secret" }, env: { X: "1" }, files: [{ path: "k.txt", content: "key", sensitive: true }] });

@@ -1,0 +1,97 @@
+// Egress for local boxes. A box created with `networkBlockAll` (or a `domainAllowList`) runs every
+// process in a network namespace of its own (`unshare -rn`: a user and a network namespace, so no
+// privileges are needed) where only loopback exists. The loopback host:port entries of its
+// allow-list (the thread stream's address) are bridged through a unix socket per port: inside,
+// a small forwarder listens on 127.0.0.1:<port>; outside, the host connects the socket to the
+// real 127.0.0.1:<port>. Anything else is unreachable. Allow-list entries that are not loopback
+// host:port pairs cannot be enforced here and are refused at create, never ignored.
+import net from "node:net";
+import fs from "node:fs";
+import path from "node:path";
+import { spawnSync } from "node:child_process";
+import { HostError } from "./errors.mjs";
+
+const FORWARDER = `const net = require("net");
+const [port, sock, ready] = process.argv.slice(2);
+net.createServer((c) => {
+  const u = net.connect(sock);
+  c.pipe(u); u.pipe(c);
+  c.on("error", () => u.destroy()); u.on("error", () => c.destroy());
+}).listen(Number(port), "127.0.0.1", () => require("fs").writeFileSync(ready, ""));
+`;
+
+/** What a box's create request asks for: `null` when its network is open. */
+export function egressPolicy(spec) {
+  const list = String(spec.domainAllowList ?? "").split(",").map((s) => s.trim()).filter(Boolean);
+  if (spec.networkBlockAll !== true && list.length === 0) return null;
+  const ports = [];
+  for (const entry of list) {
+    const m = /^(127\.0\.0\.1|localhost):(\d{1,5})$/.exec(entry);
+    if (!m) throw new HostError(400, `this host enforces egress by loopback host:port only; it cannot allow ${entry} (use an open network, or Daytona)`);
+    ports.push(Number(m[2]));
+  }
+  return { ports };
+}
+
+let unshareWorks;
+/** Whether this machine lets an unprivileged process make a network namespace. */
+export function canIsolateNetwork() {
+  unshareWorks ??= spawnSync("unshare", ["-rn", "true"], { stdio: "ignore" }).status === 0;
+  return unshareWorks;
+}
+
+/** The host side of a denied box's bridges: one unix socket per allowed port. */
+export class EgressBridge {
+  constructor(dir, policy) {
+    this.dir = dir;
+    this.policy = policy;
+    this.servers = [];
+    this.forwarder = path.join(dir, "egress-forwarder.cjs");
+  }
+
+  async start() {
+    fs.mkdirSync(this.dir, { recursive: true });
+    fs.writeFileSync(this.forwarder, FORWARDER);
+    for (const port of this.policy.ports) {
+      const sock = this.socketPath(port);
+      fs.rmSync(sock, { force: true });
+      const server = net.createServer((c) => {
+        const t = net.connect(port, "127.0.0.1");
+        c.pipe(t); t.pipe(c);
+        c.on("error", () => t.destroy());
+        t.on("error", () => c.destroy());
+      });
+      await new Promise((resolve, reject) => server.once("error", reject).listen(sock, resolve));
+      this.servers.push(server);
+    }
+  }
+
+  socketPath(port) {
+    return path.join(this.dir, `egress-${port}.sock`);
+  }
+
+  /**
+   * `bash -c command` inside the box's network: the command (or an interactive shell when
+   * `command` is null) runs after the forwarders listen, and they go when it ends.
+   */
+  wrap(command, tmpDir) {
+    const lines = ["ip link set lo up 2>/dev/null"];
+    for (const port of this.policy.ports) {
+      const ready = `${tmpDir}/egress-ready-$$-${port}`;
+      lines.push(`node ${q(this.forwarder)} ${port} ${q(this.socketPath(port))} "${ready}" &`);
+      lines.push(`for _ in $(seq 200); do [ -e "${ready}" ] && break; sleep 0.01; done`);
+    }
+    if (command === null) lines.push("exec bash --noprofile --norc");
+    else lines.push(`bash -c ${q(command)}`, "rc=$?", "kill $(jobs -p) 2>/dev/null", "exit $rc");
+    return ["unshare", ["-rn", "bash", "-c", lines.join("\n")]];
+  }
+
+  close() {
+    for (const s of this.servers) s.close();
+    this.servers = [];
+  }
+}
+
+function q(s) {
+  return `'${String(s).replace(/'/g, `'\\''`)}'`;
+}
