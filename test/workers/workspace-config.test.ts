@@ -13,6 +13,21 @@ async function createEnv(token: string, body: Record<string, unknown>) {
   return { status: r.status, body: (await r.json()) as any };
 }
 
+/** Delegates in a thread of the environment and waits for the run's launch entry. */
+async function delegateAndLaunch(token: string, environmentId: string, body: Record<string, unknown>) {
+  const parent = (await (await call("/api/threads", { method: "POST", token, json: { environmentId } })).json()) as { id: string };
+  const d = await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: body });
+  expect(d.status).toBe(202);
+  const { childThreadId, runId } = (await d.json()) as { childThreadId: string; runId: string };
+  await runInDurableObject(threadStub(childThreadId), (a: ThreadActor) => a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" }));
+  const launched = await vi.waitFor(async () => {
+    const l = (await readAll(token, childThreadId)).entries.find((e) => e.payload.type === "signal.run.launched");
+    expect(l).toBeTruthy();
+    return l!;
+  }, { timeout: 15_000, interval: 100 });
+  return { parentId: parent.id, childThreadId, runId, launched };
+}
+
 describe("environment workspace fields", () => {
   it("files: written into the working directory before the harness starts; sensitive content never comes back", async () => {
     const token = await houseToken("house-ws-files");
@@ -27,16 +42,7 @@ describe("environment workspace fields", () => {
     }
 
     // A delegated run gets them, with its permission mode mapped onto pi's tools.
-    const parent = (await (await call("/api/threads", { method: "POST", token, json: { environmentId: created.body.id } })).json()) as { id: string };
-    const d = await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "look around" } });
-    expect(d.status).toBe(202);
-    const { childThreadId, runId } = (await d.json()) as { childThreadId: string; runId: string };
-    await runInDurableObject(threadStub(childThreadId), (a: ThreadActor) => a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" }));
-    const launched = await vi.waitFor(async () => {
-      const l = (await readAll(token, childThreadId)).entries.find((e) => e.payload.type === "signal.run.launched");
-      expect(l).toBeTruthy();
-      return l!;
-    }, { timeout: 15_000, interval: 100 });
+    const { childThreadId, runId, launched } = await delegateAndLaunch(token, created.body.id, { task: "look around" });
     expect(launched.payload).toMatchObject({ permissionMode: "plan", files: ["notes/README.md", ".env.local"] });
     expect(JSON.stringify((await readAll(token, childThreadId)).entries)).not.toContain("s3cr3t-value");
     const provider = sharedTestProvider();
@@ -61,15 +67,7 @@ describe("environment workspace fields", () => {
     // The box has jq already and lacks typescript: only the npm step installs something.
     provider.execHandler = (_b, command) => ({ exitCode: 0, output: command.includes("npm install -g") ? "added 1 package\nnpm:typescript@5.6.3\n" : "" });
     try {
-      const parent = (await (await call("/api/threads", { method: "POST", token, json: { environmentId: created.body.id } })).json()) as { id: string };
-      const d = await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "build" } });
-      const { childThreadId, runId } = (await d.json()) as { childThreadId: string; runId: string };
-      await runInDurableObject(threadStub(childThreadId), (a: ThreadActor) => a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" }));
-      const launched = await vi.waitFor(async () => {
-        const l = (await readAll(token, childThreadId)).entries.find((e) => e.payload.type === "signal.run.launched");
-        expect(l).toBeTruthy();
-        return l!;
-      }, { timeout: 15_000, interval: 100 });
+      const { childThreadId, runId, launched } = await delegateAndLaunch(token, created.body.id, { task: "build" });
       expect(launched.payload.packagesInstalled).toEqual(["npm:typescript@5.6.3"]);
       const [box] = await provider.list({ [LABEL_RUN]: runId });
       const calls = provider.calls.filter((c) => c.ref === box.ref);
@@ -85,17 +83,9 @@ describe("environment workspace fields", () => {
   it("a delegate's permission mode and tools win over the environment's", async () => {
     const token = await houseToken("house-ws-override");
     const created = await createEnv(token, { permissionMode: "plan", allowedTools: ["read"] });
-    const parent = (await (await call("/api/threads", { method: "POST", token, json: { environmentId: created.body.id } })).json()) as { id: string };
-    const d = await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "edit", permissionMode: "acceptEdits", allowedTools: ["read", "edit"] } });
-    const { childThreadId } = (await d.json()) as { childThreadId: string };
-    await runInDurableObject(threadStub(childThreadId), (a: ThreadActor) => a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" }));
-    const launched = await vi.waitFor(async () => {
-      const l = (await readAll(token, childThreadId)).entries.find((e) => e.payload.type === "signal.run.launched");
-      expect(l).toBeTruthy();
-      return l!;
-    }, { timeout: 15_000, interval: 100 });
+    const { parentId, launched } = await delegateAndLaunch(token, created.body.id, { task: "edit", permissionMode: "acceptEdits", allowedTools: ["read", "edit"] });
     expect(launched.payload).toMatchObject({ permissionMode: "acceptEdits", allowedTools: ["read", "edit"] });
-    const bad = await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "x", permissionMode: "yolo" } });
+    const bad = await call(`/api/threads/${parentId}/delegate`, { method: "POST", token, json: { task: "x", permissionMode: "yolo" } });
     expect(bad.status).toBe(400);
   });
 
@@ -161,15 +151,7 @@ describe("environment workspace fields", () => {
     });
     expect(created.status).toBe(201);
     expect(JSON.stringify(created.body)).not.toContain("ghp-secret-token-1");
-    const parent = (await (await call("/api/threads", { method: "POST", token, json: { environmentId: created.body.id } })).json()) as { id: string };
-    const d = await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "build both" } });
-    const { childThreadId, runId } = (await d.json()) as { childThreadId: string; runId: string };
-    await runInDurableObject(threadStub(childThreadId), (a: ThreadActor) => a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" }));
-    const launched = await vi.waitFor(async () => {
-      const l = (await readAll(token, childThreadId)).entries.find((e) => e.payload.type === "signal.run.launched");
-      expect(l).toBeTruthy();
-      return l!;
-    }, { timeout: 15_000, interval: 100 });
+    const { childThreadId, runId, launched } = await delegateAndLaunch(token, created.body.id, { task: "build both" });
     expect(launched.payload.repositories).toEqual([
       { url: "https://git.example/org/app.git", path: "app", branch: "main" },
       { url: "file:///srv/libs/shared", path: "libs/shared", ref: "abc1234" },
@@ -206,15 +188,7 @@ describe("environment workspace fields", () => {
     });
     expect(created.status).toBe(201);
     expect(JSON.stringify(created.body)).not.toContain("docs-secret-value");
-    const parent = (await (await call("/api/threads", { method: "POST", token, json: { environmentId: created.body.id } })).json()) as { id: string };
-    const d = await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "notes", harness: "claude-code", model: "claude-x" } });
-    const { childThreadId, runId } = (await d.json()) as { childThreadId: string; runId: string };
-    await runInDurableObject(threadStub(childThreadId), (a: ThreadActor) => a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" }));
-    const launched = await vi.waitFor(async () => {
-      const l = (await readAll(token, childThreadId)).entries.find((e) => e.payload.type === "signal.run.launched");
-      expect(l).toBeTruthy();
-      return l!;
-    }, { timeout: 15_000, interval: 100 });
+    const { childThreadId, runId, launched } = await delegateAndLaunch(token, created.body.id, { task: "notes", harness: "claude-code", model: "claude-x" });
     expect(launched.payload.plugins).toEqual({ skills: ["release-notes"], extensions: [], mcpServers: ["docs"] });
     const provider = sharedTestProvider();
     const [box] = await provider.list({ [LABEL_RUN]: runId });
