@@ -19,7 +19,7 @@ export const environmentInputSchema = z.object({
   secrets: z.record(envVarName, z.string().max(10_000)).default({}),
   /** `open` (default), `deny` (only the thread stream), or `{allow: [host]}` (the stream and those). */
   egress: egressSchema.optional(),
-  /** Keep one non-ephemeral box for `run_command`; delegated runs still get their own. */
+  /** Keep one non-ephemeral box for `run_command`; with `boxMode: "ephemeral"` delegated runs still get their own. */
   sharedBox: z.boolean().default(false),
   /** `shared`: delegated runs and `run_command` all use the environment's one long-lived box. */
   boxMode: boxModeSchema.optional(),
