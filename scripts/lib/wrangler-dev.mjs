@@ -71,6 +71,19 @@ export async function waitForHttp(url, timeoutMs = 60_000, isReady = (r) => r.ok
  *           configPath?: string, readyPath?: string, cwd?: string }} opts
  */
 export async function startWorker(opts = {}) {
+  // A port found free can be taken by another process (a parallel test's wrangler) before
+  // wrangler binds it: try again with fresh ports instead of failing the run.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startWorkerOnce(opts);
+    } catch (err) {
+      if (attempt >= 3 || !/Address already in use/i.test(String(err?.message))) throw err;
+      await new Promise((r) => setTimeout(r, 200 * attempt));
+    }
+  }
+}
+
+async function startWorkerOnce(opts) {
   const port = opts.port ?? (await freePort());
   const inspectorPort = await freePort();
   const vars = {
