@@ -9,7 +9,7 @@
  * SIGTERM, then SIGKILL after THREADBOX_KILL_GRACE_MS), forwards SIGTERM/SIGINT/SIGHUP to the
  * harness, and on exit reads the thread back, runs decideOutcome and posts the finished-signal
  * unless one is already there. Harnesses that do not mirror themselves (claude-code, codex) have
- * their stdout parsed and posted by the runner, with a heartbeat.
+ * their stdout parsed and posted by the runner. The runner posts a heartbeat for every harness.
  * Exits with the harness's exit code (128 + signal number when it was killed).
  */
 import { randomUUID } from "node:crypto";
@@ -237,8 +237,10 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
     notes.stop();
   };
 
+  // The runner beats for every harness: a mirroring harness (pi) beats too once its session has
+  // started, but its start can take long on a loaded box and must not look like silence.
   let heartbeat: ReturnType<typeof setInterval> | undefined;
-  if (!agent.mirrorsItself && cfg.heartbeatMs > 0) {
+  if (cfg.heartbeatMs > 0) {
     const beat = () => void postHeartbeat(url, tokens.current(), Math.min(cfg.heartbeatMs, 5_000));
     beat();
     heartbeat = setInterval(beat, cfg.heartbeatMs);
