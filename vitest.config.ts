@@ -50,6 +50,8 @@ export default defineConfig({
                 PROBE_CONFIRM_MS: "5000",
                 STOP_GRACE_MS: "300",
                 DISPATCH_TURN_LEASE_MS: "1500",
+                // Small enough that an oversize upload is cheap to send; large enough for several stored chunks.
+                FOLDER_MAX_BYTES: "2000000",
                 // Explicit, so a developer's .dev.vars cannot change what the tests see.
                 THREADBOX_STREAM_URL: "",
                 // Local sandbox host started by test/workers/sandbox-provider.setup.ts

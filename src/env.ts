@@ -22,6 +22,8 @@ export interface Env {
   /** How soon a bot's turn interrupted by an eviction is resumed (ms); default 60000. */
   DISPATCH_TURN_LEASE_MS?: string;
   DISPATCH_AGENT_CACHE_MS?: string;
+  /** Largest folder archive (upload or synced back), bytes; default 16 MiB. */
+  FOLDER_MAX_BYTES?: string;
 }
 
 export function intVar(value: string | undefined, fallback: number): number {

@@ -2,6 +2,7 @@ import { z } from "zod";
 import { idSchema } from "./auth/tokens";
 import { providerNameSchema } from "./sandbox/providers";
 import { packagesSchema } from "./workspace/packages";
+import { foldersSchema } from "./workspace/folders";
 import { allowedToolsSchema, boxModeSchema, egressSchema, filesSchema, permissionModeSchema, pluginsSchema, publicFiles, repositoriesSchema, volumesSchema } from "./workspace/box-config";
 
 const envVarName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "env var names are [A-Za-z_][A-Za-z0-9_]*");
@@ -27,6 +28,8 @@ export const environmentInputSchema = z.object({
   files: filesSchema.default([]),
   permissionMode: permissionModeSchema.optional(),
   allowedTools: allowedToolsSchema.optional(),
+  /** Archives copied into the working directory before the harness starts; `readwrite` ones come back as new versions. */
+  folders: foldersSchema.default([]),
   /** Persistent storage mounted into every box of the environment; never deleted with a box or the environment. */
   volumes: volumesSchema.default([]),
   /** Cloned into the working directory of every delegated run (a delegate's own `repo` replaces them). */

@@ -6,6 +6,7 @@ import {
   createThreadRoute, getThreadRoute, listThreadsRoute, mintThreadTokenRoute, postEntriesRoute, readEntriesRoute, stopThreadRoute, interruptThreadRoute,
   subscribeRoute, delegateRoute, resumeRoute,
 } from "./http/routes-threads";
+import { downloadFolderRoute, listFoldersRoute, uploadFolderRoute } from "./http/routes-folders";
 import { createEnvironmentRoute, execRoute, getEnvironmentRoute, listEnvironmentsRoute, patchEnvironmentRoute } from "./http/routes-environments";
 import { createSandboxRoute, deleteSandboxRoute, getSandboxRoute, listSandboxesRoute, previewLinkRoute, reconcileRoute } from "./http/routes-sandboxes";
 import { listArtifactsRoute } from "./http/routes-artifacts";
@@ -62,6 +63,9 @@ router
   .get("/api/environments/:id", (req, env) => getEnvironmentRoute(req, env, req.params.id))
   .patch("/api/environments/:id", (req, env) => patchEnvironmentRoute(req, env, req.params.id))
   .post("/api/environments/:id/exec", (req, env) => execRoute(req, env, req.params.id))
+  .post("/api/environments/:id/folders", (req, env) => uploadFolderRoute(req, env, req.params.id))
+  .get("/api/environments/:id/folders", (req, env) => listFoldersRoute(req, env, req.params.id))
+  .get("/api/environments/:id/folders/:name", (req, env) => downloadFolderRoute(req, env, req.params.id, req.params.name))
   .get("/api/sandboxes", (req, env) => listSandboxesRoute(req, env))
   .post("/api/sandboxes", (req, env) => createSandboxRoute(req, env))
   .post("/api/sandboxes/reconcile", (req, env) => reconcileRoute(req, env))

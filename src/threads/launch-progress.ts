@@ -1,4 +1,5 @@
 import type { DetachedHandle } from "../sandbox/provider";
+import type { CopiedFolder } from "../workspace/folders";
 
 /**
  * How far a run's launch got, persisted after each step so a launch retried after a crash (the
@@ -19,6 +20,8 @@ export type LaunchProgress = {
   session?: "new" | "continued" | "rebuilt";
   /** The environment's packages are checked (and installed where missing): `manager:spec` installed. */
   packagesInstalled?: string[];
+  /** The environment's folders are in the working directory. */
+  folders?: CopiedFolder[];
   /** The runner is started: a retry only records it. */
   handle?: DetachedHandle;
 };

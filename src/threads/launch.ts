@@ -13,6 +13,8 @@ import { mirrorNextIndex, rebuildPiSession, runnerLaunch, type HarnessName } fro
 import { BUNDLES } from "../runner/bundles.generated";
 import type { ThreadRow } from "./thread-row";
 import { shq } from "../domain/shell";
+import { folderMaxBytes, type CopiedFolder } from "../workspace/folders";
+import { copyFoldersIn } from "../workspace/folder-sync";
 import { BOX_ENV, PI_AGENT_DIR, WORK_DIR, runDir } from "../domain/box-layout";
 
 export type LaunchSpec = {
@@ -38,6 +40,8 @@ export type LaunchInfo = {
   files?: string[];
   repositories?: { url: string; path: string; branch?: string; ref?: string }[];
   plugins?: { skills: string[]; extensions: string[]; mcpServers: string[] };
+  /** The environment's folders as copied in (the version of each uploaded one). */
+  folders?: CopiedFolder[];
   /** Packages of the environment this box lacked and the launch installed (`manager:spec`). */
   packagesInstalled?: string[];
 };
@@ -134,6 +138,7 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
     ...(workspace.allowedTools ? { allowedTools: workspace.allowedTools } : {}),
     ...(workspace.files.length ? { files: workspace.files.map((f) => f.path) } : {}),
     ...(progress.packagesInstalled?.length ? { packagesInstalled: progress.packagesInstalled } : {}),
+    ...(progress.folders?.length ? { folders: progress.folders } : {}),
     ...(!spec.repo && deps.environment?.repositories?.length
       ? { repositories: deps.environment.repositories.map((r) => ({ url: r.url, path: repoPath(r), ...(r.branch ? { branch: r.branch } : {}), ...(r.ref ? { ref: r.ref } : {}) })) }
       : {}),
@@ -190,6 +195,11 @@ async function startRunner(
   // One repository is the working directory itself; several sit side by side in it.
   const cwd = repos.length === 1 ? `${WORK_DIR}/${repoPath(repos[0])}` : WORK_DIR;
   deps.alive();
+  if (environment?.folders?.length && !progress.folders) {
+    const folders = await copyFoldersIn(env, { provider, ref, home }, row.houseId, environment, cwd, spec.runId, folderMaxBytes(env));
+    progress = await deps.saveProgress({ folders });
+    deps.alive();
+  }
 
   const uploads: { path: string; content: Uint8Array | string }[] = [];
   const workspace = workspaceOf(spec, environment);

@@ -22,6 +22,21 @@ export type ThreadSummary = {
   updatedAt: string;
 };
 
+/** One stored version of an environment's folder (the archive itself is the plain stream `stream`). */
+export type FolderVersion = {
+  name: string;
+  version: number;
+  stream: string;
+  format: "tar" | "tar.gz" | "zip";
+  bytes: number;
+  sha256: string;
+  createdAt: string;
+  createdBy: string;
+  /** Set when a readwrite run synced it back. */
+  threadId?: string;
+  runId?: string;
+};
+
 export type ThreadFilter = { parentKind?: string; parentId?: string; status?: ThreadStatus; limit: number; before?: string };
 
 /**
@@ -41,6 +56,36 @@ export class HouseActor extends DurableObject<Env> {
     ctx.storage.sql.exec(`create table if not exists agents (id text primary key, handle text not null unique, body text not null)`);
     ctx.storage.sql.exec(`create table if not exists boxes (id text primary key, ephemeral integer not null, state text not null, view text not null)`);
     ctx.storage.sql.exec(`create table if not exists counters (name text primary key, value integer not null)`);
+    ctx.storage.sql.exec(`create table if not exists folder_versions (
+      environment_id text not null, name text not null, version integer not null, body text not null,
+      primary key (environment_id, name, version))`);
+  }
+
+  /** Records an archive already stored in `v.stream` as the folder's next version. */
+  async addFolderVersion(environmentId: string, name: string, v: Omit<FolderVersion, "version">) {
+    return settle(() => {
+      const sql = this.ctx.storage.sql;
+      const last = sql.exec(`select max(version) as v from folder_versions where environment_id = ? and name = ?`, environmentId, name).toArray()[0]?.v as number | null;
+      const version = (last ?? 0) + 1;
+      const row: FolderVersion = { ...v, version };
+      sql.exec(`insert into folder_versions (environment_id, name, version, body) values (?, ?, ?, ?)`, environmentId, name, version, JSON.stringify(row));
+      return row;
+    });
+  }
+
+  /** One version, or the newest when `version` is null. */
+  async getFolderVersion(environmentId: string, name: string, version: number | null) {
+    return settle(() => {
+      const r = version === null
+        ? this.ctx.storage.sql.exec(`select body from folder_versions where environment_id = ? and name = ? order by version desc limit 1`, environmentId, name).toArray()[0]
+        : this.ctx.storage.sql.exec(`select body from folder_versions where environment_id = ? and name = ? and version = ?`, environmentId, name, version).toArray()[0];
+      return r ? (JSON.parse(r.body as string) as FolderVersion) : null;
+    });
+  }
+
+  async listFolderVersions(environmentId: string) {
+    return settle(() => this.ctx.storage.sql.exec(`select name, body from folder_versions where environment_id = ? order by name, version`, environmentId)
+      .toArray().map((r) => JSON.parse(r.body as string) as FolderVersion));
   }
 
   /** Updates arrive through the thread's outbox and may be retried: an older row never overwrites a newer one. */

@@ -10,6 +10,8 @@ export type OutboxPayloads = {
   attach: { boxId: string };
   detach: { boxId: string; keepBox: boolean };
   stop_harness: { boxId: string };
+  /** Readwrite folders the run changed become new versions (before `detach` releases the box). */
+  sync_folders: { boxId: string; runId: string };
   launch: LaunchSpec;
   notify_parent: { parentId: string; runKey: number; status: string; reason: string | null; resultText: string; brainId: string | null };
   /** The house index is told the row as it is when the item runs, so one pending item is enough. */

@@ -18,6 +18,8 @@ export type RunLifecyclePorts = {
   config: LivenessConfig;
   /** Asks the box's actor; a failed call is the caller's problem (it reads as `unknown`). */
   probeBox(houseId: string, boxId: string): Promise<{ verdict: ProbeVerdict | string; confirmedDead: boolean }>;
+  /** Whether the run copied in readwrite folders, owed a sync-back before its box goes. */
+  owesFolderSync(runId: string): boolean;
   /** Appends a finished-signal written by the control plane (deduped by id). */
   appendSystemSignal(id: string, status: string, reason: string): void;
 };
@@ -140,6 +142,9 @@ export class RunLifecycle {
     // end them before the box is released, so nothing writes to a settled thread.
     if (row.boxId && row.statusReason === "pi_session_orphaned") {
       outbox.enqueue(`stop:${runKey}`, "stop_harness", { boxId: row.boxId }, now);
+    }
+    if (row.boxId && row.runId && this.p.owesFolderSync(row.runId)) {
+      outbox.enqueue(`sync_folders:${runKey}`, "sync_folders", { boxId: row.boxId, runId: row.runId }, now);
     }
     if (row.boxId) {
       const keepBox = row.statusReason === "stopped";

@@ -23,6 +23,7 @@ import { DispatchService } from "./dispatch";
 import type { Agent } from "../../agents";
 import type { Environment } from "../../environments";
 import type { DispatchConfig, ThreadConfigPatch } from "../../dispatch/config";
+import { readwriteFolders, syncFoldersAfterRun } from "../../workspace/folder-sync";
 import { plainStreamOptions, plainStreamPolicy, serveStream, threadStreamOptions, type AppendPolicy } from "./stream-host";
 
 /** Sent by the worker (never by a client: actors are not reachable from outside). */
@@ -108,6 +109,7 @@ export class ThreadActor extends DurableObject<Env> {
         probeConfirmMs: intVar(env.PROBE_CONFIRM_MS, 5_000),
       },
       probeBox: (houseId, boxId) => unwrapRpc(sandboxStub(env, boxId).probe(houseId)),
+      owesFolderSync: (runId) => readwriteFolders(this.entryById(`launched:${runId}`)).length > 0,
       appendSystemSignal: (id, status, reason) => this.appendSystemSignal(id, status, reason),
     });
     this.deadlines = new Deadlines(ctx.storage, () => clock.now());
@@ -519,6 +521,11 @@ export class ThreadActor extends DurableObject<Env> {
     this.appendInternal([{ id, ts: this.clock.now(), authorId: "threadbox", payload }]);
   }
 
+  private entryById(id: string): Entry | null {
+    const r = this.ctx.storage.sql.exec(`select seq, data, entry_id from messages where entry_id = ?`, id).toArray()[0];
+    return r ? toEntryWithOffset({ seq: r.seq as number, data: new Uint8Array(r.data as ArrayBuffer), entryId: r.entry_id as string }) : null;
+  }
+
   /** Between launch steps; nothing happens here in production (tests crash the actor at a step). */
   protected launchCheckpoint(_step: LaunchStep): void {}
 
@@ -544,6 +551,17 @@ export class ThreadActor extends DurableObject<Env> {
       detach: { run: async (p) => void (await unwrapRpc(sandboxStub(env, p.boxId).detach(row().houseId, row().id, { keepBox: p.keepBox === true }))) },
       // A grace period for the harness: only the alarm waits for it.
       stop_harness: { slow: true, run: async (p) => void (await unwrapRpc(sandboxStub(env, p.boxId).stopRun(row().houseId, row().id))) },
+      // Packing and downloading take long: only the alarm runs it; the `detach` after it waits.
+      sync_folders: {
+        slow: true,
+        run: async (p) => {
+          const r = row();
+          if (!r.environmentId) return;
+          const folders = readwriteFolders(this.entryById(`launched:${p.runId}`));
+          const target = { houseId: r.houseId, threadId: r.id, environmentId: r.environmentId, boxId: p.boxId, runId: p.runId, folders };
+          await syncFoldersAfterRun(env, target, (entry) => void this.appendInternal([entry]), () => this.clock.now());
+        },
+      },
       launch: {
         // Box creation and installs take long: only the alarm runs them.
         slow: true,

@@ -1,0 +1,72 @@
+import { ApiError, json } from "../errors";
+import type { Env } from "../env";
+import { authenticate, canWrite, requireHouse } from "../auth/authenticate";
+import { idSchema } from "../auth/tokens";
+import type { Environment } from "../environments";
+import type { FolderVersion } from "../actors/house/house-actor";
+import { houseStub } from "./actors";
+import { unwrapRpc } from "../actors/rpc";
+import { assertNoRepeatedQuery } from "./query";
+import { readBoundedBody } from "./bounded-body";
+import { ARCHIVE_CONTENT_TYPES, FOLDER_NAME, folderMaxBytes } from "../workspace/folders";
+import { readArchive, storeFolderVersion } from "../workspace/folder-store";
+
+async function environmentOf(request: Request, env: Env, id: string | undefined) {
+  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  requireHouse(claims);
+  const parsed = idSchema.safeParse(id);
+  if (!parsed.success) throw new ApiError("not_found", "environment not found");
+  const e = (await unwrapRpc(houseStub(env, claims.houseId).getEnvironment(parsed.data))) as Environment | null;
+  if (!e) throw new ApiError("not_found", "environment not found");
+  return { claims, environment: e };
+}
+
+function folderName(raw: string | null | undefined): string {
+  if (!raw) throw new ApiError("validation_failed", "name the folder: ?name=<folder>");
+  if (!FOLDER_NAME.test(raw)) throw new ApiError("validation_failed", "a folder name is letters, digits, . _ - (up to 100), starting with a letter or digit");
+  return raw;
+}
+
+/** `POST /api/environments/:id/folders?name=<folder>`: the body is a tar, tar.gz or zip archive. */
+export async function uploadFolderRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
+  const { claims, environment } = await environmentOf(request, env, id);
+  if (!canWrite(claims) || claims.role === "bot") throw new ApiError("forbidden", "only owners and members upload folders");
+  const url = new URL(request.url);
+  assertNoRepeatedQuery(url);
+  const name = folderName(url.searchParams.get("name"));
+  const bytes = await readBoundedBody(request, folderMaxBytes(env));
+  if (bytes.byteLength === 0) throw new ApiError("validation_failed", "the body is empty: send a tar, tar.gz or zip archive");
+  const version = await storeFolderVersion(env, claims.houseId, environment.id, name, bytes, { createdBy: claims.subject });
+  return json(version, 201);
+}
+
+/** `GET /api/environments/:id/folders`: every folder with its versions, oldest first. */
+export async function listFoldersRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
+  const { claims, environment } = await environmentOf(request, env, id);
+  const versions = await unwrapRpc(houseStub(env, claims.houseId).listFolderVersions(environment.id));
+  const byName = new Map<string, FolderVersion[]>();
+  for (const v of versions) byName.set(v.name, [...(byName.get(v.name) ?? []), v]);
+  const folders = [...byName.entries()].map(([name, list]) => ({ name, latest: list[list.length - 1].version, versions: list }));
+  return json({ folders });
+}
+
+/** `GET /api/environments/:id/folders/:name[?version=N]`: the archive (the newest version by default). */
+export async function downloadFolderRoute(request: Request, env: Env, id: string | undefined, rawName: string | undefined): Promise<Response> {
+  const { claims, environment } = await environmentOf(request, env, id);
+  const url = new URL(request.url);
+  assertNoRepeatedQuery(url);
+  const name = folderName(rawName);
+  const rawVersion = url.searchParams.get("version");
+  const version = rawVersion === null ? null : Number(rawVersion);
+  if (version !== null && !(Number.isInteger(version) && version > 0)) throw new ApiError("validation_failed", "version is a positive integer");
+  const v = await unwrapRpc(houseStub(env, claims.houseId).getFolderVersion(environment.id, name, version));
+  if (!v) throw new ApiError("not_found", version === null ? `folder ${name} has no version` : `folder ${name} has no version ${version}`);
+  const { bytes } = await readArchive(env, claims.houseId, v.stream, Math.max(v.bytes, 1));
+  return new Response(bytes, {
+    headers: {
+      "content-type": ARCHIVE_CONTENT_TYPES[v.format],
+      "folder-version": String(v.version),
+      "content-disposition": `attachment; filename="${name}-v${v.version}.${v.format}"`,
+    },
+  });
+}

@@ -1,0 +1,120 @@
+import { z } from "zod";
+import { shq } from "../domain/shell";
+import { intVar, type Env } from "../env";
+import { workspacePathSchema } from "./box-config";
+
+/**
+ * Folders: a directory tree copied into the run's working directory before the harness starts,
+ * from an archive the house uploaded (`POST /api/environments/:id/folders`) or a plain stream of
+ * the house holding one. A `readwrite` folder whose contents the run changed comes back after the
+ * run as the folder's next version.
+ */
+
+/** A folder's name within its environment; also the `source` that names it. */
+export const FOLDER_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/;
+export const folderNameSchema = z.string().regex(FOLDER_NAME, "a folder name: letters, digits, . _ - (up to 100)");
+
+/** `stream:<name>`: the whole content of a plain stream of the house is the archive. */
+const STREAM_SOURCE = /^stream:([A-Za-z0-9][A-Za-z0-9._~:@!$&'()*+,;=/-]{0,255})$/;
+
+/** Sync-back leaves these out (build output, dependencies); copy-in copies the whole archive. */
+const excludeSchema = z.string().min(1).max(200).refine((g) => !g.includes("\0") && !g.startsWith("-"), "a glob (no leading -)");
+
+export const folderSpecSchema = z.object({
+  source: z.string().min(1).max(300).refine((s) => FOLDER_NAME.test(s) || STREAM_SOURCE.test(s), "an uploaded folder's name, or stream:<plain stream name>"),
+  path: workspacePathSchema,
+  access: z.enum(["read", "readwrite"]).default("read"),
+  exclude: z.array(excludeSchema).max(50).default([]),
+}).strict().superRefine((f, ctx) => {
+  if (f.access === "readwrite" && STREAM_SOURCE.test(f.source)) {
+    ctx.addIssue({ code: "custom", path: ["access"], message: "a stream source is append-only: upload the archive as a folder for readwrite access" });
+  }
+});
+export type FolderSpec = z.infer<typeof folderSpecSchema>;
+
+export const foldersSchema = z.array(folderSpecSchema).max(20).superRefine((list, ctx) => {
+  const paths = new Set<string>();
+  const rw = new Set<string>();
+  for (const f of list) {
+    if (paths.has(f.path)) ctx.addIssue({ code: "custom", message: `two folders are copied to ${f.path}` });
+    paths.add(f.path);
+    if (f.access === "readwrite") {
+      // Two readwrite copies of one folder would race to be its next version.
+      if (rw.has(f.source)) ctx.addIssue({ code: "custom", message: `folder ${f.source} is readwrite twice` });
+      rw.add(f.source);
+    }
+  }
+});
+
+/** Where a folder's archive comes from. */
+export type FolderSource = { kind: "upload"; name: string } | { kind: "stream"; stream: string };
+
+export function folderSource(source: string): FolderSource {
+  const m = STREAM_SOURCE.exec(source);
+  return m ? { kind: "stream", stream: m[1] } : { kind: "upload", name: source };
+}
+
+export type ArchiveFormat = "tar" | "tar.gz" | "zip";
+
+export const ARCHIVE_CONTENT_TYPES: Record<ArchiveFormat, string> = {
+  tar: "application/x-tar",
+  "tar.gz": "application/gzip",
+  zip: "application/zip",
+};
+
+/** The format from the bytes themselves (a client's Content-Type is often just octet-stream). */
+export function sniffArchive(bytes: Uint8Array): ArchiveFormat | null {
+  if (bytes.length >= 4 && bytes[0] === 0x50 && bytes[1] === 0x4b && (bytes[2] === 0x03 || bytes[2] === 0x05) && (bytes[3] === 0x04 || bytes[3] === 0x06)) return "zip";
+  if (bytes.length >= 2 && bytes[0] === 0x1f && bytes[1] === 0x8b) return "tar.gz";
+  if (bytes.length >= 262 && String.fromCharCode(...bytes.subarray(257, 262)) === "ustar") return "tar";
+  // An empty tar is only its end-of-archive blocks.
+  if (bytes.length >= 1024 && bytes.length % 512 === 0 && bytes.subarray(0, 1024).every((b) => b === 0)) return "tar";
+  return null;
+}
+
+/** Replaces `dest` with the archive's tree. zip goes through Python, which images have more often than unzip. */
+export function extractCommand(archive: string, dest: string, format: ArchiveFormat): string {
+  const reset = `rm -rf ${shq(dest)} && mkdir -p ${shq(dest)}`;
+  if (format === "zip") {
+    return `${reset} && python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' ${shq(archive)} ${shq(dest)}`;
+  }
+  return `${reset} && tar -xf ${shq(archive)} -C ${shq(dest)} --no-same-owner`;
+}
+
+/**
+ * A tar of `dir` that depends only on its contents (names sorted, times, owners and the tar's own
+ * metadata fixed), so an untouched folder packs to the same bytes it did before the run.
+ */
+export function packCommand(dir: string, exclude: string[], out: string): string {
+  const excludes = exclude.map((g) => `--exclude=${shq(g)}`).join(" ");
+  return `tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --format=gnu ${excludes} -cf ${shq(out)} -C ${shq(dir)} .`;
+}
+
+/** The digest of what `packCommand` makes, printed alone. */
+export function digestCommand(dir: string, exclude: string[], scratch: string): string {
+  return `${packCommand(dir, exclude, scratch)} && sha256sum ${shq(scratch)} | cut -d' ' -f1 && rm -f ${shq(scratch)}`;
+}
+
+export async function sha256Hex(bytes: Uint8Array): Promise<string> {
+  const d = await crypto.subtle.digest("SHA-256", bytes);
+  return Array.from(new Uint8Array(d), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/** What a launch copied in, recorded on its launched entry; sync-back reads it from there. */
+export type CopiedFolder = {
+  source: string;
+  path: string;
+  access: "read" | "readwrite";
+  exclude: string[];
+  /** The uploaded folder's version copied in (none for a stream source). */
+  version?: number;
+  /** Digest of the folder as copied in (readwrite only): sync-back makes a version only when it changed. */
+  digest?: string;
+};
+
+/** The default cap on an uploaded archive (and on a synced-back one). */
+export const DEFAULT_FOLDER_MAX_BYTES = 16 * 1024 * 1024;
+
+export function folderMaxBytes(env: Env): number {
+  return intVar(env.FOLDER_MAX_BYTES, DEFAULT_FOLDER_MAX_BYTES);
+}

@@ -1,0 +1,201 @@
+import { describe, expect, it, vi } from "vitest";
+import { env, runInDurableObject } from "cloudflare:test";
+import type { ThreadActor } from "./test-worker";
+import { call, errorCode, houseToken, readAll } from "./helpers";
+import { sharedTestProvider } from "./register-test-provider";
+import { LABEL_RUN } from "../../src/sandbox/provider";
+import { tarArchive } from "../support/tar";
+
+const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> };
+const threadStub = (id: string) => E.THREADS.get(E.THREADS.idFromName(`thread:${id}`));
+
+async function createEnv(token: string, body: Record<string, unknown> = {}) {
+  const r = await call("/api/environments", { method: "POST", token, json: { name: "folders", provider: "test", model: "local/m", ...body } });
+  return { status: r.status, body: (await r.json()) as any };
+}
+
+function upload(token: string, envId: string, name: string | null, body: BodyInit, headers: Record<string, string> = {}) {
+  const q = name === null ? "" : `?name=${encodeURIComponent(name)}`;
+  return call(`/api/environments/${envId}/folders${q}`, { method: "POST", token, body, headers: { "content-type": "application/x-tar", ...headers } });
+}
+
+async function sha256(bytes: Uint8Array): Promise<string> {
+  return Array.from(new Uint8Array(await crypto.subtle.digest("SHA-256", bytes)), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+describe("environment folders: upload, versions, download", () => {
+  it("each upload is the folder's next version; the newest is the default download, any version by number", async () => {
+    const token = await houseToken("house-folders-a");
+    const e = (await createEnv(token)).body;
+    const v1 = tarArchive({ "notes/todo.txt": "one\n" });
+    const v2 = tarArchive({ "notes/todo.txt": "one\ntwo\n" });
+    const r1 = await upload(token, e.id, "notes", v1);
+    expect(r1.status).toBe(201);
+    expect(await r1.json()).toMatchObject({ name: "notes", version: 1, format: "tar", bytes: v1.byteLength, sha256: await sha256(v1), createdBy: "alice" });
+    expect((await upload(token, e.id, "notes", v2)).status).toBe(201);
+
+    const list = (await (await call(`/api/environments/${e.id}/folders`, { token })).json()) as any;
+    expect(list.folders).toHaveLength(1);
+    expect(list.folders[0]).toMatchObject({ name: "notes", latest: 2 });
+    expect(list.folders[0].versions.map((v: any) => v.version)).toEqual([1, 2]);
+
+    const latest = await call(`/api/environments/${e.id}/folders/notes`, { token });
+    expect(latest.status).toBe(200);
+    expect(latest.headers.get("content-type")).toBe("application/x-tar");
+    expect(latest.headers.get("folder-version")).toBe("2");
+    expect(new Uint8Array(await latest.arrayBuffer())).toEqual(v2);
+    expect(new Uint8Array(await (await call(`/api/environments/${e.id}/folders/notes?version=1`, { token })).arrayBuffer())).toEqual(v1);
+
+    const missing = await call(`/api/environments/${e.id}/folders/notes?version=9`, { token });
+    expect(missing.status).toBe(404);
+    expect(await errorCode(missing)).toBe("not_found");
+    expect((await call(`/api/environments/${e.id}/folders/nothing`, { token })).status).toBe(404);
+    expect((await call(`/api/environments/${e.id}/folders/notes?version=abc`, { token })).status).toBe(400);
+  });
+
+  it("an archive larger than one stored chunk comes back byte for byte; zip and tar.gz are recognized by their bytes", async () => {
+    const token = await houseToken("house-folders-big");
+    const e = (await createEnv(token)).body;
+    const noise = crypto.getRandomValues(new Uint8Array(60_000));
+    const big = tarArchive(Object.fromEntries(Array.from({ length: 25 }, (_, i) => [`blob-${i}.bin`, noise])));
+    expect(big.byteLength).toBeGreaterThan(1_400_000);
+    const r = await upload(token, e.id, "data", big, { "content-type": "application/octet-stream" });
+    expect(r.status).toBe(201);
+    const back = new Uint8Array(await (await call(`/api/environments/${e.id}/folders/data`, { token })).arrayBuffer());
+    expect(back.byteLength).toBe(big.byteLength);
+    expect(await sha256(back)).toBe(await sha256(big));
+
+    const zip = new Uint8Array([0x50, 0x4b, 0x05, 0x06, ...new Array(18).fill(0)]);
+    expect(await (await upload(token, e.id, "zipped", zip)).json()).toMatchObject({ format: "zip" });
+    const gz = new Uint8Array(await new Response(new Blob([tarArchive({ "a.txt": "a" })]).stream().pipeThrough(new CompressionStream("gzip"))).arrayBuffer());
+    const gzr = await upload(token, e.id, "gzipped", gz);
+    expect(await gzr.json()).toMatchObject({ format: "tar.gz" });
+    expect((await call(`/api/environments/${e.id}/folders/gzipped`, { token })).headers.get("content-type")).toBe("application/gzip");
+  });
+
+  it("refuses bad uploads with clear 4xx answers, an oversize one while it is still arriving", async () => {
+    const token = await houseToken("house-folders-bad");
+    const e = (await createEnv(token)).body;
+    const tar = tarArchive({ "a.txt": "a" });
+    for (const [name, body] of [[null, tar], ["../up", tar], ["a b", tar], ["ok", new Uint8Array(0)], ["ok", new TextEncoder().encode("just some text, not an archive")]] as const) {
+      const r = await upload(token, e.id, name, body);
+      expect(r.status, `name=${name}`).toBe(400);
+      expect(await errorCode(r)).toBe("validation_failed");
+    }
+    // Chunked, no Content-Length: cut off at the cap, not buffered whole first.
+    let sent = 0;
+    const chunk = new Uint8Array(256 * 1024);
+    const endless = new ReadableStream<Uint8Array>({
+      pull(c) {
+        sent += chunk.byteLength;
+        if (sent > 64 * 1024 * 1024) c.close();
+        else c.enqueue(chunk);
+      },
+    });
+    const big = await upload(token, e.id, "big", endless);
+    expect(big.status).toBe(413);
+    expect(await errorCode(big)).toBe("payload_too_large");
+    expect(sent).toBeLessThan(16 * 1024 * 1024);
+    expect((await upload(token, e.id, "big", new Uint8Array(2_000_001), { "content-length": "2000001" })).status).toBe(413);
+    expect((await call(`/api/environments/${e.id}/folders`, { token })).status).toBe(200);
+    expect(((await (await call(`/api/environments/${e.id}/folders`, { token })).json()) as any).folders).toEqual([]);
+    expect((await call(`/api/environments/${e.id}/folders?name=a&name=b`, { method: "POST", token, body: tar })).status).toBe(400);
+  });
+
+  it("only the environment's house reaches its folders; bots and readers do not upload", async () => {
+    const owner = await houseToken("house-folders-own");
+    const other = await houseToken("house-folders-other");
+    const e = (await createEnv(owner)).body;
+    expect((await upload(owner, e.id, "secret-notes", tarArchive({ "s.txt": "mine" }))).status).toBe(201);
+    for (const r of [
+      await upload(other, e.id, "secret-notes", tarArchive({ "s.txt": "theirs" })),
+      await call(`/api/environments/${e.id}/folders`, { token: other }),
+      await call(`/api/environments/${e.id}/folders/secret-notes`, { token: other }),
+      await upload(owner, "env_nope", "x", tarArchive({ "s.txt": "x" })),
+    ]) {
+      expect(r.status).toBe(404);
+      expect(await errorCode(r)).toBe("not_found");
+    }
+    expect((await upload(await houseToken("house-folders-own", "bot-1", "bot"), e.id, "x", tarArchive({ "a": "a" }))).status).toBe(403);
+    expect((await upload(await houseToken("house-folders-own", "ro", "reader"), e.id, "x", tarArchive({ "a": "a" }))).status).toBe(403);
+    expect((await call(`/api/environments/${e.id}/folders/secret-notes`, { token: "not-a-token" })).status).toBe(401);
+    // Nothing the other house sent became a version.
+    const list = (await (await call(`/api/environments/${e.id}/folders`, { token: owner })).json()) as any;
+    expect(list.folders.map((f: any) => [f.name, f.latest])).toEqual([["secret-notes", 1]]);
+  });
+
+  it("environment folders are validated: names or stream sources, relative paths, readwrite only for uploads", async () => {
+    const token = await houseToken("house-folders-schema");
+    const ok = await createEnv(token, { folders: [{ source: "notes", path: "notes", access: "readwrite", exclude: ["node_modules"] }, { source: "stream:docs/archive", path: "docs" }] });
+    expect(ok.status).toBe(201);
+    expect(ok.body.folders).toEqual([
+      { source: "notes", path: "notes", access: "readwrite", exclude: ["node_modules"] },
+      { source: "stream:docs/archive", path: "docs", access: "read", exclude: [] },
+    ]);
+    for (const folders of [
+      [{ source: "stream:docs", path: "docs", access: "readwrite" }],
+      [{ source: "notes", path: "/etc" }],
+      [{ source: "notes", path: "../x" }],
+      [{ source: "no spaces", path: "x" }],
+      [{ source: "a", path: "x" }, { source: "b", path: "x" }],
+      [{ source: "a", path: "x", access: "readwrite" }, { source: "a", path: "y", access: "readwrite" }],
+      [{ source: "a", path: "x", exclude: ["--checkpoint-action=exec=sh"] }],
+    ]) {
+      const r = await createEnv(token, { folders });
+      expect(r.status, JSON.stringify(folders)).toBe(400);
+    }
+  });
+});
+
+describe("environment folders in a launch", () => {
+  async function delegate(token: string, environmentId: string) {
+    const parent = (await (await call("/api/threads", { method: "POST", token, json: { environmentId } })).json()) as { id: string };
+    const d = await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "read the notes" } });
+    expect(d.status).toBe(202);
+    const { childThreadId, runId } = (await d.json()) as { childThreadId: string; runId: string };
+    await runInDurableObject(threadStub(childThreadId), (a: ThreadActor) => a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" }));
+    return { childThreadId, runId };
+  }
+
+  it("the newest version of an uploaded folder and a stream's archive are unpacked into the working directory; the launch entry says which", async () => {
+    const token = await houseToken("house-folders-launch");
+    const e = (await createEnv(token, { folders: [{ source: "notes", path: "notes" }, { source: "stream:shared/docs.tar", path: "docs" }] })).body;
+    await upload(token, e.id, "notes", tarArchive({ "todo.txt": "old" }));
+    const v2 = tarArchive({ "todo.txt": "new" });
+    await upload(token, e.id, "notes", v2);
+    const docs = tarArchive({ "guide.md": "# guide" });
+    expect((await call("/api/stream/shared/docs.tar", { method: "PUT", token, body: docs, headers: { "content-type": "application/x-tar" } })).status).toBe(201);
+
+    const { childThreadId, runId } = await delegate(token, e.id);
+    const launched = await vi.waitFor(async () => {
+      const l = (await readAll(token, childThreadId)).entries.find((x) => x.payload.type === "signal.run.launched");
+      expect(l).toBeTruthy();
+      return l!;
+    }, { timeout: 15_000, interval: 100 });
+    expect(launched.payload.folders).toEqual([
+      { source: "notes", path: "work/notes", access: "read", exclude: [], version: 2 },
+      { source: "stream:shared/docs.tar", path: "work/docs", access: "read", exclude: [] },
+    ]);
+    const provider = sharedTestProvider();
+    const [box] = await provider.list({ [LABEL_RUN]: runId });
+    const files = provider.boxes.get(box.ref)!.files;
+    expect(files.get(`.threadbox/runs/${runId}/folders/0.tar`)).toEqual(v2);
+    expect(files.get(`.threadbox/runs/${runId}/folders/1.tar`)).toEqual(docs);
+    const commands = provider.calls.filter((c) => c.op === "exec" && c.ref === box.ref).map((c) => JSON.stringify(c.args));
+    expect(commands.some((c) => c.includes("tar -xf '.threadbox/runs/") && c.includes("-C 'work/notes'"))).toBe(true);
+  });
+
+  it("a folder with no uploaded version fails the launch visibly, naming the folder", async () => {
+    const token = await houseToken("house-folders-missing");
+    const e = (await createEnv(token, { folders: [{ source: "never-uploaded", path: "n" }] })).body;
+    const { childThreadId } = await delegate(token, e.id);
+    const failed = await vi.waitFor(async () => {
+      const t = (await (await call(`/api/threads/${childThreadId}`, { token })).json()) as any;
+      expect(t.status).toBe("failed");
+      return t;
+    }, { timeout: 15_000, interval: 100 });
+    expect(failed.reason).toBe("pi_failed");
+    const signal = (await readAll(token, childThreadId)).entries.find((x) => x.payload.type === "signal.thread.status_changed" && x.payload.status === "pi_failed");
+    expect(String(signal?.payload.reason)).toContain("folder never-uploaded has no uploaded version");
+  });
+});
