@@ -12,6 +12,7 @@ import { startModelServer, type ModelServer } from "../support/model-server";
 import { startPausableProxy } from "../support/pausable-proxy";
 import { createDaytonaProvider } from "../../src/sandbox/daytona-provider";
 import { run } from "../../src/sandbox/run";
+import { tarArchive } from "../support/tar";
 
 const SANDBOX_KEY = "e2e-sandbox-key";
 let host: Awaited<ReturnType<typeof startSandboxHost>>;
@@ -581,6 +582,55 @@ describe("an environment's volume", () => {
     const es = await entries(second);
     expect(es.find((e) => e.payload.type === "signal.run.launched")!.payload.boxId).not.toBe(firstBox);
     expect(JSON.stringify(es.find((e) => e.payload.type === "pi.tool_result")!.payload)).toContain("remembered-across-boxes");
+  });
+});
+
+describe("an environment's readwrite folder", () => {
+  it("what a run changed in the folder comes back as its next version, listed on the thread; the next run starts from it", async () => {
+    model.push(
+      { toolCalls: [{ name: "bash", arguments: { command: "cat notes/todo.txt && echo two >> notes/todo.txt && echo fresh > notes/added.txt && mkdir -p notes/scratch && echo junk > notes/scratch/tmp.txt" } }] },
+      { text: "Updated the notes." },
+      { toolCalls: [{ name: "bash", arguments: { command: "cat notes/todo.txt notes/added.txt" } }] },
+      { text: "Read them." },
+    );
+    const envId = await environment();
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { folders: [{ source: "notes", path: "notes", access: "readwrite", exclude: ["scratch"] }] } })).status).toBe(200);
+    const up = await fetch(`${worker.url}/api/environments/${envId}/folders?name=notes`, {
+      method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/x-tar" }, body: tarArchive({ "todo.txt": "one\n" }),
+    });
+    expect(up.status).toBe(201);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+
+    const first = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "add to the notes" } })).body.childThreadId as string;
+    expect((await settled(first)).status).toBe("completed");
+    expect(JSON.stringify((await entries(first)).find((e) => e.payload.type === "pi.tool_result")!.payload)).toContain("one");
+    const synced = await waitFor("the folder's new version on the thread", async () =>
+      (await entries(first)).find((e) => e.payload.type === "artifact.folder"), 30_000);
+    expect(synced.payload).toMatchObject({ folder: "notes", status: "synced", version: 2, baseVersion: 1 });
+    const listed = (await api(`/api/threads/${first}/artifacts`)).body.artifacts.map((a: Entry) => a.payload.type);
+    expect(listed).toContain("artifact.folder");
+
+    const v2 = await fetch(`${worker.url}${synced.payload.download}`, { headers: { authorization: `Bearer ${token}` } });
+    expect(v2.status).toBe(200);
+    const dir = mkdtempSync(join(tmpdir(), "tb-folder-"));
+    writeFileSync(join(dir, "v2.tar"), new Uint8Array(await v2.arrayBuffer()));
+    execSync(`mkdir -p out && tar -xf v2.tar -C out`, { cwd: dir });
+    expect(readFileSync(join(dir, "out/todo.txt"), "utf8")).toBe("one\ntwo\n");
+    expect(readFileSync(join(dir, "out/added.txt"), "utf8")).toBe("fresh\n");
+    expect(existsSync(join(dir, "out/scratch"))).toBe(false);
+
+    // A second run, on a fresh box, starts from version 2; changing nothing makes no version 3.
+    const second = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "read the notes" } })).body.childThreadId as string;
+    expect((await settled(second)).status).toBe("completed");
+    const es = await entries(second);
+    expect(es.find((e) => e.payload.type === "signal.run.launched")!.payload.folders[0]).toMatchObject({ source: "notes", version: 2 });
+    expect(JSON.stringify(es.find((e) => e.payload.type === "pi.tool_result")!.payload)).toContain("fresh");
+    const unchanged = await waitFor("the second run's folder report", async () =>
+      (await entries(second)).find((e) => e.payload.type === "artifact.folder"), 30_000);
+    expect(unchanged.payload).toMatchObject({ folder: "notes", status: "unchanged" });
+    const folders = (await api(`/api/environments/${envId}/folders`)).body.folders;
+    expect(folders[0]).toMatchObject({ name: "notes", latest: 2 });
+    expect(folders[0].versions[1]).toMatchObject({ version: 2, threadId: first, createdBy: "threadbox" });
   });
 });
 
