@@ -20,6 +20,10 @@ export function renderArtifacts(artifacts, { full = false, c = { gray: (s) => s,
       if (p.stream) out.push(c.gray(`  full diff: plain stream ${p.stream}`));
       if (full) out.push(p.diff);
       else if (p.status) out.push(p.status.trimEnd().replace(/^/gm, "  "));
+    } else if (p.type === "artifact.folder") {
+      if (p.status === "synced") out.push(c.bold(`run ${p.runId}: folder ${p.folder} is now version ${p.version}`) + c.gray(` (${p.bytes} B, from version ${p.baseVersion ?? "?"}; ${p.download})`));
+      else if (p.status === "unchanged") out.push(`run ${p.runId}: folder ${p.folder} unchanged`);
+      else out.push(`run ${p.runId}: folder sync failed for ${(p.folders ?? []).join(", ")}: ${p.error}`);
     }
   }
   return out.join("\n");

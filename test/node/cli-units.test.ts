@@ -12,6 +12,8 @@ import { palette } from "../../cli/lib/term.mjs";
 import { advance, answered, initialProgress, onPosted } from "../../cli/commands/chat.mjs";
 // @ts-expect-error plain JS module without declarations
 import { finishedRow, mayEndRun } from "../../cli/lib/follow.mjs";
+// @ts-expect-error plain JS module without declarations
+import { renderArtifacts } from "../../cli/commands/artifacts.mjs";
 
 const c = palette(false);
 
@@ -62,6 +64,19 @@ describe("rendering", () => {
     const t = (id: string, parent: string | null, createdAt: string) => ({ id, status: "idle", title: id, createdAt, parent: parent ? { kind: "thread", id: parent } : { kind: "none", id: null } });
     const lines = threadTree([t("b", "a", "2"), t("a", null, "1"), t("c", "a", "3"), t("d", "b", "4"), t("e", "gone", "5")], c);
     expect(lines).toEqual(["a  idle  a", "├─ b  idle  b", "│  └─ d  idle  d", "└─ c  idle  c", "e  idle  e"]);
+  });
+});
+
+describe("artifacts", () => {
+  it("says what became of each readwrite folder: its new version and where to download it, unchanged, or why the sync failed", () => {
+    const text = renderArtifacts([
+      { payload: { type: "artifact.folder", runId: "r2", folder: "notes", status: "synced", version: 3, baseVersion: 2, bytes: 2048, download: "/api/environments/env_1/folders/notes?version=3" } },
+      { payload: { type: "artifact.folder", runId: "r1", folder: "notes", status: "unchanged" } },
+      { payload: { type: "artifact.folder", runId: "r0", status: "failed", folders: ["notes"], error: "box gone" } },
+    ]);
+    expect(text).toContain("run r2: folder notes is now version 3 (2048 B, from version 2; /api/environments/env_1/folders/notes?version=3)");
+    expect(text).toContain("run r1: folder notes unchanged");
+    expect(text).toContain("run r0: folder sync failed for notes: box gone");
   });
 });
 

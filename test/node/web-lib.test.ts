@@ -41,6 +41,18 @@ describe("timeline", () => {
     expect(items.map((i) => i.kind === "artifact" && [i.runId, i.files?.length, Boolean(i.diff)])).toEqual([["r1", 1, true], ["r2", 0, false]]);
   });
 
+  it("says what became of a run's readwrite folders", () => {
+    const es = [
+      entry({ type: "artifact.folder", runId: "r1", folder: "notes", status: "synced", version: 4 }),
+      entry({ type: "artifact.folder", runId: "r2", folder: "notes", status: "unchanged" }),
+      entry({ type: "artifact.folder", runId: "r3", status: "failed", folders: ["notes"], error: "box gone" }),
+    ];
+    const items = buildTimeline(es, [], who);
+    expect(items.map((i) => i.kind === "signal" && [i.label, i.tone])).toEqual([
+      ["folder notes saved as version 4", "good"], ["folder notes unchanged", "info"], ["folder sync failed (notes): box gone", "bad"],
+    ]);
+  });
+
   it("pairs each tool result with its call by toolCallId, in call order", () => {
     const es = [
       entry({ type: "pi.tool_call", toolCallId: "a", name: "bash", args: { command: "ls" } }),

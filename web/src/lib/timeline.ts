@@ -118,6 +118,10 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
       }
       if (p.type === "artifact.files") card.files = Array.isArray(p.files) ? (p.files as ArtifactFile[]) : [];
       else card.diff = { status: String(p.status ?? ""), text: String(p.diff ?? ""), truncated: p.truncated === true, stream: typeof p.stream === "string" ? p.stream : undefined };
+    } else if (p.type === "artifact.folder") {
+      const folder = p.status === "failed" ? (Array.isArray(p.folders) ? p.folders.join(", ") : "") : String(p.folder ?? "");
+      const label = p.status === "synced" ? `folder ${folder} saved as version ${p.version}` : p.status === "unchanged" ? `folder ${folder} unchanged` : `folder sync failed (${folder}): ${p.error ?? "unknown"}`;
+      items.push({ kind: "signal", key, entry, label, tone: p.status === "failed" ? "bad" : p.status === "synced" ? "good" : "info" });
     } else if (p.type === "pi.error") {
       items.push({ kind: "signal", key, entry, label: `error: ${p.message ?? "unknown"}`, tone: "bad" });
     } else if (p.type.startsWith("signal.")) {
