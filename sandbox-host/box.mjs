@@ -157,7 +157,7 @@ export class Box {
   }
 
   /** git clone as a box process, so credentials helpers and HOME are the box's. */
-  async clone({ url, path: dest, branch, commit_id: commitId, depth }) {
+  async clone({ url, path: dest, branch, commit_id: commitId, depth, username, password }) {
     this.assertRunning();
     if (!url) throw new HostError(400, "url is required");
     const target = this.resolve(dest);
@@ -167,7 +167,10 @@ export class Box {
     if (depth) cmd += ` --depth ${Number(depth)}`;
     cmd += ` -- ${q(url)} ${q(target)}`;
     if (commitId) cmd += ` && git -C ${q(target)} checkout --quiet ${q(commitId)}`;
-    const r = await this.execute({ command: cmd, timeout: 600, envs: { GIT_TERMINAL_PROMPT: "0" } });
+    // Like Daytona's clone: the credentials authenticate this clone only and are not kept in the
+    // checkout; they travel in the environment, never on the command line.
+    const envs = password ? gitCredentialEnv(username || "x-access-token", password) : { GIT_TERMINAL_PROMPT: "0" };
+    const r = await this.execute({ command: cmd, timeout: 600, envs });
     if (r.exitCode !== 0) {
       const notFound = /not found|does not exist|does not appear to be a git repository/i.test(r.result);
       throw new HostError(notFound ? 404 : 400, `git clone failed: ${r.result.trim()}`, notFound ? "GIT_REPO_NOT_FOUND" : "GIT_TRANSPORT_FAILED");
@@ -280,4 +283,18 @@ function realpathOfNearest(abs) {
       cur = parent;
     }
   }
+}
+
+/** The same variables as src/domain/git-credentials.ts: a helper that answers from the environment. */
+function gitCredentialEnv(username, password) {
+  return {
+    GIT_TERMINAL_PROMPT: "0",
+    GIT_CONFIG_COUNT: "2",
+    GIT_CONFIG_KEY_0: "credential.helper",
+    GIT_CONFIG_VALUE_0: "",
+    GIT_CONFIG_KEY_1: "credential.helper",
+    GIT_CONFIG_VALUE_1: '!f() { test "$1" = get || exit 0; echo "username=$TB_GIT_USERNAME"; echo "password=$TB_GIT_PASSWORD"; }; f',
+    TB_GIT_USERNAME: username,
+    TB_GIT_PASSWORD: password,
+  };
 }

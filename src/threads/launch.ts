@@ -13,6 +13,7 @@ import { mirrorNextIndex, rebuildPiSession, runnerLaunch, type HarnessName } fro
 import { BUNDLES } from "../runner/bundles.generated";
 import type { ThreadRow } from "./thread-row";
 import { shq } from "../domain/shell";
+import { gitCredentialEnv } from "../domain/git-credentials";
 import { folderMaxBytes, type CopiedFolder } from "../workspace/folders";
 import { copyFoldersIn } from "../workspace/folder-sync";
 import { BOX_ENV, PI_AGENT_DIR, WORK_DIR, runDir } from "../domain/box-layout";
@@ -313,7 +314,10 @@ async function reconcileCheckout(provider: SandboxProvider, ref: string, home: s
     : r.branch
       ? [`git fetch --quiet origin ${shq(r.branch)}`, `(git checkout --quiet ${shq(r.branch)} 2>/dev/null || git checkout --quiet -b ${shq(r.branch)} FETCH_HEAD)`, `git merge --ff-only --quiet FETCH_HEAD`]
       : [`git pull --ff-only --quiet`];
-  const out = await provider.exec(ref, steps.join(" && "), { cwd: `${home}/${dest}`, timeoutSec: 600, env: { GIT_TERMINAL_PROMPT: "0" } });
+  // The clone did not keep the credentials; a fetch needs them again.
+  const creds = cloneOptions(r, dest, environment);
+  const env = creds.password ? gitCredentialEnv(creds.username ?? "x-access-token", creds.password) : { GIT_TERMINAL_PROMPT: "0" };
+  const out = await provider.exec(ref, steps.join(" && "), { cwd: `${home}/${dest}`, timeoutSec: 600, env });
   if (out.exitCode !== 0) throw new Error(`updating ${repoPath(r)} in place failed (exit ${out.exitCode}): ${out.output.trim().slice(-500)}`);
 }
 

@@ -13,6 +13,7 @@ import { startPausableProxy } from "../support/pausable-proxy";
 import { createDaytonaProvider } from "../../src/sandbox/daytona-provider";
 import { run } from "../../src/sandbox/run";
 import { tarArchive } from "../support/tar";
+import { startGitHttpServer } from "../support/git-http-server";
 
 const SANDBOX_KEY = "e2e-sandbox-key";
 let host: Awaited<ReturnType<typeof startSandboxHost>>;
@@ -558,6 +559,49 @@ describe("a shared box", () => {
     expect(out.trim().split("\n").at(-1)).toBe("2");
     // The shared box outlives its runs.
     expect((await api(`/api/sandboxes/${boxId}`)).body).toMatchObject({ state: "live", ephemeral: false });
+  });
+});
+
+describe("a shared box with a private repository", () => {
+  it("clones with the token from a secret and fetches with it again when reconciling in place; the token is never kept in the checkout or shown", async () => {
+    const root = mkdtempSync(join(tmpdir(), "tb-git-root-"));
+    const work = mkdtempSync(join(tmpdir(), "tb-git-work-"));
+    const sh = (cmd: string, cwd = work) => execSync(cmd, { cwd, stdio: "pipe", shell: "/bin/bash" });
+    sh(`git init -q --bare -b main ${root}/app.git`);
+    sh(`git init -q -b main && echo v1 > VERSION && git add . && git -c user.email=t@t -c user.name=t commit -qm v1 && git push -q ${root}/app.git main`);
+    const secret = "ghp-private-token-e2e";
+    const server = await startGitHttpServer(root, "x-access-token", secret);
+    try {
+      model.push(
+        { toolCalls: [{ name: "bash", arguments: { command: "cat VERSION && cat .git/config" } }] },
+        { text: "Saw v1." },
+        { toolCalls: [{ name: "bash", arguments: { command: "cat VERSION && git reflog show HEAD | grep -c -e 'clone:' -e 'Fast-forward'" } }] },
+        { text: "Saw v2." },
+      );
+      const envId = await environment();
+      const patch = { boxMode: "shared", secrets: { GIT_TOKEN: secret }, repositories: [{ url: server.url("app.git"), branch: "main", path: "app", credentialsSecret: "GIT_TOKEN" }] };
+      expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: patch })).status).toBe(200);
+      const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+      const first = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "check the version" } })).body.childThreadId as string;
+      expect((await settled(first)).status).toBe("completed");
+      const out1 = String((await entries(first)).find((e) => e.payload.type === "pi.tool_result")!.payload.output);
+      expect(out1).toContain("v1");
+      expect(out1).toContain(server.url("app.git"));
+      expect(out1).not.toContain(secret);
+
+      sh(`echo v2 > VERSION && git -c user.email=t@t -c user.name=t commit -qam v2 && git push -q ${root}/app.git main`);
+      const second = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "check again" } })).body.childThreadId as string;
+      expect((await settled(second)).status).toBe("completed");
+      const out2 = String((await entries(second)).find((e) => e.payload.type === "pi.tool_result")!.payload.output);
+      expect(out2).toContain("v2");
+      // One clone and one fast-forward: fetched in place with the token, not cloned again.
+      expect(out2.trim().split("\n").at(-1)).toBe("2");
+      // Every request without the token was refused; git asks anonymously first, then with it.
+      expect(server.stats.served).toBeGreaterThan(0);
+      for (const id of [first, second]) expect(JSON.stringify(await entries(id))).not.toContain(secret);
+    } finally {
+      await server.close();
+    }
   });
 });
 
