@@ -59,3 +59,15 @@ export function packageInstallCommands(p: PackagesSpec | undefined): { manager: 
 export function parseInstalled(stdout: string): string[] {
   return stdout.split("\n").map((l) => l.trim()).filter((l) => /^(apt|npm|pip):\S+$/.test(l));
 }
+
+/**
+ * The same packages as image build steps for a snapshot (`npm run snapshot -- --environment`):
+ * the build runs as root, so npm installs into /usr/local and pip system-wide.
+ */
+export function packageBakeSteps(p: PackagesSpec | undefined): string[] {
+  const steps: string[] = [];
+  if (p?.apt?.length) steps.push(`apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ${p.apt.join(" ")} && rm -rf /var/lib/apt/lists/*`);
+  if (p?.npm?.length) steps.push(`npm install -g --prefix /usr/local --no-audit --no-fund ${p.npm.join(" ")}`);
+  if (p?.pip?.length) steps.push(`python3 -m pip install --no-cache-dir --break-system-packages ${p.pip.join(" ")}`);
+  return steps;
+}

@@ -2,7 +2,8 @@
 // host (real @daytonaio/sdk client in the worker), the real pi CLI in a box, and a scripted
 // OpenAI-compatible model server standing in for the LLM provider.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { execSync } from "node:child_process";
+import { execFile, execSync } from "node:child_process";
+import { promisify } from "node:util";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -16,6 +17,7 @@ import { tarArchive } from "../support/tar";
 import { startGitHttpServer } from "../support/git-http-server";
 
 const SANDBOX_KEY = "e2e-sandbox-key";
+const execFileAsync = promisify(execFile);
 let host: Awaited<ReturnType<typeof startSandboxHost>>;
 let worker: Awaited<ReturnType<typeof startWorker>>;
 let token: string;
@@ -602,6 +604,49 @@ describe("a shared box with a private repository", () => {
     } finally {
       await server.close();
     }
+  });
+});
+
+describe("npm run snapshot -- --environment", () => {
+  const snapshotScript = async (args: string[]) => {
+    const env = {
+      ...process.env, DAYTONA_API_URL: host.apiUrl, DAYTONA_API_KEY: SANDBOX_KEY, DAYTONA_TARGET: "local",
+      THREADBOX_URL: worker.url, THREADBOX_TOKEN: token, XDG_CONFIG_HOME: mkdtempSync(join(tmpdir(), "tb-snapcfg-")),
+    };
+    try {
+      const r = await execFileAsync(process.execPath, [join(ROOT, "scripts", "snapshot.mjs"), ...args], { cwd: ROOT, env });
+      return { code: 0, out: r.stdout + r.stderr };
+    } catch (err: any) {
+      return { code: err.code as number, out: String(err.stdout) + String(err.stderr) };
+    }
+  };
+  const recorded = (name: string) => JSON.parse(readFileSync(join(host.root, "snapshots", `${name}.json`), "utf8")) as { buildInfo?: { dockerfileContent: string } };
+
+  it("bakes the environment's packages into a snapshot named after them and points the environment at it", async () => {
+    const envId = await environment();
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { packages: { npm: ["left-pad@1.3.0"], pip: ["requests==2.32.3"] } } })).status).toBe(200);
+    const first = await snapshotScript(["--environment", envId]);
+    expect(first.code, first.out).toBe(0);
+    const name = (await api(`/api/environments/${envId}`)).body.snapshot as string;
+    expect(name).toMatch(new RegExp(`^threadbox-env-${envId.replace(/_/g, "-")}-[0-9a-f]{12}$`));
+    expect(first.out).toContain(`creating ${name}`);
+    const dockerfile = recorded(name).buildInfo!.dockerfileContent;
+    expect(dockerfile).toContain("npm install -g --prefix /usr/local --no-audit --no-fund left-pad@1.3.0");
+    expect(dockerfile).toContain("pip install --no-cache-dir --break-system-packages requests==2.32.3");
+    expect(dockerfile).toContain("@earendil-works/pi-coding-agent@");
+
+    // The same packages: the snapshot is there already. Other packages: another snapshot.
+    const again = await snapshotScript(["--environment", envId]);
+    expect(again.out).toContain(`snapshot ${name} exists`);
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { packages: { npm: ["left-pad@1.3.0", "is-odd@3.0.1"] } } })).status).toBe(200);
+    expect((await snapshotScript(["--environment", envId])).code).toBe(0);
+    const next = (await api(`/api/environments/${envId}`)).body.snapshot as string;
+    expect(next).not.toBe(name);
+    expect(recorded(next).buildInfo!.dockerfileContent).toContain("is-odd@3.0.1");
+
+    const missing = await snapshotScript(["--environment", "env_does_not_exist"]);
+    expect(missing.code).toBe(1);
+    expect(missing.out).toContain("404");
   });
 });
 
