@@ -9,6 +9,7 @@ import { FORK_HEADERS, type ForkSource } from "../streams/fork";
 import { plainStreamKey, plainStreamStub, threadStub } from "./actors";
 import { forwardToActor } from "./routes-threads";
 import { writerFor } from "../threads/entries";
+import { subscriptionsRoute } from "./routes-subscriptions";
 
 const NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._~:@!$&'()*+,;=/-]{0,255}$/;
 const THREAD_STREAM = /^thread-([A-Za-z0-9][A-Za-z0-9._:-]{0,127})$/;
@@ -28,6 +29,7 @@ export async function streamRoute(request: Request, env: Env, prefix: string): P
   } catch {
     throw new ApiError("bad_request", "stream name is not valid percent-encoding");
   }
+  if (name === "__ds" || name.startsWith("__ds/")) return subscriptionsRoute(request, env, name, `${url.origin}${prefix.replace(/\/$/, "")}`);
   if (!NAME_PATTERN.test(name) || name.includes("..")) throw new ApiError("bad_request", "invalid stream name");
 
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);

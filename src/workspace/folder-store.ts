@@ -1,5 +1,5 @@
 import type { Env } from "../env";
-import { AUTH_HEADER, TARGET_HEADER, type ActorAuth, type StreamTarget } from "../actors/thread/thread-actor";
+import { plainStreamRequest } from "../streams/internal-request";
 import { plainStreamStub } from "../actors/stubs";
 import { ApiError } from "../errors";
 import { houseStub } from "../actors/stubs";
@@ -15,21 +15,13 @@ import { ARCHIVE_CONTENT_TYPES, sha256Hex, sniffArchive } from "./folders";
 
 const CHUNK_BYTES = 512 * 1024;
 
-function streamRequest(houseId: string, name: string, method: string, init: { search?: string; body?: Uint8Array; contentType?: string } = {}): Request {
-  const auth: ActorAuth = { houseId, subject: "threadbox", canWrite: method !== "GET", mayAuthorAsOthers: false };
-  const target: StreamTarget = { kind: "plain", name };
-  const headers = new Headers({ [AUTH_HEADER]: JSON.stringify(auth), [TARGET_HEADER]: JSON.stringify(target) });
-  if (init.contentType) headers.set("content-type", init.contentType);
-  return new Request(`https://actor/stream${init.search ?? ""}`, { method, headers, body: init.body });
-}
-
 /** Creates the stream `name` holding exactly `bytes`; it must not exist yet. */
 export async function writeArchive(env: Env, houseId: string, name: string, bytes: Uint8Array, contentType: string): Promise<void> {
   const stub = plainStreamStub(env, houseId, name);
-  const created = await stub.fetch(streamRequest(houseId, name, "PUT", { contentType, body: bytes.subarray(0, CHUNK_BYTES) }));
+  const created = await stub.fetch(plainStreamRequest(houseId, name, "PUT", { contentType, body: bytes.subarray(0, CHUNK_BYTES) }));
   if (created.status !== 201) throw new Error(`storing the archive in stream ${name} failed: ${created.status} ${await created.text()}`);
   for (let at = CHUNK_BYTES; at < bytes.byteLength; at += CHUNK_BYTES) {
-    const r = await stub.fetch(streamRequest(houseId, name, "POST", { contentType, body: bytes.subarray(at, at + CHUNK_BYTES) }));
+    const r = await stub.fetch(plainStreamRequest(houseId, name, "POST", { contentType, body: bytes.subarray(at, at + CHUNK_BYTES) }));
     if (!r.ok) throw new Error(`storing the archive in stream ${name} failed: ${r.status} ${await r.text()}`);
     await r.body?.cancel();
   }
@@ -43,7 +35,7 @@ export async function readArchive(env: Env, houseId: string, name: string, maxBy
   let offset = "-1";
   let contentType = "application/octet-stream";
   for (let page = 0; page < 100_000; page++) {
-    const r = await stub.fetch(streamRequest(houseId, name, "GET", { search: `?offset=${encodeURIComponent(offset)}` }));
+    const r = await stub.fetch(plainStreamRequest(houseId, name, "GET", { search: `?offset=${encodeURIComponent(offset)}` }));
     if (r.status === 404) throw new ApiError("not_found", `stream ${name} not found`);
     if (!r.ok) throw new Error(`reading stream ${name} failed: ${r.status} ${await r.text()}`);
     contentType = r.headers.get("content-type") ?? contentType;

@@ -4,10 +4,13 @@ import type { ThreadStatus } from "../../entries/schema";
 import type { ParentRef } from "../../threads/thread-row";
 import type { BoxView } from "../sandbox/sandbox-actor";
 import type { Environment } from "../../environments";
-import { settle } from "../rpc";
+import { settle, unwrapRpc } from "../rpc";
 import { applyAgentPatch, type Agent, type AgentPatch } from "../../agents";
 import { ApiError } from "../../errors";
-import { threadStub } from "../stubs";
+import { plainStreamStub, threadStub } from "../stubs";
+import { SubscriptionService, type SubResult } from "../../subscriptions/service";
+import type { AckRequest, SubscriptionInput } from "../../subscriptions/rules";
+import { plainStreamRequest } from "../../streams/internal-request";
 import { logEvent } from "../../domain/log-event";
 
 export type ThreadSummary = {
@@ -37,6 +40,18 @@ export type FolderVersion = {
   runId?: string;
 };
 
+export type SubscriptionOp =
+  | { kind: "put"; id: string; input: SubscriptionInput; base: string }
+  | { kind: "get" | "delete"; id: string }
+  | { kind: "list" | "jwks" }
+  | { kind: "add_streams"; id: string; streams: string[] }
+  | { kind: "remove_stream"; id: string; path: string }
+  | { kind: "claim"; id: string; worker: string }
+  | { kind: "ack"; id: string; token: string; request: AckRequest; via: "callback" | "ack" }
+  | { kind: "release"; id: string; token: string; request: AckRequest };
+
+const WEBHOOK_TIMEOUT_MS = 10_000;
+
 export type ThreadFilter = { parentKind?: string; parentId?: string; status?: ThreadStatus; limit: number; before?: string };
 
 /**
@@ -45,6 +60,8 @@ export type ThreadFilter = { parentKind?: string; parentId?: string; status?: Th
  * authority for its own row and pushes every change here.
  */
 export class HouseActor extends DurableObject<Env> {
+  private readonly subscriptions: SubscriptionService;
+
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     ctx.storage.sql.exec(`create table if not exists threads (
@@ -59,6 +76,74 @@ export class HouseActor extends DurableObject<Env> {
     ctx.storage.sql.exec(`create table if not exists folder_versions (
       environment_id text not null, name text not null, version integer not null, body text not null,
       primary key (environment_id, name, version))`);
+    ctx.storage.sql.exec(`create table if not exists house_meta (id integer primary key check (id = 1), house_id text not null)`);
+    this.subscriptions = new SubscriptionService({
+      sql: ctx.storage.sql,
+      now: () => Date.now(),
+      secret: env.THREADBOX_TOKEN_SECRET ?? "",
+      tailOf: async (houseId, path) => unwrapRpc(plainStreamStub(env, houseId, path).subscriptionTail(houseId)),
+      appendWake: async (houseId, path, event) => {
+        const r = await plainStreamStub(env, houseId, path).fetch(plainStreamRequest(houseId, path, "POST", { contentType: "application/json", body: JSON.stringify(event) }));
+        await r.body?.cancel();
+        return r.ok;
+      },
+      deliver: async (url, body, signature) => {
+        const r = await fetch(url, { method: "POST", headers: { "content-type": "application/json", "webhook-signature": signature }, body, signal: AbortSignal.timeout(WEBHOOK_TIMEOUT_MS) });
+        const answer = r.ok ? ((await r.json().catch(() => null)) as { done?: unknown } | null) : (await r.body?.cancel(), null);
+        return { ok: r.ok, done: answer?.done === true };
+      },
+      linked: (_houseId, path) => plainStreamStub(env, _houseId, path).subscriptionsChanged(),
+      setAlarm: async (at) => {
+        if (at === null) await ctx.storage.deleteAlarm();
+        else await ctx.storage.setAlarm(at);
+      },
+      log: (event, fields) => logEvent(event, fields, "warn"),
+    });
+  }
+
+  // ---- Durable Streams subscriptions (subscriptions/service.ts owns this actor's alarm) ----
+
+  async subscriptionOp(houseId: string, op: SubscriptionOp) {
+    return settle(async (): Promise<SubResult> => {
+      this.rememberHouse(houseId);
+      const s = this.subscriptions;
+      switch (op.kind) {
+        case "put": return s.put(houseId, op.id, op.input, op.base);
+        case "get": return s.get(houseId, op.id);
+        case "list": return s.list(houseId);
+        case "delete": return s.remove(op.id);
+        case "add_streams": return s.addStreams(houseId, op.id, op.streams);
+        case "remove_stream": return s.removeStream(op.id, op.path);
+        case "claim": return s.claim(houseId, op.id, op.worker);
+        case "ack": return s.ack(houseId, op.id, op.token, op.request, op.via);
+        case "release": return s.release(houseId, op.id, op.token, op.request);
+        case "jwks": return s.jwks();
+      }
+    });
+  }
+
+  /** A plain stream of the house was created or appended to: answers whether a subscription links it. */
+  async streamTouched(houseId: string, path: string) {
+    return settle(async () => {
+      this.rememberHouse(houseId);
+      return this.subscriptions.streamTouched(houseId, path);
+    });
+  }
+
+  async streamDeleted(houseId: string, path: string) {
+    return settle(() => {
+      this.rememberHouse(houseId);
+      this.subscriptions.streamDeleted(path);
+    });
+  }
+
+  async alarm(): Promise<void> {
+    const houseId = this.ctx.storage.sql.exec(`select house_id from house_meta where id = 1`).toArray()[0]?.house_id as string | undefined;
+    if (houseId) await this.subscriptions.alarm(houseId);
+  }
+
+  private rememberHouse(houseId: string): void {
+    this.ctx.storage.sql.exec(`insert into house_meta (id, house_id) values (1, ?) on conflict(id) do nothing`, houseId);
   }
 
   /** Records an archive already stored in `v.stream` as the folder's next version. */

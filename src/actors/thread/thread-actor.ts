@@ -86,6 +86,8 @@ export class ThreadActor extends DurableObject<Env> {
   /** When this plain stream's alarm is set for (in memory: a restart re-arms on the next request or alarm). */
   private plainAlarmAt: number | null = null;
   private plainAlarmChecked = false;
+  /** Whether a subscription of the house links this plain stream, as the house last said. */
+  private subscriptionInterest: { linked: boolean; checkedAt: number } | null = null;
   private readonly forkLinks: ForkLinks;
 
   constructor(ctx: DurableObjectState, env: Env, clock: Clock = systemClock) {
@@ -172,6 +174,10 @@ export class ThreadActor extends DurableObject<Env> {
         this.claimPlainStream(auth.houseId);
         const fork = { links: this.forkLinks, houseId: auth.houseId, source: target.forkSource ?? null };
         const response = await serveStream(request, store, plainStreamPolicy, plainStreamOptions(target.name, auth, fork));
+        if (response.status < 300) {
+          if (request.method === "DELETE") await this.tellHouse(auth.houseId, target.name, "deleted");
+          else if (request.method === "POST" || (request.method === "PUT" && response.status === 201)) await this.tellHouse(auth.houseId, target.name, request.method === "PUT" ? "created" : "appended");
+        }
         // Expiry is fixed when a stream is created; only a create or delete can change what to arm.
         if (!this.plainAlarmChecked || request.method === "PUT" || request.method === "DELETE") await this.armPlainStreamAlarm();
         return response;
@@ -211,6 +217,44 @@ export class ThreadActor extends DurableObject<Env> {
       this.requirePlainStream(houseId);
       return releaseFork(this.log, this.forkLinks, houseId, childKey);
     });
+  }
+
+  // ---- Durable Streams subscriptions (the house's subscriptions/service.ts) ----
+
+  /** The tail a subscription compares its consumer's cursor with; null when this stream does not exist for the house. */
+  async subscriptionTail(houseId: string) {
+    return settle(() => {
+      const owner = this.ctx.storage.sql.exec(`select house_id from stream_owner where id = 1`).toArray()[0]?.house_id;
+      const meta = this.isThread() || owner !== houseId ? null : this.log.meta();
+      return meta ? formatOffset(meta.tailSeq) : null;
+    });
+  }
+
+  /** A subscription now links this stream: the next append tells the house. */
+  async subscriptionsChanged(): Promise<void> {
+    this.subscriptionInterest = null;
+  }
+
+  /**
+   * Tells the house's subscriptions about a create, append or delete. A stream no subscription
+   * links asks again only every SUBSCRIPTION_RECHECK_MS (a new subscription that links it says so
+   * itself); a linked one reports every append. A failure is logged, never the writer's problem.
+   */
+  private async tellHouse(houseId: string, name: string, what: "created" | "appended" | "deleted"): Promise<void> {
+    const now = this.clock.now();
+    const known = this.subscriptionInterest;
+    if (what === "appended" && known && !known.linked && now - known.checkedAt < SUBSCRIPTION_RECHECK_MS) return;
+    try {
+      const house = houseStub(this.env, houseId);
+      if (what === "deleted") {
+        await unwrapRpc(house.streamDeleted(houseId, name));
+        this.subscriptionInterest = null;
+      } else {
+        this.subscriptionInterest = { linked: await unwrapRpc(house.streamTouched(houseId, name)), checkedAt: now };
+      }
+    } catch (err) {
+      logEvent("subscription_notify_failed", { stream: name, what, error: err instanceof Error ? err.message : String(err) }, "warn");
+    }
   }
 
   // ---- RPC used by the worker ----
@@ -616,6 +660,9 @@ export class ThreadActor extends DurableObject<Env> {
   }
 }
 
+
+/** How long a stream no subscription links waits before asking the house again. */
+const SUBSCRIPTION_RECHECK_MS = 5_000;
 
 /** A failed fork release is sent again this soon. */
 const PLAIN_RELEASE_RETRY_MS = 30_000;

@@ -1,0 +1,99 @@
+import { z } from "zod";
+import { ApiError, json } from "../errors";
+import type { Env } from "../env";
+import { authenticate, canWrite, requireHouse } from "../auth/authenticate";
+import { houseStub } from "../actors/stubs";
+import { unwrapRpc } from "../actors/rpc";
+import type { SubscriptionOp } from "../actors/house/house-actor";
+import type { SubResult } from "../subscriptions/service";
+import { ackRequestSchema, normalizePath, subscriptionInputSchema } from "../subscriptions/rules";
+import { peekCallbackToken } from "../subscriptions/signing";
+import { readBody } from "./body";
+
+const SUBSCRIPTION_ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
+const ROUTE = /^__ds\/subscriptions\/([^/]+)(?:\/(streams|claim|callback|ack|release)(?:\/(.+))?)?$/;
+
+const addStreamsSchema = z.object({ streams: z.array(z.string().min(1).max(256)).min(1).max(1000) });
+const claimSchema = z.object({ worker: z.string().min(1).max(200) });
+
+function toResponse(r: SubResult): Response {
+  if (r.status === 204) return new Response(null, { status: 204 });
+  return json(r.body ?? {}, r.status, r.headers ?? {});
+}
+
+const protocolError = (status: number, code: string, message: string) => json({ error: { code, message } }, status);
+
+/**
+ * The protocol's reserved `__ds/` paths under a stream base (`/v1/stream/`, `/api/stream/`):
+ * subscriptions of the caller's house, its webhook signing keys, and the consumer calls that a
+ * wake's callback token authorizes. `base` is the stream base URL the answers link to.
+ */
+export async function subscriptionsRoute(request: Request, env: Env, name: string, base: string): Promise<Response> {
+  const method = request.method;
+  if (name === "__ds/jwks.json") {
+    if (method !== "GET") throw new ApiError("method_not_allowed", "GET the key set");
+    const claims = await houseCaller(request, env, false);
+    return toResponse(await op(env, claims.houseId, { kind: "jwks" }));
+  }
+  if (name === "__ds/subscriptions") {
+    if (method !== "GET") throw new ApiError("method_not_allowed", "GET to list subscriptions");
+    const claims = await houseCaller(request, env, false);
+    return toResponse(await op(env, claims.houseId, { kind: "list" }));
+  }
+  const m = ROUTE.exec(name);
+  if (!m) throw new ApiError("not_found", "no such route");
+  const [, id, action, rest] = m;
+  if (!SUBSCRIPTION_ID.test(id)) return protocolError(400, "INVALID_REQUEST", "invalid subscription id");
+
+  // A wake's own token authorizes these, not a house token: it names the house and the wake.
+  if (action === "callback" || action === "ack" || action === "release") {
+    if (method !== "POST") throw new ApiError("method_not_allowed", `POST to ${action}`);
+    const token = /^Bearer (.+)$/i.exec(request.headers.get("authorization") ?? "")?.[1]?.trim() ?? "";
+    const claims = peekCallbackToken(token);
+    if (!claims || claims.sub !== id) return protocolError(401, "TOKEN_INVALID", "Token invalid");
+    const body = await readBody(request, ackRequestSchema);
+    const result = action === "release"
+      ? await op(env, claims.house, { kind: "release", id, token, request: body })
+      : await op(env, claims.house, { kind: "ack", id, token, request: body, via: action });
+    return toResponse(result);
+  }
+
+  if (action === "claim") {
+    if (method !== "POST") throw new ApiError("method_not_allowed", "POST to claim");
+    const claims = await houseCaller(request, env, true);
+    const body = await readBody(request, claimSchema);
+    return toResponse(await op(env, claims.houseId, { kind: "claim", id, worker: body.worker }));
+  }
+  if (action === "streams") {
+    const claims = await houseCaller(request, env, true);
+    if (rest === undefined) {
+      if (method !== "POST") throw new ApiError("method_not_allowed", "POST streams to add");
+      const body = await readBody(request, addStreamsSchema);
+      return toResponse(await op(env, claims.houseId, { kind: "add_streams", id, streams: body.streams.map(normalizePath) }));
+    }
+    if (method !== "DELETE") throw new ApiError("method_not_allowed", "DELETE a stream to remove it");
+    return toResponse(await op(env, claims.houseId, { kind: "remove_stream", id, path: rest }));
+  }
+
+  if (method === "GET") return toResponse(await op(env, (await houseCaller(request, env, false)).houseId, { kind: "get", id }));
+  if (method === "DELETE") return toResponse(await op(env, (await houseCaller(request, env, true)).houseId, { kind: "delete", id }));
+  if (method === "PUT") {
+    const claims = await houseCaller(request, env, true);
+    const input = await readBody(request, subscriptionInputSchema);
+    return toResponse(await op(env, claims.houseId, { kind: "put", id, input, base }));
+  }
+  throw new ApiError("method_not_allowed", "PUT, GET or DELETE a subscription");
+}
+
+/** Subscriptions belong to houses: a run's stream token does not reach them. */
+async function houseCaller(request: Request, env: Env, write: boolean) {
+  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  if (claims.kind !== "house") throw new ApiError("forbidden", "subscriptions take a house token");
+  requireHouse(claims);
+  if (write && !canWrite(claims)) throw new ApiError("forbidden", "token does not allow writes");
+  return claims;
+}
+
+function op(env: Env, houseId: string, o: SubscriptionOp): Promise<SubResult> {
+  return unwrapRpc(houseStub(env, houseId).subscriptionOp(houseId, o));
+}
