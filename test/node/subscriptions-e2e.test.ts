@@ -1,0 +1,102 @@
+// Webhook subscriptions against the worker under `wrangler dev`, with a real HTTP receiver that
+// fails before it succeeds: retries with backoff, signatures that verify against the house's
+// JWKS, and the cursor moving only when the receiver says it is done.
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { createPublicKey, verify } from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+type Worker = { url: string; mintHouseToken(houseId?: string, subject?: string, role?: string): Promise<string>; stop(): Promise<void> };
+const { startWorker } = (await import("../../scripts/lib/wrangler-dev.mjs" as string)) as { startWorker(o?: { vars?: Record<string, string> }): Promise<Worker> };
+
+let worker: Worker;
+let token: string;
+beforeAll(async () => {
+  worker = await startWorker();
+  token = await worker.mintHouseToken("house-webhooks", "alice", "owner");
+}, 120_000);
+afterAll(async () => {
+  await worker?.stop();
+});
+
+type Delivery = { at: number; raw: string; body: any; signature: string };
+
+/** Answers 500 to the first `failures` deliveries, then `{done: true}`. */
+async function receiver(failures: number) {
+  const got: Delivery[] = [];
+  const server: Server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      const raw = Buffer.concat(chunks).toString("utf8");
+      got.push({ at: Date.now(), raw, body: JSON.parse(raw), signature: String(req.headers["webhook-signature"] ?? "") });
+      if (got.length <= failures) res.writeHead(500).end("not yet");
+      else res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ done: true }));
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`, got, close: () => new Promise<void>((r) => server.close(() => r())) };
+}
+
+const api = async (path: string, init: { method?: string; json?: unknown } = {}) => {
+  const r = await fetch(`${worker.url}${path}`, {
+    method: init.method ?? "GET",
+    headers: { authorization: `Bearer ${token}`, ...(init.json !== undefined ? { "content-type": "application/json" } : {}) },
+    body: init.json !== undefined ? JSON.stringify(init.json) : undefined,
+  });
+  const text = await r.text();
+  return { status: r.status, body: text ? JSON.parse(text) : null };
+};
+
+async function waitFor<T>(what: string, fn: () => Promise<T | null | undefined | false> | T | null | undefined | false, timeoutMs = 20_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+describe("webhook subscriptions", () => {
+  it("a failing receiver is retried with growing delays; every delivery is signed with the house's key; done moves the cursor", async () => {
+    const hook = await receiver(2);
+    try {
+      const created = await api("/v1/stream/__ds/subscriptions/retrying", { method: "PUT", json: { type: "webhook", pattern: "orders/*", webhook: { url: hook.url }, lease_ttl_ms: 30_000 } });
+      expect(created.status).toBe(201);
+      const jwks = (await api("/v1/stream/__ds/jwks.json")).body as { keys: any[] };
+      expect((await api("/v1/stream/orders/1", { method: "PUT", json: { order: 1 } })).status).toBe(201);
+
+      await waitFor("the first (failed) delivery", () => hook.got.length >= 1);
+      await waitFor("the subscription to show the failure", async () => (await api("/v1/stream/__ds/subscriptions/retrying")).body.status === "failed");
+      await waitFor("two retries", () => hook.got.length >= 3);
+      const gaps = [hook.got[1].at - hook.got[0].at, hook.got[2].at - hook.got[1].at];
+      expect(gaps[0]).toBeGreaterThanOrEqual(700);
+      expect(gaps[1]).toBeGreaterThan(gaps[0] * 1.2);
+      // The same wake each time: one generation, one wake id.
+      expect(new Set(hook.got.map((d) => `${d.body.generation}/${d.body.wake_id}`)).size).toBe(1);
+      for (const d of hook.got) {
+        const m = /^t=(\d+),kid=([^,]+),ed25519=([A-Za-z0-9_-]+)$/.exec(d.signature)!;
+        const key = jwks.keys.find((k) => k.kid === m[2]);
+        expect(verify(null, Buffer.from(`${m[1]}.${d.raw}`), createPublicKey({ key, format: "jwk" }), Buffer.from(m[3], "base64url"))).toBe(true);
+        // Tampering breaks it.
+        expect(verify(null, Buffer.from(`${m[1]}.${d.raw.replace("orders/1", "orders/2")}`), createPublicKey({ key, format: "jwk" }), Buffer.from(m[3], "base64url"))).toBe(false);
+      }
+      const tail = hook.got[2].body.streams[0].tail_offset as string;
+      const done = await waitFor("the cursor at the tail", async () => {
+        const s = (await api("/v1/stream/__ds/subscriptions/retrying")).body;
+        return s.streams[0]?.acked_offset === tail && s.status === "active" ? s : null;
+      });
+      expect(done.streams).toEqual([{ path: "orders/1", link_type: "glob", acked_offset: tail }]);
+
+      // More work: a new wake, the next generation, delivered at once.
+      expect((await api("/v1/stream/orders/1", { method: "POST", json: { order: 2 } })).status).toBe(204);
+      const next = await waitFor("the next wake", () => hook.got[3]);
+      expect(next.body.generation).toBe(hook.got[0].body.generation + 1);
+      expect(next.body.callback_url).toBe(`${worker.url}/v1/stream/__ds/subscriptions/retrying/callback`);
+    } finally {
+      await api("/v1/stream/__ds/subscriptions/retrying", { method: "DELETE" });
+      await hook.close();
+    }
+  });
+});
