@@ -309,7 +309,10 @@ describe("stream-proxy in Deno in front of wrangler dev", () => {
     await now.body?.cancel();
     const t0 = Date.now();
     const waiting = fetch(via(id, `?offset=${tail}&live=long-poll`), { headers: auth });
-    await new Promise((r) => setTimeout(r, 300));
+    // Held, not answered: the read is parked at the tail (an answer now would be a 204 or data
+    // that was already there), so what follows can only be the append waking it.
+    const early = await Promise.race([waiting.then(() => "answered"), new Promise((r) => setTimeout(() => r("held"), 300))]);
+    expect(early).toBe("held");
     expect((await post(direct(id), st, chat("wake"))).status).toBeLessThan(300);
     const woke = await waiting;
     expect(woke.status).toBe(200);

@@ -76,3 +76,36 @@ describe("WebSocket subscriptions", () => {
     scoped.ws!.close(1000, "done");
   });
 });
+
+describe("a subscriber whose socket refuses a send", () => {
+  it("is closed (1011) so it reconnects from its last offset; the other subscribers still get every entry", async () => {
+    const { runInDurableObject, env } = await import("cloudflare:test");
+    const { Fanout } = await import("../../src/actors/thread/fanout");
+    const { StreamLog } = await import("../../src/streams/log");
+    const E = env as unknown as { THREADS: DurableObjectNamespace };
+    // workerd shows no send buffer: a consumer too slow or gone is seen only when send() throws.
+    const fake = (fails: boolean) => {
+      const sock = {
+        sent: [] as string[], closed: null as null | { code: number; reason: string }, attachment: { seq: 0 } as unknown,
+        send(f: string) { if (fails) throw new Error("WebSocket send buffer is full"); sock.sent.push(f); },
+        close(code: number, reason: string) { sock.closed = { code, reason }; },
+        serializeAttachment(a: unknown) { sock.attachment = structuredClone(a); },
+        deserializeAttachment() { return sock.attachment; },
+      };
+      return sock;
+    };
+    const slow = fake(true);
+    const ok = fake(false);
+    await runInDurableObject(E.THREADS.get(E.THREADS.idFromName(`fanout-unit-${Date.now()}`)), async (_a, state) => {
+      const log = new StreamLog(state.storage);
+      const ctx = { getWebSockets: () => [slow, ok] } as unknown as DurableObjectState;
+      const fanout = new Fanout(ctx, log);
+      const entry = (seq: number) => ({ offset: `o${seq}`, id: `e${seq}`, payload: { type: "chat", text: `m${seq}` } });
+      fanout.deliver([{ seq: 1, data: new Uint8Array(), entryId: "e1" }], [entry(1)] as never);
+      fanout.deliver([{ seq: 2, data: new Uint8Array(), entryId: "e2" }], [entry(2)] as never);
+    });
+    expect(slow.closed).toEqual({ code: 1011, reason: "send failed" });
+    expect(ok.sent.map((f) => JSON.parse(f).id)).toEqual(["e1", "e2"]);
+    expect(ok.attachment).toEqual({ seq: 2 });
+  });
+});
