@@ -1,5 +1,6 @@
 // npm run bench — threadbox (on `npm run serve`'s plain workerd and under wrangler dev) vs the
-// Durable Streams reference server (@durable-streams/server, Node), same workloads, same client code.
+// Durable Streams reference server (@durable-streams/server, Node; its file store and its memory
+// store), same workloads, same client code, each workload repeated with the server order alternating.
 // Knobs: env vars BENCH_* or flags --name=value (see bench/README.md). Writes bench/results.json.
 import { writeFileSync, mkdirSync } from "node:fs";
 import { join, dirname } from "node:path";
@@ -51,11 +52,13 @@ const K = {
   CEIL_ROWS: knob("CEIL_ROWS", 50_000),
   CEIL_REPS: knob("CEIL_REPS", 3),
   LONG_POLL_TIMEOUT_MS: knob("LONG_POLL_TIMEOUT_MS", 20_000),
-  REF_STORE: knob("REF_STORE", "file"),
+  REF_STORE: knob("REF_STORE", "file,memory"),
   SERVE: knob("SERVE", 1),
   OUT: knob("OUT", join(HERE, "results.json")),
 };
 const only = new Set(String(K.ONLY).split(",").map((s) => s.trim()));
+const refStores = new Set(String(K.REF_STORE).split(",").map((s) => s.trim()).filter((s) => s === "file" || s === "memory"));
+if (refStores.size === 0) throw new Error(`REF_STORE=${K.REF_STORE}: expected file, memory or file,memory`);
 const runId = Date.now().toString(36);
 const log = (...a) => console.error(`[bench ${((now() - T0) / 1000).toFixed(1)}s]`, ...a);
 const T0 = now();
@@ -65,6 +68,7 @@ const COLUMNS = [
   { key: "serve", head: "serve" },
   { key: "threadbox", head: "wrangler dev" },
   { key: "reference", head: "reference" },
+  { key: "referenceMemory", head: "reference (memory)" },
 ];
 /** Tags names created on a server, unique per run and repeat. */
 const tag = (rep) => `${runId}-r${rep}`;
@@ -86,6 +90,8 @@ function row(id, workload, metric, unit, better, figs, note = "", goalRatio = 1)
 /** Per column key, `f` of every run: { serve: [f(run1), ...], ... }. */
 const each = (byKey, f) => Object.fromEntries(Object.entries(byKey).map(([k, runs]) => [k, runs.map(f)]));
 const median = (values) => summarize(values)?.median ?? NaN;
+/** Short server names for notes. */
+const short = (key) => ({ serve: "serve", threadbox: "dev", reference: "ref", referenceMemory: "ref mem" })[key] ?? key;
 const sum = (values) => values.reduce((a, b) => a + (Number(b) || 0), 0);
 
 // ---------- workloads ----------
@@ -350,24 +356,27 @@ async function main() {
   log(`cpus=${cpus().length} knobs=${JSON.stringify(K)}`);
   const results = { startedAt: new Date().toISOString(), cpus: cpus().length, node: process.version, knobs: K, repeats: K.REPEATS, raw: {}, rows };
 
-  log(`starting threadbox (wrangler dev${K.SERVE ? " and npm run serve" : ""}) and the reference server`);
+  log(`starting threadbox (wrangler dev${K.SERVE ? " and npm run serve" : ""}) and the reference server (${[...refStores].join(" and ")} store)`);
   const vars = { LONG_POLL_TIMEOUT_MS: String(K.LONG_POLL_TIMEOUT_MS) };
-  const [worker, ref, served] = await Promise.all([
+  const [worker, ref, refMem, served] = await Promise.all([
     startBenchWorker({ vars }),
-    startRefServer({ longPollTimeoutMs: K.LONG_POLL_TIMEOUT_MS, store: K.REF_STORE }),
+    refStores.has("file") ? startRefServer({ longPollTimeoutMs: K.LONG_POLL_TIMEOUT_MS, store: "file" }) : null,
+    refStores.has("memory") ? startRefServer({ longPollTimeoutMs: K.LONG_POLL_TIMEOUT_MS, store: "memory" }) : null,
     K.SERVE ? startBenchServe({ vars }) : null,
   ]);
-  const stopAll = async () => { await Promise.allSettled([worker.stop(), ref.stop(), served?.stop()]); };
+  const stopAll = async () => { await Promise.allSettled([worker.stop(), ref?.stop(), refMem?.stop(), served?.stop()]); };
   process.on("SIGINT", () => { stopAll().finally(() => process.exit(130)); });
   try {
     const tb = new Target({ label: "threadbox", url: worker.url, token: await worker.mintHouseToken(), threads: true });
-    const rf = new Target({ label: "reference", url: ref.url, token: "unused", threads: false });
+    const rf = ref ? new Target({ label: "reference", url: ref.url, token: "unused", threads: false }) : null;
+    const rm = refMem ? new Target({ label: "reference (memory)", url: refMem.url, token: "unused", threads: false }) : null;
     const sv = served ? new Target({ label: "serve", url: served.url, token: await served.mintHouseToken(), threads: true }) : null;
     // Every server, in table order; `t` is what the workload function gets.
     const servers = [
       sv && { key: "serve", label: "threadbox (npm run serve)", t: sv },
       { key: "threadbox", label: "threadbox (wrangler dev)", t: tb },
-      { key: "reference", label: "reference", t: rf },
+      rf && { key: "reference", label: "reference (file store)", t: rf },
+      rm && { key: "referenceMemory", label: "reference (memory store)", t: rm },
     ].filter(Boolean);
     const threadboxes = servers.filter((s) => s.t.hasThreads);
     results.order = { even: servers.map((s) => s.key), odd: orderFor(1, servers).map((s) => s.key) };
@@ -422,7 +431,7 @@ async function main() {
     if (only.has("3")) {
       /** "recv 1999/2000 serve, ..." summed over the repeats. */
       const recv = (r) => Object.entries(r).map(([k, runs]) =>
-        `${sum(runs.map((x) => x.received))}/${sum(runs.map((x) => x.expected))} ${k === "threadbox" ? "dev" : k === "serve" ? "serve" : "ref"}`).join(", ");
+        `${sum(runs.map((x) => x.received))}/${sum(runs.map((x) => x.expected))} ${short(k)}`).join(", ");
       for (const mode of ["long-poll", "sse"]) {
         const r = await repeated(`w3-${mode}`, (t, rep) => w3(t, mode, rep));
         row("3", `delivery, ${K.W3_READERS} ${mode} readers`, "p50", "ms", "lower", each(r, (x) => x.p50), `recv ${recv(r)}`);
@@ -434,7 +443,7 @@ async function main() {
     }
     if (only.has("4")) {
       const r = await repeated("w4", w4);
-      const pages = Object.entries(r).map(([k, runs]) => `${runs[0].pages} ${k === "threadbox" ? "dev" : k === "serve" ? "serve" : "ref"}`).join(", ");
+      const pages = Object.entries(r).map(([k, runs]) => `${runs[0].pages} ${short(k)}`).join(", ");
       row("4", `catch-up read of ${K.W4_ENTRIES} entries`, "entries/s", "entries/s", "higher", each(r, (x) => x.rate), `pages ${pages}`);
       row("4", `catch-up read of ${K.W4_ENTRIES} entries`, "MB/s", "MB/s", "higher", each(r, (x) => x.mbps));
       row("4", `fill (batches of ${K.W4_FILL_BATCH})`, "entries/s", "entries/s", "higher", each(r, (x) => x.fillRate), "setup, informational");
@@ -444,9 +453,10 @@ async function main() {
       const r = await repeated("w5", w5);
       w5names = r.threadbox.map((x) => x.names);
       for (const runs of Object.values(r)) for (const x of runs) delete x.names;
-      const lost = Object.entries(r).filter(([k]) => k.startsWith("reference")).map(([, runs]) => sum(runs.map((x) => x.recreated))).reduce((a, b) => a + b, 0);
+      const lost = Object.entries(r).filter(([k]) => k.startsWith("reference")).map(([k, runs]) => [short(k), sum(runs.map((x) => x.recreated))]).filter(([, n]) => n > 0)
+        .map(([k, n]) => `; ${k} lost ${n} appends (404) over ${K.REPEATS} runs`).join("");
       row("5", `${K.W5_THREADS} threads x ${K.W5_ENTRIES} entries (${K.W5_CONCURRENCY} conc.)`, "entries/s", "entries/s", "higher", each(r, (x) => x.rate),
-        `ref: plain streams${lost ? `; ref lost ${lost} appends (404) over ${K.REPEATS} runs` : ""}`);
+        `ref: plain streams${lost}`);
       row("5", `${K.W5_THREADS} threads x ${K.W5_ENTRIES} entries`, "append p99", "ms", "lower", each(r, (x) => x.p99));
       row("5", `create ${K.W5_THREADS} threads/streams`, "per s", "per s", "higher", each(r, (x) => x.createRate), "setup, informational");
     }
@@ -490,7 +500,10 @@ async function main() {
     "",
     `results: ${K.OUT}`,
     "notes:",
-    `- each figure is the median of ${K.REPEATS} run${K.REPEATS === 1 ? "" : "s"} per server${K.REPEATS > 1 ? ", (min–max) over the runs" : ""}; ratio = ${primary} median / reference median; goal: >= 1.0 throughput, <= 1.0 latency`,
+    `- each figure is the median of ${K.REPEATS} run${K.REPEATS === 1 ? "" : "s"} per server${K.REPEATS > 1 ? ", (min–max) over the runs" : ""}; ratio = ${primary} median / ${refStores.has("file") ? "reference (file store)" : "reference (memory): the file store did not run"} median; goal: >= 1.0 throughput, <= 1.0 latency`,
+    "- durability: threadbox does one synchronous fsync per commit (SQLite in the Durable Object); the reference file store",
+    "  (column reference) appends to a segment file and awaits an asynchronous fdatasync that concurrent writers to the same stream",
+    "  share; reference (memory) does not persist at all, an upper bound for the reference without durability",
     `- server order alternates between repeats: ${heads(results.order.even)} on odd repeats, ${heads(results.order.odd)} on even ones`,
   ].join("\n"));
 }
@@ -523,7 +536,8 @@ function table(rs) {
   const numeric = new Set(Array.from({ length: cols.length + 1 }, (_, i) => 3 + i));
   const body = rs.map((r) => {
     const primary = withServe ? r.serve : r.threadbox;
-    const base = r.reference;
+    // Against the file-store reference; the memory store only when the file store did not run.
+    const base = r.reference ?? (refStores.has("file") ? null : r.referenceMemory);
     const ratio = primary !== null && primary !== undefined && base ? primary / base : null;
     let goal = "";
     const limit = r.goalRatio ?? 1;
