@@ -9,6 +9,7 @@ import { cpus } from "node:os";
 import { startBenchServe, startBenchWorker } from "./lib/worker.mjs";
 import { startRefServer } from "./lib/ref-server.mjs";
 import { Target } from "./lib/client.mjs";
+import { planPinning, pinPid, pinTree, affinityOf } from "./lib/pin.mjs";
 import { now, sleep, percentile, pool, paddedJson, treeCpu, summarize } from "./lib/stats.mjs";
 
 const HERE = dirname(fileURLToPath(import.meta.url));
@@ -54,6 +55,7 @@ const K = {
   LONG_POLL_TIMEOUT_MS: knob("LONG_POLL_TIMEOUT_MS", 20_000),
   REF_STORE: knob("REF_STORE", "file,memory"),
   SERVE: knob("SERVE", 1),
+  PIN: knob("PIN", 1),
   OUT: knob("OUT", join(HERE, "results.json")),
 };
 const only = new Set(String(K.ONLY).split(",").map((s) => s.trim()));
@@ -62,6 +64,10 @@ if (refStores.size === 0) throw new Error(`REF_STORE=${K.REF_STORE}: expected fi
 const runId = Date.now().toString(36);
 const log = (...a) => console.error(`[bench ${((now() - T0) / 1000).toFixed(1)}s]`, ...a);
 const T0 = now();
+/** Set in main: where the client and the servers run (bench/lib/pin.mjs). */
+let pinning = { applied: false, reason: "not planned yet" };
+/** Pins a server's process tree to the servers' core, when pinning applies. */
+const pinServer = (pid) => (pinning.applied ? pinTree(pid, pinning.serverCpu) : []);
 
 /** Columns of the table, in order: key in a row / in results.raw, and the header. */
 const COLUMNS = [
@@ -313,6 +319,8 @@ async function directPort(worker) {
 async function insertCeiling() {
   const w = await startBenchWorker({ configPath: join(HERE, "wrangler.ceiling.toml") });
   try {
+    pinServer(w.pid);
+    if (pinning.applied) pinning.affinityCeiling = affinityOf(w.pid);
     const call = async (n, ids) => {
       const a = now();
       const r = await fetch(`${w.url}/insert?n=${n}&ids=${ids ? 1 : 0}`);
@@ -367,6 +375,31 @@ async function main() {
   const stopAll = async () => { await Promise.allSettled([worker.stop(), ref?.stop(), refMem?.stop(), served?.stop()]); };
   process.on("SIGINT", () => { stopAll().finally(() => process.exit(130)); });
   try {
+    // Client on one core, every server process on another (the same one for all of them).
+    const serverPids = { serve: served?.pid, threadbox: worker.pid, reference: ref?.pid, referenceMemory: refMem?.pid };
+    pinning = planPinning(Boolean(K.PIN));
+    if (pinning.applied) {
+      try {
+        for (const pid of Object.values(serverPids)) if (pid) pinServer(pid);
+        pinPid(process.pid, pinning.clientCpu);
+      } catch (err) {
+        log(`pinning failed, running unpinned: ${err.message}`);
+        const all = pinning.cpus.join(",");
+        for (const pid of Object.values(serverPids)) if (pid) try { pinTree(pid, all); } catch {}
+        try { pinPid(process.pid, all); } catch {}
+        pinning = { applied: false, reason: `taskset failed: ${err.message}`, cpus: pinning.cpus };
+      }
+    }
+    const affinities = () => ({
+      client: affinityOf(process.pid, { tree: false }),
+      ...Object.fromEntries(Object.entries(serverPids).filter(([, pid]) => pid).map(([k, pid]) => [k, affinityOf(pid)])),
+    });
+    pinning.affinityAtStart = affinities();
+    results.pinning = pinning;
+    log(pinning.applied
+      ? `pinned: client on CPU ${pinning.clientCpu}, servers on CPU ${pinning.serverCpu}: ${JSON.stringify(pinning.affinityAtStart)}`
+      : `not pinned: ${pinning.reason}`);
+
     const tb = new Target({ label: "threadbox", url: worker.url, token: await worker.mintHouseToken(), threads: true });
     const rf = ref ? new Target({ label: "reference", url: ref.url, token: "unused", threads: false }) : null;
     const rm = refMem ? new Target({ label: "reference (memory)", url: refMem.url, token: "unused", threads: false }) : null;
@@ -487,6 +520,7 @@ async function main() {
       row("7", label, "append p99", "ms", "lower", figs((x) => x.p99), devNote((x) => x.p99), 1.1);
       row("7", label, "entries/s", "entries/s", "higher", figs((x) => x.rate), devNote((x) => x.rate), 1 / 1.1);
     }
+    pinning.affinityAtEnd = affinities();
   } finally {
     await stopAll();
   }
@@ -500,12 +534,24 @@ async function main() {
     "",
     `results: ${K.OUT}`,
     "notes:",
-    `- each figure is the median of ${K.REPEATS} run${K.REPEATS === 1 ? "" : "s"} per server${K.REPEATS > 1 ? ", (min–max) over the runs" : ""}; ratio = ${primary} median / ${refStores.has("file") ? "reference (file store)" : "reference (memory): the file store did not run"} median; goal: >= 1.0 throughput, <= 1.0 latency`,
+    `- each figure is the median of ${K.REPEATS} run${K.REPEATS === 1 ? "" : "s"} per server${K.REPEATS > 1 ? ", (min–max) over the runs" : ""}; ratio = ${primary} median / ${refStores.has("file") ? "reference (file store) median" : "reference (memory) median (the file store did not run)"}; goal: >= 1.0 throughput, <= 1.0 latency`,
+    `- pinning: ${pinNote()}`,
     "- durability: threadbox does one synchronous fsync per commit (SQLite in the Durable Object); the reference file store",
     "  (column reference) appends to a segment file and awaits an asynchronous fdatasync that concurrent writers to the same stream",
     "  share; reference (memory) does not persist at all, an upper bound for the reference without durability",
     `- server order alternates between repeats: ${heads(results.order.even)} on odd repeats, ${heads(results.order.odd)} on even ones`,
   ].join("\n"));
+}
+
+function pinNote() {
+  if (!pinning.applied) return `not applied (${pinning.reason}); client and servers share CPUs ${pinning.cpus?.join(",") ?? "?"}`;
+  const s = String(pinning.serverCpu), c = String(pinning.clientCpu);
+  const ok = (a) => a && Object.entries(a).every(([k, lists]) => lists.length === 1 && lists[0] === (k === "client" ? c : s));
+  const servers = [K.SERVE ? "serve's workerd" : null, "wrangler dev with its workerd processes",
+    refStores.size === 2 ? "both reference servers" : "the reference server", only.has("ceil") ? "the ceiling worker" : null].filter(Boolean);
+  const ceilOk = !pinning.affinityCeiling || ok({ ceiling: pinning.affinityCeiling });
+  return `applied with taskset: client (the bench process) on CPU ${c}; every server process (${servers.join(", ")}) on CPU ${s}` +
+    (ok(pinning.affinityAtStart) && (!pinning.affinityAtEnd || ok(pinning.affinityAtEnd)) && ceilOk ? "" : `; CHECK: some thread ran elsewhere, see pinning in ${K.OUT}`);
 }
 
 const heads = (keys) => keys.map((k) => COLUMNS.find((c) => c.key === k)?.head ?? k).join(", ");
