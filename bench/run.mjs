@@ -377,6 +377,9 @@ async function main() {
   try {
     // Client on one core, every server process on another (the same one for all of them).
     const serverPids = { serve: served?.pid, threadbox: worker.pid, reference: ref?.pid, referenceMemory: refMem?.pid };
+    // The pids, e.g. for `perf record -g -p <pid>` (bench/README.md, CPU profile of the append path).
+    log(`server pids: ${Object.entries(serverPids).filter(([, pid]) => pid).map(([k, pid]) =>
+      `${k} ${pid}${k === "threadbox" ? " (wrangler; its workerd: " + treeCpu(pid).pids.filter((p) => p.endsWith(":workerd")).map((p) => p.split(":")[0]).join(", ") + ")" : k === "serve" ? " (workerd)" : " (node)"}`).join(", ")}`);
     pinning = planPinning(Boolean(K.PIN));
     if (pinning.applied) {
       try {
