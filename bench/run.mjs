@@ -1,5 +1,6 @@
 // npm run bench — threadbox (on `npm run serve`'s plain workerd and under wrangler dev) vs the
-// Durable Streams reference server (@durable-streams/server, Node), same workloads, same client code.
+// Durable Streams reference server (@durable-streams/server, Node; its file store and its memory
+// store), same workloads, same client code, each workload repeated with the server order alternating.
 // Knobs: env vars BENCH_* or flags --name=value (see bench/README.md). Writes bench/results.json.
 import { writeFileSync, mkdirSync } from "node:fs";
 import { join, dirname } from "node:path";
@@ -8,7 +9,8 @@ import { cpus } from "node:os";
 import { startBenchServe, startBenchWorker } from "./lib/worker.mjs";
 import { startRefServer } from "./lib/ref-server.mjs";
 import { Target } from "./lib/client.mjs";
-import { now, sleep, percentile, pool, paddedJson, treeCpu } from "./lib/stats.mjs";
+import { planPinning, pinPid, pinTree, affinityOf } from "./lib/pin.mjs";
+import { now, sleep, percentile, pool, paddedJson, treeCpu, summarize } from "./lib/stats.mjs";
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 
@@ -23,6 +25,7 @@ function knob(name, def) {
   return typeof def === "number" ? Number(raw) : raw;
 }
 const K = {
+  REPEATS: Math.max(1, Math.floor(knob("REPEATS", 3))),
   ONLY: knob("ONLY", "1,2,3,4,5,6,7,ceil"),
   MSG_BYTES: knob("MSG_BYTES", 100),
   W1_APPENDS: knob("W1_APPENDS", 3000),
@@ -50,27 +53,56 @@ const K = {
   CEIL_ROWS: knob("CEIL_ROWS", 50_000),
   CEIL_REPS: knob("CEIL_REPS", 3),
   LONG_POLL_TIMEOUT_MS: knob("LONG_POLL_TIMEOUT_MS", 20_000),
-  REF_STORE: knob("REF_STORE", "file"),
+  REF_STORE: knob("REF_STORE", "file,memory"),
   SERVE: knob("SERVE", 1),
+  PIN: knob("PIN", 1),
   OUT: knob("OUT", join(HERE, "results.json")),
 };
 const only = new Set(String(K.ONLY).split(",").map((s) => s.trim()));
+const refStores = new Set(String(K.REF_STORE).split(",").map((s) => s.trim()).filter((s) => s === "file" || s === "memory"));
+if (refStores.size === 0) throw new Error(`REF_STORE=${K.REF_STORE}: expected file, memory or file,memory`);
 const runId = Date.now().toString(36);
 const log = (...a) => console.error(`[bench ${((now() - T0) / 1000).toFixed(1)}s]`, ...a);
 const T0 = now();
+/** Set in main: where the client and the servers run (bench/lib/pin.mjs). */
+let pinning = { applied: false, reason: "not planned yet" };
+/** Pins a server's process tree to the servers' core, when pinning applies. */
+const pinServer = (pid) => (pinning.applied ? pinTree(pid, pinning.serverCpu) : []);
+
+/** Columns of the table, in order: key in a row / in results.raw, and the header. */
+const COLUMNS = [
+  { key: "serve", head: "serve" },
+  { key: "threadbox", head: "wrangler dev" },
+  { key: "reference", head: "reference" },
+  { key: "referenceMemory", head: "reference (memory)" },
+];
+/** Tags names created on a server, unique per run and repeat. */
+const tag = (rep) => `${runId}-r${rep}`;
 
 /**
- * rows: { id, workload, metric, unit, better: "higher"|"lower"|null, threadbox, reference, serve, note }
- * `threadbox` is wrangler dev, `serve` the same code on `npm run serve`'s runtime (null when not run).
+ * rows: { id, workload, metric, unit, better: "higher"|"lower"|null, serve, threadbox, reference,
+ * stats, note, goalRatio }. `threadbox` is wrangler dev, `serve` the same code on `npm run serve`'s
+ * runtime, `reference` the reference server; each of those is the MEDIAN over the repeats (null when
+ * not run), and `stats[key]` is { median, min, max, runs } for it.
+ * @param {Record<string, number[]|number|null|undefined>} figs one value per repeat, per column key
  */
 const rows = [];
-function row(id, workload, metric, unit, better, threadbox, reference, note = "", serve = null, goalRatio = 1) {
-  rows.push({ id, workload, metric, unit, better, threadbox, reference, serve: serve ?? null, note, goalRatio });
+function row(id, workload, metric, unit, better, figs, note = "", goalRatio = 1) {
+  const stats = {};
+  for (const { key } of COLUMNS) { const st = summarize(figs[key]); if (st) stats[key] = st; }
+  const medians = Object.fromEntries(COLUMNS.map(({ key }) => [key, stats[key]?.median ?? null]));
+  rows.push({ id, workload, metric, unit, better, ...medians, stats, note, goalRatio });
 }
+/** Per column key, `f` of every run: { serve: [f(run1), ...], ... }. */
+const each = (byKey, f) => Object.fromEntries(Object.entries(byKey).map(([k, runs]) => [k, runs.map(f)]));
+const median = (values) => summarize(values)?.median ?? NaN;
+/** Short server names for notes. */
+const short = (key) => ({ serve: "serve", threadbox: "dev", reference: "ref", referenceMemory: "ref mem" })[key] ?? key;
+const sum = (values) => values.reduce((a, b) => a + (Number(b) || 0), 0);
 
 // ---------- workloads ----------
-async function w1(t) {
-  const name = await t.createStream(`bench-w1-${runId}`);
+async function w1(t, rep = 0) {
+  const name = await t.createStream(`bench-w1-${tag(rep)}`);
   for (let i = 0; i < 50; i++) await t.append(name, paddedJson({ k: "warm", i }, K.MSG_BYTES)); // warm-up
   const lat = [];
   const t0 = now();
@@ -81,8 +113,8 @@ async function w1(t) {
   return { rate: K.W1_APPENDS / sec, p50: percentile(lat, 50), p99: percentile(lat, 99), seconds: sec };
 }
 
-async function w2(t) {
-  const name = await t.createStream(`bench-w2-${runId}`);
+async function w2(t, rep = 0) {
+  const name = await t.createStream(`bench-w2-${tag(rep)}`);
   const batch = (b) => "[" + Array.from({ length: K.W2_BATCH }, (_, j) => paddedJson({ k: "w2", b, j }, K.MSG_BYTES)).join(",") + "]";
   await t.append(name, batch(-1)); // warm-up
   const lat = [];
@@ -92,8 +124,8 @@ async function w2(t) {
   return { rate: (K.W2_BATCHES * K.W2_BATCH) / sec, p50: percentile(lat, 50), p99: percentile(lat, 99), seconds: sec };
 }
 
-async function w3(t, mode) {
-  const name = await t.createThread(`w3-${mode}`);
+async function w3(t, mode, rep = 0) {
+  const name = await t.createThread(`w3-${mode}-r${rep}`);
   const envelope = (text) => JSON.stringify({ payload: { type: "chat", text } });
   await t.append(name, envelope("0")); // something to start after
   const start = await t.tail(name);
@@ -131,8 +163,8 @@ async function w3(t, mode) {
   return { p50: percentile(samples, 50), p99: percentile(samples, 99), received: got, expected, appendP50: percentile(appendLat, 50) };
 }
 
-async function w4(t) {
-  const name = await t.createStream(`bench-w4-${runId}`);
+async function w4(t, rep = 0) {
+  const name = await t.createStream(`bench-w4-${tag(rep)}`);
   const fills = Math.ceil(K.W4_ENTRIES / K.W4_FILL_BATCH);
   const tf = now();
   await pool(fills, 2, async (b) => {
@@ -152,12 +184,12 @@ async function w4(t) {
   return best;
 }
 
-async function w5(t) {
+async function w5(t, rep = 0) {
   const names = [];
   const tc = now();
   // The reference's file store loses a stream now and then under concurrent PUTs (404 on the
   // first append), so its streams are created one at a time; a 404 is re-created once and counted.
-  await pool(K.W5_THREADS, t.hasThreads ? 32 : 1, async (i) => { names[i] = await t.createThread(i); });
+  await pool(K.W5_THREADS, t.hasThreads ? 32 : 1, async (i) => { names[i] = await t.createThread(`${i}-r${rep}`); });
   const createRate = K.W5_THREADS / ((now() - tc) / 1000);
   const lat = [];
   let recreated = 0;
@@ -179,9 +211,9 @@ async function w5(t) {
   return { rate: (K.W5_THREADS * K.W5_ENTRIES - recreated) / sec, p50: percentile(lat, 50), p99: percentile(lat, 99), createRate, names, seconds: sec, recreated };
 }
 
-async function w6(t, pid, reuse) {
+async function w6(t, pid, reuse, rep = 0) {
   const names = reuse.slice(0, K.W6_THREADS);
-  for (let i = names.length; i < K.W6_THREADS; i++) names.push(await t.createThread(`w6-${i}`));
+  for (let i = names.length; i < K.W6_THREADS; i++) names.push(await t.createThread(`w6-${i}-r${rep}`));
   // Claim: idle -> running (one entry each, before the "before" count).
   await pool(names.length, 32, async (i) => {
     await t.append(names[i], JSON.stringify({ payload: { type: "signal.thread.status_changed", status: "running", reason: "bench" } }));
@@ -223,7 +255,7 @@ async function w6(t, pid, reuse) {
  * bot ever looks at (`pi.note`) in a house without bots. Each chat is recorded as a trigger and
  * decided by the thread's alarm, off the append's response path.
  */
-async function w7(worker) {
+async function w7(worker, rep = 0) {
   const lane = async (house, bots, type) => {
     const t = new Target({ label: house, url: worker.url, token: await worker.mintHouseToken(house), threads: true });
     for (let i = 0; i < bots; i++) {
@@ -238,8 +270,8 @@ async function w7(worker) {
     for (let i = 0; i < 50; i++) await t.append(name, body(-i - 1)); // warm-up
     return { t, name, body, lat: [], ms: 0, n: 0 };
   };
-  const plain = await lane(`bench-w7-plain-${runId}`, 0, "pi.note");
-  const bots = await lane(`bench-w7-bots-${runId}`, K.W7_BOTS, "chat");
+  const plain = await lane(`bench-w7-plain-${tag(rep)}`, 0, "pi.note");
+  const bots = await lane(`bench-w7-bots-${tag(rep)}`, K.W7_BOTS, "chat");
   // Short alternating rounds, so drift on a shared machine lands on both lanes alike.
   const rounds = 10;
   const perRound = Math.ceil(K.W7_APPENDS / rounds);
@@ -250,8 +282,8 @@ async function w7(worker) {
       l.ms += now() - t0;
     }
   }
-  const sum = (l) => ({ rate: l.n / (l.ms / 1000), p50: percentile(l.lat, 50), p99: percentile(l.lat, 99) });
-  return { plain: sum(plain), bots: sum(bots) };
+  const lane$ = (l) => ({ rate: l.n / (l.ms / 1000), p50: percentile(l.lat, 50), p99: percentile(l.lat, 99) });
+  return { plain: lane$(plain), bots: lane$(bots) };
 }
 
 async function healthCeiling(t) {
@@ -287,6 +319,8 @@ async function directPort(worker) {
 async function insertCeiling() {
   const w = await startBenchWorker({ configPath: join(HERE, "wrangler.ceiling.toml") });
   try {
+    pinServer(w.pid);
+    if (pinning.applied) pinning.affinityCeiling = affinityOf(w.pid);
     const call = async (n, ids) => {
       const a = now();
       const r = await fetch(`${w.url}/insert?n=${n}&ids=${ids ? 1 : 0}`);
@@ -308,142 +342,188 @@ async function insertCeiling() {
       await pool(requests, conc, async () => { await call(rowsPer, false); });
       return (rowsPer * requests) / ((now() - t0) / 1000);
     };
-    const single = await perRequest(1, K.W1_APPENDS, K.W1_WRITERS);
-    const batched = await perRequest(K.W2_BATCH, K.W2_BATCHES, K.W2_WRITERS);
-    return { plain: await measure(false), withIds: await measure(true), single, batched };
+    const out = { plain: [], withIds: [], single: [], batched: [] };
+    for (let rep = 0; rep < K.REPEATS; rep++) {
+      log(`ceiling: raw DO SQLite inserts [${rep + 1}/${K.REPEATS}]`);
+      out.single.push(await perRequest(1, K.W1_APPENDS, K.W1_WRITERS));
+      out.batched.push(await perRequest(K.W2_BATCH, K.W2_BATCHES, K.W2_WRITERS));
+      out.plain.push(await measure(false));
+      out.withIds.push(await measure(true));
+    }
+    return out;
   } finally {
     await w.stop();
   }
 }
 
 // ---------- main ----------
+/** Server order for a repeat: as listed on even repeats, reversed on odd ones. */
+const orderFor = (rep, list) => (rep % 2 === 0 ? list : [...list].reverse());
+
 async function main() {
   log(`cpus=${cpus().length} knobs=${JSON.stringify(K)}`);
-  const results = { startedAt: new Date().toISOString(), cpus: cpus().length, node: process.version, knobs: K, raw: {}, rows };
+  const results = { startedAt: new Date().toISOString(), cpus: cpus().length, node: process.version, knobs: K, repeats: K.REPEATS, raw: {}, rows };
 
-  log(`starting threadbox (wrangler dev${K.SERVE ? " and npm run serve" : ""}) and the reference server`);
+  log(`starting threadbox (wrangler dev${K.SERVE ? " and npm run serve" : ""}) and the reference server (${[...refStores].join(" and ")} store)`);
   const vars = { LONG_POLL_TIMEOUT_MS: String(K.LONG_POLL_TIMEOUT_MS) };
-  const [worker, ref, served] = await Promise.all([
+  const [worker, ref, refMem, served] = await Promise.all([
     startBenchWorker({ vars }),
-    startRefServer({ longPollTimeoutMs: K.LONG_POLL_TIMEOUT_MS, store: K.REF_STORE }),
+    refStores.has("file") ? startRefServer({ longPollTimeoutMs: K.LONG_POLL_TIMEOUT_MS, store: "file" }) : null,
+    refStores.has("memory") ? startRefServer({ longPollTimeoutMs: K.LONG_POLL_TIMEOUT_MS, store: "memory" }) : null,
     K.SERVE ? startBenchServe({ vars }) : null,
   ]);
-  const stopAll = async () => { await Promise.allSettled([worker.stop(), ref.stop(), served?.stop()]); };
+  const stopAll = async () => { await Promise.allSettled([worker.stop(), ref?.stop(), refMem?.stop(), served?.stop()]); };
   process.on("SIGINT", () => { stopAll().finally(() => process.exit(130)); });
   try {
-    const tb = new Target({ label: "threadbox", url: worker.url, token: await worker.mintHouseToken(), threads: true });
-    const rf = new Target({ label: "reference", url: ref.url, token: "unused", threads: false });
-    const sv = served ? new Target({ label: "serve", url: served.url, token: await served.mintHouseToken(), threads: true }) : null;
-    const both = async (key, fn) => {
-      log(`${key}: threadbox (wrangler dev)`);
-      const a = await fn(tb);
-      let c = null;
-      if (sv) {
-        log(`${key}: threadbox (npm run serve)`);
-        c = await fn(sv);
+    // Client on one core, every server process on another (the same one for all of them).
+    const serverPids = { serve: served?.pid, threadbox: worker.pid, reference: ref?.pid, referenceMemory: refMem?.pid };
+    // The pids, e.g. for `perf record -g -p <pid>` (bench/README.md, CPU profile of the append path).
+    log(`server pids: ${Object.entries(serverPids).filter(([, pid]) => pid).map(([k, pid]) =>
+      `${k} ${pid}${k === "threadbox" ? " (wrangler; its workerd: " + treeCpu(pid).pids.filter((p) => p.endsWith(":workerd")).map((p) => p.split(":")[0]).join(", ") + ")" : k === "serve" ? " (workerd)" : " (node)"}`).join(", ")}`);
+    pinning = planPinning(Boolean(K.PIN));
+    if (pinning.applied) {
+      try {
+        for (const pid of Object.values(serverPids)) if (pid) pinServer(pid);
+        pinPid(process.pid, pinning.clientCpu);
+      } catch (err) {
+        log(`pinning failed, running unpinned: ${err.message}`);
+        const all = pinning.cpus.join(",");
+        for (const pid of Object.values(serverPids)) if (pid) try { pinTree(pid, all); } catch {}
+        try { pinPid(process.pid, all); } catch {}
+        pinning = { applied: false, reason: `taskset failed: ${err.message}`, cpus: pinning.cpus };
       }
-      log(`${key}: reference`);
-      const b = await fn(rf);
-      results.raw[key] = { threadbox: a, reference: b, ...(c ? { serve: c } : {}) };
-      return [a, b, c];
+    }
+    const affinities = () => ({
+      client: affinityOf(process.pid, { tree: false }),
+      ...Object.fromEntries(Object.entries(serverPids).filter(([, pid]) => pid).map(([k, pid]) => [k, affinityOf(pid)])),
+    });
+    pinning.affinityAtStart = affinities();
+    results.pinning = pinning;
+    log(pinning.applied
+      ? `pinned: client on CPU ${pinning.clientCpu}, servers on CPU ${pinning.serverCpu}: ${JSON.stringify(pinning.affinityAtStart)}`
+      : `not pinned: ${pinning.reason}`);
+
+    const tb = new Target({ label: "threadbox", url: worker.url, token: await worker.mintHouseToken(), threads: true });
+    const rf = ref ? new Target({ label: "reference", url: ref.url, token: "unused", threads: false }) : null;
+    const rm = refMem ? new Target({ label: "reference (memory)", url: refMem.url, token: "unused", threads: false }) : null;
+    const sv = served ? new Target({ label: "serve", url: served.url, token: await served.mintHouseToken(), threads: true }) : null;
+    // Every server, in table order; `t` is what the workload function gets.
+    const servers = [
+      sv && { key: "serve", label: "threadbox (npm run serve)", t: sv },
+      { key: "threadbox", label: "threadbox (wrangler dev)", t: tb },
+      rf && { key: "reference", label: "reference (file store)", t: rf },
+      rm && { key: "referenceMemory", label: "reference (memory store)", t: rm },
+    ].filter(Boolean);
+    const threadboxes = servers.filter((s) => s.t.hasThreads);
+    results.order = { even: servers.map((s) => s.key), odd: orderFor(1, servers).map((s) => s.key) };
+    /**
+     * Runs `fn(t, rep)` K.REPEATS times on every server of `list`, the order alternating between
+     * repeats. Stores and returns { [key]: [run1, run2, ...] }.
+     */
+    const repeated = async (key, fn, list = servers) => {
+      const out = Object.fromEntries(list.map((s) => [s.key, []]));
+      for (let rep = 0; rep < K.REPEATS; rep++) {
+        for (const s of orderFor(rep, list)) {
+          log(`${key} [${rep + 1}/${K.REPEATS}]: ${s.label}`);
+          out[s.key].push(await fn(s.t, rep));
+        }
+      }
+      results.raw[key] = out;
+      return out;
     };
 
     if (only.has("ceil")) {
-      log("ceiling: GET /health");
-      const h = await healthCeiling(tb);
-      results.raw.ceilHealth = h;
-      const hs = sv ? await healthCeiling(sv) : null;
-      if (hs) results.raw.ceilHealthServe = hs;
-      row("C1", "ceiling: no-op route GET /health (16 conc.)", "req/s", "req/s", null, h.rate, null,
-        `p50 ${hs ? `${hs.p50.toFixed(2)} ms serve, ` : ""}${h.p50.toFixed(2)} ms dev`, hs?.rate);
+      const h = await repeated("ceilHealth", healthCeiling, threadboxes);
+      const p50s = threadboxes.map((s) => `${fmt(median(h[s.key].map((x) => x.p50)))} ms ${s.key === "serve" ? "serve" : "dev"}`);
+      row("C1", "ceiling: no-op route GET /health (16 conc.)", "req/s", "req/s", null, each(h, (x) => x.rate), `p50 ${p50s.join(", ")}`);
       const dp = await directPort(worker);
       if (dp) {
-        const d = await healthCeiling(new Target({ label: "direct", url: `http://127.0.0.1:${dp}`, token: tb.token, threads: true }));
-        results.raw.ceilHealthDirect = d;
-        row("C1b", "ceiling: GET /health, bypassing wrangler proxy", "req/s", "req/s", null, d.rate, null, `p50 ${d.p50.toFixed(2)} ms; user workerd socket`);
+        const direct = new Target({ label: "direct", url: `http://127.0.0.1:${dp}`, token: tb.token, threads: true });
+        const d = await repeated("ceilHealthDirect", healthCeiling, [{ key: "threadbox", label: "wrangler dev, user workerd socket", t: direct }]);
+        row("C1b", "ceiling: GET /health, bypassing wrangler proxy", "req/s", "req/s", null, each(d, (x) => x.rate),
+          `p50 ${fmt(median(d.threadbox.map((x) => x.p50)))} ms; user workerd socket`);
       }
       log("ceiling: raw DO SQLite inserts (bench/ceiling-worker.ts)");
       const c = await insertCeiling();
       results.raw.ceilInsert = c;
-      row("C2", "ceiling: raw DO SQLite insert, one actor", "rows/s", "rows/s", null, c.plain, null, "entry_id null (plain stream)");
-      row("C3", "ceiling: raw DO SQLite insert + entry_id", "rows/s", "rows/s", null, c.withIds, null, "unique entry_id (thread)");
-      row("C4", `ceiling: 1 row/request via HTTP, ${K.W1_WRITERS} conc.`, "rows/s", "rows/s", null, c.single, null, "no-auth DO insert route; bound for #1");
-      row("C5", `ceiling: ${K.W2_BATCH} rows/request via HTTP, ${K.W2_WRITERS} conc.`, "rows/s", "rows/s", null, c.batched, null, "no-auth DO insert route; bound for #2");
+      row("C2", "ceiling: raw DO SQLite insert, one actor", "rows/s", "rows/s", null, { threadbox: c.plain }, "entry_id null (plain stream)");
+      row("C3", "ceiling: raw DO SQLite insert + entry_id", "rows/s", "rows/s", null, { threadbox: c.withIds }, "unique entry_id (thread)");
+      row("C4", `ceiling: 1 row/request via HTTP, ${K.W1_WRITERS} conc.`, "rows/s", "rows/s", null, { threadbox: c.single }, "no-auth DO insert route; bound for #1");
+      row("C5", `ceiling: ${K.W2_BATCH} rows/request via HTTP, ${K.W2_WRITERS} conc.`, "rows/s", "rows/s", null, { threadbox: c.batched }, "no-auth DO insert route; bound for #2");
     }
     if (only.has("1")) {
-      const [a, b, c] = await both("w1", w1);
-      row("1", `single appends, ${K.W1_WRITERS} writers`, "entries/s", "entries/s", "higher", a.rate, b.rate, "", c?.rate);
-      row("1", `single appends, ${K.W1_WRITERS} writers`, "append p50", "ms", "lower", a.p50, b.p50, "", c?.p50);
-      row("1", `single appends, ${K.W1_WRITERS} writers`, "append p99", "ms", "lower", a.p99, b.p99, "", c?.p99);
+      const r = await repeated("w1", w1);
+      const label = `single appends, ${K.W1_WRITERS} writers`;
+      row("1", label, "entries/s", "entries/s", "higher", each(r, (x) => x.rate));
+      row("1", label, "append p50", "ms", "lower", each(r, (x) => x.p50));
+      row("1", label, "append p99", "ms", "lower", each(r, (x) => x.p99));
     }
     if (only.has("2")) {
-      const [a, b, c] = await both("w2", w2);
-      row("2", `batched appends (${K.W2_BATCH}/POST, ${K.W2_WRITERS} writers)`, "entries/s", "entries/s", "higher", a.rate, b.rate,
-        results.raw.ceilInsert ? `wrangler dev: ${((a.rate / results.raw.ceilInsert.plain) * 100).toFixed(0)}% of insert ceiling` : "", c?.rate);
+      const r = await repeated("w2", w2);
+      const ceil = results.raw.ceilInsert ? median(results.raw.ceilInsert.plain) : null;
+      row("2", `batched appends (${K.W2_BATCH}/POST, ${K.W2_WRITERS} writers)`, "entries/s", "entries/s", "higher", each(r, (x) => x.rate),
+        ceil ? `wrangler dev: ${((median(r.threadbox.map((x) => x.rate)) / ceil) * 100).toFixed(0)}% of insert ceiling` : "");
     }
     if (only.has("3")) {
+      /** "recv 1999/2000 serve, ..." summed over the repeats. */
+      const recv = (r) => Object.entries(r).map(([k, runs]) =>
+        `${sum(runs.map((x) => x.received))}/${sum(runs.map((x) => x.expected))} ${short(k)}`).join(", ");
       for (const mode of ["long-poll", "sse"]) {
-        const [a, b, c] = await both(`w3-${mode}`, (t) => w3(t, mode));
-        const note = `recv ${c ? `${c.received}/${c.expected} serve, ` : ""}${a.received}/${a.expected} dev vs ${b.received}/${b.expected}`;
-        row("3", `delivery, ${K.W3_READERS} ${mode} readers`, "p50", "ms", "lower", a.p50, b.p50, note, c?.p50);
-        row("3", `delivery, ${K.W3_READERS} ${mode} readers`, "p99", "ms", "lower", a.p99, b.p99, "", c?.p99);
+        const r = await repeated(`w3-${mode}`, (t, rep) => w3(t, mode, rep));
+        row("3", `delivery, ${K.W3_READERS} ${mode} readers`, "p50", "ms", "lower", each(r, (x) => x.p50), `recv ${recv(r)}`);
+        row("3", `delivery, ${K.W3_READERS} ${mode} readers`, "p99", "ms", "lower", each(r, (x) => x.p99));
       }
-      log("w3-ws: threadbox (wrangler dev)");
-      const ws = await w3(tb, "ws");
-      let wss = null;
-      if (sv) {
-        log("w3-ws: threadbox (npm run serve)");
-        wss = await w3(sv, "ws");
-      }
-      results.raw["w3-ws"] = { threadbox: ws, ...(wss ? { serve: wss } : {}) };
-      row("3", `delivery, ${K.W3_READERS} WebSocket subscribers`, "p50", "ms", "lower", ws.p50, null,
-        `recv ${wss ? `${wss.received}/${wss.expected} serve, ` : ""}${ws.received}/${ws.expected} dev; ref has no WS`, wss?.p50);
-      row("3", `delivery, ${K.W3_READERS} WebSocket subscribers`, "p99", "ms", "lower", ws.p99, null, "", wss?.p99);
+      const ws = await repeated("w3-ws", (t, rep) => w3(t, "ws", rep), threadboxes);
+      row("3", `delivery, ${K.W3_READERS} WebSocket subscribers`, "p50", "ms", "lower", each(ws, (x) => x.p50), `recv ${recv(ws)}; ref has no WS`);
+      row("3", `delivery, ${K.W3_READERS} WebSocket subscribers`, "p99", "ms", "lower", each(ws, (x) => x.p99));
     }
     if (only.has("4")) {
-      const [a, b, c] = await both("w4", w4);
-      row("4", `catch-up read of ${K.W4_ENTRIES} entries`, "entries/s", "entries/s", "higher", a.rate, b.rate, `pages ${a.pages} vs ${b.pages}`, c?.rate);
-      row("4", `catch-up read of ${K.W4_ENTRIES} entries`, "MB/s", "MB/s", "higher", a.mbps, b.mbps, "", c?.mbps);
-      row("4", `fill (batches of ${K.W4_FILL_BATCH})`, "entries/s", "entries/s", "higher", a.fillRate, b.fillRate, "setup, informational", c?.fillRate);
+      const r = await repeated("w4", w4);
+      const pages = Object.entries(r).map(([k, runs]) => `${runs[0].pages} ${short(k)}`).join(", ");
+      row("4", `catch-up read of ${K.W4_ENTRIES} entries`, "entries/s", "entries/s", "higher", each(r, (x) => x.rate), `pages ${pages}`);
+      row("4", `catch-up read of ${K.W4_ENTRIES} entries`, "MB/s", "MB/s", "higher", each(r, (x) => x.mbps));
+      row("4", `fill (batches of ${K.W4_FILL_BATCH})`, "entries/s", "entries/s", "higher", each(r, (x) => x.fillRate), "setup, informational");
     }
     let w5names = [];
     if (only.has("5")) {
-      const [a, b, c] = await both("w5", w5);
-      w5names = a.names;
-      delete a.names; delete b.names;
-      if (c) delete c.names;
-      row("5", `${K.W5_THREADS} threads x ${K.W5_ENTRIES} entries (${K.W5_CONCURRENCY} conc.)`, "entries/s", "entries/s", "higher", a.rate, b.rate,
-        `ref: plain streams${b.recreated ? `; ref lost ${b.recreated} appends (404)` : ""}`, c?.rate);
-      row("5", `${K.W5_THREADS} threads x ${K.W5_ENTRIES} entries`, "append p99", "ms", "lower", a.p99, b.p99, "", c?.p99);
-      row("5", `create ${K.W5_THREADS} threads/streams`, "per s", "per s", "higher", a.createRate, b.createRate, "setup, informational", c?.createRate);
+      const r = await repeated("w5", w5);
+      w5names = r.threadbox.map((x) => x.names);
+      for (const runs of Object.values(r)) for (const x of runs) delete x.names;
+      const lost = Object.entries(r).filter(([k]) => k.startsWith("reference")).map(([k, runs]) => [short(k), sum(runs.map((x) => x.recreated))]).filter(([, n]) => n > 0)
+        .map(([k, n]) => `; ${k} lost ${n} appends (404) over ${K.REPEATS} runs`).join("");
+      row("5", `${K.W5_THREADS} threads x ${K.W5_ENTRIES} entries (${K.W5_CONCURRENCY} conc.)`, "entries/s", "entries/s", "higher", each(r, (x) => x.rate),
+        `ref: plain streams${lost}`);
+      row("5", `${K.W5_THREADS} threads x ${K.W5_ENTRIES} entries`, "append p99", "ms", "lower", each(r, (x) => x.p99));
+      row("5", `create ${K.W5_THREADS} threads/streams`, "per s", "per s", "higher", each(r, (x) => x.createRate), "setup, informational");
     }
     if (only.has("6")) {
       log(`w6: ${K.W6_THREADS} running threads heartbeating every ${K.W6_INTERVAL_MS} ms for ${K.W6_DURATION_MS} ms`);
-      const h = await w6(tb, worker.pid, w5names);
-      results.raw.w6 = h;
-      row("6", `heartbeats: ${h.threads} threads / ${K.W6_INTERVAL_MS / 1000}s`, "workerd CPU", "% of 1 core", "lower", h.workerdCpuPct, null,
-        `idle ${h.idleWorkerdCpuPct.toFixed(1)}%; tree ${h.treeCpuPct.toFixed(1)}%; ${h.rate.toFixed(0)} hb/s`);
-      row("6", "heartbeats", "hb p99", "ms", "lower", h.p99, null, `failed ${h.failed}`);
-      row("6", "heartbeats: log growth", "threads grown", "threads", "lower", h.grown, null, h.grown === 0 ? "OK: zero growth" : "FAIL: logs grew");
+      const r = await repeated("w6", (t, rep) => w6(t, worker.pid, w5names[rep] ?? [], rep), [{ key: "threadbox", label: "threadbox (wrangler dev)", t: tb }]);
+      const h = r.threadbox;
+      row("6", `heartbeats: ${h[0].threads} threads / ${K.W6_INTERVAL_MS / 1000}s`, "workerd CPU", "% of 1 core", "lower", { threadbox: h.map((x) => x.workerdCpuPct) },
+        `idle ${median(h.map((x) => x.idleWorkerdCpuPct)).toFixed(1)}%; tree ${median(h.map((x) => x.treeCpuPct)).toFixed(1)}%; ${median(h.map((x) => x.rate)).toFixed(0)} hb/s`);
+      row("6", "heartbeats", "hb p99", "ms", "lower", { threadbox: h.map((x) => x.p99) }, `failed ${sum(h.map((x) => x.failed))}`);
+      const grown = h.map((x) => x.grown);
+      row("6", "heartbeats: log growth", "threads grown", "threads", "lower", { threadbox: grown }, Math.max(...grown) === 0 ? "OK: zero growth" : "FAIL: logs grew");
     }
     if (only.has("7")) {
-      log(`w7: chat appends with ${K.W7_BOTS} bots, none triggered, vs plain appends (wrangler dev)`);
-      const dev = await w7(worker);
-      let srv = null;
-      if (served) {
-        log(`w7: the same on npm run serve`);
-        srv = await w7(served);
-      }
-      results.raw.w7 = { threadbox: dev, ...(srv ? { serve: srv } : {}) };
+      log(`w7: chat appends with ${K.W7_BOTS} bots, none triggered, vs plain appends`);
+      const r = await repeated("w7", w7, [
+        served && { key: "serve", label: "npm run serve", t: served },
+        { key: "threadbox", label: "wrangler dev", t: worker },
+      ].filter(Boolean));
       // The comparison is within one runtime: chat with bots against plain appends without.
+      const dev = r.threadbox, srv = r.serve ?? null;
       const p = srv ?? dev;
       const label = `chat appends, ${K.W7_BOTS} bots none triggered (${K.W7_WRITERS} writers)`;
       const note = `reference column: plain appends (pi.*) in a house without bots on the ${srv ? "serve" : "wrangler dev"} runtime; goal ratio <= 1.10`;
-      const devNote = (m, v) => (srv ? `wrangler dev plain ${fmt(v)}` : "");
-      row("7", label, "append p50", "ms", "lower", dev.bots.p50, p.plain.p50, note, srv?.bots.p50, 1.1);
-      row("7", label, "append p99", "ms", "lower", dev.bots.p99, p.plain.p99, devNote("p99", dev.plain.p99), srv?.bots.p99, 1.1);
-      row("7", label, "entries/s", "entries/s", "higher", dev.bots.rate, p.plain.rate, devNote("rate", dev.plain.rate), srv?.bots.rate, 1 / 1.1);
+      const devNote = (f) => (srv ? `wrangler dev plain ${fmt(median(dev.map((x) => f(x.plain))))}` : "");
+      const figs = (f) => ({ threadbox: dev.map((x) => f(x.bots)), serve: srv?.map((x) => f(x.bots)), reference: p.map((x) => f(x.plain)) });
+      row("7", label, "append p50", "ms", "lower", figs((x) => x.p50), note, 1.1);
+      row("7", label, "append p99", "ms", "lower", figs((x) => x.p99), devNote((x) => x.p99), 1.1);
+      row("7", label, "entries/s", "entries/s", "higher", figs((x) => x.rate), devNote((x) => x.rate), 1 / 1.1);
     }
+    pinning.affinityAtEnd = affinities();
   } finally {
     await stopAll();
   }
@@ -451,9 +531,33 @@ async function main() {
   results.finishedAt = new Date().toISOString();
   mkdirSync(dirname(K.OUT), { recursive: true });
   writeFileSync(K.OUT, JSON.stringify(results, null, 2));
+  const primary = served ? "serve" : "wrangler dev";
   console.log(table(rows));
-  console.log(`\nresults: ${K.OUT}  (ratio = ${served ? "serve" : "wrangler dev"} / reference; goal: >= 1.0 throughput, <= 1.0 latency)`);
+  console.log([
+    "",
+    `results: ${K.OUT}`,
+    "notes:",
+    `- each figure is the median of ${K.REPEATS} run${K.REPEATS === 1 ? "" : "s"} per server${K.REPEATS > 1 ? ", (min–max) over the runs" : ""}; ratio = ${primary} median / ${refStores.has("file") ? "reference (file store) median" : "reference (memory) median (the file store did not run)"}; goal: >= 1.0 throughput, <= 1.0 latency`,
+    `- pinning: ${pinNote()}`,
+    "- durability: threadbox does one synchronous fsync per commit (SQLite in the Durable Object); the reference file store",
+    "  (column reference) appends to a segment file and awaits an asynchronous fdatasync that concurrent writers to the same stream",
+    "  share; reference (memory) does not persist at all, an upper bound for the reference without durability",
+    `- server order alternates between repeats: ${heads(results.order.even)} on odd repeats, ${heads(results.order.odd)} on even ones`,
+  ].join("\n"));
 }
+
+function pinNote() {
+  if (!pinning.applied) return `not applied (${pinning.reason}); client and servers share CPUs ${pinning.cpus?.join(",") ?? "?"}`;
+  const s = String(pinning.serverCpu), c = String(pinning.clientCpu);
+  const ok = (a) => a && Object.entries(a).every(([k, lists]) => lists.length === 1 && lists[0] === (k === "client" ? c : s));
+  const servers = [K.SERVE ? "serve's workerd" : null, "wrangler dev with its workerd processes",
+    refStores.size === 2 ? "both reference servers" : "the reference server", only.has("ceil") ? "the ceiling worker" : null].filter(Boolean);
+  const ceilOk = !pinning.affinityCeiling || ok({ ceiling: pinning.affinityCeiling });
+  return `applied with taskset: client (the bench process) on CPU ${c}; every server process (${servers.join(", ")}) on CPU ${s}` +
+    (ok(pinning.affinityAtStart) && (!pinning.affinityAtEnd || ok(pinning.affinityAtEnd)) && ceilOk ? "" : `; CHECK: some thread ran elsewhere, see pinning in ${K.OUT}`);
+}
+
+const heads = (keys) => keys.map((k) => COLUMNS.find((c) => c.key === k)?.head ?? k).join(", ");
 
 function fmt(v) {
   if (v === null || v === undefined || Number.isNaN(v)) return "-";
@@ -463,22 +567,32 @@ function fmt(v) {
   return v.toFixed(2);
 }
 
+/** `median (min–max)`, or just the median when the runs agree or there was one. */
+function fmtStat(st) {
+  if (!st) return "-";
+  const [m, lo, hi] = [fmt(st.median), fmt(st.min), fmt(st.max)];
+  return lo === hi ? m : `${m} (${lo}–${hi})`;
+}
+
 /**
- * ratio = the primary threadbox figure / reference: `npm run serve`'s runtime when it ran (what a
- * self-hosted threadbox is), else wrangler dev. wrangler dev stays a column without goals.
+ * ratio = the primary threadbox median / the reference median: `npm run serve`'s runtime when it
+ * ran (what a self-hosted threadbox is), else wrangler dev. wrangler dev stays a column without goals.
  */
 function table(rs) {
   const withServe = rs.some((r) => r.serve !== null);
-  const head = ["#", "workload", "metric", ...(withServe ? ["serve"] : []), "wrangler dev", "reference", "ratio", "goal", "note"];
-  const numeric = new Set(withServe ? [3, 4, 5, 6] : [3, 4, 5]);
+  const cols = COLUMNS.filter((c) => c.key !== "serve" || withServe);
+  const head = ["#", "workload", "metric", ...cols.map((c) => c.head), "ratio", "goal", "note"];
+  const numeric = new Set(Array.from({ length: cols.length + 1 }, (_, i) => 3 + i));
   const body = rs.map((r) => {
     const primary = withServe ? r.serve : r.threadbox;
-    const ratio = primary !== null && primary !== undefined && r.reference ? primary / r.reference : null;
+    // Against the file-store reference; the memory store only when the file store did not run.
+    const base = r.reference ?? (refStores.has("file") ? null : r.referenceMemory);
+    const ratio = primary !== null && primary !== undefined && base ? primary / base : null;
     let goal = "";
     const limit = r.goalRatio ?? 1;
     if (ratio !== null && r.better) goal = (r.better === "higher" ? ratio >= limit : ratio <= limit) ? "ok" : "SHORT";
     return [r.id, r.workload, `${r.metric}${r.unit && r.unit !== r.metric ? ` (${r.unit})` : ""}`,
-      ...(withServe ? [fmt(r.serve)] : []), fmt(r.threadbox), fmt(r.reference),
+      ...cols.map((c) => fmtStat(r.stats[c.key])),
       ratio === null ? "-" : ratio.toFixed(2), goal, r.note];
   });
   const w = head.map((h, i) => Math.max(h.length, ...body.map((b) => String(b[i]).length)));

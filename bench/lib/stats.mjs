@@ -63,3 +63,17 @@ export function treeCpu(rootPid) {
   }
   return out;
 }
+
+/**
+ * One figure over repeated runs: { median, min, max, runs }. Non-finite runs (a run with no
+ * samples) stay in `runs` but are left out of median/min/max; null when no run has a figure.
+ */
+export function summarize(values) {
+  if (values === null || values === undefined) return null;
+  const runs = (Array.isArray(values) ? values : [values]).map((v) => (typeof v === "number" ? v : NaN));
+  const s = runs.filter(Number.isFinite).sort((a, b) => a - b);
+  if (s.length === 0) return null;
+  const mid = Math.floor(s.length / 2);
+  const median = s.length % 2 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
+  return { median, min: s[0], max: s[s.length - 1], runs: runs.map((v) => (Number.isFinite(v) ? v : null)) };
+}
