@@ -1,5 +1,6 @@
 // One local "box": a directory used as HOME/workdir plus the processes started in it.
 // Isolation is by directory and process group only (not by kernel): a development host.
+import { gitCredentialEnv } from "../src/domain/git-credentials.mjs";
 import { spawn } from "node:child_process";
 import { randomBytes, randomUUID } from "node:crypto";
 import fs from "node:fs";
@@ -285,16 +286,3 @@ function realpathOfNearest(abs) {
   }
 }
 
-/** The same variables as src/domain/git-credentials.ts: a helper that answers from the environment. */
-function gitCredentialEnv(username, password) {
-  return {
-    GIT_TERMINAL_PROMPT: "0",
-    GIT_CONFIG_COUNT: "2",
-    GIT_CONFIG_KEY_0: "credential.helper",
-    GIT_CONFIG_VALUE_0: "",
-    GIT_CONFIG_KEY_1: "credential.helper",
-    GIT_CONFIG_VALUE_1: '!f() { test "$1" = get || exit 0; echo "username=$TB_GIT_USERNAME"; echo "password=$TB_GIT_PASSWORD"; }; f',
-    TB_GIT_USERNAME: username,
-    TB_GIT_PASSWORD: password,
-  };
-}

@@ -6,7 +6,6 @@ import { idSchema, type HouseClaims } from "../auth/tokens";
 import { environmentInputSchema, publicEnvironment, type Environment } from "../environments";
 import { houseStub, newId, sandboxStub, threadStub } from "./actors";
 import { LiveOutput } from "../sandbox/live-output";
-import { providerVolumes } from "../workspace/box-config";
 import { ensureSharedBox } from "../workspace/shared-box";
 import { writerFor } from "../threads/entries";
 import { errorMessage, logEvent } from "../domain/log-event";
@@ -69,14 +68,17 @@ export async function listEnvironmentsRoute(request: Request, env: Env): Promise
   return json({ environments: list.map(publicEnvironment) });
 }
 
-export async function getEnvironmentRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
+/** The caller's house token and the environment `id` of that house (404 for any other house's). */
+export async function environmentForCaller(request: Request, env: Env, id: string | undefined) {
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
   requireHouse(claims);
   const parsed = idSchema.safeParse(id);
   if (!parsed.success) throw new ApiError("not_found", "environment not found");
-  const e = (await unwrapRpc(houseStub(env, claims.houseId).getEnvironment(parsed.data))) as Environment | null;
-  if (!e) throw new ApiError("not_found", "environment not found");
-  return json(publicEnvironment(e));
+  return { claims, environment: await loadEnvironment(env, claims.houseId, parsed.data) };
+}
+
+export async function getEnvironmentRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
+  return json(publicEnvironment((await environmentForCaller(request, env, id)).environment));
 }
 
 export const execSchema = z.object({

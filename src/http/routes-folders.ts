@@ -1,25 +1,14 @@
 import { ApiError, json } from "../errors";
 import type { Env } from "../env";
-import { authenticate, canWrite, requireHouse } from "../auth/authenticate";
-import { idSchema } from "../auth/tokens";
-import type { Environment } from "../environments";
+import { canWrite } from "../auth/authenticate";
 import type { FolderVersion } from "../actors/house/house-actor";
 import { houseStub } from "./actors";
 import { unwrapRpc } from "../actors/rpc";
 import { assertNoRepeatedQuery } from "./query";
 import { readBoundedBody } from "./bounded-body";
+import { environmentForCaller } from "./routes-environments";
 import { ARCHIVE_CONTENT_TYPES, FOLDER_NAME, folderMaxBytes } from "../workspace/folders";
 import { readArchive, storeFolderVersion } from "../workspace/folder-store";
-
-async function environmentOf(request: Request, env: Env, id: string | undefined) {
-  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
-  requireHouse(claims);
-  const parsed = idSchema.safeParse(id);
-  if (!parsed.success) throw new ApiError("not_found", "environment not found");
-  const e = (await unwrapRpc(houseStub(env, claims.houseId).getEnvironment(parsed.data))) as Environment | null;
-  if (!e) throw new ApiError("not_found", "environment not found");
-  return { claims, environment: e };
-}
 
 function folderName(raw: string | null | undefined): string {
   if (!raw) throw new ApiError("validation_failed", "name the folder: ?name=<folder>");
@@ -29,7 +18,7 @@ function folderName(raw: string | null | undefined): string {
 
 /** `POST /api/environments/:id/folders?name=<folder>`: the body is a tar, tar.gz or zip archive. */
 export async function uploadFolderRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
-  const { claims, environment } = await environmentOf(request, env, id);
+  const { claims, environment } = await environmentForCaller(request, env, id);
   if (!canWrite(claims) || claims.role === "bot") throw new ApiError("forbidden", "only owners and members upload folders");
   const url = new URL(request.url);
   assertNoRepeatedQuery(url);
@@ -42,7 +31,7 @@ export async function uploadFolderRoute(request: Request, env: Env, id: string |
 
 /** `GET /api/environments/:id/folders`: every folder with its versions, oldest first. */
 export async function listFoldersRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
-  const { claims, environment } = await environmentOf(request, env, id);
+  const { claims, environment } = await environmentForCaller(request, env, id);
   const versions = await unwrapRpc(houseStub(env, claims.houseId).listFolderVersions(environment.id));
   const byName = new Map<string, FolderVersion[]>();
   for (const v of versions) byName.set(v.name, [...(byName.get(v.name) ?? []), v]);
@@ -52,7 +41,7 @@ export async function listFoldersRoute(request: Request, env: Env, id: string | 
 
 /** `GET /api/environments/:id/folders/:name[?version=N]`: the archive (the newest version by default). */
 export async function downloadFolderRoute(request: Request, env: Env, id: string | undefined, rawName: string | undefined): Promise<Response> {
-  const { claims, environment } = await environmentOf(request, env, id);
+  const { claims, environment } = await environmentForCaller(request, env, id);
   const url = new URL(request.url);
   assertNoRepeatedQuery(url);
   const name = folderName(rawName);

@@ -13,7 +13,7 @@ import { mirrorNextIndex, rebuildPiSession, runnerLaunch, type HarnessName } fro
 import { BUNDLES } from "../runner/bundles.generated";
 import type { ThreadRow } from "./thread-row";
 import { shq } from "../domain/shell";
-import { gitCredentialEnv } from "../domain/git-credentials";
+import { gitCredentialEnv } from "../domain/git-credentials.mjs";
 import { folderMaxBytes, type CopiedFolder } from "../workspace/folders";
 import { copyFoldersIn } from "../workspace/folder-sync";
 import { BOX_ENV, PI_AGENT_DIR, WORK_DIR, runDir } from "../domain/box-layout";

@@ -1,9 +1,14 @@
+// Plain JS so the worker (bundled) and the local sandbox host (plain node) share one definition.
+
 /**
  * Credentials for one git command, from the environment only: a credential helper configured by
  * `GIT_CONFIG_*` variables answers with `TB_GIT_USERNAME` / `TB_GIT_PASSWORD`. Nothing reaches the
  * command line (which logs and process lists show) or the checkout's `.git/config`.
+ * @param {string} username
+ * @param {string} password
+ * @returns {Record<string, string>}
  */
-export function gitCredentialEnv(username: string, password: string): Record<string, string> {
+export function gitCredentialEnv(username, password) {
   return {
     GIT_TERMINAL_PROMPT: "0",
     GIT_CONFIG_COUNT: "2",

@@ -1,0 +1,1 @@
+export function gitCredentialEnv(username: string, password: string): Record<string, string>;
