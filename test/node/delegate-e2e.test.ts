@@ -50,10 +50,39 @@ async function waitFor<T>(what: string, fn: () => Promise<T | null | undefined |
   }
 }
 
-const settled = (id: string) => waitFor(`thread ${id} to settle`, async () => {
+/** What a stuck run looked like: the thread, its last entries, the model's record and the runner's logs. */
+async function diagnose(id: string): Promise<string> {
   const t = (await api(`/api/threads/${id}`)).body;
-  return t.status === "completed" || t.status === "failed" ? t : null;
-});
+  const es = await entries(id).catch(() => []);
+  const tail = es.slice(-25).map((e) => `${e.payload.type}${e.payload.status ? `(${e.payload.status})` : ""}`);
+  // Boxes are deleted once their run settles: the ones still there belong to stuck runs.
+  const logs: string[] = [];
+  const boxesDir = join(host.root, "boxes");
+  for (const box of existsSync(boxesDir) ? readdirSync(boxesDir) : []) {
+    const sessions = join(boxesDir, box, "meta", "sessions");
+    for (const session of existsSync(sessions) ? readdirSync(sessions) : []) {
+      for (const f of readdirSync(join(sessions, session), { recursive: true, withFileTypes: true })) {
+        if (!f.isFile()) continue;
+        const text = readFileSync(join(f.parentPath, f.name), "utf8").replace(/[\x01\x02]{3}/g, "");
+        logs.push(`--- box ${box} session ${session} ${f.name}\n${text.slice(-3000)}`);
+      }
+    }
+  }
+  return [`thread: ${JSON.stringify({ status: t.status, detail: t.detail, reason: t.reason, boxId: t.boxId })}`,
+    `entries (${es.length}, last 25): ${tail.join(" ")}`,
+    `model requests so far: ${model.requests.length}`, ...logs].join("\n");
+}
+
+const settled = async (id: string) => {
+  try {
+    return await waitFor(`thread ${id} to settle`, async () => {
+      const t = (await api(`/api/threads/${id}`)).body;
+      return t.status === "completed" || t.status === "failed" ? t : null;
+    });
+  } catch (err) {
+    throw new Error(`${(err as Error).message}\n${await diagnose(id)}`);
+  }
+};
 
 async function environment(extraEnv: Record<string, string> = {}) {
   const r = await api("/api/environments", {
