@@ -20,6 +20,10 @@ type Pending = { kind: "task" } | { kind: "message"; entryId: string; mode: Deli
 export class PiRpc {
   private busy = false;
   private interruptedSincePrompt = false;
+  /** An abort was sent and pi has not settled yet: a message now is what to do instead. */
+  private aborting = false;
+  /** Messages that arrived while an abort was settling, sent as the next prompt once it has. */
+  private readonly held: { entryId: string; text: string }[] = [];
   private ended = false;
   private seq = 0;
   private readonly pending = new Map<string, Pending>();
@@ -41,6 +45,12 @@ export class PiRpc {
     if (this.ended) return false;
     if (this.delivered.has(entryId)) return true;
     this.delivered.add(entryId);
+    // A steer sent to a turn being aborted is not a new instruction to pi: it may run as a
+    // continuation the runner cannot tell apart from the aborted turn. Wait for the abort to settle.
+    if (this.aborting) {
+      this.held.push({ entryId, text });
+      return true;
+    }
     const mode = deliveryMode(this.busy);
     if (mode === "steer") this.send({ type: "steer", message: text }, { kind: "message", entryId, mode });
     else {
@@ -55,6 +65,7 @@ export class PiRpc {
   interrupt(): void {
     if (this.ended || !this.busy) return;
     this.interruptedSincePrompt = true;
+    this.aborting = true;
     this.send({ type: "abort" }, { kind: "abort" });
   }
 
@@ -66,6 +77,12 @@ export class PiRpc {
       if (!p) return;
       if (r.success) {
         if (p.kind === "message") this.hooks.onDelivered(p.entryId, p.mode);
+        if (p.kind === "message" && !this.busy) {
+          // pi settled before answering: a prompt's turn is over, so the end may be due now; a steer
+          // accepted by an idle pi waits in its queue for the next prompt.
+          if (p.mode === "prompt") this.endIfDone();
+          else this.hooks.log(`pi took message ${p.entryId} after its turn ended; it goes in with the next message`);
+        }
         return;
       }
       this.hooks.log(`pi refused ${p.kind}: ${r.error ?? "unknown error"}`);
@@ -80,9 +97,20 @@ export class PiRpc {
     if (r.type === "agent_start") this.busy = true;
     if (r.type === "agent_settled") {
       this.busy = false;
-      const waiting = [...this.pending.values()].filter((p) => p.kind === "message").length;
-      if (endsWhenSettled({ queued: waiting, interruptedSincePrompt: this.interruptedSincePrompt })) this.end();
+      this.aborting = false;
+      // The first held message is the new prompt; any others steer the turn it starts.
+      for (const m of this.held.splice(0)) {
+        this.delivered.delete(m.entryId);
+        this.message(m.entryId, m.text);
+      }
+      this.endIfDone();
     }
+  }
+
+  private endIfDone(): void {
+    if (this.busy) return;
+    const waiting = [...this.pending.values()].filter((p) => p.kind === "message").length;
+    if (endsWhenSettled({ queued: waiting, interruptedSincePrompt: this.interruptedSincePrompt })) this.end();
   }
 
   /** Closes pi's stdin: pi finishes its shutdown (the mirror flushes) and exits. */

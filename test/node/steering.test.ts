@@ -81,6 +81,42 @@ describe("driving pi over RPC", () => {
     expect(h.ended()).toBe(true);
   });
 
+  it("a message that arrives while the abort is still settling waits for it and goes in as the next prompt; that turn settling ends the run", async () => {
+    const h = harness();
+    h.rpc.start("the task");
+    h.rpc.onRecord({ type: "response", id: "tb-1", success: true });
+    h.rpc.interrupt();
+    h.rpc.message("c4", "do this instead"); // before pi has settled the aborted turn
+    await h.tick();
+    expect(h.sent.map((c) => c.type)).toEqual(["prompt", "abort"]);
+    h.rpc.onRecord({ type: "agent_settled" });
+    await h.tick();
+    expect(h.sent.map((c) => [c.type, c.message])).toEqual([["prompt", "the task"], ["abort", undefined], ["prompt", "do this instead"]]);
+    expect(h.ended()).toBe(false);
+    h.rpc.onRecord({ type: "response", id: h.sent[2].id, success: true });
+    expect(h.delivered).toEqual([["c4", "prompt"]]);
+    h.rpc.onRecord({ type: "agent_start" });
+    h.rpc.onRecord({ type: "agent_settled" });
+    await h.tick();
+    expect(h.ended()).toBe(true);
+  });
+
+  it("a prompt pi answers only after its turn has settled still ends the run", async () => {
+    const h = harness();
+    h.rpc.start("the task");
+    h.rpc.interrupt();
+    h.rpc.onRecord({ type: "agent_settled" });
+    h.rpc.message("c5", "again");
+    await h.tick();
+    h.rpc.onRecord({ type: "agent_start" });
+    h.rpc.onRecord({ type: "agent_settled" }); // before the prompt's response
+    await h.tick();
+    expect(h.ended()).toBe(false);
+    h.rpc.onRecord({ type: "response", id: h.sent[2].id, success: true });
+    await h.tick();
+    expect(h.ended()).toBe(true);
+  });
+
   it("pi refusing the task (no API key) ends the run with pi's words", async () => {
     const h = harness();
     h.rpc.start("the task");
