@@ -59,13 +59,10 @@ async function diagnose(id: string): Promise<string> {
   const logs: string[] = [];
   const boxesDir = join(host.root, "boxes");
   for (const box of existsSync(boxesDir) ? readdirSync(boxesDir) : []) {
-    const sessions = join(boxesDir, box, "meta", "sessions");
-    for (const session of existsSync(sessions) ? readdirSync(sessions) : []) {
-      for (const f of readdirSync(join(sessions, session), { recursive: true, withFileTypes: true })) {
-        if (!f.isFile()) continue;
-        const text = readFileSync(join(f.parentPath, f.name), "utf8").replace(/[\x01\x02]{3}/g, "");
-        logs.push(`--- box ${box} session ${session} ${f.name}\n${text.slice(-3000)}`);
-      }
+    const runs = join(boxesDir, box, "home", ".threadbox", "runs");
+    for (const run of existsSync(runs) ? readdirSync(runs) : []) {
+      const log = join(runs, run, "runner.log");
+      if (existsSync(log)) logs.push(`--- box ${box} run ${run} runner.log\n${readFileSync(log, "utf8").slice(-4000)}`);
     }
   }
   return [`thread: ${JSON.stringify({ status: t.status, detail: t.detail, reason: t.reason, boxId: t.boxId })}`,
