@@ -13,6 +13,8 @@ export interface PiRpcHooks {
   /** pi refused the task itself (e.g. no API key): its words, for the run's failure. */
   onRefused(error: string): void;
   log(m: string): void;
+  /** The run is over from pi's side: its stdin is closed and it should now exit on its own. */
+  onInputClosed?(): void;
 }
 
 type Pending = { kind: "task" } | { kind: "message"; entryId: string; mode: DeliveryMode } | { kind: "abort" };
@@ -117,7 +119,9 @@ export class PiRpc {
   end(): void {
     if (this.ended) return;
     this.ended = true;
+    this.hooks.log("pi has settled with nothing waiting: closing its input");
     this.stdin.end();
+    this.hooks.onInputClosed?.();
   }
 
   private send(command: Record<string, unknown>, pending: Pending): void {

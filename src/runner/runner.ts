@@ -184,6 +184,10 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
     });
   };
   let waitHarness = spawnHarness(cmd.argv, cmd.env);
+  const exitGraceMs = cfg.flushTimeoutMs + 5_000;
+  let exitTimer: ReturnType<typeof setTimeout> | undefined;
+  /** pi finished its work but hung on the way out and was terminated: its turn's outcome stands. */
+  let exitForced = false;
 
   // Messages posted to the thread while the run goes on reach the harness; each one it took is marked.
   let watch: ThreadWatch | undefined;
@@ -204,6 +208,15 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
           stderrTail.push(`${error}\n`);
         },
         log,
+        onInputClosed: () => {
+          // pi's shutdown (the mirror's flush included) is bounded; past that it is stuck, not busy.
+          exitTimer = setTimeout(() => {
+            if (exited) return;
+            log(`pi did not exit ${exitGraceMs} ms after its input closed; terminating it`);
+            exitForced = true;
+            terminate();
+          }, exitGraceMs);
+        },
       });
       rpc.start(prompt);
     }
@@ -291,6 +304,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   await watch?.stop();
   clearTimeout(runawayTimer);
   if (killTimer) clearTimeout(killTimer);
+  if (exitTimer) clearTimeout(exitTimer);
   if (heartbeat) clearInterval(heartbeat);
   lines.end();
   onEntries(parser.end());
@@ -307,7 +321,8 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
 
   rmSync(pidFile, { force: true });
   // pi refused the task in RPC mode (it exits 0 once its stdin closes): that is a failed start.
-  const effectiveCode = refusal !== undefined && code === 0 ? 1 : code;
+  const exitedCleanly = code === 0 || exitForced;
+  const effectiveCode = refusal !== undefined && exitedCleanly ? 1 : exitForced ? 0 : code;
   const exitCode = () => (effectiveCode !== null ? effectiveCode : 128 + ((signal ? (osConstants.signals as Record<string, number>)[signal] : 1) ?? 1));
   if (values["no-finish"]) {
     harnessWriter?.stop();

@@ -332,6 +332,27 @@ describe("runner + mirror with the real pi", () => {
     }
   });
 
+  it("pi that finished its work but hangs on the way out is terminated after a grace period; the run still completes", async () => {
+    const model = await startModelServer([{ text: "Finished." }]);
+    try {
+      const threadId = await newThread();
+      const adir = agentDir(model);
+      mkdirSync(join(adir, "extensions"), { recursive: true });
+      // An extension stuck in its shutdown: pi never exits on its own once its input closes, and
+      // (its event loop blocked) does not even take SIGTERM.
+      writeFileSync(join(adir, "extensions", "stuck.ts"), `export default function (pi) { pi.on("session_shutdown", () => { const end = Date.now() + 60_000; while (Date.now() < end); }); }\n`);
+      const { done } = startRunner({ threadId, model, prompt: "say done", agentDir: adir, env: { THREADBOX_FLUSH_TIMEOUT_MS: "1000", THREADBOX_KILL_GRACE_MS: "2000" } });
+      const run = await done;
+      expect(run.stderr).toContain("closing its input");
+      expect(run.stderr).toMatch(/pi did not exit \d+ ms after its input closed; terminating it/);
+      expect(run.code, run.stderr).toBe(0);
+      const es = await entriesOf(threadId);
+      expect(types(es)).toEqual(["pi.user", "pi.assistant", "status:completed"]);
+    } finally {
+      await model.close();
+    }
+  });
+
   it("the stream unreachable mid-run: every entry still lands once, in order", async () => {
     const proxy = await startPausableProxy(new URL(streamBase).port);
     const model = await startModelServer([
