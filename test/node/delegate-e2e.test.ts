@@ -65,7 +65,16 @@ async function diagnose(id: string): Promise<string> {
       if (existsSync(log)) logs.push(`--- box ${box} run ${run} runner.log\n${readFileSync(log, "utf8").slice(-4000)}`);
     }
   }
+  // The run's processes (runner, harness, tools) and what each is blocked on.
+  const procs: string[] = [];
+  const read = (pid: string, f: string) => { try { return readFileSync(`/proc/${pid}/${f}`, "utf8"); } catch { return ""; } };
+  for (const pid of readdirSync("/proc").filter((d) => /^\d+$/.test(d))) {
+    if (!read(pid, "environ").includes(`THREADBOX_THREAD_ID=${id}\0`)) continue;
+    const stat = read(pid, "stat").split(") ")[1]?.split(" ") ?? [];
+    procs.push(`pid ${pid} ppid ${stat[1]} state ${stat[0]} wchan ${read(pid, "wchan")} ${read(pid, "cmdline").split("\0").join(" ").slice(0, 160)}`);
+  }
   return [`thread: ${JSON.stringify({ status: t.status, detail: t.detail, reason: t.reason, boxId: t.boxId })}`,
+    `processes of the thread:\n${procs.join("\n") || "(none)"}`,
     `entries (${es.length}, last 25): ${tail.join(" ")}`,
     `model requests so far: ${model.requests.length}`, ...logs].join("\n");
 }
