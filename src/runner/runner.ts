@@ -33,6 +33,10 @@ import { ThreadWatch } from "./thread-watch";
 import { parseJsonLine } from "../sandbox/harness/types";
 import { artifactEntries, artifactStreamName, MAX_INLINE_DIFF_BYTES, writeDiffStream } from "./post-artifacts";
 
+/** How long a harness's output may stay open after it exited (a child it left behind holds it). */
+const HARNESS_CLOSE_GRACE_MS = 2_000;
+/** How long the runner waits for its thread watch's last read to end. */
+const WATCH_STOP_GRACE_MS = 2_000;
 const log = (m: string) => process.stderr.write(`[threadbox runner] ${new Date().toISOString()} ${m}\n`);
 
 function randomId(): string {
@@ -180,7 +184,22 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
         log(`could not start the harness: ${err.message}`);
         resolve({ code: 127, signal: null });
       });
-      child.on("close", (c, sig) => resolve({ code: c, signal: sig }));
+      let closed = false;
+      child.on("close", (c, sig) => {
+        closed = true;
+        resolve({ code: c, signal: sig });
+      });
+      // A process the harness started can keep its output pipes open after the harness is gone;
+      // the run is over when the harness is, not when the last holder of its stdout lets go.
+      child.on("exit", (c, sig) => {
+        setTimeout(() => {
+          if (closed) return;
+          log(`${agent.name} exited (code=${c} signal=${sig}) but its output is still held open; going on without it`);
+          child.stdout?.destroy();
+          child.stderr?.destroy();
+          resolve({ code: c, signal: sig });
+        }, HARNESS_CLOSE_GRACE_MS).unref();
+      });
     });
   };
   let waitHarness = spawnHarness(cmd.argv, cmd.env);
@@ -301,7 +320,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
     ({ code, signal } = await spawnHarness(next.argv, next.env));
   }
   exited = true;
-  await watch?.stop();
+  if (watch && !(await watch.stop(WATCH_STOP_GRACE_MS))) log("the thread watch did not stop in time; going on");
   clearTimeout(runawayTimer);
   if (killTimer) clearTimeout(killTimer);
   if (exitTimer) clearTimeout(exitTimer);

@@ -26,10 +26,18 @@ export class ThreadWatch {
     this.done ??= this.loop();
   }
 
-  async stop(): Promise<void> {
+  /** Stops following; true once the last read has ended, false if it has not within `graceMs`. */
+  async stop(graceMs = 2_000): Promise<boolean> {
     this.stopped = true;
     this.abort.abort();
-    await this.done?.catch(() => undefined);
+    if (!this.done) return true;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const ended = await Promise.race([
+      this.done.then(() => true, () => true),
+      new Promise<boolean>((r) => { timer = setTimeout(() => r(false), graceMs); }),
+    ]);
+    clearTimeout(timer);
+    return ended;
   }
 
   private async loop(): Promise<void> {

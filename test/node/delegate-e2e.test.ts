@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execFile, execSync } from "node:child_process";
 import { promisify } from "node:util";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startSandboxHost } from "../../sandbox-host/server.mjs";
@@ -72,6 +72,20 @@ async function diagnose(id: string): Promise<string> {
     if (!read(pid, "environ").includes(`THREADBOX_THREAD_ID=${id}\0`)) continue;
     const stat = read(pid, "stat").split(") ")[1]?.split(" ") ?? [];
     procs.push(`pid ${pid} ppid ${stat[1]} state ${stat[0]} wchan ${read(pid, "wchan")} ${read(pid, "cmdline").split("\0").join(" ").slice(0, 160)}`);
+  }
+  // Who else holds the runner's pipes (a harness's stdout stays open while any holder lives).
+  const runnerPids = procs.filter((l) => l.includes("runner.mjs")).map((l) => l.split(" ")[1]);
+  const fdsOf = (pid: string) => { try { return readdirSync(`/proc/${pid}/fd`).map((fd) => { try { return readlinkSync(`/proc/${pid}/fd/${fd}`); } catch { return ""; } }); } catch { return []; } };
+  for (const rp of runnerPids) {
+    const pipes = fdsOf(rp).filter((l) => l.startsWith("pipe:"));
+    procs.push(`runner ${rp} pipes: ${pipes.join(" ")}`);
+    for (const pid of readdirSync("/proc").filter((d) => /^\d+$/.test(d) && d !== rp)) {
+      const shared = fdsOf(pid).filter((l) => pipes.includes(l));
+      const stat = read(pid, "stat");
+      if (shared.length || stat.split(") ")[1]?.split(" ")[1] === rp) {
+        procs.push(`  pid ${pid} ${stat.slice(0, 60)} shares ${shared.join(" ")} ${read(pid, "cmdline").split("\0").join(" ").slice(0, 120)}`);
+      }
+    }
   }
   return [`thread: ${JSON.stringify({ status: t.status, detail: t.detail, reason: t.reason, boxId: t.boxId })}`,
     `processes of the thread:\n${procs.join("\n") || "(none)"}`,

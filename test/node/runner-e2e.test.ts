@@ -2,7 +2,7 @@
  * End to end, box side: the real pi CLI with the mirror extension, run by the runner, against a
  * scripted OpenAI-compatible model and the reference Durable Streams server as the thread.
  */
-import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { startPausableProxy } from "../support/pausable-proxy";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -401,14 +401,14 @@ describe("runner + mirror with the real pi", () => {
 });
 
 describe("runner with harnesses that do not mirror themselves (recorded output)", () => {
-  function fakeHarness(fixture: string, exitCode: number): string {
+  function fakeHarness(fixture: string, exitCode: number, before = ""): string {
     const file = join(mkdtempSync(join(tmp, "bin-")), "fake-harness");
-    writeFileSync(file, `#!/bin/sh\ncat '${join(ROOT, "test/fixtures", fixture)}'\nexit ${exitCode}\n`, { mode: 0o755 });
+    writeFileSync(file, `#!/bin/sh\n${before}cat '${join(ROOT, "test/fixtures", fixture)}'\nexit ${exitCode}\n`, { mode: 0o755 });
     return file;
   }
-  async function runWith(harness: string, fixture: string, exitCode: number) {
+  async function runWith(harness: string, fixture: string, exitCode: number, before = "") {
     const threadId = await newThread();
-    const child = spawn(process.execPath, [RUNNER, "--harness", harness, "--bin", fakeHarness(fixture, exitCode), "--prompt", "task"], {
+    const child = spawn(process.execPath, [RUNNER, "--harness", harness, "--bin", fakeHarness(fixture, exitCode, before), "--prompt", "task"], {
       cwd: tmp,
       stdio: ["ignore", "ignore", "pipe"],
       env: {
@@ -509,6 +509,19 @@ cat '${join(ROOT, "test/fixtures/claude-code-stream-json-success.jsonl")}'
     expect(es[0].id).toBe(`${threadId}:h:r1:0`);
     expect(es[8].id).toBe(`${threadId}:finished:r1`);
     expectNoDuplicateIds(es);
+  });
+
+  it("a harness that exits leaving a process behind that holds its output still ends the run", async () => {
+    const marker = `sleep 60.${Date.now() % 100000}`;
+    try {
+      // The background sleep inherits the harness's stdout and outlives it by far.
+      const { code, es, stderr } = await runWith("codex", "codex-exec-json-success.jsonl", 0, `${marker} &\n`);
+      expect(stderr).toContain("its output is still held open; going on without it");
+      expect(code).toBe(0);
+      expect(types(es).at(-1)).toBe("status:completed");
+    } finally {
+      spawnSync("pkill", ["-f", marker]);
+    }
   });
 
   it("claude-code: an error result -> pi_failed", async () => {
