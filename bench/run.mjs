@@ -10,7 +10,7 @@ import { startBenchServe, startBenchWorker } from "./lib/worker.mjs";
 import { startRefServer } from "./lib/ref-server.mjs";
 import { Target } from "./lib/client.mjs";
 import { planPinning, pinPid, pinTree, affinityOf } from "./lib/pin.mjs";
-import { now, sleep, percentile, pool, paddedJson, treeCpu, summarize } from "./lib/stats.mjs";
+import { now, sleep, percentile, pool, paddedJson, treeCpu, treeRssMiB, summarize } from "./lib/stats.mjs";
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 
@@ -42,6 +42,7 @@ const K = {
   W5_THREADS: knob("W5_THREADS", 1000),
   W5_ENTRIES: knob("W5_ENTRIES", 20),
   W5_CONCURRENCY: knob("W5_CONCURRENCY", 64),
+  W5_IDLE_MS: knob("W5_IDLE_MS", 15_000),
   W6_THREADS: knob("W6_THREADS", 500),
   W6_INTERVAL_MS: knob("W6_INTERVAL_MS", 5000),
   W6_DURATION_MS: knob("W6_DURATION_MS", 60_000),
@@ -186,6 +187,7 @@ async function w4(t, rep = 0) {
 
 async function w5(t, rep = 0) {
   const names = [];
+  const rss0 = t.pid ? treeRssMiB(t.pid) : null;
   const tc = now();
   // The reference's file store loses a stream now and then under concurrent PUTs (404 on the
   // first append), so its streams are created one at a time; a 404 is re-created once and counted.
@@ -208,7 +210,18 @@ async function w5(t, rep = 0) {
     }
   });
   const sec = (now() - t0) / 1000;
-  return { rate: (K.W5_THREADS * K.W5_ENTRIES - recreated) / sec, p50: percentile(lat, 50), p99: percentile(lat, 99), createRate, names, seconds: sec, recreated };
+  // Memory the new threads hold: right after, and (threadbox) after they sat idle for W5_IDLE_MS.
+  const rss1 = t.pid ? treeRssMiB(t.pid) : null;
+  let rssIdle = null;
+  if (t.pid && t.hasThreads && K.W5_IDLE_MS > 0) {
+    await sleep(K.W5_IDLE_MS);
+    rssIdle = treeRssMiB(t.pid);
+  }
+  const perThreadKiB = (mib) => (mib === null || rss0 === null ? null : ((mib - rss0) * 1024) / K.W5_THREADS);
+  return {
+    rate: (K.W5_THREADS * K.W5_ENTRIES - recreated) / sec, p50: percentile(lat, 50), p99: percentile(lat, 99), createRate, names, seconds: sec, recreated,
+    rssBeforeMiB: rss0, rssAfterMiB: rss1, rssIdleMiB: rssIdle, kibPerThread: perThreadKiB(rss1), kibPerThreadIdle: perThreadKiB(rssIdle),
+  };
 }
 
 async function w6(t, pid, reuse, rep = 0) {
@@ -407,6 +420,8 @@ async function main() {
     const rf = ref ? new Target({ label: "reference", url: ref.url, token: "unused", threads: false }) : null;
     const rm = refMem ? new Target({ label: "reference (memory)", url: refMem.url, token: "unused", threads: false }) : null;
     const sv = served ? new Target({ label: "serve", url: served.url, token: await served.mintHouseToken(), threads: true }) : null;
+    // Whose memory #5 reads (the process tree of each server).
+    for (const [t, pid] of [[sv, served?.pid], [tb, worker.pid], [rf, ref?.pid], [rm, refMem?.pid]]) if (t) t.pid = pid;
     // Every server, in table order; `t` is what the workload function gets.
     const servers = [
       sv && { key: "serve", label: "threadbox (npm run serve)", t: sv },
@@ -495,6 +510,8 @@ async function main() {
         `ref: plain streams${lost}`);
       row("5", `${K.W5_THREADS} threads x ${K.W5_ENTRIES} entries`, "append p99", "ms", "lower", each(r, (x) => x.p99));
       row("5", `create ${K.W5_THREADS} threads/streams`, "per s", "per s", "higher", each(r, (x) => x.createRate), "setup, informational");
+      row("5", `server memory per thread/stream, after the appends`, "KiB", "KiB", null, each(r, (x) => x.kibPerThread), "RSS growth of the server's process tree / threads; informational");
+      row("5", `same, after ${K.W5_IDLE_MS / 1000} s idle`, "KiB", "KiB", null, each(r, (x) => x.kibPerThreadIdle), "threadbox only: do idle actors give memory back?");
     }
     if (only.has("6")) {
       log(`w6: ${K.W6_THREADS} running threads heartbeating every ${K.W6_INTERVAL_MS} ms for ${K.W6_DURATION_MS} ms`);

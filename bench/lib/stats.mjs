@@ -77,3 +77,17 @@ export function summarize(values) {
   const median = s.length % 2 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
   return { median, min: s[0], max: s[s.length - 1], runs: runs.map((v) => (Number.isFinite(v) ? v : null)) };
 }
+
+/** Resident memory (MiB) of a process and all its descendants, from /proc/<pid>/status VmRSS. */
+export function treeRssMiB(rootPid) {
+  let kib = 0;
+  for (const entry of treeCpu(rootPid).pids) {
+    try {
+      const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${entry.split(":")[0]}/status`, "utf8"));
+      if (m) kib += Number(m[1]);
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return kib / 1024;
+}
