@@ -15,6 +15,7 @@ import { createDaytonaProvider } from "../../src/sandbox/daytona-provider";
 import { run } from "../../src/sandbox/run";
 import { tarArchive } from "../support/tar";
 import { startGitHttpServer } from "../support/git-http-server";
+import { jsonApi } from "../support/json-api";
 
 const SANDBOX_KEY = "e2e-sandbox-key";
 const execFileAsync = promisify(execFile);
@@ -26,15 +27,7 @@ let streamPath: Awaited<ReturnType<typeof startPausableProxy>>;
 
 type Entry = { id: string; offset: string; authorId?: string; payload: { type: string; [k: string]: any } };
 
-async function api(path: string, init: { method?: string; json?: unknown } = {}) {
-  const r = await fetch(`${worker.url}${path}`, {
-    method: init.method ?? "GET",
-    headers: { authorization: `Bearer ${token}`, ...(init.json !== undefined ? { "content-type": "application/json" } : {}) },
-    body: init.json !== undefined ? JSON.stringify(init.json) : undefined,
-  });
-  const text = await r.text();
-  return { status: r.status, body: text ? JSON.parse(text) : null };
-}
+const api = jsonApi(() => ({ url: worker.url, token }));
 
 async function entries(threadId: string): Promise<Entry[]> {
   return (await api(`/api/threads/${threadId}/entries?offset=-1&limit=10000`)).body.entries;

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startSandboxHost } from "../../sandbox-host/server.mjs";
 import { freePort, startWorker } from "../../scripts/lib/wrangler-dev.mjs";
 import { startModelServer, type ModelServer } from "../support/model-server";
+import { jsonApi } from "../support/json-api";
 
 const SANDBOX_KEY = "e2e-dispatch-sandbox-key";
 const BOT_KEY = "sk-bot-secret-value";
@@ -19,15 +20,7 @@ let piModel: ModelServer;
 
 type Entry = { id: string; offset: string; authorId?: string; payload: { type: string; [k: string]: any } };
 
-async function api(path: string, init: { method?: string; json?: unknown; as?: string } = {}) {
-  const r = await fetch(`${worker.url}${path}`, {
-    method: init.method ?? "GET",
-    headers: { authorization: `Bearer ${init.as ?? token}`, ...(init.json !== undefined ? { "content-type": "application/json" } : {}) },
-    body: init.json !== undefined ? JSON.stringify(init.json) : undefined,
-  });
-  const text = await r.text();
-  return { status: r.status, body: text ? JSON.parse(text) : null };
-}
+const api = jsonApi(() => ({ url: worker.url, token }));
 
 async function entries(threadId: string, as?: string): Promise<Entry[]> {
   return (await api(`/api/threads/${threadId}/entries?offset=-1&limit=10000`, { as })).body.entries;

@@ -5,6 +5,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { createPublicKey, verify } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { jsonApi } from "../support/json-api";
 
 type Worker = { url: string; mintHouseToken(houseId?: string, subject?: string, role?: string): Promise<string>; stop(): Promise<void> };
 const { startWorker } = (await import("../../scripts/lib/wrangler-dev.mjs" as string)) as { startWorker(o?: { vars?: Record<string, string> }): Promise<Worker> };
@@ -38,15 +39,7 @@ async function receiver(failures: number) {
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`, got, close: () => new Promise<void>((r) => server.close(() => r())) };
 }
 
-const api = async (path: string, init: { method?: string; json?: unknown } = {}) => {
-  const r = await fetch(`${worker.url}${path}`, {
-    method: init.method ?? "GET",
-    headers: { authorization: `Bearer ${token}`, ...(init.json !== undefined ? { "content-type": "application/json" } : {}) },
-    body: init.json !== undefined ? JSON.stringify(init.json) : undefined,
-  });
-  const text = await r.text();
-  return { status: r.status, body: text ? JSON.parse(text) : null };
-};
+const api = jsonApi(() => ({ url: worker.url, token }));
 
 async function waitFor<T>(what: string, fn: () => Promise<T | null | undefined | false> | T | null | undefined | false, timeoutMs = 20_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;

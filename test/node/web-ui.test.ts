@@ -9,6 +9,7 @@ import type { Browser, BrowserContext, Page, WebSocketRoute } from "playwright-c
 import { startSandboxHost } from "../../sandbox-host/server.mjs";
 import { ROOT, freePort, startWorker } from "../../scripts/lib/wrangler-dev.mjs";
 import { startModelServer, type ModelServer } from "../support/model-server";
+import { jsonApi } from "../support/json-api";
 
 const SANDBOX_KEY = "ui-sandbox-key";
 const MODEL_SECRET = "sk-ui-secret-value";
@@ -43,15 +44,7 @@ async function waitFor(what: string, ready: () => boolean, timeoutMs = 30_000): 
 
 type Entry = { id: string; offset: string; authorId?: string; payload: { type: string; [k: string]: any } };
 
-async function api(path: string, init: { method?: string; json?: unknown } = {}) {
-  const r = await fetch(`${worker.url}${path}`, {
-    method: init.method ?? "GET",
-    headers: { authorization: `Bearer ${token}`, ...(init.json !== undefined ? { "content-type": "application/json" } : {}) },
-    body: init.json !== undefined ? JSON.stringify(init.json) : undefined,
-  });
-  const text = await r.text();
-  return { status: r.status, body: text ? JSON.parse(text) : null };
-}
+const api = jsonApi(() => ({ url: worker.url, token }));
 
 const entries = async (threadId: string): Promise<Entry[]> => (await api(`/api/threads/${threadId}/entries?offset=-1&limit=10000`)).body.entries;
 
