@@ -35,6 +35,7 @@ export async function startBenchServe(opts = {}) {
     stateDir,
     buildDir,
     varsFileText: Object.entries(vars).map(([k, v]) => `${k}=${v}`).join("\n"),
+    workerdArgs: opts.workerdArgs,
   });
   return {
     url: server.url,

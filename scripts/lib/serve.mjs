@@ -198,7 +198,8 @@ export function bindingValues(project, varsFileText) {
 /**
  * Builds (unless `bundle` is given), writes the config and starts workerd.
  * @param {{ cwd?: string, port: number, host?: string, stateDir: string, buildDir: string, varsFileText: string,
- *           bundle?: Awaited<ReturnType<typeof buildBundle>>, stdio?: "inherit" | "pipe" }} o
+ *           bundle?: Awaited<ReturnType<typeof buildBundle>>, stdio?: "inherit" | "pipe", workerdArgs?: string[] }} o
+ * `workerdArgs` go to `workerd serve` after the config (e.g. `--inspector-addr=127.0.0.1:9229` to profile).
  */
 export async function startServe(o) {
   const cwd = o.cwd ?? ROOT;
@@ -227,7 +228,7 @@ export async function startServe(o) {
   const configFile = join(o.buildDir, "workerd.capnp");
   writeFileSync(configFile, config);
 
-  const child = spawn(workerdBinary(cwd), ["serve", configFile], {
+  const child = spawn(workerdBinary(cwd), ["serve", configFile, ...(o.workerdArgs ?? [])], {
     cwd: o.buildDir,
     env: { ...process.env, ...values },
     stdio: o.stdio === "inherit" ? "inherit" : ["ignore", "pipe", "pipe"],
