@@ -81,29 +81,57 @@ export class StreamLog {
   }
 
   /**
+   * The stream_meta row as last committed, kept in memory: every append and read needs it, and
+   * this actor is its only writer. `undefined` = not loaded yet. Changed only after a write has
+   * succeeded, so a rolled-back transaction cannot leave it ahead of storage.
+   */
+  private row: { meta: StreamMeta; deletedAt: number | null } | null | undefined;
+
+  private loadRow(): { meta: StreamMeta; deletedAt: number | null } | null {
+    if (this.row !== undefined) return this.row;
+    const r = this.sql.exec(`select * from stream_meta where id = 1`).toArray()[0];
+    this.row = r
+      ? {
+          deletedAt: r.deleted_at as number | null,
+          meta: {
+            name: r.name as string,
+            contentType: r.content_type as string,
+            ttlSeconds: r.ttl_seconds as number | null,
+            expiresAt: r.expires_at as string | null,
+            createdAt: r.created_at as number,
+            lastAccessAt: r.last_access_at as number,
+            closed: r.closed === 1,
+            closedBy: r.closed_by ? (JSON.parse(r.closed_by as string) as ProducerTuple) : null,
+            lastStreamSeq: r.last_stream_seq as string | null,
+            tailSeq: r.tail_seq as number,
+          },
+        }
+      : null;
+    return this.row;
+  }
+
+  /** Drops the in-memory row: after an enclosing transaction that created the stream was rolled back. */
+  forgetCached(): void {
+    this.row = undefined;
+  }
+
+  /** Applies a committed change to the in-memory row. */
+  private patchRow(patch: Partial<StreamMeta>): void {
+    if (this.row) this.row = { ...this.row, meta: { ...this.row.meta, ...patch } };
+  }
+
+  /**
    * The stream's metadata, or null if it does not exist or is a tombstone. An expired stream is
    * purged here, or made a tombstone while forks still read through it.
    */
   meta(nowMs = Date.now()): StreamMeta | null {
-    const row = this.sql.exec(`select * from stream_meta where id = 1`).toArray()[0];
-    if (!row || row.deleted_at !== null) return null;
-    const meta: StreamMeta = {
-      name: row.name as string,
-      contentType: row.content_type as string,
-      ttlSeconds: row.ttl_seconds as number | null,
-      expiresAt: row.expires_at as string | null,
-      createdAt: row.created_at as number,
-      lastAccessAt: row.last_access_at as number,
-      closed: row.closed === 1,
-      closedBy: row.closed_by ? (JSON.parse(row.closed_by as string) as ProducerTuple) : null,
-      lastStreamSeq: row.last_stream_seq as string | null,
-      tailSeq: row.tail_seq as number,
-    };
-    if (isExpired(meta, nowMs)) {
+    const row = this.loadRow();
+    if (!row || row.deletedAt !== null) return null;
+    if (isExpired(row.meta, nowMs)) {
       this.delete(nowMs);
       return null;
     }
-    return meta;
+    return { ...row.meta };
   }
 
   /**
@@ -111,8 +139,8 @@ export class StreamLog {
    * protocol operation on it answers 410, and its name cannot be reused until the last fork is gone.
    */
   isTombstone(): boolean {
-    const row = this.sql.exec(`select deleted_at from stream_meta where id = 1`).toArray()[0];
-    return row !== undefined && row.deleted_at !== null;
+    const row = this.loadRow();
+    return row !== null && row.deletedAt !== null;
   }
 
   /** Deletes the stream: a tombstone while it has forks, else purged. Returns which. */
@@ -125,6 +153,7 @@ export class StreamLog {
       this.sql.exec(`update stream_meta set deleted_at = ? where id = 1`, nowMs);
       this.sql.exec(`delete from producers`);
     });
+    if (this.row) this.row = { ...this.row, deletedAt: nowMs };
     return "tombstone";
   }
 
@@ -145,6 +174,7 @@ export class StreamLog {
       if (!same) throw new ApiError("conflict", "stream already exists with a different configuration");
       return { created: false, meta: existing };
     }
+    this.row = undefined;
     this.storage.transactionSync(() => {
       this.sql.exec(
         `insert into stream_meta (id, name, content_type, ttl_seconds, expires_at, created_at, last_access_at, closed, tail_seq)
@@ -155,6 +185,7 @@ export class StreamLog {
       const { tail } = this.insertMessages(initial, fork?.forkSeq ?? 0, nowMs);
       this.sql.exec(`update stream_meta set tail_seq = ?, closed = ? where id = 1`, tail, opts.closed ? 1 : 0);
     });
+    this.row = undefined;
     return { created: true, meta: this.meta(nowMs)! };
   }
 
@@ -191,6 +222,12 @@ export class StreamLog {
       if (req.close) { sets.push("closed = 1", "closed_by = ?"); args.push(req.producer ? JSON.stringify(req.producer) : null); }
       if (sets.length > 0) this.sql.exec(`update stream_meta set ${sets.join(", ")} where id = 1`, ...args);
     });
+    this.patchRow({
+      tailSeq: result.tail,
+      ...(meta.ttlSeconds !== null ? { lastAccessAt: nowMs } : {}),
+      ...(req.streamSeq !== undefined ? { lastStreamSeq: req.streamSeq } : {}),
+      ...(req.close ? { closed: true, closedBy: req.producer ?? null } : {}),
+    });
     return { kind: "appended", tailSeq: result.tail, appended: result.appended, fresh: result.fresh, closed: !!req.close };
   }
 
@@ -214,6 +251,7 @@ export class StreamLog {
       if (producer) this.commitProducer(producer, nowMs);
       this.sql.exec(`update stream_meta set closed = 1, closed_by = ? where id = 1`, producer ? JSON.stringify(producer) : null);
     });
+    this.patchRow({ closed: true, closedBy: producer ?? null });
     return { kind: "appended", tailSeq: meta.tailSeq, appended: [], fresh: [], closed: true };
   }
 
@@ -249,13 +287,14 @@ export class StreamLog {
   }
 
   tailSeq(): number {
-    const row = this.sql.exec(`select tail_seq from stream_meta where id = 1`).toArray()[0];
-    return row ? (row.tail_seq as number) : 0;
+    return this.loadRow()?.meta.tailSeq ?? 0;
   }
 
   /** Sliding TTL: reads and appends (not HEAD) push expiry out. Only written when a TTL is set. */
   touch(meta: StreamMeta, nowMs = Date.now()): void {
-    if (meta.ttlSeconds !== null) this.sql.exec(`update stream_meta set last_access_at = ? where id = 1`, nowMs);
+    if (meta.ttlSeconds === null) return;
+    this.sql.exec(`update stream_meta set last_access_at = ? where id = 1`, nowMs);
+    this.patchRow({ lastAccessAt: nowMs });
   }
 
   /** Removes everything; a fork's source reference becomes a pending release (fork-store.ts). */
@@ -266,6 +305,7 @@ export class StreamLog {
       this.sql.exec(`delete from stream_meta`);
       this.forks.dropRef();
     });
+    this.row = null;
   }
 
   formatTail(): string {

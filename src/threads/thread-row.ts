@@ -34,7 +34,23 @@ export class ThreadRowStore {
     if (!columns.includes("run_id")) sql.exec(`alter table thread_row add column run_id text`);
   }
 
+  /**
+   * The row as last written, kept in memory (this actor is its only writer); `undefined` = not
+   * loaded. Callers get a copy, so nothing they do changes it behind storage's back.
+   */
+  private cached: ThreadRow | null | undefined;
+
   get(): ThreadRow | null {
+    if (this.cached === undefined) this.cached = this.load();
+    return this.cached && { ...this.cached, parent: { ...this.cached.parent } };
+  }
+
+  /** Drops the in-memory copy: after a transaction that wrote the row was rolled back. */
+  forget(): void {
+    this.cached = undefined;
+  }
+
+  private load(): ThreadRow | null {
     const r = this.sql.exec(`select * from thread_row where id = 1`).toArray()[0];
     if (!r) return null;
     return {
@@ -65,6 +81,7 @@ export class ThreadRowStore {
       row.id, row.houseId, row.parent.kind, row.parent.id, row.environmentId, row.title, row.status, row.statusReason, row.statusDetail,
       row.boxId, row.lastLivenessAt, row.runStartedAt, row.runId, row.brainId, row.createdBy, row.createdAt, row.updatedAt,
     );
+    this.cached = { ...row, parent: { ...row.parent } };
   }
 
   update(patch: Partial<Pick<ThreadRow, "status" | "statusReason" | "statusDetail" | "boxId" | "lastLivenessAt" | "runStartedAt" | "runId" | "title">>, nowMs = Date.now()): void {
@@ -83,11 +100,17 @@ export class ThreadRowStore {
     sets.push("updated_at = ?");
     values.push(nowMs);
     this.sql.exec(`update thread_row set ${sets.join(", ")} where id = 1`, ...values);
+    const current = this.get();
+    if (current) {
+      for (const [k, v] of Object.entries(patch)) if (v !== undefined) (current as Record<string, unknown>)[k] = v;
+      this.cached = { ...current, updatedAt: nowMs };
+    }
   }
 
   /** Liveness is a column, not log entries: heartbeats must not grow the log. */
   touchLiveness(nowMs: number): void {
     this.sql.exec(`update thread_row set last_liveness_at = ? where id = 1`, nowMs);
+    if (this.cached) this.cached = { ...this.cached, lastLivenessAt: nowMs };
   }
 }
 
