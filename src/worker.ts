@@ -13,7 +13,7 @@ import { listArtifactsRoute } from "./http/routes-artifacts";
 import { createAgentRoute, deleteAgentRoute, getAgentRoute, listAgentsRoute, patchAgentRoute } from "./http/routes-agents";
 import { dispatchDecisionsRoute, getThreadConfigRoute, patchThreadConfigRoute } from "./http/routes-dispatch";
 import { streamRoute, withPublicLocation } from "./http/routes-streams";
-import { CORS_HEADERS } from "./streams/protocol";
+import { CORS_HEADERS, CORS_PREFLIGHT_HEADERS } from "./streams/protocol";
 import { assertNoRepeatedQuery } from "./http/query";
 import { authenticate } from "./auth/authenticate";
 
@@ -35,7 +35,7 @@ const router = Router<Req, [Env, ExecutionContext]>();
 
 router
   // Bearer tokens, never cookies: any origin may call the API, preflights included.
-  .options("*", () => new Response(null, { status: 204, headers: CORS_HEADERS }))
+  .options("*", () => new Response(null, { status: 204, headers: CORS_PREFLIGHT_HEADERS }))
   .get("/health", () => json({ ok: true, service: "threadbox" }))
   .post("/api/admin/tokens", (req, env) => mintTokenRoute(req, env))
   .post("/api/threads", (req, env) => createThreadRoute(req, env))

@@ -6,9 +6,16 @@ import { ApiError } from "../errors";
  */
 export async function readBoundedBody(request: Request, limitBytes: number): Promise<Uint8Array> {
   const tooLarge = () => new ApiError("payload_too_large", `body is larger than ${limitBytes} bytes`);
-  const declared = Number(request.headers.get("content-length") ?? "0");
+  const header = request.headers.get("content-length");
+  const declared = Number(header ?? "0");
   if (declared > limitBytes) throw tooLarge();
   if (!request.body) return new Uint8Array(0);
+  // A declared length is what the HTTP framing delivers: read it whole, in one step.
+  if (header !== null && /^\d+$/.test(header)) {
+    const whole = new Uint8Array(await request.arrayBuffer());
+    if (whole.byteLength > limitBytes) throw tooLarge();
+    return whole;
+  }
   const reader = request.body.getReader();
   const chunks: Uint8Array[] = [];
   let total = 0;

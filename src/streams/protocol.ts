@@ -19,11 +19,16 @@ export const H = {
 
 export const CORS_HEADERS: Record<string, string> = {
   "access-control-allow-origin": "*",
+  "access-control-expose-headers":
+    "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, Stream-Expires-At, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, etag, content-type, location",
+};
+
+/** What a browser's preflight (OPTIONS) needs on top: only there do methods, headers and max-age mean anything. */
+export const CORS_PREFLIGHT_HEADERS: Record<string, string> = {
+  ...CORS_HEADERS,
   "access-control-allow-methods": "GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS",
   "access-control-allow-headers":
     "content-type, authorization, if-none-match, Stream-Seq, Stream-TTL, Stream-Expires-At, Stream-Closed, Producer-Id, Producer-Epoch, Producer-Seq, Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset",
-  "access-control-expose-headers":
-    "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, Stream-Expires-At, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, etag, content-type, location",
   "access-control-max-age": "86400",
 };
 

@@ -5,7 +5,7 @@ import {
 } from "./fork";
 import { StreamLog, type AppendOutcome, type NewMessage, type ProducerTuple, type StreamMeta, type StoredMessage } from "./log";
 import {
-  CORS_HEADERS, H, MAX_APPEND_BYTES, MAX_READ_BYTES, formatOffset, isJsonContentType, normalizeContentType,
+  CORS_HEADERS, CORS_PREFLIGHT_HEADERS, H, MAX_APPEND_BYTES, MAX_READ_BYTES, formatOffset, isJsonContentType, normalizeContentType,
   parseOffset, responseCursor,
 } from "./protocol";
 import { WaitHub } from "./wait-hub";
@@ -47,9 +47,15 @@ export type StreamRequestAuth = { canWrite: boolean; subject: string; mayAuthorA
 const STRICT_INT = /^\d+$/;
 const TTL_PATTERN = /^(0|[1-9]\d*)$/;
 
-function headers(extra: Record<string, string | undefined> = {}): Headers {
-  const h = new Headers({ ...CORS_HEADERS, ...SECURITY_HEADERS });
-  for (const [k, v] of Object.entries(extra)) if (v !== undefined) h.set(k, v);
+const BASE_HEADERS: Record<string, string> = { ...CORS_HEADERS, ...SECURITY_HEADERS };
+
+/** A plain record: the Response makes its Headers once, instead of a Headers object plus a set() per header. */
+function headers(extra: Record<string, string | undefined> = {}): Record<string, string> {
+  const h = { ...BASE_HEADERS };
+  for (const k in extra) {
+    const v = extra[k];
+    if (v !== undefined) h[k] = v;
+  }
   return h;
 }
 
@@ -133,7 +139,7 @@ function readPage(host: StreamHost, afterSeq: number): Promise<Page> {
 
 async function dispatch(request: Request, host: StreamHost, auth: StreamRequestAuth): Promise<Response> {
   const method = request.method.toUpperCase();
-  if (method === "OPTIONS") return new Response(null, { status: 204, headers: headers() });
+  if (method === "OPTIONS") return new Response(null, { status: 204, headers: { ...CORS_PREFLIGHT_HEADERS, ...SECURITY_HEADERS } });
   if (method !== "GET" && method !== "HEAD" && !auth.canWrite) throw new ApiError("forbidden", "token does not allow writes");
   switch (method) {
     case "PUT": return handleCreate(request, host);
