@@ -1,11 +1,18 @@
 import { describe, expect, it } from "vitest";
+import { env, runInDurableObject } from "cloudflare:test";
+import type { ThreadActor } from "./test-worker";
 import { call, chat, createThread, houseToken, post } from "./helpers";
-import { createAgent, modelEnvironment, scriptedModel, waitForEntries } from "./dispatch-helpers";
+import { createAgent, decisions, modelEnvironment, scriptedModel, waitForEntries } from "./dispatch-helpers";
 
 /**
  * A thread decides chats that address nobody from its cached copy of the house's agents (so such a
  * chat costs no trigger row and no alarm). These pin down that the copy never hides a change.
  */
+const threadActor = (id: string) => {
+  const ns = (env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> }).THREADS;
+  return ns.get(ns.idFromName(`thread:${id}`));
+};
+
 describe("dispatch: the thread's cached agent set follows the house", () => {
   const chatsBy = <T extends { authorId?: string; payload: { type: string } }>(es: T[], author: string) => es.filter((e) => e.payload.type === "chat" && e.authorId === author);
 
@@ -51,5 +58,21 @@ describe("dispatch: the thread's cached agent set follows the house", () => {
     const late = await createAgent(token, { name: "Late", handle: "late", environmentId: envId });
     await post(token, thread.id, chat("@late are you there?"));
     await waitForEntries(token, thread.id, (es) => chatsBy(es, late.id).length === 1, "late's reply");
+  });
+
+  it("a new thread knows the house's bots from its creation: its first unaddressed chat is decided inline, with no trigger", async () => {
+    const token = await houseToken("house-agent-cache-new-thread");
+    const model = await scriptedModel([], { text: "ok" });
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const quiet = await createAgent(token, { name: "Quiet", handle: "quiet" });
+    const thread = await createThread(token, { environmentId: envId });
+    const stub = threadActor(thread.id);
+    expect(await runInDurableObject(stub, (a: ThreadActor) => a.testAgentCache())).toMatchObject({ ids: [quiet.id] });
+    expect((await post(token, thread.id, chat("nobody named here"))).status).toBe(201);
+    expect(await runInDurableObject(stub, (a: ThreadActor) => a.testPendingTriggers())).toBe(0);
+    // The copy does not stop a mention from reaching the bot.
+    expect((await post(token, thread.id, chat("@quiet hi"))).status).toBe(201);
+    await waitForEntries(token, thread.id, (es) => chatsBy(es, quiet.id).length === 1, "quiet's reply");
+    expect((await decisions(token, thread.id)).some((d) => d.agentId === quiet.id && d.reason === "mentioned")).toBe(true);
   });
 });

@@ -87,6 +87,17 @@ export class ThreadActor extends ProductionThreadActor {
     this.log.meta(Date.now() + aheadMs);
   }
 
+  /** The thread's copy of the house's bots (dispatch decides unaddressed chats from it), or null. */
+  testAgentCache(): { version: number; ids: string[] } | null {
+    const cache = (this.dispatch as unknown as { agentCache: { version: number; ids: Set<string> } | null }).agentCache;
+    return cache && { version: cache.version, ids: [...cache.ids] };
+  }
+
+  /** Chats recorded for the dispatch alarm to decide. */
+  testPendingTriggers(): number {
+    return this.ctx.storage.sql.exec(`select count(*) as n from dispatch_triggers`).one().n as number;
+  }
+
   testEnqueue<K extends OutboxKind>(key: string, kind: K, payload: OutboxPayloads[K]): void {
     this.outbox.enqueue(key, kind, payload, this.clock.now());
   }

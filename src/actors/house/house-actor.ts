@@ -6,6 +6,7 @@ import type { BoxView } from "../sandbox/sandbox-actor";
 import type { Environment } from "../../environments";
 import { settle, unwrapRpc } from "../rpc";
 import { applyAgentPatch, type Agent, type AgentPatch } from "../../agents";
+import type { Candidate } from "../../dispatch/selection";
 import { ApiError } from "../../errors";
 import { plainStreamStub, threadStub } from "../stubs";
 import { SubscriptionService, type SubResult } from "../../subscriptions/service";
@@ -174,8 +175,25 @@ export class HouseActor extends DurableObject<Env> {
   }
 
   /** Updates arrive through the thread's outbox and may be retried: an older row never overwrites a newer one. */
+  /**
+   * Also answers with the house's bots as the thread's dispatch needs them: a new thread then
+   * decides its first chats from that copy instead of asking again (no trigger row, alarm or call).
+   */
   async upsertThread(t: ThreadSummary) {
-    return settle(() => this.upsertThreadSync(t));
+    return settle(() => {
+      this.upsertThreadSync(t);
+      return { agentSet: this.candidateSet() };
+    });
+  }
+
+  /** The agent set as dispatch candidates, kept in memory per version (every change bumps it). */
+  private candidates: { version: number; candidates: Candidate[] } | null = null;
+  private candidateSet(): { version: number; candidates: Candidate[] } {
+    const version = this.agentsVersion();
+    if (this.candidates?.version !== version) {
+      this.candidates = { version, candidates: this.listAgentsSync().map((a) => ({ id: a.id, handle: a.handle, triggerMode: a.triggerMode })) };
+    }
+    return this.candidates;
   }
 
   private upsertThreadSync(t: ThreadSummary): void {

@@ -19,6 +19,10 @@ export type AlarmStep = {
 
 export class Deadlines {
   private readonly sources: DeadlineSource[] = [];
+  /** The deadlines table as last written; `undefined` until first read. This actor is its only writer. */
+  private written: Map<string, number> | undefined;
+  /** The earliest deadline the alarm was last set from (null: cleared); `undefined` = unknown, set it. */
+  private armedFor: number | null | undefined;
 
   constructor(private readonly storage: DurableObjectStorage, private readonly nowMs: () => number) {
     storage.sql.exec(`create table if not exists deadlines (name text primary key, at integer not null)`);
@@ -28,16 +32,41 @@ export class Deadlines {
     this.sources.push(source);
   }
 
-  /** Writes every source's next deadline and sets the alarm to the earliest one (or clears it). */
+  /** The alarm fired (and so is no longer set): the next recompute must set it again. */
+  alarmFired(): void {
+    this.armedFor = undefined;
+  }
+
+  /**
+   * Writes every source's next deadline and sets the alarm to the earliest one (or clears it).
+   * Only what changed is written: most handlers leave every deadline where it was.
+   */
   async recompute(): Promise<void> {
     const sql = this.storage.sql;
+    const written = (this.written ??= new Map(sql.exec(`select name, at from deadlines`).toArray().map((r) => [r.name as string, r.at as number])));
+    let next: number | null = null;
     for (const source of this.sources) {
       const at = source.nextDeadline();
-      if (at === null) sql.exec(`delete from deadlines where name = ?`, source.name);
-      else sql.exec(`insert into deadlines (name, at) values (?, ?) on conflict(name) do update set at = excluded.at`, source.name, at);
+      if (at === null) {
+        if (written.has(source.name)) sql.exec(`delete from deadlines where name = ?`, source.name);
+        written.delete(source.name);
+        continue;
+      }
+      if (written.get(source.name) !== at) {
+        sql.exec(`insert into deadlines (name, at) values (?, ?) on conflict(name) do update set at = excluded.at`, source.name, at);
+        written.set(source.name, at);
+      }
+      next = next === null ? at : Math.min(next, at);
     }
-    const next = sql.exec(`select min(at) as at from deadlines`).toArray()[0]?.at as number | null | undefined;
-    if (next === null || next === undefined) await this.storage.deleteAlarm();
+    // A row no source names any more (a source removed in a newer version) must not hold the alarm.
+    for (const name of written.keys()) {
+      if (this.sources.some((s) => s.name === name)) continue;
+      sql.exec(`delete from deadlines where name = ?`, name);
+      written.delete(name);
+    }
+    if (next === this.armedFor) return;
+    if (next === null) await this.storage.deleteAlarm();
     else await this.storage.setAlarm(Math.max(next, this.nowMs()));
+    this.armedFor = next;
   }
 }

@@ -119,11 +119,15 @@ export class DispatchService {
   private async loadAgents(houseId: string): Promise<Candidate[]> {
     const { version, agents } = await this.ports.house(houseId).agentSet();
     const candidates = agents.map((a) => ({ id: a.id, handle: a.handle, triggerMode: a.triggerMode }));
-    if (version >= this.newestAgentsVersion) {
-      this.newestAgentsVersion = version;
-      this.agentCache = { version, candidates, ids: new Set(candidates.map((a) => a.id)), loadedAt: this.ports.now() };
-    }
+    this.primeAgents({ version, candidates });
     return candidates;
+  }
+
+  /** A copy of the house's agent set that came with another answer (the index sync): cached unless older. */
+  primeAgents(set: { version: number; candidates: Candidate[] }): void {
+    if (set.version < this.newestAgentsVersion) return;
+    this.newestAgentsVersion = set.version;
+    this.agentCache = { version: set.version, candidates: set.candidates, ids: new Set(set.candidates.map((a) => a.id)), loadedAt: this.ports.now() };
   }
 
   /**

@@ -24,6 +24,9 @@ export type RunLifecyclePorts = {
   appendSystemSignal(id: string, status: string, reason: string): void;
 };
 
+/** Far below any silence timeout, so skipping writes inside it never orphans a live run. */
+const LIVENESS_WRITE_GRANULARITY_MS = 500;
+
 /**
  * A run from claim to finished-signal: liveness (heartbeats, silence, box probes, orphaning),
  * status signals applied to the row, and what a terminal status owes other actors. The decisions
@@ -37,8 +40,13 @@ export class RunLifecycle {
     p.sql.exec(`create table if not exists probe_state (id integer primary key check (id = 1), last_probe_at integer, dead_streak integer not null default 0)`);
   }
 
+  /** A heartbeat (or a live command's output): the box is alive. A burst needs one write, not one each. */
   recordLiveness(): void {
-    this.p.rows.touchLiveness(this.p.clock.now());
+    const row = this.p.rows.get();
+    const now = this.p.clock.now();
+    if (!row) return;
+    if (row.lastLivenessAt !== null && now >= row.lastLivenessAt && now - row.lastLivenessAt < LIVENESS_WRITE_GRANULARITY_MS) return;
+    this.p.rows.touchLiveness(now);
   }
 
   /** Whether something appended since the last call changed the run's state. */
@@ -50,7 +58,8 @@ export class RunLifecycle {
 
   /** An append hook: runs in the same synchronous turn as the append. */
   onAppended(entries: Entry[]): void {
-    this.recordLiveness();
+    // Any entry shows a run is alive; on a thread with no run on, nothing reads it (never orphaned).
+    if (this.p.rows.get()?.status === "running") this.recordLiveness();
     for (const entry of entries) this.apply(entry);
   }
 

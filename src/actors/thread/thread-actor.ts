@@ -23,6 +23,7 @@ import { DispatchService } from "./dispatch";
 import type { Agent } from "../../agents";
 import type { Environment } from "../../environments";
 import type { DispatchConfig, ThreadConfigPatch } from "../../dispatch/config";
+import type { Candidate } from "../../dispatch/selection";
 import { readwriteFolders, syncFoldersAfterRun } from "../../workspace/folder-sync";
 import { plainStreamOptions, plainStreamPolicy, serveStream, threadStreamOptions, type AppendPolicy } from "./stream-host";
 
@@ -224,8 +225,7 @@ export class ThreadActor extends DurableObject<Env> {
   /** The tail a subscription compares its consumer's cursor with; null when this stream does not exist for the house. */
   async subscriptionTail(houseId: string) {
     return settle(() => {
-      const owner = this.ctx.storage.sql.exec(`select house_id from stream_owner where id = 1`).toArray()[0]?.house_id;
-      const meta = this.isThread() || owner !== houseId ? null : this.log.meta();
+      const meta = this.isThread() || this.plainStreamOwner() !== houseId ? null : this.log.meta();
       return meta ? formatOffset(meta.tailSeq) : null;
     });
   }
@@ -269,7 +269,7 @@ export class ThreadActor extends DurableObject<Env> {
         status: "idle", statusReason: null, statusDetail: null, boxId: null, lastLivenessAt: null, runStartedAt: null, runId: null,
         brainId: input.brainId, createdBy: input.createdBy, createdAt: now, updatedAt: now,
       };
-      this.ctx.storage.transactionSync(() => {
+      this.inTransaction(() => {
         this.rows.insert(row);
         if (input.dispatchConfig) this.dispatch.setConfig(input.dispatchConfig);
         this.log.create(`thread-${input.id}`, { contentType: "application/json", ttlSeconds: null, expiresAt: null, closed: false }, []);
@@ -366,6 +366,7 @@ export class ThreadActor extends DurableObject<Env> {
   /** The single alarm: every service's step in order, then the alarm is recomputed from all sources. */
   async alarm(): Promise<void> {
     if (!this.rows.get()) return this.plainStreamAlarm();
+    this.deadlines.alarmFired();
     for (const step of this.alarmSteps) await step.run(this.clock.now());
     await this.settleTurn();
   }
@@ -475,8 +476,7 @@ export class ThreadActor extends DurableObject<Env> {
 
   /** A fork's source must be a plain stream of the fork's own house; anything else is "not found". */
   private requirePlainStream(houseId: string): void {
-    const owner = this.ctx.storage.sql.exec(`select house_id from stream_owner where id = 1`).toArray()[0]?.house_id;
-    if (this.isThread() || owner !== houseId) throw new ApiError("not_found", "source stream not found");
+    if (this.isThread() || this.plainStreamOwner() !== houseId) throw new ApiError("not_found", "source stream not found");
   }
 
   /**
@@ -486,7 +486,7 @@ export class ThreadActor extends DurableObject<Env> {
    */
   private async plainStreamAlarm(): Promise<void> {
     this.plainAlarmAt = null;
-    const owner = this.ctx.storage.sql.exec(`select house_id from stream_owner where id = 1`).toArray()[0]?.house_id as string | undefined;
+    const owner = this.plainStreamOwner();
     if (!owner) return;
     this.log.meta(this.clock.now());
     await sendReleases(this.log, this.forkLinks, owner);
@@ -516,10 +516,32 @@ export class ThreadActor extends DurableObject<Env> {
    * houses, and this check keeps another house out even if two keys ever collided.
    */
   private claimPlainStream(houseId: string): void {
-    const sql = this.ctx.storage.sql;
-    const owner = sql.exec(`select house_id from stream_owner where id = 1`).toArray()[0]?.house_id as string | undefined;
-    if (owner === undefined) sql.exec(`insert into stream_owner (id, house_id) values (1, ?)`, houseId);
-    else if (owner !== houseId) throw new ApiError("not_found", "stream not found");
+    const owner = this.plainStreamOwner();
+    if (owner === null) {
+      this.ctx.storage.sql.exec(`insert into stream_owner (id, house_id) values (1, ?)`, houseId);
+      this.owner = houseId;
+    } else if (owner !== houseId) throw new ApiError("not_found", "stream not found");
+  }
+
+  /** The house a plain stream belongs to, or null; never changes once set, so it is read once. */
+  private owner: string | null | undefined;
+  private plainStreamOwner(): string | null {
+    if (this.owner === undefined) {
+      const row = this.ctx.storage.sql.exec(`select house_id from stream_owner where id = 1`).toArray()[0];
+      this.owner = (row?.house_id as string | undefined) ?? null;
+    }
+    return this.owner;
+  }
+
+  /** A transaction over the row and the log: if it rolls back, their in-memory copies are dropped too. */
+  private inTransaction<T>(fn: () => T): T {
+    try {
+      return this.ctx.storage.transactionSync(fn);
+    } catch (err) {
+      this.rows.forget();
+      this.log.forgetCached();
+      throw err;
+    }
   }
 
   /** A create that reached an existing thread: the same idempotent request gets the same row back. */
@@ -654,7 +676,8 @@ export class ThreadActor extends DurableObject<Env> {
       };
       const version = JSON.stringify(summary);
       if (version === sent) return;
-      await unwrapRpc(houseStub(this.env, row.houseId).upsertThread(summary));
+      const reply = (await unwrapRpc(houseStub(this.env, row.houseId).upsertThread(summary))) as { agentSet?: { version: number; candidates: Candidate[] } } | undefined;
+      if (reply?.agentSet) this.dispatch.primeAgents(reply.agentSet);
       sent = version;
     }
   }
