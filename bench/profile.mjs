@@ -10,6 +10,7 @@
 //   npm run bench:profile -- --load=longpoll --count=200
 //
 // --out=<file.cpuprofile> keeps the raw profile (open it in Chrome DevTools' Performance panel).
+import { setMaxListeners } from "node:events";
 import { writeFileSync } from "node:fs";
 import { Target } from "./lib/client.mjs";
 import { freePort, startBenchServe } from "./lib/worker.mjs";
@@ -132,11 +133,12 @@ async function drive(target, token) {
   // longpoll: 50 readers parked on one thread, `count` appends 20 ms apart.
   const name = await target.createThread(0);
   const ctl = new AbortController();
+  setMaxListeners(0, ctl.signal); // every long-poll request listens on it
   const offset = await target.tail(name);
   const readers = Array.from({ length: 50 }, () => target.longPoll(name, offset, () => {}, ctl.signal).catch(() => {}));
   await sleep(300);
   for (let i = 0; i < count; i++) {
-    lat.push(await target.append(name, JSON.stringify({ type: "pi.note", payload: { i } })));
+    lat.push(await target.append(name, JSON.stringify({ payload: { type: "chat", text: String(i) } })));
     await sleep(20);
   }
   ctl.abort();

@@ -260,6 +260,8 @@ export class StreamLog {
    * one message). A fork's inherited messages are not stored here: see readThrough in fork.ts.
    */
   read(afterSeq: number, maxBytes: number, maxCount = 1_000_000, uptoSeq = Number.MAX_SAFE_INTEGER): { messages: StoredMessage[]; upToDate: boolean } {
+    // A reader at the tail (every long-poll that re-arms) finds nothing: no query for that.
+    if (afterSeq >= this.tailSeq()) return { messages: [], upToDate: true };
     const cursor = this.sql.exec(
       `select seq, data, entry_id from messages where seq > ? and seq <= ? order by seq limit ?`, afterSeq, uptoSeq, maxCount + 1,
     );
