@@ -80,12 +80,19 @@ router
     throw new ApiError("not_found", "no such route");
   });
 
+const STREAM_PREFIXES = ["/v1/stream/", "/api/stream/"];
+
 export default {
   async fetch(request: Request, env: Env, ctx: ExecutionContext): Promise<Response> {
     let response: Response;
     try {
-      assertNoRepeatedQuery(new URL(request.url));
-      response = await router.fetch(request as Req, env, ctx);
+      const url = new URL(request.url);
+      assertNoRepeatedQuery(url);
+      // Stream appends and reads are most of the traffic: they skip the route list.
+      const prefix = request.method === "OPTIONS" ? undefined : STREAM_PREFIXES.find((p) => url.pathname.length > p.length && url.pathname.startsWith(p));
+      response = prefix
+        ? withPublicLocation(await streamRoute(request, env, prefix, url).catch(errorResponse), request)
+        : await router.fetch(request as Req, env, ctx);
     } catch (err) {
       response = errorResponse(err);
     }

@@ -21,8 +21,7 @@ const RUN_ARTIFACTS = /^thread-([A-Za-z0-9][A-Za-z0-9._:-]{0,127})\/artifacts\//
  * `/api/stream/<name>` and `/v1/stream/<name>`: the Durable Streams protocol. `thread-<id>` is a
  * thread's log; any other name is a plain stream of the caller's house.
  */
-export async function streamRoute(request: Request, env: Env, prefix: string): Promise<Response> {
-  const url = new URL(request.url);
+export async function streamRoute(request: Request, env: Env, prefix: string, url = new URL(request.url)): Promise<Response> {
   let name: string;
   try {
     name = decodeURIComponent(url.pathname.slice(prefix.length));
