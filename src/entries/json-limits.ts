@@ -47,6 +47,52 @@ function closingQuote(bytes: Uint8Array, open: number): number {
   }
 }
 
+const COMMA = 0x2c;
+const isJsonWhitespace = (b: number) => b === 0x20 || b === 0x09 || b === 0x0a || b === 0x0d;
+
+/**
+ * The bytes of each top-level value of JSON text that JSON.parse has already accepted: the
+ * elements of a top-level array (`isArray`), else the whole value, without surrounding whitespace.
+ * Storing these spares a serialize per value. Null (the caller re-serializes) for text with line
+ * breaks or a byte-order mark, so what is stored stays one compact line as before.
+ */
+export function topLevelJsonValues(bytes: Uint8Array, isArray: boolean): Uint8Array[] | null {
+  if (bytes.indexOf(0x0a) >= 0 || bytes.indexOf(0x0d) >= 0 || bytes[0] === 0xef) return null;
+  let start = 0;
+  let end = bytes.length;
+  while (start < end && isJsonWhitespace(bytes[start])) start++;
+  while (end > start && isJsonWhitespace(bytes[end - 1])) end--;
+  if (!isArray) return [bytes.slice(start, end)];
+  if (bytes[start] !== OPEN_ARRAY || bytes[end - 1] !== CLOSE_ARRAY) return null;
+  const values: Uint8Array[] = [];
+  const push = (from: number, to: number) => {
+    while (to > from && isJsonWhitespace(bytes[to - 1])) to--;
+    values.push(bytes.slice(from, to));
+  };
+  let depth = 0;
+  let valueStart = -1;
+  for (let i = start + 1; i < end - 1; i++) {
+    const b = bytes[i];
+    if (depth === 0) {
+      if (b === COMMA) {
+        if (valueStart < 0) return null;
+        push(valueStart, i);
+        valueStart = -1;
+        continue;
+      }
+      if (isJsonWhitespace(b)) continue;
+      if (valueStart < 0) valueStart = i;
+    }
+    if (b === QUOTE) {
+      i = closingQuote(bytes, i);
+      if (i < 0) return null;
+    } else if (b === OPEN_ARRAY || b === OPEN_OBJECT) depth++;
+    else if (b === CLOSE_ARRAY || b === CLOSE_OBJECT) depth--;
+  }
+  if (valueStart >= 0) push(valueStart, end - 1);
+  return values;
+}
+
 export const TOO_DEEP_MARKER = `[nested deeper than ${MAX_JSON_DEPTH} levels]`;
 
 /**

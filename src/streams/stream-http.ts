@@ -10,7 +10,7 @@ import {
 } from "./protocol";
 import { WaitHub } from "./wait-hub";
 import { assertUtf8Charset, readBoundedBody } from "../http/bounded-body";
-import { parseJsonBytes } from "../entries/json-limits";
+import { parseJsonBytes, topLevelJsonValues } from "../entries/json-limits";
 
 /** What a stream's owner (a plain stream, or a thread) decides on top of the generic protocol. */
 export interface StreamHost {
@@ -70,6 +70,8 @@ export function splitJsonMessages(body: Uint8Array, allowEmptyArray: boolean): U
   const parsed = parseJsonBytes(body);
   const values = Array.isArray(parsed) ? parsed : [parsed];
   if (values.length === 0 && !allowEmptyArray) throw new ApiError("bad_request", "empty arrays are not allowed");
+  const raw = topLevelJsonValues(body, Array.isArray(parsed));
+  if (raw && raw.length === values.length) return raw;
   const enc = new TextEncoder();
   return values.map((v) => enc.encode(JSON.stringify(v)));
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { MAX_JSON_DEPTH, TOO_DEEP_MARKER, jsonNestsDeeperThan, pruneDeepJson } from "../../src/entries/json-limits";
+import { MAX_JSON_DEPTH, TOO_DEEP_MARKER, jsonNestsDeeperThan, pruneDeepJson, topLevelJsonValues } from "../../src/entries/json-limits";
 
 const bytes = (s: string) => new TextEncoder().encode(s);
 const nested = (n: number, open = "[", close = "]") => open.repeat(n) + close.repeat(n);
@@ -33,5 +33,38 @@ describe("pruneDeepJson", () => {
     expect(pruned.type).toBe("chat");
     expect(pruned.flat).toEqual([1, { a: 2 }]);
     expect(pruned.deep).toEqual([[TOO_DEEP_MARKER]]);
+  });
+});
+
+describe("topLevelJsonValues", () => {
+  const values = (s: string) => {
+    const parsed = JSON.parse(s);
+    return topLevelJsonValues(bytes(s), Array.isArray(parsed))?.map((b) => new TextDecoder().decode(b)) ?? null;
+  };
+
+  it("gives each top-level array element's own bytes, which parse to that element", () => {
+    const cases = [
+      `[1,"two",{"three":[3,{"x":"]"}]},[4,[5]],null,true,-6.5e3]`,
+      ` [ {"a" : 1} ,  "s, with [brackets] and \\"quotes\\"" , [ ] ,{} ]  `,
+      `[{"s":"ends in a backslash \\\\"},"é ü 漢字 🎉"]`,
+      `[]`, `[ ]`,
+    ];
+    for (const text of cases) {
+      const got = values(text)!;
+      expect(got.map((v) => JSON.parse(v))).toEqual(JSON.parse(text));
+      for (const v of got) expect(v).toBe(v.trim());
+    }
+    expect(values(`[{"a" : 1} , 2]`)).toEqual([`{"a" : 1}`, "2"]);
+  });
+
+  it("gives a non-array value whole, without surrounding whitespace", () => {
+    expect(values(`  {"a":[1,2]}\t`)).toEqual([`{"a":[1,2]}`]);
+    expect(values(`"x"`)).toEqual([`"x"`]);
+  });
+
+  it("declines text with line breaks or a byte-order mark, so those are re-serialized", () => {
+    expect(values(`[1,\n2]`)).toBeNull();
+    expect(values(`{"a":1}\r`)).toBeNull();
+    expect(topLevelJsonValues(new Uint8Array([0xef, 0xbb, 0xbf, ...bytes(`[1]`)]), true)).toBeNull();
   });
 });
