@@ -24,7 +24,8 @@ export type CreateOptions = {
   closed: boolean;
 };
 
-export type NewMessage = { data: Uint8Array; entryId?: string | null };
+/** `parsed`: the value `data` was serialized from, when the writer had it (spares readers of a fresh append a parse). */
+export type NewMessage = { data: Uint8Array; entryId?: string | null; parsed?: unknown };
 
 export type AppendRequest = {
   messages: NewMessage[];
@@ -40,7 +41,7 @@ export type AppendOutcome =
   | { kind: "duplicate"; tailSeq: number; lastSeq: number; closed: boolean }
   | { kind: "closed"; tailSeq: number };
 
-export type StoredMessage = { seq: number; data: Uint8Array; entryId: string | null };
+export type StoredMessage = { seq: number; data: Uint8Array; entryId: string | null; parsed?: unknown };
 
 const PRODUCER_STATE_TTL_MS = 7 * 24 * 60 * 60 * 1000;
 
@@ -347,7 +348,7 @@ export class StreamLog {
         seq += 1;
       }
       appended.push({ seq, entryId, duplicate: false });
-      fresh.push({ seq, data: m.data, entryId });
+      fresh.push(m.parsed === undefined ? { seq, data: m.data, entryId } : { seq, data: m.data, entryId, parsed: m.parsed });
     }
     flush();
     return { appended, fresh, tail: seq };

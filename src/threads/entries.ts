@@ -36,11 +36,13 @@ export type PreparedEntries = { messages: NewMessage[]; entries: Entry[]; heartb
  * Validates a write of one envelope or an array of envelopes and fills in what the writer may omit.
  * The whole write is rejected if any entry is invalid, so a bad request changes nothing.
  */
+const entryListSchema = z.array(entryInputSchema);
+
 export function prepareEntries(raw: unknown, writer: EntryWriter, nowMs: number): PreparedEntries {
   const list = Array.isArray(raw) ? raw : [raw];
   if (list.length === 0) throw new ApiError("bad_request", "empty arrays are not allowed");
   if (list.length > MAX_ENTRIES_PER_POST) throw new ApiError("payload_too_large", `at most ${MAX_ENTRIES_PER_POST} entries per write`);
-  const parsed = z.array(entryInputSchema).safeParse(list);
+  const parsed = entryListSchema.safeParse(list);
   if (!parsed.success) throw new ApiError("validation_failed", "invalid entry", formatZodError(parsed.error));
   const authors = parsed.data.map((input) => authorFor(input.authorId, writer));
   const enc = new TextEncoder();
@@ -56,7 +58,7 @@ export function prepareEntries(raw: unknown, writer: EntryWriter, nowMs: number)
     seen.add(id);
     const entry: Entry = { id, ts: input.ts ?? nowMs, authorId: authors[i], payload: input.payload as Entry["payload"] };
     out.entries.push(entry);
-    out.messages.push({ data: enc.encode(JSON.stringify(entry)), entryId: id });
+    out.messages.push({ data: enc.encode(JSON.stringify(entry)), entryId: id, parsed: entry });
   });
   return out;
 }
@@ -72,6 +74,8 @@ export function parseJsonBody(body: Uint8Array): unknown {
  */
 export function toEntryWithOffset(m: StoredMessage): EntryWithOffset {
   const offset = formatOffset(m.seq);
+  // Just appended by this actor: the entry it was serialized from (validated, within the limits).
+  if (m.parsed !== undefined) return { offset, ...(m.parsed as Entry) };
   if (!jsonNestsDeeperThan(m.data)) {
     const entry = JSON.parse(new TextDecoder().decode(m.data)) as Entry;
     return { offset, ...entry };
