@@ -12,7 +12,7 @@ export async function loadSandboxModules() {
   const outfile = path.join(root, ".tmp", "sandbox-scripts.mjs");
   await build({
     stdin: {
-      contents: `export * from "./src/sandbox/daytona-provider.ts";\nexport * from "./src/sandbox/provider.ts";\nexport * from "./src/sandbox/snapshot.ts";\nexport * from "./src/workspace/packages.ts";\n`,
+      contents: `export * from "./src/sandbox/daytona-provider.ts";\nexport * from "./src/sandbox/provider.ts";\nexport * from "./src/sandbox/snapshot.ts";\nexport * from "./src/workspace/packages.ts";\nexport { SYSTEM_PREFIX } from "./src/domain/pi-install.ts";\n`,
       resolveDir: root,
       loader: "ts",
     },

@@ -18,11 +18,11 @@ if (envFlag >= 0 && (!environmentId || environmentId.startsWith("--"))) {
   console.error("snapshot: --environment needs an environment id");
   process.exit(2);
 }
-const { harnessBoxSource, packageBakeSteps } = await loadSandboxModules();
+const { harnessBoxSource, harnessInstallSteps, packageBakeSteps, SYSTEM_PREFIX } = await loadSandboxModules();
 const defaults = harnessBoxSource(process.env);
-// The image build runs as root, so the snapshot installs into /usr/local (on PATH for every user);
-// the fallback path installs into the box user's $HOME/.local instead.
-const harnessSteps = defaults.installSteps.map((s) => s.replace('"$HOME/.local"', "/usr/local"));
+// The image build runs as root, so the snapshot installs into the system prefix (on PATH for every
+// user); the fallback path installs into the box user's prefix instead.
+const harnessSteps = harnessInstallSteps(undefined, SYSTEM_PREFIX);
 
 let snapshot = defaults.snapshot;
 let image = defaults.image;

@@ -1,3 +1,4 @@
+import { errorMessage, logEvent } from "./domain/log-event";
 /** Stable error codes: clients branch on `code`, never on `message`. */
 export const ERROR_STATUS = {
   bad_request: 400,
@@ -62,7 +63,7 @@ export const SECURITY_HEADERS: Record<string, string> = {
 export function errorResponse(err: unknown): Response {
   const apiError =
     err instanceof ApiError ? err : new ApiError("internal", "internal error");
-  if (!(err instanceof ApiError)) console.error("unhandled error", err instanceof Error ? err.stack : String(err));
+  if (!(err instanceof ApiError)) logEvent("unhandled_error", { error: errorMessage(err), stack: err instanceof Error ? err.stack : undefined }, "error");
   const body: Record<string, unknown> = { error: { code: apiError.code, message: apiError.publicMessage } };
   if (apiError.details !== undefined) (body.error as Record<string, unknown>).details = apiError.details;
   return new Response(JSON.stringify(body), {

@@ -1,11 +1,7 @@
 import { z } from "zod";
 
-export const THREAD_STATUSES = ["idle", "running", "completed", "failed"] as const;
-export type ThreadStatus = (typeof THREAD_STATUSES)[number];
-
-/** Statuses a `signal.thread.status_changed` entry may carry. `running` is the launch claim. */
-export const RUN_SIGNAL_STATUSES = ["running", "completed", "pi_failed", "pi_session_orphaned", "stopped"] as const;
-export type RunSignalStatus = (typeof RUN_SIGNAL_STATUSES)[number];
+export { THREAD_STATUSES, RUN_SIGNAL_STATUSES, type ThreadStatus, type RunSignalStatus } from "../domain/statuses";
+import { RUN_SIGNAL_STATUSES, STATUS_CHANGED } from "../domain/statuses";
 
 export const MAX_ENTRY_ID_LENGTH = 200;
 
@@ -16,7 +12,7 @@ const chatPayload = z.object({
 }).passthrough();
 
 const statusChangedPayload = z.object({
-  type: z.literal("signal.thread.status_changed"),
+  type: z.literal(STATUS_CHANGED),
   status: z.enum(RUN_SIGNAL_STATUSES),
   reason: z.string().max(10_000).optional(),
   boxId: z.string().max(200).optional(),
@@ -28,7 +24,7 @@ const openPayload = z.object({
 
 export const payloadSchema = z.union([chatPayload, statusChangedPayload, openPayload]).superRefine((p, ctx) => {
   // The union would let a malformed status_changed slip through as an open signal.
-  if (p.type === "signal.thread.status_changed") {
+  if (p.type === STATUS_CHANGED) {
     const r = statusChangedPayload.safeParse(p);
     if (!r.success) for (const issue of r.error.issues) ctx.addIssue({ ...issue, code: "custom", message: issue.message });
   }

@@ -32,6 +32,7 @@ import { MESSAGE_DELIVERED, RunCursor, steerAction } from "./steering";
 import { ThreadWatch } from "./thread-watch";
 import { parseJsonLine } from "../sandbox/harness/types";
 import { artifactEntries, artifactStreamName, MAX_INLINE_DIFF_BYTES, writeDiffStream } from "./post-artifacts";
+import { backoffDelayMs } from "../domain/backoff";
 
 /** How long a harness's output may stay open after it exited (a child it left behind holds it). */
 const HARNESS_CLOSE_GRACE_MS = 2_000;
@@ -357,7 +358,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
       break;
     } catch (err) {
       log(`reading the thread failed (${(err as Error).message}); retrying`);
-      await sleep(Math.min(2_000, 200 * 2 ** attempt));
+      await sleep(backoffDelayMs(attempt + 1, 200, 2_000));
     }
   }
   if (!thread) log("could not read the thread; deciding from the harness output alone");

@@ -11,6 +11,7 @@
  *   409 sequence gap -> adopt the server's expected seq and resend.
  * - flush(ms) waits for the queue to drain, bounded.
  */
+import { backoffDelayMs } from "../domain/backoff";
 
 export interface StreamWriterOptions {
   /** full stream URL: <THREADBOX_STREAM_URL>/thread-<id> */
@@ -134,7 +135,7 @@ export class StreamWriter {
         }
         if (verdict === "resend") continue;
         // retry with exponential backoff and jitter
-        const delay = Math.min(this.opts.maxDelayMs, this.opts.baseDelayMs * 2 ** attempt) * (0.5 + Math.random() / 2);
+        const delay = backoffDelayMs(attempt + 1, this.opts.baseDelayMs, this.opts.maxDelayMs) * (0.5 + Math.random() / 2);
         attempt = Math.min(attempt + 1, 20);
         await new Promise<void>((resolve) => {
           const t = setTimeout(resolve, delay);

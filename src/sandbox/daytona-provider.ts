@@ -8,6 +8,7 @@ import { Daytona, type Sandbox } from "@daytonaio/sdk";
 import { ProviderError, toProviderError } from "./errors";
 import { errorMessage, logEvent } from "../domain/log-event";
 import { classifySandboxState, type Liveness } from "./state";
+import { backoffDelayMs } from "../domain/backoff";
 import {
   autoStopMinutes,
   boxLabels,
@@ -363,7 +364,7 @@ export class DaytonaProvider implements SandboxProvider {
         const state = await this.fetch(ref).then((d) => d.state, (x) => (x instanceof ProviderError && x.code === "not_found" ? "destroyed" : undefined));
         if (state === "destroying" || state === "destroyed") break;
         if (attempt >= this.conflictRetries) throw e;
-        await sleep(Math.min(2000, 200 * 2 ** attempt));
+        await sleep(backoffDelayMs(attempt + 1, 200, 2000));
       }
     }
     if (opts.wait) await this.waitGone(ref, opts.timeoutSec ?? 60);

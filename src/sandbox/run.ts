@@ -2,6 +2,7 @@ import { getCodingAgent, runnerLaunch, type HarnessName } from "./harness";
 import type { ThreadEntry } from "./harness/types";
 import type { SandboxProvider } from "./provider";
 import { errorMessage, logEvent } from "../domain/log-event";
+import { STATUS_CHANGED } from "../domain/statuses";
 
 export type RunOptions = {
   provider: SandboxProvider;
@@ -60,7 +61,7 @@ export async function run(o: RunOptions): Promise<RunResult> {
   const runId = crypto.randomUUID();
   await post(url, o.streamToken, [
     { id: `prompt:${runId}`, authorId: o.authorId, payload: { type: "chat", text: o.task, origin: "task", runId } },
-    { id: `claim:${runId}`, payload: { type: "signal.thread.status_changed", status: "running", reason: "run() on the host", runId } },
+    { id: `claim:${runId}`, payload: { type: STATUS_CHANGED, status: "running", reason: "run() on the host", runId } },
   ]);
   const created = !o.boxRef;
   const ref = o.boxRef ?? (await o.provider.create({ labels: { house: o.houseId, thread: o.threadId }, ephemeral: true })).ref;

@@ -1,4 +1,4 @@
-import { PI_PACKAGE, PI_VERSION } from "../domain/pi-install";
+import { PI_PACKAGE, PI_PREFIX, PI_VERSION, npmInstallCommand } from "../domain/pi-install";
 
 // Snapshot-first box creation: the snapshot has the harness pre-installed; without it a box is
 // built from the fallback image and the same install steps run at create time (slower, same result).
@@ -10,10 +10,13 @@ export const DEFAULT_FALLBACK_IMAGE = "node:22-bookworm-slim";
 /** pi version the harness pins. */
 export const DEFAULT_PI_VERSION = PI_VERSION;
 
-/** Shell steps that install the default harness into a box (run as the box user, HOME-relative prefix). */
-export function harnessInstallSteps(piVersion = DEFAULT_PI_VERSION): string[] {
-  // `scripts/snapshot.mjs` rewrites this prefix to /usr/local for the snapshot image.
-  return [`npm install -g --prefix "$HOME/.local" ${PI_PACKAGE}@${piVersion}`];
+/**
+ * Shell steps that install the default harness into a box: by default as the box user into the
+ * prefix the launch checks first (so it finds pi there and installs nothing); `npm run snapshot`
+ * passes the system prefix for its image build.
+ */
+export function harnessInstallSteps(piVersion = DEFAULT_PI_VERSION, prefix = PI_PREFIX): string[] {
+  return [npmInstallCommand(`${PI_PACKAGE}@${piVersion}`, prefix)];
 }
 
 export interface SnapshotChoice {

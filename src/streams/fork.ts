@@ -2,6 +2,7 @@ import { ApiError } from "../errors";
 import type { ForkRef } from "./fork-store";
 import type { StoredMessage, StreamLog, StreamMeta } from "./log";
 import { normalizeContentType, parseOffset, type ParsedOffset } from "./protocol";
+import { errorMessage, logEvent } from "../domain/log-event";
 
 /**
  * Durable Streams forking: `PUT` with `Stream-Forked-From: <source path>` creates a stream whose
@@ -211,7 +212,7 @@ export async function sendReleases(log: StreamLog, links: ForkLinks, houseId: st
       await links.release(sourceKey, houseId, links.selfKey);
       log.forks.releaseSent(sourceKey);
     } catch (err) {
-      console.error(JSON.stringify({ event: "fork_release_failed", sourceKey, error: err instanceof Error ? err.message : String(err) }));
+      logEvent("fork_release_failed", { sourceKey, error: errorMessage(err) }, "error");
     }
   }
 }

@@ -3,6 +3,7 @@ import {
   type AckRequest, type LinkView, type SubscriptionInput,
 } from "./rules";
 import { generateSigningKey, mintCallbackToken, signWebhook, verifyCallbackToken, type SigningKey } from "./signing";
+import { errorMessage, logEvent } from "../domain/log-event";
 
 /** An answer in the protocol's own shape (`{error: {code, message}}`, upper-case codes). */
 export type SubResult = { status: number; body?: unknown; headers?: Record<string, string> };
@@ -83,7 +84,7 @@ export class SubscriptionService {
     for (const path of linked) {
       const tail = await this.p.tailOf(houseId, path);
       this.link(id, path, input.streams.includes(path) ? "explicit" : "glob", tail ?? ZERO_OFFSET);
-      if (tail !== null) await this.p.linked(houseId, path).catch(() => {});
+      if (tail !== null) await this.tellLinked(houseId, path);
     }
     if (input.type === "webhook") await this.signingKey();
     return { status: 201, body: await this.serialize(houseId, this.row(id)!) };
@@ -107,12 +108,17 @@ export class SubscriptionService {
     return { status: 204 };
   }
 
+  /** A stream that misses this notice asks the house again on its own within SUBSCRIPTION_RECHECK_MS. */
+  private async tellLinked(houseId: string, path: string): Promise<void> {
+    await this.p.linked(houseId, path).catch((err) => logEvent("subscription_link_notice_failed", { houseId, stream: path, error: errorMessage(err) }, "warn"));
+  }
+
   async addStreams(houseId: string, id: string, streams: string[]): Promise<SubResult> {
     if (!this.row(id)) return NOT_FOUND;
     for (const path of streams) {
       const tail = await this.p.tailOf(houseId, path);
       this.link(id, path, "explicit", tail ?? ZERO_OFFSET);
-      if (tail !== null) await this.p.linked(houseId, path).catch(() => {});
+      if (tail !== null) await this.tellLinked(houseId, path);
     }
     return { status: 204 };
   }

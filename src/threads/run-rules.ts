@@ -1,5 +1,6 @@
 import type { Entry, RunSignalStatus, ThreadStatus } from "../entries/schema";
 import type { ThreadRow } from "./thread-row";
+import { STATUS_CHANGED } from "../domain/statuses";
 
 export type StatusPatch = { status: ThreadStatus; statusReason: string | null; statusDetail: string | null; boxId?: string | null; runStartedAt?: number | null; runId?: string | null };
 
@@ -22,7 +23,7 @@ export function isTerminal(status: ThreadStatus): boolean {
  */
 export function decideSignal(row: Pick<ThreadRow, "status"> & { runId?: string | null }, entry: Entry, nowMs: number): StatusPatch | null {
   const p = entry.payload;
-  if (p.type !== "signal.thread.status_changed") return null;
+  if (p.type !== STATUS_CHANGED) return null;
   const status = p.status as RunSignalStatus;
   const reason = typeof p.reason === "string" ? p.reason : null;
   const runId = typeof p.runId === "string" ? p.runId : null;

@@ -6,6 +6,7 @@ import { providerFor } from "../sandbox/providers";
 import { providerApiError } from "../sandbox/api-errors";
 import { newId } from "../http/actors";
 import { egressSettings, providerVolumes } from "./box-config";
+import { errorMessage, logEvent } from "../domain/log-event";
 
 /**
  * The environment's one long-lived box (`boxMode: "shared"`): created on first use, then used by
@@ -14,7 +15,11 @@ import { egressSettings, providerVolumes } from "./box-config";
  */
 export async function ensureSharedBox(env: Env, houseId: string, e: Environment): Promise<{ id: string; providerRef: string }> {
   if (e.sharedBoxId) {
-    const view = await unwrapRpc(sandboxStub(env, e.sharedBoxId).view(houseId)).catch(() => null);
+    // A box that is gone or unreadable is replaced; why is logged.
+    const view = await unwrapRpc(sandboxStub(env, e.sharedBoxId).view(houseId)).catch((err) => {
+      logEvent("shared_box_unavailable", { environmentId: e.id, boxId: e.sharedBoxId, error: errorMessage(err) }, "warn");
+      return null;
+    });
     if (view && view.state === "live") return { id: view.id, providerRef: view.providerRef };
   }
   const provider = providerFor(env, e.provider);
@@ -33,7 +38,8 @@ export async function ensureSharedBox(env: Env, houseId: string, e: Environment)
   }));
   const winner = (await unwrapRpc(houseStub(env, houseId).claimSharedBox(e.id, boxId, e.sharedBoxId ?? null))) as string | null;
   if (winner && winner !== boxId) {
-    await unwrapRpc(sandboxStub(env, boxId).destroy(houseId, true)).catch(() => {});
+    // The box actor keeps retrying a failed delete by alarm; the log says this one lost the race.
+    await unwrapRpc(sandboxStub(env, boxId).destroy(houseId, true)).catch((err) => logEvent("shared_box_loser_delete_failed", { environmentId: e.id, boxId, error: errorMessage(err) }, "warn"));
     const other = await unwrapRpc(sandboxStub(env, winner).view(houseId));
     return { id: other.id, providerRef: other.providerRef };
   }

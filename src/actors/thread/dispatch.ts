@@ -11,6 +11,7 @@ import { runToolLoop, type LoopEvent, type LoopMessage, type LoopResult, type To
 import { askGate } from "../../dispatch/gate";
 import { buildTools } from "../../dispatch/tools";
 import type { ToolContext } from "../../dispatch/tools/context";
+import { errorMessage, logEvent } from "../../domain/log-event";
 
 /** What the dispatch service needs from its actor. */
 export type DispatchPorts = {
@@ -164,9 +165,12 @@ export class DispatchService {
     let alreadyArmed: boolean | null = null;
     const dec = new TextDecoder();
     for (const m of fresh) {
-      const raw = dec.decode(m.data);
-      if (!raw.includes(`"chat"`)) continue; // cheap pre-check: most entries are pi.* and signals
-      const e = JSON.parse(raw) as Entry;
+      let e = m.parsed as Entry | undefined;
+      if (e === undefined) {
+        const raw = dec.decode(m.data);
+        if (!raw.includes(`"chat"`)) continue; // cheap pre-check: most entries are pi.* and signals
+        e = JSON.parse(raw) as Entry;
+      }
       if (!isTriggerable(e.payload)) continue;
       if (this.nobodyAddressed(e)) continue;
       alreadyArmed ??= this.ports.sql.exec(`select 1 from dispatch_triggers limit 1`).toArray().length > 0;
@@ -345,7 +349,7 @@ export class DispatchService {
       if (!result.ok) return this.fail(turn, result.reason);
       this.finish(turn, agent.id, result.finalText);
     } catch (err) {
-      console.error("dispatch turn failed", err instanceof Error ? err.message : String(err));
+      logEvent("dispatch_turn_failed", { turnId: turn.id, error: errorMessage(err) }, "error");
       this.fail(turn, "internal error in the dispatch turn");
     } finally {
       this.active.delete(turn.id);

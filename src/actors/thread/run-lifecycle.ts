@@ -8,6 +8,7 @@ import type { Clock } from "../clock";
 import { errorMessage, logEvent } from "../../domain/log-event";
 import type { DeadlineSource } from "./deadlines";
 import type { Outbox } from "./outbox";
+import { STATUS_CHANGED } from "../../domain/statuses";
 
 export type RunLifecyclePorts = {
   sql: SqlStorage;
@@ -127,7 +128,7 @@ export class RunLifecycle {
     }
     const patch = decideSignal(before, entry, now);
     if (!patch) {
-      if (entry.payload.type === "signal.thread.status_changed" && before.status === "running" && isForeignRun(before, entry)) {
+      if (entry.payload.type === STATUS_CHANGED && before.status === "running" && isForeignRun(before, entry)) {
         logEvent("foreign_run_signal_ignored", { threadId: before.id, runId: before.runId, signalRunId: entry.payload.runId, status: entry.payload.status, entryId: entry.id });
       }
       return;

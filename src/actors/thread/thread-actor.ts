@@ -26,6 +26,7 @@ import type { DispatchConfig, ThreadConfigPatch } from "../../dispatch/config";
 import type { Candidate } from "../../dispatch/selection";
 import { readwriteFolders, syncFoldersAfterRun } from "../../workspace/folder-sync";
 import { plainStreamOptions, plainStreamPolicy, serveStream, threadStreamOptions, type AppendPolicy } from "./stream-host";
+import { STATUS_CHANGED } from "../../domain/statuses";
 
 /** Sent by the worker (never by a client: actors are not reachable from outside). */
 export type ActorAuth = { houseId: string; subject: string; canWrite: boolean; mayAuthorAsOthers: boolean };
@@ -295,7 +296,7 @@ export class ThreadActor extends DurableObject<Env> {
       const runId = crypto.randomUUID();
       const now = this.clock.now();
       const prompt: Entry = { id: `prompt:${runId}`, ts: now, authorId: spec.authorId, payload: { type: "chat", text: spec.task, origin: spec.resume ? "resume" : "task", runId, dispatch: false } };
-      const claim: Entry = { id: `claim:${runId}`, ts: now, authorId: "threadbox", payload: { type: "signal.thread.status_changed", status: "running", reason: "launching", runId, harness: spec.harness } };
+      const claim: Entry = { id: `claim:${runId}`, ts: now, authorId: "threadbox", payload: { type: STATUS_CHANGED, status: "running", reason: "launching", runId, harness: spec.harness } };
       this.appendInternal([prompt, claim]);
       const { authorId: _author, ...launchSpec } = spec;
       this.outbox.enqueue(`launch:${runId}`, "launch", { ...launchSpec, runId }, now);
@@ -583,7 +584,7 @@ export class ThreadActor extends DurableObject<Env> {
 
   /** A finished-signal of the control plane, for the given run (default: the current one). */
   private appendSystemSignal(id: string, status: string, reason: string, runId = this.rows.get()?.runId ?? null): void {
-    const payload = { type: "signal.thread.status_changed", status, reason, ...(runId ? { runId } : {}) };
+    const payload = { type: STATUS_CHANGED, status, reason, ...(runId ? { runId } : {}) };
     this.appendInternal([{ id, ts: this.clock.now(), authorId: "threadbox", payload }]);
   }
 

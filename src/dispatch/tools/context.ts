@@ -4,6 +4,7 @@ import type { HouseClaims } from "../../auth/tokens";
 import { ApiError } from "../../errors";
 import { formatZodError } from "../../entries/schema";
 import type { ToolSpec } from "../tool-loop";
+import { errorMessage, logEvent } from "../../domain/log-event";
 
 /** What a turn gives its tools. Tools act as the bot: `claims` is a bot-role house identity. */
 export type ToolContext = {
@@ -51,7 +52,7 @@ export function defineTool<T extends z.ZodType>(spec: {
         return { output: truncate(await spec.run(parsed.data, signal, call)) };
       } catch (err) {
         if (err instanceof ApiError) return { output: `${err.code}: ${err.publicMessage}`, isError: true };
-        console.error("tool failed", spec.name, err instanceof Error ? err.message : String(err));
+        logEvent("bot_tool_failed", { tool: spec.name, error: errorMessage(err) }, "error");
         return { output: `${spec.name} failed with an internal error`, isError: true };
       }
     },
