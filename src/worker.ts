@@ -7,7 +7,7 @@ import {
   subscribeRoute, delegateRoute, resumeRoute,
 } from "./http/routes-threads";
 import { downloadFolderRoute, listFoldersRoute, uploadFolderRoute } from "./http/routes-folders";
-import { createEnvironmentRoute, execRoute, getEnvironmentRoute, listEnvironmentsRoute, patchEnvironmentRoute } from "./http/routes-environments";
+import { createEnvironmentRoute, execRoute, getEnvironmentRoute, listEnvironmentsRoute, patchEnvironmentRoute, deleteEnvironmentRoute } from "./http/routes-environments";
 import { createSandboxRoute, deleteSandboxRoute, getSandboxRoute, listSandboxesRoute, previewLinkRoute, reconcileRoute } from "./http/routes-sandboxes";
 import { listArtifactsRoute } from "./http/routes-artifacts";
 import { createAgentRoute, deleteAgentRoute, getAgentRoute, listAgentsRoute, patchAgentRoute } from "./http/routes-agents";
@@ -62,6 +62,7 @@ router
   .get("/api/environments", (req, env) => listEnvironmentsRoute(req, env))
   .get("/api/environments/:id", (req, env) => getEnvironmentRoute(req, env, req.params.id))
   .patch("/api/environments/:id", (req, env) => patchEnvironmentRoute(req, env, req.params.id))
+  .delete("/api/environments/:id", (req, env) => deleteEnvironmentRoute(req, env, req.params.id))
   .post("/api/environments/:id/exec", (req, env) => execRoute(req, env, req.params.id))
   .post("/api/environments/:id/folders", (req, env) => uploadFolderRoute(req, env, req.params.id))
   .get("/api/environments/:id/folders", (req, env) => listFoldersRoute(req, env, req.params.id))

@@ -6,9 +6,11 @@ import { AGENT_ID_PREFIX, agentInputSchema, agentPatchSchema, type Agent, type A
 import { houseStub, newId } from "./actors";
 import { unwrapRpc } from "../actors/rpc";
 import { readBody } from "./body";
+import { loadEnvironment } from "./routes-environments";
 
 /** The one way an agent is made: the route and the `create_agent` tool both come here. */
 export async function createAgent(env: Env, claims: HouseClaims, input: AgentInput): Promise<Agent> {
+  if (input.environmentId) await loadEnvironment(env, claims.houseId, input.environmentId);
   const now = new Date().toISOString();
   const agent: Agent = { ...input, id: newId(AGENT_ID_PREFIX), houseId: claims.houseId, createdBy: claims.subject, createdAt: now, updatedAt: now };
   return unwrapRpc(houseStub(env, claims.houseId).createAgent(agent));
@@ -44,7 +46,10 @@ export async function getAgentRoute(request: Request, env: Env, id: string | und
 export async function patchAgentRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
   const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
   const agentId = agentIdParam(id);
+  // Authorization before validation: another house's agent answers 404 whatever the body is.
+  if (!(await unwrapRpc(houseStub(env, claims.houseId).getAgent(agentId)))) throw new ApiError("not_found", "agent not found");
   const patch = await readBody(request, agentPatchSchema);
+  if (patch.environmentId) await loadEnvironment(env, claims.houseId, patch.environmentId);
   return json(await unwrapRpc(houseStub(env, claims.houseId).updateAgent(agentId, patch, new Date().toISOString())));
 }
 

@@ -61,6 +61,29 @@ export async function patchEnvironmentRoute(request: Request, env: Env, id: stri
   return json(publicEnvironment(e));
 }
 
+/**
+ * `DELETE /api/environments/:id`: its shared box goes first (409 while runs use it: stop them), then
+ * the environment and its folders' index. Volumes are never deleted with it: they outlive
+ * environments as they outlive boxes. Threads keep their `environmentId`; a resume then answers 404.
+ */
+export async function deleteEnvironmentRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
+  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  requireHouse(claims);
+  if (!canWrite(claims) || claims.role === "bot") throw new ApiError("forbidden", "only owners and members configure environments");
+  const parsedId = idSchema.safeParse(id);
+  if (!parsedId.success) throw new ApiError("not_found", "environment not found");
+  const e = await loadEnvironment(env, claims.houseId, parsedId.data);
+  if (e.sharedBoxId) {
+    try {
+      await unwrapRpc(sandboxStub(env, e.sharedBoxId).destroy(claims.houseId, false));
+    } catch (err) {
+      if (!(err instanceof ApiError && err.code === "not_found")) throw err;
+    }
+  }
+  await unwrapRpc(houseStub(env, claims.houseId).deleteEnvironment(e.id));
+  return new Response(null, { status: 204 });
+}
+
 export async function listEnvironmentsRoute(request: Request, env: Env): Promise<Response> {
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
   requireHouse(claims);
@@ -113,7 +136,8 @@ function liveOutputTo(env: Env, t: LiveTarget): LiveOutput {
   );
 }
 
-async function loadEnvironment(env: Env, houseId: string, environmentId: string): Promise<Environment> {
+/** An environment of the caller's house; any other (another house's, a missing one) is the caller's 404. */
+export async function loadEnvironment(env: Env, houseId: string, environmentId: string): Promise<Environment> {
   const e = (await unwrapRpc(houseStub(env, houseId).getEnvironment(environmentId))) as Environment | null;
   if (!e) throw new ApiError("not_found", "environment not found");
   return e;
@@ -151,7 +175,12 @@ export async function runInEnvironment(env: Env, claims: HouseClaims, environmen
 /** A preview link to a port on the environment's shared box, if that box is up (it is never created for this). */
 export async function previewInEnvironment(env: Env, claims: HouseClaims, environmentId: string, port: number, expiresInSeconds: number) {
   const e = await loadEnvironment(env, claims.houseId, environmentId);
-  const view = e.sharedBoxId ? await unwrapRpc(sandboxStub(env, e.sharedBoxId).view(claims.houseId)).catch(() => null) : null;
+  const view = e.sharedBoxId
+    ? await unwrapRpc(sandboxStub(env, e.sharedBoxId).view(claims.houseId)).catch((err) => {
+        logEvent("shared_box_unavailable", { environmentId: e.id, boxId: e.sharedBoxId, error: errorMessage(err) }, "warn");
+        return null;
+      })
+    : null;
   if (!view || view.state !== "live") return null;
   return unwrapRpc(sandboxStub(env, view.id).previewLink(claims.houseId, port, expiresInSeconds));
 }

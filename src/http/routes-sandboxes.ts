@@ -4,6 +4,7 @@ import type { Env } from "../env";
 import { authenticate, houseWriter, requireHouse } from "../auth/authenticate";
 import { idSchema } from "../auth/tokens";
 import { LABEL_EPHEMERAL, LABEL_ENVIRONMENT, LABEL_HOUSE } from "../sandbox/provider";
+import { loadEnvironment } from "./routes-environments";
 import { providerFor, providerNameSchema } from "../sandbox/providers";
 import { providerApiError } from "../sandbox/api-errors";
 import { houseStub, newId, sandboxStub } from "./actors";
@@ -44,6 +45,7 @@ export async function createSandboxRoute(request: Request, env: Env): Promise<Re
   const claims = await houseClaims(request, env, true);
   const body = await readBody(request, createSchema);
   const provider = providerFor(env, body.provider);
+  if (body.environmentId) await loadEnvironment(env, claims.houseId, body.environmentId);
   const labels: Record<string, string> = { [LABEL_HOUSE]: claims.houseId, [LABEL_EPHEMERAL]: String(body.ephemeral) };
   if (body.environmentId) labels[LABEL_ENVIRONMENT] = body.environmentId;
   let info;

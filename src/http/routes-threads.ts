@@ -14,6 +14,7 @@ import { unwrapRpc } from "../actors/rpc";
 import { idempotencyKey, idempotentThreadId, requestFingerprint } from "../threads/idempotency";
 import type { EntryWithOffset } from "../entries/schema";
 import type { Environment } from "../environments";
+import { loadEnvironment } from "./routes-environments";
 import type { HarnessName } from "../sandbox/harness";
 
 type EntriesPage = { entries: EntryWithOffset[]; nextOffset: string; upToDate: boolean };
@@ -55,6 +56,8 @@ export async function createThread(env: Env, claims: HouseClaims, body: CreateTh
   const parent = body.parent ?? { kind: "none" as const };
   if (parent.kind !== "none" && !parent.id) throw new ApiError("validation_failed", "parent.id is required unless parent.kind is none");
   let environmentId = body.environmentId ?? null;
+  // Naming an environment that is not the house's own is a 404, as reading it would be.
+  if (environmentId) await loadEnvironment(env, claims.houseId, environmentId);
   if (parent.kind === "thread") {
     // A child inherits its parent's environment; the parent must be in the same house.
     const parentRow = await unwrapRpc(threadStub(env, parent.id!).getThread(claims.houseId));
@@ -216,10 +219,7 @@ const resumeSchema = z.object({
 
 /** The environment a run uses; a missing environment is the caller's 404. */
 async function runEnvironment(env: Env, houseId: string, environmentId: string | null): Promise<Environment | null> {
-  if (!environmentId) return null;
-  const e = (await unwrapRpc(houseStub(env, houseId).getEnvironment(environmentId))) as Environment | null;
-  if (!e) throw new ApiError("not_found", "environment not found");
-  return e;
+  return environmentId ? loadEnvironment(env, houseId, environmentId) : null;
 }
 
 /**

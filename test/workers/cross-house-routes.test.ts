@@ -1,14 +1,14 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import { SELF } from "cloudflare:test";
 import { BASE, call, createThread, houseToken, streamToken } from "./helpers";
+import { tarArchive } from "../support/tar";
 
 /**
  * Every route of the README's API table, called by another house against house `xh`'s things.
  * Each row must answer 404 (or the caller's own, empty, list; or create only in the caller's own
  * house), leak none of xh's data, and change nothing in xh.
  *
- * To cover a new route, add a row to ROWS. A row that needs a feature that is not mounted yet
- * names it in `requires` and is skipped until the route exists (see FEATURES).
+ * To cover a new route, add a row to ROWS.
  */
 
 type Owner = {
@@ -19,12 +19,13 @@ type Owner = {
   streamName: string;
   agentId: string | null;
 };
-type Attacker = { house: string; token: string; streamTokenForOwnersThread: string; streamName: string };
+/** The attacker's own thread and environment: rows that name xh's things in a body send them there. */
+type Attacker = { house: string; token: string; streamTokenForOwnersThread: string; streamName: string; threadId: string; environmentId: string };
 
 type Expect =
   | { status: 404 | 403 }
-  /** The caller's own list, empty: `key` holds the list. */
-  | { ownEmptyList: string }
+  /** The caller's own list (none of xh's things in it): `key` holds the list. */
+  | { ownList: string }
   /** Succeeds, but only in the caller's own house (xh is checked unchanged). */
   | { ownStatus: number };
 
@@ -37,7 +38,6 @@ type Row = {
   /** Which credential the attacker uses; its house token unless said otherwise. */
   as?: "house" | "stream";
   expect: Expect;
-  requires?: keyof typeof FEATURES;
   /** xh's thing is named in the body (so the body must be parsed to find it). */
   targetInBody?: boolean;
 };
@@ -45,10 +45,6 @@ type Row = {
 const json = { "content-type": "application/json" };
 const chatBody = () => ({ id: "xh-attack", payload: { type: "chat", text: "injected" } });
 
-/** Features another branch is adding; their rows run once the route answers for its own house. */
-const FEATURES = {
-  agents: async (o: Owner) => (await call("/api/agents", { token: o.token })).status !== 404,
-};
 
 const streamMethods = (label: string, path: (o: Owner, a: Attacker) => string, as: "house" | "stream"): Row[] => [
   { name: `${label} GET`, method: "GET", path: (o, a) => `${path(o, a)}?offset=-1`, as, expect: { status: 404 } },
@@ -63,8 +59,8 @@ const streamMethods = (label: string, path: (o: Owner, a: Attacker) => string, a
 
 const ROWS: Row[] = [
   // threads
-  { name: "GET /api/threads", method: "GET", path: () => "/api/threads", expect: { ownEmptyList: "threads" } },
-  { name: "GET /api/threads?parent=<xh thread>", method: "GET", path: (o) => `/api/threads?parent=${o.threadId}`, expect: { ownEmptyList: "threads" } },
+  { name: "GET /api/threads", method: "GET", path: () => "/api/threads", expect: { ownList: "threads" } },
+  { name: "GET /api/threads?parent=<xh thread>", method: "GET", path: (o) => `/api/threads?parent=${o.threadId}`, expect: { ownList: "threads" } },
   { name: "POST /api/threads (parent = xh thread)", method: "POST", path: () => "/api/threads", body: (o) => ({ parent: { kind: "thread", id: o.threadId } }), headers: json, expect: { status: 404 }, targetInBody: true },
   { name: "GET /api/threads/:id", method: "GET", path: (o) => `/api/threads/${o.threadId}`, expect: { status: 404 } },
   { name: "POST /api/threads/:id/entries", method: "POST", path: (o) => `/api/threads/${o.threadId}/entries`, body: chatBody, headers: json, expect: { status: 404 } },
@@ -81,22 +77,22 @@ const ROWS: Row[] = [
   { name: "POST /api/threads/:id/interrupt", method: "POST", path: (o) => `/api/threads/${o.threadId}/interrupt`, expect: { status: 404 } },
 
   // environments
-  { name: "GET /api/environments", method: "GET", path: () => "/api/environments", expect: { ownEmptyList: "environments" } },
+  { name: "GET /api/environments", method: "GET", path: () => "/api/environments", expect: { ownList: "environments" } },
   { name: "GET /api/environments/:id", method: "GET", path: (o) => `/api/environments/${o.environmentId}`, expect: { status: 404 } },
   { name: "PATCH /api/environments/:id", method: "PATCH", path: (o) => `/api/environments/${o.environmentId}`, body: () => ({ name: "taken over" }), headers: json, expect: { status: 404 } },
   { name: "POST /api/environments/:id/exec", method: "POST", path: (o) => `/api/environments/${o.environmentId}/exec`, body: () => ({ command: "cat /etc/passwd" }), headers: json, expect: { status: 404 } },
-  { name: "POST /api/threads (environmentId = xh environment)", method: "POST", path: () => "/api/threads", body: (o) => ({ environmentId: o.environmentId }), headers: json, expect: { ownStatus: 201 } },
-  // After the reads above: an environment created with xh's id is the caller's own, xh's is untouched.
-  { name: "POST /api/environments (xh's environment id)", method: "POST", path: () => "/api/environments", body: (o) => ({ id: o.environmentId, name: "mine", provider: "test", sharedBox: true }), headers: json, expect: { ownStatus: 201 } },
+  { name: "POST /api/threads (environmentId = xh environment)", method: "POST", path: () => "/api/threads", body: (o) => ({ environmentId: o.environmentId }), headers: json, expect: { status: 404 }, targetInBody: true },
+  { name: "POST /api/environments/:id/exec (threadId = xh thread)", method: "POST", path: (_o, a) => `/api/environments/${a.environmentId}/exec`, body: (o) => ({ command: "echo hi", threadId: o.threadId }), headers: json, expect: { status: 404 }, targetInBody: true },
+  { name: "POST /api/threads/:id/delegate (environmentId = xh environment)", method: "POST", path: (_o, a) => `/api/threads/${a.threadId}/delegate`, body: (o) => ({ task: "use their secrets", environmentId: o.environmentId, model: "local/m" }), headers: json, expect: { status: 404 }, targetInBody: true },
 
   // sandboxes
-  { name: "GET /api/sandboxes", method: "GET", path: () => "/api/sandboxes", expect: { ownEmptyList: "sandboxes" } },
-  { name: "GET /api/sandboxes?state=live", method: "GET", path: () => "/api/sandboxes?state=live", expect: { ownEmptyList: "sandboxes" } },
+  { name: "GET /api/sandboxes", method: "GET", path: () => "/api/sandboxes", expect: { ownList: "sandboxes" } },
+  { name: "GET /api/sandboxes?state=live", method: "GET", path: () => "/api/sandboxes?state=live", expect: { ownList: "sandboxes" } },
   { name: "GET /api/sandboxes/:id", method: "GET", path: (o) => `/api/sandboxes/${o.boxId}`, expect: { status: 404 } },
   { name: "GET /api/sandboxes/:id/ports/:port/preview", method: "GET", path: (o) => `/api/sandboxes/${o.boxId}/ports/3000/preview`, expect: { status: 404 } },
   { name: "DELETE /api/sandboxes/:id", method: "DELETE", path: (o) => `/api/sandboxes/${o.boxId}`, expect: { status: 404 } },
   { name: "DELETE /api/sandboxes/:id?force=true", method: "DELETE", path: (o) => `/api/sandboxes/${o.boxId}?force=true`, expect: { status: 404 } },
-  { name: "POST /api/sandboxes (xh's environment)", method: "POST", path: () => "/api/sandboxes", body: (o) => ({ provider: "test", environmentId: o.environmentId }), headers: json, expect: { ownStatus: 201 } },
+  { name: "POST /api/sandboxes (xh's environment)", method: "POST", path: () => "/api/sandboxes", body: (o) => ({ provider: "test", environmentId: o.environmentId }), headers: json, expect: { status: 404 }, targetInBody: true },
   { name: "POST /api/sandboxes/reconcile", method: "POST", path: () => "/api/sandboxes/reconcile", expect: { ownStatus: 200 } },
 
   // a thread's log over the Durable Streams protocol, both prefixes, both credentials
@@ -115,14 +111,26 @@ const ROWS: Row[] = [
   // Last among plain streams: creates the attacker's own stream of that name, leaving xh's alone.
   { name: "/api/stream/<name> PUT", method: "PUT", path: (_o, a) => `/api/stream/${a.streamName}`, headers: { "content-type": "text/plain" }, expect: { ownStatus: 201 } },
 
-  // agents (added by another branch; these rows run once /api/agents exists)
-  { name: "GET /api/agents", method: "GET", path: () => "/api/agents", expect: { ownEmptyList: "agents" }, requires: "agents" },
-  { name: "GET /api/agents/:id", method: "GET", path: (o) => `/api/agents/${o.agentId}`, expect: { status: 404 }, requires: "agents" },
-  { name: "GET /api/threads/:id/config", method: "GET", path: (o) => `/api/threads/${o.threadId}/config`, expect: { status: 404 }, requires: "agents" },
-  { name: "PUT /api/threads/:id/config", method: "PUT", path: (o) => `/api/threads/${o.threadId}/config`, body: () => ({}), headers: json, expect: { status: 404 }, requires: "agents" },
+  // agents, a thread's bot configuration and its artifacts
+  { name: "GET /api/agents", method: "GET", path: () => "/api/agents", expect: { ownList: "agents" } },
+  { name: "GET /api/agents/:id", method: "GET", path: (o) => `/api/agents/${o.agentId}`, expect: { status: 404 } },
+  { name: "PATCH /api/agents/:id", method: "PATCH", path: (o) => `/api/agents/${o.agentId}`, body: () => ({ systemPrompt: "leak everything" }), headers: json, expect: { status: 404 } },
+  { name: "DELETE /api/agents/:id", method: "DELETE", path: (o) => `/api/agents/${o.agentId}`, expect: { status: 404 } },
+  { name: "POST /api/agents (environmentId = xh environment)", method: "POST", path: () => "/api/agents", body: (o) => ({ name: "spy", handle: "spy", model: "local/m", environmentId: o.environmentId }), headers: json, expect: { status: 404 }, targetInBody: true },
+  { name: "GET /api/threads/:id/config", method: "GET", path: (o) => `/api/threads/${o.threadId}/config`, expect: { status: 404 } },
+  { name: "PATCH /api/threads/:id/config", method: "PATCH", path: (o) => `/api/threads/${o.threadId}/config`, body: () => ({ dispatch: { cooldownMs: 1 } }), headers: json, expect: { status: 404 } },
+  { name: "GET /api/threads/:id/dispatch", method: "GET", path: (o) => `/api/threads/${o.threadId}/dispatch`, expect: { status: 404 } },
   { name: "GET /api/threads/:id/artifacts", method: "GET", path: (o) => `/api/threads/${o.threadId}/artifacts`, expect: { status: 404 } },
   { name: "PUT /api/stream/thread-<id>/artifacts/<run>/diff (stream token)", method: "PUT", path: (o) => `/api/stream/thread-${o.threadId}/artifacts/r1/diff`, headers: { "content-type": "text/plain" }, as: "stream", expect: { status: 404 } },
-  { name: "POST /api/threads/:id/dispatch", method: "POST", path: (o) => `/api/threads/${o.threadId}/dispatch`, body: () => ({}), headers: json, expect: { status: 404 }, requires: "agents" },
+
+  // environment folders
+  { name: "POST /api/environments/:id/folders", method: "POST", path: (o) => `/api/environments/${o.environmentId}/folders?name=xh-docs`, body: () => "not an archive", headers: { "content-type": "application/x-tar" }, expect: { status: 404 } },
+  { name: "GET /api/environments/:id/folders", method: "GET", path: (o) => `/api/environments/${o.environmentId}/folders`, expect: { status: 404 } },
+  { name: "GET /api/environments/:id/folders/:name", method: "GET", path: (o) => `/api/environments/${o.environmentId}/folders/xh-docs`, expect: { status: 404 } },
+  { name: "DELETE /api/environments/:id", method: "DELETE", path: (o) => `/api/environments/${o.environmentId}`, expect: { status: 404 } },
+
+  // Last: after every row that names xh's environment: an environment created with xh's id is the caller's own, xh's is untouched.
+  { name: "POST /api/environments (xh's environment id)", method: "POST", path: () => "/api/environments", body: (o) => ({ id: o.environmentId, name: "mine", provider: "test", sharedBox: true }), headers: json, expect: { ownStatus: 201 } },
 ];
 
 const OWNER_HOUSE = "xh";
@@ -146,6 +154,8 @@ async function snapshot(o: Owner): Promise<string> {
     await get(`/api/stream/${o.streamName}?offset=-1`),
     await get(`/api/stream/${o.streamName}`, { method: "HEAD" }),
     await get(`/api/stream/thread-${o.threadId}?offset=-1`),
+    await get(`/api/environments/${o.environmentId}/folders`),
+    await get(`/api/environments/${o.environmentId}/folders/xh-docs`),
   ];
   if (o.agentId) parts.push(await get("/api/agents"), await get(`/api/agents/${o.agentId}`));
   return JSON.stringify(parts);
@@ -170,10 +180,11 @@ async function createOwner(): Promise<Owner> {
   const owner: Owner = {
     token, threadId: t.id, environmentId: ((await e.json()) as { id: string }).id, boxId: ((await box.json()) as { id: string }).id, streamName, agentId: null,
   };
-  if (await FEATURES.agents(owner)) {
-    const agent = await call("/api/agents", { method: "POST", token, json: { name: "xh-agent" } });
-    if (agent.status === 201) owner.agentId = ((await agent.json()) as { id: string }).id;
-  }
+  const agent = await call("/api/agents", { method: "POST", token, json: { name: "xh-agent", handle: "xh-bot", model: "local/m", environmentId: owner.environmentId } });
+  expect(agent.status).toBe(201);
+  owner.agentId = ((await agent.json()) as { id: string }).id;
+  const folder = await call(`/api/environments/${owner.environmentId}/folders?name=xh-docs`, { method: "POST", token, body: tarArchive({ "notes.txt": "xh private notes" }), headers: { "content-type": "application/x-tar" } });
+  expect(folder.status).toBe(201);
   return owner;
 }
 
@@ -190,9 +201,14 @@ describe.each(ATTACKERS)("another house ($house) against house xh", ({ house, st
 
   beforeAll(async () => {
     owner = await setUpOwner();
+    const token = await houseToken(house, "mallory", "admin");
+    const ownEnv = await call("/api/environments", { method: "POST", token, json: { name: "mallory-env", provider: "test", sharedBox: true } });
+    expect(ownEnv.status).toBe(201);
     attacker = {
       house,
-      token: await houseToken(house, "mallory", "admin"),
+      token,
+      threadId: (await createThread(token, { title: "mallory's own" })).id,
+      environmentId: ((await ownEnv.json()) as { id: string }).id,
       // A validly signed token of the attacker's house that names xh's thread: still nothing.
       streamTokenForOwnersThread: await streamToken(house, owner.threadId, "stream:write"),
       streamName,
@@ -200,9 +216,7 @@ describe.each(ATTACKERS)("another house ($house) against house xh", ({ house, st
     baseline = await snapshot(owner);
   });
 
-  it.for(ROWS)("$name", async (row, ctx) => {
-    if (row.requires && !(await FEATURES[row.requires](owner))) return ctx.skip(`needs ${row.requires}`);
-    if (row.requires === "agents" && row.path(owner, attacker).includes("/api/agents/null")) return ctx.skip("no agent could be created");
+  it.for(ROWS)("$name", async (row) => {
     const headers = new Headers(row.headers);
     headers.set("authorization", `Bearer ${row.as === "stream" ? attacker.streamTokenForOwnersThread : attacker.token}`);
     const rawBody = row.body?.(owner);
@@ -215,9 +229,9 @@ describe.each(ATTACKERS)("another house ($house) against house xh", ({ house, st
     if ("status" in row.expect) {
       expect(res.status).toBe(row.expect.status);
       if (row.method !== "HEAD") expect(JSON.parse(text).error.code).toBe(row.expect.status === 404 ? "not_found" : "forbidden");
-    } else if ("ownEmptyList" in row.expect) {
+    } else if ("ownList" in row.expect) {
       expect(res.status).toBe(200);
-      expect(JSON.parse(text)[row.expect.ownEmptyList]).toEqual([]);
+      expect(Array.isArray(JSON.parse(text)[row.expect.ownList])).toBe(true);
     } else {
       expect(res.status).toBe(row.expect.ownStatus);
     }

@@ -119,3 +119,30 @@ describe("run_command on an environment's shared box", () => {
   });
 });
 
+
+describe("DELETE /api/environments/:id", () => {
+  it("deletes its shared box and the environment; volumes are never deleted with it; readers and bots may not", async () => {
+    const token = await houseToken("house-env-del");
+    const provider = sharedTestProvider();
+    provider.execHandler = () => ({ exitCode: 0, output: "ok" });
+    const e = (await (await call("/api/environments", {
+      method: "POST", token, json: { name: "doomed", provider: "test", sharedBox: true, volumes: [{ name: "memory", path: "memory" }] },
+    })).json()) as { id: string };
+    const { boxId } = (await (await call(`/api/environments/${e.id}/exec`, { method: "POST", token, json: { command: "echo hi" } })).json()) as { boxId: string };
+    for (const role of ["reader", "bot"]) {
+      expect((await call(`/api/environments/${e.id}`, { method: "DELETE", token: await houseToken("house-env-del", `r-${role}`, role) })).status).toBe(403);
+    }
+    const before = provider.calls.length;
+    expect((await call(`/api/environments/${e.id}`, { method: "DELETE", token })).status).toBe(204);
+    expect((await call(`/api/environments/${e.id}`, { token })).status).toBe(404);
+    expect(((await (await call(`/api/sandboxes/${boxId}`, { token })).json()) as { state: string }).state).toBe("deleted");
+    // The only provider call was the box's delete: nothing touched a volume.
+    const ops = provider.calls.slice(before).map((c) => c.op);
+    expect(ops).toContain("delete");
+    expect(ops.filter((op) => /volume/i.test(op))).toEqual([]);
+    expect((await call(`/api/environments/${e.id}`, { method: "DELETE", token })).status).toBe(404);
+    expect((await call(`/api/threads`, { method: "POST", token, json: { environmentId: e.id } })).status).toBe(404);
+    provider.execHandler = () => ({ exitCode: 0, output: "" });
+  });
+
+});

@@ -31,6 +31,10 @@ describe("admin tokens", () => {
 describe("threads", () => {
   it("creates, reads and lists threads with parent and status filters", async () => {
     const token = await houseToken("house-list");
+    const e = await call("/api/environments", { method: "POST", token, json: { id: "env-1", name: "e", provider: "test" } });
+    expect(e.status).toBe(201);
+    // An environment the house does not have is refused like another house's.
+    expect((await call("/api/threads", { method: "POST", token, json: { environmentId: "env-none" } })).status).toBe(404);
     const parent = await createThread(token, { title: "parent", environmentId: "env-1" });
     expect(parent.status).toBe("idle");
     const child = await createThread(token, { title: "child", parent: { kind: "thread", id: parent.id } });

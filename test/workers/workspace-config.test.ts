@@ -211,6 +211,10 @@ describe("environment workspace fields", () => {
     expect(egressSettings("open", "https://x.supabase.co/functions/v1/stream-proxy")).toBeUndefined();
     expect(egressSettings("deny", "https://x.supabase.co/functions/v1/stream-proxy")).toEqual({ blockAll: true, domainAllowList: ["x.supabase.co"] });
     expect(egressSettings({ allow: ["api.example"] }, "http://127.0.0.1:8787/api/stream")).toEqual({ blockAll: true, domainAllowList: ["api.example", "127.0.0.1:8787"] });
+    // The older provider-shaped form: a blocking one still lets the box reach its stream.
+    expect(egressSettings({ blockAll: true }, "http://127.0.0.1:8787/api/stream")).toEqual({ blockAll: true, domainAllowList: ["127.0.0.1:8787"] });
+    expect(egressSettings({ blockAll: true, domainAllowList: ["pypi.org"] }, "https://x.supabase.co/f")).toEqual({ blockAll: true, domainAllowList: ["pypi.org", "x.supabase.co"] });
+    expect(egressSettings({ blockAll: false }, "https://x.supabase.co/f")).toEqual({ blockAll: false });
   });
 
   it("PATCH updates what it names: secrets merge (null removes), files are replaced; the same checks as create", async () => {
@@ -240,5 +244,20 @@ describe("environment workspace fields", () => {
     expect((await call(`/api/environments/${id}`, { method: "PATCH", token: await houseToken("house-ws-patch", "b", "bot"), json: { name: "x" } })).status).toBe(403);
     expect((await call(`/api/environments/env_missing`, { method: "PATCH", token, json: {} })).status).toBe(404);
     expect((await call(`/api/environments/${id}`, { method: "PATCH", token, headers: { "content-type": "application/json" }, body: "{not json" })).status).toBe(400);
+  });
+});
+
+describe("deleting an environment while a run uses its shared box", () => {
+  it("is refused (409) and deletes nothing", async () => {
+    const token = await houseToken("house-env-del-busy");
+    const e = await createEnv(token, { boxMode: "shared" });
+    const { launched, childThreadId } = await delegateAndLaunch(token, e.body.id, { task: "work" });
+    const boxId = launched.payload.boxId as string;
+    const del = await call(`/api/environments/${e.body.id}`, { method: "DELETE", token });
+    expect(del.status).toBe(409);
+    expect(await errorCode(del)).toBe("conflict");
+    expect((await call(`/api/environments/${e.body.id}`, { token })).status).toBe(200);
+    expect(((await (await call(`/api/sandboxes/${boxId}`, { token })).json()) as { state: string }).state).toBe("live");
+    expect(((await (await call(`/api/threads/${childThreadId}`, { token })).json()) as { status: string }).status).toBe("running");
   });
 });

@@ -211,6 +211,16 @@ export class HouseActor extends DurableObject<Env> {
     return settle(() => this.putEnvironmentSync(e));
   }
 
+  /** Forgets an environment and its folders' version index; volumes and threads are not its to delete. */
+  async deleteEnvironment(id: string) {
+    return settle(() => {
+      this.ctx.storage.transactionSync(() => {
+        this.ctx.storage.sql.exec(`delete from environments where id = ?`, id);
+        this.ctx.storage.sql.exec(`delete from folder_versions where environment_id = ?`, id);
+      });
+    });
+  }
+
   private putEnvironmentSync(e: Environment): void {
     this.ctx.storage.sql.exec(`insert into environments (id, body) values (?, ?) on conflict(id) do update set body = excluded.body`, e.id, JSON.stringify(e));
   }
