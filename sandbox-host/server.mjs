@@ -165,6 +165,8 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
       const now = new Date().toISOString();
       const v = { id: randomBytes(8).toString("hex"), name: body.name, organizationId: "local", state: "ready", createdAt: now, updatedAt: now, lastUsedAt: null, errorReason: null };
       fs.mkdirSync(path.join(rootDir, "volumes", v.id), { recursive: true });
+      // Its record sits next to its directory: a host restarted on the same root knows it again.
+      fs.writeFileSync(path.join(rootDir, "volumes", `${v.id}.json`), JSON.stringify(v, null, 2));
       volumes.set(v.id, v);
       log(`volume ${v.name} (${v.id}) created`);
       return sendJson(res, 200, v);
@@ -187,6 +189,7 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
         throw new HostError(409, `Volume ${v.name} is in use by a sandbox`);
       }
       volumes.delete(v.id);
+      fs.rmSync(path.join(rootDir, "volumes", `${v.id}.json`), { force: true });
       fs.rmSync(path.join(rootDir, "volumes", v.id), { recursive: true, force: true });
       return sendEmpty(res, 200);
     }
@@ -313,6 +316,13 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
     fs.mkdirSync(path.join(rootDir, "snapshots"), { recursive: true });
     fs.writeFileSync(path.join(rootDir, "snapshots", `${body.name}.json`), JSON.stringify(snap, null, 2));
     return snap;
+  }
+
+  // Volumes, like their contents, survive a restart on the same root.
+  for (const f of fs.readdirSync(path.join(rootDir, "volumes"))) {
+    if (!f.endsWith(".json")) continue;
+    const v = JSON.parse(fs.readFileSync(path.join(rootDir, "volumes", f), "utf8"));
+    if (fs.existsSync(path.join(rootDir, "volumes", v.id))) volumes.set(v.id, v);
   }
 
   // Snapshots recorded by earlier runs against the same root survive restarts.

@@ -17,6 +17,7 @@ import { gitCredentialEnv } from "../domain/git-credentials.mjs";
 import { folderMaxBytes, type CopiedFolder } from "../workspace/folders";
 import { copyFoldersIn } from "../workspace/folder-sync";
 import { BOX_ENV, PI_AGENT_DIR, WORK_DIR, runDir } from "../domain/box-layout";
+import { STATUS_CHANGED } from "../domain/statuses";
 
 export type LaunchSpec = {
   runId: string;
@@ -239,7 +240,7 @@ async function startRunner(
       session = "continued";
     } else {
       // A fresh box: rebuild a loadable session from the thread (the prompt of this run is not part of it).
-      const history = entries.slice(0, lastIndexOf(entries, (e) => e.payload.type === "signal.thread.status_changed" && e.payload.status === "running"));
+      const history = entries.slice(0, lastIndexOf(entries, (e) => e.payload.type === STATUS_CHANGED && e.payload.status === "running"));
       const rebuilt = rebuildPiSession(history as never, { cwd: `${home}/${cwd}` });
       sessionFile = `${runDir(spec.runId)}/session.jsonl`;
       uploads.push({ path: sessionFile, content: rebuilt.jsonl });
@@ -299,7 +300,8 @@ function cloneOptions(r: RepositorySpec, dest: string, environment: Environment 
 
 /**
  * On a shared box: clone a repository the first time; afterwards fetch and check out the wanted
- * branch or commit in place (fast-forward only), keeping untracked files.
+ * branch or commit in place (fast-forward only), keeping untracked files — or, with `reset`,
+ * discarding every local change.
  */
 async function reconcileCheckout(provider: SandboxProvider, ref: string, home: string, r: RepositorySpec, environment: Environment | null): Promise<void> {
   const dest = `${WORK_DIR}/${repoPath(r)}`;
@@ -309,7 +311,7 @@ async function reconcileCheckout(provider: SandboxProvider, ref: string, home: s
     await provider.clone(ref, cloneOptions(r, dest, environment));
     return;
   }
-  const steps = r.ref
+  const steps = r.reset ? resetSteps(r) : r.ref
     ? [`git fetch --quiet origin`, `git checkout --quiet ${shq(r.ref)}`]
     : r.branch
       ? [`git fetch --quiet origin ${shq(r.branch)}`, `(git checkout --quiet ${shq(r.branch)} 2>/dev/null || git checkout --quiet -b ${shq(r.branch)} FETCH_HEAD)`, `git merge --ff-only --quiet FETCH_HEAD`]
@@ -319,6 +321,16 @@ async function reconcileCheckout(provider: SandboxProvider, ref: string, home: s
   const env = creds.password ? gitCredentialEnv(creds.username ?? "x-access-token", creds.password) : { GIT_TERMINAL_PROMPT: "0" };
   const out = await provider.exec(ref, steps.join(" && "), { cwd: `${home}/${dest}`, timeoutSec: 600, env });
   if (out.exitCode !== 0) throw new Error(`updating ${repoPath(r)} in place failed (exit ${out.exitCode}): ${out.output.trim().slice(-500)}`);
+}
+
+/** `reset: true`: the checkout becomes exactly the wanted commit; local changes and untracked files go. */
+function resetSteps(r: RepositorySpec): string[] {
+  const checkout = r.ref
+    ? [`git fetch --quiet origin`, `git checkout --quiet --force ${shq(r.ref)}`]
+    : r.branch
+      ? [`git fetch --quiet origin ${shq(r.branch)}`, `git checkout --quiet --force -B ${shq(r.branch)} FETCH_HEAD`]
+      : [`git fetch --quiet origin`, `git reset --quiet --hard '@{u}'`];
+  return [...checkout, `git clean -fdq`];
 }
 
 /** The run's workspace settings: the delegate's override, else the environment's. */

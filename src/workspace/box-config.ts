@@ -115,6 +115,12 @@ export const repositorySchema = z.object({
   credentialsSecret: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/).optional(),
   /** The user name sent with that secret (default `x-access-token`, what GitHub and most hosts take with a token). */
   credentialsUsername: z.string().min(1).max(200).optional(),
+  /**
+   * On a shared box, reconciling discards local work: tracked changes, local commits on the branch
+   * and untracked files (ignored ones stay). Default false: untracked work is kept, the update is
+   * fast-forward only.
+   */
+  reset: z.boolean().optional(),
 }).strict();
 export type RepositorySpec = z.infer<typeof repositorySchema>;
 
@@ -186,7 +192,7 @@ const hostSchema = z.string().regex(/^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9
 /**
  * What a box may reach: everything (`open`, the default), nothing but its thread stream (`deny`),
  * or the stream plus listed hosts (`{allow}`). The older `{blockAll, domainAllowList}` form is
- * passed to the provider as it is.
+ * passed to the provider with the stream's host added when it blocks: a box always reaches its stream.
  */
 export const egressSchema = z.union([
   z.literal("open"),
@@ -199,13 +205,13 @@ export type Egress = z.infer<typeof egressSchema>;
 /** The provider's egress settings for a box whose runs write to `streamUrl`: the stream is always allowed. */
 export function egressSettings(egress: Egress | undefined, streamUrl: string | undefined): { blockAll?: boolean; domainAllowList?: string[] } | undefined {
   if (egress === undefined || egress === "open") return undefined;
-  if (typeof egress === "object" && !("allow" in egress)) return egress;
+  if (typeof egress === "object" && !("allow" in egress) && !egress.blockAll) return egress;
   let stream: string[] = [];
   try {
     if (streamUrl) stream = [new URL(streamUrl).host];
   } catch {
     stream = [];
   }
-  const allow = egress === "deny" ? [] : egress.allow;
+  const allow = egress === "deny" ? [] : "allow" in egress ? egress.allow : (egress.domainAllowList ?? []);
   return { blockAll: true, domainAllowList: [...new Set([...allow, ...stream])] };
 }

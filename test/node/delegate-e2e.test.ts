@@ -567,7 +567,7 @@ describe("an environment's egress", () => {
 });
 
 describe("a shared box", () => {
-  it("runs of a shared environment use its one box; the second finds the repository at the new commit without a reclone, untracked work kept", async () => {
+  it("runs of a shared environment use its one box; the second finds the repository at the new commit without a reclone, untracked work kept; with reset, the third finds exactly the new commit", async () => {
     const origin = mkdtempSync(join(tmpdir(), "tb-shared-origin-"));
     const git = (cmd: string) => execSync(`git -c user.email=t@t -c user.name=t ${cmd}`, { cwd: origin, stdio: "pipe" });
     git("init -q -b main");
@@ -577,8 +577,10 @@ describe("a shared box", () => {
     model.push(
       { toolCalls: [{ name: "bash", arguments: { command: "cat VERSION && echo mine > scratch.txt" } }] },
       { text: "Saw v1." },
-      { toolCalls: [{ name: "bash", arguments: { command: "cat VERSION scratch.txt && git reflog show HEAD | grep -c -e 'clone:' -e 'Fast-forward'" } }] },
+      { toolCalls: [{ name: "bash", arguments: { command: "cat VERSION scratch.txt && echo local-edit >> VERSION && git reflog show HEAD | grep -c -e 'clone:' -e 'Fast-forward'" } }] },
       { text: "Saw v2." },
+      { toolCalls: [{ name: "bash", arguments: { command: "cat VERSION; ls scratch.txt; echo changed=$(git status --porcelain | wc -l)" } }] },
+      { text: "Saw v3." },
     );
     const envId = await environment();
     expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { boxMode: "shared", repositories: [{ url: `file://${origin}`, branch: "main", path: "app" }] } })).status).toBe(200);
@@ -603,6 +605,20 @@ describe("a shared box", () => {
     expect(out.trim().split("\n").at(-1)).toBe("2");
     // The shared box outlives its runs.
     expect((await api(`/api/sandboxes/${boxId}`)).body).toMatchObject({ state: "live", ephemeral: false });
+
+    // Asked to reset, the next run finds exactly the new commit: the local edit and the untracked file are gone.
+    writeFileSync(join(origin, "VERSION"), "v3\n");
+    git("commit -q -am v3");
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { repositories: [{ url: `file://${origin}`, branch: "main", path: "app", reset: true }] } })).status).toBe(200);
+    const third = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "check once more" } })).body.childThreadId as string;
+    expect((await settled(third)).status).toBe("completed");
+    const es3 = await entries(third);
+    expect(es3.find((e) => e.payload.type === "signal.run.launched")!.payload.boxId).toBe(boxId);
+    const out3 = String(es3.find((e) => e.payload.type === "pi.tool_result")!.payload.output);
+    expect(out3).toContain("v3");
+    expect(out3).not.toContain("local-edit");
+    expect(out3).toMatch(/scratch\.txt'?: No such file/);
+    expect(out3).toContain("changed=0");
   });
 });
 

@@ -151,6 +151,26 @@ describe("DaytonaProvider on the local host", () => {
     await expect(provider.create({ labels: { house: house() }, ephemeral: true, volumes: [{ name, mountPath: "/etc/x" }] })).rejects.toMatchObject({ code: "bad_request" });
   });
 
+  it("a volume and its contents survive a restart of the host on the same root", async () => {
+    const root = fs.mkdtempSync(path.join(os.tmpdir(), "host-root-"));
+    const name = `vol-${Math.random().toString(36).slice(2, 8)}`;
+    let h = await startSandboxHost({ port: 0, apiKey: KEY, root });
+    try {
+      let p = createDaytonaProvider({ apiUrl: h.apiUrl, apiKey: KEY, target: "local" });
+      const first = await p.create({ labels: { house: house() }, ephemeral: true, volumes: [{ name, mountPath: "/home/daytona/memory" }] });
+      await p.exec(first.ref, "echo kept > memory/note.txt");
+      await p.delete(first.ref);
+      await h.close();
+      h = await startSandboxHost({ port: 0, apiKey: KEY, root });
+      p = createDaytonaProvider({ apiUrl: h.apiUrl, apiKey: KEY, target: "local" });
+      const second = await p.create({ labels: { house: house() }, ephemeral: true, volumes: [{ name, mountPath: "/home/daytona/memory" }] });
+      expect((await p.exec(second.ref, "cat memory/note.txt")).output).toBe("kept\n");
+      await p.delete(second.ref);
+    } finally {
+      await h.close();
+    }
+  });
+
   it("a box with its network closed reaches only its allowed loopback port, in one-shot and session commands", async () => {
     const http = await import("node:http");
     const serve = (text: string) => new Promise<import("node:http").Server>((resolve) => {
