@@ -564,6 +564,25 @@ describe("an environment's egress", () => {
       other.close();
     }
   });
+
+  it("with egress deny the box reaches nothing but its stream: pi cannot reach the loopback model the test runs, and the failure still lands on the thread", async () => {
+    const envId = await environment();
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { egress: "deny" } })).status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const before = model.requests.length;
+    const childId = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "say hello" } })).body.childThreadId as string;
+    const row = await settled(childId);
+    expect(row.status).toBe("failed");
+    expect(row.reason).toBe("pi_failed");
+    // Nothing from this box reached the model server...
+    expect(model.requests.length).toBe(before);
+    // ...while the stream did: the launch, the runner's stderr tail and its finished-signal are on the thread.
+    const es = await entries(childId);
+    expect(es.some((e) => e.payload.type === "signal.run.launched")).toBe(true);
+    const finished = es.filter((e) => e.payload.type === "signal.thread.status_changed" && e.payload.status !== "running");
+    expect(finished).toHaveLength(1);
+    expect(finished[0].authorId).not.toBe("threadbox");
+  });
 });
 
 describe("a shared box", () => {
@@ -729,6 +748,14 @@ describe("an environment's volume", () => {
     const es = await entries(second);
     expect(es.find((e) => e.payload.type === "signal.run.launched")!.payload.boxId).not.toBe(firstBox);
     expect(JSON.stringify(es.find((e) => e.payload.type === "pi.tool_result")!.payload)).toContain("remembered-across-boxes");
+
+    // Deleting the environment leaves the volume and what is in it.
+    const volumes = async () => (await (await fetch(`${host.apiUrl}/volumes`, { headers: { authorization: `Bearer ${SANDBOX_KEY}` } })).json()) as { id: string; name: string }[];
+    const before = await volumes();
+    expect((await api(`/api/environments/${envId}`, { method: "DELETE" })).status).toBe(204);
+    expect(await volumes()).toEqual(before);
+    const notes = before.map((v) => join(host.root, "volumes", v.id, "notes.txt")).filter((f) => existsSync(f));
+    expect(notes.map((f) => readFileSync(f, "utf8"))).toContain("remembered-across-boxes\n");
   });
 });
 
