@@ -5,7 +5,7 @@ import { mintStreamToken, streamTokenTtlSeconds } from "../auth/tokens";
 import { codexMcpToml, egressSettings, piTools, providerVolumes, repoPath, skillFile, type PermissionMode, type Plugins, type RepositorySpec } from "../workspace/box-config";
 import { LABEL_RUN, type DetachedHandle, type SandboxProvider } from "../sandbox/provider";
 import { classifySandboxState } from "../sandbox/state";
-import { packageInstallCommands, parseInstalled } from "../workspace/packages";
+import { packageInstallCommands, packageList, parseInstalled } from "../workspace/packages";
 import { launchBoxId, type LaunchProgress, type LaunchStep } from "./launch-progress";
 import { providerFor } from "../sandbox/providers";
 import { DEFAULT_FALLBACK_IMAGE, DEFAULT_HARNESS_SNAPSHOT } from "../sandbox/snapshot";
@@ -139,7 +139,10 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
     ...(workspace.permissionMode ? { permissionMode: workspace.permissionMode } : {}),
     ...(workspace.allowedTools ? { allowedTools: workspace.allowedTools } : {}),
     ...(workspace.files.length ? { files: workspace.files.map((f) => f.path) } : {}),
-    ...(progress.packagesInstalled?.length ? { packagesInstalled: progress.packagesInstalled } : {}),
+    // Which packages this launch installed and which the box already had (a snapshot, or an earlier run on a shared box).
+    ...(progress.packagesInstalled
+      ? { packagesInstalled: progress.packagesInstalled, packagesPresent: packageList(deps.environment?.packages).filter((p) => !progress.packagesInstalled!.includes(p)) }
+      : {}),
     ...(progress.folders?.length ? { folders: progress.folders } : {}),
     ...(!spec.repo && deps.environment?.repositories?.length
       ? { repositories: deps.environment.repositories.map((r) => ({ url: r.url, path: repoPath(r), ...(r.branch ? { branch: r.branch } : {}), ...(r.ref ? { ref: r.ref } : {}) })) }

@@ -140,8 +140,27 @@ export function repoPath(r: Pick<RepositorySpec, "url" | "path">): string {
 const pluginNameSchema = z.string().max(64).regex(/^[a-z0-9]+(-[a-z0-9]+)*$/, "lowercase letters, digits and single hyphens");
 const envNameSchema = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/);
 
+/** Launchers that fetch the server from a registry when it starts: what they fetch must be pinned. */
+const REGISTRY_LAUNCHERS = new Set(["npx", "bunx", "pnpx", "uvx", "pipx"]);
+
+/** `name@1.2.3`, `@scope/name@1.2.3`, `name==1.2.3`: a package with an exact version. */
+function isPinnedPackage(spec: string): boolean {
+  return /^(@[^/@\s]+\/)?[^@=\s]+(@|==)v?\d[^\s]*$/.test(spec) && !/[\^~*<>]|latest|next/.test(spec.split(/@|==/).pop()!);
+}
+
+/** The package a registry launcher runs: its first argument that is not an option (`pipx run x`: after `run`). */
+export function launchedPackage(command: string, args: string[] = []): string | null {
+  if (!REGISTRY_LAUNCHERS.has(command.split("/").pop()!)) return null;
+  const rest = args.filter((a) => !a.startsWith("-"));
+  return (command.endsWith("pipx") && rest[0] === "run" ? rest[1] : rest[0]) ?? "";
+}
+
 export const mcpServerSchema = z.union([
-  z.object({ command: z.string().min(1).max(500), args: z.array(z.string().max(2000)).max(50).optional(), env: z.record(envNameSchema, z.string().max(10_000)).optional() }).strict(),
+  z.object({ command: z.string().min(1).max(500), args: z.array(z.string().max(2000)).max(50).optional(), env: z.record(envNameSchema, z.string().max(10_000)).optional() }).strict()
+    .refine((srv) => {
+      const pkg = launchedPackage(srv.command, srv.args);
+      return pkg === null || isPinnedPackage(pkg);
+    }, "a server fetched from a registry (npx, bunx, pnpx, uvx, pipx) names an exact version: pkg@1.2.3 or pkg==1.2.3"),
   z.object({ type: z.enum(["http", "sse"]).default("http"), url: z.string().url().max(2000) }).strict(),
 ]);
 

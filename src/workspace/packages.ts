@@ -55,6 +55,11 @@ export function packageInstallCommands(p: PackagesSpec | undefined): { manager: 
   return out;
 }
 
+/** Every package the spec names, `manager:spec`, in the order the install commands take them. */
+export function packageList(p: PackagesSpec | undefined): string[] {
+  return (["apt", "npm", "pip"] as const).flatMap((m) => (p?.[m] ?? []).map((spec) => `${m}:${spec}`));
+}
+
 /** What the install commands printed: the packages they installed, `manager:spec`. */
 export function parseInstalled(stdout: string): string[] {
   return stdout.split("\n").map((l) => l.trim()).filter((l) => /^(apt|npm|pip):\S+$/.test(l));

@@ -3,12 +3,14 @@
  * against the scripted model), Claude Code `stream-json` and Codex `exec --json`, each through
  * its parser and decideOutcome.
  */
+import { codexMcpToml, mcpServerSchema } from "../../src/workspace/box-config";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import {
   buildClaudeCodeCommand,
   buildCodexCommand,
+  codexSandboxArgs,
   buildPiCommand,
   claudeCodeAgent,
   codexAgent,
@@ -170,6 +172,44 @@ describe("Codex exec --json", () => {
     expect(c.argv.slice(0, 4)).toEqual(["codex", "exec", "resume", "0199a213"]);
     expect(c.argv).toEqual(expect.arrayContaining(["--json", "--model", "gpt-5-codex"]));
     expect(c.argv[c.argv.length - 1]).toBe("<instructions>\nbe careful\n</instructions>\n\nfix it");
+  });
+  it("permission modes map onto codex's sandbox flags; allowed tools can only be asked for in the prompt", () => {
+    expect(codexSandboxArgs("plan")).toEqual(["--sandbox", "read-only"]);
+    expect(codexSandboxArgs("default")).toEqual(["--sandbox", "workspace-write"]);
+    expect(codexSandboxArgs("acceptEdits")).toEqual(["--sandbox", "workspace-write"]);
+    expect(codexSandboxArgs("bypassPermissions")).toEqual(["--dangerously-bypass-approvals-and-sandbox"]);
+    expect(codexSandboxArgs(undefined)).toEqual(["--dangerously-bypass-approvals-and-sandbox"]);
+    const c = buildCodexCommand({ prompt: "look", permissionMode: "plan", allowedTools: ["read", "grep"] });
+    expect(c.argv.slice(0, 6)).toEqual(["codex", "exec", "--json", "--skip-git-repo-check", "--sandbox", "read-only"]);
+    expect(c.argv.at(-1)).toBe("Only use these tools: read, grep.\n\nlook");
+  });
+
+  it("MCP servers become codex's config.toml tables, strings quoted", () => {
+    const toml = codexMcpToml({
+      docs: { command: "docs-mcp", args: ["--stdio", 'a "quoted" arg'], env: { API_KEY: "k" } },
+      remote: { type: "http", url: "https://mcp.example/x" },
+    });
+    expect(toml).toBe([
+      "[mcp_servers.docs]",
+      'command = "docs-mcp"',
+      'args = ["--stdio", "a \\"quoted\\" arg"]',
+      'env = { API_KEY = "k" }',
+      "",
+      "[mcp_servers.remote]",
+      'url = "https://mcp.example/x"',
+      "",
+    ].join("\n"));
+  });
+
+  it("an MCP server fetched from a registry at start must name an exact version", () => {
+    const ok = (command: string, args: string[]) => mcpServerSchema.safeParse({ command, args }).success;
+    expect(ok("npx", ["-y", "@modelcontextprotocol/server-filesystem@2025.8.21", "/work"])).toBe(true);
+    expect(ok("uvx", ["mcp-server-git==0.6.2"])).toBe(true);
+    expect(ok("pipx", ["run", "mcp-server-fetch==2025.4.7"])).toBe(true);
+    expect(ok("docs-mcp", ["--stdio"])).toBe(true);
+    for (const [command, args] of [["npx", ["-y", "@modelcontextprotocol/server-filesystem"]], ["npx", ["some-mcp@latest"]], ["npx", ["some-mcp@^1.2.0"]], ["uvx", ["mcp-server-git"]], ["npx", []], ["/usr/bin/npx", ["x"]]] as const) {
+      expect(ok(command, [...args]), `${command} ${args.join(" ")}`).toBe(false);
+    }
   });
 });
 

@@ -69,6 +69,7 @@ describe("environment workspace fields", () => {
     try {
       const { childThreadId, runId, launched } = await delegateAndLaunch(token, created.body.id, { task: "build" });
       expect(launched.payload.packagesInstalled).toEqual(["npm:typescript@5.6.3"]);
+      expect(launched.payload.packagesPresent).toEqual(["apt:jq"]);
       const [box] = await provider.list({ [LABEL_RUN]: runId });
       const calls = provider.calls.filter((c) => c.ref === box.ref);
       const installAt = calls.findIndex((c) => c.op === "exec" && JSON.stringify(c.args).includes("dpkg -s jq"));

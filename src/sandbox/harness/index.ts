@@ -30,7 +30,7 @@ export {
   PI_PREFIX,
 } from "./pi";
 export { claudeCodeAgent, createClaudeCodeParser, buildClaudeCodeCommand } from "./claude-code";
-export { codexAgent, createCodexParser, buildCodexCommand } from "./codex";
+export { codexAgent, createCodexParser, buildCodexCommand, codexSandboxArgs } from "./codex";
 export { rebuildPiSession, type RebuildOptions, type RebuiltSession } from "./pi-session";
 
 export const CODING_AGENTS: Record<HarnessName, CodingAgent> = {
