@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startSandboxHost, type SandboxHost } from "../../sandbox-host/server.mjs";
 import { BOX_MARKER_VAR, findMarkedPids } from "../../sandbox-host/proc.mjs";
 import { createDaytonaProvider, type DaytonaProvider } from "../../src/sandbox/daytona-provider";
+import { extractCommand, sniffArchive } from "../../src/workspace/folders";
 import { LABEL_EPHEMERAL, LABEL_HOUSE, LABEL_RUN, LABEL_THREAD, ProviderError } from "../../src/sandbox/provider";
 
 const KEY = "provider-test-key";
@@ -149,6 +150,31 @@ describe("DaytonaProvider on the local host", () => {
     expect((await provider.exec(third.ref, "cat memory/note.txt")).exitCode).not.toBe(0);
     await provider.delete(third.ref);
     await expect(provider.create({ labels: { house: house() }, ephemeral: true, volumes: [{ name, mountPath: "/etc/x" }] })).rejects.toMatchObject({ code: "bad_request" });
+  });
+
+  it("a folder archive unpacks in a box whatever its format (tar, tar.gz, zip), replacing what was at its path", async () => {
+    const src = fs.mkdtempSync(path.join(os.tmpdir(), "folder-src-"));
+    fs.mkdirSync(path.join(src, "sub"));
+    fs.writeFileSync(path.join(src, "sub", "note.txt"), "from the archive\n");
+    const out = fs.mkdtempSync(path.join(os.tmpdir(), "folder-archives-"));
+    execFileSync("tar", ["-cf", path.join(out, "a.tar"), "-C", src, "."]);
+    execFileSync("tar", ["-czf", path.join(out, "a.tgz"), "-C", src, "."]);
+    execFileSync("python3", ["-c", "import shutil, sys; shutil.make_archive(sys.argv[1], 'zip', sys.argv[2])", path.join(out, "a"), src]);
+    const box = await provider.create({ labels: { house: house() }, ephemeral: true });
+    try {
+      for (const file of ["a.tar", "a.tgz", "a.zip"]) {
+        const bytes = new Uint8Array(fs.readFileSync(path.join(out, file)));
+        const format = sniffArchive(bytes)!;
+        expect(format, file).toBe(file === "a.tar" ? "tar" : file === "a.tgz" ? "tar.gz" : "zip");
+        await provider.upload(box.ref, [{ path: `in/${file}`, content: bytes }]);
+        await provider.exec(box.ref, "mkdir -p work/notes && echo stale > work/notes/old.txt");
+        const r = await provider.exec(box.ref, extractCommand(`in/${file}`, "work/notes", format));
+        expect(r.exitCode, r.output).toBe(0);
+        expect((await provider.exec(box.ref, "cat work/notes/sub/note.txt; ls work/notes")).output).toBe("from the archive\nsub\n");
+      }
+    } finally {
+      await provider.delete(box.ref);
+    }
   });
 
   it("a volume and its contents survive a restart of the host on the same root", async () => {
