@@ -8,24 +8,23 @@ import { parseJsonBody, prepareEntries, toEntryWithOffset, type EntryWriter } fr
 import type { LaunchSpec } from "../../threads/launch";
 import { LaunchProgressStore, type LaunchStep } from "../../threads/launch-progress";
 import { ThreadRowStore, publicThread, type ParentRef, type ThreadRow } from "../../threads/thread-row";
-import type { ThreadSummary } from "../house/house-actor";
 import { systemClock, type Clock } from "../clock";
 import { logEvent } from "../../domain/log-event";
 import { settle, unwrapRpc } from "../rpc";
-import { houseStub, sandboxStub, streamForkLinks, threadStub } from "../stubs";
-import { acquireFork, readPrefix, releaseFork, sendReleases, type AcquireRequest, type ForkLinks, type ForkSource, type PrefixRequest } from "../../streams/fork";
+import { houseStub, sandboxStub, streamForkLinks } from "../stubs";
+import type { AcquireRequest, ForkSource, PrefixRequest } from "../../streams/fork";
 import { Deadlines, type AlarmStep } from "./deadlines";
 import { Fanout } from "./fanout";
-import { launch } from "./launcher";
 import { Outbox, type OutboxExecutors } from "./outbox";
 import { RunLifecycle } from "./run-lifecycle";
 import { DispatchService } from "./dispatch";
 import type { Agent } from "../../agents";
 import type { Environment } from "../../environments";
 import type { DispatchConfig, ThreadConfigPatch } from "../../dispatch/config";
-import type { Candidate } from "../../dispatch/selection";
-import { readwriteFolders, syncFoldersAfterRun } from "../../workspace/folder-sync";
-import { plainStreamOptions, plainStreamPolicy, serveStream, threadStreamOptions, type AppendPolicy } from "./stream-host";
+import { readwriteFolders } from "../../workspace/folder-sync";
+import { serveStream, threadStreamOptions, type AppendPolicy } from "./stream-host";
+import { PlainStreamHost } from "./plain-stream";
+import { threadOutboxExecutors } from "./outbox-executors";
 import { STATUS_CHANGED } from "../../domain/statuses";
 
 /** Sent by the worker (never by a client: actors are not reachable from outside). */
@@ -85,24 +84,28 @@ export class ThreadActor extends DurableObject<Env> {
   private readonly longPollTimeoutMs: number;
   private readonly threadPolicy: AppendPolicy;
   private knownThread = false;
-  /** When this plain stream's alarm is set for (in memory: a restart re-arms on the next request or alarm). */
-  private plainAlarmAt: number | null = null;
-  private plainAlarmChecked = false;
-  /** Whether a subscription of the house links this plain stream, as the house last said. */
-  private subscriptionInterest: { linked: boolean; checkedAt: number } | null = null;
-  private readonly forkLinks: ForkLinks;
+  protected readonly plain: PlainStreamHost;
 
   constructor(ctx: DurableObjectState, env: Env, clock: Clock = systemClock) {
     super(ctx, env);
     const sql = ctx.storage.sql;
     this.clock = clock;
     this.log = new StreamLog(ctx.storage);
-    this.forkLinks = streamForkLinks(env, ctx.id.toString());
     this.rows = new ThreadRowStore(sql);
     this.outbox = new Outbox(sql);
     this.launchProgress = new LaunchProgressStore(sql);
     this.fanout = new Fanout(ctx, this.log);
-    sql.exec(`create table if not exists stream_owner (id integer primary key check (id = 1), house_id text not null)`);
+    this.plain = new PlainStreamHost({
+      sql, log: this.log, forkLinks: streamForkLinks(env, ctx.id.toString()), now: () => clock.now(),
+      setAlarm: (atMs) => ctx.storage.setAlarm(atMs),
+      house: (houseId) => {
+        const house = houseStub(env, houseId);
+        return {
+          streamTouched: async (h, name) => unwrapRpc(house.streamTouched(h, name)),
+          streamDeleted: async (h, name) => void (await unwrapRpc(house.streamDeleted(h, name))),
+        };
+      },
+    });
     sql.exec(`create table if not exists create_request (id integer primary key check (id = 1), fingerprint text not null)`);
     this.longPollTimeoutMs = intVar(env.LONG_POLL_TIMEOUT_MS, 20_000);
     this.lifecycle = new RunLifecycle({
@@ -172,18 +175,7 @@ export class ThreadActor extends DurableObject<Env> {
       const target = JSON.parse(request.headers.get(TARGET_HEADER) ?? "null") as StreamTarget | null;
       if (!auth || !target) throw new ApiError("bad_request", "missing routing headers");
       const store = { log: this.log, hub: this.fanout.hub, longPollTimeoutMs: this.longPollTimeoutMs };
-      if (target.kind === "plain") {
-        this.claimPlainStream(auth.houseId);
-        const fork = { links: this.forkLinks, houseId: auth.houseId, source: target.forkSource ?? null };
-        const response = await serveStream(request, store, plainStreamPolicy, plainStreamOptions(target.name, auth, fork));
-        if (response.status < 300) {
-          if (request.method === "DELETE") await this.tellHouse(auth.houseId, target.name, "deleted");
-          else if (request.method === "POST" || (request.method === "PUT" && response.status === 201)) await this.tellHouse(auth.houseId, target.name, request.method === "PUT" ? "created" : "appended");
-        }
-        // Expiry is fixed when a stream is created; only a create or delete can change what to arm.
-        if (!this.plainAlarmChecked || request.method === "PUT" || request.method === "DELETE") await this.armPlainStreamAlarm();
-        return response;
-      }
+      if (target.kind === "plain") return await this.plain.serve(request, auth, target, store);
       this.requireThread(auth.houseId);
       if (new URL(request.url).pathname.endsWith("/subscribe")) return this.fanout.subscribe(request);
       const response = await serveStream(request, store, this.threadPolicy, threadStreamOptions(target.threadId, auth));
@@ -201,61 +193,27 @@ export class ThreadActor extends DurableObject<Env> {
   // ---- RPC between plain streams: forking (streams/fork.ts) ----
 
   async forkAcquire(req: AcquireRequest) {
-    return settle(() => {
-      this.requirePlainStream(req.houseId);
-      return acquireFork(this.log, this.forkLinks, req);
-    });
+    return settle(() => this.plainOnly(req.houseId, () => this.plain.acquireFork(req)));
   }
 
   async forkReadPrefix(req: PrefixRequest) {
-    return settle(() => {
-      this.requirePlainStream(req.houseId);
-      return readPrefix(this.log, this.forkLinks, req);
-    });
+    return settle(() => this.plainOnly(req.houseId, () => this.plain.readPrefix(req)));
   }
 
   async forkRelease(houseId: string, childKey: string) {
-    return settle(() => {
-      this.requirePlainStream(houseId);
-      return releaseFork(this.log, this.forkLinks, houseId, childKey);
-    });
+    return settle(() => this.plainOnly(houseId, () => this.plain.releaseFork(houseId, childKey)));
   }
 
   // ---- Durable Streams subscriptions (the house's subscriptions/service.ts) ----
 
   /** The tail a subscription compares its consumer's cursor with; null when this stream does not exist for the house. */
   async subscriptionTail(houseId: string) {
-    return settle(() => {
-      const meta = this.isThread() || this.plainStreamOwner() !== houseId ? null : this.log.meta();
-      return meta ? formatOffset(meta.tailSeq) : null;
-    });
+    return settle(() => (this.isThread() ? null : this.plain.subscriptionTail(houseId)));
   }
 
   /** A subscription now links this stream: the next append tells the house. */
   async subscriptionsChanged(): Promise<void> {
-    this.subscriptionInterest = null;
-  }
-
-  /**
-   * Tells the house's subscriptions about a create, append or delete. A stream no subscription
-   * links asks again only every SUBSCRIPTION_RECHECK_MS (a new subscription that links it says so
-   * itself); a linked one reports every append. A failure is logged, never the writer's problem.
-   */
-  private async tellHouse(houseId: string, name: string, what: "created" | "appended" | "deleted"): Promise<void> {
-    const now = this.clock.now();
-    const known = this.subscriptionInterest;
-    if (what === "appended" && known && !known.linked && now - known.checkedAt < SUBSCRIPTION_RECHECK_MS) return;
-    try {
-      const house = houseStub(this.env, houseId);
-      if (what === "deleted") {
-        await unwrapRpc(house.streamDeleted(houseId, name));
-        this.subscriptionInterest = null;
-      } else {
-        this.subscriptionInterest = { linked: await unwrapRpc(house.streamTouched(houseId, name)), checkedAt: now };
-      }
-    } catch (err) {
-      logEvent("subscription_notify_failed", { stream: name, what, error: err instanceof Error ? err.message : String(err) }, "warn");
-    }
+    this.plain.subscriptionsChanged();
   }
 
   // ---- RPC used by the worker ----
@@ -366,7 +324,7 @@ export class ThreadActor extends DurableObject<Env> {
 
   /** The single alarm: every service's step in order, then the alarm is recomputed from all sources. */
   async alarm(): Promise<void> {
-    if (!this.rows.get()) return this.plainStreamAlarm();
+    if (!this.rows.get()) return this.plain.alarm();
     this.deadlines.alarmFired();
     for (const step of this.alarmSteps) await step.run(this.clock.now());
     await this.settleTurn();
@@ -475,63 +433,16 @@ export class ThreadActor extends DurableObject<Env> {
 
   // ---- composition ----
 
-  /** A fork's source must be a plain stream of the fork's own house; anything else is "not found". */
-  private requirePlainStream(houseId: string): void {
-    if (this.isThread() || this.plainStreamOwner() !== houseId) throw new ApiError("not_found", "source stream not found");
-  }
-
-  /**
-   * A plain stream's alarm: its expiry (or a fork release that could not be sent yet). An expired
-   * stream nobody touches again is purged (or made a tombstone while forks read through it) and
-   * gives back its references to the streams it forked from, so those are not held forever.
-   */
-  private async plainStreamAlarm(): Promise<void> {
-    this.plainAlarmAt = null;
-    const owner = this.plainStreamOwner();
-    if (!owner) return;
-    this.log.meta(this.clock.now());
-    await sendReleases(this.log, this.forkLinks, owner);
-    await this.armPlainStreamAlarm();
-  }
-
-  /** Arms the alarm for the stream's expiry (sliding TTLs re-arm when it fires early) or a pending release. */
-  private async armPlainStreamAlarm(): Promise<void> {
-    this.plainAlarmChecked = true;
-    const now = this.clock.now();
-    const meta = this.log.meta(now);
-    let at = meta ? plainStreamExpiry(meta) : null;
-    if (this.log.forks.mayHaveReleases() && this.log.forks.pendingReleases().length > 0) at = Math.min(at ?? Infinity, now + PLAIN_RELEASE_RETRY_MS);
-    if (at === null || (this.plainAlarmAt !== null && this.plainAlarmAt <= at)) return;
-    this.plainAlarmAt = at;
-    await this.ctx.storage.setAlarm(Math.max(at, now));
+  /** Fork operations exist for plain streams only: on a thread they are "not found". */
+  private plainOnly<T>(houseId: string, fn: () => T): T {
+    if (this.isThread()) throw new ApiError("not_found", "source stream not found");
+    return fn();
   }
 
   /** Plain streams never get a thread row, and a thread's row is never removed: a yes is cached. */
   private isThread(): boolean {
     this.knownThread ||= this.rows.get() !== null;
     return this.knownThread;
-  }
-
-  /**
-   * A plain stream belongs to the house that first reached it; the routing key already separates
-   * houses, and this check keeps another house out even if two keys ever collided.
-   */
-  private claimPlainStream(houseId: string): void {
-    const owner = this.plainStreamOwner();
-    if (owner === null) {
-      this.ctx.storage.sql.exec(`insert into stream_owner (id, house_id) values (1, ?)`, houseId);
-      this.owner = houseId;
-    } else if (owner !== houseId) throw new ApiError("not_found", "stream not found");
-  }
-
-  /** The house a plain stream belongs to, or null; never changes once set, so it is read once. */
-  private owner: string | null | undefined;
-  private plainStreamOwner(): string | null {
-    if (this.owner === undefined) {
-      const row = this.ctx.storage.sql.exec(`select house_id from stream_owner where id = 1`).toArray()[0];
-      this.owner = (row?.house_id as string | undefined) ?? null;
-    }
-    return this.owner;
   }
 
   /** A transaction over the row and the log: if it rolls back, their in-memory copies are dropped too. */
@@ -611,90 +522,21 @@ export class ThreadActor extends DurableObject<Env> {
   }
 
   private outboxExecutors(): OutboxExecutors {
-    const env = this.env;
-    const row = () => this.rows.get()!;
-    return {
-      attach: { run: async (p) => void (await unwrapRpc(sandboxStub(env, p.boxId).attach(row().houseId, row().id))) },
-      detach: { run: async (p) => void (await unwrapRpc(sandboxStub(env, p.boxId).detach(row().houseId, row().id, { keepBox: p.keepBox === true }))) },
-      // A grace period for the harness: only the alarm waits for it.
-      stop_harness: { slow: true, run: async (p) => void (await unwrapRpc(sandboxStub(env, p.boxId).stopRun(row().houseId, row().id))) },
-      // Packing and downloading take long: only the alarm runs it; the `detach` after it waits.
-      sync_folders: {
-        slow: true,
-        run: async (p) => {
-          const r = row();
-          if (!r.environmentId) return;
-          const folders = readwriteFolders(this.entryById(`launched:${p.runId}`));
-          const target = { houseId: r.houseId, threadId: r.id, environmentId: r.environmentId, boxId: p.boxId, runId: p.runId, folders };
-          await syncFoldersAfterRun(env, target, (entry) => void this.appendInternal([entry]), () => this.clock.now());
-        },
-      },
-      launch: {
-        // Box creation and installs take long: only the alarm runs them.
-        slow: true,
-        run: async (spec) => {
-          await launch(spec, {
-            env, row, now: () => this.clock.now(),
-            entries: () => this.log.read(0, Number.MAX_SAFE_INTEGER, 1_000_000).messages.map(toEntryWithOffset),
-            append: (entry) => void this.appendInternal([entry]),
-            settle: () => this.drainOutbox(false),
-            alive: () => this.lifecycle.recordLiveness(),
-            progress: this.launchProgress,
-            persist: () => this.ctx.storage.sync(),
-            checkpoint: (step) => this.launchCheckpoint(step),
-          });
-          this.launchProgress.clear(spec.runId);
-        },
-        // A failed step is final (the run fails visibly); only an attempt that died mid-way (the
-        // item is still owed) runs again, and it continues from the recorded progress.
-        giveUp: (spec, message) => {
-          this.launchProgress.clear(spec.runId);
-          logEvent("launch_failed", { threadId: row().id, runId: spec.runId, error: message }, "warn");
-          if (row().status === "running") this.appendSystemSignal(`launch_failed:${spec.runId}`, "pi_failed", `launch failed: ${message}`, spec.runId);
-        },
-      },
-      notify_parent: {
-        run: async (p) => void (await unwrapRpc(threadStub(env, p.parentId).childFinished(row().houseId, {
-          childId: row().id, runKey: Number(p.runKey), status: p.status, reason: p.reason ?? null, resultText: p.resultText, brainId: p.brainId ?? null,
-        }))),
-      },
-      sync_index: { unordered: true, run: () => this.syncIndex() },
-    };
-  }
-
-  /**
-   * Tells the house index the row as it is now. If the row changes while the call is out, it is
-   * sent again: the pending item is consumed when this returns, and the index keeps the newest.
-   */
-  private async syncIndex(): Promise<void> {
-    for (let sent: string | null = null; ;) {
-      const row = this.rows.get();
-      if (!row) return;
-      const t = publicThread(row);
-      const summary: ThreadSummary = {
-        id: t.id, parent: t.parent, status: t.status, reason: t.reason, title: t.title, environmentId: t.environmentId,
-        boxId: t.boxId, createdAt: t.createdAt, updatedAt: t.updatedAt,
-      };
-      const version = JSON.stringify(summary);
-      if (version === sent) return;
-      const reply = (await unwrapRpc(houseStub(this.env, row.houseId).upsertThread(summary))) as { agentSet?: { version: number; candidates: Candidate[] } } | undefined;
-      if (reply?.agentSet) this.dispatch.primeAgents(reply.agentSet);
-      sent = version;
-    }
+    return threadOutboxExecutors({
+      env: this.env,
+      row: () => this.rows.get()!,
+      now: () => this.clock.now(),
+      entryById: (id) => this.entryById(id),
+      allEntries: () => this.log.read(0, Number.MAX_SAFE_INTEGER, 1_000_000).messages.map(toEntryWithOffset),
+      append: (entry) => void this.appendInternal([entry]),
+      appendFailure: (id, reason, runId) => this.appendSystemSignal(id, "pi_failed", reason, runId),
+      settle: () => this.drainOutbox(false),
+      recordLiveness: () => this.lifecycle.recordLiveness(),
+      launchProgress: this.launchProgress,
+      persist: () => this.ctx.storage.sync(),
+      checkpoint: (step) => this.launchCheckpoint(step),
+      primeAgents: (set) => this.dispatch.primeAgents(set),
+    });
   }
 }
 
-
-/** How long a stream no subscription links waits before asking the house again. */
-const SUBSCRIPTION_RECHECK_MS = 5_000;
-
-/** A failed fork release is sent again this soon. */
-const PLAIN_RELEASE_RETRY_MS = 30_000;
-
-/** When a plain stream expires: its fixed `Stream-Expires-At`, else its sliding TTL from the last access. */
-function plainStreamExpiry(meta: { expiresAt: string | null; ttlSeconds: number | null; lastAccessAt: number }): number | null {
-  const fixed = meta.expiresAt ? Date.parse(meta.expiresAt) : null;
-  const sliding = meta.ttlSeconds !== null ? meta.lastAccessAt + meta.ttlSeconds * 1000 : null;
-  if (fixed === null) return sliding;
-  return sliding === null ? fixed : Math.min(fixed, sliding);
-}

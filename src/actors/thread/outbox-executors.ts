@@ -1,0 +1,101 @@
+import type { Env } from "../../env";
+import type { Entry, EntryWithOffset } from "../../entries/schema";
+import { logEvent } from "../../domain/log-event";
+import type { LaunchProgressStore, LaunchStep } from "../../threads/launch-progress";
+import { publicThread, type ThreadRow } from "../../threads/thread-row";
+import type { Candidate } from "../../dispatch/selection";
+import { readwriteFolders, syncFoldersAfterRun } from "../../workspace/folder-sync";
+import type { ThreadSummary } from "../house/house-actor";
+import { unwrapRpc } from "../rpc";
+import { houseStub, sandboxStub, threadStub } from "../stubs";
+import { launch } from "./launcher";
+import type { OutboxExecutors } from "./outbox";
+
+/** What the executors need from the thread that owes the items. */
+export type ThreadOutboxPorts = {
+  env: Env;
+  row(): ThreadRow;
+  now(): number;
+  entryById(id: string): Entry | null;
+  allEntries(): EntryWithOffset[];
+  append(entry: Entry): void;
+  appendFailure(id: string, reason: string, runId: string): void;
+  /** Runs what is owed now (not the slow kinds): a launch step's attach, say. */
+  settle(): Promise<void>;
+  recordLiveness(): void;
+  launchProgress: LaunchProgressStore;
+  persist(): Promise<void>;
+  checkpoint(step: LaunchStep): void;
+  primeAgents(set: { version: number; candidates: Candidate[] }): void;
+};
+
+/** One executor per kind of item a thread owes other actors (see outbox.ts). */
+export function threadOutboxExecutors(p: ThreadOutboxPorts): OutboxExecutors {
+  const { env, row } = p;
+  return {
+    attach: { run: async (x) => void (await unwrapRpc(sandboxStub(env, x.boxId).attach(row().houseId, row().id))) },
+    detach: { run: async (x) => void (await unwrapRpc(sandboxStub(env, x.boxId).detach(row().houseId, row().id, { keepBox: x.keepBox === true }))) },
+    // A grace period for the harness: only the alarm waits for it.
+    stop_harness: { slow: true, run: async (x) => void (await unwrapRpc(sandboxStub(env, x.boxId).stopRun(row().houseId, row().id))) },
+    // Packing and downloading take long: only the alarm runs it; the `detach` after it waits.
+    sync_folders: {
+      slow: true,
+      run: async (x) => {
+        const r = row();
+        if (!r.environmentId) return;
+        const folders = readwriteFolders(p.entryById(`launched:${x.runId}`));
+        const target = { houseId: r.houseId, threadId: r.id, environmentId: r.environmentId, boxId: x.boxId, runId: x.runId, folders };
+        await syncFoldersAfterRun(env, target, p.append, p.now);
+      },
+    },
+    launch: {
+      // Box creation and installs take long: only the alarm runs them.
+      slow: true,
+      run: async (spec) => {
+        await launch(spec, {
+          env, row, now: p.now,
+          entries: p.allEntries,
+          append: p.append,
+          settle: p.settle,
+          alive: p.recordLiveness,
+          progress: p.launchProgress,
+          persist: p.persist,
+          checkpoint: p.checkpoint,
+        });
+        p.launchProgress.clear(spec.runId);
+      },
+      // A failed step is final (the run fails visibly); only an attempt that died mid-way (the
+      // item is still owed) runs again, and it continues from the recorded progress.
+      giveUp: (spec, message) => {
+        p.launchProgress.clear(spec.runId);
+        logEvent("launch_failed", { threadId: row().id, runId: spec.runId, error: message }, "warn");
+        if (row().status === "running") p.appendFailure(`launch_failed:${spec.runId}`, `launch failed: ${message}`, spec.runId);
+      },
+    },
+    notify_parent: {
+      run: async (x) => void (await unwrapRpc(threadStub(env, x.parentId).childFinished(row().houseId, {
+        childId: row().id, runKey: Number(x.runKey), status: x.status, reason: x.reason ?? null, resultText: x.resultText, brainId: x.brainId ?? null,
+      }))),
+    },
+    sync_index: { unordered: true, run: () => syncIndex(p) },
+  };
+}
+
+/**
+ * Tells the house index the row as it is now. If the row changes while the call is out, it is
+ * sent again: the pending item is consumed when this returns, and the index keeps the newest.
+ */
+async function syncIndex(p: ThreadOutboxPorts): Promise<void> {
+  for (let sent: string | null = null; ;) {
+    const t = publicThread(p.row());
+    const summary: ThreadSummary = {
+      id: t.id, parent: t.parent, status: t.status, reason: t.reason, title: t.title, environmentId: t.environmentId,
+      boxId: t.boxId, createdAt: t.createdAt, updatedAt: t.updatedAt,
+    };
+    const version = JSON.stringify(summary);
+    if (version === sent) return;
+    const reply = (await unwrapRpc(houseStub(p.env, t.houseId).upsertThread(summary))) as { agentSet?: { version: number; candidates: Candidate[] } } | undefined;
+    if (reply?.agentSet) p.primeAgents(reply.agentSet);
+    sent = version;
+  }
+}
