@@ -31,14 +31,19 @@ const patchBodySchema = z.record(z.string(), z.unknown());
  * `PATCH /api/environments/:id`: the fields given replace the stored ones (`files` as a whole
  * list); `secrets` merges by name, `null` removes one. The result is validated like a create.
  */
-export async function patchEnvironmentRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
+/** The caller, who must be allowed to configure environments, and the environment `id` of its house. */
+async function environmentForConfigurer(request: Request, env: Env, id: string | undefined) {
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
   requireHouse(claims);
   if (!canWrite(claims) || claims.role === "bot") throw new ApiError("forbidden", "only owners and members configure environments");
   const parsedId = idSchema.safeParse(id);
   if (!parsedId.success) throw new ApiError("not_found", "environment not found");
+  return { claims, environment: await loadEnvironment(env, claims.houseId, parsedId.data) };
+}
+
+export async function patchEnvironmentRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
   // Authorization before validation: another house's environment answers 404 before the body is read.
-  const current = await loadEnvironment(env, claims.houseId, parsedId.data);
+  const { claims, environment: current } = await environmentForConfigurer(request, env, id);
   const patch = await readBody(request, patchBodySchema);
   if ("id" in patch && patch.id !== current.id) throw new ApiError("validation_failed", "id cannot be changed");
   const { houseId, createdAt, sharedBoxId, id: _id, ...stored } = current;
@@ -67,12 +72,7 @@ export async function patchEnvironmentRoute(request: Request, env: Env, id: stri
  * environments as they outlive boxes. Threads keep their `environmentId`; a resume then answers 404.
  */
 export async function deleteEnvironmentRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
-  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
-  requireHouse(claims);
-  if (!canWrite(claims) || claims.role === "bot") throw new ApiError("forbidden", "only owners and members configure environments");
-  const parsedId = idSchema.safeParse(id);
-  if (!parsedId.success) throw new ApiError("not_found", "environment not found");
-  const e = await loadEnvironment(env, claims.houseId, parsedId.data);
+  const { claims, environment: e } = await environmentForConfigurer(request, env, id);
   if (e.sharedBoxId) {
     try {
       await unwrapRpc(sandboxStub(env, e.sharedBoxId).destroy(claims.houseId, false));
