@@ -6,6 +6,7 @@
  * - `fork_releases`: references to drop on a source once this stream is gone (sent after the
  *   request that purged it, retried on the next one if the source could not be reached).
  */
+import { ensureSchema, type Schema } from "../domain/sql-schema";
 export type ForkRef = {
   sourceKey: string;
   sourceName: string;
@@ -16,17 +17,22 @@ export type ForkRef = {
   subOffset: number;
 };
 
+export const FORK_SCHEMA: Schema = {
+  name: "forks",
+  ddl: `create table if not exists stream_fork (
+      id integer primary key check (id = 1), source_key text not null, source_name text not null,
+      fork_seq integer not null, requested_offset text, sub_offset integer not null default 0);
+    create table if not exists fork_children (child_key text primary key);
+    create table if not exists fork_releases (source_key text primary key)`,
+};
+
 export class ForkStore {
   private cached: ForkRef | null | undefined;
   /** Checked on every request, so it is answered from memory once the table is known empty. */
   private releasesKnownEmpty = false;
 
   constructor(private readonly sql: SqlStorage) {
-    sql.exec(`create table if not exists stream_fork (
-      id integer primary key check (id = 1), source_key text not null, source_name text not null,
-      fork_seq integer not null, requested_offset text, sub_offset integer not null default 0)`);
-    sql.exec(`create table if not exists fork_children (child_key text primary key)`);
-    sql.exec(`create table if not exists fork_releases (source_key text primary key)`);
+    ensureSchema(sql, FORK_SCHEMA);
   }
 
   /** Read on every page of a read: kept in memory, every write goes through this class. */

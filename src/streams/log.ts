@@ -1,6 +1,7 @@
 import { ApiError } from "../errors";
 import { ForkStore, type ForkRef } from "./fork-store";
 import { formatOffset, normalizeContentType } from "./protocol";
+import { addColumnIfMissing, ensureSchema, type Schema } from "../domain/sql-schema";
 
 export type StreamMeta = {
   name: string;
@@ -50,25 +51,27 @@ const PRODUCER_STATE_TTL_MS = 7 * 24 * 60 * 60 * 1000;
  * Synchronous on purpose: inside one actor each call is atomic with respect to every other
  * request, which is what gives ordering, read-your-writes and gap-free fan-out.
  */
+export const STREAM_LOG_SCHEMA: Schema = {
+  name: "stream_log",
+  ddl: `create table if not exists stream_meta (
+      id integer primary key check (id = 1), name text not null, content_type text not null,
+      ttl_seconds integer, expires_at text, created_at integer not null, last_access_at integer not null,
+      closed integer not null default 0, closed_by text, last_stream_seq text, tail_seq integer not null default 0,
+      deleted_at integer);
+    create table if not exists messages (seq integer primary key, data blob not null, entry_id text, ts integer not null);
+    create unique index if not exists messages_entry_id on messages(entry_id) where entry_id is not null;
+    create table if not exists producers (id text primary key, epoch integer not null, last_seq integer not null, updated_at integer not null)`,
+  // Logs created before forking existed lack the tombstone column.
+  migrate: (sql) => addColumnIfMissing(sql, "stream_meta", "deleted_at", "integer"),
+};
+
 export class StreamLog {
   readonly forks: ForkStore;
 
   constructor(private readonly storage: DurableObjectStorage) {
     const sql = storage.sql;
-    sql.exec(`create table if not exists stream_meta (
-      id integer primary key check (id = 1), name text not null, content_type text not null,
-      ttl_seconds integer, expires_at text, created_at integer not null, last_access_at integer not null,
-      closed integer not null default 0, closed_by text, last_stream_seq text, tail_seq integer not null default 0,
-      deleted_at integer)`);
-    // Logs created before forking existed lack the tombstone column.
-    const columns = sql.exec(`pragma table_info(stream_meta)`).toArray().map((c) => c.name);
-    if (!columns.includes("deleted_at")) sql.exec(`alter table stream_meta add column deleted_at integer`);
+    ensureSchema(sql, STREAM_LOG_SCHEMA);
     this.forks = new ForkStore(sql);
-    sql.exec(`create table if not exists messages (
-      seq integer primary key, data blob not null, entry_id text, ts integer not null)`);
-    sql.exec(`create unique index if not exists messages_entry_id on messages(entry_id) where entry_id is not null`);
-    sql.exec(`create table if not exists producers (
-      id text primary key, epoch integer not null, last_seq integer not null, updated_at integer not null)`);
   }
 
   /**

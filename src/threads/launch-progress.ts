@@ -1,5 +1,8 @@
 import type { DetachedHandle } from "../sandbox/provider";
 import type { CopiedFolder } from "../workspace/folders";
+import { ensureSchema, type Schema } from "../domain/sql-schema";
+
+export const LAUNCH_PROGRESS_SCHEMA: Schema = { name: "launch_progress", ddl: `create table if not exists launch_progress (run_id text primary key, state text not null)` };
 
 /**
  * How far a run's launch got, persisted after each step so a launch retried after a crash (the
@@ -30,7 +33,7 @@ export type LaunchStep = "box_created" | "box_registered" | "runner_spawned" | "
 
 export class LaunchProgressStore {
   constructor(private readonly sql: SqlStorage) {
-    sql.exec(`create table if not exists launch_progress (run_id text primary key, state text not null)`);
+    ensureSchema(sql, LAUNCH_PROGRESS_SCHEMA);
   }
 
   get(runId: string): LaunchProgress {

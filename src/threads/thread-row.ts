@@ -1,4 +1,5 @@
 import type { ThreadStatus } from "../entries/schema";
+import { addColumnIfMissing, ensureSchema, type Schema } from "../domain/sql-schema";
 
 export type ParentRef = { kind: "none" | "agent" | "thread"; id: string | null };
 
@@ -22,16 +23,21 @@ export type ThreadRow = {
   updatedAt: number;
 };
 
-/** The thread's single row, next to its log in the same actor's SQLite. */
-export class ThreadRowStore {
-  constructor(private readonly sql: SqlStorage) {
-    sql.exec(`create table if not exists thread_row (
+export const THREAD_ROW_SCHEMA: Schema = {
+  name: "thread_row",
+  ddl: `create table if not exists thread_row (
       id integer primary key check (id = 1), thread_id text not null, house_id text not null,
       parent_kind text not null, parent_id text, environment_id text, title text,
       status text not null, status_reason text, status_detail text, box_id text, last_liveness_at integer, run_started_at integer,
-      brain_id text, created_by text not null, created_at integer not null, updated_at integer not null)`);
-    const columns = sql.exec(`pragma table_info(thread_row)`).toArray().map((c) => c.name as string);
-    if (!columns.includes("run_id")) sql.exec(`alter table thread_row add column run_id text`);
+      brain_id text, created_by text not null, created_at integer not null, updated_at integer not null, run_id text)`,
+  // Rows written before runs had ids lack the column.
+  migrate: (sql) => addColumnIfMissing(sql, "thread_row", "run_id", "text"),
+};
+
+/** The thread's single row, next to its log in the same actor's SQLite. */
+export class ThreadRowStore {
+  constructor(private readonly sql: SqlStorage) {
+    ensureSchema(sql, THREAD_ROW_SCHEMA);
   }
 
   /**

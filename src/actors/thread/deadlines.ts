@@ -4,12 +4,15 @@
  * what the alarm was last set from, so an operator can see why an actor will wake. Every handler
  * ends with `recompute()`; the alarm runs every step and then recomputes too.
  */
+import { ensureSchema, type Schema } from "../../domain/sql-schema";
 export type DeadlineSource = {
   /** Stable name: a row in the deadlines table. */
   name: string;
   /** Epoch ms when this source next needs the alarm, or null when it needs nothing. */
   nextDeadline(): number | null;
 };
+
+export const DEADLINES_SCHEMA: Schema = { name: "deadlines", ddl: `create table if not exists deadlines (name text primary key, at integer not null)` };
 
 /** One unit of alarm work. Steps run in the order they were registered; each checks its own due-ness. */
 export type AlarmStep = {
@@ -25,7 +28,7 @@ export class Deadlines {
   private armedFor: number | null | undefined;
 
   constructor(private readonly storage: DurableObjectStorage, private readonly nowMs: () => number) {
-    storage.sql.exec(`create table if not exists deadlines (name text primary key, at integer not null)`);
+    ensureSchema(storage.sql, DEADLINES_SCHEMA);
   }
 
   addSource(source: DeadlineSource): void {

@@ -12,6 +12,7 @@ import { askGate } from "../../dispatch/gate";
 import { buildTools } from "../../dispatch/tools";
 import type { ToolContext } from "../../dispatch/tools/context";
 import { errorMessage, logEvent } from "../../domain/log-event";
+import { ensureSchema, type Schema } from "../../domain/sql-schema";
 
 /** What the dispatch service needs from its actor. */
 export type DispatchPorts = {
@@ -57,6 +58,22 @@ export const DEFAULT_AGENT_CACHE_MS = 60_000;
 const DECISIONS_KEPT = 500;
 const enc = new TextEncoder();
 
+export const DISPATCH_SCHEMA: Schema = {
+  name: "dispatch",
+  ddl: `create table if not exists dispatch_config (id integer primary key check (id = 1), body text not null);
+    create table if not exists dispatch_triggers (
+      entry_id text primary key, seq integer not null, author_id text, text text not null, depth integer not null, mentions text);
+    create table if not exists dispatch_turns (
+      id text primary key, agent_id text not null, trigger_entry_id text not null, trigger_seq integer not null, depth integer not null,
+      state text not null, run_at integer not null, attempts integer not null default 0, progress text not null default '[]',
+      updated_at integer not null);
+    create unique index if not exists dispatch_turns_once on dispatch_turns(trigger_entry_id, agent_id);
+    create table if not exists dispatch_decisions (
+      seq integer primary key autoincrement, at integer not null, trigger_entry_id text not null, agent_id text not null,
+      verdict text not null, reason text not null, detail text, turn_id text);
+    create table if not exists dispatch_replies (agent_id text primary key, at integer not null)`,
+};
+
 /**
  * Bots reacting to chat, inside the ThreadActor. A chat entry becomes a trigger in the same
  * transaction that appends it; the actor's alarm turns triggers into decisions and turns, and
@@ -80,18 +97,7 @@ export class DispatchService {
     this.llm = ports.llm ?? { runToolLoop, askGate };
     this.leaseMs = ports.turnLeaseMs ?? DEFAULT_TURN_LEASE_MS;
     this.agentCacheMs = ports.agentCacheMs ?? DEFAULT_AGENT_CACHE_MS;
-    sql.exec(`create table if not exists dispatch_config (id integer primary key check (id = 1), body text not null)`);
-    sql.exec(`create table if not exists dispatch_triggers (
-      entry_id text primary key, seq integer not null, author_id text, text text not null, depth integer not null, mentions text)`);
-    sql.exec(`create table if not exists dispatch_turns (
-      id text primary key, agent_id text not null, trigger_entry_id text not null, trigger_seq integer not null, depth integer not null,
-      state text not null, run_at integer not null, attempts integer not null default 0, progress text not null default '[]',
-      updated_at integer not null)`);
-    sql.exec(`create unique index if not exists dispatch_turns_once on dispatch_turns(trigger_entry_id, agent_id)`);
-    sql.exec(`create table if not exists dispatch_decisions (
-      seq integer primary key autoincrement, at integer not null, trigger_entry_id text not null, agent_id text not null,
-      verdict text not null, reason text not null, detail text, turn_id text)`);
-    sql.exec(`create table if not exists dispatch_replies (agent_id text primary key, at integer not null)`);
+    ensureSchema(sql, DISPATCH_SCHEMA);
   }
 
   // ---- config ----

@@ -1,5 +1,6 @@
 import type { LaunchSpec } from "../../threads/launch";
 import { backoffDelayMs } from "../../domain/backoff";
+import { ensureSchema, type Schema } from "../../domain/sql-schema";
 
 /**
  * Side effects a thread owes other actors. They are written in the same turn as the state change
@@ -24,6 +25,12 @@ export type OutboxItem<K extends OutboxKind = OutboxKind> = {
   [P in K]: { key: string; kind: P; payload: OutboxPayloads[P]; attempts: number; nextAt: number };
 }[K];
 
+export const OUTBOX_SCHEMA: Schema = {
+  name: "outbox",
+  ddl: `create table if not exists outbox (
+      key text primary key, kind text not null, payload text not null, attempts integer not null default 0, next_at integer not null)`,
+};
+
 /**
  * How one kind of item is carried out. `slow` kinds (box creation, a stop's grace period) run only
  * from the alarm, and the ordered items owed after them wait for them; `unordered` kinds depend on
@@ -43,8 +50,7 @@ const BACKOFF_MAX_MS = 5 * 60_000;
 
 export class Outbox {
   constructor(private readonly sql: SqlStorage) {
-    sql.exec(`create table if not exists outbox (
-      key text primary key, kind text not null, payload text not null, attempts integer not null default 0, next_at integer not null)`);
+    ensureSchema(sql, OUTBOX_SCHEMA);
   }
 
   /** Idempotent by key: owing the same thing twice is owing it once. */

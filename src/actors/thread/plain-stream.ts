@@ -5,6 +5,7 @@ import { formatOffset } from "../../streams/protocol";
 import { acquireFork, readPrefix, releaseFork, sendReleases, type AcquireRequest, type ForkLinks, type ForkSource, type PrefixRequest } from "../../streams/fork";
 import { plainStreamOptions, plainStreamPolicy, serveStream, type StreamStore } from "./stream-host";
 import type { ActorAuth } from "./thread-actor";
+import { ensureSchema, type Schema } from "../../domain/sql-schema";
 
 /** What a plain stream tells its house's subscriptions; both may fail (the writer never sees it). */
 export type HouseStreamNotices = {
@@ -20,6 +21,8 @@ export type PlainStreamPorts = {
   setAlarm(atMs: number): Promise<void>;
   house(houseId: string): HouseStreamNotices;
 };
+
+export const PLAIN_STREAM_SCHEMA: Schema = { name: "stream_owner", ddl: `create table if not exists stream_owner (id integer primary key check (id = 1), house_id text not null)` };
 
 /** How long a stream no subscription links waits before asking the house again. */
 export const SUBSCRIPTION_RECHECK_MS = 5_000;
@@ -42,7 +45,7 @@ export class PlainStreamHost {
   private subscriptionInterest: { linked: boolean; checkedAt: number } | null = null;
 
   constructor(private readonly p: PlainStreamPorts) {
-    p.sql.exec(`create table if not exists stream_owner (id integer primary key check (id = 1), house_id text not null)`);
+    ensureSchema(p.sql, PLAIN_STREAM_SCHEMA);
   }
 
   /** One protocol request for the stream, from the house in `auth`. */

@@ -9,6 +9,7 @@ import { errorMessage, logEvent } from "../../domain/log-event";
 import type { DeadlineSource } from "./deadlines";
 import type { Outbox } from "./outbox";
 import { STATUS_CHANGED } from "../../domain/statuses";
+import { ensureSchema, type Schema } from "../../domain/sql-schema";
 
 export type RunLifecyclePorts = {
   sql: SqlStorage;
@@ -28,6 +29,11 @@ export type RunLifecyclePorts = {
 /** Far below any silence timeout, so skipping writes inside it never orphans a live run. */
 const LIVENESS_WRITE_GRANULARITY_MS = 500;
 
+export const PROBE_SCHEMA: Schema = {
+  name: "probe_state",
+  ddl: `create table if not exists probe_state (id integer primary key check (id = 1), last_probe_at integer, dead_streak integer not null default 0)`,
+};
+
 /**
  * A run from claim to finished-signal: liveness (heartbeats, silence, box probes, orphaning),
  * status signals applied to the row, and what a terminal status owes other actors. The decisions
@@ -38,7 +44,7 @@ export class RunLifecycle {
   private changed = false;
 
   constructor(private readonly p: RunLifecyclePorts) {
-    p.sql.exec(`create table if not exists probe_state (id integer primary key check (id = 1), last_probe_at integer, dead_streak integer not null default 0)`);
+    ensureSchema(p.sql, PROBE_SCHEMA);
   }
 
   /** A heartbeat (or a live command's output): the box is alive. A burst needs one write, not one each. */

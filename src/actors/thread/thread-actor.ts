@@ -1,31 +1,42 @@
 import { DurableObject } from "cloudflare:workers";
+import { prepareSchemas, type Schema } from "../../domain/sql-schema";
+import { FORK_SCHEMA } from "../../streams/fork-store";
 import { ApiError, errorResponse } from "../../errors";
 import { intVar, type Env } from "../../env";
 import type { Entry, EntryWithOffset } from "../../entries/schema";
-import { StreamLog, type NewMessage, type StoredMessage } from "../../streams/log";
+import { STREAM_LOG_SCHEMA, StreamLog, type NewMessage, type StoredMessage } from "../../streams/log";
 import { formatOffset, parseOffset, MAX_READ_BYTES } from "../../streams/protocol";
 import { parseJsonBody, prepareEntries, toEntryWithOffset, type EntryWriter } from "../../threads/entries";
 import type { LaunchSpec } from "../../threads/launch";
-import { LaunchProgressStore, type LaunchStep } from "../../threads/launch-progress";
-import { ThreadRowStore, publicThread, type ParentRef, type ThreadRow } from "../../threads/thread-row";
+import { LAUNCH_PROGRESS_SCHEMA, LaunchProgressStore, type LaunchStep } from "../../threads/launch-progress";
+import { THREAD_ROW_SCHEMA, ThreadRowStore, publicThread, type ParentRef, type ThreadRow } from "../../threads/thread-row";
 import { systemClock, type Clock } from "../clock";
 import { logEvent } from "../../domain/log-event";
 import { settle, unwrapRpc } from "../rpc";
 import { houseStub, sandboxStub, streamForkLinks } from "../stubs";
 import type { AcquireRequest, ForkSource, PrefixRequest } from "../../streams/fork";
-import { Deadlines, type AlarmStep } from "./deadlines";
+import { DEADLINES_SCHEMA, Deadlines, type AlarmStep } from "./deadlines";
 import { Fanout } from "./fanout";
-import { Outbox, type OutboxExecutors } from "./outbox";
-import { RunLifecycle } from "./run-lifecycle";
-import { DispatchService } from "./dispatch";
+import { OUTBOX_SCHEMA, Outbox, type OutboxExecutors } from "./outbox";
+import { PROBE_SCHEMA, RunLifecycle } from "./run-lifecycle";
+import { DISPATCH_SCHEMA, DispatchService } from "./dispatch";
 import type { Agent } from "../../agents";
 import type { Environment } from "../../environments";
 import type { DispatchConfig, ThreadConfigPatch } from "../../dispatch/config";
 import { readwriteFolders } from "../../workspace/folder-sync";
 import { serveStream, threadStreamOptions, type AppendPolicy } from "./stream-host";
-import { PlainStreamHost } from "./plain-stream";
+import { PLAIN_STREAM_SCHEMA, PlainStreamHost } from "./plain-stream";
 import { threadOutboxExecutors } from "./outbox-executors";
 import { STATUS_CHANGED } from "../../domain/statuses";
+
+const CREATE_REQUEST_SCHEMA: Schema = { name: "create_request", ddl: `create table if not exists create_request (id integer primary key check (id = 1), fingerprint text not null)` };
+
+/** Bump when any of these schemas changes: an actor whose marker is older runs them (and their migrations) again. */
+export const THREAD_ACTOR_SCHEMA_VERSION = "v1";
+export const THREAD_ACTOR_SCHEMAS: Schema[] = [
+  STREAM_LOG_SCHEMA, FORK_SCHEMA, THREAD_ROW_SCHEMA, OUTBOX_SCHEMA, LAUNCH_PROGRESS_SCHEMA, DEADLINES_SCHEMA,
+  PROBE_SCHEMA, DISPATCH_SCHEMA, PLAIN_STREAM_SCHEMA, CREATE_REQUEST_SCHEMA,
+];
 
 /** Sent by the worker (never by a client: actors are not reachable from outside). */
 export type ActorAuth = { houseId: string; subject: string; canWrite: boolean; mayAuthorAsOthers: boolean };
@@ -89,6 +100,8 @@ export class ThreadActor extends DurableObject<Env> {
   constructor(ctx: DurableObjectState, env: Env, clock: Clock = systemClock) {
     super(ctx, env);
     const sql = ctx.storage.sql;
+    // Every store's tables in one batch for a new actor; one marker read for an existing one.
+    prepareSchemas(sql, THREAD_ACTOR_SCHEMA_VERSION, THREAD_ACTOR_SCHEMAS);
     this.clock = clock;
     this.log = new StreamLog(ctx.storage);
     this.rows = new ThreadRowStore(sql);
@@ -106,7 +119,6 @@ export class ThreadActor extends DurableObject<Env> {
         };
       },
     });
-    sql.exec(`create table if not exists create_request (id integer primary key check (id = 1), fingerprint text not null)`);
     this.longPollTimeoutMs = intVar(env.LONG_POLL_TIMEOUT_MS, 20_000);
     this.lifecycle = new RunLifecycle({
       sql, rows: this.rows, log: this.log, outbox: this.outbox, clock,
