@@ -93,7 +93,8 @@ export class StreamLog {
 
   private loadRow(): { meta: StreamMeta; deletedAt: number | null } | null {
     if (this.row !== undefined) return this.row;
-    const r = this.sql.exec(`select * from stream_meta where id = 1`).toArray()[0];
+    // `tail_seq` is written at create only: the stored messages say where the tail is now.
+    const r = this.sql.exec(`select *, (select max(seq) from messages) as max_seq from stream_meta where id = 1`).toArray()[0];
     this.row = r
       ? {
           deletedAt: r.deleted_at as number | null,
@@ -107,7 +108,7 @@ export class StreamLog {
             closed: r.closed === 1,
             closedBy: r.closed_by ? (JSON.parse(r.closed_by as string) as ProducerTuple) : null,
             lastStreamSeq: r.last_stream_seq as string | null,
-            tailSeq: r.tail_seq as number,
+            tailSeq: Math.max(r.tail_seq as number, (r.max_seq as number | null) ?? 0),
           },
         }
       : null;
@@ -217,10 +218,10 @@ export class StreamLog {
       result = this.insertMessages(req.messages, meta.tailSeq, nowMs);
       if (result.fresh.length > 0) this.onAppendInTransaction?.(result.fresh);
       if (req.producer) this.commitProducer(req.producer, nowMs);
-      // One metadata write per append, touching only what changed.
+      // At most one metadata write per append, and none for a plain append to a stream without a
+      // TTL (every thread's): the tail is the last stored message's seq (see loadRow).
       const sets: string[] = [];
       const args: unknown[] = [];
-      if (result.tail !== meta.tailSeq) { sets.push("tail_seq = ?"); args.push(result.tail); }
       if (meta.ttlSeconds !== null) { sets.push("last_access_at = ?"); args.push(nowMs); }
       if (req.streamSeq !== undefined) { sets.push("last_stream_seq = ?"); args.push(req.streamSeq); }
       if (req.close) { sets.push("closed = 1", "closed_by = ?"); args.push(req.producer ? JSON.stringify(req.producer) : null); }
