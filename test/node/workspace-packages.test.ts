@@ -1,3 +1,9 @@
+import { execFileSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import fs from "node:fs";
+import http from "node:http";
+import os from "node:os";
+import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startSandboxHost, type SandboxHost } from "../../sandbox-host/server.mjs";
 import { createDaytonaProvider, type DaytonaProvider } from "../../src/sandbox/daytona-provider";
@@ -41,6 +47,54 @@ describe("environment packages in a box (real SDK, local host)", () => {
   });
   afterAll(async () => {
     await host?.close();
+  });
+
+  it("a package the box lacks is installed from the registry and reported; the next check finds it present", async () => {
+    // A one-package npm registry on loopback: the packument and the tarball `npm pack` made.
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tb-pkg-"));
+    fs.writeFileSync(path.join(dir, "package.json"), JSON.stringify({ name: "tb-local-pkg", version: "1.0.0", main: "index.js" }));
+    fs.writeFileSync(path.join(dir, "index.js"), "module.exports = 'installed-from-registry';\n");
+    const tgzName = execFileSync("npm", ["pack", "--silent", "--pack-destination", dir], { cwd: dir, encoding: "utf8" }).trim().split("\n").pop()!;
+    const tgz = fs.readFileSync(path.join(dir, tgzName));
+    const registry = http.createServer((req, res) => {
+      const base = `http://127.0.0.1:${(registry.address() as { port: number }).port}`;
+      if (req.url === "/tb-local-pkg") {
+        res.setHeader("content-type", "application/json");
+        res.end(JSON.stringify({
+          name: "tb-local-pkg", "dist-tags": { latest: "1.0.0" },
+          versions: { "1.0.0": { name: "tb-local-pkg", version: "1.0.0", main: "index.js", dist: {
+            tarball: `${base}/tb-local-pkg/-/${tgzName}`,
+            shasum: createHash("sha1").update(tgz).digest("hex"),
+            integrity: `sha512-${createHash("sha512").update(tgz).digest("base64")}`,
+          } } },
+        }));
+      } else if (req.url === `/tb-local-pkg/-/${tgzName}`) {
+        res.end(tgz);
+      } else {
+        res.statusCode = 404;
+        res.end("{}");
+      }
+    });
+    await new Promise<void>((r) => registry.listen(0, "127.0.0.1", () => r()));
+    const box = await provider.create({ labels: { house: "h-pkg", thread: "t2", environment: "e1" }, ephemeral: true });
+    try {
+      const home = await provider.homeDir(box.ref);
+      const npmEnv = {
+        npm_config_prefix: `${home}/npm-global`, npm_config_cache: `${home}/npm-cache`,
+        npm_config_registry: `http://127.0.0.1:${(registry.address() as { port: number }).port}/`,
+      };
+      const [step] = packageInstallCommands({ npm: ["tb-local-pkg@1.0.0"] });
+      const first = await provider.exec(box.ref, step.command, { timeoutSec: 120, env: npmEnv });
+      expect(first.exitCode, first.output).toBe(0);
+      expect(parseInstalled(first.output)).toEqual(["npm:tb-local-pkg@1.0.0"]);
+      expect((await provider.exec(box.ref, "cat npm-global/lib/node_modules/tb-local-pkg/index.js")).output).toContain("installed-from-registry");
+      const again = await provider.exec(box.ref, step.command, { timeoutSec: 120, env: npmEnv });
+      expect(again.exitCode).toBe(0);
+      expect(parseInstalled(again.output)).toEqual([]);
+    } finally {
+      await provider.delete(box.ref);
+      registry.close();
+    }
   });
 
   it("a package the box has is left alone; one that cannot be installed fails the step and is not reported as installed", async () => {
