@@ -610,13 +610,17 @@ describe("a shared box", () => {
     expect(JSON.stringify(firstEntries.find((e) => e.payload.type === "pi.tool_result")!.payload)).toContain("v1");
     const boxId = firstEntries.find((e) => e.payload.type === "signal.run.launched")!.payload.boxId as string;
 
-    writeFileSync(join(origin, "VERSION"), "v2\n");
-    git("commit -q -am v2");
-    const second = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "check again" } })).body.childThreadId as string;
-    expect((await settled(second)).status).toBe("completed");
-    const es = await entries(second);
-    expect(es.find((e) => e.payload.type === "signal.run.launched")!.payload.boxId).toBe(boxId);
-    const out = String(es.find((e) => e.payload.type === "pi.tool_result")!.payload.output);
+    /** Commits `version` upstream, delegates again and returns what the run's tool printed (on the same box). */
+    const nextRun = async (version: string, task: string) => {
+      writeFileSync(join(origin, "VERSION"), `${version}\n`);
+      git(`commit -q -am ${version}`);
+      const child = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task } })).body.childThreadId as string;
+      expect((await settled(child)).status).toBe("completed");
+      const es = await entries(child);
+      expect(es.find((e) => e.payload.type === "signal.run.launched")!.payload.boxId).toBe(boxId);
+      return String(es.find((e) => e.payload.type === "pi.tool_result")!.payload.output);
+    };
+    const out = await nextRun("v2", "check again");
     expect(out).toContain("v2");
     expect(out).toContain("mine");
     // One clone and one fast-forward in HEAD's history: updated in place, not cloned again (which
@@ -626,14 +630,8 @@ describe("a shared box", () => {
     expect((await api(`/api/sandboxes/${boxId}`)).body).toMatchObject({ state: "live", ephemeral: false });
 
     // Asked to reset, the next run finds exactly the new commit: the local edit and the untracked file are gone.
-    writeFileSync(join(origin, "VERSION"), "v3\n");
-    git("commit -q -am v3");
     expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { repositories: [{ url: `file://${origin}`, branch: "main", path: "app", reset: true }] } })).status).toBe(200);
-    const third = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "check once more" } })).body.childThreadId as string;
-    expect((await settled(third)).status).toBe("completed");
-    const es3 = await entries(third);
-    expect(es3.find((e) => e.payload.type === "signal.run.launched")!.payload.boxId).toBe(boxId);
-    const out3 = String(es3.find((e) => e.payload.type === "pi.tool_result")!.payload.output);
+    const out3 = await nextRun("v3", "check once more");
     expect(out3).toContain("v3");
     expect(out3).not.toContain("local-edit");
     expect(out3).toMatch(/scratch\.txt'?: No such file/);
