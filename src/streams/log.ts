@@ -329,8 +329,9 @@ export class StreamLog {
     const flush = () => {
       for (let i = 0; i < pending.length; i += ROWS_PER_INSERT) {
         const chunk = pending.slice(i, i + ROWS_PER_INSERT);
-        const args: unknown[] = [];
-        for (const r of chunk) args.push(r.seq, r.data, nowMs);
+        // A run's seqs are consecutive: the first seq and the time are bound once, then each row's data.
+        const args: unknown[] = [chunk[0].seq, nowMs];
+        for (const r of chunk) args.push(r.data);
         this.sql.exec(`insert into messages (seq, data, entry_id, ts) values ${insertRows(chunk.length)}`, ...args);
       }
       pending = [];
@@ -409,13 +410,14 @@ export function isExpired(meta: Pick<StreamMeta, "expiresAt" | "ttlSeconds" | "l
   return meta.ttlSeconds !== null && nowMs >= meta.lastAccessAt + meta.ttlSeconds * 1000;
 }
 
-/** Three bound parameters a row; SQLite in a Durable Object takes at most 100 per statement. */
-const ROWS_PER_INSERT = 32;
+/** SQLite in a Durable Object takes at most 100 bound parameters a statement: first seq, time, then one a row. */
+const ROWS_PER_INSERT = 98;
 const rowPlaceholders = new Map<number, string>();
+/** `(?1, ?3, null, ?2), (?1 + 1, ?4, null, ?2), …`: row k has seq ?1 + k and data ?(k + 3). */
 function insertRows(n: number): string {
   let sql = rowPlaceholders.get(n);
   if (!sql) {
-    sql = Array.from({ length: n }, () => "(?, ?, null, ?)").join(", ");
+    sql = Array.from({ length: n }, (_, k) => `(${k === 0 ? "?1" : `?1 + ${k}`}, ?${k + 3}, null, ?2)`).join(", ");
     rowPlaceholders.set(n, sql);
   }
   return sql;

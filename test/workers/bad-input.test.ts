@@ -127,8 +127,14 @@ describe("chunked bodies are counted while they are read", () => {
     const envRes = await call("/api/environments", { method: "POST", token, json: { name: "e", provider: "test", sharedBox: true } });
     const e = (await envRes.json()) as { id: string };
     await call("/api/stream/chunky", { method: "PUT", token, headers: { "content-type": "application/json" } });
-    const routes: [string, string, Record<string, string>][] = [
+    const agentRes = await call("/api/agents", { method: "POST", token, json: { name: "a", handle: "chunky-bot", model: "local/m" } });
+    const agent = (await agentRes.json()) as { id: string };
+    const routes: [string, string, Record<string, string>, string?][] = [
       ["/api/threads", token, {}],
+      [`/api/threads/${t.id}/config`, token, {}, "PATCH"],
+      ["/api/agents", token, {}],
+      [`/api/agents/${agent.id}`, token, {}, "PATCH"],
+      [`/api/environments/${e.id}`, token, {}, "PATCH"],
       [`/api/threads/${t.id}/entries`, token, {}],
       [`/api/threads/${t.id}/tokens`, token, {}],
       [`/api/threads/${t.id}/delegate`, token, {}],
@@ -140,10 +146,10 @@ describe("chunked bodies are counted while they are read", () => {
       [`/api/stream/thread-${t.id}`, token, {}],
       ["/api/stream/chunky", token, {}],
     ];
-    for (const [path, bearer] of routes) {
+    for (const [path, bearer, , method = "POST"] of routes) {
       const body = chunkedBody(TOTAL);
       const r = await SELF.fetch(`${BASE}${path}`, {
-        method: "POST", body: body.stream, headers: { authorization: `Bearer ${bearer}`, "content-type": "application/json" },
+        method, body: body.stream, headers: { authorization: `Bearer ${bearer}`, "content-type": "application/json" },
       });
       expect({ path, status: r.status }).toEqual({ path, status: 413 });
       expect(await errorCode(r)).toBe("payload_too_large");
