@@ -273,13 +273,14 @@ export class StreamLog {
     const messages: StoredMessage[] = [];
     let bytes = 0;
     let more = false;
-    for (const row of cursor) {
-      const data = new Uint8Array(row.data as ArrayBuffer);
+    // Rows as arrays, not objects: a catch-up read goes through many thousands of them.
+    for (const [rowSeq, rowData, rowEntryId] of cursor.raw()) {
+      const data = new Uint8Array(rowData as ArrayBuffer);
       if (messages.length >= maxCount || (messages.length > 0 && bytes + data.byteLength > maxBytes)) {
         more = true;
         break;
       }
-      messages.push({ seq: row.seq as number, data, entryId: row.entry_id as string | null });
+      messages.push({ seq: rowSeq as number, data, entryId: rowEntryId as string | null });
       bytes += data.byteLength;
     }
     return { messages, upToDate: !more };
