@@ -8,6 +8,7 @@
 //   npm run bench:profile -- --load=threads --count=300 --entries=20
 //   npm run bench:profile -- --load=batched --count=300
 //   npm run bench:profile -- --load=longpoll --count=200
+//   npm run bench:profile -- --load=catchup --count=10 --entries=100000
 //
 // --out=<file.cpuprofile> keeps the raw profile (open it in Chrome DevTools' Performance panel).
 import { setMaxListeners } from "node:events";
@@ -21,13 +22,13 @@ const flags = Object.fromEntries(process.argv.slice(2).filter((a) => a.startsWit
   const [k, ...v] = a.slice(2).split("=");
   return [k, v.length ? v.join("=") : "true"];
 }));
-const LOADS = ["single", "batched", "threads", "longpoll"];
+const LOADS = ["single", "batched", "threads", "longpoll", "catchup"];
 const load = flags.load ?? "single";
 if (!LOADS.includes(load)) {
   console.error(`--load must be one of ${LOADS.join(", ")}`);
   process.exit(2);
 }
-const count = Number(flags.count ?? { single: 5000, batched: 300, threads: 300, longpoll: 200 }[load]);
+const count = Number(flags.count ?? { single: 5000, batched: 300, threads: 300, longpoll: 200, catchup: 10 }[load]);
 const entries = Number(flags.entries ?? 20);
 const top = Number(flags.top ?? 25);
 
@@ -108,9 +109,22 @@ function printTable(title, map, busy, n) {
   }
 }
 
-async function drive(target, token) {
+const body = () => JSON.stringify(JSON.parse(paddedJson({ t: Date.now() }, 100)));
+
+/** What a load needs in place before the profile starts (catchup: a stream of `--entries` entries, default 100000). */
+async function prepare(target) {
+  if (load !== "catchup") return null;
+  const name = `profile-catchup-${Date.now()}`;
+  await target.createStream(name);
+  const total = Number(flags.entries ?? 100_000);
+  for (let at = 0; at < total; at += 1000) {
+    await target.append(name, JSON.stringify(Array.from({ length: Math.min(1000, total - at) }, () => JSON.parse(body()))));
+  }
+  return name;
+}
+
+async function drive(target, token, prepared) {
   const lat = [];
-  const body = () => JSON.stringify(JSON.parse(paddedJson({ t: Date.now() }, 100)));
   if (load === "single" || load === "batched") {
     const name = `profile-${Date.now()}`;
     await target.createStream(name);
@@ -129,6 +143,16 @@ async function drive(target, token) {
       }
     });
     return { unit: `threads created, then ${entries} appends each (appends alone: ${((performance.now() - createdAt) / 1000).toFixed(2)} s)`, done: count, lat };
+  }
+  if (load === "catchup") {
+    // Like bench #4: the whole stream read from the start, page by page, `count` times over.
+    let pages = 0;
+    for (let i = 0; i < count; i++) {
+      const t = performance.now();
+      pages += (await target.catchUp(prepared)).pages;
+      lat.push(performance.now() - t);
+    }
+    return { unit: `catch-up reads of the whole stream (${pages} pages)`, done: count, lat };
   }
   // longpoll: 50 readers parked on one thread, `count` appends 20 ms apart.
   const name = await target.createThread(0);
@@ -167,11 +191,12 @@ try {
   const warm = `warm-${Date.now()}`;
   await target.createStream(warm);
   for (let i = 0; i < 200; i++) await target.append(warm, JSON.stringify({ w: i }));
+  const prepared = await prepare(target);
   await session.send("Profiler.enable");
   await session.send("Profiler.setSamplingInterval", { interval: 100 });
   await session.send("Profiler.start");
   const t0 = performance.now();
-  const result = await drive(target, token);
+  const result = await drive(target, token, prepared);
   const wallMs = performance.now() - t0;
   const { profile } = await session.send("Profiler.stop");
   if (flags.out) writeFileSync(flags.out, JSON.stringify(profile));

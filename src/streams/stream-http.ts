@@ -379,6 +379,15 @@ async function handleRead(request: Request, host: StreamHost): Promise<Response>
     });
   }
 
+  // A plain catch-up read of a JSON stream's own messages: SQLite builds the body.
+  const fork = host.log.forks.ref();
+  if (live === null && isJsonContentType(meta.contentType) && (!fork || startSeq >= fork.forkSeq)) {
+    const joined = host.log.readJoined(startSeq, MAX_READ_BYTES);
+    host.log.touch(meta);
+    const lastSeq = joined.count > 0 ? joined.lastSeq : Math.min(startSeq, meta.tailSeq);
+    return pageResponse(request, host, meta, rawOffset, lastSeq, joined.upToDate, null, () => joined.body);
+  }
+
   let page = await readPage(host, startSeq);
   let wokenBody: ReturnType<typeof formatBody> | null = null;
   // A fork's inherited page came from another actor: take the tail as it is now.
@@ -412,21 +421,31 @@ async function handleRead(request: Request, host: StreamHost): Promise<Response>
   }
 
   const lastSeq = page.messages.length > 0 ? page.messages[page.messages.length - 1].seq : Math.min(startSeq, meta.tailSeq);
+  const messages = page.messages;
+  // A shared body is copied: a response may take ownership of the bytes it is given.
+  const body = () => (wokenBody ? wokenBody.slice() : formatBody(meta, messages));
+  return pageResponse(request, host, meta, rawOffset, lastSeq, page.upToDate, live === "long-poll" ? responseCursor(cursor) : null, body);
+}
+
+/** A read's 200 (or 304 when the client has this page): the page ends at `lastSeq`. */
+function pageResponse(
+  request: Request, host: StreamHost, meta: StreamMeta, rawOffset: string | null, lastSeq: number, upToDate: boolean,
+  cursor: string | null, body: () => Uint8Array,
+): Response {
   const next = formatOffset(lastSeq);
   const atTail = lastSeq >= meta.tailSeq;
-  const closedAtTail = meta.closed && atTail && page.upToDate;
+  const closedAtTail = meta.closed && atTail && upToDate;
   const etag = etagFor(host.streamName, rawOffset ?? "-1", next, closedAtTail);
   if (request.headers.get("if-none-match") === etag) {
     return new Response(null, { status: 304, headers: headers({ etag }) });
   }
-  // A shared body is copied: a response may take ownership of the bytes it is given.
-  return new Response(wokenBody ? wokenBody.slice() : formatBody(meta, page.messages), {
+  return new Response(body(), {
     status: 200,
     headers: headers({
       "content-type": meta.contentType,
       [H.offset]: next,
-      [H.upToDate]: page.upToDate && atTail ? "true" : undefined,
-      [H.cursor]: live === "long-poll" ? responseCursor(cursor) : undefined,
+      [H.upToDate]: upToDate && atTail ? "true" : undefined,
+      [H.cursor]: cursor ?? undefined,
       [H.closed]: closedAtTail ? "true" : undefined,
       etag,
     }),
