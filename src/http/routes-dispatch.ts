@@ -7,6 +7,7 @@ import { threadConfigPatchSchema } from "../dispatch/config";
 import { threadStub } from "./actors";
 import { unwrapRpc } from "../actors/rpc";
 import { readBody } from "./body";
+import { assertThreadInHouse } from "./routes-threads";
 
 function threadIdParam(raw: string | undefined): string {
   const parsed = idSchema.safeParse(raw);
@@ -24,11 +25,10 @@ export async function getThreadConfigRoute(request: Request, env: Env, id: strin
 export async function patchThreadConfigRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
   const threadId = threadIdParam(id);
   const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
-  const thread = threadStub(env, threadId);
   // Authorization before validation: another house's thread answers 404 whatever the body is.
-  await unwrapRpc(thread.getThread(claims.houseId));
+  await assertThreadInHouse(env, claims, threadId);
   const patch = await readBody(request, threadConfigPatchSchema);
-  return json(await unwrapRpc(thread.patchDispatchConfig(claims.houseId, patch)));
+  return json(await unwrapRpc(threadStub(env, threadId).patchDispatchConfig(claims.houseId, patch)));
 }
 
 const decisionsQuery = z.object({ limit: z.coerce.number().int().min(1).max(500).default(100) });

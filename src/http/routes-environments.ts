@@ -6,7 +6,7 @@ import { idSchema, type HouseClaims } from "../auth/tokens";
 import { environmentInputSchema, publicEnvironment, type Environment } from "../environments";
 import { houseStub, newId, sandboxStub, threadStub } from "./actors";
 import { LiveOutput } from "../sandbox/live-output";
-import { ensureSharedBox } from "../workspace/shared-box";
+import { ensureSharedBox, sharedBoxView } from "../workspace/shared-box";
 import { writerFor } from "../threads/entries";
 import { errorMessage, logEvent } from "../domain/log-event";
 import { unwrapRpc } from "../actors/rpc";
@@ -27,10 +27,6 @@ export async function createEnvironmentRoute(request: Request, env: Env): Promis
 
 const patchBodySchema = z.record(z.string(), z.unknown());
 
-/**
- * `PATCH /api/environments/:id`: the fields given replace the stored ones (`files` as a whole
- * list); `secrets` merges by name, `null` removes one. The result is validated like a create.
- */
 /** The caller, who must be allowed to configure environments, and the environment `id` of its house. */
 async function environmentForConfigurer(request: Request, env: Env, id: string | undefined) {
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
@@ -41,6 +37,10 @@ async function environmentForConfigurer(request: Request, env: Env, id: string |
   return { claims, environment: await loadEnvironment(env, claims.houseId, parsedId.data) };
 }
 
+/**
+ * `PATCH /api/environments/:id`: the fields given replace the stored ones (`files` as a whole
+ * list); `secrets` merges by name, `null` removes one. The result is validated like a create.
+ */
 export async function patchEnvironmentRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
   // Authorization before validation: another house's environment answers 404 before the body is read.
   const { claims, environment: current } = await environmentForConfigurer(request, env, id);
@@ -175,12 +175,7 @@ export async function runInEnvironment(env: Env, claims: HouseClaims, environmen
 /** A preview link to a port on the environment's shared box, if that box is up (it is never created for this). */
 export async function previewInEnvironment(env: Env, claims: HouseClaims, environmentId: string, port: number, expiresInSeconds: number) {
   const e = await loadEnvironment(env, claims.houseId, environmentId);
-  const view = e.sharedBoxId
-    ? await unwrapRpc(sandboxStub(env, e.sharedBoxId).view(claims.houseId)).catch((err) => {
-        logEvent("shared_box_unavailable", { environmentId: e.id, boxId: e.sharedBoxId, error: errorMessage(err) }, "warn");
-        return null;
-      })
-    : null;
+  const view = await sharedBoxView(env, claims.houseId, e);
   if (!view || view.state !== "live") return null;
   return unwrapRpc(sandboxStub(env, view.id).previewLink(claims.houseId, port, expiresInSeconds));
 }

@@ -45,9 +45,11 @@ export async function createSandboxRoute(request: Request, env: Env): Promise<Re
   const claims = await houseClaims(request, env, true);
   const body = await readBody(request, createSchema);
   const provider = providerFor(env, body.provider);
-  if (body.environmentId) await loadEnvironment(env, claims.houseId, body.environmentId);
   const labels: Record<string, string> = { [LABEL_HOUSE]: claims.houseId, [LABEL_EPHEMERAL]: String(body.ephemeral) };
-  if (body.environmentId) labels[LABEL_ENVIRONMENT] = body.environmentId;
+  if (body.environmentId) {
+    await loadEnvironment(env, claims.houseId, body.environmentId);
+    labels[LABEL_ENVIRONMENT] = body.environmentId;
+  }
   let info;
   try {
     info = await provider.create({

@@ -39,7 +39,7 @@ const listSchema = z.object({
 /**
  * Authorization before validation: another house's thread answers 404 before its body is read.
  */
-async function assertThreadInHouse(env: Env, claims: TokenClaims, threadId: string): Promise<void> {
+export async function assertThreadInHouse(env: Env, claims: TokenClaims, threadId: string): Promise<void> {
   await unwrapRpc(threadStub(env, threadId).getThread(claims.houseId));
 }
 

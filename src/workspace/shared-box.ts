@@ -14,14 +14,9 @@ import { errorMessage, logEvent } from "../domain/log-event";
  * agree on one box through the house (the loser's box is deleted).
  */
 export async function ensureSharedBox(env: Env, houseId: string, e: Environment): Promise<{ id: string; providerRef: string }> {
-  if (e.sharedBoxId) {
-    // A box that is gone or unreadable is replaced; why is logged.
-    const view = await unwrapRpc(sandboxStub(env, e.sharedBoxId).view(houseId)).catch((err) => {
-      logEvent("shared_box_unavailable", { environmentId: e.id, boxId: e.sharedBoxId, error: errorMessage(err) }, "warn");
-      return null;
-    });
-    if (view && view.state === "live") return { id: view.id, providerRef: view.providerRef };
-  }
+  // A box that is gone or unreadable is replaced.
+  const current = await sharedBoxView(env, houseId, e);
+  if (current && current.state === "live") return { id: current.id, providerRef: current.providerRef };
   const provider = providerFor(env, e.provider);
   let info;
   try {
@@ -44,4 +39,13 @@ export async function ensureSharedBox(env: Env, houseId: string, e: Environment)
     return { id: other.id, providerRef: other.providerRef };
   }
   return { id: view.id, providerRef: view.providerRef };
+}
+
+/** The environment's shared box as its actor sees it; null when it has none or the box cannot be read (logged). */
+export async function sharedBoxView(env: Env, houseId: string, e: Environment) {
+  if (!e.sharedBoxId) return null;
+  return unwrapRpc(sandboxStub(env, e.sharedBoxId).view(houseId)).catch((err) => {
+    logEvent("shared_box_unavailable", { environmentId: e.id, boxId: e.sharedBoxId, error: errorMessage(err) }, "warn");
+    return null;
+  });
 }

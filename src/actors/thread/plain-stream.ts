@@ -9,8 +9,8 @@ import { ensureSchema, type Schema } from "../../domain/sql-schema";
 
 /** What a plain stream tells its house's subscriptions; both may fail (the writer never sees it). */
 export type HouseStreamNotices = {
-  streamTouched(houseId: string, name: string): Promise<boolean>;
-  streamDeleted(houseId: string, name: string): Promise<void>;
+  streamTouched(name: string): Promise<boolean>;
+  streamDeleted(name: string): Promise<void>;
 };
 
 export type PlainStreamPorts = {
@@ -152,10 +152,10 @@ export class PlainStreamHost {
     try {
       const house = this.p.house(houseId);
       if (what === "deleted") {
-        await house.streamDeleted(houseId, name);
+        await house.streamDeleted(name);
         this.subscriptionInterest = null;
       } else {
-        this.subscriptionInterest = { linked: await house.streamTouched(houseId, name), checkedAt: now };
+        this.subscriptionInterest = { linked: await house.streamTouched(name), checkedAt: now };
       }
     } catch (err) {
       logEvent("subscription_notify_failed", { stream: name, what, error: errorMessage(err) }, "warn");

@@ -114,8 +114,8 @@ export class ThreadActor extends DurableObject<Env> {
       house: (houseId) => {
         const house = houseStub(env, houseId);
         return {
-          streamTouched: async (h, name) => unwrapRpc(house.streamTouched(h, name)),
-          streamDeleted: async (h, name) => void (await unwrapRpc(house.streamDeleted(h, name))),
+          streamTouched: async (name) => unwrapRpc(house.streamTouched(houseId, name)),
+          streamDeleted: async (name) => void (await unwrapRpc(house.streamDeleted(houseId, name))),
         };
       },
     });
@@ -205,15 +205,15 @@ export class ThreadActor extends DurableObject<Env> {
   // ---- RPC between plain streams: forking (streams/fork.ts) ----
 
   async forkAcquire(req: AcquireRequest) {
-    return settle(() => this.plainOnly(req.houseId, () => this.plain.acquireFork(req)));
+    return settle(() => this.plainOnly(() => this.plain.acquireFork(req)));
   }
 
   async forkReadPrefix(req: PrefixRequest) {
-    return settle(() => this.plainOnly(req.houseId, () => this.plain.readPrefix(req)));
+    return settle(() => this.plainOnly(() => this.plain.readPrefix(req)));
   }
 
   async forkRelease(houseId: string, childKey: string) {
-    return settle(() => this.plainOnly(houseId, () => this.plain.releaseFork(houseId, childKey)));
+    return settle(() => this.plainOnly(() => this.plain.releaseFork(houseId, childKey)));
   }
 
   // ---- Durable Streams subscriptions (the house's subscriptions/service.ts) ----
@@ -446,7 +446,7 @@ export class ThreadActor extends DurableObject<Env> {
   // ---- composition ----
 
   /** Fork operations exist for plain streams only: on a thread they are "not found". */
-  private plainOnly<T>(houseId: string, fn: () => T): T {
+  private plainOnly<T>(fn: () => T): T {
     if (this.isThread()) throw new ApiError("not_found", "source stream not found");
     return fn();
   }
