@@ -79,8 +79,19 @@ export class Target {
       let r;
       try {
         const q = `offset=${encodeURIComponent(offset)}&live=long-poll${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`;
-        r = await fetch(`${this.streamUrl(name)}?${q}`, { headers: this.h(), signal });
-        const text = await r.text();
+        // A signal per request: undici keeps its abort listener on the signal until the Request is
+        // garbage-collected, so one shared signal collects thousands of listeners and every new
+        // fetch pays for walking them.
+        const one = new AbortController();
+        const stop = () => one.abort();
+        signal.addEventListener("abort", stop, { once: true });
+        let text;
+        try {
+          r = await fetch(`${this.streamUrl(name)}?${q}`, { headers: this.h(), signal: one.signal });
+          text = await r.text();
+        } finally {
+          signal.removeEventListener("abort", stop);
+        }
         if (r.status === 200) for (const m of JSON.parse(text)) onMessage(m);
         else if (r.status !== 204) throw new Error(`${this.label}: long-poll -> ${r.status} ${text.slice(0, 200)}`);
       } catch (err) {
