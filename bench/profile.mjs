@@ -8,6 +8,7 @@
 //   npm run bench:profile -- --load=threads --count=300 --entries=20
 //   npm run bench:profile -- --load=batched --count=300
 //   npm run bench:profile -- --load=longpoll --count=200
+//   npm run bench:profile -- --load=ws --count=200
 //   npm run bench:profile -- --load=catchup --count=10 --entries=100000
 //
 // --out=<file.cpuprofile> keeps the raw profile (open it in Chrome DevTools' Performance panel).
@@ -22,13 +23,13 @@ const flags = Object.fromEntries(process.argv.slice(2).filter((a) => a.startsWit
   const [k, ...v] = a.slice(2).split("=");
   return [k, v.length ? v.join("=") : "true"];
 }));
-const LOADS = ["single", "batched", "threads", "longpoll", "catchup"];
+const LOADS = ["single", "batched", "threads", "longpoll", "ws", "catchup"];
 const load = flags.load ?? "single";
 if (!LOADS.includes(load)) {
   console.error(`--load must be one of ${LOADS.join(", ")}`);
   process.exit(2);
 }
-const count = Number(flags.count ?? { single: 5000, batched: 300, threads: 300, longpoll: 200, catchup: 10 }[load]);
+const count = Number(flags.count ?? { single: 5000, batched: 300, threads: 300, longpoll: 200, ws: 200, catchup: 10 }[load]);
 const entries = Number(flags.entries ?? 20);
 const top = Number(flags.top ?? 25);
 
@@ -153,6 +154,19 @@ async function drive(target, token, prepared) {
       lat.push(performance.now() - t);
     }
     return { unit: `catch-up reads of the whole stream (${pages} pages)`, done: count, lat };
+  }
+  if (load === "ws") {
+    // 50 WebSocket subscribers on one thread, `count` appends 20 ms apart.
+    const name = await target.createThread(0);
+    const sockets = [];
+    for (let i = 0; i < 50; i++) sockets.push(await target.subscribe(name, () => {}));
+    await sleep(300);
+    for (let i = 0; i < count; i++) {
+      lat.push(await target.append(name, JSON.stringify({ payload: { type: "chat", text: String(i) } })));
+      await sleep(20);
+    }
+    for (const ws of sockets) ws.close();
+    return { unit: "appends to 50 WebSocket subscribers", done: count, lat };
   }
   // longpoll: 50 readers parked on one thread, `count` appends 20 ms apart.
   const name = await target.createThread(0);

@@ -22,7 +22,7 @@ export async function startBenchWorker(opts = {}) {
  * threadbox on `npm run serve`'s runtime (the deploy bundle on plain workerd), built into and
  * persisted in temp dirs, with the same bench secrets and vars. Same interface as startBenchWorker;
  * `pid` is workerd's own.
- * @param {{ vars?: Record<string,string> }} opts
+ * @param {{ vars?: Record<string,string>, workerdArgs?: string[], configPath?: string }} opts
  */
 export async function startBenchServe(opts = {}) {
   const { startServe } = await import("../../scripts/lib/serve.mjs");
@@ -36,6 +36,7 @@ export async function startBenchServe(opts = {}) {
     buildDir,
     varsFileText: Object.entries(vars).map(([k, v]) => `${k}=${v}`).join("\n"),
     workerdArgs: opts.workerdArgs,
+    configPath: opts.configPath,
   });
   return {
     url: server.url,

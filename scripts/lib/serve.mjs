@@ -197,13 +197,14 @@ export function bindingValues(project, varsFileText) {
 
 /**
  * Builds (unless `bundle` is given), writes the config and starts workerd.
- * @param {{ cwd?: string, port: number, host?: string, stateDir: string, buildDir: string, varsFileText: string,
+ * @param {{ cwd?: string, configPath?: string, port: number, host?: string, stateDir: string, buildDir: string, varsFileText: string,
  *           bundle?: Awaited<ReturnType<typeof buildBundle>>, stdio?: "inherit" | "pipe", workerdArgs?: string[] }} o
+ * `configPath` is the wrangler config to run (default: the project's wrangler.toml).
  * `workerdArgs` go to `workerd serve` after the config (e.g. `--inspector-addr=127.0.0.1:9229` to profile).
  */
 export async function startServe(o) {
   const cwd = o.cwd ?? ROOT;
-  const configPath = join(cwd, "wrangler.toml");
+  const configPath = o.configPath ?? join(cwd, "wrangler.toml");
   const project = await readProjectConfig(configPath);
   mkdirSync(o.buildDir, { recursive: true });
   // wrangler's [build] command may be what creates the assets directory, so check it afterwards.
