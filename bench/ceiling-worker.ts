@@ -31,6 +31,22 @@ export class InsertBench extends DurableObject<Env> {
     }
     return { rows: n, tail: this.seq };
   }
+
+  /** GET /ws: a hibernatable WebSocket on this actor, as a thread's subscribers are. */
+  async fetch(request: Request): Promise<Response> {
+    const pair = new WebSocketPair();
+    this.ctx.acceptWebSocket(pair[1]);
+    return new Response(null, { status: 101, webSocket: pair[0] });
+  }
+
+  /** POST /broadcast: one row committed, then the same text to every socket (a thread append with subscribers, bare). */
+  broadcast(text: string): { sockets: number } {
+    this.seq += 1;
+    this.ctx.storage.sql.exec(`insert into messages (seq, data, entry_id, ts) values (?, ?, null, ?)`, this.seq, new TextEncoder().encode(text), Date.now());
+    const sockets = this.ctx.getWebSockets();
+    for (const ws of sockets) ws.send(text);
+    return { sockets: sockets.length };
+  }
 }
 
 export default {
@@ -43,6 +59,11 @@ export default {
       const name = url.searchParams.get("actor") ?? "bench";
       const stub = env.INSERT_BENCH.get(env.INSERT_BENCH.idFromName(name));
       return Response.json(await stub.insert(n, withIds));
+    }
+    if (url.pathname === "/ws" || url.pathname === "/broadcast") {
+      const stub = env.INSERT_BENCH.get(env.INSERT_BENCH.idFromName(url.searchParams.get("actor") ?? "ws"));
+      if (url.pathname === "/ws") return stub.fetch(request);
+      return Response.json(await stub.broadcast(await request.text()));
     }
     return new Response("not found", { status: 404 });
   },

@@ -374,7 +374,34 @@ async function insertCeiling(runtime) {
       });
       return { create, rows: (K.W5_THREADS * K.W5_ENTRIES) / ((now() - t0) / 1000) };
     };
-    const out = { plain: [], withIds: [], single: [], batched: [], create: [], spread: [] };
+    // Workload 3's WebSocket shape on a bare actor: W3_READERS hibernatable sockets, one committed
+    // row + one send to each every W3_INTERVAL_MS; latency from before the POST to each receipt.
+    const wsDelivery = async (rep) => {
+      const actor = `ws-${rep}`;
+      const samples = [];
+      const sockets = [];
+      for (let r = 0; r < K.W3_READERS; r++) {
+        const ws = new WebSocket(`${w.url.replace(/^http/, "ws")}/ws?actor=${actor}`);
+        await new Promise((resolve, reject) => {
+          ws.addEventListener("open", resolve, { once: true });
+          ws.addEventListener("error", () => reject(new Error("ceiling websocket failed")), { once: true });
+        });
+        ws.addEventListener("message", (ev) => samples.push(now() - Number(ev.data)));
+        sockets.push(ws);
+      }
+      await sleep(1000);
+      const t0 = now();
+      for (let i = 0; i < K.W3_MESSAGES; i++) {
+        const due = t0 + i * K.W3_INTERVAL_MS;
+        if (due > now()) await sleep(due - now());
+        const r = await fetch(`${w.url}/broadcast?actor=${actor}`, { method: "POST", body: String(now()) });
+        await r.arrayBuffer();
+      }
+      for (let i = 0; i < 100 && samples.length < K.W3_READERS * K.W3_MESSAGES; i++) await sleep(50);
+      for (const ws of sockets) ws.close();
+      return { p50: percentile(samples, 50), p99: percentile(samples, 99) };
+    };
+    const out = { plain: [], withIds: [], single: [], batched: [], create: [], spread: [], wsP50: [], wsP99: [] };
     for (let rep = 0; rep < K.REPEATS; rep++) {
       log(`ceiling (${runtime}): raw DO SQLite inserts [${rep + 1}/${K.REPEATS}]`);
       out.single.push(await perRequest(1, K.W1_APPENDS, K.W1_WRITERS));
@@ -384,6 +411,9 @@ async function insertCeiling(runtime) {
       const many = await manyActors(rep);
       out.create.push(many.create);
       out.spread.push(many.rows);
+      const ws = await wsDelivery(rep);
+      out.wsP50.push(ws.p50);
+      out.wsP99.push(ws.p99);
     }
     return out;
   } finally {
@@ -494,6 +524,9 @@ async function main() {
         "bound for #5's thread creation: a thread's actor has 20 tables and registers with its house");
       row("C7", `ceiling: ${K.W5_THREADS} actors x ${K.W5_ENTRIES} rows, 1 row/request (${K.W5_CONCURRENCY} conc.)`, "rows/s", "rows/s", null, fig("spread"),
         "bound for #5's appends: no auth, no stream logic");
+      row("C8", `ceiling: ${K.W3_READERS} WebSocket subscribers of a bare actor`, "p50", "ms", null, fig("wsP50"),
+        `one row + one send each, every ${K.W3_INTERVAL_MS} ms; bound for #3's WebSocket delivery`);
+      row("C8", `ceiling: ${K.W3_READERS} WebSocket subscribers of a bare actor`, "p99", "ms", null, fig("wsP99"));
     }
     if (only.has("1")) {
       const r = await repeated("w1", w1);
