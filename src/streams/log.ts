@@ -80,6 +80,9 @@ export class StreamLog {
    */
   onAppendInTransaction: ((fresh: StoredMessage[]) => void) | null = null;
 
+  /** Whether `onAppendInTransaction` may write: an append it cannot add to needs no transaction of its own. */
+  appendHookWrites: () => boolean = () => this.onAppendInTransaction !== null;
+
   private get sql(): SqlStorage {
     return this.storage.sql;
   }
@@ -214,6 +217,13 @@ export class StreamLog {
       throw new ApiError("sequence_conflict", `Stream-Seq ${req.streamSeq} is not above ${meta.lastStreamSeq}`);
     }
     let result: { appended: AppendedRef[]; fresh: StoredMessage[]; tail: number } = { appended: [], fresh: [], tail: meta.tailSeq };
+    if (this.isOneStatement(req, meta)) {
+      // One INSERT is atomic by itself: a savepoint around it would only cost time.
+      result = this.insertMessages(req.messages, meta.tailSeq, nowMs);
+      if (result.fresh.length > 0) this.onAppendInTransaction?.(result.fresh);
+      this.patchRow({ tailSeq: result.tail });
+      return { kind: "appended", tailSeq: result.tail, appended: result.appended, fresh: result.fresh, closed: false };
+    }
     this.storage.transactionSync(() => {
       result = this.insertMessages(req.messages, meta.tailSeq, nowMs);
       if (result.fresh.length > 0) this.onAppendInTransaction?.(result.fresh);
@@ -234,6 +244,17 @@ export class StreamLog {
       ...(req.close ? { closed: true, closedBy: req.producer ?? null } : {}),
     });
     return { kind: "appended", tailSeq: result.tail, appended: result.appended, fresh: result.fresh, closed: !!req.close };
+  }
+
+  /**
+   * A plain append that writes exactly one statement: up to ROWS_PER_INSERT messages without entry
+   * ids, no producer state, no Stream-Seq, no close, no TTL bookkeeping, and no hook that may write.
+   */
+  private isOneStatement(req: AppendRequest, meta: StreamMeta): boolean {
+    if (req.producer || req.streamSeq !== undefined || req.close || meta.ttlSeconds !== null) return false;
+    if (req.messages.length === 0 || req.messages.length > ROWS_PER_INSERT) return false;
+    for (const m of req.messages) if ((m.entryId ?? null) !== null) return false;
+    return !this.appendHookWrites();
   }
 
   /** Close without data. With a producer the close takes part in producer sequencing. */
