@@ -49,10 +49,10 @@ const verifiedCache = new Map<string, { claims: TokenClaims; expMs: number }>();
 const VERIFIED_CACHE_MAX = 2048;
 
 function cryptoKey(secret: string | undefined): Promise<CryptoKey> {
-  const raw = keyFrom(secret);
-  let key = keyCache.get(secret!);
+  // Only a secret that passed keyFrom is ever cached, so a hit needs no second check.
+  let key = secret === undefined ? undefined : keyCache.get(secret);
   if (!key) {
-    key = crypto.subtle.importKey("raw", raw, { name: "HMAC", hash: "SHA-256" }, false, ["sign", "verify"]);
+    key = crypto.subtle.importKey("raw", keyFrom(secret), { name: "HMAC", hash: "SHA-256" }, false, ["sign", "verify"]);
     keyCache.set(secret!, key);
   }
   return key;

@@ -1,5 +1,8 @@
 import { ApiError } from "../errors";
 
+/** Stateless (no streaming decode), so one serves every call. */
+const UTF8_DECODER = new TextDecoder();
+
 /**
  * Entries are JSON that every reader parses, clones across actor RPC and serializes again; past a
  * few hundred levels each of those can exhaust the stack. One documented limit keeps them safe.
@@ -117,7 +120,7 @@ export function parseJsonBytes(bytes: Uint8Array): unknown {
     ]);
   }
   try {
-    return JSON.parse(new TextDecoder().decode(bytes));
+    return JSON.parse(UTF8_DECODER.decode(bytes));
   } catch {
     throw new ApiError("invalid_json", "body is not valid JSON");
   }

@@ -80,8 +80,8 @@ export class StreamLog {
    */
   onAppendInTransaction: ((fresh: StoredMessage[]) => void) | null = null;
 
-  /** Whether `onAppendInTransaction` may write: an append it cannot add to needs no transaction of its own. */
-  appendHookWrites: () => boolean = () => this.onAppendInTransaction !== null;
+  /** Whether `onAppendInTransaction` may write for these messages: an append it adds nothing to needs no transaction of its own. */
+  appendHookWrites: (messages: NewMessage[]) => boolean = () => this.onAppendInTransaction !== null;
 
   private get sql(): SqlStorage {
     return this.storage.sql;
@@ -247,14 +247,15 @@ export class StreamLog {
   }
 
   /**
-   * A plain append that writes exactly one statement: up to ROWS_PER_INSERT messages without entry
-   * ids, no producer state, no Stream-Seq, no close, no TTL bookkeeping, and no hook that may write.
+   * An append that writes exactly one statement: one message, or up to ROWS_PER_INSERT messages
+   * without entry ids; no producer state, no Stream-Seq, no close, no TTL bookkeeping, and no
+   * hook write for these messages.
    */
   private isOneStatement(req: AppendRequest, meta: StreamMeta): boolean {
     if (req.producer || req.streamSeq !== undefined || req.close || meta.ttlSeconds !== null) return false;
     if (req.messages.length === 0 || req.messages.length > ROWS_PER_INSERT) return false;
-    for (const m of req.messages) if ((m.entryId ?? null) !== null) return false;
-    return !this.appendHookWrites();
+    if (req.messages.length > 1) for (const m of req.messages) if ((m.entryId ?? null) !== null) return false;
+    return !this.appendHookWrites(req.messages);
   }
 
   /** Close without data. With a producer the close takes part in producer sequencing. */

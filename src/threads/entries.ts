@@ -5,6 +5,10 @@ import { jsonNestsDeeperThan, parseJsonBytes, pruneDeepJson } from "../entries/j
 import type { NewMessage, StoredMessage } from "../streams/log";
 import { formatOffset } from "../streams/protocol";
 
+/** Stateless, so one of each serves every call. */
+const UTF8_ENCODER = new TextEncoder();
+const UTF8_DECODER = new TextDecoder();
+
 export const MAX_ENTRIES_PER_POST = 1000;
 
 /** The only house role that may write entries authored as someone else. */
@@ -45,7 +49,7 @@ export function prepareEntries(raw: unknown, writer: EntryWriter, nowMs: number)
   const parsed = entryListSchema.safeParse(list);
   if (!parsed.success) throw new ApiError("validation_failed", "invalid entry", formatZodError(parsed.error));
   const authors = parsed.data.map((input) => authorFor(input.authorId, writer));
-  const enc = new TextEncoder();
+  const enc = UTF8_ENCODER;
   const out: PreparedEntries = { messages: [], entries: [], heartbeats: 0 };
   const seen = new Set<string>();
   parsed.data.forEach((input, i) => {
@@ -77,12 +81,12 @@ export function toEntryWithOffset(m: StoredMessage): EntryWithOffset {
   // Just appended by this actor: the entry it was serialized from (validated, within the limits).
   if (m.parsed !== undefined) return { offset, ...(m.parsed as Entry) };
   if (!jsonNestsDeeperThan(m.data)) {
-    const entry = JSON.parse(new TextDecoder().decode(m.data)) as Entry;
+    const entry = JSON.parse(UTF8_DECODER.decode(m.data)) as Entry;
     return { offset, ...entry };
   }
   let entry: Entry;
   try {
-    entry = pruneDeepJson(JSON.parse(new TextDecoder().decode(m.data))) as Entry;
+    entry = pruneDeepJson(JSON.parse(UTF8_DECODER.decode(m.data))) as Entry;
   } catch {
     entry = { id: m.entryId ?? `seq:${m.seq}`, ts: 0, payload: { type: "signal.entry_unreadable" } };
   }

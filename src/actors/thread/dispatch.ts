@@ -14,6 +14,9 @@ import type { ToolContext } from "../../dispatch/tools/context";
 import { errorMessage, logEvent } from "../../domain/log-event";
 import { ensureSchema, type Schema } from "../../domain/sql-schema";
 
+/** Stateless (no streaming decode), so one serves every call. */
+const UTF8 = new TextDecoder();
+
 /** What the dispatch service needs from its actor. */
 export type DispatchPorts = {
   sql: SqlStorage;
@@ -169,16 +172,9 @@ export class DispatchService {
   recordTriggers(fresh: StoredMessage[]): number {
     let n = 0;
     let alreadyArmed: boolean | null = null;
-    const dec = new TextDecoder();
     for (const m of fresh) {
-      let e = m.parsed as Entry | undefined;
-      if (e === undefined) {
-        const raw = dec.decode(m.data);
-        if (!raw.includes(`"chat"`)) continue; // cheap pre-check: most entries are pi.* and signals
-        e = JSON.parse(raw) as Entry;
-      }
-      if (!isTriggerable(e.payload)) continue;
-      if (this.nobodyAddressed(e)) continue;
+      const e = this.triggerIn(m);
+      if (!e) continue;
       alreadyArmed ??= this.ports.sql.exec(`select 1 from dispatch_triggers limit 1`).toArray().length > 0;
       const mentions = Array.isArray(e.payload.mentions) ? JSON.stringify(e.payload.mentions) : null;
       this.ports.sql.exec(
@@ -188,6 +184,23 @@ export class DispatchService {
       if (!alreadyArmed) n++;
     }
     return n;
+  }
+
+  /** Whether recordTriggers would write a row for any of these messages (it decides alike, from the same cache). */
+  wouldRecordTriggers(messages: { data: Uint8Array; parsed?: unknown }[]): boolean {
+    return messages.some((m) => this.triggerIn(m) !== null);
+  }
+
+  /** The chat entry in `m` that needs a trigger row, if any. */
+  private triggerIn(m: { data: Uint8Array; parsed?: unknown }): Entry | null {
+    let e = m.parsed as Entry | undefined;
+    if (e === undefined) {
+      const raw = UTF8.decode(m.data);
+      if (!raw.includes(`"chat"`)) return null; // cheap pre-check: most entries are pi.* and signals
+      e = JSON.parse(raw) as Entry;
+    }
+    if (!isTriggerable(e.payload) || this.nobodyAddressed(e)) return null;
+    return e;
   }
 
   // ---- the alarm ----

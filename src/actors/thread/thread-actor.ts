@@ -158,7 +158,7 @@ export class ThreadActor extends DurableObject<Env> {
     this.log.onAppendInTransaction = (fresh) => {
       if (this.isThread() && this.dispatch.recordTriggers(fresh) > 0) this.triggersRecorded = true;
     };
-    this.log.appendHookWrites = () => this.isThread();
+    this.log.appendHookWrites = (messages) => this.isThread() && this.dispatch.wouldRecordTriggers(messages);
     this.appendHooks = [
       (entries) => this.lifecycle.onAppended(entries),
       (entries, appended) => this.fanout.deliver(appended, entries),
