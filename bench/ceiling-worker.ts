@@ -32,8 +32,18 @@ export class InsertBench extends DurableObject<Env> {
     return { rows: n, tail: this.seq };
   }
 
-  /** GET /ws: a hibernatable WebSocket on this actor, as a thread's subscribers are. */
+  /** Long-polls parked on this actor: each gets the next broadcast's text. */
+  private parked: ((text: string) => void)[] = [];
+  private lastText = "";
+
+  /** GET /ws: a hibernatable WebSocket on this actor, as a thread's subscribers are. GET /poll?after=N: a long-poll. */
   async fetch(request: Request): Promise<Response> {
+    const url = new URL(request.url);
+    if (url.pathname === "/poll") {
+      const after = Number(url.searchParams.get("after") ?? "0");
+      const text = after < this.seq ? this.lastText : await new Promise<string>((resolve) => this.parked.push(resolve));
+      return new Response(text, { headers: { "next-offset": String(this.seq) } });
+    }
     const pair = new WebSocketPair();
     this.ctx.acceptWebSocket(pair[1]);
     return new Response(null, { status: 101, webSocket: pair[0] });
@@ -43,8 +53,12 @@ export class InsertBench extends DurableObject<Env> {
   broadcast(text: string): { sockets: number } {
     this.seq += 1;
     this.ctx.storage.sql.exec(`insert into messages (seq, data, entry_id, ts) values (?, ?, null, ?)`, this.seq, new TextEncoder().encode(text), Date.now());
+    this.lastText = text;
     const sockets = this.ctx.getWebSockets();
     for (const ws of sockets) ws.send(text);
+    const parked = this.parked;
+    this.parked = [];
+    for (const wake of parked) wake(text);
     return { sockets: sockets.length };
   }
 }
@@ -60,9 +74,9 @@ export default {
       const stub = env.INSERT_BENCH.get(env.INSERT_BENCH.idFromName(name));
       return Response.json(await stub.insert(n, withIds));
     }
-    if (url.pathname === "/ws" || url.pathname === "/broadcast") {
+    if (url.pathname === "/ws" || url.pathname === "/poll" || url.pathname === "/broadcast") {
       const stub = env.INSERT_BENCH.get(env.INSERT_BENCH.idFromName(url.searchParams.get("actor") ?? "ws"));
-      if (url.pathname === "/ws") return stub.fetch(request);
+      if (url.pathname !== "/broadcast") return stub.fetch(request);
       return Response.json(await stub.broadcast(await request.text()));
     }
     return new Response("not found", { status: 404 });

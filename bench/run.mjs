@@ -376,11 +376,35 @@ async function insertCeiling(runtime) {
     };
     // Workload 3's WebSocket shape on a bare actor: W3_READERS hibernatable sockets, one committed
     // row + one send to each every W3_INTERVAL_MS; latency from before the POST to each receipt.
-    const wsDelivery = async (rep) => {
-      const actor = `ws-${rep}`;
+    const delivery = async (rep, mode) => {
+      const actor = `${mode}-${rep}`;
       const samples = [];
       const sockets = [];
-      for (let r = 0; r < K.W3_READERS; r++) {
+      const ac = new AbortController();
+      const polls = [];
+      // A long-poll reader: re-parks after every answer, as #3's readers do.
+      const poll = async () => {
+        let after = 1;
+        while (!ac.signal.aborted) {
+          const one = new AbortController();
+          const stop = () => one.abort();
+          ac.signal.addEventListener("abort", stop, { once: true });
+          try {
+            const r = await fetch(`${w.url}/poll?actor=${actor}&after=${after}`, { signal: one.signal });
+            const text = await r.text();
+            samples.push(now() - Number(text));
+            after = Number(r.headers.get("next-offset"));
+          } catch {
+            return;
+          } finally {
+            ac.signal.removeEventListener("abort", stop);
+          }
+        }
+      };
+      // Something to start after (seq 1), so every reader parks.
+      await (await fetch(`${w.url}/broadcast?actor=${actor}`, { method: "POST", body: String(now()) })).arrayBuffer();
+      for (let r = 0; r < K.W3_READERS && mode === "long-poll"; r++) polls.push(poll());
+      for (let r = 0; r < K.W3_READERS && mode === "ws"; r++) {
         const ws = new WebSocket(`${w.url.replace(/^http/, "ws")}/ws?actor=${actor}`);
         await new Promise((resolve, reject) => {
           ws.addEventListener("open", resolve, { once: true });
@@ -399,9 +423,11 @@ async function insertCeiling(runtime) {
       }
       for (let i = 0; i < 100 && samples.length < K.W3_READERS * K.W3_MESSAGES; i++) await sleep(50);
       for (const ws of sockets) ws.close();
+      ac.abort();
+      await Promise.all(polls);
       return { p50: percentile(samples, 50), p99: percentile(samples, 99) };
     };
-    const out = { plain: [], withIds: [], single: [], batched: [], create: [], spread: [], wsP50: [], wsP99: [] };
+    const out = { plain: [], withIds: [], single: [], batched: [], create: [], spread: [], wsP50: [], wsP99: [], lpP50: [], lpP99: [] };
     for (let rep = 0; rep < K.REPEATS; rep++) {
       log(`ceiling (${runtime}): raw DO SQLite inserts [${rep + 1}/${K.REPEATS}]`);
       out.single.push(await perRequest(1, K.W1_APPENDS, K.W1_WRITERS));
@@ -411,9 +437,12 @@ async function insertCeiling(runtime) {
       const many = await manyActors(rep);
       out.create.push(many.create);
       out.spread.push(many.rows);
-      const ws = await wsDelivery(rep);
+      const ws = await delivery(rep, "ws");
       out.wsP50.push(ws.p50);
       out.wsP99.push(ws.p99);
+      const lp = await delivery(rep, "long-poll");
+      out.lpP50.push(lp.p50);
+      out.lpP99.push(lp.p99);
     }
     return out;
   } finally {
@@ -527,6 +556,9 @@ async function main() {
       row("C8", `ceiling: ${K.W3_READERS} WebSocket subscribers of a bare actor`, "p50", "ms", null, fig("wsP50"),
         `one row + one send each, every ${K.W3_INTERVAL_MS} ms; bound for #3's WebSocket delivery`);
       row("C8", `ceiling: ${K.W3_READERS} WebSocket subscribers of a bare actor`, "p99", "ms", null, fig("wsP99"));
+      row("C9", `ceiling: ${K.W3_READERS} long-poll readers of a bare actor`, "p50", "ms", null, fig("lpP50"),
+        "parked fetches woken by the same POST; bound for #3's long-poll rows");
+      row("C9", `ceiling: ${K.W3_READERS} long-poll readers of a bare actor`, "p99", "ms", null, fig("lpP99"));
     }
     if (only.has("1")) {
       const r = await repeated("w1", w1);
