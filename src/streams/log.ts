@@ -80,7 +80,11 @@ export class StreamLog {
    */
   onAppendInTransaction: ((fresh: StoredMessage[]) => void) | null = null;
 
-  /** Whether `onAppendInTransaction` may write for these messages: an append it adds nothing to needs no transaction of its own. */
+  /**
+   * Whether `onAppendInTransaction` has anything to do for these messages. An append it has
+   * nothing to do for that is also a single statement runs without the hook and without a
+   * transaction of its own.
+   */
   appendHookWrites: (messages: NewMessage[]) => boolean = () => this.onAppendInTransaction !== null;
 
   private get sql(): SqlStorage {
@@ -218,9 +222,9 @@ export class StreamLog {
     }
     let result: { appended: AppendedRef[]; fresh: StoredMessage[]; tail: number } = { appended: [], fresh: [], tail: meta.tailSeq };
     if (this.isOneStatement(req, meta)) {
-      // One INSERT is atomic by itself: a savepoint around it would only cost time.
+      // One INSERT is atomic by itself: a savepoint around it would only cost time. The hook
+      // has nothing to do here (isOneStatement asked it), so nothing can fail after the insert.
       result = this.insertMessages(req.messages, meta.tailSeq, nowMs);
-      if (result.fresh.length > 0) this.onAppendInTransaction?.(result.fresh);
       this.patchRow({ tailSeq: result.tail });
       return { kind: "appended", tailSeq: result.tail, appended: result.appended, fresh: result.fresh, closed: false };
     }
