@@ -8,7 +8,7 @@ import { fileURLToPath } from "node:url";
 import { cpus } from "node:os";
 import { startBenchServe, startBenchWorker } from "./lib/worker.mjs";
 import { startRefServer } from "./lib/ref-server.mjs";
-import { Target } from "./lib/client.mjs";
+import { Target, fetchUntil } from "./lib/client.mjs";
 import { planPinning, pinPid, pinTree, affinityOf } from "./lib/pin.mjs";
 import { now, sleep, percentile, pool, paddedJson, treeCpu, treeRssMiB, summarize } from "./lib/stats.mjs";
 
@@ -374,8 +374,9 @@ async function insertCeiling(runtime) {
       });
       return { create, rows: (K.W5_THREADS * K.W5_ENTRIES) / ((now() - t0) / 1000) };
     };
-    // Workload 3's WebSocket shape on a bare actor: W3_READERS hibernatable sockets, one committed
-    // row + one send to each every W3_INTERVAL_MS; latency from before the POST to each receipt.
+    // Workload 3's shapes on a bare actor: W3_READERS hibernatable sockets (`ws`) or parked long-polls
+    // (`long-poll`), one committed row + one answer to each every W3_INTERVAL_MS; latency from before
+    // the POST to each receipt.
     const delivery = async (rep, mode) => {
       const actor = `${mode}-${rep}`;
       const samples = [];
@@ -386,18 +387,12 @@ async function insertCeiling(runtime) {
       const poll = async () => {
         let after = 1;
         while (!ac.signal.aborted) {
-          const one = new AbortController();
-          const stop = () => one.abort();
-          ac.signal.addEventListener("abort", stop, { once: true });
           try {
-            const r = await fetch(`${w.url}/poll?actor=${actor}&after=${after}`, { signal: one.signal });
-            const text = await r.text();
+            const { response, text } = await fetchUntil(ac.signal, `${w.url}/poll?actor=${actor}&after=${after}`);
             samples.push(now() - Number(text));
-            after = Number(r.headers.get("next-offset"));
+            after = Number(response.headers.get("next-offset"));
           } catch {
             return;
-          } finally {
-            ac.signal.removeEventListener("abort", stop);
           }
         }
       };

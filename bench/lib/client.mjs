@@ -79,19 +79,8 @@ export class Target {
       let r;
       try {
         const q = `offset=${encodeURIComponent(offset)}&live=long-poll${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`;
-        // A signal per request: undici keeps its abort listener on the signal until the Request is
-        // garbage-collected, so one shared signal collects thousands of listeners and every new
-        // fetch pays for walking them.
-        const one = new AbortController();
-        const stop = () => one.abort();
-        signal.addEventListener("abort", stop, { once: true });
         let text;
-        try {
-          r = await fetch(`${this.streamUrl(name)}?${q}`, { headers: this.h(), signal: one.signal });
-          text = await r.text();
-        } finally {
-          signal.removeEventListener("abort", stop);
-        }
+        ({ response: r, text } = await fetchUntil(signal, `${this.streamUrl(name)}?${q}`, { headers: this.h() }));
         if (r.status === 200) for (const m of JSON.parse(text)) onMessage(m);
         else if (r.status !== 204) throw new Error(`${this.label}: long-poll -> ${r.status} ${text.slice(0, 200)}`);
       } catch (err) {
@@ -152,6 +141,23 @@ export class Target {
       if (msg.payload) onMessage(msg);
     });
     return ws;
+  }
+}
+
+/**
+ * fetch + body text, aborted when `signal` is. A signal per request: undici keeps its abort
+ * listener on a signal until the Request is garbage-collected, so a loop that passes one shared
+ * signal collects thousands of listeners and every new fetch pays for walking them.
+ */
+export async function fetchUntil(signal, url, init = {}) {
+  const one = new AbortController();
+  const stop = () => one.abort();
+  signal.addEventListener("abort", stop, { once: true });
+  try {
+    const response = await fetch(url, { ...init, signal: one.signal });
+    return { response, text: await response.text() };
+  } finally {
+    signal.removeEventListener("abort", stop);
   }
 }
 
