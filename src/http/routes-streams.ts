@@ -46,7 +46,7 @@ export async function streamRoute(request: Request, env: Env, prefix: string, ur
   if (threadMatch) {
     const threadId = threadMatch[1];
     if (claims.kind === "stream" && claims.threadId !== threadId) throw new ApiError("forbidden", "token is scoped to another thread");
-    return forwardToActor(request, threadStub(env, threadId), auth, { kind: "thread", threadId }, "/stream");
+    return forwardToActor(request, threadStub(env, threadId), auth, { kind: "thread", threadId }, "/stream", url.search);
   }
   if (claims.kind === "stream" && (forkedFrom !== null || RUN_ARTIFACTS.exec(name)?.[1] !== claims.threadId)) {
     throw new ApiError("forbidden", "a stream token reaches only its own thread and its artifact streams");
@@ -54,7 +54,7 @@ export async function streamRoute(request: Request, env: Env, prefix: string, ur
   // A run's token names a thread of its house; one that names no thread there writes nothing.
   if (claims.kind === "stream") await unwrapRpc(threadStub(env, claims.threadId).getThread(claims.houseId));
   const forkSource = forkedFrom === null ? undefined : resolveForkSource(forkedFrom, claims.houseId);
-  return forwardToActor(request, plainStreamStub(env, claims.houseId, name), auth, { kind: "plain", name, forkSource }, "/stream");
+  return forwardToActor(request, plainStreamStub(env, claims.houseId, name), auth, { kind: "plain", name, forkSource }, "/stream", url.search);
 }
 
 const STREAM_PATH = /^\/(?:v1|api)\/stream\/(.+)$/;

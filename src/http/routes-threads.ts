@@ -9,7 +9,7 @@ import { authorFor, writerFor } from "../threads/entries";
 import { readBody, readJson } from "./body";
 import { houseStub, newId, threadStub } from "./actors";
 import { allowedToolsSchema, permissionModeSchema } from "../workspace/box-config";
-import { AUTH_HEADER, TARGET_HEADER, type ActorAuth, type StreamTarget } from "../actors/thread/thread-actor";
+import { ACTOR_ORIGIN, AUTH_HEADER, TARGET_HEADER, type ActorAuth, type StreamTarget } from "../actors/thread/thread-actor";
 import { unwrapRpc } from "../actors/rpc";
 import { idempotencyKey, idempotentThreadId, requestFingerprint } from "../threads/idempotency";
 import type { EntryWithOffset } from "../entries/schema";
@@ -176,9 +176,9 @@ export function forwardToActor(
   auth: ActorAuth,
   target: StreamTarget,
   path: string,
+  search = new URL(request.url).search,
 ): Promise<Response> {
-  const url = new URL(request.url);
-  const inner = new URL(`https://actor${path}${url.search}`);
+  const inner = `${ACTOR_ORIGIN}${path}${search}`;
   const headers = new Headers(request.headers);
   headers.set(AUTH_HEADER, JSON.stringify(auth));
   headers.set(TARGET_HEADER, JSON.stringify(target));

@@ -44,6 +44,9 @@ export type StreamTarget = { kind: "thread"; threadId: string } | { kind: "plain
 
 export const AUTH_HEADER = "x-threadbox-auth";
 export const TARGET_HEADER = "x-threadbox-target";
+/** The origin of the worker's requests to an actor (`forwardToActor`); only the path and query mean anything. */
+export const ACTOR_ORIGIN = "https://actor";
+const SUBSCRIBE_PATH = `${ACTOR_ORIGIN}/subscribe`;
 
 export type CreateThreadInput = {
   id: string;
@@ -190,7 +193,7 @@ export class ThreadActor extends DurableObject<Env> {
       const store = { log: this.log, hub: this.fanout.hub, longPollTimeoutMs: this.longPollTimeoutMs };
       if (target.kind === "plain") return await this.plain.serve(request, auth, target, store);
       this.requireThread(auth.houseId);
-      if (new URL(request.url).pathname.endsWith("/subscribe")) return this.fanout.subscribe(request);
+      if (isPath(request.url, SUBSCRIBE_PATH)) return this.fanout.subscribe(request);
       const response = await serveStream(request, store, this.threadPolicy, threadStreamOptions(target.threadId, auth));
       // Heartbeats and ordinary entries only push the silence deadline later: an alarm already
       // set fires early, finds nothing due and re-arms itself. Only state changes need settling.
@@ -553,3 +556,7 @@ export class ThreadActor extends DurableObject<Env> {
   }
 }
 
+/** Whether `url` is `path` with or without a query; cheaper than parsing the URL on every request. */
+function isPath(url: string, path: string): boolean {
+  return url.startsWith(path) && (url.length === path.length || url[path.length] === "?");
+}
