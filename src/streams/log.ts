@@ -2,6 +2,7 @@ import { ApiError } from "../errors";
 import { ForkStore, type ForkRef } from "./fork-store";
 import { formatOffset, normalizeContentType } from "./protocol";
 import { addColumnIfMissing, ensureSchema, type Schema } from "../domain/sql-schema";
+import { CommitGroup } from "./commit-group";
 
 export type StreamMeta = {
   name: string;
@@ -67,6 +68,8 @@ export const STREAM_LOG_SCHEMA: Schema = {
 
 export class StreamLog {
   readonly forks: ForkStore;
+  /** Stream-protocol appends that arrive together write in one turn, so they share one commit. */
+  readonly commits = new CommitGroup();
 
   constructor(private readonly storage: DurableObjectStorage) {
     const sql = storage.sql;

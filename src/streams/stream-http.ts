@@ -276,7 +276,8 @@ async function handleAppend(request: Request, host: StreamHost, auth: StreamRequ
   const close = request.headers.get(H.closed) === "true";
   if (close && !host.allowClose) throw new ApiError("forbidden", "this stream cannot be closed");
   const streamSeq = request.headers.get(H.seq) ?? undefined;
-  const body = await readBoundedBody(request, MAX_APPEND_BYTES);
+  // From here to the write nothing awaits: appends released together commit together.
+  const body = await host.log.commits.read(() => readBoundedBody(request, MAX_APPEND_BYTES));
   const meta = requireMeta(host);
 
   let outcome: AppendOutcome;

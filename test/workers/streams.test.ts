@@ -41,6 +41,29 @@ describe("Durable Streams on a thread", () => {
     expect((await post(token, t.id, chat("still open"))).status).toBe(201);
   });
 
+  it("appends sent at once all land once each, in offset order, and a bad one among them fails alone", async () => {
+    const token = await houseToken();
+    const t = await createThread(token);
+    const st = await streamToken("house-a", t.id);
+    const path = `/api/stream/thread-${t.id}`;
+    const texts = Array.from({ length: 24 }, (_, i) => `burst ${i}`);
+    const [answers, invalid, mismatch] = await Promise.all([
+      Promise.all(texts.map((text) => call(path, { method: "POST", token: st, json: chat(text) }))),
+      call(path, { method: "POST", token: st, json: { payload: { type: "nope" } } }),
+      call(path, { method: "POST", token: st, body: "raw", headers: { "content-type": "text/plain" } }),
+    ]);
+    expect(answers.map((r) => r.status)).toEqual(texts.map(() => 204));
+    expect(invalid.status).toBe(400);
+    expect(mismatch.status).toBe(409);
+    const offsets = answers.map((r) => r.headers.get("Stream-Next-Offset")!);
+    expect(new Set(offsets).size).toBe(texts.length);
+    const read = (await (await call(`${path}?offset=-1`, { token: st })).json()) as { payload: { text: string } }[];
+    expect(read.map((e) => e.payload.text).sort()).toEqual([...texts].sort());
+    // Each answer's offset is where its own entry ends: the log's order is the answers' order.
+    const byOffset = texts.map((text, i) => ({ text, offset: offsets[i] })).sort((a, b) => (a.offset < b.offset ? -1 : 1));
+    expect(read.map((e) => e.payload.text)).toEqual(byOffset.map((x) => x.text));
+  });
+
   it("an idempotent producer retry lands once; gaps and stale epochs are refused", async () => {
     const token = await houseToken();
     const t = await createThread(token);

@@ -197,9 +197,12 @@ export class ThreadActor extends DurableObject<Env> {
       const response = await serveStream(request, store, this.threadPolicy, threadStreamOptions(target.threadId, auth));
       // Heartbeats and ordinary entries only push the silence deadline later: an alarm already
       // set fires early, finds nothing due and re-arms itself. Only state changes need settling.
+      // Appends released together (streams/commit-group.ts) write one after the other before
+      // any of them gets here: the first to arrive settles for all, and the others wait for it.
       const triggered = this.triggersRecorded;
       this.triggersRecorded = false;
-      if (this.lifecycle.takeChanged() || triggered) await this.settleTurn();
+      if (this.lifecycle.takeChanged() || triggered) await this.settleShared();
+      else if (this.settling) await this.settling.catch(() => {});
       return response;
     } catch (err) {
       return errorResponse(err);
@@ -524,6 +527,19 @@ export class ThreadActor extends DurableObject<Env> {
   protected launchCheckpoint(_step: LaunchStep): void {}
 
   /** Every handler ends here: run owed side effects, then recompute the one alarm from persisted state. */
+  /** The settle a stream request started and has not finished; requests answered meanwhile wait for it. */
+  private settling: Promise<void> | null = null;
+
+  private settleShared(): Promise<void> {
+    const settle = this.settleTurn();
+    this.settling = settle;
+    const clear = () => {
+      if (this.settling === settle) this.settling = null;
+    };
+    settle.then(clear, clear);
+    return settle;
+  }
+
   private async settleTurn(): Promise<void> {
     this.lifecycle.takeChanged();
     this.triggersRecorded = false;
