@@ -17,32 +17,27 @@ export function workerdBinary(cwd = ROOT) {
   return requireFromWrangler("workerd").default;
 }
 
-/** What the workerd config needs from wrangler.toml, read by wrangler itself. */
-export async function readProjectConfig(configPath) {
-  const wrangler = await import("wrangler");
-  const c = wrangler.unstable_readConfig({ config: configPath });
-  const sqlite = wrangler.unstable_getDurableObjectClassNameToUseSQLiteMap(c.migrations);
-  const durableObjects = (c.durable_objects?.bindings ?? []).map((b) => {
-    if (b.script_name) throw new Error(`durable object binding ${b.name}: script_name (another worker) is not supported by npm run serve`);
-    return { binding: b.name, className: b.class_name, sql: sqlite.get(b.class_name) === true };
+/**
+ * What the workerd config needs from wrangler.toml, read by wrangler itself in a child process
+ * (read-project-config.mjs says why).
+ * @returns {Promise<{ name: string, compatibilityDate: string, compatibilityFlags: string[], vars: Record<string, unknown>,
+ *   durableObjects: { binding: string, className: string, sql: boolean }[],
+ *   assets: { directory: string, binding?: string, htmlHandling: string, notFoundHandling: string, runWorkerFirst: boolean | string[] } | null }>}
+ */
+export function readProjectConfig(configPath) {
+  return new Promise((resolvePromise, reject) => {
+    execFile(process.execPath, [join(dirname(fileURLToPath(import.meta.url)), "read-project-config.mjs"), resolve(configPath)], {
+      env: { ...process.env, PATH: nodePath(), WRANGLER_SEND_METRICS: "false", NO_COLOR: "1" },
+      maxBuffer: 16 * 1024 * 1024,
+    }, (err, stdout, stderr) => {
+      if (err) return reject(new Error(`reading ${configPath} failed:\n${stderr || err.message}`));
+      try {
+        resolvePromise(JSON.parse(stdout.trim().split("\n").at(-1)));
+      } catch {
+        reject(new Error(`reading ${configPath} printed no config:\n${stdout}${stderr}`));
+      }
+    });
   });
-  const assets = c.assets?.directory
-    ? {
-      directory: resolve(dirname(configPath), c.assets.directory),
-      binding: c.assets.binding,
-      htmlHandling: c.assets.html_handling ?? "auto-trailing-slash",
-      notFoundHandling: c.assets.not_found_handling ?? "none",
-      runWorkerFirst: c.assets.run_worker_first ?? false,
-    }
-    : null;
-  return {
-    name: c.name,
-    compatibilityDate: c.compatibility_date,
-    compatibilityFlags: c.compatibility_flags ?? [],
-    vars: c.vars ?? {},
-    durableObjects,
-    assets,
-  };
 }
 
 const MODULE_TYPES = { ".js": "esModule", ".mjs": "esModule", ".cjs": "commonJsModule", ".wasm": "wasm", ".txt": "text", ".bin": "data", ".json": "json" };
