@@ -526,7 +526,6 @@ export class ThreadActor extends DurableObject<Env> {
   /** Between launch steps; nothing happens here in production (tests crash the actor at a step). */
   protected launchCheckpoint(_step: LaunchStep): void {}
 
-  /** Every handler ends here: run owed side effects, then recompute the one alarm from persisted state. */
   /** The settle a stream request started and has not finished; requests answered meanwhile wait for it. */
   private settling: Promise<void> | null = null;
 
@@ -540,6 +539,7 @@ export class ThreadActor extends DurableObject<Env> {
     return settle;
   }
 
+  /** Every handler ends here: run owed side effects, then recompute the one alarm from persisted state. */
   private async settleTurn(): Promise<void> {
     this.lifecycle.takeChanged();
     this.triggersRecorded = false;
