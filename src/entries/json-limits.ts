@@ -56,7 +56,8 @@ const isJsonWhitespace = (b: number) => b === 0x20 || b === 0x09 || b === 0x0a |
 /**
  * The bytes of each top-level value of JSON text that JSON.parse has already accepted: the
  * elements of a top-level array (`isArray`), else the whole value, without surrounding whitespace.
- * Storing these spares a serialize per value. Null (the caller re-serializes) for text with line
+ * Storing these spares a serialize per value; they are views into `bytes`, not copies (SQLite
+ * copies what it binds). Null (the caller re-serializes) for text with line
  * breaks or a byte-order mark, so what is stored stays one compact line as before.
  */
 export function topLevelJsonValues(bytes: Uint8Array, isArray: boolean): Uint8Array[] | null {
@@ -65,12 +66,12 @@ export function topLevelJsonValues(bytes: Uint8Array, isArray: boolean): Uint8Ar
   let end = bytes.length;
   while (start < end && isJsonWhitespace(bytes[start])) start++;
   while (end > start && isJsonWhitespace(bytes[end - 1])) end--;
-  if (!isArray) return [bytes.slice(start, end)];
+  if (!isArray) return [bytes.subarray(start, end)];
   if (bytes[start] !== OPEN_ARRAY || bytes[end - 1] !== CLOSE_ARRAY) return null;
   const values: Uint8Array[] = [];
   const push = (from: number, to: number) => {
     while (to > from && isJsonWhitespace(bytes[to - 1])) to--;
-    values.push(bytes.slice(from, to));
+    values.push(bytes.subarray(from, to));
   };
   let depth = 0;
   let valueStart = -1;
