@@ -3,7 +3,7 @@
 // alarm set before the crash fires after the restart.
 import { spawn } from "node:child_process";
 import { get } from "node:http";
-import { createServer } from "node:net";
+import { connect, createServer } from "node:net";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -68,6 +68,7 @@ function client(url: string) {
   };
   return {
     call,
+    token: () => token,
     async login() {
       const r = await fetch(`${url}/api/admin/tokens`, {
         method: "POST", headers: { authorization: `Bearer ${ADMIN}`, "content-type": "application/json" },
@@ -118,6 +119,19 @@ describe("npm run serve", () => {
     expect(created.status).toBe(201);
     expect(created.headers.get("location")).toBe(`https://127.0.0.1:${port}/api/stream/notes`);
     expect((await api.call("/api/stream/notes", { method: "POST", json: [{ n: 1 }, { n: 2 }] })).status).toBe(204);
+
+    // Appends that arrive together share a commit; a client stalled mid-body must not hold the
+    // others, and its own append lands once the rest of its body comes.
+    expect((await api.call("/api/stream/uploads", { method: "PUT", headers: { "content-type": "application/json" } })).status).toBe(201);
+    const stalled = rawPost(port, "/api/stream/uploads", api.token(), JSON.stringify({ n: "stalled" }));
+    await stalled.sentHalf;
+    const beside = await Promise.all(["a", "b", "c"].map((n) => api.call("/api/stream/uploads", { method: "POST", json: { n } })));
+    expect(beside.map((r) => r.status)).toEqual([204, 204, 204]);
+    stalled.finish();
+    expect(await stalled.status).toBe(204);
+    const uploads = (await api.call("/api/stream/uploads?offset=-1")).body as { n: string }[];
+    expect(uploads.map((u) => u.n).sort()).toEqual(["a", "b", "c", "stalled"]);
+    expect(uploads.at(-1)).toEqual({ n: "stalled" });
 
     // A running thread whose run goes silent: the orphan alarm is due ORPHAN_SILENCE_MS later.
     const run = (await api.call("/api/threads", { method: "POST", json: { title: "silent run" } })).body;
@@ -251,6 +265,26 @@ function navigate(url: string): Promise<{ status: number; body: string }> {
       res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
     }).on("error", reject);
   });
+}
+
+/** A POST whose body stops halfway until `finish()`: a slow or stalled uploader. */
+function rawPost(port: number, path: string, token: string, body: string) {
+  const socket = connect(port, "127.0.0.1");
+  const half = Math.floor(body.length / 2);
+  const sentHalf = new Promise<void>((resolve, reject) => {
+    socket.once("error", reject);
+    socket.once("connect", () => {
+      socket.write(`POST ${path} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nAuthorization: Bearer ${token}\r\n` +
+        `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body.slice(0, half)}`, () => resolve());
+    });
+  });
+  let answer = "";
+  socket.on("data", (d) => { answer += d; });
+  const status = new Promise<number>((resolve, reject) => {
+    socket.once("close", () => resolve(Number(/^HTTP\/1\.1 (\d{3})/.exec(answer)?.[1] ?? 0)));
+    socket.once("error", reject);
+  });
+  return { sentHalf, status, finish: () => socket.write(body.slice(half)) };
 }
 
 async function waitFor<T>(probe: () => Promise<T | undefined>, timeoutMs = 60_000): Promise<T> {
