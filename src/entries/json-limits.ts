@@ -1,7 +1,7 @@
 import { ApiError } from "../errors";
 
-/** Stateless (no streaming decode), so one serves every call. */
-const UTF8_DECODER = new TextDecoder();
+/** Stateless (no streaming decode), so one serves every call that decodes stored or posted JSON. */
+export const UTF8_DECODER = new TextDecoder();
 
 /**
  * Entries are JSON that every reader parses, clones across actor RPC and serializes again; past a

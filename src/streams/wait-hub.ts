@@ -63,8 +63,7 @@ export class WaitHub {
 
   /** Times out every waiter whose deadline has passed, then arms for the next one. */
   private expire(): void {
-    this.timer = null;
-    this.timerAtMs = Infinity;
+    this.disarm();
     const nowMs = Date.now();
     let next = Infinity;
     for (const w of [...this.waiters]) {

@@ -1,13 +1,12 @@
 import { z } from "zod";
 import { ApiError } from "../errors";
 import { entryInputSchema, formatZodError, isHeartbeat, SYSTEM_AUTHOR, type Entry, type EntryWithOffset } from "../entries/schema";
-import { jsonNestsDeeperThan, parseJsonBytes, pruneDeepJson } from "../entries/json-limits";
+import { UTF8_DECODER, jsonNestsDeeperThan, parseJsonBytes, pruneDeepJson } from "../entries/json-limits";
 import type { NewMessage, StoredMessage } from "../streams/log";
 import { formatOffset } from "../streams/protocol";
 
-/** Stateless, so one of each serves every call. */
+/** Stateless, so one serves every call. */
 const UTF8_ENCODER = new TextEncoder();
-const UTF8_DECODER = new TextDecoder();
 
 export const MAX_ENTRIES_PER_POST = 1000;
 
@@ -49,7 +48,6 @@ export function prepareEntries(raw: unknown, writer: EntryWriter, nowMs: number)
   const parsed = entryListSchema.safeParse(list);
   if (!parsed.success) throw new ApiError("validation_failed", "invalid entry", formatZodError(parsed.error));
   const authors = parsed.data.map((input) => authorFor(input.authorId, writer));
-  const enc = UTF8_ENCODER;
   const out: PreparedEntries = { messages: [], entries: [], heartbeats: 0 };
   const seen = new Set<string>();
   parsed.data.forEach((input, i) => {
@@ -62,7 +60,7 @@ export function prepareEntries(raw: unknown, writer: EntryWriter, nowMs: number)
     seen.add(id);
     const entry: Entry = { id, ts: input.ts ?? nowMs, authorId: authors[i], payload: input.payload as Entry["payload"] };
     out.entries.push(entry);
-    out.messages.push({ data: enc.encode(JSON.stringify(entry)), entryId: id, parsed: entry });
+    out.messages.push({ data: UTF8_ENCODER.encode(JSON.stringify(entry)), entryId: id, parsed: entry });
   });
   return out;
 }

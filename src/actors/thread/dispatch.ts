@@ -13,9 +13,7 @@ import { buildTools } from "../../dispatch/tools";
 import type { ToolContext } from "../../dispatch/tools/context";
 import { errorMessage, logEvent } from "../../domain/log-event";
 import { ensureSchema, type Schema } from "../../domain/sql-schema";
-
-/** Stateless (no streaming decode), so one serves every call. */
-const UTF8 = new TextDecoder();
+import { UTF8_DECODER } from "../../entries/json-limits";
 
 /** What the dispatch service needs from its actor. */
 export type DispatchPorts = {
@@ -195,7 +193,7 @@ export class DispatchService {
   private triggerIn(m: { data: Uint8Array; parsed?: unknown }): Entry | null {
     let e = m.parsed as Entry | undefined;
     if (e === undefined) {
-      const raw = UTF8.decode(m.data);
+      const raw = UTF8_DECODER.decode(m.data);
       if (!raw.includes(`"chat"`)) return null; // cheap pre-check: most entries are pi.* and signals
       e = JSON.parse(raw) as Entry;
     }
