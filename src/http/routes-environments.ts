@@ -7,6 +7,7 @@ import { environmentInputSchema, publicEnvironment, type Environment } from "../
 import { houseStub, newId, sandboxStub, threadStub } from "./actors";
 import { LiveOutput } from "../sandbox/live-output";
 import { ensureSharedBox, sharedBoxView } from "../workspace/shared-box";
+import { deleteArchive } from "../workspace/folder-store";
 import { writerFor } from "../threads/entries";
 import { errorMessage, logEvent } from "../domain/log-event";
 import { unwrapRpc } from "../actors/rpc";
@@ -68,7 +69,7 @@ export async function patchEnvironmentRoute(request: Request, env: Env, id: stri
 
 /**
  * `DELETE /api/environments/:id`: its shared box goes first (409 while runs use it: stop them), then
- * the environment and its folders' index. Volumes are never deleted with it: they outlive
+ * its folders' archives, then the environment and its folders' index. Volumes are never deleted with it: they outlive
  * environments as they outlive boxes. Threads keep their `environmentId`; a resume then answers 404.
  */
 export async function deleteEnvironmentRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
@@ -80,7 +81,16 @@ export async function deleteEnvironmentRoute(request: Request, env: Env, id: str
       if (!(err instanceof ApiError && err.code === "not_found")) throw err;
     }
   }
-  await unwrapRpc(houseStub(env, claims.houseId).deleteEnvironment(e.id));
+  // The archives go before the index that finds them, so a failure here leaves a delete that can be retried.
+  const house = houseStub(env, claims.houseId);
+  const deleted = new Set<string>();
+  for (const v of await unwrapRpc(house.listFolderVersions(e.id))) {
+    await deleteArchive(env, claims.houseId, v.stream);
+    deleted.add(v.stream);
+  }
+  // Versions stored while the ones above were deleted.
+  const { archiveStreams } = await unwrapRpc(house.deleteEnvironment(e.id));
+  for (const stream of archiveStreams) if (!deleted.has(stream)) await deleteArchive(env, claims.houseId, stream);
   return new Response(null, { status: 204 });
 }
 

@@ -27,6 +27,13 @@ export async function writeArchive(env: Env, houseId: string, name: string, byte
   }
 }
 
+/** Deletes the archive stream `name`; one already gone is fine. */
+export async function deleteArchive(env: Env, houseId: string, name: string): Promise<void> {
+  const r = await plainStreamStub(env, houseId, name).fetch(plainStreamRequest(houseId, name, "DELETE"));
+  await r.body?.cancel();
+  if (!r.ok && r.status !== 404) throw new Error(`deleting the archive stream ${name} failed: ${r.status}`);
+}
+
 /** The whole content of plain stream `name`; refuses more than `maxBytes`. */
 export async function readArchive(env: Env, houseId: string, name: string, maxBytes: number): Promise<{ bytes: Uint8Array; contentType: string }> {
   const stub = plainStreamStub(env, houseId, name);
@@ -64,8 +71,15 @@ export async function storeFolderVersion(
   const format = sniffArchive(bytes);
   if (!format) throw new ApiError("validation_failed", "the body is not a tar, tar.gz or zip archive");
   const stream = `folders/${environmentId}/${name}/${crypto.randomUUID()}`;
+  const sha256 = await sha256Hex(bytes);
   await writeArchive(env, houseId, stream, bytes, ARCHIVE_CONTENT_TYPES[format]);
-  return unwrapRpc(houseStub(env, houseId).addFolderVersion(environmentId, name, {
-    name, stream, format, bytes: bytes.byteLength, sha256: await sha256Hex(bytes), createdAt: new Date().toISOString(), ...origin,
-  }));
+  try {
+    return await unwrapRpc(houseStub(env, houseId).addFolderVersion(environmentId, name, {
+      name, stream, format, bytes: bytes.byteLength, sha256, createdAt: new Date().toISOString(), ...origin,
+    }));
+  } catch (err) {
+    // No version points at the archive (e.g. the environment was deleted meanwhile): nothing may keep it.
+    await deleteArchive(env, houseId, stream).catch(() => {});
+    throw err;
+  }
 }

@@ -5,6 +5,7 @@ import { call, errorCode, houseToken, readAll } from "./helpers";
 import { sharedTestProvider } from "./register-test-provider";
 import { LABEL_RUN } from "../../src/sandbox/provider";
 import { tarArchive } from "../support/tar";
+import { storeFolderVersion } from "../../src/workspace/folder-store";
 
 const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> };
 const threadStub = (id: string) => E.THREADS.get(E.THREADS.idFromName(`thread:${id}`));
@@ -122,6 +123,36 @@ describe("environment folders: upload, versions, download", () => {
     // Nothing the other house sent became a version.
     const list = (await (await call(`/api/environments/${e.id}/folders`, { token: owner })).json()) as any;
     expect(list.folders.map((f: any) => [f.name, f.latest])).toEqual([["secret-notes", 1]]);
+  });
+
+  it("deleting the environment deletes every version's archive, not only the index that lists them", async () => {
+    const token = await houseToken("house-folders-delete");
+    const e = (await createEnv(token)).body;
+    for (const text of ["one\n", "two\n"]) expect((await upload(token, e.id, "notes", tarArchive({ "a.txt": text }))).status).toBe(201);
+    expect((await upload(token, e.id, "other", tarArchive({ "b.txt": "b" }))).status).toBe(201);
+    const list = (await (await call(`/api/environments/${e.id}/folders`, { token })).json()) as any;
+    const streams: string[] = list.folders.flatMap((f: any) => f.versions.map((v: any) => v.stream));
+    expect(streams).toHaveLength(3);
+    for (const s of streams) expect((await call(`/api/stream/${s}`, { method: "HEAD", token })).status).toBe(200);
+
+    expect((await call(`/api/environments/${e.id}`, { method: "DELETE", token })).status).toBe(204);
+    for (const s of streams) expect((await call(`/api/stream/${s}`, { method: "HEAD", token })).status).toBe(404);
+    expect((await call(`/api/environments/${e.id}/folders`, { token })).status).toBe(404);
+  });
+
+  it("an archive stored for an environment deleted meanwhile is not kept: its version is refused and its stream deleted", async () => {
+    const token = await houseToken("house-folders-race");
+    const e = (await createEnv(token)).body;
+    expect((await call(`/api/environments/${e.id}`, { method: "DELETE", token })).status).toBe(204);
+    const uuid = "00000000-0000-4000-8000-00000000f01d";
+    const spy = vi.spyOn(crypto, "randomUUID").mockReturnValue(uuid);
+    try {
+      await expect(storeFolderVersion(env as never, "house-folders-race", e.id, "late", tarArchive({ "a.txt": "a" }), { createdBy: "alice" }))
+        .rejects.toMatchObject({ code: "not_found" });
+    } finally {
+      spy.mockRestore();
+    }
+    expect((await call(`/api/stream/folders/${e.id}/late/${uuid}`, { method: "HEAD", token })).status).toBe(404);
   });
 
   it("environment folders are validated: names or stream sources, relative paths, readwrite only for uploads", async () => {

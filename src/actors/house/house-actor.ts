@@ -147,10 +147,11 @@ export class HouseActor extends DurableObject<Env> {
     this.ctx.storage.sql.exec(`insert into house_meta (id, house_id) values (1, ?) on conflict(id) do nothing`, houseId);
   }
 
-  /** Records an archive already stored in `v.stream` as the folder's next version. */
+  /** Records an archive already stored in `v.stream` as the folder's next version (404 once the environment is gone). */
   async addFolderVersion(environmentId: string, name: string, v: Omit<FolderVersion, "version">) {
     return settle(() => {
       const sql = this.ctx.storage.sql;
+      if (!this.getEnvironmentSync(environmentId)) throw new ApiError("not_found", "environment not found");
       const last = sql.exec(`select max(version) as v from folder_versions where environment_id = ? and name = ?`, environmentId, name).toArray()[0]?.v as number | null;
       const version = (last ?? 0) + 1;
       const row: FolderVersion = { ...v, version };
@@ -211,14 +212,19 @@ export class HouseActor extends DurableObject<Env> {
     return settle(() => this.putEnvironmentSync(e));
   }
 
-  /** Forgets an environment and its folders' version index; volumes and threads are not its to delete. */
+  /**
+   * Forgets an environment and its folders' version index; volumes and threads are not its to delete.
+   * Answers the archive streams of the versions it dropped: the caller deletes those.
+   */
   async deleteEnvironment(id: string) {
-    return settle(() => {
-      this.ctx.storage.transactionSync(() => {
-        this.ctx.storage.sql.exec(`delete from environments where id = ?`, id);
-        this.ctx.storage.sql.exec(`delete from folder_versions where environment_id = ?`, id);
-      });
-    });
+    return settle(() => this.ctx.storage.transactionSync(() => {
+      const sql = this.ctx.storage.sql;
+      const streams = sql.exec(`select body from folder_versions where environment_id = ?`, id).toArray()
+        .map((r) => (JSON.parse(r.body as string) as FolderVersion).stream);
+      sql.exec(`delete from environments where id = ?`, id);
+      sql.exec(`delete from folder_versions where environment_id = ?`, id);
+      return { archiveStreams: streams };
+    }));
   }
 
   private putEnvironmentSync(e: Environment): void {
