@@ -141,7 +141,10 @@ const STREAM_TEXT = "xh-salary-data";
 async function snapshot(o: Owner): Promise<string> {
   const get = async (path: string, init: RequestInit = {}) => {
     const r = await call(path, { token: o.token, ...init });
-    return { status: r.status, body: init.method === "HEAD" ? "" : await r.text(), tail: r.headers.get("stream-next-offset") };
+    // An archive is compared as its bytes (reading it as text would only be a lossy decoding).
+    const body = init.method === "HEAD" ? "" : r.headers.get("content-type") === "application/x-tar"
+      ? new Uint8Array(await r.arrayBuffer()).join(",") : await r.text();
+    return { status: r.status, body, tail: r.headers.get("stream-next-offset") };
   };
   const parts = [
     await get(`/api/threads/${o.threadId}`),
