@@ -2,18 +2,11 @@ import { z } from "zod";
 import { ApiError, json } from "../errors";
 import type { Env } from "../env";
 import { assertThreadAccess, authenticate, houseWriter } from "../auth/authenticate";
-import { idSchema } from "../auth/tokens";
 import { threadConfigPatchSchema } from "../dispatch/config";
 import { threadStub } from "./actors";
 import { unwrapRpc } from "../actors/rpc";
 import { readBody } from "./body";
-import { assertThreadInHouse } from "./routes-threads";
-
-function threadIdParam(raw: string | undefined): string {
-  const parsed = idSchema.safeParse(raw);
-  if (!parsed.success) throw new ApiError("not_found", "thread not found");
-  return parsed.data;
-}
+import { assertThreadInHouse, threadIdParam } from "./routes-threads";
 
 export async function getThreadConfigRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
   const threadId = threadIdParam(id);

@@ -43,7 +43,8 @@ export async function assertThreadInHouse(env: Env, claims: TokenClaims, threadI
   await unwrapRpc(threadStub(env, threadId).getThread(claims.houseId));
 }
 
-function threadIdParam(raw: string | undefined): string {
+/** A thread id from the path; a malformed one is a thread that does not exist. */
+export function threadIdParam(raw: string | undefined): string {
   const parsed = idSchema.safeParse(raw);
   if (!parsed.success) throw new ApiError("not_found", "thread not found");
   return parsed.data;
