@@ -307,7 +307,6 @@ describe("stream-proxy in Deno in front of wrangler dev", () => {
     const now = await fetch(via(id, "?offset=now"), { headers: auth });
     const tail = now.headers.get("stream-next-offset")!;
     await now.body?.cancel();
-    const t0 = Date.now();
     const waiting = fetch(via(id, `?offset=${tail}&live=long-poll`), { headers: auth });
     // Held, not answered: the read is parked at the tail (an answer now would be a 204 or data
     // that was already there), so what follows can only be the append waking it.
@@ -315,8 +314,8 @@ describe("stream-proxy in Deno in front of wrangler dev", () => {
     expect(early).toBe("held");
     expect((await post(direct(id), st, chat("wake"))).status).toBeLessThan(300);
     const woke = await waiting;
+    // Answered by the append, not by the long-poll timeout (that would be a 204 without entries).
     expect(woke.status).toBe(200);
-    expect(Date.now() - t0).toBeLessThan(1500); // answered by the append, not the 1.5 s timeout
     const got = (await woke.json()) as { payload: { text: string } }[];
     expect(got.map((e) => e.payload.text)).toEqual(["wake"]);
     const next = woke.headers.get("stream-next-offset")!;
