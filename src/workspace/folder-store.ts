@@ -27,11 +27,14 @@ export async function writeArchive(env: Env, houseId: string, name: string, byte
   }
 }
 
-/** Deletes the archive stream `name`; one already gone is fine. */
+/**
+ * Deletes the archive stream `name`. One already gone is fine: 404, or 410 for one deleted while a
+ * fork still reads through it (the fork keeps what it forked).
+ */
 export async function deleteArchive(env: Env, houseId: string, name: string): Promise<void> {
   const r = await plainStreamStub(env, houseId, name).fetch(plainStreamRequest(houseId, name, "DELETE"));
   await r.body?.cancel();
-  if (!r.ok && r.status !== 404) throw new Error(`deleting the archive stream ${name} failed: ${r.status}`);
+  if (!r.ok && r.status !== 404 && r.status !== 410) throw new Error(`deleting the archive stream ${name} failed: ${r.status}`);
 }
 
 /** The whole content of plain stream `name`; refuses more than `maxBytes`. */

@@ -140,6 +140,21 @@ describe("environment folders: upload, versions, download", () => {
     expect((await call(`/api/environments/${e.id}/folders`, { token })).status).toBe(404);
   });
 
+  it("an archive someone forked and deleted already (a tombstone, 410) does not stop the environment's deletion", async () => {
+    const token = await houseToken("house-folders-tomb");
+    const e = (await createEnv(token)).body;
+    const v = (await (await upload(token, e.id, "notes", tarArchive({ "a.txt": "a" }))).json()) as { stream: string };
+    const forked = await call(`/api/stream/tomb-fork`, { method: "PUT", token, headers: { "content-type": "application/x-tar", "stream-forked-from": `/api/stream/${v.stream}` } });
+    expect(forked.status).toBe(201);
+    expect((await call(`/api/stream/${v.stream}`, { method: "DELETE", token })).status).toBe(204);
+    expect((await call(`/api/stream/${v.stream}`, { method: "HEAD", token })).status).toBe(410);
+
+    expect((await call(`/api/environments/${e.id}`, { method: "DELETE", token })).status).toBe(204);
+    expect((await call(`/api/environments/${e.id}`, { token })).status).toBe(404);
+    // The fork still reads what it forked.
+    expect(new Uint8Array(await (await call(`/api/stream/tomb-fork?offset=-1`, { token })).arrayBuffer()).byteLength).toBeGreaterThan(0);
+  });
+
   it("an archive stored for an environment deleted meanwhile is not kept: its version is refused and its stream deleted", async () => {
     const token = await houseToken("house-folders-race");
     const e = (await createEnv(token)).body;
