@@ -171,8 +171,12 @@ export class HouseActor extends DurableObject<Env> {
   }
 
   async listFolderVersions(environmentId: string) {
-    return settle(() => this.ctx.storage.sql.exec(`select name, body from folder_versions where environment_id = ? order by name, version`, environmentId)
-      .toArray().map((r) => JSON.parse(r.body as string) as FolderVersion));
+    return settle(() => this.folderVersionsSync(environmentId));
+  }
+
+  private folderVersionsSync(environmentId: string): FolderVersion[] {
+    return this.ctx.storage.sql.exec(`select name, body from folder_versions where environment_id = ? order by name, version`, environmentId)
+      .toArray().map((r) => JSON.parse(r.body as string) as FolderVersion);
   }
 
   /** Updates arrive through the thread's outbox and may be retried: an older row never overwrites a newer one. */
@@ -218,12 +222,10 @@ export class HouseActor extends DurableObject<Env> {
    */
   async deleteEnvironment(id: string) {
     return settle(() => this.ctx.storage.transactionSync(() => {
-      const sql = this.ctx.storage.sql;
-      const streams = sql.exec(`select body from folder_versions where environment_id = ?`, id).toArray()
-        .map((r) => (JSON.parse(r.body as string) as FolderVersion).stream);
-      sql.exec(`delete from environments where id = ?`, id);
-      sql.exec(`delete from folder_versions where environment_id = ?`, id);
-      return { archiveStreams: streams };
+      const archiveStreams = this.folderVersionsSync(id).map((v) => v.stream);
+      this.ctx.storage.sql.exec(`delete from environments where id = ?`, id);
+      this.ctx.storage.sql.exec(`delete from folder_versions where environment_id = ?`, id);
+      return { archiveStreams };
     }));
   }
 
