@@ -80,6 +80,9 @@ export class Box {
       TMPDIR: path.join(this.dir, "tmp"),
       DAYTONA_SANDBOX_ID: this.id,
       DAYTONA_SANDBOX_USER: "daytona",
+      // A box is its own machine: git must not walk up out of it into a checkout the host
+      // directory happens to sit in (npm run dev keeps boxes inside the project's .wrangler/).
+      GIT_CEILING_DIRECTORIES: this.dir,
       ...(this.spec.outboundProxyUrl
         ? { HTTP_PROXY: this.spec.outboundProxyUrl, HTTPS_PROXY: this.spec.outboundProxyUrl }
         : {}),

@@ -104,6 +104,28 @@ describe("real SDK against the local host", () => {
     await sb.delete(30, true);
     await expect(daytona.get(sb.id)).rejects.toMatchObject({ statusCode: 404 });
   });
+
+  it("a box is not inside the git checkout its host directory happens to sit in", async () => {
+    // `npm run dev` keeps boxes under the project's .wrangler/: git in a box must not find the
+    // project's repository, or a run's diff artifact would be the developer's working tree.
+    const outer = makeRepo();
+    const nested = await startSandboxHost({ port: 0, apiKey: KEY, root: path.join(outer, ".boxes") });
+    try {
+      const client = new Daytona({ apiUrl: nested.apiUrl, apiKey: KEY, target: "local", useDeprecatedPolling: true, requestTimeoutMs: 20_000 });
+      const sb = await client.create({ autoDeleteInterval: -1 }, { timeout: 20 });
+      const outside = await sb.process.executeCommand("git rev-parse --show-toplevel");
+      expect(outside.exitCode).not.toBe(0);
+      expect(outside.result).toMatch(/not a git repository/);
+      // A repository made in the box is still found, from its subdirectories too.
+      await sb.process.executeCommand("git init -q proj && mkdir -p proj/sub");
+      const inside = await sb.process.executeCommand("git rev-parse --show-toplevel", "proj/sub");
+      expect(inside.exitCode).toBe(0);
+      expect(inside.result.trim()).toBe(`${await sb.getUserHomeDir()}/proj`);
+      await sb.delete(30, true);
+    } finally {
+      await nested.close();
+    }
+  });
 });
 
 describe("host responses match Daytona's OpenAPI schemas", () => {
