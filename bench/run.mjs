@@ -128,6 +128,19 @@ async function w2(t, rep = 0) {
   return { rate: (K.W2_BATCHES * K.W2_BATCH) / sec, p50: percentile(lat, 50), p99: percentile(lat, 99), seconds: sec };
 }
 
+/**
+ * Workload 3's send schedule, shared by #3 and its ceilings C8/C9: W3_MESSAGES sends, one every
+ * W3_INTERVAL_MS, each carrying the time it was sent (readers measure delivery from it).
+ */
+async function paced(send) {
+  const t0 = now();
+  for (let i = 0; i < K.W3_MESSAGES; i++) {
+    const due = t0 + i * K.W3_INTERVAL_MS;
+    if (due > now()) await sleep(due - now());
+    await send(String(now()));
+  }
+}
+
 async function w3(t, mode, rep = 0) {
   const name = await t.createThread(`w3-${mode}-r${rep}`);
   const envelope = (text) => JSON.stringify({ payload: { type: "chat", text } });
@@ -154,12 +167,7 @@ async function w3(t, mode, rep = 0) {
   await sleep(1000);
   const expected = K.W3_READERS * K.W3_MESSAGES;
   const appendLat = [];
-  const t0 = now();
-  for (let i = 0; i < K.W3_MESSAGES; i++) {
-    const due = t0 + i * K.W3_INTERVAL_MS;
-    if (due > now()) await sleep(due - now());
-    appendLat.push(await t.append(name, envelope(String(now()))));
-  }
+  await paced(async (stamp) => { appendLat.push(await t.append(name, envelope(stamp))); });
   for (let i = 0; i < 200 && got < expected; i++) await sleep(50);
   ac.abort();
   for (const ws of sockets) try { ws.close(); } catch {}
@@ -412,13 +420,7 @@ async function insertCeiling(runtime) {
         sockets.push(ws);
       }
       await sleep(1000);
-      const t0 = now();
-      for (let i = 0; i < K.W3_MESSAGES; i++) {
-        const due = t0 + i * K.W3_INTERVAL_MS;
-        if (due > now()) await sleep(due - now());
-        const r = await fetch(`${w.url}/broadcast?actor=${actor}`, { method: "POST", body: String(now()) });
-        await r.arrayBuffer();
-      }
+      await paced(async (stamp) => { await (await fetch(`${w.url}/broadcast?actor=${actor}`, { method: "POST", body: stamp })).arrayBuffer(); });
       for (let i = 0; i < 100 && samples.length < K.W3_READERS * K.W3_MESSAGES; i++) await sleep(50);
       for (const ws of sockets) ws.close();
       ac.abort();
