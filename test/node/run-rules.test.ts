@@ -2,7 +2,7 @@
 import { describe, expect, it } from "vitest";
 import { decideLiveness, foldProbe, livenessDeadlines, type LivenessConfig, type ProbeState } from "../../src/threads/liveness";
 import { decideDetail, decideSignal, isTerminal } from "../../src/threads/run-rules";
-import { deleteRetryDelayMs, shouldReap } from "../../src/actors/sandbox/sandbox-decisions";
+import { boxAlarmDecision, deleteRetryDelayMs, shouldReap } from "../../src/actors/sandbox/sandbox-decisions";
 import type { ThreadRow } from "../../src/threads/thread-row";
 import { getCodingAgent } from "../../src/sandbox/harness";
 
@@ -112,6 +112,16 @@ describe("box reaping", () => {
     expect(shouldReap({ ...base, deletePending: true })).toBe(false);
     expect(shouldReap({ ...base, state: "deleted" })).toBe(false);
     expect(shouldReap({ ...base, state: "dead" })).toBe(true);
+  });
+
+  it("runs a pending delete only once it is due, drops it for a box a run took, and re-arms an early alarm", () => {
+    const pending = { state: "live" as const, nextDeleteAt: 10_000, runningThreads: 0 };
+    expect(boxAlarmDecision(pending, 10_000)).toBe("delete");
+    expect(boxAlarmDecision(pending, 9_999)).toBe("rearm");
+    expect(boxAlarmDecision({ ...pending, state: "dead" }, 10_000)).toBe("delete");
+    expect(boxAlarmDecision({ ...pending, runningThreads: 1 }, 10_000)).toBe("cancel");
+    expect(boxAlarmDecision({ ...pending, nextDeleteAt: null }, 10_000)).toBe("nothing");
+    expect(boxAlarmDecision({ ...pending, state: "deleted" }, 10_000)).toBe("nothing");
   });
 
   it("backs off delete retries exponentially up to a cap", () => {

@@ -1,12 +1,13 @@
 import { describe, expect, it, vi } from "vitest";
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
-import type { ThreadActor } from "./test-worker";
+import type { SandboxActor, ThreadActor } from "./test-worker";
 import { sharedTestProvider } from "./register-test-provider";
+import { DELETE_BACKOFF_BASE_MS } from "../../src/actors/sandbox/sandbox-decisions";
 import { call, chat, createThread, houseToken, post, readAll } from "./helpers";
 
 const SILENCE_MS = 300_000;
 const PROBE_MS = 60_000;
-const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor>; SANDBOXES: DurableObjectNamespace };
+const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor>; SANDBOXES: DurableObjectNamespace<SandboxActor> };
 
 const threadStub = (id: string) => E.THREADS.get(E.THREADS.idFromName(`thread:${id}`));
 const boxStub = (id: string) => E.SANDBOXES.get(E.SANDBOXES.idFromName(id));
@@ -173,6 +174,11 @@ describe("finished-signals of another run", () => {
   });
 });
 
+/** Moves a box actor's clock forward, as if that much time had passed. */
+async function advanceBoxClock(boxId: string, ms: number) {
+  await runInDurableObject(boxStub(boxId), (actor: SandboxActor) => { actor.advanceClock(ms); });
+}
+
 describe("stopped-box grace", () => {
   const GRACE_MS = 15 * 60_000; // STOPPED_BOX_GRACE_MS default; the test config does not set it
 
@@ -196,9 +202,23 @@ describe("stopped-box grace", () => {
     expect(alarmAt).toBeGreaterThanOrEqual(stoppedAt + GRACE_MS);
     expect(alarmAt).toBeLessThan(Date.now() + GRACE_MS + 1000);
     // The grace period is over.
+    await advanceBoxClock(b.id, GRACE_MS);
     expect(await runDurableObjectAlarm(boxStub(b.id))).toBe(true);
     expect((await box(token, b.id)).state).toBe("deleted");
     await expect(sharedTestProvider().get(b.providerRef)).rejects.toMatchObject({ code: "not_found" });
+  });
+
+  it("an alarm that comes before the grace period is over deletes nothing and re-arms for the deadline", async () => {
+    const { token, b } = await stopOnBox("house-grace");
+    const alarmAt = await runInDurableObject(boxStub(b.id), (_a: unknown, state) => state.storage.getAlarm());
+    await advanceBoxClock(b.id, GRACE_MS - 60_000);
+    await runDurableObjectAlarm(boxStub(b.id));
+    expect((await box(token, b.id)).state).toBe("live");
+    expect((await sharedTestProvider().get(b.providerRef)).state).toBe("started");
+    expect(await runInDurableObject(boxStub(b.id), (_a: unknown, state) => state.storage.getAlarm())).toBe(alarmAt);
+    await advanceBoxClock(b.id, 60_000);
+    await runDurableObjectAlarm(boxStub(b.id));
+    expect((await box(token, b.id)).state).toBe("deleted");
   });
 
   it("a run attached within the grace period keeps the box", async () => {
@@ -284,6 +304,7 @@ describe("idle reaping", () => {
     let v = await box(token, b.id);
     expect(v.state).toBe("live");
     expect(v.deleteAttempts).toBe(1);
+    await advanceBoxClock(b.id, DELETE_BACKOFF_BASE_MS); // the first retry is due
     expect(await runDurableObjectAlarm(boxStub(b.id))).toBe(true);
     v = await box(token, b.id);
     expect(v.state).toBe("deleted");

@@ -1,17 +1,17 @@
 /**
  * The worker as the workers tests run it: production's entry, with a ThreadActor whose clock the
- * tests can move forward (instead of sleeping) and whose outbox they can load directly, and a
- * HouseActor that can be made to fail. Registered
+ * tests can move forward (instead of sleeping) and whose outbox they can load directly, a
+ * SandboxActor whose clock they can move too, and a HouseActor that can be made to fail. Registered
  * only in vitest.config.ts; the deployed worker never contains it.
  */
-import { HouseActor as ProductionHouseActor, ThreadActor as ProductionThreadActor } from "../../src/worker";
+import { HouseActor as ProductionHouseActor, SandboxActor as ProductionSandboxActor, ThreadActor as ProductionThreadActor } from "../../src/worker";
 import type { ThreadSummary } from "../../src/actors/house/house-actor";
 import type { Clock } from "../../src/actors/clock";
 import type { OutboxKind, OutboxPayloads } from "../../src/actors/thread/outbox";
 import type { Env } from "../../src/env";
 import type { LaunchStep } from "../../src/threads/launch-progress";
 
-export { default, SandboxActor } from "../../src/worker";
+export { default } from "../../src/worker";
 
 class ShiftedClock implements Clock {
   skewMs = 0;
@@ -117,5 +117,20 @@ export class HouseActor extends ProductionHouseActor {
       throw new Error("house index unavailable (test)");
     }
     return super.upsertThread(t);
+  }
+}
+
+/** A box whose clock the tests can move forward (a grace period passes without waiting for it). */
+export class SandboxActor extends ProductionSandboxActor {
+  private readonly testClock: ShiftedClock;
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    const clock = new ShiftedClock();
+    super(ctx, env, clock);
+    this.testClock = clock;
+  }
+
+  advanceClock(ms: number): void {
+    this.testClock.skewMs += ms;
   }
 }

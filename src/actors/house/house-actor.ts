@@ -13,6 +13,7 @@ import { SubscriptionService, type SubResult } from "../../subscriptions/service
 import type { AckRequest, SubscriptionInput } from "../../subscriptions/rules";
 import { plainStreamRequest } from "../../streams/internal-request";
 import { logEvent } from "../../domain/log-event";
+import { systemClock, type Clock } from "../clock";
 
 export type ThreadSummary = {
   id: string;
@@ -63,7 +64,7 @@ export type ThreadFilter = { parentKind?: string; parentId?: string; status?: Th
 export class HouseActor extends DurableObject<Env> {
   private readonly subscriptions: SubscriptionService;
 
-  constructor(ctx: DurableObjectState, env: Env) {
+  constructor(ctx: DurableObjectState, env: Env, clock: Clock = systemClock) {
     super(ctx, env);
     ctx.storage.sql.exec(`create table if not exists threads (
       id text primary key, parent_kind text not null, parent_id text, status text not null, reason text,
@@ -80,7 +81,7 @@ export class HouseActor extends DurableObject<Env> {
     ctx.storage.sql.exec(`create table if not exists house_meta (id integer primary key check (id = 1), house_id text not null)`);
     this.subscriptions = new SubscriptionService({
       sql: ctx.storage.sql,
-      now: () => Date.now(),
+      now: () => clock.now(),
       secret: env.THREADBOX_TOKEN_SECRET ?? "",
       tailOf: async (houseId, path) => unwrapRpc(plainStreamStub(env, houseId, path).subscriptionTail(houseId)),
       appendWake: async (houseId, path, event) => {

@@ -9,7 +9,8 @@ import { foldProbe, type ProbeVerdict } from "../../threads/liveness";
 import { settle, unwrapRpc } from "../rpc";
 import { houseStub, threadStub } from "../stubs";
 import { errorMessage, logEvent } from "../../domain/log-event";
-import { deleteRetryDelayMs, shouldReap, stopScript, type BoxState } from "./sandbox-decisions";
+import { boxAlarmDecision, deleteRetryDelayMs, shouldReap, stopScript, type BoxState } from "./sandbox-decisions";
+import { systemClock, type Clock } from "../clock";
 
 export type RegisterBoxInput = {
   boxId: string;
@@ -51,8 +52,11 @@ export type ProbeAnswer = { verdict: ProbeVerdict; confirmedDead: boolean; state
  * running thread is deleted (with retries), a shared box never is; death is confirmed twice.
  */
 export class SandboxActor extends DurableObject<Env> {
-  constructor(ctx: DurableObjectState, env: Env) {
+  protected readonly clock: Clock;
+
+  constructor(ctx: DurableObjectState, env: Env, clock: Clock = systemClock) {
     super(ctx, env);
+    this.clock = clock;
     const sql = ctx.storage.sql;
     sql.exec(`create table if not exists box (
       id integer primary key check (id = 1), box_id text not null, house_id text not null, provider text not null,
@@ -68,7 +72,7 @@ export class SandboxActor extends DurableObject<Env> {
   async register(input: RegisterBoxInput) {
     return settle(async () => {
       if (!this.row()) {
-        const now = Date.now();
+        const now = this.clock.now();
         this.ctx.storage.sql.exec(
           `insert into box (id, box_id, house_id, provider, provider_ref, ephemeral, state, labels, generation, created_at, updated_at)
            values (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
@@ -130,7 +134,7 @@ export class SandboxActor extends DurableObject<Env> {
       if (opts.keepBox) {
         const r = this.row()!;
         if (r.ephemeral === 1 && this.threadIds().length === 0 && r.next_delete_at === null) {
-          this.ctx.storage.sql.exec(`update box set next_delete_at = ? where id = 1`, Date.now() + intVar(this.env.STOPPED_BOX_GRACE_MS, 15 * 60_000));
+          this.ctx.storage.sql.exec(`update box set next_delete_at = ? where id = 1`, this.clock.now() + intVar(this.env.STOPPED_BOX_GRACE_MS, 15 * 60_000));
           await this.recomputeAlarm();
         }
       } else {
@@ -155,7 +159,7 @@ export class SandboxActor extends DurableObject<Env> {
         verdict = "unknown";
       }
       const { next, confirmedDead } = foldProbe(
-        { lastProbeAt: r.last_probe_at as number | null, deadStreak: r.dead_streak as number }, verdict, Date.now(),
+        { lastProbeAt: r.last_probe_at as number | null, deadStreak: r.dead_streak as number }, verdict, this.clock.now(),
       );
       this.ctx.storage.sql.exec(`update box set dead_streak = ?, last_probe_at = ? where id = 1`, next.deadStreak, next.lastProbeAt);
       if (confirmedDead) await this.markDead(`provider reports the box gone (${r.provider_ref})`);
@@ -185,6 +189,7 @@ export class SandboxActor extends DurableObject<Env> {
       };
       await quiet("SIGTERM", provider.exec(ref, stopScriptFor(threadId, "TERM"), { timeoutSec: 30 }));
       const graceMs = intVar(this.env.STOP_GRACE_MS, 10_000);
+      // A real wait on the box's processes: wall time, whatever this actor's clock says.
       const deadline = Date.now() + graceMs;
       while (handle && Date.now() < deadline) {
         const status = await provider.detachedStatus(handle).catch((err) => {
@@ -217,11 +222,12 @@ export class SandboxActor extends DurableObject<Env> {
   async alarm(): Promise<void> {
     const r = this.row();
     if (!r) return;
-    if (r.next_delete_at !== null && r.state !== "deleted") {
-      const busy = r.state === "live" && this.threadIds().length > 0;
-      if (busy) this.ctx.storage.sql.exec(`update box set next_delete_at = null where id = 1`);
-      else await this.deleteNow();
-    }
+    const decision = boxAlarmDecision(
+      { state: r.state as BoxState, nextDeleteAt: r.next_delete_at as number | null, runningThreads: this.threadIds().length },
+      this.clock.now(),
+    );
+    if (decision === "cancel") this.ctx.storage.sql.exec(`update box set next_delete_at = null where id = 1`);
+    else if (decision === "delete") await this.deleteNow();
     await this.recomputeAlarm();
     await this.syncIndex();
   }
@@ -266,7 +272,7 @@ export class SandboxActor extends DurableObject<Env> {
   }
 
   private touch(): void {
-    this.ctx.storage.sql.exec(`update box set updated_at = ? where id = 1`, Date.now());
+    this.ctx.storage.sql.exec(`update box set updated_at = ? where id = 1`, this.clock.now());
   }
 
   private async reapIfIdle(): Promise<void> {
@@ -279,7 +285,7 @@ export class SandboxActor extends DurableObject<Env> {
   }
 
   private async markDead(reason: string): Promise<void> {
-    this.ctx.storage.sql.exec(`update box set state = 'dead', last_error = ?, updated_at = ? where id = 1`, reason, Date.now());
+    this.ctx.storage.sql.exec(`update box set state = 'dead', last_error = ?, updated_at = ? where id = 1`, reason, this.clock.now());
     for (const threadId of this.threadIds()) await this.orphanThread(threadId, reason);
     this.ctx.storage.sql.exec(`delete from box_threads`);
     // A dead box may still hold resources at the provider (error state): delete it too.
@@ -303,18 +309,18 @@ export class SandboxActor extends DurableObject<Env> {
     if (r.state === "deleted") return;
     try {
       await this.provider().delete(r.provider_ref as string);
-      this.ctx.storage.sql.exec(`update box set state = 'deleted', next_delete_at = null, updated_at = ? where id = 1`, Date.now());
+      this.ctx.storage.sql.exec(`update box set state = 'deleted', next_delete_at = null, updated_at = ? where id = 1`, this.clock.now());
     } catch (err) {
       if (err instanceof ProviderError && err.code === "not_found") {
-        this.ctx.storage.sql.exec(`update box set state = 'deleted', next_delete_at = null, updated_at = ? where id = 1`, Date.now());
+        this.ctx.storage.sql.exec(`update box set state = 'deleted', next_delete_at = null, updated_at = ? where id = 1`, this.clock.now());
         await this.recomputeAlarm();
         return;
       }
       const attempts = (r.delete_attempts as number) + 1;
-      const at = Date.now() + deleteRetryDelayMs(attempts);
+      const at = this.clock.now() + deleteRetryDelayMs(attempts);
       const message = errorMessage(err);
       logEvent("box_delete_failed", { boxId: r.box_id, attempts, retryAt: at, error: message }, "warn");
-      this.ctx.storage.sql.exec(`update box set delete_attempts = ?, next_delete_at = ?, last_error = ?, updated_at = ? where id = 1`, attempts, at, `delete failed: ${message}`, Date.now());
+      this.ctx.storage.sql.exec(`update box set delete_attempts = ?, next_delete_at = ?, last_error = ?, updated_at = ? where id = 1`, attempts, at, `delete failed: ${message}`, this.clock.now());
     }
     await this.recomputeAlarm();
   }

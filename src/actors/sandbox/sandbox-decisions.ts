@@ -10,6 +10,19 @@ export function shouldReap(box: BoxRowView): boolean {
   return box.ephemeral && box.runningThreads === 0 && (box.state === "live" || box.state === "provisioning" || box.state === "dead") && !box.deletePending;
 }
 
+/** What the box's alarm does, given its pending delete (`nextDeleteAt`, epoch ms) and the time. */
+export type BoxAlarmDecision = "nothing" | "cancel" | "delete" | "rearm";
+
+/**
+ * A pending delete runs once it is due, unless a run took the box meanwhile (then it is dropped).
+ * An alarm that comes before the deadline (one left from an earlier deadline) only re-arms.
+ */
+export function boxAlarmDecision(box: { state: BoxState; nextDeleteAt: number | null; runningThreads: number }, nowMs: number): BoxAlarmDecision {
+  if (box.nextDeleteAt === null || box.state === "deleted") return "nothing";
+  if (box.state === "live" && box.runningThreads > 0) return "cancel";
+  return box.nextDeleteAt <= nowMs ? "delete" : "rearm";
+}
+
 export const DELETE_BACKOFF_BASE_MS = 5_000;
 export const DELETE_BACKOFF_MAX_MS = 10 * 60_000;
 
