@@ -4,6 +4,7 @@ import { plainStreamStub } from "../actors/stubs";
 import { ApiError } from "../errors";
 import { houseStub } from "../actors/stubs";
 import { unwrapRpc } from "../actors/rpc";
+import { errorMessage, logEvent } from "../domain/log-event";
 import type { FolderVersion } from "../actors/house/house-actor";
 import { ARCHIVE_CONTENT_TYPES, sha256Hex, sniffArchive } from "./folders";
 
@@ -82,7 +83,8 @@ export async function storeFolderVersion(
     }));
   } catch (err) {
     // No version points at the archive (e.g. the environment was deleted meanwhile): nothing may keep it.
-    await deleteArchive(env, houseId, stream).catch(() => {});
+    await deleteArchive(env, houseId, stream).catch((cleanup) =>
+      logEvent("folder_archive_left_behind", { environmentId, name, stream, error: errorMessage(cleanup) }, "warn"));
     throw err;
   }
 }
