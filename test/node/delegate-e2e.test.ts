@@ -872,6 +872,33 @@ describe("a live run: talk to it, interrupt it", () => {
     expect(JSON.stringify(model.requests.at(-1)!.body.messages)).toContain("Skip that; just say you continued.");
     expect(statuses(es).filter((x) => x !== "running")).toEqual(["completed"]);
   });
+
+  it("interrupt during a tool call aborts the tool, not the run: it stays running and continues with the next message", async () => {
+    model.push(
+      { toolCalls: [{ name: "bash", arguments: { command: "sleep 45; echo slept" } }] },
+      { text: "Did the other thing instead." },
+    );
+    const envId = await environment();
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const childId = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "sleep a while" } })).body.childThreadId as string;
+    await waitFor("the tool call", async () =>
+      (await entries(childId)).find((e) => e.payload.type === "pi.assistant" && JSON.stringify(e.payload).includes("sleep 45")), 30_000);
+    // The call is mirrored when the model's message ends; the command starts right after it.
+    await new Promise((r) => setTimeout(r, 1_000));
+
+    expect((await api(`/api/threads/${childId}/interrupt`, { method: "POST" })).status).toBe(202);
+    await waitFor("the aborted tool", async () => (await entries(childId)).find((e) => e.payload.type === "pi.tool_result"), 20_000);
+    // Give a wrongly posted failure time to land before checking there is none.
+    await new Promise((r) => setTimeout(r, 1_500));
+    expect((await api(`/api/threads/${childId}`)).body.status).toBe("running");
+
+    await chatTo(childId, "Never mind the sleep.");
+    const child = await settled(childId);
+    expect(child.status).toBe("completed");
+    const es = await entries(childId);
+    expect(es.filter((e) => e.payload.type === "pi.assistant").at(-1)!.payload.text).toBe("Did the other thing instead.");
+    expect(statuses(es).filter((x) => x !== "running")).toEqual(["completed"]);
+  });
 });
 
 describe("run_command", () => {
