@@ -18,6 +18,7 @@ export interface Env {
   PROBE_CONFIRM_MS?: string;
   STOPPED_BOX_GRACE_MS?: string;
   STOP_GRACE_MS?: string;
+  RUNNER_DRAIN_MS?: string;
   STREAM_TOKEN_TTL_SECONDS?: string;
   /** How soon a bot's turn interrupted by an eviction is resumed (ms); default 60000. */
   DISPATCH_TURN_LEASE_MS?: string;

@@ -276,6 +276,28 @@ describe("delegate a task to pi in a box", () => {
     expect(statuses(await entries(childId)).filter((s) => s !== "running")).toEqual(["pi_failed"]);
   });
 
+  it("after a model error the run's artifacts still follow the failure, and only then is the box released", async () => {
+    model.push(
+      { toolCalls: [{ name: "bash", arguments: { command: "echo half-done > partial.txt" } }] },
+      { error: 400, message: "the model gives up" },
+    );
+    const envId = await environment();
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const childId = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "start, then fail" } })).body.childThreadId;
+    const child = await settled(childId);
+    expect([child.status, child.reason]).toEqual(["failed", "pi_failed"]);
+    // The mirror posted the failure at once; the runner, still in the box, posts what the run left.
+    const files = await waitFor("the run's files", async () =>
+      (await api(`/api/threads/${childId}/artifacts`)).body.artifacts.find((a: any) => a.payload.type === "artifact.files"), 30_000);
+    expect(JSON.stringify(files.payload.files)).toContain("partial.txt");
+    const box = await waitFor("the box to be released", async () => {
+      const b = (await api(`/api/sandboxes/${child.boxId}`)).body;
+      return b.state === "deleted" ? b : undefined;
+    }, 30_000);
+    expect(box.state).toBe("deleted");
+    expect(statuses(await entries(childId)).filter((s) => s !== "running")).toEqual(["pi_failed"]);
+  });
+
   it("a box whose processes all die mid-run is orphaned by the alarms", async () => {
     model.push({ hang: true });
     const envId = await environment();

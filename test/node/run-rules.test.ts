@@ -2,7 +2,7 @@
 import { describe, expect, it } from "vitest";
 import { decideLiveness, foldProbe, livenessDeadlines, type LivenessConfig, type ProbeState } from "../../src/threads/liveness";
 import { decideDetail, decideSignal, isTerminal } from "../../src/threads/run-rules";
-import { boxAlarmDecision, deleteRetryDelayMs, shouldReap } from "../../src/actors/sandbox/sandbox-decisions";
+import { boxAlarmDecision, deleteRetryDelayMs, releaseDecision, shouldReap } from "../../src/actors/sandbox/sandbox-decisions";
 import type { ThreadRow } from "../../src/threads/thread-row";
 import { getCodingAgent } from "../../src/sandbox/harness";
 
@@ -122,6 +122,12 @@ describe("box reaping", () => {
     expect(boxAlarmDecision({ ...pending, runningThreads: 1 }, 10_000)).toBe("cancel");
     expect(boxAlarmDecision({ ...pending, nextDeleteAt: null }, 10_000)).toBe("nothing");
     expect(boxAlarmDecision({ ...pending, state: "deleted" }, 10_000)).toBe("nothing");
+  });
+
+  it("holds an ended run's box while its runner runs, up to the drain deadline", () => {
+    expect(releaseDecision({ runnerRunning: true, drainUntilMs: 60_000 }, 59_999)).toBe("wait");
+    expect(releaseDecision({ runnerRunning: true, drainUntilMs: 60_000 }, 60_000)).toBe("delete");
+    expect(releaseDecision({ runnerRunning: false, drainUntilMs: 60_000 }, 1_000)).toBe("delete");
   });
 
   it("backs off delete retries exponentially up to a cap", () => {

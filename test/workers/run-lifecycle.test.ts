@@ -232,6 +232,50 @@ describe("stopped-box grace", () => {
   });
 });
 
+describe("a box whose run ended waits for its runner", () => {
+  const DRAIN_MS = 60_000; // RUNNER_DRAIN_MS default; the test config does not set it
+
+  /** A running thread on an ephemeral box whose runner (a detached command) is still alive. */
+  async function runOnBox(house: string) {
+    const token = await houseToken(house);
+    const b = await newBox(token, true);
+    const t = await createThread(token);
+    await claim(token, t.id, b.id);
+    await vi.waitFor(async () => expect((await box(token, b.id)).threads).toEqual([t.id]), { timeout: 5000 });
+    const handle = await sharedTestProvider().startDetached(b.providerRef, "node runner.mjs");
+    await runInDurableObject(boxStub(b.id), (a: SandboxActor) => a.attach(house, t.id, handle));
+    // The mirror reports the failure while the runner is still posting the run's artifacts.
+    expect((await post(token, t.id, signal("pi_failed", { reason: "model error" }))).status).toBe(201);
+    await vi.waitFor(async () => expect((await box(token, b.id)).threads).toEqual([]), { timeout: 5000 });
+    return { token, b, handle };
+  }
+
+  it("is kept while its runner still runs, and deleted at the first look after the runner exited", async () => {
+    const { token, b, handle } = await runOnBox("house-drain");
+    expect((await box(token, b.id)).state).toBe("live");
+    await advanceBoxClock(b.id, 1_000);
+    expect(await runDurableObjectAlarm(boxStub(b.id))).toBe(true);
+    expect((await box(token, b.id)).state).toBe("live");
+    expect((await sharedTestProvider().get(b.providerRef)).state).toBe("started");
+
+    sharedTestProvider().finishDetached(handle, 0);
+    await advanceBoxClock(b.id, 1_000);
+    expect(await runDurableObjectAlarm(boxStub(b.id))).toBe(true);
+    expect((await box(token, b.id)).state).toBe("deleted");
+    await expect(sharedTestProvider().get(b.providerRef)).rejects.toMatchObject({ code: "not_found" });
+  });
+
+  it("is deleted once RUNNER_DRAIN_MS has passed, even if its runner never exits", async () => {
+    const { token, b } = await runOnBox("house-drain");
+    await advanceBoxClock(b.id, DRAIN_MS - 1_000);
+    await runDurableObjectAlarm(boxStub(b.id));
+    expect((await box(token, b.id)).state).toBe("live");
+    await advanceBoxClock(b.id, 1_000);
+    await runDurableObjectAlarm(boxStub(b.id));
+    expect((await box(token, b.id)).state).toBe("deleted");
+  });
+});
+
 describe("box liveness", () => {
   it("a box killed mid-run is confirmed dead by two probes and the thread is orphaned before the silence threshold", async () => {
     const token = await houseToken("house-box");

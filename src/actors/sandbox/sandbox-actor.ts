@@ -9,8 +9,9 @@ import { foldProbe, type ProbeVerdict } from "../../threads/liveness";
 import { settle, unwrapRpc } from "../rpc";
 import { houseStub, threadStub } from "../stubs";
 import { errorMessage, logEvent } from "../../domain/log-event";
-import { boxAlarmDecision, deleteRetryDelayMs, shouldReap, stopScript, type BoxState } from "./sandbox-decisions";
+import { boxAlarmDecision, deleteRetryDelayMs, releaseDecision, RUNNER_DRAIN_POLL_MS, shouldReap, stopScript, type BoxState } from "./sandbox-decisions";
 import { systemClock, type Clock } from "../clock";
+import { addColumnIfMissing } from "../../domain/sql-schema";
 
 export type RegisterBoxInput = {
   boxId: string;
@@ -65,6 +66,9 @@ export class SandboxActor extends DurableObject<Env> {
       dead_streak integer not null default 0, last_probe_at integer, last_error text,
       created_at integer not null, updated_at integer not null)`);
     sql.exec(`create table if not exists box_threads (thread_id text primary key, handle text)`);
+    // Set while a box whose run ended waits for its runner to exit (see holdForRunner).
+    addColumnIfMissing(sql, "box", "drain_handle", "text");
+    addColumnIfMissing(sql, "box", "drain_until", "integer");
   }
 
   // ---- RPC ----
@@ -129,6 +133,7 @@ export class SandboxActor extends DurableObject<Env> {
   async detach(houseId: string, threadId: string, opts: { keepBox?: boolean } = {}) {
     return settle(async () => {
       this.requireRow(houseId);
+      const handle = this.ctx.storage.sql.exec(`select handle from box_threads where thread_id = ?`, threadId).toArray()[0]?.handle as string | null | undefined;
       this.ctx.storage.sql.exec(`delete from box_threads where thread_id = ?`, threadId);
       this.touch();
       if (opts.keepBox) {
@@ -137,7 +142,7 @@ export class SandboxActor extends DurableObject<Env> {
           this.ctx.storage.sql.exec(`update box set next_delete_at = ? where id = 1`, this.clock.now() + intVar(this.env.STOPPED_BOX_GRACE_MS, 15 * 60_000));
           await this.recomputeAlarm();
         }
-      } else {
+      } else if (!(await this.holdForRunner(handle ? (JSON.parse(handle) as DetachedHandle) : null))) {
         await this.reapIfIdle();
       }
       await this.syncIndex();
@@ -226,8 +231,8 @@ export class SandboxActor extends DurableObject<Env> {
       { state: r.state as BoxState, nextDeleteAt: r.next_delete_at as number | null, runningThreads: this.threadIds().length },
       this.clock.now(),
     );
-    if (decision === "cancel") this.ctx.storage.sql.exec(`update box set next_delete_at = null where id = 1`);
-    else if (decision === "delete") await this.deleteNow();
+    if (decision === "cancel") this.ctx.storage.sql.exec(`update box set next_delete_at = null, drain_handle = null, drain_until = null where id = 1`);
+    else if (decision === "delete" && !(await this.stillDraining())) await this.deleteNow();
     await this.recomputeAlarm();
     await this.syncIndex();
   }
@@ -282,6 +287,50 @@ export class SandboxActor extends DurableObject<Env> {
       deletePending: r.next_delete_at !== null,
     });
     if (reap) await this.deleteNow();
+  }
+
+  /**
+   * A box about to be reaped whose runner is still running (it posts the run's artifacts after a
+   * failure the mirror reported first) is held for it: its delete becomes a pending one that the
+   * alarm retries until the runner has exited or RUNNER_DRAIN_MS has passed. True if held.
+   */
+  private async holdForRunner(handle: DetachedHandle | null): Promise<boolean> {
+    const r = this.row()!;
+    if (!handle || !shouldReap({ ephemeral: r.ephemeral === 1, state: r.state as BoxState, runningThreads: this.threadIds().length, deletePending: r.next_delete_at !== null })) {
+      return false;
+    }
+    if (!(await this.runnerRunning(handle))) return false;
+    const now = this.clock.now();
+    this.ctx.storage.sql.exec(
+      `update box set drain_handle = ?, drain_until = ?, next_delete_at = ? where id = 1`,
+      JSON.stringify(handle), now + intVar(this.env.RUNNER_DRAIN_MS, 60_000), now + RUNNER_DRAIN_POLL_MS,
+    );
+    await this.recomputeAlarm();
+    return true;
+  }
+
+  /** On a due delete of a held box: true (and the next look is scheduled) while its runner still runs. */
+  private async stillDraining(): Promise<boolean> {
+    const r = this.row()!;
+    if (!r.drain_handle) return false;
+    const runnerRunning = await this.runnerRunning(JSON.parse(r.drain_handle as string) as DetachedHandle);
+    const now = this.clock.now();
+    if (releaseDecision({ runnerRunning, drainUntilMs: r.drain_until as number }, now) === "wait") {
+      this.ctx.storage.sql.exec(`update box set next_delete_at = ? where id = 1`, now + RUNNER_DRAIN_POLL_MS);
+      return true;
+    }
+    this.ctx.storage.sql.exec(`update box set drain_handle = null, drain_until = null where id = 1`);
+    return false;
+  }
+
+  /** Whether the run's detached runner is still alive; an unknown answer counts as exited. */
+  private async runnerRunning(handle: DetachedHandle): Promise<boolean> {
+    try {
+      return (await this.provider().detachedStatus(handle)).running;
+    } catch (err) {
+      logEvent("runner_status_unknown", { boxId: this.row()!.box_id, error: errorMessage(err) }, "warn");
+      return false;
+    }
   }
 
   private async markDead(reason: string): Promise<void> {

@@ -23,6 +23,17 @@ export function boxAlarmDecision(box: { state: BoxState; nextDeleteAt: number | 
   return box.nextDeleteAt <= nowMs ? "delete" : "rearm";
 }
 
+/**
+ * A box whose run has ended is held while its runner is still in it (it posts what the run left
+ * after a failure the mirror already reported), but never past `drainUntilMs`.
+ */
+export function releaseDecision(d: { runnerRunning: boolean; drainUntilMs: number }, nowMs: number): "wait" | "delete" {
+  return d.runnerRunning && nowMs < d.drainUntilMs ? "wait" : "delete";
+}
+
+/** How often a held box asks whether its runner has exited. */
+export const RUNNER_DRAIN_POLL_MS = 1_000;
+
 export const DELETE_BACKOFF_BASE_MS = 5_000;
 export const DELETE_BACKOFF_MAX_MS = 10 * 60_000;
 
