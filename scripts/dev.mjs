@@ -15,9 +15,11 @@ import { devBanner } from "./lib/dev-banner.mjs";
 
 const port = Number(process.env.PORT ?? 8787);
 const sandboxPort = Number(process.env.SANDBOX_HOST_PORT ?? 3986);
+const demoModelPort = Number(process.env.DEMO_MODEL_PORT ?? 3987);
 const busy = await busyPortsMessage([
   { port, envVar: "PORT", what: "the worker" },
   { port: sandboxPort, envVar: "SANDBOX_HOST_PORT", what: "the local sandbox host" },
+  { port: demoModelPort, envVar: "DEMO_MODEL_PORT", what: "the demo model" },
 ], "npm run dev");
 if (busy) {
   console.error(busy);
@@ -33,7 +35,6 @@ const vars = readVarsFile(devVarsPath);
 const sandboxKey = process.env.SANDBOX_HOST_API_KEY ?? vars.DAYTONA_API_KEY ?? "dev-sandbox-key";
 const sandboxRoot = process.env.SANDBOX_HOST_ROOT ?? join(ROOT, ".wrangler", "sandbox-host");
 const host = await startSandboxHost({ port: sandboxPort, apiKey: sandboxKey, root: sandboxRoot });
-const demoModelPort = Number(process.env.DEMO_MODEL_PORT ?? 3987);
 const demoModel = await startDemoModel({ port: demoModelPort }).catch((err) => {
   if (err.code !== "EADDRINUSE") throw err;
   console.error(`port ${demoModelPort} (demo model) is in use: stop what holds it, or set DEMO_MODEL_PORT to a free port`);

@@ -84,6 +84,20 @@ describe("npm run dev", () => {
     }
   }, 60_000);
 
+  it("with every port of a running dev taken, the hint moves all three, the demo model's included", async () => {
+    const taken = [await occupy(), await occupy(), await occupy()];
+    try {
+      const [worker, sandbox, model] = taken.map((t) => String(t.port));
+      const dev = run("dev.mjs", { PORT: worker, SANDBOX_HOST_PORT: sandbox, DEMO_MODEL_PORT: model });
+      expect(await dev.exited).toBe(1);
+      const out = dev.output();
+      expect(out).toContain(`port ${model} (the demo model) is already in use`);
+      expect(out).toMatch(/PORT=\d+ SANDBOX_HOST_PORT=\d+ DEMO_MODEL_PORT=\d+ npm run dev/);
+    } finally {
+      for (const t of taken) t.server.close();
+    }
+  }, 60_000);
+
   async function explorerAnswer(extra: Record<string, string>): Promise<{ status: number; body: string; appPage: string }> {
     const port = await freePort();
     const dev = run("dev.mjs", { PORT: String(port), SANDBOX_HOST_PORT: String(await freePort()), ...extra });
