@@ -14,13 +14,18 @@ import { colourEnabled, palette } from "./lib/term.mjs";
 
 let exitCode = EXIT.ok;
 const setExit = (code) => { exitCode = code; };
+const jsonOutput = process.argv.includes("--json");
 
 const program = new Command("threadbox")
   .description("client of a threadbox server: threads, runs, boxes, environments, bots")
   .option("--url <url>", "server URL (default: $THREADBOX_URL, then what `threadbox login` stored)")
   .option("--json", "machine-readable output: one JSON document (NDJSON for tail/chat)")
   .version(JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")).version)
-  .showHelpAfterError()
+  // With --json a usage mistake is an error document like any other, without the help text.
+  .showHelpAfterError(!jsonOutput)
+  .configureOutput(jsonOutput ? {
+    outputError: (str, write) => write(`${JSON.stringify({ error: { code: "usage", message: str.replace(/^error: /, "").trim() } })}\n`),
+  } : {})
   .exitOverride();
 
 const contexts = new WeakMap();
@@ -37,7 +42,7 @@ registerChat(program, ctxOf, setExit);
 registerArtifacts(program, ctxOf);
 
 function report(err) {
-  const json = process.argv.includes("--json");
+  const json = jsonOutput;
   if (err instanceof CommanderError) {
     // help and version are not failures; usage mistakes were already printed by commander
     return err.exitCode === 0 ? EXIT.ok : EXIT.error;

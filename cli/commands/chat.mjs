@@ -4,6 +4,7 @@
 // child runs that answer started), then exits.
 import { randomUUID } from "node:crypto";
 import { createInterface } from "node:readline";
+import { InvalidArgumentError } from "commander";
 import { paths, resolveAgent } from "../lib/api.mjs";
 import { tokenClaims } from "../lib/config.mjs";
 import { CliError } from "../lib/errors.mjs";
@@ -14,10 +15,11 @@ import { createSpinner } from "../lib/term.mjs";
 /**
  * Where a conversation stands, updated entry by entry (pure). The bot has answered when, after our
  * last message, it wrote a chat and every child run it delegated since has finished and been
- * reported back with a chat of its own.
- * @typedef {{ lastPosted: string | null, lastOtherChat: string, replied: boolean, pendingChildren: number }} ChatProgress
+ * reported back with a chat of its own. A turn that failed (`signal.dispatch.error`) is an answer
+ * too: nothing else will come, and `failure` says why.
+ * @typedef {{ lastPosted: string | null, lastOtherChat: string, replied: boolean, pendingChildren: number, failure: string | null }} ChatProgress
  */
-export const initialProgress = () => ({ lastPosted: null, lastOtherChat: "", replied: true, pendingChildren: 0 });
+export const initialProgress = () => ({ lastPosted: null, lastOtherChat: "", replied: true, pendingChildren: 0, failure: null });
 
 /** @returns {ChatProgress} */
 export function advance(progress, entry, me) {
@@ -26,7 +28,15 @@ export function advance(progress, entry, me) {
   const after = p.lastPosted !== null && entry.offset > p.lastPosted;
   if (type === "chat" && entry.authorId !== me) {
     if (entry.offset > p.lastOtherChat) p.lastOtherChat = entry.offset;
-    if (after) p.replied = true;
+    if (after) {
+      p.replied = true;
+      p.failure = null;
+    }
+  }
+  if (after && type === "signal.dispatch.error" && entry.authorId !== me) {
+    p.replied = true;
+    p.pendingChildren = 0;
+    p.failure = String(entry.payload.reason ?? "the bot's turn failed");
   }
   if (after && type === "pi.tool_result" && (entry.payload.toolName ?? entry.payload.name) === "delegate_task" && !entry.payload.isError
       && /\bth_[A-Za-z0-9]+/.test(String(entry.payload.output ?? ""))) {
@@ -41,10 +51,16 @@ export function advance(progress, entry, me) {
 
 /** After posting a message at `offset`: the answer may already have come over the socket. */
 export function onPosted(progress, offset) {
-  return { ...progress, lastPosted: offset, replied: progress.lastOtherChat > offset };
+  return { ...progress, lastPosted: offset, replied: progress.lastOtherChat > offset, failure: null };
 }
 
 export const answered = (progress) => progress.replied && progress.pendingChildren === 0;
+
+function positiveSeconds(value) {
+  const n = Number(value);
+  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError("must be a number of seconds above 0");
+  return n;
+}
 
 export function registerChat(program, ctxOf, setExit) {
   program
@@ -52,7 +68,7 @@ export function registerChat(program, ctxOf, setExit) {
     .description("talk to a bot in a direct-message thread: one line of stdin per message")
     .argument("<bot>", "the bot's @handle (or id)")
     .option("--thread <thread>", "continue this DM thread instead of opening a new one")
-    .option("--reply-timeout <seconds>", "at the end of stdin, how long to wait for the last answer", "300")
+    .option("--reply-timeout <seconds>", "at the end of stdin, how long to wait for the last answer", positiveSeconds, 300)
     .action(async (botRef, opts, cmd) => {
       const ctx = ctxOf(cmd);
       const api = ctx.api();
@@ -106,7 +122,7 @@ export function registerChat(program, ctxOf, setExit) {
         if (!json && !answered(progress)) spinner.start(`@${bot.handle} is thinking`);
       }
       inputDone = true;
-      const timeoutMs = Number(opts.replyTimeout) * 1000;
+      const timeoutMs = opts.replyTimeout * 1000;
       const timer = setTimeout(() => finish(new CliError("timeout", `no answer from @${bot.handle} within ${opts.replyTimeout} s (thread ${thread.id})`)), timeoutMs);
       maybeFinish();
       const outcome = await finished;
@@ -114,6 +130,7 @@ export function registerChat(program, ctxOf, setExit) {
       spinner.stop();
       sub.close();
       if (outcome instanceof Error) throw outcome;
+      if (progress.failure) throw new CliError("bot_failed", `@${bot.handle} could not answer: ${progress.failure} (thread ${thread.id})`);
       setExit(0);
     });
 }

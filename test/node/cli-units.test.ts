@@ -110,6 +110,17 @@ describe("watching", () => {
     expect(r.pendingChildren).toBe(0);
   });
 
+  it("chat takes a failed turn of the bot as its answer, with the reason; the next message starts clean", () => {
+    const e = (authorId: string, offset: string, payload: Record<string, unknown>) => ({ authorId, offset, payload });
+    let p = onPosted(initialProgress(), "0002");
+    p = advance(p, e("ag_1", "0003", { type: "signal.dispatch.error", agentId: "ag_1", reason: "no model: bot @coder has no environment" }), "me");
+    expect([answered(p), p.failure]).toEqual([true, "no model: bot @coder has no environment"]);
+    p = onPosted(p, "0004");
+    expect([answered(p), p.failure]).toEqual([false, null]);
+    // an error from before our last message is not about it
+    expect(advance(p, e("ag_1", "0001", { type: "signal.dispatch.error", reason: "old" }), "me").failure).toBeNull();
+  });
+
   it("renders a bot's turn: its tool calls and results, not its words twice", () => {
     const bot = { authorId: "ag_1", ts: 0 };
     expect(renderEntry({ ...bot, payload: { type: "pi.assistant", text: "", toolCalls: [{ id: "c1", name: "delegate_task", args: { task: "x" } }], stopReason: "toolUse" } }, c))

@@ -277,6 +277,30 @@ describe("chat with a bot", () => {
     expect(again.stderr).toMatch(/^error \w+: /);
   });
 
+  it("chat ends as soon as the bot's turn fails, with its reason, instead of waiting out the reply timeout", async (ctx) => {
+    if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip();
+    // No environment: the bot has no model to call, so its turn fails at once.
+    const made = await fetch(`${worker.url}/api/agents`, {
+      method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify({ name: "Stranded", handle: "stranded", model: "openai/gpt-4.1-mini" }),
+    });
+    expect(made.status).toBe(201);
+    const started = Date.now();
+    const r = await cli(["chat", "@stranded", "--reply-timeout", "120"], { env: as(), input: "hello?\n" });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/^error bot_failed: @stranded could not answer: .+ \(thread th_\S+\)$/m);
+    expect(Date.now() - started).toBeLessThan(60_000); // far from the 120 s it would have waited
+  });
+
+  it("chat refuses a reply timeout that is not a positive number before opening a thread; --json makes usage errors JSON", async () => {
+    const r = await cli(["chat", "@demo", "--reply-timeout", "abc"], { env: as(), input: "x\n" });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain("option '--reply-timeout <seconds>' argument 'abc' is invalid");
+    const j = await cli(["threads", "--status", "bogus", "--json"], { env: as() });
+    expect(j.code).toBe(2);
+    expect(JSON.parse(j.stderr.trim())).toEqual({ error: { code: "usage", message: expect.stringContaining("'bogus' is invalid") } });
+  });
+
   it("chat names a missing bot clearly", async (ctx) => {
     if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip();
     const r = await cli(["chat", "@nobody"], { env: as() });
