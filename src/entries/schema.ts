@@ -22,13 +22,22 @@ const openPayload = z.object({
   type: z.string().regex(/^(pi|signal|artifact)\.[A-Za-z0-9_.-]{1,100}$/, "payload.type must be chat, pi.*, signal.* or artifact.*"),
 }).passthrough();
 
-export const payloadSchema = z.union([chatPayload, statusChangedPayload, openPayload]).superRefine((p, ctx) => {
-  // The union would let a malformed status_changed slip through as an open signal.
-  if (p.type === STATUS_CHANGED) {
-    const r = statusChangedPayload.safeParse(p);
-    if (!r.success) for (const issue of r.error.issues) ctx.addIssue({ ...issue, code: "custom", message: issue.message });
-  }
-});
+type PayloadBranch = typeof chatPayload | typeof statusChangedPayload | typeof openPayload;
+
+/** The one schema a payload is held to, chosen by its `type`: its errors are about that kind. */
+function branchFor(type: unknown): PayloadBranch {
+  if (type === "chat") return chatPayload;
+  if (type === STATUS_CHANGED) return statusChangedPayload;
+  return openPayload;
+}
+
+export const payloadSchema = z.custom<z.infer<PayloadBranch>>((v) => typeof v === "object" && v !== null && !Array.isArray(v), "payload must be an object")
+  .transform((v, ctx) => {
+    const r = branchFor((v as { type?: unknown }).type).safeParse(v);
+    if (r.success) return r.data;
+    for (const issue of r.error.issues) ctx.addIssue({ ...issue, code: "custom", message: issue.message } as never);
+    return z.NEVER;
+  });
 export type Payload = z.infer<typeof payloadSchema> & { type: string; [k: string]: unknown };
 
 /**

@@ -134,6 +134,14 @@ describe("entries", () => {
       expect(r.headers.get("content-type")).toContain("application/json");
       expect(await errorCode(r)).toBe(code);
     }
+    // The detail is about the payload's own kind: a chat without text is told so.
+    const details = async (payload: unknown) =>
+      ((await (await call(`/api/threads/${t.id}/entries`, { method: "POST", token, json: { payload } })).json()) as { error: { details: unknown } }).error.details;
+    expect(await details({ type: "chat" })).toEqual([{ path: "0.payload.text", message: expect.stringMatching(/string/i) }]);
+    expect(await details({ type: "chat", text: 5 })).toEqual([{ path: "0.payload.text", message: expect.stringMatching(/string/i) }]);
+    expect(await details({ type: "bogus" })).toEqual([{ path: "0.payload.type", message: "payload.type must be chat, pi.*, signal.* or artifact.*" }]);
+    expect(await details({ type: "signal.thread.status_changed", status: "exploded" })).toEqual([{ path: "0.payload.status", message: expect.any(String) }]);
+    expect(await details("just text")).toEqual([{ path: "0.payload", message: "payload must be an object" }]);
     expect((await readAll(token, t.id)).entries).toHaveLength(0);
     // Unknown envelope fields are dropped, not stored (an entry read back can be re-posted as is).
     expect((await post(token, t.id, { offset: "0000000000000000_0000000000000009", extra: 1, payload: { type: "chat", text: "x" } })).status).toBe(201);
