@@ -61,7 +61,7 @@ export async function patchEnvironmentRoute(request: Request, env: Env, id: stri
   // Leaving `shared` keeps the box for run_command unless sharedBox says otherwise.
   if (patch.boxMode === "ephemeral" && !("sharedBox" in patch)) merged.sharedBox = current.sharedBox;
   const parsed = environmentInputSchema.safeParse(merged);
-  if (!parsed.success) throw new ApiError("validation_failed", "invalid environment", { issues: formatZodError(parsed.error) });
+  if (!parsed.success) throw new ApiError("validation_failed", "invalid environment", formatZodError(parsed.error));
   const e: Environment = { ...parsed.data, id: current.id, houseId, createdAt, ...(sharedBoxId ? { sharedBoxId } : {}) };
   await unwrapRpc(houseStub(env, claims.houseId).putEnvironment(e));
   return json(publicEnvironment(e));

@@ -240,6 +240,9 @@ describe("environment workspace fields", () => {
       expect(bad.status, JSON.stringify(json)).toBe(400);
       expect(await errorCode(bad)).toBe("validation_failed");
     }
+    // Its validation errors have the shape every route's have: details is a list of {path, message}.
+    const shaped = (await (await call(`/api/environments/${id}`, { method: "PATCH", token, json: { env: { "BAD NAME": "x" } } })).json()) as any;
+    expect(shaped.error.details).toEqual([{ path: expect.stringContaining("env"), message: expect.any(String) }]);
     expect((await call(`/api/environments/${id}`, { method: "PATCH", token: await houseToken("house-ws-other"), json: { name: "mine" } })).status).toBe(404);
     expect((await call(`/api/environments/${id}`, { method: "PATCH", token: await houseToken("house-ws-patch", "rita", "reader"), json: { name: "x" } })).status).toBe(403);
     expect((await call(`/api/environments/${id}`, { method: "PATCH", token: await houseToken("house-ws-patch", "b", "bot"), json: { name: "x" } })).status).toBe(403);
