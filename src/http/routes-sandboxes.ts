@@ -84,7 +84,9 @@ export async function deleteSandboxRoute(request: Request, env: Env, id: string 
   const claims = await houseClaims(request, env, true);
   const boxId = idSchema.safeParse(id);
   if (!boxId.success) throw new ApiError("not_found", "box not found");
-  const force = new URL(request.url).searchParams.get("force") === "true";
+  const forceParam = new URL(request.url).searchParams.get("force");
+  if (forceParam !== null && forceParam !== "true" && forceParam !== "false") throw new ApiError("validation_failed", "force must be true or false");
+  const force = forceParam === "true";
   const view = await unwrapRpc(sandboxStub(env, boxId.data).destroy(claims.houseId, force));
   return json(view);
 }

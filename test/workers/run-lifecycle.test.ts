@@ -3,7 +3,7 @@ import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test"
 import type { SandboxActor, ThreadActor } from "./test-worker";
 import { sharedTestProvider } from "./register-test-provider";
 import { DELETE_BACKOFF_BASE_MS } from "../../src/actors/sandbox/sandbox-decisions";
-import { call, chat, createThread, houseToken, post, readAll } from "./helpers";
+import { call, chat, createThread, errorCode, houseToken, post, readAll } from "./helpers";
 
 const SILENCE_MS = 300_000;
 const PROBE_MS = 60_000;
@@ -370,6 +370,13 @@ describe("idle reaping", () => {
     expect((await box(token, b.id)).state).toBe("live");
     const t2 = await createThread(token);
     await claim(token, t2.id, b.id);
+    // force is true or false; anything else is a mistake to point out, not a quiet "no".
+    for (const q of ["force=maybe", "force=1", "force="]) {
+      const r = await call(`/api/sandboxes/${b.id}?${q}`, { method: "DELETE", token });
+      expect(r.status, q).toBe(400);
+      expect(await errorCode(r)).toBe("validation_failed");
+    }
+    expect((await call(`/api/sandboxes/${b.id}?force=false`, { method: "DELETE", token })).status).toBe(409);
     const forced = await call(`/api/sandboxes/${b.id}?force=true`, { method: "DELETE", token });
     expect(forced.status).toBe(200);
     expect((await box(token, b.id)).state).toBe("deleted");
