@@ -39,7 +39,7 @@ export function registerSession(program, ctxOf) {
     .description("forget the stored URL and token")
     .action((_opts, cmd) => {
       const path = configPath();
-      removeConfig(path);
-      ctxOf(cmd).print({ removed: path }, () => `removed ${path}`);
+      const removed = removeConfig(path);
+      ctxOf(cmd).print({ removed: removed ? path : null }, () => (removed ? `removed ${path}` : `not logged in (nothing stored at ${path})`));
     });
 }

@@ -24,7 +24,7 @@ export function registerThreads(program, ctxOf, setExit) {
       if (opts.status) q.set("status", opts.status);
       const { threads } = await ctx.wait("loading threads", () => ctx.api().get(`/api/threads?${q}`));
       ctx.print({ threads }, () => {
-        if (!threads.length) return ctx.c.gray("no threads yet: threadbox new \"my first thread\"");
+        if (!threads.length) return ctx.c.gray(opts.status ? `no ${opts.status} threads` : "no threads yet: threadbox new \"my first thread\"");
         return opts.tree ? threadTree(threads, ctx.c) : threads.map((t) => threadLine(t, ctx.c));
       });
     });

@@ -33,8 +33,11 @@ export function saveConfig(config, path = configPath()) {
   chmodSync(path, 0o600); // an existing file keeps its old mode on write
 }
 
+/** Removes the stored login; false when there was none. */
 export function removeConfig(path = configPath()) {
+  if (!existsSync(path)) return false;
   rmSync(path, { force: true });
+  return true;
 }
 
 /** Trims a trailing slash so paths join cleanly. */

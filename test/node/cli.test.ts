@@ -74,6 +74,10 @@ describe("login", () => {
     const created = await cli(["new", "after login"], { config });
     expect(created.code).toBe(0);
     expect(created.stdout.trim()).toMatch(/^th_/);
+    // logout forgets it, and a second logout says there was nothing to forget
+    expect((await cli(["logout"], { config })).stdout.trim()).toBe(`removed ${file}`);
+    expect((await cli(["logout"], { config })).stdout.trim()).toBe(`not logged in (nothing stored at ${file})`);
+    expect(JSON.parse((await cli(["logout", "--json"], { config })).stdout)).toEqual({ removed: null });
   });
 
   it("refuses a bad token with the API's error code, exits non-zero and stores nothing", async () => {
