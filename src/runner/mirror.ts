@@ -12,7 +12,8 @@
  * - A heartbeat every THREADBOX_HEARTBEAT_MS (default 5000), without producer headers.
  * - When pi settles after an assistant stop reason `error`, it posts the `pi_failed`
  *   finished-signal with id `${threadId}:finished:${runId}` (the runner uses the same id).
- *   An error that ends a turn someone aborted (an interrupt) is not a failure: the run goes on.
+ *   An error that ends a turn someone aborted (an interrupt during a tool call) is mirrored as the
+ *   `aborted` stop it is, and is not a failure: the run goes on.
  * - Posting never blocks pi: entries queue in order and retry with backoff
  *   (see StreamWriter); on session_shutdown the heartbeat is cleared and the queue is
  *   flushed for at most THREADBOX_FLUSH_TIMEOUT_MS (default 15 s).
@@ -49,7 +50,7 @@ export default function threadboxMirror(pi: ExtensionAPI): void {
   let heartbeat: ReturnType<typeof setInterval> | undefined;
   let sessionId = "nosession";
   let counter = 0;
-  let lastAssistant: { stopReason?: string; errorMessage?: string; model?: string; aborted: boolean } | undefined;
+  let lastAssistant: { stopReason?: string; errorMessage?: string; model?: string } | undefined;
   /** Where the current model is served: a failure to reach it names the URL. */
   let modelUrl: string | undefined;
   let failurePosted = false;
@@ -69,7 +70,7 @@ export default function threadboxMirror(pi: ExtensionAPI): void {
   };
 
   const postFailureIfNeeded = () => {
-    if (failurePosted || !writer || lastAssistant?.stopReason !== "error" || lastAssistant.aborted) return;
+    if (failurePosted || !writer || lastAssistant?.stopReason !== "error") return;
     failurePosted = true;
     const reason = withModelUrl(lastAssistant.errorMessage || "model error", lastAssistant.model, modelUrl);
     const entry = finishedSignal("pi_failed", reason, {
@@ -116,16 +117,19 @@ export default function threadboxMirror(pi: ExtensionAPI): void {
   });
 
   pi.on("message_end", (event, ctx) => {
-    const message: any = event.message;
+    let message: any = event.message;
     if (!isMirroredRole(message?.role)) return;
+    // An interrupt during a tool call aborts the model call that follows it, which pi reports as an
+    // `error` stop; the turn's aborted signal says it was asked for, as an interrupted model call's
+    // own `aborted` stop does.
+    if (message.role === "assistant" && message.stopReason === "error" && (ctx as { signal?: AbortSignal } | undefined)?.signal?.aborted === true) {
+      message = { ...message, stopReason: "aborted" };
+    }
     const index = counter++;
     mirrorMessage(message, index);
     if (message.role === "assistant") {
       const model = message.provider && message.model ? `${message.provider}/${message.model}` : undefined;
-      // An interrupt during a tool call aborts the model call that follows it, which pi reports as
-      // an `error` stop; the turn's aborted signal says it was asked for.
-      const aborted = (ctx as { signal?: AbortSignal } | undefined)?.signal?.aborted === true;
-      lastAssistant = { stopReason: message.stopReason, errorMessage: message.errorMessage, model, aborted };
+      lastAssistant = { stopReason: message.stopReason, errorMessage: message.errorMessage, model };
       modelUrl = (ctx?.model as { baseUrl?: string } | undefined)?.baseUrl ?? modelUrl;
     }
   });

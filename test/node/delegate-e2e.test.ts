@@ -910,6 +910,9 @@ describe("a live run: talk to it, interrupt it", () => {
 
     expect((await api(`/api/threads/${childId}/interrupt`, { method: "POST" })).status).toBe(202);
     await waitFor("the aborted tool", async () => (await entries(childId)).find((e) => e.payload.type === "pi.tool_result"), 20_000);
+    // The turn reads as aborted, as an interrupted model call's does.
+    await waitFor("the aborted turn", async () =>
+      (await entries(childId)).find((e) => e.payload.type === "pi.assistant" && e.payload.stopReason === "aborted"), 20_000);
     // Give a wrongly posted failure time to land before checking there is none.
     await new Promise((r) => setTimeout(r, 1_500));
     expect((await api(`/api/threads/${childId}`)).body.status).toBe("running");
