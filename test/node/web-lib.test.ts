@@ -53,6 +53,29 @@ describe("timeline", () => {
     ]);
   });
 
+  it("shows a bot's turn as the bot: its tool calls with names and arguments, its answer once, a failed turn with its reason", () => {
+    const bot = { authorId: "ag_1" };
+    const es = [
+      entry({ type: "chat", text: "@demo write a.txt" }, { authorId: "ana" }),
+      entry({ type: "pi.assistant", text: "On it.", toolCalls: [{ id: "c1", name: "delegate_task", args: { task: "write a.txt" } }, { id: "c2", name: "run_command", args: { command: "ls" } }], stopReason: "toolUse", turnId: "turn_1" }, bot),
+      entry({ type: "pi.tool_result", toolCallId: "c1", toolName: "delegate_task", output: '{"childThreadId":"th_c"}', isError: false, turnId: "turn_1" }, bot),
+      entry({ type: "signal.exec.output", execId: "c2", stream: "stdout", text: "a.txt\n" }, bot),
+      entry({ type: "pi.tool_result", toolCallId: "c2", toolName: "run_command", output: "a.txt\n", isError: false, turnId: "turn_1" }, bot),
+      entry({ type: "pi.assistant", text: "Done.", toolCalls: [], stopReason: "stop", turnId: "turn_1" }, bot),
+      entry({ type: "chat", text: "Done." }, bot),
+      entry({ type: "signal.dispatch.error", agentId: "ag_1", reason: "the model API answered HTTP 500" }, bot),
+    ];
+    const items = buildTimeline(es, [], who);
+    expect(items.map((i) => (i.kind === "chat" ? ["chat", i.author, i.text] : i.kind === "tool" ? ["tool", i.name, i.args, i.result?.payload.output, i.live, Boolean(i.liveOnly)] : [i.kind, i.kind === "signal" ? [i.label, i.tone] : null]))).toEqual([
+      ["chat", "ana (you)", "@demo write a.txt"],
+      ["chat", "@demo", "On it."],
+      ["tool", "delegate_task", { task: "write a.txt" }, '{"childThreadId":"th_c"}', undefined, false],
+      ["tool", "run_command", { command: "ls" }, "a.txt\n", "a.txt\n", false],
+      ["chat", "@demo", "Done."],
+      ["signal", ["bot turn failed (the model API answered HTTP 500)", "bad"]],
+    ]);
+  });
+
   it("pairs each tool result with its call by toolCallId, in call order", () => {
     const es = [
       entry({ type: "pi.tool_call", toolCallId: "a", name: "bash", args: { command: "ls" } }),

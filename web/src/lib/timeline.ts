@@ -42,8 +42,10 @@ export function signalLabel(p: Entry["payload"]): { label: string; tone: "info" 
       return { label: `message delivered to the agent (${p.mode === "prompt" ? "as its next prompt" : "while it works"})`, tone: "good" };
     case "signal.run.launched":
       return { label: `${p.harness ?? "agent"} launched (${p.boxReused ? "box reused" : "new box"}, session ${p.session ?? "new"})`, tone: "info" };
+    case "signal.dispatch.error":
+      return { label: `bot turn failed${reason}`, tone: "bad" };
     default:
-      return { label: p.type.replace(/^signal\./, ""), tone: "info" };
+      return { label: `${p.type.replace(/^signal\./, "")}${reason}`, tone: "info" };
   }
 }
 
@@ -56,12 +58,31 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
   const items: TimelineItem[] = [];
   const tools = new Map<string, ToolItem>();
   const chatTexts = new Set<string>();
+  // A bot's turn ends with its answer twice: the last model round (`pi.assistant`) and the chat
+  // it posts. The chat is what people read; the round's copy is not shown.
+  const botChats = new Set(entries.filter((e) => e.payload.type === "chat" && e.authorId).map((e) => `${e.authorId}\u0000${String(e.payload.text ?? "")}`));
   const pending = [...children].sort((a, b) => a.createdAt.localeCompare(b.createdAt));
   const placeChildrenBefore = (ts: number) => {
     while (pending.length && Date.parse(pending[0].createdAt) <= ts) {
       const thread = pending.shift()!;
       items.push({ kind: "child", key: `child:${thread.id}`, thread });
     }
+  };
+  /** The card of one tool call, made by whichever of its entries comes first. */
+  const toolCard = (id: string, key: string, name: string): ToolItem => {
+    let item = tools.get(id);
+    if (!item) {
+      item = { kind: "tool", key, toolCallId: id, name, args: undefined };
+      tools.set(id, item);
+      items.push(item);
+    }
+    return item;
+  };
+  const called = (item: ToolItem, entry: Entry, name: unknown, args: unknown) => {
+    item.call = entry;
+    item.name = String(name ?? item.name);
+    item.args = args;
+    item.liveOnly = false;
   };
   for (const entry of entries) {
     placeChildrenBefore(entry.ts);
@@ -81,21 +102,26 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
       if (!chatTexts.has(text)) items.push({ kind: "chat", key, entry, text, role: "person", author: "prompt" });
     } else if (p.type === "pi.assistant") {
       const text = String(p.text ?? "") || (p.stopReason === "error" ? `error: ${p.errorMessage ?? "the model failed"}` : "");
-      if (text) items.push({ kind: "chat", key, entry, text, role: "agent", author: typeof p.model === "string" ? `agent · ${p.model}` : "agent" });
+      // A bot's model round (it carries its turn) is the bot speaking; a box's is the coding agent.
+      const botRound = typeof p.turnId === "string";
+      if (text && !(botRound && botChats.has(`${entry.authorId}\u0000${text}`))) {
+        items.push(botRound
+          ? { kind: "chat", key, entry, text, ...authorOf(entry, who) }
+          : { kind: "chat", key, entry, text, role: "agent", author: typeof p.model === "string" ? `agent · ${p.model}` : "agent" });
+      }
+      // A bot's round names its tool calls itself; a box's agent posts a pi.tool_call for each.
+      for (const c of Array.isArray(p.toolCalls) ? (p.toolCalls as { id?: unknown; name?: unknown; args?: unknown }[]) : []) {
+        const id = String(c.id ?? "");
+        if (id) called(toolCard(id, `${key}:${id}`, String(c.name ?? "tool")), entry, c.name, c.args);
+      }
     } else if (p.type === "pi.tool_call" || p.type === "pi.tool_result") {
       const id = String(p.toolCallId ?? entry.id);
-      let item = tools.get(id);
-      if (!item) {
-        item = { kind: "tool", key, toolCallId: id, name: String(p.name ?? "tool"), args: undefined };
-        tools.set(id, item);
-        items.push(item);
-      }
-      if (p.type === "pi.tool_call") {
-        item.call = entry;
-        item.name = String(p.name ?? item.name);
-        item.args = p.args;
-      } else {
+      const name = p.name ?? p.toolName;
+      const item = toolCard(id, key, String(name ?? "tool"));
+      if (p.type === "pi.tool_call") called(item, entry, name, p.args);
+      else {
         item.result = entry;
+        if (item.name === "tool" && name !== undefined) item.name = String(name);
       }
     } else if (p.type === "signal.exec.output") {
       // A command's output while it runs: on its tool call's card, or a card of its own (an exec
@@ -103,9 +129,8 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
       const id = String(p.execId ?? "");
       let item = tools.get(id);
       if (!item) {
-        item = { kind: "tool", key, toolCallId: id, name: "command", args: undefined, liveOnly: true };
-        tools.set(id, item);
-        items.push(item);
+        item = toolCard(id, key, "command");
+        item.liveOnly = true;
       }
       item.live = (item.live ?? "") + (p.truncated ? "\n[more output not shown live]\n" : String(p.text ?? ""));
     } else if (p.type === "artifact.files" || p.type === "artifact.diff") {
