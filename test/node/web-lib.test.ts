@@ -4,8 +4,9 @@ import { appendEntries, buildTimeline } from "../../web/src/lib/timeline";
 import { diffOfToolCall, looksLikeDiff, parseUnifiedDiff } from "../../web/src/lib/diff";
 import { insertMention, mentionQuery } from "../../web/src/lib/mentions";
 import { isAfter } from "../../web/src/lib/subscription";
+import { matchRoute } from "../../web/src/lib/router";
 import { readClaims, takeTokenFromLocation } from "../../web/src/lib/auth";
-import type { Entry, ThreadSummary } from "../../web/src/lib/api";
+import { ApiError, errorText, type Entry, type ThreadSummary } from "../../web/src/lib/api";
 
 const off = (n: number) => `0000000000000000_${String(n).padStart(16, "0")}`;
 let seq = 0;
@@ -182,5 +183,24 @@ describe("token link", () => {
     const payload = Buffer.from(JSON.stringify({ kind: "house", house: "dev", sub: "ana", role: "owner" })).toString("base64url");
     expect(readClaims(`x.${payload}.y`)).toMatchObject({ houseId: "dev", subject: "ana", role: "owner" });
     expect(readClaims("garbage")).toEqual({});
+  });
+});
+
+describe("errors", () => {
+  it("names the fields a validation error is about", () => {
+    expect(errorText(new ApiError(400, "validation_failed", "invalid request body", [{ path: "handle", message: "handle is 1-40 chars of [a-z0-9_-]" }, { path: "", message: "top" }])))
+      .toBe("validation_failed: invalid request body (handle: handle is 1-40 chars of [a-z0-9_-]; top)");
+    expect(errorText(new ApiError(409, "conflict", "handle @demo is taken in this house"))).toBe("conflict: handle @demo is taken in this house");
+    expect(errorText(new ApiError(400, "validation_failed", "invalid", { issues: [] }))).toBe("validation_failed: invalid");
+  });
+});
+
+describe("routes", () => {
+  it("a trailing slash names the same page", () => {
+    expect(matchRoute("/threads/")).toEqual({ page: "threads" });
+    expect(matchRoute("/bots/")).toEqual({ page: "bots" });
+    expect(matchRoute("/threads/th_1/")).toEqual({ page: "thread", id: "th_1" });
+    expect(matchRoute("/")).toEqual({ page: "threads" });
+    expect(matchRoute("/nope")).toEqual({ page: "missing" });
   });
 });

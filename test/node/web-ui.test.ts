@@ -144,6 +144,24 @@ describe("signing in", () => {
     await page.goto(`${worker.url}/threads`);
     await page.waitForSelector("textarea[name=token]");
     expect(await page.evaluate(() => localStorage.getItem("threadbox.token"))).toBeNull();
+    await page.waitForSelector("form.signin .error >> text=That token was not accepted"); // said, not a bare form
+    await context.close();
+  });
+
+  it("an unknown thread says so once: no socket, no polling, no console errors", async () => {
+    const { context, page } = await signedInPage();
+    const errors: string[] = [];
+    page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+    const sockets: string[] = [];
+    page.on("websocket", (ws) => sockets.push(ws.url()));
+    const requests: string[] = [];
+    page.on("request", (r) => { if (r.url().includes("/api/") && r.url().includes("th_doesnotexist")) requests.push(r.url()); });
+    await page.goto(`${worker.url}/threads/th_doesnotexist000000000000/`);
+    await page.waitForSelector("text=Thread th_doesnotexist000000000000 not found");
+    await page.waitForTimeout(6_000); // past the thread's 5 s poll and two of the children's
+    expect(sockets).toEqual([]);
+    expect(requests.length).toBeLessThanOrEqual(2); // the thread and its children, asked once each
+    expect(errors.filter((e) => !/Failed to load resource/.test(e))).toEqual([]);
     await context.close();
   });
 });
@@ -281,8 +299,34 @@ describe("mistakes in forms", () => {
     await page.click("text=Create environment");
     await page.waitForSelector("form.form .error >> text=validation_failed");
     expect(await page.inputValue("input[name=secret-value-0]")).toBe("s3cret"); // kept, to fix the name and retry
+    // The field the server refused is named, not just "invalid request body".
+    expect(await page.textContent("form.form .error")).toMatch(/secrets/);
+    // A value without a name is not dropped without a word.
+    await page.fill("input[name=secret-name-0]", "");
+    await page.click("text=Create environment");
+    await page.waitForSelector("form.form .error >> text=a secret has a value but no name");
     const names = ((await api("/api/environments")).body.environments as { name: string }[]).map((e) => e.name);
     expect(names).not.toContain("broken");
+    await context.close();
+  });
+
+  it("the Bots form checks a handle in the browser, and a refused field is named", async (ctx) => {
+    if ((await api("/api/agents")).status === 404) ctx.skip();
+    const { context, page } = await signedInPage();
+    const errors: string[] = [];
+    page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+    await page.goto(`${worker.url}/bots`);
+    await page.fill("input[name=name]", "Bad");
+    await page.fill("input[name=handle]", "Bad Handle!");
+    await page.fill("input[name=model]", "local/scripted-model");
+    expect(await page.$eval("input[name=handle]", (el) => (el as HTMLInputElement).validity.patternMismatch)).toBe(true);
+    await page.fill("input[name=handle]", "fine-handle");
+    expect(await page.$eval("input[name=handle]", (el) => (el as HTMLInputElement).validity.valid)).toBe(true);
+    await page.fill("input[name=model]", "nomodel");
+    await page.click("text=Create bot");
+    await page.waitForSelector("form.form .error >> text=model");
+    expect(await page.textContent("form.form .error")).toMatch(/validation_failed: .*\(model: /);
+    expect(errors.filter((e) => /pattern/i.test(e))).toEqual([]);
     await context.close();
   });
 });

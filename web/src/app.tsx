@@ -13,16 +13,18 @@ export type Session = { api: Api; token: string; houseId?: string; subject?: str
 
 export function App() {
   const [token, setToken] = useState(() => loadToken(localStorage));
+  /** Why the last session ended without the user asking (the server refused its token). */
+  const [refused, setRefused] = useState(false);
   const path = usePath();
-  const signOut = () => { clearToken(localStorage); setToken(null); };
+  const signOut = (byServer = false) => { clearToken(localStorage); setRefused(byServer); setToken(null); };
   const session = useMemo<Session | null>(() => {
     if (!token) return null;
     const c = readClaims(token);
-    return { api: new Api(token, signOut), token, houseId: c.houseId, subject: c.subject };
+    return { api: new Api(token, () => signOut(true)), token, houseId: c.houseId, subject: c.subject };
   }, [token]);
 
   if (!session) {
-    return <SignIn onToken={(t) => { saveToken(localStorage, t); setToken(t); }} />;
+    return <SignIn refused={refused} onToken={(t) => { saveToken(localStorage, t); setRefused(false); setToken(t); }} />;
   }
   const route = matchRoute(path);
   const nav = (href: string, label: string, active: boolean) => (
@@ -39,7 +41,7 @@ export function App() {
           {nav("/bots", "Bots", route.page === "bots")}
         </nav>
         <span class="who" title={session.subject}>house <b>{session.houseId ?? "?"}</b></span>
-        <button class="link" onClick={signOut}>Sign out</button>
+        <button class="link" onClick={() => signOut()}>Sign out</button>
       </header>
       <main>
         {route.page === "threads" && <ThreadsPage session={session} />}

@@ -50,7 +50,7 @@ export function BotsPage({ session }: { session: Session }) {
       <form class="card form" onSubmit={submit}>
         <h3>New bot</h3>
         <label>Name <input required {...field("name")} /></label>
-        <label>Handle (what @mentions match) <input required pattern="[a-z0-9_-]{1,40}" {...field("handle")} /></label>
+        <label>Handle (what @mentions match) <input required pattern="[a-z0-9_\-]{1,40}" title="1-40 of a-z, 0-9, _ and -" {...field("handle")} /></label>
         <label>Model (provider/id) <input required placeholder="openai/gpt-4.1-mini" {...field("model")} /></label>
         <label>Environment (its secrets hold the model key)
           <select name="environmentId" value={form.environmentId} onChange={(e) => setForm({ ...form, environmentId: e.currentTarget.value })}>

@@ -36,6 +36,8 @@ export function EnvironmentsPage({ session }: { session: Session }) {
       if (model.trim()) body.model = model.trim();
       const envVars = parseKeyValues(env);
       if (Object.keys(envVars).length) body.env = envVars;
+      // A value typed without a name would be lost without a word: say so instead.
+      if (secrets.some((s) => !s.name.trim() && s.value)) throw new Error("a secret has a value but no name");
       const secretMap = Object.fromEntries(secrets.filter((s) => s.name.trim()).map((s) => [s.name.trim(), s.value]));
       if (Object.keys(secretMap).length) body.secrets = secretMap;
       const models = parseJsonField("pi models.json", piModels);

@@ -3,9 +3,12 @@ import { Api, ApiError } from "../lib/api";
 import { ErrorNote } from "./common";
 
 /** Paste a house token; it is checked against the API before it is kept. */
-export function SignIn({ onToken }: { onToken: (token: string) => void }) {
+const REFUSED = "That token was not accepted (expired or not a house token).";
+
+export function SignIn({ onToken, refused = false }: { onToken: (token: string) => void; refused?: boolean }) {
   const [token, setToken] = useState("");
-  const [error, setError] = useState<string | null>(null);
+  // A link's or a stored token the server refused lands here: say so rather than show a bare form.
+  const [error, setError] = useState<string | null>(refused ? REFUSED : null);
   const [busy, setBusy] = useState(false);
   const submit = async (e: Event) => {
     e.preventDefault();
@@ -17,7 +20,7 @@ export function SignIn({ onToken }: { onToken: (token: string) => void }) {
       await new Api(t).threads("limit=1");
       onToken(t);
     } catch (err) {
-      setError(err instanceof ApiError && err.status === 401 ? "That token was not accepted (expired or not a house token)." : String((err as Error).message));
+      setError(err instanceof ApiError && err.status === 401 ? REFUSED : String((err as Error).message));
     } finally {
       setBusy(false);
     }

@@ -16,13 +16,16 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
   const [actionError, setActionError] = useState<ApiError | null>(null);
   const [resumeText, setResumeText] = useState("");
   const thread = usePolled(() => session.api.thread(id), 5000, [id, session]);
-  const children = usePolled(() => session.api.threads(`parent=${encodeURIComponent(id)}&limit=200`), 2500, [id, session]);
+  // Nothing is subscribed to or polled for a thread this house cannot read (unknown, another house's).
+  const readable = thread.data?.id === id;
+  const children = usePolled(() => session.api.threads(`parent=${encodeURIComponent(id)}&limit=200`), readable ? 2500 : 0, [id, session, readable]);
   const agents = usePolled(() => session.api.agents(), 0, [session]);
   const refreshRows = useRef(() => {});
   refreshRows.current = () => { thread.reload(); children.reload(); };
 
   useEffect(() => {
     setEntries([]);
+    if (!readable) return;
     // A catch-up replays the whole thread one frame per entry: render them in batches.
     let pending: Entry[] = [];
     let flush: ReturnType<typeof setTimeout> | undefined;
@@ -42,7 +45,7 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
       onState: setLink,
     }).start();
     return () => { sub.close(); clearTimeout(flush); };
-  }, [id, session.token]);
+  }, [id, session.token, readable]);
 
   const bots = useMemo(() => new Map((agents.data ?? []).map((a) => [a.id, a.handle])), [agents.data]);
   const items = useMemo(() => buildTimeline(entries, children.data ?? [], { me: session.subject, bots }), [entries, children.data, bots]);

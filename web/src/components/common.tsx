@@ -1,6 +1,6 @@
 import type { ComponentChildren } from "preact";
 import { onLinkClick } from "../lib/router";
-import type { ApiError } from "../lib/api";
+import { errorText, type ApiError } from "../lib/api";
 
 export function StatusBadge({ status, reason }: { status: string; reason?: string | null }) {
   return <span class={`badge status-${status}`} title={reason ?? undefined} data-status={status}>{status}{reason && status === "failed" ? ` · ${reason}` : ""}</span>;
@@ -12,7 +12,7 @@ export function Link({ href, children, class: cls }: { href: string; children: C
 
 export function ErrorNote({ error }: { error: ApiError | string | null | undefined }) {
   if (!error) return null;
-  const text = typeof error === "string" ? error : `${error.code}: ${error.message}`;
+  const text = typeof error === "string" ? error : errorText(error);
   return <p class="error" role="alert">{text}</p>;
 }
 

@@ -20,9 +20,19 @@ export type Box = {
 };
 
 export class ApiError extends Error {
-  constructor(readonly status: number, readonly code: string, message: string) {
+  constructor(readonly status: number, readonly code: string, message: string, readonly details?: unknown) {
     super(message);
   }
+}
+
+/** What a person reads for an error: the code and message, then which fields were wrong and why. */
+export function errorText(error: ApiError): string {
+  const fields = Array.isArray(error.details)
+    ? (error.details as { path?: unknown; message?: unknown }[])
+      .filter((d) => d && typeof d.message === "string")
+      .map((d) => (typeof d.path === "string" && d.path ? `${d.path}: ${d.message}` : String(d.message)))
+    : [];
+  return `${error.code}: ${error.message}${fields.length ? ` (${fields.join("; ")})` : ""}`;
 }
 
 export class Api {
@@ -44,8 +54,8 @@ export class Api {
     const data = text ? safeJson(text) : null;
     if (res.status === 401) this.onUnauthorized();
     if (!res.ok) {
-      const err = (data as { error?: { code?: string; message?: string } } | null)?.error;
-      throw new ApiError(res.status, err?.code ?? `http_${res.status}`, err?.message ?? res.statusText);
+      const err = (data as { error?: { code?: string; message?: string; details?: unknown } } | null)?.error;
+      throw new ApiError(res.status, err?.code ?? `http_${res.status}`, err?.message ?? res.statusText, err?.details);
     }
     return data as T;
   }

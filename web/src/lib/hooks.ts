@@ -9,16 +9,23 @@ export function usePolled<T>(fn: () => Promise<T>, everyMs: number, deps: unknow
   const [error, setError] = useState<ApiError | null>(null);
   const fnRef = useRef(fn);
   fnRef.current = fn;
+  // A 404 will not turn into something by asking again: polling stops until the deps change.
+  const gone = useRef(false);
   const reload = useCallback(() => {
     fnRef.current().then(
-      (d) => { setData(d); setError(null); },
-      (e) => setError(e instanceof ApiError ? e : new ApiError(0, "error", String(e))),
+      (d) => { setData(d); setError(null); gone.current = false; },
+      (e) => {
+        const err = e instanceof ApiError ? e : new ApiError(0, "error", String(e));
+        gone.current = err.status === 404;
+        setError(err);
+      },
     );
   }, []);
   useEffect(() => {
+    gone.current = false;
     reload();
     if (!everyMs) return;
-    const t = setInterval(() => { if (document.visibilityState === "visible") reload(); }, everyMs);
+    const t = setInterval(() => { if (document.visibilityState === "visible" && !gone.current) reload(); }, everyMs);
     return () => clearInterval(t);
   }, deps);
   return { data, error, reload };

@@ -32,8 +32,10 @@ export type Route =
   | { page: "bots" }
   | { page: "missing" };
 
-export function matchRoute(path: string): Route {
-  const thread = /^\/threads\/([^/]+)\/?$/.exec(path);
+export function matchRoute(rawPath: string): Route {
+  // A trailing slash names the same page (`/threads/`, `/bots/`).
+  const path = rawPath.length > 1 ? rawPath.replace(/\/+$/, "") || "/" : rawPath;
+  const thread = /^\/threads\/([^/]+)$/.exec(path);
   if (thread) return { page: "thread", id: decodeURIComponent(thread[1]) };
   if (path === "/" || path === "/threads") return { page: "threads" };
   if (path === "/sandboxes") return { page: "sandboxes" };
