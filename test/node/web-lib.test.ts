@@ -77,6 +77,22 @@ describe("timeline", () => {
     ]);
   });
 
+  it("puts a delegated child right after the call that started it, and marks calls a run's end cut short", () => {
+    const child: ThreadSummary = { id: "th_kid", parent: { kind: "thread", id: "th_p" }, status: "running", reason: null, title: "kid", environmentId: null, boxId: null, createdAt: new Date(500).toISOString(), updatedAt: new Date(500).toISOString() } as ThreadSummary;
+    const bot = { authorId: "ag_1" };
+    const es = [
+      // a bot's round is appended after its tools ran: later than the child it created
+      entry({ type: "pi.assistant", text: "", toolCalls: [{ id: "d1", name: "delegate_task", args: { task: "x" } }], stopReason: "toolUse", turnId: "t" }, bot),
+      entry({ type: "pi.tool_result", toolCallId: "d1", toolName: "delegate_task", output: '{"childThreadId":"th_kid"}', isError: false, turnId: "t" }, bot),
+      entry({ type: "pi.tool_call", toolCallId: "b1", name: "bash", args: { command: "sleep 60" } }),
+      entry({ type: "signal.thread.status_changed", status: "failed", reason: "stopped" }),
+    ];
+    const items = buildTimeline(es, [child], who);
+    expect(items.map((i) => (i.kind === "tool" ? `tool:${i.name}:${i.cutShort ? "cut" : i.result ? "done" : "open"}` : i.kind))).toEqual([
+      "tool:delegate_task:done", "child", "tool:bash:cut", "signal",
+    ]);
+  });
+
   it("pairs each tool result with its call by toolCallId, in call order", () => {
     const es = [
       entry({ type: "pi.tool_call", toolCallId: "a", name: "bash", args: { command: "ls" } }),

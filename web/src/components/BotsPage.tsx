@@ -29,6 +29,7 @@ export function BotsPage({ session }: { session: Session }) {
         ...(form.systemPrompt.trim() ? { systemPrompt: form.systemPrompt } : {}),
       });
       setForm({ name: "", handle: "", model: "", environmentId: "", triggerMode: "mention", systemPrompt: "" });
+      setTools(["delegate_task"]);
       list.reload();
     } catch (err) {
       setError(err as ApiError);

@@ -31,7 +31,7 @@ export function DelegateForm({ session, threadId, defaultEnvironmentId, onStarte
     <form class="card row delegate" onSubmit={submit}>
       <input name="task" placeholder="Delegate a task to a coding agent, e.g. write hello.txt containing hi" value={task} onInput={(e) => setTask(e.currentTarget.value)} />
       <select name="environment" value={environmentId} onChange={(e) => setEnvironmentId(e.currentTarget.value)}>
-        <option value="">{defaultEnvironmentId ? "thread's environment" : "default environment"}</option>
+        <option value="">{defaultEnvironmentId ? "thread's environment" : "no environment (pick one)"}</option>
         {envs.data?.map((env) => <option key={env.id} value={env.id}>{env.name}</option>)}
       </select>
       <button type="submit" disabled={busy || !task.trim()}>Delegate</button>

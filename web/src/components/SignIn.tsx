@@ -29,7 +29,9 @@ export function SignIn({ onToken, refused = false }: { onToken: (token: string) 
     <form class="signin card" onSubmit={submit}>
       <h1>threadbox</h1>
       <p>Sign in with a house token. <code>npm run dev</code> prints one, and a link that signs you in.</p>
-      <textarea name="token" rows={4} placeholder="eyJhbGciOi…" value={token} onInput={(e) => setToken(e.currentTarget.value)} autofocus />
+      <textarea name="token" rows={4} placeholder="eyJhbGciOi…" value={token} onInput={(e) => setToken(e.currentTarget.value)}
+        // A token is one line: Enter signs in, as in any one-field form.
+        onKeyDown={(e) => { if (e.key === "Enter" && !e.shiftKey) void submit(e); }} autofocus />
       <ErrorNote error={error} />
       <button type="submit" disabled={busy || !token.trim()}>Sign in</button>
     </form>

@@ -22,14 +22,14 @@ function summary(item: ToolItem): string {
 
 function ToolCall({ item }: { item: ToolItem }) {
   const r = item.result?.payload;
-  const state = item.liveOnly ? "output" : !r ? "running" : r.isError ? "error" : "done";
+  const state = item.liveOnly ? "output" : !r ? (item.cutShort ? "stopped" : "running") : r.isError ? "error" : "done";
   const diff = diffOfToolCall(item.name, item.args);
   return (
     <details class={`tool tool-${state}`} data-offset={item.call?.offset ?? item.result?.offset} data-tool={item.name}>
       <summary>
         <span class="tool-name">{item.name}</span>
         <span class="tool-summary">{summary(item)}</span>
-        <span class={`tool-state`}>{state === "running" ? "…" : state === "error" ? "failed" : state === "output" ? "output" : "done"}</span>
+        <span class={`tool-state`}>{state === "running" ? "…" : state === "error" ? "failed" : state === "output" ? "output" : state === "stopped" ? "stopped" : "done"}</span>
       </summary>
       <div class="tool-body">
         {!item.liveOnly && (diff ? <DiffView lines={diff} /> : <pre class="args">{JSON.stringify(item.args ?? {}, null, 2)}</pre>)}

@@ -2,7 +2,7 @@
 import type { Entry, ThreadSummary } from "./api";
 
 /** `live` is the command's output as it streamed in (`signal.exec.output`), before or without a result. */
-export type ToolItem = { kind: "tool"; key: string; toolCallId: string; name: string; args: unknown; call?: Entry; result?: Entry; live?: string; liveOnly?: boolean };
+export type ToolItem = { kind: "tool"; key: string; toolCallId: string; name: string; args: unknown; call?: Entry; result?: Entry; live?: string; liveOnly?: boolean; cutShort?: boolean };
 export type TimelineItem =
   | { kind: "chat"; key: string; entry: Entry; text: string; role: "person" | "bot" | "agent"; author: string; childThreadId?: string }
   | ToolItem
@@ -61,7 +61,14 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
   // A bot's turn ends with its answer twice: the last model round (`pi.assistant`) and the chat
   // it posts. The chat is what people read; the round's copy is not shown.
   const botChats = new Set(entries.filter((e) => e.payload.type === "chat" && e.authorId).map((e) => `${e.authorId}\u0000${String(e.payload.text ?? "")}`));
-  const pending = [...children].sort((a, b) => a.createdAt.localeCompare(b.createdAt));
+  // A child a tool call started (delegate_task names it in its result) is shown right after that
+  // call; the others where they were created.
+  const delegated = new Set<string>();
+  for (const e of entries) {
+    if (e.payload.type !== "pi.tool_result") continue;
+    for (const c of children) if (String(e.payload.output ?? "").includes(c.id)) delegated.add(c.id);
+  }
+  const pending = [...children].filter((c) => !delegated.has(c.id)).sort((a, b) => a.createdAt.localeCompare(b.createdAt));
   const placeChildrenBefore = (ts: number) => {
     while (pending.length && Date.parse(pending[0].createdAt) <= ts) {
       const thread = pending.shift()!;
@@ -122,6 +129,12 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
       else {
         item.result = entry;
         if (item.name === "tool" && name !== undefined) item.name = String(name);
+        for (const c of children) {
+          if (delegated.has(c.id) && String(p.output ?? "").includes(c.id)) {
+            delegated.delete(c.id);
+            items.push({ kind: "child", key: `child:${c.id}`, thread: c });
+          }
+        }
       }
     } else if (p.type === "signal.exec.output") {
       // A command's output while it runs: on its tool call's card, or a card of its own (an exec
@@ -150,6 +163,10 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
     } else if (p.type === "pi.error") {
       items.push({ kind: "signal", key, entry, label: `error: ${p.message ?? "unknown"}`, tone: "bad" });
     } else if (p.type.startsWith("signal.")) {
+      // A run that ended leaves no call of it running: one without a result was cut short.
+      if (p.type === "signal.thread.status_changed" && p.status !== "running") {
+        for (const t of tools.values()) if (!t.result && !t.liveOnly) t.cutShort = true;
+      }
       const childThreadId = typeof p.childThreadId === "string" ? p.childThreadId : undefined;
       items.push({ kind: "signal", key, entry, ...signalLabel(p), childThreadId });
     } else {
