@@ -2,6 +2,8 @@ import { ApiError } from "../errors";
 
 /** Stateless (no streaming decode), so one serves every call that decodes stored or posted JSON. */
 export const UTF8_DECODER = new TextDecoder();
+/** For what a client posts: JSON is UTF-8 (RFC 8259), and bytes that are not are refused, not stored. */
+const STRICT_UTF8_DECODER = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
 
 /**
  * Entries are JSON that every reader parses, clones across actor RPC and serializes again; past a
@@ -120,8 +122,14 @@ export function parseJsonBytes(bytes: Uint8Array): unknown {
       { path: "", message: `at most ${MAX_JSON_DEPTH} levels of arrays and objects` },
     ]);
   }
+  let text: string;
   try {
-    return JSON.parse(UTF8_DECODER.decode(bytes));
+    text = STRICT_UTF8_DECODER.decode(bytes);
+  } catch {
+    throw new ApiError("invalid_json", "body is not valid UTF-8");
+  }
+  try {
+    return JSON.parse(text);
   } catch {
     throw new ApiError("invalid_json", "body is not valid JSON");
   }

@@ -1,6 +1,27 @@
 import { ApiError } from "../errors";
 
 /**
+ * How much of an oversize chunked upload is still read (and dropped) before the 413 goes out. A
+ * client, or a proxy in between, that is still sending when the answer comes fails its own write
+ * (EPIPE, a proxy's 502) and never sees the 413; past this much the connection is cut instead.
+ */
+export const OVERSIZE_DRAIN_BYTES = 8 * 1024 * 1024;
+
+async function drain(reader: ReadableStreamDefaultReader<Uint8Array>, maxBytes: number): Promise<void> {
+  let dropped = 0;
+  try {
+    while (dropped <= maxBytes) {
+      const { done, value } = await reader.read();
+      if (done) return;
+      dropped += value.byteLength;
+    }
+    await reader.cancel();
+  } catch {
+    // the client went away: there is no one left to answer
+  }
+}
+
+/**
  * Reads a request body, counting bytes as they arrive: a chunked upload without Content-Length is
  * cut off at `limitBytes` instead of being buffered whole first.
  */
@@ -24,7 +45,7 @@ export async function readBoundedBody(request: Request, limitBytes: number): Pro
     if (done) break;
     total += value.byteLength;
     if (total > limitBytes) {
-      await reader.cancel().catch(() => {});
+      await drain(reader, OVERSIZE_DRAIN_BYTES);
       throw tooLarge();
     }
     chunks.push(value);

@@ -153,6 +153,9 @@ async function dispatch(request: Request, host: StreamHost, auth: StreamRequestA
   }
 }
 
+/** The longest a stream may be set to live: far enough for any use, short of the alarms' limit. */
+export const MAX_STREAM_TTL_SECONDS = 100 * 365 * 24 * 3600;
+
 type CreateSettings = { contentType: string | null; ttlSeconds: number | null; expiresAt: string | null; closed: boolean };
 
 async function handleCreate(request: Request, host: StreamHost): Promise<Response> {
@@ -166,6 +169,9 @@ async function handleCreate(request: Request, host: StreamHost): Promise<Respons
   // A stream that would be expired the moment it exists is the client's mistake, not a create.
   if (ttl !== null && Number(ttl) === 0) throw new ApiError("bad_request", "Stream-TTL must be at least 1 second");
   if (expiresAt !== null && Date.parse(expiresAt) <= Date.now()) throw new ApiError("bad_request", "Stream-Expires-At is in the past");
+  // An expiry is an alarm, and alarms end in 2189: refused before anything is stored.
+  if (ttl !== null && Number(ttl) > MAX_STREAM_TTL_SECONDS) throw new ApiError("bad_request", `Stream-TTL is at most ${MAX_STREAM_TTL_SECONDS} seconds (100 years)`);
+  if (expiresAt !== null && Date.parse(expiresAt) > Date.now() + MAX_STREAM_TTL_SECONDS * 1000) throw new ApiError("bad_request", "Stream-Expires-At is more than 100 years away");
   if (declaredType && isJsonContentType(declaredType)) assertUtf8Charset(declaredType);
   const closed = request.headers.get(H.closed) === "true";
   if (closed && !host.allowClose) throw new ApiError("forbidden", "this stream cannot be closed");

@@ -399,6 +399,30 @@ describe("stream-proxy in Deno in front of wrangler dev", () => {
     expect(all.reduce((n, e) => n + e.payload.text.length, 0)).toBeGreaterThan(2 * MiB - 200);
   });
 
+  it("a streamed upload far over the limit gets the worker's 413 every time, not a 502", async () => {
+    const id = await createThread();
+    const st = await streamToken(id);
+    const chunk = new TextEncoder().encode(`[${JSON.stringify(chat("x".repeat(64 * 1024)))}`);
+    for (let attempt = 0; attempt < 8; attempt++) {
+      let sent = 0;
+      const r = await fetch(via(id), {
+        method: "POST",
+        headers: { authorization: `Bearer ${st}`, "content-type": "application/json" },
+        // 6 MiB without a Content-Length: the proxy streams it on as it comes
+        body: new ReadableStream<Uint8Array>({
+          pull(c) {
+            if (sent >= 6 * MiB) return c.close();
+            c.enqueue(chunk);
+            sent += chunk.byteLength;
+          },
+        }),
+        duplex: "half",
+      } as RequestInit);
+      expect(r.status, `attempt ${attempt}: ${r.headers.get("x-stream-proxy-error") ?? ""}`).toBe(413);
+      expect(((await r.json()) as { error: { code: string } }).error.code).toBe("payload_too_large");
+    }
+  });
+
   it("the worker down -> 502 with a JSON error", async () => {
     const r = await fetch(`${deadUpstream.url}/stream-proxy/thread-x?offset=-1`, { headers: { authorization: "Bearer t" } });
     expect(r.status).toBe(502);

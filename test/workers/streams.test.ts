@@ -173,6 +173,39 @@ describe("plain streams", () => {
   });
 });
 
+describe("plain stream mistakes", () => {
+  it("an expiry past what an alarm can hold is a 400, and nothing is created", async () => {
+    const a = await houseToken("house-far");
+    const json = { "content-type": "application/json" };
+    for (const [name, headers] of [
+      ["far-ttl", { ...json, "Stream-TTL": "99999999999999999999" }],
+      ["far-date", { ...json, "Stream-Expires-At": "3000-01-01T00:00:00Z" }],
+    ] as const) {
+      const r = await call(`/api/stream/${name}`, { method: "PUT", token: a, headers });
+      expect(r.status, name).toBe(400);
+      expect(((await r.json()) as { error: { code: string } }).error.code).toBe("bad_request");
+      expect((await call(`/api/stream/${name}?offset=-1`, { token: a })).status, name).toBe(404);
+    }
+    // A long but possible one is fine.
+    expect((await call("/api/stream/far-ok", { method: "PUT", token: a, headers: { ...json, "Stream-TTL": String(50 * 365 * 24 * 3600) } })).status).toBe(201);
+  });
+
+  it("JSON that is not UTF-8 is refused on a plain stream and on a thread, not stored", async () => {
+    const a = await houseToken("house-utf8");
+    await call("/api/stream/u8", { method: "PUT", token: a, headers: { "content-type": "application/json" } });
+    const bad = new Uint8Array([...new TextEncoder().encode('{"t":"'), 0xff, 0xfe, ...new TextEncoder().encode('"}')]);
+    const r = await call("/api/stream/u8", { method: "POST", token: a, body: bad, headers: { "content-type": "application/json" } });
+    expect(r.status).toBe(400);
+    expect(((await r.json()) as { error: { code: string; message: string } }).error).toEqual({ code: "invalid_json", message: "body is not valid UTF-8" });
+    expect(await (await call("/api/stream/u8?offset=-1", { token: a })).json()).toEqual([]);
+    const t = await createThread(a);
+    const body = new Uint8Array([...new TextEncoder().encode('{"payload":{"type":"chat","text":"'), 0xc3, ...new TextEncoder().encode('"}}')]);
+    const viaRest = await call(`/api/threads/${t.id}/entries`, { method: "POST", token: a, body, headers: { "content-type": "application/json" } });
+    expect(viaRest.status).toBe(400);
+    expect((await readAll(a, t.id)).entries).toEqual([]);
+  });
+});
+
 describe("stream token renewal", () => {
   it("a box renews its token through the stream path, only while its thread runs", async () => {
     const token = await houseToken("house-renew");

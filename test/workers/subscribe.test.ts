@@ -62,6 +62,20 @@ describe("WebSocket subscriptions", () => {
     for (const s of [...subs.slice(1), again]) s.ws!.close(1000, "done");
   });
 
+  it("from an offset past the tail, starts at the tail and gets what comes next", async () => {
+    const token = await houseToken();
+    const t = await createThread(token);
+    await post(token, t.id, chat("before"));
+    for (const offset of ["0000000000000000_0000000000000099", "0000000000000001_0000000000000000"]) {
+      const s = await connect(t.id, token, offset);
+      expect(s.status, offset).toBe(101);
+      await post(token, t.id, chat(`after ${offset}`));
+      await s.waitFor(1);
+      expect(texts(s.got), offset).toEqual([`after ${offset}`]);
+      s.ws!.close(1000, "done");
+    }
+  });
+
   it("checks the token before the upgrade", async () => {
     const token = await houseToken();
     const t = await createThread(token);

@@ -23,7 +23,10 @@ export class Fanout {
       throw new ApiError("upgrade_required", "this route needs a WebSocket upgrade");
     }
     const parsed = parseOffset(new URL(request.url).searchParams.get("offset"));
-    const seq = parsed.kind === "now" ? this.log.tailSeq() : parsed.seq;
+    // An offset past the tail is read as the tail, as an HTTP read does: otherwise the socket
+    // would count itself ahead of every append and never be sent anything.
+    const tail = this.log.tailSeq();
+    const seq = parsed.kind === "now" ? tail : Math.min(parsed.seq, tail);
     const pair = new WebSocketPair();
     const server = pair[1];
     this.ctx.acceptWebSocket(server);
