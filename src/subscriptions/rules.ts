@@ -16,7 +16,12 @@ export const ZERO_OFFSET = "0000000000000000_0000000000000000";
 export const BEFORE_FIRST_OFFSET = "-1";
 export const MAX_RETRY_DELAY_MS = 60_000;
 
-const streamPath = z.string().min(1).max(256).transform(normalizePath).refine((p) => p.length > 0 && !isReserved(p), "a stream path outside __ds/");
+/** `thread-<id>` is a thread's log, not a plain stream: subscriptions never see it (its subpaths are plain). */
+export const isThreadLog = (path: string) => /^thread-[^/]*$/.test(path);
+
+const streamPath = z.string().min(1).max(256).transform(normalizePath)
+  .refine((p) => p.length > 0 && !isReserved(p), "a stream path outside __ds/")
+  .refine((p) => !isThreadLog(p), "a plain stream: a thread's log (thread-<id>) cannot be subscribed to or woken");
 
 export const subscriptionInputSchema = z.object({
   type: z.enum(["webhook", "pull-wake"]),

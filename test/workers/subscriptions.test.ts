@@ -148,6 +148,10 @@ describe("subscriptions API", () => {
     expect((await put(token, "s5", { type: "carrier-pigeon" })).status).toBe(400);
     expect((await put(token, "s6", { type: "pull-wake", wake_stream: "w", lease_ttl_ms: 5 })).status).toBe(400);
     expect((await put(token, "s7", { type: "pull-wake", wake_stream: "w", streams: ["__ds/jwks.json"] })).status).toBe(400);
+    // A thread's log is not a plain stream: it would never be linked, and wakes to it would be dropped.
+    expect((await put(token, "s9", { type: "pull-wake", wake_stream: "thread-th_1" })).status).toBe(400);
+    expect((await put(token, "s9", { type: "pull-wake", wake_stream: "w", streams: ["thread-th_1"] })).status).toBe(400);
+    expect((await put(token, "s9", { type: "pull-wake", wake_stream: "thread-th_1/artifacts/wakes" })).status).toBe(201);
     expect((await call(sub("bad%20id"), { method: "PUT", token, json: { type: "pull-wake", wake_stream: "w" } })).status).toBe(400);
     expect((await call(sub("s8"), { method: "PUT", token, body: "{not json", headers: { "content-type": "application/json" } })).status).toBe(400);
     expect((await call(sub("s8"), { method: "PATCH", token, json: {} })).status).toBe(405);
