@@ -163,7 +163,7 @@ async function runOnSharedBox(env: Env, houseId: string, e: Environment, body: E
       const r = await provider.exec(box.providerRef, body.command, opts);
       return { boxId: box.id, exitCode: r.exitCode, output: r.output };
     } catch (err) {
-      throw providerApiError(err, { timeoutSec: body.timeoutSec });
+      throw providerApiError(err, { timeoutSec: body.timeoutSec, clientInput: "cwd" });
     }
   }
   const out = liveOutputTo(env, live);
@@ -171,7 +171,7 @@ async function runOnSharedBox(env: Env, houseId: string, e: Environment, body: E
     const r = await provider.execStreaming(box.providerRef, body.command, { ...opts, onOutput: (stream, text) => out.push(stream, text) });
     return { boxId: box.id, exitCode: r.exitCode, output: r.output, execId: live.execId };
   } catch (err) {
-    throw providerApiError(err, { timeoutSec: body.timeoutSec });
+    throw providerApiError(err, { timeoutSec: body.timeoutSec, clientInput: "cwd" });
   } finally {
     await out.end();
   }

@@ -8,7 +8,7 @@ import { idSchema, mintStreamToken, STREAM_SCOPES, streamTokenTtlSeconds, type H
 import { authorFor, writerFor } from "../threads/entries";
 import { readBody, readJson } from "./body";
 import { houseStub, newId, threadStub } from "./actors";
-import { allowedToolsSchema, permissionModeSchema } from "../workspace/box-config";
+import { allowedToolsSchema, permissionModeSchema, repositoryUrlSchema } from "../workspace/box-config";
 import { ACTOR_ORIGIN, AUTH_HEADER, TARGET_HEADER, type ActorAuth, type StreamTarget } from "../actors/thread/thread-actor";
 import { unwrapRpc } from "../actors/rpc";
 import { idempotencyKey, idempotentThreadId, requestFingerprint } from "../threads/idempotency";
@@ -202,7 +202,7 @@ export async function interruptThreadRoute(request: Request, env: Env, id: strin
 
 export const delegateSchema = z.object({
   task: z.string().min(1).max(200_000),
-  repo: z.string().min(1).max(2000).optional(),
+  repo: repositoryUrlSchema.optional(),
   branch: z.string().min(1).max(200).optional(),
   harness: z.enum(["pi", "claude-code", "codex"]).optional(),
   model: z.string().min(1).max(200).optional(),

@@ -7,11 +7,16 @@ import { logEvent } from "../domain/log-event";
  * own message stays in the logs (it may name hosts or refs); the client gets the stable code.
  * Anything that is not a provider error is returned unchanged.
  */
-export function providerApiError(err: unknown, opts: { timeoutSec?: number } = {}): unknown {
+export function providerApiError(err: unknown, opts: { timeoutSec?: number; clientInput?: string } = {}): unknown {
   if (!(err instanceof ProviderError)) return err;
   logEvent("provider_error", { code: err.code, status: err.status, error: err.message }, "warn");
   if (err.code === "timeout" && opts.timeoutSec !== undefined) {
     return new ApiError("command_timeout", `command did not finish within ${opts.timeoutSec}s`);
+  }
+  // The provider refused what the client chose (a cwd outside the box, or one that does not
+  // exist there): the client's 400. The callers have just made sure the box itself is there.
+  if ((err.code === "bad_request" || err.code === "not_found") && opts.clientInput) {
+    return new ApiError("bad_request", `the sandbox refused the request: check ${opts.clientInput}`);
   }
   return new ApiError("provider_unavailable", `sandbox provider: ${err.code}`);
 }

@@ -95,16 +95,19 @@ function fnv1a(s: string): string {
 }
 
 /** A repository cloned into the run's working directory with the SDK's git API. */
+/** A repository URL a box may clone: no credentials in it (they end up in logs, process lists and entries). */
+export const repositoryUrlSchema = z.string().min(1).max(2000).refine((u) => {
+  try {
+    const parsed = new URL(u);
+    // Credentials in a URL end up in logs and process lists: they go in a secret instead.
+    return ["https:", "http:", "git:", "ssh:", "file:"].includes(parsed.protocol) && parsed.username === "" && parsed.password === "";
+  } catch {
+    return false;
+  }
+}, "an http(s), git, ssh or file URL without credentials in it (name a secret in credentialsSecret)");
+
 export const repositorySchema = z.object({
-  url: z.string().min(1).max(2000).refine((u) => {
-    try {
-      const parsed = new URL(u);
-      // Credentials in a URL end up in logs and process lists: they go in a secret instead.
-      return ["https:", "http:", "git:", "ssh:", "file:"].includes(parsed.protocol) && parsed.username === "" && parsed.password === "";
-    } catch {
-      return false;
-    }
-  }, "an http(s), git, ssh or file URL without credentials in it (name a secret in credentialsSecret)"),
+  url: repositoryUrlSchema,
   branch: z.string().min(1).max(200).optional(),
   /** A commit to check out. */
   ref: z.string().regex(/^[0-9a-fA-F]{7,40}$/, "a commit id").optional(),

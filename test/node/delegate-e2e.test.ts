@@ -936,6 +936,11 @@ describe("run_command", () => {
     expect([r2.body.boxId, r2.body.exitCode, r2.body.output.trim()]).toEqual([r1.body.boxId, 7, "hello-shared"]);
     const box = (await api(`/api/sandboxes/${r1.body.boxId}`)).body;
     expect([box.state, box.ephemeral]).toEqual(["live", false]);
+    // A cwd the box refuses (outside it, or missing) is the client's mistake, not the provider's outage.
+    for (const cwd of ["/etc", "../../..", "no-such-dir"]) {
+      const bad = await api(`/api/environments/${e.id}/exec`, { method: "POST", json: { command: "pwd", cwd } });
+      expect([cwd, bad.status, bad.body.error?.code]).toEqual([cwd, 400, "bad_request"]);
+    }
   });
 
   it("with a threadId, a long command's output reaches the thread while it runs (real SDK session logs)", async () => {

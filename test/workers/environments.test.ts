@@ -58,6 +58,10 @@ describe("environments", () => {
     expect(unknownEnv.status).toBe(404);
     const missingParent = await call(`/api/threads/th_missing/delegate`, { method: "POST", token, json: { task: "x" } });
     expect(missingParent.status).toBe(404);
+    // A repo URL with credentials in it is refused as an environment's would be: they would reach logs and entries.
+    const withPassword = await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "x", model: "local/m", repo: "https://user:pw@example.com/r.git" } });
+    expect(withPassword.status).toBe(400);
+    expect(JSON.stringify(await withPassword.json())).not.toContain("pw@");
     const list = (await (await call("/api/threads", { token })).json()) as { threads: unknown[] };
     expect(list.threads).toHaveLength(1);
     const idle = await call(`/api/threads/${parent.id}/resume`, { method: "POST", token, json: { message: "again" } });
