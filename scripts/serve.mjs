@@ -1,13 +1,14 @@
 // npm run serve [-- --no-build]: threadbox on this machine on plain workerd, no wrangler at run
 // time. Builds the deploy bundle, writes .serve/build/workerd.capnp and runs workerd in the
 // foreground. PORT (default 8787), HOST (default 127.0.0.1), THREADBOX_STATE_DIR (default
-// .serve/state), THREADBOX_VARS_FILE (default .serve.vars; created with fresh secrets if missing).
+// .serve/state), THREADBOX_VARS_FILE (default .serve.vars; created with fresh secrets if missing),
+// THREADBOX_OUTBOUND (what the worker may fetch; default public,private,local).
 import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { ROOT } from "./lib/wrangler-dev.mjs";
 import { busyPortsMessage } from "./lib/ports.mjs";
 import { parseVars } from "./lib/vars-file.mjs";
-import { createVarsFile, scanBundle, startServe } from "./lib/serve.mjs";
+import { createVarsFile, parseOutbound, scanBundle, startServe } from "./lib/serve.mjs";
 
 const port = Number(process.env.PORT ?? 8787);
 const host = process.env.HOST ?? "127.0.0.1";
@@ -40,10 +41,17 @@ for (const name of ["THREADBOX_ADMIN_SECRET", "THREADBOX_TOKEN_SECRET"]) {
   if (vars[name] === example[name]) console.warn(`warning: ${name} in ${varsFile} is the public development value; set a secret one`);
 }
 
+let outbound;
+try {
+  outbound = parseOutbound(process.env.THREADBOX_OUTBOUND);
+} catch (err) {
+  fail(err.message);
+}
+
 let server;
 try {
   server = await startServe({
-    port, host, stateDir, buildDir, varsFileText, stdio: "inherit",
+    port, host, stateDir, buildDir, varsFileText, stdio: "inherit", outbound,
     bundle: noBuild ? scanBundle(join(buildDir, "bundle")) : undefined,
   });
 } catch (err) {

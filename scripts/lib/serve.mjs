@@ -92,6 +92,19 @@ function str(s) {
   return `"${String(s).replace(/[\\"]/g, (c) => `\\${c}`).replace(/[\x00-\x1f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, "0")}`)}"`;
 }
 
+/** Which addresses the worker may fetch (workerd network classes): THREADBOX_OUTBOUND narrows it. */
+export const DEFAULT_OUTBOUND = ["public", "private", "local"];
+
+/** THREADBOX_OUTBOUND as a list of workerd network classes; an unknown one is refused. */
+export function parseOutbound(value) {
+  if (value === undefined || value.trim() === "") return DEFAULT_OUTBOUND;
+  const known = ["public", "private", "local", "network", "unix", "unix-abstract"];
+  const list = value.split(",").map((x) => x.trim()).filter(Boolean);
+  const bad = list.filter((x) => !known.includes(x));
+  if (bad.length) throw new Error(`THREADBOX_OUTBOUND: unknown ${bad.join(", ")} (use ${known.join(", ")})`);
+  return list;
+}
+
 /**
  * The workerd config. Every var and secret is bound `fromEnvironment`, so the config file holds
  * names only; their values reach workerd in its process environment.
@@ -116,6 +129,10 @@ export function generateConfig(o) {
   const services = [
     `(name = "main", worker = .mainWorker)`,
     `(name = "do-storage", disk = (path = ${str(o.stateDir)}, writable = true))`,
+    // The worker's outbound fetches (the sandbox provider, bots' models, webhooks). workerd's own
+    // default reaches public addresses only, which would cut a self-hosted threadbox off from a
+    // sandbox host or model server on the same machine or network.
+    `(name = "internet", network = (allow = [${(o.outbound ?? DEFAULT_OUTBOUND).map(str).join(", ")}], tlsOptions = (trustBrowserCas = true)))`,
   ];
   let entryService = "main";
   const assets = project.assets;
@@ -220,6 +237,7 @@ export async function startServe(o) {
     project, bundle, configDir: o.buildDir, stateDir, assetsWorkerPath,
     address: `${host.includes(":") ? `[${host}]` : host}:${o.port}`,
     bindingNames: Object.keys(values),
+    outbound: o.outbound,
   });
   const configFile = join(o.buildDir, "workerd.capnp");
   writeFileSync(configFile, config);

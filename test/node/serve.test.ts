@@ -2,8 +2,8 @@
 // clone. State lives in SQLite files on local disk: it survives a crash of the process, and an
 // alarm set before the crash fires after the restart.
 import { spawn } from "node:child_process";
-import { get } from "node:http";
-import { connect, createServer } from "node:net";
+import { createServer as createHttpServer, get } from "node:http";
+import { connect, createServer, type AddressInfo } from "node:net";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -86,11 +86,19 @@ describe("npm run serve", () => {
     trees.push(tree);
     const stateDir = tempDir("threadbox-serve-state-");
     const varsFile = join(tempDir("threadbox-serve-vars-"), "serve.vars");
+    // A sandbox provider on this machine's loopback, as a local sandbox host would be: it only
+    // records that the worker reached it.
+    const reached: string[] = [];
+    const provider = createHttpServer((req, res) => { reached.push(`${req.method} ${req.url}`); res.writeHead(503).end(); });
+    await new Promise<void>((r) => provider.listen(0, "127.0.0.1", r));
+    const providerPort = (provider.address() as AddressInfo).port;
     writeFileSync(varsFile, [
       `THREADBOX_ADMIN_SECRET=${ADMIN}`,
       `THREADBOX_TOKEN_SECRET="${TOKEN_SECRET}"`,
       "ORPHAN_SILENCE_MS=4000",
       "PROBE_INTERVAL_MS=60000",
+      `DAYTONA_API_URL=http://127.0.0.1:${providerPort}/api`,
+      "DAYTONA_API_KEY=loopback-key",
     ].join("\n"));
     const port = await freePort();
     const env = { PORT: String(port), THREADBOX_STATE_DIR: stateDir, THREADBOX_VARS_FILE: varsFile };
@@ -171,7 +179,14 @@ describe("npm run serve", () => {
       const box = await api.call("/api/sandboxes", { method: "POST", json: { provider: "test" } });
       expect(box.status).toBe(400);
       expect(box.body.error.code).toBe("validation_failed");
+
+      // The worker reaches a provider on loopback (workerd alone would allow public addresses only).
+      const made = await api.call("/api/sandboxes", { method: "POST", json: {} });
+      expect(made.status).toBe(502); // the stand-in answers 503 to everything
+      expect(reached.length).toBeGreaterThan(0);
+      expect(readFileSync(join(tree.dir, ".serve", "build", "workerd.capnp"), "utf8")).toContain('allow = ["public", "private", "local"]');
     } finally {
+      provider.close();
       process.kill(-second.child.pid!, "SIGTERM");
       expect(await second.exited).toBe(0);
       await waitFor(async () => !alive(second.workerdPid), 10_000); // stopped with it, not left behind
