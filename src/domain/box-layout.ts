@@ -33,4 +33,6 @@ export const BOX_ENV = {
   steering: "THREADBOX_STEERING",
   /** Comma-separated names of the environment's secret variables (their values never leave the box). */
   secretNames: "THREADBOX_SECRET_NAMES",
+  /** JSON array of the environment's files marked sensitive, relative to the working directory. */
+  sensitiveFiles: "THREADBOX_SENSITIVE_FILES",
 } as const;

@@ -10,6 +10,7 @@
 import { execFileSync } from "node:child_process";
 import { lstatSync, readdirSync, readFileSync } from "node:fs";
 import { join, relative, sep } from "node:path";
+import { isSensitivePath } from "./redact";
 
 export type WorkspaceStart =
   | { kind: "git"; root: string; head: string | null }
@@ -121,8 +122,10 @@ function isBinary(buf: Buffer): boolean {
 }
 
 /** What changed since `start`. Never throws for an unreadable file: it is listed without content. */
-export function collectArtifacts(start: WorkspaceStart, secrets: string[], limits: ArtifactLimits = DEFAULT_ARTIFACT_LIMITS): Artifacts {
+export function collectArtifacts(start: WorkspaceStart, secrets: string[], limits: ArtifactLimits = DEFAULT_ARTIFACT_LIMITS, sensitive: string[] = []): Artifacts {
   const changed = start.kind === "git" ? gitChanges(start) : fileChanges(start, limits);
+  // Files the environment marked sensitive are listed like credential files: by path only.
+  const hidden = (path: string) => SECRET_FILE.test(path) || isSensitivePath(path, sensitive);
   const filesTruncated = changed.length > limits.maxFiles;
   let budget = limits.maxInlineTotalBytes;
   const files = changed.slice(0, limits.maxFiles).map(({ path, status }): ArtifactFile => {
@@ -134,7 +137,7 @@ export function collectArtifacts(start: WorkspaceStart, secrets: string[], limit
     } catch {
       return { path, status, size: 0, binary: false };
     }
-    if (SECRET_FILE.test(path)) return { path, status, size, binary: false, omitted: "secret" };
+    if (hidden(path)) return { path, status, size, binary: false, omitted: "secret" };
     if (size > limits.maxTextBytes) return { path, status, size, binary: false, omitted: "too_large" };
     let buf: Buffer;
     try {
@@ -150,7 +153,7 @@ export function collectArtifacts(start: WorkspaceStart, secrets: string[], limit
   const out: Artifacts = { files, filesTruncated };
   if (start.kind === "git") {
     const status = git(start.root, ["status", "--porcelain=v1", "--untracked-files=all"]);
-    const diff = redact(gitDiff(start, changed), secrets);
+    const diff = redact(gitDiff(start, changed, hidden, sensitive), secrets);
     out.git = { base: start.head, status: redact(status, secrets), diff, diffBytes: Buffer.byteLength(diff) };
   }
   return out;
@@ -173,12 +176,13 @@ function gitChanges(start: Extract<WorkspaceStart, { kind: "git" }>): Change[] {
   return [...out].filter(([p]) => !p.split("/").some((seg) => SKIP_DIRS.has(seg))).map(([path, status]) => ({ path, status }));
 }
 
-function gitDiff(start: Extract<WorkspaceStart, { kind: "git" }>, changed: Change[]): string {
+function gitDiff(start: Extract<WorkspaceStart, { kind: "git" }>, changed: Change[], hidden: (path: string) => boolean, sensitive: string[]): string {
   const parts: string[] = [];
-  if (start.head) parts.push(git(start.root, ["diff", "--no-renames", "--no-color", start.head]));
+  const excluded = sensitive.map((p) => `:(exclude,literal)${p}`);
+  if (start.head) parts.push(git(start.root, ["diff", "--no-renames", "--no-color", start.head, ...(excluded.length ? ["--", ".", ...excluded] : [])]));
   const tracked = new Set(start.head ? git(start.root, ["ls-files", "--cached"]).split("\n") : []);
   for (const c of changed) {
-    if (c.status !== "added" || tracked.has(c.path) || SECRET_FILE.test(c.path)) continue;
+    if (c.status !== "added" || tracked.has(c.path) || hidden(c.path)) continue;
     try {
       // `--no-index` exits 1 when the files differ, which is always here.
       parts.push(git(start.root, ["diff", "--no-color", "--no-index", "--", "/dev/null", c.path]));

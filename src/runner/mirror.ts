@@ -10,6 +10,7 @@
  * - Resume: messages already in the loaded session are not re-posted, except those at
  *   positions >= THREADBOX_MIRROR_NEXT_INDEX (a tail the previous mirror did not get out).
  * - A heartbeat every THREADBOX_HEARTBEAT_MS (default 5000), without producer headers.
+ * - Nothing it posts carries the environment's secret values or its sensitive files' content.
  * - When pi settles after an assistant stop reason `error`, it posts the `pi_failed`
  *   finished-signal with id `${threadId}:finished:${runId}` (the runner uses the same id).
  *   An error that ends a turn someone aborted (an interrupt during a tool call) is mirrored as the
@@ -25,6 +26,7 @@ import { finishedSignalId, isMirroredRole, mirrorEntryId, piMessageToEntries } f
 import { readBoxConfig, type BoxConfig } from "./config";
 import { TokenKeeper, renewUrlFor } from "./token-keeper";
 import { postHeartbeat, StreamWriter, threadStreamUrl, type WireEntry } from "./stream-writer";
+import { namedSecretValues, redactDeep, redactionList, sensitiveFilePaths, sensitiveValues } from "./redact";
 
 const log = (m: string) => process.stderr.write(`[threadbox mirror] ${m}\n`);
 
@@ -42,6 +44,9 @@ export default function threadboxMirror(pi: ExtensionAPI): void {
   // pi hands its environment to every tool it runs: once read, the stream token leaves it, so
   // neither the model nor a command it runs can see or reuse it.
   delete process.env.THREADBOX_STREAM_TOKEN;
+  // A command may print a secret or a sensitive file (pi runs in the working directory, where
+  // they were written): what is posted has them replaced. Read now, before any tool ran.
+  const redactions = redactionList([...namedSecretValues(process.env), ...sensitiveValues(process.cwd(), sensitiveFilePaths(process.env))]);
   const url = threadStreamUrl(cfg.streamUrl, cfg.threadId);
   const tokens = new TokenKeeper(cfg.token, renewUrlFor(url), log);
   const stopTokenRefresh = tokens.keepFresh();
@@ -57,12 +62,12 @@ export default function threadboxMirror(pi: ExtensionAPI): void {
   let runId = cfg.runId;
 
   const stamp = (entries: WireEntry[], index: number): WireEntry[] =>
-    entries.map((e, k) => ({
+    entries.map((e, k) => redactDeep({
       ...e,
       id: mirrorEntryId(cfg.threadId, sessionId, index, k),
       ts: e.ts ?? Date.now(),
       ...(cfg.authorId ? { authorId: cfg.authorId } : {}),
-    }));
+    }, redactions));
 
   const mirrorMessage = (message: any, index: number) => {
     const entries = piMessageToEntries(message) as WireEntry[];
@@ -79,7 +84,7 @@ export default function threadboxMirror(pi: ExtensionAPI): void {
       authorId: cfg.authorId,
     }) as WireEntry;
     entry.ts = Date.now();
-    writer.append(entry);
+    writer.append(redactDeep(entry, redactions));
   };
 
   const stopHeartbeat = () => {

@@ -27,6 +27,7 @@ import { StderrTail, lastLine, secretValues } from "./stderr-tail";
 import { TokenKeeper, renewUrlFor } from "./token-keeper";
 import { postHeartbeat, readThread, sleep, StreamWriter, threadStreamUrl, type WireEntry } from "./stream-writer";
 import { collectArtifacts, snapshotWorkspace, type WorkspaceStart } from "./artifacts";
+import { namedSecretValues, redactDeep, redactionList, sensitiveFilePaths, sensitiveValues } from "./redact";
 import { PiRpc } from "./pi-rpc";
 import { MESSAGE_DELIVERED, RunCursor, steerAction } from "./steering";
 import { ThreadWatch } from "./thread-watch";
@@ -122,6 +123,11 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   const stopTokenRefresh = tokens.keepFresh();
   const signalId = finishedSignalId(cfg.threadId, runId);
 
+  const workDir = values.cwd ?? process.cwd();
+  // What the harness must not get onto the thread through us: read before it can change anything.
+  const sensitivePaths = sensitiveFilePaths(process.env);
+  const redactions = redactionList([...namedSecretValues(process.env), ...sensitiveValues(workDir, sensitivePaths)]);
+
   // entries the runner itself posts for harnesses that do not mirror themselves
   const harnessWriter = agent.mirrorsItself
     ? undefined
@@ -135,7 +141,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
       if (harnessWriter) {
         const w: WireEntry = { ...(e as WireEntry), id: `${cfg.threadId}:h:${runId}:${n++}`, ts: e.ts ?? Date.now() };
         if (cfg.authorId) w.authorId = cfg.authorId;
-        harnessWriter.append(w);
+        harnessWriter.append(redactDeep(w, redactions));
       }
     }
   };
@@ -160,7 +166,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
     log(`could not write ${pidFile}: ${(err as Error).message}`);
   }
 
-  const workDir = values.cwd ?? process.cwd();
+
   const artifactsTimeoutMs = cfg.artifactsTimeoutMs;
   const workspaceStart: WorkspaceStart | null = artifactsTimeoutMs > 0 ? snapshotWorkspace(workDir) : null;
 
@@ -335,8 +341,8 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   await stopNotes?.(Math.max(0, deadline - Date.now()));
 
   if (workspaceStart) {
-    const secrets = secretValues(process.env, (process.env[BOX_ENV.secretNames] ?? "").split(",").filter(Boolean), [cfg.token, tokens.current()]);
-    await postArtifacts(workspaceStart, secrets, { url, streamBase: cfg.streamUrl, threadId: cfg.threadId, runId, authorId: cfg.authorId, tokens, timeoutMs: artifactsTimeoutMs });
+    const secrets = secretValues(process.env, (process.env[BOX_ENV.secretNames] ?? "").split(",").filter(Boolean), [cfg.token, tokens.current(), ...redactions]);
+    await postArtifacts(workspaceStart, secrets, sensitivePaths, { url, streamBase: cfg.streamUrl, threadId: cfg.threadId, runId, authorId: cfg.authorId, tokens, timeoutMs: artifactsTimeoutMs });
   }
 
   rmSync(pidFile, { force: true });
@@ -375,7 +381,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   log(`outcome: ${outcome.status} (${outcome.reason})${outcome.alreadyFinished ? " — already on the thread" : ""}`);
   const failureEntries: WireEntry[] = [];
   if (outcome.status !== "completed") {
-    const secrets = secretValues(process.env, (process.env[BOX_ENV.secretNames] ?? "").split(",").filter(Boolean), [cfg.token, tokens.current()]);
+    const secrets = secretValues(process.env, (process.env[BOX_ENV.secretNames] ?? "").split(",").filter(Boolean), [cfg.token, tokens.current(), ...redactions]);
     const tail = stderrTail.text(secrets);
     if (tail.text.trim()) {
       // The harness's own words on why it failed, which otherwise die with the box's log.
@@ -408,12 +414,12 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
  * `timeoutMs`; a failure here is logged and never changes the run's outcome.
  */
 async function postArtifacts(
-  start: WorkspaceStart, secrets: string[],
+  start: WorkspaceStart, secrets: string[], sensitive: string[],
   o: { url: string; streamBase: string; threadId: string; runId: string; authorId?: string; tokens: TokenKeeper; timeoutMs: number },
 ): Promise<void> {
   const deadline = Date.now() + o.timeoutMs;
   try {
-    const artifacts = collectArtifacts(start, secrets);
+    const artifacts = collectArtifacts(start, secrets, undefined, sensitive);
     let diffStream: string | undefined;
     if (artifacts.git && artifacts.git.diffBytes > MAX_INLINE_DIFF_BYTES) {
       const name = artifactStreamName(o.threadId, o.runId);

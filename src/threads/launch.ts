@@ -211,8 +211,11 @@ async function startRunner(
   // The environment's files, in the working directory, before the harness starts.
   for (const f of workspace.files) uploads.push({ path: `${cwd}/${f.path}`, content: f.content });
   const harnessEnv: Record<string, string> = { ...(environment?.env ?? {}), ...(environment?.secrets ?? {}) };
-  // The runner scrubs these values from what it posts (a failed run's stderr).
+  // The runner and the mirror scrub these values from what they post (entries, stderr, artifacts)...
   if (environment?.secrets) harnessEnv[BOX_ENV.secretNames] = Object.keys(environment.secrets).join(",");
+  // ...and the content of the files marked sensitive (what it posts: entries, artifacts).
+  const sensitive = workspace.files.filter((f) => f.sensitive).map((f) => f.path);
+  if (sensitive.length) harnessEnv[BOX_ENV.sensitiveFiles] = JSON.stringify(sensitive);
   const plugins = environment?.plugins;
   if (plugins && spec.harness === "pi") {
     // pi discovers skills and extensions in its agent directory.

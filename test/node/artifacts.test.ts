@@ -4,6 +4,7 @@ import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { collectArtifacts, DEFAULT_ARTIFACT_LIMITS, snapshotWorkspace } from "../../src/runner/artifacts";
+import { namedSecretValues, redactDeep, redactionList, sensitiveFilePaths, sensitiveValues } from "../../src/runner/redact";
 import { artifactEntries, cutUtf8, MAX_INLINE_DIFF_BYTES } from "../../src/runner/post-artifacts";
 
 const tmp = () => mkdtempSync(join(tmpdir(), "tb-art-"));
@@ -109,5 +110,36 @@ describe("artifact entries", () => {
   it("cutUtf8 never splits a character", () => {
     expect(cutUtf8("aé", 2)).toBe("a");
     expect(cutUtf8("aé", 3)).toBe("aé");
+  });
+});
+
+describe("what a box must not post", () => {
+  it("redacts secret values and a sensitive file's content (whole, and its longer lines) in every string of an entry", () => {
+    const dir = mkdtempSync(join(tmpdir(), "tb-redact-"));
+    writeFileSync(join(dir, "priv.txt"), "PRIVATE-sensitive-123\nsecond line here\nshort\n");
+    const env = { THREADBOX_SECRET_NAMES: "MY_TOKEN,EMPTY", MY_TOKEN: "tok-abcdef-999", EMPTY: "", THREADBOX_SENSITIVE_FILES: '["priv.txt","missing.txt"]' };
+    const list = redactionList([...namedSecretValues(env), ...sensitiveValues(dir, sensitiveFilePaths(env))]);
+    const entry = { id: "e", payload: { type: "pi.tool_result", output: "cat: PRIVATE-sensitive-123\nsecond line here\nshort\n and tok-abcdef-999", args: ["+second line here"] } };
+    const out = redactDeep(entry, list);
+    expect(out.payload.output).toBe("cat: [redacted] and [redacted]");
+    expect(out.payload.args).toEqual(["+[redacted]"]);
+    expect(out.id).toBe("e");
+    expect(JSON.stringify(out)).not.toMatch(/PRIVATE|tok-abcdef|second line here/);
+    expect(sensitiveFilePaths({ THREADBOX_SENSITIVE_FILES: "not json" })).toEqual([]);
+  });
+
+  it("lists a sensitive file, and only its path, in the artifacts; its content copied elsewhere is redacted", () => {
+    const dir = mkdtempSync(join(tmpdir(), "tb-art-sens-"));
+    writeFileSync(join(dir, "priv.txt"), "PRIVATE-sensitive-123\n");
+    const start = snapshotWorkspace(dir);
+    writeFileSync(join(dir, "priv.txt"), "PRIVATE-sensitive-123\nextra\n");
+    writeFileSync(join(dir, "copy.txt"), "PRIVATE-sensitive-123\n");
+    const secrets = sensitiveValues(dir, ["priv.txt"]);
+    const a = collectArtifacts(start, ["PRIVATE-sensitive-123"], undefined, ["priv.txt"]);
+    const byPath = Object.fromEntries(a.files.map((f) => [f.path, f]));
+    expect(byPath["priv.txt"]).toMatchObject({ status: "modified", omitted: "secret" });
+    expect(byPath["priv.txt"].content).toBeUndefined();
+    expect(byPath["copy.txt"].content).toBe("[redacted]\n");
+    expect(secrets).toContain("PRIVATE-sensitive-123");
   });
 });

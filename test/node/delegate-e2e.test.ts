@@ -397,6 +397,30 @@ describe("delegate a task to pi in a box", () => {
     expect((await api(`/api/threads/${childId}/resume`, { method: "POST", json: {} })).status).toBe(400);
   });
 
+  it("what a command prints of a secret or a sensitive file reaches the thread redacted, in entries and artifacts", async () => {
+    model.push(
+      { toolCalls: [{ name: "bash", arguments: { command: "cat priv.txt; echo \"key=$SCRIPTED_MODEL_KEY\"; cp priv.txt copy.txt; echo more >> priv.txt" } }] },
+      { text: "Looked." },
+    );
+    const envId = await environment();
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { files: [{ path: "priv.txt", content: "PRIVATE-e2e-sensitive-77\n", sensitive: true }] } })).status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const childId = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "look at the files" } })).body.childThreadId;
+    expect((await settled(childId)).status).toBe("completed");
+    const files = await waitFor("the run's files", async () =>
+      (await api(`/api/threads/${childId}/artifacts`)).body.artifacts.find((a: any) => a.payload.type === "artifact.files"), 30_000);
+    const es = await entries(childId);
+    const all = JSON.stringify(es);
+    expect(all).not.toContain("PRIVATE-e2e-sensitive-77");
+    expect(all).not.toContain("sk-e2e-secret-value");
+    const output = String(es.find((e) => e.payload.type === "pi.tool_result")!.payload.output);
+    expect(output).toContain("[redacted]");
+    expect(output).toContain("key=[redacted]");
+    const byPath = Object.fromEntries((files.payload.files as any[]).map((f) => [f.path, f]));
+    expect(byPath["priv.txt"]).toMatchObject({ status: "modified", omitted: "secret" });
+    expect(byPath["copy.txt"].content).toMatch(/^\[redacted\]\n?$/);
+  });
+
   it("checks out a repository (a local path as file://) before the harness starts", async () => {
     const repo = mkdtempSync(join(tmpdir(), "tb-repo-"));
     const git = (cmd: string) => execSync(`git -c user.email=t@t -c user.name=t ${cmd}`, { cwd: repo, stdio: "pipe" });

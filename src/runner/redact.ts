@@ -1,0 +1,72 @@
+/**
+ * What a box must not post to a thread: the environment's secret values and the content of its
+ * files marked `sensitive`. The runner and the mirror both scrub what they post with these.
+ */
+import { readFileSync } from "node:fs";
+import { isAbsolute, join, normalize } from "node:path";
+import { BOX_ENV } from "../domain/box-layout";
+
+/** Shorter values are too common to redact without mangling ordinary text. */
+export const MIN_REDACTED_LENGTH = 6;
+/** A sensitive file's lines this long are redacted on their own too (a copied line, a diff's `+` line). */
+const MIN_REDACTED_LINE_LENGTH = 8;
+
+/** The environment's files marked sensitive, as paths relative to the working directory. */
+export function sensitiveFilePaths(env: Record<string, string | undefined>): string[] {
+  try {
+    const parsed: unknown = JSON.parse(env[BOX_ENV.sensitiveFiles] ?? "[]");
+    return Array.isArray(parsed) ? parsed.filter((p): p is string => typeof p === "string" && p !== "") : [];
+  } catch {
+    return [];
+  }
+}
+
+/** Read before the harness starts (it may change them): each file's content, and its longer lines. */
+export function sensitiveValues(workDir: string, paths: string[]): string[] {
+  const out: string[] = [];
+  for (const p of paths) {
+    let content: string;
+    try {
+      content = readFileSync(isAbsolute(p) ? p : join(workDir, p), "utf8");
+    } catch {
+      continue; // not there (yet): nothing of it can be posted either
+    }
+    out.push(content, content.trimEnd());
+    for (const line of content.split(/\r?\n/)) if (line.trim().length >= MIN_REDACTED_LINE_LENGTH) out.push(line.trim());
+  }
+  return out;
+}
+
+/** The values of the variables the control plane named as the environment's secrets. */
+export function namedSecretValues(env: Record<string, string | undefined>): string[] {
+  return (env[BOX_ENV.secretNames] ?? "").split(",").filter(Boolean).map((n) => env[n]).filter((v): v is string => !!v);
+}
+
+/** Longest first, so a value that contains another is replaced whole. */
+export function redactionList(values: string[]): string[] {
+  return [...new Set(values)].filter((v) => v.length >= MIN_REDACTED_LENGTH).sort((a, b) => b.length - a.length);
+}
+
+export function redactText(text: string, list: string[]): string {
+  let out = text;
+  for (const v of list) if (out.includes(v)) out = out.split(v).join("[redacted]");
+  return out;
+}
+
+/** Every string in `value` (an entry about to be posted) with the listed values replaced. */
+export function redactDeep<T>(value: T, list: string[]): T {
+  if (list.length === 0) return value;
+  const walk = (v: unknown): unknown => {
+    if (typeof v === "string") return redactText(v, list);
+    if (Array.isArray(v)) return v.map(walk);
+    if (v && typeof v === "object") return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, walk(x)]));
+    return v;
+  };
+  return walk(value) as T;
+}
+
+/** Whether `path` (relative to the working directory) is one of the sensitive files. */
+export function isSensitivePath(path: string, sensitive: string[]): boolean {
+  const p = normalize(path);
+  return sensitive.some((s) => normalize(s) === p);
+}
