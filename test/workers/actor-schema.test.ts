@@ -14,7 +14,7 @@ describe("a thread actor's tables", () => {
     const t = await createThread(token);
     await runInDurableObject(E.THREADS.get(E.THREADS.idFromName(`thread:${t.id}`)), (_a, state) => {
       const names = tables(state.storage.sql);
-      for (const table of ["stream_meta", "messages", "producers", "stream_fork", "thread_row", "outbox", "launch_progress", "deadlines", "probe_state", "dispatch_turns", "stream_owner", "create_request", `schema_${THREAD_ACTOR_SCHEMA_VERSION}`]) {
+      for (const table of ["stream_meta", "messages", "producers", "stream_fork", "thread_row", "outbox", "launch_progress", "deadlines", "probe_state", "dispatch_turns", "dispatch_agents", "stream_owner", "create_request", `schema_${THREAD_ACTOR_SCHEMA_VERSION}`]) {
         expect(names, table).toContain(table);
       }
       expect(columns(state.storage.sql, "thread_row")).toContain("run_id");

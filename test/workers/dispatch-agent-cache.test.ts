@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { env, runInDurableObject } from "cloudflare:test";
+import { env, evictDurableObject, runInDurableObject } from "cloudflare:test";
 import type { ThreadActor } from "./test-worker";
 import { call, chat, createThread, houseToken, post } from "./helpers";
 import { createAgent, decisions, modelEnvironment, scriptedModel, waitForEntries } from "./dispatch-helpers";
@@ -74,5 +74,24 @@ describe("dispatch: the thread's cached agent set follows the house", () => {
     expect((await post(token, thread.id, chat("@quiet hi"))).status).toBe(201);
     await waitForEntries(token, thread.id, (es) => chatsBy(es, quiet.id).length === 1, "quiet's reply");
     expect((await decisions(token, thread.id)).some((d) => d.agentId === quiet.id && d.reason === "mentioned")).toBe(true);
+  });
+
+  it("the copy outlives an eviction: an unaddressed chat to the woken thread needs no trigger, and a later change still reaches it", async () => {
+    const token = await houseToken("house-agent-cache-evicted");
+    const model = await scriptedModel([], { text: "ok" });
+    const envId = await modelEnvironment(token, model.baseUrl);
+    await createAgent(token, { name: "Quiet", handle: "quiet" });
+    const thread = await createThread(token, { environmentId: envId });
+    const stub = threadActor(thread.id);
+    await evictDurableObject(stub);
+    expect((await post(token, thread.id, chat("nobody named, after a restart"))).status).toBe(201);
+    expect(await runInDurableObject(stub, (a: ThreadActor) => a.testPendingTriggers())).toBe(0);
+    // An `always` bot made while the thread is asleep again: the house's notice wakes it and the
+    // kept copy is dropped, so the next unaddressed chat is decided by the alarm and answered.
+    await evictDurableObject(stub);
+    const echo = await createAgent(token, { name: "Echo", handle: "echo", triggerMode: "always" });
+    await post(token, thread.id, chat("anyone?"));
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, echo.id).length === 1, "echo's reply");
+    expect(chatsBy(es, echo.id)[0].payload.text).toBe("ok");
   });
 });

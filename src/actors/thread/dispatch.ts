@@ -72,7 +72,8 @@ export const DISPATCH_SCHEMA: Schema = {
     create table if not exists dispatch_decisions (
       seq integer primary key autoincrement, at integer not null, trigger_entry_id text not null, agent_id text not null,
       verdict text not null, reason text not null, detail text, turn_id text);
-    create table if not exists dispatch_replies (agent_id text primary key, at integer not null)`,
+    create table if not exists dispatch_replies (agent_id text primary key, at integer not null);
+    create table if not exists dispatch_agents (id integer primary key check (id = 1), version integer not null, candidates text not null, loaded_at integer not null)`,
 };
 
 /**
@@ -122,6 +123,7 @@ export class DispatchService {
   agentsChanged(version: number): void {
     this.newestAgentsVersion = Math.max(this.newestAgentsVersion, version);
     if (this.agentCache && this.agentCache.version < version) this.agentCache = null;
+    this.ports.sql.exec(`delete from dispatch_agents where version < ?`, version);
   }
 
   private async loadAgents(houseId: string): Promise<Candidate[]> {
@@ -135,7 +137,28 @@ export class DispatchService {
   primeAgents(set: { version: number; candidates: Candidate[] }): void {
     if (set.version < this.newestAgentsVersion) return;
     this.newestAgentsVersion = set.version;
-    this.agentCache = { version: set.version, candidates: set.candidates, ids: new Set(set.candidates.map((a) => a.id)), loadedAt: this.ports.now() };
+    const loadedAt = this.ports.now();
+    this.agentCache = { version: set.version, candidates: set.candidates, ids: new Set(set.candidates.map((a) => a.id)), loadedAt };
+    // Kept with the thread: an actor evicted and woken again within the cache's lifetime still
+    // decides an unaddressed chat without a trigger row, an alarm and a call to the house.
+    this.ports.sql.exec(
+      `insert into dispatch_agents (id, version, candidates, loaded_at) values (1, ?, ?, ?)
+       on conflict(id) do update set version = excluded.version, candidates = excluded.candidates, loaded_at = excluded.loaded_at`,
+      set.version, JSON.stringify(set.candidates), loadedAt,
+    );
+  }
+
+  /** The agent set this thread kept from before an eviction, if it has not been read yet. */
+  private persistedAgentsRead = false;
+  private cachedAgents() {
+    if (this.agentCache || this.persistedAgentsRead) return this.agentCache;
+    this.persistedAgentsRead = true;
+    const r = this.ports.sql.exec(`select version, candidates, loaded_at from dispatch_agents where id = 1`).toArray()[0];
+    if (!r || (r.version as number) < this.newestAgentsVersion) return null;
+    const candidates = JSON.parse(r.candidates as string) as Candidate[];
+    this.newestAgentsVersion = r.version as number;
+    this.agentCache = { version: r.version as number, candidates, ids: new Set(candidates.map((a) => a.id)), loadedAt: r.loaded_at as number };
+    return this.agentCache;
   }
 
   /**
@@ -144,7 +167,7 @@ export class DispatchService {
    * A mention of a handle the cache does not know is never decided here.
    */
   private nobodyAddressed(e: Entry): boolean {
-    const cache = this.agentCache;
+    const cache = this.cachedAgents();
     if (!cache || this.ports.now() - cache.loadedAt >= this.agentCacheMs) return false;
     const text = String(e.payload.text ?? "");
     const mentions = mentionList(e.payload.mentions);

@@ -32,7 +32,7 @@ import { STATUS_CHANGED } from "../../domain/statuses";
 const CREATE_REQUEST_SCHEMA: Schema = { name: "create_request", ddl: `create table if not exists create_request (id integer primary key check (id = 1), fingerprint text not null)` };
 
 /** Bump when any of these schemas changes: an actor whose marker is older runs them (and their migrations) again. */
-export const THREAD_ACTOR_SCHEMA_VERSION = "v1";
+export const THREAD_ACTOR_SCHEMA_VERSION = "v2";
 export const THREAD_ACTOR_SCHEMAS: Schema[] = [
   STREAM_LOG_SCHEMA, FORK_SCHEMA, THREAD_ROW_SCHEMA, OUTBOX_SCHEMA, LAUNCH_PROGRESS_SCHEMA, DEADLINES_SCHEMA,
   PROBE_SCHEMA, DISPATCH_SCHEMA, PLAIN_STREAM_SCHEMA, CREATE_REQUEST_SCHEMA,
