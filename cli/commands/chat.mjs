@@ -56,6 +56,15 @@ export function onPosted(progress, offset) {
 
 export const answered = (progress) => progress.replied && progress.pendingChildren === 0;
 
+/** `--thread`: a DM thread with this bot, else nothing there would answer every message. */
+async function dmThread(api, threadId, bot) {
+  const thread = await api.get(paths.thread(threadId));
+  if (thread.parent?.kind !== "agent" || thread.parent.id !== bot.id) {
+    throw new CliError("usage", `thread ${threadId} is not a direct-message thread with @${bot.handle}: leave out --thread to open one`);
+  }
+  return thread;
+}
+
 function positiveSeconds(value) {
   const n = Number(value);
   if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError("must be a number of seconds above 0");
@@ -77,7 +86,7 @@ export function registerChat(program, ctxOf, setExit) {
       const me = tokenClaims(api.target.token).sub;
       const names = new Map([[bot.id, `@${bot.handle}`]]);
       const thread = opts.thread
-        ? await api.get(paths.thread(opts.thread))
+        ? await dmThread(api, opts.thread, bot)
         : await ctx.wait("opening a DM thread", () => api.post("/api/threads", {
           title: `chat with @${bot.handle}`,
           parent: { kind: "agent", id: bot.id },

@@ -155,7 +155,8 @@ export function registerHouse(program, ctxOf) {
       const body = { name: opts.name ?? handle.replace(/^@/, ""), handle: handle.replace(/^@/, ""), model: opts.model };
       if (opts.systemPrompt) body.systemPrompt = opts.systemPrompt;
       if (opts.triggerMode) body.triggerMode = opts.triggerMode;
-      if (opts.tools) body.tools = opts.tools.split(",").map((t) => t.trim()).filter(Boolean);
+      // `--tools ""` is an empty allow-list (no tools), not "not given" (every tool).
+      if (opts.tools !== undefined) body.tools = opts.tools.split(",").map((t) => t.trim()).filter(Boolean);
       const environmentId = await resolveEnvironment(api, opts.env);
       if (environmentId) body.environmentId = environmentId;
       const a = await ctx.wait("creating bot", () => api.post("/api/agents", body));

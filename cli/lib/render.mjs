@@ -126,5 +126,5 @@ export function environmentLine(e, c) {
 }
 
 export function agentLine(a, c) {
-  return `${c.bold(`@${a.handle}`)}  ${a.name}  model ${a.model}  ${a.triggerMode ?? "mention"}${a.tools?.length ? `  tools: ${a.tools.join(", ")}` : ""}  ${c.gray(a.id)}`;
+  return `${c.bold(`@${a.handle}`)}  ${a.name}  model ${a.model}  ${a.triggerMode ?? "mention"}${Array.isArray(a.tools) ? `  tools: ${a.tools.length ? a.tools.join(", ") : "none"}` : "  tools: all"}  ${c.gray(a.id)}`;
 }

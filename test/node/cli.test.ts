@@ -305,6 +305,19 @@ describe("chat with a bot", () => {
     expect(JSON.parse(j.stderr.trim())).toEqual({ error: { code: "usage", message: expect.stringContaining("'bogus' is invalid") } });
   });
 
+  it("agent add --tools \"\" makes a bot with no tools; chat --thread refuses a thread that is not a DM with that bot", async (ctx) => {
+    if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip();
+    const r = await ok(["agent", "add", "@toolless", "--model", "demo/demo", "--tools", "", "--json"]);
+    expect(JSON.parse(r.stdout).tools).toEqual([]);
+    expect((await ok(["agents"])).stdout).toMatch(/^@toolless .* tools: none/m);
+    const plain = (await ok(["new", "plain"])).stdout.trim();
+    const started = Date.now();
+    const c = await cli(["chat", "@demo", "--thread", plain, "--reply-timeout", "60"], { env: as(), input: "hello\n" });
+    expect(c.code).toBe(2);
+    expect(c.stderr).toContain(`error usage: thread ${plain} is not a direct-message thread with @demo`);
+    expect(Date.now() - started).toBeLessThan(30_000);
+  });
+
   it("chat names a missing bot clearly", async (ctx) => {
     if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip();
     const r = await cli(["chat", "@nobody"], { env: as() });
