@@ -11,6 +11,8 @@ export const MAX_DEPTH = 8;
 
 export type DispatchConfig = {
   perAgent: Record<string, { triggerMode: TriggerMode }>;
+  /** The mode of every bot without a `perAgent` entry, instead of its own (a DM thread: `mention`). */
+  othersTriggerMode?: TriggerMode;
   ambientDelayMs: number;
   cooldownMs: number;
   widthCap: number;
@@ -24,6 +26,7 @@ export const DEFAULT_DISPATCH_CONFIG: DispatchConfig = {
 export const threadConfigPatchSchema = z.object({
   dispatch: z.object({
     perAgent: z.record(idSchema, z.object({ triggerMode: z.enum(TRIGGER_MODES) }).strict().nullable()).optional(),
+    othersTriggerMode: z.enum(TRIGGER_MODES).nullable().optional(),
     ambientDelayMs: z.number().int().min(0).max(3_600_000).optional(),
     cooldownMs: z.number().int().min(0).max(86_400_000).optional(),
     widthCap: z.number().int().min(0).max(50).optional(),
@@ -38,16 +41,23 @@ export function mergeDispatchConfig(current: DispatchConfig, patch: ThreadConfig
     if (v === null) delete perAgent[id];
     else perAgent[id] = { triggerMode: v.triggerMode };
   }
+  const othersTriggerMode = patch.othersTriggerMode === null ? undefined : patch.othersTriggerMode ?? current.othersTriggerMode;
   return {
     perAgent,
+    ...(othersTriggerMode ? { othersTriggerMode } : {}),
     ambientDelayMs: patch.ambientDelayMs ?? current.ambientDelayMs,
     cooldownMs: patch.cooldownMs ?? current.cooldownMs,
     widthCap: patch.widthCap ?? current.widthCap,
   };
 }
 
-/** A DM thread (`parent.kind = "agent"`) starts with its bot answering every message. */
+/**
+ * A DM thread (`parent.kind = "agent"`) starts with its bot answering every message, and the
+ * house's other bots answering only when someone names them: the conversation is private.
+ */
 export function initialDispatchConfig(parent: { kind: string; id: string | null }): DispatchConfig {
-  if (parent.kind === "agent" && parent.id) return { ...DEFAULT_DISPATCH_CONFIG, perAgent: { [parent.id]: { triggerMode: "always" } } };
+  if (parent.kind === "agent" && parent.id) {
+    return { ...DEFAULT_DISPATCH_CONFIG, perAgent: { [parent.id]: { triggerMode: "always" } }, othersTriggerMode: "mention" };
+  }
   return DEFAULT_DISPATCH_CONFIG;
 }

@@ -44,7 +44,7 @@ export function isBot(authorId: string | null, agents: Candidate[]): boolean {
 }
 
 export function effectiveMode(agent: Candidate, config: DispatchConfig): TriggerMode {
-  return config.perAgent[agent.id]?.triggerMode ?? agent.triggerMode;
+  return config.perAgent[agent.id]?.triggerMode ?? config.othersTriggerMode ?? agent.triggerMode;
 }
 
 /** True when a chat entry should be recorded as a trigger at all. */

@@ -219,6 +219,26 @@ describe("dispatch: selection end to end", () => {
     expect((await call("/api/threads", { method: "POST", token, json: { parent: { kind: "agent", id: "ag_missing" } } })).status).toBe(404);
   });
 
+  it("DM thread is private: the house's `always` bots stay out unless named", async () => {
+    const token = await houseToken("house-dm-private");
+    const model = await scriptedModel([], { text: "here" });
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const pal = await createAgent(token, { name: "Pal", handle: "pal", environmentId: envId });
+    const loud = await createAgent(token, { name: "Loud", handle: "loud", environmentId: envId, triggerMode: "always" });
+    const dm = await createThread(token, { parent: { kind: "agent", id: pal.id } });
+    const cfg = (await (await call(`/api/threads/${dm.id}/config`, { token })).json()) as { dispatch: { othersTriggerMode?: string } };
+    expect(cfg.dispatch.othersTriggerMode).toBe("mention");
+    await post(token, dm.id, chat("just between us", "dm-1"));
+    await waitForEntries(token, dm.id, (es) => chatsBy(es, pal.id).length === 1);
+    await post(token, dm.id, chat("@loud you may speak", "dm-2"));
+    await waitForDecision(token, dm.id, (d) => d.triggerEntryId === "dm-2" && d.agentId === loud.id && d.reason === "mentioned");
+    const ds = await decisions(token, dm.id);
+    expect(ds.filter((d) => d.agentId === loud.id && d.triggerEntryId === "dm-1")).toEqual([]);
+    // Opening it up is a config change: null clears it.
+    const open = await call(`/api/threads/${dm.id}/config`, { method: "PATCH", token, json: { dispatch: { othersTriggerMode: null } } });
+    expect(((await open.json()) as { dispatch: { othersTriggerMode?: string } }).dispatch.othersTriggerMode).toBeUndefined();
+  }, 30_000);
+
   it("a chat with dispatch:false never triggers, even with a mention", async () => {
     const token = await houseToken("house-nodispatch");
     const model = await scriptedModel();
@@ -263,6 +283,40 @@ describe("dispatch: selection end to end", () => {
     expect(ds.filter((d) => d.reason === "mentioned").map((d) => d.agentId).sort()).toEqual([bots[0].id, bots[1].id].sort());
     expect(ds.filter((d) => d.reason === "width_cap").map((d) => d.agentId).sort()).toEqual([bots[2].id, bots[3].id].sort());
   });
+});
+
+describe("dispatch: turns that take long", () => {
+  it("a bot whose model hangs does not hold up another bot's answer in the same thread", async () => {
+    const token = await houseToken("house-dispatch-hang");
+    const stuck = await scriptedModel([{ hang: true }]);
+    const quick = await scriptedModel([], { text: "quick answer" });
+    const stuckEnv = await modelEnvironment(token, stuck.baseUrl);
+    const quickEnv = await modelEnvironment(token, quick.baseUrl);
+    await createAgent(token, { name: "Slow", handle: "slow", environmentId: stuckEnv });
+    const fast = await createAgent(token, { name: "Fast", handle: "fast", environmentId: quickEnv });
+    const t = await createThread(token, { environmentId: quickEnv });
+    await post(token, t.id, chat("@slow think hard"));
+    const deadline = Date.now() + 10_000;
+    while ((await stuck.requests()).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect((await stuck.requests()).length).toBeGreaterThan(0); // slow's turn is waiting on its model now
+    await post(token, t.id, chat("@fast hi"));
+    const es = await waitForEntries(token, t.id, (es) => chatsBy(es, fast.id).length === 1, "fast's answer");
+    expect(chatsBy(es, fast.id)[0].payload.text).toBe("quick answer");
+  }, 30_000);
+
+  it("a bot deleted while its turn waits on the model posts no reply", async () => {
+    const token = await houseToken("house-dispatch-deleted");
+    const model = await scriptedModel([{ text: "too late", delayMs: 1_500 }]);
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Gone", handle: "gone", environmentId: envId });
+    const t = await createThread(token, { environmentId: envId });
+    await post(token, t.id, chat("@gone are you there?", "ask"));
+    const deadline = Date.now() + 10_000;
+    while ((await model.requests()).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect((await call(`/api/agents/${bot.id}`, { method: "DELETE", token })).status).toBe(204);
+    await waitForDecision(token, t.id, (d) => d.agentId === bot.id && d.reason === "error" && /deleted/.test(d.detail ?? ""));
+    expect(chatsBy((await readAll(token, t.id)).entries, bot.id)).toEqual([]);
+  }, 30_000);
 });
 
 describe("dispatch: post_to_thread", () => {

@@ -33,6 +33,11 @@ export type DispatchPorts = {
   };
   /** Re-arms the actor's alarm from persisted state (a running turn's lease is a deadline). */
   rearm(): Promise<void>;
+  /**
+   * Keeps a turn going after the alarm that started it has returned. Default: awaited in the
+   * alarm (tests that drive one alarm at a time).
+   */
+  background?(work: Promise<void>): void;
   /** How long a running turn's lease lasts; an expired lease means its incarnation died. */
   turnLeaseMs?: number;
   /** How long a cached agent set decides chats inline without asking the house again. */
@@ -240,7 +245,20 @@ export class DispatchService {
     const due = this.turns(`state in ('gate', 'pending') and run_at <= ?`, now)
       .concat(this.turns(`state = 'running' and updated_at + ? <= ?`, this.leaseMs, now))
       .filter((t) => !this.active.has(t.id));
-    await Promise.all(due.map((t) => this.runTurn(t)));
+    const runs = due.map((t) => this.runTurn(t));
+    if (!this.ports.background) {
+      await Promise.all(runs);
+      return;
+    }
+    // A turn may wait minutes on its model. It runs beside the alarm, not inside it, so the
+    // thread's next alarm (a launch, a stop's grace, the next chat's decision) does not queue
+    // behind it; when it ends, the alarm is set again for what it left (its reply's triggers).
+    // Its lease still covers an eviction meanwhile.
+    for (const run of runs) {
+      this.ports.background(run.then(() => this.ports.rearm()).catch((err) => {
+        logEvent("dispatch_rearm_failed", { error: errorMessage(err) }, "error");
+      }));
+    }
   }
 
   /** Triggers -> decisions (recorded with reasons) -> turns. */
@@ -387,6 +405,12 @@ export class DispatchService {
         result = { ok: false, reason: `model call failed: ${err instanceof Error ? err.message : String(err)}`, rounds: 0 };
       }
       if (!result.ok) return this.fail(turn, result.reason);
+      // Deleted while it worked: its pending turns end without a reply (it would wake other bots).
+      if (!(await house.getAgent(turn.agentId))) {
+        this.setTurn(turn.id, { state: "failed" });
+        this.decide(turn.triggerEntryId, { agentId: turn.agentId, verdict: "skip", reason: "error" }, "agent was deleted while it worked", turn.id);
+        return;
+      }
       this.finish(turn, agent.id, result.finalText);
     } catch (err) {
       logEvent("dispatch_turn_failed", { turnId: turn.id, error: errorMessage(err) }, "error");

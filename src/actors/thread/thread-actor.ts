@@ -152,6 +152,7 @@ export class ThreadActor extends DurableObject<Env> {
         };
       },
       rearm: () => this.deadlines.recompute(),
+      background: (work) => ctx.waitUntil(work),
       turnLeaseMs: intVar(env.DISPATCH_TURN_LEASE_MS, 60_000),
       agentCacheMs: intVar(env.DISPATCH_AGENT_CACHE_MS, 60_000),
     });
@@ -169,7 +170,7 @@ export class ThreadActor extends DurableObject<Env> {
     this.alarmSteps = [
       { name: "liveness", run: () => this.lifecycle.alarmStep() },
       { name: "outbox", run: () => this.drainOutbox(true) },
-      // Last: a bot's turn may take a while, and nothing else of the thread waits for it.
+      // A bot's turn runs beside the alarm (see DispatchService.onAlarm): nothing else waits for it.
       { name: "dispatch", run: () => this.dispatch.onAlarm() },
     ];
     this.executors = this.outboxExecutors();
