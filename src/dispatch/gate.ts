@@ -40,7 +40,7 @@ export async function askGate(opts: {
   botInstructions: string;
   recent: LoopMessage[];
   requestTimeoutMs?: number;
-}): Promise<{ reply: boolean; reason: string }> {
+}): Promise<{ reply: boolean; reason: string; failed?: boolean }> {
   const systemPrompt =
     `You decide whether the chat participant "${opts.botName}" should reply to the latest message of a conversation. ` +
     `${opts.botName}'s instructions:\n${opts.botInstructions || "(none)"}\n\n` +
@@ -57,7 +57,7 @@ export async function askGate(opts: {
     retries: GATE_RETRIES,
     retryBaseDelayMs: 250,
   });
-  if (!r.ok) return { reply: false, reason: `gate failed: ${r.reason}` };
+  if (!r.ok) return { reply: false, reason: `gate failed: ${r.reason}`, failed: true };
   const answer = r.message.content
     .filter((c): c is { type: "text"; text: string } => c.type === "text")
     .map((c) => c.text)

@@ -269,6 +269,19 @@ describe("dispatch: selection end to end", () => {
     expect((await decisions(token, thread.id)).some((d) => d.triggerEntryId === "w2" && d.reason === "gated_yes")).toBe(true);
   });
 
+  it("ambient: a gate that cannot be asked is recorded as an error with its detail, not a 'no'", async () => {
+    const token = await houseToken("house-ambient-broken");
+    const model = await scriptedModel([], { error: 400, message: "bad gate request" });
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Lurker", handle: "lurker", triggerMode: "ambient" });
+    const thread = await createThread(token, { environmentId: envId });
+    await call(`/api/threads/${thread.id}/config`, { method: "PATCH", token, json: { dispatch: { ambientDelayMs: 0 } } });
+    await post(token, thread.id, chat("anyone?", "g1"));
+    const ds = await waitForDecision(token, thread.id, (d) => d.triggerEntryId === "g1" && d.agentId === bot.id && d.verdict === "skip");
+    expect(ds.find((d) => d.triggerEntryId === "g1" && d.verdict === "skip")).toMatchObject({ reason: "error", detail: expect.stringContaining("gate failed") });
+    expect(chatsBy((await readAll(token, thread.id)).entries, bot.id)).toEqual([]);
+  }, 30_000);
+
   it("width cap: at most widthCap bots answer one entry; the others are recorded as width_cap", async () => {
     const token = await houseToken("house-width");
     const model = await scriptedModel([], { text: "me too" });

@@ -361,6 +361,13 @@ export class DispatchService {
         const gateModel = resolve(agent.gateModel ?? agent.model);
         if (!gateModel.ok) return this.fail(turn, gateModel.reason);
         const answer = await this.llm.askGate({ model: gateModel.model, botName: agent.name, botInstructions: agent.systemPrompt ?? "", recent: history });
+        if (answer.failed) {
+          // The gate could not be asked: an error with its detail, not a "no" (nothing is posted: an
+          // ambient bot is asked about every chat, and would fill the thread with its failures).
+          this.decide(turn.triggerEntryId, { agentId: agent.id, verdict: "skip", reason: "error" }, answer.reason.slice(0, 500), turn.id);
+          this.setTurn(turn.id, { state: "failed" });
+          return;
+        }
         const d = afterGate({ agentId: agent.id, verdict: "gate", reason: "ambient_wait", runAt: turn.runAt, depth: turn.depth }, answer.reply);
         this.decide(turn.triggerEntryId, d, answer.reason.slice(0, 500), turn.id);
         if (d.verdict === "skip") {
