@@ -33,7 +33,8 @@ export const agentPatchSchema = z.object({
   handle: fields.handle.optional(),
   model: fields.model.optional(),
   systemPrompt: fields.systemPrompt.unwrap().nullable().optional(),
-  triggerMode: z.enum(TRIGGER_MODES).optional(),
+  // Cleared, it is what a new bot gets.
+  triggerMode: z.enum(TRIGGER_MODES).nullable().optional().transform((v) => (v === null ? "mention" as const : v)),
   tools: fields.tools.unwrap().nullable().optional(),
   environmentId: idSchema.nullable().optional(),
   gateModel: modelRefSchema.nullable().optional(),

@@ -22,6 +22,10 @@ describe("agents API", () => {
     const patched = (await p.json()) as Record<string, unknown>;
     expect(patched).toMatchObject({ triggerMode: "always", tools: ["run_command"], handle: "coder" });
     expect("systemPrompt" in patched).toBe(false);
+    // null clears triggerMode back to what a new bot gets
+    const cleared = await call(`/api/agents/${a.id}`, { method: "PATCH", token, json: { triggerMode: null } });
+    expect(cleared.status).toBe(200);
+    expect(((await cleared.json()) as { triggerMode: string }).triggerMode).toBe("mention");
 
     expect((await call(`/api/agents/${a.id}`, { method: "DELETE", token })).status).toBe(204);
     expect((await call(`/api/agents/${a.id}`, { token })).status).toBe(404);
