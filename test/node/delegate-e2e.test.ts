@@ -97,6 +97,13 @@ const settled = async (id: string) => {
   }
 };
 
+/** A child thread of a new parent in a fresh e2e environment, running `task`. */
+async function delegateChild(task: string): Promise<string> {
+  const envId = await environment();
+  const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+  return (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task } })).body.childThreadId as string;
+}
+
 async function environment(extraEnv: Record<string, string> = {}) {
   const r = await api("/api/environments", {
     method: "POST",
@@ -281,9 +288,7 @@ describe("delegate a task to pi in a box", () => {
       { toolCalls: [{ name: "bash", arguments: { command: "echo half-done > partial.txt" } }] },
       { error: 400, message: "the model gives up" },
     );
-    const envId = await environment();
-    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
-    const childId = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "start, then fail" } })).body.childThreadId;
+    const childId = await delegateChild("start, then fail");
     const child = await settled(childId);
     expect([child.status, child.reason]).toEqual(["failed", "pi_failed"]);
     // The mirror posted the failure at once; the runner, still in the box, posts what the run left.
@@ -924,9 +929,7 @@ describe("a live run: talk to it, interrupt it", () => {
       { toolCalls: [{ name: "bash", arguments: { command: "sleep 45; echo slept" } }] },
       { text: "Did the other thing instead." },
     );
-    const envId = await environment();
-    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
-    const childId = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "sleep a while" } })).body.childThreadId as string;
+    const childId = await delegateChild("sleep a while");
     await waitFor("the tool call", async () =>
       (await entries(childId)).find((e) => e.payload.type === "pi.assistant" && JSON.stringify(e.payload).includes("sleep 45")), 30_000);
     // The call is mirrored when the model's message ends; the command starts right after it.
