@@ -3,7 +3,7 @@ import { ApiError, json } from "../errors";
 import type { Env } from "../env";
 import { assertThreadAccess, authenticate, houseWriter } from "../auth/authenticate";
 import { threadConfigPatchSchema } from "../dispatch/config";
-import { threadStub } from "./actors";
+import { houseStub, threadStub } from "./actors";
 import { unwrapRpc } from "../actors/rpc";
 import { readBody } from "./body";
 import { assertThreadInHouse, threadIdParam } from "./routes-threads";
@@ -21,6 +21,13 @@ export async function patchThreadConfigRoute(request: Request, env: Env, id: str
   // Authorization before validation: another house's thread answers 404 whatever the body is.
   await assertThreadInHouse(env, claims, threadId);
   const patch = await readBody(request, threadConfigPatchSchema);
+  // An override for a bot the house does not have is a typo that would do nothing, silently.
+  const named = Object.entries(patch.dispatch.perAgent ?? {}).filter(([, v]) => v !== null).map(([agentId]) => agentId);
+  for (const agentId of named) {
+    if (!(await unwrapRpc(houseStub(env, claims.houseId).getAgent(agentId)))) {
+      throw new ApiError("validation_failed", `no agent ${agentId} in this house`, [{ path: `dispatch.perAgent.${agentId}`, message: "not an agent of this house" }]);
+    }
+  }
   return json(await unwrapRpc(threadStub(env, threadId).patchDispatchConfig(claims.houseId, patch)));
 }
 

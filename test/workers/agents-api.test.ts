@@ -89,10 +89,16 @@ describe("thread config and decisions routes", () => {
     const t = await createThread(token);
     const got = (await (await call(`/api/threads/${t.id}/config`, { token })).json()) as { dispatch: Record<string, unknown> };
     expect(got).toEqual({ dispatch: { perAgent: {}, ambientDelayMs: 2000, cooldownMs: 0, widthCap: 3 } });
-    const p = await call(`/api/threads/${t.id}/config`, { method: "PATCH", token, json: { dispatch: { cooldownMs: 5000, perAgent: { ag_1: { triggerMode: "ambient" } } } } });
+    const bot = (await (await call("/api/agents", { method: "POST", token, json: { name: "Cfg", handle: "cfg", model: "local/m" } })).json()) as { id: string };
+    const p = await call(`/api/threads/${t.id}/config`, { method: "PATCH", token, json: { dispatch: { cooldownMs: 5000, perAgent: { [bot.id]: { triggerMode: "ambient" } } } } });
     expect(p.status).toBe(200);
-    expect(await p.json()).toEqual({ dispatch: { perAgent: { ag_1: { triggerMode: "ambient" } }, ambientDelayMs: 2000, cooldownMs: 5000, widthCap: 3 } });
-    const p2 = (await (await call(`/api/threads/${t.id}/config`, { method: "PATCH", token, json: { dispatch: { perAgent: { ag_1: null }, widthCap: 1 } } })).json()) as { dispatch: Record<string, unknown> };
+    expect(await p.json()).toEqual({ dispatch: { perAgent: { [bot.id]: { triggerMode: "ambient" } }, ambientDelayMs: 2000, cooldownMs: 5000, widthCap: 3 } });
+    // An override for a bot the house does not have is refused (a typo would do nothing); removing one is always fine.
+    const typo = await call(`/api/threads/${t.id}/config`, { method: "PATCH", token, json: { dispatch: { perAgent: { ag_nope: { triggerMode: "always" } } } } });
+    expect(typo.status).toBe(400);
+    expect(((await typo.json()) as { error: { details: unknown } }).error.details).toEqual([{ path: "dispatch.perAgent.ag_nope", message: "not an agent of this house" }]);
+    expect((await call(`/api/threads/${t.id}/config`, { method: "PATCH", token, json: { dispatch: { perAgent: { ag_nope: null } } } })).status).toBe(200);
+    const p2 = (await (await call(`/api/threads/${t.id}/config`, { method: "PATCH", token, json: { dispatch: { perAgent: { [bot.id]: null }, widthCap: 1 } } })).json()) as { dispatch: Record<string, unknown> };
     expect(p2.dispatch).toMatchObject({ perAgent: {}, cooldownMs: 5000, widthCap: 1 });
 
     for (const body of [{ dispatch: { widthCap: -1 } }, { dispatch: { cooldownMs: "5" } }, { dispatch: { perAgent: { a: { triggerMode: "x" } } } }, { other: 1 }, {}]) {
