@@ -23,8 +23,9 @@ export async function patchThreadConfigRoute(request: Request, env: Env, id: str
   const patch = await readBody(request, threadConfigPatchSchema);
   // An override for a bot the house does not have is a typo that would do nothing, silently.
   const named = Object.entries(patch.dispatch.perAgent ?? {}).filter(([, v]) => v !== null).map(([agentId]) => agentId);
+  const house = houseStub(env, claims.houseId);
   for (const agentId of named) {
-    if (!(await unwrapRpc(houseStub(env, claims.houseId).getAgent(agentId)))) {
+    if (!(await unwrapRpc(house.getAgent(agentId)))) {
       throw new ApiError("validation_failed", `no agent ${agentId} in this house`, [{ path: `dispatch.perAgent.${agentId}`, message: "not an agent of this house" }]);
     }
   }

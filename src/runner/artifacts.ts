@@ -10,7 +10,7 @@
 import { execFileSync } from "node:child_process";
 import { lstatSync, readdirSync, readFileSync } from "node:fs";
 import { join, relative, sep } from "node:path";
-import { isSensitivePath } from "./redact";
+import { isSensitivePath, redactionList, redactText } from "./redact";
 
 export type WorkspaceStart =
   | { kind: "git"; root: string; head: string | null }
@@ -104,11 +104,8 @@ function scan(root: string, maxEntries: number): Map<string, { size: number; mti
   return out;
 }
 
-export function redact(text: string, secrets: string[]): string {
-  let out = text;
-  for (const s of secrets) if (s.length >= 4) out = out.split(s).join("[redacted]");
-  return out;
-}
+/** Artifacts are files a person reads back: shorter secrets than in entries are worth hiding there. */
+const MIN_ARTIFACT_SECRET_LENGTH = 4;
 
 function isBinary(buf: Buffer): boolean {
   const head = buf.subarray(0, 8192);
@@ -124,6 +121,8 @@ function isBinary(buf: Buffer): boolean {
 /** What changed since `start`. Never throws for an unreadable file: it is listed without content. */
 export function collectArtifacts(start: WorkspaceStart, secrets: string[], limits: ArtifactLimits = DEFAULT_ARTIFACT_LIMITS, sensitive: string[] = []): Artifacts {
   const changed = start.kind === "git" ? gitChanges(start) : fileChanges(start, limits);
+  const redactions = redactionList(secrets, MIN_ARTIFACT_SECRET_LENGTH);
+  const redact = (text: string) => redactText(text, redactions);
   // Files the environment marked sensitive are listed like credential files: by path only.
   const hidden = (path: string) => SECRET_FILE.test(path) || isSensitivePath(path, sensitive);
   const filesTruncated = changed.length > limits.maxFiles;
@@ -148,13 +147,13 @@ export function collectArtifacts(start: WorkspaceStart, secrets: string[], limit
     if (isBinary(buf)) return { path, status, size, binary: true, omitted: "binary" };
     if (buf.length > budget) return { path, status, size, binary: false, omitted: "budget" };
     budget -= buf.length;
-    return { path, status, size, binary: false, content: redact(buf.toString("utf8"), secrets) };
+    return { path, status, size, binary: false, content: redact(buf.toString("utf8")) };
   });
   const out: Artifacts = { files, filesTruncated };
   if (start.kind === "git") {
     const status = git(start.root, ["status", "--porcelain=v1", "--untracked-files=all"]);
-    const diff = redact(gitDiff(start, changed, hidden, sensitive), secrets);
-    out.git = { base: start.head, status: redact(status, secrets), diff, diffBytes: Buffer.byteLength(diff) };
+    const diff = redact(gitDiff(start, changed, hidden, sensitive));
+    out.git = { base: start.head, status: redact(status), diff, diffBytes: Buffer.byteLength(diff) };
   }
   return out;
 }

@@ -37,14 +37,19 @@ export function sensitiveValues(workDir: string, paths: string[]): string[] {
   return out;
 }
 
+/** The names of the variables the control plane named as the environment's secrets. */
+export function secretNamesOf(env: Record<string, string | undefined>): string[] {
+  return (env[BOX_ENV.secretNames] ?? "").split(",").filter(Boolean);
+}
+
 /** The values of the variables the control plane named as the environment's secrets. */
 export function namedSecretValues(env: Record<string, string | undefined>): string[] {
-  return (env[BOX_ENV.secretNames] ?? "").split(",").filter(Boolean).map((n) => env[n]).filter((v): v is string => !!v);
+  return secretNamesOf(env).map((n) => env[n]).filter((v): v is string => !!v);
 }
 
 /** Longest first, so a value that contains another is replaced whole. */
-export function redactionList(values: string[]): string[] {
-  return [...new Set(values)].filter((v) => v.length >= MIN_REDACTED_LENGTH).sort((a, b) => b.length - a.length);
+export function redactionList(values: string[], minLength = MIN_REDACTED_LENGTH): string[] {
+  return [...new Set(values)].filter((v) => v.length >= minLength).sort((a, b) => b.length - a.length);
 }
 
 export function redactText(text: string, list: string[]): string {

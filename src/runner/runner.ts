@@ -22,12 +22,12 @@ import { getCodingAgent } from "../sandbox/harness/index";
 import { finishedSignalId } from "../sandbox/harness/pi";
 import type { ThreadEntry } from "../sandbox/harness/types";
 import { readBoxConfig } from "./config";
-import { BOX_ENV, runnerPidPath } from "../domain/box-layout";
+import { runnerPidPath } from "../domain/box-layout";
 import { StderrTail, lastLine, secretValues } from "./stderr-tail";
 import { TokenKeeper, renewUrlFor } from "./token-keeper";
 import { postHeartbeat, readThread, sleep, StreamWriter, threadStreamUrl, type WireEntry } from "./stream-writer";
 import { collectArtifacts, snapshotWorkspace, type WorkspaceStart } from "./artifacts";
-import { namedSecretValues, redactDeep, redactionList, sensitiveFilePaths, sensitiveValues } from "./redact";
+import { namedSecretValues, redactDeep, redactionList, secretNamesOf, sensitiveFilePaths, sensitiveValues } from "./redact";
 import { PiRpc } from "./pi-rpc";
 import { MESSAGE_DELIVERED, RunCursor, steerAction } from "./steering";
 import { ThreadWatch } from "./thread-watch";
@@ -127,6 +127,8 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   // What the harness must not get onto the thread through us: read before it can change anything.
   const sensitivePaths = sensitiveFilePaths(process.env);
   const redactions = redactionList([...namedSecretValues(process.env), ...sensitiveValues(workDir, sensitivePaths)]);
+  /** Everything to scrub from the box's own words (stderr, artifacts): the token may have been renewed. */
+  const secretsNow = () => secretValues(process.env, secretNamesOf(process.env), [cfg.token, tokens.current(), ...redactions]);
 
   // entries the runner itself posts for harnesses that do not mirror themselves
   const harnessWriter = agent.mirrorsItself
@@ -165,7 +167,6 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   } catch (err) {
     log(`could not write ${pidFile}: ${(err as Error).message}`);
   }
-
 
   const artifactsTimeoutMs = cfg.artifactsTimeoutMs;
   const workspaceStart: WorkspaceStart | null = artifactsTimeoutMs > 0 ? snapshotWorkspace(workDir) : null;
@@ -341,8 +342,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   await stopNotes?.(Math.max(0, deadline - Date.now()));
 
   if (workspaceStart) {
-    const secrets = secretValues(process.env, (process.env[BOX_ENV.secretNames] ?? "").split(",").filter(Boolean), [cfg.token, tokens.current(), ...redactions]);
-    await postArtifacts(workspaceStart, secrets, sensitivePaths, { url, streamBase: cfg.streamUrl, threadId: cfg.threadId, runId, authorId: cfg.authorId, tokens, timeoutMs: artifactsTimeoutMs });
+    await postArtifacts(workspaceStart, secretsNow(), sensitivePaths, { url, streamBase: cfg.streamUrl, threadId: cfg.threadId, runId, authorId: cfg.authorId, tokens, timeoutMs: artifactsTimeoutMs });
   }
 
   rmSync(pidFile, { force: true });
@@ -381,8 +381,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   log(`outcome: ${outcome.status} (${outcome.reason})${outcome.alreadyFinished ? " — already on the thread" : ""}`);
   const failureEntries: WireEntry[] = [];
   if (outcome.status !== "completed") {
-    const secrets = secretValues(process.env, (process.env[BOX_ENV.secretNames] ?? "").split(",").filter(Boolean), [cfg.token, tokens.current(), ...redactions]);
-    const tail = stderrTail.text(secrets);
+    const tail = stderrTail.text(secretsNow());
     if (tail.text.trim()) {
       // The harness's own words on why it failed, which otherwise die with the box's log.
       failureEntries.push({

@@ -2,12 +2,12 @@
  * The last bytes a harness wrote to stderr, kept so a failed run can say why on the thread (the
  * box's log goes away with the box). Bounded, and scrubbed of secret values before it leaves.
  */
+import { redactionList, redactText } from "./redact";
+
 export const STDERR_TAIL_BYTES = 4096;
 
 /** Env names whose values are secret even when the control plane did not list them. */
 const SECRET_NAME = /KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL/i;
-/** Shorter values are too common to redact without mangling ordinary text. */
-const MIN_SECRET_LENGTH = 6;
 
 export class StderrTail {
   private buf = Buffer.alloc(0);
@@ -24,10 +24,7 @@ export class StderrTail {
 
   /** The tail as text (a split UTF-8 sequence at its start dropped), secrets replaced. */
   text(secrets: string[]): { text: string; truncated: boolean } {
-    let text = this.buf.toString("utf8").replace(/^\uFFFD+/, "");
-    for (const s of [...new Set(secrets)].filter((v) => v.length >= MIN_SECRET_LENGTH).sort((a, b) => b.length - a.length)) {
-      text = text.split(s).join("[redacted]");
-    }
+    const text = redactText(this.buf.toString("utf8").replace(/^\uFFFD+/, ""), redactionList(secrets));
     return { text, truncated: this.dropped > 0 };
   }
 }

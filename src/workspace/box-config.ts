@@ -94,18 +94,17 @@ function fnv1a(s: string): string {
   return h.toString(16).padStart(8, "0");
 }
 
-/** A repository cloned into the run's working directory with the SDK's git API. */
-/** A repository URL a box may clone: no credentials in it (they end up in logs, process lists and entries). */
+/** A repository URL a box may clone: no credentials in it (they would end up in logs, process lists and entries: they go in a secret instead). */
 export const repositoryUrlSchema = z.string().min(1).max(2000).refine((u) => {
   try {
     const parsed = new URL(u);
-    // Credentials in a URL end up in logs and process lists: they go in a secret instead.
     return ["https:", "http:", "git:", "ssh:", "file:"].includes(parsed.protocol) && parsed.username === "" && parsed.password === "";
   } catch {
     return false;
   }
 }, "an http(s), git, ssh or file URL without credentials in it (name a secret in credentialsSecret)");
 
+/** A repository cloned into the run's working directory with the SDK's git API. */
 export const repositorySchema = z.object({
   url: repositoryUrlSchema,
   branch: z.string().min(1).max(200).optional(),

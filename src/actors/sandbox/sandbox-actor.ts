@@ -281,12 +281,16 @@ export class SandboxActor extends DurableObject<Env> {
   }
 
   private async reapIfIdle(): Promise<void> {
+    if (this.reapable()) await this.deleteNow();
+  }
+
+  /** Whether the box is one to delete now that no thread runs on it (see shouldReap). */
+  private reapable(): boolean {
     const r = this.row()!;
-    const reap = shouldReap({
+    return shouldReap({
       ephemeral: r.ephemeral === 1, state: r.state as BoxState, runningThreads: this.threadIds().length,
       deletePending: r.next_delete_at !== null,
     });
-    if (reap) await this.deleteNow();
   }
 
   /**
@@ -295,11 +299,7 @@ export class SandboxActor extends DurableObject<Env> {
    * alarm retries until the runner has exited or RUNNER_DRAIN_MS has passed. True if held.
    */
   private async holdForRunner(handle: DetachedHandle | null): Promise<boolean> {
-    const r = this.row()!;
-    if (!handle || !shouldReap({ ephemeral: r.ephemeral === 1, state: r.state as BoxState, runningThreads: this.threadIds().length, deletePending: r.next_delete_at !== null })) {
-      return false;
-    }
-    if (!(await this.runnerRunning(handle))) return false;
+    if (!handle || !this.reapable() || !(await this.runnerRunning(handle))) return false;
     const now = this.clock.now();
     this.ctx.storage.sql.exec(
       `update box set drain_handle = ?, drain_until = ?, next_delete_at = ? where id = 1`,

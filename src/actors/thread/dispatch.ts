@@ -345,8 +345,7 @@ export class DispatchService {
       const house = this.ports.house(row.houseId);
       const agent = await house.getAgent(turn.agentId);
       if (!agent) {
-        this.setTurn(turn.id, { state: "failed" });
-        this.decide(turn.triggerEntryId, { agentId: turn.agentId, verdict: "skip", reason: "error" }, "agent was deleted", turn.id);
+        this.drop(turn, "agent was deleted");
         return;
       }
       const environmentId = agent.environmentId ?? row.environmentId;
@@ -364,8 +363,7 @@ export class DispatchService {
         if (answer.failed) {
           // The gate could not be asked: an error with its detail, not a "no" (nothing is posted: an
           // ambient bot is asked about every chat, and would fill the thread with its failures).
-          this.decide(turn.triggerEntryId, { agentId: agent.id, verdict: "skip", reason: "error" }, answer.reason.slice(0, 500), turn.id);
-          this.setTurn(turn.id, { state: "failed" });
+          this.drop(turn, answer.reason.slice(0, 500));
           return;
         }
         const d = afterGate({ agentId: agent.id, verdict: "gate", reason: "ambient_wait", runAt: turn.runAt, depth: turn.depth }, answer.reply);
@@ -414,8 +412,7 @@ export class DispatchService {
       if (!result.ok) return this.fail(turn, result.reason);
       // Deleted while it worked: its pending turns end without a reply (it would wake other bots).
       if (!(await house.getAgent(turn.agentId))) {
-        this.setTurn(turn.id, { state: "failed" });
-        this.decide(turn.triggerEntryId, { agentId: turn.agentId, verdict: "skip", reason: "error" }, "agent was deleted while it worked", turn.id);
+        this.drop(turn, "agent was deleted while it worked");
         return;
       }
       this.finish(turn, agent.id, result.finalText);
@@ -456,8 +453,13 @@ export class DispatchService {
       id: `dispatch_error:${turn.id}`, ts: this.ports.now(), authorId: turn.agentId,
       payload: { type: "signal.dispatch.error", agentId: turn.agentId, turnId: turn.id, triggerEntryId: turn.triggerEntryId, reason, depth: turn.depth },
     }]);
+    this.drop(turn, reason);
+  }
+
+  /** Ends a turn as an error decision with `detail`, posting nothing to the thread. */
+  private drop(turn: TurnRow, detail: string): void {
     this.setTurn(turn.id, { state: "failed" });
-    this.decide(turn.triggerEntryId, { agentId: turn.agentId, verdict: "skip", reason: "error" }, reason, turn.id);
+    this.decide(turn.triggerEntryId, { agentId: turn.agentId, verdict: "skip", reason: "error" }, detail, turn.id);
   }
 
   /** The conversation up to the trigger, as the bot sees it: its own replies as its turns. */
