@@ -31,53 +31,75 @@ export { SandboxActor } from "./actors/sandbox/sandbox-actor";
 
 type Req = Request & { params: Record<string, string> };
 
-const router = Router<Req, [Env, ExecutionContext]>();
+type Method = "GET" | "POST" | "PATCH" | "DELETE";
+type RouteHandler = (req: Req, env: Env) => Promise<Response> | Response;
 
+/** Every route but the stream protocol's (which answers its own methods): method, path, handler. */
+const ROUTES: [Method, string, RouteHandler][] = [
+  ["GET", "/health", () => json({ ok: true, service: "threadbox" })],
+  ["POST", "/api/admin/tokens", (req, env) => mintTokenRoute(req, env)],
+  ["POST", "/api/threads", (req, env) => createThreadRoute(req, env)],
+  ["GET", "/api/threads", (req, env) => listThreadsRoute(req, env)],
+  ["GET", "/api/threads/:id", (req, env) => getThreadRoute(req, env, req.params.id)],
+  ["POST", "/api/threads/:id/entries", (req, env) => postEntriesRoute(req, env, req.params.id)],
+  ["GET", "/api/threads/:id/entries", (req, env) => readEntriesRoute(req, env, req.params.id)],
+  ["GET", "/api/threads/:id/subscribe", (req, env) => subscribeRoute(req, env, req.params.id)],
+  ["POST", "/api/threads/:id/tokens", (req, env) => mintThreadTokenRoute(req, env, req.params.id)],
+  ["POST", "/api/threads/:id/stop", (req, env) => stopThreadRoute(req, env, req.params.id)],
+  ["POST", "/api/threads/:id/interrupt", (req, env) => interruptThreadRoute(req, env, req.params.id)],
+  ["POST", "/api/threads/:id/delegate", (req, env) => delegateRoute(req, env, req.params.id)],
+  ["POST", "/api/threads/:id/resume", (req, env) => resumeRoute(req, env, req.params.id)],
+  ["GET", "/api/threads/:id/config", (req, env) => getThreadConfigRoute(req, env, req.params.id)],
+  ["PATCH", "/api/threads/:id/config", (req, env) => patchThreadConfigRoute(req, env, req.params.id)],
+  ["GET", "/api/threads/:id/dispatch", (req, env) => dispatchDecisionsRoute(req, env, req.params.id)],
+  ["GET", "/api/threads/:id/artifacts", (req, env) => listArtifactsRoute(req, env, req.params.id)],
+  ["POST", "/api/agents", (req, env) => createAgentRoute(req, env)],
+  ["GET", "/api/agents", (req, env) => listAgentsRoute(req, env)],
+  ["GET", "/api/agents/:id", (req, env) => getAgentRoute(req, env, req.params.id)],
+  ["PATCH", "/api/agents/:id", (req, env) => patchAgentRoute(req, env, req.params.id)],
+  ["DELETE", "/api/agents/:id", (req, env) => deleteAgentRoute(req, env, req.params.id)],
+  ["POST", "/api/environments", (req, env) => createEnvironmentRoute(req, env)],
+  ["GET", "/api/environments", (req, env) => listEnvironmentsRoute(req, env)],
+  ["GET", "/api/environments/:id", (req, env) => getEnvironmentRoute(req, env, req.params.id)],
+  ["PATCH", "/api/environments/:id", (req, env) => patchEnvironmentRoute(req, env, req.params.id)],
+  ["DELETE", "/api/environments/:id", (req, env) => deleteEnvironmentRoute(req, env, req.params.id)],
+  ["POST", "/api/environments/:id/exec", (req, env) => execRoute(req, env, req.params.id)],
+  ["POST", "/api/environments/:id/folders", (req, env) => uploadFolderRoute(req, env, req.params.id)],
+  ["GET", "/api/environments/:id/folders", (req, env) => listFoldersRoute(req, env, req.params.id)],
+  ["GET", "/api/environments/:id/folders/:name", (req, env) => downloadFolderRoute(req, env, req.params.id, req.params.name)],
+  ["GET", "/api/sandboxes", (req, env) => listSandboxesRoute(req, env)],
+  ["POST", "/api/sandboxes", (req, env) => createSandboxRoute(req, env)],
+  ["POST", "/api/sandboxes/reconcile", (req, env) => reconcileRoute(req, env)],
+  ["GET", "/api/sandboxes/:id", (req, env) => getSandboxRoute(req, env, req.params.id)],
+  ["GET", "/api/sandboxes/:id/ports/:port/preview", (req, env) => previewLinkRoute(req, env, req.params.id, req.params.port)],
+  ["DELETE", "/api/sandboxes/:id", (req, env) => deleteSandboxRoute(req, env, req.params.id)],
+];
+
+/** A path pattern's matcher: `:name` is one non-empty path segment. */
+const patternOf = (path: string) => new RegExp(`^${path.replace(/:[a-z]+/g, "[^/]+")}$`);
+const ROUTE_PATTERNS = ROUTES.map(([method, path]) => ({ method, pattern: patternOf(path) }));
+
+/** The methods a path is served with (empty for a path no route has). */
+function allowedMethods(pathname: string): Method[] {
+  return ROUTE_PATTERNS.filter((r) => r.pattern.test(pathname)).map((r) => r.method);
+}
+
+const router = Router<Req, [Env, ExecutionContext]>();
+// Bearer tokens, never cookies: any origin may call the API, preflights included.
+router.options("*", () => new Response(null, { status: 204, headers: CORS_PREFLIGHT_HEADERS }));
+for (const [method, path, handler] of ROUTES) router.all(path, (req: Req, env: Env) => (req.method === method ? handler(req, env) : undefined));
 router
-  // Bearer tokens, never cookies: any origin may call the API, preflights included.
-  .options("*", () => new Response(null, { status: 204, headers: CORS_PREFLIGHT_HEADERS }))
-  .get("/health", () => json({ ok: true, service: "threadbox" }))
-  .post("/api/admin/tokens", (req, env) => mintTokenRoute(req, env))
-  .post("/api/threads", (req, env) => createThreadRoute(req, env))
-  .get("/api/threads", (req, env) => listThreadsRoute(req, env))
-  .get("/api/threads/:id", (req, env) => getThreadRoute(req, env, req.params.id))
-  .post("/api/threads/:id/entries", (req, env) => postEntriesRoute(req, env, req.params.id))
-  .get("/api/threads/:id/entries", (req, env) => readEntriesRoute(req, env, req.params.id))
-  .get("/api/threads/:id/subscribe", (req, env) => subscribeRoute(req, env, req.params.id))
-  .post("/api/threads/:id/tokens", (req, env) => mintThreadTokenRoute(req, env, req.params.id))
-  .post("/api/threads/:id/stop", (req, env) => stopThreadRoute(req, env, req.params.id))
-  .post("/api/threads/:id/interrupt", (req, env) => interruptThreadRoute(req, env, req.params.id))
-  .post("/api/threads/:id/delegate", (req, env) => delegateRoute(req, env, req.params.id))
-  .post("/api/threads/:id/resume", (req, env) => resumeRoute(req, env, req.params.id))
-  .get("/api/threads/:id/config", (req, env) => getThreadConfigRoute(req, env, req.params.id))
-  .patch("/api/threads/:id/config", (req, env) => patchThreadConfigRoute(req, env, req.params.id))
-  .get("/api/threads/:id/dispatch", (req, env) => dispatchDecisionsRoute(req, env, req.params.id))
-  .get("/api/threads/:id/artifacts", (req, env) => listArtifactsRoute(req, env, req.params.id))
-  .post("/api/agents", (req, env) => createAgentRoute(req, env))
-  .get("/api/agents", (req, env) => listAgentsRoute(req, env))
-  .get("/api/agents/:id", (req, env) => getAgentRoute(req, env, req.params.id))
-  .patch("/api/agents/:id", (req, env) => patchAgentRoute(req, env, req.params.id))
-  .delete("/api/agents/:id", (req, env) => deleteAgentRoute(req, env, req.params.id))
-  .post("/api/environments", (req, env) => createEnvironmentRoute(req, env))
-  .get("/api/environments", (req, env) => listEnvironmentsRoute(req, env))
-  .get("/api/environments/:id", (req, env) => getEnvironmentRoute(req, env, req.params.id))
-  .patch("/api/environments/:id", (req, env) => patchEnvironmentRoute(req, env, req.params.id))
-  .delete("/api/environments/:id", (req, env) => deleteEnvironmentRoute(req, env, req.params.id))
-  .post("/api/environments/:id/exec", (req, env) => execRoute(req, env, req.params.id))
-  .post("/api/environments/:id/folders", (req, env) => uploadFolderRoute(req, env, req.params.id))
-  .get("/api/environments/:id/folders", (req, env) => listFoldersRoute(req, env, req.params.id))
-  .get("/api/environments/:id/folders/:name", (req, env) => downloadFolderRoute(req, env, req.params.id, req.params.name))
-  .get("/api/sandboxes", (req, env) => listSandboxesRoute(req, env))
-  .post("/api/sandboxes", (req, env) => createSandboxRoute(req, env))
-  .post("/api/sandboxes/reconcile", (req, env) => reconcileRoute(req, env))
-  .get("/api/sandboxes/:id", (req, env) => getSandboxRoute(req, env, req.params.id))
-  .get("/api/sandboxes/:id/ports/:port/preview", (req, env) => previewLinkRoute(req, env, req.params.id, req.params.port))
-  .delete("/api/sandboxes/:id", (req, env) => deleteSandboxRoute(req, env, req.params.id))
   .all("/api/stream/*", async (req, env) => withPublicLocation(await streamRoute(req, env, "/api/stream/").catch(errorResponse), req))
   .all("/v1/stream/*", async (req, env) => withPublicLocation(await streamRoute(req, env, "/v1/stream/").catch(errorResponse), req))
   .all("*", async (req, env) => {
-    // A token problem is reported as such even on a wrong path, so a client never chases a 404 that is really a 401.
-    if (/^\/(api|v1)\//.test(new URL(req.url).pathname)) await authenticate(req, env.THREADBOX_TOKEN_SECRET);
+    const { pathname } = new URL(req.url);
+    // A token problem is reported as such even on a wrong path or method, so a client never
+    // chases a 404 or 405 that is really a 401. Minting tokens takes the admin secret instead.
+    if (/^\/(api|v1)\//.test(pathname) && pathname !== "/api/admin/tokens") await authenticate(req, env.THREADBOX_TOKEN_SECRET);
+    const allowed = allowedMethods(pathname);
+    if (allowed.length > 0) {
+      throw new ApiError("method_not_allowed", `${req.method} is not allowed here: use ${allowed.join(" or ")}`, undefined, { allow: [...allowed, "OPTIONS"].join(", ") });
+    }
     throw new ApiError("not_found", "no such route");
   });
 

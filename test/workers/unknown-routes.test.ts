@@ -22,4 +22,28 @@ describe("a path that matches no route", () => {
     expect(outside.status).toBe(404);
     await outside.body?.cancel();
   });
+
+  it("answers 405 with Allow for a known path and a method it does not take, after the token check", async () => {
+    const token = await houseToken();
+    const put = await call("/api/threads/th_x/config", { method: "PUT", token, body: "{}" });
+    expect(put.status).toBe(405);
+    expect(put.headers.get("allow")).toBe("GET, PATCH, OPTIONS");
+    expect(((await put.json()) as { error: { code: string } }).error.code).toBe("method_not_allowed");
+    const del = await call("/api/threads", { method: "DELETE", token });
+    expect(del.status).toBe(405);
+    expect(del.headers.get("allow")).toBe("POST, GET, OPTIONS");
+    await del.body?.cancel();
+    // Without a token, the token problem comes first.
+    const anon = await call("/api/threads/th_x/config", { method: "PUT" });
+    expect(anon.status).toBe(401);
+    await anon.body?.cancel();
+    // Outside the API, and for the admin route that takes no token, the method is the answer.
+    const health = await call("/health", { method: "POST" });
+    expect(health.status).toBe(405);
+    await health.body?.cancel();
+    const mint = await call("/api/admin/tokens", { method: "GET" });
+    expect(mint.status).toBe(405);
+    expect(mint.headers.get("allow")).toBe("POST, OPTIONS");
+    await mint.body?.cancel();
+  });
 });
