@@ -39,7 +39,7 @@ export async function streamRoute(request: Request, env: Env, prefix: string, ur
   }
   const renewal = TOKEN_RENEWAL.exec(name);
   if (renewal) return renewStreamToken(request, env, claims, renewal[1]);
-  const auth = { houseId: claims.houseId, subject: claims.subject, canWrite: canWrite(claims), mayAuthorAsOthers: writerFor(claims).mayAuthorAsOthers };
+  const auth = { houseId: claims.houseId, canWrite: canWrite(claims), ...writerFor(claims) };
   const threadMatch = THREAD_STREAM.exec(name);
   const forkedFrom = request.method === "PUT" ? request.headers.get(FORK_HEADERS.from) : null;
   if (threadMatch && forkedFrom !== null) throw new ApiError("bad_request", "a thread's stream cannot be created as a fork");

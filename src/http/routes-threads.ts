@@ -154,7 +154,7 @@ export async function subscribeRoute(request: Request, env: Env, id: string | un
   if (request.headers.get("upgrade")?.toLowerCase() !== "websocket") {
     throw new ApiError("upgrade_required", "this route needs a WebSocket upgrade");
   }
-  return forwardToActor(withoutBearerProtocols(request), threadStub(env, threadId), { houseId: claims.houseId, subject: claims.subject, canWrite: false, mayAuthorAsOthers: false }, { kind: "thread", threadId }, "/subscribe");
+  return forwardToActor(withoutBearerProtocols(request), threadStub(env, threadId), { houseId: claims.houseId, canWrite: false, subject: claims.subject, mayAuthorAsOthers: false, mayNameBox: false }, { kind: "thread", threadId }, "/subscribe");
 }
 
 /**

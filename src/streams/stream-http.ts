@@ -9,6 +9,7 @@ import {
   parseOffset, responseCursor,
 } from "./protocol";
 import { WaitHub } from "./wait-hub";
+import type { EntryWriter } from "../threads/entries";
 import { assertUtf8Charset, readBoundedBody } from "../http/bounded-body";
 import { parseJsonBytes, topLevelJsonValues } from "../entries/json-limits";
 
@@ -40,8 +41,8 @@ export type ForkHost = {
   readonly source: ForkSource | null;
 };
 
-/** `subject` is who the entries are authored as; `mayAuthorAsOthers` lets the writer name another author. */
-export type StreamRequestAuth = { canWrite: boolean; subject: string; mayAuthorAsOthers: boolean };
+/** Whether the request may write at all, and who writes (see EntryWriter). */
+export type StreamRequestAuth = { canWrite: boolean } & EntryWriter;
 
 
 const STRICT_INT = /^\d+$/;

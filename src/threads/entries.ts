@@ -4,6 +4,7 @@ import { entryInputSchema, formatZodError, isHeartbeat, SYSTEM_AUTHOR, type Entr
 import { UTF8_DECODER, jsonNestsDeeperThan, parseJsonBytes, pruneDeepJson } from "../entries/json-limits";
 import type { NewMessage, StoredMessage } from "../streams/log";
 import { formatOffset } from "../streams/protocol";
+import { STATUS_CHANGED } from "../domain/statuses";
 
 /** Stateless, so one serves every call. */
 const UTF8_ENCODER = new TextEncoder();
@@ -16,11 +17,28 @@ export const AUTHOR_AS_OTHERS_ROLE = "admin";
 /**
  * Who is writing: entries are authored as `subject` (the token's subject); only a writer with
  * `mayAuthorAsOthers` may name another author, and nobody may name the control plane.
+ * `mayNameBox`: the writer may say which box a run it claims is on. A house writer may (it can
+ * delete the house's boxes anyway); a stream token, which is what the agent in a box holds, may
+ * not: the box named would be released, and an ephemeral one deleted, when that run ends.
  */
-export type EntryWriter = { subject: string; mayAuthorAsOthers: boolean };
+export type EntryWriter = { subject: string; mayAuthorAsOthers: boolean; mayNameBox: boolean };
 
 export function writerFor(claims: { kind: "house"; subject: string; role: string } | { kind: "stream"; subject: string }): EntryWriter {
-  return { subject: claims.subject, mayAuthorAsOthers: claims.kind === "house" && claims.role === AUTHOR_AS_OTHERS_ROLE };
+  return { subject: claims.subject, mayAuthorAsOthers: claims.kind === "house" && claims.role === AUTHOR_AS_OTHERS_ROLE, mayNameBox: claims.kind === "house" };
+}
+
+/**
+ * Entries only the control plane writes: a thread acts on them (which box a run is on, a child's
+ * result), so a client that could write them could steer another run's box or a parent's result.
+ */
+export const CONTROL_PLANE_TYPES: ReadonlySet<string> = new Set(["signal.thread.box_assigned", "signal.thread.child_finished", "signal.run.launched"]);
+
+/** A 403 for an entry this writer may not write, whatever its author. */
+function assertWritable(payload: { type: string; [k: string]: unknown }, writer: EntryWriter): void {
+  if (CONTROL_PLANE_TYPES.has(payload.type)) throw new ApiError("forbidden", `${payload.type} entries are written by the control plane only`);
+  if (payload.type === STATUS_CHANGED && payload.status === "running" && payload.boxId !== undefined && !writer.mayNameBox) {
+    throw new ApiError("forbidden", "a stream token may not name a box in a run's claim: only a house token may");
+  }
 }
 
 /** The author an entry is stored with, or a 403 if this writer may not claim it. */
@@ -48,6 +66,7 @@ export function prepareEntries(raw: unknown, writer: EntryWriter, nowMs: number)
   const parsed = entryListSchema.safeParse(list);
   if (!parsed.success) throw new ApiError("validation_failed", "invalid entry", formatZodError(parsed.error));
   const authors = parsed.data.map((input) => authorFor(input.authorId, writer));
+  for (const input of parsed.data) assertWritable(input.payload, writer);
   const out: PreparedEntries = { messages: [], entries: [], heartbeats: 0 };
   const seen = new Set<string>();
   parsed.data.forEach((input, i) => {

@@ -17,7 +17,7 @@ export function isTerminal(status: ThreadStatus): boolean {
 
 /**
  * What a `signal.thread.status_changed` entry does to the row. The first finished-signal of a run
- * wins; later ones stay in the log but change nothing. A `running` claim starts a (new) run.
+ * wins; later ones, and one while no run is running, stay in the log but change nothing. A `running` claim starts a (new) run.
  * A finished-signal that names another run than the current one (a stopped run's runner ending
  * late, after a resume started the next run) changes nothing; one without a run id still counts.
  */
@@ -31,7 +31,9 @@ export function decideSignal(row: Pick<ThreadRow, "status"> & { runId?: string |
     if (row.status === "running") return null;
     return { status: "running", statusReason: null, statusDetail: reason, boxId: typeof p.boxId === "string" ? p.boxId : undefined, runStartedAt: nowMs, runId };
   }
-  if (isTerminal(row.status)) return null;
+  // Only a running thread has a run to end: a finished-signal on an idle (never run) or settled
+  // thread changes nothing.
+  if (row.status !== "running") return null;
   if (isForeignRun(row, entry)) return null;
   return { status: TERMINAL[status], statusReason: status, statusDetail: reason };
 }

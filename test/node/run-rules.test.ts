@@ -59,6 +59,14 @@ describe("liveness", () => {
 });
 
 describe("finished-signals", () => {
+  it("a finished-signal while no run is running changes nothing", () => {
+    for (const status of ["idle", "completed", "failed"] as const) {
+      for (const finished of ["completed", "pi_failed", "pi_session_orphaned", "stopped"]) {
+        expect(decideSignal({ status }, signal(finished), T0), `${status} + ${finished}`).toBeNull();
+      }
+    }
+  });
+
   it("a claim starts a run; the first finished-signal wins; later ones change nothing", () => {
     const claim = decideSignal({ status: "idle" }, signal("running", { boxId: "box_9" }), T0);
     expect(claim).toMatchObject({ status: "running", boxId: "box_9", runStartedAt: T0 });

@@ -10,6 +10,7 @@ import type { Clock } from "../../src/actors/clock";
 import type { OutboxKind, OutboxPayloads } from "../../src/actors/thread/outbox";
 import type { Env } from "../../src/env";
 import type { LaunchStep } from "../../src/threads/launch-progress";
+import type { Entry } from "../../src/entries/schema";
 
 export { default } from "../../src/worker";
 
@@ -96,6 +97,11 @@ export class ThreadActor extends ProductionThreadActor {
   /** Chats recorded for the dispatch alarm to decide. */
   testPendingTriggers(): number {
     return this.ctx.storage.sql.exec(`select count(*) as n from dispatch_triggers`).one().n as number;
+  }
+
+  /** Appends entries as the control plane does (`authorId: threadbox`), past client validation. */
+  testAppendAsControlPlane(entries: Entry[]): void {
+    this.appendInternal(entries);
   }
 
   testEnqueue<K extends OutboxKind>(key: string, kind: K, payload: OutboxPayloads[K]): void {

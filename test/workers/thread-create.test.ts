@@ -109,9 +109,12 @@ describe("a running thread's detail", () => {
     const detail = async () => ((await (await call(`/api/threads/${t.id}`, { token })).json()) as Thread).detail;
     await post(token, t.id, { payload: { type: "signal.thread.status_changed", status: "running", reason: "launching" } });
     expect(await detail()).toBe("launching");
-    await post(token, t.id, { payload: { type: "signal.thread.box_assigned", boxId: "box_d1", runId: "r1" } });
+    // The launch's milestones are the control plane's own entries.
+    const milestone = (id: string, payload: Record<string, unknown>) =>
+      runInDurableObject(threadStub(t.id), (a: ThreadActor) => a.testAppendAsControlPlane([{ id, ts: Date.now(), authorId: "threadbox", payload: payload as never }]));
+    await milestone("box:r1", { type: "signal.thread.box_assigned", boxId: "box_d1", runId: "r1" });
     expect(await detail()).toBe("preparing box box_d1");
-    await post(token, t.id, { payload: { type: "signal.run.launched", runId: "r1", harness: "pi", boxId: "box_d1", boxReused: false, session: "new" } });
+    await milestone("launched:r1", { type: "signal.run.launched", runId: "r1", harness: "pi", boxId: "box_d1", boxReused: false, session: "new" });
     expect(await detail()).toBe("pi running on box box_d1");
     await post(token, t.id, { payload: { type: "signal.thread.status_changed", status: "completed", reason: "done" } });
     const row = (await (await call(`/api/threads/${t.id}`, { token })).json()) as Thread;

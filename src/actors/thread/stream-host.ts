@@ -10,9 +10,8 @@ export type StreamRequestOptions = {
   allowDelete: boolean;
   /** A thread's log must stay open: the control plane still has to write its finished-signal. */
   allowClose: boolean;
-  subject: string;
   canWrite: boolean;
-  mayAuthorAsOthers: boolean;
+  writer: EntryWriter;
   /** Plain streams only: how this request may fork (threads are not forkable). */
   fork?: ForkHost;
 };
@@ -31,16 +30,18 @@ export const plainStreamPolicy: AppendPolicy = {
   afterAppend: () => {},
 };
 
-type StreamAuth = { subject: string; canWrite: boolean; mayAuthorAsOthers: boolean };
+type StreamAuth = { canWrite: boolean } & EntryWriter;
+
+const writerOf = (auth: StreamAuth): EntryWriter => ({ subject: auth.subject, mayAuthorAsOthers: auth.mayAuthorAsOthers, mayNameBox: auth.mayNameBox });
 
 export const threadStreamOptions = (threadId: string, auth: StreamAuth): StreamRequestOptions => ({
   streamName: `thread-${threadId}`, allowCreate: false, allowDelete: false, allowClose: false,
-  subject: auth.subject, canWrite: auth.canWrite, mayAuthorAsOthers: auth.mayAuthorAsOthers,
+  canWrite: auth.canWrite, writer: writerOf(auth),
 });
 
 export const plainStreamOptions = (name: string, auth: StreamAuth, fork: ForkHost): StreamRequestOptions => ({
   streamName: name, allowCreate: true, allowDelete: true, allowClose: true, fork,
-  subject: auth.subject, canWrite: auth.canWrite, mayAuthorAsOthers: auth.mayAuthorAsOthers,
+  canWrite: auth.canWrite, writer: writerOf(auth),
 });
 
 /** Serves one Durable Streams request; the host is built for this request only, never shared. */
@@ -57,5 +58,5 @@ export function serveStream(request: Request, store: StreamStore, policy: Append
     afterAppend: (appended) => policy.afterAppend(appended),
     fork: options.fork,
   };
-  return handleStreamHttp(request, host, { canWrite: options.canWrite, subject: options.subject, mayAuthorAsOthers: options.mayAuthorAsOthers });
+  return handleStreamHttp(request, host, { canWrite: options.canWrite, ...options.writer });
 }

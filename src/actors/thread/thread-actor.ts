@@ -39,7 +39,7 @@ export const THREAD_ACTOR_SCHEMAS: Schema[] = [
 ];
 
 /** Sent by the worker (never by a client: actors are not reachable from outside). */
-export type ActorAuth = { houseId: string; subject: string; canWrite: boolean; mayAuthorAsOthers: boolean };
+export type ActorAuth = { houseId: string; canWrite: boolean } & EntryWriter;
 export type StreamTarget = { kind: "thread"; threadId: string } | { kind: "plain"; name: string; forkSource?: ForkSource };
 
 export const AUTH_HEADER = "x-threadbox-auth";
@@ -508,7 +508,7 @@ export class ThreadActor extends DurableObject<Env> {
   }
 
   /** Entries the control plane writes itself; their ids make a re-run of the same path a no-op. */
-  private appendInternal(entries: Entry[]) {
+  protected appendInternal(entries: Entry[]) {
     const enc = new TextEncoder();
     return this.appendMessages(entries.map((e) => ({ data: enc.encode(JSON.stringify(e)), entryId: e.id })));
   }

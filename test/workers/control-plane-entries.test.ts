@@ -1,0 +1,75 @@
+import { describe, expect, it } from "vitest";
+import { call, createThread, errorCode, houseToken, post, readAll, streamToken } from "./helpers";
+
+const streamPost = (token: string, threadId: string, body: unknown) =>
+  call(`/api/stream/thread-${threadId}`, { method: "POST", token, json: body });
+
+async function row(token: string, id: string) {
+  return (await (await call(`/api/threads/${id}`, { token })).json()) as { status: string; boxId: string | null; detail: string | null };
+}
+
+async function newBox(token: string) {
+  const r = await call("/api/sandboxes", { method: "POST", token, json: { provider: "test", ephemeral: true } });
+  expect(r.status).toBe(201);
+  return (await r.json()) as { id: string };
+}
+
+describe("entries the thread acts on are the control plane's own", () => {
+  it("a client cannot write box assignments, launches or child results, on either write path", async () => {
+    const token = await houseToken("house-cp", "alice", "admin");
+    const t = await createThread(token);
+    const run = await streamToken("house-cp", t.id);
+    const forged = [
+      { type: "signal.thread.box_assigned", boxId: "box_other", runId: "r1" },
+      { type: "signal.run.launched", runId: "r1", harness: "pi", boxId: "box_other", boxReused: false, session: "new" },
+      { type: "signal.thread.child_finished", childThreadId: "th_x", status: "completed" },
+    ];
+    await post(token, t.id, { payload: { type: "signal.thread.status_changed", status: "running", runId: "r1" } });
+    for (const payload of forged) {
+      const rest = await post(token, t.id, { payload });
+      expect(rest.status, payload.type).toBe(403);
+      expect(await errorCode(rest)).toBe("forbidden");
+      const stream = await streamPost(run, t.id, { payload });
+      expect(stream.status, payload.type).toBe(403);
+      await stream.body?.cancel();
+      // In a batch, the whole write is refused.
+      const batch = await post(token, t.id, [{ payload: { type: "chat", text: "hi" } }, { payload }]);
+      expect(batch.status).toBe(403);
+      await batch.body?.cancel();
+    }
+    const r = await row(token, t.id);
+    expect(r).toMatchObject({ status: "running", boxId: null });
+    const types = (await readAll(token, t.id)).entries.map((e) => e.payload.type);
+    expect(types).toEqual(["signal.thread.status_changed"]);
+  });
+
+  it("a stream token may claim a run but not name its box; a house token may", async () => {
+    const token = await houseToken("house-cp2");
+    const other = await newBox(token);
+    const t = await createThread(token);
+    const run = await streamToken("house-cp2", t.id);
+    const named = await streamPost(run, t.id, { payload: { type: "signal.thread.status_changed", status: "running", boxId: other.id } });
+    expect(named.status).toBe(403);
+    expect(await errorCode(named)).toBe("forbidden");
+    expect((await row(token, t.id)).status).toBe("idle");
+    const plain = await streamPost(run, t.id, { payload: { type: "signal.thread.status_changed", status: "running" } });
+    expect(plain.status).toBe(204);
+    expect(await row(token, t.id)).toMatchObject({ status: "running", boxId: null });
+
+    const t2 = await createThread(token);
+    const byHouse = await post(token, t2.id, { payload: { type: "signal.thread.status_changed", status: "running", boxId: other.id } });
+    expect(byHouse.status).toBe(201);
+    expect(await row(token, t2.id)).toMatchObject({ status: "running", boxId: other.id });
+  });
+
+  it("a finished-signal on a thread that never ran changes nothing, so it cannot be resumed", async () => {
+    const token = await houseToken("house-cp3");
+    const t = await createThread(token);
+    const r = await post(token, t.id, { payload: { type: "signal.thread.status_changed", status: "completed", reason: "forged" } });
+    expect(r.status).toBe(201);
+    expect((await row(token, t.id)).status).toBe("idle");
+    const resume = await call(`/api/threads/${t.id}/resume`, { method: "POST", token, json: { message: "go on", model: "test/model" } });
+    expect(resume.status).toBe(409);
+    await resume.body?.cancel();
+  });
+});
