@@ -14,6 +14,12 @@ import { subscriptionsRoute } from "./routes-subscriptions";
 const NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._~:@!$&'()*+,;=/-]{0,255}$/;
 const THREAD_STREAM = /^thread-([A-Za-z0-9][A-Za-z0-9._:-]{0,127})$/;
 const TOKEN_RENEWAL = /^thread-([A-Za-z0-9][A-Za-z0-9._:-]{0,127})\/token$/;
+/**
+ * Plain streams only the control plane writes: environments' folder archives (folder-store.ts).
+ * Runs unpack them into their workspace, so a client that could rewrite one could plant files in
+ * every later run; they are written through POST /api/environments/:id/folders only.
+ */
+const CONTROL_PLANE_STREAMS = /^folders\//;
 /** Plain streams a run's own stream token may write: its artifacts (e.g. a diff too large for an entry). */
 const RUN_ARTIFACTS = /^thread-([A-Za-z0-9][A-Za-z0-9._:-]{0,127})\/artifacts\//;
 
@@ -47,6 +53,9 @@ export async function streamRoute(request: Request, env: Env, prefix: string, ur
     const threadId = threadMatch[1];
     if (claims.kind === "stream" && claims.threadId !== threadId) throw new ApiError("forbidden", "token is scoped to another thread");
     return forwardToActor(request, threadStub(env, threadId), auth, { kind: "thread", threadId }, "/stream", url.search);
+  }
+  if (CONTROL_PLANE_STREAMS.test(name) && request.method !== "GET" && request.method !== "HEAD") {
+    throw new ApiError("forbidden", "folder archives are written through POST /api/environments/:id/folders only");
   }
   if (claims.kind === "stream" && (forkedFrom !== null || RUN_ARTIFACTS.exec(name)?.[1] !== claims.threadId)) {
     throw new ApiError("forbidden", "a stream token reaches only its own thread and its artifact streams");

@@ -6,6 +6,8 @@ import { sharedTestProvider } from "./register-test-provider";
 import { LABEL_RUN } from "../../src/sandbox/provider";
 import { tarArchive } from "../support/tar";
 import { storeFolderVersion } from "../../src/workspace/folder-store";
+import { plainStreamStub } from "../../src/http/actors";
+import { plainStreamRequest } from "../../src/streams/internal-request";
 
 const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> };
 const threadStub = (id: string) => E.THREADS.get(E.THREADS.idFromName(`thread:${id}`));
@@ -146,13 +148,38 @@ describe("environment folders: upload, versions, download", () => {
     const v = (await (await upload(token, e.id, "notes", tarArchive({ "a.txt": "a" }))).json()) as { stream: string };
     const forked = await call(`/api/stream/tomb-fork`, { method: "PUT", token, headers: { "content-type": "application/x-tar", "stream-forked-from": `/api/stream/${v.stream}` } });
     expect(forked.status).toBe(201);
-    expect((await call(`/api/stream/${v.stream}`, { method: "DELETE", token })).status).toBe(204);
+    // Only the control plane deletes an archive's stream (clients get 403: below).
+    const deleted = await plainStreamStub(env as never, "house-folders-tomb", v.stream).fetch(plainStreamRequest("house-folders-tomb", v.stream, "DELETE"));
+    expect(deleted.status).toBe(204);
     expect((await call(`/api/stream/${v.stream}`, { method: "HEAD", token })).status).toBe(410);
 
     expect((await call(`/api/environments/${e.id}`, { method: "DELETE", token })).status).toBe(204);
     expect((await call(`/api/environments/${e.id}`, { token })).status).toBe(404);
     // The fork still reads what it forked.
     expect(new Uint8Array(await (await call(`/api/stream/tomb-fork?offset=-1`, { token })).arrayBuffer()).byteLength).toBeGreaterThan(0);
+  });
+
+  it("a folder's archive is written through the folder route only: the stream path refuses every write to it, for every role", async () => {
+    const token = await houseToken("house-folders-guard");
+    const e = (await createEnv(token)).body;
+    const good = tarArchive({ "a.txt": "good" });
+    const v = (await (await upload(token, e.id, "notes", good)).json()) as { stream: string };
+    for (const role of ["owner", "member", "bot", "admin"]) {
+      const t = await houseToken("house-folders-guard", `${role}-user`, role);
+      for (const [method, headers] of [["POST", {}], ["PUT", {}], ["DELETE", {}], ["PUT", { "stream-forked-from": `/api/stream/${v.stream}` }]] as const) {
+        const r = await call(`/api/stream/${v.stream}`, { method, token: t, body: method === "DELETE" ? undefined : tarArchive({ "a.txt": "evil" }), headers: { "content-type": "application/x-tar", ...headers } });
+        expect(r.status, `${role} ${method}`).toBe(403);
+        expect(await errorCode(r)).toBe("forbidden");
+      }
+      // A new stream under folders/ cannot be made either.
+      const fresh = await call(`/api/stream/folders/${e.id}/notes/planted`, { method: "PUT", token: t, body: tarArchive({ "a.txt": "evil" }), headers: { "content-type": "application/x-tar" } });
+      expect(fresh.status).toBe(403);
+      await fresh.body?.cancel();
+    }
+    // Reading it stays open to the house, and the download is what was uploaded.
+    expect((await call(`/api/stream/${v.stream}`, { method: "HEAD", token })).status).toBe(200);
+    const down = await call(`/api/environments/${e.id}/folders/notes`, { token });
+    expect(new Uint8Array(await down.arrayBuffer())).toEqual(good);
   });
 
   it("an archive stored for an environment deleted meanwhile is not kept: its version is refused and its stream deleted", async () => {
