@@ -5,6 +5,7 @@
 import { readFileSync } from "node:fs";
 import { isAbsolute, join, normalize } from "node:path";
 import { BOX_ENV } from "../domain/box-layout";
+import { secretForms } from "../domain/secret-forms";
 
 /** Shorter values are too common to redact without mangling ordinary text. */
 export const MIN_REDACTED_LENGTH = 6;
@@ -47,9 +48,10 @@ export function namedSecretValues(env: Record<string, string | undefined>): stri
   return secretNamesOf(env).map((n) => env[n]).filter((v): v is string => !!v);
 }
 
-/** Longest first, so a value that contains another is replaced whole. */
+/** Every form of each value (see secretForms), longest first, so a value that contains another is replaced whole. */
 export function redactionList(values: string[], minLength = MIN_REDACTED_LENGTH): string[] {
-  return [...new Set(values)].filter((v) => v.length >= minLength).sort((a, b) => b.length - a.length);
+  const forms = values.filter((v) => v.length >= minLength).flatMap(secretForms);
+  return [...new Set(forms)].sort((a, b) => b.length - a.length);
 }
 
 export function redactText(text: string, list: string[]): string {

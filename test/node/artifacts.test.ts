@@ -5,6 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { collectArtifacts, DEFAULT_ARTIFACT_LIMITS, snapshotWorkspace } from "../../src/runner/artifacts";
 import { namedSecretValues, redactDeep, redactionList, sensitiveFilePaths, sensitiveValues } from "../../src/runner/redact";
+import { redactSecrets } from "../../src/dispatch/model-call";
 import { artifactEntries, cutUtf8, MAX_INLINE_DIFF_BYTES } from "../../src/runner/post-artifacts";
 
 const tmp = () => mkdtempSync(join(tmpdir(), "tb-art-"));
@@ -126,6 +127,22 @@ describe("what a box must not post", () => {
     expect(out.id).toBe("e");
     expect(JSON.stringify(out)).not.toMatch(/PRIVATE|tok-abcdef|second line here/);
     expect(sensitiveFilePaths({ THREADBOX_SENSITIVE_FILES: "not json" })).toEqual([]);
+  });
+
+  it("redacts a secret quoted inside JSON (escaped once or twice) or a URL, not only as written", () => {
+    const quoted = 'sk-"quoted"-SECRET-8888';
+    const slashed = "hdr\\back\\SECRET-9999";
+    const list = redactionList([quoted, slashed]);
+    const echoed = JSON.stringify({ error: `bad header authorization=Bearer ${quoted} x-key=${slashed}` });
+    const twice = JSON.stringify({ message: echoed });
+    const url = `https://x.test/?key=${encodeURIComponent(quoted)}`;
+    for (const text of [echoed, twice, url, `${quoted} ${slashed}`]) {
+      const out = redactDeep({ payload: { text } }, list).payload.text;
+      expect(out).toContain("[redacted]");
+      expect(out, text).not.toMatch(/SECRET-8888|SECRET-9999/);
+    }
+    expect(redactSecrets(echoed, { apiKey: quoted, secretValues: [slashed] } as never)).not.toMatch(/SECRET-8888|SECRET-9999/);
+    expect(redactSecrets(twice, { apiKey: quoted, secretValues: [slashed] } as never)).not.toMatch(/SECRET-8888|SECRET-9999/);
   });
 
   it("lists a sensitive file, and only its path, in the artifacts; its content copied elsewhere is redacted", () => {
