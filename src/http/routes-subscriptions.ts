@@ -7,7 +7,7 @@ import { unwrapRpc } from "../actors/rpc";
 import type { SubscriptionOp } from "../actors/house/house-actor";
 import type { SubResult } from "../subscriptions/service";
 import { ackRequestSchema, normalizePath, subscriptionInputSchema } from "../subscriptions/rules";
-import { peekCallbackToken } from "../subscriptions/signing";
+import { peekCallbackToken, verifyCallbackToken } from "../subscriptions/signing";
 import { readBody } from "./body";
 
 const SUBSCRIPTION_ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
@@ -51,6 +51,10 @@ export async function subscriptionsRoute(request: Request, env: Env, name: strin
     const token = /^Bearer (.+)$/i.exec(request.headers.get("authorization") ?? "")?.[1]?.trim() ?? "";
     const claims = peekCallbackToken(token);
     if (!claims || claims.sub !== id) return protocolError(401, "TOKEN_INVALID", "Token invalid");
+    // The signature first: an unsigned token must learn nothing (which subscriptions exist, their
+    // type) and wake no house. Its wake generation is checked by the house (service.ts, fence).
+    const verified = await verifyCallbackToken(env.THREADBOX_TOKEN_SECRET ?? "", token, claims.house, id, Date.now());
+    if (!verified.ok) return protocolError(401, verified.code, verified.code === "TOKEN_EXPIRED" ? "Token expired" : "Token invalid");
     const body = await readBody(request, ackRequestSchema);
     const result = action === "release"
       ? await op(env, claims.house, { kind: "release", id, token, request: body })

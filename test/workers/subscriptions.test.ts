@@ -90,6 +90,21 @@ describe("subscriptions API", () => {
     expect(state.streams).toEqual([{ path, link_type: "glob", acked_offset: tail }]);
   });
 
+  it("a wake token that is not signed learns nothing: the same 401 whether the subscription exists, and of which type", async () => {
+    const token = await houseToken("house-subs-probe");
+    expect((await put(token, "probe-hook", { type: "webhook", pattern: "probe/*", webhook: { url: "http://127.0.0.1:9/hook" } })).status).toBe(201);
+    await pullWakeSetup(token, "probe-pull");
+    const b64 = (s: string) => btoa(s).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+    const unsigned = (id: string) => `${b64(JSON.stringify({ house: "house-subs-probe", sub: id, epoch: 1, exp: 9_999_999_999 }))}.AAAA`;
+    for (const id of ["probe-hook", "probe-pull", "probe-missing"]) {
+      for (const action of ["ack", "callback", "release"]) {
+        const r = await call(`${sub(id)}/${action}`, { method: "POST", headers: { authorization: `Bearer ${unsigned(id)}` }, json: { wake_id: "w", generation: 1 } });
+        expect(r.status, `${id} ${action}`).toBe(401);
+        expect(await errorCode(r)).toBe("TOKEN_INVALID");
+      }
+    }
+  });
+
   it("bad acks and bad tokens are refused without moving the cursor", async () => {
     const token = await houseToken("house-subs-badack");
     const { path } = await pullWakeSetup(token, "bad1", 30_000);
