@@ -106,7 +106,8 @@ export async function verifyToken(secret: string | undefined, token: string): Pr
   }
   let payload: Record<string, unknown>;
   try {
-    ({ payload } = await jwtVerify(token, key, { issuer: ISSUER, algorithms: ["HS256"] }));
+    // A token that never expires is refused: every minted one carries `exp`.
+    ({ payload } = await jwtVerify(token, key, { issuer: ISSUER, algorithms: ["HS256"], requiredClaims: ["exp"] }));
   } catch (err) {
     if (err instanceof joseErrors.JWTExpired) throw new ApiError("unauthorized", "token expired");
     throw new ApiError("unauthorized", "invalid token");
