@@ -46,6 +46,12 @@ export const environmentInputSchema = z.object({
   model: z.string().max(200).optional(),
   harness: z.enum(["pi", "claude-code", "codex"]).default("pi"),
 }).strict().transform((e, ctx) => {
+  // One variable, one value: a box cannot tell which of the two a name set in both should be.
+  const both = Object.keys(e.secrets).filter((name) => name in e.env);
+  if (both.length > 0) {
+    for (const name of both) ctx.addIssue({ code: "custom", path: ["secrets", name], message: `${name} is also set in env: set it in one of them` });
+    return z.NEVER;
+  }
   for (const [i, r] of e.repositories.entries()) {
     if (r.credentialsSecret && !(r.credentialsSecret in e.secrets)) {
       ctx.addIssue({ code: "custom", path: ["repositories", i, "credentialsSecret"], message: `no secret named ${r.credentialsSecret} in this environment` });

@@ -3,6 +3,24 @@ import { call, createThread, errorCode, houseToken } from "./helpers";
 import { sharedTestProvider } from "./register-test-provider";
 
 describe("environments", () => {
+  it("refuse a name set both in env and in secrets, on create and on PATCH, naming the field", async () => {
+    const token = await houseToken("house-env-both");
+    const both = await call("/api/environments", { method: "POST", token, json: { name: "both", env: { API_KEY: "plain" }, secrets: { API_KEY: "sk-x" } } });
+    expect(both.status).toBe(400);
+    const body = (await both.json()) as { error: { code: string; details: { path: string; message: string }[] } };
+    expect(body.error.code).toBe("validation_failed");
+    expect(body.error.details).toEqual([{ path: "secrets.API_KEY", message: "API_KEY is also set in env: set it in one of them" }]);
+    expect(JSON.stringify(body)).not.toContain("sk-x");
+    const ok = await call("/api/environments", { method: "POST", token, json: { name: "one", env: { FOO: "bar" }, secrets: { API_KEY: "sk-x" } } });
+    expect(ok.status).toBe(201);
+    const { id } = (await ok.json()) as { id: string };
+    const patched = await call(`/api/environments/${id}`, { method: "PATCH", token, json: { secrets: { FOO: "sk-y" } } });
+    expect(patched.status).toBe(400);
+    expect(await errorCode(patched)).toBe("validation_failed");
+    const moved = await call(`/api/environments/${id}`, { method: "PATCH", token, json: { env: {}, secrets: { FOO: "sk-y" } } });
+    expect(moved.status).toBe(200);
+  });
+
   it("are created and listed per house; secrets are write-only", async () => {
     const token = await houseToken("house-env");
     const r = await call("/api/environments", {
