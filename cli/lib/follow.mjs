@@ -27,8 +27,10 @@ export const exitCodeFor = (row) => (row.status === "completed" ? EXIT.ok : EXIT
  */
 export async function followThread(opts) {
   const { api, threadId, untilDone, json, c } = opts;
-  await api.get(paths.thread(threadId)); // a missing thread is a clear not_found before any socket
+  const first = await api.get(paths.thread(threadId)); // a missing thread is a clear not_found before any socket
   const spinner = createSpinner();
+  // A thread that never ran has nothing to finish yet: say so, or the wait looks like a hang.
+  if (!json && untilDone && first.status === "idle") process.stderr.write(c.gray(`thread ${threadId} has not run yet: waiting for a run to start and finish (Ctrl-C to stop)\n`));
   if (!json) spinner.start(untilDone ? "waiting for the run to finish" : "waiting for entries (Ctrl-C to stop)");
   let finalRow = null;
   const sub = subscribe(api.target, threadId, {

@@ -208,6 +208,23 @@ describe("runs: delegate --watch and tail --until-done end when the run ends", (
   });
 });
 
+describe("tail --until-done on a thread that never ran", () => {
+  it("says it is waiting for a run instead of hanging silently; Ctrl-C ends it as interrupted", async () => {
+    const threadId = (await ok(["new", "never ran"])).stdout.trim();
+    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
+    const child = spawn(process.execPath, [CLI, "tail", threadId, "--until-done"], {
+      env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: mkdtempSync(join(tmpdir(), "tb-cfg-")), ...as() }, stdio: ["ignore", "pipe", "pipe"],
+    });
+    let stderr = "";
+    child.stderr.on("data", (d) => (stderr += d));
+    const closed = new Promise<number | null>((resolve) => child.on("close", resolve));
+    for (let i = 0; i < 100 && !stderr.includes("has not run yet"); i++) await new Promise((r) => setTimeout(r, 100));
+    expect(stderr).toContain(`thread ${threadId} has not run yet: waiting for a run to start and finish`);
+    child.kill("SIGINT");
+    expect(await closed).toBe(130);
+  });
+});
+
 describe("tail over a flaky connection", () => {
   it("reconnects from the last offset after a drop: every entry once, in order", async () => {
     const proxy = await startPausableProxy(worker.port);
