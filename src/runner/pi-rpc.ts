@@ -22,6 +22,12 @@ type Pending = { kind: "task" } | { kind: "message"; entryId: string; mode: Deli
 export class PiRpc {
   private busy = false;
   private interruptedSincePrompt = false;
+  /** pi has begun the turn of the last prompt (`agent_start`): before that an abort would be lost. */
+  private turnStarted = false;
+  /** An interrupt that came before the turn began: its abort goes out when the turn does. */
+  private abortOnStart = false;
+  /** How the turn's last assistant message ended: a turn that ended `stop` was not cut short. */
+  private lastStopReason: string | undefined;
   /** An abort was sent and pi has not settled yet: a message now is what to do instead. */
   private aborting = false;
   /** Messages that arrived while an abort was settling, sent as the next prompt once it has. */
@@ -40,6 +46,7 @@ export class PiRpc {
   start(task: string): void {
     this.send({ type: "prompt", message: task }, { kind: "task" });
     this.busy = true;
+    this.turnStarted = false;
   }
 
   /** A chat from the thread. False when the run no longer takes messages. */
@@ -58,6 +65,7 @@ export class PiRpc {
     else {
       this.send({ type: "prompt", message: text }, { kind: "message", entryId, mode });
       this.busy = true;
+      this.turnStarted = false;
       this.interruptedSincePrompt = false;
     }
     return true;
@@ -68,11 +76,17 @@ export class PiRpc {
     if (this.ended || !this.busy) return;
     this.interruptedSincePrompt = true;
     this.aborting = true;
+    // pi has the prompt but has not begun its turn (the run is just starting): an abort now would
+    // abort nothing and the turn would run anyway. It goes out as soon as the turn begins.
+    if (!this.turnStarted) {
+      this.abortOnStart = true;
+      return;
+    }
     this.send({ type: "abort" }, { kind: "abort" });
   }
 
   /** One record from pi's stdout (events and command responses). */
-  onRecord(r: { type?: string; id?: string; success?: boolean; error?: string }): void {
+  onRecord(r: { type?: string; id?: string; success?: boolean; error?: string; message?: { role?: string; stopReason?: string } }): void {
     if (r.type === "response" && r.id) {
       const p = this.pending.get(r.id);
       this.pending.delete(r.id);
@@ -96,10 +110,24 @@ export class PiRpc {
       }
       return;
     }
-    if (r.type === "agent_start") this.busy = true;
+    if (r.type === "agent_start") {
+      this.busy = true;
+      this.turnStarted = true;
+      this.lastStopReason = undefined;
+      if (this.abortOnStart) {
+        this.abortOnStart = false;
+        this.send({ type: "abort" }, { kind: "abort" });
+      }
+    }
+    if (r.type === "message_end" && r.message?.role === "assistant") this.lastStopReason = r.message.stopReason;
     if (r.type === "agent_settled") {
       this.busy = false;
       this.aborting = false;
+      // An interrupt that came too late to cut anything short (the turn finished its answer) does
+      // not hold the run open for a next message: the run is done, as it would be without it.
+      if (this.interruptedSincePrompt && !this.abortOnStart && this.lastStopReason === "stop") this.interruptedSincePrompt = false;
+      // A turn that never began takes no abort later: the next prompt must not be cut short by it.
+      this.abortOnStart = false;
       // The first held message is the new prompt; any others steer the turn it starts.
       for (const m of this.held.splice(0)) {
         this.delivered.delete(m.entryId);

@@ -67,6 +67,7 @@ describe("driving pi over RPC", () => {
   it("interrupt aborts; the run waits; the next message is a new prompt", async () => {
     const h = harness();
     h.rpc.start("the task");
+    h.rpc.onRecord({ type: "agent_start" });
     h.rpc.interrupt();
     h.rpc.onRecord({ type: "agent_settled" });
     await h.tick();
@@ -85,6 +86,7 @@ describe("driving pi over RPC", () => {
     const h = harness();
     h.rpc.start("the task");
     h.rpc.onRecord({ type: "response", id: "tb-1", success: true });
+    h.rpc.onRecord({ type: "agent_start" });
     h.rpc.interrupt();
     h.rpc.message("c4", "do this instead"); // before pi has settled the aborted turn
     await h.tick();
@@ -104,6 +106,7 @@ describe("driving pi over RPC", () => {
   it("a prompt pi answers only after its turn has settled still ends the run", async () => {
     const h = harness();
     h.rpc.start("the task");
+    h.rpc.onRecord({ type: "agent_start" });
     h.rpc.interrupt();
     h.rpc.onRecord({ type: "agent_settled" });
     h.rpc.message("c5", "again");
@@ -113,6 +116,42 @@ describe("driving pi over RPC", () => {
     await h.tick();
     expect(h.ended()).toBe(false);
     h.rpc.onRecord({ type: "response", id: h.sent[2].id, success: true });
+    await h.tick();
+    expect(h.ended()).toBe(true);
+  });
+
+  it("an interrupt before pi has begun its turn (the run just started) aborts the turn once it begins", async () => {
+    const h = harness();
+    h.rpc.start("the task");
+    h.rpc.interrupt(); // replayed from the thread right after the start
+    await h.tick();
+    expect(h.sent.map((c) => c.type)).toEqual(["prompt"]);
+    h.rpc.onRecord({ type: "agent_start" });
+    await h.tick();
+    expect(h.sent.map((c) => c.type)).toEqual(["prompt", "abort"]);
+    h.rpc.onRecord({ type: "message_end", message: { role: "assistant", stopReason: "aborted" } });
+    h.rpc.onRecord({ type: "agent_settled" });
+    await h.tick();
+    expect(h.ended()).toBe(false); // waits for what to do instead
+    // That abort is spent: the next prompt's turn is not cut short by it.
+    h.rpc.message("c6", "now this");
+    h.rpc.onRecord({ type: "agent_start" });
+    await h.tick();
+    expect(h.sent.map((c) => c.type)).toEqual(["prompt", "abort", "prompt"]);
+    h.rpc.onRecord({ type: "response", id: h.sent[2].id, success: true });
+    h.rpc.onRecord({ type: "message_end", message: { role: "assistant", stopReason: "stop" } });
+    h.rpc.onRecord({ type: "agent_settled" });
+    await h.tick();
+    expect(h.ended()).toBe(true);
+  });
+
+  it("an interrupt that came too late to cut the turn short does not hold the finished run open", async () => {
+    const h = harness();
+    h.rpc.start("the task");
+    h.rpc.onRecord({ type: "agent_start" });
+    h.rpc.onRecord({ type: "message_end", message: { role: "assistant", stopReason: "stop" } });
+    h.rpc.interrupt(); // the answer is already complete
+    h.rpc.onRecord({ type: "agent_settled" });
     await h.tick();
     expect(h.ended()).toBe(true);
   });
