@@ -48,8 +48,17 @@ export type LaunchInfo = {
   packagesInstalled?: string[];
 };
 
+/** The run stopped (or another run took the thread) while its launch was under way. */
+export class LaunchSuperseded extends Error {
+  constructor(runId: string) {
+    super(`run ${runId} is no longer the thread's running run`);
+  }
+}
+
 export type LaunchDeps = {
   env: Env;
+  /** Whether this run is still the thread's running run: a stop during the launch ends it. */
+  current(): boolean;
   row: ThreadRow;
   environment: Environment | null;
   entries: () => Entry[];
@@ -86,6 +95,10 @@ export type LaunchDeps = {
  */
 export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<void> {
   const { env, row, environment } = deps;
+  // Checked after every step that waits: what the launch made so far is left for the caller to undo.
+  const stillCurrent = () => {
+    if (!deps.current()) throw new LaunchSuperseded(spec.runId);
+  };
   // Checked before any box exists: a runner without a reachable stream URL could never report.
   if (!env.THREADBOX_STREAM_URL) throw new Error("THREADBOX_STREAM_URL is not configured (the stream-proxy URL boxes write to)");
   const providerName = environment?.provider ?? "daytona";
@@ -124,15 +137,19 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
   const boxId = progress.boxId!;
   const ref = progress.providerRef!;
   const sameBox = progress.sameBox === true;
+  stillCurrent();
   await deps.assignBox(boxId);
   deps.alive();
 
   if (!progress.handle) {
+    stillCurrent();
     const started = await startRunner(spec, deps, provider, ref, sameBox, progress);
     progress = await deps.saveProgress({ handle: started.handle, session: started.session });
     deps.checkpoint("runner_started");
   }
+  stillCurrent();
   await deps.rememberHandle(boxId, progress.handle);
+  stillCurrent();
   const workspace = workspaceOf(spec, deps.environment);
   await deps.launched({
     boxId, boxReused: sameBox, session: progress.session ?? "new",
@@ -280,6 +297,8 @@ async function startRunner(
   }
   await provider.upload(ref, uploads);
   deps.alive();
+  // The installs, clone and uploads take long: a run stopped meanwhile gets no runner.
+  if (!deps.current()) throw new LaunchSuperseded(spec.runId);
   // A session named after the run: a launch retried after the runner started (but before that
   // was recorded) finds the running command instead of starting a second runner.
   const handle = await provider.startDetached(ref, plan.command, { env: plan.env, cwd: home, sessionId: runnerSessionId(spec.runId) });

@@ -128,3 +128,52 @@ describe("launch failures end the run visibly and release the box", () => {
     await expectLaunchFailed(token, threadId, runId, "upload of .threadbox/runner.mjs not confirmed");
   }, 30_000);
 });
+
+async function launchStoppedAt(houseId: string, step: LaunchStep) {
+  const token = await houseToken(houseId);
+  const envRes = await call("/api/environments", { method: "POST", token, json: { name: "stopped", provider: "test" } });
+  const environmentId = ((await envRes.json()) as { id: string }).id;
+  const t = await createThread(token, { environmentId });
+  const stub = threadStub(t.id);
+  await runInDurableObject(stub, (a: ThreadActor) => {
+    a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" });
+    a.stopLaunchAt(step);
+  });
+  const { runId } = await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+  await vi.waitFor(async () => {
+    const row = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string; reason: string };
+    expect([row.status, row.reason]).toEqual(["failed", "stopped"]);
+    // The launch item is done: nothing of this run is owed any more.
+    const owed = await runInDurableObject(stub, (a: ThreadActor) => a.testOutboxKeys());
+    expect(owed.filter((k) => k.startsWith("launch:"))).toEqual([]);
+  }, { timeout: 15_000, interval: 100 });
+  return { token, threadId: t.id, runId };
+}
+
+describe("a run stopped while it launches", () => {
+  it("before its box was assigned: no runner is started, nothing more is recorded, and the box made for it is deleted", async () => {
+    const { token, threadId, runId } = await launchStoppedAt("house-stop-launch-a", "box_registered");
+    const provider = sharedTestProvider();
+    await vi.waitFor(async () => expect(await provider.list({ [LABEL_RUN]: runId })).toEqual([]), { timeout: 10_000 });
+    expect(provider.calls.filter((c) => c.op === "startDetached" && JSON.stringify(c.args).includes(runId))).toEqual([]);
+    const types = (await readAll(token, threadId)).entries.map((e) => e.payload.type);
+    expect(types).not.toContain("signal.thread.box_assigned");
+    expect(types).not.toContain("signal.run.launched");
+  }, 30_000);
+
+  it("after its runner was spawned: the runner is ended and the box detached and kept, as a stopped run's box is", async () => {
+    const { token, threadId, runId } = await launchStoppedAt("house-stop-launch-b", "runner_spawned");
+    const provider = sharedTestProvider();
+    const [box] = await provider.list({ [LABEL_RUN]: runId });
+    const runner = [...provider.detached.values()].find((d) => d.handle.ref === box.ref)!;
+    await vi.waitFor(() => expect(runner.exitCode).toBeDefined(), { timeout: 10_000 });
+    const types = (await readAll(token, threadId)).entries.map((e) => e.payload.type);
+    expect(types).not.toContain("signal.run.launched");
+    const listed = (await (await call("/api/sandboxes", { token })).json()) as { sandboxes: { id: string; providerRef: string; state: string; threads: string[] }[] };
+    const view = listed.sandboxes.find((s) => s.providerRef === box.ref)!;
+    expect(view).toMatchObject({ state: "live", threads: [] });
+    // Idle, so a plain delete is no longer refused as "threads are running on this box".
+    const del = await call(`/api/sandboxes/${view.id}`, { method: "DELETE", token });
+    expect(del.status).toBe(200);
+  }, 30_000);
+});

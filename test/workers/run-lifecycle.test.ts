@@ -104,6 +104,23 @@ describe("run state machine", () => {
     expect((await readAll(token, t.id)).entries.length).toBe(before);
   });
 
+  it("a new run's claim does not re-attach the previous run's box, and an attach to a box that is gone is not retried forever", async () => {
+    const token = await houseToken("house-run-reclaim");
+    const b = await newBox(token, true);
+    const t = await createThread(token);
+    await claim(token, t.id, b.id);
+    await post(token, t.id, signal("completed", { reason: "done" }));
+    await vi.waitFor(async () => expect((await box(token, b.id)).state).toBe("deleted"), { timeout: 5000 });
+    // The next run (a resume) claims without naming a box: its launch assigns the one it gets.
+    await claim(token, t.id);
+    const owed = await runInDurableObject(threadStub(t.id), (a: ThreadActor) => a.testOutboxKeys());
+    expect(owed.filter((k) => k.startsWith("attach:"))).toEqual([]);
+    // An attach owed to a box deleted meanwhile is dropped, not retried with backoff for good.
+    await runInDurableObject(threadStub(t.id), (a: ThreadActor) => a.testEnqueue("attach:gone", "attach", { boxId: b.id }));
+    await runDurableObjectAlarm(threadStub(t.id));
+    expect(await runInDurableObject(threadStub(t.id), (a: ThreadActor) => a.testOutboxKeys())).not.toContain("attach:gone");
+  });
+
   it("stop ends a running run with reason `stopped` and keeps the box", async () => {
     const token = await houseToken("house-run");
     const b = await newBox(token, true);

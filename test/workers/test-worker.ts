@@ -34,6 +34,7 @@ function envWithOverrides(ctx: DurableObjectState, env: Env): Env {
 export class ThreadActor extends ProductionThreadActor {
   private readonly testClock: ShiftedClock;
   private crashAtLaunchStep: LaunchStep | null = null;
+  private stopAtLaunchStep: LaunchStep | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
     const clock = new ShiftedClock();
@@ -54,7 +55,16 @@ export class ThreadActor extends ProductionThreadActor {
     this.crashAtLaunchStep = step;
   }
 
+  /** The run is stopped (as by POST /stop) when its launch reaches `step`. */
+  stopLaunchAt(step: LaunchStep): void {
+    this.stopAtLaunchStep = step;
+  }
+
   protected override launchCheckpoint(step: LaunchStep): void {
+    if (this.stopAtLaunchStep === step) {
+      this.stopAtLaunchStep = null;
+      void this.stopRun(this.rows.get()!.houseId, "tester");
+    }
     if (this.crashAtLaunchStep !== step) return;
     this.crashAtLaunchStep = null;
     this.ctx.abort(`test: launch crashed at ${step}`);
@@ -102,6 +112,11 @@ export class ThreadActor extends ProductionThreadActor {
   /** Appends entries as the control plane does (`authorId: threadbox`), past client validation. */
   testAppendAsControlPlane(entries: Entry[]): void {
     this.appendInternal(entries);
+  }
+
+  /** The keys of what the thread still owes (its outbox). */
+  testOutboxKeys(): string[] {
+    return this.ctx.storage.sql.exec(`select key from outbox order by key`).toArray().map((r) => r.key as string);
   }
 
   testEnqueue<K extends OutboxKind>(key: string, kind: K, payload: OutboxPayloads[K]): void {

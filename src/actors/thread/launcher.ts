@@ -3,7 +3,7 @@ import type { Entry } from "../../entries/schema";
 import type { Environment } from "../../environments";
 import type { DetachedHandle } from "../../sandbox/provider";
 import { ensureSharedBox } from "../../workspace/shared-box";
-import { launchRun, type LaunchSpec } from "../../threads/launch";
+import { LaunchSuperseded, launchRun, type LaunchDeps, type LaunchSpec } from "../../threads/launch";
 import type { ThreadRow } from "../../threads/thread-row";
 import type { LaunchProgressStore, LaunchStep } from "../../threads/launch-progress";
 import { unwrapRpc } from "../rpc";
@@ -29,11 +29,50 @@ export type LauncherPorts = {
 
 /** The launch outbox item: wires threads/launch.ts to the box and house actors and the thread log. */
 export async function launch(spec: LaunchSpec, p: LauncherPorts): Promise<void> {
+  // A stop (or a stop and a resume: another run) may come at any point of a launch.
+  const current = () => {
+    const r = p.row();
+    return r.status === "running" && r.runId === spec.runId;
+  };
   const row = p.row();
-  if (row.status !== "running") return; // stopped or settled before the launch got its turn
+  if (!current()) return abandon(spec, p); // stopped or settled before the launch got its turn
   const environment = row.environmentId ? ((await unwrapRpc(houseStub(p.env, row.houseId).getEnvironment(row.environmentId))) as Environment | null) : null;
-  await launchRun(spec, {
+  try {
+    await launchRun(spec, launchDeps(spec, p, row, environment, current));
+  } catch (err) {
+    if (!(err instanceof LaunchSuperseded)) throw err;
+    logEvent("launch_superseded", { threadId: row.id, runId: spec.runId });
+    await abandon(spec, p);
+  }
+}
+
+/**
+ * Undoes what a launch of a run that is no longer running made: its runner is stopped, and its
+ * box released. A fresh box the thread never learned of (the stop came before the box was
+ * assigned) is deleted at once; a box the thread knows, or one the run reused (a resume on the
+ * same box, a shared box), is detached and kept, as a stopped run's box is.
+ */
+async function abandon(spec: LaunchSpec, p: LauncherPorts): Promise<void> {
+  const progress = p.progress.get(spec.runId);
+  if (!progress.boxId) return;
+  const row = p.row();
+  const box = sandboxStub(p.env, progress.boxId);
+  try {
+    if (progress.handle) {
+      await unwrapRpc(box.attach(row.houseId, row.id, progress.handle as DetachedHandle));
+      await unwrapRpc(box.stopRun(row.houseId, row.id));
+    }
+    if (progress.sameBox !== true && row.boxId !== progress.boxId) await unwrapRpc(box.destroy(row.houseId, true));
+    else await unwrapRpc(box.detach(row.houseId, row.id, { keepBox: true }));
+  } catch (err) {
+    logEvent("launch_abandon_failed", { threadId: row.id, runId: spec.runId, boxId: progress.boxId, error: errorMessage(err) }, "warn");
+  }
+}
+
+function launchDeps(spec: LaunchSpec, p: LauncherPorts, row: ThreadRow, environment: Environment | null, current: () => boolean): LaunchDeps {
+  return {
     env: p.env,
+    current,
     row,
     environment,
     entries: p.entries,
@@ -71,5 +110,5 @@ export async function launch(spec: LaunchSpec, p: LauncherPorts): Promise<void> 
     },
     alive: p.alive,
     sharedBox: () => ensureSharedBox(p.env, row.houseId, environment!),
-  });
+  };
 }

@@ -1,6 +1,7 @@
 import type { Env } from "../../env";
 import type { Entry, EntryWithOffset } from "../../entries/schema";
 import { logEvent } from "../../domain/log-event";
+import { ApiError } from "../../errors";
 import type { LaunchProgressStore, LaunchStep } from "../../threads/launch-progress";
 import { publicThread, type ThreadRow } from "../../threads/thread-row";
 import type { Candidate } from "../../dispatch/selection";
@@ -33,7 +34,17 @@ export type ThreadOutboxPorts = {
 export function threadOutboxExecutors(p: ThreadOutboxPorts): OutboxExecutors {
   const { env, row } = p;
   return {
-    attach: { run: async (x) => void (await unwrapRpc(sandboxStub(env, x.boxId).attach(row().houseId, row().id))) },
+    attach: {
+      run: async (x) => {
+        try {
+          await unwrapRpc(sandboxStub(env, x.boxId).attach(row().houseId, row().id));
+        } catch (err) {
+          // A box that is gone (deleted, dead, never registered) will not come back: retrying forever helps no one.
+          if (!(err instanceof ApiError) || (err.code !== "conflict" && err.code !== "not_found")) throw err;
+          logEvent("attach_skipped", { threadId: row().id, boxId: x.boxId, reason: err.publicMessage }, "warn");
+        }
+      },
+    },
     detach: { run: async (x) => void (await unwrapRpc(sandboxStub(env, x.boxId).detach(row().houseId, row().id, { keepBox: x.keepBox === true }))) },
     // A grace period for the harness: only the alarm waits for it.
     stop_harness: { slow: true, run: async (x) => void (await unwrapRpc(sandboxStub(env, x.boxId).stopRun(row().houseId, row().id))) },

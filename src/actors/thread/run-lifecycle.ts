@@ -144,7 +144,9 @@ export class RunLifecycle {
     const after = rows.get()!;
     if (patch.status === "running") {
       this.p.sql.exec(`delete from probe_state`);
-      if (after.boxId) outbox.enqueue(`attach:${after.boxId}:${after.runStartedAt}`, "attach", { boxId: after.boxId }, now);
+      // Only a claim that names its box attaches it here; the row may still hold the previous
+      // run's box (a resume), which this run may not use: its launch assigns the box it gets.
+      if (typeof patch.boxId === "string") outbox.enqueue(`attach:${patch.boxId}:${after.runStartedAt}`, "attach", { boxId: patch.boxId }, now);
     } else if (isTerminal(after.status)) {
       this.onTerminal(after, now);
     }
