@@ -43,7 +43,10 @@ export function readBoxConfig(env: Record<string, string | undefined>): BoxConfi
     heartbeatMs: num(env[BOX_ENV.heartbeatMs], 5_000),
     runawayMs: num(env[BOX_ENV.runawayMs], THREE_DAYS_MS),
     killGraceMs: num(env[BOX_ENV.killGraceMs], 10_000),
-    flushTimeoutMs: num(env[BOX_ENV.flushTimeoutMs], 15_000),
+    // How long the end of a run waits for an unreachable thread (a worker deploy or restart, a
+    // proxy blip) before what is unposted is given up: the final answer and the finished-signal
+    // come last, so a short window loses exactly them. Far below the silence that orphans a run.
+    flushTimeoutMs: num(env[BOX_ENV.flushTimeoutMs], 60_000),
     artifactsTimeoutMs: num(env[BOX_ENV.artifactsTimeoutMs], 20_000),
     steering: env[BOX_ENV.steering] !== "0",
   };

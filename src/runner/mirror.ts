@@ -17,7 +17,7 @@
  *   `aborted` stop it is, and is not a failure: the run goes on.
  * - Posting never blocks pi: entries queue in order and retry with backoff
  *   (see StreamWriter); on session_shutdown the heartbeat is cleared and the queue is
- *   flushed for at most THREADBOX_FLUSH_TIMEOUT_MS (default 15 s).
+ *   flushed for at most THREADBOX_FLUSH_TIMEOUT_MS (default 60 s).
  */
 import { randomUUID } from "node:crypto";
 import type { ExtensionAPI } from "@earendil-works/pi-coding-agent";

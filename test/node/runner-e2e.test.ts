@@ -400,6 +400,36 @@ describe("runner + mirror with the real pi", () => {
   });
 });
 
+describe("the thread unreachable when the run ends", () => {
+  it("for longer than a short flush window: the final answer and the finished-signal still land, once", async () => {
+    const proxy = await startPausableProxy(new URL(streamBase).port);
+    const model = await startModelServer([
+      { toolCalls: [{ name: "bash", arguments: { command: "echo ok" } }] },
+      { text: "The final answer.", delayMs: 500 },
+    ]);
+    try {
+      const threadId = await newThread();
+      // The default flush window, as a box gets it.
+      const { done } = startRunner({ threadId, model, prompt: "say ok", streamUrl: `http://127.0.0.1:${proxy.port}/v1/stream`, env: { THREADBOX_FLUSH_TIMEOUT_MS: "" } });
+      const t0 = Date.now();
+      while (model.requests.length < 2 && Date.now() - t0 < 30_000) await new Promise((r) => setTimeout(r, 20));
+      // The worker goes away while pi writes its last answer, and stays away past 15 s.
+      proxy.pause();
+      await new Promise((r) => setTimeout(r, 20_000));
+      proxy.resume();
+      const run = await done;
+      expect(run.code, run.stderr).toBe(0);
+      const es = await entriesOf(threadId);
+      expect(types(es).slice(-2)).toEqual(["pi.assistant", "status:completed"]);
+      expect(es.at(-2).payload.text).toBe("The final answer.");
+      expectNoDuplicateIds(es);
+    } finally {
+      await model.close();
+      await proxy.close();
+    }
+  }, 90_000);
+});
+
 describe("runner with harnesses that do not mirror themselves (recorded output)", () => {
   function fakeHarness(fixture: string, exitCode: number, before = ""): string {
     const file = join(mkdtempSync(join(tmp, "bin-")), "fake-harness");
