@@ -11,7 +11,7 @@ import { houseStub, newId, threadStub } from "./actors";
 import { allowedToolsSchema, permissionModeSchema, repositoryUrlSchema } from "../workspace/box-config";
 import { ACTOR_ORIGIN, AUTH_HEADER, TARGET_HEADER, type ActorAuth, type StreamTarget } from "../actors/thread/thread-actor";
 import { unwrapRpc } from "../actors/rpc";
-import { idempotencyKey, idempotentThreadId, requestFingerprint } from "../threads/idempotency";
+import { idempotencyKey, idempotentDelegation, idempotentThreadId, requestFingerprint } from "../threads/idempotency";
 import type { EntryWithOffset } from "../entries/schema";
 import type { Environment } from "../environments";
 import { loadEnvironment } from "./routes-environments";
@@ -240,23 +240,28 @@ export type DelegateBody = z.infer<typeof delegateSchema>;
  * The caller's subject is the child's brain: it authors the prompt, everything the harness posts
  * and the result chat on the parent. The route and the `delegate_task` tool both come here.
  */
-export async function delegateTask(env: Env, claims: HouseClaims, parent: { id: string; environmentId: string | null }, body: DelegateBody) {
+export async function delegateTask(env: Env, claims: HouseClaims, parent: { id: string; environmentId: string | null }, body: DelegateBody, idem?: { key: string }) {
   const environmentId = body.environmentId ?? parent.environmentId;
   const environment = await runEnvironment(env, claims.houseId, environmentId ?? null);
   const harness = body.harness ?? environment?.harness ?? "pi";
   requireModel(harness, body.model, environment);
-  const childId = newId("th_");
+  // With an Idempotency-Key, a retry names the same child and run: it finds them, and a retry
+  // of a request that died between the two steps completes it.
+  const ids = idem ? await idempotentDelegation(claims.houseId, claims.subject, parent.id, idem.key) : { childId: newId("th_"), runId: undefined };
+  const childId = ids.childId;
   await unwrapRpc(threadStub(env, childId).createThread({
     id: childId, houseId: claims.houseId, parent: { kind: "thread", id: parent.id }, environmentId: environmentId ?? null,
-    title: body.title ?? body.task.slice(0, 120), brainId: claims.subject, createdBy: claims.subject, requestFingerprint: null,
+    title: body.title ?? body.task.slice(0, 120), brainId: claims.subject, createdBy: claims.subject,
+    requestFingerprint: idem ? await requestFingerprint({ parent: parent.id, ...body }) : null,
   }));
-  const { runId, status } = await unwrapRpc(threadStub(env, childId).startRun(claims.houseId, {
+  const { runId, status, replayed } = await unwrapRpc(threadStub(env, childId).startRun(claims.houseId, {
     task: body.task, harness, model: body.model, repo: body.repo, branch: body.branch, authorId: claims.subject, resume: false,
+    ...(ids.runId ? { runId: ids.runId } : {}),
     ...(body.permissionMode ? { permissionMode: body.permissionMode } : {}),
     ...(body.allowedTools ? { allowedTools: body.allowedTools } : {}),
   }));
   // `status` is the child's status when the call returned: claimed `running` before any launch work.
-  return { childThreadId: childId, runId, status };
+  return { childThreadId: childId, runId, status, replayed };
 }
 
 export async function delegateRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
@@ -264,8 +269,9 @@ export async function delegateRoute(request: Request, env: Env, id: string | und
   const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
   const parent = await unwrapRpc(threadStub(env, parentId).getThread(claims.houseId));
   const body = await readBody(request, delegateSchema);
-  const out = await delegateTask(env, claims, parent, body);
-  return json(out, 202, { location: `/api/threads/${out.childThreadId}` });
+  const key = idempotencyKey(request);
+  const { replayed, ...out } = await delegateTask(env, claims, parent, body, key === null ? undefined : { key });
+  return json(out, 202, { location: `/api/threads/${out.childThreadId}`, ...(replayed ? { "idempotent-replayed": "true" } : {}) });
 }
 
 /** Continues a finished thread with a new message: same box if it is alive, else a rebuilt session. */

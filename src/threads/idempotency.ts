@@ -24,6 +24,15 @@ export async function idempotentThreadId(houseId: string, subject: string, key: 
   return `th_${(await sha256Hex(JSON.stringify(["thread", houseId, subject, key]))).slice(0, 24)}`;
 }
 
+/**
+ * The child thread and run a delegation with an Idempotency-Key makes: the same on a retry, so
+ * the retry finds them instead of starting a second child (a run id, shaped like a UUID).
+ */
+export async function idempotentDelegation(houseId: string, subject: string, parentId: string, key: string): Promise<{ childId: string; runId: string }> {
+  const h = await sha256Hex(JSON.stringify(["delegate", houseId, subject, parentId, key]));
+  return { childId: `th_${h.slice(0, 24)}`, runId: `${h.slice(24, 32)}-${h.slice(32, 36)}-${h.slice(36, 40)}-${h.slice(40, 44)}-${h.slice(44, 56)}` };
+}
+
 /** What the first request asked for; the same key with another body is refused, not replayed. */
 export function requestFingerprint(body: unknown): Promise<string> {
   return sha256Hex(JSON.stringify(body));

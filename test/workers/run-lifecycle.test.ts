@@ -444,6 +444,33 @@ describe("parent notification", () => {
 });
 
 describe("launch", () => {
+  it("delegate with an Idempotency-Key: a retry gets the same child and run, starts nothing more; the key with another task is a 409", async () => {
+    const token = await houseToken("house-delegate-idem");
+    const envRes = await call("/api/environments", { method: "POST", token, json: { name: "t", provider: "test" } });
+    const envId = ((await envRes.json()) as { id: string }).id;
+    const parent = await createThread(token, { environmentId: envId });
+    const delegate = (task: string, key: string, parentId = parent.id) =>
+      call(`/api/threads/${parentId}/delegate`, { method: "POST", token, json: { task, model: "local/m" }, headers: { "idempotency-key": key } });
+    const first = await delegate("do it", "k-1");
+    expect(first.status).toBe(202);
+    const a = (await first.json()) as { childThreadId: string; runId: string };
+    const again = await delegate("do it", "k-1");
+    expect(again.status).toBe(202);
+    expect(again.headers.get("idempotent-replayed")).toBe("true");
+    expect(await again.json()).toMatchObject({ childThreadId: a.childThreadId, runId: a.runId });
+    const children = (await (await call("/api/threads", { token })).json()) as { threads: { id: string; parent: { id: string | null } }[] };
+    expect(children.threads.filter((t) => t.parent.id === parent.id).map((t) => t.id)).toEqual([a.childThreadId]);
+    const prompts = (await readAll(token, a.childThreadId)).entries.filter((e) => e.id.startsWith("prompt:"));
+    expect(prompts).toHaveLength(1);
+    const other = await delegate("do something else", "k-1");
+    expect(other.status).toBe(409);
+    expect(await errorCode(other)).toBe("conflict");
+    // The same key on another parent is another delegation.
+    const parent2 = await createThread(token, { environmentId: envId });
+    const elsewhere = (await (await delegate("do it", "k-1", parent2.id)).json()) as { childThreadId: string };
+    expect(elsewhere.childThreadId).not.toBe(a.childThreadId);
+  });
+
   it("a launch that cannot start settles the run visibly (pi_failed with the reason), creating no box", async () => {
     const token = await houseToken("house-launch");
     const envRes = await call("/api/environments", { method: "POST", token, json: { name: "t", provider: "test" } });

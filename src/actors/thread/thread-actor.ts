@@ -266,20 +266,22 @@ export class ThreadActor extends DurableObject<Env> {
    * Starts a run: the prompt goes on the thread first (it is canonical there), then the claim
    * idle -> running, then the launch is queued for the alarm so the caller returns at once.
    */
-  async startRun(houseId: string, spec: Omit<LaunchSpec, "runId"> & { authorId: string; resume: boolean }) {
+  async startRun(houseId: string, spec: Omit<LaunchSpec, "runId"> & { authorId: string; resume: boolean; runId?: string }) {
     return settle(async () => {
       const row = this.requireThread(houseId);
+      // A retried request that names its run (an Idempotency-Key) finds the run it started.
+      if (spec.runId !== undefined && row.runId === spec.runId) return { runId: row.runId, status: row.status, replayed: true };
       if (row.status === "running") throw new ApiError("conflict", "thread is already running");
       if (spec.resume && row.status === "idle") throw new ApiError("conflict", "thread has no finished run to resume");
-      const runId = crypto.randomUUID();
+      const runId = spec.runId ?? crypto.randomUUID();
       const now = this.clock.now();
       const prompt: Entry = { id: `prompt:${runId}`, ts: now, authorId: spec.authorId, payload: { type: "chat", text: spec.task, origin: spec.resume ? "resume" : "task", runId, dispatch: false } };
       const claim: Entry = { id: `claim:${runId}`, ts: now, authorId: "threadbox", payload: { type: STATUS_CHANGED, status: "running", reason: "launching", runId, harness: spec.harness } };
       this.appendInternal([prompt, claim]);
-      const { authorId: _author, ...launchSpec } = spec;
+      const { authorId: _author, runId: _named, ...launchSpec } = spec;
       this.outbox.enqueue(`launch:${runId}`, "launch", { ...launchSpec, runId }, now);
       await this.settleTurn();
-      return { runId, status: this.rows.get()!.status };
+      return { runId, status: this.rows.get()!.status, replayed: false };
     });
   }
 
