@@ -26,6 +26,10 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
   const ownRoot = !root;
   const rootDir = root ?? fs.mkdtempSync(path.join(os.tmpdir(), "sandbox-host-"));
   fs.mkdirSync(path.join(rootDir, "boxes"), { recursive: true });
+  // Boxes live only as long as the host process: a box directory left by one that died (killed,
+  // crashed) belongs to no box any more, and the host answers 404 for it, so it goes now.
+  // Volumes and snapshots are recorded on disk and stay.
+  for (const stale of fs.readdirSync(path.join(rootDir, "boxes"))) fs.rmSync(path.join(rootDir, "boxes", stale), { recursive: true, force: true });
   fs.mkdirSync(path.join(rootDir, "volumes"), { recursive: true });
   const hostId = randomBytes(6).toString("hex");
   const boxes = new Map();

@@ -105,6 +105,20 @@ describe("real SDK against the local host", () => {
     await expect(daytona.get(sb.id)).rejects.toMatchObject({ statusCode: 404 });
   });
 
+  it("a host started on the root of one that died removes the box directories it left: no box owns them any more", async () => {
+    const root = fs.mkdtempSync(path.join(os.tmpdir(), "sbh-root-"));
+    fs.mkdirSync(path.join(root, "boxes", "dead-box", "home"), { recursive: true });
+    fs.writeFileSync(path.join(root, "boxes", "dead-box", "home", "left.txt"), "from a host that was killed");
+    fs.mkdirSync(path.join(root, "volumes", "vol-1"), { recursive: true });
+    const again = await startSandboxHost({ port: 0, apiKey: KEY, root });
+    try {
+      expect(fs.readdirSync(path.join(root, "boxes"))).toEqual([]);
+      expect(fs.existsSync(path.join(root, "volumes", "vol-1"))).toBe(true);
+    } finally {
+      await again.close();
+    }
+  });
+
   it("a box is not inside the git checkout its host directory happens to sit in", async () => {
     // `npm run dev` keeps boxes under the project's .wrangler/: git in a box must not find the
     // project's repository, or a run's diff artifact would be the developer's working tree.
