@@ -6,10 +6,13 @@ import { z } from "zod";
  * and whether boxes are per run or one shared box.
  */
 
-/** A path inside the run's working directory: relative, no `..`, no NUL. */
+/**
+ * A path inside the run's working directory, in one spelling only: relative, no `..` or `.`
+ * segments (`./x` is `x`, and `.` is the directory itself), no empty segments, no NUL.
+ */
 export const workspacePathSchema = z.string().min(1).max(500).refine(
-  (p) => !p.startsWith("/") && !p.includes("\0") && !p.split("/").some((seg) => seg === ".." || seg === ""),
-  "a relative path inside the working directory (no leading /, no .., no empty segments)",
+  (p) => !p.startsWith("/") && !p.includes("\0") && !p.split("/").some((seg) => seg === ".." || seg === "." || seg === ""),
+  "a relative path inside the working directory (no leading /, no . or .. segments, no empty segments)",
 );
 
 /** Below the 1 MiB request body limit, so the whole environment still fits one request. */

@@ -213,9 +213,17 @@ describe("environment folders: upload, versions, download", () => {
       [{ source: "a", path: "x" }, { source: "b", path: "x" }],
       [{ source: "a", path: "x", access: "readwrite" }, { source: "a", path: "y", access: "readwrite" }],
       [{ source: "a", path: "x", exclude: ["--checkpoint-action=exec=sh"] }],
+      // One spelling per path: `.` is the working directory itself, `./x` is `x` again.
+      [{ source: "a", path: "." }],
+      [{ source: "a", path: "x" }, { source: "b", path: "./x" }],
     ]) {
       const r = await createEnv(token, { folders });
       expect(r.status, JSON.stringify(folders)).toBe(400);
+    }
+    for (const path of ["a/./b", ".", "./x"]) {
+      const r = await createEnv(token, { files: [{ path, content: "x" }] });
+      expect(r.status, path).toBe(400);
+      expect(JSON.stringify(r.body.error.details)).toContain("files.0.path");
     }
   });
 });
