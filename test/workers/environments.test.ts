@@ -108,6 +108,25 @@ describe("environments", () => {
 });
 
 describe("run_command on an environment's shared box", () => {
+  it("replacing the environment (POST with its id) or patching it keeps its shared box: no second box, none left behind", async () => {
+    const token = await houseToken("house-env-replace");
+    const provider = sharedTestProvider();
+    provider.execHandler = () => ({ exitCode: 0, output: "ok" });
+    const body = { id: "env_replace", name: "shared", provider: "test", sharedBox: true };
+    expect((await call("/api/environments", { method: "POST", token, json: body })).status).toBe(201);
+    const exec = async () => ((await (await call(`/api/environments/env_replace/exec`, { method: "POST", token, json: { command: "echo hi" } })).json()) as { boxId: string }).boxId;
+    const first = await exec();
+    expect((await call("/api/environments", { method: "POST", token, json: { ...body, env: { NEW: "1" } } })).status).toBe(201);
+    expect(await exec()).toBe(first);
+    expect((await call("/api/environments/env_replace", { method: "PATCH", token, json: { name: "renamed" } })).status).toBe(200);
+    expect(await exec()).toBe(first);
+    const boxes = (await (await call("/api/sandboxes?ephemeral=false", { token })).json()) as { sandboxes: { id: string }[] };
+    expect(boxes.sandboxes.map((b) => b.id)).toEqual([first]);
+    // Deleting the environment deletes that one box.
+    expect((await call("/api/environments/env_replace", { method: "DELETE", token })).status).toBe(204);
+    expect(((await (await call(`/api/sandboxes/${first}`, { token })).json()) as { state: string }).state).toBe("deleted");
+  });
+
   it("creates the shared box once, runs commands there with the environment's env (never its secrets)", async () => {
     const token = await houseToken("house-exec");
     const provider = sharedTestProvider();

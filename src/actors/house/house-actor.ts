@@ -213,8 +213,17 @@ export class HouseActor extends DurableObject<Env> {
     );
   }
 
+  /**
+   * Creates or replaces an environment's configuration. Its shared box is the house's record
+   * (claimSharedBox), not part of what a client sends: a replace or a PATCH keeps it, so the box
+   * is neither forgotten (and leaked, as nothing reaps a shared box) nor doubled.
+   */
   async putEnvironment(e: Environment) {
-    return settle(() => this.putEnvironmentSync(e));
+    return settle(() => this.ctx.storage.transactionSync(() => {
+      const { sharedBoxId: _sent, ...config } = e;
+      const kept = this.getEnvironmentSync(e.id)?.sharedBoxId;
+      this.putEnvironmentSync(kept ? { ...config, sharedBoxId: kept } : config);
+    }));
   }
 
   /**
