@@ -40,7 +40,8 @@ async function environmentForConfigurer(request: Request, env: Env, id: string |
 
 /**
  * `PATCH /api/environments/:id`: the fields given replace the stored ones (`files` as a whole
- * list); `secrets` merges by name, `null` removes one. The result is validated like a create.
+ * list), `null` clears one; `secrets` merges by name, `null` removes one. The result is
+ * validated like a create.
  */
 export async function patchEnvironmentRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
   // Authorization before validation: another house's environment answers 404 before the body is read.
@@ -49,6 +50,8 @@ export async function patchEnvironmentRoute(request: Request, env: Env, id: stri
   if ("id" in patch && patch.id !== current.id) throw new ApiError("validation_failed", "id cannot be changed");
   const { houseId, createdAt, sharedBoxId, id: _id, ...stored } = current;
   const merged: Record<string, unknown> = { ...stored, ...patch };
+  // `null` clears a field: it takes its default (none, or an empty list), as if never set.
+  for (const [k, v] of Object.entries(patch)) if (v === null && k !== "secrets") delete merged[k];
   if ("secrets" in patch) {
     if (patch.secrets === null || typeof patch.secrets !== "object" || Array.isArray(patch.secrets)) throw new ApiError("validation_failed", "secrets must be an object (a null value removes that secret)");
     const next: Record<string, unknown> = { ...(current.secrets ?? {}) };

@@ -3,6 +3,23 @@ import { call, createThread, errorCode, houseToken } from "./helpers";
 import { sharedTestProvider } from "./register-test-provider";
 
 describe("environments", () => {
+  it("PATCH with null clears an optional field (its default comes back); a required one stays required", async () => {
+    const token = await houseToken("house-env-null");
+    const created = await call("/api/environments", { method: "POST", token, json: { name: "n", model: "local/m", snapshot: "snap", env: { A: "1" }, folders: [{ source: "notes", path: "notes" }], secrets: { S: "sk-keep" } } });
+    const { id } = (await created.json()) as { id: string };
+    const r = await call(`/api/environments/${id}`, { method: "PATCH", token, json: { model: null, snapshot: null, folders: null, env: null } });
+    expect(r.status).toBe(200);
+    const e = (await r.json()) as Record<string, unknown>;
+    expect(e.model).toBeUndefined();
+    expect(e.snapshot).toBeUndefined();
+    expect(e.folders).toEqual([]);
+    expect(e.env).toEqual({});
+    expect(e.secretNames).toEqual(["S"]);
+    const noName = await call(`/api/environments/${id}`, { method: "PATCH", token, json: { name: null } });
+    expect(noName.status).toBe(400);
+    expect(JSON.stringify(await noName.json())).toContain('"path":"name"');
+  });
+
   it("refuse a name set both in env and in secrets, on create and on PATCH, naming the field", async () => {
     const token = await houseToken("house-env-both");
     const both = await call("/api/environments", { method: "POST", token, json: { name: "both", env: { API_KEY: "plain" }, secrets: { API_KEY: "sk-x" } } });
