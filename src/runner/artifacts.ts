@@ -51,7 +51,8 @@ const SKIP_DIRS = new Set([".git", "node_modules", ".threadbox", ".venv", "__pyc
 const SECRET_FILE = /(^|\/)(\.env(\..*)?|\.npmrc|\.netrc|\.pypirc|id_(rsa|ed25519|ecdsa)(\.pub)?|.*\.(pem|key|p12|pfx)|credentials(\.json)?|\.git-credentials)$/i;
 
 function git(root: string, args: string[], maxBuffer = 32 * 1024 * 1024): string {
-  return execFileSync("git", args, { cwd: root, encoding: "utf8", maxBuffer, stdio: ["ignore", "pipe", "ignore"] });
+  // Paths as they are (UTF-8), not octal-escaped and quoted: they are shown and read back as paths.
+  return execFileSync("git", ["-c", "core.quotePath=false", ...args], { cwd: root, encoding: "utf8", maxBuffer, stdio: ["ignore", "pipe", "ignore"] });
 }
 
 /** Records where the run starts from. Never throws: an unreadable directory starts empty. */
@@ -164,22 +165,28 @@ function gitChanges(start: Extract<WorkspaceStart, { kind: "git" }>): Change[] {
   const out = new Map<string, ArtifactFile["status"]>();
   if (start.head) {
     // Committed during the run, staged or not: all against the starting commit.
-    for (const line of git(start.root, ["diff", "--name-status", "--no-renames", start.head]).split("\n")) {
-      const m = /^([ADMT])\t(.+)$/.exec(line);
-      if (m) out.set(m[2], m[1] === "A" ? "added" : m[1] === "D" ? "deleted" : "modified");
+    // NUL-separated: a path may hold a space, a quote or a newline.
+    const fields = git(start.root, ["diff", "-z", "--name-status", "--no-renames", start.head]).split("\0");
+    for (let i = 0; i + 1 < fields.length; i += 2) {
+      const [status, path] = [fields[i], fields[i + 1]];
+      if (/^[ADMT]$/.test(status) && path) out.set(path, status === "A" ? "added" : status === "D" ? "deleted" : "modified");
     }
   } else {
-    for (const p of git(start.root, ["ls-files", "--cached"]).split("\n").filter(Boolean)) out.set(p, "added");
+    for (const p of lsFiles(start.root, ["--cached"])) out.set(p, "added");
   }
-  for (const p of git(start.root, ["ls-files", "--others", "--exclude-standard"]).split("\n").filter(Boolean)) out.set(p, "added");
+  for (const p of lsFiles(start.root, ["--others", "--exclude-standard"])) out.set(p, "added");
   return [...out].filter(([p]) => !p.split("/").some((seg) => SKIP_DIRS.has(seg))).map(([path, status]) => ({ path, status }));
+}
+
+function lsFiles(root: string, args: string[]): string[] {
+  return git(root, ["ls-files", "-z", ...args]).split("\0").filter(Boolean);
 }
 
 function gitDiff(start: Extract<WorkspaceStart, { kind: "git" }>, changed: Change[], hidden: (path: string) => boolean, sensitive: string[]): string {
   const parts: string[] = [];
   const excluded = sensitive.map((p) => `:(exclude,literal)${p}`);
   if (start.head) parts.push(git(start.root, ["diff", "--no-renames", "--no-color", start.head, ...(excluded.length ? ["--", ".", ...excluded] : [])]));
-  const tracked = new Set(start.head ? git(start.root, ["ls-files", "--cached"]).split("\n") : []);
+  const tracked = new Set(start.head ? lsFiles(start.root, ["--cached"]) : []);
   for (const c of changed) {
     if (c.status !== "added" || tracked.has(c.path) || hidden(c.path)) continue;
     try {

@@ -82,6 +82,23 @@ describe("a run's artifacts: a git checkout", () => {
     expect(a.files.map((f) => [f.path, f.status]).sort()).toEqual([["a.txt", "modified"], ["new.txt", "added"]]);
   });
 
+  it("paths with spaces, quotes and non-ASCII letters come out as the paths they are, with their content and in the diff", () => {
+    const dir = tmp();
+    git(dir, "init -q -b main");
+    mkdirSync(join(dir, "sp ace"));
+    writeFileSync(join(dir, "sp ace", "ünï.txt"), "old ü\n");
+    git(dir, "add -A");
+    git(dir, "commit -q -m init");
+    const start = snapshotWorkspace(dir);
+    writeFileSync(join(dir, "sp ace", "ünï.txt"), "new ü\n");
+    writeFileSync(join(dir, 'say "hi".txt'), "quoted\n");
+    const a = collectArtifacts(start, []);
+    expect(a.files.map((f) => [f.path, f.status]).sort()).toEqual([['say "hi".txt', "added"], ["sp ace/ünï.txt", "modified"]]);
+    expect(a.files.find((f) => f.path === "sp ace/ünï.txt")!.content).toBe("new ü\n");
+    expect(a.git!.diff).toContain("+new ü");
+    expect(a.git!.diff).toContain("+quoted");
+  });
+
   it("a repository without commits yet: everything is added", () => {
     const dir = tmp();
     git(dir, "init -q -b main");
