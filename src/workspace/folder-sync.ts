@@ -1,6 +1,5 @@
 import type { Env } from "../env";
 import type { Environment } from "../environments";
-import type { SandboxProvider } from "../sandbox/provider";
 import type { FolderVersion } from "../actors/house/house-actor";
 import type { Entry } from "../entries/schema";
 import { houseStub, sandboxStub } from "../actors/stubs";
@@ -10,9 +9,11 @@ import { readArchive, storeFolderVersion } from "./folder-store";
 import { unwrapRpc } from "../actors/rpc";
 import { runDir } from "../domain/box-layout";
 import { shq } from "../domain/shell";
-import { digestCommand, extractCommand, folderMaxBytes, folderSource, packCommand, sniffArchive, type CopiedFolder } from "./folders";
+import { extractCommand, folderMaxBytes, folderSource, sniffArchive, type CopiedFolder } from "./folders";
+import { environmentFilesWithin, folderDigest, packChangedFolders, type FolderBox } from "./folder-pack";
 
-export type FolderBox = { provider: SandboxProvider; ref: string; home: string };
+export { packChangedFolders, type FolderBox, type SyncedFolder } from "./folder-pack";
+
 
 /**
  * Copies the environment's folders into the working directory `cwd` (replacing what a shared box
@@ -45,45 +46,14 @@ export async function copyFoldersIn(env: Env, box: FolderBox, houseId: string, e
     const dest = `${cwd}/${spec.path}`;
     const out = await box.provider.exec(box.ref, `${extractCommand(archive, dest, format)} && rm -f ${shq(archive)}`, { cwd: box.home, timeoutSec: 600 });
     if (out.exitCode !== 0) throw new Error(`unpacking folder ${spec.source} into ${spec.path} failed (exit ${out.exitCode}): ${out.output.trim().slice(-300)}`);
-    const entry: CopiedFolder = { source: spec.source, path: dest, access: spec.access, exclude: spec.exclude, ...(version !== undefined ? { version } : {}) };
-    if (spec.access === "readwrite") entry.digest = await folderDigest(box, dest, spec.exclude, `${runDir(runId)}/folders/${i}.digest.tar`);
+    // The environment's files are written after the folders: one inside a readwrite folder is the
+    // environment's (a sensitive one included), not the folder's, and must not go back into it.
+    const exclude = [...spec.exclude, ...environmentFilesWithin(environment, spec.path)];
+    const entry: CopiedFolder = { source: spec.source, path: dest, access: spec.access, exclude, ...(version !== undefined ? { version } : {}) };
+    if (spec.access === "readwrite") entry.digest = await folderDigest(box, dest, exclude, `${runDir(runId)}/folders/${i}.digest.tar`);
     copied.push(entry);
   }
   return copied;
-}
-
-async function folderDigest(box: FolderBox, dir: string, exclude: string[], scratch: string): Promise<string> {
-  const out = await box.provider.exec(box.ref, digestCommand(dir, exclude, scratch), { cwd: box.home, timeoutSec: 600 });
-  const digest = out.output.trim().split("\n").pop() ?? "";
-  if (out.exitCode !== 0 || !/^[0-9a-f]{64}$/.test(digest)) throw new Error(`reading folder ${dir} failed (exit ${out.exitCode}): ${out.output.trim().slice(-300)}`);
-  return digest;
-}
-
-export type SyncedFolder = { folder: string; path: string; outcome: "unchanged" } | { folder: string; path: string; outcome: "synced"; archive: Uint8Array; baseVersion?: number };
-
-/**
- * After the run: each readwrite folder whose contents changed is packed (without its `exclude`
- * globs) and handed back for storage as the folder's next version.
- */
-export async function packChangedFolders(box: FolderBox, folders: CopiedFolder[], runId: string, maxBytes: number): Promise<SyncedFolder[]> {
-  const out: SyncedFolder[] = [];
-  for (const [i, f] of folders.entries()) {
-    if (f.access !== "readwrite") continue;
-    const scratch = `${runDir(runId)}/folders/${i}.sync.tar`;
-    const digest = await folderDigest(box, f.path, f.exclude, scratch);
-    if (digest === f.digest) {
-      out.push({ folder: f.source, path: f.path, outcome: "unchanged" });
-      continue;
-    }
-    const packed = await box.provider.exec(box.ref, `mkdir -p ${shq(`${runDir(runId)}/folders`)} && ${packCommand(f.path, f.exclude, scratch)} && wc -c < ${shq(scratch)}`, { cwd: box.home, timeoutSec: 600 });
-    if (packed.exitCode !== 0) throw new Error(`packing folder ${f.source} failed (exit ${packed.exitCode}): ${packed.output.trim().slice(-300)}`);
-    const size = Number(packed.output.trim().split("\n").pop());
-    if (size > maxBytes) throw new Error(`folder ${f.source} packs to ${size} bytes, more than the ${maxBytes} a folder may hold`);
-    const archive = await box.provider.download(box.ref, scratch);
-    await box.provider.exec(box.ref, `rm -f ${shq(scratch)}`, { cwd: box.home });
-    out.push({ folder: f.source, path: f.path, outcome: "synced", archive, ...(f.version !== undefined ? { baseVersion: f.version } : {}) });
-  }
-  return out;
 }
 
 export type FolderSyncTarget = { houseId: string; threadId: string; environmentId: string; boxId: string; runId: string; folders: CopiedFolder[] };

@@ -817,7 +817,9 @@ describe("an environment's readwrite folder", () => {
       { text: "Read them." },
     );
     const envId = await environment();
-    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { folders: [{ source: "notes", path: "notes", access: "readwrite", exclude: ["scratch"] }] } })).status).toBe(200);
+    // The environment's own files inside the folder (one sensitive) are the environment's, not the folder's.
+    const files = [{ path: "notes/.creds", content: "sensitive-line-ABCDEFGH\n", sensitive: true }, { path: "notes/cfg [1].txt", content: "env file\n" }];
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { files, folders: [{ source: "notes", path: "notes", access: "readwrite", exclude: ["scratch"] }] } })).status).toBe(200);
     const up = await fetch(`${worker.url}/api/environments/${envId}/folders?name=notes`, {
       method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/x-tar" }, body: tarArchive({ "todo.txt": "one\n" }),
     });
@@ -841,6 +843,8 @@ describe("an environment's readwrite folder", () => {
     expect(readFileSync(join(dir, "out/todo.txt"), "utf8")).toBe("one\ntwo\n");
     expect(readFileSync(join(dir, "out/added.txt"), "utf8")).toBe("fresh\n");
     expect(existsSync(join(dir, "out/scratch"))).toBe(false);
+    expect(existsSync(join(dir, "out/.creds"))).toBe(false);
+    expect(existsSync(join(dir, "out/cfg [1].txt"))).toBe(false);
 
     // A second run, on a fresh box, starts from version 2; changing nothing makes no version 3.
     const second = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "read the notes" } })).body.childThreadId as string;
