@@ -2,8 +2,11 @@ import { describe, expect, it } from "vitest";
 import { call, chat, createThread, houseToken, post, readAll, streamToken } from "./helpers";
 import { createAgent, decisions, MODEL_KEY, modelEnvironment, scriptedModel, waitForEntries } from "./dispatch-helpers";
 import { sharedTestProvider } from "./register-test-provider";
-import { abortAllDurableObjects } from "cloudflare:test";
-import { closeInterruptedCalls } from "../../src/actors/thread/dispatch";
+import { abortAllDurableObjects, env, runInDurableObject } from "cloudflare:test";
+import { closeInterruptedCalls, TURN_KEEPALIVE_MS } from "../../src/actors/thread/dispatch";
+import type { ThreadActor } from "./test-worker";
+
+const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> };
 
 const chatsBy = <T extends { authorId?: string; payload: { type: string } }>(es: T[], author: string) => es.filter((e) => e.payload.type === "chat" && e.authorId === author);
 
@@ -315,6 +318,29 @@ describe("dispatch: turns that take long", () => {
     await post(token, t.id, chat("@fast hi"));
     const es = await waitForEntries(token, t.id, (es) => chatsBy(es, fast.id).length === 1, "fast's answer");
     expect(chatsBy(es, fast.id)[0].payload.text).toBe("quick answer");
+  }, 30_000);
+
+  it("while a turn waits on its model the thread's alarm keeps coming: an idle actor would be evicted mid-call", async () => {
+    const token = await houseToken("house-dispatch-keepalive");
+    const model = await scriptedModel([{ hang: true }]);
+    const envId = await modelEnvironment(token, model.baseUrl);
+    await createAgent(token, { name: "Thinker", handle: "thinker", environmentId: envId });
+    const t = await createThread(token, { environmentId: envId });
+    await post(token, t.id, chat("@thinker take your time"));
+    const deadline = Date.now() + 10_000;
+    while ((await model.requests()).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect((await model.requests()).length).toBeGreaterThan(0);
+    // Past the turn's lease (1.5 s here): the turn is alive in this actor, so that is no deadline
+    // (it would make the alarm fire again and again for nothing), but the keep-alive is.
+    await new Promise((r) => setTimeout(r, 2_500));
+    const stub = E.THREADS.get(E.THREADS.idFromName(`thread:${t.id}`));
+    const alarmIn = await runInDurableObject(stub, async (_a: ThreadActor, state: DurableObjectState) => {
+      const at = await state.storage.getAlarm();
+      return at === null ? null : at - Date.now();
+    });
+    expect(alarmIn).not.toBeNull();
+    expect(alarmIn!).toBeGreaterThan(TURN_KEEPALIVE_MS / 2);
+    expect(alarmIn!).toBeLessThanOrEqual(TURN_KEEPALIVE_MS);
   }, 30_000);
 
   it("a bot deleted while its turn waits on the model posts no reply", async () => {

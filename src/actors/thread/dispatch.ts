@@ -54,6 +54,9 @@ type TurnRow = {
 
 export type DecisionRecord = { at: string; triggerEntryId: string; agentId: string; verdict: string; reason: DecisionReason; detail: string | null; turnId: string | null };
 
+/** Well inside the runtime's inactivity eviction (about 70 s without an event). */
+export const TURN_KEEPALIVE_MS = 20_000;
+
 /** A running turn renews this lease every round; an expired one belongs to a dead incarnation and is resumed. */
 export const DEFAULT_TURN_LEASE_MS = 60_000;
 /** A turn interrupted this many times ends with an error entry instead of trying again. */
@@ -234,9 +237,19 @@ export class DispatchService {
   nextDeadline(): number | null {
     const sql = this.ports.sql;
     if (sql.exec(`select 1 from dispatch_triggers limit 1`).toArray().length > 0) return this.ports.now();
-    const r = sql.exec(`select min(case when state = 'running' then updated_at + ? else run_at end) as at
-      from dispatch_turns where state in ('gate', 'pending', 'running')`, this.leaseMs).toArray()[0];
-    return (r?.at as number | null) ?? null;
+    // A turn this incarnation is running is not due, whatever its lease says (a model call may
+    // outlast it): only a turn nobody runs (its incarnation died) is resumed at its lease's end.
+    let at: number | null = null;
+    for (const r of sql.exec(`select id, case when state = 'running' then updated_at + ? else run_at end as at
+      from dispatch_turns where state in ('gate', 'pending', 'running')`, this.leaseMs).toArray()) {
+      if (!this.active.has(r.id as string)) at = Math.min(at ?? Infinity, r.at as number);
+    }
+    // A turn running beside the alarm is not an event of the actor: a thread that gets nothing
+    // else while its bot waits minutes on a model would be evicted for inactivity, cutting the
+    // call off. An alarm every TURN_KEEPALIVE_MS keeps it alive until the turn ends.
+    if (this.active.size === 0) return at;
+    const keepAlive = this.ports.now() + TURN_KEEPALIVE_MS;
+    return at === null ? keepAlive : Math.min(at, keepAlive);
   }
 
   async onAlarm(): Promise<void> {
