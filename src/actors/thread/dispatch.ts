@@ -246,9 +246,10 @@ export class DispatchService {
     }
     // A turn running beside the alarm is not an event of the actor: a thread that gets nothing
     // else while its bot waits minutes on a model would be evicted for inactivity, cutting the
-    // call off. An alarm every TURN_KEEPALIVE_MS keeps it alive until the turn ends.
+    // call off. An alarm every TURN_KEEPALIVE_MS keeps it alive until the turn ends (and, never
+    // further off than a lease, still resumes the turn in time if this incarnation dies).
     if (this.active.size === 0) return at;
-    const keepAlive = this.ports.now() + TURN_KEEPALIVE_MS;
+    const keepAlive = this.ports.now() + Math.min(TURN_KEEPALIVE_MS, this.leaseMs);
     return at === null ? keepAlive : Math.min(at, keepAlive);
   }
 
@@ -495,9 +496,15 @@ export class DispatchService {
       environmentId,
       depth: turn.depth,
       turnId: turn.id,
-      postBudget: { left: this.config().widthCap },
+      // A resumed turn has already spent what it posted before the restart.
+      postBudget: { left: Math.max(0, this.config().widthCap - postsMade(turn.progress)) },
     };
   }
+}
+
+/** The posts into other threads a turn's recorded rounds made (a resumed turn counts them against its width cap). */
+function postsMade(progress: LoopMessage[]): number {
+  return progress.filter((m) => m.role === "tool" && m.name === "post_to_thread" && !m.isError).length;
 }
 
 function systemPrompt(agent: Agent, tools: ToolSpec[]): string {

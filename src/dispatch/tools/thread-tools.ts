@@ -9,7 +9,6 @@ import type { ToolSpec } from "../tool-loop";
 
 /** Thread structure: make threads, list them, and speak in another thread of the same house. */
 export function threadTools(ctx: ToolContext): ToolSpec[] {
-  let posts = 0;
   return [
     defineTool({
       name: "create_thread",
@@ -49,17 +48,24 @@ export function threadTools(ctx: ToolContext): ToolSpec[] {
         additionalProperties: false,
       },
       args: z.object({ threadId: idSchema, text: z.string().min(1).max(100_000) }).strict(),
-      async run(args) {
+      async run(args, _signal, call) {
         if (args.threadId === ctx.threadId) throw new ApiError("bad_request", "that is this thread: answer here instead");
         if (ctx.postBudget.left <= 0) throw new ApiError("forbidden", "width cap: this turn may post into no more threads");
         ctx.postBudget.left -= 1;
-        posts += 1;
-        // The id is fixed per turn and post, so a resumed turn cannot post the same message twice.
+        // The id names the turn and the tool call (and what it posts, should a model reuse call
+        // ids): the same call run again after a restart cannot post twice, and a later call of a
+        // resumed turn is a post of its own, not taken for one made before the restart.
+        const digest = await shortDigest(`${args.threadId}\u0000${args.text}`);
         const r = await unwrapRpc(threadStub(ctx.env, args.threadId).postChat(ctx.claims.houseId, {
-          id: `post:${ctx.turnId}:${posts}`, text: args.text, authorId: ctx.claims.subject, depth: ctx.depth, sourceThreadId: ctx.threadId,
+          id: `post:${ctx.turnId}:${call.toolCallId}:${digest}`, text: args.text, authorId: ctx.claims.subject, depth: ctx.depth, sourceThreadId: ctx.threadId,
         }));
         return JSON.stringify({ posted: true, threadId: args.threadId, entryId: r.entryId });
       },
     }),
   ];
+}
+
+async function shortDigest(text: string): Promise<string> {
+  const d = new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text)));
+  return Array.from(d.slice(0, 6), (b) => b.toString(16).padStart(2, "0")).join("");
 }
