@@ -8,7 +8,7 @@ import { stream as streamOpenAI } from "@earendil-works/pi-ai/api/openai-complet
 import type { AssistantMessage, Context, Message, Model, Tool } from "@earendil-works/pi-ai";
 import { normalizeContext } from "@earendil-works/pi-ai/utils/transcript";
 import type { ModelApi, ResolvedModel } from "./models";
-import { secretForms } from "../domain/secret-forms";
+import { redactValues } from "../domain/secret-forms";
 
 export type ModelCallOptions = {
   model: ResolvedModel;
@@ -56,11 +56,7 @@ export function toPiModel(m: ResolvedModel): Model<ModelApi> {
 
 /** Replaces every secret the model carries (its key, the secrets its headers used) in text shown to users. */
 export function redactSecrets(text: string, m: ResolvedModel): string {
-  const values = [m.apiKey, ...m.secretValues].filter((s): s is string => !!s && s.length >= 4);
-  const secrets = [...new Set(values.flatMap(secretForms))].sort((a, b) => b.length - a.length);
-  let out = text;
-  for (const s of secrets) out = out.split(s).join("[redacted]");
-  return out;
+  return redactValues(text, [m.apiKey, ...m.secretValues]);
 }
 
 function oneLine(text: string, max = 500): string {

@@ -9,3 +9,11 @@ export function secretForms(value: string): string[] {
   const jsonTwice = JSON.stringify(json).slice(1, -1);
   return [...new Set([value, json, jsonTwice, encodeURIComponent(value)])];
 }
+
+/** `text` with every form of each value (4 characters or more: shorter ones are too common) as `[redacted]`. */
+export function redactValues(text: string, values: readonly (string | null | undefined)[]): string {
+  const forms = [...new Set(values.filter((v): v is string => !!v && v.length >= 4).flatMap(secretForms))].sort((a, b) => b.length - a.length);
+  let out = text;
+  for (const f of forms) if (out.includes(f)) out = out.split(f).join("[redacted]");
+  return out;
+}

@@ -301,6 +301,25 @@ describe("dispatch: selection end to end", () => {
   });
 });
 
+describe("dispatch: a failed turn's reason", () => {
+  it("shows none of the environment's secrets, not only the model's key", async () => {
+    const token = await houseToken("house-dispatch-redact");
+    const other = "zz-other-secret-value-123";
+    const model = await scriptedModel([], { error: 500, message: `upstream rejected key ${MODEL_KEY} with OTHER=${other} and "${other}"` });
+    const envId = await modelEnvironment(token, model.baseUrl, { secrets: { MODEL_KEY, OTHER: other } });
+    const bot = await createAgent(token, { name: "Leaky", handle: "leaky", environmentId: envId });
+    const t = await createThread(token, { environmentId: envId });
+    await post(token, t.id, chat("@leaky hi"));
+    const es = await waitForEntries(token, t.id, (es) => es.some((e) => e.payload.type === "signal.dispatch.error"), "the failure");
+    const reason = es.find((e) => e.payload.type === "signal.dispatch.error")!.payload.reason as string;
+    expect(reason).toContain("[redacted]");
+    expect(reason).not.toContain(other);
+    expect(reason).not.toContain(MODEL_KEY);
+    const ds = (await decisions(token, t.id)).filter((d) => d.agentId === bot.id);
+    expect(JSON.stringify(ds)).not.toContain(other);
+  }, 30_000);
+});
+
 describe("dispatch: turns that take long", () => {
   it("a bot whose model hangs does not hold up another bot's answer in the same thread", async () => {
     const token = await houseToken("house-dispatch-hang");

@@ -12,6 +12,7 @@ import { askGate } from "../../dispatch/gate";
 import { buildTools } from "../../dispatch/tools";
 import type { ToolContext } from "../../dispatch/tools/context";
 import { errorMessage, logEvent } from "../../domain/log-event";
+import { redactValues } from "../../domain/secret-forms";
 import { ensureSchema, type Schema } from "../../domain/sql-schema";
 import { UTF8_DECODER } from "../../entries/json-limits";
 
@@ -93,6 +94,8 @@ export const DISPATCH_SCHEMA: Schema = {
  */
 export class DispatchService {
   private readonly active = new Set<string>();
+  /** The secret values of each running turn's environment, which its failure reasons must not show. */
+  private readonly turnSecrets = new Map<string, string[]>();
   private readonly llm: { runToolLoop: typeof runToolLoop; askGate: typeof askGate };
   private readonly leaseMs: number;
   private readonly agentCacheMs: number;
@@ -364,6 +367,7 @@ export class DispatchService {
       }
       const environmentId = agent.environmentId ?? row.environmentId;
       const environment = environmentId ? await house.getEnvironment(environmentId) : null;
+      this.turnSecrets.set(turn.id, Object.values(environment?.secrets ?? {}));
       const resolve = (ref: string) => {
         if (!environment) return { ok: false as const, reason: `no model: bot @${agent.handle} has no environment to resolve "${ref}" from (give the bot or the thread an environment with piModels)` };
         return resolveModel(ref, (environment.piModels ?? null) as PiModelsConfig | null, environment.secrets ?? {});
@@ -381,7 +385,7 @@ export class DispatchService {
           return;
         }
         const d = afterGate({ agentId: agent.id, verdict: "gate", reason: "ambient_wait", runAt: turn.runAt, depth: turn.depth }, answer.reply);
-        this.decide(turn.triggerEntryId, d, answer.reason.slice(0, 500), turn.id);
+        this.decide(turn.triggerEntryId, d, this.redacted(turn, answer.reason).slice(0, 500), turn.id);
         if (d.verdict === "skip") {
           this.setTurn(turn.id, { state: "done" });
           return;
@@ -435,6 +439,7 @@ export class DispatchService {
       this.fail(turn, "internal error in the dispatch turn");
     } finally {
       this.active.delete(turn.id);
+      this.turnSecrets.delete(turn.id);
     }
   }
 
@@ -462,7 +467,8 @@ export class DispatchService {
     this.setTurn(turn.id, { progress });
   }
 
-  private fail(turn: TurnRow, reason: string): void {
+  private fail(turn: TurnRow, raw: string): void {
+    const reason = this.redacted(turn, raw);
     this.ports.append([{
       id: `dispatch_error:${turn.id}`, ts: this.ports.now(), authorId: turn.agentId,
       payload: { type: "signal.dispatch.error", agentId: turn.agentId, turnId: turn.id, triggerEntryId: turn.triggerEntryId, reason, depth: turn.depth },
@@ -473,7 +479,15 @@ export class DispatchService {
   /** Ends a turn as an error decision with `detail`, posting nothing to the thread. */
   private drop(turn: TurnRow, detail: string): void {
     this.setTurn(turn.id, { state: "failed" });
-    this.decide(turn.triggerEntryId, { agentId: turn.agentId, verdict: "skip", reason: "error" }, detail, turn.id);
+    this.decide(turn.triggerEntryId, { agentId: turn.agentId, verdict: "skip", reason: "error" }, this.redacted(turn, detail), turn.id);
+  }
+
+  /**
+   * A reason or detail as the thread may show it: none of the secrets of the environment the
+   * turn's model came from (a provider's error may quote any of them, not only the key it sent).
+   */
+  private redacted(turn: TurnRow, text: string): string {
+    return redactValues(text, this.turnSecrets.get(turn.id) ?? []);
   }
 
   /** The conversation up to the trigger, as the bot sees it: its own replies as its turns. */
