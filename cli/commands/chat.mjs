@@ -1,7 +1,7 @@
 // chat <bot>: a direct-message thread with a bot. Each stdin line is posted as a chat message;
 // everything others write to the thread (the bot's replies, its tool calls, child runs) is printed
-// as it arrives. At the end of stdin it waits for the answer to the last message (and for the
-// child runs that answer started), then exits.
+// as it arrives. At the end of stdin it waits for the answer to every message it posted (and for
+// the child runs those answers started), then exits.
 import { randomUUID } from "node:crypto";
 import { createInterface } from "node:readline";
 import { InvalidArgumentError } from "commander";
@@ -13,48 +13,63 @@ import { subscribe } from "../lib/subscribe.mjs";
 import { createSpinner } from "../lib/term.mjs";
 
 /**
- * Where a conversation stands, updated entry by entry (pure). The bot has answered when, after our
- * last message, it wrote a chat and every child run it delegated since has finished and been
- * reported back with a chat of its own. A turn that failed (`signal.dispatch.error`) is an answer
- * too: nothing else will come, and `failure` says why.
- * @typedef {{ lastPosted: string | null, lastOtherChat: string, replied: boolean, pendingChildren: number, failure: string | null }} ChatProgress
+ * Where a conversation stands, updated entry by entry (pure). Each message we posted waits for its
+ * answer: the bot's chat naming it (`triggerEntryId`), or its failed turn (`signal.dispatch.error`,
+ * also naming it; `failure` says why). Child runs the bot delegated meanwhile are waited for too,
+ * until each has finished and its result has come back as a chat.
+ * @typedef {{ waiting: string[], answeredIds: string[], lastPosted: string | null, since: string | null,
+ *   pendingChildren: number, childAnswers: number, failure: string | null }} ChatProgress
  */
-export const initialProgress = () => ({ lastPosted: null, lastOtherChat: "", replied: true, pendingChildren: 0, failure: null });
+export const initialProgress = () => ({ waiting: [], answeredIds: [], lastPosted: null, since: null, pendingChildren: 0, childAnswers: 0, failure: null });
 
 /** @returns {ChatProgress} */
 export function advance(progress, entry, me) {
-  const p = { ...progress };
+  const p = { ...progress, waiting: [...progress.waiting], answeredIds: [...progress.answeredIds] };
   const type = entry.payload?.type;
-  const after = p.lastPosted !== null && entry.offset > p.lastPosted;
-  if (type === "chat" && entry.authorId !== me) {
-    if (entry.offset > p.lastOtherChat) p.lastOtherChat = entry.offset;
-    if (after) {
-      p.replied = true;
+  const trigger = entry.payload?.triggerEntryId;
+  const ours = entry.authorId === me;
+  const sinceOurs = p.since !== null && entry.offset > p.since;
+  const answers = (id) => {
+    p.waiting = p.waiting.filter((w) => w !== id);
+    if (!p.answeredIds.includes(id)) p.answeredIds.push(id);
+  };
+  if (!ours && type === "chat") {
+    if (entry.payload.origin === "child_finished") p.childAnswers = Math.max(0, p.childAnswers - 1);
+    else if (typeof trigger === "string") {
+      answers(trigger);
       p.failure = null;
-    }
+    } else if (p.lastPosted !== null && entry.offset > p.lastPosted) p.waiting = []; // an answer that names nothing: the last one
   }
-  if (after && type === "signal.dispatch.error" && entry.authorId !== me) {
-    p.replied = true;
+  if (!ours && type === "signal.dispatch.error" && (typeof trigger === "string" ? true : p.lastPosted !== null && entry.offset > p.lastPosted)) {
+    if (typeof trigger === "string") answers(trigger);
+    else p.waiting = [];
     p.pendingChildren = 0;
     p.failure = String(entry.payload.reason ?? "the bot's turn failed");
   }
-  if (after && type === "pi.tool_result" && (entry.payload.toolName ?? entry.payload.name) === "delegate_task" && !entry.payload.isError
+  if (sinceOurs && type === "pi.tool_result" && (entry.payload.toolName ?? entry.payload.name) === "delegate_task" && !entry.payload.isError
       && /\bth_[A-Za-z0-9]+/.test(String(entry.payload.output ?? ""))) {
     p.pendingChildren += 1;
   }
-  if (after && type === "signal.thread.child_finished" && p.pendingChildren > 0) {
+  if (sinceOurs && type === "signal.thread.child_finished" && p.pendingChildren > 0) {
     p.pendingChildren -= 1;
-    p.replied = false; // the bot's chat with the child's answer comes with it
+    p.childAnswers += 1; // the bot's chat with the child's answer comes with it
   }
   return p;
 }
 
-/** After posting a message at `offset`: the answer may already have come over the socket. */
-export function onPosted(progress, offset) {
-  return { ...progress, lastPosted: offset, replied: progress.lastOtherChat > offset, failure: null };
+/** After posting message `id` at `offset`: its answer may already have come over the socket. */
+export function onPosted(progress, offset, id) {
+  const answeredAlready = progress.answeredIds.includes(id);
+  return {
+    ...progress,
+    waiting: answeredAlready ? progress.waiting : [...progress.waiting, id],
+    lastPosted: offset,
+    since: progress.since ?? offset,
+    failure: answeredAlready ? progress.failure : null,
+  };
 }
 
-export const answered = (progress) => progress.replied && progress.pendingChildren === 0;
+export const answered = (progress) => progress.waiting.length === 0 && progress.pendingChildren === 0 && progress.childAnswers === 0;
 
 /** `--thread`: a DM thread with this bot, else nothing there would answer every message. */
 async function dmThread(api, threadId, bot) {
@@ -126,8 +141,9 @@ export function registerChat(program, ctxOf, setExit) {
       for await (const line of rl) {
         const text = line.trim();
         if (!text) continue;
-        const r = await api.post(paths.threadAction(thread.id, "entries"), { id: `cli-${randomUUID()}`, payload: { type: "chat", text } });
-        progress = onPosted(progress, r.entries[0].offset);
+        const id = `cli-${randomUUID()}`;
+        const r = await api.post(paths.threadAction(thread.id, "entries"), { id, payload: { type: "chat", text } });
+        progress = onPosted(progress, r.entries[0].offset, id);
         if (!json && !answered(progress)) spinner.start(`@${bot.handle} is thinking`);
       }
       inputDone = true;

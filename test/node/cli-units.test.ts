@@ -89,36 +89,46 @@ describe("watching", () => {
     expect(finishedRow({ status: "failed" })).toEqual({ status: "failed" });
   });
 
-  it("chat waits for a bot's chat after our message, and for the child runs it delegated to report back", () => {
+  it("chat waits for the bot's answer to each message it posted, and for the child runs it delegated to report back", () => {
     const e = (authorId: string, offset: string, payload: Record<string, unknown>) => ({ authorId, offset, payload });
-    let p = onPosted(initialProgress(), "0002");
+    let p = onPosted(initialProgress(), "0002", "m1");
     expect(answered(p)).toBe(false);
     p = advance(p, e("me", "0002", { type: "chat", text: "write a.txt containing b" }), "me");
     p = advance(p, e("ag_1", "0003", { type: "pi.tool_result", toolName: "delegate_task", isError: false, output: '{"childThreadId":"th_abc"}' }), "me");
-    p = advance(p, e("ag_1", "0004", { type: "chat", text: "delegated" }), "me");
+    p = advance(p, e("ag_1", "0004", { type: "chat", text: "delegated", triggerEntryId: "m1" }), "me");
     expect(answered(p)).toBe(false); // a child is still running
     p = advance(p, e("threadbox", "0005", { type: "signal.thread.child_finished", childThreadId: "th_abc", status: "completed" }), "me");
     expect(answered(p)).toBe(false); // its answer is still to come
-    p = advance(p, e("ag_1", "0006", { type: "chat", text: "the child wrote a.txt" }), "me");
+    p = advance(p, e("ag_1", "0006", { type: "chat", text: "the child wrote a.txt", origin: "child_finished", dispatch: false }), "me");
     expect(answered(p)).toBe(true);
 
     // a failed delegate starts nothing to wait for; an answer seen before the POST returned counts
-    let q = advance(initialProgress(), e("ag_1", "0009", { type: "chat", text: "fast" }), "me");
-    q = onPosted(q, "0008");
+    let q = advance(initialProgress(), e("ag_1", "0009", { type: "chat", text: "fast", triggerEntryId: "m8" }), "me");
+    q = onPosted(q, "0008", "m8");
     expect(answered(q)).toBe(true);
-    const r = advance(onPosted(initialProgress(), "0001"), e("ag_1", "0002", { type: "pi.tool_result", toolName: "delegate_task", isError: true, output: "th_x failed" }), "me");
-    expect(r.pendingChildren).toBe(0);
+    const r = advance(onPosted(initialProgress(), "0001", "m0"), e("ag_1", "0002", { type: "pi.tool_result", toolName: "delegate_task", isError: false, output: "th_x failed" }), "me");
+    expect(advance(r, e("ag_1", "0003", { type: "pi.tool_result", toolName: "delegate_task", isError: true, output: "th_y failed" }), "me").pendingChildren).toBe(1);
+  });
+
+  it("chat with several messages posted at once waits for the answer to each, not the first answer after the last", () => {
+    const e = (authorId: string, offset: string, payload: Record<string, unknown>) => ({ authorId, offset, payload });
+    let p = onPosted(initialProgress(), "0001", "m1");
+    p = onPosted(p, "0002", "m2");
+    p = advance(p, e("ag_1", "0003", { type: "chat", text: "answer one", triggerEntryId: "m1" }), "me");
+    expect(answered(p)).toBe(false);
+    p = advance(p, e("ag_1", "0004", { type: "chat", text: "answer two", triggerEntryId: "m2" }), "me");
+    expect(answered(p)).toBe(true);
   });
 
   it("chat takes a failed turn of the bot as its answer, with the reason; the next message starts clean", () => {
     const e = (authorId: string, offset: string, payload: Record<string, unknown>) => ({ authorId, offset, payload });
-    let p = onPosted(initialProgress(), "0002");
-    p = advance(p, e("ag_1", "0003", { type: "signal.dispatch.error", agentId: "ag_1", reason: "no model: bot @coder has no environment" }), "me");
+    let p = onPosted(initialProgress(), "0002", "m2");
+    p = advance(p, e("ag_1", "0003", { type: "signal.dispatch.error", agentId: "ag_1", triggerEntryId: "m2", reason: "no model: bot @coder has no environment" }), "me");
     expect([answered(p), p.failure]).toEqual([true, "no model: bot @coder has no environment"]);
-    p = onPosted(p, "0004");
+    p = onPosted(p, "0004", "m4");
     expect([answered(p), p.failure]).toEqual([false, null]);
-    // an error from before our last message is not about it
-    expect(advance(p, e("ag_1", "0001", { type: "signal.dispatch.error", reason: "old" }), "me").failure).toBeNull();
+    // an error about another message is not about this one
+    expect(advance(p, e("ag_1", "0005", { type: "signal.dispatch.error", triggerEntryId: "m0", reason: "old" }), "me").waiting).toEqual(["m4"]);
   });
 
   it("renders a bot's turn: its tool calls and results, not its words twice", () => {

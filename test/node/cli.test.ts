@@ -288,6 +288,18 @@ describe("chat with a bot", () => {
     expect(es.filter((e: any) => e.payload.type === "signal.thread.child_finished")).toHaveLength(1);
   });
 
+  it("chat with several lines piped in prints the answer to each before it exits", async (ctx) => {
+    if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip();
+    const r = await cli(["chat", "@demo", "--reply-timeout", "120", "--json"], { env: as(), input: "hello there\nand hello again\n" });
+    expect(r.code, r.stderr).toBe(0);
+    const lines = r.stdout.trim().split("\n").map((l) => JSON.parse(l));
+    const threadId = lines[0].threadId as string;
+    const mine = (await api(`/api/threads/${threadId}/entries?offset=-1`)).entries.filter((e: any) => e.payload.type === "chat" && e.authorId === "cli-user").map((e: any) => e.id);
+    expect(mine).toHaveLength(2);
+    const answers = lines.filter((e) => e.payload?.type === "chat" && e.authorId !== "cli-user").map((e) => e.payload.triggerEntryId);
+    expect(answers.sort()).toEqual([...mine].sort());
+  });
+
   it("agent add creates a bot on an environment named by name; agents lists it; a taken handle is the API's error", async (ctx) => {
     if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip();
     const r = await ok(["agent", "add", "@reviewer", "--model", "demo/demo", "--env", "demo", "--tools", "delegate_task", "--json"]);

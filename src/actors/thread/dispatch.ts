@@ -448,7 +448,8 @@ export class DispatchService {
     const now = this.ports.now();
     this.ports.append([{
       id: `reply:${turn.id}`, ts: now, authorId: agentId,
-      payload: { type: "chat", text, depth: turn.depth, turnId: turn.id },
+      // The message it answers: a client that posted several can tell which reply is whose.
+      payload: { type: "chat", text, depth: turn.depth, turnId: turn.id, triggerEntryId: turn.triggerEntryId },
     }]);
     this.ports.sql.exec(`insert into dispatch_replies (agent_id, at) values (?, ?) on conflict(agent_id) do update set at = excluded.at`, agentId, now);
     this.setTurn(turn.id, { state: "done" });
