@@ -69,5 +69,9 @@ export function isHeartbeat(input: { payload: { type: string } }): boolean {
 }
 
 export function formatZodError(error: z.ZodError): { path: string; message: string }[] {
-  return error.issues.slice(0, 20).map((i) => ({ path: i.path.join("."), message: i.message }));
+  // An unknown field is reported at its own path (`extra: unknown field`), not at its object's.
+  const issues = error.issues.flatMap((i) => i.code === "unrecognized_keys"
+    ? i.keys.map((k) => ({ path: [...i.path, k].join("."), message: "unknown field" }))
+    : [{ path: i.path.join("."), message: i.message }]);
+  return issues.slice(0, 20);
 }

@@ -88,6 +88,21 @@ describe("nesting depth limit", () => {
   });
 });
 
+describe("an unknown field", () => {
+  it("is reported at its own path, on every strict body", async () => {
+    const token = await houseToken("house-unknown-field");
+    for (const [path, body, field] of [
+      ["/api/agents", { name: "x", handle: "x1", model: "a/b", extra: 1 }, "extra"],
+      ["/api/environments", { name: "e", folders: [{ source: "n", path: "n", acess: "readwrite" }] }, "folders.0.acess"],
+    ] as const) {
+      const r = await call(path, { method: "POST", token, json: body });
+      expect(r.status, path).toBe(400);
+      const details = ((await r.json()) as { error: { details: { path: string; message: string }[] } }).error.details;
+      expect(details, path).toContainEqual({ path: field, message: "unknown field" });
+    }
+  });
+});
+
 describe("plain stream creation that would already be expired", () => {
   it("answers 400 with the JSON error shape, never 500", async () => {
     const token = await houseToken("house-ttl");
