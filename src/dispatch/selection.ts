@@ -31,11 +31,21 @@ export type SelectionInput = {
 };
 
 /** `@handle` at the start or after a non-handle character; `a@b.c` (an address) is no mention. */
-const MENTION = /(^|[^A-Za-z0-9_.@-])@([a-z0-9_-]{1,40})(?![A-Za-z0-9_-])/g;
+/**
+ * `@handle` standing on its own: not inside a word or an address (`x@coder.io`, `é@coder`), in any
+ * letter case (handles are lower case, `@Coder` means @coder).
+ */
+const MENTION = /(^|[^\p{L}\p{N}_.@-])@([A-Za-z0-9_-]{1,40})(?![\p{L}\p{N}_-])/gu;
 
 export function mentionedHandles(text: string, explicit: string[] = []): Set<string> {
-  const out = new Set(explicit.map((m) => m.replace(/^@/, "")));
-  for (const m of text.matchAll(MENTION)) out.add(m[2]);
+  const out = new Set<string>();
+  // An explicit mention may be an agent id (kept as given) or a handle (any case).
+  for (const m of explicit) {
+    const bare = m.replace(/^@/, "");
+    out.add(bare);
+    out.add(bare.toLowerCase());
+  }
+  for (const m of text.matchAll(MENTION)) out.add(m[2].toLowerCase());
   return out;
 }
 

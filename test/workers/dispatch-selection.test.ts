@@ -80,4 +80,11 @@ describe("selection", () => {
     expect([entryDepth({}), entryDepth({ depth: 3 }), entryDepth({ depth: -1 }), entryDepth({ depth: "5" }), entryDepth({ depth: 99 })]).toEqual([0, 3, 0, 0, MAX_DEPTH]);
     expect([...mentionedHandles("@a, @b-c and @a")]).toEqual(["a", "b-c"]);
   });
+
+  it("a mention is a handle in any letter case, standing on its own, never inside a word or an address", () => {
+    expect([...mentionedHandles("@Coder and @SB, hi")]).toEqual(["coder", "sb"]);
+    expect([...mentionedHandles("mail x@coder.io or é@coder or ü@sb")]).toEqual([]);
+    expect([...mentionedHandles("(@coder) «@sb»")]).toEqual(["coder", "sb"]);
+    expect([...mentionedHandles("", ["SB", "ag_Ab12"])].sort()).toEqual(["SB", "ag_Ab12", "ag_ab12", "sb"].sort());
+  });
 });
