@@ -3,7 +3,7 @@ import { call, chat, createThread, houseToken, post, readAll, streamToken } from
 import { createAgent, decisions, MODEL_KEY, modelEnvironment, scriptedModel, waitForEntries } from "./dispatch-helpers";
 import { sharedTestProvider } from "./register-test-provider";
 import { abortAllDurableObjects, env, runInDurableObject } from "cloudflare:test";
-import { closeInterruptedCalls, TURN_KEEPALIVE_MS } from "../../src/actors/thread/dispatch";
+import { closeInterruptedCalls, MAX_BOT_TEXT_CHARS, TURN_KEEPALIVE_MS } from "../../src/actors/thread/dispatch";
 import type { ThreadActor } from "./test-worker";
 
 const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> };
@@ -301,6 +301,35 @@ describe("dispatch: selection end to end", () => {
   });
 });
 
+describe("dispatch: what a bot's answer may be", () => {
+  it("an empty answer posts no empty chat: the turn fails, saying so", async () => {
+    const token = await houseToken("house-dispatch-empty");
+    const model = await scriptedModel([{ text: "   " }]);
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Mute", handle: "mute", environmentId: envId });
+    const t = await createThread(token, { environmentId: envId });
+    await post(token, t.id, chat("@mute say something"));
+    const es = await waitForEntries(token, t.id, (es) => es.some((e) => e.payload.type === "signal.dispatch.error"), "the failure");
+    expect(es.find((e) => e.payload.type === "signal.dispatch.error")!.payload.reason).toMatch(/empty/);
+    expect(chatsBy(es, bot.id)).toEqual([]);
+  }, 30_000);
+
+  it("an answer longer than an entry should hold is cut, saying how much was left out", async () => {
+    const token = await houseToken("house-dispatch-long");
+    const model = await scriptedModel([{ text: "x".repeat(MAX_BOT_TEXT_CHARS + 5_000) }]);
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Verbose", handle: "verbose", environmentId: envId });
+    const t = await createThread(token, { environmentId: envId });
+    await post(token, t.id, chat("@verbose tell me everything"));
+    const es = await waitForEntries(token, t.id, (es) => chatsBy(es, bot.id).length === 1, "the answer");
+    const text = chatsBy(es, bot.id)[0].payload.text as string;
+    expect(text.length).toBeLessThan(MAX_BOT_TEXT_CHARS + 100);
+    expect(text).toMatch(/\[cut: 5000 more characters\]$/);
+    const round = es.find((e) => e.authorId === bot.id && e.payload.type === "pi.assistant")!;
+    expect((round.payload.text as string).length).toBeLessThan(MAX_BOT_TEXT_CHARS + 100);
+  }, 30_000);
+});
+
 describe("dispatch: a failed turn's reason", () => {
   it("shows none of the environment's secrets, not only the model's key", async () => {
     const token = await houseToken("house-dispatch-redact");
@@ -374,7 +403,10 @@ describe("dispatch: turns that take long", () => {
     while ((await model.requests()).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
     expect((await call(`/api/agents/${bot.id}`, { method: "DELETE", token })).status).toBe(204);
     await waitForDecision(token, t.id, (d) => d.agentId === bot.id && d.reason === "error" && /deleted/.test(d.detail ?? ""));
-    expect(chatsBy((await readAll(token, t.id)).entries, bot.id)).toEqual([]);
+    const es = (await readAll(token, t.id)).entries;
+    expect(chatsBy(es, bot.id)).toEqual([]);
+    // Nor as its final round.
+    expect(es.filter((e) => e.authorId === bot.id && e.payload.type === "pi.assistant")).toEqual([]);
   }, 30_000);
 });
 

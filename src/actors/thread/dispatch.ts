@@ -410,6 +410,7 @@ export class DispatchService {
       // The model may come from the bot's own environment; the hands are always the thread's.
       const tools = buildTools(this.toolContext(row, agent, turn, row.environmentId), agent.tools);
       let written = progress.length;
+      let deletedMidTurn = false;
       const transcript = [...progress];
       let result: LoopResult;
       try {
@@ -419,8 +420,14 @@ export class DispatchService {
           messages: [...history, ...progress],
           tools,
           onEvent: async (e: LoopEvent) => {
-            transcript.push(toMessage(e));
-            this.persist(turn, agent.id, [e], written, transcript);
+            // The final round is the answer: a bot deleted meanwhile shows none, not even as a round.
+            if (e.kind === "assistant" && !e.toolCalls?.length && !(await house.getAgent(turn.agentId))) {
+              deletedMidTurn = true;
+              return;
+            }
+            const event = e.kind === "assistant" ? { ...e, text: capText(e.text) } : e;
+            transcript.push(toMessage(event));
+            this.persist(turn, agent.id, [event], written, transcript);
             written += 1;
           },
         });
@@ -429,11 +436,12 @@ export class DispatchService {
       }
       if (!result.ok) return this.fail(turn, result.reason);
       // Deleted while it worked: its pending turns end without a reply (it would wake other bots).
-      if (!(await house.getAgent(turn.agentId))) {
+      if (deletedMidTurn || !(await house.getAgent(turn.agentId))) {
         this.drop(turn, "agent was deleted while it worked");
         return;
       }
-      this.finish(turn, agent.id, result.finalText);
+      if (!result.finalText.trim()) return this.fail(turn, "the model's answer was empty");
+      this.finish(turn, agent.id, capText(result.finalText));
     } catch (err) {
       logEvent("dispatch_turn_failed", { turnId: turn.id, error: errorMessage(err) }, "error");
       this.fail(turn, "internal error in the dispatch turn");
@@ -515,6 +523,17 @@ export class DispatchService {
       postBudget: { left: Math.max(0, this.config().widthCap - postsMade(turn.progress)) },
     };
   }
+}
+
+/**
+ * The most of a bot's text one entry holds: far below an entry's storage limit (a row is at most
+ * about 2 MB), and more than any answer meant for a thread.
+ */
+export const MAX_BOT_TEXT_CHARS = 100_000;
+
+function capText(text: string): string {
+  if (text.length <= MAX_BOT_TEXT_CHARS) return text;
+  return `${text.slice(0, MAX_BOT_TEXT_CHARS)}\n[cut: ${text.length - MAX_BOT_TEXT_CHARS} more characters]`;
 }
 
 /** The posts into other threads a turn's recorded rounds made (a resumed turn counts them against its width cap). */
