@@ -301,6 +301,23 @@ describe("dispatch: selection end to end", () => {
   });
 });
 
+describe("dispatch: cooldown", () => {
+  it("an always bot's reply under way counts: chats in a row within the cooldown start one turn, not one each", async () => {
+    const token = await houseToken("house-dispatch-cooldown");
+    const model = await scriptedModel([], { text: "one answer", delayMs: 1_000 });
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Eager", handle: "eager", environmentId: envId, triggerMode: "always" });
+    const t = await createThread(token, { environmentId: envId });
+    expect((await call(`/api/threads/${t.id}/config`, { method: "PATCH", token, json: { dispatch: { cooldownMs: 60_000 } } })).status).toBe(200);
+    for (const [i, text] of ["one", "two", "three"].entries()) await post(token, t.id, chat(text, `c${i}`));
+    await waitForEntries(token, t.id, (es) => chatsBy(es, bot.id).length >= 1, "the answer");
+    await new Promise((r) => setTimeout(r, 1_500));
+    expect(chatsBy((await readAll(token, t.id)).entries, bot.id)).toHaveLength(1);
+    const ds = (await decisions(token, t.id)).filter((d) => d.agentId === bot.id && d.reason !== "author").map((d) => d.reason).sort();
+    expect(ds).toEqual(["always", "cooldown", "cooldown"]);
+  }, 30_000);
+});
+
 describe("dispatch: what a bot's answer may be", () => {
   it("an empty answer posts no empty chat: the turn fails, saying so", async () => {
     const token = await houseToken("house-dispatch-empty");

@@ -286,7 +286,14 @@ export class DispatchService {
     const row = this.ports.thread();
     const candidates = await this.loadAgents(row.houseId);
     const config = this.config();
-    const lastReplyAt = Object.fromEntries(sql.exec(`select agent_id, at from dispatch_replies`).toArray().map((r) => [r.agent_id as string, r.at as number]));
+    const lastReplyAt: Record<string, number> = Object.fromEntries(sql.exec(`select agent_id, at from dispatch_replies`).toArray().map((r) => [r.agent_id as string, r.at as number]));
+    // A reply under way counts for the cooldown as one just made: three chats in a row must not
+    // start three turns of an `always` bot while its first answer is still being written.
+    if (config.cooldownMs > 0) {
+      for (const r of sql.exec(`select distinct agent_id from dispatch_turns where state in ('gate', 'pending', 'running')`).toArray()) {
+        lastReplyAt[r.agent_id as string] = this.ports.now();
+      }
+    }
     for (const t of triggers) {
       const trigger: Trigger = {
         entryId: t.entry_id as string, authorId: (t.author_id as string | null) ?? null, text: t.text as string, depth: t.depth as number,
@@ -303,6 +310,7 @@ export class DispatchService {
              values (?, ?, ?, ?, ?, ?, ?, ?) on conflict do nothing`,
             turnId, d.agentId, trigger.entryId, t.seq as number, d.depth, d.verdict === "gate" ? "gate" : "pending", d.runAt, now,
           );
+          if (config.cooldownMs > 0) lastReplyAt[d.agentId] = now;
         }
         // A bot nobody addressed is the common case for every chat: recording it would cost a
         // row per bot per message and tell a user nothing they asked about.
