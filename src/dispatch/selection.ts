@@ -103,9 +103,13 @@ export function selectResponders(input: SelectionInput): Decision[] {
   };
   const wanted = base.filter((x) => x.verdict !== "skip").sort((a, b) => rank(a) - rank(b));
   const capped = new Map<string, DecisionReason>();
+  // A bot's message wakes at most one bot that it did not name: with several `always` bots every
+  // reply would otherwise wake all the others, and one chat would fan out to bots^depth turns.
+  let unaddressed = 0;
   for (const [i, x] of wanted.entries()) {
     if (trigger.depth >= MAX_DEPTH) capped.set(x.agentId, "depth_cap");
     else if (i >= config.widthCap) capped.set(x.agentId, "width_cap");
+    else if (!humanTrigger && x.reason !== "mentioned" && unaddressed++ >= 1) capped.set(x.agentId, "width_cap");
   }
   return base.map((x) => {
     const reason = capped.get(x.agentId);

@@ -69,6 +69,17 @@ describe("selection", () => {
     expect(Object.values(pick({ text: "@b1" }, bots, { widthCap: 0 })).every((x) => x.verdict === "skip")).toBe(true);
   });
 
+  it("a bot's message wakes at most one bot it did not name, so always-bots do not fan out bots^depth turns; those it names still react", () => {
+    const bots: Candidate[] = Array.from({ length: 4 }, (_, i) => ({ id: `ag_${i}`, handle: `b${i}`, triggerMode: "always" as const }));
+    const fromBot = pick({ authorId: "ag_0", text: "my answer", depth: 1 }, bots, { widthCap: 3 });
+    expect(Object.values(fromBot).filter((x) => x.verdict === "react").map((x) => x.agentId)).toEqual(["ag_1"]);
+    expect(["ag_2", "ag_3"].map((id) => fromBot[id].reason)).toEqual(["width_cap", "width_cap"]);
+    const naming = pick({ authorId: "ag_0", text: "@b2 @b3 what do you think?", depth: 1 }, bots, { widthCap: 3 });
+    expect(Object.values(naming).filter((x) => x.verdict === "react").map((x) => x.agentId).sort()).toEqual(["ag_1", "ag_2", "ag_3"]);
+    // A person's message is not limited this way.
+    expect(Object.values(pick({ text: "hello all" }, bots, { widthCap: 3 })).filter((x) => x.verdict === "react")).toHaveLength(3);
+  });
+
   it("dispatch:false chats (child_finished notifications) never trigger", () => {
     expect(isTriggerable({ type: "chat", dispatch: false })).toBe(false);
     expect(isTriggerable({ type: "chat" })).toBe(true);
