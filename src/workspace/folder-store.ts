@@ -6,7 +6,7 @@ import { houseStub } from "../actors/stubs";
 import { unwrapRpc } from "../actors/rpc";
 import { errorMessage, logEvent } from "../domain/log-event";
 import type { FolderVersion } from "../actors/house/house-actor";
-import { ARCHIVE_CONTENT_TYPES, sha256Hex, sniffArchive } from "./folders";
+import { ARCHIVE_CONTENT_TYPES, archiveProblem, sha256Hex, sniffArchive } from "./folders";
 
 /**
  * Archives live in plain streams of the house: an upload or a synced-back version is written once
@@ -74,6 +74,8 @@ export async function storeFolderVersion(
 ): Promise<FolderVersion> {
   const format = sniffArchive(bytes);
   if (!format) throw new ApiError("validation_failed", "the body is not a tar, tar.gz or zip archive");
+  const problem = await archiveProblem(bytes, format);
+  if (problem) throw new ApiError("validation_failed", problem);
   const stream = `folders/${environmentId}/${name}/${crypto.randomUUID()}`;
   const sha256 = await sha256Hex(bytes);
   await writeArchive(env, houseId, stream, bytes, ARCHIVE_CONTENT_TYPES[format]);

@@ -72,6 +72,60 @@ export function sniffArchive(bytes: Uint8Array): ArchiveFormat | null {
   return null;
 }
 
+/**
+ * Why `bytes`, recognized as `format` by its first bytes, is not an archive that can be unpacked, or
+ * null. Checked at upload, so a folder fails there, not in every run: a tar's first header must
+ * carry its checksum (a gzip's too, once unzipped); a zip must end with its central directory.
+ */
+export async function archiveProblem(bytes: Uint8Array, format: ArchiveFormat): Promise<string | null> {
+  if (format === "zip") {
+    // The end-of-central-directory record: 22 bytes plus a comment of at most 65535.
+    const from = Math.max(0, bytes.length - 22 - 65_535);
+    for (let i = bytes.length - 22; i >= from; i--) {
+      if (bytes[i] === 0x50 && bytes[i + 1] === 0x4b && bytes[i + 2] === 0x05 && bytes[i + 3] === 0x06) return null;
+    }
+    return "the zip archive has no central directory (cut short or not a zip)";
+  }
+  let head = bytes.subarray(0, 512);
+  if (format === "tar.gz") {
+    try {
+      head = await firstUnzippedBytes(bytes, 512);
+    } catch {
+      return "the gzip data is corrupt";
+    }
+  }
+  if (head.length < 512) return format === "tar.gz" ? "the gzip data does not hold a tar archive" : "the tar archive is cut short";
+  if (head.every((b) => b === 0)) return null; // an empty tar: its end-of-archive blocks only
+  return tarHeaderChecksumOk(head) ? null : format === "tar.gz" ? "the gzip data does not hold a tar archive" : "the tar archive's first header is corrupt";
+}
+
+async function firstUnzippedBytes(gz: Uint8Array, n: number): Promise<Uint8Array> {
+  const reader = new Blob([gz]).stream().pipeThrough(new DecompressionStream("gzip")).getReader();
+  const out = new Uint8Array(n);
+  let got = 0;
+  try {
+    while (got < n) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      const take = Math.min(value.length, n - got);
+      out.set(value.subarray(0, take), got);
+      got += take;
+    }
+  } finally {
+    await reader.cancel().catch(() => {});
+  }
+  return out.subarray(0, got);
+}
+
+/** A tar header's checksum: the sum of its bytes with the checksum field counted as spaces. */
+function tarHeaderChecksumOk(h: Uint8Array): boolean {
+  const field = String.fromCharCode(...h.subarray(148, 156)).replace(/\0.*$/s, "").trim();
+  if (!/^[0-7]+$/.test(field)) return false;
+  let sum = 0;
+  for (let i = 0; i < 512; i++) sum += i >= 148 && i < 156 ? 0x20 : h[i];
+  return sum === parseInt(field, 8);
+}
+
 /** Replaces `dest` with the archive's tree. zip goes through Python, which images have more often than unzip. */
 export function extractCommand(archive: string, dest: string, format: ArchiveFormat): string {
   const reset = `rm -rf ${shq(dest)} && mkdir -p ${shq(dest)}`;

@@ -85,6 +85,20 @@ describe("environment folders: upload, versions, download", () => {
       expect(r.status, `name=${name}`).toBe(400);
       expect(await errorCode(r)).toBe("validation_failed");
     }
+    // What only looks like an archive by its first bytes is refused at upload, not in every run.
+    const gzip = async (bytes: Uint8Array) => new Uint8Array(await new Response(new Blob([bytes]).stream().pipeThrough(new CompressionStream("gzip"))).arrayBuffer());
+    const corruptTar = tar.slice();
+    corruptTar[0] ^= 0xff; // the first header's checksum no longer holds
+    for (const [what, body, message] of [
+      ["gzip of text", await gzip(new TextEncoder().encode("notatar\n")), /gzip data does not hold a tar/],
+      ["zip without its directory", new Uint8Array([0x50, 0x4b, 0x03, 0x04, ...new TextEncoder().encode("garbage")]), /central directory/],
+      ["a corrupt tar header", corruptTar, /first header is corrupt/],
+      ["a cut gzip", (await gzip(tar)).subarray(0, 12), /corrupt|does not hold/],
+    ] as const) {
+      const r = await upload(token, e.id, "looks", body);
+      expect(r.status, what).toBe(400);
+      expect(((await r.json()) as { error: { message: string } }).error.message, what).toMatch(message);
+    }
     // Chunked, no Content-Length: cut off at the cap, not buffered whole first.
     let sent = 0;
     const chunk = new Uint8Array(256 * 1024);
