@@ -126,12 +126,32 @@ function tarHeaderChecksumOk(h: Uint8Array): boolean {
   return sum === parseInt(field, 8);
 }
 
+/**
+ * Unzips as tar unpacks: file modes kept (an executable stays one) and symlinks made links. Every
+ * other member goes where zipfile's own extract puts it (names with `..` or a leading `/` stay
+ * inside). Links are made last, only where nothing was unpacked and only in a directory that
+ * really is inside `dest`, so no member is ever written through a link.
+ */
+const UNZIP_PY = [
+  "import os, stat, sys, zipfile",
+  "z = zipfile.ZipFile(sys.argv[1]); dest = os.path.realpath(sys.argv[2]); links = []",
+  "for i in z.infolist():",
+  "    m = i.external_attr >> 16",
+  "    if stat.S_ISLNK(m): links.append(i); continue",
+  "    p = z.extract(i, dest)",
+  "    if m & 0o7777 and not i.is_dir(): os.chmod(p, m & 0o7777)",
+  "for i in links:",
+  "    parts = [x for x in i.filename.split('/') if x not in ('', '.', '..')]",
+  "    if not parts: continue",
+  "    p = os.path.join(dest, *parts); d = os.path.dirname(p)",
+  "    if os.path.lexists(p) or not (os.path.realpath(d) + os.sep).startswith(dest + os.sep): continue",
+  "    os.makedirs(d, exist_ok=True); os.symlink(z.read(i).decode(), p)",
+].join("\n");
+
 /** Replaces `dest` with the archive's tree. zip goes through Python, which images have more often than unzip. */
 export function extractCommand(archive: string, dest: string, format: ArchiveFormat): string {
   const reset = `rm -rf ${shq(dest)} && mkdir -p ${shq(dest)}`;
-  if (format === "zip") {
-    return `${reset} && python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' ${shq(archive)} ${shq(dest)}`;
-  }
+  if (format === "zip") return `${reset} && python3 -c ${shq(UNZIP_PY)} ${shq(archive)} ${shq(dest)}`;
   return `${reset} && tar -xf ${shq(archive)} -C ${shq(dest)} --no-same-owner`;
 }
 

@@ -177,6 +177,38 @@ describe("DaytonaProvider on the local host", () => {
     }
   });
 
+  it("a zip unpacks as a tar does: an executable stays executable, a symlink is a link, and no member is written through a link", async () => {
+    const out = fs.mkdtempSync(path.join(os.tmpdir(), "folder-zip-"));
+    // Made as `zip -y` makes it: modes and links in the external attributes.
+    execFileSync("python3", ["-c", [
+      "import sys, zipfile, stat",
+      "z = zipfile.ZipFile(sys.argv[1], 'w')",
+      "i = zipfile.ZipInfo('run.sh'); i.external_attr = (stat.S_IFREG | 0o755) << 16; z.writestr(i, '#!/bin/sh\\necho ran\\n')",
+      "i = zipfile.ZipInfo('link.sh'); i.external_attr = (stat.S_IFLNK | 0o777) << 16; z.writestr(i, 'run.sh')",
+      "i = zipfile.ZipInfo('esc'); i.external_attr = (stat.S_IFLNK | 0o777) << 16; z.writestr(i, '/tmp')",
+      "i = zipfile.ZipInfo('esc/planted.txt'); z.writestr(i, 'x')",
+      "i = zipfile.ZipInfo('out'); i.external_attr = (stat.S_IFLNK | 0o777) << 16; z.writestr(i, '/tmp')",
+      "i = zipfile.ZipInfo('out/sub/deep'); i.external_attr = (stat.S_IFLNK | 0o777) << 16; z.writestr(i, 'x')",
+      "z.close()",
+    ].join("\n"), path.join(out, "a.zip")]);
+    const box = await provider.create({ labels: { house: house() }, ephemeral: true });
+    try {
+      const bytes = new Uint8Array(fs.readFileSync(path.join(out, "a.zip")));
+      await provider.upload(box.ref, [{ path: "in/a.zip", content: bytes }]);
+      const r = await provider.exec(box.ref, extractCommand("in/a.zip", "work/z", "zip"));
+      expect(r.exitCode, r.output).toBe(0);
+      expect((await provider.exec(box.ref, "cd work/z && ./run.sh && ./link.sh && readlink link.sh")).output).toBe("ran\nran\nrun.sh\n");
+      // `esc` came as a link to /tmp and a file under it: the file stays inside, `esc` stays a directory.
+      expect((await provider.exec(box.ref, "test -d work/z/esc && ! test -L work/z/esc && cat work/z/esc/planted.txt")).output).toBe("x");
+      expect(fs.existsSync("/tmp/planted.txt")).toBe(false);
+      // A link under a link to outside is not made there (nor its directories).
+      expect((await provider.exec(box.ref, "readlink work/z/out")).output).toBe("/tmp\n");
+      expect(fs.existsSync("/tmp/sub")).toBe(false);
+    } finally {
+      await provider.delete(box.ref);
+    }
+  });
+
   it("a volume and its contents survive a restart of the host on the same root", async () => {
     const root = fs.mkdtempSync(path.join(os.tmpdir(), "host-root-"));
     const name = `vol-${Math.random().toString(36).slice(2, 8)}`;
