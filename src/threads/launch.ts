@@ -218,7 +218,11 @@ async function startRunner(
   const cwd = repos.length === 1 ? `${WORK_DIR}/${repoPath(repos[0])}` : WORK_DIR;
   deps.alive();
   if (environment?.folders?.length && !progress.folders) {
-    const folders = await copyFoldersIn(env, { provider, ref, home }, row.houseId, environment, cwd, spec.runId, folderMaxBytes(env));
+    // A resume on the box the last run left (not a shared one) goes on with the work in its
+    // folders, as pi goes on with its session: nothing is copied over it, and sync-back compares
+    // with what that run copied in.
+    const kept = sameBox && spec.resume && !progress.shared ? previousFolders(deps.entries(), environment.folders) : null;
+    const folders = kept ?? await copyFoldersIn(env, { provider, ref, home }, row.houseId, environment, cwd, spec.runId, folderMaxBytes(env));
     progress = await deps.saveProgress({ folders });
     deps.alive();
   }
@@ -304,6 +308,21 @@ async function startRunner(
   const handle = await provider.startDetached(ref, plan.command, { env: plan.env, cwd: home, sessionId: runnerSessionId(spec.runId) });
   deps.checkpoint("runner_spawned");
   return { handle, session };
+}
+
+/**
+ * The folders the thread's last launched run copied in (from its launch entry), when they are the
+ * environment's folders still (same sources, paths and access), else null.
+ */
+function previousFolders(entries: Entry[], wanted: Environment["folders"]): CopiedFolder[] | null {
+  for (let i = entries.length - 1; i >= 0; i--) {
+    const p = entries[i].payload;
+    if (p.type !== "signal.run.launched") continue;
+    const had = Array.isArray(p.folders) ? (p.folders as CopiedFolder[]) : [];
+    const same = had.length === wanted.length && wanted.every((w, k) => had[k].source === w.source && had[k].path.endsWith(`/${w.path}`) && had[k].access === w.access);
+    return same ? had : null;
+  }
+  return null;
 }
 
 /** MCP server env values written `$NAME` take the environment's secret of that name, in the box only. */

@@ -861,6 +861,34 @@ describe("an environment's readwrite folder", () => {
   });
 });
 
+describe("a readwrite folder across a stop and a resume on the same box", () => {
+  it("the resumed run finds the stopped run's work in the folder: it is not unpacked over again", async () => {
+    const envId = await environment();
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { folders: [{ source: "work", path: "work", access: "readwrite", exclude: ["scratch"] }] } })).status).toBe(200);
+    const up = await fetch(`${worker.url}/api/environments/${envId}/folders?name=work`, {
+      method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/x-tar" }, body: tarArchive({ "base.txt": "base\n" }),
+    });
+    expect(up.status).toBe(201);
+    // Work kept out of sync-back (scratch) exists only in the box: a fresh unpack would lose it.
+    model.push({ toolCalls: [{ name: "bash", arguments: { command: "mkdir -p work/scratch && echo MYWORK > work/scratch/w.txt && sleep 60" } }] });
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const delegated = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "start the work" } })).body;
+    const childId = delegated.childThreadId as string;
+    await waitFor("the tool call to be mirrored", async () => (await entries(childId)).some((e) => e.payload.type === "pi.tool_call"));
+    await waitFor("the work to be written", async () => processesOfRun(delegated.runId) > 0);
+    expect((await api(`/api/threads/${childId}/stop`, { method: "POST" })).status).toBe(200);
+    await waitFor("the stopped run's processes to end", async () => processesOfRun(delegated.runId) === 0, 15_000);
+
+    model.push({ toolCalls: [{ name: "bash", arguments: { command: "cat work/scratch/w.txt" } }] }, { text: "Read it." });
+    expect((await api(`/api/threads/${childId}/resume`, { method: "POST", json: { message: "go on" } })).status).toBe(202);
+    expect((await settled(childId)).status).toBe("completed");
+    const es = await entries(childId);
+    const launches = es.filter((e) => e.payload.type === "signal.run.launched");
+    expect(launches.map((e) => e.payload.boxReused)).toEqual([false, true]);
+    expect(JSON.stringify(es.filter((e) => e.payload.type === "pi.tool_result").at(-1)!.payload)).toContain("MYWORK");
+  });
+});
+
 describe("a live run: talk to it, interrupt it", () => {
   const chatTo = async (threadId: string, text: string) => {
     const r = await api(`/api/threads/${threadId}/entries`, { method: "POST", json: { payload: { type: "chat", text } } });
