@@ -12,17 +12,23 @@ import { call, createThread, houseToken, readAll } from "./helpers";
 const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> };
 const threadStub = (id: string) => E.THREADS.get(E.THREADS.idFromName(`thread:${id}`));
 
-async function launchThatCrashesAt(houseId: string, step: LaunchStep) {
+/** A run started on a thread of a test-provider environment, the thread actor prepared by `arrange` first. */
+async function startLaunch(houseId: string, arrange: (a: ThreadActor) => void) {
   const token = await houseToken(houseId);
-  const envRes = await call("/api/environments", { method: "POST", token, json: { name: "retry", provider: "test" } });
+  const envRes = await call("/api/environments", { method: "POST", token, json: { name: "launch", provider: "test" } });
   const environmentId = ((await envRes.json()) as { id: string }).id;
   const t = await createThread(token, { environmentId });
   const stub = threadStub(t.id);
   await runInDurableObject(stub, (a: ThreadActor) => {
     a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" });
-    a.crashLaunchAt(step);
+    arrange(a);
   });
   const { runId } = await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+  return { token, t, stub, runId };
+}
+
+async function launchThatCrashesAt(houseId: string, step: LaunchStep) {
+  const { token, t, runId } = await startLaunch(houseId, (a) => a.crashLaunchAt(step));
   // The alarm (due at once) runs the launch; the first attempt dies at `step`, and the runtime
   // retries the failed alarm, which must finish the same launch.
   await vi.waitFor(async () => {
@@ -130,16 +136,7 @@ describe("launch failures end the run visibly and release the box", () => {
 });
 
 async function launchStoppedAt(houseId: string, step: LaunchStep) {
-  const token = await houseToken(houseId);
-  const envRes = await call("/api/environments", { method: "POST", token, json: { name: "stopped", provider: "test" } });
-  const environmentId = ((await envRes.json()) as { id: string }).id;
-  const t = await createThread(token, { environmentId });
-  const stub = threadStub(t.id);
-  await runInDurableObject(stub, (a: ThreadActor) => {
-    a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" });
-    a.stopLaunchAt(step);
-  });
-  const { runId } = await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+  const { token, t, stub, runId } = await startLaunch(houseId, (a) => a.stopLaunchAt(step));
   await vi.waitFor(async () => {
     const row = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string; reason: string };
     expect([row.status, row.reason]).toEqual(["failed", "stopped"]);
