@@ -460,3 +460,86 @@ describe("reconnecting", () => {
     await context.close();
   });
 });
+
+describe("layout under load", () => {
+  /** The newest chat bubble is on screen. */
+  const lastBubbleInView = () => {
+    const all = document.querySelectorAll("li.bubble");
+    const r = all[all.length - 1]?.getBoundingClientRect();
+    return !!r && r.top >= 0 && r.bottom <= innerHeight;
+  };
+
+  it("a long thread opens at its newest entry, and keeps following what arrives", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "long thread" } })).body;
+    const batch = Array.from({ length: 300 }, (_, i) => ({ payload: { type: "chat", text: `entry number ${i}` } }));
+    expect((await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: batch })).status).toBe(201);
+    const { context, page } = await signedInPage();
+    for (let load = 0; load < 3; load++) {
+      await page.goto(`${worker.url}/threads/${thread.id}`);
+      await page.waitForSelector("li.bubble >> text=entry number 299");
+      await page.waitForFunction(lastBubbleInView, undefined, { timeout: 5_000 });
+    }
+    await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text: "one more" } } });
+    await page.waitForSelector("li.bubble >> text=one more");
+    await page.waitForFunction(lastBubbleInView, undefined, { timeout: 5_000 });
+    await context.close();
+  });
+
+  it("a phone-width screen keeps every link and a run's wide files inside the page; a tool's non-text output is shown as JSON", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "narrow" } })).body;
+    const wide = Array.from({ length: 50 }, (_, i) => `${i} ${"x".repeat(600)}`).join("\n");
+    expect((await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: [
+      { payload: { type: "pi.tool_call", toolCallId: "c1", name: "probe", args: {} } },
+      { payload: { type: "pi.tool_result", toolCallId: "c1", name: "probe", output: { ok: true, n: 3 }, isError: false } },
+      { payload: { type: "artifact.files", runId: "r1", files: [{ path: "min.js", status: "added", size: wide.length, content: wide }] } },
+    ] })).status).toBe(201);
+    const context = await browser.newContext({ viewport: { width: 375, height: 740 } });
+    await context.addInitScript((t) => localStorage.setItem("threadbox.token", t), token);
+    const page = await context.newPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector("[data-kind=artifacts]");
+    expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(375);
+    const signOut = await page.$("text=Sign out");
+    const box = await signOut!.boundingBox();
+    expect(box!.x + box!.width).toBeLessThanOrEqual(375);
+    expect(await page.textContent("body")).not.toContain("[object Object]");
+    expect(await page.textContent("body")).toContain('"ok": true');
+    await page.goto(`${worker.url}/sandboxes`);
+    await page.waitForSelector("h2");
+    expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(375);
+    await context.close();
+  });
+
+  it("delegating from a thread without an environment waits for one to be picked (the run needs its model)", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "no environment" } })).body;
+    const { context, page } = await signedInPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.fill("form.delegate input[name=task]", "write a.txt containing b");
+    expect(await page.isDisabled("form.delegate button[type=submit]")).toBe(true);
+    const envOption = await page.$$eval("form.delegate select[name=environment] option", (os) => os.map((o) => (o as HTMLOptionElement).value).filter(Boolean));
+    if (envOption.length > 0) {
+      await page.selectOption("form.delegate select[name=environment]", envOption[0]);
+      expect(await page.isDisabled("form.delegate button[type=submit]")).toBe(false);
+    }
+    await context.close();
+  });
+
+  it("the thread list offers older threads past its first page instead of dropping them", async () => {
+    const { context, page } = await signedInPage();
+    await page.route("**/api/threads?*", async (route) => {
+      // A house with more threads than one page: the first page is full, the next one is not.
+      const url = new URL(route.request().url());
+      const mk = (i: number) => ({ id: `th_fake${i}`, parent: { kind: "none", id: null }, status: "idle", reason: null, title: `fake ${i}`, environmentId: null, boxId: null, createdAt: new Date(2026, 0, 1, 0, 0, 0, 5000 - i).toISOString(), updatedAt: new Date(2026, 0, 1).toISOString() });
+      const page0 = url.searchParams.get("before") === null;
+      const threads = page0 ? Array.from({ length: 1000 }, (_, i) => mk(i)) : [mk(1000), mk(1001)];
+      await route.fulfill({ status: 200, contentType: "application/json", body: JSON.stringify({ threads }) });
+    });
+    await page.goto(`${worker.url}/`);
+    await page.waitForSelector("text=Show older threads");
+    expect(await page.$("text=fake 1001")).toBeNull();
+    await page.click("text=Show older threads");
+    await page.waitForSelector("text=fake 1001");
+    expect(await page.$("text=Show older threads")).toBeNull();
+    await context.close();
+  });
+});

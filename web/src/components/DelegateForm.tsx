@@ -34,7 +34,8 @@ export function DelegateForm({ session, threadId, defaultEnvironmentId, onStarte
         <option value="">{defaultEnvironmentId ? "thread's environment" : "no environment (pick one)"}</option>
         {envs.data?.map((env) => <option key={env.id} value={env.id}>{env.name}</option>)}
       </select>
-      <button type="submit" disabled={busy || !task.trim()}>Delegate</button>
+      {/* A thread without an environment has no model for the run to use: one must be picked. */}
+      <button type="submit" disabled={busy || !task.trim() || (!defaultEnvironmentId && !environmentId)} title={!defaultEnvironmentId && !environmentId ? "pick an environment first" : undefined}>Delegate</button>
       <ErrorNote error={error} />
     </form>
   );

@@ -39,7 +39,7 @@ export function SandboxesPage({ session }: { session: Session }) {
       <ErrorNote error={error} />
       {data && boxes.length === 0 && <p class="empty">No boxes. A delegated task creates one.</p>}
       {boxes.length > 0 && (
-        <table>
+        <div class="table-scroll"><table>
           <thead><tr><th>box</th><th>state</th><th>kind</th><th>threads running</th><th>created</th><th>preview</th></tr></thead>
           <tbody>
             {boxes.map((b) => (
@@ -53,7 +53,7 @@ export function SandboxesPage({ session }: { session: Session }) {
               </tr>
             ))}
           </tbody>
-        </table>
+        </table></div>
       )}
     </section>
   );

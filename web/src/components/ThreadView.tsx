@@ -54,7 +54,15 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
   const bottom = useRef<HTMLDivElement>(null);
   const following = useRef(true);
   useEffect(() => {
-    const onScroll = () => { following.current = innerHeight + scrollY >= document.body.scrollHeight - 80; };
+    // Only the reader scrolling up stops the following (a scroll of ours only ever goes down); by
+    // the time a scroll event comes, more entries may have made the page taller than "the bottom"
+    // it was measured against.
+    let lastY = scrollY;
+    const onScroll = () => {
+      if (scrollY < lastY) following.current = false;
+      if (innerHeight + scrollY >= document.body.scrollHeight - 80) following.current = true;
+      lastY = scrollY;
+    };
     addEventListener("scroll", onScroll, { passive: true });
     return () => removeEventListener("scroll", onScroll);
   }, []);

@@ -34,8 +34,26 @@ function TreeNode({ node }: { node: Node }) {
   );
 }
 
+/** The most threads one request lists (the API's own cap): older ones come a page at a time, on request. */
+export const THREADS_PAGE = 1000;
+
 export function ThreadsPage({ session }: { session: Session }) {
-  const { data, error } = usePolled(() => session.api.threads(), 3000, [session]);
+  const { data: newest, error } = usePolled(() => session.api.threads(`limit=${THREADS_PAGE}`), 3000, [session]);
+  // Older pages are loaded once, when asked for; the newest page keeps being polled.
+  const [older, setOlder] = useState<{ threads: ThreadSummary[]; more: boolean }>({ threads: [], more: true });
+  const [olderError, setOlderError] = useState<ApiError | null>(null);
+  const data = newest ? [...newest, ...older.threads.filter((o) => !newest.some((n) => n.id === o.id))] : null;
+  const mayHaveOlder = !!newest && newest.length >= THREADS_PAGE && older.more;
+  const loadOlder = async () => {
+    const last = data?.at(-1);
+    if (!last) return;
+    try {
+      const page = await session.api.threads(`limit=${THREADS_PAGE}&before=${encodeURIComponent(last.createdAt)}`);
+      setOlder({ threads: [...older.threads, ...page], more: page.length >= THREADS_PAGE });
+    } catch (err) {
+      setOlderError(err as ApiError);
+    }
+  };
   const envs = usePolled(() => session.api.environments(), 0, [session]);
   const [title, setTitle] = useState("");
   const [environmentId, setEnvironmentId] = useState("");
@@ -61,10 +79,15 @@ export function ThreadsPage({ session }: { session: Session }) {
         </select>
         <button type="submit">New thread</button>
       </form>
-      <ErrorNote error={createError ?? error} />
+      <ErrorNote error={createError ?? error ?? olderError} />
       <h2>Threads</h2>
       {data && roots.length === 0 && <p class="empty">No threads yet. Create one above.</p>}
       <ul class="tree">{roots.map((n) => <TreeNode key={n.thread.id} node={n} />)}</ul>
+      {mayHaveOlder && (
+        <p class="muted">
+          The newest {data!.length} threads. <button type="button" class="link" onClick={loadOlder}>Show older threads</button>
+        </p>
+      )}
     </section>
   );
 }

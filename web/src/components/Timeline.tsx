@@ -33,7 +33,7 @@ function ToolCall({ item }: { item: ToolItem }) {
       </summary>
       <div class="tool-body">
         {!item.liveOnly && (diff ? <DiffView lines={diff} /> : <pre class="args">{JSON.stringify(item.args ?? {}, null, 2)}</pre>)}
-        {r ? <Output text={String(r.output ?? "")} /> : item.live !== undefined && <pre class="output live">{item.live}</pre>}
+        {r ? <Output text={typeof r.output === "string" ? r.output : JSON.stringify(r.output ?? "", null, 2)} /> : item.live !== undefined && <pre class="output live">{item.live}</pre>}
       </div>
     </details>
   );
