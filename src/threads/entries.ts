@@ -36,6 +36,8 @@ export const CONTROL_PLANE_TYPES: ReadonlySet<string> = new Set(["signal.thread.
 /** A 403 for an entry this writer may not write, whatever its author. */
 function assertWritable(payload: { type: string; [k: string]: unknown }, writer: EntryWriter): void {
   if (CONTROL_PLANE_TYPES.has(payload.type)) throw new ApiError("forbidden", `${payload.type} entries are written by the control plane only`);
+  // A child's result on its parent: readers (the UI, the CLI) show it as the child's answer.
+  if (payload.type === "chat" && payload.origin === "child_finished") throw new ApiError("forbidden", "a child's result is written by the control plane only");
   if (payload.type === STATUS_CHANGED && payload.status === "running" && payload.boxId !== undefined && !writer.mayNameBox) {
     throw new ApiError("forbidden", "a stream token may not name a box in a run's claim: only a house token may");
   }
