@@ -13,6 +13,7 @@ import { errorMessage, logEvent } from "../domain/log-event";
 import { unwrapRpc } from "../actors/rpc";
 import { providerFor } from "../sandbox/providers";
 import { providerApiError } from "../sandbox/api-errors";
+import { ProviderError } from "../sandbox/errors";
 import { readBody } from "./body";
 import { formatZodError } from "../entries/schema";
 
@@ -158,23 +159,48 @@ export async function loadEnvironment(env: Env, houseId: string, environmentId: 
 
 async function runOnSharedBox(env: Env, houseId: string, e: Environment, body: ExecBody, live?: LiveTarget): Promise<ExecResult> {
   if (!e.sharedBox) throw new ApiError("conflict", "this environment keeps no shared box (set sharedBox: true)");
-  const provider = providerFor(env, e.provider);
   const box = await ensureSharedBox(env, houseId, e);
-  const opts = { cwd: body.cwd, env: e.env, timeoutSec: body.timeoutSec };
-  if (!live) {
-    try {
-      const r = await provider.exec(box.providerRef, body.command, opts);
-      return { boxId: box.id, exitCode: r.exitCode, output: r.output };
-    } catch (err) {
+  try {
+    return await execOn(env, box, e, body, live);
+  } catch (err) {
+    // The box the record names may be gone (a provider that lost it, a local host restarted):
+    // confirmed dead, it is replaced and the command runs once more, on the new box.
+    if (!(err instanceof ProviderError && err.code === "not_found") || !(await confirmedGone(env, houseId, box.id))) {
       throw providerApiError(err, { timeoutSec: body.timeoutSec, clientInput: "cwd" });
     }
+    logEvent("shared_box_replaced", { environmentId: e.id, boxId: box.id });
+    const fresh = await ensureSharedBox(env, houseId, await loadEnvironment(env, houseId, e.id));
+    try {
+      return await execOn(env, fresh, e, body, live);
+    } catch (again) {
+      throw providerApiError(again, { timeoutSec: body.timeoutSec, clientInput: "cwd" });
+    }
+  }
+}
+
+/** Two probes in a row say the box is gone (the box's actor then records it dead). */
+async function confirmedGone(env: Env, houseId: string, boxId: string): Promise<boolean> {
+  const stub = sandboxStub(env, boxId);
+  for (let i = 0; i < 2; i++) {
+    const answer = await unwrapRpc(stub.probe(houseId));
+    if (answer.confirmedDead) return true;
+    if (answer.verdict !== "dead") return false;
+  }
+  return false;
+}
+
+/** Runs the command on `box`; a provider's failure is thrown as it is. */
+async function execOn(env: Env, box: { id: string; providerRef: string }, e: Environment, body: ExecBody, live?: LiveTarget): Promise<ExecResult> {
+  const provider = providerFor(env, e.provider);
+  const opts = { cwd: body.cwd, env: e.env, timeoutSec: body.timeoutSec };
+  if (!live) {
+    const r = await provider.exec(box.providerRef, body.command, opts);
+    return { boxId: box.id, exitCode: r.exitCode, output: r.output };
   }
   const out = liveOutputTo(env, live);
   try {
     const r = await provider.execStreaming(box.providerRef, body.command, { ...opts, onOutput: (stream, text) => out.push(stream, text) });
     return { boxId: box.id, exitCode: r.exitCode, output: r.output, execId: live.execId };
-  } catch (err) {
-    throw providerApiError(err, { timeoutSec: body.timeoutSec, clientInput: "cwd" });
   } finally {
     await out.end();
   }

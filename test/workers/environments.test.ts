@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { call, createThread, errorCode, houseToken } from "./helpers";
 import { sharedTestProvider } from "./register-test-provider";
+import { ProviderError } from "../../src/sandbox/errors";
 
 describe("environments", () => {
   it("PATCH with null clears an optional field (its default comes back); a required one stays required", async () => {
@@ -125,6 +126,29 @@ describe("environments", () => {
 });
 
 describe("run_command on an environment's shared box", () => {
+  it("a shared box the provider lost (a restarted local host) is replaced when a command finds it gone, and the command runs", async () => {
+    const token = await houseToken("house-env-lost-box");
+    const provider = sharedTestProvider();
+    provider.execHandler = () => ({ exitCode: 0, output: "ran" });
+    expect((await call("/api/environments", { method: "POST", token, json: { id: "env_lost", name: "shared", provider: "test", sharedBox: true } })).status).toBe(201);
+    const exec = () => call("/api/environments/env_lost/exec", { method: "POST", token, json: { command: "echo hi" } });
+    const first = (await (await exec()).json()) as { boxId: string };
+    const ref = ((await (await call(`/api/sandboxes/${first.boxId}`, { token })).json()) as { providerRef: string }).providerRef;
+    provider.kill(ref);
+    const again = await exec();
+    expect(again.status).toBe(200);
+    const second = (await again.json()) as { boxId: string; output: string };
+    expect(second.output).toBe("ran");
+    expect(second.boxId).not.toBe(first.boxId);
+    expect(["dead", "deleted"]).toContain(((await (await call(`/api/sandboxes/${first.boxId}`, { token })).json()) as { state: string }).state);
+    // A cwd the live box refuses is still the client's 400, not a reason to replace the box.
+    provider.execHandler = () => { throw new ProviderError("not_found", "no such directory", { status: 404 }); };
+    const badCwd = await call("/api/environments/env_lost/exec", { method: "POST", token, json: { command: "ls", cwd: "nope" } });
+    expect(badCwd.status).toBe(400);
+    expect(((await (await call("/api/environments/env_lost/exec", { method: "POST", token, json: { command: "ls" } })).json()) as { boxId?: string }).boxId).toBeUndefined();
+    provider.execHandler = () => ({ exitCode: 0, output: "" });
+  });
+
   it("replacing the environment (POST with its id) or patching it keeps its shared box: no second box, none left behind", async () => {
     const token = await houseToken("house-env-replace");
     const provider = sharedTestProvider();
