@@ -27,6 +27,18 @@ describe("GET /api/threads/:id/artifacts", () => {
     expect(limited.artifacts).toHaveLength(1);
   });
 
+  it("filters by a real run id (a UUID) on a real thread id: no pattern too long for the runtime's SQLite", async () => {
+    const token = await houseToken("house-art-uuid");
+    const t = await createThread(token, {});
+    const st = await streamToken("house-art-uuid", t.id);
+    const runA = crypto.randomUUID();
+    const runB = crypto.randomUUID();
+    expect((await post(st, t.id, [files(runA, t.id), files(runB, t.id)])).status).toBe(201);
+    const r = await call(`/api/threads/${t.id}/artifacts?runId=${runA}`, { token });
+    expect(r.status).toBe(200);
+    expect(((await r.json()) as { artifacts: { payload: { runId: string } }[] }).artifacts.map((a) => a.payload.runId)).toEqual([runA]);
+  });
+
   it("refuses bad queries with 400 and needs a token", async () => {
     const token = await houseToken("house-art-2");
     const t = await createThread(token, {});

@@ -431,9 +431,11 @@ export class ThreadActor extends DurableObject<Env> {
     return settle(() => {
       const row = this.requireThread(houseId);
       const prefix = `${row.id}:artifacts:${runId === null ? "" : `${runId}:`}`;
-      const like = prefix.replace(/[\\%_]/g, (c) => `\\${c}`) + "%";
+      // The ids starting with `prefix`, as a range of the entry-id index: a LIKE pattern this long
+      // is more than the runtime's SQLite takes ("LIKE or GLOB pattern too complex").
+      const upper = prefix.slice(0, -1) + String.fromCharCode(prefix.charCodeAt(prefix.length - 1) + 1);
       const found: EntryWithOffset[] = [];
-      const cursor = this.ctx.storage.sql.exec(`select seq, data, entry_id from messages where entry_id like ? escape '\\' order by seq desc`, like);
+      const cursor = this.ctx.storage.sql.exec(`select seq, data, entry_id from messages where entry_id >= ? and entry_id < ? order by seq desc`, prefix, upper);
       for (const r of cursor) {
         const e = toEntryWithOffset({ seq: r.seq as number, data: new Uint8Array(r.data as ArrayBuffer), entryId: r.entry_id as string });
         if (e.payload.type.startsWith("artifact.")) found.push(e);
