@@ -74,8 +74,9 @@ export function sniffArchive(bytes: Uint8Array): ArchiveFormat | null {
 
 /**
  * Why `bytes`, recognized as `format` by its first bytes, is not an archive that can be unpacked, or
- * null. Checked at upload, so a folder fails there, not in every run: a tar's first header must
- * carry its checksum (a gzip's too, once unzipped); a zip must end with its central directory.
+ * null. Checked at upload, so a folder fails there, not in every run: a tar (a gzip's, once
+ * unzipped) is walked header by header to its end-of-archive block, every header's checksum
+ * checked and no member cut short; a zip must end with its central directory.
  */
 export async function archiveProblem(bytes: Uint8Array, format: ArchiveFormat): Promise<string | null> {
   if (format === "zip") {
@@ -86,35 +87,96 @@ export async function archiveProblem(bytes: Uint8Array, format: ArchiveFormat): 
     }
     return "the zip archive has no central directory (cut short or not a zip)";
   }
-  let head = bytes.subarray(0, 512);
-  if (format === "tar.gz") {
-    try {
-      head = await firstUnzippedBytes(bytes, 512);
-    } catch {
-      return "the gzip data is corrupt";
-    }
+  const walk = new TarWalk();
+  if (format === "tar") {
+    walk.push(bytes);
+    return walk.end("the tar archive");
   }
-  if (head.length < 512) return format === "tar.gz" ? "the gzip data does not hold a tar archive" : "the tar archive is cut short";
-  if (head.every((b) => b === 0)) return null; // an empty tar: its end-of-archive blocks only
-  return tarHeaderChecksumOk(head) ? null : format === "tar.gz" ? "the gzip data does not hold a tar archive" : "the tar archive's first header is corrupt";
-}
-
-async function firstUnzippedBytes(gz: Uint8Array, n: number): Promise<Uint8Array> {
-  const reader = new Blob([gz]).stream().pipeThrough(new DecompressionStream("gzip")).getReader();
-  const out = new Uint8Array(n);
-  let got = 0;
+  const reader = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip")).getReader();
   try {
-    while (got < n) {
+    for (;;) {
       const { value, done } = await reader.read();
       if (done) break;
-      const take = Math.min(value.length, n - got);
-      out.set(value.subarray(0, take), got);
-      got += take;
+      walk.push(value);
+      if (walk.settled) break;
     }
+  } catch {
+    return "the gzip data is corrupt or cut short";
   } finally {
     await reader.cancel().catch(() => {});
   }
-  return out.subarray(0, got);
+  return walk.end("the tar archive inside the gzip data");
+}
+
+/** A tar read as it arrives, header by header (members' data skipped), until its end-of-archive block. */
+class TarWalk {
+  private readonly header = new Uint8Array(512);
+  private headerBytes = 0;
+  private skip = 0;
+  private members = 0;
+  private problem: string | null = null;
+  private ended = false;
+
+  /** Decided: its end reached, or found broken. */
+  get settled(): boolean {
+    return this.ended || this.problem !== null;
+  }
+
+  push(chunk: Uint8Array): void {
+    let i = 0;
+    while (i < chunk.length && !this.settled) {
+      if (this.skip > 0) {
+        const n = Math.min(this.skip, chunk.length - i);
+        this.skip -= n;
+        i += n;
+        continue;
+      }
+      const n = Math.min(512 - this.headerBytes, chunk.length - i);
+      this.header.set(chunk.subarray(i, i + n), this.headerBytes);
+      this.headerBytes += n;
+      i += n;
+      if (this.headerBytes === 512) {
+        this.headerBytes = 0;
+        this.onHeader();
+      }
+    }
+  }
+
+  end(what: string): string | null {
+    if (this.problem) return `${what}: ${this.problem}`;
+    if (this.ended) return null;
+    return `${what} is cut short${this.members > 0 ? ` after ${this.members} member(s)` : ""}`;
+  }
+
+  private onHeader(): void {
+    const h = this.header;
+    if (h.every((b) => b === 0)) {
+      this.ended = true;
+      return;
+    }
+    if (!tarHeaderChecksumOk(h)) {
+      this.problem = this.members === 0 ? "its first header is corrupt" : `header ${this.members + 1} is corrupt`;
+      return;
+    }
+    const size = tarSize(h.subarray(124, 136));
+    if (size === null) {
+      this.problem = `header ${this.members + 1} has no valid size`;
+      return;
+    }
+    this.members += 1;
+    this.skip = Math.ceil(size / 512) * 512;
+  }
+}
+
+/** A tar header's size field: octal digits, or (past 8 GiB) base-256 with the high bit set. */
+function tarSize(f: Uint8Array): number | null {
+  if (f[0] & 0x80) {
+    let n = f[0] & 0x7f;
+    for (let i = 1; i < f.length; i++) n = n * 256 + f[i];
+    return n;
+  }
+  const text = String.fromCharCode(...f).replace(/\0.*$/s, "").trim();
+  return /^[0-7]*$/.test(text) ? (text === "" ? 0 : parseInt(text, 8)) : null;
 }
 
 /** A tar header's checksum: the sum of its bytes with the checksum field counted as spaces. */

@@ -87,13 +87,16 @@ describe("environment folders: upload, versions, download", () => {
     }
     // What only looks like an archive by its first bytes is refused at upload, not in every run.
     const gzip = async (bytes: Uint8Array) => new Uint8Array(await new Response(new Blob([bytes]).stream().pipeThrough(new CompressionStream("gzip"))).arrayBuffer());
+    const twoMembers = tarArchive({ "a.bin": "x".repeat(200_000), "b.bin": "y".repeat(10) });
     const corruptTar = tar.slice();
     corruptTar[0] ^= 0xff; // the first header's checksum no longer holds
     for (const [what, body, message] of [
-      ["gzip of text", await gzip(new TextEncoder().encode("notatar\n")), /gzip data does not hold a tar/],
+      ["gzip of text", await gzip(new TextEncoder().encode("notatar\n")), /inside the gzip data is cut short/],
       ["zip without its directory", new Uint8Array([0x50, 0x4b, 0x03, 0x04, ...new TextEncoder().encode("garbage")]), /central directory/],
       ["a corrupt tar header", corruptTar, /first header is corrupt/],
-      ["a cut gzip", (await gzip(tar)).subarray(0, 12), /corrupt|does not hold/],
+      ["a cut gzip", (await gzip(tar)).subarray(0, 12), /corrupt|cut short/],
+      ["half a tar", twoMembers.subarray(0, Math.floor(twoMembers.length / 2)), /tar archive is cut short after 1 member/],
+      ["half a tar.gz", (await gzip(twoMembers)).subarray(0, Math.floor((await gzip(twoMembers)).length / 2)), /cut short/],
     ] as const) {
       const r = await upload(token, e.id, "looks", body);
       expect(r.status, what).toBe(400);
