@@ -14,6 +14,15 @@ import { colourEnabled, palette } from "./lib/term.mjs";
 
 let exitCode = EXIT.ok;
 const setExit = (code) => { exitCode = code; };
+
+// A reader that stops early (`threadbox tail --json | head -3`) closes the pipe: that is the end of
+// the output, not a crash.
+for (const stream of [process.stdout, process.stderr]) {
+  stream.on("error", (err) => {
+    if (err?.code === "EPIPE") process.exit(exitCode);
+    throw err;
+  });
+}
 const jsonOutput = process.argv.includes("--json");
 
 const program = new Command("threadbox")

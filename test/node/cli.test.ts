@@ -225,6 +225,29 @@ describe("tail --until-done on a thread that never ran", () => {
   });
 });
 
+describe("output into a pipe that closes early", () => {
+  it("tail --json | head -1: ends quietly, no EPIPE stack trace", async () => {
+    const threadId = (await ok(["new", "piped"])).stdout.trim();
+    await fetch(`${worker.url}/api/threads/${threadId}/entries`, {
+      method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify(Array.from({ length: 200 }, (_, i) => ({ payload: { type: "chat", text: `line ${i} ${"x".repeat(200)}` } }))),
+    });
+    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
+    const child = spawn(process.execPath, [CLI, "tail", threadId, "--json"], {
+      env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: mkdtempSync(join(tmpdir(), "tb-cfg-")), ...as() }, stdio: ["ignore", "pipe", "pipe"],
+    });
+    let stderr = "";
+    child.stderr.on("data", (d) => (stderr += d));
+    const closed = new Promise<number | null>((resolve) => child.on("close", resolve));
+    await new Promise<void>((resolve) => child.stdout.once("data", () => resolve()));
+    child.stdout.destroy(); // the reader (head) is gone
+    const code = await Promise.race([closed, new Promise<string>((r) => setTimeout(() => r("still running"), 10_000))]);
+    if (code === "still running") child.kill("SIGKILL");
+    expect(code).toBe(0);
+    expect(stderr).not.toMatch(/EPIPE|at .*\.mjs/);
+  });
+});
+
 describe("tail over a flaky connection", () => {
   it("reconnects from the last offset after a drop: every entry once, in order", async () => {
     const proxy = await startPausableProxy(worker.port);
