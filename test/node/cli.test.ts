@@ -36,6 +36,18 @@ function cli(args: string[], opts: { env?: Record<string, string>; input?: strin
 }
 
 const as = () => ({ THREADBOX_URL: worker.url, THREADBOX_TOKEN: token });
+
+/** The CLI started and left running (signed in as the test house), to be watched and signalled. */
+function started(args: string[]) {
+  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
+  const child = spawn(process.execPath, [CLI, ...args], {
+    env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: mkdtempSync(join(tmpdir(), "tb-cfg-")), ...as() }, stdio: ["ignore", "pipe", "pipe"],
+  });
+  let err = "";
+  child.stderr!.on("data", (d) => (err += d));
+  const closed = new Promise<number | null>((resolve) => child.on("close", resolve));
+  return { child, stderr: () => err, closed };
+}
 const ok = async (args: string[], opts: Parameters<typeof cli>[1] = {}) => {
   const r = await cli(args, { env: as(), ...opts });
   if (r.code !== 0) throw new Error(`threadbox ${args.join(" ")} exited ${r.code}:\n${r.stdout}\n${r.stderr}`);
@@ -211,15 +223,9 @@ describe("runs: delegate --watch and tail --until-done end when the run ends", (
 describe("tail --until-done on a thread that never ran", () => {
   it("says it is waiting for a run instead of hanging silently; Ctrl-C ends it as interrupted", async () => {
     const threadId = (await ok(["new", "never ran"])).stdout.trim();
-    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
-    const child = spawn(process.execPath, [CLI, "tail", threadId, "--until-done"], {
-      env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: mkdtempSync(join(tmpdir(), "tb-cfg-")), ...as() }, stdio: ["ignore", "pipe", "pipe"],
-    });
-    let stderr = "";
-    child.stderr.on("data", (d) => (stderr += d));
-    const closed = new Promise<number | null>((resolve) => child.on("close", resolve));
-    for (let i = 0; i < 100 && !stderr.includes("has not run yet"); i++) await new Promise((r) => setTimeout(r, 100));
-    expect(stderr).toContain(`thread ${threadId} has not run yet: waiting for a run to start and finish`);
+    const { child, stderr, closed } = started(["tail", threadId, "--until-done"]);
+    for (let i = 0; i < 100 && !stderr().includes("has not run yet"); i++) await new Promise((r) => setTimeout(r, 100));
+    expect(stderr()).toContain(`thread ${threadId} has not run yet: waiting for a run to start and finish`);
     child.kill("SIGINT");
     expect(await closed).toBe(130);
   });
@@ -232,19 +238,13 @@ describe("output into a pipe that closes early", () => {
       method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
       body: JSON.stringify(Array.from({ length: 200 }, (_, i) => ({ payload: { type: "chat", text: `line ${i} ${"x".repeat(200)}` } }))),
     });
-    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
-    const child = spawn(process.execPath, [CLI, "tail", threadId, "--json"], {
-      env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: mkdtempSync(join(tmpdir(), "tb-cfg-")), ...as() }, stdio: ["ignore", "pipe", "pipe"],
-    });
-    let stderr = "";
-    child.stderr.on("data", (d) => (stderr += d));
-    const closed = new Promise<number | null>((resolve) => child.on("close", resolve));
+    const { child, stderr, closed } = started(["tail", threadId, "--json"]);
     await new Promise<void>((resolve) => child.stdout.once("data", () => resolve()));
     child.stdout.destroy(); // the reader (head) is gone
     const code = await Promise.race([closed, new Promise<string>((r) => setTimeout(() => r("still running"), 10_000))]);
     if (code === "still running") child.kill("SIGKILL");
     expect(code).toBe(0);
-    expect(stderr).not.toMatch(/EPIPE|at .*\.mjs/);
+    expect(stderr()).not.toMatch(/EPIPE|at .*\.mjs/);
   });
 });
 
