@@ -19,7 +19,8 @@ const fields = {
   model: modelRefSchema,
   systemPrompt: z.string().max(50_000).optional(),
   triggerMode: z.enum(TRIGGER_MODES).default("mention"),
-  tools: z.array(z.enum(TOOL_NAMES)).max(TOOL_NAMES.length).optional(),
+  tools: z.array(z.enum(TOOL_NAMES)).max(TOOL_NAMES.length)
+    .refine((t) => new Set(t).size === t.length, "a tool is named twice").optional(),
   environmentId: idSchema.optional(),
   /** The cheap model that answers "should this bot reply?" for ambient mode; default: `model`. */
   gateModel: modelRefSchema.optional(),

@@ -48,7 +48,8 @@ describe("agents API", () => {
     const token = await houseToken("house-agents-3");
     for (const body of [
       { ...base, handle: "Coder" }, { ...base, handle: "has space" }, { ...base, handle: "" },
-      { ...base, model: "no-slash" }, { ...base, tools: ["rm_rf"] }, { ...base, triggerMode: "sometimes" }, { ...base, extra: 1 },
+      { ...base, model: "no-slash" }, { ...base, tools: ["rm_rf"] }, { ...base, tools: ["run_command", "run_command"] },
+      { ...base, triggerMode: "sometimes" }, { ...base, extra: 1 },
       { name: "x", handle: "x" },
     ]) {
       const r = await call("/api/agents", { method: "POST", token, json: body });
