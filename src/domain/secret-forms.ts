@@ -10,10 +10,19 @@ export function secretForms(value: string): string[] {
   return [...new Set([value, json, jsonTwice, encodeURIComponent(value)])];
 }
 
+/** Every form of each value at least `minLength` long, longest first, so a value that contains another is replaced whole. */
+export function redactionList(values: readonly string[], minLength: number): string[] {
+  const forms = values.filter((v) => v.length >= minLength).flatMap(secretForms);
+  return [...new Set(forms)].sort((a, b) => b.length - a.length);
+}
+
+export function redactText(text: string, list: readonly string[]): string {
+  let out = text;
+  for (const v of list) if (out.includes(v)) out = out.split(v).join("[redacted]");
+  return out;
+}
+
 /** `text` with every form of each value (4 characters or more: shorter ones are too common) as `[redacted]`. */
 export function redactValues(text: string, values: readonly (string | null | undefined)[]): string {
-  const forms = [...new Set(values.filter((v): v is string => !!v && v.length >= 4).flatMap(secretForms))].sort((a, b) => b.length - a.length);
-  let out = text;
-  for (const f of forms) if (out.includes(f)) out = out.split(f).join("[redacted]");
-  return out;
+  return redactText(text, redactionList(values.filter((v): v is string => !!v), 4));
 }

@@ -5,7 +5,9 @@
 import { readFileSync } from "node:fs";
 import { isAbsolute, join, normalize } from "node:path";
 import { BOX_ENV } from "../domain/box-layout";
-import { secretForms } from "../domain/secret-forms";
+import { redactionList as formsOf, redactText } from "../domain/secret-forms";
+
+export { redactText };
 
 /** Shorter values are too common to redact without mangling ordinary text. */
 export const MIN_REDACTED_LENGTH = 6;
@@ -48,16 +50,9 @@ export function namedSecretValues(env: Record<string, string | undefined>): stri
   return secretNamesOf(env).map((n) => env[n]).filter((v): v is string => !!v);
 }
 
-/** Every form of each value (see secretForms), longest first, so a value that contains another is replaced whole. */
+/** What the box scrubs from what it posts: every form of each value (see secretForms), longest first. */
 export function redactionList(values: string[], minLength = MIN_REDACTED_LENGTH): string[] {
-  const forms = values.filter((v) => v.length >= minLength).flatMap(secretForms);
-  return [...new Set(forms)].sort((a, b) => b.length - a.length);
-}
-
-export function redactText(text: string, list: string[]): string {
-  let out = text;
-  for (const v of list) if (out.includes(v)) out = out.split(v).join("[redacted]");
-  return out;
+  return formsOf(values, minLength);
 }
 
 /** Every string in `value` (an entry about to be posted) with the listed values replaced. */
