@@ -149,7 +149,7 @@ export class DispatchService {
     if (set.version < this.newestAgentsVersion) return;
     this.newestAgentsVersion = set.version;
     const loadedAt = this.ports.now();
-    this.agentCache = { version: set.version, candidates: set.candidates, ids: new Set(set.candidates.map((a) => a.id)), loadedAt };
+    this.agentCache = agentCacheOf(set.version, set.candidates, loadedAt);
     // Kept with the thread: an actor evicted and woken again within the cache's lifetime still
     // decides an unaddressed chat without a trigger row, an alarm and a call to the house.
     this.ports.sql.exec(
@@ -168,7 +168,7 @@ export class DispatchService {
     if (!r || (r.version as number) < this.newestAgentsVersion) return null;
     const candidates = JSON.parse(r.candidates as string) as Candidate[];
     this.newestAgentsVersion = r.version as number;
-    this.agentCache = { version: r.version as number, candidates, ids: new Set(candidates.map((a) => a.id)), loadedAt: r.loaded_at as number };
+    this.agentCache = agentCacheOf(r.version as number, candidates, r.loaded_at as number);
     return this.agentCache;
   }
 
@@ -444,7 +444,8 @@ export class DispatchService {
       }
       if (!result.ok) return this.fail(turn, result.reason);
       // Deleted while it worked: its pending turns end without a reply (it would wake other bots).
-      if (deletedMidTurn || !(await house.getAgent(turn.agentId))) {
+      // The final round (every answer has one) asked the house just now.
+      if (deletedMidTurn) {
         this.drop(turn, "agent was deleted while it worked");
         return;
       }
@@ -490,13 +491,17 @@ export class DispatchService {
       id: `dispatch_error:${turn.id}`, ts: this.ports.now(), authorId: turn.agentId,
       payload: { type: "signal.dispatch.error", agentId: turn.agentId, turnId: turn.id, triggerEntryId: turn.triggerEntryId, reason, depth: turn.depth },
     }]);
-    this.drop(turn, reason);
+    this.endAsError(turn, reason);
   }
 
   /** Ends a turn as an error decision with `detail`, posting nothing to the thread. */
   private drop(turn: TurnRow, detail: string): void {
+    this.endAsError(turn, this.redacted(turn, detail));
+  }
+
+  private endAsError(turn: TurnRow, redactedDetail: string): void {
     this.setTurn(turn.id, { state: "failed" });
-    this.decide(turn.triggerEntryId, { agentId: turn.agentId, verdict: "skip", reason: "error" }, this.redacted(turn, detail), turn.id);
+    this.decide(turn.triggerEntryId, { agentId: turn.agentId, verdict: "skip", reason: "error" }, redactedDetail, turn.id);
   }
 
   /**
@@ -531,6 +536,10 @@ export class DispatchService {
       postBudget: { left: Math.max(0, this.config().widthCap - postsMade(turn.progress)) },
     };
   }
+}
+
+function agentCacheOf(version: number, candidates: Candidate[], loadedAt: number) {
+  return { version, candidates, ids: new Set(candidates.map((a) => a.id)), loadedAt };
 }
 
 /**
