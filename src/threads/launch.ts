@@ -55,6 +55,14 @@ export class LaunchSuperseded extends Error {
   }
 }
 
+/**
+ * Checked after every step of a launch that waits: a run stopped meanwhile gets no further, and
+ * what the launch made so far is left for the caller to undo.
+ */
+function stillCurrent(spec: LaunchSpec, deps: Pick<LaunchDeps, "current">): void {
+  if (!deps.current()) throw new LaunchSuperseded(spec.runId);
+}
+
 export type LaunchDeps = {
   env: Env;
   /** Whether this run is still the thread's running run: a stop during the launch ends it. */
@@ -95,10 +103,6 @@ export type LaunchDeps = {
  */
 export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<void> {
   const { env, row, environment } = deps;
-  // Checked after every step that waits: what the launch made so far is left for the caller to undo.
-  const stillCurrent = () => {
-    if (!deps.current()) throw new LaunchSuperseded(spec.runId);
-  };
   // Checked before any box exists: a runner without a reachable stream URL could never report.
   if (!env.THREADBOX_STREAM_URL) throw new Error("THREADBOX_STREAM_URL is not configured (the stream-proxy URL boxes write to)");
   const providerName = environment?.provider ?? "daytona";
@@ -137,19 +141,19 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
   const boxId = progress.boxId!;
   const ref = progress.providerRef!;
   const sameBox = progress.sameBox === true;
-  stillCurrent();
+  stillCurrent(spec, deps);
   await deps.assignBox(boxId);
   deps.alive();
 
   if (!progress.handle) {
-    stillCurrent();
+    stillCurrent(spec, deps);
     const started = await startRunner(spec, deps, provider, ref, sameBox, progress);
     progress = await deps.saveProgress({ handle: started.handle, session: started.session });
     deps.checkpoint("runner_started");
   }
-  stillCurrent();
+  stillCurrent(spec, deps);
   await deps.rememberHandle(boxId, progress.handle);
-  stillCurrent();
+  stillCurrent(spec, deps);
   const workspace = workspaceOf(spec, deps.environment);
   await deps.launched({
     boxId, boxReused: sameBox, session: progress.session ?? "new",
@@ -302,7 +306,7 @@ async function startRunner(
   await provider.upload(ref, uploads);
   deps.alive();
   // The installs, clone and uploads take long: a run stopped meanwhile gets no runner.
-  if (!deps.current()) throw new LaunchSuperseded(spec.runId);
+  stillCurrent(spec, deps);
   // A session named after the run: a launch retried after the runner started (but before that
   // was recorded) finds the running command instead of starting a second runner.
   const handle = await provider.startDetached(ref, plan.command, { env: plan.env, cwd: home, sessionId: runnerSessionId(spec.runId) });
