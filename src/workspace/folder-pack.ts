@@ -6,7 +6,7 @@ import type { Environment } from "../environments";
 import type { SandboxProvider } from "../sandbox/provider";
 import { runDir } from "../domain/box-layout";
 import { shq } from "../domain/shell";
-import { digestCommand, packGzipCommand, type CopiedFolder } from "./folders";
+import { digestCommand, type CopiedFolder } from "./folders";
 
 export type FolderBox = { provider: SandboxProvider; ref: string; home: string };
 
@@ -19,12 +19,18 @@ export function environmentFilesWithin(environment: Pick<Environment, "files">, 
 }
 
 export async function folderDigest(box: FolderBox, dir: string, exclude: string[], scratch: string): Promise<string> {
-  const scratchDir = scratch.slice(0, scratch.lastIndexOf("/")) || ".";
-  const out = await box.provider.exec(box.ref, `mkdir -p ${shq(scratchDir)} && ${digestCommand(dir, exclude, scratch)}`, { cwd: box.home, timeoutSec: 600 });
+  return runForDigest(box, dir, `mkdir -p ${shq(dirOf(scratch))} && ${digestCommand(dir, exclude, scratch)}`);
+}
+
+/** Runs a command that prints the folder's digest last. */
+async function runForDigest(box: FolderBox, dir: string, command: string): Promise<string> {
+  const out = await box.provider.exec(box.ref, command, { cwd: box.home, timeoutSec: 600 });
   const digest = out.output.trim().split("\n").pop() ?? "";
   if (out.exitCode !== 0 || !/^[0-9a-f]{64}$/.test(digest)) throw new Error(`reading folder ${dir} failed (exit ${out.exitCode}): ${out.output.trim().slice(-300)}`);
   return digest;
 }
+
+const dirOf = (path: string) => path.slice(0, path.lastIndexOf("/")) || ".";
 
 export type SyncedFolder = { folder: string; path: string; outcome: "unchanged" } | { folder: string; path: string; outcome: "synced"; archive: Uint8Array; baseVersion?: number };
 
@@ -36,13 +42,18 @@ export async function packChangedFolders(box: FolderBox, folders: CopiedFolder[]
   const out: SyncedFolder[] = [];
   for (const [i, f] of folders.entries()) {
     if (f.access !== "readwrite") continue;
-    const scratch = `${runDir(runId)}/folders/${i}.sync.tar.gz`;
-    const digest = await folderDigest(box, f.path, f.exclude, `${runDir(runId)}/folders/${i}.sync-digest.tar`);
+    // One tar of the folder: its digest says whether it changed, and gzipped it is what is stored.
+    const tar = `${runDir(runId)}/folders/${i}.sync.tar`;
+    const scratch = `${tar}.gz`;
+    const digest = await runForDigest(box, f.path, `mkdir -p ${shq(dirOf(tar))} && ${digestCommand(f.path, f.exclude, tar, { keepTar: true })}`);
     if (digest === f.digest) {
+      await box.provider.exec(box.ref, `rm -f ${shq(tar)}`, { cwd: box.home });
       out.push({ folder: f.source, path: f.path, outcome: "unchanged" });
       continue;
     }
-    const packed = await box.provider.exec(box.ref, `mkdir -p ${shq(`${runDir(runId)}/folders`)} && ${packGzipCommand(f.path, f.exclude, scratch)} && wc -c < ${shq(scratch)}`, { cwd: box.home, timeoutSec: 600 });
+    // Gzipped without a name or time (`-n`); what counts against the limit is what is stored, as
+    // for an upload (many small files take 512-byte tar blocks each, which gzip takes back).
+    const packed = await box.provider.exec(box.ref, `gzip -n -c ${shq(tar)} > ${shq(scratch)} && rm -f ${shq(tar)} && wc -c < ${shq(scratch)}`, { cwd: box.home, timeoutSec: 600 });
     if (packed.exitCode !== 0) throw new Error(`packing folder ${f.source} failed (exit ${packed.exitCode}): ${packed.output.trim().slice(-300)}`);
     const size = Number(packed.output.trim().split("\n").pop());
     if (size > maxBytes) throw new Error(`folder ${f.source} packs to ${size} bytes, more than the ${maxBytes} a folder may hold`);

@@ -226,18 +226,10 @@ export function packCommand(dir: string, exclude: string[], out: string): string
   return `tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --format=gnu ${excludes} -cf ${shq(out)} -C ${shq(dir)} .`;
 }
 
-/**
- * The folder as the archive sync-back stores: `packCommand`'s tar, gzipped without a name or time
- * (`-n`), so what counts against `FOLDER_MAX_BYTES` is what is stored, as for an upload (many small
- * files take 512-byte tar blocks each, which gzip takes back).
- */
-export function packGzipCommand(dir: string, exclude: string[], out: string): string {
-  return `${packCommand(dir, exclude, `${out}.tar`)} && gzip -n -c ${shq(`${out}.tar`)} > ${shq(out)} && rm -f ${shq(`${out}.tar`)}`;
-}
-
-/** The digest of what `packCommand` makes, printed alone. */
-export function digestCommand(dir: string, exclude: string[], scratch: string): string {
-  return `${packCommand(dir, exclude, scratch)} && sha256sum ${shq(scratch)} | cut -d' ' -f1 && rm -f ${shq(scratch)}`;
+/** The digest of what `packCommand` makes, printed alone; `keepTar` leaves the tar for a caller to store. */
+export function digestCommand(dir: string, exclude: string[], scratch: string, opts: { keepTar?: boolean } = {}): string {
+  const digest = `${packCommand(dir, exclude, scratch)} && sha256sum ${shq(scratch)} | cut -d' ' -f1`;
+  return opts.keepTar ? digest : `${digest} && rm -f ${shq(scratch)}`;
 }
 
 export async function sha256Hex(bytes: Uint8Array): Promise<string> {
