@@ -1,4 +1,6 @@
+import type { z } from "zod";
 import { ApiError } from "../errors";
+import { formatZodError } from "../entries/schema";
 
 /**
  * `?offset=-1&offset=0` has no single meaning (URLSearchParams.get takes the first, a proxy may
@@ -12,4 +14,14 @@ export function assertNoRepeatedQuery(url: URL): void {
     }
     seen.add(key);
   }
+}
+
+/**
+ * Parses a route's query string; a bad parameter is a 400 whose details name it, as a bad body
+ * field's do. `summary` says what the parameters accept, for a reader of the message alone.
+ */
+export function parseQuery<T extends z.ZodType>(request: Request, schema: T, summary: string): z.infer<T> {
+  const parsed = schema.safeParse(Object.fromEntries(new URL(request.url).searchParams));
+  if (!parsed.success) throw new ApiError("validation_failed", summary, formatZodError(parsed.error));
+  return parsed.data;
 }

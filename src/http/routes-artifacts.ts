@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { parseQuery } from "./query";
 import { ApiError, json } from "../errors";
 import type { Env } from "../env";
 import { assertThreadAccess, authenticate } from "../auth/authenticate";
@@ -18,7 +19,6 @@ export async function listArtifactsRoute(request: Request, env: Env, id: string 
   const threadId = parsedId.data;
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
   assertThreadAccess(claims, claims.houseId, threadId, false);
-  const q = artifactsQuery.safeParse(Object.fromEntries(new URL(request.url).searchParams));
-  if (!q.success) throw new ApiError("validation_failed", "query: runId is an id, limit an integer from 1 to 200");
-  return json(await unwrapRpc(threadStub(env, threadId).listArtifacts(claims.houseId, q.data.runId ?? null, q.data.limit)));
+  const q = parseQuery(request, artifactsQuery, "query: runId is an id, limit an integer from 1 to 200");
+  return json(await unwrapRpc(threadStub(env, threadId).listArtifacts(claims.houseId, q.runId ?? null, q.limit)));
 }

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { parseQuery } from "./query";
 import { ApiError, json } from "../errors";
 import type { Env } from "../env";
 import { assertThreadAccess, authenticate, houseWriter } from "../auth/authenticate";
@@ -39,7 +40,6 @@ export async function dispatchDecisionsRoute(request: Request, env: Env, id: str
   const threadId = threadIdParam(id);
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
   assertThreadAccess(claims, claims.houseId, threadId, false);
-  const q = decisionsQuery.safeParse(Object.fromEntries(new URL(request.url).searchParams));
-  if (!q.success) throw new ApiError("validation_failed", "limit must be an integer from 1 to 500");
-  return json(await unwrapRpc(threadStub(env, threadId).dispatchDecisions(claims.houseId, q.data.limit)));
+  const q = parseQuery(request, decisionsQuery, "limit must be an integer from 1 to 500");
+  return json(await unwrapRpc(threadStub(env, threadId).dispatchDecisions(claims.houseId, q.limit)));
 }

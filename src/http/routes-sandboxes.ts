@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { parseQuery } from "./query";
 import { ApiError, json } from "../errors";
 import type { Env } from "../env";
 import { authenticate, houseWriter, requireHouse } from "../auth/authenticate";
@@ -33,10 +34,9 @@ async function houseClaims(request: Request, env: Env, write: boolean) {
 
 export async function listSandboxesRoute(request: Request, env: Env): Promise<Response> {
   const claims = await houseClaims(request, env, false);
-  const q = listSchema.safeParse(Object.fromEntries(new URL(request.url).searchParams));
-  if (!q.success) throw new ApiError("validation_failed", "state must be provisioning|live|dead|deleted, ephemeral true|false");
-  const ephemeral = q.data.ephemeral === undefined ? undefined : q.data.ephemeral === "true";
-  const boxes = await unwrapRpc(houseStub(env, claims.houseId).listBoxes({ state: q.data.state, ephemeral }));
+  const q = parseQuery(request, listSchema, "state must be provisioning|live|dead|deleted, ephemeral true|false");
+  const ephemeral = q.ephemeral === undefined ? undefined : q.ephemeral === "true";
+  const boxes = await unwrapRpc(houseStub(env, claims.houseId).listBoxes({ state: q.state, ephemeral }));
   return json({ sandboxes: boxes });
 }
 
@@ -110,7 +110,6 @@ export async function previewLinkRoute(request: Request, env: Env, id: string | 
   if (!boxId.success) throw new ApiError("not_found", "box not found");
   const port = portSchema.safeParse(rawPort);
   if (!port.success || !/^\d+$/.test(rawPort ?? "")) throw new ApiError("validation_failed", "port must be an integer from 1 to 65535");
-  const q = previewQuery.safeParse(Object.fromEntries(new URL(request.url).searchParams));
-  if (!q.success) throw new ApiError("validation_failed", "expiresInSeconds must be an integer from 1 to 86400");
-  return json(await unwrapRpc(sandboxStub(env, boxId.data).previewLink(claims.houseId, port.data, q.data.expiresInSeconds)));
+  const q = parseQuery(request, previewQuery, "expiresInSeconds must be an integer from 1 to 86400");
+  return json(await unwrapRpc(sandboxStub(env, boxId.data).previewLink(claims.houseId, port.data, q.expiresInSeconds)));
 }

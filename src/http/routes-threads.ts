@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { parseQuery } from "./query";
 import { ApiError, json, SECURITY_HEADERS } from "../errors";
 import type { Env } from "../env";
 import { THREAD_STATUSES } from "../entries/schema";
@@ -97,13 +98,12 @@ export async function getThreadRoute(request: Request, env: Env, id: string | un
 export async function listThreadsRoute(request: Request, env: Env): Promise<Response> {
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
   requireHouse(claims);
-  const q = listSchema.safeParse(Object.fromEntries(new URL(request.url).searchParams));
-  if (!q.success) throw new ApiError("validation_failed", "invalid query", q.error.issues.map((i) => ({ path: i.path.join("."), message: i.message })));
-  let parentKind = q.data.parentKind;
+  const q = parseQuery(request, listSchema, "invalid query");
+  let parentKind = q.parentKind;
   let parentId: string | undefined;
-  if (q.data.parent === "none") parentKind = "none";
-  else if (q.data.parent) parentId = q.data.parent;
-  const threads = await unwrapRpc(houseStub(env, claims.houseId).listThreads({ parentKind, parentId, status: q.data.status, limit: q.data.limit, before: q.data.before }));
+  if (q.parent === "none") parentKind = "none";
+  else if (q.parent) parentId = q.parent;
+  const threads = await unwrapRpc(houseStub(env, claims.houseId).listThreads({ parentKind, parentId, status: q.status, limit: q.limit, before: q.before }));
   return json({ threads });
 }
 
@@ -124,7 +124,9 @@ export async function readEntriesRoute(request: Request, env: Env, id: string | 
   const url = new URL(request.url);
   const limitRaw = url.searchParams.get("limit");
   const limit = limitRaw === null ? 1000 : Number(limitRaw);
-  if (!Number.isInteger(limit) || limit < 1 || limit > 10_000) throw new ApiError("validation_failed", "limit must be an integer from 1 to 10000");
+  if (!Number.isInteger(limit) || limit < 1 || limit > 10_000) {
+    throw new ApiError("validation_failed", "limit must be an integer from 1 to 10000", [{ path: "limit", message: "an integer from 1 to 10000" }]);
+  }
   const page = (await unwrapRpc(threadStub(env, threadId).readEntries(claims.houseId, url.searchParams.get("offset"), limit))) as EntriesPage;
   const headers = { "Stream-Next-Offset": page.nextOffset, ...(page.upToDate ? { "Stream-Up-To-Date": "true" } : {}) };
   if ((request.headers.get("accept") ?? "").includes("application/x-ndjson")) {

@@ -269,6 +269,23 @@ describe("query strings and charsets", () => {
     expect(ws.status).toBe(400);
   });
 
+  it("a bad query parameter is a 400 whose details name it, on every route that takes one", async () => {
+    const token = await houseToken("house-query-details");
+    const t = await createThread(token);
+    const cases: [string, string][] = [
+      [`/api/threads/${t.id}/dispatch?limit=abc`, "limit"],
+      [`/api/threads/${t.id}/artifacts?limit=0`, "limit"],
+      [`/api/threads/${t.id}/entries?limit=abc`, "limit"],
+      ["/api/threads?status=sleepy", "status"],
+      ["/api/sandboxes?ephemeral=maybe", "ephemeral"],
+    ];
+    for (const [path, param] of cases) {
+      const r = await call(path, { token });
+      const { error } = (await r.json()) as { error: { code: string; details?: { path: string }[] } };
+      expect({ path, status: r.status, code: error.code, paths: error.details?.map((d) => d.path) }).toEqual({ path, status: 400, code: "validation_failed", paths: [param] });
+    }
+  });
+
   it("a charset other than utf-8 is 415 on JSON bodies; utf-8 is accepted", async () => {
     const token = await houseToken("house-charset");
     const t = await createThread(token);
