@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { recordSchema } from "./domain/record-schema";
 import { idSchema } from "./auth/tokens";
 import { providerNameSchema } from "./sandbox/providers";
 import { packagesSchema } from "./workspace/packages";
@@ -15,9 +16,9 @@ export const environmentInputSchema = z.object({
   provider: providerNameSchema.default("daytona"),
   snapshot: z.string().max(200).optional(),
   image: z.string().max(500).optional(),
-  env: z.record(envVarName, z.string().max(10_000)).default({}),
+  env: recordSchema(envVarName, z.string().max(10_000)).default({}),
   /** Write-only: handed to boxes as env vars, never returned, never written to an entry. */
-  secrets: z.record(envVarName, z.string().max(10_000)).default({}),
+  secrets: recordSchema(envVarName, z.string().max(10_000)).default({}),
   /** `open` (default), `deny` (only the thread stream), or `{allow: [host]}` (the stream and those). */
   egress: egressSchema.optional(),
   /** Keep one non-ephemeral box for `run_command`; with `boxMode: "ephemeral"` delegated runs still get their own. */
@@ -39,9 +40,9 @@ export const environmentInputSchema = z.object({
   /** Installed at box start when the box lacks them (checked per package); the launch entry lists what was. */
   packages: packagesSchema.optional(),
   /** pi's models.json for boxes of this environment (providers, base URLs, models). */
-  piModels: z.record(z.string(), z.unknown()).optional(),
+  piModels: recordSchema(z.string(), z.unknown()).optional(),
   /** pi's settings.json for boxes of this environment. */
-  piSettings: z.record(z.string(), z.unknown()).optional(),
+  piSettings: recordSchema(z.string(), z.unknown()).optional(),
   /** Default model for runs, e.g. `local/scripted` (pi `--model`). */
   model: z.string().max(200).optional(),
   harness: z.enum(["pi", "claude-code", "codex"]).default("pi"),

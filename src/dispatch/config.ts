@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { recordSchema } from "../domain/record-schema";
 import { idSchema } from "../auth/tokens";
 import { TRIGGER_MODES, type TriggerMode } from "../agents";
 
@@ -25,7 +26,7 @@ export const DEFAULT_DISPATCH_CONFIG: DispatchConfig = {
 /** A PATCH merges: `perAgent[id]: null` removes that agent's override. */
 export const threadConfigPatchSchema = z.object({
   dispatch: z.object({
-    perAgent: z.record(idSchema, z.object({ triggerMode: z.enum(TRIGGER_MODES) }).strict().nullable()).optional(),
+    perAgent: recordSchema(idSchema, z.object({ triggerMode: z.enum(TRIGGER_MODES) }).strict().nullable()).optional(),
     othersTriggerMode: z.enum(TRIGGER_MODES).nullable().optional(),
     ambientDelayMs: z.number().int().min(0).max(3_600_000).optional(),
     cooldownMs: z.number().int().min(0).max(86_400_000).optional(),

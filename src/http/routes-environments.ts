@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { recordSchema } from "../domain/record-schema";
 import { ApiError, json } from "../errors";
 import type { Env } from "../env";
 import { authenticate, canWrite, houseWriter, requireHouse } from "../auth/authenticate";
@@ -27,7 +28,7 @@ export async function createEnvironmentRoute(request: Request, env: Env): Promis
   return json(publicEnvironment(e), 201);
 }
 
-const patchBodySchema = z.record(z.string(), z.unknown());
+const patchBodySchema = recordSchema(z.string(), z.unknown());
 
 /** The caller, who must be allowed to configure environments, and the environment `id` of its house. */
 async function environmentForConfigurer(request: Request, env: Env, id: string | undefined) {

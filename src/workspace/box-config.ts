@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { recordSchema } from "../domain/record-schema";
 
 /**
  * What an environment puts into a box besides its image, env and secrets: files written before
@@ -161,7 +162,7 @@ export function launchedPackage(command: string, args: string[] = []): string | 
 }
 
 export const mcpServerSchema = z.union([
-  z.object({ command: z.string().min(1).max(500), args: z.array(z.string().max(2000)).max(50).optional(), env: z.record(envNameSchema, z.string().max(10_000)).optional() }).strict()
+  z.object({ command: z.string().min(1).max(500), args: z.array(z.string().max(2000)).max(50).optional(), env: recordSchema(envNameSchema, z.string().max(10_000)).optional() }).strict()
     .refine((srv) => {
       const pkg = launchedPackage(srv.command, srv.args);
       return pkg === null || isPinnedPackage(pkg);
@@ -181,7 +182,7 @@ export const pluginsSchema = z.object({
     instructions: z.string().max(64 * 1024),
   }).strict()).max(50).default([]),
   extensions: z.array(z.object({ name: pluginNameSchema, source: z.string().min(1).max(256 * 1024) }).strict()).max(20).default([]),
-  mcpServers: z.record(z.string().regex(/^[A-Za-z0-9_-]{1,64}$/), mcpServerSchema).default({}),
+  mcpServers: recordSchema(z.string().regex(/^[A-Za-z0-9_-]{1,64}$/), mcpServerSchema).default({}),
 }).strict().superRefine((p, ctx) => {
   for (const [what, list] of [["skill", p.skills], ["extension", p.extensions]] as const) {
     const names = list.map((x) => x.name);

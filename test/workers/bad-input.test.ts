@@ -103,6 +103,29 @@ describe("an unknown field", () => {
   });
 });
 
+describe("a __proto__ key in a map", () => {
+  // JSON.parse makes it an own key; left to zod's record it vanished and the request was a 2xx.
+  it("is a 400 at its path, not silently dropped", async () => {
+    const token = await houseToken("house-proto-key");
+    const t = await createThread(token);
+    const env = await call("/api/environments", { method: "POST", token, json: { name: "proto-env" } });
+    const envId = ((await env.json()) as { id: string }).id;
+    const cases: [string, string, string, string][] = [
+      ["POST", "/api/environments", '{"name":"p","env":{"__proto__":"x","OK":"1"}}', "env.__proto__"],
+      ["POST", "/api/environments", '{"name":"p","secrets":{"__proto__":"s3cret"}}', "secrets.__proto__"],
+      ["POST", "/api/environments", '{"name":"p","piModels":{"__proto__":{}}}', "piModels.__proto__"],
+      ["POST", "/api/environments", '{"name":"p","plugins":{"mcpServers":{"__proto__":{"command":"x"}}}}', "plugins.mcpServers.__proto__"],
+      ["PATCH", `/api/environments/${envId}`, '{"env":{"__proto__":"x"}}', "env.__proto__"],
+      ["PATCH", `/api/threads/${t.id}/config`, '{"dispatch":{"perAgent":{"__proto__":{"triggerMode":"always"}}}}', "dispatch.perAgent.__proto__"],
+    ];
+    for (const [method, path, body, field] of cases) {
+      const r = await call(path, { method, token, body, headers: { "content-type": "application/json" } });
+      const { error } = (await r.json()) as { error?: { details?: { path: string }[] } };
+      expect({ body, status: r.status, paths: error?.details?.map((d) => d.path) }).toEqual({ body, status: 400, paths: [field] });
+    }
+  });
+});
+
 describe("plain stream creation that would already be expired", () => {
   it("answers 400 with the JSON error shape, never 500", async () => {
     const token = await houseToken("house-ttl");
