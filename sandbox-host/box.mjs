@@ -8,7 +8,7 @@ import path from "node:path";
 import { EgressBridge } from "./egress.mjs";
 import { HostError } from "./errors.mjs";
 import { Session } from "./session.mjs";
-import { BOX_MARKER_VAR, exitCodeOf, findMarkedPids, killGroup } from "./proc.mjs";
+import { BOX_MARKER_VAR, HOST_PATH, exitCodeOf, findMarkedPids, hostBinary, killGroup } from "./proc.mjs";
 
 export { BOX_MARKER_VAR };
 
@@ -72,7 +72,7 @@ export class Box {
   /** The environment every box process gets; the host's own env (and its API key) never leaks in. */
   env(extra = {}) {
     const env = {
-      PATH: process.env.PATH ?? "/usr/local/bin:/usr/bin:/bin",
+      PATH: HOST_PATH,
       LANG: process.env.LANG ?? "C.UTF-8",
       HOME: this.home,
       USER: "daytona",
@@ -126,7 +126,7 @@ export class Box {
     if (typeof command !== "string" || !command) throw new HostError(400, "command is required");
     const dir = cwd ? this.resolve(cwd, { mustExist: true }) : this.home;
     return new Promise((resolve, reject) => {
-      const [file, args] = this.egress ? this.egress.wrap(command, path.join(this.dir, "tmp")) : ["bash", ["-c", command]];
+      const [file, args] = this.egress ? this.egress.wrap(command, path.join(this.dir, "tmp")) : [hostBinary("bash"), ["-c", command]];
       const child = spawn(file, args, {
         cwd: dir,
         env: this.env(envs ?? {}),

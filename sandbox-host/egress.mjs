@@ -10,6 +10,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { spawnSync } from "node:child_process";
 import { HostError } from "./errors.mjs";
+import { HOST_PATH, hostBinary } from "./proc.mjs";
 
 const FORWARDER = `const net = require("net");
 const [port, sock, ready] = process.argv.slice(2);
@@ -75,15 +76,17 @@ export class EgressBridge {
    * `command` is null) runs after the forwarders listen, and they go when it ends.
    */
   wrap(command, tmpDir) {
-    const lines = ["ip link set lo up 2>/dev/null"];
+    // The set-up runs on the host's PATH; the command gets the box's own back.
+    const bash = hostBinary("bash");
+    const lines = ['__box_path="$PATH"', `PATH=${q(HOST_PATH)}`, "ip link set lo up 2>/dev/null"];
     for (const port of this.policy.ports) {
       const ready = `${tmpDir}/egress-ready-$$-${port}`;
-      lines.push(`node ${q(this.forwarder)} ${port} ${q(this.socketPath(port))} "${ready}" &`);
+      lines.push(`${q(process.execPath)} ${q(this.forwarder)} ${port} ${q(this.socketPath(port))} "${ready}" &`);
       lines.push(`for _ in $(seq 200); do [ -e "${ready}" ] && break; sleep 0.01; done`);
     }
-    if (command === null) lines.push("exec bash --noprofile --norc");
-    else lines.push(`bash -c ${q(command)}`, "rc=$?", "kill $(jobs -p) 2>/dev/null", "exit $rc");
-    return ["unshare", ["-rn", "bash", "-c", lines.join("\n")]];
+    if (command === null) lines.push(`PATH="$__box_path" exec ${q(bash)} --noprofile --norc`);
+    else lines.push(`PATH="$__box_path" ${q(bash)} -c ${q(command)}`, "rc=$?", "kill $(jobs -p) 2>/dev/null", "exit $rc");
+    return [hostBinary("unshare"), ["-rn", bash, "-c", lines.join("\n")]];
   }
 
   close() {

@@ -1,5 +1,6 @@
 // Process helpers shared by boxes and sessions.
 import fs from "node:fs";
+import path from "node:path";
 
 /** Env var stamped on every box process so delete can find escaped ones via /proc. */
 export const BOX_MARKER_VAR = "SANDBOX_HOST_BOX";
@@ -48,3 +49,31 @@ export function findMarkedPids(marker) {
   return out;
 }
 
+
+/** The host's PATH, which finds the tools the host itself runs in a box (its shell, `unshare`). */
+export const HOST_PATH = process.env.PATH ?? "/usr/local/bin:/usr/bin:/bin";
+const hostBinaries = new Map();
+
+/**
+ * `name`'s absolute path on the host. A box's own PATH (an environment may set it) decides what
+ * its commands find, as on a Daytona box whose shell is started by absolute path; it must not
+ * decide whether the host can start that shell at all.
+ */
+export function hostBinary(name) {
+  let found = hostBinaries.get(name);
+  if (found === undefined) {
+    found = name;
+    for (const dir of HOST_PATH.split(path.delimiter)) {
+      const candidate = path.join(dir || ".", name);
+      try {
+        fs.accessSync(candidate, fs.constants.X_OK);
+        if (fs.statSync(candidate).isFile()) {
+          found = candidate;
+          break;
+        }
+      } catch {}
+    }
+    hostBinaries.set(name, found);
+  }
+  return found;
+}

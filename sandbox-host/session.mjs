@@ -6,7 +6,7 @@ import { randomBytes, randomUUID } from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
 import { HostError } from "./errors.mjs";
-import { exitCodeOf, killGroup } from "./proc.mjs";
+import { exitCodeOf, hostBinary, killGroup } from "./proc.mjs";
 
 export const STDOUT_PREFIX = Buffer.from([1, 1, 1]);
 export const STDERR_PREFIX = Buffer.from([2, 2, 2]);
@@ -101,7 +101,7 @@ export class Session {
     this.commands = new Map();
     this.queue = [];
     this.ended = false;
-    const [file, args] = box.egress ? box.egress.wrap(null, path.join(box.dir, "tmp")) : ["bash", ["--noprofile", "--norc"]];
+    const [file, args] = box.egress ? box.egress.wrap(null, path.join(box.dir, "tmp")) : [hostBinary("bash"), ["--noprofile", "--norc"]];
     this.shell = spawn(file, args, {
       cwd: box.home,
       env: box.env(),

@@ -119,6 +119,28 @@ describe("real SDK against the local host", () => {
     }
   });
 
+  it("a box whose env sets PATH still runs commands: its PATH decides what they find, not whether the shell starts", async () => {
+    // An environment's `env` may set PATH; it used to make every command a 500 "spawn bash ENOENT".
+    const sb = await daytona.create({ envVars: { PATH: "/opt/none/bin" }, autoDeleteInterval: -1 }, { timeout: 20 });
+    try {
+      const r = await sb.process.executeCommand("echo \"path=$PATH\"; ls");
+      expect(r.result).toContain("path=/opt/none/bin");
+      expect(r.result).toMatch(/ls: command not found/);
+      expect(r.exitCode).toBe(127);
+      await sb.process.createSession("s");
+      const s = await sb.process.executeSessionCommand("s", { command: "echo \"p=$PATH\"" });
+      expect(s.exitCode).toBe(0);
+      expect(s.output ?? s.stdout).toContain("p=/opt/none/bin");
+      // A closed network's set-up runs on the host's tools, then the command on the box's PATH.
+      const closed = await daytona.create({ envVars: { PATH: "/opt/none/bin" }, networkBlockAll: true, autoDeleteInterval: -1 }, { timeout: 20 });
+      const c = await closed.process.executeCommand("echo \"closed=$PATH\"");
+      expect({ exitCode: c.exitCode, out: c.result.trim() }).toEqual({ exitCode: 0, out: "closed=/opt/none/bin" });
+      await closed.delete(30, true);
+    } finally {
+      await sb.delete(30, true);
+    }
+  });
+
   it("a box is not inside the git checkout its host directory happens to sit in", async () => {
     // `npm run dev` keeps boxes under the project's .wrangler/: git in a box must not find the
     // project's repository, or a run's diff artifact would be the developer's working tree.
