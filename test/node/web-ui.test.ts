@@ -363,6 +363,61 @@ describe("bots and @mentions", () => {
   });
 });
 
+describe("managing bots and environments", () => {
+  it("edits a bot, opens a DM with it and deletes it; edits an environment's secrets and deletes it", async (ctx) => {
+    if ((await api("/api/agents")).status === 404) ctx.skip();
+    const env = (await api("/api/environments", { method: "POST", json: { name: "ui-manage", env: { A: "1" }, secrets: { OLD_KEY: "old-value-1" } } })).body;
+    const bot = (await api("/api/agents", { method: "POST", json: { name: "Helper", handle: "helper-ui", model: "local/scripted-model", systemPrompt: "be brief" } })).body;
+    const { context, page } = await signedInPage();
+    page.on("dialog", (d) => void d.accept());
+    await page.goto(`${worker.url}/bots`);
+    const card = `li[data-agent-id="${bot.id}"]`;
+    await page.click(`${card} >> text=Edit`);
+    expect(await page.inputValue(`${card} textarea[name=systemPrompt]`)).toBe("be brief");
+    await page.screenshot({ path: join(OUT_DIR, "bot-edit.png"), fullPage: true });
+    await page.selectOption(`${card} select[name=triggerMode]`, "always");
+    await page.fill(`${card} textarea[name=systemPrompt]`, "");
+    await page.uncheck(`${card} input[name=tool-run_command]`);
+    await page.click(`${card} >> text=Save bot`);
+    await page.waitForSelector(`${card} >> text=answers on always`);
+    const edited = (await api(`/api/agents/${bot.id}`)).body;
+    expect({ triggerMode: edited.triggerMode, systemPrompt: edited.systemPrompt ?? null, runCommand: edited.tools.includes("run_command") })
+      .toEqual({ triggerMode: "always", systemPrompt: null, runCommand: false });
+
+    // Message: a DM thread whose parent is the bot, opened at once.
+    await page.click(`${card} >> text=Message`);
+    await page.waitForURL(/\/threads\/th_/);
+    const dmId = page.url().split("/threads/")[1].replace(/\/$/, "");
+    expect((await api(`/api/threads/${dmId}`)).body.parent).toEqual({ kind: "agent", id: bot.id });
+    await page.waitForSelector("text=direct messages with");
+    expect(await page.title()).toBe("DM with @helper-ui · threadbox");
+
+    await page.goto(`${worker.url}/bots`);
+    await page.click(`${card} >> text=Delete`);
+    await page.waitForSelector(card, { state: "detached" });
+    expect((await api(`/api/agents/${bot.id}`)).status).toBe(404);
+
+    await page.goto(`${worker.url}/environments`);
+    const envCard = `li[data-env-id="${env.id}"]`;
+    await page.click(`${envCard} >> text=Edit`);
+    expect(await page.inputValue(`${envCard} textarea[name=env]`)).toBe("A=1");
+    await page.fill(`${envCard} textarea[name=env]`, "A=2\nB=3");
+    await page.check(`${envCard} input[name=remove-secret-OLD_KEY]`);
+    await page.fill(`${envCard} input[name=secret-name-0]`, "NEW_KEY");
+    await page.fill(`${envCard} input[name=secret-value-0]`, "new-value-2");
+    await page.screenshot({ path: join(OUT_DIR, "environment-edit.png"), fullPage: true });
+    await page.click(`${envCard} >> text=Save environment`);
+    await page.waitForSelector(`${envCard} code.secret-name >> text=NEW_KEY`);
+    const saved = (await api(`/api/environments/${env.id}`)).body;
+    expect({ env: saved.env, secretNames: saved.secretNames }).toEqual({ env: { A: "2", B: "3" }, secretNames: ["NEW_KEY"] });
+    expect(JSON.stringify(saved)).not.toContain("new-value-2");
+    await page.click(`${envCard} >> text=Delete`);
+    await page.waitForSelector(envCard, { state: "detached" });
+    expect((await api(`/api/environments/${env.id}`)).status).toBe(404);
+    await context.close();
+  });
+});
+
 describe("stop and resume", () => {
   it("stops a running child from its page, then resumes it with a message", async () => {
     const env = (await api("/api/environments", {

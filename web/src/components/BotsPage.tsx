@@ -1,39 +1,144 @@
 import { useState } from "preact/hooks";
 import type { Session } from "../app";
-import { ApiError } from "../lib/api";
+import { ApiError, type Agent, type Environment } from "../lib/api";
 import { usePolled } from "../lib/hooks";
+import { navigate } from "../lib/router";
 import { ErrorNote } from "./common";
 
 const TOOLS = ["run_command", "delegate_task", "preview_link", "create_agent", "create_thread", "list_threads", "post_to_thread"];
+
+type BotFields = { name: string; handle: string; model: string; environmentId: string; triggerMode: string; systemPrompt: string; tools: string[] };
+
+const EMPTY: BotFields = { name: "", handle: "", model: "", environmentId: "", triggerMode: "mention", systemPrompt: "", tools: ["delegate_task"] };
+
+function fieldsOf(a: Agent): BotFields {
+  return {
+    name: a.name, handle: a.handle, model: a.model, environmentId: a.environmentId ?? "", triggerMode: a.triggerMode,
+    systemPrompt: a.systemPrompt ?? "", tools: a.tools ?? TOOLS,
+  };
+}
+
+/** One form for a new bot and for editing one: `onSave` gets the form's fields, trimmed. */
+function BotForm({ initial, envs, title, saveLabel, onSave, onCancel }: {
+  initial: BotFields; envs: Environment[] | undefined; title: string; saveLabel: string;
+  onSave: (f: BotFields) => Promise<void>; onCancel?: () => void;
+}) {
+  const [form, setForm] = useState<BotFields>(initial);
+  const [error, setError] = useState<ApiError | null>(null);
+  const [busy, setBusy] = useState(false);
+  const field = (k: "name" | "handle" | "model" | "systemPrompt") => ({
+    name: k, value: form[k], onInput: (e: Event) => setForm({ ...form, [k]: (e.currentTarget as HTMLInputElement).value }),
+  });
+  const submit = async (e: Event) => {
+    e.preventDefault();
+    setError(null);
+    setBusy(true);
+    try {
+      await onSave({ ...form, name: form.name.trim(), handle: form.handle.trim(), model: form.model.trim() });
+    } catch (err) {
+      setError(err as ApiError);
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <form class="card form bot-form" onSubmit={submit}>
+      <h3>{title}</h3>
+      <label>Name <input required {...field("name")} /></label>
+      <label>Handle (what @mentions match) <input required pattern="[a-z0-9_\-]{1,40}" title="1-40 of a-z, 0-9, _ and -" {...field("handle")} /></label>
+      <label>Model (provider/id) <input required placeholder="openai/gpt-4.1-mini" {...field("model")} /></label>
+      <label>Environment (its secrets hold the model key)
+        <select name="environmentId" value={form.environmentId} onChange={(e) => setForm({ ...form, environmentId: e.currentTarget.value })}>
+          <option value="">none</option>
+          {envs?.map((env) => <option key={env.id} value={env.id}>{env.name}</option>)}
+        </select>
+      </label>
+      <label>Answers
+        <select name="triggerMode" value={form.triggerMode} onChange={(e) => setForm({ ...form, triggerMode: e.currentTarget.value })}>
+          <option value="mention">when @mentioned</option>
+          <option value="ambient">when it judges it should</option>
+          <option value="always">every message</option>
+        </select>
+      </label>
+      <fieldset><legend>Tools</legend>
+        {TOOLS.map((t) => (
+          <label class="check" key={t}><input type="checkbox" name={`tool-${t}`} checked={form.tools.includes(t)} onChange={(e) => setForm({ ...form, tools: e.currentTarget.checked ? [...form.tools, t] : form.tools.filter((x) => x !== t) })} /> {t}</label>
+        ))}
+      </fieldset>
+      <label>Instructions <textarea rows={3} {...field("systemPrompt")} /></label>
+      <ErrorNote error={error} />
+      <div class="row">
+        <button type="submit" disabled={busy}>{saveLabel}</button>
+        {onCancel && <button type="button" class="link" onClick={onCancel}>Cancel</button>}
+      </div>
+    </form>
+  );
+}
+
+function BotCard({ agent, session, envs, onChanged }: { agent: Agent; session: Session; envs: Environment[] | undefined; onChanged: () => void }) {
+  const [editing, setEditing] = useState(false);
+  const [error, setError] = useState<ApiError | null>(null);
+  const act = async (fn: () => Promise<void>) => {
+    setError(null);
+    try {
+      await fn();
+    } catch (err) {
+      setError(err as ApiError);
+    }
+  };
+  // A DM is a thread whose parent is the bot: it answers every message there without a mention.
+  const message = () => act(async () => {
+    const t = await session.api.createThread({ title: `DM with @${agent.handle}`, parent: { kind: "agent", id: agent.id } });
+    navigate(`/threads/${t.id}`);
+  });
+  const remove = () => act(async () => {
+    if (!confirm(`Delete @${agent.handle}? Its threads stay; it answers no more.`)) return;
+    await session.api.deleteAgent(agent.id);
+    onChanged();
+  });
+  const save = async (f: BotFields) => {
+    // An emptied optional field is cleared (null), not kept.
+    await session.api.updateAgent(agent.id, {
+      name: f.name, handle: f.handle, model: f.model, triggerMode: f.triggerMode, tools: f.tools,
+      environmentId: f.environmentId || null, systemPrompt: f.systemPrompt.trim() ? f.systemPrompt : null,
+    });
+    setEditing(false);
+    onChanged();
+  };
+  if (editing) {
+    return <li data-agent-id={agent.id}><BotForm initial={fieldsOf(agent)} envs={envs} title={`Edit @${agent.handle}`} saveLabel="Save bot" onSave={save} onCancel={() => setEditing(false)} /></li>;
+  }
+  return (
+    <li class="card" data-agent-id={agent.id}>
+      <b>@{agent.handle}</b> {agent.name}
+      <div class="small">{agent.model} · answers on {agent.triggerMode}{agent.tools?.length ? ` · tools: ${agent.tools.join(", ")}` : ""}</div>
+      <div class="row actions">
+        <button type="button" onClick={message}>Message</button>
+        <button type="button" class="link" onClick={() => setEditing(true)}>Edit</button>
+        <button type="button" class="link danger" onClick={remove}>Delete</button>
+      </div>
+      <ErrorNote error={error} />
+    </li>
+  );
+}
 
 /** Bots: personas that answer chat. Their model keys live in environments, as write-only secrets. */
 export function BotsPage({ session }: { session: Session }) {
   const list = usePolled(() => session.api.agents(), 0, [session]);
   const envs = usePolled(() => session.api.environments(), 0, [session]);
-  const [form, setForm] = useState({ name: "", handle: "", model: "", environmentId: "", triggerMode: "mention", systemPrompt: "" });
-  const [tools, setTools] = useState<string[]>(["delegate_task"]);
-  const [error, setError] = useState<ApiError | null>(null);
-  const field = (k: keyof typeof form) => ({
-    name: k, value: form[k], onInput: (e: Event) => setForm({ ...form, [k]: (e.currentTarget as HTMLInputElement).value }),
-  });
+  // A new form after each create: its fields start empty again.
+  const [formKey, setFormKey] = useState(0);
   if (list.data === null) {
     return <section><h2>Bots</h2><p class="empty">This server has no bots API yet (<code>/api/agents</code>). Delegate tasks from a thread instead.</p></section>;
   }
-  const submit = async (e: Event) => {
-    e.preventDefault();
-    setError(null);
-    try {
-      await session.api.createAgent({
-        name: form.name.trim(), handle: form.handle.trim(), model: form.model.trim(), triggerMode: form.triggerMode, tools,
-        ...(form.environmentId ? { environmentId: form.environmentId } : {}),
-        ...(form.systemPrompt.trim() ? { systemPrompt: form.systemPrompt } : {}),
-      });
-      setForm({ name: "", handle: "", model: "", environmentId: "", triggerMode: "mention", systemPrompt: "" });
-      setTools(["delegate_task"]);
-      list.reload();
-    } catch (err) {
-      setError(err as ApiError);
-    }
+  const create = async (f: BotFields) => {
+    await session.api.createAgent({
+      name: f.name, handle: f.handle, model: f.model, triggerMode: f.triggerMode, tools: f.tools,
+      ...(f.environmentId ? { environmentId: f.environmentId } : {}),
+      ...(f.systemPrompt.trim() ? { systemPrompt: f.systemPrompt } : {}),
+    });
+    setFormKey((k) => k + 1);
+    list.reload();
   };
   return (
     <section>
@@ -41,40 +146,9 @@ export function BotsPage({ session }: { session: Session }) {
       <ErrorNote error={list.error} />
       {list.data && list.data.length === 0 && <p class="empty">No bots yet.</p>}
       <ul class="cards">
-        {list.data?.map((a) => (
-          <li key={a.id} class="card" data-agent-id={a.id}>
-            <b>@{a.handle}</b> {a.name}
-            <div class="small">{a.model} · answers on {a.triggerMode}{a.tools?.length ? ` · tools: ${a.tools.join(", ")}` : ""}</div>
-          </li>
-        ))}
+        {list.data?.map((a) => <BotCard key={a.id} agent={a} session={session} envs={envs.data} onChanged={list.reload} />)}
       </ul>
-      <form class="card form" onSubmit={submit}>
-        <h3>New bot</h3>
-        <label>Name <input required {...field("name")} /></label>
-        <label>Handle (what @mentions match) <input required pattern="[a-z0-9_\-]{1,40}" title="1-40 of a-z, 0-9, _ and -" {...field("handle")} /></label>
-        <label>Model (provider/id) <input required placeholder="openai/gpt-4.1-mini" {...field("model")} /></label>
-        <label>Environment (its secrets hold the model key)
-          <select name="environmentId" value={form.environmentId} onChange={(e) => setForm({ ...form, environmentId: e.currentTarget.value })}>
-            <option value="">none</option>
-            {envs.data?.map((env) => <option key={env.id} value={env.id}>{env.name}</option>)}
-          </select>
-        </label>
-        <label>Answers
-          <select name="triggerMode" value={form.triggerMode} onChange={(e) => setForm({ ...form, triggerMode: e.currentTarget.value })}>
-            <option value="mention">when @mentioned</option>
-            <option value="ambient">when it judges it should</option>
-            <option value="always">every message</option>
-          </select>
-        </label>
-        <fieldset><legend>Tools</legend>
-          {TOOLS.map((t) => (
-            <label class="check" key={t}><input type="checkbox" checked={tools.includes(t)} onChange={(e) => setTools(e.currentTarget.checked ? [...tools, t] : tools.filter((x) => x !== t))} /> {t}</label>
-          ))}
-        </fieldset>
-        <label>Instructions <textarea rows={3} {...field("systemPrompt")} /></label>
-        <ErrorNote error={error} />
-        <button type="submit">Create bot</button>
-      </form>
+      <BotForm key={formKey} initial={EMPTY} envs={envs.data} title="New bot" saveLabel="Create bot" onSave={create} />
     </section>
   );
 }

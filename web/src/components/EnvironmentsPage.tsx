@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 import type { Session } from "../app";
-import { ApiError } from "../lib/api";
+import { ApiError, type Environment } from "../lib/api";
 import { usePolled } from "../lib/hooks";
 import { ErrorNote, parseKeyValues } from "./common";
 
@@ -13,6 +13,100 @@ function parseJsonField(label: string, text: string): unknown {
   } catch {
     throw new Error(`${label} is not valid JSON`);
   }
+}
+
+/** KEY=value lines for a textarea, the inverse of parseKeyValues. */
+function keyValueLines(env: Record<string, string> | undefined): string {
+  return Object.entries(env ?? {}).map(([k, v]) => `${k}=${v}`).join("\n");
+}
+
+/**
+ * Edits what a PATCH can change from here: model, variables, the shared box and secrets (new
+ * values by name, or removed). Secret values are never shown: a blank one leaves it as it is.
+ */
+function EnvironmentEditor({ environment, session, onDone }: { environment: Environment; session: Session; onDone: (saved: boolean) => void }) {
+  const [model, setModel] = useState(environment.model ?? "");
+  const [env, setEnv] = useState(keyValueLines(environment.env));
+  const [sharedBox, setSharedBox] = useState(!!environment.sharedBox);
+  const [secrets, setSecrets] = useState<Secret[]>([{ name: "", value: "" }]);
+  const [removed, setRemoved] = useState<string[]>([]);
+  const [error, setError] = useState<ApiError | string | null>(null);
+  const setSecret = (i: number, patch: Partial<Secret>) => setSecrets((s) => s.map((x, j) => (j === i ? { ...x, ...patch } : x)));
+  const save = async (e: Event) => {
+    e.preventDefault();
+    setError(null);
+    try {
+      if (secrets.some((s) => !s.name.trim() && s.value)) throw new Error("a secret has a value but no name");
+      const secretPatch: Record<string, string | null> = Object.fromEntries(removed.map((n) => [n, null]));
+      for (const s of secrets) if (s.name.trim() && s.value) secretPatch[s.name.trim()] = s.value;
+      const body: Record<string, unknown> = { model: model.trim() || null, env: parseKeyValues(env), sharedBox };
+      if (Object.keys(secretPatch).length) body.secrets = secretPatch;
+      await session.api.updateEnvironment(environment.id, body);
+      onDone(true);
+    } catch (err) {
+      setError(err instanceof ApiError ? err : (err as Error).message);
+    }
+  };
+  return (
+    <form class="form env-edit" onSubmit={save}>
+      <label>Model (provider/id) <input name="model" value={model} onInput={(e) => setModel(e.currentTarget.value)} /></label>
+      <label>Environment variables (KEY=value per line) <textarea name="env" rows={3} value={env} onInput={(e) => setEnv(e.currentTarget.value)} /></label>
+      {environment.secretNames.length > 0 && (
+        <fieldset><legend>Remove secrets</legend>
+          {environment.secretNames.map((n) => (
+            <label class="check" key={n}><input type="checkbox" name={`remove-secret-${n}`} checked={removed.includes(n)} onChange={(e) => setRemoved(e.currentTarget.checked ? [...removed, n] : removed.filter((x) => x !== n))} /> <code>{n}</code></label>
+          ))}
+        </fieldset>
+      )}
+      <fieldset>
+        <legend>Set secrets (a name that exists gets the new value)</legend>
+        {secrets.map((s, i) => (
+          <div class="row" key={i}>
+            <input name={`secret-name-${i}`} placeholder="NAME" value={s.name} onInput={(e) => setSecret(i, { name: e.currentTarget.value })} />
+            <input name={`secret-value-${i}`} type="password" autocomplete="off" placeholder="value" value={s.value} onInput={(e) => setSecret(i, { value: e.currentTarget.value })} />
+          </div>
+        ))}
+        <button type="button" class="link" onClick={() => setSecrets((s) => [...s, { name: "", value: "" }])}>+ another secret</button>
+      </fieldset>
+      <label class="check"><input type="checkbox" name="sharedBox" checked={sharedBox} onChange={(e) => setSharedBox(e.currentTarget.checked)} /> shared box for run_command</label>
+      <ErrorNote error={error} />
+      <div class="row">
+        <button type="submit">Save environment</button>
+        <button type="button" class="link" onClick={() => onDone(false)}>Cancel</button>
+      </div>
+    </form>
+  );
+}
+
+function EnvironmentCard({ environment: e, session, onChanged }: { environment: Environment; session: Session; onChanged: () => void }) {
+  const [editing, setEditing] = useState(false);
+  const [error, setError] = useState<ApiError | null>(null);
+  const remove = async () => {
+    if (!confirm(`Delete environment ${e.name}? Its shared box and folder archives are deleted too; its threads can start no new run.`)) return;
+    setError(null);
+    try {
+      await session.api.deleteEnvironment(e.id);
+      onChanged();
+    } catch (err) {
+      setError(err as ApiError); // e.g. 409 while a run uses its shared box
+    }
+  };
+  return (
+    <li class="card" data-env-id={e.id}>
+      <b>{e.name}</b> <code class="muted">{e.id}</code>
+      <div class="small">model {e.model ?? <span class="muted">default</span>}{e.sharedBox ? " · shared box" : ""}</div>
+      <div class="small">secrets: {e.secretNames.length ? e.secretNames.map((s) => <code key={s} class="secret-name">{s}</code>) : <span class="muted">none</span>}</div>
+      {editing
+        ? <EnvironmentEditor environment={e} session={session} onDone={(saved) => { setEditing(false); if (saved) onChanged(); }} />
+        : (
+          <div class="row actions">
+            <button type="button" class="link" onClick={() => setEditing(true)}>Edit</button>
+            <button type="button" class="link danger" onClick={remove}>Delete</button>
+          </div>
+        )}
+      <ErrorNote error={error} />
+    </li>
+  );
 }
 
 /** Environments: what a run's box gets. Secrets are write-only: sent once, never shown again. */
@@ -58,15 +152,9 @@ export function EnvironmentsPage({ session }: { session: Session }) {
       <ErrorNote error={list.error} />
       {list.data && list.data.length === 0 && <p class="empty">No environments yet.</p>}
       <ul class="cards">
-        {list.data?.map((e) => (
-          <li key={e.id} class="card" data-env-id={e.id}>
-            <b>{e.name}</b> <code class="muted">{e.id}</code>
-            <div class="small">model {e.model ?? <span class="muted">default</span>}{e.sharedBox ? " · shared box" : ""}</div>
-            <div class="small">secrets: {e.secretNames.length ? e.secretNames.map((s) => <code key={s} class="secret-name">{s}</code>) : <span class="muted">none</span>}</div>
-          </li>
-        ))}
+        {list.data?.map((e) => <EnvironmentCard key={e.id} environment={e} session={session} onChanged={list.reload} />)}
       </ul>
-      <form class="card form" onSubmit={submit}>
+      <form class="card form new-env" onSubmit={submit}>
         <h3>New environment</h3>
         <label>Name <input name="name" required value={name} onInput={(e) => setName(e.currentTarget.value)} /></label>
         <label>Model (provider/id) <input name="model" placeholder="openai/gpt-4.1-mini" value={model} onInput={(e) => setModel(e.currentTarget.value)} /></label>

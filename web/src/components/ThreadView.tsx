@@ -80,15 +80,22 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
     }
   };
   const t = thread.data;
+  const heading = t?.title || id;
+  // The tab says which thread it is, among several open.
+  useEffect(() => {
+    document.title = `${heading} · threadbox`;
+    return () => { document.title = "threadbox"; };
+  }, [heading]);
   if (thread.error?.status === 404) return <p class="empty">Thread {id} not found. <Link href="/">Threads</Link></p>;
   return (
     <section class="thread">
       <header class="thread-head">
         <div>
-          <h2>{t?.title || id}</h2>
+          <h2>{heading}</h2>
           <div class="muted small">
             {id}
             {t?.parent.kind === "thread" && t.parent.id && <> · child of <Link href={`/threads/${t.parent.id}`}>{t.parent.id}</Link></>}
+            {t?.parent.kind === "agent" && t.parent.id && <> · direct messages with <b>@{bots.get(t.parent.id) ?? t.parent.id}</b></>}
             {t?.boxId && <> · box {t.boxId}</>}
           </div>
         </div>

@@ -13,7 +13,10 @@ export type Environment = {
   id: string; name: string; model?: string; provider?: string; sharedBox?: boolean;
   env?: Record<string, string>; secretNames: string[]; createdAt?: string;
 };
-export type Agent = { id: string; name: string; handle: string; model: string; triggerMode: string; environmentId?: string; tools?: string[] };
+export type Agent = {
+  id: string; name: string; handle: string; model: string; triggerMode: string; environmentId?: string | null; tools?: string[];
+  systemPrompt?: string | null;
+};
 export type Box = {
   id: string; provider: string; providerRef: string; ephemeral: boolean; state: string;
   labels: Record<string, string>; threads: string[]; lastError: string | null; createdAt: string; updatedAt: string;
@@ -62,7 +65,7 @@ export class Api {
 
   threads = (q = "limit=500") => this.request<{ threads: ThreadSummary[] }>("GET", `/api/threads?${q}`).then((r) => r.threads);
   thread = (id: string) => this.request<Thread>("GET", `/api/threads/${enc(id)}`);
-  createThread = (body: { title?: string; environmentId?: string }) => this.request<Thread>("POST", "/api/threads", body);
+  createThread = (body: { title?: string; environmentId?: string; parent?: ParentRef }) => this.request<Thread>("POST", "/api/threads", body);
   post = (id: string, text: string) =>
     this.request("POST", `/api/threads/${enc(id)}/entries`, { id: `ui-${crypto.randomUUID()}`, payload: { type: "chat", text } });
   delegate = (id: string, body: { task: string; environmentId?: string }) =>
@@ -72,10 +75,14 @@ export class Api {
   resume = (id: string, message: string) => this.request("POST", `/api/threads/${enc(id)}/resume`, { message });
   environments = () => this.request<{ environments: Environment[] }>("GET", "/api/environments").then((r) => r.environments);
   createEnvironment = (body: Record<string, unknown>) => this.request<Environment>("POST", "/api/environments", body);
+  updateEnvironment = (id: string, body: Record<string, unknown>) => this.request<Environment>("PATCH", `/api/environments/${enc(id)}`, body);
+  deleteEnvironment = (id: string) => this.request<null>("DELETE", `/api/environments/${enc(id)}`);
   sandboxes = () => this.request<{ sandboxes: Box[] }>("GET", "/api/sandboxes").then((r) => r.sandboxes);
   previewLink = (boxId: string, port: number) =>
     this.request<{ url: string; expiresAt: string }>("GET", `/api/sandboxes/${encodeURIComponent(boxId)}/ports/${port}/preview`);
   createAgent = (body: Record<string, unknown>) => this.request<Agent>("POST", "/api/agents", body);
+  updateAgent = (id: string, body: Record<string, unknown>) => this.request<Agent>("PATCH", `/api/agents/${enc(id)}`, body);
+  deleteAgent = (id: string) => this.request<null>("DELETE", `/api/agents/${enc(id)}`);
 
   /** The house's bots, or null where this server has no bots yet (404). */
   async agents(): Promise<Agent[] | null> {
