@@ -27,6 +27,7 @@ import { readBoxConfig, type BoxConfig } from "./config";
 import { TokenKeeper, renewUrlFor } from "./token-keeper";
 import { postHeartbeat, StreamWriter, threadStreamUrl, type WireEntry } from "./stream-writer";
 import { namedSecretValues, redactDeep, redactionList, sensitiveFilePaths, sensitiveValues } from "./redact";
+import { LiveToolOutputs, toolResultText } from "./live-tool-output";
 
 const log = (m: string) => process.stderr.write(`[threadbox mirror] ${m}\n`);
 
@@ -87,6 +88,19 @@ export default function threadboxMirror(pi: ExtensionAPI): void {
     writer.append(redactDeep(entry, redactions));
   };
 
+  // A long command's output reaches the thread while it runs, not only in its result.
+  // Ids unique to this process: a resumed session runs in a new one, with the same session id.
+  const liveIdPrefix = `${cfg.threadId}:live:${randomId()}`;
+  let liveEntries = 0;
+  const liveOutput = new LiveToolOutputs((payloads) => {
+    writer?.append(...payloads.map((payload) => redactDeep({
+      id: `${liveIdPrefix}:${liveEntries++}`,
+      ts: Date.now(),
+      ...(cfg.authorId ? { authorId: cfg.authorId } : {}),
+      payload,
+    } as WireEntry, redactions)));
+  }, (err) => log(`live output: ${(err as Error)?.message ?? err}`));
+
   const stopHeartbeat = () => {
     if (heartbeat) clearInterval(heartbeat);
     heartbeat = undefined;
@@ -139,6 +153,14 @@ export default function threadboxMirror(pi: ExtensionAPI): void {
     }
   });
 
+  pi.on("tool_execution_update", (event) => {
+    if (event.toolName === "bash") liveOutput.update(event.toolCallId, toolResultText(event.partialResult));
+  });
+
+  pi.on("tool_execution_end", async (event) => {
+    await liveOutput.end(event.toolCallId);
+  });
+
   // pi will not retry or continue on its own any more: an error stop is final now
   pi.on("agent_settled", () => {
     postFailureIfNeeded();
@@ -147,6 +169,7 @@ export default function threadboxMirror(pi: ExtensionAPI): void {
   pi.on("session_shutdown", async () => {
     stopHeartbeat();
     stopTokenRefresh();
+    await liveOutput.endAll();
     postFailureIfNeeded();
     if (writer) {
       const drained = await writer.flush(cfg.flushTimeoutMs);

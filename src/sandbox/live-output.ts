@@ -63,6 +63,19 @@ export class LiveOutput {
     await this.chain;
   }
 
+  /**
+   * Posts what is ready, then the marker, and nothing after: for output that can no longer be
+   * followed live (its result still carries all of it).
+   */
+  cutShort(): void {
+    if (this.cut) return;
+    this.flush();
+    if (this.cut) return;
+    this.cut = true;
+    const marker: LiveOutputPayload = { type: "signal.exec.output", execId: this.execId, stream: "stdout", text: "", truncated: true };
+    this.chain = this.chain.then(() => this.post([marker])).catch(this.onError);
+  }
+
   private take(stream: OutputStream, text: string): void {
     const last = this.ready.at(-1);
     if (last && last.stream === stream && last.text.length + text.length <= this.limits.maxEntryBytes) last.text += text;

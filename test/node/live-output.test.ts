@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { LiveOutput, type LiveOutputPayload } from "../../src/sandbox/live-output";
+import { LiveToolOutputs, toolResultText } from "../../src/runner/live-tool-output";
 
 function collector() {
   const posted: LiveOutputPayload[][] = [];
@@ -56,5 +57,49 @@ describe("live command output", () => {
     await out.end();
     expect(errors).toHaveLength(1);
     expect(posted).toEqual(["tail\n"]);
+  });
+});
+
+describe("an agent's tool calls followed live (pi's bash reports its whole output so far)", () => {
+  const limits = { maxEntries: 100, maxBytes: 10_000, flushMs: 1, maxEntryBytes: 1000 };
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+  it("posts only what each snapshot adds, once the call has run past afterMs; a quicker call posts nothing", async () => {
+    const c = collector();
+    const calls = new LiveToolOutputs(c.post, c.onError, { afterMs: 30, limits });
+    calls.update("quick", "done\n");
+    await calls.end("quick");
+    calls.update("slow", "a\n");
+    calls.update("slow", "a\nb\n");
+    await sleep(50);
+    calls.update("slow", "a\nb\nc");
+    await calls.end("slow");
+    const all = c.posted.flat();
+    expect(all.map((p) => p.execId)).not.toContain("quick");
+    expect(all.map((p) => p.text).join("")).toBe("a\nb\nc");
+    expect(c.errors).toEqual([]);
+  });
+
+  it("a snapshot that no longer extends the last (the tool kept only its tail) ends the call's live output with the marker", async () => {
+    const c = collector();
+    const calls = new LiveToolOutputs(c.post, c.onError, { afterMs: 0, limits });
+    calls.update("t", "first\n");
+    await sleep(10);
+    calls.update("t", "[truncated] later\n");
+    calls.update("t", "[truncated] later\nmore\n");
+    await calls.end("t");
+    expect(c.posted.flat().map((p) => [p.text, p.truncated ?? false])).toEqual([["first\n", false], ["", true]]);
+  });
+
+  it("endAll finishes every call still followed; the text of a partial result is its text parts", async () => {
+    const c = collector();
+    const calls = new LiveToolOutputs(c.post, c.onError, { afterMs: 0, limits });
+    calls.update("x", "partial line");
+    calls.update("y", "other\n");
+    await sleep(5);
+    await calls.endAll();
+    expect(c.posted.flat().map((p) => `${p.execId}:${p.text}`).sort()).toEqual(["x:partial line", "y:other\n"]);
+    expect(toolResultText({ content: [{ type: "text", text: "a" }, { type: "image" }, { type: "text", text: "b" }] })).toBe("ab");
+    expect(toolResultText(undefined)).toBe("");
   });
 });

@@ -168,6 +168,44 @@ describe("runner + mirror with the real pi", () => {
     }
   });
 
+  it("a long bash call's output reaches the thread while it runs, secrets redacted; a quick one's only in its result", async () => {
+    const slow = 'for i in 1 2 3 4; do echo "line$i key=$LIVE_SECRET"; sleep 0.7; done';
+    const model = await startModelServer([
+      { toolCalls: [{ name: "bash", arguments: { command: "echo quick" } }] },
+      { toolCalls: [{ name: "bash", arguments: { command: slow } }] },
+      { text: "Done." },
+    ]);
+    try {
+      const threadId = await newThread();
+      const { done } = startRunner({ threadId, model, prompt: "count", env: { THREADBOX_SECRET_NAMES: "LIVE_SECRET", LIVE_SECRET: "s3cret-live-value" } });
+      // Watched while the run goes: live lines land before the call's result does.
+      let seenLive: string[] = [];
+      let resultsWhenLive = -1;
+      while (resultsWhenLive < 0) {
+        const es = await entriesOf(threadId);
+        seenLive = es.filter((e) => e.payload.type === "signal.exec.output").map((e) => e.payload.text);
+        if (seenLive.length > 0) resultsWhenLive = es.filter((e) => e.payload.type === "pi.tool_result").length;
+        if (es.some((e) => e.payload.type === "signal.thread.status_changed")) break;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      expect(resultsWhenLive).toBe(1); // the quick call's result only: the slow one was still running
+      const run = await done;
+      expect(run.code, run.stderr).toBe(0);
+      const es = await entriesOf(threadId);
+      expectNoDuplicateIds(es);
+      const calls = es.filter((e) => e.payload.type === "pi.tool_call");
+      const live = es.filter((e) => e.payload.type === "signal.exec.output");
+      // Only the slow call is followed, under its own call id; the quick one's output is in its result alone.
+      expect(new Set(live.map((e) => e.payload.execId))).toEqual(new Set([calls[1].payload.toolCallId]));
+      expect(live.map((e) => e.payload.text).join("")).toBe([1, 2, 3, 4].map((i) => `line${i} key=[redacted]\n`).join(""));
+      expect(JSON.stringify(es)).not.toContain("s3cret-live-value");
+      const slowResult = es.findIndex((e) => e.payload.type === "pi.tool_result" && e.payload.toolCallId === calls[1].payload.toolCallId);
+      expect(es.findIndex((e) => e.payload.type === "signal.exec.output")).toBeLessThan(slowResult);
+    } finally {
+      await model.close();
+    }
+  });
+
   it("resume: a session rebuilt from the thread loads in pi and the model sees the first turn", async () => {
     expect(firstThread).toBeTruthy();
     const model = await startModelServer([{ text: "Second answer." }]);
