@@ -363,6 +363,28 @@ describe("bots and @mentions", () => {
   });
 });
 
+describe("long and right-to-left text", () => {
+  it("a 200 KB message is folded to its beginning until asked; a right-to-left title keeps its direction", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "שלום עולם" } })).body;
+    const long = "x".repeat(200_000);
+    await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text: long } } });
+    const { context, page } = await signedInPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector("li.bubble button.show-all");
+    const shown = async () => page.$eval("li.bubble .bubble-text", (el) => (el.firstChild?.textContent ?? "").length);
+    expect(await shown()).toBe(4001); // 4000 characters and the ellipsis
+    expect(await page.textContent("li.bubble button.show-all")).toBe("Show all (200,000 characters)");
+    await page.click("li.bubble button.show-all");
+    await page.waitForSelector("li.bubble button.show-all", { state: "detached" });
+    expect(await shown()).toBe(200_000);
+    expect(await page.getAttribute("h2", "dir")).toBe("auto");
+    expect(await page.title()).toBe("שלום עולם · threadbox");
+    await page.goto(`${worker.url}/`);
+    await page.waitForSelector(`[data-thread-id="${thread.id}"] bdi`);
+    await context.close();
+  });
+});
+
 describe("managing bots and environments", () => {
   it("edits a bot, opens a DM with it and deletes it; edits an environment's secrets and deletes it", async (ctx) => {
     if ((await api("/api/agents")).status === 404) ctx.skip();

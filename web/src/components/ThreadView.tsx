@@ -91,7 +91,7 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
     <section class="thread">
       <header class="thread-head">
         <div>
-          <h2>{heading}</h2>
+          <h2 dir="auto">{heading}</h2>
           <div class="muted small">
             {id}
             {t?.parent.kind === "thread" && t.parent.id && <> · child of <Link href={`/threads/${t.parent.id}`}>{t.parent.id}</Link></>}

@@ -26,7 +26,7 @@ function TreeNode({ node }: { node: Node }) {
     <li>
       <div class="tree-row" data-thread-id={t.id}>
         <StatusBadge status={t.status} reason={t.reason} />
-        <Link href={`/threads/${t.id}`}>{t.title || t.id}</Link>
+        <Link href={`/threads/${t.id}`}><bdi>{t.title || t.id}</bdi></Link>
         <span class="muted">{ago(t.createdAt)}</span>
       </div>
       {node.children.length > 0 && <ul>{[...node.children].reverse().map((c) => <TreeNode key={c.thread.id} node={c} />)}</ul>}

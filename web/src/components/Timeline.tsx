@@ -1,3 +1,4 @@
+import { useState } from "preact/hooks";
 import type { ArtifactItem, TimelineItem, ToolItem } from "../lib/timeline";
 import { diffOfToolCall, looksLikeDiff, parseUnifiedDiff, type DiffLine } from "../lib/diff";
 import { Link, StatusBadge } from "./common";
@@ -61,6 +62,21 @@ function Artifacts({ item }: { item: ArtifactItem }) {
   );
 }
 
+/** Past this many characters a message shows its beginning and a button for the rest. */
+export const CHAT_PREVIEW_CHARS = 4000;
+
+/** A message's text: in its own direction (a right-to-left one stays so among left-to-right ones), long ones folded. */
+function ChatText({ text }: { text: string }) {
+  const [open, setOpen] = useState(false);
+  const folded = !open && text.length > CHAT_PREVIEW_CHARS;
+  return (
+    <div class="bubble-text" dir="auto">
+      {folded ? `${text.slice(0, CHAT_PREVIEW_CHARS)}…` : text}
+      {folded && <div><button type="button" class="link show-all" onClick={() => setOpen(true)}>Show all ({text.length.toLocaleString()} characters)</button></div>}
+    </div>
+  );
+}
+
 export function Timeline({ items }: { items: TimelineItem[] }) {
   if (items.length === 0) return <p class="empty">Nothing here yet: post a message or delegate a task below.</p>;
   return (
@@ -75,7 +91,7 @@ export function Timeline({ items }: { items: TimelineItem[] }) {
                   {item.childThreadId && <> <Link href={`/threads/${item.childThreadId}`}>open</Link></>}
                   {" "}<span class="muted">{time(item.entry.ts)}</span>
                 </div>
-                <div class="bubble-text">{item.text}</div>
+                <ChatText text={item.text} />
               </li>
             );
           case "tool":
@@ -94,7 +110,7 @@ export function Timeline({ items }: { items: TimelineItem[] }) {
             return (
               <li key={item.key} class="child card" data-child-id={item.thread.id}>
                 <span class="muted">child thread</span>
-                <Link href={`/threads/${item.thread.id}`}>{item.thread.title || item.thread.id}</Link>
+                <Link href={`/threads/${item.thread.id}`}><bdi>{item.thread.title || item.thread.id}</bdi></Link>
                 <StatusBadge status={item.thread.status} reason={item.thread.reason} />
               </li>
             );
