@@ -26,6 +26,16 @@ async function drain(reader: ReadableStreamDefaultReader<Uint8Array>, maxBytes: 
  * cut off at `limitBytes` instead of being buffered whole first.
  */
 export async function readBoundedBody(request: Request, limitBytes: number): Promise<Uint8Array> {
+  try {
+    return await readBody(request, limitBytes);
+  } catch (err) {
+    if (err instanceof ApiError) throw err;
+    // Broken framing (a bad chunk size) or a client gone mid-body: the request, not the server.
+    throw new ApiError("bad_request", "the request body could not be read whole (broken chunked encoding, or the connection closed)");
+  }
+}
+
+async function readBody(request: Request, limitBytes: number): Promise<Uint8Array> {
   const tooLarge = () => new ApiError("payload_too_large", `body is larger than ${limitBytes} bytes`);
   const header = request.headers.get("content-length");
   const declared = Number(header ?? "0");

@@ -186,7 +186,13 @@ export function forwardToActor(
   headers.set(AUTH_HEADER, JSON.stringify(auth));
   headers.set(TARGET_HEADER, JSON.stringify(target));
   headers.delete("authorization");
-  return stub.fetch(new Request(inner, { method: request.method, headers, body: request.body, signal: request.signal }));
+  // A body on a GET or HEAD means nothing to these routes, and a Request cannot carry one: dropped.
+  const bodyless = request.method === "GET" || request.method === "HEAD";
+  if (bodyless) {
+    headers.delete("content-length");
+    headers.delete("transfer-encoding");
+  }
+  return stub.fetch(new Request(inner, { method: request.method, headers, body: bodyless ? null : request.body, signal: request.signal }));
 }
 
 export async function stopThreadRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
