@@ -227,6 +227,19 @@ describe("decideOutcome rules", () => {
     expect(o).toMatchObject({ status: "completed", alreadyFinished: false });
     expect(o.entries).toHaveLength(1);
   });
+  it("a stopped run's runner reporting late, after the next run's claim, neither ends the next run nor reads its work", () => {
+    const claim = (runId: string): ThreadEntry => ({ payload: { type: "signal.thread.status_changed", status: "running", reason: "launching", runId } });
+    const ended = (s: string, runId: string): ThreadEntry => ({ payload: { type: "signal.thread.status_changed", status: s, reason: s, runId } });
+    // r1 stopped by request; r2 resumed at once; r1's runner's own "completed" lands during r2.
+    const thread = [claim("r1"), a("toolUse"), ended("stopped", "r1"), claim("r2"), a("toolUse"), ended("completed", "r1"), a("stop"), hb];
+    const next = decideOutcome(thread, 0, { runId: "r2" });
+    expect(next).toMatchObject({ status: "completed", reason: "stop", alreadyFinished: false });
+    expect(next.entries[0].payload).toMatchObject({ status: "completed", runId: "r2" });
+    // The late runner sees its own run, already ended by the stop: it posts nothing.
+    expect(decideOutcome(thread, 143, { runId: "r1", stopRequested: true })).toMatchObject({ status: "stopped", alreadyFinished: true, entries: [] });
+    // A finished-signal naming no run still ends the run it is in.
+    expect(decideOutcome([claim("r3"), a("toolUse"), status("pi_failed", "by hand")], 0, { runId: "r3" })).toMatchObject({ status: "pi_failed", alreadyFinished: true });
+  });
   it("a clean stop with a non-zero exit is pi_failed; a SIGKILL is pi_failed", () => {
     expect(decideOutcome([a("stop")], 2).reason).toBe("harness exited with code 2");
     expect(decideOutcome([a("toolUse")], null, { signal: "SIGKILL" }).reason).toContain("SIGKILL");

@@ -1,9 +1,11 @@
 /**
  * decideOutcome: how a run ended, from the thread and the harness's exit code. Pure.
  *
- * The run's slice of the thread is everything after the last `status_changed: running`
- * claim (the whole thread when there is none). Rules, first match wins:
- *   1. a finished-signal already in the slice           -> that status, nothing to post
+ * The run's slice of the thread is everything after its own `status_changed: running` claim
+ * (the one with its `runId`; else the last claim; the whole thread when there is none), up to
+ * the next run's claim. Rules, first match wins:
+ *   1. a finished-signal of this run already in the slice -> that status, nothing to post
+ *      (one naming another run — a stopped run's runner reporting late — is not this run's)
  *   2. exit 0 and the last assistant stopped with "stop" -> completed
  *   3. last assistant stopReason "error"                 -> pi_failed (its errorMessage)
  *   4. a pi.error after the last assistant               -> pi_failed (its message)
@@ -25,22 +27,41 @@ import {
 
 const isTerminal = (s: unknown): s is FinishedStatus => TERMINAL_STATUSES.includes(s as FinishedStatus);
 
-/** The entries of the current run: after the last `running` claim. Heartbeats dropped. */
-export function currentRunSlice(entries: ThreadEntry[]): ThreadEntry[] {
-  let start = 0;
+const isClaim = (e: ThreadEntry | undefined) => e?.payload?.type === STATUS_CHANGED && e.payload.status === "running";
+
+/**
+ * The entries of run `runId`: after its claim, up to the next claim (a later run's). Without a
+ * `runId`, or when its claim is not there, the run is the one after the last claim. Heartbeats dropped.
+ */
+export function currentRunSlice(entries: ThreadEntry[], runId?: string): ThreadEntry[] {
+  let claim = -1;
   for (let i = entries.length - 1; i >= 0; i--) {
-    const p = entries[i]?.payload;
-    if (p?.type === STATUS_CHANGED && p.status === "running") {
-      start = i + 1;
+    if (isClaim(entries[i]) && (runId === undefined || entries[i].payload.runId === runId)) {
+      claim = i;
       break;
     }
   }
-  return entries.slice(start).filter((e) => e?.payload && e.payload.type !== HEARTBEAT);
+  if (claim < 0 && runId !== undefined) return currentRunSlice(entries);
+  let end = entries.length;
+  for (let i = claim + 1; i < entries.length; i++) {
+    if (isClaim(entries[i])) {
+      end = i;
+      break;
+    }
+  }
+  return entries.slice(claim + 1, end).filter((e) => e?.payload && e.payload.type !== HEARTBEAT);
+}
+
+/** Whether `e` ends run `runId`: a finished-signal naming it, or naming no run. */
+function endsRun(e: ThreadEntry, runId: string | undefined): boolean {
+  if (e.payload.type !== STATUS_CHANGED || !isTerminal(e.payload.status)) return false;
+  const named = e.payload.runId;
+  return runId === undefined || named === undefined || named === null || named === runId;
 }
 
 /** The finished-signal already on the run's slice, if any. */
-export function findFinishedSignal(entries: ThreadEntry[]): ThreadEntry | undefined {
-  return currentRunSlice(entries).find((e) => e.payload.type === STATUS_CHANGED && isTerminal(e.payload.status));
+export function findFinishedSignal(entries: ThreadEntry[], runId?: string): ThreadEntry | undefined {
+  return currentRunSlice(entries, runId).find((e) => endsRun(e, runId));
 }
 
 export function finishedSignal(status: FinishedStatus, reason: string, ctx: OutcomeContext = {}): ThreadEntry {
@@ -58,8 +79,8 @@ export function decideOutcome(
   exitCode: number | null,
   ctx: OutcomeContext = {},
 ): Outcome {
-  const slice = currentRunSlice(threadEntries);
-  const done = slice.find((e) => e.payload.type === STATUS_CHANGED && isTerminal(e.payload.status));
+  const slice = currentRunSlice(threadEntries, ctx.runId);
+  const done = slice.find((e) => endsRun(e, ctx.runId));
   if (done) {
     return {
       status: done.payload.status as FinishedStatus,
