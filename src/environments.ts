@@ -1,6 +1,8 @@
 import { z } from "zod";
 import { recordSchema } from "./domain/record-schema";
 import { idSchema } from "./auth/tokens";
+import { ApiError } from "./errors";
+import { formatZodError } from "./entries/schema";
 import { providerNameSchema } from "./sandbox/providers";
 import { packagesSchema } from "./workspace/packages";
 import { foldersSchema } from "./workspace/folders";
@@ -71,4 +73,32 @@ export type Environment = EnvironmentInput & { id: string; houseId: string; crea
 export function publicEnvironment(e: Environment) {
   const { secrets, files, ...rest } = e;
   return { ...rest, files: publicFiles(files), secretNames: Object.keys(secrets ?? {}).sort() };
+}
+
+/**
+ * A PATCH applied to an environment: the fields given replace the stored ones (`files` as a
+ * whole list) and `null` clears one (it takes its default); `secrets` merges by name, `null`
+ * removing one. The result is validated like a create. Pure: the house's actor applies it.
+ */
+export function applyEnvironmentPatch(current: Environment, patch: Record<string, unknown>): Environment {
+  if ("id" in patch && patch.id !== current.id) throw new ApiError("validation_failed", "id cannot be changed", [{ path: "id", message: "cannot be changed" }]);
+  const { houseId, createdAt, sharedBoxId, id: _id, ...stored } = current;
+  const merged: Record<string, unknown> = { ...stored, ...patch };
+  for (const [k, v] of Object.entries(patch)) if (v === null && k !== "secrets") delete merged[k];
+  if ("secrets" in patch) {
+    if (patch.secrets === null || typeof patch.secrets !== "object" || Array.isArray(patch.secrets)) {
+      throw new ApiError("validation_failed", "secrets must be an object (a null value removes that secret)", [{ path: "secrets", message: "an object of NAME: value (null removes one)" }]);
+    }
+    const next: Record<string, unknown> = { ...(current.secrets ?? {}) };
+    for (const [k, v] of Object.entries(patch.secrets as Record<string, unknown>)) {
+      if (v === null) delete next[k];
+      else next[k] = v;
+    }
+    merged.secrets = next;
+  }
+  // Leaving `shared` keeps the box for run_command unless sharedBox says otherwise.
+  if (patch.boxMode === "ephemeral" && !("sharedBox" in patch)) merged.sharedBox = current.sharedBox;
+  const parsed = environmentInputSchema.safeParse(merged);
+  if (!parsed.success) throw new ApiError("validation_failed", "invalid environment", formatZodError(parsed.error));
+  return { ...parsed.data, id: current.id, houseId, createdAt, ...(sharedBoxId ? { sharedBoxId } : {}) };
 }

@@ -16,7 +16,6 @@ import { providerFor } from "../sandbox/providers";
 import { providerApiError } from "../sandbox/api-errors";
 import { ProviderError } from "../sandbox/errors";
 import { readBody } from "./body";
-import { formatZodError } from "../entries/schema";
 
 export async function createEnvironmentRoute(request: Request, env: Env): Promise<Response> {
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
@@ -49,26 +48,9 @@ export async function patchEnvironmentRoute(request: Request, env: Env, id: stri
   // Authorization before validation: another house's environment answers 404 before the body is read.
   const { claims, environment: current } = await environmentForConfigurer(request, env, id);
   const patch = await readBody(request, patchBodySchema);
-  if ("id" in patch && patch.id !== current.id) throw new ApiError("validation_failed", "id cannot be changed");
-  const { houseId, createdAt, sharedBoxId, id: _id, ...stored } = current;
-  const merged: Record<string, unknown> = { ...stored, ...patch };
-  // `null` clears a field: it takes its default (none, or an empty list), as if never set.
-  for (const [k, v] of Object.entries(patch)) if (v === null && k !== "secrets") delete merged[k];
-  if ("secrets" in patch) {
-    if (patch.secrets === null || typeof patch.secrets !== "object" || Array.isArray(patch.secrets)) throw new ApiError("validation_failed", "secrets must be an object (a null value removes that secret)");
-    const next: Record<string, unknown> = { ...(current.secrets ?? {}) };
-    for (const [k, v] of Object.entries(patch.secrets as Record<string, unknown>)) {
-      if (v === null) delete next[k];
-      else next[k] = v;
-    }
-    merged.secrets = next;
-  }
-  // Leaving `shared` keeps the box for run_command unless sharedBox says otherwise.
-  if (patch.boxMode === "ephemeral" && !("sharedBox" in patch)) merged.sharedBox = current.sharedBox;
-  const parsed = environmentInputSchema.safeParse(merged);
-  if (!parsed.success) throw new ApiError("validation_failed", "invalid environment", formatZodError(parsed.error));
-  const e: Environment = { ...parsed.data, id: current.id, houseId, createdAt, ...(sharedBoxId ? { sharedBoxId } : {}) };
-  await unwrapRpc(houseStub(env, claims.houseId).putEnvironment(e));
+  // Merged in the house's actor, against what it holds then: two PATCHes at once both take
+  // effect, and one after a DELETE is a 404 instead of bringing the environment back.
+  const e = (await unwrapRpc(houseStub(env, claims.houseId).patchEnvironment(current.id, patch))) as Environment;
   return json(publicEnvironment(e));
 }
 

@@ -227,4 +227,23 @@ describe("DELETE /api/environments/:id", () => {
     provider.execHandler = () => ({ exitCode: 0, output: "" });
   });
 
+  it("PATCHes at once all take effect (secrets merge by name), and a PATCH after a DELETE is a 404 that brings nothing back", async () => {
+    const token = await houseToken("house-env-patch-race");
+    const { id } = (await (await call("/api/environments", { method: "POST", token, json: { name: "race" } })).json()) as { id: string };
+    const answers = await Promise.all(Array.from({ length: 10 }, (_, i) =>
+      call(`/api/environments/${id}`, { method: "PATCH", token, json: { secrets: { [`S_${i}`]: `secret-value-${i}` } } })));
+    expect(answers.map((r) => r.status)).toEqual(Array(10).fill(200));
+    const got = (await (await call(`/api/environments/${id}`, { token })).json()) as { secretNames: string[] };
+    expect([...got.secretNames].sort()).toEqual(Array.from({ length: 10 }, (_, i) => `S_${i}`).sort());
+
+    const [patched, deleted] = await Promise.all([
+      call(`/api/environments/${id}`, { method: "PATCH", token, json: { env: { LATE: "1" } } }),
+      call(`/api/environments/${id}`, { method: "DELETE", token }),
+    ]);
+    expect(deleted.status).toBe(204);
+    expect([200, 404]).toContain(patched.status);
+    expect((await call(`/api/environments/${id}`, { token })).status).toBe(404);
+    expect((await call(`/api/environments/${id}`, { method: "PATCH", token, json: { env: { AFTER: "1" } } })).status).toBe(404);
+    expect((await call(`/api/environments/${id}`, { token })).status).toBe(404);
+  });
 });

@@ -3,7 +3,7 @@ import type { Env } from "../../env";
 import type { ThreadStatus } from "../../entries/schema";
 import type { ParentRef } from "../../threads/thread-row";
 import type { BoxView } from "../sandbox/sandbox-actor";
-import type { Environment } from "../../environments";
+import { applyEnvironmentPatch, type Environment } from "../../environments";
 import { settle, unwrapRpc } from "../rpc";
 import { applyAgentPatch, type Agent, type AgentPatch } from "../../agents";
 import type { Candidate } from "../../dispatch/selection";
@@ -223,6 +223,17 @@ export class HouseActor extends DurableObject<Env> {
       const { sharedBoxId: _sent, ...config } = e;
       const kept = this.getEnvironmentSync(e.id)?.sharedBoxId;
       this.putEnvironmentSync(kept ? { ...config, sharedBoxId: kept } : config);
+    }));
+  }
+
+  /** Applies a PATCH to the environment as it is now, in one step: 404 once it is deleted. */
+  async patchEnvironment(id: string, patch: Record<string, unknown>) {
+    return settle(() => this.ctx.storage.transactionSync((): Environment => {
+      const current = this.getEnvironmentSync(id);
+      if (!current) throw new ApiError("not_found", "environment not found");
+      const next = applyEnvironmentPatch(current, patch);
+      this.putEnvironmentSync(next);
+      return next;
     }));
   }
 
