@@ -61,6 +61,11 @@ export async function patchEnvironmentRoute(request: Request, env: Env, id: stri
  */
 export async function deleteEnvironmentRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
   const { claims, environment: e } = await environmentForConfigurer(request, env, id);
+  if (e.boxMode === "shared") {
+    // Its runs use the shared box from their claim on, before the box counts them as attached.
+    const [running] = await unwrapRpc(houseStub(env, claims.houseId).listThreads({ status: "running", environmentId: e.id, limit: 1 }));
+    if (running) throw new ApiError("conflict", `thread ${running.id} is running on this environment's shared box: stop it first`);
+  }
   if (e.sharedBoxId) {
     try {
       await unwrapRpc(sandboxStub(env, e.sharedBoxId).destroy(claims.houseId, false));

@@ -174,3 +174,37 @@ describe("a run stopped while it launches", () => {
     expect(del.status).toBe(200);
   }, 30_000);
 });
+
+describe("a box deleted while its run launches", () => {
+  it("is refused until the thread is attached (the run named in its labels is using it): the run goes on", async () => {
+    const { token, t, stub, runId } = await startLaunch("house-delete-launching", (a) => a.deleteBoxAt("box_registered"));
+    await vi.waitFor(async () => {
+      const launched = (await readAll(token, t.id)).entries.filter((e) => e.payload.type === "signal.run.launched");
+      expect(launched).toHaveLength(1);
+    }, { timeout: 15_000, interval: 100 });
+    const answer = await runInDurableObject(stub, (a: ThreadActor) => a.testDeleteBoxAnswer());
+    expect(answer).toMatch(/conflict: a run is launching on this box/);
+    await expectOneBoxAndOneRunner(token, t.id, runId);
+  }, 30_000);
+});
+
+describe("an environment deleted right after a run started in its shared box", () => {
+  it("is a 409 while that run runs, before the box counts it as attached; after the run, the delete goes through", async () => {
+    const houseId = "house-delete-env-launching";
+    const token = await houseToken(houseId);
+    const envRes = await call("/api/environments", { method: "POST", token, json: { name: "shared", provider: "test", boxMode: "shared" } });
+    const environmentId = ((await envRes.json()) as { id: string }).id;
+    const t = await createThread(token, { environmentId });
+    const stub = threadStub(t.id);
+    await runInDurableObject(stub, (a: ThreadActor) => a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" }));
+    await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+    const refused = await call(`/api/environments/${environmentId}`, { method: "DELETE", token });
+    expect(refused.status).toBe(409);
+    expect(((await refused.json()) as { error: { message: string } }).error.message).toContain(t.id);
+    await call(`/api/threads/${t.id}/stop`, { method: "POST", token });
+    await vi.waitFor(async () => {
+      const r = await call(`/api/environments/${environmentId}`, { method: "DELETE", token });
+      expect(r.status).toBe(204);
+    }, { timeout: 15_000, interval: 200 });
+  }, 30_000);
+});

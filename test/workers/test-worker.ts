@@ -9,7 +9,9 @@ import type { ThreadSummary } from "../../src/actors/house/house-actor";
 import type { Clock } from "../../src/actors/clock";
 import type { OutboxKind, OutboxPayloads } from "../../src/actors/thread/outbox";
 import type { Env } from "../../src/env";
-import type { LaunchStep } from "../../src/threads/launch-progress";
+import { launchBoxId, type LaunchStep } from "../../src/threads/launch-progress";
+import { sandboxStub } from "../../src/actors/stubs";
+import { unwrapRpc } from "../../src/actors/rpc";
 import type { Entry } from "../../src/entries/schema";
 
 export { default } from "../../src/worker";
@@ -35,6 +37,9 @@ export class ThreadActor extends ProductionThreadActor {
   private readonly testClock: ShiftedClock;
   private crashAtLaunchStep: LaunchStep | null = null;
   private stopAtLaunchStep: LaunchStep | null = null;
+  private deleteBoxAtLaunchStep: LaunchStep | null = null;
+  /** What the plain delete of the launch's box, asked for at a step, answered. */
+  deleteBoxAnswer: Promise<string> | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
     const clock = new ShiftedClock();
@@ -60,7 +65,22 @@ export class ThreadActor extends ProductionThreadActor {
     this.stopAtLaunchStep = step;
   }
 
+  /** When the launch reaches `step`, someone deletes its box without force (as DELETE /api/sandboxes/:id does). */
+  deleteBoxAt(step: LaunchStep): void {
+    this.deleteBoxAtLaunchStep = step;
+  }
+
+  testDeleteBoxAnswer(): Promise<string> | null {
+    return this.deleteBoxAnswer;
+  }
+
   protected override launchCheckpoint(step: LaunchStep): void {
+    if (this.deleteBoxAtLaunchStep === step) {
+      this.deleteBoxAtLaunchStep = null;
+      const row = this.rows.get()!;
+      this.deleteBoxAnswer = unwrapRpc(sandboxStub(this.env, launchBoxId(row.runId!)).destroy(row.houseId, false))
+        .then(() => "deleted", (err: Error) => err.message);
+    }
     if (this.stopAtLaunchStep === step) {
       this.stopAtLaunchStep = null;
       void this.stopRun(this.rows.get()!.houseId, "tester");

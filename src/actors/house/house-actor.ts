@@ -54,7 +54,7 @@ export type SubscriptionOp =
 
 const WEBHOOK_TIMEOUT_MS = 10_000;
 
-export type ThreadFilter = { parentKind?: string; parentId?: string; status?: ThreadStatus; limit: number; before?: string };
+export type ThreadFilter = { parentKind?: string; parentId?: string; status?: ThreadStatus; environmentId?: string; limit: number; before?: string };
 
 /**
  * One per house: an index so listing does not ask every thread. Answers with the same typed
@@ -395,6 +395,7 @@ export class HouseActor extends DurableObject<Env> {
     if (f.parentKind) { where.push("parent_kind = ?"); args.push(f.parentKind); }
     if (f.parentId) { where.push("parent_id = ?"); args.push(f.parentId); }
     if (f.status) { where.push("status = ?"); args.push(f.status); }
+    if (f.environmentId) { where.push("environment_id = ?"); args.push(f.environmentId); }
     if (f.before) { where.push("created_at < ?"); args.push(f.before); }
     const sql = `select * from threads ${where.length ? "where " + where.join(" and ") : ""} order by created_at desc, id limit ?`;
     return this.ctx.storage.sql.exec(sql, ...args, f.limit).toArray().map((r) => ({

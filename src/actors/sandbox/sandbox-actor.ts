@@ -1,7 +1,7 @@
 import { DurableObject } from "cloudflare:workers";
 import { ApiError } from "../../errors";
 import { intVar, type Env } from "../../env";
-import type { DetachedHandle, SandboxProvider } from "../../sandbox/provider";
+import { LABEL_RUN, LABEL_THREAD, type DetachedHandle, type SandboxProvider } from "../../sandbox/provider";
 import { ProviderError } from "../../sandbox/errors";
 import { providerFor } from "../../sandbox/providers";
 import { providerApiError } from "../../sandbox/api-errors";
@@ -213,15 +213,34 @@ export class SandboxActor extends DurableObject<Env> {
   /** Explicit delete. Refused while threads run on the box unless forced (which orphans them). */
   async destroy(houseId: string, force: boolean) {
     return settle(async () => {
-      this.requireRow(houseId);
+      const row = this.requireRow(houseId);
       const threads = this.threadIds();
       if (threads.length > 0 && !force) throw new ApiError("conflict", `${threads.length} thread(s) are running on this box`);
+      if (!force && (await this.launchingOn(houseId, JSON.parse(row.labels as string)))) {
+        throw new ApiError("conflict", "a run is launching on this box (stop it, or delete with force=true)");
+      }
       for (const threadId of threads) await this.orphanThread(threadId, "box deleted by request");
       this.ctx.storage.sql.exec(`delete from box_threads`);
       await this.deleteNow();
       await this.syncIndex();
       return this.viewOf(houseId);
     });
+  }
+
+  /**
+   * A box a launch made is registered before its thread is attached to it: the run named in its
+   * labels, while still its thread's running run, is using it already.
+   */
+  private async launchingOn(houseId: string, labels: Record<string, string>): Promise<boolean> {
+    const threadId = labels[LABEL_THREAD];
+    const runId = labels[LABEL_RUN];
+    if (!threadId || !runId) return false;
+    try {
+      return (await unwrapRpc(threadStub(this.env, threadId).runIsCurrent(houseId, runId))) === true;
+    } catch (err) {
+      if (err instanceof ApiError && err.code === "not_found") return false;
+      throw err;
+    }
   }
 
   async alarm(): Promise<void> {

@@ -398,6 +398,14 @@ export class ThreadActor extends DurableObject<Env> {
     return settle(async () => publicThread(this.requireThread(houseId)));
   }
 
+  /** Whether run `runId` is this thread's running run (it may still be launching, its box not yet assigned). */
+  async runIsCurrent(houseId: string, runId: string) {
+    return settle(async () => {
+      const row = this.requireThread(houseId);
+      return row.status === "running" && row.runId === runId;
+    });
+  }
+
   async appendEntries(houseId: string, raw: unknown, writer: EntryWriter) {
     return settle(async () => {
       this.requireThread(houseId);
