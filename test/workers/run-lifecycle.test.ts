@@ -471,6 +471,27 @@ describe("launch", () => {
     expect(elsewhere.childThreadId).not.toBe(a.childThreadId);
   });
 
+  it("a delegate retried with its Idempotency-Key after the child was resumed is still a replay, and starts nothing", async () => {
+    const token = await houseToken("house-delegate-idem-resumed");
+    const envRes = await call("/api/environments", { method: "POST", token, json: { name: "t", provider: "test" } });
+    const envId = ((await envRes.json()) as { id: string }).id;
+    const parent = await createThread(token, { environmentId: envId });
+    const delegate = () => call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "do it", model: "local/m" }, headers: { "idempotency-key": "k-resumed" } });
+    const a = (await (await delegate()).json()) as { childThreadId: string; runId: string };
+    // The first run ends (here its launch fails: no stream URL), then the child is resumed.
+    await vi.waitFor(async () => {
+      const child = (await (await call(`/api/threads/${a.childThreadId}`, { token })).json()) as { status: string };
+      expect(child.status).not.toBe("running");
+    }, { timeout: 10_000, interval: 100 });
+    expect((await call(`/api/threads/${a.childThreadId}/resume`, { method: "POST", token, json: { message: "again", model: "local/m" } })).status).toBe(202);
+    const claimsBefore = (await readAll(token, a.childThreadId)).entries.filter((e) => e.id.startsWith("claim:")).length;
+    const again = await delegate();
+    expect(again.status).toBe(202);
+    expect(again.headers.get("idempotent-replayed")).toBe("true");
+    expect(await again.json()).toMatchObject({ childThreadId: a.childThreadId, runId: a.runId });
+    expect((await readAll(token, a.childThreadId)).entries.filter((e) => e.id.startsWith("claim:")).length).toBe(claimsBefore);
+  });
+
   it("a launch that cannot start settles the run visibly (pi_failed with the reason), creating no box", async () => {
     const token = await houseToken("house-launch");
     const envRes = await call("/api/environments", { method: "POST", token, json: { name: "t", provider: "test" } });

@@ -269,8 +269,11 @@ export class ThreadActor extends DurableObject<Env> {
   async startRun(houseId: string, spec: Omit<LaunchSpec, "runId"> & { authorId: string; resume: boolean; runId?: string }) {
     return settle(async () => {
       const row = this.requireThread(houseId);
-      // A retried request that names its run (an Idempotency-Key) finds the run it started.
-      if (spec.runId !== undefined && row.runId === spec.runId) return { runId: row.runId, status: row.status, replayed: true };
+      // A retried request that names its run (an Idempotency-Key) finds the run it started, even
+      // once later runs (a resume) followed it: its claim is on the log.
+      if (spec.runId !== undefined && (row.runId === spec.runId || this.entryById(`claim:${spec.runId}`) !== null)) {
+        return { runId: spec.runId, status: row.status, replayed: true };
+      }
       if (row.status === "running") throw new ApiError("conflict", "thread is already running");
       if (spec.resume && row.status === "idle") throw new ApiError("conflict", "thread has no finished run to resume");
       const runId = spec.runId ?? crypto.randomUUID();
