@@ -102,7 +102,7 @@ function resolveForkSource(raw: string, houseId: string): ForkSource {
  * leaked token cannot be kept alive past its run.
  */
 async function renewStreamToken(request: Request, env: Env, claims: TokenClaims, threadId: string): Promise<Response> {
-  if (request.method !== "POST") throw new ApiError("method_not_allowed", "POST to renew a stream token");
+  if (request.method !== "POST") throw new ApiError("method_not_allowed", "POST to renew a stream token", undefined, { allow: "POST" });
   if (claims.kind !== "stream") throw new ApiError("forbidden", "only a stream token can be renewed");
   if (claims.threadId !== threadId) throw new ApiError("forbidden", "token is scoped to another thread");
   const row = await unwrapRpc(threadStub(env, threadId).getThread(claims.houseId));

@@ -6,14 +6,14 @@ import { houseStub } from "../actors/stubs";
 import { unwrapRpc } from "../actors/rpc";
 import type { SubscriptionOp } from "../actors/house/house-actor";
 import type { SubResult } from "../subscriptions/service";
-import { ackRequestSchema, normalizePath, subscriptionInputSchema } from "../subscriptions/rules";
+import { ackRequestSchema, streamPath, subscriptionInputSchema } from "../subscriptions/rules";
 import { peekCallbackToken, verifyCallbackToken } from "../subscriptions/signing";
 import { readBody } from "./body";
 
 const SUBSCRIPTION_ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
 const ROUTE = /^__ds\/subscriptions\/([^/]+)(?:\/(streams|claim|callback|ack|release)(?:\/(.+))?)?$/;
 
-const addStreamsSchema = z.object({ streams: z.array(z.string().min(1).max(256)).min(1).max(1000) });
+const addStreamsSchema = z.object({ streams: z.array(streamPath).min(1).max(1000) });
 const claimSchema = z.object({ worker: z.string().min(1).max(200) });
 
 function toResponse(r: SubResult): Response {
@@ -29,15 +29,22 @@ const protocolError = (status: number, code: string, message: string) => json({ 
  * wake's callback token authorizes. `base` is the stream base URL the answers link to.
  */
 export async function subscriptionsRoute(request: Request, env: Env, name: string, base: string): Promise<Response> {
-  const method = request.method;
+  // HEAD is a GET without its body, as everywhere else under the stream base.
+  const head = request.method === "HEAD";
+  const method = head ? "GET" : request.method;
+  const answer = await route(request, env, name, base, method);
+  return head ? new Response(null, { status: answer.status, headers: answer.headers }) : answer;
+}
+
+async function route(request: Request, env: Env, name: string, base: string, method: string): Promise<Response> {
   if (name === "__ds/jwks.json") {
-    if (method !== "GET") throw new ApiError("method_not_allowed", "GET the key set");
     const claims = await houseCaller(request, env, false);
+    allow(method, ["GET"], "GET the key set");
     return toResponse(await op(env, claims.houseId, { kind: "jwks" }));
   }
   if (name === "__ds/subscriptions") {
-    if (method !== "GET") throw new ApiError("method_not_allowed", "GET to list subscriptions");
     const claims = await houseCaller(request, env, false);
+    allow(method, ["GET"], "GET to list subscriptions");
     return toResponse(await op(env, claims.houseId, { kind: "list" }));
   }
   const m = ROUTE.exec(name);
@@ -47,7 +54,6 @@ export async function subscriptionsRoute(request: Request, env: Env, name: strin
 
   // A wake's own token authorizes these, not a house token: it names the house and the wake.
   if (action === "callback" || action === "ack" || action === "release") {
-    if (method !== "POST") throw new ApiError("method_not_allowed", `POST to ${action}`);
     const token = /^Bearer (.+)$/i.exec(request.headers.get("authorization") ?? "")?.[1]?.trim() ?? "";
     const claims = peekCallbackToken(token);
     if (!claims || claims.sub !== id) return protocolError(401, "TOKEN_INVALID", "Token invalid");
@@ -55,6 +61,7 @@ export async function subscriptionsRoute(request: Request, env: Env, name: strin
     // type) and wake no house. Its wake generation is checked by the house (service.ts, fence).
     const verified = await verifyCallbackToken(env.THREADBOX_TOKEN_SECRET ?? "", token, claims.house, id, Date.now());
     if (!verified.ok) return protocolError(401, verified.code, verified.code === "TOKEN_EXPIRED" ? "Token expired" : "Token invalid");
+    allow(method, ["POST"], `POST to ${action}`);
     const body = await readBody(request, ackRequestSchema);
     const result = action === "release"
       ? await op(env, claims.house, { kind: "release", id, token, request: body })
@@ -63,30 +70,36 @@ export async function subscriptionsRoute(request: Request, env: Env, name: strin
   }
 
   if (action === "claim") {
-    if (method !== "POST") throw new ApiError("method_not_allowed", "POST to claim");
-    const claims = await houseCaller(request, env, true);
+    const claims = await houseCaller(request, env, method === "POST");
+    allow(method, ["POST"], "POST to claim");
     const body = await readBody(request, claimSchema);
     return toResponse(await op(env, claims.houseId, { kind: "claim", id, worker: body.worker }));
   }
   if (action === "streams") {
-    const claims = await houseCaller(request, env, true);
     if (rest === undefined) {
-      if (method !== "POST") throw new ApiError("method_not_allowed", "POST streams to add");
+      const claims = await houseCaller(request, env, method === "POST");
+      allow(method, ["POST"], "POST streams to add");
       const body = await readBody(request, addStreamsSchema);
-      return toResponse(await op(env, claims.houseId, { kind: "add_streams", id, streams: body.streams.map(normalizePath) }));
+      return toResponse(await op(env, claims.houseId, { kind: "add_streams", id, streams: body.streams }));
     }
-    if (method !== "DELETE") throw new ApiError("method_not_allowed", "DELETE a stream to remove it");
+    const claims = await houseCaller(request, env, method === "DELETE");
+    allow(method, ["DELETE"], "DELETE a stream to remove it");
     return toResponse(await op(env, claims.houseId, { kind: "remove_stream", id, path: rest }));
   }
 
-  if (method === "GET") return toResponse(await op(env, (await houseCaller(request, env, false)).houseId, { kind: "get", id }));
-  if (method === "DELETE") return toResponse(await op(env, (await houseCaller(request, env, true)).houseId, { kind: "delete", id }));
-  if (method === "PUT") {
-    const claims = await houseCaller(request, env, true);
-    const input = await readBody(request, subscriptionInputSchema);
-    return toResponse(await op(env, claims.houseId, { kind: "put", id, input, base }));
-  }
-  throw new ApiError("method_not_allowed", "PUT, GET or DELETE a subscription");
+  const claims = await houseCaller(request, env, method !== "GET");
+  allow(method, ["PUT", "GET", "DELETE"], "PUT, GET or DELETE a subscription");
+  if (method === "GET") return toResponse(await op(env, claims.houseId, { kind: "get", id }));
+  if (method === "DELETE") return toResponse(await op(env, claims.houseId, { kind: "delete", id }));
+  const input = await readBody(request, subscriptionInputSchema);
+  return toResponse(await op(env, claims.houseId, { kind: "put", id, input, base }));
+}
+
+/** A known route asked with another method: 405 with `Allow` (after the token check). */
+function allow(method: string, allowed: string[], message: string): void {
+  if (allowed.includes(method)) return;
+  const withHead = allowed.includes("GET") ? [...allowed, "HEAD"] : allowed;
+  throw new ApiError("method_not_allowed", message, undefined, { allow: withHead.join(", ") });
 }
 
 /** Subscriptions belong to houses: a run's stream token does not reach them. */

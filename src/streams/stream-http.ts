@@ -140,6 +140,11 @@ function readPage(host: StreamHost, afterSeq: number): Promise<Page> {
   return readThrough(host.log, host.fork?.links, host.fork?.houseId ?? "", afterSeq, MAX_READ_BYTES);
 }
 
+/** The methods a stream answers (a thread's log is never deleted through it). */
+function streamMethods(host: StreamHost): string[] {
+  return ["GET", "HEAD", "POST", "PUT", ...(host.allowDelete ? ["DELETE"] : []), "OPTIONS"];
+}
+
 async function dispatch(request: Request, host: StreamHost, auth: StreamRequestAuth): Promise<Response> {
   const method = request.method.toUpperCase();
   if (method === "OPTIONS") return new Response(null, { status: 204, headers: { ...CORS_PREFLIGHT_HEADERS, ...SECURITY_HEADERS } });
@@ -150,7 +155,7 @@ async function dispatch(request: Request, host: StreamHost, auth: StreamRequestA
     case "GET": return handleRead(request, host);
     case "HEAD": return handleHead(host);
     case "DELETE": return handleDelete(host);
-    default: throw new ApiError("method_not_allowed", `${method} is not supported on a stream`);
+    default: throw new ApiError("method_not_allowed", `${method} is not supported on a stream`, undefined, { allow: streamMethods(host).join(", ") });
   }
 }
 
@@ -270,7 +275,7 @@ function handleHead(host: StreamHost): Response {
 }
 
 function handleDelete(host: StreamHost): Response {
-  if (!host.allowDelete) throw new ApiError("method_not_allowed", "this stream cannot be deleted");
+  if (!host.allowDelete) throw new ApiError("method_not_allowed", "this stream cannot be deleted", undefined, { allow: streamMethods(host).join(", ") });
   requireMeta(host);
   host.log.delete();
   host.onDelete?.();

@@ -19,7 +19,8 @@ export const MAX_RETRY_DELAY_MS = 60_000;
 /** `thread-<id>` is a thread's log, not a plain stream: subscriptions never see it (its subpaths are plain). */
 export const isThreadLog = (path: string) => /^thread-[^/]*$/.test(path);
 
-const streamPath = z.string().min(1).max(256).transform(normalizePath)
+/** A plain stream's path a subscription may name (normalized): not reserved, not a thread's log. */
+export const streamPath = z.string().min(1).max(256).transform(normalizePath)
   .refine((p) => p.length > 0 && !isReserved(p), "a stream path outside __ds/")
   .refine((p) => !isThreadLog(p), "a plain stream: a thread's log (thread-<id>) cannot be subscribed to or woken");
 

@@ -167,6 +167,12 @@ describe("subscriptions API", () => {
     expect((await put(token, "s9", { type: "pull-wake", wake_stream: "thread-th_1" })).status).toBe(400);
     expect((await put(token, "s9", { type: "pull-wake", wake_stream: "w", streams: ["thread-th_1"] })).status).toBe(400);
     expect((await put(token, "s9", { type: "pull-wake", wake_stream: "thread-th_1/artifacts/wakes" })).status).toBe(201);
+    // Adding streams to one takes the same paths a PUT does: no thread log, nothing under __ds/.
+    for (const bad of ["thread-th_1", "__ds/jwks.json"]) {
+      const add = await call(`${sub("s9")}/streams`, { method: "POST", token, json: { streams: ["ok/one", bad] } });
+      expect({ bad, status: add.status }).toEqual({ bad, status: 400 });
+    }
+    expect(((await body(await call(sub("s9"), { token }))).streams ?? []).map((x: { path: string }) => x.path)).not.toContain("ok/one");
     expect((await call(sub("bad%20id"), { method: "PUT", token, json: { type: "pull-wake", wake_stream: "w" } })).status).toBe(400);
     expect((await call(sub("s8"), { method: "PUT", token, body: "{not json", headers: { "content-type": "application/json" } })).status).toBe(400);
     expect((await call(sub("s8"), { method: "PATCH", token, json: {} })).status).toBe(405);

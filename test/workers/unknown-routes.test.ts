@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { call, houseToken } from "./helpers";
+import { call, createThread, houseToken, streamToken } from "./helpers";
 
 describe("a path that matches no route", () => {
   it("answers 401 for a missing or bad token, before saying the route does not exist", async () => {
@@ -45,5 +45,35 @@ describe("a path that matches no route", () => {
     expect(mint.status).toBe(405);
     expect(mint.headers.get("allow")).toBe("POST, OPTIONS");
     await mint.body?.cancel();
+  });
+});
+
+describe("405 under the stream base", () => {
+  it("a thread's log, a stream token's renewal and the __ds routes answer a wrong method with Allow, after the token check", async () => {
+    const token = await houseToken("house-405-streams");
+    const t = await createThread(token);
+    const cases: [string, string, string][] = [
+      [`/api/stream/thread-${t.id}`, "DELETE", "GET, HEAD, POST, PUT, OPTIONS"],
+      [`/api/stream/thread-${t.id}`, "PATCH", "GET, HEAD, POST, PUT, OPTIONS"],
+      ["/v1/stream/__ds/jwks.json", "PATCH", "GET, HEAD"],
+      ["/v1/stream/__ds/subscriptions", "POST", "GET, HEAD"],
+      ["/v1/stream/__ds/subscriptions/s1/claim", "GET", "POST"],
+      ["/v1/stream/__ds/subscriptions/s1", "PATCH", "PUT, GET, DELETE, HEAD"],
+    ];
+    for (const [path, method, allow] of cases) {
+      const r = await call(path, { method, token, ...(method === "GET" ? {} : { body: "{}", headers: { "content-type": "application/json" } }) });
+      expect({ path, method, status: r.status, allow: r.headers.get("allow") }).toEqual({ path, method, status: 405, allow });
+      await r.body?.cancel();
+      const anon = await call(path, { method });
+      expect({ path, method, status: anon.status }).toEqual({ path, method, status: 401 });
+      await anon.body?.cancel();
+    }
+    const st = await streamToken("house-405-streams", t.id);
+    const renew = await call(`/api/stream/thread-${t.id}/token`, { token: st });
+    expect([renew.status, renew.headers.get("allow")]).toEqual([405, "POST"]);
+    await renew.body?.cancel();
+    // HEAD is a GET without its body here too.
+    const head = await call("/v1/stream/__ds/jwks.json", { method: "HEAD", token });
+    expect(head.status).toBe(200);
   });
 });
