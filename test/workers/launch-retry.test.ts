@@ -1,7 +1,7 @@
 // Launches: one whose alarm dies part-way is retried and converges on one box and one runner;
 // one whose step fails ends the run visibly and releases its box.
 import { describe, expect, it, vi } from "vitest";
-import { env, runInDurableObject } from "cloudflare:test";
+import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import type { ThreadActor } from "./test-worker";
 import { sharedTestProvider } from "./register-test-provider";
 import { LABEL_RUN } from "../../src/sandbox/provider";
@@ -206,5 +206,38 @@ describe("an environment deleted right after a run started in its shared box", (
       const r = await call(`/api/environments/${environmentId}`, { method: "DELETE", token });
       expect(r.status).toBe(204);
     }, { timeout: 15_000, interval: 200 });
+  }, 30_000);
+});
+
+describe("a run whose actor dies right after its start is committed", () => {
+  it("still launches: the alarm was armed with the start, and a retry with the same run finds it", async () => {
+    const houseId = "house-crash-after-start";
+    const { token, t, stub } = await (async () => {
+      const token = await houseToken(houseId);
+      const envRes = await call("/api/environments", { method: "POST", token, json: { name: "launch", provider: "test" } });
+      const environmentId = ((await envRes.json()) as { id: string }).id;
+      const t = await createThread(token, { environmentId });
+      const stub = threadStub(t.id);
+      await runInDurableObject(stub, (a: ThreadActor) => {
+        a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" });
+        a.crashBeforeOutboxCalls();
+      });
+      return { token, t, stub };
+    })();
+    const crashed = await stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice", runId: "run-crash-1" }).then(() => null, (e: unknown) => e);
+    expect(crashed).not.toBeNull();
+    // A stub to the crashed actor stays broken: the actor as it restarts is reached through a new one.
+    const restarted = threadStub(t.id);
+    const stored = await runInDurableObject(restarted, async (a: ThreadActor, state) => ({ status: a.testRow()!.status, alarm: await state.storage.getAlarm() }));
+    expect(stored.status).toBe("running");
+    expect(stored.alarm).not.toBeNull();
+    // The alarm, when it comes, launches the run.
+    await runDurableObjectAlarm(restarted);
+    await vi.waitFor(async () => {
+      const types = (await readAll(token, t.id)).entries.map((e) => e.payload.type);
+      expect(types).toContain("signal.run.launched");
+    }, { timeout: 15_000, interval: 100 });
+    // A retry naming the same run (an Idempotency-Key) is a replay.
+    expect(await unwrapRpc(restarted.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice", runId: "run-crash-1" }))).toMatchObject({ runId: "run-crash-1", replayed: true });
   }, 30_000);
 });

@@ -38,6 +38,7 @@ export class ThreadActor extends ProductionThreadActor {
   private crashAtLaunchStep: LaunchStep | null = null;
   private stopAtLaunchStep: LaunchStep | null = null;
   private deleteBoxAtLaunchStep: LaunchStep | null = null;
+  private crashBeforeOutbox = false;
   /** What the plain delete of the launch's box, asked for at a step, answered. */
   deleteBoxAnswer: Promise<string> | null = null;
 
@@ -63,6 +64,19 @@ export class ThreadActor extends ProductionThreadActor {
   /** The run is stopped (as by POST /stop) when its launch reaches `step`. */
   stopLaunchAt(step: LaunchStep): void {
     this.stopAtLaunchStep = step;
+  }
+
+  /** The next handler's actor dies after its writes are committed, before its outbox calls. */
+  crashBeforeOutboxCalls(): void {
+    this.crashBeforeOutbox = true;
+  }
+
+  protected override async beforeOutboxCalls(): Promise<void> {
+    if (!this.crashBeforeOutbox) return;
+    this.crashBeforeOutbox = false;
+    // The handler's writes are on disk, as they are once its first outbox call is under way.
+    await this.ctx.storage.sync();
+    this.ctx.abort("test: crashed before the outbox calls");
   }
 
   /** When the launch reaches `step`, someone deletes its box without force (as DELETE /api/sandboxes/:id does). */

@@ -41,10 +41,11 @@ export class Deadlines {
   }
 
   /**
-   * Writes every source's next deadline and sets the alarm to the earliest one (or clears it).
-   * Only what changed is written: most handlers leave every deadline where it was.
+   * Writes every source's next deadline and sets the alarm to the earliest one (or clears it),
+   * but not before `notBeforeMs` when given. Only what changed is written: most handlers leave
+   * every deadline where it was.
    */
-  async recompute(): Promise<void> {
+  async recompute(notBeforeMs?: number): Promise<void> {
     const sql = this.storage.sql;
     const written = (this.written ??= new Map(sql.exec(`select name, at from deadlines`).toArray().map((r) => [r.name as string, r.at as number])));
     let next: number | null = null;
@@ -67,6 +68,7 @@ export class Deadlines {
       sql.exec(`delete from deadlines where name = ?`, name);
       written.delete(name);
     }
+    if (next !== null && notBeforeMs !== undefined) next = Math.max(next, notBeforeMs);
     if (next === this.armedFor) return;
     if (next === null) await this.storage.deleteAlarm();
     else await this.storage.setAlarm(Math.max(next, this.nowMs()));

@@ -29,6 +29,12 @@ import { PLAIN_STREAM_SCHEMA, PlainStreamHost } from "./plain-stream";
 import { threadOutboxExecutors } from "./outbox-executors";
 import { STATUS_CHANGED } from "../../domain/statuses";
 
+/**
+ * How late the alarm comes for work a handler owes and is about to carry out itself: only when the
+ * actor died before finishing does it find anything to do. Later than any outbox call takes.
+ */
+const OWED_WORK_SAFETY_ALARM_MS = 30_000;
+
 const CREATE_REQUEST_SCHEMA: Schema = { name: "create_request", ddl: `create table if not exists create_request (id integer primary key check (id = 1), fingerprint text not null)` };
 
 /** Bump when any of these schemas changes: an actor whose marker is older runs them (and their migrations) again. */
@@ -272,7 +278,9 @@ export class ThreadActor extends DurableObject<Env> {
       // A retried request that names its run (an Idempotency-Key) finds the run it started, even
       // once later runs (a resume) followed it: its claim is on the log.
       if (spec.runId !== undefined && (row.runId === spec.runId || this.entryById(`claim:${spec.runId}`) !== null)) {
-        return { runId: spec.runId, status: row.status, replayed: true };
+        // What the first request left owed (its actor may have died before it armed the alarm) goes on now.
+        await this.settleTurn();
+        return { runId: spec.runId, status: this.rows.get()!.status, replayed: true };
       }
       if (row.status === "running") throw new ApiError("conflict", "thread is already running");
       if (spec.resume && row.status === "idle") throw new ApiError("conflict", "thread has no finished run to resume");
@@ -539,6 +547,9 @@ export class ThreadActor extends DurableObject<Env> {
     return r ? toEntryWithOffset({ seq: r.seq as number, data: new Uint8Array(r.data as ArrayBuffer), entryId: r.entry_id as string }) : null;
   }
 
+  /** Before a handler's outbox calls; nothing happens here in production (tests crash the actor here). */
+  protected async beforeOutboxCalls(): Promise<void> {}
+
   /** Between launch steps; nothing happens here in production (tests crash the actor at a step). */
   protected launchCheckpoint(_step: LaunchStep): void {}
 
@@ -559,6 +570,10 @@ export class ThreadActor extends DurableObject<Env> {
   private async settleTurn(): Promise<void> {
     this.lifecycle.takeChanged();
     this.triggersRecorded = false;
+    // Armed in the same commit as the work that is owed, before the calls that carry it out: if
+    // this actor dies during them (a crash, a deploy), the alarm still comes and runs what is owed.
+    if (this.rows.get() && this.outbox.nextAt() !== null) await this.deadlines.recompute(this.clock.now() + OWED_WORK_SAFETY_ALARM_MS);
+    await this.beforeOutboxCalls();
     await this.drainOutbox(false);
     if (this.rows.get()) await this.deadlines.recompute();
   }
