@@ -35,8 +35,24 @@ export function subscribe(target, threadId, opts) {
     settle.reject(err);
   };
 
+  // "now" is pinned to the thread's tail before the first connect: asked again at a reconnect it
+  // would skip whatever was appended while the connection was down.
+  const pinNow = async () => {
+    const r = await fetch(`${target.url}/api/stream/thread-${encodeURIComponent(threadId)}`, {
+      method: "HEAD", headers: { authorization: `Bearer ${target.token}` },
+    });
+    const tail = r.headers.get("stream-next-offset");
+    if (r.ok && tail) offset = tail;
+    else if (r.status >= 400 && r.status < 500) throw new CliError(r.status === 404 ? "not_found" : `http_${r.status}`, r.status === 404 ? "thread not found" : `the thread's tail could not be read (${r.status})`, { status: r.status });
+    else throw new Error(`HEAD ${r.status}`);
+  };
+
   const connect = () => {
     if (closed) return;
+    if (offset === "now") {
+      pinNow().then(connect, (err) => (err instanceof CliError ? fail(err) : retry()));
+      return;
+    }
     // The server never echoes the token, so a protocol it can select is offered with it; without one
     // the handshake selects nothing and the client refuses the socket.
     const ws = new WebSocket(wsUrl(), ["threadbox", `bearer.${target.token}`]);

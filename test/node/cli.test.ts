@@ -291,6 +291,42 @@ describe("tail over a flaky connection", () => {
     }
     expect(child.exitCode).toBe(0); // Ctrl-C ends a plain tail cleanly
   });
+
+  it("--from now that has seen nothing yet still misses nothing written while it was cut off", async () => {
+    const proxy = await startPausableProxy(worker.port);
+    const threadId = (await ok(["new", "quiet"])).stdout.trim();
+    const post = (id: string) => fetch(`${worker.url}/api/threads/${threadId}/entries`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify({ id, payload: { type: "chat", text: id } }),
+    });
+    await post("before");
+    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
+    const child = spawn(process.execPath, [CLI, "tail", threadId, "--from", "now", "--json"], {
+      env: { ...base, THREADBOX_URL: `http://127.0.0.1:${proxy.port}`, THREADBOX_TOKEN: token, XDG_CONFIG_HOME: mkdtempSync(join(tmpdir(), "tb-cfg-")) },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "";
+    child.stdout.on("data", (d) => (out += d));
+    const exited = new Promise((r) => child.on("close", r));
+    const ids = () => out.split("\n").filter(Boolean).map((l) => JSON.parse(l).id);
+    try {
+      await new Promise((r) => setTimeout(r, 1500)); // connected, nothing to show
+      proxy.pause();
+      for (const id of ["late1", "late2"]) await post(id);
+      await new Promise((r) => setTimeout(r, 300));
+      proxy.resume();
+      for (let i = 0; ids().length < 2; i++) {
+        if (i > 400) throw new Error(`tail saw only ${ids().join(",")}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      expect(ids()).toEqual(["late1", "late2"]);
+    } finally {
+      child.kill("SIGINT");
+      await exited;
+      await proxy.close();
+    }
+  });
 });
 
 describe("chat with a bot", () => {
