@@ -40,13 +40,16 @@ export const payloadSchema = z.custom<z.infer<PayloadBranch>>((v) => typeof v ==
   });
 export type Payload = z.infer<typeof payloadSchema> & { type: string; [k: string]: unknown };
 
+/** The last millisecond a JavaScript Date holds (year 275760): every reader turns `ts` into one. */
+export const MAX_DATE_MS = 8.64e15;
+
 /**
  * `ts` is stored as epoch milliseconds (an integer); a writer may send that or an ISO-8601
  * date-time with a zone (`2026-11-22T04:00:00Z`, `...+02:00`), converted on write.
  */
 export const entryTsSchema = z.union([
-  z.number().int().nonnegative(),
-  z.iso.datetime({ offset: true }).transform((s) => Date.parse(s)).pipe(z.number().int().nonnegative()),
+  z.number().int().nonnegative().max(MAX_DATE_MS, "a time a Date can hold (at most 8.64e15 ms)"),
+  z.iso.datetime({ offset: true }).transform((s) => Date.parse(s)).pipe(z.number().int().nonnegative().max(MAX_DATE_MS)),
 ]);
 
 /** Reserved for entries the control plane writes itself; never accepted from a client. */

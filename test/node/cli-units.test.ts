@@ -60,6 +60,10 @@ describe("rendering", () => {
     expect(renderEntry({ ts: 0, payload: { type: "signal.thread.status_changed", status: "stopped", reason: "stopped by u" } }, c)).toBe("00:00:00 ● stopped (stopped by u)");
   });
 
+  it("an entry whose ts no Date can hold (stored before the server refused them) is shown without a time, not a crash", () => {
+    expect(renderEntry({ ts: 8_640_000_000_000_001, payload: { type: "signal.thread.status_changed", status: "stopped", reason: "r" } }, c)).toBe("         ● stopped (r)");
+  });
+
   it("draws the thread tree; a child whose parent is not listed is a root", () => {
     const t = (id: string, parent: string | null, createdAt: string) => ({ id, status: "idle", title: id, createdAt, parent: parent ? { kind: "thread", id: parent } : { kind: "none", id: null } });
     const lines = threadTree([t("b", "a", "2"), t("a", null, "1"), t("c", "a", "3"), t("d", "b", "4"), t("e", "gone", "5")], c);

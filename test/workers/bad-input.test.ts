@@ -356,11 +356,14 @@ describe("entry ts", () => {
     expect((await post(token, t.id, { ...chat("ms"), ts: 1_700_000_000_000 })).status).toBe(201);
     await expectError(await post(token, t.id, { ...chat("bad"), ts: "yesterday" }), 400, "validation_failed");
     await expectError(await post(token, t.id, { ...chat("no zone"), ts: "2026-11-22" }), 400, "validation_failed");
+    // Past what a Date holds, every reader's conversion would fail (the CLI's tail did).
+    await expectError(await post(token, t.id, { ...chat("too late"), ts: 8_640_000_000_000_001 }), 400, "validation_failed");
+    expect((await post(token, t.id, { ...chat("last ms"), ts: 8_640_000_000_000_000 })).status).toBe(201);
     const st = await streamToken("house-ts", t.id);
     expect((await call(`/api/stream/thread-${t.id}`, { method: "POST", token: st, json: { ...chat("stream iso"), ts: iso } })).status).toBe(204);
     const all = await readAll(token, t.id);
     expect(all.entries.map((e) => [e.payload.text, (e as unknown as { ts: unknown }).ts])).toEqual([
-      ["iso", Date.parse(iso)], ["offset", Date.parse(iso)], ["ms", 1_700_000_000_000], ["stream iso", Date.parse(iso)],
+      ["iso", Date.parse(iso)], ["offset", Date.parse(iso)], ["ms", 1_700_000_000_000], ["last ms", 8_640_000_000_000_000], ["stream iso", Date.parse(iso)],
     ]);
   });
 });
