@@ -121,6 +121,17 @@ describe("run state machine", () => {
     expect(await runInDurableObject(threadStub(t.id), (a: ThreadActor) => a.testOutboxKeys())).not.toContain("attach:gone");
   });
 
+  it("a claim naming a box that does not exist: the run's end owes that box nothing for good (no detach retried forever)", async () => {
+    const token = await houseToken("house-run-unknown-box");
+    const t = await createThread(token);
+    await claim(token, t.id, "box_never_registered");
+    await post(token, t.id, signal("completed", { reason: "done" }));
+    await runDurableObjectAlarm(threadStub(t.id));
+    const owed = await runInDurableObject(threadStub(t.id), (a: ThreadActor) => a.testOutboxKeys());
+    expect(owed).toEqual([]);
+    expect((await row(token, t.id)).status).toBe("completed");
+  });
+
   it("stop ends a running run with reason `stopped` and keeps the box", async () => {
     const token = await houseToken("house-run");
     const b = await newBox(token, true);

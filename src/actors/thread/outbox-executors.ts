@@ -45,9 +45,14 @@ export function threadOutboxExecutors(p: ThreadOutboxPorts): OutboxExecutors {
         }
       },
     },
-    detach: { run: async (x) => void (await unwrapRpc(sandboxStub(env, x.boxId).detach(row().houseId, row().id, { keepBox: x.keepBox === true }))) },
+    detach: {
+      run: (x) => unlessBoxUnknown(row().id, x.boxId, "detach", () => sandboxStub(env, x.boxId).detach(row().houseId, row().id, { keepBox: x.keepBox === true })),
+    },
     // A grace period for the harness: only the alarm waits for it.
-    stop_harness: { slow: true, run: async (x) => void (await unwrapRpc(sandboxStub(env, x.boxId).stopRun(row().houseId, row().id))) },
+    stop_harness: {
+      slow: true,
+      run: (x) => unlessBoxUnknown(row().id, x.boxId, "stop_harness", () => sandboxStub(env, x.boxId).stopRun(row().houseId, row().id)),
+    },
     // Packing and downloading take long: only the alarm runs it; the `detach` after it waits.
     sync_folders: {
       slow: true,
@@ -90,6 +95,19 @@ export function threadOutboxExecutors(p: ThreadOutboxPorts): OutboxExecutors {
     },
     sync_index: { unordered: true, run: () => syncIndex(p) },
   };
+}
+
+/**
+ * A call to a box that was never registered in this house (a claim named a box id that does not
+ * exist) can never succeed: it is logged and dropped, not retried for ever.
+ */
+async function unlessBoxUnknown(threadId: string, boxId: string, kind: string, call: () => Promise<unknown>): Promise<void> {
+  try {
+    await unwrapRpc(call() as Promise<never>);
+  } catch (err) {
+    if (!(err instanceof ApiError) || err.code !== "not_found") throw err;
+    logEvent("box_call_skipped", { threadId, boxId, kind, reason: err.publicMessage }, "warn");
+  }
 }
 
 /**
