@@ -124,6 +124,7 @@ export class Box {
   execute({ command, cwd, envs, timeout }) {
     this.assertRunning();
     if (typeof command !== "string" || !command) throw new HostError(400, "command is required");
+    if (command.includes("\0")) throw new HostError(400, "command cannot contain a NUL byte", "BAD_REQUEST");
     const dir = cwd ? this.resolve(cwd, { mustExist: true }) : this.home;
     return new Promise((resolve, reject) => {
       const [file, args] = this.egress ? this.egress.wrap(command, path.join(this.dir, "tmp")) : [hostBinary("bash"), ["-c", command]];

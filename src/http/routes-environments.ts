@@ -106,9 +106,13 @@ export async function getEnvironmentRoute(request: Request, env: Env, id: string
   return json(publicEnvironment((await environmentForCaller(request, env, id)).environment));
 }
 
+/** A command line a box's shell runs: no process takes a NUL byte in its arguments. */
+export const commandSchema = z.string().min(1).max(100_000).refine((c) => !c.includes("\0"), "a command cannot contain a NUL byte");
+export const cwdSchema = z.string().max(1000).refine((c) => !c.includes("\0"), "a path cannot contain a NUL byte");
+
 export const execSchema = z.object({
-  command: z.string().min(1).max(100_000),
-  cwd: z.string().max(1000).optional(),
+  command: commandSchema,
+  cwd: cwdSchema.optional(),
   timeoutSec: z.number().int().min(1).max(3600).default(120),
   /** A thread of the house that gets the output live, as `signal.exec.output` entries. */
   threadId: idSchema.optional(),

@@ -127,6 +127,8 @@ describe("real SDK against the local host", () => {
       expect(r.result).toContain("path=/opt/none/bin");
       expect(r.result).toMatch(/ls: command not found/);
       expect(r.exitCode).toBe(127);
+      // A command no process can take is the caller's mistake: 400, not a 500.
+      await expect(sb.process.executeCommand("echo a\u0000b")).rejects.toMatchObject({ statusCode: 400 });
       await sb.process.createSession("s");
       const s = await sb.process.executeSessionCommand("s", { command: "echo \"p=$PATH\"" });
       expect(s.exitCode).toBe(0);

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { previewInEnvironment, runInEnvironment } from "../../http/routes-environments";
+import { commandSchema, cwdSchema, previewInEnvironment, runInEnvironment } from "../../http/routes-environments";
 import { delegateTask } from "../../http/routes-threads";
 import { defineTool, type ToolContext } from "./context";
 import type { ToolSpec } from "../tool-loop";
@@ -21,7 +21,7 @@ export function sandboxTools(ctx: ToolContext): ToolSpec[] {
       required: ["command"],
       additionalProperties: false,
     },
-    args: z.object({ command: z.string().min(1).max(100_000), cwd: z.string().max(1000).optional(), timeoutSec: z.number().int().min(1).max(3600).default(120) }).strict(),
+    args: z.object({ command: commandSchema, cwd: cwdSchema.optional(), timeoutSec: z.number().int().min(1).max(3600).default(120) }).strict(),
     async run(args, _signal, call) {
       if (!ctx.environmentId) return NO_SANDBOX;
       // The output reaches the thread while the command runs, under the tool call's id.
