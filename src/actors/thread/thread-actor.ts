@@ -11,7 +11,7 @@ import type { LaunchSpec } from "../../threads/launch";
 import { LAUNCH_PROGRESS_SCHEMA, LaunchProgressStore, type LaunchStep } from "../../threads/launch-progress";
 import { THREAD_ROW_SCHEMA, ThreadRowStore, publicThread, type ParentRef, type ThreadRow } from "../../threads/thread-row";
 import { systemClock, type Clock } from "../clock";
-import { logEvent } from "../../domain/log-event";
+import { errorMessage, logEvent } from "../../domain/log-event";
 import { settle, unwrapRpc } from "../rpc";
 import { houseStub, sandboxStub, streamForkLinks } from "../stubs";
 import type { AcquireRequest, ForkSource, PrefixRequest } from "../../streams/fork";
@@ -472,6 +472,12 @@ export class ThreadActor extends DurableObject<Env> {
 
   async webSocketClose(ws: WebSocket, code: number): Promise<void> {
     this.fanout.onClose(ws, code);
+  }
+
+  /** A subscriber's protocol error (a frame past the size limit, say): that socket ends, nothing else. */
+  async webSocketError(ws: WebSocket, error: unknown): Promise<void> {
+    logEvent("subscriber_socket_error", { threadId: this.rows.get()?.id, error: errorMessage(error) }, "warn");
+    this.fanout.onClose(ws, 1011);
   }
 
   // ---- composition ----
