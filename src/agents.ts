@@ -12,6 +12,8 @@ export type ToolName = (typeof TOOL_NAMES)[number];
 export const handleSchema = z.string().regex(/^[a-z0-9_-]{1,40}$/, "handle is 1-40 chars of [a-z0-9_-]");
 /** `provider/modelId`, as pi's `--model` takes it. */
 export const modelRefSchema = z.string().min(3).max(200).regex(/^[^/\s]+\/\S+$/, "model is provider/modelId");
+/** A model as a run's harness takes it (`provider/modelId`, or what that harness accepts): one word. */
+export const modelNameSchema = z.string().min(1).max(200).regex(/^\S+$/, "a model name has no spaces or line breaks");
 
 const fields = {
   name: z.string().min(1).max(200),

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { recordSchema } from "./domain/record-schema";
 import { idSchema } from "./auth/tokens";
+import { modelNameSchema } from "./agents";
 import { ApiError } from "./errors";
 import { formatZodError } from "./entries/schema";
 import { providerNameSchema } from "./sandbox/providers";
@@ -46,7 +47,7 @@ export const environmentInputSchema = z.object({
   /** pi's settings.json for boxes of this environment. */
   piSettings: recordSchema(z.string(), z.unknown()).optional(),
   /** Default model for runs, e.g. `local/scripted` (pi `--model`). */
-  model: z.string().max(200).optional(),
+  model: modelNameSchema.optional(),
   harness: z.enum(["pi", "claude-code", "codex"]).default("pi"),
 }).strict().transform((e, ctx) => {
   // One variable, one value: a box cannot tell which of the two a name set in both should be.

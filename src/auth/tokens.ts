@@ -31,8 +31,8 @@ const idPattern = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
 export const idSchema = z.string().regex(idPattern, "ids are 1-128 chars of [A-Za-z0-9._:-]");
 
 const claimsSchema = z.discriminatedUnion("kind", [
-  z.object({ kind: z.literal("house"), house: idSchema, sub: z.string().min(1), role: roleSchema }),
-  z.object({ kind: z.literal("stream"), house: idSchema, thread: idSchema, sub: z.string().min(1), scope: z.enum(STREAM_SCOPES) }),
+  z.object({ kind: z.literal("house"), house: idSchema, sub: z.string().min(1).max(200), role: roleSchema }),
+  z.object({ kind: z.literal("stream"), house: idSchema, thread: idSchema, sub: z.string().min(1).max(200), scope: z.enum(STREAM_SCOPES) }),
 ]);
 
 function keyFrom(secret: string | undefined): Uint8Array {

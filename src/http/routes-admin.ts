@@ -7,7 +7,10 @@ import { SYSTEM_AUTHOR } from "../entries/schema";
 
 const mintSchema = z.object({
   houseId: idSchema,
-  subject: z.string().min(1).max(200).refine((s) => s !== SYSTEM_AUTHOR, `subject ${SYSTEM_AUTHOR} is reserved for the control plane`),
+  // Any letter case: an author shown as "Threadbox" would pass for the control plane's own entries.
+  subject: z.string().min(1).max(200)
+    .refine((s) => s.toLowerCase() !== SYSTEM_AUTHOR, `subject ${SYSTEM_AUTHOR} is reserved for the control plane`)
+    .refine((s) => !/[\u0000-\u001f\u007f]/.test(s), "a subject has no control characters"),
   role: roleSchema.default("member"),
   ttlSeconds: z.number().int().min(60).max(365 * 24 * 3600).optional(),
 }).strict();

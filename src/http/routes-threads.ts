@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { parseQuery } from "./query";
+import { modelNameSchema } from "../agents";
 import { ApiError, json, SECURITY_HEADERS } from "../errors";
 import type { Env } from "../env";
 import { THREAD_STATUSES } from "../entries/schema";
@@ -22,7 +23,9 @@ type EntriesPage = { entries: EntryWithOffset[]; nextOffset: string; upToDate: b
 
 export const createThreadSchema = z.object({
   title: z.string().max(500).optional(),
-  parent: z.object({ kind: z.enum(["none", "agent", "thread"]), id: idSchema.optional() }).strict().optional(),
+  parent: z.object({ kind: z.enum(["none", "agent", "thread"]), id: idSchema.optional() }).strict()
+    .refine((p) => p.kind !== "none" || p.id === undefined, { message: "a thread without a parent names no parent id", path: ["id"] })
+    .optional(),
   environmentId: idSchema.optional(),
   brainId: z.string().min(1).max(200).optional(),
 }).strict();
@@ -217,7 +220,7 @@ export const delegateSchema = z.object({
   repo: repositoryUrlSchema.optional(),
   branch: z.string().min(1).max(200).optional(),
   harness: z.enum(["pi", "claude-code", "codex"]).optional(),
-  model: z.string().min(1).max(200).optional(),
+  model: modelNameSchema.optional(),
   environmentId: idSchema.optional(),
   title: z.string().max(500).optional(),
   /** This run's, instead of the environment's. */
@@ -227,7 +230,7 @@ export const delegateSchema = z.object({
 
 const resumeSchema = z.object({
   message: z.string().min(1).max(200_000),
-  model: z.string().min(1).max(200).optional(),
+  model: modelNameSchema.optional(),
 }).strict();
 
 /** The environment a run uses; a missing environment is the caller's 404. */

@@ -103,6 +103,24 @@ describe("an unknown field", () => {
   });
 });
 
+describe("names and references that cannot mean what they say", () => {
+  it("a parent-less thread naming a parent, a reserved or control-character subject, a model with a space or line break: 400 at the field", async () => {
+    const token = await houseToken("house-odd-names");
+    const field = async (r: Response) => ({ status: r.status, paths: (((await r.json()) as { error: { details?: { path: string }[] } }).error.details ?? []).map((d) => d.path) });
+    expect(await field(await call("/api/threads", { method: "POST", token, json: { parent: { kind: "none", id: "th_x" } } }))).toEqual({ status: 400, paths: ["parent.id"] });
+    for (const subject of ["Threadbox", "THREADBOX", "alice\u0000", "bob\nroot"]) {
+      const r = await call("/api/admin/tokens", { method: "POST", headers: { authorization: "Bearer test-admin-secret" }, json: { houseId: "house-odd-names", subject } });
+      expect({ subject, ...(await field(r)) }).toEqual({ subject, status: 400, paths: ["subject"] });
+    }
+    expect(await field(await call("/api/environments", { method: "POST", token, json: { name: "m", model: "local/m\nrm -rf" } }))).toEqual({ status: 400, paths: ["model"] });
+    const t = await createThread(token);
+    expect(await field(await call(`/api/threads/${t.id}/delegate`, { method: "POST", token, json: { task: "x", model: "local/a b" } }))).toEqual({ status: 400, paths: ["model"] });
+    // A token signed with the right key but a subject past any author's length is refused too.
+    const long = await houseToken("house-odd-names", "x".repeat(201));
+    expect((await call("/api/threads", { token: long })).status).toBe(401);
+  });
+});
+
 describe("a __proto__ key in a map", () => {
   // JSON.parse makes it an own key; left to zod's record it vanished and the request was a 2xx.
   it("is a 400 at its path, not silently dropped", async () => {
