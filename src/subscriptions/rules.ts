@@ -79,6 +79,12 @@ export function compareOffsets(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0;
 }
 
+/** Whether a linked stream holds something past its acked cursor (`-1`, before the first entry, acks nothing). */
+export function hasPending(l: { tail: string; acked: string }): boolean {
+  const acked = l.acked === BEFORE_FIRST_OFFSET ? ZERO_OFFSET : l.acked;
+  return compareOffsets(l.tail, acked) > 0;
+}
+
 /** A PUT with the same configuration confirms the subscription; a different one is a conflict. */
 export function configKey(input: SubscriptionInput): string {
   return JSON.stringify({
@@ -128,7 +134,7 @@ export type LinkView = { path: string; explicit: boolean; acked: string; tail: s
 
 /** What a consumer is shown of each linked stream. */
 export function streamInfo(l: LinkView) {
-  return { path: l.path, link_type: l.explicit ? "explicit" : "glob", acked_offset: l.acked, tail_offset: l.tail, has_pending: compareOffsets(l.tail, l.acked) > 0 };
+  return { path: l.path, link_type: l.explicit ? "explicit" : "glob", acked_offset: l.acked, tail_offset: l.tail, has_pending: hasPending(l) };
 }
 
 /** Why a set of acks cannot be applied, or null. */

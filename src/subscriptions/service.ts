@@ -1,5 +1,5 @@
 import {
-  BEFORE_FIRST_OFFSET, ZERO_OFFSET, ackProblem, checkWebhookUrl, compareOffsets, configKey, globMatch, normalizePath, retryDelayMs, streamInfo,
+  BEFORE_FIRST_OFFSET, ZERO_OFFSET, ackProblem, checkWebhookUrl, configKey, hasPending, globMatch, normalizePath, retryDelayMs, streamInfo,
   type AckRequest, type LinkView, type SubscriptionInput,
 } from "./rules";
 import { generateSigningKey, mintCallbackToken, signWebhook, verifyCallbackToken, type SigningKey } from "./signing";
@@ -168,7 +168,7 @@ export class SubscriptionService {
     if (r.type !== "pull-wake") return err(400, "INVALID_REQUEST", "Subscription is not pull-wake");
     if (r.holder) return { status: 409, body: { error: { code: "ALREADY_CLAIMED", message: "Subscription is claimed", current_holder: r.holder, generation: r.generation } } };
     const links = await this.links(houseId, id);
-    const pending = [...links.values()].find((l) => compareOffsets(l.tail, l.acked) > 0);
+    const pending = [...links.values()].find(hasPending);
     if (!pending) return err(409, "NO_PENDING_WORK", "Subscription has no pending work");
     if (!r.wake_id) await this.createWake(houseId, id, pending.path, links);
     r = this.row(id)!;
@@ -237,7 +237,7 @@ export class SubscriptionService {
     const r = this.row(id);
     if (!r || r.wake_id || r.holder) return;
     const links = await this.links(houseId, id);
-    if (![...links.values()].some((l) => compareOffsets(l.tail, l.acked) > 0)) return;
+    if (![...links.values()].some(hasPending)) return;
     if (this.row(id)?.wake_id) return;
     await this.createWake(houseId, id, triggeredBy, links);
     await this.rearm();
@@ -245,7 +245,7 @@ export class SubscriptionService {
 
   private async wakeIfPending(houseId: string, id: string): Promise<boolean> {
     const links = await this.links(houseId, id);
-    const pending = [...links.values()].find((l) => compareOffsets(l.tail, l.acked) > 0);
+    const pending = [...links.values()].find(hasPending);
     if (!pending || this.row(id)?.wake_id) return false;
     await this.createWake(houseId, id, pending.path, links);
     return true;

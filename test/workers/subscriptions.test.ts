@@ -183,6 +183,21 @@ describe("subscriptions API", () => {
     expect((await body(jwks)).keys[0]).toMatchObject({ kty: "OKP", crv: "Ed25519", alg: "EdDSA" });
   });
 
+  it("a stream created empty under a pattern is linked with nothing pending and wakes no one; its first append does", async () => {
+    const token = await houseToken("house-subs-empty");
+    expect((await call("/v1/stream/wake/empty", { method: "PUT", token, headers: { "content-type": "application/json" }, body: "[]" })).status).toBe(201);
+    expect((await put(token, "e1", { type: "pull-wake", pattern: "empty-jobs/*", wake_stream: "wake/empty" })).status).toBe(201);
+    expect((await call("/v1/stream/empty-jobs/a", { method: "PUT", token, headers: { "content-type": "application/json" } })).status).toBe(201);
+    expect((await body(await call(sub("e1"), { token }))).streams.map((l: any) => l.path)).toEqual(["empty-jobs/a"]);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(await body(await call("/v1/stream/wake/empty", { token }))).toEqual([]);
+    expect((await call("/v1/stream/empty-jobs/a", { method: "POST", token, json: { job: 1 } })).status).toBe(204);
+    await vi.waitFor(async () => {
+      const events = (await body(await call("/v1/stream/wake/empty", { token }))) as { subscription_id: string }[];
+      expect(events.map((e) => e.subscription_id)).toEqual(["e1"]);
+    }, { timeout: 5000, interval: 50 });
+  });
+
   it("deleting a stream unlinks it; deleting a subscription forgets it", async () => {
     const token = await houseToken("house-subs-del");
     expect((await call("/v1/stream/logs/one", { method: "PUT", token, json: { a: 1 } })).status).toBe(201);
