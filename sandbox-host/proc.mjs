@@ -26,22 +26,31 @@ export function killGroup(pid, signal) {
 
 /** Scans /proc/<pid>/environ for the box marker; catches processes that left the group (setsid, nohup). */
 export function findMarkedPids(marker) {
+  return scanMarkers((value) => value === marker);
+}
+
+/** The processes of box `boxId` started by any host (a killed host's left behind, say). */
+export function findPidsOfBox(boxId) {
+  return scanMarkers((value) => value.endsWith(`/${boxId}`));
+}
+
+function scanMarkers(matches) {
   let entries;
   try {
     entries = fs.readdirSync("/proc");
   } catch {
     return []; // no procfs (macOS): only process-group kill applies
   }
-  const needle = Buffer.from(`${BOX_MARKER_VAR}=${marker}\0`);
+  const prefix = `${BOX_MARKER_VAR}=`;
   const out = [];
   for (const e of entries) {
     if (!/^\d+$/.test(e)) continue;
     const pid = Number(e);
     if (pid === process.pid) continue;
     try {
-      const env = fs.readFileSync(`/proc/${pid}/environ`);
-      const idx = env.indexOf(needle);
-      if (idx === 0 || (idx > 0 && env[idx - 1] === 0)) out.push(pid);
+      const vars = fs.readFileSync(`/proc/${pid}/environ`, "latin1").split("\0");
+      const marked = vars.find((v) => v.startsWith(prefix));
+      if (marked !== undefined && matches(marked.slice(prefix.length))) out.push(pid);
     } catch {
       /* exited or not ours */
     }

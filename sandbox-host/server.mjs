@@ -13,6 +13,7 @@ import { Box } from "./box.mjs";
 import { HostError, errorBody } from "./errors.mjs";
 import { acceptWebSocket } from "./ws.mjs";
 import { canIsolateNetwork, egressPolicy } from "./egress.mjs";
+import { findPidsOfBox, killGroup } from "./proc.mjs";
 
 const MAX_BODY = 512 * 1024 * 1024;
 
@@ -29,7 +30,12 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
   // Boxes live only as long as the host process: a box directory left by one that died (killed,
   // crashed) belongs to no box any more, and the host answers 404 for it, so it goes now.
   // Volumes and snapshots are recorded on disk and stay.
-  for (const stale of fs.readdirSync(path.join(rootDir, "boxes"))) fs.rmSync(path.join(rootDir, "boxes", stale), { recursive: true, force: true });
+  // Its processes go with it: a runner left running would keep writing to its thread from a
+  // directory that no longer exists.
+  for (const stale of fs.readdirSync(path.join(rootDir, "boxes"))) {
+    for (const pid of findPidsOfBox(stale)) killGroup(pid, "SIGKILL");
+    fs.rmSync(path.join(rootDir, "boxes", stale), { recursive: true, force: true });
+  }
   fs.mkdirSync(path.join(rootDir, "volumes"), { recursive: true });
   const hostId = randomBytes(6).toString("hex");
   const boxes = new Map();

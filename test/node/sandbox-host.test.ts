@@ -1,6 +1,6 @@
 // The local sandbox host, driven by the REAL @daytonaio/sdk, plus every endpoint it implements
 // checked against Daytona's OpenAPI schemas.
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -105,16 +105,23 @@ describe("real SDK against the local host", () => {
     await expect(daytona.get(sb.id)).rejects.toMatchObject({ statusCode: 404 });
   });
 
-  it("a host started on the root of one that died removes the box directories it left: no box owns them any more", async () => {
+  it("a host started on the root of one that died removes the box directories it left, and ends their processes: no box owns them any more", async () => {
     const root = fs.mkdtempSync(path.join(os.tmpdir(), "sbh-root-"));
     fs.mkdirSync(path.join(root, "boxes", "dead-box", "home"), { recursive: true });
     fs.writeFileSync(path.join(root, "boxes", "dead-box", "home", "left.txt"), "from a host that was killed");
     fs.mkdirSync(path.join(root, "volumes", "vol-1"), { recursive: true });
+    // A process of that box, still running after its host was killed (a runner, say), marked as the dead host marked it.
+    const orphan = spawn("sleep", ["60"], { detached: true, stdio: "ignore", env: { ...process.env, SANDBOX_HOST_BOX: "deadhost0001/dead-box" } });
+    const bystander = spawn("sleep", ["60"], { detached: true, stdio: "ignore", env: { ...process.env, SANDBOX_HOST_BOX: "deadhost0001/other-box" } });
+    const gone = new Promise((r) => orphan.on("exit", r));
     const again = await startSandboxHost({ port: 0, apiKey: KEY, root });
     try {
+      await gone;
+      expect(bystander.exitCode).toBeNull(); // a box whose directory is not there is not this host's to end
       expect(fs.readdirSync(path.join(root, "boxes"))).toEqual([]);
       expect(fs.existsSync(path.join(root, "volumes", "vol-1"))).toBe(true);
     } finally {
+      bystander.kill("SIGKILL");
       await again.close();
     }
   });
