@@ -11,8 +11,8 @@ import { ARCHIVE_CONTENT_TYPES, FOLDER_NAME, folderMaxBytes } from "../workspace
 import { readArchive, storeFolderVersion } from "../workspace/folder-store";
 
 function folderName(raw: string | null | undefined): string {
-  if (!raw) throw new ApiError("validation_failed", "name the folder: ?name=<folder>");
-  if (!FOLDER_NAME.test(raw)) throw new ApiError("validation_failed", "a folder name is letters, digits, . _ - (up to 100), starting with a letter or digit");
+  if (!raw) throw new ApiError("validation_failed", "name the folder: ?name=<folder>", [{ path: "name", message: "required" }]);
+  if (!FOLDER_NAME.test(raw)) throw new ApiError("validation_failed", "a folder name is letters, digits, . _ - (up to 100), starting with a letter or digit", [{ path: "name", message: "letters, digits, . _ - (up to 100), starting with a letter or digit" }]);
   return raw;
 }
 
@@ -47,7 +47,7 @@ export async function downloadFolderRoute(request: Request, env: Env, id: string
   const name = folderName(rawName);
   const rawVersion = url.searchParams.get("version");
   const version = rawVersion === null ? null : Number(rawVersion);
-  if (version !== null && !(Number.isInteger(version) && version > 0)) throw new ApiError("validation_failed", "version is a positive integer");
+  if (version !== null && !(Number.isInteger(version) && version > 0)) throw new ApiError("validation_failed", "version is a positive integer", [{ path: "version", message: "a positive integer" }]);
   const v = await unwrapRpc(houseStub(env, claims.houseId).getFolderVersion(environment.id, name, version));
   if (!v) throw new ApiError("not_found", version === null ? `folder ${name} has no version` : `folder ${name} has no version ${version}`);
   const { bytes } = await readArchive(env, claims.houseId, v.stream, Math.max(v.bytes, 1));

@@ -85,7 +85,7 @@ export async function deleteSandboxRoute(request: Request, env: Env, id: string 
   const boxId = idSchema.safeParse(id);
   if (!boxId.success) throw new ApiError("not_found", "box not found");
   const forceParam = new URL(request.url).searchParams.get("force");
-  if (forceParam !== null && forceParam !== "true" && forceParam !== "false") throw new ApiError("validation_failed", "force must be true or false");
+  if (forceParam !== null && forceParam !== "true" && forceParam !== "false") throw new ApiError("validation_failed", "force must be true or false", [{ path: "force", message: "true or false" }]);
   const force = forceParam === "true";
   const view = await unwrapRpc(sandboxStub(env, boxId.data).destroy(claims.houseId, force));
   return json(view);
@@ -109,7 +109,7 @@ export async function previewLinkRoute(request: Request, env: Env, id: string | 
   const boxId = idSchema.safeParse(id);
   if (!boxId.success) throw new ApiError("not_found", "box not found");
   const port = portSchema.safeParse(rawPort);
-  if (!port.success || !/^\d+$/.test(rawPort ?? "")) throw new ApiError("validation_failed", "port must be an integer from 1 to 65535");
+  if (!port.success || !/^\d+$/.test(rawPort ?? "")) throw new ApiError("validation_failed", "port must be an integer from 1 to 65535", [{ path: "port", message: "an integer from 1 to 65535" }]);
   const q = parseQuery(request, previewQuery, "expiresInSeconds must be an integer from 1 to 86400");
   return json(await unwrapRpc(sandboxStub(env, boxId.data).previewLink(claims.houseId, port.data, q.expiresInSeconds)));
 }

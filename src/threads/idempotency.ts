@@ -7,7 +7,7 @@ const KEY_PATTERN = /^[\x21-\x7e]{1,255}$/;
 export function idempotencyKey(request: Request): string | null {
   const raw = request.headers.get(IDEMPOTENCY_HEADER);
   if (raw === null) return null;
-  if (!KEY_PATTERN.test(raw)) throw new ApiError("validation_failed", "Idempotency-Key must be 1-255 visible ASCII characters");
+  if (!KEY_PATTERN.test(raw)) throw new ApiError("validation_failed", "Idempotency-Key must be 1-255 visible ASCII characters", [{ path: "Idempotency-Key", message: "1-255 visible ASCII characters" }]);
   return raw;
 }
 

@@ -313,18 +313,25 @@ describe("query strings and charsets", () => {
   it("a bad query parameter is a 400 whose details name it, on every route that takes one", async () => {
     const token = await houseToken("house-query-details");
     const t = await createThread(token);
+    const envId = ((await (await call("/api/environments", { method: "POST", token, json: { name: "q" } })).json()) as { id: string }).id;
     const cases: [string, string][] = [
       [`/api/threads/${t.id}/dispatch?limit=abc`, "limit"],
       [`/api/threads/${t.id}/artifacts?limit=0`, "limit"],
       [`/api/threads/${t.id}/entries?limit=abc`, "limit"],
       ["/api/threads?status=sleepy", "status"],
       ["/api/sandboxes?ephemeral=maybe", "ephemeral"],
+      ["/api/sandboxes/box_x/ports/http/preview", "port"],
+      [`/api/environments/${envId}/folders/-bad`, "name"],
+      [`/api/environments/${envId}/folders/notes?version=0`, "version"],
     ];
     for (const [path, param] of cases) {
       const r = await call(path, { token });
       const { error } = (await r.json()) as { error: { code: string; details?: { path: string }[] } };
       expect({ path, status: r.status, code: error.code, paths: error.details?.map((d) => d.path) }).toEqual({ path, status: 400, code: "validation_failed", paths: [param] });
     }
+    const idem = await call("/api/threads", { method: "POST", token, json: {}, headers: { "idempotency-key": "bad key" } });
+    const { error } = (await idem.json()) as { error: { details?: { path: string }[] } };
+    expect([idem.status, error.details?.map((d) => d.path)]).toEqual([400, ["Idempotency-Key"]]);
   });
 
   it("a charset other than utf-8 is 415 on JSON bodies; utf-8 is accepted", async () => {
