@@ -1,3 +1,4 @@
+import { z } from "zod";
 import { ApiError, SECURITY_HEADERS, errorResponse } from "../errors";
 import {
   forkExpiry, parseForkHeaders, readThrough, sameFork, sendReleases,
@@ -162,6 +163,8 @@ async function dispatch(request: Request, host: StreamHost, auth: StreamRequestA
 /** The longest a stream may be set to live: far enough for any use, short of the alarms' limit. */
 export const MAX_STREAM_TTL_SECONDS = 100 * 365 * 24 * 3600;
 
+const RFC3339 = z.iso.datetime({ offset: true });
+
 type CreateSettings = { contentType: string | null; ttlSeconds: number | null; expiresAt: string | null; closed: boolean };
 
 async function handleCreate(request: Request, host: StreamHost): Promise<Response> {
@@ -171,7 +174,10 @@ async function handleCreate(request: Request, host: StreamHost): Promise<Respons
   const expiresAt = request.headers.get(H.expiresAt);
   if (ttl !== null && expiresAt !== null) throw new ApiError("bad_request", "send Stream-TTL or Stream-Expires-At, not both");
   if (ttl !== null && !TTL_PATTERN.test(ttl)) throw new ApiError("bad_request", "invalid Stream-TTL");
-  if (expiresAt !== null && Number.isNaN(Date.parse(expiresAt))) throw new ApiError("bad_request", "invalid Stream-Expires-At");
+  // An RFC 3339 time that names a real day: Date.parse alone takes 2030-02-30 as March 2.
+  if (expiresAt !== null && (!RFC3339.safeParse(expiresAt.trim()).success || Number.isNaN(Date.parse(expiresAt)))) {
+    throw new ApiError("bad_request", "invalid Stream-Expires-At: an RFC 3339 date-time with a zone, e.g. 2030-01-31T00:00:00Z");
+  }
   // A stream that would be expired the moment it exists is the client's mistake, not a create.
   if (ttl !== null && Number(ttl) === 0) throw new ApiError("bad_request", "Stream-TTL must be at least 1 second");
   if (expiresAt !== null && Date.parse(expiresAt) <= Date.now()) throw new ApiError("bad_request", "Stream-Expires-At is in the past");

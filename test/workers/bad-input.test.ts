@@ -152,6 +152,11 @@ describe("plain stream creation that would already be expired", () => {
     await expectError(await put("ttl-zero", { "Stream-TTL": "0" }), 400, "bad_request");
     await expectError(await put("expired-at", { "Stream-Expires-At": new Date(Date.now() - 60_000).toISOString() }), 400, "bad_request");
     await expectError(await put("expired-at-body", { "Stream-Expires-At": "2020-01-01T00:00:00Z" }), 400, "bad_request");
+    // Not a real day (Date.parse rolls it over to March 2), not RFC 3339, no zone: refused, nothing created.
+    for (const bad of ["2030-02-30T00:00:00Z", "Tue, 01 Jan 2030 00:00:00 GMT", "2030-01-01T00:00:00"]) {
+      await expectError(await put("bad-date", { "Stream-Expires-At": bad }), 400, "bad_request");
+    }
+    expect((await put("good-date", { "Stream-Expires-At": "2030-02-28T23:59:59.5+01:00" })).status).toBe(201);
     expect((await put("ttl-one", { "Stream-TTL": "60" })).status).toBe(201);
     expect((await call("/api/stream/ttl-zero", { method: "HEAD", token })).status).toBe(404);
   });
