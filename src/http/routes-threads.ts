@@ -170,13 +170,9 @@ function withoutBearerProtocols(request: Request): Request {
   const offered = request.headers.get("sec-websocket-protocol");
   if (offered === null) return request;
   const kept = offered.split(",").map((p) => p.trim()).filter((p) => p !== "" && !p.startsWith(BEARER_PROTOCOL_PREFIX));
-  // The handshake must select a protocol the client offered, and the token is never echoed: with
-  // nothing else offered, every client would refuse the socket it got.
-  if (kept.length === 0) {
-    throw new ApiError("bad_request", `offer a protocol name next to ${BEARER_PROTOCOL_PREFIX}<token> (e.g. ["threadbox", "${BEARER_PROTOCOL_PREFIX}" + token]): the server selects it and never echoes the token`);
-  }
   const headers = new Headers(request.headers);
-  headers.set("sec-websocket-protocol", kept.join(", "));
+  if (kept.length > 0) headers.set("sec-websocket-protocol", kept.join(", "));
+  else headers.delete("sec-websocket-protocol");
   return new Request(request, { headers });
 }
 
