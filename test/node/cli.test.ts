@@ -249,24 +249,35 @@ describe("output into a pipe that closes early", () => {
 });
 
 describe("tail over a flaky connection", () => {
-  it("reconnects from the last offset after a drop: every entry once, in order", async () => {
+  /** `threadbox tail <new thread> --json ...args` through a proxy the test can cut; `post` writes a chat with that id. */
+  async function tailThroughProxy(title: string, args: string[], before: string[] = []) {
     const proxy = await startPausableProxy(worker.port);
-    const threadId = (await ok(["new", "flaky"])).stdout.trim();
+    const threadId = (await ok(["new", title])).stdout.trim();
     const post = (id: string) => fetch(`${worker.url}/api/threads/${threadId}/entries`, {
       method: "POST",
       headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
       body: JSON.stringify({ id, payload: { type: "chat", text: id } }),
     });
-    for (const id of ["m1", "m2", "m3"]) await post(id);
+    for (const id of before) await post(id);
     const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
-    const child = spawn(process.execPath, [CLI, "tail", threadId, "--json"], {
+    const child = spawn(process.execPath, [CLI, "tail", threadId, "--json", ...args], {
       env: { ...base, THREADBOX_URL: `http://127.0.0.1:${proxy.port}`, THREADBOX_TOKEN: token, XDG_CONFIG_HOME: mkdtempSync(join(tmpdir(), "tb-cfg-")) },
       stdio: ["ignore", "pipe", "pipe"],
     });
     let out = "";
     child.stdout.on("data", (d) => (out += d));
     const exited = new Promise((r) => child.on("close", r));
-    const ids = () => out.split("\n").filter(Boolean).map((l) => JSON.parse(l).id);
+    const ids = () => out.split("\n").filter(Boolean).map((l) => JSON.parse(l).id as string);
+    const end = async () => {
+      child.kill("SIGINT");
+      await exited;
+      await proxy.close();
+    };
+    return { proxy, post, child, ids, end };
+  }
+
+  it("reconnects from the last offset after a drop: every entry once, in order", async () => {
+    const { proxy, post, child, ids, end } = await tailThroughProxy("flaky", [], ["m1", "m2", "m3"]);
     const until = async (n: number) => {
       for (let i = 0; ids().length < n; i++) {
         if (i > 400) throw new Error(`tail saw only ${ids().join(",")}`);
@@ -285,31 +296,13 @@ describe("tail over a flaky connection", () => {
       await until(6);
       expect(ids()).toEqual(["m1", "m2", "m3", "m4", "m5", "m6"]);
     } finally {
-      child.kill("SIGINT");
-      await exited;
-      await proxy.close();
+      await end();
     }
     expect(child.exitCode).toBe(0); // Ctrl-C ends a plain tail cleanly
   });
 
   it("--from now that has seen nothing yet still misses nothing written while it was cut off", async () => {
-    const proxy = await startPausableProxy(worker.port);
-    const threadId = (await ok(["new", "quiet"])).stdout.trim();
-    const post = (id: string) => fetch(`${worker.url}/api/threads/${threadId}/entries`, {
-      method: "POST",
-      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
-      body: JSON.stringify({ id, payload: { type: "chat", text: id } }),
-    });
-    await post("before");
-    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
-    const child = spawn(process.execPath, [CLI, "tail", threadId, "--from", "now", "--json"], {
-      env: { ...base, THREADBOX_URL: `http://127.0.0.1:${proxy.port}`, THREADBOX_TOKEN: token, XDG_CONFIG_HOME: mkdtempSync(join(tmpdir(), "tb-cfg-")) },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let out = "";
-    child.stdout.on("data", (d) => (out += d));
-    const exited = new Promise((r) => child.on("close", r));
-    const ids = () => out.split("\n").filter(Boolean).map((l) => JSON.parse(l).id);
+    const { proxy, post, ids, end } = await tailThroughProxy("quiet", ["--from", "now"], ["before"]);
     try {
       await new Promise((r) => setTimeout(r, 1500)); // connected, nothing to show
       proxy.pause();
@@ -322,9 +315,7 @@ describe("tail over a flaky connection", () => {
       }
       expect(ids()).toEqual(["late1", "late2"]);
     } finally {
-      child.kill("SIGINT");
-      await exited;
-      await proxy.close();
+      await end();
     }
   });
 });

@@ -12,10 +12,10 @@ import { call, createThread, houseToken, readAll } from "./helpers";
 const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> };
 const threadStub = (id: string) => E.THREADS.get(E.THREADS.idFromName(`thread:${id}`));
 
-/** A run started on a thread of a test-provider environment, the thread actor prepared by `arrange` first. */
-async function startLaunch(houseId: string, arrange: (a: ThreadActor) => void) {
+/** A thread of a test-provider environment (`envFields` added to it) that can launch, its actor prepared by `arrange`. */
+async function launchableThread(houseId: string, arrange: (a: ThreadActor) => void = () => {}, envFields: Record<string, unknown> = {}) {
   const token = await houseToken(houseId);
-  const envRes = await call("/api/environments", { method: "POST", token, json: { name: "launch", provider: "test" } });
+  const envRes = await call("/api/environments", { method: "POST", token, json: { name: "launch", provider: "test", ...envFields } });
   const environmentId = ((await envRes.json()) as { id: string }).id;
   const t = await createThread(token, { environmentId });
   const stub = threadStub(t.id);
@@ -23,6 +23,12 @@ async function startLaunch(houseId: string, arrange: (a: ThreadActor) => void) {
     a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" });
     arrange(a);
   });
+  return { token, t, stub, environmentId };
+}
+
+/** A run started on a thread of a test-provider environment, the thread actor prepared by `arrange` first. */
+async function startLaunch(houseId: string, arrange: (a: ThreadActor) => void) {
+  const { token, t, stub } = await launchableThread(houseId, arrange);
   const { runId } = await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
   return { token, t, stub, runId };
 }
@@ -191,12 +197,7 @@ describe("a box deleted while its run launches", () => {
 describe("an environment deleted right after a run started in its shared box", () => {
   it("is a 409 while that run runs, before the box counts it as attached; after the run, the delete goes through", async () => {
     const houseId = "house-delete-env-launching";
-    const token = await houseToken(houseId);
-    const envRes = await call("/api/environments", { method: "POST", token, json: { name: "shared", provider: "test", boxMode: "shared" } });
-    const environmentId = ((await envRes.json()) as { id: string }).id;
-    const t = await createThread(token, { environmentId });
-    const stub = threadStub(t.id);
-    await runInDurableObject(stub, (a: ThreadActor) => a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" }));
+    const { token, t, stub, environmentId } = await launchableThread(houseId, undefined, { boxMode: "shared" });
     await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
     const refused = await call(`/api/environments/${environmentId}`, { method: "DELETE", token });
     expect(refused.status).toBe(409);
@@ -212,18 +213,7 @@ describe("an environment deleted right after a run started in its shared box", (
 describe("a run whose actor dies right after its start is committed", () => {
   it("still launches: the alarm was armed with the start, and a retry with the same run finds it", async () => {
     const houseId = "house-crash-after-start";
-    const { token, t, stub } = await (async () => {
-      const token = await houseToken(houseId);
-      const envRes = await call("/api/environments", { method: "POST", token, json: { name: "launch", provider: "test" } });
-      const environmentId = ((await envRes.json()) as { id: string }).id;
-      const t = await createThread(token, { environmentId });
-      const stub = threadStub(t.id);
-      await runInDurableObject(stub, (a: ThreadActor) => {
-        a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" });
-        a.crashBeforeOutboxCalls();
-      });
-      return { token, t, stub };
-    })();
+    const { token, t, stub } = await launchableThread(houseId, (a) => a.crashBeforeOutboxCalls());
     const crashed = await stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice", runId: "run-crash-1" }).then(() => null, (e: unknown) => e);
     expect(crashed).not.toBeNull();
     // A stub to the crashed actor stays broken: the actor as it restarts is reached through a new one.

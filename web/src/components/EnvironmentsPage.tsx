@@ -15,6 +15,22 @@ function parseJsonField(label: string, text: string): unknown {
   }
 }
 
+/** Name and value inputs, a row per secret, and a button for one more. Values are never filled in from the server. */
+function SecretRows({ secrets, onChange }: { secrets: Secret[]; onChange: (next: Secret[]) => void }) {
+  const set = (i: number, patch: Partial<Secret>) => onChange(secrets.map((x, j) => (j === i ? { ...x, ...patch } : x)));
+  return (
+    <>
+      {secrets.map((s, i) => (
+        <div class="row" key={i}>
+          <input name={`secret-name-${i}`} placeholder="NAME" value={s.name} onInput={(e) => set(i, { name: e.currentTarget.value })} />
+          <input name={`secret-value-${i}`} type="password" autocomplete="off" placeholder="value" value={s.value} onInput={(e) => set(i, { value: e.currentTarget.value })} />
+        </div>
+      ))}
+      <button type="button" class="link" onClick={() => onChange([...secrets, { name: "", value: "" }])}>+ another secret</button>
+    </>
+  );
+}
+
 /** KEY=value lines for a textarea, the inverse of parseKeyValues. */
 function keyValueLines(env: Record<string, string> | undefined): string {
   return Object.entries(env ?? {}).map(([k, v]) => `${k}=${v}`).join("\n");
@@ -31,7 +47,6 @@ function EnvironmentEditor({ environment, session, onDone }: { environment: Envi
   const [secrets, setSecrets] = useState<Secret[]>([{ name: "", value: "" }]);
   const [removed, setRemoved] = useState<string[]>([]);
   const [error, setError] = useState<ApiError | string | null>(null);
-  const setSecret = (i: number, patch: Partial<Secret>) => setSecrets((s) => s.map((x, j) => (j === i ? { ...x, ...patch } : x)));
   const save = async (e: Event) => {
     e.preventDefault();
     setError(null);
@@ -60,13 +75,7 @@ function EnvironmentEditor({ environment, session, onDone }: { environment: Envi
       )}
       <fieldset>
         <legend>Set secrets (a name that exists gets the new value)</legend>
-        {secrets.map((s, i) => (
-          <div class="row" key={i}>
-            <input name={`secret-name-${i}`} placeholder="NAME" value={s.name} onInput={(e) => setSecret(i, { name: e.currentTarget.value })} />
-            <input name={`secret-value-${i}`} type="password" autocomplete="off" placeholder="value" value={s.value} onInput={(e) => setSecret(i, { value: e.currentTarget.value })} />
-          </div>
-        ))}
-        <button type="button" class="link" onClick={() => setSecrets((s) => [...s, { name: "", value: "" }])}>+ another secret</button>
+        <SecretRows secrets={secrets} onChange={setSecrets} />
       </fieldset>
       <label class="check"><input type="checkbox" name="sharedBox" checked={sharedBox} onChange={(e) => setSharedBox(e.currentTarget.checked)} /> shared box for run_command</label>
       <ErrorNote error={error} />
@@ -121,7 +130,6 @@ export function EnvironmentsPage({ session }: { session: Session }) {
   const [sharedBox, setSharedBox] = useState(false);
   const [error, setError] = useState<ApiError | string | null>(null);
 
-  const setSecret = (i: number, patch: Partial<Secret>) => setSecrets((s) => s.map((x, j) => (j === i ? { ...x, ...patch } : x)));
   const submit = async (e: Event) => {
     e.preventDefault();
     setError(null);
@@ -161,13 +169,7 @@ export function EnvironmentsPage({ session }: { session: Session }) {
         <label>Environment variables (KEY=value per line) <textarea name="env" rows={2} value={env} onInput={(e) => setEnv(e.currentTarget.value)} /></label>
         <fieldset>
           <legend>Secrets (write-only: never shown again)</legend>
-          {secrets.map((s, i) => (
-            <div class="row" key={i}>
-              <input name={`secret-name-${i}`} placeholder="NAME" value={s.name} onInput={(e) => setSecret(i, { name: e.currentTarget.value })} />
-              <input name={`secret-value-${i}`} type="password" autocomplete="off" placeholder="value" value={s.value} onInput={(e) => setSecret(i, { value: e.currentTarget.value })} />
-            </div>
-          ))}
-          <button type="button" class="link" onClick={() => setSecrets((s) => [...s, { name: "", value: "" }])}>+ another secret</button>
+          <SecretRows secrets={secrets} onChange={setSecrets} />
         </fieldset>
         <label>pi models.json (optional JSON; <code>"apiKey": "$NAME"</code> reads a secret)<textarea name="piModels" rows={4} value={piModels} onInput={(e) => setPiModels(e.currentTarget.value)} /></label>
         <label>pi settings.json (optional JSON)<textarea name="piSettings" rows={2} value={piSettings} onInput={(e) => setPiSettings(e.currentTarget.value)} /></label>
