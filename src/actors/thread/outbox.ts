@@ -98,6 +98,12 @@ export class Outbox {
     return this.sql.exec(`select 1 from outbox where kind = ? limit 1`, kind).toArray().length > 0;
   }
 
+  /** Whether any item of these kinds is owed. */
+  hasAny(kinds: readonly OutboxKind[]): boolean {
+    if (kinds.length === 0) return false;
+    return this.sql.exec(`select 1 from outbox where kind in (${kinds.map(() => "?").join(", ")}) limit 1`, ...kinds).toArray().length > 0;
+  }
+
   /**
    * Runs what is due, in the order it was owed. A slow item stops the ordered items behind it
    * unless `includeSlow` (the alarm); unordered items still run.

@@ -17,7 +17,7 @@ import { houseStub, sandboxStub, streamForkLinks } from "../stubs";
 import type { AcquireRequest, ForkSource, PrefixRequest } from "../../streams/fork";
 import { DEADLINES_SCHEMA, Deadlines, type AlarmStep } from "./deadlines";
 import { Fanout } from "./fanout";
-import { OUTBOX_SCHEMA, Outbox, type OutboxExecutors } from "./outbox";
+import { OUTBOX_SCHEMA, Outbox, type OutboxExecutors, type OutboxKind } from "./outbox";
 import { PROBE_SCHEMA, RunLifecycle } from "./run-lifecycle";
 import { DISPATCH_SCHEMA, DispatchService } from "./dispatch";
 import type { Agent } from "../../agents";
@@ -101,6 +101,7 @@ export class ThreadActor extends DurableObject<Env> {
   protected readonly alarmSteps: AlarmStep[];
   protected readonly launchProgress: LaunchProgressStore;
   private readonly executors: OutboxExecutors;
+  private readonly slowKinds: OutboxKind[];
   private readonly longPollTimeoutMs: number;
   private readonly threadPolicy: AppendPolicy;
   private knownThread = false;
@@ -180,6 +181,7 @@ export class ThreadActor extends DurableObject<Env> {
       { name: "dispatch", run: () => this.dispatch.onAlarm() },
     ];
     this.executors = this.outboxExecutors();
+    this.slowKinds = (Object.keys(this.executors) as OutboxKind[]).filter((k) => (this.executors[k] as { slow?: boolean }).slow === true);
     this.threadPolicy = {
       prepareAppend: (body, _meta, writer) => {
         const prepared = prepareEntries(parseJsonBody(body), writer, this.clock.now());
@@ -576,9 +578,10 @@ export class ThreadActor extends DurableObject<Env> {
   private async settleTurn(): Promise<void> {
     this.lifecycle.takeChanged();
     this.triggersRecorded = false;
-    // Armed in the same commit as the work that is owed, before the calls that carry it out: if
-    // this actor dies during them (a crash, a deploy), the alarm still comes and runs what is owed.
-    if (this.rows.get() && this.outbox.nextAt() !== null) await this.deadlines.recompute(this.clock.now() + OWED_WORK_SAFETY_ALARM_MS);
+    // Work only the alarm does (a launch, a stop's grace period) gets its alarm in the same commit
+    // that owes it, before the calls below: if this actor dies during them (a crash, a deploy), it
+    // still runs. (What the calls below do themselves is owed again by the next turn or alarm.)
+    if (this.rows.get() && this.outbox.hasAny(this.slowKinds)) await this.deadlines.recompute(this.clock.now() + OWED_WORK_SAFETY_ALARM_MS);
     await this.beforeOutboxCalls();
     await this.drainOutbox(false);
     if (this.rows.get()) await this.deadlines.recompute();
