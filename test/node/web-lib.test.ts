@@ -4,6 +4,7 @@ import { appendEntries, buildTimeline } from "../../web/src/lib/timeline";
 import { diffOfToolCall, looksLikeDiff, parseUnifiedDiff } from "../../web/src/lib/diff";
 import { insertMention, mentionQuery } from "../../web/src/lib/mentions";
 import { isAfter } from "../../web/src/lib/subscription";
+import { chatPreview } from "../../web/src/lib/fold";
 import { matchRoute } from "../../web/src/lib/router";
 import { readClaims, takeTokenFromLocation } from "../../web/src/lib/auth";
 import { ApiError, errorText, type Entry, type ThreadSummary } from "../../web/src/lib/api";
@@ -218,5 +219,16 @@ describe("routes", () => {
     expect(matchRoute("/threads/th_1/")).toEqual({ page: "thread", id: "th_1" });
     expect(matchRoute("/")).toEqual({ page: "threads" });
     expect(matchRoute("/nope")).toEqual({ page: "missing" });
+  });
+});
+
+describe("folding long messages", () => {
+  it("keeps a short one whole; cuts a long one at 4,000 characters or 40 lines, whichever comes first", () => {
+    expect(chatPreview("short\ntext")).toBeNull();
+    expect(chatPreview("x".repeat(4000))).toBeNull();
+    expect(chatPreview("x".repeat(4001))).toBe("x".repeat(4000));
+    const lines = Array.from({ length: 100 }, (_, i) => `l${i}`).join("\n");
+    expect(chatPreview(lines)!.split("\n")).toHaveLength(40);
+    expect(chatPreview(Array.from({ length: 40 }, () => "a").join("\n"))).toBeNull(); // 40 lines: whole
   });
 });

@@ -1,6 +1,6 @@
-import { useMemo, useState } from "preact/hooks";
+import { useEffect, useMemo, useState } from "preact/hooks";
 import { Api } from "./lib/api";
-import { clearToken, loadToken, readClaims, saveToken } from "./lib/auth";
+import { clearToken, loadToken, readClaims, saveToken, takeTokenFromLocation } from "./lib/auth";
 import { matchRoute, onLinkClick, usePath } from "./lib/router";
 import { SignIn } from "./components/SignIn";
 import { ThreadsPage } from "./components/ThreadsPage";
@@ -16,6 +16,17 @@ export function App() {
   /** Why the last session ended without the user asking (the server refused its token). */
   const [refused, setRefused] = useState(false);
   const path = usePath();
+  // A sign-in link opened in this tab changes only the fragment: the page does not load again,
+  // so the token is taken (and removed from the address bar) here too.
+  useEffect(() => {
+    const onHash = () => {
+      takeTokenFromLocation(location, history, localStorage);
+      const next = loadToken(localStorage);
+      if (next !== token) { setRefused(false); setToken(next); }
+    };
+    addEventListener("hashchange", onHash);
+    return () => removeEventListener("hashchange", onHash);
+  }, [token]);
   const signOut = (byServer = false) => { clearToken(localStorage); setRefused(byServer); setToken(null); };
   const session = useMemo<Session | null>(() => {
     if (!token) return null;

@@ -5,6 +5,14 @@ import { usePolled } from "../lib/hooks";
 import { navigate } from "../lib/router";
 import { ErrorNote } from "./common";
 
+const TRIGGER_LABELS: Record<string, string> = { mention: "when @mentioned", ambient: "when it judges it should", always: "every message" };
+
+/** An environment's name, or that it is gone. */
+function envName(envs: Environment[] | undefined, id: string): string {
+  const e = envs?.find((x) => x.id === id);
+  return e ? e.name : envs ? `${id} (deleted)` : id;
+}
+
 const TOOLS = ["run_command", "delegate_task", "preview_link", "create_agent", "create_thread", "list_threads", "post_to_thread"];
 
 type BotFields = { name: string; handle: string; model: string; environmentId: string; triggerMode: string; systemPrompt: string; tools: string[] };
@@ -26,6 +34,7 @@ function BotForm({ initial, envs, title, saveLabel, onSave, onCancel }: {
   const [form, setForm] = useState<BotFields>(initial);
   const [error, setError] = useState<ApiError | null>(null);
   const [busy, setBusy] = useState(false);
+  const missingEnv = !!form.environmentId && !!envs && !envs.some((e) => e.id === form.environmentId);
   const field = (k: "name" | "handle" | "model" | "systemPrompt") => ({
     name: k, value: form[k], onInput: (e: Event) => setForm({ ...form, [k]: (e.currentTarget as HTMLInputElement).value }),
   });
@@ -50,9 +59,11 @@ function BotForm({ initial, envs, title, saveLabel, onSave, onCancel }: {
       <label>Environment (its secrets hold the model key)
         <select name="environmentId" value={form.environmentId} onChange={(e) => setForm({ ...form, environmentId: e.currentTarget.value })}>
           <option value="">none</option>
-          {envs?.map((env) => <option key={env.id} value={env.id}>{env.name}</option>)}
+          {envs?.map((env) => <option key={env.id} value={env.id}>{env.name} ({env.id})</option>)}
+          {missingEnv && <option value={form.environmentId}>deleted: {form.environmentId}</option>}
         </select>
       </label>
+      {missingEnv && <p class="error" role="alert">Its environment {form.environmentId} was deleted: pick another, or none, to save.</p>}
       <label>Answers
         <select name="triggerMode" value={form.triggerMode} onChange={(e) => setForm({ ...form, triggerMode: e.currentTarget.value })}>
           <option value="mention">when @mentioned</option>
@@ -87,8 +98,13 @@ function BotCard({ agent, session, envs, onChanged }: { agent: Agent; session: S
     }
   };
   // A DM is a thread whose parent is the bot: it answers every message there without a mention.
+  // The newest one is opened again; a new one gets the bot's environment, so its tools have a box.
   const message = () => act(async () => {
-    const t = await session.api.createThread({ title: `DM with @${agent.handle}`, parent: { kind: "agent", id: agent.id } });
+    const [existing] = await session.api.threads(`parentKind=agent&parent=${encodeURIComponent(agent.id)}&limit=1`);
+    const t = existing ?? await session.api.createThread({
+      title: `DM with @${agent.handle}`, parent: { kind: "agent", id: agent.id },
+      ...(agent.environmentId ? { environmentId: agent.environmentId } : {}),
+    });
     navigate(`/threads/${t.id}`);
   });
   const remove = () => act(async () => {
@@ -111,7 +127,7 @@ function BotCard({ agent, session, envs, onChanged }: { agent: Agent; session: S
   return (
     <li class="card" data-agent-id={agent.id}>
       <b>@{agent.handle}</b> {agent.name}
-      <div class="small">{agent.model} · answers on {agent.triggerMode}{agent.tools?.length ? ` · tools: ${agent.tools.join(", ")}` : ""}</div>
+      <div class="small">{agent.model} · answers {TRIGGER_LABELS[agent.triggerMode] ?? agent.triggerMode}{agent.environmentId ? ` · environment ${envName(envs, agent.environmentId)}` : ""}{agent.tools?.length ? ` · tools: ${agent.tools.join(", ")}` : ""}</div>
       <div class="row actions">
         <button type="button" onClick={message}>Message</button>
         <button type="button" class="link" onClick={() => setEditing(true)}>Edit</button>

@@ -77,7 +77,7 @@ export function Composer({ session, threadId, agents }: { session: Session; thre
           ))}
         </ul>
       )}
-      <textarea ref={box} name="message" rows={2} placeholder={agents.length ? "Message… (@ to mention a bot)" : "Message…"}
+      <textarea ref={box} name="message" aria-label="Message" rows={2} placeholder={agents.length ? "Message… (@ to mention a bot)" : "Message…"}
         value={text} onInput={(e) => update(e.currentTarget)} onKeyDown={onKeyDown} onClick={(e) => update(e.currentTarget)} />
       <button type="submit" disabled={busy || !text.trim()}>Send</button>
       <ErrorNote error={error} />

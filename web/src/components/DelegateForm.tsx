@@ -29,7 +29,7 @@ export function DelegateForm({ session, threadId, defaultEnvironmentId, onStarte
   };
   return (
     <form class="card row delegate" onSubmit={submit}>
-      <input name="task" placeholder="Delegate a task to a coding agent, e.g. write hello.txt containing hi" value={task} onInput={(e) => setTask(e.currentTarget.value)} />
+      <input name="task" aria-label="Task for a coding agent" placeholder="Delegate a task to a coding agent, e.g. write hello.txt containing hi" value={task} onInput={(e) => setTask(e.currentTarget.value)} />
       <select name="environment" value={environmentId} onChange={(e) => setEnvironmentId(e.currentTarget.value)}>
         <option value="">{defaultEnvironmentId ? "thread's environment" : "no environment (pick one)"}</option>
         {envs.data?.map((env) => <option key={env.id} value={env.id}>{env.name}</option>)}

@@ -31,6 +31,15 @@ function SecretRows({ secrets, onChange }: { secrets: Secret[]; onChange: (next:
   );
 }
 
+/** What the secret rows say, checked: a half-filled row is a mistake to point out, not to drop or send empty. */
+function secretsOf(rows: Secret[]): Record<string, string> {
+  if (rows.some((s) => !s.name.trim() && s.value)) throw new Error("a secret has a value but no name");
+  const named = rows.filter((s) => s.name.trim());
+  const empty = named.find((s) => !s.value);
+  if (empty) throw new Error(`secret ${empty.name.trim()} has no value`);
+  return Object.fromEntries(named.map((s) => [s.name.trim(), s.value]));
+}
+
 /** KEY=value lines for a textarea, the inverse of parseKeyValues. */
 function keyValueLines(env: Record<string, string> | undefined): string {
   return Object.entries(env ?? {}).map(([k, v]) => `${k}=${v}`).join("\n");
@@ -47,19 +56,25 @@ function EnvironmentEditor({ environment, session, onDone }: { environment: Envi
   const [secrets, setSecrets] = useState<Secret[]>([{ name: "", value: "" }]);
   const [removed, setRemoved] = useState<string[]>([]);
   const [error, setError] = useState<ApiError | string | null>(null);
+  const [busy, setBusy] = useState(false);
   const save = async (e: Event) => {
     e.preventDefault();
+    if (busy) return;
     setError(null);
+    setBusy(true);
     try {
-      if (secrets.some((s) => !s.name.trim() && s.value)) throw new Error("a secret has a value but no name");
-      const secretPatch: Record<string, string | null> = Object.fromEntries(removed.map((n) => [n, null]));
-      for (const s of secrets) if (s.name.trim() && s.value) secretPatch[s.name.trim()] = s.value;
+      const set = secretsOf(secrets);
+      const both = removed.find((n) => n in set);
+      if (both) throw new Error(`secret ${both} is both removed and set: untick one`);
+      const secretPatch: Record<string, string | null> = { ...Object.fromEntries(removed.map((n) => [n, null])), ...set };
       const body: Record<string, unknown> = { model: model.trim() || null, env: parseKeyValues(env), sharedBox };
       if (Object.keys(secretPatch).length) body.secrets = secretPatch;
       await session.api.updateEnvironment(environment.id, body);
       onDone(true);
     } catch (err) {
       setError(err instanceof ApiError ? err : (err as Error).message);
+    } finally {
+      setBusy(false);
     }
   };
   return (
@@ -80,7 +95,7 @@ function EnvironmentEditor({ environment, session, onDone }: { environment: Envi
       <label class="check"><input type="checkbox" name="sharedBox" checked={sharedBox} onChange={(e) => setSharedBox(e.currentTarget.checked)} /> shared box for run_command</label>
       <ErrorNote error={error} />
       <div class="row">
-        <button type="submit">Save environment</button>
+        <button type="submit" disabled={busy}>Save environment</button>
         <button type="button" class="link" onClick={() => onDone(false)}>Cancel</button>
       </div>
     </form>
@@ -139,8 +154,7 @@ export function EnvironmentsPage({ session }: { session: Session }) {
       const envVars = parseKeyValues(env);
       if (Object.keys(envVars).length) body.env = envVars;
       // A value typed without a name would be lost without a word: say so instead.
-      if (secrets.some((s) => !s.name.trim() && s.value)) throw new Error("a secret has a value but no name");
-      const secretMap = Object.fromEntries(secrets.filter((s) => s.name.trim()).map((s) => [s.name.trim(), s.value]));
+      const secretMap = secretsOf(secrets);
       if (Object.keys(secretMap).length) body.secrets = secretMap;
       const models = parseJsonField("pi models.json", piModels);
       if (models !== undefined) body.piModels = models;

@@ -95,7 +95,9 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
           <div class="muted small">
             {id}
             {t?.parent.kind === "thread" && t.parent.id && <> · child of <Link href={`/threads/${t.parent.id}`}>{t.parent.id}</Link></>}
-            {t?.parent.kind === "agent" && t.parent.id && <> · direct messages with <b>@{bots.get(t.parent.id) ?? t.parent.id}</b></>}
+            {t?.parent.kind === "agent" && t.parent.id && (bots.has(t.parent.id) || !agents.data
+              ? <> · direct messages with <b>@{bots.get(t.parent.id) ?? t.parent.id}</b></>
+              : <> · direct messages with a bot that was deleted (<code>{t.parent.id}</code>): nobody answers here any more</>)}
             {t?.boxId && <> · box {t.boxId}</>}
           </div>
         </div>

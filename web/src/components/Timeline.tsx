@@ -1,5 +1,6 @@
-import { useState } from "preact/hooks";
+import { useEffect, useRef, useState } from "preact/hooks";
 import type { ArtifactItem, TimelineItem, ToolItem } from "../lib/timeline";
+import { chatPreview } from "../lib/fold";
 import { diffOfToolCall, looksLikeDiff, parseUnifiedDiff, type DiffLine } from "../lib/diff";
 import { Link, StatusBadge } from "./common";
 
@@ -21,12 +22,38 @@ function summary(item: ToolItem): string {
   return typeof first === "string" ? first.split("\n")[0].slice(0, 120) : "";
 }
 
+/** A running command's output: it follows the newest line, unless the reader scrolled up to read. */
+function LiveText({ text }: { text: string }) {
+  const pre = useRef<HTMLPreElement>(null);
+  const following = useRef(true);
+  useEffect(() => {
+    const el = pre.current;
+    if (el && following.current) el.scrollTop = el.scrollHeight;
+  }, [text]);
+  const onScroll = () => {
+    const el = pre.current;
+    if (el) following.current = el.scrollHeight - el.scrollTop - el.clientHeight < 24;
+  };
+  return <pre class="output live" ref={pre} onScroll={onScroll}>{text}</pre>;
+}
+
 function ToolCall({ item }: { item: ToolItem }) {
   const r = item.result?.payload;
   const state = item.liveOnly ? "output" : !r ? (item.cutShort ? "stopped" : "running") : r.isError ? "error" : "done";
   const diff = diffOfToolCall(item.name, item.args);
+  // A call that starts showing output while it runs opens once, so the output is seen; the
+  // reader may close it again.
+  const details = useRef<HTMLDetailsElement>(null);
+  const opened = useRef(false);
+  const streaming = !r && item.live !== undefined;
+  useEffect(() => {
+    if (streaming && !opened.current && details.current) {
+      opened.current = true;
+      details.current.open = true;
+    }
+  }, [streaming]);
   return (
-    <details class={`tool tool-${state}`} data-offset={item.call?.offset ?? item.result?.offset} data-tool={item.name}>
+    <details ref={details} class={`tool tool-${state}`} data-offset={item.call?.offset ?? item.result?.offset} data-tool={item.name}>
       <summary>
         <span class="tool-name">{item.name}</span>
         <span class="tool-summary">{summary(item)}</span>
@@ -34,7 +61,7 @@ function ToolCall({ item }: { item: ToolItem }) {
       </summary>
       <div class="tool-body">
         {!item.liveOnly && (diff ? <DiffView lines={diff} /> : <pre class="args">{JSON.stringify(item.args ?? {}, null, 2)}</pre>)}
-        {r ? <Output text={typeof r.output === "string" ? r.output : JSON.stringify(r.output ?? "", null, 2)} /> : item.live !== undefined && <pre class="output live">{item.live}</pre>}
+        {r ? <Output text={typeof r.output === "string" ? r.output : JSON.stringify(r.output ?? "", null, 2)} /> : item.live !== undefined && <LiveText text={item.live} />}
       </div>
     </details>
   );
@@ -62,17 +89,26 @@ function Artifacts({ item }: { item: ArtifactItem }) {
   );
 }
 
-/** Past this many characters a message shows its beginning and a button for the rest. */
-export const CHAT_PREVIEW_CHARS = 4000;
-
 /** A message's text: in its own direction (a right-to-left one stays so among left-to-right ones), long ones folded. */
 function ChatText({ text }: { text: string }) {
   const [open, setOpen] = useState(false);
-  const folded = !open && text.length > CHAT_PREVIEW_CHARS;
+  const toggle = useRef<HTMLButtonElement>(null);
+  const preview = chatPreview(text);
+  const flip = (next: boolean) => {
+    setOpen(next);
+    // The button is drawn anew where the text ends: keyboard focus goes with it.
+    setTimeout(() => toggle.current?.focus(), 0);
+  };
   return (
     <div class="bubble-text" dir="auto">
-      {folded ? `${text.slice(0, CHAT_PREVIEW_CHARS)}…` : text}
-      {folded && <div><button type="button" class="link show-all" onClick={() => setOpen(true)}>Show all ({text.length.toLocaleString()} characters)</button></div>}
+      {preview !== null && !open ? `${preview}…` : text}
+      {preview !== null && (
+        <div>
+          {open
+            ? <button type="button" ref={toggle} class="link show-less" onClick={() => flip(false)}>Show less</button>
+            : <button type="button" ref={toggle} class="link show-all" onClick={() => flip(true)}>Show all ({text.length.toLocaleString()} characters)</button>}
+        </div>
+      )}
     </div>
   );
 }
