@@ -29,7 +29,7 @@ export type LaunchProgress = {
   handle?: DetachedHandle;
 };
 
-export type LaunchStep = "box_created" | "box_registered" | "runner_spawned" | "runner_started";
+export type LaunchStep = "box_created" | "box_registered" | "box_chosen" | "runner_spawned" | "runner_started";
 
 export class LaunchProgressStore {
   constructor(private readonly sql: SqlStorage) {

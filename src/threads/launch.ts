@@ -1,3 +1,4 @@
+import { ApiError } from "../errors";
 import type { Env } from "../env";
 import type { Entry } from "../entries/schema";
 import type { Environment } from "../environments";
@@ -80,6 +81,8 @@ export type LaunchDeps = {
   registerBox(boxId: string, info: { provider: string; providerRef: string; labels: Record<string, string> }): Promise<void>;
   /** Whether an existing box can take this run (resume on the same box). */
   boxIsLive(boxId: string): Promise<{ providerRef: string } | null>;
+  /** This launch picked the box: it is held for the run until the thread is attached. */
+  reserveBox(boxId: string): Promise<void>;
   /** Records the box on the thread (readiness milestone) before anything runs in it. */
   assignBox(boxId: string): Promise<void>;
   rememberHandle(boxId: string, handle: unknown): Promise<void>;
@@ -111,11 +114,16 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
   let progress = deps.progress();
   if (!progress.boxId && spec.resume && row.boxId) {
     const live = await deps.boxIsLive(row.boxId);
-    if (live) progress = await deps.saveProgress({ boxId: row.boxId, providerRef: live.providerRef, sameBox: true });
+    // Held from now on: neither an idle reap nor a plain delete takes it from under this launch.
+    // One that went away meanwhile is not reused: a fresh box follows.
+    if (live && (await deps.reserveBox(row.boxId).then(() => true, (err) => { if (err instanceof ApiError && err.code === "conflict") return false; throw err; }))) {
+      progress = await deps.saveProgress({ boxId: row.boxId, providerRef: live.providerRef, sameBox: true });
+    }
   }
   if (!progress.boxId && environment?.boxMode === "shared") {
     // A shared environment's runs all go to its one long-lived box.
     const shared = await deps.sharedBox();
+    await deps.reserveBox(shared.id);
     progress = await deps.saveProgress({ boxId: shared.id, providerRef: shared.providerRef, sameBox: true, shared: true });
   }
   if (!progress.boxId) {
@@ -141,6 +149,7 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
   const boxId = progress.boxId!;
   const ref = progress.providerRef!;
   const sameBox = progress.sameBox === true;
+  deps.checkpoint("box_chosen");
   stillCurrent(spec, deps);
   await deps.assignBox(boxId);
   deps.alive();

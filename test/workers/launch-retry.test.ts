@@ -231,3 +231,37 @@ describe("a run whose actor dies right after its start is committed", () => {
     expect(await unwrapRpc(restarted.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice", runId: "run-crash-1" }))).toMatchObject({ runId: "run-crash-1", replayed: true });
   }, 30_000);
 });
+
+describe("a box a launch picked but has not attached yet", () => {
+  const launchedOnce = async (token: string, threadId: string, n: number) => vi.waitFor(async () => {
+    const launched = (await readAll(token, threadId)).entries.filter((e) => e.payload.type === "signal.run.launched");
+    expect(launched).toHaveLength(n);
+  }, { timeout: 15_000, interval: 100 });
+
+  it("an environment's shared box: a plain delete is a 409 and the run goes on", async () => {
+    const houseId = "house-delete-shared-launching";
+    const { token, t, stub } = await launchableThread(houseId, (a) => a.deleteBoxAt("box_chosen"), { boxMode: "shared" });
+    await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+    await launchedOnce(token, t.id, 1);
+    expect(await runInDurableObject(stub, (a: ThreadActor) => a.testDeleteBoxAnswer())).toMatch(/conflict: a run is launching on this box/);
+    expect(((await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string }).status).toBe("running");
+  }, 30_000);
+
+  it("the box a stopped run kept, picked by its resume: a plain delete is a 409 and the resume runs on it", async () => {
+    const houseId = "house-delete-resumed-box";
+    const { token, t, stub } = await launchableThread(houseId);
+    await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+    await launchedOnce(token, t.id, 1);
+    const kept = ((await (await call(`/api/threads/${t.id}/stop`, { method: "POST", token })).json()) as { boxId: string }).boxId;
+    await vi.waitFor(async () => {
+      const box = (await (await call(`/api/sandboxes/${kept}`, { token })).json()) as { threads: string[]; state: string };
+      expect({ threads: box.threads, state: box.state }).toEqual({ threads: [], state: "live" });
+    }, { timeout: 10_000, interval: 100 });
+    await runInDurableObject(stub, (a: ThreadActor) => a.deleteBoxAt("box_chosen"));
+    await unwrapRpc(stub.startRun(houseId, { task: "again", harness: "pi", resume: true, authorId: "alice" }));
+    await launchedOnce(token, t.id, 2);
+    expect(await runInDurableObject(stub, (a: ThreadActor) => a.testDeleteBoxAnswer())).toMatch(/conflict: a run is launching on this box/);
+    const launched = (await readAll(token, t.id)).entries.filter((e) => e.payload.type === "signal.run.launched").at(-1)!;
+    expect(launched.payload).toMatchObject({ boxId: kept, boxReused: true });
+  }, 30_000);
+});

@@ -92,7 +92,8 @@ export class ThreadActor extends ProductionThreadActor {
     if (this.deleteBoxAtLaunchStep === step) {
       this.deleteBoxAtLaunchStep = null;
       const row = this.rows.get()!;
-      this.deleteBoxAnswer = unwrapRpc(sandboxStub(this.env, launchBoxId(row.runId!)).destroy(row.houseId, false))
+      const boxId = this.launchProgress.get(row.runId!).boxId ?? launchBoxId(row.runId!);
+      this.deleteBoxAnswer = unwrapRpc(sandboxStub(this.env, boxId).destroy(row.houseId, false))
         .then(() => "deleted", (err: Error) => err.message);
     }
     if (this.stopAtLaunchStep === step) {

@@ -66,6 +66,8 @@ export class SandboxActor extends DurableObject<Env> {
       dead_streak integer not null default 0, last_probe_at integer, last_error text,
       created_at integer not null, updated_at integer not null)`);
     sql.exec(`create table if not exists box_threads (thread_id text primary key, handle text)`);
+    // A launch that picked this box, before its thread is attached (see reserve).
+    sql.exec(`create table if not exists box_reservations (thread_id text primary key, run_id text not null)`);
     // Set while a box whose run ended waits for its runner to exit (see holdForRunner).
     addColumnIfMissing(sql, "box", "drain_handle", "text");
     addColumnIfMissing(sql, "box", "drain_until", "integer");
@@ -109,10 +111,26 @@ export class SandboxActor extends DurableObject<Env> {
     };
   }
 
+  /**
+   * A launch of run `runId` picked this box (a resume's, a shared one): until its thread is
+   * attached, a plain delete is refused and a pending idle delete waits, as long as that run is
+   * its thread's current one. Asked lazily, so a launch that never got further holds nothing.
+   */
+  async reserve(houseId: string, threadId: string, runId: string) {
+    return settle(async () => {
+      const r = this.requireRow(houseId);
+      if (r.state !== "live" && r.state !== "provisioning") throw new ApiError("conflict", `box is ${r.state}`);
+      this.ctx.storage.sql.exec(`insert into box_reservations (thread_id, run_id) values (?, ?) on conflict(thread_id) do update set run_id = excluded.run_id`, threadId, runId);
+      this.ctx.storage.sql.exec(`update box set next_delete_at = null, drain_handle = null, drain_until = null where id = 1 and delete_attempts = 0`);
+      await this.recomputeAlarm();
+    });
+  }
+
   async attach(houseId: string, threadId: string, handle?: DetachedHandle) {
     return settle(async () => {
       const r = this.requireRow(houseId);
       if (r.state !== "live" && r.state !== "provisioning") throw new ApiError("conflict", `box is ${r.state}`);
+      this.ctx.storage.sql.exec(`delete from box_reservations where thread_id = ?`, threadId);
       this.ctx.storage.sql.exec(
         `insert into box_threads (thread_id, handle) values (?, ?) on conflict(thread_id) do update set handle = coalesce(excluded.handle, handle)`,
         threadId, handle ? JSON.stringify(handle) : null,
@@ -216,7 +234,7 @@ export class SandboxActor extends DurableObject<Env> {
       const row = this.requireRow(houseId);
       const threads = this.threadIds();
       if (threads.length > 0 && !force) throw new ApiError("conflict", `${threads.length} thread(s) are running on this box`);
-      if (!force && (await this.launchingOn(houseId, JSON.parse(row.labels as string)))) {
+      if (!force && ((await this.launchingOn(houseId, JSON.parse(row.labels as string))) || (await this.reservedByCurrentRun(houseId)))) {
         throw new ApiError("conflict", "a run is launching on this box (stop it, or delete with force=true)");
       }
       for (const threadId of threads) await this.orphanThread(threadId, "box deleted by request");
@@ -243,6 +261,23 @@ export class SandboxActor extends DurableObject<Env> {
     }
   }
 
+  /** Whether a launch that reserved this box is still its thread's current run; reservations of runs that are not are dropped. */
+  private async reservedByCurrentRun(houseId: string): Promise<boolean> {
+    const reservations = this.ctx.storage.sql.exec(`select thread_id, run_id from box_reservations`).toArray();
+    for (const r of reservations) {
+      const threadId = r.thread_id as string;
+      let current = false;
+      try {
+        current = (await unwrapRpc(threadStub(this.env, threadId).runIsCurrent(houseId, r.run_id as string))) === true;
+      } catch (err) {
+        if (!(err instanceof ApiError && err.code === "not_found")) throw err;
+      }
+      if (current) return true;
+      this.ctx.storage.sql.exec(`delete from box_reservations where thread_id = ? and run_id = ?`, threadId, r.run_id as string);
+    }
+    return false;
+  }
+
   async alarm(): Promise<void> {
     const r = this.row();
     if (!r) return;
@@ -251,7 +286,11 @@ export class SandboxActor extends DurableObject<Env> {
       this.clock.now(),
     );
     if (decision === "cancel") this.ctx.storage.sql.exec(`update box set next_delete_at = null, drain_handle = null, drain_until = null where id = 1`);
-    else if (decision === "delete" && !(await this.stillDraining())) await this.deleteNow();
+    else if (decision === "delete") {
+      // A launch picked it meanwhile: it is in use, not idle.
+      if (await this.reservedByCurrentRun(r.house_id as string)) this.ctx.storage.sql.exec(`update box set next_delete_at = null, drain_handle = null, drain_until = null where id = 1`);
+      else if (!(await this.stillDraining())) await this.deleteNow();
+    }
     await this.recomputeAlarm();
     await this.syncIndex();
   }

@@ -98,6 +98,9 @@ function launchDeps(spec: LaunchSpec, p: LauncherPorts, row: ThreadRow, environm
         return null;
       }
     },
+    reserveBox: async (boxId) => {
+      await unwrapRpc(sandboxStub(p.env, boxId).reserve(row.houseId, row.id, spec.runId));
+    },
     assignBox: async (boxId) => {
       p.append({ id: `box:${spec.runId}`, ts: p.now(), authorId: "threadbox", payload: { type: "signal.thread.box_assigned", boxId, runId: spec.runId } });
       await p.settle();
