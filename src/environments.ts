@@ -9,6 +9,8 @@ import { packagesSchema } from "./workspace/packages";
 import { foldersSchema } from "./workspace/folders";
 import { allowedToolsSchema, boxModeSchema, egressSchema, filesSchema, permissionModeSchema, pluginsSchema, publicFiles, repositoriesSchema, volumesSchema } from "./workspace/box-config";
 
+/** A process's environment cannot carry a NUL byte: every launch would fail on it. */
+const envVarValue = z.string().max(10_000).refine((v) => !v.includes("\0"), "an environment variable's value cannot contain a NUL byte");
 const envVarName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "env var names are [A-Za-z_][A-Za-z0-9_]*");
 
 /** A house's configuration that gives a thread's bots hands: where boxes run and what they get. */
@@ -19,9 +21,9 @@ export const environmentInputSchema = z.object({
   provider: providerNameSchema.default("daytona"),
   snapshot: z.string().max(200).optional(),
   image: z.string().max(500).optional(),
-  env: recordSchema(envVarName, z.string().max(10_000)).default({}),
+  env: recordSchema(envVarName, envVarValue).default({}),
   /** Write-only: handed to boxes as env vars, never returned, never written to an entry. */
-  secrets: recordSchema(envVarName, z.string().max(10_000)).default({}),
+  secrets: recordSchema(envVarName, envVarValue).default({}),
   /** `open` (default), `deny` (only the thread stream), or `{allow: [host]}` (the stream and those). */
   egress: egressSchema.optional(),
   /** Keep one non-ephemeral box for `run_command`; with `boxMode: "ephemeral"` delegated runs still get their own. */

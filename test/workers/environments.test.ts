@@ -246,9 +246,14 @@ describe("DELETE /api/environments/:id", () => {
     expect((await call(`/api/environments/${id}`, { method: "PATCH", token, json: { env: { AFTER: "1" } } })).status).toBe(404);
     expect((await call(`/api/environments/${id}`, { token })).status).toBe(404);
   });
-  it("a command or cwd with a NUL byte is a 400 at its field, before any box is asked (it was a 502 blaming the provider)", async () => {
+  it("a NUL byte in a command, a cwd or an environment variable is a 400 at its field, before any box is asked (it was a 502 blaming the provider)", async () => {
     const token = await houseToken("house-exec-nul");
     const { id } = (await (await call("/api/environments", { method: "POST", token, json: { name: "nul", provider: "test", sharedBox: true } })).json()) as { id: string };
+    for (const [bad, field] of [[{ env: { A: "x\u0000y" } }, "env.A"], [{ secrets: { S: "x\u0000y" } }, "secrets.S"]] as const) {
+      const r = await call("/api/environments", { method: "POST", token, json: { name: "nul-env", ...bad } });
+      const { error } = (await r.json()) as { error: { details?: { path: string }[] } };
+      expect({ status: r.status, paths: error.details?.map((d) => d.path) }).toEqual({ status: 400, paths: [field] });
+    }
     for (const [body, field] of [[{ command: "echo a\u0000b" }, "command"], [{ command: "ls", cwd: "a\u0000b" }, "cwd"]] as const) {
       const r = await call(`/api/environments/${id}/exec`, { method: "POST", token, json: body });
       const { error } = (await r.json()) as { error: { code: string; details?: { path: string }[] } };
