@@ -260,19 +260,21 @@ export async function delegateTask(env: Env, claims: HouseClaims, parent: { id: 
   // of a request that died between the two steps completes it.
   const ids = idem ? await idempotentDelegation(claims.houseId, claims.subject, parent.id, idem.key) : { childId: newId("th_"), runId: undefined };
   const childId = ids.childId;
-  await unwrapRpc(threadStub(env, childId).createThread({
+  // One call: the child and its run are written together, so no crash leaves a child that never runs.
+  const made = await unwrapRpc(threadStub(env, childId).createThread({
     id: childId, houseId: claims.houseId, parent: { kind: "thread", id: parent.id }, environmentId: environmentId ?? null,
     title: body.title ?? body.task.slice(0, 120), brainId: claims.subject, createdBy: claims.subject,
     requestFingerprint: idem ? await requestFingerprint({ parent: parent.id, ...body }) : null,
+    firstRun: {
+      task: body.task, harness, model: body.model, repo: body.repo, branch: body.branch, authorId: claims.subject, resume: false,
+      ...(ids.runId ? { runId: ids.runId } : {}),
+      ...(body.permissionMode ? { permissionMode: body.permissionMode } : {}),
+      ...(body.allowedTools ? { allowedTools: body.allowedTools } : {}),
+    },
   }));
-  const { runId, status, replayed } = await unwrapRpc(threadStub(env, childId).startRun(claims.houseId, {
-    task: body.task, harness, model: body.model, repo: body.repo, branch: body.branch, authorId: claims.subject, resume: false,
-    ...(ids.runId ? { runId: ids.runId } : {}),
-    ...(body.permissionMode ? { permissionMode: body.permissionMode } : {}),
-    ...(body.allowedTools ? { allowedTools: body.allowedTools } : {}),
-  }));
+  const run = made.run!;
   // `status` is the child's status when the call returned: claimed `running` before any launch work.
-  return { childThreadId: childId, runId, status, replayed };
+  return { childThreadId: childId, runId: run.runId, status: made.thread.status, replayed: run.replayed };
 }
 
 export async function delegateRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {

@@ -7,6 +7,7 @@ import { sharedTestProvider } from "./register-test-provider";
 import { LABEL_RUN } from "../../src/sandbox/provider";
 import { unwrapRpc } from "../../src/actors/rpc";
 import type { LaunchStep } from "../../src/threads/launch-progress";
+import { idempotentDelegation } from "../../src/threads/idempotency";
 import { call, createThread, houseToken, readAll } from "./helpers";
 
 const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> };
@@ -263,5 +264,32 @@ describe("a box a launch picked but has not attached yet", () => {
     expect(await runInDurableObject(stub, (a: ThreadActor) => a.testDeleteBoxAnswer())).toMatch(/conflict: a run is launching on this box/);
     const launched = (await readAll(token, t.id)).entries.filter((e) => e.payload.type === "signal.run.launched").at(-1)!;
     expect(launched.payload).toMatchObject({ boxId: kept, boxReused: true });
+  }, 30_000);
+});
+
+describe("a delegated child whose actor dies right after it is made", () => {
+  it("still runs its task: the child and its first run are one commit, with the alarm that launches it", async () => {
+    const houseId = "house-crash-delegate";
+    const token = await houseToken(houseId);
+    const envRes = await call("/api/environments", { method: "POST", token, json: { name: "launch", provider: "test", model: "local/m" } });
+    const environmentId = ((await envRes.json()) as { id: string }).id;
+    const parent = await createThread(token, { environmentId });
+    const { childId } = await idempotentDelegation(houseId, "alice", parent.id, "k-crash");
+    await runInDurableObject(threadStub(childId), (a: ThreadActor) => {
+      a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" });
+      a.crashBeforeOutboxCalls();
+    });
+    const r = await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "do it" }, headers: { "idempotency-key": "k-crash" } });
+    expect(r.status).toBeGreaterThanOrEqual(500); // the child's actor died under the request
+    await r.body?.cancel();
+    const child = threadStub(childId);
+    const stored = await runInDurableObject(child, async (a: ThreadActor, state) => ({ status: a.testRow()?.status, alarm: await state.storage.getAlarm() }));
+    expect(stored.status).toBe("running");
+    expect(stored.alarm).not.toBeNull();
+    await runDurableObjectAlarm(child);
+    await vi.waitFor(async () => {
+      const types = (await readAll(token, childId)).entries.map((e) => e.payload.type);
+      expect(types).toContain("signal.run.launched");
+    }, { timeout: 15_000, interval: 100 });
   }, 30_000);
 });

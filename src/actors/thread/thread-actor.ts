@@ -54,6 +54,8 @@ export const TARGET_HEADER = "x-threadbox-target";
 export const ACTOR_ORIGIN = "https://actor";
 const SUBSCRIBE_PATH = `${ACTOR_ORIGIN}/subscribe`;
 
+export type RunStart = Omit<LaunchSpec, "runId"> & { authorId: string; resume: boolean; runId?: string };
+
 export type CreateThreadInput = {
   id: string;
   houseId: string;
@@ -66,6 +68,8 @@ export type CreateThreadInput = {
   dispatchConfig?: DispatchConfig;
   /** Set when the client sent an Idempotency-Key: the same key with another request is refused. */
   requestFingerprint: string | null;
+  /** A delegated child's first run, started with it: a thread never exists without the run it was made for. */
+  firstRun?: RunStart;
 };
 
 /** Runs in the same synchronous turn as the append that produced `entries` (never for duplicates). */
@@ -249,7 +253,13 @@ export class ThreadActor extends DurableObject<Env> {
   async createThread(input: CreateThreadInput) {
     return settle(async () => {
       const existing = this.rows.get();
-      if (existing) return { thread: publicThread(this.replayCreate(existing, input)), created: false };
+      if (existing) {
+        const thread = this.replayCreate(existing, input);
+        if (!input.firstRun) return { thread: publicThread(thread), created: false };
+        const run = this.beginRun(input.houseId, input.firstRun);
+        await this.settleTurn();
+        return { thread: publicThread(this.rows.get()!), created: false, run };
+      }
       const now = this.clock.now();
       const row: ThreadRow = {
         id: input.id, houseId: input.houseId, parent: input.parent, environmentId: input.environmentId, title: input.title,
@@ -264,9 +274,11 @@ export class ThreadActor extends DurableObject<Env> {
         // Owed in the same transaction: the house index learns of the thread even if telling it fails now.
         this.outbox.enqueueNow("sync_index", "sync_index", {}, now);
       });
+      // In the same commit as the thread: its first run.
+      const run = input.firstRun ? this.beginRun(input.houseId, input.firstRun) : undefined;
       // The thread exists once committed: a failing index is retried by alarm, never this request's error.
       await this.settleTurn();
-      return { thread: publicThread(this.rows.get()!), created: true };
+      return { thread: publicThread(this.rows.get()!), created: true, ...(run ? { run } : {}) };
     });
   }
 
@@ -274,28 +286,32 @@ export class ThreadActor extends DurableObject<Env> {
    * Starts a run: the prompt goes on the thread first (it is canonical there), then the claim
    * idle -> running, then the launch is queued for the alarm so the caller returns at once.
    */
-  async startRun(houseId: string, spec: Omit<LaunchSpec, "runId"> & { authorId: string; resume: boolean; runId?: string }) {
+  async startRun(houseId: string, spec: RunStart) {
     return settle(async () => {
-      const row = this.requireThread(houseId);
-      // A retried request that names its run (an Idempotency-Key) finds the run it started, even
-      // once later runs (a resume) followed it: its claim is on the log.
-      if (spec.runId !== undefined && (row.runId === spec.runId || this.entryById(`claim:${spec.runId}`) !== null)) {
-        // What the first request left owed (its actor may have died before it armed the alarm) goes on now.
-        await this.settleTurn();
-        return { runId: spec.runId, status: this.rows.get()!.status, replayed: true };
-      }
-      if (row.status === "running") throw new ApiError("conflict", "thread is already running");
-      if (spec.resume && row.status === "idle") throw new ApiError("conflict", "thread has no finished run to resume");
-      const runId = spec.runId ?? crypto.randomUUID();
-      const now = this.clock.now();
-      const prompt: Entry = { id: `prompt:${runId}`, ts: now, authorId: spec.authorId, payload: { type: "chat", text: spec.task, origin: spec.resume ? "resume" : "task", runId, dispatch: false } };
-      const claim: Entry = { id: `claim:${runId}`, ts: now, authorId: "threadbox", payload: { type: STATUS_CHANGED, status: "running", reason: "launching", runId, harness: spec.harness } };
-      this.appendInternal([prompt, claim]);
-      const { authorId: _author, runId: _named, ...launchSpec } = spec;
-      this.outbox.enqueue(`launch:${runId}`, "launch", { ...launchSpec, runId }, now);
+      // A replay carries on too: what the first request left owed (its actor may have died before
+      // it armed the alarm) goes on now.
+      const started = this.beginRun(houseId, spec);
       await this.settleTurn();
-      return { runId, status: this.rows.get()!.status, replayed: false };
+      return { ...started, status: this.rows.get()!.status };
     });
+  }
+
+  /** A run's start, written in this turn: the prompt, the claim, the launch owed. */
+  private beginRun(houseId: string, spec: RunStart): { runId: string; replayed: boolean } {
+    const row = this.requireThread(houseId);
+    // A retried request that names its run (an Idempotency-Key) finds the run it started, even
+    // once later runs (a resume) followed it: its claim is on the log.
+    if (spec.runId !== undefined && (row.runId === spec.runId || this.entryById(`claim:${spec.runId}`) !== null)) return { runId: spec.runId, replayed: true };
+    if (row.status === "running") throw new ApiError("conflict", "thread is already running");
+    if (spec.resume && row.status === "idle") throw new ApiError("conflict", "thread has no finished run to resume");
+    const runId = spec.runId ?? crypto.randomUUID();
+    const now = this.clock.now();
+    const prompt: Entry = { id: `prompt:${runId}`, ts: now, authorId: spec.authorId, payload: { type: "chat", text: spec.task, origin: spec.resume ? "resume" : "task", runId, dispatch: false } };
+    const claim: Entry = { id: `claim:${runId}`, ts: now, authorId: "threadbox", payload: { type: STATUS_CHANGED, status: "running", reason: "launching", runId, harness: spec.harness } };
+    this.appendInternal([prompt, claim]);
+    const { authorId: _author, runId: _named, ...launchSpec } = spec;
+    this.outbox.enqueue(`launch:${runId}`, "launch", { ...launchSpec, runId }, now);
+    return { runId, replayed: false };
   }
 
   /** Ends a running run from outside: status failed with reason `stopped`; the harness gets SIGTERM. */
