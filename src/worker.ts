@@ -80,14 +80,27 @@ const patternOf = (path: string) => new RegExp(`^${path.replace(/:[a-z]+/g, "[^/
 const ROUTE_PATTERNS = ROUTES.map(([method, path]) => ({ method, pattern: patternOf(path) }));
 
 /** The methods a path is served with (empty for a path no route has). */
-function allowedMethods(pathname: string): Method[] {
-  return ROUTE_PATTERNS.filter((r) => r.pattern.test(pathname)).map((r) => r.method);
+function allowedMethods(pathname: string): string[] {
+  const methods: string[] = ROUTE_PATTERNS.filter((r) => r.pattern.test(pathname)).map((r) => r.method);
+  return methods.includes("GET") ? [...methods, "HEAD"] : methods;
+}
+
+/** HEAD is a GET whose answer has no body. */
+async function headOf(response: Response): Promise<Response> {
+  await response.body?.cancel();
+  return new Response(null, { status: response.status, headers: response.headers });
 }
 
 const router = Router<Req, [Env, ExecutionContext]>();
 // Bearer tokens, never cookies: any origin may call the API, preflights included.
 router.options("*", () => new Response(null, { status: 204, headers: CORS_PREFLIGHT_HEADERS }));
-for (const [method, path, handler] of ROUTES) router.all(path, (req: Req, env: Env) => (req.method === method ? handler(req, env) : undefined));
+for (const [method, path, handler] of ROUTES) {
+  router.all(path, async (req: Req, env: Env) => {
+    if (req.method === method) return handler(req, env);
+    if (method === "GET" && req.method === "HEAD") return headOf(await Promise.resolve().then(() => handler(req, env)).catch(errorResponse));
+    return undefined;
+  });
+}
 router
   .all("/api/stream/*", async (req, env) => withPublicLocation(await streamRoute(req, env, "/api/stream/").catch(errorResponse), req))
   .all("/v1/stream/*", async (req, env) => withPublicLocation(await streamRoute(req, env, "/v1/stream/").catch(errorResponse), req))

@@ -27,11 +27,15 @@ describe("a path that matches no route", () => {
     const token = await houseToken();
     const put = await call("/api/threads/th_x/config", { method: "PUT", token, body: "{}" });
     expect(put.status).toBe(405);
-    expect(put.headers.get("allow")).toBe("GET, PATCH, OPTIONS");
+    expect(put.headers.get("allow")).toBe("GET, PATCH, HEAD, OPTIONS");
     expect(((await put.json()) as { error: { code: string } }).error.code).toBe("method_not_allowed");
     const del = await call("/api/threads", { method: "DELETE", token });
     expect(del.status).toBe(405);
-    expect(del.headers.get("allow")).toBe("POST, GET, OPTIONS");
+    expect(del.headers.get("allow")).toBe("POST, GET, HEAD, OPTIONS");
+    // HEAD answers wherever GET does, as GET would but without the body.
+    const head = await call("/api/threads", { method: "HEAD", token });
+    expect([head.status, head.headers.get("content-type"), await head.text()]).toEqual([200, "application/json", ""]);
+    expect((await call("/api/threads/th_nope/entries", { method: "HEAD", token })).status).toBe(404);
     await del.body?.cancel();
     // Without a token, the token problem comes first.
     const anon = await call("/api/threads/th_x/config", { method: "PUT" });
