@@ -2,7 +2,7 @@
 
 const clip = (s, n) => (s.length > n ? `${s.slice(0, n - 1)}…` : s);
 // A time no Date can hold (a writer's mistake) is shown blank rather than ending the tail.
-const time = (ts) => (typeof ts === "number" && Number.isFinite(new Date(ts).getTime()) ? new Date(ts).toISOString().slice(11, 19) : "        ");
+const time = (ts) => (typeof ts === "number" && Number.isFinite(new Date(ts).getTime()) ? new Date(ts).toISOString().replace(/^.*T/, "").slice(0, 8) : "        ");
 const indent = (text, pad) => text.split("\n").map((l) => `${pad}${l}`).join("\n");
 
 const FINISHED_OK = new Set(["completed"]);

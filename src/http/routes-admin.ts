@@ -9,8 +9,8 @@ const mintSchema = z.object({
   houseId: idSchema,
   // Any letter case: an author shown as "Threadbox" would pass for the control plane's own entries.
   subject: z.string().min(1).max(200)
-    .refine((s) => s.toLowerCase() !== SYSTEM_AUTHOR, `subject ${SYSTEM_AUTHOR} is reserved for the control plane`)
-    .refine((s) => !/[\u0000-\u001f\u007f]/.test(s), "a subject has no control characters"),
+    .refine((s) => !/[\u0000-\u001f\u007f]|\p{Cf}/u.test(s) && s === s.trim(), "a subject has no control or invisible characters, nor spaces at its ends")
+    .refine((s) => s.normalize("NFKC").toLowerCase() !== SYSTEM_AUTHOR, `subject ${SYSTEM_AUTHOR} is reserved for the control plane`),
   role: roleSchema.default("member"),
   ttlSeconds: z.number().int().min(60).max(365 * 24 * 3600).optional(),
 }).strict();

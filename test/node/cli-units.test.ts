@@ -62,6 +62,8 @@ describe("rendering", () => {
 
   it("an entry whose ts no Date can hold (stored before the server refused them) is shown without a time, not a crash", () => {
     expect(renderEntry({ ts: 8_640_000_000_000_001, payload: { type: "signal.thread.status_changed", status: "stopped", reason: "r" } }, c)).toBe("         ● stopped (r)");
+    // The last time a date holds is in year +275760: its time of day is still the time of day.
+    expect(renderEntry({ ts: 8_640_000_000_000_000, payload: { type: "signal.thread.status_changed", status: "stopped", reason: "r" } }, c)).toBe("00:00:00 ● stopped (r)");
   });
 
   it("draws the thread tree; a child whose parent is not listed is a root", () => {

@@ -108,7 +108,7 @@ describe("names and references that cannot mean what they say", () => {
     const token = await houseToken("house-odd-names");
     const field = async (r: Response) => ({ status: r.status, paths: (((await r.json()) as { error: { details?: { path: string }[] } }).error.details ?? []).map((d) => d.path) });
     expect(await field(await call("/api/threads", { method: "POST", token, json: { parent: { kind: "none", id: "th_x" } } }))).toEqual({ status: 400, paths: ["parent.id"] });
-    for (const subject of ["Threadbox", "THREADBOX", "alice\u0000", "bob\nroot"]) {
+    for (const subject of ["Threadbox", "THREADBOX", "alice\u0000", "bob\nroot", "threadbox ", "\u200bthreadbox", "ｔｈｒｅａｄｂｏｘ", "thread\u00adbox"]) {
       const r = await call("/api/admin/tokens", { method: "POST", headers: { authorization: "Bearer test-admin-secret" }, json: { houseId: "house-odd-names", subject } });
       expect({ subject, ...(await field(r)) }).toEqual({ subject, status: 400, paths: ["subject"] });
     }
