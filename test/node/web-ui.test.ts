@@ -535,6 +535,20 @@ describe("stop and resume", () => {
 });
 
 describe("reconnecting", () => {
+  it("says it is reconnecting as soon as the browser goes offline, and is live again when it is back, missing nothing", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "offline" } })).body;
+    const { context, page } = await signedInPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector(".link-state[data-link=live]");
+    await context.setOffline(true);
+    await page.waitForSelector(".link-state[data-link=reconnecting]", { timeout: 3000 }); // not after a 15 s ping
+    await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text: "while you were away" } } });
+    await context.setOffline(false);
+    await page.waitForSelector(".link-state[data-link=live]", { timeout: 5000 });
+    await page.waitForSelector("li.bubble >> text=while you were away");
+    await context.close();
+  });
+
   it("after a dropped socket, resumes from its last offset: no gap, no duplicate", async () => {
     const thread = (await api("/api/threads", { method: "POST", json: { title: "flaky network" } })).body;
     const post = (text: string) => api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text } } });

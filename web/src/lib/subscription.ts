@@ -47,11 +47,35 @@ export class ThreadSubscription {
   }
 
   start(): this {
+    // The browser knows first when the network goes or comes back: the badge need not wait for a
+    // ping to go unanswered, nor the next try for its backoff.
+    if (typeof addEventListener === "function") {
+      addEventListener("offline", this.onOffline);
+      addEventListener("online", this.onOnline);
+    }
     this.connect("connecting");
     return this;
   }
 
+  private readonly onOffline = () => {
+    const ws = this.ws;
+    if (!ws) return;
+    ws.close(4001, "offline");
+    this.drop(ws);
+  };
+
+  private readonly onOnline = () => {
+    if (this.closed || this.ws) return;
+    clearTimeout(this.retryTimer);
+    this.retryMs = 250;
+    this.connect("reconnecting");
+  };
+
   close(): void {
+    if (typeof removeEventListener === "function") {
+      removeEventListener("offline", this.onOffline);
+      removeEventListener("online", this.onOnline);
+    }
     this.closed = true;
     clearTimeout(this.retryTimer);
     clearInterval(this.pingTimer);
