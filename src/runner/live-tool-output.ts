@@ -4,17 +4,28 @@ export type LiveToolOutputOptions = {
   /** A call that ends sooner posts nothing live: its result carries the output, once. */
   afterMs: number;
   limits: LiveOutputLimits;
+  /** Replaces secrets in a call's whole output so far (see below). */
+  redact: (text: string) => string;
+  /**
+   * How much of the end of the redacted output is held back until more comes (or the call ends):
+   * the longest secret less one, so a secret only partly printed yet is never posted in part.
+   */
+  holdBackChars: number;
 };
 
-export const DEFAULT_LIVE_TOOL_OUTPUT: LiveToolOutputOptions = { afterMs: 1_000, limits: DEFAULT_LIVE_OUTPUT_LIMITS };
+export const DEFAULT_LIVE_TOOL_OUTPUT: LiveToolOutputOptions = { afterMs: 1_000, limits: DEFAULT_LIVE_OUTPUT_LIMITS, redact: (t) => t, holdBackChars: 0 };
 
-type Call = { seen: string; pending: string; live?: LiveOutput; timer?: ReturnType<typeof setTimeout>; lost: boolean };
+/** `seen`: the redacted output posted (or waiting to be) so far; `latest`: the whole redacted output last reported. */
+type Call = { seen: string; latest: string; pending: string; live?: LiveOutput; timer?: ReturnType<typeof setTimeout>; lost: boolean };
 
 /**
  * An agent's long-running tool calls (pi's `bash`), followed live: pi reports a call's whole
  * output so far on every update, and the thread gets the new part as `signal.exec.output`
  * entries keyed by the call's id, within the bounds `LiveOutput` keeps. Only calls still running
  * after `afterMs` are followed, so quick commands do not post their output twice.
+ *
+ * Secrets are replaced in the whole output, not per piece: a secret printed across two updates
+ * (a multi-line key, a long line cut where an update ended) would match in neither piece.
  */
 export class LiveToolOutputs {
   private readonly calls = new Map<string, Call>();
@@ -29,25 +40,15 @@ export class LiveToolOutputs {
   update(toolCallId: string, snapshot: string): void {
     let call = this.calls.get(toolCallId);
     if (!call) {
-      call = { seen: "", pending: "", lost: false };
+      call = { seen: "", latest: "", pending: "", lost: false };
       const started = call;
       started.timer = setTimeout(() => this.follow(toolCallId, started), this.options.afterMs);
       started.timer.unref?.();
       this.calls.set(toolCallId, call);
     }
     if (call.lost) return;
-    // A tool that keeps only its output's tail no longer extends what was seen: the rest is in
-    // the result.
-    if (!snapshot.startsWith(call.seen)) {
-      call.lost = true;
-      call.live?.cutShort();
-      return;
-    }
-    const added = snapshot.slice(call.seen.length);
-    call.seen = snapshot;
-    if (!added) return;
-    if (call.live) call.live.push("stdout", added);
-    else call.pending += added;
+    call.latest = this.options.redact(snapshot);
+    this.take(call, call.latest.length - this.options.holdBackChars);
   }
 
   /** The call returned: what is left is posted (partial line included) before this resolves. */
@@ -56,7 +57,25 @@ export class LiveToolOutputs {
     if (!call) return;
     this.calls.delete(toolCallId);
     clearTimeout(call.timer);
+    if (!call.lost) this.take(call, call.latest.length);
     await call.live?.end();
+  }
+
+  /** Passes on the redacted output up to `upTo`, past what was already taken. */
+  private take(call: Call, upTo: number): void {
+    const ready = call.latest.slice(0, Math.max(0, upTo));
+    if (ready.length <= call.seen.length) return;
+    // What was taken must still begin the output: a tool that keeps only its output's tail (or
+    // a secret longer than the hold-back) changed it, and the rest is in the result.
+    if (!ready.startsWith(call.seen)) {
+      call.lost = true;
+      call.live?.cutShort();
+      return;
+    }
+    const added = ready.slice(call.seen.length);
+    call.seen = ready;
+    if (call.live) call.live.push("stdout", added);
+    else call.pending += added;
   }
 
   /** The session ends: every call still followed is finished. */

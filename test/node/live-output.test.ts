@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { LiveOutput, type LiveOutputPayload } from "../../src/sandbox/live-output";
-import { LiveToolOutputs, toolResultText } from "../../src/runner/live-tool-output";
+import { DEFAULT_LIVE_TOOL_OUTPUT, LiveToolOutputs, toolResultText } from "../../src/runner/live-tool-output";
+import { redactText } from "../../src/domain/secret-forms";
 
 function collector() {
   const posted: LiveOutputPayload[][] = [];
@@ -66,7 +67,7 @@ describe("an agent's tool calls followed live (pi's bash reports its whole outpu
 
   it("posts only what each snapshot adds, once the call has run past afterMs; a quicker call posts nothing", async () => {
     const c = collector();
-    const calls = new LiveToolOutputs(c.post, c.onError, { afterMs: 30, limits });
+    const calls = new LiveToolOutputs(c.post, c.onError, { ...DEFAULT_LIVE_TOOL_OUTPUT, afterMs: 30, limits });
     calls.update("quick", "done\n");
     await calls.end("quick");
     calls.update("slow", "a\n");
@@ -82,7 +83,7 @@ describe("an agent's tool calls followed live (pi's bash reports its whole outpu
 
   it("a snapshot that no longer extends the last (the tool kept only its tail) ends the call's live output with the marker", async () => {
     const c = collector();
-    const calls = new LiveToolOutputs(c.post, c.onError, { afterMs: 0, limits });
+    const calls = new LiveToolOutputs(c.post, c.onError, { ...DEFAULT_LIVE_TOOL_OUTPUT, afterMs: 0, limits });
     calls.update("t", "first\n");
     await sleep(10);
     calls.update("t", "[truncated] later\n");
@@ -93,7 +94,7 @@ describe("an agent's tool calls followed live (pi's bash reports its whole outpu
 
   it("endAll finishes every call still followed; the text of a partial result is its text parts", async () => {
     const c = collector();
-    const calls = new LiveToolOutputs(c.post, c.onError, { afterMs: 0, limits });
+    const calls = new LiveToolOutputs(c.post, c.onError, { ...DEFAULT_LIVE_TOOL_OUTPUT, afterMs: 0, limits });
     calls.update("x", "partial line");
     calls.update("y", "other\n");
     await sleep(5);
@@ -101,5 +102,25 @@ describe("an agent's tool calls followed live (pi's bash reports its whole outpu
     expect(c.posted.flat().map((p) => `${p.execId}:${p.text}`).sort()).toEqual(["x:partial line", "y:other\n"]);
     expect(toolResultText({ content: [{ type: "text", text: "a" }, { type: "image" }, { type: "text", text: "b" }] })).toBe("ab");
     expect(toolResultText(undefined)).toBe("");
+  });
+
+  it("a secret printed across updates (a multi-line key, a long line cut where an update ended) is never posted, even in part", async () => {
+    const secrets = ["hunter2-supersecret-XYZ", "-----BEGIN KEY-----\nAAAAline1secretpart\n-----END KEY-----"];
+    const list = [...secrets].sort((a, b) => b.length - a.length);
+    const c = collector();
+    const calls = new LiveToolOutputs(c.post, c.onError, {
+      afterMs: 0, limits: { ...limits, maxEntryBytes: 16 }, redact: (t) => redactText(t, list), holdBackChars: list[0].length - 1,
+    });
+    let out = "";
+    const print = async (more: string) => { out += more; calls.update("t", out); await sleep(5); };
+    await print("start " + "a".repeat(20) + "hunter2-su"); // the secret cut where an update ended
+    await print("persecret-XYZ\n");
+    await print("-----BEGIN KEY-----\n"); // a key, a line at a time
+    await print("AAAAline1secretpart\n");
+    await print("-----END KEY-----\ndone\n");
+    await calls.end("t");
+    const posted = c.posted.flat().map((p) => p.text).join("");
+    expect(posted).toBe(`start ${"a".repeat(20)}[redacted]\n[redacted]\ndone\n`);
+    for (const piece of ["hunter2", "persecret", "AAAAline1", "BEGIN KEY"]) expect(posted).not.toContain(piece);
   });
 });
