@@ -92,6 +92,9 @@ export function applyEnvironmentPatch(current: Environment, patch: Record<string
     if (patch.secrets === null || typeof patch.secrets !== "object" || Array.isArray(patch.secrets)) {
       throw new ApiError("validation_failed", "secrets must be an object (a null value removes that secret)", [{ path: "secrets", message: "an object of NAME: value (null removes one)" }]);
     }
+    if (Object.hasOwn(patch.secrets, "__proto__")) {
+      throw new ApiError("validation_failed", "invalid environment", [{ path: "secrets.__proto__", message: "__proto__ is not an allowed key" }]);
+    }
     const next: Record<string, unknown> = { ...(current.secrets ?? {}) };
     for (const [k, v] of Object.entries(patch.secrets as Record<string, unknown>)) {
       if (v === null) delete next[k];

@@ -97,7 +97,11 @@ router.options("*", () => new Response(null, { status: 204, headers: CORS_PREFLI
 for (const [method, path, handler] of ROUTES) {
   router.all(path, async (req: Req, env: Env) => {
     if (req.method === method) return handler(req, env);
-    if (method === "GET" && req.method === "HEAD") return headOf(await Promise.resolve().then(() => handler(req, env)).catch(errorResponse));
+    if (method === "GET" && req.method === "HEAD") {
+      // An upgrade would open a socket (and send it the whole log) only to drop it.
+      if (req.headers.has("upgrade")) throw new ApiError("method_not_allowed", "a WebSocket upgrade is a GET", undefined, { allow: "GET, OPTIONS" });
+      return headOf(await Promise.resolve().then(() => handler(req, env)).catch(errorResponse));
+    }
     return undefined;
   });
 }

@@ -108,7 +108,7 @@ describe("names and references that cannot mean what they say", () => {
     const token = await houseToken("house-odd-names");
     const field = async (r: Response) => ({ status: r.status, paths: (((await r.json()) as { error: { details?: { path: string }[] } }).error.details ?? []).map((d) => d.path) });
     expect(await field(await call("/api/threads", { method: "POST", token, json: { parent: { kind: "none", id: "th_x" } } }))).toEqual({ status: 400, paths: ["parent.id"] });
-    for (const subject of ["Threadbox", "THREADBOX", "alice\u0000", "bob\nroot", "threadbox ", "\u200bthreadbox", "ｔｈｒｅａｄｂｏｘ", "thread\u00adbox"]) {
+    for (const subject of ["Threadbox", "THREADBOX", "alice\u0000", "bob\nroot", "threadbox ", "\u200bthreadbox", "ｔｈｒｅａｄｂｏｘ", "thread\u00adbox", "threadbo\u034fx", "threadbox\u0085", "thr\u0435adbox", "threadbox\u3164", "threadbox\u2800", "threadbox\ufe0f"]) {
       const r = await call("/api/admin/tokens", { method: "POST", headers: { authorization: "Bearer test-admin-secret" }, json: { houseId: "house-odd-names", subject } });
       expect({ subject, ...(await field(r)) }).toEqual({ subject, status: 400, paths: ["subject"] });
     }
@@ -134,6 +134,7 @@ describe("a __proto__ key in a map", () => {
       ["POST", "/api/environments", '{"name":"p","piModels":{"__proto__":{}}}', "piModels.__proto__"],
       ["POST", "/api/environments", '{"name":"p","plugins":{"mcpServers":{"__proto__":{"command":"x"}}}}', "plugins.mcpServers.__proto__"],
       ["PATCH", `/api/environments/${envId}`, '{"env":{"__proto__":"x"}}', "env.__proto__"],
+      ["PATCH", `/api/environments/${envId}`, '{"secrets":{"__proto__":"x"}}', "secrets.__proto__"],
       ["PATCH", `/api/threads/${t.id}/config`, '{"dispatch":{"perAgent":{"__proto__":{"triggerMode":"always"}}}}', "dispatch.perAgent.__proto__"],
     ];
     for (const [method, path, body, field] of cases) {

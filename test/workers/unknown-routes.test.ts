@@ -1,4 +1,6 @@
 import { describe, expect, it } from "vitest";
+import { createExecutionContext, env } from "cloudflare:test";
+import worker from "../../src/worker";
 import { call, createThread, houseToken, streamToken } from "./helpers";
 
 describe("a path that matches no route", () => {
@@ -36,6 +38,13 @@ describe("a path that matches no route", () => {
     const head = await call("/api/threads", { method: "HEAD", token });
     expect([head.status, head.headers.get("content-type"), await head.text()]).toEqual([200, "application/json", ""]);
     expect((await call("/api/threads/th_nope/entries", { method: "HEAD", token })).status).toBe(404);
+    // Not an upgrade: that would open a socket (and send it the whole log) only to drop it.
+    // (Handed to the worker as the runtime hands it a HEAD; a test client's fetch turns an upgrade into a GET.)
+    const t = await createThread(token);
+    const upgrade = await worker.fetch(new Request(`https://threadbox.test/api/threads/${t.id}/subscribe?offset=-1`, {
+      method: "HEAD", headers: { upgrade: "websocket", authorization: `Bearer ${token}` },
+    }), env as never, createExecutionContext());
+    expect([upgrade.status, upgrade.headers.get("allow"), upgrade.webSocket ?? null]).toEqual([405, "GET, OPTIONS", null]);
     await del.body?.cancel();
     // Without a token, the token problem comes first.
     const anon = await call("/api/threads/th_x/config", { method: "PUT" });
