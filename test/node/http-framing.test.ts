@@ -43,7 +43,6 @@ describe("HTTP framing a client got wrong", () => {
     expect((await raw([`GET /v1/stream/no-such-stream?offset=-1 HTTP/1.1`, "Content-Length: 1"], "x")).status).toBe(404);
     expect((await raw([`HEAD /v1/stream/thread-${threadId} HTTP/1.1`, "Content-Length: 1"], "x")).status).toBe(200);
   });
-
 });
 
 describe("a body that breaks off while it is read", () => {
