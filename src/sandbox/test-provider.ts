@@ -257,8 +257,12 @@ export class TestSandboxProvider implements SandboxProvider {
     return b ? classifySandboxState(b) : "dead";
   }
 
+  /** When set, a delete waits for it (a provider that takes its time). */
+  deleteGate: Promise<void> | null = null;
+
   async delete(ref: string, _opts: DeleteOptions = {}): Promise<void> {
     this.enter("delete", ref);
+    if (this.deleteGate) await this.deleteGate;
     const i = this.deleteFailures.findIndex((f) => f.remaining > 0 && (!f.ref || f.ref === ref));
     if (i >= 0) {
       const f = this.deleteFailures[i];

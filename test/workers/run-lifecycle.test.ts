@@ -2,6 +2,7 @@ import { describe, expect, it, vi } from "vitest";
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import type { SandboxActor, ThreadActor } from "./test-worker";
 import { sharedTestProvider } from "./register-test-provider";
+import { unwrapRpc } from "../../src/actors/rpc";
 import { DELETE_BACKOFF_BASE_MS } from "../../src/actors/sandbox/sandbox-decisions";
 import { call, chat, createThread, errorCode, houseToken, post, readAll } from "./helpers";
 
@@ -130,6 +131,29 @@ describe("run state machine", () => {
     const owed = await runInDurableObject(threadStub(t.id), (a: ThreadActor) => a.testOutboxKeys());
     expect(owed).toEqual([]);
     expect((await row(token, t.id)).status).toBe("completed");
+  });
+
+  it("a box whose delete is under way cannot be reserved or attached by a launch meanwhile (the launch takes a fresh box)", async () => {
+    const token = await houseToken("house-delete-under-way");
+    const b = await newBox(token, true);
+    const t = await createThread(token);
+    const provider = sharedTestProvider();
+    let release!: () => void;
+    provider.deleteGate = new Promise<void>((r) => { release = r; });
+    try {
+      const deleting = call(`/api/sandboxes/${b.id}`, { method: "DELETE", token });
+      await vi.waitFor(() => expect(provider.calls.some((c) => c.op === "delete" && c.ref === b.providerRef)).toBe(true), { timeout: 5000, interval: 20 });
+      const reserved = await unwrapRpc(boxStub(b.id).reserve("house-delete-under-way", t.id, "run-late")).then(() => "reserved", (e: Error) => e.message);
+      expect(reserved).toMatch(/conflict: box is being deleted/);
+      const attached = await unwrapRpc(boxStub(b.id).attach("house-delete-under-way", t.id)).then(() => "attached", (e: Error) => e.message);
+      expect(attached).toMatch(/conflict: box is being deleted/);
+      release();
+      expect((await deleting).status).toBe(200);
+    } finally {
+      provider.deleteGate = null;
+      release();
+    }
+    expect((await box(token, b.id)).state).toBe("deleted");
   });
 
   it("stop ends a running run with reason `stopped` and keeps the box", async () => {

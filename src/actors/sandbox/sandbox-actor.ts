@@ -54,6 +54,10 @@ export type ProbeAnswer = { verdict: ProbeVerdict; confirmedDead: boolean; state
  */
 export class SandboxActor extends DurableObject<Env> {
   protected readonly clock: Clock;
+  /** A delete is being decided or carried out (its checks and the provider call wait on others): no new reservation. */
+  private deleting = false;
+  /** The provider is deleting it: nothing may attach. */
+  private deletingAtProvider = false;
 
   constructor(ctx: DurableObjectState, env: Env, clock: Clock = systemClock) {
     super(ctx, env);
@@ -120,6 +124,8 @@ export class SandboxActor extends DurableObject<Env> {
     return settle(async () => {
       const r = this.requireRow(houseId);
       if (r.state !== "live" && r.state !== "provisioning") throw new ApiError("conflict", `box is ${r.state}`);
+      // A delete under way (or one that failed and will be tried again) is not taken back.
+      if (this.deleting || (r.delete_attempts as number) > 0) throw new ApiError("conflict", "box is being deleted");
       this.ctx.storage.sql.exec(`insert into box_reservations (thread_id, run_id) values (?, ?) on conflict(thread_id) do update set run_id = excluded.run_id`, threadId, runId);
       this.ctx.storage.sql.exec(`update box set next_delete_at = null, drain_handle = null, drain_until = null where id = 1 and delete_attempts = 0`);
       await this.recomputeAlarm();
@@ -130,6 +136,7 @@ export class SandboxActor extends DurableObject<Env> {
     return settle(async () => {
       const r = this.requireRow(houseId);
       if (r.state !== "live" && r.state !== "provisioning") throw new ApiError("conflict", `box is ${r.state}`);
+      if (this.deletingAtProvider) throw new ApiError("conflict", "box is being deleted");
       this.ctx.storage.sql.exec(`delete from box_reservations where thread_id = ?`, threadId);
       this.ctx.storage.sql.exec(
         `insert into box_threads (thread_id, handle) values (?, ?) on conflict(thread_id) do update set handle = coalesce(excluded.handle, handle)`,
@@ -234,12 +241,18 @@ export class SandboxActor extends DurableObject<Env> {
       const row = this.requireRow(houseId);
       const threads = this.threadIds();
       if (threads.length > 0 && !force) throw new ApiError("conflict", `${threads.length} thread(s) are running on this box`);
-      if (!force && ((await this.launchingOn(houseId, JSON.parse(row.labels as string))) || (await this.reservedByCurrentRun(houseId)))) {
-        throw new ApiError("conflict", "a run is launching on this box (stop it, or delete with force=true)");
+      // From here on a launch cannot reserve it: the checks below wait on other actors.
+      this.deleting = true;
+      try {
+        if (!force && ((await this.launchingOn(houseId, JSON.parse(row.labels as string))) || (await this.reservedByCurrentRun(houseId)))) {
+          throw new ApiError("conflict", "a run is launching on this box (stop it, or delete with force=true)");
+        }
+        for (const threadId of threads) await this.orphanThread(threadId, "box deleted by request");
+        this.ctx.storage.sql.exec(`delete from box_threads`);
+        await this.deleteNow();
+      } finally {
+        this.deleting = false;
       }
-      for (const threadId of threads) await this.orphanThread(threadId, "box deleted by request");
-      this.ctx.storage.sql.exec(`delete from box_threads`);
-      await this.deleteNow();
       await this.syncIndex();
       return this.viewOf(houseId);
     });
@@ -287,9 +300,15 @@ export class SandboxActor extends DurableObject<Env> {
     );
     if (decision === "cancel") this.ctx.storage.sql.exec(`update box set next_delete_at = null, drain_handle = null, drain_until = null where id = 1`);
     else if (decision === "delete") {
-      // A launch picked it meanwhile: it is in use, not idle.
-      if (await this.reservedByCurrentRun(r.house_id as string)) this.ctx.storage.sql.exec(`update box set next_delete_at = null, drain_handle = null, drain_until = null where id = 1`);
-      else if (!(await this.stillDraining())) await this.deleteNow();
+      // Decided: a launch asking for it from now on is told it is going (it takes a fresh box).
+      this.deleting = true;
+      try {
+        // A launch picked it before: it is in use, not idle.
+        if (await this.reservedByCurrentRun(r.house_id as string)) this.ctx.storage.sql.exec(`update box set next_delete_at = null, drain_handle = null, drain_until = null where id = 1`);
+        else if (!(await this.stillDraining())) await this.deleteNow();
+      } finally {
+        this.deleting = false;
+      }
     }
     await this.recomputeAlarm();
     await this.syncIndex();
@@ -414,6 +433,7 @@ export class SandboxActor extends DurableObject<Env> {
   private async deleteNow(): Promise<void> {
     const r = this.row()!;
     if (r.state === "deleted") return;
+    this.deletingAtProvider = true;
     try {
       await this.provider().delete(r.provider_ref as string);
       this.ctx.storage.sql.exec(`update box set state = 'deleted', next_delete_at = null, updated_at = ? where id = 1`, this.clock.now());
@@ -428,6 +448,8 @@ export class SandboxActor extends DurableObject<Env> {
       const message = errorMessage(err);
       logEvent("box_delete_failed", { boxId: r.box_id, attempts, retryAt: at, error: message }, "warn");
       this.ctx.storage.sql.exec(`update box set delete_attempts = ?, next_delete_at = ?, last_error = ?, updated_at = ? where id = 1`, attempts, at, `delete failed: ${message}`, this.clock.now());
+    } finally {
+      this.deletingAtProvider = false;
     }
     await this.recomputeAlarm();
   }
