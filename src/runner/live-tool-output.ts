@@ -8,12 +8,27 @@ export type LiveToolOutputOptions = {
   redact: (text: string) => string;
   /**
    * How much of the end of the redacted output is held back until more comes (or the call ends):
-   * the longest secret less one, so a secret only partly printed yet is never posted in part.
+   * an end that could be the beginning of a secret, so one only partly printed yet is never
+   * posted in part.
    */
-  holdBackChars: number;
+  heldBack: (redacted: string) => number;
 };
 
-export const DEFAULT_LIVE_TOOL_OUTPUT: LiveToolOutputOptions = { afterMs: 1_000, limits: DEFAULT_LIVE_OUTPUT_LIMITS, redact: (t) => t, holdBackChars: 0 };
+export const DEFAULT_LIVE_TOOL_OUTPUT: LiveToolOutputOptions = { afterMs: 1_000, limits: DEFAULT_LIVE_OUTPUT_LIMITS, redact: (t) => t, heldBack: () => 0 };
+
+/** The length of the longest end of `text` that begins one of `secrets` (and is not all of it). */
+export function partialSecretAtEnd(text: string, secrets: readonly string[]): number {
+  let longest = 0;
+  for (const secret of secrets) {
+    for (let k = Math.min(secret.length - 1, text.length); k > longest; k--) {
+      if (text.endsWith(secret.slice(0, k))) {
+        longest = k;
+        break;
+      }
+    }
+  }
+  return longest;
+}
 
 /** `seen`: the redacted output posted (or waiting to be) so far; `latest`: the whole redacted output last reported. */
 type Call = { seen: string; latest: string; pending: string; live?: LiveOutput; timer?: ReturnType<typeof setTimeout>; lost: boolean };
@@ -48,7 +63,7 @@ export class LiveToolOutputs {
     }
     if (call.lost) return;
     call.latest = this.options.redact(snapshot);
-    this.take(call, call.latest.length - this.options.holdBackChars);
+    this.take(call, call.latest.length - this.options.heldBack(call.latest));
   }
 
   /** The call returned: what is left is posted (partial line included) before this resolves. */

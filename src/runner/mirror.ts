@@ -27,7 +27,7 @@ import { readBoxConfig, type BoxConfig } from "./config";
 import { TokenKeeper, renewUrlFor } from "./token-keeper";
 import { postHeartbeat, StreamWriter, threadStreamUrl, type WireEntry } from "./stream-writer";
 import { namedSecretValues, redactDeep, redactionList, sensitiveFilePaths, sensitiveValues } from "./redact";
-import { DEFAULT_LIVE_TOOL_OUTPUT, LiveToolOutputs, toolResultText } from "./live-tool-output";
+import { DEFAULT_LIVE_TOOL_OUTPUT, LiveToolOutputs, partialSecretAtEnd, toolResultText } from "./live-tool-output";
 import { redactText } from "../domain/secret-forms";
 
 const log = (m: string) => process.stderr.write(`[threadbox mirror] ${m}\n`);
@@ -103,9 +103,7 @@ export default function threadboxMirror(pi: ExtensionAPI): void {
   }, (err) => log(`live output: ${(err as Error)?.message ?? err}`), {
     ...DEFAULT_LIVE_TOOL_OUTPUT,
     redact: (text) => redactText(text, redactions),
-    // A secret is never posted in part; a very long one (a whole sensitive file) is also
-    // redacted line by line, so holding back more than the live cap would buy nothing.
-    holdBackChars: Math.min(Math.max(0, (redactions[0]?.length ?? 0) - 1), DEFAULT_LIVE_TOOL_OUTPUT.limits.maxBytes),
+    heldBack: (text) => partialSecretAtEnd(text, redactions),
   });
 
   const stopHeartbeat = () => {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { LiveOutput, type LiveOutputPayload } from "../../src/sandbox/live-output";
-import { DEFAULT_LIVE_TOOL_OUTPUT, LiveToolOutputs, toolResultText } from "../../src/runner/live-tool-output";
+import { DEFAULT_LIVE_TOOL_OUTPUT, LiveToolOutputs, partialSecretAtEnd, toolResultText } from "../../src/runner/live-tool-output";
 import { redactText } from "../../src/domain/secret-forms";
 
 function collector() {
@@ -109,7 +109,7 @@ describe("an agent's tool calls followed live (pi's bash reports its whole outpu
     const list = [...secrets].sort((a, b) => b.length - a.length);
     const c = collector();
     const calls = new LiveToolOutputs(c.post, c.onError, {
-      afterMs: 0, limits: { ...limits, maxEntryBytes: 16 }, redact: (t) => redactText(t, list), holdBackChars: list[0].length - 1,
+      afterMs: 0, limits: { ...limits, maxEntryBytes: 16 }, redact: (t) => redactText(t, list), heldBack: (t) => partialSecretAtEnd(t, list),
     });
     let out = "";
     const print = async (more: string) => { out += more; calls.update("t", out); await sleep(5); };
@@ -122,5 +122,12 @@ describe("an agent's tool calls followed live (pi's bash reports its whole outpu
     const posted = c.posted.flat().map((p) => p.text).join("");
     expect(posted).toBe(`start ${"a".repeat(20)}[redacted]\n[redacted]\ndone\n`);
     for (const piece of ["hunter2", "persecret", "AAAAline1", "BEGIN KEY"]) expect(posted).not.toContain(piece);
+  });
+
+  it("holds back only an end that could begin a secret: other output is posted as it comes", () => {
+    expect(partialSecretAtEnd("line 79\nline 80\n", ["sk-ui-secret-value"])).toBe(0);
+    expect(partialSecretAtEnd("key=sk-ui", ["sk-ui-secret-value"])).toBe(5);
+    expect(partialSecretAtEnd("ends in s", ["sk-ui-secret-value", "s3cr3t"])).toBe(1);
+    expect(partialSecretAtEnd("whole sk-ui-secret-value", ["sk-ui-secret-value"])).toBe(0); // whole: redacted already
   });
 });

@@ -265,7 +265,11 @@ export class SandboxActor extends DurableObject<Env> {
   private async launchingOn(houseId: string, labels: Record<string, string>): Promise<boolean> {
     const threadId = labels[LABEL_THREAD];
     const runId = labels[LABEL_RUN];
-    if (!threadId || !runId) return false;
+    return !!threadId && !!runId && (await this.runIsCurrent(houseId, threadId, runId));
+  }
+
+  /** Whether `runId` is `threadId`'s running run; a thread that is gone runs nothing. */
+  private async runIsCurrent(houseId: string, threadId: string, runId: string): Promise<boolean> {
     try {
       return (await unwrapRpc(threadStub(this.env, threadId).runIsCurrent(houseId, runId))) === true;
     } catch (err) {
@@ -279,13 +283,7 @@ export class SandboxActor extends DurableObject<Env> {
     const reservations = this.ctx.storage.sql.exec(`select thread_id, run_id from box_reservations`).toArray();
     for (const r of reservations) {
       const threadId = r.thread_id as string;
-      let current = false;
-      try {
-        current = (await unwrapRpc(threadStub(this.env, threadId).runIsCurrent(houseId, r.run_id as string))) === true;
-      } catch (err) {
-        if (!(err instanceof ApiError && err.code === "not_found")) throw err;
-      }
-      if (current) return true;
+      if (await this.runIsCurrent(houseId, threadId, r.run_id as string)) return true;
       this.ctx.storage.sql.exec(`delete from box_reservations where thread_id = ? and run_id = ?`, threadId, r.run_id as string);
     }
     return false;
