@@ -31,7 +31,8 @@ function PreviewForm({ session, boxId }: { session: Session; boxId: string }) {
 export function SandboxesPage({ session }: { session: Session }) {
   const { data, error } = usePolled(() => session.api.sandboxes(), 4000, [session]);
   const [showDeleted, setShowDeleted] = useState(false);
-  const boxes = (data ?? []).filter((b) => showDeleted || b.state !== "deleted");
+  // Newest first, as the thread list is.
+  const boxes = (data ?? []).filter((b) => showDeleted || b.state !== "deleted").sort((a, b) => b.createdAt.localeCompare(a.createdAt));
   return (
     <section>
       <h2>Sandboxes</h2>
@@ -46,7 +47,7 @@ export function SandboxesPage({ session }: { session: Session }) {
               <tr key={b.id} data-box-id={b.id}>
                 <td><code>{b.id}</code><div class="muted small">{b.provider} · {b.providerRef}</div></td>
                 <td><span class={`badge box-${b.state}`}>{b.state}</span>{b.lastError && <div class="error small">{b.lastError}</div>}</td>
-                <td>{b.ephemeral ? "ephemeral" : "shared"}</td>
+                <td>{b.ephemeral ? "ephemeral" : "shared"}{b.labels["threadbox.environment"] && <div class="muted small">environment {b.labels["threadbox.environment"]}</div>}</td>
                 <td>{b.threads.length ? b.threads.map((t) => <div key={t}><Link href={`/threads/${t}`}>{t}</Link></div>) : <span class="muted">none</span>}</td>
                 <td class="muted">{ago(b.createdAt)}</td>
                 <td>{b.state === "live" ? <PreviewForm session={session} boxId={b.id} /> : <span class="muted">—</span>}</td>
