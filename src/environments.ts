@@ -78,6 +78,8 @@ export function publicEnvironment(e: Environment) {
   return { ...rest, files: publicFiles(files), secretNames: Object.keys(secrets ?? {}).sort() };
 }
 
+const secretsPatchSchema = recordSchema(z.string(), z.unknown());
+
 /**
  * A PATCH applied to an environment: the fields given replace the stored ones (`files` as a
  * whole list) and `null` clears one (it takes its default); `secrets` merges by name, `null`
@@ -92,11 +94,11 @@ export function applyEnvironmentPatch(current: Environment, patch: Record<string
     if (patch.secrets === null || typeof patch.secrets !== "object" || Array.isArray(patch.secrets)) {
       throw new ApiError("validation_failed", "secrets must be an object (a null value removes that secret)", [{ path: "secrets", message: "an object of NAME: value (null removes one)" }]);
     }
-    if (Object.hasOwn(patch.secrets, "__proto__")) {
-      throw new ApiError("validation_failed", "invalid environment", [{ path: "secrets.__proto__", message: "__proto__ is not an allowed key" }]);
-    }
+    // Read as every other map is (a `__proto__` key is refused, not merged through the prototype).
+    const given = secretsPatchSchema.safeParse(patch.secrets);
+    if (!given.success) throw new ApiError("validation_failed", "invalid environment", formatZodError(given.error).map((d) => ({ ...d, path: `secrets.${d.path}` })));
     const next: Record<string, unknown> = { ...(current.secrets ?? {}) };
-    for (const [k, v] of Object.entries(patch.secrets as Record<string, unknown>)) {
+    for (const [k, v] of Object.entries(given.data)) {
       if (v === null) delete next[k];
       else next[k] = v;
     }

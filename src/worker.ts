@@ -1,4 +1,5 @@
 import { Router } from "itty-router";
+import { headOf } from "./http/head";
 import { ApiError, errorResponse, json } from "./errors";
 import type { Env } from "./env";
 import { mintTokenRoute } from "./http/routes-admin";
@@ -83,12 +84,6 @@ const ROUTE_PATTERNS = ROUTES.map(([method, path]) => ({ method, pattern: patter
 function allowedMethods(pathname: string): string[] {
   const methods: string[] = ROUTE_PATTERNS.filter((r) => r.pattern.test(pathname)).map((r) => r.method);
   return methods.includes("GET") ? [...methods, "HEAD"] : methods;
-}
-
-/** HEAD is a GET whose answer has no body. */
-async function headOf(response: Response): Promise<Response> {
-  await response.body?.cancel();
-  return new Response(null, { status: response.status, headers: response.headers });
 }
 
 const router = Router<Req, [Env, ExecutionContext]>();

@@ -9,6 +9,7 @@ import type { SubResult } from "../subscriptions/service";
 import { ackRequestSchema, streamPath, subscriptionInputSchema } from "../subscriptions/rules";
 import { peekCallbackToken, verifyCallbackToken } from "../subscriptions/signing";
 import { readBody } from "./body";
+import { headOf } from "./head";
 
 const SUBSCRIPTION_ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
 const ROUTE = /^__ds\/subscriptions\/([^/]+)(?:\/(streams|claim|callback|ack|release)(?:\/(.+))?)?$/;
@@ -33,7 +34,7 @@ export async function subscriptionsRoute(request: Request, env: Env, name: strin
   const head = request.method === "HEAD";
   const method = head ? "GET" : request.method;
   const answer = await route(request, env, name, base, method);
-  return head ? new Response(null, { status: answer.status, headers: answer.headers }) : answer;
+  return head ? headOf(answer) : answer;
 }
 
 async function route(request: Request, env: Env, name: string, base: string, method: string): Promise<Response> {

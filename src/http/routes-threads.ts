@@ -32,6 +32,9 @@ export const createThreadSchema = z.object({
 
 const tokenSchema = z.object({ scope: z.enum(STREAM_SCOPES).default("stream:write") }).strict();
 
+/** The offset is the log's to judge (`invalid_offset`); only the limit is checked here. */
+const entriesQuery = z.object({ limit: z.coerce.number().int().min(1).max(10_000).default(1000), offset: z.string().optional() });
+
 const listSchema = z.object({
   parent: z.string().max(200).optional(),
   parentKind: z.enum(["none", "agent", "thread"]).optional(),
@@ -124,13 +127,8 @@ export async function readEntriesRoute(request: Request, env: Env, id: string | 
   const threadId = threadIdParam(id);
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
   assertThreadAccess(claims, claims.houseId, threadId, false);
-  const url = new URL(request.url);
-  const limitRaw = url.searchParams.get("limit");
-  const limit = limitRaw === null ? 1000 : Number(limitRaw);
-  if (!Number.isInteger(limit) || limit < 1 || limit > 10_000) {
-    throw new ApiError("validation_failed", "limit must be an integer from 1 to 10000", [{ path: "limit", message: "an integer from 1 to 10000" }]);
-  }
-  const page = (await unwrapRpc(threadStub(env, threadId).readEntries(claims.houseId, url.searchParams.get("offset"), limit))) as EntriesPage;
+  const { limit, offset } = parseQuery(request, entriesQuery, "limit must be an integer from 1 to 10000");
+  const page = (await unwrapRpc(threadStub(env, threadId).readEntries(claims.houseId, offset ?? null, limit))) as EntriesPage;
   const headers = { "Stream-Next-Offset": page.nextOffset, ...(page.upToDate ? { "Stream-Up-To-Date": "true" } : {}) };
   if ((request.headers.get("accept") ?? "").includes("application/x-ndjson")) {
     const body = page.entries.map((e) => JSON.stringify(e) + "\n").join("");

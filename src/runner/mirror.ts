@@ -93,13 +93,14 @@ export default function threadboxMirror(pi: ExtensionAPI): void {
   // Ids unique to this process: a resumed session runs in a new one, with the same session id.
   const liveIdPrefix = `${cfg.threadId}:live:${randomId()}`;
   let liveEntries = 0;
+  // Its text comes redacted (over the call's whole output, see LiveToolOutputs).
   const liveOutput = new LiveToolOutputs((payloads) => {
-    writer?.append(...payloads.map((payload) => redactDeep({
+    writer?.append(...payloads.map((payload) => ({
       id: `${liveIdPrefix}:${liveEntries++}`,
       ts: Date.now(),
       ...(cfg.authorId ? { authorId: cfg.authorId } : {}),
       payload,
-    } as WireEntry, redactions)));
+    } as WireEntry)));
   }, (err) => log(`live output: ${(err as Error)?.message ?? err}`), {
     ...DEFAULT_LIVE_TOOL_OUTPUT,
     redact: (text) => redactText(text, redactions),
