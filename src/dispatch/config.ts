@@ -56,9 +56,10 @@ export function mergeDispatchConfig(current: DispatchConfig, patch: ThreadConfig
  * A DM thread (`parent.kind = "agent"`) starts with its bot answering every message, and the
  * house's other bots answering only when someone names them: the conversation is private.
  */
-export function initialDispatchConfig(parent: { kind: string; id: string | null }): DispatchConfig {
+export function initialDispatchConfig(parent: { kind: string; id: string | null }): DispatchConfig | undefined {
   if (parent.kind === "agent" && parent.id) {
     return { ...DEFAULT_DISPATCH_CONFIG, perAgent: { [parent.id]: { triggerMode: "always" } }, othersTriggerMode: "mention" };
   }
-  return DEFAULT_DISPATCH_CONFIG;
+  // Any other thread has the defaults, which a thread without stored settings reads anyway.
+  return undefined;
 }

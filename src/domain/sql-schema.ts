@@ -5,6 +5,10 @@
 export type Schema = { name: string; ddl: string; migrate?: (sql: SqlStorage) => void };
 
 const prepared = new WeakMap<SqlStorage, Set<string>>();
+/** The tables an actor had when it started (read by prepareSchemas): committed, so they stay. */
+const tablesAtStart = new WeakMap<SqlStorage, Set<string>>();
+/** Lazy tables this incarnation created (see LazySchema). */
+const createdHere = new WeakMap<SqlStorage, Set<string>>();
 
 function preparedFor(sql: SqlStorage): Set<string> {
   let done = prepared.get(sql);
@@ -30,6 +34,7 @@ export function prepareSchemas(sql: SqlStorage, version: string, schemas: Schema
   const done = preparedFor(sql);
   const marker = `schema_${version}`;
   const tables = sql.exec(`select name from sqlite_master where type = 'table'`).toArray().map((r) => r.name as string);
+  tablesAtStart.set(sql, new Set(tables));
   if (!tables.includes(marker)) {
     sql.exec(schemas.map((s) => s.ddl).join(";\n"));
     // A new actor's tables were just created as they are now: only an older actor's need migrating.
@@ -38,6 +43,46 @@ export function prepareSchemas(sql: SqlStorage, version: string, schemas: Schema
     sql.exec(`create table if not exists ${marker} (id integer primary key)`);
   }
   for (const s of schemas) done.add(s.name);
+}
+
+/**
+ * A store's tables that most actors never use (forks, producer state, bots' turns, a launch's
+ * progress), created by the first write that needs them rather than with the actor: every table a
+ * new actor creates costs it CPU, and creating all of them was about a third of a thread's
+ * creation. Until then a read has no rows to find and skips SQLite. A lazy schema has no
+ * migration: it is created whole, as it is now, so changing its tables needs a new table name.
+ */
+export class LazySchema {
+  private known = false;
+  private readonly table: string;
+
+  constructor(private readonly sql: SqlStorage, private readonly schema: Schema) {
+    if (schema.migrate) throw new Error(`lazy schema ${schema.name} cannot have a migration`);
+    const first = /create table if not exists (\w+)/.exec(schema.ddl);
+    if (!first) throw new Error(`lazy schema ${schema.name} creates no table`);
+    this.table = first[1]!;
+  }
+
+  /** Whether its tables exist (they are created together, so the first one tells). */
+  exists(): boolean {
+    if (this.known) return true;
+    const atStart = tablesAtStart.get(this.sql);
+    if (atStart?.has(this.table)) return (this.known = true);
+    // Only this actor writes its database: a table it did not have at start and never created is not there.
+    if (atStart && !createdHere.get(this.sql)?.has(this.table)) return false;
+    // Created by this incarnation: asked each time, since a transaction rolled back takes the
+    // tables it created with it.
+    return this.sql.exec(`select 1 from sqlite_master where type = 'table' and name = ?`, this.table).toArray().length > 0;
+  }
+
+  /** Before a write. */
+  ensure(): void {
+    if (this.exists()) return;
+    this.sql.exec(this.schema.ddl);
+    let created = createdHere.get(this.sql);
+    if (!created) createdHere.set(this.sql, (created = new Set()));
+    created.add(this.table);
+  }
 }
 
 /** Adds a column an older actor's table lacks. */

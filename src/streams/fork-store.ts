@@ -6,7 +6,7 @@
  * - `fork_releases`: references to drop on a source once this stream is gone (sent after the
  *   request that purged it, retried on the next one if the source could not be reached).
  */
-import { ensureSchema, type Schema } from "../domain/sql-schema";
+import { LazySchema, type Schema } from "../domain/sql-schema";
 export type ForkRef = {
   sourceKey: string;
   sourceName: string;
@@ -31,14 +31,17 @@ export class ForkStore {
   /** Checked on every request, so it is answered from memory once the table is known empty. */
   private releasesKnownEmpty = false;
 
+  /** Most streams never fork nor are forked: their tables come with the first fork. */
+  private readonly tables: LazySchema;
+
   constructor(private readonly sql: SqlStorage) {
-    ensureSchema(sql, FORK_SCHEMA);
+    this.tables = new LazySchema(sql, FORK_SCHEMA);
   }
 
   /** Read on every page of a read: kept in memory, every write goes through this class. */
   ref(): ForkRef | null {
     if (this.cached !== undefined) return this.cached;
-    const row = this.sql.exec(`select * from stream_fork where id = 1`).toArray()[0];
+    const row = !this.tables.exists() ? undefined : this.sql.exec(`select * from stream_fork where id = 1`).toArray()[0];
     this.cached = row
       ? {
           sourceKey: row.source_key as string,
@@ -52,6 +55,7 @@ export class ForkStore {
   }
 
   setRef(ref: ForkRef): void {
+    this.tables.ensure();
     this.sql.exec(
       `insert into stream_fork (id, source_key, source_name, fork_seq, requested_offset, sub_offset) values (1, ?, ?, ?, ?, ?)`,
       ref.sourceKey, ref.sourceName, ref.forkSeq, ref.requestedOffset, ref.subOffset,
@@ -69,19 +73,22 @@ export class ForkStore {
   }
 
   queueRelease(sourceKey: string): void {
+    this.tables.ensure();
     this.sql.exec(`insert or ignore into fork_releases (source_key) values (?)`, sourceKey);
     this.releasesKnownEmpty = false;
   }
 
   addChild(childKey: string): void {
+    this.tables.ensure();
     this.sql.exec(`insert or ignore into fork_children (child_key) values (?)`, childKey);
   }
 
   removeChild(childKey: string): void {
-    this.sql.exec(`delete from fork_children where child_key = ?`, childKey);
+    if (this.tables.exists()) this.sql.exec(`delete from fork_children where child_key = ?`, childKey);
   }
 
   childCount(): number {
+    if (!this.tables.exists()) return 0;
     return this.sql.exec(`select count(*) as n from fork_children`).one().n as number;
   }
 
@@ -90,13 +97,13 @@ export class ForkStore {
   }
 
   pendingReleases(): string[] {
-    const keys = this.sql.exec(`select source_key from fork_releases`).toArray().map((r) => r.source_key as string);
+    const keys = !this.tables.exists() ? [] : this.sql.exec(`select source_key from fork_releases`).toArray().map((r) => r.source_key as string);
     this.releasesKnownEmpty = keys.length === 0;
     return keys;
   }
 
   releaseSent(sourceKey: string): void {
-    this.sql.exec(`delete from fork_releases where source_key = ?`, sourceKey);
+    if (this.tables.exists()) this.sql.exec(`delete from fork_releases where source_key = ?`, sourceKey);
   }
 
   /** A new stream under this key must not have a stale release cancel the reference it takes. */

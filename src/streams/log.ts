@@ -1,7 +1,7 @@
 import { ApiError } from "../errors";
 import { ForkStore, type ForkRef } from "./fork-store";
 import { formatOffset, normalizeContentType } from "./protocol";
-import { addColumnIfMissing, ensureSchema, type Schema } from "../domain/sql-schema";
+import { addColumnIfMissing, ensureSchema, LazySchema, type Schema } from "../domain/sql-schema";
 import { CommitGroup } from "./commit-group";
 
 export type StreamMeta = {
@@ -60,20 +60,27 @@ export const STREAM_LOG_SCHEMA: Schema = {
       closed integer not null default 0, closed_by text, last_stream_seq text, tail_seq integer not null default 0,
       deleted_at integer);
     create table if not exists messages (seq integer primary key, data blob not null, entry_id text, ts integer not null);
-    create unique index if not exists messages_entry_id on messages(entry_id) where entry_id is not null;
-    create table if not exists producers (id text primary key, epoch integer not null, last_seq integer not null, updated_at integer not null)`,
+    create unique index if not exists messages_entry_id on messages(entry_id) where entry_id is not null`,
   // Logs created before forking existed lack the tombstone column.
   migrate: (sql) => addColumnIfMissing(sql, "stream_meta", "deleted_at", "integer"),
 };
 
+/** Idempotent producers' state: only streams written with Producer-* headers have it. */
+export const PRODUCERS_SCHEMA: Schema = {
+  name: "producers",
+  ddl: `create table if not exists producers (id text primary key, epoch integer not null, last_seq integer not null, updated_at integer not null)`,
+};
+
 export class StreamLog {
   readonly forks: ForkStore;
+  private readonly producers: LazySchema;
   /** Stream-protocol appends that arrive together write in one turn, so they share one commit. */
   readonly commits = new CommitGroup();
 
   constructor(private readonly storage: DurableObjectStorage) {
     const sql = storage.sql;
     ensureSchema(sql, STREAM_LOG_SCHEMA);
+    this.producers = new LazySchema(sql, PRODUCERS_SCHEMA);
     this.forks = new ForkStore(sql);
   }
 
@@ -166,7 +173,7 @@ export class StreamLog {
     }
     this.storage.transactionSync(() => {
       this.sql.exec(`update stream_meta set deleted_at = ? where id = 1`, nowMs);
-      this.sql.exec(`delete from producers`);
+      if (this.producers.exists()) this.sql.exec(`delete from producers`);
     });
     if (this.row) this.row = { ...this.row, deletedAt: nowMs };
     return "tombstone";
@@ -365,7 +372,7 @@ export class StreamLog {
   purge(): void {
     this.storage.transactionSync(() => {
       this.sql.exec(`delete from messages`);
-      this.sql.exec(`delete from producers`);
+      if (this.producers.exists()) this.sql.exec(`delete from producers`);
       this.sql.exec(`delete from stream_meta`);
       this.forks.dropRef();
     });
@@ -419,6 +426,10 @@ export class StreamLog {
   private lastProducerSweepMs = 0;
 
   private checkProducer(p: ProducerTuple, nowMs: number): { kind: "accept" } | { kind: "duplicate"; lastSeq: number } {
+    if (!this.producers.exists()) {
+      if (p.seq !== 0) throw producerGap(0, p.seq);
+      return { kind: "accept" };
+    }
     // Expired producer state is swept at most hourly, not on every append.
     if (nowMs - this.lastProducerSweepMs > 3_600_000) {
       this.sql.exec(`delete from producers where updated_at < ?`, nowMs - PRODUCER_STATE_TTL_MS);
@@ -444,6 +455,7 @@ export class StreamLog {
   }
 
   private commitProducer(p: ProducerTuple, nowMs: number): void {
+    this.producers.ensure();
     this.sql.exec(
       `insert into producers (id, epoch, last_seq, updated_at) values (?, ?, ?, ?)
        on conflict(id) do update set epoch = excluded.epoch, last_seq = excluded.last_seq, updated_at = excluded.updated_at`,

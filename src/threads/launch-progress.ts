@@ -1,6 +1,6 @@
 import type { DetachedHandle } from "../sandbox/provider";
 import type { CopiedFolder } from "../workspace/folders";
-import { ensureSchema, type Schema } from "../domain/sql-schema";
+import { LazySchema, type Schema } from "../domain/sql-schema";
 
 export const LAUNCH_PROGRESS_SCHEMA: Schema = { name: "launch_progress", ddl: `create table if not exists launch_progress (run_id text primary key, state text not null)` };
 
@@ -32,17 +32,22 @@ export type LaunchProgress = {
 export type LaunchStep = "box_created" | "box_registered" | "box_chosen" | "runner_spawned" | "runner_started";
 
 export class LaunchProgressStore {
+  /** A thread that never runs has no launches to keep. */
+  private readonly table: LazySchema;
+
   constructor(private readonly sql: SqlStorage) {
-    ensureSchema(sql, LAUNCH_PROGRESS_SCHEMA);
+    this.table = new LazySchema(sql, LAUNCH_PROGRESS_SCHEMA);
   }
 
   get(runId: string): LaunchProgress {
+    if (!this.table.exists()) return {};
     const r = this.sql.exec(`select state from launch_progress where run_id = ?`, runId).toArray()[0];
     return r ? (JSON.parse(r.state as string) as LaunchProgress) : {};
   }
 
   save(runId: string, patch: LaunchProgress): LaunchProgress {
     const next = { ...this.get(runId), ...patch };
+    this.table.ensure();
     this.sql.exec(
       `insert into launch_progress (run_id, state) values (?, ?) on conflict(run_id) do update set state = excluded.state`,
       runId, JSON.stringify(next),
@@ -51,7 +56,7 @@ export class LaunchProgressStore {
   }
 
   clear(runId: string): void {
-    this.sql.exec(`delete from launch_progress where run_id = ?`, runId);
+    if (this.table.exists()) this.sql.exec(`delete from launch_progress where run_id = ?`, runId);
   }
 }
 

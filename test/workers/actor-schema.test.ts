@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { env, runInDurableObject } from "cloudflare:test";
-import { prepareSchemas } from "../../src/domain/sql-schema";
+import { LazySchema, prepareSchemas } from "../../src/domain/sql-schema";
 import { THREAD_ACTOR_SCHEMAS, THREAD_ACTOR_SCHEMA_VERSION } from "../../src/actors/thread/thread-actor";
 import { call, createThread, houseToken } from "./helpers";
 
@@ -9,15 +9,47 @@ const columns = (sql: SqlStorage, table: string) => sql.exec(`pragma table_info(
 const tables = (sql: SqlStorage) => sql.exec(`select name from sqlite_master where type = 'table'`).toArray().map((r) => r.name as string);
 
 describe("a thread actor's tables", () => {
-  it("a new actor gets every table of every store and the version marker", async () => {
+  it("a new thread gets only the tables every thread uses; the rest come with the first write that needs them", async () => {
     const token = await houseToken("house-schema");
     const t = await createThread(token);
-    await runInDurableObject(E.THREADS.get(E.THREADS.idFromName(`thread:${t.id}`)), (_a, state) => {
+    const stub = () => E.THREADS.get(E.THREADS.idFromName(`thread:${t.id}`));
+    await runInDurableObject(stub(), (_a, state) => {
       const names = tables(state.storage.sql);
-      for (const table of ["stream_meta", "messages", "producers", "stream_fork", "thread_row", "outbox", "launch_progress", "deadlines", "probe_state", "dispatch_turns", "dispatch_agents", "stream_owner", "create_request", `schema_${THREAD_ACTOR_SCHEMA_VERSION}`]) {
+      for (const table of ["stream_meta", "messages", "thread_row", "outbox", "deadlines", `schema_${THREAD_ACTOR_SCHEMA_VERSION}`]) {
         expect(names, table).toContain(table);
       }
+      for (const table of ["producers", "stream_fork", "launch_progress", "probe_state", "dispatch_turns", "dispatch_config", "stream_owner", "create_request"]) {
+        expect(names, table).not.toContain(table);
+      }
       expect(columns(state.storage.sql, "thread_row")).toContain("run_id");
+    });
+    // Reads of the missing tables answer as empty ones would.
+    expect((await call(`/api/threads/${t.id}/dispatch`, { token })).status).toBe(200);
+    const producer = { "Producer-Id": "p1", "Producer-Epoch": "0", "Producer-Seq": "0", "Content-Type": "application/json" };
+    const post = () => call(`/v1/stream/thread-${t.id}`, { method: "POST", token, headers: producer, body: JSON.stringify({ payload: { type: "chat", text: "once" } }) });
+    expect((await post()).status).toBe(200);
+    expect((await post()).status).toBe(204);
+    await runInDurableObject(stub(), (_a, state) => {
+      expect(tables(state.storage.sql)).toContain("producers");
+      expect(state.storage.sql.exec(`select count(*) as n from messages`).one().n).toBe(1);
+    });
+  });
+
+  it("a lazy table created in a transaction that rolls back is created again by the next write", async () => {
+    await runInDurableObject(E.THREADS.get(E.THREADS.idFromName("lazy-rollback")), (_a, state) => {
+      const sql = state.storage.sql;
+      const lazy = new LazySchema(sql, { name: "lazy_t", ddl: `create table if not exists lazy_t (k text primary key)` });
+      expect(lazy.exists()).toBe(false);
+      expect(() => state.storage.transactionSync(() => {
+        lazy.ensure();
+        sql.exec(`insert into lazy_t (k) values ('a')`);
+        throw new Error("rolled back");
+      })).toThrow("rolled back");
+      expect(lazy.exists()).toBe(false);
+      lazy.ensure();
+      sql.exec(`insert into lazy_t (k) values ('b')`);
+      expect(lazy.exists()).toBe(true);
+      expect(sql.exec(`select k from lazy_t`).toArray()).toEqual([{ k: "b" }]);
     });
   });
 

@@ -50,9 +50,9 @@ describe("selection", () => {
 
   it("DM threads seed the agent as always, so it replies without a mention", () => {
     const dm = initialDispatchConfig({ kind: "agent", id: "ag_coder" });
-    expect(dm.perAgent).toEqual({ ag_coder: { triggerMode: "always" } });
-    expect(pick({ text: "hey" }, [coder], dm).ag_coder.reason).toBe("always");
-    expect(initialDispatchConfig({ kind: "none", id: null }).perAgent).toEqual({});
+    expect(dm!.perAgent).toEqual({ ag_coder: { triggerMode: "always" } });
+    expect(pick({ text: "hey" }, [coder], dm!).ag_coder.reason).toBe("always");
+    expect(initialDispatchConfig({ kind: "none", id: null })).toBeUndefined();
   });
 
   it("depth cap: nothing reacts to an entry at depth 8; depth 7 still gets a reply at depth 8", () => {

@@ -141,7 +141,10 @@ export class ThreadActor extends ProductionThreadActor {
 
   /** Chats recorded for the dispatch alarm to decide. */
   testPendingTriggers(): number {
-    return this.ctx.storage.sql.exec(`select count(*) as n from dispatch_triggers`).one().n as number;
+    const sql = this.ctx.storage.sql;
+    // A thread whose chat never woke a bot has no trigger table (it is created with the first).
+    if (sql.exec(`select 1 from sqlite_master where name = 'dispatch_triggers'`).toArray().length === 0) return 0;
+    return sql.exec(`select count(*) as n from dispatch_triggers`).one().n as number;
   }
 
   /** Appends entries as the control plane does (`authorId: threadbox`), past client validation. */

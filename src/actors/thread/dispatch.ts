@@ -13,7 +13,7 @@ import { buildTools } from "../../dispatch/tools";
 import type { ToolContext } from "../../dispatch/tools/context";
 import { errorMessage, logEvent } from "../../domain/log-event";
 import { redactValues } from "../../domain/secret-forms";
-import { ensureSchema, type Schema } from "../../domain/sql-schema";
+import { LazySchema, type Schema } from "../../domain/sql-schema";
 import { UTF8_DECODER } from "../../entries/json-limits";
 
 /** What the dispatch service needs from its actor. */
@@ -68,10 +68,22 @@ export const DEFAULT_AGENT_CACHE_MS = 60_000;
 const DECISIONS_KEPT = 500;
 const enc = new TextEncoder();
 
-export const DISPATCH_SCHEMA: Schema = {
-  name: "dispatch",
-  ddl: `create table if not exists dispatch_config (id integer primary key check (id = 1), body text not null);
-    create table if not exists dispatch_triggers (
+/** A thread's own dispatch settings (a DM's, or a PATCH's): most threads keep the defaults. */
+export const DISPATCH_CONFIG_SCHEMA: Schema = {
+  name: "dispatch_config",
+  ddl: `create table if not exists dispatch_config (id integer primary key check (id = 1), body text not null)`,
+};
+
+/** The house's agent set as this thread last loaded it, kept across evictions. */
+export const DISPATCH_AGENTS_SCHEMA: Schema = {
+  name: "dispatch_agents",
+  ddl: `create table if not exists dispatch_agents (id integer primary key check (id = 1), version integer not null, candidates text not null, loaded_at integer not null)`,
+};
+
+/** Triggers, turns and what was decided: only a thread whose chat may wake a bot has them. */
+export const DISPATCH_TURNS_SCHEMA: Schema = {
+  name: "dispatch_turns",
+  ddl: `create table if not exists dispatch_triggers (
       entry_id text primary key, seq integer not null, author_id text, text text not null, depth integer not null, mentions text);
     create table if not exists dispatch_turns (
       id text primary key, agent_id text not null, trigger_entry_id text not null, trigger_seq integer not null, depth integer not null,
@@ -81,8 +93,7 @@ export const DISPATCH_SCHEMA: Schema = {
     create table if not exists dispatch_decisions (
       seq integer primary key autoincrement, at integer not null, trigger_entry_id text not null, agent_id text not null,
       verdict text not null, reason text not null, detail text, turn_id text);
-    create table if not exists dispatch_replies (agent_id text primary key, at integer not null);
-    create table if not exists dispatch_agents (id integer primary key check (id = 1), version integer not null, candidates text not null, loaded_at integer not null)`,
+    create table if not exists dispatch_replies (agent_id text primary key, at integer not null)`,
 };
 
 /**
@@ -104,20 +115,25 @@ export class DispatchService {
   /** The newest agent-set version the house announced; an older load never becomes the cache. */
   private newestAgentsVersion = 0;
   private configCache: DispatchConfig | null = null;
+  private readonly configTable: LazySchema;
+  private readonly agentsTable: LazySchema;
+  private readonly turnTables: LazySchema;
 
   constructor(private readonly ports: DispatchPorts) {
     const sql = ports.sql;
     this.llm = ports.llm ?? { runToolLoop, askGate };
     this.leaseMs = ports.turnLeaseMs ?? DEFAULT_TURN_LEASE_MS;
     this.agentCacheMs = ports.agentCacheMs ?? DEFAULT_AGENT_CACHE_MS;
-    ensureSchema(sql, DISPATCH_SCHEMA);
+    this.configTable = new LazySchema(sql, DISPATCH_CONFIG_SCHEMA);
+    this.agentsTable = new LazySchema(sql, DISPATCH_AGENTS_SCHEMA);
+    this.turnTables = new LazySchema(sql, DISPATCH_TURNS_SCHEMA);
   }
 
   // ---- config ----
 
   config(): DispatchConfig {
     if (this.configCache) return this.configCache;
-    const r = this.ports.sql.exec(`select body from dispatch_config where id = 1`).toArray()[0];
+    const r = !this.configTable.exists() ? undefined : this.ports.sql.exec(`select body from dispatch_config where id = 1`).toArray()[0];
     this.configCache = r ? { ...DEFAULT_DISPATCH_CONFIG, ...(JSON.parse(r.body as string) as DispatchConfig) } : DEFAULT_DISPATCH_CONFIG;
     return this.configCache;
   }
@@ -125,6 +141,7 @@ export class DispatchService {
   setConfig(c: DispatchConfig): void {
     this.configCache = null;
     if (this.agentCache) this.agentCache.mentionOnly = undefined;
+    this.configTable.ensure();
     this.ports.sql.exec(`insert into dispatch_config (id, body) values (1, ?) on conflict(id) do update set body = excluded.body`, JSON.stringify(c));
   }
 
@@ -134,7 +151,7 @@ export class DispatchService {
   agentsChanged(version: number): void {
     this.newestAgentsVersion = Math.max(this.newestAgentsVersion, version);
     if (this.agentCache && this.agentCache.version < version) this.agentCache = null;
-    this.ports.sql.exec(`delete from dispatch_agents where version < ?`, version);
+    if (this.agentsTable.exists()) this.ports.sql.exec(`delete from dispatch_agents where version < ?`, version);
   }
 
   private async loadAgents(houseId: string): Promise<Candidate[]> {
@@ -152,6 +169,7 @@ export class DispatchService {
     this.agentCache = agentCacheOf(set.version, set.candidates, loadedAt);
     // Kept with the thread: an actor evicted and woken again within the cache's lifetime still
     // decides an unaddressed chat without a trigger row, an alarm and a call to the house.
+    this.agentsTable.ensure();
     this.ports.sql.exec(
       `insert into dispatch_agents (id, version, candidates, loaded_at) values (1, ?, ?, ?)
        on conflict(id) do update set version = excluded.version, candidates = excluded.candidates, loaded_at = excluded.loaded_at`,
@@ -164,7 +182,7 @@ export class DispatchService {
   private cachedAgents() {
     if (this.agentCache || this.persistedAgentsRead) return this.agentCache;
     this.persistedAgentsRead = true;
-    const r = this.ports.sql.exec(`select version, candidates, loaded_at from dispatch_agents where id = 1`).toArray()[0];
+    const r = !this.agentsTable.exists() ? undefined : this.ports.sql.exec(`select version, candidates, loaded_at from dispatch_agents where id = 1`).toArray()[0];
     if (!r || (r.version as number) < this.newestAgentsVersion) return null;
     const candidates = JSON.parse(r.candidates as string) as Candidate[];
     this.newestAgentsVersion = r.version as number;
@@ -207,7 +225,8 @@ export class DispatchService {
     for (const m of fresh) {
       const e = this.triggerIn(m);
       if (!e) continue;
-      alreadyArmed ??= this.ports.sql.exec(`select 1 from dispatch_triggers limit 1`).toArray().length > 0;
+      alreadyArmed ??= this.turnTables.exists() && this.ports.sql.exec(`select 1 from dispatch_triggers limit 1`).toArray().length > 0;
+      this.turnTables.ensure();
       const mentions = Array.isArray(e.payload.mentions) ? JSON.stringify(e.payload.mentions) : null;
       this.ports.sql.exec(
         `insert into dispatch_triggers (entry_id, seq, author_id, text, depth, mentions) values (?, ?, ?, ?, ?, ?) on conflict do nothing`,
@@ -238,6 +257,8 @@ export class DispatchService {
   // ---- the alarm ----
 
   nextDeadline(): number | null {
+    // Turns run only from rows in these tables: with no tables there is nothing to run.
+    if (!this.turnTables.exists()) return null;
     const sql = this.ports.sql;
     if (sql.exec(`select 1 from dispatch_triggers limit 1`).toArray().length > 0) return this.ports.now();
     // A turn this incarnation is running is not due, whatever its lease says (a model call may
@@ -280,6 +301,7 @@ export class DispatchService {
 
   /** Triggers -> decisions (recorded with reasons) -> turns. */
   private async decidePending(): Promise<void> {
+    if (!this.turnTables.exists()) return;
     const sql = this.ports.sql;
     const triggers = sql.exec(`select * from dispatch_triggers order by seq`).toArray();
     if (triggers.length === 0) return;
@@ -334,6 +356,7 @@ export class DispatchService {
   }
 
   decisions(limit: number): DecisionRecord[] {
+    if (!this.turnTables.exists()) return [];
     return this.ports.sql.exec(`select * from dispatch_decisions order by seq desc limit ?`, limit).toArray().map((r) => ({
       at: new Date(r.at as number).toISOString(), triggerEntryId: r.trigger_entry_id as string, agentId: r.agent_id as string,
       verdict: r.verdict as string, reason: r.reason as DecisionReason, detail: (r.detail as string | null) ?? null, turnId: (r.turn_id as string | null) ?? null,
@@ -341,6 +364,7 @@ export class DispatchService {
   }
 
   private turns(where: string, ...args: unknown[]): TurnRow[] {
+    if (!this.turnTables.exists()) return [];
     return this.ports.sql.exec(`select * from dispatch_turns where ${where} order by run_at`, ...args).toArray().map((r) => ({
       id: r.id as string, agentId: r.agent_id as string, triggerEntryId: r.trigger_entry_id as string, triggerSeq: r.trigger_seq as number,
       depth: r.depth as number, state: r.state as TurnState, runAt: r.run_at as number, attempts: r.attempts as number,

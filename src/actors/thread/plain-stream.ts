@@ -5,7 +5,7 @@ import { formatOffset } from "../../streams/protocol";
 import { acquireFork, readPrefix, releaseFork, sendReleases, type AcquireRequest, type ForkLinks, type ForkSource, type PrefixRequest } from "../../streams/fork";
 import { plainStreamOptions, plainStreamPolicy, serveStream, type StreamStore } from "./stream-host";
 import type { ActorAuth } from "./thread-actor";
-import { ensureSchema, type Schema } from "../../domain/sql-schema";
+import { LazySchema, type Schema } from "../../domain/sql-schema";
 
 /** What a plain stream tells its house's subscriptions; both may fail (the writer never sees it). */
 export type HouseStreamNotices = {
@@ -44,8 +44,11 @@ export class PlainStreamHost {
   /** Whether a subscription of the house links this stream, as the house last said. */
   private subscriptionInterest: { linked: boolean; checkedAt: number } | null = null;
 
+  /** A thread's actor never has an owner row. */
+  private readonly ownerTable: LazySchema;
+
   constructor(private readonly p: PlainStreamPorts) {
-    ensureSchema(p.sql, PLAIN_STREAM_SCHEMA);
+    this.ownerTable = new LazySchema(p.sql, PLAIN_STREAM_SCHEMA);
   }
 
   /** One protocol request for the stream, from the house in `auth`. */
@@ -105,7 +108,7 @@ export class PlainStreamHost {
   /** The house a plain stream belongs to, or null. */
   ownerHouse(): string | null {
     if (this.owner === undefined) {
-      const row = this.p.sql.exec(`select house_id from stream_owner where id = 1`).toArray()[0];
+      const row = !this.ownerTable.exists() ? undefined : this.p.sql.exec(`select house_id from stream_owner where id = 1`).toArray()[0];
       this.owner = (row?.house_id as string | undefined) ?? null;
     }
     return this.owner;
@@ -123,6 +126,7 @@ export class PlainStreamHost {
   private claim(houseId: string): void {
     const owner = this.ownerHouse();
     if (owner === null) {
+      this.ownerTable.ensure();
       this.p.sql.exec(`insert into stream_owner (id, house_id) values (1, ?)`, houseId);
       this.owner = houseId;
     } else if (owner !== houseId) throw new ApiError("not_found", "stream not found");

@@ -9,7 +9,7 @@ import { errorMessage, logEvent } from "../../domain/log-event";
 import type { DeadlineSource } from "./deadlines";
 import type { Outbox } from "./outbox";
 import { STATUS_CHANGED } from "../../domain/statuses";
-import { ensureSchema, type Schema } from "../../domain/sql-schema";
+import { LazySchema, type Schema } from "../../domain/sql-schema";
 
 export type RunLifecyclePorts = {
   sql: SqlStorage;
@@ -43,8 +43,11 @@ export class RunLifecycle {
   /** Set when an append changed the row's state; the handler then settles (outbox, index, alarm). */
   private changed = false;
 
+  /** Only a run whose box is probed has probe state. */
+  private readonly probeTable: LazySchema;
+
   constructor(private readonly p: RunLifecyclePorts) {
-    ensureSchema(p.sql, PROBE_SCHEMA);
+    this.probeTable = new LazySchema(p.sql, PROBE_SCHEMA);
   }
 
   /** A heartbeat (or a live command's output): the box is alive. A burst needs one write, not one each. */
@@ -95,6 +98,7 @@ export class RunLifecycle {
       answer = { verdict: "unknown", confirmedDead: false };
     }
     const deadStreak = answer.verdict === "dead" && !answer.confirmedDead ? 1 : 0;
+    this.probeTable.ensure();
     this.p.sql.exec(
       `insert into probe_state (id, last_probe_at, dead_streak) values (1, ?, ?)
        on conflict(id) do update set last_probe_at = excluded.last_probe_at, dead_streak = excluded.dead_streak`,
@@ -143,7 +147,7 @@ export class RunLifecycle {
     rows.update(patch, now);
     const after = rows.get()!;
     if (patch.status === "running") {
-      this.p.sql.exec(`delete from probe_state`);
+      if (this.probeTable.exists()) this.p.sql.exec(`delete from probe_state`);
       // Only a claim that names its box attaches it here; the row may still hold the previous
       // run's box (a resume), which this run may not use: its launch assigns the box it gets.
       if (typeof patch.boxId === "string") outbox.enqueue(`attach:${patch.boxId}:${after.runStartedAt}`, "attach", { boxId: patch.boxId }, now);
@@ -186,7 +190,7 @@ export class RunLifecycle {
   }
 
   private probeState(): ProbeState {
-    const r = this.p.sql.exec(`select last_probe_at, dead_streak from probe_state where id = 1`).toArray()[0];
+    const r = !this.probeTable.exists() ? undefined : this.p.sql.exec(`select last_probe_at, dead_streak from probe_state where id = 1`).toArray()[0];
     return { lastProbeAt: (r?.last_probe_at as number | null) ?? null, deadStreak: (r?.dead_streak as number) ?? 0 };
   }
 }

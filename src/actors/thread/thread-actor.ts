@@ -1,6 +1,5 @@
 import { DurableObject } from "cloudflare:workers";
-import { prepareSchemas, type Schema } from "../../domain/sql-schema";
-import { FORK_SCHEMA } from "../../streams/fork-store";
+import { LazySchema, prepareSchemas, type Schema } from "../../domain/sql-schema";
 import { ApiError, errorResponse } from "../../errors";
 import { intVar, type Env } from "../../env";
 import type { Entry, EntryWithOffset } from "../../entries/schema";
@@ -8,7 +7,7 @@ import { STREAM_LOG_SCHEMA, StreamLog, type NewMessage, type StoredMessage } fro
 import { formatOffset, parseOffset, MAX_READ_BYTES } from "../../streams/protocol";
 import { parseJsonBody, prepareEntries, toEntryWithOffset, type EntryWriter } from "../../threads/entries";
 import type { LaunchSpec } from "../../threads/launch";
-import { LAUNCH_PROGRESS_SCHEMA, LaunchProgressStore, type LaunchStep } from "../../threads/launch-progress";
+import { LaunchProgressStore, type LaunchStep } from "../../threads/launch-progress";
 import { THREAD_ROW_SCHEMA, ThreadRowStore, publicThread, type ParentRef, type ThreadRow } from "../../threads/thread-row";
 import { systemClock, type Clock } from "../clock";
 import { errorMessage, logEvent } from "../../domain/log-event";
@@ -18,14 +17,14 @@ import type { AcquireRequest, ForkSource, PrefixRequest } from "../../streams/fo
 import { DEADLINES_SCHEMA, Deadlines, type AlarmStep } from "./deadlines";
 import { Fanout } from "./fanout";
 import { OUTBOX_SCHEMA, Outbox, type OutboxExecutors, type OutboxKind } from "./outbox";
-import { PROBE_SCHEMA, RunLifecycle } from "./run-lifecycle";
-import { DISPATCH_SCHEMA, DispatchService } from "./dispatch";
+import { RunLifecycle } from "./run-lifecycle";
+import { DispatchService } from "./dispatch";
 import type { Agent } from "../../agents";
 import type { Environment } from "../../environments";
 import type { DispatchConfig, ThreadConfigPatch } from "../../dispatch/config";
 import { readwriteFolders } from "../../workspace/folder-sync";
 import { serveStream, threadStreamOptions, type AppendPolicy } from "./stream-host";
-import { PLAIN_STREAM_SCHEMA, PlainStreamHost } from "./plain-stream";
+import { PlainStreamHost } from "./plain-stream";
 import { threadOutboxExecutors } from "./outbox-executors";
 import { STATUS_CHANGED } from "../../domain/statuses";
 
@@ -39,10 +38,12 @@ const CREATE_REQUEST_SCHEMA: Schema = { name: "create_request", ddl: `create tab
 
 /** Bump when any of these schemas changes: an actor whose marker is older runs them (and their migrations) again. */
 export const THREAD_ACTOR_SCHEMA_VERSION = "v2";
-export const THREAD_ACTOR_SCHEMAS: Schema[] = [
-  STREAM_LOG_SCHEMA, FORK_SCHEMA, THREAD_ROW_SCHEMA, OUTBOX_SCHEMA, LAUNCH_PROGRESS_SCHEMA, DEADLINES_SCHEMA,
-  PROBE_SCHEMA, DISPATCH_SCHEMA, PLAIN_STREAM_SCHEMA, CREATE_REQUEST_SCHEMA,
-];
+/**
+ * The tables every thread uses, created with its actor. The rest (forks, producer state, bots'
+ * turns, launches, probes, a plain stream's owner, an idempotent create's fingerprint) are each
+ * store's `LazySchema`, created by the first write that needs them.
+ */
+export const THREAD_ACTOR_SCHEMAS: Schema[] = [STREAM_LOG_SCHEMA, THREAD_ROW_SCHEMA, OUTBOX_SCHEMA, DEADLINES_SCHEMA];
 
 /** Sent by the worker (never by a client: actors are not reachable from outside). */
 export type ActorAuth = { houseId: string; canWrite: boolean } & EntryWriter;
@@ -109,6 +110,7 @@ export class ThreadActor extends DurableObject<Env> {
   private readonly longPollTimeoutMs: number;
   private readonly threadPolicy: AppendPolicy;
   private knownThread = false;
+  private readonly createRequest: LazySchema;
   protected readonly plain: PlainStreamHost;
 
   constructor(ctx: DurableObjectState, env: Env, clock: Clock = systemClock) {
@@ -116,6 +118,7 @@ export class ThreadActor extends DurableObject<Env> {
     const sql = ctx.storage.sql;
     // Every store's tables in one batch for a new actor; one marker read for an existing one.
     prepareSchemas(sql, THREAD_ACTOR_SCHEMA_VERSION, THREAD_ACTOR_SCHEMAS);
+    this.createRequest = new LazySchema(sql, CREATE_REQUEST_SCHEMA);
     this.clock = clock;
     this.log = new StreamLog(ctx.storage);
     this.rows = new ThreadRowStore(sql);
@@ -270,7 +273,10 @@ export class ThreadActor extends DurableObject<Env> {
         this.rows.insert(row);
         if (input.dispatchConfig) this.dispatch.setConfig(input.dispatchConfig);
         this.log.create(`thread-${input.id}`, { contentType: "application/json", ttlSeconds: null, expiresAt: null, closed: false }, []);
-        if (input.requestFingerprint) this.ctx.storage.sql.exec(`insert into create_request (id, fingerprint) values (1, ?)`, input.requestFingerprint);
+        if (input.requestFingerprint) {
+          this.createRequest.ensure();
+          this.ctx.storage.sql.exec(`insert into create_request (id, fingerprint) values (1, ?)`, input.requestFingerprint);
+        }
         // Owed in the same transaction: the house index learns of the thread even if telling it fails now.
         this.outbox.enqueueNow("sync_index", "sync_index", {}, now);
       });
@@ -525,7 +531,8 @@ export class ThreadActor extends DurableObject<Env> {
 
   /** A create that reached an existing thread: the same idempotent request gets the same row back. */
   private replayCreate(existing: ThreadRow, input: CreateThreadInput): ThreadRow {
-    const stored = this.ctx.storage.sql.exec(`select fingerprint from create_request where id = 1`).toArray()[0]?.fingerprint as string | undefined;
+    const stored = !this.createRequest.exists() ? undefined
+      : this.ctx.storage.sql.exec(`select fingerprint from create_request where id = 1`).toArray()[0]?.fingerprint as string | undefined;
     if (!input.requestFingerprint || existing.houseId !== input.houseId) throw new ApiError("conflict", "thread already exists");
     if (stored !== input.requestFingerprint) throw new ApiError("conflict", "this Idempotency-Key was used for a different request");
     return existing;
