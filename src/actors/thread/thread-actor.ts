@@ -36,8 +36,12 @@ const OWED_WORK_SAFETY_ALARM_MS = 30_000;
 
 const CREATE_REQUEST_SCHEMA: Schema = { name: "create_request", ddl: `create table if not exists create_request (id integer primary key check (id = 1), fingerprint text not null)` };
 
-/** Bump when any of these schemas changes: an actor whose marker is older runs them (and their migrations) again. */
-export const THREAD_ACTOR_SCHEMA_VERSION = "v2";
+/**
+ * Bump when any of these schemas changes: an actor whose marker is older runs them (and their
+ * migrations) again. v3 left the lazy tables out; an older release, finding no marker of its own
+ * on an actor made since, creates every table it expects, so going back a release stays safe.
+ */
+export const THREAD_ACTOR_SCHEMA_VERSION = "v3";
 /**
  * The tables every thread uses, created with its actor. The rest (forks, producer state, bots'
  * turns, launches, probes, a plain stream's owner, an idempotent create's fingerprint) are each
