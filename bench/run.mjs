@@ -550,7 +550,7 @@ async function main() {
       row("C4", `ceiling: 1 row/request via HTTP, ${K.W1_WRITERS} conc.`, "rows/s", "rows/s", null, fig("single"), "no-auth DO insert route; bound for #1");
       row("C5", `ceiling: ${K.W2_BATCH} rows/request via HTTP, ${K.W2_WRITERS} conc.`, "rows/s", "rows/s", null, fig("batched"), "no-auth DO insert route; bound for #2");
       row("C6", `ceiling: create ${K.W5_THREADS} actors (1 table + 1 row each, 32 conc.)`, "per s", "per s", null, fig("create"),
-        "bound for #5's thread creation: a thread's actor has 20 tables and registers with its house");
+        "bound for #5's thread creation: a new thread's actor creates 5 tables and registers with its house");
       row("C7", `ceiling: ${K.W5_THREADS} actors x ${K.W5_ENTRIES} rows, 1 row/request (${K.W5_CONCURRENCY} conc.)`, "rows/s", "rows/s", null, fig("spread"),
         "bound for #5's appends: no auth, no stream logic");
       row("C8", `ceiling: ${K.W3_READERS} WebSocket subscribers of a bare actor`, "p50", "ms", null, fig("wsP50"),
