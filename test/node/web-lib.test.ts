@@ -7,6 +7,7 @@ import { isAfter } from "../../web/src/lib/subscription";
 import { chatPreview } from "../../web/src/lib/fold";
 import { matchRoute } from "../../web/src/lib/router";
 import { readClaims, takeTokenFromLocation } from "../../web/src/lib/auth";
+import { environmentLabel } from "../../web/src/lib/labels";
 import { ApiError, errorText, type Entry, type ThreadSummary } from "../../web/src/lib/api";
 
 const off = (n: number) => `0000000000000000_${String(n).padStart(16, "0")}`;
@@ -230,5 +231,12 @@ describe("folding long messages", () => {
     const lines = Array.from({ length: 100 }, (_, i) => `l${i}`).join("\n");
     expect(chatPreview(lines)!.split("\n")).toHaveLength(40);
     expect(chatPreview(Array.from({ length: 40 }, () => "a").join("\n"))).toBeNull(); // 40 lines: whole
+  });
+});
+
+describe("environment labels", () => {
+  it("names an environment by its name, and adds its id only where two share the name", () => {
+    const envs = [{ id: "env_a", name: "prod" }, { id: "env_b", name: "prod" }, { id: "env_c", name: "demo" }];
+    expect(envs.map((e) => environmentLabel(e, envs))).toEqual(["prod (env_a)", "prod (env_b)", "demo"]);
   });
 });

@@ -4,6 +4,7 @@ import { ApiError, type Agent, type Environment } from "../lib/api";
 import { usePolled } from "../lib/hooks";
 import { navigate } from "../lib/router";
 import { ErrorNote } from "./common";
+import { environmentLabel } from "../lib/labels";
 
 const TRIGGER_LABELS: Record<string, string> = { mention: "when @mentioned", ambient: "when it judges it should", always: "every message" };
 
@@ -59,7 +60,7 @@ function BotForm({ initial, envs, title, saveLabel, onSave, onCancel }: {
       <label>Environment (its secrets hold the model key)
         <select name="environmentId" value={form.environmentId} onChange={(e) => setForm({ ...form, environmentId: e.currentTarget.value })}>
           <option value="">none</option>
-          {envs?.map((env) => <option key={env.id} value={env.id}>{env.name} ({env.id})</option>)}
+          {envs?.map((env) => <option key={env.id} value={env.id}>{environmentLabel(env, envs)}</option>)}
           {missingEnv && <option value={form.environmentId}>deleted: {form.environmentId}</option>}
         </select>
       </label>

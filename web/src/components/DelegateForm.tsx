@@ -3,6 +3,7 @@ import type { Session } from "../app";
 import { ApiError } from "../lib/api";
 import { usePolled } from "../lib/hooks";
 import { ErrorNote } from "./common";
+import { environmentLabel } from "../lib/labels";
 
 /** Hands a task to a coding agent in a fresh box: a child thread of this one. */
 export function DelegateForm({ session, threadId, defaultEnvironmentId, onStarted }: {
@@ -32,7 +33,7 @@ export function DelegateForm({ session, threadId, defaultEnvironmentId, onStarte
       <input name="task" aria-label="Task for a coding agent" placeholder="Delegate a task to a coding agent, e.g. write hello.txt containing hi" value={task} onInput={(e) => setTask(e.currentTarget.value)} />
       <select name="environment" value={environmentId} onChange={(e) => setEnvironmentId(e.currentTarget.value)}>
         <option value="">{defaultEnvironmentId ? "thread's environment" : "no environment (pick one)"}</option>
-        {envs.data?.map((env) => <option key={env.id} value={env.id}>{env.name}</option>)}
+        {envs.data?.map((env, _i, all) => <option key={env.id} value={env.id}>{environmentLabel(env, all)}</option>)}
       </select>
       {/* A thread without an environment has no model for the run to use: one must be picked. */}
       <button type="submit" disabled={busy || !task.trim() || (!defaultEnvironmentId && !environmentId)} title={!defaultEnvironmentId && !environmentId ? "pick an environment first" : undefined}>Delegate</button>

@@ -5,6 +5,7 @@ import { ApiError } from "../lib/api";
 import { usePolled } from "../lib/hooks";
 import { navigate } from "../lib/router";
 import { ErrorNote, Link, StatusBadge, ago } from "./common";
+import { environmentLabel } from "../lib/labels";
 
 type Node = { thread: ThreadSummary; children: Node[] };
 
@@ -75,7 +76,7 @@ export function ThreadsPage({ session }: { session: Session }) {
         <input name="title" placeholder="New thread title" value={title} onInput={(e) => setTitle(e.currentTarget.value)} />
         <select name="environment" value={environmentId} onChange={(e) => setEnvironmentId(e.currentTarget.value)}>
           <option value="">no environment</option>
-          {envs.data?.map((env) => <option key={env.id} value={env.id}>{env.name}</option>)}
+          {envs.data?.map((env, _i, all) => <option key={env.id} value={env.id}>{environmentLabel(env, all)}</option>)}
         </select>
         <button type="submit">New thread</button>
       </form>
