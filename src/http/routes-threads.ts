@@ -41,7 +41,8 @@ const listSchema = z.object({
   status: z.enum(THREAD_STATUSES).optional(),
   limit: z.coerce.number().int().min(1).max(1000).default(100),
   before: z.string().max(64).optional(),
-});
+  beforeId: z.string().max(64).optional(),
+}).refine((q) => q.beforeId === undefined || q.before !== undefined, { message: "beforeId needs before (the createdAt of that thread)", path: ["beforeId"] });
 
 /**
  * Authorization before validation: another house's thread answers 404 before its body is read.
@@ -109,7 +110,7 @@ export async function listThreadsRoute(request: Request, env: Env): Promise<Resp
   let parentId: string | undefined;
   if (q.parent === "none") parentKind = "none";
   else if (q.parent) parentId = q.parent;
-  const threads = await unwrapRpc(houseStub(env, claims.houseId).listThreads({ parentKind, parentId, status: q.status, limit: q.limit, before: q.before }));
+  const threads = await unwrapRpc(houseStub(env, claims.houseId).listThreads({ parentKind, parentId, status: q.status, limit: q.limit, before: q.before, beforeId: q.beforeId }));
   return json({ threads });
 }
 

@@ -1,4 +1,6 @@
 import { describe, expect, it } from "vitest";
+import { env as testEnv, runInDurableObject } from "cloudflare:test";
+const env = testEnv as unknown as { HOUSES: DurableObjectNamespace };
 import { call, chat, createThread, errorCode, houseToken, post, readAll, streamToken, ADMIN } from "./helpers";
 
 describe("admin tokens", () => {
@@ -55,6 +57,32 @@ describe("threads", () => {
     expect(running.threads).toEqual([]);
     const badStatus = await call(`/api/threads?status=bogus`, { token });
     expect(badStatus.status).toBe(400);
+  });
+
+  it("pages through threads made in the same millisecond: before + beforeId resumes after the last one seen", async () => {
+    const houseId = "house-paging";
+    const token = await houseToken(houseId);
+    const made = await Promise.all([1, 2, 3, 4, 5].map((i) => createThread(token, { title: `t${i}` })));
+    // Threads created together often share their createdAt; make it certain.
+    await runInDurableObject(env.HOUSES.get(env.HOUSES.idFromName(houseId)), (_a, state) => {
+      state.storage.sql.exec(`update threads set created_at = '2026-01-01T00:00:00.000Z'`);
+    });
+    type Page = { threads: { id: string; createdAt: string }[] };
+    const seen: string[] = [];
+    let query = "limit=2";
+    for (let i = 0; i < 5; i++) {
+      const page = (await (await call(`/api/threads?${query}`, { token })).json()) as Page;
+      if (page.threads.length === 0) break;
+      seen.push(...page.threads.map((t) => t.id));
+      const last = page.threads.at(-1)!;
+      query = `limit=2&before=${encodeURIComponent(last.createdAt)}&beforeId=${last.id}`;
+    }
+    expect(seen).toEqual(made.map((t) => t.id).sort());
+    // `before` alone means "created strictly before".
+    expect(((await (await call(`/api/threads?before=2026-01-01T00:00:00.000Z`, { token })).json()) as Page).threads).toEqual([]);
+    const lonely = await call(`/api/threads?beforeId=${made[0]!.id}`, { token });
+    expect(lonely.status).toBe(400);
+    expect(((await lonely.json()) as { error: { details: { path: string }[] } }).error.details[0]!.path).toBe("beforeId");
   });
 
   it("never shows one house's threads to another", async () => {

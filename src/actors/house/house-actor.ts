@@ -54,7 +54,8 @@ export type SubscriptionOp =
 
 const WEBHOOK_TIMEOUT_MS = 10_000;
 
-export type ThreadFilter = { parentKind?: string; parentId?: string; status?: ThreadStatus; environmentId?: string; limit: number; before?: string };
+/** `before` (a `createdAt`) with `beforeId` resumes a listing after that thread, including threads made in the same millisecond. */
+export type ThreadFilter = { parentKind?: string; parentId?: string; status?: ThreadStatus; environmentId?: string; limit: number; before?: string; beforeId?: string };
 
 /**
  * One per house: an index so listing does not ask every thread. Answers with the same typed
@@ -70,6 +71,7 @@ export class HouseActor extends DurableObject<Env> {
       id text primary key, parent_kind text not null, parent_id text, status text not null, reason text,
       title text, environment_id text, box_id text, created_at text not null, updated_at text not null)`);
     ctx.storage.sql.exec(`create index if not exists threads_parent on threads(parent_kind, parent_id)`);
+    ctx.storage.sql.exec(`create index if not exists threads_created on threads(created_at desc, id)`);
     ctx.storage.sql.exec(`create table if not exists environments (id text primary key, body text not null)`);
     // `handle` is unique per house: it is what `@handle` in chat text resolves to.
     ctx.storage.sql.exec(`create table if not exists agents (id text primary key, handle text not null unique, body text not null)`);
@@ -396,7 +398,8 @@ export class HouseActor extends DurableObject<Env> {
     if (f.parentId) { where.push("parent_id = ?"); args.push(f.parentId); }
     if (f.status) { where.push("status = ?"); args.push(f.status); }
     if (f.environmentId) { where.push("environment_id = ?"); args.push(f.environmentId); }
-    if (f.before) { where.push("created_at < ?"); args.push(f.before); }
+    if (f.before && f.beforeId) { where.push("(created_at < ? or (created_at = ? and id > ?))"); args.push(f.before, f.before, f.beforeId); }
+    else if (f.before) { where.push("created_at < ?"); args.push(f.before); }
     const sql = `select * from threads ${where.length ? "where " + where.join(" and ") : ""} order by created_at desc, id limit ?`;
     return this.ctx.storage.sql.exec(sql, ...args, f.limit).toArray().map((r) => ({
       id: r.id as string,

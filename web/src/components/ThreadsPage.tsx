@@ -49,7 +49,7 @@ export function ThreadsPage({ session }: { session: Session }) {
     const last = data?.at(-1);
     if (!last) return;
     try {
-      const page = await session.api.threads(`limit=${THREADS_PAGE}&before=${encodeURIComponent(last.createdAt)}`);
+      const page = await session.api.threads(`limit=${THREADS_PAGE}&before=${encodeURIComponent(last.createdAt)}&beforeId=${encodeURIComponent(last.id)}`);
       setOlder({ threads: [...older.threads, ...page], more: page.length >= THREADS_PAGE });
     } catch (err) {
       setOlderError(err as ApiError);
