@@ -62,6 +62,7 @@ export async function createSandboxRoute(request: Request, env: Env): Promise<Re
   const boxId = newId("box_");
   const view = await unwrapRpc(sandboxStub(env, boxId).register({
     boxId, houseId: claims.houseId, provider: body.provider, providerRef: info.ref, ephemeral: body.ephemeral, labels: { ...info.labels, ...labels },
+    deleteIfUnused: true,
   }));
   return json(view, 201);
 }

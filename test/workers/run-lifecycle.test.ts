@@ -273,6 +273,32 @@ describe("stopped-box grace", () => {
     expect((await box(token, b.id)).state).toBe("deleted");
   });
 
+  it("an ephemeral box made through the API that no run takes is deleted after the grace period; a non-ephemeral one is kept", async () => {
+    const token = await houseToken("house-unused-box");
+    const b = await newBox(token, true);
+    const kept = await newBox(token, false);
+    expect(await runInDurableObject(boxStub(kept.id), (_a: unknown, state) => state.storage.getAlarm())).toBeNull();
+    await advanceBoxClock(b.id, GRACE_MS - 60_000);
+    await runDurableObjectAlarm(boxStub(b.id));
+    expect((await box(token, b.id)).state).toBe("live");
+    await advanceBoxClock(b.id, 60_000);
+    expect(await runDurableObjectAlarm(boxStub(b.id))).toBe(true);
+    expect((await box(token, b.id)).state).toBe("deleted");
+    await expect(sharedTestProvider().get(b.providerRef)).rejects.toMatchObject({ code: "not_found" });
+    expect((await box(token, kept.id)).state).toBe("live");
+  });
+
+  it("a run that takes an ephemeral box made through the API keeps it past the grace period", async () => {
+    const token = await houseToken("house-unused-box-taken");
+    const b = await newBox(token, true);
+    const t = await createThread(token);
+    await claim(token, t.id, b.id);
+    await vi.waitFor(async () => expect((await box(token, b.id)).threads).toEqual([t.id]), { timeout: 5000 });
+    await advanceBoxClock(b.id, GRACE_MS);
+    await runDurableObjectAlarm(boxStub(b.id));
+    expect((await box(token, b.id)).state).toBe("live");
+  });
+
   it("a run attached within the grace period keeps the box", async () => {
     const { token, b } = await stopOnBox("house-grace");
     const t2 = await createThread(token);

@@ -21,6 +21,11 @@ export type RegisterBoxInput = {
   ephemeral: boolean;
   labels: Record<string, string>;
   state?: BoxState;
+  /**
+   * An ephemeral box made by hand: no run ended on it to reap it, so it is deleted once it has
+   * gone unused for the stopped-box grace period (a run attached meanwhile cancels that).
+   */
+  deleteIfUnused?: boolean;
 };
 
 export type BoxView = {
@@ -89,6 +94,10 @@ export class SandboxActor extends DurableObject<Env> {
           input.boxId, input.houseId, input.provider, input.providerRef, input.ephemeral ? 1 : 0, input.state ?? "live",
           JSON.stringify(input.labels), crypto.randomUUID(), now, now,
         );
+        if (input.ephemeral && input.deleteIfUnused) {
+          this.ctx.storage.sql.exec(`update box set next_delete_at = ? where id = 1`, now + this.stoppedBoxGraceMs());
+          await this.recomputeAlarm();
+        }
         await this.syncIndex();
       }
       return this.viewOf(input.houseId);
@@ -164,7 +173,7 @@ export class SandboxActor extends DurableObject<Env> {
       if (opts.keepBox) {
         const r = this.row()!;
         if (r.ephemeral === 1 && this.threadIds().length === 0 && r.next_delete_at === null) {
-          this.ctx.storage.sql.exec(`update box set next_delete_at = ? where id = 1`, this.clock.now() + intVar(this.env.STOPPED_BOX_GRACE_MS, 15 * 60_000));
+          this.ctx.storage.sql.exec(`update box set next_delete_at = ? where id = 1`, this.clock.now() + this.stoppedBoxGraceMs());
           await this.recomputeAlarm();
         }
       } else if (!(await this.holdForRunner(handle ? (JSON.parse(handle) as DetachedHandle) : null))) {
@@ -453,6 +462,10 @@ export class SandboxActor extends DurableObject<Env> {
   }
 
   /** The only deadline of a box is a pending delete retry; the alarm always mirrors it. */
+  private stoppedBoxGraceMs(): number {
+    return intVar(this.env.STOPPED_BOX_GRACE_MS, 15 * 60_000);
+  }
+
   private async recomputeAlarm(): Promise<void> {
     const at = this.row()?.next_delete_at as number | null | undefined;
     if (at) await this.ctx.storage.setAlarm(at);
