@@ -24,7 +24,8 @@ const ISSUER = "threadbox";
 const MIN_SECRET_BYTES = 16;
 
 export type HouseClaims = { kind: "house"; houseId: string; subject: string; role: Role };
-export type StreamClaims = { kind: "stream"; houseId: string; threadId: string; subject: string; scope: StreamScope };
+/** `runId` is set on the token a run's box gets: only it may write that run's artifacts. */
+export type StreamClaims = { kind: "stream"; houseId: string; threadId: string; subject: string; scope: StreamScope; runId?: string };
 export type TokenClaims = HouseClaims | StreamClaims;
 
 const idPattern = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
@@ -32,7 +33,7 @@ export const idSchema = z.string().regex(idPattern, "ids are 1-128 chars of [A-Z
 
 const claimsSchema = z.discriminatedUnion("kind", [
   z.object({ kind: z.literal("house"), house: idSchema, sub: z.string().min(1).max(200), role: roleSchema }),
-  z.object({ kind: z.literal("stream"), house: idSchema, thread: idSchema, sub: z.string().min(1).max(200), scope: z.enum(STREAM_SCOPES) }),
+  z.object({ kind: z.literal("stream"), house: idSchema, thread: idSchema, sub: z.string().min(1).max(200), scope: z.enum(STREAM_SCOPES), run: idSchema.optional() }),
 ]);
 
 function keyFrom(secret: string | undefined): Uint8Array {
@@ -96,6 +97,13 @@ export function mintStreamToken(
   return sign({ kind: "stream", house: houseId, thread: threadId, scope }, subject, ttlSeconds, secret, nowMs);
 }
 
+/** The write token of run `runId`'s box: a stream token that also names its run. */
+export function mintRunToken(
+  secret: string | undefined, houseId: string, threadId: string, runId: string, subject: string, ttlSeconds = STREAM_TOKEN_TTL_SECONDS, nowMs?: number,
+): Promise<MintedToken> {
+  return sign({ kind: "stream", house: houseId, thread: threadId, scope: "stream:write", run: runId }, subject, ttlSeconds, secret, nowMs);
+}
+
 export async function verifyToken(secret: string | undefined, token: string): Promise<TokenClaims> {
   const key = await cryptoKey(secret);
   const cacheKey = `${secret}\u0000${token}`;
@@ -117,7 +125,7 @@ export async function verifyToken(secret: string | undefined, token: string): Pr
   const c = parsed.data;
   const claims: TokenClaims = c.kind === "house"
     ? { kind: "house", houseId: c.house, subject: c.sub, role: c.role }
-    : { kind: "stream", houseId: c.house, threadId: c.thread, subject: c.sub, scope: c.scope };
+    : { kind: "stream", houseId: c.house, threadId: c.thread, subject: c.sub, scope: c.scope, ...(c.run ? { runId: c.run } : {}) };
   if (typeof payload.exp === "number") {
     if (verifiedCache.size >= VERIFIED_CACHE_MAX) verifiedCache.delete(verifiedCache.keys().next().value!);
     verifiedCache.set(cacheKey, { claims, expMs: payload.exp * 1000 });

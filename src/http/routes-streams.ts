@@ -1,7 +1,7 @@
 import { ApiError } from "../errors";
 import type { Env } from "../env";
 import { authenticate, canWrite } from "../auth/authenticate";
-import { mintStreamToken, streamTokenTtlSeconds, type TokenClaims } from "../auth/tokens";
+import { mintRunToken, mintStreamToken, streamTokenTtlSeconds, type TokenClaims } from "../auth/tokens";
 import { json } from "../errors";
 import { unwrapRpc } from "../actors/rpc";
 import { MAX_APPEND_BYTES } from "../streams/protocol";
@@ -20,8 +20,13 @@ const TOKEN_RENEWAL = /^thread-([A-Za-z0-9][A-Za-z0-9._:-]{0,127})\/token$/;
  * every later run; they are written through POST /api/environments/:id/folders only.
  */
 const CONTROL_PLANE_STREAMS = /^folders\//;
-/** Plain streams a run's own stream token may write: its artifacts (e.g. a diff too large for an entry). */
-const RUN_ARTIFACTS = /^thread-([A-Za-z0-9][A-Za-z0-9._:-]{0,127})\/artifacts\//;
+/**
+ * Plain streams a run's box writes: its artifacts (e.g. a diff too large for an entry), under
+ * `thread-<id>/artifacts/<runId>/`. Only that run's token writes there; the house reads them.
+ */
+const RUN_ARTIFACTS = /^thread-([A-Za-z0-9][A-Za-z0-9._:-]{0,127})\/artifacts\/([^/]+)\//;
+
+const isWrite = (request: Request) => request.method !== "GET" && request.method !== "HEAD";
 
 /**
  * `/api/stream/<name>` and `/v1/stream/<name>`: the Durable Streams protocol. `thread-<id>` is a
@@ -54,14 +59,18 @@ export async function streamRoute(request: Request, env: Env, prefix: string, ur
     if (claims.kind === "stream" && claims.threadId !== threadId) throw new ApiError("forbidden", "token is scoped to another thread");
     return forwardToActor(request, threadStub(env, threadId), auth, { kind: "thread", threadId }, "/stream", url.search);
   }
-  if (CONTROL_PLANE_STREAMS.test(name) && request.method !== "GET" && request.method !== "HEAD") {
+  if (CONTROL_PLANE_STREAMS.test(name) && isWrite(request)) {
     throw new ApiError("forbidden", "folder archives are written through POST /api/environments/:id/folders only");
   }
-  if (claims.kind === "stream" && (forkedFrom !== null || RUN_ARTIFACTS.exec(name)?.[1] !== claims.threadId)) {
-    throw new ApiError("forbidden", "a stream token reaches only its own thread and its artifact streams");
+  const artifacts = RUN_ARTIFACTS.exec(name);
+  if (claims.kind === "stream" && (forkedFrom !== null || artifacts?.[1] !== claims.threadId)) {
+    throw new ApiError("forbidden", "a stream token reaches only its own thread and its run's artifact streams");
   }
   // A run's token names a thread of its house; one that names no thread there writes nothing.
   if (claims.kind === "stream") await unwrapRpc(threadStub(env, claims.threadId).getThread(claims.houseId));
+  if (artifacts && isWrite(request) && (claims.kind !== "stream" || artifacts[2] !== claims.runId)) {
+    throw new ApiError("forbidden", "a run's artifact streams are written by that run's box only");
+  }
   const forkSource = forkedFrom === null ? undefined : resolveForkSource(forkedFrom, claims.houseId);
   return forwardToActor(request, plainStreamStub(env, claims.houseId, name), auth, { kind: "plain", name, forkSource }, "/stream", url.search);
 }
@@ -107,7 +116,11 @@ async function renewStreamToken(request: Request, env: Env, claims: TokenClaims,
   if (claims.threadId !== threadId) throw new ApiError("forbidden", "token is scoped to another thread");
   const row = await unwrapRpc(threadStub(env, threadId).getThread(claims.houseId));
   if (row.status !== "running") throw new ApiError("conflict", `thread is ${row.status}: stream tokens are renewed only while it runs`);
-  const minted = await mintStreamToken(env.THREADBOX_TOKEN_SECRET, claims.houseId, threadId, claims.scope, claims.subject, streamTokenTtlSeconds(env));
+  // A run's token lives as long as its run: a later run of the thread does not keep it alive.
+  if (claims.runId !== undefined && row.runId !== claims.runId) throw new ApiError("conflict", "the run this token was made for is over");
+  const minted = claims.runId !== undefined
+    ? await mintRunToken(env.THREADBOX_TOKEN_SECRET, claims.houseId, threadId, claims.runId, claims.subject, streamTokenTtlSeconds(env))
+    : await mintStreamToken(env.THREADBOX_TOKEN_SECRET, claims.houseId, threadId, claims.scope, claims.subject, streamTokenTtlSeconds(env));
   return json({ ...minted, scope: claims.scope, threadId }, 201);
 }
 

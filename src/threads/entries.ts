@@ -21,11 +21,18 @@ export const AUTHOR_AS_OTHERS_ROLE = "admin";
  * delete the house's boxes anyway); a stream token, which is what the agent in a box holds, may
  * not: the box named would be released, and an ephemeral one deleted, when that run ends.
  */
-export type EntryWriter = { subject: string; mayAuthorAsOthers: boolean; mayNameBox: boolean };
+/** `runId`: the run whose box holds this token, the one writer of that run's artifacts. */
+export type EntryWriter = { subject: string; mayAuthorAsOthers: boolean; mayNameBox: boolean; runId?: string };
 
-export function writerFor(claims: { kind: "house"; subject: string; role: string } | { kind: "stream"; subject: string }): EntryWriter {
-  return { subject: claims.subject, mayAuthorAsOthers: claims.kind === "house" && claims.role === AUTHOR_AS_OTHERS_ROLE, mayNameBox: claims.kind === "house" };
+export function writerFor(claims: { kind: "house"; subject: string; role: string } | { kind: "stream"; subject: string; runId?: string }): EntryWriter {
+  return {
+    subject: claims.subject, mayAuthorAsOthers: claims.kind === "house" && claims.role === AUTHOR_AS_OTHERS_ROLE, mayNameBox: claims.kind === "house",
+    ...(claims.kind === "stream" && claims.runId ? { runId: claims.runId } : {}),
+  };
 }
+
+/** The ids a run's artifact entries are stored under (`<thread>:artifacts:<runId>:<kind>`). */
+const ARTIFACT_ID = /:artifacts:([^:]*):/;
 
 /**
  * Entries only the control plane writes: a thread acts on them (which box a run is on, a child's
@@ -34,13 +41,20 @@ export function writerFor(claims: { kind: "house"; subject: string; role: string
 export const CONTROL_PLANE_TYPES: ReadonlySet<string> = new Set(["signal.thread.box_assigned", "signal.thread.child_finished", "signal.run.launched"]);
 
 /** A 403 for an entry this writer may not write, whatever its author. */
-function assertWritable(payload: { type: string; [k: string]: unknown }, writer: EntryWriter): void {
+function assertWritable(payload: { type: string; [k: string]: unknown }, writer: EntryWriter, id?: string): void {
   if (CONTROL_PLANE_TYPES.has(payload.type)) throw new ApiError("forbidden", `${payload.type} entries are written by the control plane only`);
   // A child's result on its parent: readers (the UI, the CLI) show it as the child's answer.
   if (payload.type === "chat" && payload.origin === "child_finished") throw new ApiError("forbidden", "a child's result is written by the control plane only");
   if (payload.type === STATUS_CHANGED && payload.status === "running" && payload.boxId !== undefined && !writer.mayNameBox) {
     throw new ApiError("forbidden", "a stream token may not name a box in a run's claim: only a house token may");
   }
+  // What a run left behind is listed as its own: nobody else may add to it, or take its ids
+  // first (the runner's entry would then be dropped as a duplicate).
+  if (payload.type.startsWith("artifact.") && (writer.runId === undefined || payload.runId !== writer.runId)) {
+    throw new ApiError("forbidden", "artifact entries are written by their run's box only");
+  }
+  const idRun = id === undefined ? undefined : ARTIFACT_ID.exec(id)?.[1];
+  if (idRun !== undefined && idRun !== writer.runId) throw new ApiError("forbidden", "ids of the form <thread>:artifacts:<runId>:… are kept for that run's artifacts");
 }
 
 /** The author an entry is stored with, or a 403 if this writer may not claim it. */
@@ -68,7 +82,7 @@ export function prepareEntries(raw: unknown, writer: EntryWriter, nowMs: number)
   const parsed = entryListSchema.safeParse(list);
   if (!parsed.success) throw new ApiError("validation_failed", "invalid entry", formatZodError(parsed.error));
   const authors = parsed.data.map((input) => authorFor(input.authorId, writer));
-  for (const input of parsed.data) assertWritable(input.payload, writer);
+  for (const input of parsed.data) assertWritable(input.payload, writer, input.id);
   const out: PreparedEntries = { messages: [], entries: [], heartbeats: 0 };
   const seen = new Set<string>();
   parsed.data.forEach((input, i) => {

@@ -2,7 +2,7 @@ import { ApiError } from "../errors";
 import type { Env } from "../env";
 import type { Entry } from "../entries/schema";
 import type { Environment } from "../environments";
-import { mintStreamToken, streamTokenTtlSeconds } from "../auth/tokens";
+import { mintRunToken, streamTokenTtlSeconds } from "../auth/tokens";
 import { codexMcpToml, egressSettings, piTools, providerVolumes, repoPath, skillFile, type PermissionMode, type Plugins, type RepositorySpec } from "../workspace/box-config";
 import { LABEL_RUN, type DetachedHandle, type SandboxProvider } from "../sandbox/provider";
 import { classifySandboxState } from "../sandbox/state";
@@ -290,7 +290,7 @@ async function startRunner(
   }
 
   // The box writes as the run's author (the authorship rule): the token's subject is that author.
-  const token = await mintStreamToken(env.THREADBOX_TOKEN_SECRET, row.houseId, row.id, "stream:write", row.brainId ?? `runner:${spec.runId}`, streamTokenTtlSeconds(env));
+  const token = await mintRunToken(env.THREADBOX_TOKEN_SECRET, row.houseId, row.id, spec.runId, row.brainId ?? `runner:${spec.runId}`, streamTokenTtlSeconds(env));
   const plan = runnerLaunch({
     harness: spec.harness,
     threadId: row.id,

@@ -131,6 +131,8 @@ export function publicThread(row: ThreadRow) {
     reason: row.statusReason,
     detail: row.statusDetail,
     boxId: row.boxId,
+    /** The current run's id, or the last one's once it ended. */
+    runId: row.runId,
     lastLivenessAt: row.lastLivenessAt === null ? null : new Date(row.lastLivenessAt).toISOString(),
     createdBy: row.createdBy,
     createdAt: new Date(row.createdAt).toISOString(),

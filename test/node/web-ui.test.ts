@@ -639,8 +639,17 @@ describe("layout under load", () => {
     expect((await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: [
       { payload: { type: "pi.tool_call", toolCallId: "c1", name: "probe", args: {} } },
       { payload: { type: "pi.tool_result", toolCallId: "c1", name: "probe", output: { ok: true, n: 3 }, isError: false } },
-      { payload: { type: "artifact.files", runId: "r1", files: [{ path: "min.js", status: "added", size: wide.length, content: wide }] } },
     ] })).status).toBe(201);
+    // A run's artifacts come from its box, with the token the launch mints for that run.
+    const { SignJWT } = await import("jose");
+    const runToken = await new SignJWT({ kind: "stream", house: "house-ui", thread: thread.id, scope: "stream:write", run: "r1" })
+      .setProtectedHeader({ alg: "HS256" }).setIssuer("threadbox").setSubject("ui-user").setIssuedAt().setExpirationTime("10m")
+      .sign(new TextEncoder().encode("test-token-secret-0123456789abcdef"));
+    const files = await fetch(`${worker.url}/api/threads/${thread.id}/entries`, {
+      method: "POST", headers: { authorization: `Bearer ${runToken}`, "content-type": "application/json" },
+      body: JSON.stringify({ payload: { type: "artifact.files", runId: "r1", files: [{ path: "min.js", status: "added", size: wide.length, content: wide }] } }),
+    });
+    expect(files.status).toBe(201);
     const context = await browser.newContext({ viewport: { width: 375, height: 740 } });
     await context.addInitScript((t) => localStorage.setItem("threadbox.token", t), token);
     const page = await context.newPage();

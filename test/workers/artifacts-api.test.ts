@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { call, createThread, houseToken, post, streamToken } from "./helpers";
+import { call, createThread, errorCode, houseToken, post, runToken, streamToken } from "./helpers";
 
 const files = (runId: string, threadId: string) => ({
   id: `${threadId}:artifacts:${runId}:files`,
@@ -10,10 +10,10 @@ describe("GET /api/threads/:id/artifacts", () => {
   it("lists a run's artifact entries, newest first, filtered by run", async () => {
     const token = await houseToken("house-art-1");
     const t = await createThread(token, {});
-    const st = await streamToken("house-art-1", t.id);
-    expect((await post(st, t.id, [files("run1", t.id), files("run2", t.id)])).status).toBe(201);
-    // An entry of another type that borrows the id pattern is not an artifact.
-    expect((await post(token, t.id, { id: `${t.id}:artifacts:run3:files`, payload: { type: "chat", text: "not an artifact" } })).status).toBe(201);
+    expect((await post(await runToken("house-art-1", t.id, "run1"), t.id, files("run1", t.id))).status).toBe(201);
+    expect((await post(await runToken("house-art-1", t.id, "run2"), t.id, files("run2", t.id))).status).toBe(201);
+    // An entry of another type cannot take a run's artifact ids.
+    expect((await post(token, t.id, { id: `${t.id}:artifacts:run3:files`, payload: { type: "chat", text: "not an artifact" } })).status).toBe(403);
 
     const all = await call(`/api/threads/${t.id}/artifacts`, { token });
     expect(all.status).toBe(200);
@@ -30,13 +30,35 @@ describe("GET /api/threads/:id/artifacts", () => {
   it("filters by a real run id (a UUID) on a real thread id: no pattern too long for the runtime's SQLite", async () => {
     const token = await houseToken("house-art-uuid");
     const t = await createThread(token, {});
-    const st = await streamToken("house-art-uuid", t.id);
     const runA = crypto.randomUUID();
     const runB = crypto.randomUUID();
-    expect((await post(st, t.id, [files(runA, t.id), files(runB, t.id)])).status).toBe(201);
+    expect((await post(await runToken("house-art-uuid", t.id, runA), t.id, files(runA, t.id))).status).toBe(201);
+    expect((await post(await runToken("house-art-uuid", t.id, runB), t.id, files(runB, t.id))).status).toBe(201);
     const r = await call(`/api/threads/${t.id}/artifacts?runId=${runA}`, { token });
     expect(r.status).toBe(200);
     expect(((await r.json()) as { artifacts: { payload: { runId: string } }[] }).artifacts.map((a) => a.payload.runId)).toEqual([runA]);
+  });
+
+  it("only the run's own box writes its artifacts: nobody can add to them or take their ids first", async () => {
+    const house = "house-art-forge";
+    const token = await houseToken(house, "alice", "admin");
+    const t = await createThread(token, {});
+    const forged = { id: `${t.id}:artifacts:run1:files`, payload: { type: "artifact.files", runId: "run1", files: [{ path: "FORGED.txt", status: "added", size: 1, binary: false, content: "x" }], truncated: false } };
+    const writers = [token, await streamToken(house, t.id), await runToken(house, t.id, "run2")];
+    for (const w of writers) {
+      const r = await post(w, t.id, forged);
+      expect(r.status).toBe(403);
+      expect(await errorCode(r)).toBe("forbidden");
+      // Nor under the run's id with another type, which would make the real entry a duplicate.
+      expect((await post(w, t.id, { id: forged.id, payload: { type: "chat", text: "first!" } })).status).toBe(403);
+    }
+    // The stream protocol's write path refuses them alike.
+    const viaStream = await call(`/api/stream/thread-${t.id}`, { method: "POST", token: await streamToken(house, t.id), json: forged });
+    expect(viaStream.status).toBe(403);
+    await viaStream.body?.cancel();
+    expect((await post(await runToken(house, t.id, "run1"), t.id, files("run1", t.id))).status).toBe(201);
+    const listed = (await (await call(`/api/threads/${t.id}/artifacts`, { token })).json()) as { artifacts: { payload: { files: { path: string }[] } }[] };
+    expect(listed.artifacts.map((a) => a.payload.files[0]!.path)).toEqual(["hello.txt"]);
   });
 
   it("refuses bad queries with 400 and needs a token", async () => {
@@ -56,7 +78,7 @@ describe("a run's artifact streams", () => {
     const token = await houseToken("house-art-3");
     const t = await createThread(token, {});
     const other = await createThread(token, {});
-    const st = await streamToken("house-art-3", t.id);
+    const st = await runToken("house-art-3", t.id, "run1");
     const name = `thread-${t.id}/artifacts/run1/diff`;
     const put = await call(`/api/stream/${name}`, { method: "PUT", token: st, headers: { "content-type": "text/plain" } });
     expect(put.status).toBe(201);
@@ -70,6 +92,7 @@ describe("a run's artifact streams", () => {
       `thread-${other.id}/artifacts/run1/diff`, // another thread's artifacts
       "payroll", // any other plain stream
       `thread-${t.id}/notes`, // not under artifacts/
+      `thread-${t.id}/artifacts/run2/diff`, // another run's artifacts
     ];
     for (const n of denied) {
       const r = await call(`/api/stream/${n}`, { method: "PUT", token: st, headers: { "content-type": "text/plain" } });
@@ -77,5 +100,12 @@ describe("a run's artifact streams", () => {
     }
     const fork = await call(`/api/stream/thread-${t.id}/artifacts/run2/diff`, { method: "PUT", token: st, headers: { "content-type": "text/plain", "Stream-Forked-From": "/api/stream/payroll" } });
     expect(fork.status).toBe(403);
+    // Neither a house token nor a thread token that names no run writes there.
+    for (const w of [token, await streamToken("house-art-3", t.id)]) {
+      const r = await call(`/api/stream/${name}`, { method: "POST", token: w, headers: { "content-type": "text/plain" }, body: "forged\n" });
+      expect(r.status).toBe(403);
+      await r.body?.cancel();
+    }
+    expect(await (await call(`/api/stream/${name}?offset=-1`, { token })).text()).toBe("diff --git a b\n");
   });
 });

@@ -1,5 +1,5 @@
 import { SELF, env } from "cloudflare:test";
-import { mintHouseToken, mintStreamToken } from "../../src/auth/tokens";
+import { mintHouseToken, mintRunToken, mintStreamToken } from "../../src/auth/tokens";
 
 export const BASE = "http://threadbox.test";
 export const ADMIN = "test-admin-secret";
@@ -11,6 +11,11 @@ export async function houseToken(houseId = "house-a", subject = "alice", role = 
 
 export async function streamToken(houseId: string, threadId: string, scope: "stream:write" | "stream:read" = "stream:write", ttlSeconds?: number, nowMs?: number) {
   return (await mintStreamToken(secret(), houseId, threadId, scope, undefined, ttlSeconds, nowMs)).token;
+}
+
+/** The token run `runId`'s box writes with (as the launch mints it). */
+export async function runToken(houseId: string, threadId: string, runId: string, subject = "alice") {
+  return (await mintRunToken(secret(), houseId, threadId, runId, subject)).token;
 }
 
 export function call(path: string, init: RequestInit & { token?: string; json?: unknown } = {}) {

@@ -1,7 +1,7 @@
 import { describe, expect, it, vi } from "vitest";
 import { env, runInDurableObject } from "cloudflare:test";
 import type { ThreadActor } from "./test-worker";
-import { call, chat, createThread, houseToken, post, readAll, streamToken } from "./helpers";
+import { call, chat, createThread, errorCode, houseToken, post, readAll, runToken, streamToken } from "./helpers";
 
 const producer = (id: string, epoch: number, seq: number) => ({ "Producer-Id": id, "Producer-Epoch": String(epoch), "Producer-Seq": String(seq) });
 
@@ -227,6 +227,25 @@ describe("stream token renewal", () => {
     expect((await call(`/api/stream/thread-${t.id}/token`, { token: st })).status).toBe(405);
     await post(token, t.id, { payload: { type: "signal.thread.status_changed", status: "completed" } });
     expect((await renew(fresh)).status).toBe(409);
+  });
+
+  it("a run's token is renewed as that run's, and not once another run of the thread holds it", async () => {
+    const house = "house-renew-run";
+    const token = await houseToken(house);
+    const t = await createThread(token);
+    const renew = (tok: string) => call(`/api/stream/thread-${t.id}/token`, { method: "POST", token: tok });
+    await post(token, t.id, { payload: { type: "signal.thread.status_changed", status: "running", runId: "run1" } });
+    const r = await renew(await runToken(house, t.id, "run1"));
+    expect(r.status).toBe(201);
+    const fresh = ((await r.json()) as { token: string }).token;
+    // The renewed token still writes run1's artifacts.
+    const put = await call(`/api/stream/thread-${t.id}/artifacts/run1/diff`, { method: "PUT", token: fresh, headers: { "content-type": "text/plain" } });
+    expect(put.status).toBe(201);
+    await post(token, t.id, { payload: { type: "signal.thread.status_changed", status: "completed", runId: "run1" } });
+    await post(token, t.id, { payload: { type: "signal.thread.status_changed", status: "running", runId: "run2" } });
+    const late = await renew(fresh);
+    expect(late.status).toBe(409);
+    expect(await errorCode(late)).toBe("conflict");
   });
 });
 
