@@ -44,5 +44,11 @@ export function toProviderError(err: unknown, what: string): ProviderError {
   }
   if (status === undefined && /NotFound/.test(name)) return new ProviderError("not_found", msg, { cause: err });
   if (status === undefined && /Authentication|Authorization|Forbidden/.test(name)) return new ProviderError("unauthorized", msg, { cause: err });
+  // "Gone" must come from the provider's own answer about the thing asked for ("Sandbox with ID
+  // or name … not found"): a wrong DAYTONA_API_URL, a proxy or a load balancer answers every
+  // path 404, and reading that as gone would orphan live boxes and count deletes as done.
+  if ((status === 404 || status === 410) && !/not found|does not exist|no such|gone|deleted/i.test(e?.message ?? "")) {
+    return new ProviderError("unavailable", `${msg} (a 404 that names nothing missing: is DAYTONA_API_URL the API's base URL, ending in /api?)`, { status, cause: err });
+  }
   return new ProviderError(codeForStatus(status), msg, { status, cause: err });
 }

@@ -24,6 +24,20 @@ afterAll(async () => {
 
 const house = () => `house-${Math.random().toString(36).slice(2, 8)}`;
 
+describe("DaytonaProvider pointed at a wrong base URL (no /api)", () => {
+  it("never reads the host's 'no route' 404 as a box gone: probe is unknown, get and delete fail as unavailable", async () => {
+    const box = await provider.create({ labels: { house: house(), thread: "t1" }, ephemeral: true });
+    const wrong = createDaytonaProvider({ apiUrl: host.apiUrl.replace(/\/api$/, ""), apiKey: KEY, target: "local" });
+    expect(await wrong.probe(box.ref)).toBe("unknown");
+    await expect(wrong.get(box.ref)).rejects.toMatchObject({ code: "unavailable" });
+    await expect(wrong.delete(box.ref)).rejects.toMatchObject({ code: "unavailable" });
+    // The box is still there, and the right URL still finds it gone only once it is deleted.
+    expect((await provider.get(box.ref)).state).toBe("started");
+    await provider.delete(box.ref, { wait: true });
+    expect(await provider.probe(box.ref)).toBe("dead");
+  });
+});
+
 describe("DaytonaProvider on the local host", () => {
   it("runs the whole box lifecycle", async () => {
     const h = house();

@@ -42,7 +42,15 @@ describe("toProviderError", () => {
     [500, "unavailable"],
     [503, "unavailable"],
   ] as const)("status %i -> %s", (statusCode, code) => {
-    expect(toProviderError(Object.assign(new Error("x"), { statusCode }), "op").code).toBe(code);
+    const message = statusCode === 404 || statusCode === 410 ? "Sandbox with ID or name x not found" : "x";
+    expect(toProviderError(Object.assign(new Error(message), { statusCode }), "op").code).toBe(code);
+  });
+  it("a 404 that names nothing missing (a wrong base URL's 'no route', a proxy's page) is unavailable, not gone", () => {
+    for (const message of ["no route for GET /sandbox/abc", "Cannot GET /sandbox/abc", "<html>404</html>"]) {
+      const e = toProviderError(Object.assign(new Error(message), { statusCode: 404 }), "get sandbox");
+      expect(e.code, message).toBe("unavailable");
+      expect(e.message).toContain("DAYTONA_API_URL");
+    }
   });
   it("network errors are unavailable, timeouts are timeout", () => {
     expect(toProviderError(new TypeError("fetch failed"), "op").code).toBe("unavailable");
