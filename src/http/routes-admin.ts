@@ -4,6 +4,7 @@ import type { Env } from "../env";
 import { idSchema, mintHouseToken, roleSchema } from "../auth/tokens";
 import { readBody } from "./body";
 import { SYSTEM_AUTHOR } from "../entries/schema";
+import { passesForControlPlane } from "../domain/reserved-name";
 
 const mintSchema = z.object({
   houseId: idSchema,
@@ -11,25 +12,11 @@ const mintSchema = z.object({
   subject: z.string().min(1).max(200)
     .superRefine((s, ctx) => {
       if (/\p{Cc}|\p{Cf}/u.test(s) || s !== s.trim()) ctx.addIssue({ code: "custom", message: "a subject has no control or invisible characters, nor spaces at its ends" });
-      else if (looksLike(s) === SYSTEM_AUTHOR) ctx.addIssue({ code: "custom", message: `subject ${SYSTEM_AUTHOR} is reserved for the control plane` });
+      else if (passesForControlPlane(s)) ctx.addIssue({ code: "custom", message: `subject ${SYSTEM_AUTHOR} is reserved for the control plane` });
     }),
   role: roleSchema.default("member"),
   ttlSeconds: z.number().int().min(60).max(365 * 24 * 3600).optional(),
 }).strict();
-
-/** Latin letters that other scripts draw alike (the ones that spell the reserved name, and a few more). */
-const CONFUSABLES: Record<string, string> = {
-  "а": "a", "е": "e", "о": "o", "р": "p", "с": "c", "х": "x", "у": "y", "һ": "h", "ԁ": "d", "ь": "b", "т": "t", "г": "r",
-  "α": "a", "ε": "e", "ο": "o", "ρ": "p", "τ": "t", "χ": "x", "ν": "v", "β": "b",
-};
-
-/** What a name looks like: compatibility forms folded, marks, fillers and spacing dropped, look-alike letters mapped, lower case. */
-function looksLike(name: string): string {
-  return [...name.normalize("NFKD").toLowerCase()]
-    .filter((ch) => !/[\p{M}\p{Z}\p{Cf}\u115f\u1160\u3164\uffa0\u2800\ufe00-\ufe0f]/u.test(ch))
-    .map((ch) => CONFUSABLES[ch] ?? ch)
-    .join("");
-}
 
 function timingSafeEqual(a: string, b: string): boolean {
   const ea = new TextEncoder().encode(a);

@@ -5,6 +5,7 @@ import { UTF8_DECODER, jsonNestsDeeperThan, parseJsonBytes, pruneDeepJson } from
 import type { NewMessage, StoredMessage } from "../streams/log";
 import { formatOffset } from "../streams/protocol";
 import { STATUS_CHANGED } from "../domain/statuses";
+import { passesForControlPlane } from "../domain/reserved-name";
 
 /** Stateless, so one serves every call. */
 const UTF8_ENCODER = new TextEncoder();
@@ -60,7 +61,7 @@ function assertWritable(payload: { type: string; [k: string]: unknown }, writer:
 /** The author an entry is stored with, or a 403 if this writer may not claim it. */
 export function authorFor(requested: string | undefined, writer: EntryWriter): string {
   if (requested === undefined || requested === writer.subject) return writer.subject;
-  if (requested === SYSTEM_AUTHOR) throw new ApiError("forbidden", `authorId ${SYSTEM_AUTHOR} is reserved for the control plane`);
+  if (passesForControlPlane(requested)) throw new ApiError("forbidden", `authorId ${SYSTEM_AUTHOR} (in any spelling that looks like it) is reserved for the control plane`);
   if (!writer.mayAuthorAsOthers) {
     throw new ApiError("forbidden", `this token writes entries as ${writer.subject}; only the ${AUTHOR_AS_OTHERS_ROLE} role may set another authorId`);
   }

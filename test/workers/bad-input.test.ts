@@ -260,6 +260,13 @@ describe("authorship of entries", () => {
     await expectError(await post(bot, t.id, [chat("ok"), { ...chat("forged"), authorId: "alice" }]), 403, "forbidden");
     await expectError(await post(member, t.id, { payload: { type: "signal.thread.status_changed", status: "completed" }, authorId: "threadbox" }), 403, "forbidden");
     await expectError(await post(admin, t.id, { ...chat("system"), authorId: "threadbox" }), 403, "forbidden");
+    // Nor in a spelling a reader takes for it: case, padding, full width, look-alike letters.
+    for (const lookalike of ["Threadbox", "threadbox ", "ｔｈｒｅａｄｂｏｘ", "thrеadbox", "thread\u200bbox"]) {
+      await expectError(await post(admin, t.id, { ...chat("system"), authorId: lookalike }), 403, "forbidden");
+      const brain = await call("/api/threads", { method: "POST", token: admin, json: { brainId: lookalike } });
+      expect(brain.status, lookalike).toBe(403);
+      await brain.body?.cancel();
+    }
     expect((await post(admin, t.id, { ...chat("on behalf"), authorId: "bob" })).status).toBe(201);
     const all = await readAll(member, t.id);
     expect(all.entries.map((e) => [e.payload.text, e.authorId])).toEqual([["mine", "alice"], ["implicit", "alice"], ["on behalf", "bob"]]);
