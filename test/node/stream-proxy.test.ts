@@ -71,7 +71,7 @@ describe("forward.ts (pure mapping)", () => {
     }
   });
 
-  it("request headers: keeps Authorization, Stream-*, Producer-*; drops hop-by-hop, host, length, cf-*", () => {
+  it("request headers: keeps Authorization, Stream-*, Producer-*; drops hop-by-hop, Proxy and Proxy-*, host, length, cf-*", () => {
     const h = upstreamRequestHeaders(
       new Headers({
         host: "proxy.example",
@@ -82,6 +82,9 @@ describe("forward.ts (pure mapping)", () => {
         "content-length": "12",
         "accept-encoding": "gzip, br",
         "proxy-authorization": "Basic eA==",
+        "proxy-connection": "keep-alive",
+        proxy: "http://attacker.example:1",
+        "proxy-foo": "1",
         "cf-connecting-ip": "1.2.3.4",
         authorization: "Bearer tok",
         "content-type": "application/json",
@@ -113,7 +116,7 @@ describe("forward.ts (pure mapping)", () => {
     });
   });
 
-  it("response headers: keeps the protocol's, drops hop-by-hop and content-length", () => {
+  it("response headers: keeps the protocol's, drops hop-by-hop (Proxy-* too) and content-length", () => {
     const h = downstreamResponseHeaders(
       new Headers({
         connection: "close",
@@ -133,6 +136,8 @@ describe("forward.ts (pure mapping)", () => {
         "Producer-Expected-Seq": "3",
         "Producer-Received-Seq": "5",
         "access-control-expose-headers": "Stream-Next-Offset",
+        "proxy-authenticate": "Basic",
+        "proxy-foo": "1",
       }),
     );
     const got = Object.fromEntries(h.entries());
@@ -515,6 +520,10 @@ describe("stream-proxy against a scripted upstream", () => {
             "Producer-Seq": "7",
             "Stream-TTL": "3600",
             "x-box": "b1",
+            // httpoxy: a `Proxy:` header must never reach the worker, nor any Proxy-* one
+            proxy: "http://attacker.example:1",
+            "proxy-foo": "1",
+            "proxy-authorization": "Basic eA==",
           },
         },
         (res) => {
@@ -541,6 +550,7 @@ describe("stream-proxy against a scripted upstream", () => {
     expect(got.headers["accept-encoding"]).toBe("identity");
     expect(got.headers["x-hop"]).toBeUndefined();
     expect(got.headers["cf-ray"]).toBeUndefined();
+    expect(Object.keys(got.headers).filter((k) => k === "proxy" || k.startsWith("proxy-"))).toEqual([]);
 
     expect(status.status).toBe(201);
     expect(status.body).toBe('{"ok":true}');

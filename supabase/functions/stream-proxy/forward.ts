@@ -26,14 +26,12 @@ export const DEFAULT_UPSTREAM_TIMEOUT_MS = 30_000;
 
 /**
  * Connection-level headers (RFC 9110 7.6.1) plus the ones the runtime re-frames. They describe one
- * hop, never the end-to-end request.
+ * hop, never the end-to-end request. `Proxy` and every `Proxy-*` header (see isProxyHeader) are
+ * hop-by-hop too.
  */
 const HOP_BY_HOP = new Set([
   "connection",
   "keep-alive",
-  "proxy-connection",
-  "proxy-authenticate",
-  "proxy-authorization",
   "te",
   "trailer",
   "transfer-encoding",
@@ -94,6 +92,15 @@ export function stripFunctionPrefix(pathname: string): string {
   return pathname.slice(segment.index + segment[0].length);
 }
 
+/**
+ * `Proxy-Connection`, `Proxy-Authorization` and the like address this hop, and a `Proxy:` request
+ * header is the "httpoxy" vector (a CGI-style upstream reads it as HTTP_PROXY). None may reach the
+ * worker or come back from it.
+ */
+function isProxyHeader(lowerName: string): boolean {
+  return lowerName === "proxy" || lowerName.startsWith("proxy-");
+}
+
 /** Tokens named by the `Connection` header are hop-by-hop too (RFC 9110 7.6.1). */
 function connectionTokens(h: Headers): Set<string> {
   const out = new Set<string>();
@@ -110,7 +117,7 @@ export function upstreamRequestHeaders(incoming: Headers): Headers {
   const out = new Headers();
   incoming.forEach((value, key) => {
     const k = key.toLowerCase();
-    if (DROP_REQUEST.has(k) || named.has(k) || k.startsWith("cf-")) return;
+    if (DROP_REQUEST.has(k) || named.has(k) || isProxyHeader(k) || k.startsWith("cf-")) return;
     out.append(key, value);
   });
   out.set("accept-encoding", "identity");
@@ -123,7 +130,7 @@ export function downstreamResponseHeaders(upstream: Headers): Headers {
   const out = new Headers();
   upstream.forEach((value, key) => {
     const k = key.toLowerCase();
-    if (DROP_RESPONSE.has(k) || named.has(k)) return;
+    if (DROP_RESPONSE.has(k) || named.has(k) || isProxyHeader(k)) return;
     out.append(key, value);
   });
   // Headers.forEach joins multiple Set-Cookie values; keep them separate where the runtime can.
