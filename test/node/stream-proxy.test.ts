@@ -4,7 +4,7 @@
  * worker cannot show (exact headers received, a hung upstream, a slow streaming body).
  */
 import { createServer, request as httpRequest, type IncomingHttpHeaders, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
+import { connect, type AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readThread, StreamWriter, threadStreamUrl } from "../../src/runner/stream-writer";
 import {
@@ -456,6 +456,7 @@ describe("stream-proxy against a scripted upstream", () => {
 
   beforeAll(async () => {
     upstream = createServer((req, res) => {
+      req.on("error", () => {}); // a client that goes away mid-upload aborts the forwarded request
       const chunks: Buffer[] = [];
       req.on("data", (c: Buffer) => chunks.push(c));
       req.on("end", () => {
@@ -558,6 +559,50 @@ describe("stream-proxy against a scripted upstream", () => {
     expect(status.headers["producer-expected-seq"]).toBe("4");
     expect(status.headers.location).toBe("http://worker.internal/api/stream/foo");
     expect(status.headers["x-upstream"]).toBe("yes");
+  });
+
+  it("a method fetch cannot send (TRACE, TRACK) gets the proxy's 405 with Allow, not a 502 blaming the worker", async () => {
+    seen = [];
+    for (const method of ["TRACE", "TRACK"]) {
+      const r = await new Promise<{ status: number; headers: IncomingHttpHeaders; body: string }>((resolve, reject) => {
+        const req = httpRequest(`${proxy.url}/stream-proxy/thread-1`, { method, headers: { authorization: "Bearer t" } }, (res) => {
+          let body = "";
+          res.on("data", (c) => (body += c));
+          res.on("end", () => resolve({ status: res.statusCode!, headers: res.headers, body }));
+        });
+        req.on("error", reject);
+        req.end();
+      });
+      expect(r.status, method).toBe(405);
+      expect(r.headers.allow).toBe("GET, HEAD, POST, PUT, DELETE, OPTIONS");
+      expect(r.headers["x-stream-proxy-error"]).toBe("method_not_allowed");
+      expect(JSON.parse(r.body).error.message).toContain(method);
+    }
+    expect(seen).toEqual([]);
+    expect(proxy.output()).not.toContain("unreachable");
+  });
+
+  it("a client that goes away mid-upload is logged as such, not as an unreachable worker", async () => {
+    const before = proxy.output().length;
+    const { port } = new URL(proxy.url);
+    await new Promise<void>((resolve, reject) => {
+      const s = connect(Number(port), "127.0.0.1", () => {
+        s.write("POST /stream-proxy/thread-1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\n" +
+          "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n");
+        const part = '[{"payload":{"type":"chat","text":"cut';
+        s.write(`${part.length.toString(16)}\r\n${part}\r\n`);
+        setTimeout(() => {
+          s.destroy();
+          resolve();
+        }, 200);
+      });
+      s.on("error", reject);
+    });
+    const deadline = Date.now() + 5_000;
+    while (!proxy.output().slice(before).includes("client closed") && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    const log = proxy.output().slice(before);
+    expect(log).toContain("stream-proxy: the client closed the request (POST)");
+    expect(log).not.toContain("unreachable");
   });
 
   it("an upstream that sends no headers -> 504 after STREAM_PROXY_UPSTREAM_TIMEOUT_MS, not a hang", async () => {

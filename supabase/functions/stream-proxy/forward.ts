@@ -163,6 +163,33 @@ export function proxyError(status: number, code: string, message: string): Respo
   });
 }
 
+/**
+ * Methods the thread stream routes use; a 405 from the proxy names them in `Allow`. Any other
+ * method the runtime can send is forwarded, and the worker answers it.
+ */
+export const STREAM_METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS"] as const;
+
+/**
+ * Whether fetch() can send `method` at all. WHATWG fetch refuses CONNECT, TRACE and TRACK (and
+ * malformed method tokens) with a TypeError before touching the network, so such a request is
+ * the proxy's to refuse, not an unreachable worker.
+ */
+export function canForwardMethod(method: string): boolean {
+  try {
+    new Request("http://stream-proxy.invalid/", { method });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The proxy's answer to a method it cannot forward. */
+export function methodNotForwarded(method: string): Response {
+  const res = proxyError(405, "method_not_allowed", `the stream-proxy cannot forward ${method} requests`);
+  res.headers.set("allow", STREAM_METHODS.join(", "));
+  return res;
+}
+
 /** Methods that carry no request body (fetch refuses a body on GET/HEAD). */
 export function hasBody(method: string): boolean {
   const m = method.toUpperCase();

@@ -14,15 +14,42 @@
  * Only Deno built-ins: it must start offline (no jsr:/npm:/https: imports).
  */
 import {
+  canForwardMethod,
   DEFAULT_PORT,
   ENV,
   downstreamResponseHeaders,
   hasBody,
+  methodNotForwarded,
   proxyError,
   upstreamRequestHeaders,
   upstreamTimeoutMs,
   upstreamUrl,
 } from "./forward.ts";
+
+/**
+ * The request body as fetch() reads it, noting whether reading it from the client failed: then
+ * the client went away mid-upload, and fetch's own error would look like the worker's fault.
+ */
+function watchedBody(body: ReadableStream<Uint8Array>, onClientError: () => void): ReadableStream<Uint8Array> {
+  const reader = body.getReader();
+  return new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      let chunk: ReadableStreamReadResult<Uint8Array>;
+      try {
+        chunk = await reader.read();
+      } catch (err) {
+        onClientError();
+        controller.error(err);
+        return;
+      }
+      if (chunk.done) controller.close();
+      else controller.enqueue(chunk.value);
+    },
+    cancel(reason) {
+      return reader.cancel(reason);
+    },
+  });
+}
 
 async function handle(req: Request): Promise<Response> {
   const mapped = upstreamUrl(req.url, Deno.env.get(ENV.workerUrl));
@@ -30,6 +57,7 @@ async function handle(req: Request): Promise<Response> {
     console.error(`stream-proxy: ${mapped.message}`);
     return proxyError(mapped.status, mapped.code, mapped.message);
   }
+  if (!canForwardMethod(req.method)) return methodNotForwarded(req.method);
   const timeoutMs = upstreamTimeoutMs(Deno.env.get(ENV.upstreamTimeoutMs));
 
   // One controller: the client going away cancels the upstream request (and its streaming body);
@@ -46,12 +74,15 @@ async function handle(req: Request): Promise<Response> {
     }, timeoutMs)
     : undefined;
 
+  let clientBodyFailed = false;
+  const body = hasBody(req.method) && req.body ? watchedBody(req.body, () => (clientBodyFailed = true)) : undefined;
+
   let upstream: Response;
   try {
     upstream = await fetch(mapped.url, {
       method: req.method,
       headers: upstreamRequestHeaders(req.headers),
-      body: hasBody(req.method) ? req.body : undefined,
+      body,
       redirect: "manual",
       signal: ac.signal,
     });
@@ -61,8 +92,9 @@ async function handle(req: Request): Promise<Response> {
       console.error(`stream-proxy: upstream timeout after ${timeoutMs} ms (${req.method})`);
       return proxyError(504, "upstream_timeout", `the worker sent no response headers within ${timeoutMs} ms`);
     }
-    if (req.signal.aborted) {
-      // The client is gone; nobody reads this.
+    if (clientBodyFailed || req.signal.aborted) {
+      // Not the worker's fault, and nobody reads this answer.
+      console.error(`stream-proxy: the client closed the request (${req.method}) before the worker answered; request cancelled`);
       return proxyError(499, "client_closed", "the client closed the request");
     }
     console.error(`stream-proxy: upstream unreachable (${req.method}): ${detail}`);
