@@ -583,26 +583,29 @@ describe("stream-proxy against a scripted upstream", () => {
   });
 
   it("a client that goes away mid-upload is logged as such, not as an unreachable worker", async () => {
-    const before = proxy.output().length;
     const { port } = new URL(proxy.url);
-    await new Promise<void>((resolve, reject) => {
-      const s = connect(Number(port), "127.0.0.1", () => {
-        s.write("POST /stream-proxy/thread-1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\n" +
-          "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n");
-        const part = '[{"payload":{"type":"chat","text":"cut';
-        s.write(`${part.length.toString(16)}\r\n${part}\r\n`);
-        setTimeout(() => {
-          s.destroy();
-          resolve();
-        }, 200);
+    // a small body, and one past the worker's limit (which the proxy streams on as it arrives)
+    for (const size of [40, MiB + 100 * 1024]) {
+      const before = proxy.output().length;
+      await new Promise<void>((resolve, reject) => {
+        const s = connect(Number(port), "127.0.0.1", () => {
+          s.write("POST /stream-proxy/thread-1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\n" +
+            "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n");
+          const part = `[{"payload":{"type":"chat","text":"${"c".repeat(size)}`;
+          s.write(`${part.length.toString(16)}\r\n${part}\r\n`);
+          setTimeout(() => {
+            s.destroy();
+            resolve();
+          }, 300);
+        });
+        s.on("error", reject);
       });
-      s.on("error", reject);
-    });
-    const deadline = Date.now() + 5_000;
-    while (!proxy.output().slice(before).includes("client closed") && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-    const log = proxy.output().slice(before);
-    expect(log).toContain("stream-proxy: the client closed the request (POST)");
-    expect(log).not.toContain("unreachable");
+      const deadline = Date.now() + 5_000;
+      while (!proxy.output().slice(before).includes("client closed") && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      const log = proxy.output().slice(before);
+      expect(log, `${size}`).toContain("stream-proxy: the client closed the request (POST)");
+      expect(log, `${size}`).not.toContain("unreachable");
+    }
   });
 
   it("an upstream that sends no headers -> 504 after STREAM_PROXY_UPSTREAM_TIMEOUT_MS, not a hang", async () => {
@@ -611,6 +614,49 @@ describe("stream-proxy against a scripted upstream", () => {
     expect(r.status).toBe(504);
     expect(((await r.json()) as { error: { code: string } }).error.code).toBe("upstream_timeout");
     expect(Date.now() - t0).toBeLessThan(5_000);
+  });
+
+  /** A POST whose body of `bytes` bytes arrives in 8 parts spread over `ms`; resolves with the answer. */
+  const slowUpload = async (path: string, bytes: number, ms: number) => {
+    const part = Math.ceil(bytes / 8);
+    let sent = 0;
+    const t0 = Date.now();
+    const r = await fetch(`${proxy.url}/stream-proxy/${path}`, {
+      method: "POST",
+      headers: { authorization: "Bearer t", "content-type": "application/json" },
+      body: new ReadableStream<Uint8Array>({
+        async pull(c) {
+          if (sent >= bytes) return c.close();
+          await new Promise((res) => setTimeout(res, ms / 8));
+          const n = Math.min(part, bytes - sent);
+          c.enqueue(new TextEncoder().encode("a".repeat(n)));
+          sent += n;
+        },
+      }),
+      duplex: "half",
+    } as RequestInit);
+    return { status: r.status, error: r.headers.get("x-stream-proxy-error"), text: await r.text(), ms: Date.now() - t0 };
+  };
+
+  it("the timeout does not count the client's upload: a body trickling in for longer than it still reaches the worker", async () => {
+    // STREAM_PROXY_UPSTREAM_TIMEOUT_MS is 400 here; each upload takes ~1.2 s.
+    for (const bytes of [20_000, MiB + 64 * 1024]) {
+      seen = [];
+      const r = await slowUpload("thread-slow", bytes, 1_200);
+      expect(r.status, `${bytes} bytes: ${r.error ?? ""} ${r.text.slice(0, 120)}`).toBe(201);
+      expect(r.text).toBe('{"ok":true}');
+      expect(seen).toHaveLength(1);
+      expect(seen[0].body.length).toBe(bytes);
+    }
+  });
+
+  it("after a slow upload the timeout still bounds the wait for the worker's headers", async () => {
+    const r = await slowUpload("hang", 20_000, 1_200);
+    expect(r.status).toBe(504);
+    expect(r.error).toBe("upstream_timeout");
+    // the upload (~1.2 s), then the 400 ms timeout
+    expect(r.ms).toBeGreaterThan(1_400);
+    expect(r.ms).toBeLessThan(5_000);
   });
 
   it("the timeout covers time-to-headers only: a body streaming longer than it arrives whole", async () => {

@@ -40,7 +40,7 @@ const HOP_BY_HOP = new Set([
 
 /**
  * Request headers not forwarded: hop-by-hop, `host` (fetch sets the worker's), `content-length`
- * (the body is streamed; fetch frames it), `accept-encoding` (replaced with identity so the
+ * (fetch frames the body it sends), `accept-encoding` (replaced with identity so the
  * runtime never has to decode a compressed upstream body, which would stall live reads),
  * `expect` (a 100-continue is between the box and this hop). `cf-*` headers describe the
  * box -> Supabase hop as seen by Cloudflare; a Cloudflare-fronted worker must not receive them
@@ -162,6 +162,15 @@ export function proxyError(status: number, code: string, message: string): Respo
     },
   });
 }
+
+/**
+ * Request bodies up to this size are read whole before the worker is asked: a box's slow upload
+ * then never counts against the upstream timeout, and a body cut off by a client that went away
+ * never reaches the worker. It is the worker's append limit (MAX_APPEND_BYTES), so every body the
+ * worker accepts is buffered. A larger body, which the worker refuses with 413, is streamed on as
+ * it arrives instead of being held in memory; the worker stays the only judge of the limit.
+ */
+export const BUFFERED_BODY_BYTES = 1024 * 1024;
 
 /**
  * Methods the thread stream routes use; a 405 from the proxy names them in `Allow`. Any other

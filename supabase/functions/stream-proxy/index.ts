@@ -3,17 +3,19 @@
  *
  * Boxes may only reach allow-listed hosts (`*.supabase.co` among them), never the worker's host,
  * so box -> thread traffic goes through here. It is a dumb transport: method, path (after the
- * `/stream-proxy` prefix), query, streamed body and the original `Authorization: Bearer <scoped
+ * `/stream-proxy` prefix), query, body and the original `Authorization: Bearer <scoped
  * token>` go to `THREADBOX_WORKER_URL`; the worker's status, headers and (streamed) body come back.
  * No token checks here: the worker verifies tokens and enforces thread scope.
  *
  * Configuration (env): THREADBOX_WORKER_URL (required, e.g. https://<worker>/api/stream),
- * STREAM_PROXY_UPSTREAM_TIMEOUT_MS (time to response headers, default 30000, 0 = none),
+ * STREAM_PROXY_UPSTREAM_TIMEOUT_MS (time to response headers once the request body is in,
+ * default 30000, 0 = none),
  * STREAM_PROXY_PORT / STREAM_PROXY_HOSTNAME (local runs only; default 54321 on 127.0.0.1).
  *
  * Only Deno built-ins: it must start offline (no jsr:/npm:/https: imports).
  */
 import {
+  BUFFERED_BODY_BYTES,
   canForwardMethod,
   DEFAULT_PORT,
   ENV,
@@ -26,13 +28,47 @@ import {
   upstreamUrl,
 } from "./forward.ts";
 
+/** The client went away while the proxy was still reading its request body. */
+class ClientGone extends Error {}
+
 /**
- * The request body as fetch() reads it, noting whether reading it from the client failed: then
- * the client went away mid-upload, and fetch's own error would look like the worker's fault.
+ * Reads the request body. Up to BUFFERED_BODY_BYTES it is read whole and returned as bytes. A
+ * larger one comes back as a stream: what was read, then the rest as fetch() pulls it, calling
+ * `onUploadEnd` once the client has sent all of it and `onClientError` if reading from the
+ * client fails (fetch's own error would then look like the worker's fault).
+ * Throws ClientGone when the client fails while the body is being buffered.
  */
-function watchedBody(body: ReadableStream<Uint8Array>, onClientError: () => void): ReadableStream<Uint8Array> {
+async function readRequestBody(
+  body: ReadableStream<Uint8Array>,
+  onClientError: () => void,
+  onUploadEnd: () => void,
+): Promise<Uint8Array<ArrayBuffer> | ReadableStream<Uint8Array>> {
   const reader = body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  while (size <= BUFFERED_BODY_BYTES) {
+    let chunk: ReadableStreamReadResult<Uint8Array>;
+    try {
+      chunk = await reader.read();
+    } catch (err) {
+      throw new ClientGone(String(err));
+    }
+    if (chunk.done) {
+      const bytes = new Uint8Array(size);
+      let at = 0;
+      for (const c of chunks) {
+        bytes.set(c, at);
+        at += c.byteLength;
+      }
+      return bytes;
+    }
+    chunks.push(chunk.value);
+    size += chunk.value.byteLength;
+  }
   return new ReadableStream<Uint8Array>({
+    start(controller) {
+      for (const c of chunks) controller.enqueue(c);
+    },
     async pull(controller) {
       let chunk: ReadableStreamReadResult<Uint8Array>;
       try {
@@ -42,13 +78,23 @@ function watchedBody(body: ReadableStream<Uint8Array>, onClientError: () => void
         controller.error(err);
         return;
       }
-      if (chunk.done) controller.close();
-      else controller.enqueue(chunk.value);
+      if (chunk.done) {
+        controller.close();
+        onUploadEnd();
+      } else {
+        controller.enqueue(chunk.value);
+      }
     },
     cancel(reason) {
       return reader.cancel(reason);
     },
   });
+}
+
+function clientClosed(method: string, when: string): Response {
+  // Not the worker's fault, and nobody reads this answer.
+  console.error(`stream-proxy: the client closed the request (${method}) ${when}; nothing more is forwarded`);
+  return proxyError(499, "client_closed", "the client closed the request");
 }
 
 async function handle(req: Request): Promise<Response> {
@@ -67,15 +113,29 @@ async function handle(req: Request): Promise<Response> {
   if (req.signal.aborted) onClientAbort();
   else req.signal.addEventListener("abort", onClientAbort, { once: true });
   let timedOut = false;
-  const timer = timeoutMs > 0
-    ? setTimeout(() => {
+  let answered = false;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  // Armed once the client has sent its whole body: a box uploading slowly is not the worker
+  // being slow, so the upload never counts against the timeout.
+  const armTimer = () => {
+    if (timeoutMs <= 0 || timer !== undefined || answered) return;
+    timer = setTimeout(() => {
       timedOut = true;
       ac.abort(new DOMException(`no response headers within ${timeoutMs} ms`, "TimeoutError"));
-    }, timeoutMs)
-    : undefined;
+    }, timeoutMs);
+  };
 
   let clientBodyFailed = false;
-  const body = hasBody(req.method) && req.body ? watchedBody(req.body, () => (clientBodyFailed = true)) : undefined;
+  let body: Uint8Array<ArrayBuffer> | ReadableStream<Uint8Array> | undefined;
+  if (hasBody(req.method) && req.body) {
+    try {
+      body = await readRequestBody(req.body, () => (clientBodyFailed = true), armTimer);
+    } catch (err) {
+      if (err instanceof ClientGone) return clientClosed(req.method, "during its upload");
+      throw err;
+    }
+  }
+  if (!(body instanceof ReadableStream)) armTimer();
 
   let upstream: Response;
   try {
@@ -92,14 +152,11 @@ async function handle(req: Request): Promise<Response> {
       console.error(`stream-proxy: upstream timeout after ${timeoutMs} ms (${req.method})`);
       return proxyError(504, "upstream_timeout", `the worker sent no response headers within ${timeoutMs} ms`);
     }
-    if (clientBodyFailed || req.signal.aborted) {
-      // Not the worker's fault, and nobody reads this answer.
-      console.error(`stream-proxy: the client closed the request (${req.method}) before the worker answered; request cancelled`);
-      return proxyError(499, "client_closed", "the client closed the request");
-    }
+    if (clientBodyFailed || req.signal.aborted) return clientClosed(req.method, "before the worker answered");
     console.error(`stream-proxy: upstream unreachable (${req.method}): ${detail}`);
     return proxyError(502, "upstream_unreachable", "the worker is unreachable from the stream-proxy");
   } finally {
+    answered = true;
     if (timer !== undefined) clearTimeout(timer);
   }
 
