@@ -8,6 +8,7 @@ import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { busyPortsMessage, envPort } from "./lib/ports.mjs";
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 export const ENTRY = join(ROOT, "supabase", "functions", "stream-proxy", "index.ts");
@@ -101,7 +102,14 @@ export async function startStreamProxy(opts = {}) {
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
-  const port = Number(process.env.STREAM_PROXY_PORT || DEFAULT_PORT);
+  const command = "npm run stream-proxy";
+  const port = envPort("STREAM_PROXY_PORT", DEFAULT_PORT, command);
+  const host = process.env.STREAM_PROXY_HOSTNAME || "127.0.0.1"; // as index.ts reads it
+  const unusable = await busyPortsMessage([{ port, envVar: "STREAM_PROXY_PORT", what: "the stream-proxy" }], command, host, "STREAM_PROXY_HOSTNAME");
+  if (unusable) {
+    console.error(unusable);
+    process.exit(1);
+  }
   if (!process.env.THREADBOX_WORKER_URL) {
     console.error("stream-proxy: THREADBOX_WORKER_URL is not set (e.g. http://127.0.0.1:8787/api/stream); every request will answer 500");
   }
@@ -113,5 +121,9 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   };
   process.on("SIGINT", shutdown);
   process.on("SIGTERM", shutdown);
-  await starting;
+  await starting.catch(() => {
+    // Deno's own output, already shown above, says why.
+    console.error(`${command}: the proxy did not start`);
+    process.exit(1);
+  });
 }
