@@ -6,16 +6,16 @@ import { spawn } from "node:child_process";
 import { copyFileSync, existsSync } from "node:fs";
 import { join } from "node:path";
 import { OFFLINE_WRANGLER_ENV, ROOT, localTracingEnv, nodePath, waitForHttp } from "./lib/wrangler-dev.mjs";
-import { busyPortsMessage } from "./lib/ports.mjs";
+import { busyPortsMessage, envPort } from "./lib/ports.mjs";
 import { readVarsFile } from "./lib/vars-file.mjs";
 import { startSandboxHost } from "../sandbox-host/server.mjs";
 import { startDemoModel } from "../dev/demo-model/server.mjs";
 import { seedDevHouse } from "./lib/seed-dev.mjs";
 import { devBanner } from "./lib/dev-banner.mjs";
 
-const port = Number(process.env.PORT ?? 8787);
-const sandboxPort = Number(process.env.SANDBOX_HOST_PORT ?? 3986);
-const demoModelPort = Number(process.env.DEMO_MODEL_PORT ?? 3987);
+const port = envPort("PORT", 8787, "npm run dev");
+const sandboxPort = envPort("SANDBOX_HOST_PORT", 3986, "npm run dev");
+const demoModelPort = envPort("DEMO_MODEL_PORT", 3987, "npm run dev");
 const busy = await busyPortsMessage([
   { port, envVar: "PORT", what: "the worker" },
   { port: sandboxPort, envVar: "SANDBOX_HOST_PORT", what: "the local sandbox host" },

@@ -6,12 +6,12 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { ROOT } from "./lib/wrangler-dev.mjs";
-import { busyPortsMessage } from "./lib/ports.mjs";
+import { busyPortsMessage, envPort } from "./lib/ports.mjs";
 import { parseVars } from "./lib/vars-file.mjs";
 import { createVarsFile, parseOutbound, scanBundle, startServe } from "./lib/serve.mjs";
 
-const port = Number(process.env.PORT ?? 8787);
-const host = process.env.HOST ?? "127.0.0.1";
+const port = envPort("PORT", 8787, "npm run serve");
+const host = process.env.HOST?.trim() || "127.0.0.1";
 const stateDir = resolve(ROOT, process.env.THREADBOX_STATE_DIR ?? join(".serve", "state"));
 const varsFile = resolve(ROOT, process.env.THREADBOX_VARS_FILE ?? ".serve.vars");
 const buildDir = join(ROOT, ".serve", "build");
@@ -22,7 +22,7 @@ function fail(message) {
   process.exit(1);
 }
 
-const busy = await busyPortsMessage([{ port, envVar: "PORT", what: "threadbox" }], "npm run serve", host);
+const busy = await busyPortsMessage([{ port, envVar: "PORT", what: "threadbox" }], "npm run serve", host, "HOST");
 if (busy) {
   console.error(busy);
   process.exit(1);

@@ -2,12 +2,13 @@
 // Runs the stream-proxy edge function (supabase/functions/stream-proxy/index.ts) locally in Deno.
 //   npm run stream-proxy            # STREAM_PROXY_PORT (default 54321), THREADBOX_WORKER_URL upstream
 // Also exports startStreamProxy() for tests. Deno runs offline: the function has no remote imports,
-// DENO_NO_UPDATE_CHECK=1, and DENO_DIR defaults to a temp dir.
+// DENO_NO_UPDATE_CHECK=1, and DENO_DIR defaults to a temp dir, removed when the proxy exits.
 import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { busyPortsMessage, envPort } from "./lib/ports.mjs";
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 export const ENTRY = join(ROOT, "supabase", "functions", "stream-proxy", "index.ts");
@@ -32,8 +33,14 @@ export function denoArgs(entry = ENTRY) {
  * @returns {Promise<{ url: string, port: number, output: () => string, stop: () => Promise<void> }>}
  */
 export async function startStreamProxy(opts = {}) {
+  const deno = denoBinary();
   const env = { ...process.env, DENO_NO_UPDATE_CHECK: "1", NO_COLOR: "1" };
-  if (!process.env.DENO_DIR) env.DENO_DIR = mkdtempSync(join(tmpdir(), "threadbox-deno-"));
+  // Our own DENO_DIR is scratch space for this one run; a caller's DENO_DIR is theirs to keep.
+  const ownDenoDir = process.env.DENO_DIR ? null : mkdtempSync(join(tmpdir(), "threadbox-deno-"));
+  if (ownDenoDir) env.DENO_DIR = ownDenoDir;
+  const removeDenoDir = () => {
+    if (ownDenoDir) rmSync(ownDenoDir, { recursive: true, force: true });
+  };
   if (opts.port !== undefined) env.STREAM_PROXY_PORT = String(opts.port);
   if (opts.workerUrl === null) delete env.THREADBOX_WORKER_URL;
   else if (opts.workerUrl !== undefined) env.THREADBOX_WORKER_URL = opts.workerUrl;
@@ -41,13 +48,22 @@ export async function startStreamProxy(opts = {}) {
     if (v === undefined) delete env[k];
     else env[k] = v;
   }
-  const child = spawn(denoBinary(), denoArgs(), {
+  const child = spawn(deno, denoArgs(), {
     cwd: ROOT,
     env,
     stdio: ["ignore", "pipe", "pipe"],
   });
   let output = "";
-  const exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve(code ?? signal)));
+  const exited = new Promise((resolve) => {
+    child.on("exit", (code, signal) => {
+      removeDenoDir();
+      resolve(code ?? signal);
+    });
+    child.on("error", (err) => {
+      removeDenoDir();
+      resolve(err.message);
+    });
+  });
   const listening = new Promise((resolve, reject) => {
     const onData = (d) => {
       output += d;
@@ -65,6 +81,7 @@ export async function startStreamProxy(opts = {}) {
     where = await listening;
   } catch (err) {
     child.kill("SIGKILL");
+    await exited;
     throw err;
   }
   return {
@@ -73,22 +90,40 @@ export async function startStreamProxy(opts = {}) {
     async stop() {
       if (child.exitCode !== null || child.signalCode !== null) return;
       child.kill("SIGTERM");
-      await Promise.race([exited, new Promise((r) => setTimeout(r, 3000))]);
-      if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+      let grace;
+      await Promise.race([exited, new Promise((r) => (grace = setTimeout(r, 3000)))]);
+      clearTimeout(grace); // else it holds a caller that is done for 3 s
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill("SIGKILL");
+        await exited;
+      }
     },
   };
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
-  const port = Number(process.env.STREAM_PROXY_PORT || DEFAULT_PORT);
+  const command = "npm run stream-proxy";
+  const port = envPort("STREAM_PROXY_PORT", DEFAULT_PORT, command);
+  const host = process.env.STREAM_PROXY_HOSTNAME || "127.0.0.1"; // as index.ts reads it
+  const unusable = await busyPortsMessage([{ port, envVar: "STREAM_PROXY_PORT", what: "the stream-proxy" }], command, host, "STREAM_PROXY_HOSTNAME");
+  if (unusable) {
+    console.error(unusable);
+    process.exit(1);
+  }
   if (!process.env.THREADBOX_WORKER_URL) {
     console.error("stream-proxy: THREADBOX_WORKER_URL is not set (e.g. http://127.0.0.1:8787/api/stream); every request will answer 500");
   }
-  const proxy = await startStreamProxy({ port, quiet: false, startTimeoutMs: 60_000 });
+  const starting = startStreamProxy({ port, quiet: false, startTimeoutMs: 60_000 });
+  // Handled from the start, so that a Ctrl-C while Deno starts also stops it and removes its DENO_DIR.
   const shutdown = async () => {
-    await proxy.stop();
+    await starting.then((proxy) => proxy.stop(), () => {});
     process.exit(0);
   };
   process.on("SIGINT", shutdown);
   process.on("SIGTERM", shutdown);
+  await starting.catch(() => {
+    // Deno's own output, already shown above, says why.
+    console.error(`${command}: the proxy did not start`);
+    process.exit(1);
+  });
 }

@@ -4,7 +4,7 @@
  * worker cannot show (exact headers received, a hung upstream, a slow streaming body).
  */
 import { createServer, request as httpRequest, type IncomingHttpHeaders, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
+import { connect, type AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readThread, StreamWriter, threadStreamUrl } from "../../src/runner/stream-writer";
 import {
@@ -71,7 +71,7 @@ describe("forward.ts (pure mapping)", () => {
     }
   });
 
-  it("request headers: keeps Authorization, Stream-*, Producer-*; drops hop-by-hop, host, length, cf-*", () => {
+  it("request headers: keeps Authorization, Stream-*, Producer-*; drops hop-by-hop, Proxy and Proxy-*, host, length, cf-*", () => {
     const h = upstreamRequestHeaders(
       new Headers({
         host: "proxy.example",
@@ -82,6 +82,9 @@ describe("forward.ts (pure mapping)", () => {
         "content-length": "12",
         "accept-encoding": "gzip, br",
         "proxy-authorization": "Basic eA==",
+        "proxy-connection": "keep-alive",
+        proxy: "http://attacker.example:1",
+        "proxy-foo": "1",
         "cf-connecting-ip": "1.2.3.4",
         authorization: "Bearer tok",
         "content-type": "application/json",
@@ -113,7 +116,7 @@ describe("forward.ts (pure mapping)", () => {
     });
   });
 
-  it("response headers: keeps the protocol's, drops hop-by-hop and content-length", () => {
+  it("response headers: keeps the protocol's, drops hop-by-hop (Proxy-* too) and content-length", () => {
     const h = downstreamResponseHeaders(
       new Headers({
         connection: "close",
@@ -133,6 +136,8 @@ describe("forward.ts (pure mapping)", () => {
         "Producer-Expected-Seq": "3",
         "Producer-Received-Seq": "5",
         "access-control-expose-headers": "Stream-Next-Offset",
+        "proxy-authenticate": "Basic",
+        "proxy-foo": "1",
       }),
     );
     const got = Object.fromEntries(h.entries());
@@ -451,6 +456,7 @@ describe("stream-proxy against a scripted upstream", () => {
 
   beforeAll(async () => {
     upstream = createServer((req, res) => {
+      req.on("error", () => {}); // a client that goes away mid-upload aborts the forwarded request
       const chunks: Buffer[] = [];
       req.on("data", (c: Buffer) => chunks.push(c));
       req.on("end", () => {
@@ -515,6 +521,10 @@ describe("stream-proxy against a scripted upstream", () => {
             "Producer-Seq": "7",
             "Stream-TTL": "3600",
             "x-box": "b1",
+            // httpoxy: a `Proxy:` header must never reach the worker, nor any Proxy-* one
+            proxy: "http://attacker.example:1",
+            "proxy-foo": "1",
+            "proxy-authorization": "Basic eA==",
           },
         },
         (res) => {
@@ -541,6 +551,7 @@ describe("stream-proxy against a scripted upstream", () => {
     expect(got.headers["accept-encoding"]).toBe("identity");
     expect(got.headers["x-hop"]).toBeUndefined();
     expect(got.headers["cf-ray"]).toBeUndefined();
+    expect(Object.keys(got.headers).filter((k) => k === "proxy" || k.startsWith("proxy-"))).toEqual([]);
 
     expect(status.status).toBe(201);
     expect(status.body).toBe('{"ok":true}');
@@ -550,12 +561,102 @@ describe("stream-proxy against a scripted upstream", () => {
     expect(status.headers["x-upstream"]).toBe("yes");
   });
 
+  it("a method fetch cannot send (TRACE, TRACK) gets the proxy's 405 with Allow, not a 502 blaming the worker", async () => {
+    seen = [];
+    for (const method of ["TRACE", "TRACK"]) {
+      const r = await new Promise<{ status: number; headers: IncomingHttpHeaders; body: string }>((resolve, reject) => {
+        const req = httpRequest(`${proxy.url}/stream-proxy/thread-1`, { method, headers: { authorization: "Bearer t" } }, (res) => {
+          let body = "";
+          res.on("data", (c) => (body += c));
+          res.on("end", () => resolve({ status: res.statusCode!, headers: res.headers, body }));
+        });
+        req.on("error", reject);
+        req.end();
+      });
+      expect(r.status, method).toBe(405);
+      expect(r.headers.allow).toBe("GET, HEAD, POST, PUT, DELETE, OPTIONS");
+      expect(r.headers["x-stream-proxy-error"]).toBe("method_not_allowed");
+      expect(JSON.parse(r.body).error.message).toContain(method);
+    }
+    expect(seen).toEqual([]);
+    expect(proxy.output()).not.toContain("unreachable");
+  });
+
+  it("a client that goes away mid-upload is logged as such, not as an unreachable worker", async () => {
+    const { port } = new URL(proxy.url);
+    // a small body, and one past the worker's limit (which the proxy streams on as it arrives)
+    for (const size of [40, MiB + 100 * 1024]) {
+      const before = proxy.output().length;
+      await new Promise<void>((resolve, reject) => {
+        const s = connect(Number(port), "127.0.0.1", () => {
+          s.write("POST /stream-proxy/thread-1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\n" +
+            "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n");
+          const part = `[{"payload":{"type":"chat","text":"${"c".repeat(size)}`;
+          s.write(`${part.length.toString(16)}\r\n${part}\r\n`);
+          setTimeout(() => {
+            s.destroy();
+            resolve();
+          }, 300);
+        });
+        s.on("error", reject);
+      });
+      const deadline = Date.now() + 5_000;
+      while (!proxy.output().slice(before).includes("client closed") && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      const log = proxy.output().slice(before);
+      expect(log, `${size}`).toContain("stream-proxy: the client closed the request (POST)");
+      expect(log, `${size}`).not.toContain("unreachable");
+    }
+  });
+
   it("an upstream that sends no headers -> 504 after STREAM_PROXY_UPSTREAM_TIMEOUT_MS, not a hang", async () => {
     const t0 = Date.now();
     const r = await fetch(`${proxy.url}/stream-proxy/hang`);
     expect(r.status).toBe(504);
     expect(((await r.json()) as { error: { code: string } }).error.code).toBe("upstream_timeout");
     expect(Date.now() - t0).toBeLessThan(5_000);
+  });
+
+  /** A POST whose body of `bytes` bytes arrives in 8 parts spread over `ms`; resolves with the answer. */
+  const slowUpload = async (path: string, bytes: number, ms: number) => {
+    const part = Math.ceil(bytes / 8);
+    let sent = 0;
+    const t0 = Date.now();
+    const r = await fetch(`${proxy.url}/stream-proxy/${path}`, {
+      method: "POST",
+      headers: { authorization: "Bearer t", "content-type": "application/json" },
+      body: new ReadableStream<Uint8Array>({
+        async pull(c) {
+          if (sent >= bytes) return c.close();
+          await new Promise((res) => setTimeout(res, ms / 8));
+          const n = Math.min(part, bytes - sent);
+          c.enqueue(new TextEncoder().encode("a".repeat(n)));
+          sent += n;
+        },
+      }),
+      duplex: "half",
+    } as RequestInit);
+    return { status: r.status, error: r.headers.get("x-stream-proxy-error"), text: await r.text(), ms: Date.now() - t0 };
+  };
+
+  it("the timeout does not count the client's upload: a body trickling in for longer than it still reaches the worker", async () => {
+    // STREAM_PROXY_UPSTREAM_TIMEOUT_MS is 400 here; each upload takes ~1.2 s.
+    for (const bytes of [20_000, MiB + 64 * 1024]) {
+      seen = [];
+      const r = await slowUpload("thread-slow", bytes, 1_200);
+      expect(r.status, `${bytes} bytes: ${r.error ?? ""} ${r.text.slice(0, 120)}`).toBe(201);
+      expect(r.text).toBe('{"ok":true}');
+      expect(seen).toHaveLength(1);
+      expect(seen[0].body.length).toBe(bytes);
+    }
+  });
+
+  it("after a slow upload the timeout still bounds the wait for the worker's headers", async () => {
+    const r = await slowUpload("hang", 20_000, 1_200);
+    expect(r.status).toBe(504);
+    expect(r.error).toBe("upstream_timeout");
+    // the upload (~1.2 s), then the 400 ms timeout
+    expect(r.ms).toBeGreaterThan(1_400);
+    expect(r.ms).toBeLessThan(5_000);
   });
 
   it("the timeout covers time-to-headers only: a body streaming longer than it arrives whole", async () => {

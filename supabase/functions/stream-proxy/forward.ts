@@ -26,14 +26,12 @@ export const DEFAULT_UPSTREAM_TIMEOUT_MS = 30_000;
 
 /**
  * Connection-level headers (RFC 9110 7.6.1) plus the ones the runtime re-frames. They describe one
- * hop, never the end-to-end request.
+ * hop, never the end-to-end request. `Proxy` and every `Proxy-*` header (see isProxyHeader) are
+ * hop-by-hop too.
  */
 const HOP_BY_HOP = new Set([
   "connection",
   "keep-alive",
-  "proxy-connection",
-  "proxy-authenticate",
-  "proxy-authorization",
   "te",
   "trailer",
   "transfer-encoding",
@@ -42,7 +40,7 @@ const HOP_BY_HOP = new Set([
 
 /**
  * Request headers not forwarded: hop-by-hop, `host` (fetch sets the worker's), `content-length`
- * (the body is streamed; fetch frames it), `accept-encoding` (replaced with identity so the
+ * (fetch frames the body it sends), `accept-encoding` (replaced with identity so the
  * runtime never has to decode a compressed upstream body, which would stall live reads),
  * `expect` (a 100-continue is between the box and this hop). `cf-*` headers describe the
  * box -> Supabase hop as seen by Cloudflare; a Cloudflare-fronted worker must not receive them
@@ -94,6 +92,15 @@ export function stripFunctionPrefix(pathname: string): string {
   return pathname.slice(segment.index + segment[0].length);
 }
 
+/**
+ * `Proxy-Connection`, `Proxy-Authorization` and the like address this hop, and a `Proxy:` request
+ * header is the "httpoxy" vector (a CGI-style upstream reads it as HTTP_PROXY). None may reach the
+ * worker or come back from it.
+ */
+function isProxyHeader(lowerName: string): boolean {
+  return lowerName === "proxy" || lowerName.startsWith("proxy-");
+}
+
 /** Tokens named by the `Connection` header are hop-by-hop too (RFC 9110 7.6.1). */
 function connectionTokens(h: Headers): Set<string> {
   const out = new Set<string>();
@@ -110,7 +117,7 @@ export function upstreamRequestHeaders(incoming: Headers): Headers {
   const out = new Headers();
   incoming.forEach((value, key) => {
     const k = key.toLowerCase();
-    if (DROP_REQUEST.has(k) || named.has(k) || k.startsWith("cf-")) return;
+    if (DROP_REQUEST.has(k) || named.has(k) || isProxyHeader(k) || k.startsWith("cf-")) return;
     out.append(key, value);
   });
   out.set("accept-encoding", "identity");
@@ -123,7 +130,7 @@ export function downstreamResponseHeaders(upstream: Headers): Headers {
   const out = new Headers();
   upstream.forEach((value, key) => {
     const k = key.toLowerCase();
-    if (DROP_RESPONSE.has(k) || named.has(k)) return;
+    if (DROP_RESPONSE.has(k) || named.has(k) || isProxyHeader(k)) return;
     out.append(key, value);
   });
   // Headers.forEach joins multiple Set-Cookie values; keep them separate where the runtime can.
@@ -154,6 +161,42 @@ export function proxyError(status: number, code: string, message: string): Respo
       "x-stream-proxy-error": code,
     },
   });
+}
+
+/**
+ * Request bodies up to this size are read whole before the worker is asked: a box's slow upload
+ * then never counts against the upstream timeout, and a body cut off by a client that went away
+ * never reaches the worker. It is the worker's append limit (MAX_APPEND_BYTES), so every body the
+ * worker accepts is buffered. A larger body, which the worker refuses with 413, is streamed on as
+ * it arrives instead of being held in memory; the worker stays the only judge of the limit.
+ */
+export const BUFFERED_BODY_BYTES = 1024 * 1024;
+
+/**
+ * Methods the thread stream routes use; a 405 from the proxy names them in `Allow`. Any other
+ * method the runtime can send is forwarded, and the worker answers it.
+ */
+export const STREAM_METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS"] as const;
+
+/**
+ * Whether fetch() can send `method` at all. WHATWG fetch refuses CONNECT, TRACE and TRACK (and
+ * malformed method tokens) with a TypeError before touching the network, so such a request is
+ * the proxy's to refuse, not an unreachable worker.
+ */
+export function canForwardMethod(method: string): boolean {
+  try {
+    new Request("http://stream-proxy.invalid/", { method });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The proxy's answer to a method it cannot forward. */
+export function methodNotForwarded(method: string): Response {
+  const res = proxyError(405, "method_not_allowed", `the stream-proxy cannot forward ${method} requests`);
+  res.headers.set("allow", STREAM_METHODS.join(", "));
+  return res;
 }
 
 /** Methods that carry no request body (fetch refuses a body on GET/HEAD). */
