@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 // `npm run sandbox-host`: the local Daytona-compatible host on its own.
 import { startSandboxHost } from "./server.mjs";
+import { envPort } from "../scripts/lib/ports.mjs";
 
-const port = Number(process.env.SANDBOX_HOST_PORT ?? 3986);
+const port = envPort("SANDBOX_HOST_PORT", 3986, "npm run sandbox-host");
 // The same development default as .dev.vars.example's DAYTONA_API_KEY, so `npm run dev` and a
 // host started alone agree; set SANDBOX_HOST_API_KEY for anything but a laptop.
 const apiKey = process.env.SANDBOX_HOST_API_KEY || "dev-sandbox-key";

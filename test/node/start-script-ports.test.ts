@@ -71,6 +71,13 @@ describe("a port variable that is not a port", () => {
     }
   }
 
+  it("SANDBOX_HOST_PORT=abc npm run sandbox-host", async () => {
+    const r = await run("../sandbox-host/main.mjs", { SANDBOX_HOST_PORT: "abc" });
+    expect(r.code).toBe(1);
+    expect(r.out.trim()).toBe(`npm run sandbox-host: SANDBOX_HOST_PORT must be a port number from 1 to 65535, got "abc"`);
+    expectOneLine(r.out);
+  });
+
   for (const bad of ["abc", "-1", "65536"]) {
     it(`STREAM_PROXY_PORT=${bad} npm run stream-proxy`, async () => {
       const r = await run("stream-proxy.mjs", { STREAM_PROXY_PORT: bad });
