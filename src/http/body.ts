@@ -16,7 +16,19 @@ export async function readJson(request: Request, limit = MAX_JSON_BODY_BYTES): P
 }
 
 export async function readBody<T extends z.ZodType>(request: Request, schema: T): Promise<z.infer<T>> {
-  const raw = await readJson(request);
+  return parseBody(schema, await readJson(request));
+}
+
+/**
+ * For routes whose every field is optional: a POST that sends no body at all (no Content-Type,
+ * nothing to read) means `{}`, as stop and interrupt take it. A body without a type is still a 415.
+ */
+export async function readOptionalBody<T extends z.ZodType>(request: Request, schema: T): Promise<z.infer<T>> {
+  const none = !request.headers.has("content-type") && (request.body === null || request.headers.get("content-length") === "0");
+  return none ? parseBody(schema, {}) : readBody(request, schema);
+}
+
+function parseBody<T extends z.ZodType>(schema: T, raw: unknown): z.infer<T> {
   const parsed = schema.safeParse(raw);
   if (!parsed.success) throw new ApiError("validation_failed", "invalid request body", formatZodError(parsed.error));
   return parsed.data;

@@ -9,7 +9,7 @@ import { loadEnvironment } from "./routes-environments";
 import { providerFor, providerNameSchema } from "../sandbox/providers";
 import { providerApiError } from "../sandbox/api-errors";
 import { houseStub, newId, sandboxStub } from "./actors";
-import { readBody } from "./body";
+import { readOptionalBody } from "./body";
 import { unwrapRpc } from "../actors/rpc";
 
 const listSchema = z.object({
@@ -43,7 +43,7 @@ export async function listSandboxesRoute(request: Request, env: Env): Promise<Re
 /** Creates a box at the provider and registers its actor (e.g. an environment's shared box). */
 export async function createSandboxRoute(request: Request, env: Env): Promise<Response> {
   const claims = await houseClaims(request, env, true);
-  const body = await readBody(request, createSchema);
+  const body = await readOptionalBody(request, createSchema);
   const provider = providerFor(env, body.provider);
   const labels: Record<string, string> = { [LABEL_HOUSE]: claims.houseId, [LABEL_EPHEMERAL]: String(body.ephemeral) };
   if (body.environmentId) {

@@ -8,7 +8,7 @@ import { assertThreadAccess, authenticate, BEARER_PROTOCOL_PREFIX, canWrite, hou
 import { initialDispatchConfig } from "../dispatch/config";
 import { idSchema, mintStreamToken, STREAM_SCOPES, streamTokenTtlSeconds, type HouseClaims, type TokenClaims } from "../auth/tokens";
 import { authorFor, writerFor } from "../threads/entries";
-import { readBody, readJson } from "./body";
+import { readBody, readOptionalBody, readJson } from "./body";
 import { houseStub, newId, threadStub } from "./actors";
 import { allowedToolsSchema, permissionModeSchema, repositoryUrlSchema } from "../workspace/box-config";
 import { ACTOR_ORIGIN, AUTH_HEADER, TARGET_HEADER, type ActorAuth, type StreamTarget } from "../actors/thread/thread-actor";
@@ -88,7 +88,7 @@ export async function createThread(env: Env, claims: HouseClaims, body: CreateTh
 
 export async function createThreadRoute(request: Request, env: Env): Promise<Response> {
   const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
-  const body = await readBody(request, createThreadSchema);
+  const body = await readOptionalBody(request, createThreadSchema);
   const key = idempotencyKey(request);
   const { thread, created } = await createThread(env, claims, body, key === null ? undefined : { key });
   // A retry with the same Idempotency-Key answers the row it created the first time.
@@ -143,7 +143,7 @@ export async function mintThreadTokenRoute(request: Request, env: Env, id: strin
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
   requireHouse(claims);
   await assertThreadInHouse(env, claims, threadId);
-  const body = await readBody(request, tokenSchema);
+  const body = await readOptionalBody(request, tokenSchema);
   if (body.scope === "stream:write" && !canWrite(claims)) throw new ApiError("forbidden", "a reader cannot mint write tokens");
   // The token writes as the person who minted it (see the authorship rule in the README).
   const minted = await mintStreamToken(env.THREADBOX_TOKEN_SECRET, claims.houseId, threadId, body.scope, claims.subject, streamTokenTtlSeconds(env));

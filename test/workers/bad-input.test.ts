@@ -347,6 +347,20 @@ describe("query strings and charsets", () => {
     expect([idem.status, error.details?.map((d) => d.path)]).toEqual([400, ["Idempotency-Key"]]);
   });
 
+  it("a POST whose body is all optional may send none at all; a body without a type is still 415", async () => {
+    const token = await houseToken("house-no-body");
+    const created = await call("/api/threads", { method: "POST", token });
+    expect(created.status).toBe(201);
+    const t = (await created.json()) as { id: string };
+    const minted = await call(`/api/threads/${t.id}/tokens`, { method: "POST", token });
+    expect(minted.status).toBe(201);
+    expect(((await minted.json()) as { scope?: string; token: string }).token).toBeTruthy();
+    const box = await call("/api/sandboxes", { method: "POST", token, headers: { "content-length": "0" } });
+    expect(box.status).toBe(201);
+    await box.body?.cancel();
+    await expectError(await call("/api/threads", { method: "POST", token, body: "{}" }), 415, "unsupported_media_type");
+  });
+
   it("a charset other than utf-8 is 415 on JSON bodies; utf-8 is accepted", async () => {
     const token = await houseToken("house-charset");
     const t = await createThread(token);

@@ -235,5 +235,8 @@ describe("health and CORS", () => {
     expect(denied.status).toBe(401);
     expect(denied.headers.get("access-control-allow-origin")).toBe("*");
     expect(denied.headers.get("x-content-type-options")).toBe("nosniff");
+    // What a cross-origin client must read off an answer: a folder download's version, a replay.
+    const exposed = (denied.headers.get("access-control-expose-headers") ?? "").toLowerCase().split(/,\s*/);
+    for (const h of ["folder-version", "idempotent-replayed", "stream-next-offset", "allow"]) expect(exposed, h).toContain(h);
   });
 });
