@@ -93,12 +93,31 @@ export function configKey(input: SubscriptionInput): string {
   });
 }
 
-function isPrivateIpv4(host: string): boolean {
+/**
+ * IPv4 blocks that are not the public internet: this network, private, shared (CGNAT), loopback,
+ * link-local (cloud metadata), IETF protocol assignments, documentation, benchmarking, multicast,
+ * reserved and broadcast.
+ */
+const NON_PUBLIC_IPV4: [string, number][] = [
+  ["0.0.0.0", 8], ["10.0.0.0", 8], ["100.64.0.0", 10], ["127.0.0.0", 8], ["169.254.0.0", 16], ["172.16.0.0", 12],
+  ["192.0.0.0", 24], ["192.0.2.0", 24], ["192.168.0.0", 16], ["198.18.0.0", 15], ["198.51.100.0", 24], ["203.0.113.0", 24],
+  ["224.0.0.0", 4], ["240.0.0.0", 4],
+];
+
+/** A dotted IPv4 address as a number, or null. */
+function ipv4(host: string): number | null {
   const parts = host.split(".").map(Number);
-  if (parts.length !== 4 || parts.some((p) => !Number.isInteger(p) || p < 0 || p > 255)) return false;
-  const [a, b] = parts;
-  return a === 10 || a === 127 || a === 0 || (a === 172 && b >= 16 && b <= 31) || (a === 192 && b === 168) || (a === 169 && b === 254) || (a === 100 && b >= 64 && b <= 127);
+  if (parts.length !== 4 || parts.some((p) => !Number.isInteger(p) || p < 0 || p > 255)) return null;
+  return ((parts[0] << 24) | (parts[1] << 16) | (parts[2] << 8) | parts[3]) >>> 0;
 }
+
+function isNonPublicIpv4(host: string): boolean {
+  const ip = ipv4(host);
+  return ip !== null && NON_PUBLIC_IPV4.some(([base, bits]) => ip >>> (32 - bits) === ipv4(base)! >>> (32 - bits));
+}
+
+/** Names that only mean something inside a network (cloud metadata, mDNS, this machine). */
+const INTERNAL_NAME = /(^|\.)(internal|local|localhost|localdomain|home\.arpa)\.?$/;
 
 /**
  * Where a webhook may point: https to a public host, or plain http to this machine's loopback
@@ -120,7 +139,8 @@ export function checkWebhookUrl(raw: string): { ok: true } | { ok: false; messag
   if (url.protocol !== "https:") return { ok: false, message: "webhook.url must use https" };
   if (host === "localhost") return { ok: false, message: "localhost webhook URLs must use http" };
   if (host.startsWith("[")) return { ok: false, message: "IPv6 webhook hosts are not accepted" };
-  if (isPrivateIpv4(host)) return { ok: false, message: "webhook.url must not target private or link-local hosts" };
+  if (isNonPublicIpv4(host)) return { ok: false, message: "webhook.url must not target private, link-local, multicast or reserved addresses" };
+  if (INTERNAL_NAME.test(host) || !host.includes(".")) return { ok: false, message: "webhook.url must name a public host" };
   return { ok: true };
 }
 

@@ -36,8 +36,13 @@ describe("subscription rules", () => {
     expect(checkWebhookUrl("https://hooks.example.com/x").ok).toBe(true);
     expect(checkWebhookUrl("http://127.0.0.1:9000/hook").ok).toBe(true);
     expect(checkWebhookUrl("http://localhost/hook").ok).toBe(true);
+    expect(checkWebhookUrl("https://8.8.8.8/hook").ok).toBe(true);
+    expect(checkWebhookUrl("https://hooks.internal-tools.example.com/x").ok).toBe(true);
     for (const bad of ["http://10.0.0.1/hook", "http://example.com/hook", "https://192.168.1.2/x", "https://169.254.169.254/latest", "https://172.20.0.1/",
-      "https://[::1]/x", "ftp://example.com/", "https://localhost/x", "https://user:pw@example.com/", "not a url", "https://100.64.0.1/"]) {
+      "https://[::1]/x", "ftp://example.com/", "https://localhost/x", "https://user:pw@example.com/", "not a url", "https://100.64.0.1/",
+      "https://224.0.0.1/", "https://255.255.255.255/", "https://198.18.0.1/", "https://240.1.2.3/", "https://192.0.2.10/", "https://0.0.0.0/",
+      "https://2130706433/", "https://0x7f.1/", "https://metadata.google.internal/computeMetadata/v1/", "https://printer.local/", "https://intranet/",
+      "https://api.localhost/"]) {
       expect(checkWebhookUrl(bad).ok, bad).toBe(false);
     }
   });
