@@ -1,3 +1,4 @@
+import { logEvent } from "./domain/log-event";
 import type { ThreadActor } from "./actors/thread/thread-actor";
 import type { HouseActor } from "./actors/house/house-actor";
 import type { SandboxActor } from "./actors/sandbox/sandbox-actor";
@@ -27,7 +28,28 @@ export interface Env {
   FOLDER_MAX_BYTES?: string;
 }
 
-export function intVar(value: string | undefined, fallback: number): number {
-  const n = Number(value);
-  return Number.isFinite(n) && n > 0 ? n : fallback;
+/** The numeric settings: each a positive whole number (ms or bytes) with a default. */
+export type IntVarName = "LONG_POLL_TIMEOUT_MS" | "ORPHAN_SILENCE_MS" | "PROBE_INTERVAL_MS" | "PROBE_CONFIRM_MS" | "STOPPED_BOX_GRACE_MS"
+  | "STOP_GRACE_MS" | "RUNNER_DRAIN_MS" | "DISPATCH_TURN_LEASE_MS" | "DISPATCH_AGENT_CACHE_MS" | "FOLDER_MAX_BYTES" | "STREAM_TOKEN_TTL_SECONDS";
+
+const warnedValues = new Set<string>();
+
+/**
+ * A numeric setting, or its default when unset. A value that is not a positive whole number
+ * ("5s", "0.5", "0") cannot be used: the default applies, and the log says so once per isolate,
+ * since a worker has no start-up to refuse it at.
+ */
+export function intVar(env: Partial<Record<IntVarName, string>>, name: IntVarName, fallback: number, range: { min?: number; max?: number } = {}): number {
+  const raw = env[name];
+  if (raw === undefined || raw.trim() === "") return fallback;
+  const n = Number(raw);
+  const min = range.min ?? 1;
+  const max = range.max ?? Number.MAX_SAFE_INTEGER;
+  if (Number.isSafeInteger(n) && n >= min && n <= max) return n;
+  if (!warnedValues.has(`${name}=${raw}`)) {
+    warnedValues.add(`${name}=${raw}`);
+    const reason = range.min === undefined && range.max === undefined ? "not a positive whole number" : `not a whole number from ${min} to ${max}`;
+    logEvent("config_value_ignored", { name, value: raw, using: fallback, reason }, "warn");
+  }
+  return fallback;
 }

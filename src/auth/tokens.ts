@@ -1,6 +1,7 @@
 import { SignJWT, jwtVerify, errors as joseErrors } from "jose";
 import { z } from "zod";
 import { ApiError } from "../errors";
+import { intVar } from "../env";
 
 /**
  * Roles with a meaning: `reader` (and `viewer`) may only read; `bot` may not configure
@@ -15,8 +16,7 @@ export type StreamScope = (typeof STREAM_SCOPES)[number];
 export const STREAM_TOKEN_TTL_SECONDS = 2 * 60 * 60;
 /** Stream token lifetime; configurable (STREAM_TOKEN_TTL_SECONDS) so tests can watch a renewal. */
 export function streamTokenTtlSeconds(env: { STREAM_TOKEN_TTL_SECONDS?: string }): number {
-  const n = Number(env.STREAM_TOKEN_TTL_SECONDS);
-  return Number.isInteger(n) && n >= 2 && n <= 24 * 3600 ? n : STREAM_TOKEN_TTL_SECONDS;
+  return intVar(env, "STREAM_TOKEN_TTL_SECONDS", STREAM_TOKEN_TTL_SECONDS, { min: 2, max: 24 * 3600 });
 }
 
 export const API_TOKEN_DEFAULT_TTL_SECONDS = 30 * 24 * 60 * 60;

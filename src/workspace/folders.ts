@@ -253,5 +253,5 @@ export type CopiedFolder = {
 export const DEFAULT_FOLDER_MAX_BYTES = 16 * 1024 * 1024;
 
 export function folderMaxBytes(env: Env): number {
-  return intVar(env.FOLDER_MAX_BYTES, DEFAULT_FOLDER_MAX_BYTES);
+  return intVar(env, "FOLDER_MAX_BYTES", DEFAULT_FOLDER_MAX_BYTES);
 }

@@ -227,7 +227,7 @@ export class SandboxActor extends DurableObject<Env> {
         }
       };
       await quiet("SIGTERM", provider.exec(ref, stopScriptFor(threadId, "TERM"), { timeoutSec: 30 }));
-      const graceMs = intVar(this.env.STOP_GRACE_MS, 10_000);
+      const graceMs = intVar(this.env, "STOP_GRACE_MS", 10_000);
       // A real wait on the box's processes: wall time, whatever this actor's clock says.
       const deadline = Date.now() + graceMs;
       while (handle && Date.now() < deadline) {
@@ -387,7 +387,7 @@ export class SandboxActor extends DurableObject<Env> {
     const now = this.clock.now();
     this.ctx.storage.sql.exec(
       `update box set drain_handle = ?, drain_until = ?, next_delete_at = ? where id = 1`,
-      JSON.stringify(handle), now + intVar(this.env.RUNNER_DRAIN_MS, 60_000), now + RUNNER_DRAIN_POLL_MS,
+      JSON.stringify(handle), now + intVar(this.env, "RUNNER_DRAIN_MS", 60_000), now + RUNNER_DRAIN_POLL_MS,
     );
     await this.recomputeAlarm();
     return true;
@@ -463,7 +463,7 @@ export class SandboxActor extends DurableObject<Env> {
 
   /** The only deadline of a box is a pending delete retry; the alarm always mirrors it. */
   private stoppedBoxGraceMs(): number {
-    return intVar(this.env.STOPPED_BOX_GRACE_MS, 15 * 60_000);
+    return intVar(this.env, "STOPPED_BOX_GRACE_MS", 15 * 60_000);
   }
 
   private async recomputeAlarm(): Promise<void> {

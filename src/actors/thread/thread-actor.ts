@@ -140,13 +140,13 @@ export class ThreadActor extends DurableObject<Env> {
         };
       },
     });
-    this.longPollTimeoutMs = intVar(env.LONG_POLL_TIMEOUT_MS, 20_000);
+    this.longPollTimeoutMs = intVar(env, "LONG_POLL_TIMEOUT_MS", 20_000);
     this.lifecycle = new RunLifecycle({
       sql, rows: this.rows, log: this.log, outbox: this.outbox, clock,
       config: {
-        orphanSilenceMs: intVar(env.ORPHAN_SILENCE_MS, 300_000),
-        probeIntervalMs: intVar(env.PROBE_INTERVAL_MS, 60_000),
-        probeConfirmMs: intVar(env.PROBE_CONFIRM_MS, 5_000),
+        orphanSilenceMs: intVar(env, "ORPHAN_SILENCE_MS", 300_000),
+        probeIntervalMs: intVar(env, "PROBE_INTERVAL_MS", 60_000),
+        probeConfirmMs: intVar(env, "PROBE_CONFIRM_MS", 5_000),
       },
       probeBox: (houseId, boxId) => unwrapRpc(sandboxStub(env, boxId).probe(houseId)),
       owesFolderSync: (runId) => readwriteFolders(this.entryById(`launched:${runId}`)).length > 0,
@@ -171,8 +171,8 @@ export class ThreadActor extends DurableObject<Env> {
       },
       rearm: () => this.deadlines.recompute(),
       background: (work) => ctx.waitUntil(work),
-      turnLeaseMs: intVar(env.DISPATCH_TURN_LEASE_MS, 60_000),
-      agentCacheMs: intVar(env.DISPATCH_AGENT_CACHE_MS, 60_000),
+      turnLeaseMs: intVar(env, "DISPATCH_TURN_LEASE_MS", 60_000),
+      agentCacheMs: intVar(env, "DISPATCH_AGENT_CACHE_MS", 60_000),
     });
     this.deadlines.addSource({ name: "dispatch", nextDeadline: () => this.dispatch.nextDeadline() });
     // Every write path (REST, the stream protocol, internal writes) goes through the log: a chat
