@@ -65,7 +65,8 @@ export function subscribe(target, threadId, opts) {
       } catch {
         return; // not an entry
       }
-      if (entry.offset) offset = entry.offset;
+      if (typeof entry !== "object" || entry === null) return; // not an entry either
+      if (typeof entry.offset === "string" && entry.offset) offset = entry.offset;
       // one at a time, in order, even when a handler awaits
       queue = queue.then(() => (closed ? undefined : opts.onEntry(entry))).catch(fail);
     });

@@ -66,6 +66,32 @@ describe("rendering", () => {
     expect(renderEntry({ ts: 8_640_000_000_000_000, payload: { type: "signal.thread.status_changed", status: "stopped", reason: "r" } }, c)).toBe("00:00:00 ● stopped (r)");
   });
 
+  it("any entry renders without throwing: free-form payloads with missing, null or wrongly typed fields", () => {
+    // the shapes the audit met in a tail: arguments null, a tool call that is null
+    expect(renderEntry({ ts: 0, payload: { type: "pi.tool_call", name: "bash", args: null } }, c)).toBe("00:00:00 ▶ bash");
+    expect(renderEntry({ ts: 0, payload: { type: "pi.assistant", toolCalls: [null] } }, c)).toBe("00:00:00 ▶ tool");
+    expect(renderEntry({ ts: 0, payload: { type: "pi.tool_result", name: "bash", output: { lines: 2 } } }, c)).toBe('00:00:00 ✓ bash\n           │ {"lines":2}');
+    const types = ["chat", "pi.user", "pi.assistant", "pi.tool_call", "pi.tool_result", "pi.error", "signal.thread.status_changed",
+      "signal.thread.box_assigned", "signal.run.launched", "signal.thread.child_finished", "signal.dispatch.error", "artifact.files"];
+    const fields = ["text", "stopReason", "errorMessage", "toolCalls", "name", "args", "arguments", "output", "isError", "toolName",
+      "message", "status", "reason", "boxId", "harness", "boxReused", "session", "childThreadId"];
+    const odd = [undefined, null, 0, 7, true, "", "x", [], [null], [1, "a"], {}, { command: null }, { path: 3 }, [{ name: null, args: "s" }]];
+    for (const type of types) {
+      for (const field of fields) {
+        for (const value of odd) {
+          for (const stopReason of [undefined, "error"]) {
+            const payload = { type, stopReason, [field]: value };
+            const line = renderEntry({ ts: 0, authorId: "ag_1", payload }, c);
+            expect(line === null || typeof line === "string", JSON.stringify(payload)).toBe(true);
+          }
+        }
+      }
+    }
+    for (const entry of [null, 1, "x", [], {}, { payload: null }, { payload: "chat" }, { payload: [] }, { payload: { type: 5 } }, { authorId: 5, payload: { type: "chat", text: 1 } }]) {
+      expect(typeof renderEntry(entry, c), JSON.stringify(entry)).toBe("string");
+    }
+  });
+
   it("draws the thread tree; a child whose parent is not listed is a root", () => {
     const t = (id: string, parent: string | null, createdAt: string) => ({ id, status: "idle", title: id, createdAt, parent: parent ? { kind: "thread", id: parent } : { kind: "none", id: null } });
     const lines = threadTree([t("b", "a", "2"), t("a", null, "1"), t("c", "a", "3"), t("d", "b", "4"), t("e", "gone", "5")], c);

@@ -53,6 +53,24 @@ const ok = async (args: string[], opts: Parameters<typeof cli>[1] = {}) => {
   if (r.code !== 0) throw new Error(`threadbox ${args.join(" ")} exited ${r.code}:\n${r.stdout}\n${r.stderr}`);
   return r;
 };
+/** Appends entries to a thread as any writer of it may (free-form payloads). */
+const appendEntries = async (threadId: string, payloads: unknown[]) => {
+  const r = await fetch(`${worker.url}/api/threads/${threadId}/entries`, {
+    method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+    body: JSON.stringify(payloads.map((payload) => ({ payload }))),
+  });
+  if (!r.ok) throw new Error(`append: ${r.status} ${await r.text()}`);
+};
+/** `started`, with its stdout collected; resolves once stdout holds `marker` (or the CLI exited). */
+async function startedUntil(args: string[], marker: string) {
+  const run = started(args);
+  let out = "";
+  run.child.stdout!.on("data", (d) => (out += d));
+  let exited = false;
+  void run.closed.then(() => (exited = true));
+  for (let i = 0; i < 200 && !exited && !out.includes(marker); i++) await new Promise((r) => setTimeout(r, 50));
+  return { ...run, stdout: () => out };
+}
 const api = async (path: string): Promise<any> => (await fetch(`${worker.url}${path}`, { headers: { authorization: `Bearer ${token}` } })).json();
 
 beforeAll(async () => {
@@ -228,6 +246,21 @@ describe("tail --until-done on a thread that never ran", () => {
     expect(stderr()).toContain(`thread ${threadId} has not run yet: waiting for a run to start and finish`);
     child.kill("SIGINT");
     expect(await closed).toBe(130);
+  });
+});
+
+describe("tail shows whatever a writer of the thread wrote", () => {
+  it("free-form agent payloads (arguments null, a tool call that is null) print as lines and the tail goes on", async () => {
+    const threadId = (await ok(["new", "free-form"])).stdout.trim();
+    await appendEntries(threadId, [
+      { type: "pi.tool_call", name: "bash", args: null },
+      { type: "pi.assistant", toolCalls: [null] },
+      { type: "chat", text: "still here" },
+    ]);
+    const { child, stdout, stderr, closed } = await startedUntil(["tail", threadId], "still here");
+    child.kill("SIGINT");
+    expect({ code: await closed, stderr: stderr() }).toEqual({ code: 0, stderr: "" });
+    expect(stdout()).toMatch(/ ▶ bash\n.* ▶ tool\n.*: still here\n$/);
   });
 });
 
