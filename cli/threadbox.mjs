@@ -10,6 +10,7 @@ import { registerSession } from "./commands/session.mjs";
 import { registerThreads } from "./commands/threads.mjs";
 import { createContext } from "./lib/context.mjs";
 import { CliError, EXIT } from "./lib/errors.mjs";
+import { printable, printableLine } from "./lib/render.mjs";
 import { colourEnabled, palette } from "./lib/term.mjs";
 
 let exitCode = EXIT.ok;
@@ -61,9 +62,10 @@ function report(err) {
   if (json) {
     process.stderr.write(`${JSON.stringify({ error: { code, message, ...(err?.details !== undefined ? { details: err.details } : {}) } })}\n`);
   } else {
+    // Messages and details come from the server: escaped like everything else it sends.
     const c = palette(colourEnabled(process.stderr));
-    process.stderr.write(`${c.red("error")} ${c.bold(code)}: ${message}\n`);
-    if (err?.details !== undefined) process.stderr.write(c.gray(`${JSON.stringify(err.details, null, 2)}\n`));
+    process.stderr.write(`${c.red("error")} ${c.bold(printableLine(code))}: ${printable(message)}\n`);
+    if (err?.details !== undefined) process.stderr.write(c.gray(`${printable(JSON.stringify(err.details, null, 2))}\n`));
   }
   return EXIT.error;
 }

@@ -1,6 +1,7 @@
 // artifacts <thread>: what the thread's runs left behind — changed files (small text inlined) and,
 // for a git checkout, status and diff — read from the thread, so it works after the box is gone.
 import { paths } from "../lib/api.mjs";
+import { printable, printableLine, safe } from "../lib/render.mjs";
 
 /** Human-readable text of artifact entries, newest run first (pure). */
 export function renderArtifacts(artifacts, { full = false, c = { gray: (s) => s, bold: (s) => s } } = {}) {
@@ -9,21 +10,21 @@ export function renderArtifacts(artifacts, { full = false, c = { gray: (s) => s,
   for (const a of artifacts) {
     const p = a.payload;
     if (p.type === "artifact.files") {
-      out.push(c.bold(`run ${p.runId}: ${p.files.length} file(s)${p.truncated ? " (list cut)" : ""}`));
+      out.push(c.bold(safe`run ${p.runId}: ${p.files.length} file(s)` + (p.truncated ? " (list cut)" : "")));
       for (const f of p.files) {
-        const note = f.status === "deleted" ? "" : f.omitted ? ` [${f.omitted}]` : "";
-        out.push(`  ${f.status.padEnd(8)} ${f.path}  ${c.gray(`${f.size} B${note}`)}`);
-        if (full && f.content !== undefined) out.push(f.content.replace(/^/gm, "    | ").replace(/\n {4}\| $/, ""));
+        const note = f.status === "deleted" ? "" : f.omitted ? safe` [${f.omitted}]` : "";
+        out.push(`  ${printableLine(f.status).padEnd(8)} ${printableLine(f.path)}  ${c.gray(safe`${f.size} B` + note)}`);
+        if (full && f.content !== undefined) out.push(printable(f.content).replace(/^/gm, "    | ").replace(/\n {4}\| $/, ""));
       }
     } else if (p.type === "artifact.diff") {
-      out.push(c.bold(`run ${p.runId}: diff against ${p.base ? p.base.slice(0, 12) : "an empty repository"} (${p.bytes} B${p.truncated ? ", head shown" : ""})`));
-      if (p.stream) out.push(c.gray(`  full diff: plain stream ${p.stream}`));
-      if (full) out.push(p.diff);
-      else if (p.status) out.push(p.status.trimEnd().replace(/^/gm, "  "));
+      out.push(c.bold(safe`run ${p.runId}: diff against ${p.base ? String(p.base).slice(0, 12) : "an empty repository"} (${p.bytes} B` + (p.truncated ? ", head shown)" : ")")));
+      if (p.stream) out.push(c.gray(safe`  full diff: plain stream ${p.stream}`));
+      if (full) out.push(printable(p.diff));
+      else if (p.status) out.push(printable(p.status).trimEnd().replace(/^/gm, "  "));
     } else if (p.type === "artifact.folder") {
-      if (p.status === "synced") out.push(c.bold(`run ${p.runId}: folder ${p.folder} is now version ${p.version}`) + c.gray(` (${p.bytes} B, from version ${p.baseVersion ?? "?"}; ${p.download})`));
-      else if (p.status === "unchanged") out.push(`run ${p.runId}: folder ${p.folder} unchanged`);
-      else out.push(`run ${p.runId}: folder sync failed for ${(p.folders ?? []).join(", ")}: ${p.error}`);
+      if (p.status === "synced") out.push(c.bold(safe`run ${p.runId}: folder ${p.folder} is now version ${p.version}`) + c.gray(safe` (${p.bytes} B, from version ${p.baseVersion ?? "?"}; ${p.download})`));
+      else if (p.status === "unchanged") out.push(safe`run ${p.runId}: folder ${p.folder} unchanged`);
+      else out.push(safe`run ${p.runId}: folder sync failed for ${(p.folders ?? []).join(", ")}: ${p.error}`);
     }
   }
   return out.join("\n");

@@ -8,7 +8,7 @@ import { InvalidArgumentError } from "commander";
 import { paths, resolveAgent } from "../lib/api.mjs";
 import { tokenClaims } from "../lib/config.mjs";
 import { CliError } from "../lib/errors.mjs";
-import { renderEntry } from "../lib/render.mjs";
+import { renderEntry, safe } from "../lib/render.mjs";
 import { subscribe } from "../lib/subscribe.mjs";
 import { createSpinner } from "../lib/term.mjs";
 
@@ -110,7 +110,7 @@ export function registerChat(program, ctxOf, setExit) {
         }));
       const interactive = Boolean(process.stdin.isTTY);
       if (json) process.stdout.write(`${JSON.stringify({ threadId: thread.id, bot: { id: bot.id, handle: bot.handle } })}\n`);
-      else process.stderr.write(c.gray(`thread ${thread.id} with @${bot.handle}${interactive ? " — type a message, Ctrl-D to end" : ""}\n`));
+      else process.stderr.write(c.gray(safe`thread ${thread.id} with @${bot.handle}` + `${interactive ? " — type a message, Ctrl-D to end" : ""}\n`));
 
       const spinner = createSpinner();
       const start = opts.thread ? (await api.get(`${paths.threadAction(thread.id, "entries")}?offset=now&limit=1`)).nextOffset : "-1";
@@ -144,7 +144,7 @@ export function registerChat(program, ctxOf, setExit) {
         const id = `cli-${randomUUID()}`;
         const r = await api.post(paths.threadAction(thread.id, "entries"), { id, payload: { type: "chat", text } });
         progress = onPosted(progress, r.entries[0].offset, id);
-        if (!json && !answered(progress)) spinner.start(`@${bot.handle} is thinking`);
+        if (!json && !answered(progress)) spinner.start(safe`@${bot.handle} is thinking`);
       }
       inputDone = true;
       const timeoutMs = opts.replyTimeout * 1000;

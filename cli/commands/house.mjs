@@ -3,7 +3,7 @@ import { readFileSync } from "node:fs";
 import { Option } from "commander";
 import { resolveEnvironment } from "../lib/api.mjs";
 import { CliError } from "../lib/errors.mjs";
-import { agentLine, environmentLine, sandboxLine } from "../lib/render.mjs";
+import { agentLine, environmentLine, printableLine, safe, sandboxLine } from "../lib/render.mjs";
 import { promptHidden } from "../lib/term.mjs";
 
 const collect = (value, previous = []) => [...previous, value];
@@ -94,7 +94,7 @@ export function registerHouse(program, ctxOf) {
       }
       const r = await ctx.wait("asking for a link", () =>
         api.get(`/api/sandboxes/${encodeURIComponent(boxId)}/ports/${encodeURIComponent(port)}/preview?expiresInSeconds=${encodeURIComponent(opts.expires)}`));
-      ctx.print(r, () => `${r.url}\n${ctx.c.gray(`port ${r.port} of ${r.boxId}, valid until ${r.expiresAt}`)}`);
+      ctx.print(r, () => `${printableLine(r.url)}\n${ctx.c.gray(safe`port ${r.port} of ${r.boxId}, valid until ${r.expiresAt}`)}`);
     });
 
   program

@@ -2,6 +2,7 @@
 import { createApi } from "../lib/api.mjs";
 import { configPath, DEFAULT_URL, loadConfig, normalizeUrl, parseSignInLink, removeConfig, saveConfig, tokenClaims } from "../lib/config.mjs";
 import { CliError } from "../lib/errors.mjs";
+import { safe } from "../lib/render.mjs";
 import { promptHidden, readStdin } from "../lib/term.mjs";
 
 /** The token for `login`: from the link, stdin, THREADBOX_TOKEN, or a prompt that does not echo. */
@@ -31,7 +32,7 @@ export function registerSession(program, ctxOf) {
       saveConfig({ ...loadConfig(path), url, token }, path);
       const claims = tokenClaims(token);
       ctx.print({ url, house: claims.house ?? null, subject: claims.sub ?? null, role: claims.role ?? null, config: path }, () =>
-        `logged in to ${url}${claims.house ? ` as ${claims.sub} in house ${claims.house}` : ""} (saved in ${path})`);
+        safe`logged in to ${url}` + (claims.house ? safe` as ${claims.sub} in house ${claims.house}` : "") + safe` (saved in ${path})`);
     });
 
   program

@@ -3,7 +3,7 @@ import { randomUUID } from "node:crypto";
 import { Option } from "commander";
 import { paths, resolveEnvironment } from "../lib/api.mjs";
 import { followThread } from "../lib/follow.mjs";
-import { threadLine, threadTree } from "../lib/render.mjs";
+import { printableLine, safe, threadLine, threadTree } from "../lib/render.mjs";
 import { readStdin } from "../lib/term.mjs";
 
 const STATUSES = ["idle", "running", "completed", "failed"];
@@ -45,7 +45,7 @@ export function registerThreads(program, ctxOf, setExit) {
         ...(opts.parent ? { parent: { kind: "thread", id: opts.parent } } : {}),
       };
       const row = await ctx.wait("creating thread", () => api.post("/api/threads", body));
-      ctx.print(row, () => row.id);
+      ctx.print(row, () => printableLine(row.id));
     });
 
   program
@@ -58,7 +58,7 @@ export function registerThreads(program, ctxOf, setExit) {
       const ctx = ctxOf(cmd);
       const envelope = { id: opts.id ?? `cli-${randomUUID()}`, payload: { type: "chat", text: await textArg(text) } };
       const r = await ctx.wait("posting", () => ctx.api().post(paths.threadAction(threadId, "entries"), envelope));
-      ctx.print(r, () => `posted ${r.entries[0].id} at offset ${r.entries[0].offset}${r.entries[0].duplicate ? " (already there)" : ""}`);
+      ctx.print(r, () => safe`posted ${r.entries[0].id} at offset ${r.entries[0].offset}` + (r.entries[0].duplicate ? " (already there)" : ""));
     });
 
   program
@@ -92,10 +92,10 @@ export function registerThreads(program, ctxOf, setExit) {
       for (const k of ["model", "harness", "repo", "branch", "title"]) if (opts[k]) body[k] = opts[k];
       if (environmentId) body.environmentId = environmentId;
       const r = await ctx.wait("delegating", () => api.post(paths.threadAction(threadId, "delegate"), body));
-      if (!opts.watch) return ctx.print(r, () => r.childThreadId);
+      if (!opts.watch) return ctx.print(r, () => printableLine(r.childThreadId));
       // with --json the first line is the delegate answer, then one line per entry
       if (ctx.json) process.stdout.write(`${JSON.stringify(r)}\n`);
-      else process.stderr.write(`${ctx.c.gray(`child thread ${r.childThreadId}, run ${r.runId}`)}\n`);
+      else process.stderr.write(`${ctx.c.gray(safe`child thread ${r.childThreadId}, run ${r.runId}`)}\n`);
       setExit(await followThread({ api, threadId: r.childThreadId, untilDone: true, json: ctx.json, c: ctx.c }));
     });
 
@@ -116,7 +116,7 @@ export function registerThreads(program, ctxOf, setExit) {
     .action(async (threadId, _opts, cmd) => {
       const ctx = ctxOf(cmd);
       const r = await ctx.wait("interrupting", () => ctx.api().post(paths.threadAction(threadId, "interrupt"), {}));
-      ctx.print(r, () => `interrupted run ${r.runId ?? "?"} of ${r.threadId}; post a message to say what to do instead`);
+      ctx.print(r, () => safe`interrupted run ${r.runId ?? "?"} of ${r.threadId}; post a message to say what to do instead`);
     });
 
   program
@@ -133,7 +133,7 @@ export function registerThreads(program, ctxOf, setExit) {
       // Where the log ends before this run: watching from there shows the whole run, even a quick one.
       const before = opts.watch ? (await api.get(`${paths.threadAction(threadId, "entries")}?offset=now&limit=1`)).nextOffset : undefined;
       const r = await ctx.wait("resuming", () => api.post(paths.threadAction(threadId, "resume"), body));
-      if (!opts.watch) return ctx.print(r, () => `${r.threadId} ${r.status} (run ${r.runId})`);
+      if (!opts.watch) return ctx.print(r, () => safe`${r.threadId} ${r.status} (run ${r.runId})`);
       setExit(await followThread({ api, threadId, untilDone: true, offset: before, json: ctx.json, c: ctx.c }));
     });
 }

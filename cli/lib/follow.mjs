@@ -2,7 +2,7 @@
 // says how it ended.
 import { paths } from "./api.mjs";
 import { EXIT } from "./errors.mjs";
-import { renderEntry } from "./render.mjs";
+import { printableLine, renderEntry, safe } from "./render.mjs";
 import { subscribe } from "./subscribe.mjs";
 import { createSpinner } from "./term.mjs";
 
@@ -30,7 +30,7 @@ export async function followThread(opts) {
   const first = await api.get(paths.thread(threadId)); // a missing thread is a clear not_found before any socket
   const spinner = createSpinner();
   // A thread that never ran has nothing to finish yet: say so, or the wait looks like a hang.
-  if (!json && untilDone && first.status === "idle") process.stderr.write(c.gray(`thread ${threadId} has not run yet: waiting for a run to start and finish (Ctrl-C to stop)\n`));
+  if (!json && untilDone && first.status === "idle") process.stderr.write(c.gray(safe`thread ${threadId} has not run yet: waiting for a run to start and finish (Ctrl-C to stop)` + "\n"));
   if (!json) spinner.start(untilDone ? "waiting for the run to finish" : "waiting for entries (Ctrl-C to stop)");
   let finalRow = null;
   const sub = subscribe(api.target, threadId, {
@@ -64,7 +64,7 @@ export async function followThread(opts) {
   // Ctrl-C before the run ended: a script waiting on the run must not read that as success.
   if (!finalRow) return untilDone && interrupted ? EXIT.interrupted : EXIT.ok;
   if (!json) {
-    const how = finalRow.status === "completed" ? c.green("run completed") : c.red(`run failed${finalRow.reason ? `: ${finalRow.reason}` : ""}`);
+    const how = finalRow.status === "completed" ? c.green("run completed") : c.red(`run failed${finalRow.reason ? `: ${printableLine(finalRow.reason)}` : ""}`);
     process.stderr.write(`${how}\n`);
   }
   return exitCodeFor(finalRow);

@@ -5,7 +5,7 @@ import { configPath, parseSignInLink, resolveTarget } from "../../cli/lib/config
 // @ts-expect-error plain JS module without declarations
 import { environmentBody } from "../../cli/commands/house.mjs";
 // @ts-expect-error plain JS module without declarations
-import { describeToolCall, renderEntry, threadTree } from "../../cli/lib/render.mjs";
+import { agentLine, describeToolCall, environmentLine, renderEntry, sandboxLine, threadLine, threadTree } from "../../cli/lib/render.mjs";
 // @ts-expect-error plain JS module without declarations
 import { palette } from "../../cli/lib/term.mjs";
 // @ts-expect-error plain JS module without declarations
@@ -90,6 +90,40 @@ describe("rendering", () => {
     for (const entry of [null, 1, "x", [], {}, { payload: null }, { payload: "chat" }, { payload: [] }, { payload: { type: 5 } }, { authorId: 5, payload: { type: "chat", text: 1 } }]) {
       expect(typeof renderEntry(entry, c), JSON.stringify(entry)).toBe("string");
     }
+  });
+
+  it("what writers wrote cannot drive the terminal: control characters are written out visibly, newlines and tabs kept where text has lines", () => {
+    const osc = "hello\u001b[2K\r\u001b[32mrun completed\u001b]0;pwned title\u0007";
+    expect(renderEntry({ ts: 0, authorId: "u", payload: { type: "chat", text: osc } }, c)).toBe("00:00:00 u: hello\\x1b[2K\\r\\x1b[32mrun completed\\x1b]0;pwned title\\x07");
+    expect(renderEntry({ ts: 0, payload: { type: "pi.tool_result", name: "bash", output: "a\tb\r\n\u009b2Jc\n" } }, c)).toBe("00:00:00 ✓ bash\n           │ a\tb\n           │ \\x9b2Jc");
+    expect(threadLine({ id: "th_1", status: "idle", title: "esc\u001b[31mRED\nth_2  completed  fake" }, c)).toBe("th_1  idle  esc\\x1b[31mRED\\nth_2  completed  fake");
+    expect(describeToolCall("bash", { command: "printf '\u001b]52;c;ZXZpbA==\u0007'" })).toBe("bash $ printf '\\x1b]52;c;ZXZpbA==\\x07'");
+    const nasty = "a\u001b]0;t\u0007\u009b2J\r\nb\u0000\u007f\u0085";
+    const controls = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/;
+    const types = ["chat", "pi.user", "pi.assistant", "pi.tool_call", "pi.tool_result", "pi.error", "signal.thread.status_changed",
+      "signal.thread.box_assigned", "signal.run.launched", "signal.thread.child_finished", "signal.dispatch.error", nasty];
+    const fields = ["text", "errorMessage", "name", "output", "toolName", "message", "status", "reason", "boxId", "harness", "session", "childThreadId", nasty];
+    for (const type of types) {
+      for (const field of fields) {
+        for (const value of [nasty, { command: nasty }, { path: nasty }, [{ name: nasty, args: { x: nasty } }]]) {
+          for (const stopReason of [undefined, "error"]) {
+            const payload = { type, stopReason, toolCalls: [{ name: nasty, args: { command: nasty } }], args: { path: nasty }, [field]: value };
+            expect(renderEntry({ ts: 0, authorId: nasty, payload }, c) ?? "", JSON.stringify(payload)).not.toMatch(controls);
+          }
+        }
+      }
+    }
+    const row = { id: nasty, status: nasty, reason: nasty, title: nasty, state: nasty, threads: [nasty], name: nasty, model: nasty, harness: nasty,
+      secretNames: [nasty], handle: nasty, triggerMode: nasty, tools: [nasty] };
+    for (const line of [threadLine(row, c), sandboxLine(row, c), environmentLine(row, c), agentLine(row, c), ...threadTree([row], c)]) expect(line).not.toMatch(/[\u0000-\u001f\u007f-\u009f]/);
+    const art = renderArtifacts([
+      { payload: { type: "artifact.files", runId: nasty, files: [{ status: nasty, path: nasty, size: nasty, omitted: nasty, content: nasty }] } },
+      { payload: { type: "artifact.diff", runId: nasty, base: nasty, bytes: nasty, stream: nasty, diff: nasty, status: nasty } },
+      { payload: { type: "artifact.folder", runId: nasty, status: "synced", folder: nasty, version: nasty, bytes: nasty, download: nasty } },
+      { payload: { type: "artifact.folder", runId: nasty, status: "failed", folders: [nasty], error: nasty } },
+    ], { full: true });
+    expect(art).not.toMatch(controls);
+    expect(renderArtifacts([{ payload: { type: "artifact.diff", runId: "r", bytes: 1, status: nasty } }])).not.toMatch(controls);
   });
 
   it("draws the thread tree; a child whose parent is not listed is a root", () => {

@@ -264,6 +264,24 @@ describe("tail shows whatever a writer of the thread wrote", () => {
   });
 });
 
+describe("what the server sends cannot drive the terminal", () => {
+  it("titles, chat text and error messages are printed with their escape sequences written out, not acted on", async () => {
+    const threadId = (await ok(["new", "esc\u001b[31mRED\u001b]0;title\u0007"])).stdout.trim();
+    await appendEntries(threadId, [{ type: "chat", text: "hello\u001b[2K\r\u001b[32mrun completed\u001b]0;pwned title\u0007" }, { type: "chat", text: "end" }]);
+    const controls = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/; // NO_COLOR: not even our own colours
+    const listed = await ok(["threads", "--limit", "5"]);
+    expect(listed.stdout).not.toMatch(controls);
+    expect(listed.stdout).toContain(`${threadId}  idle  esc\\x1b[31mRED\\x1b]0;title\\x07`);
+    const { child, stdout, closed } = await startedUntil(["tail", threadId], ": end\n");
+    child.kill("SIGINT");
+    await closed;
+    expect(stdout()).not.toMatch(controls);
+    expect(stdout()).toContain(": hello\\x1b[2K\\r\\x1b[32mrun completed\\x1b]0;pwned title\\x07\n");
+    const err = await cli(["new", "x", "--env", "\u001b]0;owned\u0007"], { env: as() });
+    expect([err.code, err.stderr]).toEqual([2, "error not_found: no environment with id or name \\x1b]0;owned\\x07\n"]);
+  });
+});
+
 describe("output into a pipe that closes early", () => {
   it("tail --json | head -1: ends quietly, no EPIPE stack trace", async () => {
     const threadId = (await ok(["new", "piped"])).stdout.trim();
