@@ -21,7 +21,7 @@ let token: string;
 type Result = { code: number | null; stdout: string; stderr: string };
 
 /** Runs the CLI to its end. `env` replaces the login: no THREADBOX_* leaks in from the test's environment. */
-function cli(args: string[], opts: { env?: Record<string, string>; input?: string; node?: string; config?: string } = {}): Promise<Result> {
+function cli(args: string[], opts: { env?: Record<string, string>; input?: string; node?: string; config?: string; timeoutMs?: number } = {}): Promise<Result> {
   const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
   const child = spawn(opts.node ?? process.execPath, [CLI, ...args], {
     env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: opts.config ?? mkdtempSync(join(tmpdir(), "tb-cfg-")), ...opts.env },
@@ -32,7 +32,9 @@ function cli(args: string[], opts: { env?: Record<string, string>; input?: strin
   child.stdout.on("data", (d) => (stdout += d));
   child.stderr.on("data", (d) => (stderr += d));
   child.stdin.end(opts.input ?? "");
-  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
+  // A CLI that hangs is killed after timeoutMs: its result then says "still running" instead of an exit code.
+  const timer = opts.timeoutMs ? setTimeout(() => { stderr += "\n[still running: killed]"; child.kill("SIGKILL"); }, opts.timeoutMs) : undefined;
+  return new Promise((resolve) => child.on("close", (code) => { clearTimeout(timer); resolve({ code, stdout, stderr }); }));
 }
 
 const as = () => ({ THREADBOX_URL: worker.url, THREADBOX_TOKEN: token });
@@ -187,6 +189,12 @@ describe("runs: delegate --watch and tail --until-done end when the run ends", (
     const types = replay.stdout.trim().split("\n").map((l) => JSON.parse(l).payload.type);
     expect(types).toContain("pi.tool_call");
     expect(types.at(-1)).toBe("signal.thread.status_changed");
+    // ... and so it does from an offset past the run's finished-signal, with nothing to replay
+    const lastOffset = JSON.parse(replay.stdout.trim().split("\n").at(-1)!).offset;
+    for (const from of ["now", lastOffset]) {
+      const late = await cli(["tail", childId, "--until-done", "--from", from], { env: as(), timeoutMs: 15_000 });
+      expect({ from, code: late.code, stderr: late.stderr }).toEqual({ from, code: 0, stderr: "run completed\n" });
+    }
 
     // what the run wrote stays readable from the thread
     const art = await cli(["artifacts", childId, "--full"], { env: as() });
@@ -205,6 +213,8 @@ describe("runs: delegate --watch and tail --until-done end when the run ends", (
     expect(r.code).toBe(1);
     expect(r.stdout).toContain("demo model failure: on purpose");
     expect(r.stderr).toMatch(/run failed: /);
+    const late = await cli(["tail", childId, "--until-done", "--from", "now", "--json"], { env: as(), timeoutMs: 15_000 });
+    expect([late.code, late.stdout, late.stderr]).toEqual([1, "", ""]);
 
     // resume --watch follows only the new run, to its own end
     const resumed = await cli(["resume", childId, "write again.txt containing more", "--watch"], { env: as() });
