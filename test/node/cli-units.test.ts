@@ -9,7 +9,7 @@ import { agentLine, describeToolCall, environmentLine, renderEntry, sandboxLine,
 // @ts-expect-error plain JS module without declarations
 import { palette } from "../../cli/lib/term.mjs";
 // @ts-expect-error plain JS module without declarations
-import { advance, answered, initialProgress, onPosted } from "../../cli/commands/chat.mjs";
+import { advance, answered, failureOf, initialProgress, onPosted } from "../../cli/commands/chat.mjs";
 // @ts-expect-error plain JS module without declarations
 import { finishedRow, mayEndRun } from "../../cli/lib/follow.mjs";
 // @ts-expect-error plain JS module without declarations
@@ -186,15 +186,22 @@ describe("watching", () => {
     expect(answered(p)).toBe(true);
   });
 
-  it("chat takes a failed turn of the bot as its answer, with the reason; the next message starts clean", () => {
+  it("chat takes a failed turn of the bot as its answer, with the reason; a later answer to another message does not undo the failure", () => {
     const e = (authorId: string, offset: string, payload: Record<string, unknown>) => ({ authorId, offset, payload });
     let p = onPosted(initialProgress(), "0002", "m2");
     p = advance(p, e("ag_1", "0003", { type: "signal.dispatch.error", agentId: "ag_1", triggerEntryId: "m2", reason: "no model: bot @coder has no environment" }), "me");
-    expect([answered(p), p.failure]).toEqual([true, "no model: bot @coder has no environment"]);
+    expect([answered(p), failureOf(p)]).toEqual([true, "no model: bot @coder has no environment"]);
     p = onPosted(p, "0004", "m4");
-    expect([answered(p), p.failure]).toEqual([false, null]);
-    // an error about another message is not about this one
-    expect(advance(p, e("ag_1", "0005", { type: "signal.dispatch.error", triggerEntryId: "m0", reason: "old" }), "me").waiting).toEqual(["m4"]);
+    expect(answered(p)).toBe(false);
+    // an error about another message (someone else's in the thread) is not about ours
+    p = advance(p, e("ag_1", "0005", { type: "signal.dispatch.error", triggerEntryId: "m0", reason: "old" }), "me");
+    expect(p.waiting).toEqual(["m4"]);
+    p = advance(p, e("ag_1", "0006", { type: "chat", text: "fine now", triggerEntryId: "m4" }), "me");
+    expect([answered(p), failureOf(p)]).toEqual([true, "no model: bot @coder has no environment"]);
+    p = onPosted(p, "0007", "m7");
+    p = advance(p, e("ag_1", "0008", { type: "signal.dispatch.error", triggerEntryId: "m7", reason: "rate limited" }), "me");
+    expect(failureOf(p)).toBe("2 turns failed: no model: bot @coder has no environment; rate limited");
+    expect(failureOf(advance(onPosted(initialProgress(), "0001", "m1"), e("ag_1", "0002", { type: "chat", text: "ok", triggerEntryId: "m1" }), "me"))).toBeNull();
   });
 
   it("renders a bot's turn: its tool calls and results, not its words twice", () => {

@@ -436,6 +436,29 @@ describe("chat with a bot", () => {
     expect(Date.now() - started).toBeLessThan(60_000); // far from the 120 s it would have waited
   });
 
+  it("chat whose first message's turn fails and whose second is answered still exits with the failure", async (ctx) => {
+    if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip();
+    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
+    const child = spawn(process.execPath, [CLI, "chat", "@demo", "--reply-timeout", "120", "--json"], {
+      env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: mkdtempSync(join(tmpdir(), "tb-cfg-")), ...as() }, stdio: ["pipe", "pipe", "pipe"],
+    });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d) => (stdout += d));
+    child.stderr.on("data", (d) => (stderr += d));
+    const closed = new Promise<number | null>((resolve) => child.on("close", resolve));
+    // the second message only once the first one's failure is on screen: its answer comes after it
+    child.stdin.write("fail: the first message breaks\n");
+    for (let i = 0; i < 600 && !stdout.includes('"signal.dispatch.error"'); i++) await new Promise((r) => setTimeout(r, 50));
+    expect(stdout).toContain('"signal.dispatch.error"');
+    child.stdin.end("hello again\n");
+    const code = await closed;
+    const answers = stdout.trim().split("\n").map((l) => JSON.parse(l)).filter((e) => e.payload?.type === "chat" && e.authorId !== "cli-user");
+    expect(answers).toHaveLength(1); // the second message was answered
+    expect(code).toBe(2);
+    expect(JSON.parse(stderr.trim())).toEqual({ error: { code: "bot_failed", message: expect.stringMatching(/^@demo could not answer: .*demo model failure: the first message breaks.* \(thread th_\S+\)$/) } });
+  });
+
   it("chat refuses a reply timeout that is not a positive number before opening a thread; --json makes usage errors JSON", async () => {
     const r = await cli(["chat", "@demo", "--reply-timeout", "abc"], { env: as(), input: "x\n" });
     expect(r.code).toBe(2);
