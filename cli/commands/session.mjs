@@ -1,5 +1,5 @@
 // login / logout: where the CLI keeps its server URL and house token.
-import { createApi } from "../lib/api.mjs";
+import { createApi, notThreadbox } from "../lib/api.mjs";
 import { configPath, DEFAULT_URL, loadConfig, normalizeUrl, parseSignInLink, removeConfig, saveConfig, tokenClaims } from "../lib/config.mjs";
 import { CliError } from "../lib/errors.mjs";
 import { safe } from "../lib/render.mjs";
@@ -27,7 +27,8 @@ export function registerSession(program, ctxOf) {
       const token = await tokenFor(parsed.token, opts);
       if (!token) throw new CliError("bad_request", "empty token");
       // A token is kept only once the server accepts it.
-      await ctx.wait(`checking the token with ${url}`, () => createApi({ url, token }).get("/api/threads?limit=1"));
+      const answer = await ctx.wait(`checking the token with ${url}`, () => createApi({ url, token }).get("/api/threads?limit=1"));
+      if (!Array.isArray(answer?.threads)) throw notThreadbox(url, "GET /api/threads answered without a list of threads");
       const path = configPath();
       saveConfig({ ...loadConfig(path), url, token }, path);
       const claims = tokenClaims(token);

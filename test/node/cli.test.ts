@@ -10,6 +10,10 @@ import { ROOT, freePort, startWorker } from "../../scripts/lib/wrangler-dev.mjs"
 import { startDemoModel } from "../../dev/demo-model/server.mjs";
 import { DEMO_ENVIRONMENT_ID, seedDevHouse } from "../../scripts/lib/seed-dev.mjs";
 import { startPausableProxy } from "../support/pausable-proxy";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
+// @ts-expect-error plain JS module without declarations
+import { subscribe } from "../../cli/lib/subscribe.mjs";
 
 const CLI = join(ROOT, "cli", "threadbox.mjs");
 const SANDBOX_KEY = "cli-sandbox-key";
@@ -118,6 +122,37 @@ describe("login", () => {
     expect(r.code).toBe(2);
     expect(r.stderr).toContain("error unauthorized:");
     expect(existsSync(join(config, "threadbox", "config.json"))).toBe(false);
+  });
+
+  it("refuses a URL where something other than a threadbox API answers (the web UI's pages, a JSON server of another kind)", async () => {
+    const config = mkdtempSync(join(tmpdir(), "tb-login-"));
+    const page = `${worker.url}/threads/th_x`; // the web UI answers every such path 200 with its HTML
+    const r = await cli(["login", `${page}#token=${token}`], { config });
+    expect([r.code, r.stderr]).toEqual([2, `error not_threadbox: ${page} is not a threadbox API (GET /api/threads answered 200 text/html; charset=utf-8, not JSON): check the URL\n`]);
+    expect(existsSync(join(config, "threadbox", "config.json"))).toBe(false);
+    const other = createServer((_req, res) => { res.setHeader("content-type", "application/json"); res.end('{"ok":true}'); });
+    await new Promise<void>((resolve) => other.listen(0, "127.0.0.1", resolve));
+    const otherUrl = `http://127.0.0.1:${(other.address() as AddressInfo).port}`;
+    try {
+      const o = await cli(["login", `${otherUrl}/#token=${token}`], { config });
+      expect([o.code, o.stderr]).toEqual([2, `error not_threadbox: ${otherUrl} is not a threadbox API (GET /api/threads answered without a list of threads): check the URL\n`]);
+      expect(existsSync(join(config, "threadbox", "config.json"))).toBe(false);
+    } finally {
+      other.close();
+    }
+    // commands pointed there say the same instead of a stack trace or a silent retry loop
+    const env = { THREADBOX_URL: page, THREADBOX_TOKEN: token };
+    const listed = await cli(["threads"], { env });
+    expect([listed.code, listed.stderr]).toEqual([2, expect.stringMatching(/^error not_threadbox: .* is not a threadbox API .*\n$/)]);
+    const tail = await cli(["--json", "tail", "th_x"], { env, timeoutMs: 15_000 });
+    expect([tail.code, JSON.parse(tail.stderr).error.code]).toEqual([2, "not_threadbox"]);
+    // the WebSocket itself, asked there, gets the page instead of an upgrade: a final answer, not one to retry
+    for (const offset of ["-1", "now"]) {
+      const sub = subscribe({ url: page, token }, "th_x", { offset, onEntry: () => {} });
+      const outcome = await Promise.race([sub.done.then(() => "done", (err: { code?: string }) => err.code), new Promise((r) => setTimeout(() => r("still retrying"), 10_000))]);
+      sub.close();
+      expect({ offset, outcome }).toEqual({ offset, outcome: "not_threadbox" });
+    }
   });
 
   it("runs on the machine's own Node (20) as well, outside npm's PATH", async () => {
