@@ -9,7 +9,7 @@ import { registerHouse } from "./commands/house.mjs";
 import { registerSession } from "./commands/session.mjs";
 import { registerThreads } from "./commands/threads.mjs";
 import { createContext } from "./lib/context.mjs";
-import { CliError, EXIT } from "./lib/errors.mjs";
+import { CliError, EXIT, Interrupted } from "./lib/errors.mjs";
 import { printable, printableLine } from "./lib/render.mjs";
 import { colourEnabled, palette } from "./lib/term.mjs";
 
@@ -57,10 +57,13 @@ function report(err) {
     // help and version are not failures; usage mistakes were already printed by commander
     return err.exitCode === 0 ? EXIT.ok : EXIT.error;
   }
+  // Ctrl-C at a prompt is the user's own doing: exit as interrupted, with no message for people.
+  if (err instanceof Interrupted && !json) return EXIT.interrupted;
   const code = err instanceof CliError ? err.code : "internal";
   const message = err instanceof CliError ? err.message : String(err?.stack ?? err);
   if (json) {
     process.stderr.write(`${JSON.stringify({ error: { code, message, ...(err?.details !== undefined ? { details: err.details } : {}) } })}\n`);
+    if (err instanceof Interrupted) return EXIT.interrupted;
   } else {
     // Messages and details come from the server: escaped like everything else it sends.
     const c = palette(colourEnabled(process.stderr));

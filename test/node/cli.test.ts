@@ -166,6 +166,54 @@ describe("login", () => {
   });
 });
 
+/** Python that runs argv on a pseudo-terminal, types `key` once `prompt` shows, and prints {code, output}. */
+const ON_A_TERMINAL = `
+import json, os, pty, select, sys, time
+argv, prompt, key = json.loads(sys.argv[1]), sys.argv[2].encode(), sys.argv[3].encode().decode("unicode_escape").encode()
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(argv[0], argv)
+out = b""
+def read(until, secs):
+    global out
+    end = time.time() + secs
+    while time.time() < end and (until is None or until not in out):
+        if select.select([fd], [], [], 0.1)[0]:
+            try: out += os.read(fd, 4096)
+            except OSError: return
+read(prompt, 10)
+os.write(fd, key)
+code, end = None, time.time() + 10
+while code is None and time.time() < end:
+    read(None, 0.2)
+    wpid, status = os.waitpid(pid, os.WNOHANG)
+    if wpid: code = os.waitstatus_to_exitcode(status)
+if code is None:
+    os.kill(pid, 9); os.waitpid(pid, 0)
+read(None, 0.2)
+print(json.dumps({"code": code, "output": out.decode(errors="replace").replace("\\r", "")}))
+`;
+function atTerminal(args: string[], prompt: string, key: string, env: Record<string, string> = {}): { code: number | null; output: string } {
+  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
+  const out = execFileSync("python3", ["-c", ON_A_TERMINAL, JSON.stringify([process.execPath, CLI, ...args]), prompt, key], {
+    encoding: "utf8", env: { ...base, NO_COLOR: "1", THREADBOX_CONFIG: join(mkdtempSync(join(tmpdir(), "tb-cfg-")), "config.json"), ...env },
+  });
+  return JSON.parse(out);
+}
+
+describe("prompts that do not echo", () => {
+  it("Ctrl-C at the login token prompt or env add's secret prompt exits 130 without a message; Ctrl-D is an empty answer", () => {
+    const login = atTerminal(["login", "http://127.0.0.1:9"], "house token: ", "\\x03");
+    expect(login).toEqual({ code: 130, output: expect.stringMatching(/house token: \S*\n$/) });
+    const secret = atTerminal(["env", "add", "x", "--secret", "CLI_PROMPTED_KEY"], "CLI_PROMPTED_KEY: ", "\\x03");
+    expect(secret.code).toBe(130);
+    expect(secret.output).not.toMatch(/Warning|await|error/);
+    const empty = atTerminal(["login", "http://127.0.0.1:9"], "house token: ", "\\x04");
+    expect(empty.code).toBe(2);
+    expect(empty.output).toContain("error bad_request: empty token");
+  });
+});
+
 describe("threads, new, post", () => {
   it("new prints the id; post appends a chat entry idempotently; threads --tree nests children; --json is parseable", async () => {
     const parent = (await ok(["new", "cli parent", "--env", "demo"])).stdout.trim();
