@@ -23,14 +23,21 @@ export function registerSession(program, ctxOf) {
     .action(async (link, opts, cmd) => {
       const ctx = ctxOf(cmd);
       const parsed = link ? parseSignInLink(link) : { url: undefined, token: undefined };
-      const url = normalizeUrl(parsed.url ?? ctx.globals.url ?? process.env.THREADBOX_URL ?? loadConfig().url ?? DEFAULT_URL);
+      const path = configPath();
+      // login is how a broken stored file gets fixed: what cannot be read is replaced, not in the way.
+      let stored = {};
+      try {
+        stored = loadConfig(path);
+      } catch {
+        stored = {};
+      }
+      const url = normalizeUrl(parsed.url ?? ctx.globals.url ?? process.env.THREADBOX_URL ?? stored.url ?? DEFAULT_URL);
       const token = await tokenFor(parsed.token, opts);
       if (!token) throw new CliError("bad_request", "empty token");
       // A token is kept only once the server accepts it.
       const answer = await ctx.wait(`checking the token with ${url}`, () => createApi({ url, token }).get("/api/threads?limit=1"));
       if (!Array.isArray(answer?.threads)) throw notThreadbox(url, "GET /api/threads answered without a list of threads");
-      const path = configPath();
-      saveConfig({ ...loadConfig(path), url, token }, path);
+      saveConfig({ ...stored, url, token }, path);
       const claims = tokenClaims(token);
       ctx.print({ url, house: claims.house ?? null, subject: claims.sub ?? null, role: claims.role ?? null, config: path }, () =>
         safe`logged in to ${url}` + (claims.house ? safe` as ${claims.sub} in house ${claims.house}` : "") + safe` (saved in ${path})`);

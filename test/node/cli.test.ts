@@ -2,9 +2,9 @@
 // with the local sandbox host, the real pi in boxes, and the development demo model as pi's model.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execFileSync, spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, statSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { delimiter, join } from "node:path";
+import { delimiter, dirname, join } from "node:path";
 import { startSandboxHost } from "../../sandbox-host/server.mjs";
 import { ROOT, freePort, startWorker } from "../../scripts/lib/wrangler-dev.mjs";
 import { startDemoModel } from "../../dev/demo-model/server.mjs";
@@ -122,6 +122,33 @@ describe("login", () => {
     expect(r.code).toBe(2);
     expect(r.stderr).toContain("error unauthorized:");
     expect(existsSync(join(config, "threadbox", "config.json"))).toBe(false);
+  });
+
+  it("a broken stored login stands in the way only of what needs it; problems with the config path are named in one line", async () => {
+    const config = mkdtempSync(join(tmpdir(), "tb-login-"));
+    const file = join(config, "threadbox", "config.json");
+    mkdirSync(dirname(file));
+    writeFileSync(file, "{bad");
+    // THREADBOX_URL and THREADBOX_TOKEN say everything: the file is not read
+    const listed = await cli(["threads", "--json"], { config, env: as() });
+    expect([listed.code, listed.stderr]).toEqual([0, ""]);
+    const needed = await cli(["threads"], { config });
+    expect([needed.code, needed.stderr]).toEqual([2, `error bad_config: ${file} is not valid JSON: fix or delete it, then run \`threadbox login\`\n`]);
+    // login is the fix it suggests, so login replaces it
+    expect((await cli(["login", `${worker.url}/#token=${token}`], { config })).code).toBe(0);
+    expect(JSON.parse(readFileSync(file, "utf8"))).toEqual({ url: worker.url, token });
+
+    const aFile = join(config, "threadbox", "config.json"); // a file where the path wants a directory
+    const under = join(aFile, "config.json");
+    const unwritable = await cli(["login", `${worker.url}/#token=${token}`], { env: { THREADBOX_CONFIG: under } });
+    expect([unwritable.code, unwritable.stderr]).toEqual([2, `error bad_config: cannot write ${under}: a part of its path is a file, not a directory\n`]);
+    const dir = mkdtempSync(join(tmpdir(), "tb-cfg-dir-"));
+    const asDir = await cli(["threads"], { env: { THREADBOX_CONFIG: dir } });
+    expect([asDir.code, asDir.stderr]).toEqual([2, `error bad_config: cannot read ${dir}: it is a directory\n`]);
+    const loginDir = await cli(["login", `${worker.url}/#token=${token}`], { env: { THREADBOX_CONFIG: dir } });
+    expect([loginDir.code, loginDir.stderr]).toEqual([2, `error bad_config: cannot write ${dir}: it is a directory\n`]);
+    const logoutDir = await cli(["logout"], { env: { THREADBOX_CONFIG: dir } });
+    expect([logoutDir.code, logoutDir.stderr]).toEqual([2, `error bad_config: cannot remove ${dir}: it is a directory\n`]);
   });
 
   it("refuses a URL where something other than a threadbox API answers (the web UI's pages, a JSON server of another kind)", async () => {
