@@ -146,6 +146,32 @@ describe("artifacts", () => {
   });
 });
 
+describe("artifacts written by any writer", () => {
+  it("a malformed artifact entry is named and skipped; the others still print", () => {
+    const text = renderArtifacts([
+      { payload: { type: "artifact.files", runId: "r1" } },
+      { payload: { type: "artifact.files", runId: "r2", files: [null, { path: "a.txt", status: "added", size: 3 }, { status: "added" }] } },
+      { payload: { type: "artifact.folder", runId: "r3", status: "failed", folders: "notes", error: "gone" } },
+      { payload: { type: "artifact.later", runId: "r4" } },
+      { payload: null },
+      null,
+      { payload: { type: "artifact.diff", runId: "r5", bytes: 9, status: " M a.txt\n" } },
+    ], { full: true });
+    expect(text.split("\n")).toEqual([
+      "run r1: artifact.files entry without a file list, skipped",
+      "run r2: 1 file(s)",
+      "  added    a.txt  3 B",
+      "  2 malformed file item(s) skipped",
+      "run r3: folder sync failed for notes: gone",
+      "run r4: artifact.later entry of no kind this CLI knows, skipped",
+      "run ?: an artifact entry of no kind this CLI knows, skipped",
+      "run ?: an artifact entry of no kind this CLI knows, skipped",
+      "run r5: diff against an empty repository (9 B)",
+      "   M a.txt",
+    ]);
+  });
+});
+
 describe("watching", () => {
   it("only a finished-signal may end a run, and only a row that is no longer running does", () => {
     expect(mayEndRun({ payload: { type: "signal.thread.status_changed", status: "completed" } })).toBe(true);

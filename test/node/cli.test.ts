@@ -384,6 +384,19 @@ describe("tail shows whatever a writer of the thread wrote", () => {
   });
 });
 
+describe("artifacts any writer of the thread wrote", () => {
+  it("an artifact.files entry without files is named and skipped, not a crash", async () => {
+    const threadId = (await ok(["new", "odd artifacts"])).stdout.trim();
+    const r0 = await fetch(`${worker.url}/api/threads/${threadId}/entries`, {
+      method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify({ id: `${threadId}:artifacts:r1:files`, payload: { type: "artifact.files", runId: "r1" } }),
+    });
+    expect(r0.ok).toBe(true);
+    const r = await cli(["artifacts", threadId], { env: as() });
+    expect([r.code, r.stdout, r.stderr]).toEqual([0, "run r1: artifact.files entry without a file list, skipped\n", ""]);
+  });
+});
+
 describe("what the server sends cannot drive the terminal", () => {
   it("titles, chat text and error messages are printed with their escape sequences written out, not acted on", async () => {
     const threadId = (await ok(["new", "esc\u001b[31mRED\u001b]0;title\u0007"])).stdout.trim();
