@@ -1,6 +1,6 @@
 // artifacts <thread>: what the thread's runs left behind — changed files (small text inlined) and,
 // for a git checkout, status and diff — read from the thread, so it works after the box is gone.
-import { paths } from "../lib/api.mjs";
+import { paths, threadIdArg } from "../lib/api.mjs";
 import { printable, printableLine, safe } from "../lib/render.mjs";
 
 const isRecord = (v) => typeof v === "object" && v !== null && !Array.isArray(v);
@@ -49,7 +49,7 @@ export function registerArtifacts(program, ctxOf) {
   program
     .command("artifacts")
     .description("what a thread's runs produced (files, git status and diff), kept on the thread after the box is gone")
-    .argument("<thread>", "thread id")
+    .argument("<thread>", "thread id", threadIdArg)
     .option("--run <runId>", "only this run")
     .option("--full", "print file contents and the whole inline diff")
     .option("--limit <n>", "at most this many artifact entries", "50")

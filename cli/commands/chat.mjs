@@ -5,7 +5,7 @@
 import { randomUUID } from "node:crypto";
 import { createInterface } from "node:readline";
 import { InvalidArgumentError } from "commander";
-import { paths, resolveAgent } from "../lib/api.mjs";
+import { paths, resolveAgent, threadIdArg } from "../lib/api.mjs";
 import { tokenClaims } from "../lib/config.mjs";
 import { CliError } from "../lib/errors.mjs";
 import { renderEntry, safe } from "../lib/render.mjs";
@@ -100,7 +100,7 @@ export function registerChat(program, ctxOf, setExit) {
     .command("chat")
     .description("talk to a bot in a direct-message thread: one line of stdin per message")
     .argument("<bot>", "the bot's @handle (or id)")
-    .option("--thread <thread>", "continue this DM thread instead of opening a new one")
+    .option("--thread <thread>", "continue this DM thread instead of opening a new one", threadIdArg)
     .option("--reply-timeout <seconds>", "at the end of stdin, how long to wait for the last answer", positiveSeconds, 300)
     .action(async (botRef, opts, cmd) => {
       const ctx = ctxOf(cmd);

@@ -1,7 +1,7 @@
 // sandboxes, envs / env add, agents / agent add: the house's configuration.
 import { readFileSync } from "node:fs";
 import { Option } from "commander";
-import { resolveEnvironment } from "../lib/api.mjs";
+import { idArg, resolveEnvironment } from "../lib/api.mjs";
 import { CliError } from "../lib/errors.mjs";
 import { agentLine, environmentLine, printableLine, safe, sandboxLine } from "../lib/render.mjs";
 import { promptHidden } from "../lib/term.mjs";
@@ -80,7 +80,7 @@ export function registerHouse(program, ctxOf) {
   program
     .command("preview")
     .description("a URL that opens a port served inside a box (a dev server an agent started)")
-    .argument("<box|thread>", "a box id, or a thread id (its current box)")
+    .argument("<box|thread>", "a box id, or a thread id (its current box)", idArg("box or thread id"))
     .argument("<port>", "port inside the box")
     .option("--expires <seconds>", "how long the link works", "3600")
     .action(async (target, port, opts, cmd) => {

@@ -1,7 +1,7 @@
 // threads, new, post, tail, delegate, stop, resume.
 import { randomUUID } from "node:crypto";
 import { Option } from "commander";
-import { paths, resolveEnvironment } from "../lib/api.mjs";
+import { paths, resolveEnvironment, threadIdArg } from "../lib/api.mjs";
 import { followThread } from "../lib/follow.mjs";
 import { printableLine, safe, threadLine, threadTree } from "../lib/render.mjs";
 import { readStdin } from "../lib/term.mjs";
@@ -34,7 +34,7 @@ export function registerThreads(program, ctxOf, setExit) {
     .description("create a thread; prints its id")
     .argument("[title]", "title of the thread")
     .option("--env <environment>", "environment (id or name) its runs use")
-    .option("--parent <thread>", "make it a child of this thread")
+    .option("--parent <thread>", "make it a child of this thread", threadIdArg)
     .action(async (title, opts, cmd) => {
       const ctx = ctxOf(cmd);
       const api = ctx.api();
@@ -51,7 +51,7 @@ export function registerThreads(program, ctxOf, setExit) {
   program
     .command("post")
     .description("post a chat message to a thread (text `-` reads stdin)")
-    .argument("<thread>", "thread id")
+    .argument("<thread>", "thread id", threadIdArg)
     .argument("<text>", "message text, or - for stdin")
     .option("--id <id>", "entry id: the same id twice posts once", undefined)
     .action(async (threadId, text, opts, cmd) => {
@@ -64,7 +64,7 @@ export function registerThreads(program, ctxOf, setExit) {
   program
     .command("tail")
     .description("print a thread's entries as they arrive (WebSocket)")
-    .argument("<thread>", "thread id")
+    .argument("<thread>", "thread id", threadIdArg)
     .option("--until-done", "exit when the thread's run ends: 0 completed, 1 failed")
     .option("--from <offset>", "start after this offset (-1: the beginning, now: only new entries)", "-1")
     .action(async (threadId, opts, cmd) => {
@@ -75,7 +75,7 @@ export function registerThreads(program, ctxOf, setExit) {
   program
     .command("delegate")
     .description("hand a task to a coding agent in a fresh box, on a new child thread")
-    .argument("<thread>", "parent thread id")
+    .argument("<thread>", "parent thread id", threadIdArg)
     .argument("<task>", "what the agent should do, or - for stdin")
     .option("--watch", "follow the child thread until its run ends; exit 0 completed, 1 failed")
     .option("--env <environment>", "environment (id or name); default: the parent's")
@@ -102,7 +102,7 @@ export function registerThreads(program, ctxOf, setExit) {
   program
     .command("stop")
     .description("stop a thread's running run (status failed, reason stopped)")
-    .argument("<thread>", "thread id")
+    .argument("<thread>", "thread id", threadIdArg)
     .action(async (threadId, _opts, cmd) => {
       const ctx = ctxOf(cmd);
       const row = await ctx.wait("stopping", () => ctx.api().post(paths.threadAction(threadId, "stop"), {}));
@@ -112,7 +112,7 @@ export function registerThreads(program, ctxOf, setExit) {
   program
     .command("interrupt")
     .description("abort the running agent's current turn; the run goes on and waits for your next message (threadbox post)")
-    .argument("<thread>", "thread id")
+    .argument("<thread>", "thread id", threadIdArg)
     .action(async (threadId, _opts, cmd) => {
       const ctx = ctxOf(cmd);
       const r = await ctx.wait("interrupting", () => ctx.api().post(paths.threadAction(threadId, "interrupt"), {}));
@@ -122,7 +122,7 @@ export function registerThreads(program, ctxOf, setExit) {
   program
     .command("resume")
     .description("continue a finished thread with a new message")
-    .argument("<thread>", "thread id")
+    .argument("<thread>", "thread id", threadIdArg)
     .argument("<message>", "what to do next, or - for stdin")
     .option("--watch", "follow the run until it ends; exit 0 completed, 1 failed")
     .option("--model <provider/model>", "model for this run")

@@ -50,6 +50,17 @@ export function createApi(target) {
 /** The error for a URL whose server answers, but not as a threadbox server does. */
 export const notThreadbox = (url, what) => new CliError("not_threadbox", `${url} is not a threadbox API (${what}): check the URL`);
 
+/**
+ * Commander's parser for an argument or option naming a thread (or box): an empty id (a
+ * `$(threadbox new)` that failed) would otherwise reach the server as a different route and come
+ * back as a misleading error.
+ */
+export const idArg = (what) => (value) => {
+  if (!value.trim()) throw new CliError("usage", `the ${what} is empty (did the command that gave it fail?)`);
+  return value;
+};
+export const threadIdArg = idArg("thread id");
+
 const enc = encodeURIComponent;
 
 /** Resolves an environment given by id or by name. */

@@ -280,6 +280,22 @@ describe("threads, new, post", () => {
   });
 });
 
+describe("an empty thread id", () => {
+  it("every command taking a thread id refuses an empty or blank one as a usage error before asking the server", async () => {
+    const usage = "error usage: the thread id is empty (did the command that gave it fail?)\n";
+    const commands = [["tail", ""], ["tail", " ", "--until-done"], ["post", "", "hi"], ["delegate", "", "task"], ["stop", ""], ["interrupt", "\t"],
+      ["resume", "", "more"], ["artifacts", ""], ["new", "x", "--parent", ""], ["chat", "@demo", "--thread", " "]];
+    for (const args of commands) {
+      const r = await cli(args, { env: as() });
+      expect({ args, code: r.code, stdout: r.stdout, stderr: r.stderr }).toEqual({ args, code: 2, stdout: "", stderr: usage });
+    }
+    const preview = await cli(["preview", "", "3000"], { env: as() });
+    expect([preview.code, preview.stderr]).toEqual([2, "error usage: the box or thread id is empty (did the command that gave it fail?)\n"]);
+    const json = await cli(["post", "", "hi", "--json"], { env: as() });
+    expect([json.code, JSON.parse(json.stderr)]).toEqual([2, { error: { code: "usage", message: "the thread id is empty (did the command that gave it fail?)" } }]);
+  });
+});
+
 describe("runs: delegate --watch and tail --until-done end when the run ends", () => {
   it("delegate --watch: the demo model drives real pi through a write tool call to completion; exit 0", async () => {
     const parent = (await ok(["new", "watch me", "--env", "demo"])).stdout.trim();
