@@ -16,15 +16,19 @@ import { colourEnabled, palette } from "./lib/term.mjs";
 let exitCode = EXIT.ok;
 const setExit = (code) => { exitCode = code; };
 
+const jsonOutput = process.argv.includes("--json");
+
 // A reader that stops early (`threadbox tail --json | head -3`) closes the pipe: that is the end of
-// the output, not a crash.
+// the output, not a crash. It exits with the code set so far: a command waiting for an outcome (a
+// run, a bot's answers) sets "interrupted" until it knows, so output cut short never reads as success.
+// Any other failure to write (a full disk) is an error, said in one line.
 for (const stream of [process.stdout, process.stderr]) {
   stream.on("error", (err) => {
     if (err?.code === "EPIPE") process.exit(exitCode);
-    throw err;
+    if (stream === process.stdout) report(new CliError("output", `cannot write to stdout: ${err?.code ?? err?.message ?? err}`));
+    process.exit(EXIT.error);
   });
 }
-const jsonOutput = process.argv.includes("--json");
 
 const program = new Command("threadbox")
   .description("client of a threadbox server: threads, runs, boxes, environments, bots")

@@ -7,7 +7,7 @@ import { createInterface } from "node:readline";
 import { InvalidArgumentError } from "commander";
 import { paths, resolveAgent, threadIdArg } from "../lib/api.mjs";
 import { tokenClaims } from "../lib/config.mjs";
-import { CliError } from "../lib/errors.mjs";
+import { CliError, EXIT } from "../lib/errors.mjs";
 import { renderEntry, safe } from "../lib/render.mjs";
 import { subscribe } from "../lib/subscribe.mjs";
 import { createSpinner } from "../lib/term.mjs";
@@ -117,6 +117,7 @@ export function registerChat(program, ctxOf, setExit) {
           // the bot's tools (run_command, delegate_task) work in the thread's environment
           ...(bot.environmentId ? { environmentId: bot.environmentId } : {}),
         }));
+      setExit(EXIT.interrupted); // until every answer is in (see threadbox.mjs)
       const interactive = Boolean(process.stdin.isTTY);
       if (json) process.stdout.write(`${JSON.stringify({ threadId: thread.id, bot: { id: bot.id, handle: bot.handle } })}\n`);
       else process.stderr.write(c.gray(safe`thread ${thread.id} with @${bot.handle}` + `${interactive ? " — type a message, Ctrl-D to end" : ""}\n`));
@@ -166,6 +167,6 @@ export function registerChat(program, ctxOf, setExit) {
       if (outcome instanceof Error) throw outcome;
       const failure = failureOf(progress);
       if (failure) throw new CliError("bot_failed", `@${bot.handle} could not answer: ${failure} (thread ${thread.id})`);
-      setExit(0);
+      setExit(EXIT.ok);
     });
 }

@@ -2,6 +2,7 @@
 import { randomUUID } from "node:crypto";
 import { Option } from "commander";
 import { paths, resolveEnvironment, threadIdArg } from "../lib/api.mjs";
+import { EXIT } from "../lib/errors.mjs";
 import { followThread } from "../lib/follow.mjs";
 import { printableLine, safe, threadLine, threadTree } from "../lib/render.mjs";
 import { readStdin } from "../lib/term.mjs";
@@ -69,6 +70,7 @@ export function registerThreads(program, ctxOf, setExit) {
     .option("--from <offset>", "start after this offset (-1: the beginning, now: only new entries)", "-1")
     .action(async (threadId, opts, cmd) => {
       const ctx = ctxOf(cmd);
+      if (opts.untilDone) setExit(EXIT.interrupted); // until the run's end is known (see threadbox.mjs)
       setExit(await followThread({ api: ctx.api(), threadId, untilDone: Boolean(opts.untilDone), offset: opts.from, json: ctx.json, c: ctx.c }));
     });
 
@@ -96,6 +98,7 @@ export function registerThreads(program, ctxOf, setExit) {
       // with --json the first line is the delegate answer, then one line per entry
       if (ctx.json) process.stdout.write(`${JSON.stringify(r)}\n`);
       else process.stderr.write(`${ctx.c.gray(safe`child thread ${r.childThreadId}, run ${r.runId}`)}\n`);
+      setExit(EXIT.interrupted); // until the run's end is known
       setExit(await followThread({ api, threadId: r.childThreadId, untilDone: true, json: ctx.json, c: ctx.c }));
     });
 
@@ -134,6 +137,7 @@ export function registerThreads(program, ctxOf, setExit) {
       const before = opts.watch ? (await api.get(`${paths.threadAction(threadId, "entries")}?offset=now&limit=1`)).nextOffset : undefined;
       const r = await ctx.wait("resuming", () => api.post(paths.threadAction(threadId, "resume"), body));
       if (!opts.watch) return ctx.print(r, () => safe`${r.threadId} ${r.status} (run ${r.runId})`);
+      setExit(EXIT.interrupted); // until the run's end is known
       setExit(await followThread({ api, threadId, untilDone: true, offset: before, json: ctx.json, c: ctx.c }));
     });
 }

@@ -2,7 +2,7 @@
 // with the local sandbox host, the real pi in boxes, and the development demo model as pi's model.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execFileSync, spawn } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { delimiter, dirname, join } from "node:path";
 import { startSandboxHost } from "../../sandbox-host/server.mjs";
@@ -445,6 +445,36 @@ describe("output into a pipe that closes early", () => {
     if (code === "still running") child.kill("SIGKILL");
     expect(code).toBe(0);
     expect(stderr()).not.toMatch(/EPIPE|at .*\.mjs/);
+  });
+});
+
+describe("output that cannot be written", () => {
+  it("tail --until-done | head -1 before the run ended: not a success (130, as for Ctrl-C); a plain tail's reader leaving still ends it with 0", async () => {
+    const threadId = (await ok(["new", "cut short"])).stdout.trim(); // never ran: the wait goes on
+    await appendEntries(threadId, [{ type: "chat", text: "first" }]);
+    for (const [args, want] of [[["--until-done"], 130], [[], 0]] as const) {
+      const { child, stderr, closed } = started(["tail", threadId, "--json", ...args]);
+      await new Promise<void>((resolve) => child.stdout!.once("data", () => resolve()));
+      child.stdout!.destroy(); // the reader (head) is gone
+      await appendEntries(threadId, [{ type: "chat", text: "more" }]); // the next write finds the pipe closed
+      const code = await Promise.race([closed, new Promise<string>((r) => setTimeout(() => r("still running"), 10_000))]);
+      if (code === "still running") child.kill("SIGKILL");
+      expect({ args, code, stderr: stderr() }).toEqual({ args, code: want, stderr: "" });
+    }
+  });
+
+  it("a failed write to stdout (a full disk) is an error in one line, exit 2", async (ctx) => {
+    if (!existsSync("/dev/full")) ctx.skip();
+    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
+    const full = openSync("/dev/full", "w");
+    const child = spawn(process.execPath, [CLI, "threads"], {
+      env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: mkdtempSync(join(tmpdir(), "tb-cfg-")), ...as() }, stdio: ["ignore", full, "pipe"],
+    });
+    closeSync(full);
+    let stderr = "";
+    child.stderr!.on("data", (d) => (stderr += d));
+    const code = await new Promise((resolve) => child.on("close", resolve));
+    expect([code, stderr]).toEqual([2, "error output: cannot write to stdout: ENOSPC\n"]);
   });
 });
 
