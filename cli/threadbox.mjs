@@ -9,21 +9,26 @@ import { registerHouse } from "./commands/house.mjs";
 import { registerSession } from "./commands/session.mjs";
 import { registerThreads } from "./commands/threads.mjs";
 import { createContext } from "./lib/context.mjs";
-import { CliError, EXIT } from "./lib/errors.mjs";
+import { CliError, EXIT, Interrupted } from "./lib/errors.mjs";
+import { printable, printableLine } from "./lib/render.mjs";
 import { colourEnabled, palette } from "./lib/term.mjs";
 
 let exitCode = EXIT.ok;
 const setExit = (code) => { exitCode = code; };
 
+const jsonOutput = process.argv.includes("--json");
+
 // A reader that stops early (`threadbox tail --json | head -3`) closes the pipe: that is the end of
-// the output, not a crash.
+// the output, not a crash. It exits with the code set so far: a command waiting for an outcome (a
+// run, a bot's answers) sets "interrupted" until it knows, so output cut short never reads as success.
+// Any other failure to write (a full disk) is an error, said in one line.
 for (const stream of [process.stdout, process.stderr]) {
   stream.on("error", (err) => {
     if (err?.code === "EPIPE") process.exit(exitCode);
-    throw err;
+    if (stream === process.stdout) report(new CliError("output", `cannot write to stdout: ${err?.code ?? err?.message ?? err}`));
+    process.exit(EXIT.error);
   });
 }
-const jsonOutput = process.argv.includes("--json");
 
 const program = new Command("threadbox")
   .description("client of a threadbox server: threads, runs, boxes, environments, bots")
@@ -56,14 +61,18 @@ function report(err) {
     // help and version are not failures; usage mistakes were already printed by commander
     return err.exitCode === 0 ? EXIT.ok : EXIT.error;
   }
+  // Ctrl-C at a prompt is the user's own doing: exit as interrupted, with no message for people.
+  if (err instanceof Interrupted && !json) return EXIT.interrupted;
   const code = err instanceof CliError ? err.code : "internal";
   const message = err instanceof CliError ? err.message : String(err?.stack ?? err);
   if (json) {
     process.stderr.write(`${JSON.stringify({ error: { code, message, ...(err?.details !== undefined ? { details: err.details } : {}) } })}\n`);
+    if (err instanceof Interrupted) return EXIT.interrupted;
   } else {
+    // Messages and details come from the server: escaped like everything else it sends.
     const c = palette(colourEnabled(process.stderr));
-    process.stderr.write(`${c.red("error")} ${c.bold(code)}: ${message}\n`);
-    if (err?.details !== undefined) process.stderr.write(c.gray(`${JSON.stringify(err.details, null, 2)}\n`));
+    process.stderr.write(`${c.red("error")} ${c.bold(printableLine(code))}: ${printable(message)}\n`);
+    if (err?.details !== undefined) process.stderr.write(c.gray(`${printable(JSON.stringify(err.details, null, 2))}\n`));
   }
   return EXIT.error;
 }

@@ -1,29 +1,45 @@
 // artifacts <thread>: what the thread's runs left behind — changed files (small text inlined) and,
 // for a git checkout, status and diff — read from the thread, so it works after the box is gone.
-import { paths } from "../lib/api.mjs";
+import { paths, threadIdArg } from "../lib/api.mjs";
+import { printable, printableLine, safe } from "../lib/render.mjs";
 
-/** Human-readable text of artifact entries, newest run first (pure). */
+const isRecord = (v) => typeof v === "object" && v !== null && !Array.isArray(v);
+
+/**
+ * Human-readable text of artifact entries, newest run first (pure). Artifact payloads are not
+ * checked by the server (any writer of the thread may write one): a malformed one is named, not fatal.
+ */
 export function renderArtifacts(artifacts, { full = false, c = { gray: (s) => s, bold: (s) => s } } = {}) {
-  if (artifacts.length === 0) return "no artifacts on this thread";
+  if (!Array.isArray(artifacts) || artifacts.length === 0) return "no artifacts on this thread";
   const out = [];
   for (const a of artifacts) {
-    const p = a.payload;
+    const p = isRecord(a?.payload) ? a.payload : {};
+    const malformed = (what) => out.push(c.gray(safe`run ${p.runId ?? "?"}: ${p.type ?? "an artifact"} entry ${what}, skipped`));
     if (p.type === "artifact.files") {
-      out.push(c.bold(`run ${p.runId}: ${p.files.length} file(s)${p.truncated ? " (list cut)" : ""}`));
-      for (const f of p.files) {
-        const note = f.status === "deleted" ? "" : f.omitted ? ` [${f.omitted}]` : "";
-        out.push(`  ${f.status.padEnd(8)} ${f.path}  ${c.gray(`${f.size} B${note}`)}`);
-        if (full && f.content !== undefined) out.push(f.content.replace(/^/gm, "    | ").replace(/\n {4}\| $/, ""));
+      if (!Array.isArray(p.files)) {
+        malformed("without a file list");
+        continue;
       }
+      const files = p.files.filter((f) => isRecord(f) && typeof f.path === "string");
+      const odd = p.files.length - files.length;
+      out.push(c.bold(safe`run ${p.runId}: ${files.length} file(s)` + (p.truncated ? " (list cut)" : "")));
+      for (const f of files) {
+        const note = f.status === "deleted" ? "" : f.omitted ? safe` [${f.omitted}]` : "";
+        out.push(`  ${printableLine(f.status).padEnd(8)} ${printableLine(f.path)}  ${c.gray(safe`${f.size} B` + note)}`);
+        if (full && f.content !== undefined) out.push(printable(f.content).replace(/^/gm, "    | ").replace(/\n {4}\| $/, ""));
+      }
+      if (odd) out.push(c.gray(`  ${odd} malformed file item(s) skipped`));
     } else if (p.type === "artifact.diff") {
-      out.push(c.bold(`run ${p.runId}: diff against ${p.base ? p.base.slice(0, 12) : "an empty repository"} (${p.bytes} B${p.truncated ? ", head shown" : ""})`));
-      if (p.stream) out.push(c.gray(`  full diff: plain stream ${p.stream}`));
-      if (full) out.push(p.diff);
-      else if (p.status) out.push(p.status.trimEnd().replace(/^/gm, "  "));
+      out.push(c.bold(safe`run ${p.runId}: diff against ${p.base ? String(p.base).slice(0, 12) : "an empty repository"} (${p.bytes} B` + (p.truncated ? ", head shown)" : ")")));
+      if (p.stream) out.push(c.gray(safe`  full diff: plain stream ${p.stream}`));
+      if (full && typeof p.diff === "string") out.push(printable(p.diff));
+      else if (p.status) out.push(printable(p.status).trimEnd().replace(/^/gm, "  "));
     } else if (p.type === "artifact.folder") {
-      if (p.status === "synced") out.push(c.bold(`run ${p.runId}: folder ${p.folder} is now version ${p.version}`) + c.gray(` (${p.bytes} B, from version ${p.baseVersion ?? "?"}; ${p.download})`));
-      else if (p.status === "unchanged") out.push(`run ${p.runId}: folder ${p.folder} unchanged`);
-      else out.push(`run ${p.runId}: folder sync failed for ${(p.folders ?? []).join(", ")}: ${p.error}`);
+      if (p.status === "synced") out.push(c.bold(safe`run ${p.runId}: folder ${p.folder} is now version ${p.version}`) + c.gray(safe` (${p.bytes} B, from version ${p.baseVersion ?? "?"}; ${p.download})`));
+      else if (p.status === "unchanged") out.push(safe`run ${p.runId}: folder ${p.folder} unchanged`);
+      else out.push(safe`run ${p.runId}: folder sync failed for ${(Array.isArray(p.folders) ? p.folders : [p.folders ?? p.folder ?? "?"]).join(", ")}: ${p.error}`);
+    } else {
+      malformed("of no kind this CLI knows");
     }
   }
   return out.join("\n");
@@ -33,7 +49,7 @@ export function registerArtifacts(program, ctxOf) {
   program
     .command("artifacts")
     .description("what a thread's runs produced (files, git status and diff), kept on the thread after the box is gone")
-    .argument("<thread>", "thread id")
+    .argument("<thread>", "thread id", threadIdArg)
     .option("--run <runId>", "only this run")
     .option("--full", "print file contents and the whole inline diff")
     .option("--limit <n>", "at most this many artifact entries", "50")

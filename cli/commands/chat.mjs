@@ -5,26 +5,27 @@
 import { randomUUID } from "node:crypto";
 import { createInterface } from "node:readline";
 import { InvalidArgumentError } from "commander";
-import { paths, resolveAgent } from "../lib/api.mjs";
+import { paths, resolveAgent, threadIdArg } from "../lib/api.mjs";
 import { tokenClaims } from "../lib/config.mjs";
-import { CliError } from "../lib/errors.mjs";
-import { renderEntry } from "../lib/render.mjs";
+import { CliError, EXIT } from "../lib/errors.mjs";
+import { renderEntry, safe } from "../lib/render.mjs";
 import { subscribe } from "../lib/subscribe.mjs";
 import { createSpinner } from "../lib/term.mjs";
 
 /**
  * Where a conversation stands, updated entry by entry (pure). Each message we posted waits for its
  * answer: the bot's chat naming it (`triggerEntryId`), or its failed turn (`signal.dispatch.error`,
- * also naming it; `failure` says why). Child runs the bot delegated meanwhile are waited for too,
- * until each has finished and its result has come back as a chat.
- * @typedef {{ waiting: string[], answeredIds: string[], lastPosted: string | null, since: string | null,
- *   pendingChildren: number, childAnswers: number, failure: string | null }} ChatProgress
+ * also naming it; `failures` keeps why, for every failed turn: a later answer to another message does
+ * not make up for it). Child runs the bot delegated meanwhile are waited for too, until each has
+ * finished and its result has come back as a chat.
+ * @typedef {{ waiting: string[], answeredIds: string[], posted: string[], lastPosted: string | null, since: string | null,
+ *   pendingChildren: number, childAnswers: number, failures: { id: string | null, reason: string }[] }} ChatProgress
  */
-export const initialProgress = () => ({ waiting: [], answeredIds: [], lastPosted: null, since: null, pendingChildren: 0, childAnswers: 0, failure: null });
+export const initialProgress = () => ({ waiting: [], answeredIds: [], posted: [], lastPosted: null, since: null, pendingChildren: 0, childAnswers: 0, failures: [] });
 
 /** @returns {ChatProgress} */
 export function advance(progress, entry, me) {
-  const p = { ...progress, waiting: [...progress.waiting], answeredIds: [...progress.answeredIds] };
+  const p = { ...progress, waiting: [...progress.waiting], answeredIds: [...progress.answeredIds], failures: [...progress.failures] };
   const type = entry.payload?.type;
   const trigger = entry.payload?.triggerEntryId;
   const ours = entry.authorId === me;
@@ -35,16 +36,14 @@ export function advance(progress, entry, me) {
   };
   if (!ours && type === "chat") {
     if (entry.payload.origin === "child_finished") p.childAnswers = Math.max(0, p.childAnswers - 1);
-    else if (typeof trigger === "string") {
-      answers(trigger);
-      p.failure = null;
-    } else if (p.lastPosted !== null && entry.offset > p.lastPosted) p.waiting = []; // an answer that names nothing: the last one
+    else if (typeof trigger === "string") answers(trigger);
+    else if (p.lastPosted !== null && entry.offset > p.lastPosted) p.waiting = []; // an answer that names nothing: the last one
   }
   if (!ours && type === "signal.dispatch.error" && (typeof trigger === "string" ? true : p.lastPosted !== null && entry.offset > p.lastPosted)) {
     if (typeof trigger === "string") answers(trigger);
     else p.waiting = [];
     p.pendingChildren = 0;
-    p.failure = String(entry.payload.reason ?? "the bot's turn failed");
+    p.failures.push({ id: typeof trigger === "string" ? trigger : null, reason: String(entry.payload.reason ?? "the bot's turn failed") });
   }
   if (sinceOurs && type === "pi.tool_result" && (entry.payload.toolName ?? entry.payload.name) === "delegate_task" && !entry.payload.isError
       && /\bth_[A-Za-z0-9]+/.test(String(entry.payload.output ?? ""))) {
@@ -63,13 +62,23 @@ export function onPosted(progress, offset, id) {
   return {
     ...progress,
     waiting: answeredAlready ? progress.waiting : [...progress.waiting, id],
+    posted: [...progress.posted, id],
     lastPosted: offset,
     since: progress.since ?? offset,
-    failure: answeredAlready ? progress.failure : null,
   };
 }
 
 export const answered = (progress) => progress.waiting.length === 0 && progress.pendingChildren === 0 && progress.childAnswers === 0;
+
+/**
+ * Why the conversation failed, once it is over: every failed turn of the bot on a message posted
+ * here (another writer's message failing is not ours to report), or null when none failed.
+ */
+export function failureOf(progress) {
+  const f = progress.failures.filter((x) => x.id === null || progress.posted.includes(x.id)).map((x) => x.reason);
+  if (f.length === 0) return null;
+  return f.length === 1 ? f[0] : `${f.length} turns failed: ${f.join("; ")}`;
+}
 
 /** `--thread`: a DM thread with this bot, else nothing there would answer every message. */
 async function dmThread(api, threadId, bot) {
@@ -91,7 +100,7 @@ export function registerChat(program, ctxOf, setExit) {
     .command("chat")
     .description("talk to a bot in a direct-message thread: one line of stdin per message")
     .argument("<bot>", "the bot's @handle (or id)")
-    .option("--thread <thread>", "continue this DM thread instead of opening a new one")
+    .option("--thread <thread>", "continue this DM thread instead of opening a new one", threadIdArg)
     .option("--reply-timeout <seconds>", "at the end of stdin, how long to wait for the last answer", positiveSeconds, 300)
     .action(async (botRef, opts, cmd) => {
       const ctx = ctxOf(cmd);
@@ -108,9 +117,10 @@ export function registerChat(program, ctxOf, setExit) {
           // the bot's tools (run_command, delegate_task) work in the thread's environment
           ...(bot.environmentId ? { environmentId: bot.environmentId } : {}),
         }));
+      setExit(EXIT.interrupted); // until every answer is in (see threadbox.mjs)
       const interactive = Boolean(process.stdin.isTTY);
       if (json) process.stdout.write(`${JSON.stringify({ threadId: thread.id, bot: { id: bot.id, handle: bot.handle } })}\n`);
-      else process.stderr.write(c.gray(`thread ${thread.id} with @${bot.handle}${interactive ? " — type a message, Ctrl-D to end" : ""}\n`));
+      else process.stderr.write(c.gray(safe`thread ${thread.id} with @${bot.handle}` + `${interactive ? " — type a message, Ctrl-D to end" : ""}\n`));
 
       const spinner = createSpinner();
       const start = opts.thread ? (await api.get(`${paths.threadAction(thread.id, "entries")}?offset=now&limit=1`)).nextOffset : "-1";
@@ -144,7 +154,7 @@ export function registerChat(program, ctxOf, setExit) {
         const id = `cli-${randomUUID()}`;
         const r = await api.post(paths.threadAction(thread.id, "entries"), { id, payload: { type: "chat", text } });
         progress = onPosted(progress, r.entries[0].offset, id);
-        if (!json && !answered(progress)) spinner.start(`@${bot.handle} is thinking`);
+        if (!json && !answered(progress)) spinner.start(safe`@${bot.handle} is thinking`);
       }
       inputDone = true;
       const timeoutMs = opts.replyTimeout * 1000;
@@ -155,7 +165,8 @@ export function registerChat(program, ctxOf, setExit) {
       spinner.stop();
       sub.close();
       if (outcome instanceof Error) throw outcome;
-      if (progress.failure) throw new CliError("bot_failed", `@${bot.handle} could not answer: ${progress.failure} (thread ${thread.id})`);
-      setExit(0);
+      const failure = failureOf(progress);
+      if (failure) throw new CliError("bot_failed", `@${bot.handle} could not answer: ${failure} (thread ${thread.id})`);
+      setExit(EXIT.ok);
     });
 }

@@ -1,9 +1,9 @@
 // sandboxes, envs / env add, agents / agent add: the house's configuration.
 import { readFileSync } from "node:fs";
 import { Option } from "commander";
-import { resolveEnvironment } from "../lib/api.mjs";
+import { idArg, resolveEnvironment } from "../lib/api.mjs";
 import { CliError } from "../lib/errors.mjs";
-import { agentLine, environmentLine, sandboxLine } from "../lib/render.mjs";
+import { agentLine, environmentLine, printableLine, safe, sandboxLine } from "../lib/render.mjs";
 import { promptHidden } from "../lib/term.mjs";
 
 const collect = (value, previous = []) => [...previous, value];
@@ -80,7 +80,7 @@ export function registerHouse(program, ctxOf) {
   program
     .command("preview")
     .description("a URL that opens a port served inside a box (a dev server an agent started)")
-    .argument("<box|thread>", "a box id, or a thread id (its current box)")
+    .argument("<box|thread>", "a box id, or a thread id (its current box)", idArg("box or thread id"))
     .argument("<port>", "port inside the box")
     .option("--expires <seconds>", "how long the link works", "3600")
     .action(async (target, port, opts, cmd) => {
@@ -94,7 +94,7 @@ export function registerHouse(program, ctxOf) {
       }
       const r = await ctx.wait("asking for a link", () =>
         api.get(`/api/sandboxes/${encodeURIComponent(boxId)}/ports/${encodeURIComponent(port)}/preview?expiresInSeconds=${encodeURIComponent(opts.expires)}`));
-      ctx.print(r, () => `${r.url}\n${ctx.c.gray(`port ${r.port} of ${r.boxId}, valid until ${r.expiresAt}`)}`);
+      ctx.print(r, () => `${printableLine(r.url)}\n${ctx.c.gray(safe`port ${r.port} of ${r.boxId}, valid until ${r.expiresAt}`)}`);
     });
 
   program

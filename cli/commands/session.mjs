@@ -1,7 +1,8 @@
 // login / logout: where the CLI keeps its server URL and house token.
-import { createApi } from "../lib/api.mjs";
+import { createApi, notThreadbox } from "../lib/api.mjs";
 import { configPath, DEFAULT_URL, loadConfig, normalizeUrl, parseSignInLink, removeConfig, saveConfig, tokenClaims } from "../lib/config.mjs";
 import { CliError } from "../lib/errors.mjs";
+import { safe } from "../lib/render.mjs";
 import { promptHidden, readStdin } from "../lib/term.mjs";
 
 /** The token for `login`: from the link, stdin, THREADBOX_TOKEN, or a prompt that does not echo. */
@@ -22,16 +23,24 @@ export function registerSession(program, ctxOf) {
     .action(async (link, opts, cmd) => {
       const ctx = ctxOf(cmd);
       const parsed = link ? parseSignInLink(link) : { url: undefined, token: undefined };
-      const url = normalizeUrl(parsed.url ?? ctx.globals.url ?? process.env.THREADBOX_URL ?? loadConfig().url ?? DEFAULT_URL);
+      const path = configPath();
+      // login is how a broken stored file gets fixed: what cannot be read is replaced, not in the way.
+      let stored = {};
+      try {
+        stored = loadConfig(path);
+      } catch {
+        stored = {};
+      }
+      const url = normalizeUrl(parsed.url ?? ctx.globals.url ?? process.env.THREADBOX_URL ?? stored.url ?? DEFAULT_URL);
       const token = await tokenFor(parsed.token, opts);
       if (!token) throw new CliError("bad_request", "empty token");
       // A token is kept only once the server accepts it.
-      await ctx.wait(`checking the token with ${url}`, () => createApi({ url, token }).get("/api/threads?limit=1"));
-      const path = configPath();
-      saveConfig({ ...loadConfig(path), url, token }, path);
+      const answer = await ctx.wait(`checking the token with ${url}`, () => createApi({ url, token }).get("/api/threads?limit=1"));
+      if (!Array.isArray(answer?.threads)) throw notThreadbox(url, "GET /api/threads answered without a list of threads");
+      saveConfig({ ...stored, url, token }, path);
       const claims = tokenClaims(token);
       ctx.print({ url, house: claims.house ?? null, subject: claims.sub ?? null, role: claims.role ?? null, config: path }, () =>
-        `logged in to ${url}${claims.house ? ` as ${claims.sub} in house ${claims.house}` : ""} (saved in ${path})`);
+        safe`logged in to ${url}` + (claims.house ? safe` as ${claims.sub} in house ${claims.house}` : "") + safe` (saved in ${path})`);
     });
 
   program

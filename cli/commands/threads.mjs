@@ -1,9 +1,10 @@
 // threads, new, post, tail, delegate, stop, resume.
 import { randomUUID } from "node:crypto";
 import { Option } from "commander";
-import { paths, resolveEnvironment } from "../lib/api.mjs";
+import { paths, resolveEnvironment, threadIdArg } from "../lib/api.mjs";
+import { EXIT } from "../lib/errors.mjs";
 import { followThread } from "../lib/follow.mjs";
-import { threadLine, threadTree } from "../lib/render.mjs";
+import { printableLine, safe, threadLine, threadTree } from "../lib/render.mjs";
 import { readStdin } from "../lib/term.mjs";
 
 const STATUSES = ["idle", "running", "completed", "failed"];
@@ -34,7 +35,7 @@ export function registerThreads(program, ctxOf, setExit) {
     .description("create a thread; prints its id")
     .argument("[title]", "title of the thread")
     .option("--env <environment>", "environment (id or name) its runs use")
-    .option("--parent <thread>", "make it a child of this thread")
+    .option("--parent <thread>", "make it a child of this thread", threadIdArg)
     .action(async (title, opts, cmd) => {
       const ctx = ctxOf(cmd);
       const api = ctx.api();
@@ -45,37 +46,38 @@ export function registerThreads(program, ctxOf, setExit) {
         ...(opts.parent ? { parent: { kind: "thread", id: opts.parent } } : {}),
       };
       const row = await ctx.wait("creating thread", () => api.post("/api/threads", body));
-      ctx.print(row, () => row.id);
+      ctx.print(row, () => printableLine(row.id));
     });
 
   program
     .command("post")
     .description("post a chat message to a thread (text `-` reads stdin)")
-    .argument("<thread>", "thread id")
+    .argument("<thread>", "thread id", threadIdArg)
     .argument("<text>", "message text, or - for stdin")
     .option("--id <id>", "entry id: the same id twice posts once", undefined)
     .action(async (threadId, text, opts, cmd) => {
       const ctx = ctxOf(cmd);
       const envelope = { id: opts.id ?? `cli-${randomUUID()}`, payload: { type: "chat", text: await textArg(text) } };
       const r = await ctx.wait("posting", () => ctx.api().post(paths.threadAction(threadId, "entries"), envelope));
-      ctx.print(r, () => `posted ${r.entries[0].id} at offset ${r.entries[0].offset}${r.entries[0].duplicate ? " (already there)" : ""}`);
+      ctx.print(r, () => safe`posted ${r.entries[0].id} at offset ${r.entries[0].offset}` + (r.entries[0].duplicate ? " (already there)" : ""));
     });
 
   program
     .command("tail")
     .description("print a thread's entries as they arrive (WebSocket)")
-    .argument("<thread>", "thread id")
+    .argument("<thread>", "thread id", threadIdArg)
     .option("--until-done", "exit when the thread's run ends: 0 completed, 1 failed")
     .option("--from <offset>", "start after this offset (-1: the beginning, now: only new entries)", "-1")
     .action(async (threadId, opts, cmd) => {
       const ctx = ctxOf(cmd);
+      if (opts.untilDone) setExit(EXIT.interrupted); // until the run's end is known (see threadbox.mjs)
       setExit(await followThread({ api: ctx.api(), threadId, untilDone: Boolean(opts.untilDone), offset: opts.from, json: ctx.json, c: ctx.c }));
     });
 
   program
     .command("delegate")
     .description("hand a task to a coding agent in a fresh box, on a new child thread")
-    .argument("<thread>", "parent thread id")
+    .argument("<thread>", "parent thread id", threadIdArg)
     .argument("<task>", "what the agent should do, or - for stdin")
     .option("--watch", "follow the child thread until its run ends; exit 0 completed, 1 failed")
     .option("--env <environment>", "environment (id or name); default: the parent's")
@@ -92,17 +94,18 @@ export function registerThreads(program, ctxOf, setExit) {
       for (const k of ["model", "harness", "repo", "branch", "title"]) if (opts[k]) body[k] = opts[k];
       if (environmentId) body.environmentId = environmentId;
       const r = await ctx.wait("delegating", () => api.post(paths.threadAction(threadId, "delegate"), body));
-      if (!opts.watch) return ctx.print(r, () => r.childThreadId);
+      if (!opts.watch) return ctx.print(r, () => printableLine(r.childThreadId));
       // with --json the first line is the delegate answer, then one line per entry
       if (ctx.json) process.stdout.write(`${JSON.stringify(r)}\n`);
-      else process.stderr.write(`${ctx.c.gray(`child thread ${r.childThreadId}, run ${r.runId}`)}\n`);
+      else process.stderr.write(`${ctx.c.gray(safe`child thread ${r.childThreadId}, run ${r.runId}`)}\n`);
+      setExit(EXIT.interrupted); // until the run's end is known
       setExit(await followThread({ api, threadId: r.childThreadId, untilDone: true, json: ctx.json, c: ctx.c }));
     });
 
   program
     .command("stop")
     .description("stop a thread's running run (status failed, reason stopped)")
-    .argument("<thread>", "thread id")
+    .argument("<thread>", "thread id", threadIdArg)
     .action(async (threadId, _opts, cmd) => {
       const ctx = ctxOf(cmd);
       const row = await ctx.wait("stopping", () => ctx.api().post(paths.threadAction(threadId, "stop"), {}));
@@ -112,17 +115,17 @@ export function registerThreads(program, ctxOf, setExit) {
   program
     .command("interrupt")
     .description("abort the running agent's current turn; the run goes on and waits for your next message (threadbox post)")
-    .argument("<thread>", "thread id")
+    .argument("<thread>", "thread id", threadIdArg)
     .action(async (threadId, _opts, cmd) => {
       const ctx = ctxOf(cmd);
       const r = await ctx.wait("interrupting", () => ctx.api().post(paths.threadAction(threadId, "interrupt"), {}));
-      ctx.print(r, () => `interrupted run ${r.runId ?? "?"} of ${r.threadId}; post a message to say what to do instead`);
+      ctx.print(r, () => safe`interrupted run ${r.runId ?? "?"} of ${r.threadId}; post a message to say what to do instead`);
     });
 
   program
     .command("resume")
     .description("continue a finished thread with a new message")
-    .argument("<thread>", "thread id")
+    .argument("<thread>", "thread id", threadIdArg)
     .argument("<message>", "what to do next, or - for stdin")
     .option("--watch", "follow the run until it ends; exit 0 completed, 1 failed")
     .option("--model <provider/model>", "model for this run")
@@ -133,7 +136,8 @@ export function registerThreads(program, ctxOf, setExit) {
       // Where the log ends before this run: watching from there shows the whole run, even a quick one.
       const before = opts.watch ? (await api.get(`${paths.threadAction(threadId, "entries")}?offset=now&limit=1`)).nextOffset : undefined;
       const r = await ctx.wait("resuming", () => api.post(paths.threadAction(threadId, "resume"), body));
-      if (!opts.watch) return ctx.print(r, () => `${r.threadId} ${r.status} (run ${r.runId})`);
+      if (!opts.watch) return ctx.print(r, () => safe`${r.threadId} ${r.status} (run ${r.runId})`);
+      setExit(EXIT.interrupted); // until the run's end is known
       setExit(await followThread({ api, threadId, untilDone: true, offset: before, json: ctx.json, c: ctx.c }));
     });
 }

@@ -22,16 +22,20 @@ export function createApi(target) {
     }
     const text = await res.text();
     let parsed = null;
+    let isJson = true;
     try {
       parsed = text ? JSON.parse(text) : null;
     } catch {
-      parsed = null;
+      isJson = false;
     }
     if (!res.ok) {
       const e = parsed?.error;
       if (e?.code) throw new CliError(e.code, e.message ?? "", { status: res.status, details: e.details });
       throw new CliError(`http_${res.status}`, text.slice(0, 200) || res.statusText, { status: res.status });
     }
+    // A success that is not JSON comes from something else at that URL (a web page, a proxy's
+    // login form): using it as an answer would fail later, somewhere less clear.
+    if (!isJson) throw notThreadbox(target.url, `${method} ${path.replace(/\?.*$/, "")} answered ${res.status} ${res.headers.get("content-type") ?? "without a content type"}, not JSON`);
     return parsed;
   }
   return {
@@ -42,6 +46,20 @@ export function createApi(target) {
     del: (path) => request("DELETE", path),
   };
 }
+
+/** The error for a URL whose server answers, but not as a threadbox server does. */
+export const notThreadbox = (url, what) => new CliError("not_threadbox", `${url} is not a threadbox API (${what}): check the URL`);
+
+/**
+ * Commander's parser for an argument or option naming a thread (or box): an empty id (a
+ * `$(threadbox new)` that failed) would otherwise reach the server as a different route and come
+ * back as a misleading error.
+ */
+export const idArg = (what) => (value) => {
+  if (!value.trim()) throw new CliError("usage", `the ${what} is empty (did the command that gave it fail?)`);
+  return value;
+};
+export const threadIdArg = idArg("thread id");
 
 const enc = encodeURIComponent;
 

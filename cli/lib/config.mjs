@@ -17,26 +17,63 @@ export function configPath(env = process.env, platform = process.platform) {
   return join(base, "threadbox", "config.json");
 }
 
-export function loadConfig(path = configPath()) {
-  if (!existsSync(path)) return {};
-  try {
-    const parsed = JSON.parse(readFileSync(path, "utf8"));
-    return parsed && typeof parsed === "object" ? parsed : {};
-  } catch {
-    throw new CliError("bad_config", `${path} is not valid JSON: fix or delete it, then run \`threadbox login\``);
+/** What went wrong with a file operation on the config path, in words. */
+function fsProblem(err) {
+  switch (err?.code) {
+    case "EISDIR":
+    case "ERR_FS_EISDIR":
+      return "it is a directory";
+    case "EEXIST":
+    case "ENOTDIR":
+      return "a part of its path is a file, not a directory";
+    case "EACCES":
+    case "EPERM":
+      return "permission denied";
+    case "EROFS":
+      return "read-only file system";
+    default:
+      return err?.code ?? String(err?.message ?? err);
   }
 }
 
+export function loadConfig(path = configPath()) {
+  let text;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (err) {
+    if (err?.code === "ENOENT" || err?.code === "ENOTDIR") return {}; // nothing stored there
+    throw new CliError("bad_config", `cannot read ${path}: ${fsProblem(err)}`);
+  }
+  let parsed;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    throw new CliError("bad_config", `${path} is not valid JSON: fix or delete it, then run \`threadbox login\``);
+  }
+  const wrong = !parsed || typeof parsed !== "object" || Array.isArray(parsed) ? "is not a JSON object"
+    : ["url", "token"].filter((k) => parsed[k] !== undefined && typeof parsed[k] !== "string").map((k) => `has a ${k} that is not a string`)[0];
+  if (wrong) throw new CliError("bad_config", `${path} ${wrong}: fix or delete it, then run \`threadbox login\``);
+  return parsed;
+}
+
 export function saveConfig(config, path = configPath()) {
-  mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
-  writeFileSync(path, JSON.stringify(config, null, 2) + "\n", { mode: 0o600 });
-  chmodSync(path, 0o600); // an existing file keeps its old mode on write
+  try {
+    mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+    writeFileSync(path, JSON.stringify(config, null, 2) + "\n", { mode: 0o600 });
+    chmodSync(path, 0o600); // an existing file keeps its old mode on write
+  } catch (err) {
+    throw new CliError("bad_config", `cannot write ${path}: ${fsProblem(err)}`);
+  }
 }
 
 /** Removes the stored login; false when there was none. */
 export function removeConfig(path = configPath()) {
   if (!existsSync(path)) return false;
-  rmSync(path, { force: true });
+  try {
+    rmSync(path, { force: true });
+  } catch (err) {
+    throw new CliError("bad_config", `cannot remove ${path}: ${fsProblem(err)}`);
+  }
   return true;
 }
 
@@ -47,9 +84,12 @@ export const normalizeUrl = (url) => url.replace(/\/+$/, "");
  * The server and token to use.
  * @returns {{ url: string, token: string }}
  */
-export function resolveTarget(opts = {}, env = process.env, config = loadConfig()) {
-  const url = normalizeUrl(opts.url || env.THREADBOX_URL || config.url || DEFAULT_URL);
-  const token = env.THREADBOX_TOKEN || config.token;
+export function resolveTarget(opts = {}, env = process.env, config = undefined) {
+  // The stored file is read only when the flags and environment leave something to find there: a
+  // broken file must not stop a command given everything it needs.
+  const stored = () => (config ??= loadConfig());
+  const url = normalizeUrl(opts.url || env.THREADBOX_URL || stored().url || DEFAULT_URL);
+  const token = env.THREADBOX_TOKEN || stored().token;
   if (!token) {
     throw new CliError("not_logged_in", "no token: run `threadbox login` (npm run dev prints the line) or set THREADBOX_TOKEN");
   }

@@ -2,7 +2,7 @@
 // says how it ended.
 import { paths } from "./api.mjs";
 import { EXIT } from "./errors.mjs";
-import { renderEntry } from "./render.mjs";
+import { printableLine, renderEntry, safe } from "./render.mjs";
 import { subscribe } from "./subscribe.mjs";
 import { createSpinner } from "./term.mjs";
 
@@ -28,13 +28,21 @@ export const exitCodeFor = (row) => (row.status === "completed" ? EXIT.ok : EXIT
 export async function followThread(opts) {
   const { api, threadId, untilDone, json, c } = opts;
   const first = await api.get(paths.thread(threadId)); // a missing thread is a clear not_found before any socket
+  // A thread whose last run has ended: what follows `offset` up to the log's end may not hold that
+  // run's finished-signal (`--from now`, or an offset past it), so the end of the log ends the wait.
+  const ended = untilDone ? finishedRow(first) : null;
+  const end = ended ? (await api.get(`${paths.threadAction(threadId, "entries")}?offset=now&limit=1`)).nextOffset : null;
+  const offset = opts.offset ?? "-1";
+  // Offsets are fixed-width digits, so they compare as strings.
+  const atEnd = (o) => typeof end === "string" && (o === "now" || (typeof o === "string" && /^\d+_\d+$/.test(o) && o.length === end.length && o >= end));
+  if (ended && atEnd(offset)) return report(ended, json, c);
   const spinner = createSpinner();
   // A thread that never ran has nothing to finish yet: say so, or the wait looks like a hang.
-  if (!json && untilDone && first.status === "idle") process.stderr.write(c.gray(`thread ${threadId} has not run yet: waiting for a run to start and finish (Ctrl-C to stop)\n`));
+  if (!json && untilDone && first.status === "idle") process.stderr.write(c.gray(safe`thread ${threadId} has not run yet: waiting for a run to start and finish (Ctrl-C to stop)` + "\n"));
   if (!json) spinner.start(untilDone ? "waiting for the run to finish" : "waiting for entries (Ctrl-C to stop)");
   let finalRow = null;
   const sub = subscribe(api.target, threadId, {
-    offset: opts.offset ?? "-1",
+    offset,
     onReconnecting: (ms) => { if (!json) spinner.print(c.gray(`connection lost, reconnecting in ${ms} ms`), process.stderr); },
     async onEntry(entry) {
       if (json) process.stdout.write(`${JSON.stringify(entry)}\n`);
@@ -49,6 +57,9 @@ export async function followThread(opts) {
           finalRow = row;
           sub.close();
         }
+      } else if (ended && atEnd(entry.offset)) {
+        finalRow = ended;
+        sub.close();
       }
     },
   });
@@ -63,9 +74,14 @@ export async function followThread(opts) {
   }
   // Ctrl-C before the run ended: a script waiting on the run must not read that as success.
   if (!finalRow) return untilDone && interrupted ? EXIT.interrupted : EXIT.ok;
+  return report(finalRow, json, c);
+}
+
+/** Says how the run ended (human mode) and gives its exit code. */
+function report(row, json, c) {
   if (!json) {
-    const how = finalRow.status === "completed" ? c.green("run completed") : c.red(`run failed${finalRow.reason ? `: ${finalRow.reason}` : ""}`);
+    const how = row.status === "completed" ? c.green("run completed") : c.red(`run failed${row.reason ? `: ${printableLine(row.reason)}` : ""}`);
     process.stderr.write(`${how}\n`);
   }
-  return exitCodeFor(finalRow);
+  return exitCodeFor(row);
 }

@@ -1,6 +1,36 @@
 // How entries, threads and other rows look in a terminal. Pure: values in, lines out.
 
 const clip = (s, n) => (s.length > n ? `${s.slice(0, n - 1)}…` : s);
+const isRecord = (v) => typeof v === "object" && v !== null && !Array.isArray(v);
+/** JSON of a value parsed from JSON; never throws. */
+const json = (v) => {
+  try {
+    return JSON.stringify(v) ?? String(v);
+  } catch {
+    return String(v);
+  }
+};
+/**
+ * A payload field as text. Payloads are free-form (any writer of a thread may write any shape), so a
+ * field may be missing, null or of another type: nothing is "", a string is itself, else its JSON.
+ */
+const str = (v) => (typeof v === "string" ? v : v === undefined || v === null ? "" : typeof v === "object" ? json(v) : String(v));
+
+// Control characters a terminal acts on: C0 (ESC starts CSI/OSC sequences that move the cursor,
+// clear lines, set the window title), DEL and C1 (0x9b is a one-byte CSI). Tab is harmless.
+const CONTROLS = /[\x00-\x08\x0a-\x1f\x7f-\x9f]/g;
+const CONTROLS_BUT_NEWLINE = /[\x00-\x08\x0b-\x1f\x7f-\x9f]/g;
+const escapeControl = (ch) => (ch === "\n" ? "\\n" : ch === "\r" ? "\\r" : `\\x${ch.charCodeAt(0).toString(16).padStart(2, "0")}`);
+/**
+ * Text from the server as the terminal may show it: control characters written out visibly
+ * (`\x1b`), so what a thread's writers wrote cannot drive the user's terminal. Newlines stay (CRLF
+ * becomes one).
+ */
+export const printable = (v) => str(v).replace(/\r\n/g, "\n").replace(CONTROLS_BUT_NEWLINE, escapeControl);
+/** `printable` for a field shown on one line (a title, an id, a reason): a newline is written out too. */
+export const printableLine = (v) => str(v).replace(CONTROLS, escapeControl);
+/** A template whose interpolated values are `printableLine`d: safe`posted ${id}`. */
+export const safe = (strings, ...values) => strings.reduce((out, s, i) => out + (i ? printableLine(values[i - 1]) : "") + s, "");
 // A time no Date can hold (a writer's mistake) is shown blank rather than ending the tail.
 const time = (ts) => (typeof ts === "number" && Number.isFinite(new Date(ts).getTime()) ? new Date(ts).toISOString().replace(/^.*T/, "").slice(0, 8) : "        ");
 const indent = (text, pad) => text.split("\n").map((l) => `${pad}${l}`).join("\n");
@@ -8,7 +38,7 @@ const indent = (text, pad) => text.split("\n").map((l) => `${pad}${l}`).join("\n
 const FINISHED_OK = new Set(["completed"]);
 
 /** Bots' ids carry the `ag_` prefix, so an entry's author tells a bot from a person. */
-export const isBot = (entry) => Boolean(entry.authorId?.startsWith("ag_"));
+export const isBot = (entry) => typeof entry?.authorId === "string" && entry.authorId.startsWith("ag_");
 
 /** Continuation lines of a multi-line text, aligned under its first line. */
 const continued = (text) => text.replace(/\n/g, "\n           ");
@@ -17,17 +47,20 @@ export function statusColour(c, status) {
   if (status === "running") return c.yellow(status);
   if (FINISHED_OK.has(status)) return c.green(status);
   if (["failed", "pi_failed", "pi_session_orphaned", "stopped"].includes(status)) return c.red(status);
-  return c.gray(String(status));
+  return c.gray(printableLine(String(status)));
 }
 
 /** One line for a tool call: the command for bash, the path for file tools, else the arguments. */
-export function describeToolCall(name, args = {}) {
-  if (typeof args.command === "string") return `${name} $ ${args.command}`;
-  if (typeof args.path === "string") {
-    const size = typeof args.content === "string" ? ` (${Buffer.byteLength(args.content)} bytes)` : "";
-    return `${name} ${args.path}${size}`;
+export function describeToolCall(name, args) {
+  const tool = printableLine(name) || "tool";
+  if (isRecord(args)) {
+    if (typeof args.command === "string") return `${tool} $ ${printableLine(args.command)}`;
+    if (typeof args.path === "string") {
+      const size = typeof args.content === "string" ? ` (${Buffer.byteLength(args.content)} bytes)` : "";
+      return `${tool} ${printableLine(args.path)}${size}`;
+    }
   }
-  return `${name} ${clip(JSON.stringify(args), 200)}`;
+  return args === undefined || args === null ? tool : `${tool} ${clip(printableLine(json(args)), 200)}`;
 }
 
 /**
@@ -37,55 +70,70 @@ export function describeToolCall(name, args = {}) {
  * @param {{ maxOutputLines?: number, names?: Map<string, string> }} [opts]
  */
 export function renderEntry(entry, c, opts = {}) {
-  const p = entry.payload ?? { type: "?" };
+  const e = isRecord(entry) ? entry : {};
+  try {
+    return renderPayload(e, c, opts);
+  } catch {
+    // A shape no case above foresaw still gets a line: one odd entry must not end a tail.
+    return c.gray(`${time(e.ts)} · ${clip(printableLine(json(e.payload)), 200)}`);
+  }
+}
+
+function renderPayload(entry, c, opts) {
+  const p = isRecord(entry.payload) ? entry.payload : { type: "?" };
+  const type = typeof p.type === "string" ? p.type : "?";
   const at = c.gray(time(entry.ts));
-  const author = entry.authorId ? (opts.names?.get(entry.authorId) ?? entry.authorId) : "";
+  const authorId = str(entry.authorId);
+  const author = authorId ? printableLine(opts.names?.get(authorId) ?? authorId) : "";
   const maxLines = opts.maxOutputLines ?? 20;
-  switch (p.type) {
+  switch (type) {
     case "chat": {
       const who = isBot(entry) ? c.magenta(author) : c.cyan(author || "anonymous");
-      return `${at} ${c.bold(who)}: ${continued(p.text ?? "")}`;
+      return `${at} ${c.bold(who)}: ${continued(printable(p.text))}`;
     }
     case "pi.user":
-      return `${at} ${c.blue("task")}  ${p.text ?? ""}`;
+      return `${at} ${c.blue("task")}  ${printable(p.text)}`;
     case "pi.assistant": {
-      if (p.stopReason === "error") return `${at} ${c.red(isBot(entry) ? `${author} error` : "pi error")} ${p.errorMessage ?? p.text ?? ""}`;
+      if (p.stopReason === "error") return `${at} ${c.red(isBot(entry) ? `${author} error` : "pi error")} ${printable(p.errorMessage ?? p.text)}`;
       // A bot's turn lists its tool calls here; its words reach the thread as a chat entry, shown there.
-      const calls = (Array.isArray(p.toolCalls) ? p.toolCalls : []).map((tc) => `${at} ${c.yellow("▶")} ${describeToolCall(tc.name, tc.args ?? tc.arguments)}`);
-      const text = p.text && !isBot(entry) ? [`${at} ${c.bold("pi")}: ${continued(p.text)}`] : [];
+      const calls = (Array.isArray(p.toolCalls) ? p.toolCalls : []).map((tc) => {
+        const call = isRecord(tc) ? tc : {};
+        return `${at} ${c.yellow("▶")} ${describeToolCall(call.name, call.args ?? call.arguments)}`;
+      });
+      const said = printable(p.text);
+      const text = said && !isBot(entry) ? [`${at} ${c.bold("pi")}: ${continued(said)}`] : [];
       return [...text, ...calls].join("\n") || null;
     }
     case "pi.tool_call":
       return `${at} ${c.yellow("▶")} ${describeToolCall(p.name, p.args)}`;
     case "pi.tool_result": {
-      const out = String(p.output ?? "").replace(/\s+$/, "");
+      const out = printable(p.output).replace(/\s+$/, "");
       const lines = out ? out.split("\n") : [];
       const shown = lines.slice(0, maxLines).join("\n") + (lines.length > maxLines ? `\n… ${lines.length - maxLines} more lines` : "");
-      const head = `${at} ${p.isError ? c.red("✗") : c.green("✓")} ${p.name ?? p.toolName ?? "tool"}${lines.length ? "" : c.gray(" (no output)")}`;
+      const head = `${at} ${p.isError ? c.red("✗") : c.green("✓")} ${printableLine(p.name ?? p.toolName) || "tool"}${lines.length ? "" : c.gray(" (no output)")}`;
       return lines.length ? `${head}\n${c.gray(indent(shown, "           │ "))}` : head;
     }
     case "pi.error":
-      return `${at} ${c.red("pi error")} ${p.message ?? ""}`;
+      return `${at} ${c.red("pi error")} ${printable(p.message)}`;
     case "signal.thread.status_changed":
-      return `${at} ${c.gray("●")} ${statusColour(c, p.status)}${p.reason ? c.gray(` (${p.reason})`) : ""}`;
+      return `${at} ${c.gray("●")} ${statusColour(c, str(p.status))}${p.reason ? c.gray(` (${printableLine(p.reason)})`) : ""}`;
     case "signal.thread.box_assigned":
-      return `${at} ${c.gray(`· on box ${p.boxId}`)}`;
+      return `${at} ${c.gray(`· on box ${printableLine(p.boxId)}`)}`;
     case "signal.run.launched":
-      return `${at} ${c.gray(`· ${p.harness ?? "agent"} started (${p.boxReused ? "box reused" : "new box"}, session ${p.session ?? "new"})`)}`;
+      return `${at} ${c.gray(`· ${printableLine(p.harness) || "agent"} started (${p.boxReused ? "box reused" : "new box"}, session ${printableLine(p.session) || "new"})`)}`;
     case "signal.thread.child_finished":
-      return `${at} ${c.gray("●")} child ${p.childThreadId} ${statusColour(c, p.status)}${p.reason ? c.gray(` (${p.reason})`) : ""}`;
+      return `${at} ${c.gray("●")} child ${printableLine(p.childThreadId)} ${statusColour(c, str(p.status))}${p.reason ? c.gray(` (${printableLine(p.reason)})`) : ""}`;
     default: {
-      const { type, ...rest } = p;
-      const fields = Object.entries(rest).filter(([, v]) => v !== undefined && typeof v !== "object").map(([k, v]) => `${k}=${v}`).join(" ");
-      return c.gray(`${time(entry.ts)} · ${type}${fields ? ` ${clip(fields, 200)}` : ""}`);
+      const fields = Object.entries(p).filter(([k, v]) => k !== "type" && v !== undefined && v !== null && typeof v !== "object").map(([k, v]) => `${printableLine(k)}=${printableLine(v)}`).join(" ");
+      return c.gray(`${time(entry.ts)} · ${printableLine(type)}${fields ? ` ${clip(fields, 200)}` : ""}`);
     }
   }
 }
 
 /** `id  status  title` for one thread row. */
 export function threadLine(t, c) {
-  const reason = t.status !== "running" && t.reason && t.reason !== t.status ? c.gray(` (${t.reason})`) : "";
-  return `${c.bold(t.id)}  ${statusColour(c, t.status)}${reason}  ${t.title ?? c.gray("(untitled)")}`;
+  const reason = t.status !== "running" && t.reason && t.reason !== t.status ? c.gray(` (${printableLine(t.reason)})`) : "";
+  return `${c.bold(printableLine(t.id))}  ${statusColour(c, t.status)}${reason}  ${t.title ? printableLine(t.title) : c.gray("(untitled)")}`;
 }
 
 /**
@@ -116,16 +164,16 @@ export function threadTree(threads, c) {
 }
 
 export function sandboxLine(b, c) {
-  const threads = (b.threads ?? b.threadIds ?? []).map((t) => (typeof t === "string" ? t : t.id ?? t.threadId)).join(", ");
-  const state = b.state === "live" ? c.green(b.state) : b.state === "provisioning" ? c.yellow(b.state) : c.gray(b.state);
-  return `${c.bold(b.id)}  ${state}  ${b.ephemeral ? "ephemeral" : "kept"}${threads ? `  threads: ${threads}` : ""}`;
+  const threads = (b.threads ?? b.threadIds ?? []).map((t) => printableLine(typeof t === "string" ? t : t.id ?? t.threadId)).join(", ");
+  const state = b.state === "live" ? c.green(b.state) : b.state === "provisioning" ? c.yellow(b.state) : c.gray(printableLine(b.state));
+  return `${c.bold(printableLine(b.id))}  ${state}  ${b.ephemeral ? "ephemeral" : "kept"}${threads ? `  threads: ${threads}` : ""}`;
 }
 
 export function environmentLine(e, c) {
-  const secrets = e.secretNames?.length ? `  secrets: ${e.secretNames.join(", ")}` : "";
-  return `${c.bold(e.id)}  ${e.name}${e.model ? `  model ${e.model}` : ""}  ${e.harness ?? "pi"}${secrets}`;
+  const secrets = e.secretNames?.length ? `  secrets: ${e.secretNames.map(printableLine).join(", ")}` : "";
+  return `${c.bold(printableLine(e.id))}  ${printableLine(e.name)}${e.model ? `  model ${printableLine(e.model)}` : ""}  ${printableLine(e.harness ?? "pi")}${secrets}`;
 }
 
 export function agentLine(a, c) {
-  return `${c.bold(`@${a.handle}`)}  ${a.name}  model ${a.model}  ${a.triggerMode ?? "mention"}${Array.isArray(a.tools) ? `  tools: ${a.tools.length ? a.tools.join(", ") : "none"}` : "  tools: all"}  ${c.gray(a.id)}`;
+  return `${c.bold(`@${printableLine(a.handle)}`)}  ${printableLine(a.name)}  model ${printableLine(a.model)}  ${printableLine(a.triggerMode ?? "mention")}${Array.isArray(a.tools) ? `  tools: ${a.tools.length ? a.tools.map(printableLine).join(", ") : "none"}` : "  tools: all"}  ${c.gray(printableLine(a.id))}`;
 }

@@ -2,6 +2,7 @@
 // subprotocol next to the `threadbox` one the server selects, never in the URL), reconnecting from
 // the last offset seen after a drop, so no entry is missed or shown twice.
 import WebSocket from "ws";
+import { notThreadbox } from "./api.mjs";
 import { CliError } from "./errors.mjs";
 
 const RECONNECT_MIN_MS = 250;
@@ -43,6 +44,7 @@ export function subscribe(target, threadId, opts) {
     });
     const tail = r.headers.get("stream-next-offset");
     if (r.ok && tail) offset = tail;
+    else if (r.ok) throw notThreadbox(target.url, `the thread's stream answered ${r.status} without its offset`);
     else if (r.status >= 400 && r.status < 500) throw new CliError(r.status === 404 ? "not_found" : `http_${r.status}`, r.status === 404 ? "thread not found" : `the thread's tail could not be read (${r.status})`, { status: r.status });
     else throw new Error(`HEAD ${r.status}`);
   };
@@ -65,7 +67,8 @@ export function subscribe(target, threadId, opts) {
       } catch {
         return; // not an entry
       }
-      if (entry.offset) offset = entry.offset;
+      if (typeof entry !== "object" || entry === null) return; // not an entry either
+      if (typeof entry.offset === "string" && entry.offset) offset = entry.offset;
       // one at a time, in order, even when a handler awaits
       queue = queue.then(() => (closed ? undefined : opts.onEntry(entry))).catch(fail);
     });
@@ -79,6 +82,11 @@ export function subscribe(target, threadId, opts) {
         const status = res.statusCode ?? 0;
         if (status >= 400 && status < 500) {
           fail(new CliError(e?.code ?? `http_${status}`, e?.message ?? body.slice(0, 200), { status, details: e?.details }));
+          ws.terminate();
+        } else if (status >= 200 && status < 400) {
+          // A page or a redirect instead of a WebSocket: not a threadbox server there, and asking again will not make it one.
+          const where = status >= 300 && res.headers.location ? ` to ${res.headers.location}` : "";
+          fail(notThreadbox(target.url, `the WebSocket upgrade was answered ${status}${where} ${res.headers["content-type"] ?? ""}`.trimEnd()));
           ws.terminate();
         } else {
           ws.terminate();

@@ -1,6 +1,7 @@
 // Terminal output: colour only on a TTY (NO_COLOR / FORCE_COLOR respected), a spinner on stderr
 // while waiting, and a prompt that does not echo what is typed (for secrets).
 import { createInterface } from "node:readline";
+import { Interrupted } from "./errors.mjs";
 
 export function colourEnabled(stream = process.stdout, env = process.env) {
   if (env.NO_COLOR) return false;
@@ -61,18 +62,30 @@ export async function withSpinner(label, fn) {
   }
 }
 
-/** Asks on the terminal without echoing the answer. */
+/**
+ * Asks on the terminal without echoing the answer. Ctrl-C rejects with `Interrupted`; Ctrl-D on an
+ * empty line answers "".
+ */
 export function promptHidden(question, input = process.stdin, output = process.stderr) {
-  return new Promise((resolve) => {
+  return new Promise((resolve, reject) => {
     const rl = createInterface({ input, output, terminal: true });
     let muted = false;
-    // readline echoes through _writeToOutput; after the question, echo nothing.
-    rl._writeToOutput = (s) => { if (!muted) output.write(s); };
-    rl.question(question, (answer) => {
+    let settled = false;
+    const settle = (fn) => {
+      if (settled) return;
+      settled = true;
+      muted = false;
       output.write("\n");
       rl.close();
-      resolve(answer);
-    });
+      fn();
+    };
+    // readline echoes through _writeToOutput; after the question, echo nothing.
+    rl._writeToOutput = (s) => { if (!muted) output.write(s); };
+    // In raw mode Ctrl-C is a keystroke, not a signal: without this readline only pauses, and the
+    // command waits on an answer that never comes.
+    rl.on("SIGINT", () => settle(() => reject(new Interrupted())));
+    rl.on("close", () => settle(() => resolve("")));
+    rl.question(question, (answer) => settle(() => resolve(answer)));
     muted = true;
   });
 }

@@ -5,11 +5,11 @@ import { configPath, parseSignInLink, resolveTarget } from "../../cli/lib/config
 // @ts-expect-error plain JS module without declarations
 import { environmentBody } from "../../cli/commands/house.mjs";
 // @ts-expect-error plain JS module without declarations
-import { describeToolCall, renderEntry, threadTree } from "../../cli/lib/render.mjs";
+import { agentLine, describeToolCall, environmentLine, renderEntry, sandboxLine, threadLine, threadTree } from "../../cli/lib/render.mjs";
 // @ts-expect-error plain JS module without declarations
 import { palette } from "../../cli/lib/term.mjs";
 // @ts-expect-error plain JS module without declarations
-import { advance, answered, initialProgress, onPosted } from "../../cli/commands/chat.mjs";
+import { advance, answered, failureOf, initialProgress, onPosted } from "../../cli/commands/chat.mjs";
 // @ts-expect-error plain JS module without declarations
 import { finishedRow, mayEndRun } from "../../cli/lib/follow.mjs";
 // @ts-expect-error plain JS module without declarations
@@ -66,6 +66,66 @@ describe("rendering", () => {
     expect(renderEntry({ ts: 8_640_000_000_000_000, payload: { type: "signal.thread.status_changed", status: "stopped", reason: "r" } }, c)).toBe("00:00:00 ● stopped (r)");
   });
 
+  it("any entry renders without throwing: free-form payloads with missing, null or wrongly typed fields", () => {
+    // the shapes the audit met in a tail: arguments null, a tool call that is null
+    expect(renderEntry({ ts: 0, payload: { type: "pi.tool_call", name: "bash", args: null } }, c)).toBe("00:00:00 ▶ bash");
+    expect(renderEntry({ ts: 0, payload: { type: "pi.assistant", toolCalls: [null] } }, c)).toBe("00:00:00 ▶ tool");
+    expect(renderEntry({ ts: 0, payload: { type: "pi.tool_result", name: "bash", output: { lines: 2 } } }, c)).toBe('00:00:00 ✓ bash\n           │ {"lines":2}');
+    const types = ["chat", "pi.user", "pi.assistant", "pi.tool_call", "pi.tool_result", "pi.error", "signal.thread.status_changed",
+      "signal.thread.box_assigned", "signal.run.launched", "signal.thread.child_finished", "signal.dispatch.error", "artifact.files"];
+    const fields = ["text", "stopReason", "errorMessage", "toolCalls", "name", "args", "arguments", "output", "isError", "toolName",
+      "message", "status", "reason", "boxId", "harness", "boxReused", "session", "childThreadId"];
+    const odd = [undefined, null, 0, 7, true, "", "x", [], [null], [1, "a"], {}, { command: null }, { path: 3 }, [{ name: null, args: "s" }]];
+    for (const type of types) {
+      for (const field of fields) {
+        for (const value of odd) {
+          for (const stopReason of [undefined, "error"]) {
+            const payload = { type, stopReason, [field]: value };
+            const line = renderEntry({ ts: 0, authorId: "ag_1", payload }, c);
+            expect(line === null || typeof line === "string", JSON.stringify(payload)).toBe(true);
+          }
+        }
+      }
+    }
+    for (const entry of [null, 1, "x", [], {}, { payload: null }, { payload: "chat" }, { payload: [] }, { payload: { type: 5 } }, { authorId: 5, payload: { type: "chat", text: 1 } }]) {
+      expect(typeof renderEntry(entry, c), JSON.stringify(entry)).toBe("string");
+    }
+  });
+
+  it("what writers wrote cannot drive the terminal: control characters are written out visibly, newlines and tabs kept where text has lines", () => {
+    const osc = "hello\u001b[2K\r\u001b[32mrun completed\u001b]0;pwned title\u0007";
+    expect(renderEntry({ ts: 0, authorId: "u", payload: { type: "chat", text: osc } }, c)).toBe("00:00:00 u: hello\\x1b[2K\\r\\x1b[32mrun completed\\x1b]0;pwned title\\x07");
+    expect(renderEntry({ ts: 0, payload: { type: "pi.tool_result", name: "bash", output: "a\tb\r\n\u009b2Jc\n" } }, c)).toBe("00:00:00 ✓ bash\n           │ a\tb\n           │ \\x9b2Jc");
+    expect(threadLine({ id: "th_1", status: "idle", title: "esc\u001b[31mRED\nth_2  completed  fake" }, c)).toBe("th_1  idle  esc\\x1b[31mRED\\nth_2  completed  fake");
+    expect(describeToolCall("bash", { command: "printf '\u001b]52;c;ZXZpbA==\u0007'" })).toBe("bash $ printf '\\x1b]52;c;ZXZpbA==\\x07'");
+    const nasty = "a\u001b]0;t\u0007\u009b2J\r\nb\u0000\u007f\u0085";
+    const controls = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/;
+    const types = ["chat", "pi.user", "pi.assistant", "pi.tool_call", "pi.tool_result", "pi.error", "signal.thread.status_changed",
+      "signal.thread.box_assigned", "signal.run.launched", "signal.thread.child_finished", "signal.dispatch.error", nasty];
+    const fields = ["text", "errorMessage", "name", "output", "toolName", "message", "status", "reason", "boxId", "harness", "session", "childThreadId", nasty];
+    for (const type of types) {
+      for (const field of fields) {
+        for (const value of [nasty, { command: nasty }, { path: nasty }, [{ name: nasty, args: { x: nasty } }]]) {
+          for (const stopReason of [undefined, "error"]) {
+            const payload = { type, stopReason, toolCalls: [{ name: nasty, args: { command: nasty } }], args: { path: nasty }, [field]: value };
+            expect(renderEntry({ ts: 0, authorId: nasty, payload }, c) ?? "", JSON.stringify(payload)).not.toMatch(controls);
+          }
+        }
+      }
+    }
+    const row = { id: nasty, status: nasty, reason: nasty, title: nasty, state: nasty, threads: [nasty], name: nasty, model: nasty, harness: nasty,
+      secretNames: [nasty], handle: nasty, triggerMode: nasty, tools: [nasty] };
+    for (const line of [threadLine(row, c), sandboxLine(row, c), environmentLine(row, c), agentLine(row, c), ...threadTree([row], c)]) expect(line).not.toMatch(/[\u0000-\u001f\u007f-\u009f]/);
+    const art = renderArtifacts([
+      { payload: { type: "artifact.files", runId: nasty, files: [{ status: nasty, path: nasty, size: nasty, omitted: nasty, content: nasty }] } },
+      { payload: { type: "artifact.diff", runId: nasty, base: nasty, bytes: nasty, stream: nasty, diff: nasty, status: nasty } },
+      { payload: { type: "artifact.folder", runId: nasty, status: "synced", folder: nasty, version: nasty, bytes: nasty, download: nasty } },
+      { payload: { type: "artifact.folder", runId: nasty, status: "failed", folders: [nasty], error: nasty } },
+    ], { full: true });
+    expect(art).not.toMatch(controls);
+    expect(renderArtifacts([{ payload: { type: "artifact.diff", runId: "r", bytes: 1, status: nasty } }])).not.toMatch(controls);
+  });
+
   it("draws the thread tree; a child whose parent is not listed is a root", () => {
     const t = (id: string, parent: string | null, createdAt: string) => ({ id, status: "idle", title: id, createdAt, parent: parent ? { kind: "thread", id: parent } : { kind: "none", id: null } });
     const lines = threadTree([t("b", "a", "2"), t("a", null, "1"), t("c", "a", "3"), t("d", "b", "4"), t("e", "gone", "5")], c);
@@ -83,6 +143,32 @@ describe("artifacts", () => {
     expect(text).toContain("run r2: folder notes is now version 3 (2048 B, from version 2; /api/environments/env_1/folders/notes?version=3)");
     expect(text).toContain("run r1: folder notes unchanged");
     expect(text).toContain("run r0: folder sync failed for notes: box gone");
+  });
+});
+
+describe("artifacts written by any writer", () => {
+  it("a malformed artifact entry is named and skipped; the others still print", () => {
+    const text = renderArtifacts([
+      { payload: { type: "artifact.files", runId: "r1" } },
+      { payload: { type: "artifact.files", runId: "r2", files: [null, { path: "a.txt", status: "added", size: 3 }, { status: "added" }] } },
+      { payload: { type: "artifact.folder", runId: "r3", status: "failed", folders: "notes", error: "gone" } },
+      { payload: { type: "artifact.later", runId: "r4" } },
+      { payload: null },
+      null,
+      { payload: { type: "artifact.diff", runId: "r5", bytes: 9, status: " M a.txt\n" } },
+    ], { full: true });
+    expect(text.split("\n")).toEqual([
+      "run r1: artifact.files entry without a file list, skipped",
+      "run r2: 1 file(s)",
+      "  added    a.txt  3 B",
+      "  2 malformed file item(s) skipped",
+      "run r3: folder sync failed for notes: gone",
+      "run r4: artifact.later entry of no kind this CLI knows, skipped",
+      "run ?: an artifact entry of no kind this CLI knows, skipped",
+      "run ?: an artifact entry of no kind this CLI knows, skipped",
+      "run r5: diff against an empty repository (9 B)",
+      "   M a.txt",
+    ]);
   });
 });
 
@@ -126,15 +212,22 @@ describe("watching", () => {
     expect(answered(p)).toBe(true);
   });
 
-  it("chat takes a failed turn of the bot as its answer, with the reason; the next message starts clean", () => {
+  it("chat takes a failed turn of the bot as its answer, with the reason; a later answer to another message does not undo the failure", () => {
     const e = (authorId: string, offset: string, payload: Record<string, unknown>) => ({ authorId, offset, payload });
     let p = onPosted(initialProgress(), "0002", "m2");
     p = advance(p, e("ag_1", "0003", { type: "signal.dispatch.error", agentId: "ag_1", triggerEntryId: "m2", reason: "no model: bot @coder has no environment" }), "me");
-    expect([answered(p), p.failure]).toEqual([true, "no model: bot @coder has no environment"]);
+    expect([answered(p), failureOf(p)]).toEqual([true, "no model: bot @coder has no environment"]);
     p = onPosted(p, "0004", "m4");
-    expect([answered(p), p.failure]).toEqual([false, null]);
-    // an error about another message is not about this one
-    expect(advance(p, e("ag_1", "0005", { type: "signal.dispatch.error", triggerEntryId: "m0", reason: "old" }), "me").waiting).toEqual(["m4"]);
+    expect(answered(p)).toBe(false);
+    // an error about another message (someone else's in the thread) is not about ours
+    p = advance(p, e("ag_1", "0005", { type: "signal.dispatch.error", triggerEntryId: "m0", reason: "old" }), "me");
+    expect(p.waiting).toEqual(["m4"]);
+    p = advance(p, e("ag_1", "0006", { type: "chat", text: "fine now", triggerEntryId: "m4" }), "me");
+    expect([answered(p), failureOf(p)]).toEqual([true, "no model: bot @coder has no environment"]);
+    p = onPosted(p, "0007", "m7");
+    p = advance(p, e("ag_1", "0008", { type: "signal.dispatch.error", triggerEntryId: "m7", reason: "rate limited" }), "me");
+    expect(failureOf(p)).toBe("2 turns failed: no model: bot @coder has no environment; rate limited");
+    expect(failureOf(advance(onPosted(initialProgress(), "0001", "m1"), e("ag_1", "0002", { type: "chat", text: "ok", triggerEntryId: "m1" }), "me"))).toBeNull();
   });
 
   it("renders a bot's turn: its tool calls and results, not its words twice", () => {

@@ -2,14 +2,18 @@
 // with the local sandbox host, the real pi in boxes, and the development demo model as pi's model.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execFileSync, spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, statSync } from "node:fs";
+import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { delimiter, join } from "node:path";
+import { delimiter, dirname, join } from "node:path";
 import { startSandboxHost } from "../../sandbox-host/server.mjs";
 import { ROOT, freePort, startWorker } from "../../scripts/lib/wrangler-dev.mjs";
 import { startDemoModel } from "../../dev/demo-model/server.mjs";
 import { DEMO_ENVIRONMENT_ID, seedDevHouse } from "../../scripts/lib/seed-dev.mjs";
 import { startPausableProxy } from "../support/pausable-proxy";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
+// @ts-expect-error plain JS module without declarations
+import { subscribe } from "../../cli/lib/subscribe.mjs";
 
 const CLI = join(ROOT, "cli", "threadbox.mjs");
 const SANDBOX_KEY = "cli-sandbox-key";
@@ -21,7 +25,7 @@ let token: string;
 type Result = { code: number | null; stdout: string; stderr: string };
 
 /** Runs the CLI to its end. `env` replaces the login: no THREADBOX_* leaks in from the test's environment. */
-function cli(args: string[], opts: { env?: Record<string, string>; input?: string; node?: string; config?: string } = {}): Promise<Result> {
+function cli(args: string[], opts: { env?: Record<string, string>; input?: string; node?: string; config?: string; timeoutMs?: number } = {}): Promise<Result> {
   const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
   const child = spawn(opts.node ?? process.execPath, [CLI, ...args], {
     env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: opts.config ?? mkdtempSync(join(tmpdir(), "tb-cfg-")), ...opts.env },
@@ -32,7 +36,9 @@ function cli(args: string[], opts: { env?: Record<string, string>; input?: strin
   child.stdout.on("data", (d) => (stdout += d));
   child.stderr.on("data", (d) => (stderr += d));
   child.stdin.end(opts.input ?? "");
-  return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
+  // A CLI that hangs is killed after timeoutMs: its result then says "still running" instead of an exit code.
+  const timer = opts.timeoutMs ? setTimeout(() => { stderr += "\n[still running: killed]"; child.kill("SIGKILL"); }, opts.timeoutMs) : undefined;
+  return new Promise((resolve) => child.on("close", (code) => { clearTimeout(timer); resolve({ code, stdout, stderr }); }));
 }
 
 const as = () => ({ THREADBOX_URL: worker.url, THREADBOX_TOKEN: token });
@@ -53,6 +59,24 @@ const ok = async (args: string[], opts: Parameters<typeof cli>[1] = {}) => {
   if (r.code !== 0) throw new Error(`threadbox ${args.join(" ")} exited ${r.code}:\n${r.stdout}\n${r.stderr}`);
   return r;
 };
+/** Appends entries to a thread as any writer of it may (free-form payloads). */
+const appendEntries = async (threadId: string, payloads: unknown[]) => {
+  const r = await fetch(`${worker.url}/api/threads/${threadId}/entries`, {
+    method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+    body: JSON.stringify(payloads.map((payload) => ({ payload }))),
+  });
+  if (!r.ok) throw new Error(`append: ${r.status} ${await r.text()}`);
+};
+/** `started`, with its stdout collected; resolves once stdout holds `marker` (or the CLI exited). */
+async function startedUntil(args: string[], marker: string) {
+  const run = started(args);
+  let out = "";
+  run.child.stdout!.on("data", (d) => (out += d));
+  let exited = false;
+  void run.closed.then(() => (exited = true));
+  for (let i = 0; i < 200 && !exited && !out.includes(marker); i++) await new Promise((r) => setTimeout(r, 50));
+  return { ...run, stdout: () => out };
+}
 const api = async (path: string): Promise<any> => (await fetch(`${worker.url}${path}`, { headers: { authorization: `Bearer ${token}` } })).json();
 
 beforeAll(async () => {
@@ -100,6 +124,64 @@ describe("login", () => {
     expect(existsSync(join(config, "threadbox", "config.json"))).toBe(false);
   });
 
+  it("a broken stored login stands in the way only of what needs it; problems with the config path are named in one line", async () => {
+    const config = mkdtempSync(join(tmpdir(), "tb-login-"));
+    const file = join(config, "threadbox", "config.json");
+    mkdirSync(dirname(file));
+    writeFileSync(file, "{bad");
+    // THREADBOX_URL and THREADBOX_TOKEN say everything: the file is not read
+    const listed = await cli(["threads", "--json"], { config, env: as() });
+    expect([listed.code, listed.stderr]).toEqual([0, ""]);
+    const needed = await cli(["threads"], { config });
+    expect([needed.code, needed.stderr]).toEqual([2, `error bad_config: ${file} is not valid JSON: fix or delete it, then run \`threadbox login\`\n`]);
+    // login is the fix it suggests, so login replaces it
+    expect((await cli(["login", `${worker.url}/#token=${token}`], { config })).code).toBe(0);
+    expect(JSON.parse(readFileSync(file, "utf8"))).toEqual({ url: worker.url, token });
+
+    const aFile = join(config, "threadbox", "config.json"); // a file where the path wants a directory
+    const under = join(aFile, "config.json");
+    const unwritable = await cli(["login", `${worker.url}/#token=${token}`], { env: { THREADBOX_CONFIG: under } });
+    expect([unwritable.code, unwritable.stderr]).toEqual([2, `error bad_config: cannot write ${under}: a part of its path is a file, not a directory\n`]);
+    const dir = mkdtempSync(join(tmpdir(), "tb-cfg-dir-"));
+    const asDir = await cli(["threads"], { env: { THREADBOX_CONFIG: dir } });
+    expect([asDir.code, asDir.stderr]).toEqual([2, `error bad_config: cannot read ${dir}: it is a directory\n`]);
+    const loginDir = await cli(["login", `${worker.url}/#token=${token}`], { env: { THREADBOX_CONFIG: dir } });
+    expect([loginDir.code, loginDir.stderr]).toEqual([2, `error bad_config: cannot write ${dir}: it is a directory\n`]);
+    const logoutDir = await cli(["logout"], { env: { THREADBOX_CONFIG: dir } });
+    expect([logoutDir.code, logoutDir.stderr]).toEqual([2, `error bad_config: cannot remove ${dir}: it is a directory\n`]);
+  });
+
+  it("refuses a URL where something other than a threadbox API answers (the web UI's pages, a JSON server of another kind)", async () => {
+    const config = mkdtempSync(join(tmpdir(), "tb-login-"));
+    const page = `${worker.url}/threads/th_x`; // the web UI answers every such path 200 with its HTML
+    const r = await cli(["login", `${page}#token=${token}`], { config });
+    expect([r.code, r.stderr]).toEqual([2, `error not_threadbox: ${page} is not a threadbox API (GET /api/threads answered 200 text/html; charset=utf-8, not JSON): check the URL\n`]);
+    expect(existsSync(join(config, "threadbox", "config.json"))).toBe(false);
+    const other = createServer((_req, res) => { res.setHeader("content-type", "application/json"); res.end('{"ok":true}'); });
+    await new Promise<void>((resolve) => other.listen(0, "127.0.0.1", resolve));
+    const otherUrl = `http://127.0.0.1:${(other.address() as AddressInfo).port}`;
+    try {
+      const o = await cli(["login", `${otherUrl}/#token=${token}`], { config });
+      expect([o.code, o.stderr]).toEqual([2, `error not_threadbox: ${otherUrl} is not a threadbox API (GET /api/threads answered without a list of threads): check the URL\n`]);
+      expect(existsSync(join(config, "threadbox", "config.json"))).toBe(false);
+    } finally {
+      other.close();
+    }
+    // commands pointed there say the same instead of a stack trace or a silent retry loop
+    const env = { THREADBOX_URL: page, THREADBOX_TOKEN: token };
+    const listed = await cli(["threads"], { env });
+    expect([listed.code, listed.stderr]).toEqual([2, expect.stringMatching(/^error not_threadbox: .* is not a threadbox API .*\n$/)]);
+    const tail = await cli(["--json", "tail", "th_x"], { env, timeoutMs: 15_000 });
+    expect([tail.code, JSON.parse(tail.stderr).error.code]).toEqual([2, "not_threadbox"]);
+    // the WebSocket itself, asked there, gets the page instead of an upgrade: a final answer, not one to retry
+    for (const offset of ["-1", "now"]) {
+      const sub = subscribe({ url: page, token }, "th_x", { offset, onEntry: () => {} });
+      const outcome = await Promise.race([sub.done.then(() => "done", (err: { code?: string }) => err.code), new Promise((r) => setTimeout(() => r("still retrying"), 10_000))]);
+      sub.close();
+      expect({ offset, outcome }).toEqual({ offset, outcome: "not_threadbox" });
+    }
+  });
+
   it("runs on the machine's own Node (20) as well, outside npm's PATH", async () => {
     const dirs = (process.env.PATH ?? "").split(delimiter).filter((d) => !d.includes("node_modules"));
     const systemNode = dirs.map((d) => join(d, "node")).find((p) => existsSync(p));
@@ -108,6 +190,54 @@ describe("login", () => {
     const r = await cli(["threads", "--json"], { env: as(), node: systemNode });
     expect({ version, code: r.code, stderr: r.stderr }).toEqual({ version, code: 0, stderr: "" });
     expect(Array.isArray(JSON.parse(r.stdout).threads)).toBe(true);
+  });
+});
+
+/** Python that runs argv on a pseudo-terminal, types `key` once `prompt` shows, and prints {code, output}. */
+const ON_A_TERMINAL = `
+import json, os, pty, select, sys, time
+argv, prompt, key = json.loads(sys.argv[1]), sys.argv[2].encode(), sys.argv[3].encode().decode("unicode_escape").encode()
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(argv[0], argv)
+out = b""
+def read(until, secs):
+    global out
+    end = time.time() + secs
+    while time.time() < end and (until is None or until not in out):
+        if select.select([fd], [], [], 0.1)[0]:
+            try: out += os.read(fd, 4096)
+            except OSError: return
+read(prompt, 10)
+os.write(fd, key)
+code, end = None, time.time() + 10
+while code is None and time.time() < end:
+    read(None, 0.2)
+    wpid, status = os.waitpid(pid, os.WNOHANG)
+    if wpid: code = os.waitstatus_to_exitcode(status)
+if code is None:
+    os.kill(pid, 9); os.waitpid(pid, 0)
+read(None, 0.2)
+print(json.dumps({"code": code, "output": out.decode(errors="replace").replace("\\r", "")}))
+`;
+function atTerminal(args: string[], prompt: string, key: string, env: Record<string, string> = {}): { code: number | null; output: string } {
+  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
+  const out = execFileSync("python3", ["-c", ON_A_TERMINAL, JSON.stringify([process.execPath, CLI, ...args]), prompt, key], {
+    encoding: "utf8", env: { ...base, NO_COLOR: "1", THREADBOX_CONFIG: join(mkdtempSync(join(tmpdir(), "tb-cfg-")), "config.json"), ...env },
+  });
+  return JSON.parse(out);
+}
+
+describe("prompts that do not echo", () => {
+  it("Ctrl-C at the login token prompt or env add's secret prompt exits 130 without a message; Ctrl-D is an empty answer", () => {
+    const login = atTerminal(["login", "http://127.0.0.1:9"], "house token: ", "\\x03");
+    expect(login).toEqual({ code: 130, output: expect.stringMatching(/house token: \S*\n$/) });
+    const secret = atTerminal(["env", "add", "x", "--secret", "CLI_PROMPTED_KEY"], "CLI_PROMPTED_KEY: ", "\\x03");
+    expect(secret.code).toBe(130);
+    expect(secret.output).not.toMatch(/Warning|await|error/);
+    const empty = atTerminal(["login", "http://127.0.0.1:9"], "house token: ", "\\x04");
+    expect(empty.code).toBe(2);
+    expect(empty.output).toContain("error bad_request: empty token");
   });
 });
 
@@ -150,6 +280,22 @@ describe("threads, new, post", () => {
   });
 });
 
+describe("an empty thread id", () => {
+  it("every command taking a thread id refuses an empty or blank one as a usage error before asking the server", async () => {
+    const usage = "error usage: the thread id is empty (did the command that gave it fail?)\n";
+    const commands = [["tail", ""], ["tail", " ", "--until-done"], ["post", "", "hi"], ["delegate", "", "task"], ["stop", ""], ["interrupt", "\t"],
+      ["resume", "", "more"], ["artifacts", ""], ["new", "x", "--parent", ""], ["chat", "@demo", "--thread", " "]];
+    for (const args of commands) {
+      const r = await cli(args, { env: as() });
+      expect({ args, code: r.code, stdout: r.stdout, stderr: r.stderr }).toEqual({ args, code: 2, stdout: "", stderr: usage });
+    }
+    const preview = await cli(["preview", "", "3000"], { env: as() });
+    expect([preview.code, preview.stderr]).toEqual([2, "error usage: the box or thread id is empty (did the command that gave it fail?)\n"]);
+    const json = await cli(["post", "", "hi", "--json"], { env: as() });
+    expect([json.code, JSON.parse(json.stderr)]).toEqual([2, { error: { code: "usage", message: "the thread id is empty (did the command that gave it fail?)" } }]);
+  });
+});
+
 describe("runs: delegate --watch and tail --until-done end when the run ends", () => {
   it("delegate --watch: the demo model drives real pi through a write tool call to completion; exit 0", async () => {
     const parent = (await ok(["new", "watch me", "--env", "demo"])).stdout.trim();
@@ -169,6 +315,12 @@ describe("runs: delegate --watch and tail --until-done end when the run ends", (
     const types = replay.stdout.trim().split("\n").map((l) => JSON.parse(l).payload.type);
     expect(types).toContain("pi.tool_call");
     expect(types.at(-1)).toBe("signal.thread.status_changed");
+    // ... and so it does from an offset past the run's finished-signal, with nothing to replay
+    const lastOffset = JSON.parse(replay.stdout.trim().split("\n").at(-1)!).offset;
+    for (const from of ["now", lastOffset]) {
+      const late = await cli(["tail", childId, "--until-done", "--from", from], { env: as(), timeoutMs: 15_000 });
+      expect({ from, code: late.code, stderr: late.stderr }).toEqual({ from, code: 0, stderr: "run completed\n" });
+    }
 
     // what the run wrote stays readable from the thread
     const art = await cli(["artifacts", childId, "--full"], { env: as() });
@@ -187,6 +339,8 @@ describe("runs: delegate --watch and tail --until-done end when the run ends", (
     expect(r.code).toBe(1);
     expect(r.stdout).toContain("demo model failure: on purpose");
     expect(r.stderr).toMatch(/run failed: /);
+    const late = await cli(["tail", childId, "--until-done", "--from", "now", "--json"], { env: as(), timeoutMs: 15_000 });
+    expect([late.code, late.stdout, late.stderr]).toEqual([1, "", ""]);
 
     // resume --watch follows only the new run, to its own end
     const resumed = await cli(["resume", childId, "write again.txt containing more", "--watch"], { env: as() });
@@ -231,6 +385,52 @@ describe("tail --until-done on a thread that never ran", () => {
   });
 });
 
+describe("tail shows whatever a writer of the thread wrote", () => {
+  it("free-form agent payloads (arguments null, a tool call that is null) print as lines and the tail goes on", async () => {
+    const threadId = (await ok(["new", "free-form"])).stdout.trim();
+    await appendEntries(threadId, [
+      { type: "pi.tool_call", name: "bash", args: null },
+      { type: "pi.assistant", toolCalls: [null] },
+      { type: "chat", text: "still here" },
+    ]);
+    const { child, stdout, stderr, closed } = await startedUntil(["tail", threadId], "still here");
+    child.kill("SIGINT");
+    expect({ code: await closed, stderr: stderr() }).toEqual({ code: 0, stderr: "" });
+    expect(stdout()).toMatch(/ ▶ bash\n.* ▶ tool\n.*: still here\n$/);
+  });
+});
+
+describe("artifacts any writer of the thread wrote", () => {
+  it("an artifact.files entry without files is named and skipped, not a crash", async () => {
+    const threadId = (await ok(["new", "odd artifacts"])).stdout.trim();
+    const r0 = await fetch(`${worker.url}/api/threads/${threadId}/entries`, {
+      method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify({ id: `${threadId}:artifacts:r1:files`, payload: { type: "artifact.files", runId: "r1" } }),
+    });
+    expect(r0.ok).toBe(true);
+    const r = await cli(["artifacts", threadId], { env: as() });
+    expect([r.code, r.stdout, r.stderr]).toEqual([0, "run r1: artifact.files entry without a file list, skipped\n", ""]);
+  });
+});
+
+describe("what the server sends cannot drive the terminal", () => {
+  it("titles, chat text and error messages are printed with their escape sequences written out, not acted on", async () => {
+    const threadId = (await ok(["new", "esc\u001b[31mRED\u001b]0;title\u0007"])).stdout.trim();
+    await appendEntries(threadId, [{ type: "chat", text: "hello\u001b[2K\r\u001b[32mrun completed\u001b]0;pwned title\u0007" }, { type: "chat", text: "end" }]);
+    const controls = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/; // NO_COLOR: not even our own colours
+    const listed = await ok(["threads", "--limit", "5"]);
+    expect(listed.stdout).not.toMatch(controls);
+    expect(listed.stdout).toContain(`${threadId}  idle  esc\\x1b[31mRED\\x1b]0;title\\x07`);
+    const { child, stdout, closed } = await startedUntil(["tail", threadId], ": end\n");
+    child.kill("SIGINT");
+    await closed;
+    expect(stdout()).not.toMatch(controls);
+    expect(stdout()).toContain(": hello\\x1b[2K\\r\\x1b[32mrun completed\\x1b]0;pwned title\\x07\n");
+    const err = await cli(["new", "x", "--env", "\u001b]0;owned\u0007"], { env: as() });
+    expect([err.code, err.stderr]).toEqual([2, "error not_found: no environment with id or name \\x1b]0;owned\\x07\n"]);
+  });
+});
+
 describe("output into a pipe that closes early", () => {
   it("tail --json | head -1: ends quietly, no EPIPE stack trace", async () => {
     const threadId = (await ok(["new", "piped"])).stdout.trim();
@@ -245,6 +445,36 @@ describe("output into a pipe that closes early", () => {
     if (code === "still running") child.kill("SIGKILL");
     expect(code).toBe(0);
     expect(stderr()).not.toMatch(/EPIPE|at .*\.mjs/);
+  });
+});
+
+describe("output that cannot be written", () => {
+  it("tail --until-done | head -1 before the run ended: not a success (130, as for Ctrl-C); a plain tail's reader leaving still ends it with 0", async () => {
+    const threadId = (await ok(["new", "cut short"])).stdout.trim(); // never ran: the wait goes on
+    await appendEntries(threadId, [{ type: "chat", text: "first" }]);
+    for (const [args, want] of [[["--until-done"], 130], [[], 0]] as const) {
+      const { child, stderr, closed } = started(["tail", threadId, "--json", ...args]);
+      await new Promise<void>((resolve) => child.stdout!.once("data", () => resolve()));
+      child.stdout!.destroy(); // the reader (head) is gone
+      await appendEntries(threadId, [{ type: "chat", text: "more" }]); // the next write finds the pipe closed
+      const code = await Promise.race([closed, new Promise<string>((r) => setTimeout(() => r("still running"), 10_000))]);
+      if (code === "still running") child.kill("SIGKILL");
+      expect({ args, code, stderr: stderr() }).toEqual({ args, code: want, stderr: "" });
+    }
+  });
+
+  it("a failed write to stdout (a full disk) is an error in one line, exit 2", async (ctx) => {
+    if (!existsSync("/dev/full")) ctx.skip();
+    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
+    const full = openSync("/dev/full", "w");
+    const child = spawn(process.execPath, [CLI, "threads"], {
+      env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: mkdtempSync(join(tmpdir(), "tb-cfg-")), ...as() }, stdio: ["ignore", full, "pipe"],
+    });
+    closeSync(full);
+    let stderr = "";
+    child.stderr!.on("data", (d) => (stderr += d));
+    const code = await new Promise((resolve) => child.on("close", resolve));
+    expect([code, stderr]).toEqual([2, "error output: cannot write to stdout: ENOSPC\n"]);
   });
 });
 
@@ -373,6 +603,29 @@ describe("chat with a bot", () => {
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/^error bot_failed: @stranded could not answer: .+ \(thread th_\S+\)$/m);
     expect(Date.now() - started).toBeLessThan(60_000); // far from the 120 s it would have waited
+  });
+
+  it("chat whose first message's turn fails and whose second is answered still exits with the failure", async (ctx) => {
+    if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip();
+    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
+    const child = spawn(process.execPath, [CLI, "chat", "@demo", "--reply-timeout", "120", "--json"], {
+      env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: mkdtempSync(join(tmpdir(), "tb-cfg-")), ...as() }, stdio: ["pipe", "pipe", "pipe"],
+    });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d) => (stdout += d));
+    child.stderr.on("data", (d) => (stderr += d));
+    const closed = new Promise<number | null>((resolve) => child.on("close", resolve));
+    // the second message only once the first one's failure is on screen: its answer comes after it
+    child.stdin.write("fail: the first message breaks\n");
+    for (let i = 0; i < 600 && !stdout.includes('"signal.dispatch.error"'); i++) await new Promise((r) => setTimeout(r, 50));
+    expect(stdout).toContain('"signal.dispatch.error"');
+    child.stdin.end("hello again\n");
+    const code = await closed;
+    const answers = stdout.trim().split("\n").map((l) => JSON.parse(l)).filter((e) => e.payload?.type === "chat" && e.authorId !== "cli-user");
+    expect(answers).toHaveLength(1); // the second message was answered
+    expect(code).toBe(2);
+    expect(JSON.parse(stderr.trim())).toEqual({ error: { code: "bot_failed", message: expect.stringMatching(/^@demo could not answer: .*demo model failure: the first message breaks.* \(thread th_\S+\)$/) } });
   });
 
   it("chat refuses a reply timeout that is not a positive number before opening a thread; --json makes usage errors JSON", async () => {
