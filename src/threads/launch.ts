@@ -210,7 +210,8 @@ async function startRunner(
   const home = await provider.homeDir(ref);
   // The delegate's own repository replaces the environment's list for this run.
   const repos: RepositorySpec[] = spec.repo ? [{ url: spec.repo, branch: spec.branch, path: "repo" }] : (environment?.repositories ?? []);
-  await provider.exec(ref, `mkdir -p ${shq(WORK_DIR)}`, { cwd: home });
+  // The run's directory will hold its stream token until the runner takes it: the box user's alone.
+  await provider.exec(ref, `mkdir -p ${shq(WORK_DIR)} ${shq(runDir(spec.runId))} && chmod 700 ${shq(runDir(spec.runId))}`, { cwd: home });
   if (repos.length > 0 && !progress.cloned) {
     if (progress.shared) {
       // A long-lived checkout is brought to the wanted ref in place; untracked work stays.

@@ -104,7 +104,7 @@ function startRunner(opts: {
       PI_OFFLINE: "1",
       THREADBOX_THREAD_ID: opts.threadId,
       THREADBOX_STREAM_URL: opts.streamUrl ?? streamBase,
-      THREADBOX_STREAM_TOKEN: "test-token",
+      THREADBOX_STREAM_TOKEN_FILE: tokenFile("test-token"),
       THREADBOX_RUN_ID: `run-${opts.threadId}-${Date.now().toString(36)}`,
       THREADBOX_HEARTBEAT_MS: "500",
       THREADBOX_FLUSH_TIMEOUT_MS: "20000",
@@ -117,6 +117,13 @@ function startRunner(opts: {
     child.on("close", (code) => resolve({ code, stderr, cwd, agentDir: adir })),
   );
   return { child, done };
+}
+
+/** The stream token as the launch hands it over: a file the runner reads and removes. */
+function tokenFile(token: string): string {
+  const file = join(mkdtempSync(join(tmp, "token-")), "stream-token-x");
+  writeFileSync(file, token, { mode: 0o600 });
+  return file;
 }
 
 const types = (es: any[]) => es.map((e) => (e.payload.type === "signal.thread.status_changed" ? `status:${e.payload.status}` : e.payload.type));
@@ -483,7 +490,7 @@ describe("runner with harnesses that do not mirror themselves (recorded output)"
         ...process.env,
         THREADBOX_THREAD_ID: threadId,
         THREADBOX_STREAM_URL: streamBase,
-        THREADBOX_STREAM_TOKEN: "test-token",
+        THREADBOX_STREAM_TOKEN_FILE: tokenFile("test-token"),
         THREADBOX_RUN_ID: "r1",
       },
     });
@@ -493,11 +500,11 @@ describe("runner with harnesses that do not mirror themselves (recorded output)"
     return { threadId, code, stderr, es: await entriesOf(threadId) };
   }
 
-  it("a failed harness's stderr tail goes on the thread: bounded, the stream token and secrets redacted", async () => {
+  it("a failed harness's stderr tail goes on the thread: bounded, secrets redacted, no stream token to leak", async () => {
     const threadId = await newThread();
     const bin = join(mkdtempSync(join(tmp, "bin-")), "noisy-harness");
     // Writes 10 KiB of noise, then the secrets it was given, then its last words; exits 3.
-    writeFileSync(bin, `#!/bin/sh\nhead -c 10240 /dev/zero | tr '\\0' x >&2\necho >&2\necho "token=$THREADBOX_STREAM_TOKEN key=$MODEL_KEY named=$PLAIN_NAMED_SECRET short=$SHORT" >&2\necho "fatal: cannot reach the model" >&2\nexit 3\n`, { mode: 0o755 });
+    writeFileSync(bin, `#!/bin/sh\nhead -c 10240 /dev/zero | tr '\\0' x >&2\necho >&2\necho "token=$THREADBOX_STREAM_TOKEN file=$(cat "$THREADBOX_STREAM_TOKEN_FILE" 2>/dev/null) key=$MODEL_KEY named=$PLAIN_NAMED_SECRET short=$SHORT" >&2\necho "fatal: cannot reach the model" >&2\nexit 3\n`, { mode: 0o755 });
     const child = spawn(process.execPath, [RUNNER, "--harness", "codex", "--bin", bin, "--prompt", "task"], {
       cwd: tmp,
       stdio: ["ignore", "ignore", "pipe"],
@@ -505,7 +512,7 @@ describe("runner with harnesses that do not mirror themselves (recorded output)"
         ...process.env,
         THREADBOX_THREAD_ID: threadId,
         THREADBOX_STREAM_URL: streamBase,
-        THREADBOX_STREAM_TOKEN: "stream-token-value-123",
+        THREADBOX_STREAM_TOKEN_FILE: tokenFile("stream-token-value-123"),
         THREADBOX_RUN_ID: "r-stderr",
         MODEL_KEY: "sk-model-key-456",
         PLAIN_NAMED_SECRET: "hunter2-but-longer",
@@ -521,7 +528,8 @@ describe("runner with harnesses that do not mirror themselves (recorded output)"
     expect(tail.payload.runId).toBe("r-stderr");
     expect(tail.payload.truncated).toBe(true);
     expect(Buffer.byteLength(tail.payload.text)).toBeLessThanOrEqual(4096);
-    expect(tail.payload.text).toContain("token=[redacted] key=[redacted] named=[redacted] short=abc");
+    // The stream token never reaches a harness that does not mirror itself: not in its environment, not as a file.
+    expect(tail.payload.text).toContain("token= file= key=[redacted] named=[redacted] short=abc");
     for (const secret of ["stream-token-value-123", "sk-model-key-456", "hunter2-but-longer"]) expect(JSON.stringify(es)).not.toContain(secret);
     const finished = es.filter((e) => e.payload.type === "signal.thread.status_changed");
     expect(finished.map((e) => [e.payload.status, e.payload.reason])).toEqual([["pi_failed", "harness exited with code 3: fatal: cannot reach the model"]]);
@@ -544,7 +552,7 @@ cat '${join(ROOT, "test/fixtures/claude-code-stream-json-success.jsonl")}'
     const child = spawn(process.execPath, [RUNNER, "--harness", "claude-code", "--bin", bin, "--prompt", "task"], {
       cwd: tmp,
       stdio: ["ignore", "ignore", "pipe"],
-      env: { ...process.env, THREADBOX_THREAD_ID: threadId, THREADBOX_STREAM_URL: streamBase, THREADBOX_STREAM_TOKEN: "test-token", THREADBOX_RUN_ID: runId },
+      env: { ...process.env, THREADBOX_THREAD_ID: threadId, THREADBOX_STREAM_URL: streamBase, THREADBOX_STREAM_TOKEN_FILE: tokenFile("test-token"), THREADBOX_RUN_ID: runId },
     });
     let stderr = "";
     child.stderr!.on("data", (d) => (stderr += d));
