@@ -319,7 +319,9 @@ async function startRunner(
   stillCurrent(spec, deps);
   // A session named after the run: a launch retried after the runner started (but before that
   // was recorded) finds the running command instead of starting a second runner.
-  const handle = await provider.startDetached(ref, plan.command, { env: plan.env, cwd: home, sessionId: runnerSessionId(spec.runId) });
+  const { existing, ...handle } = await provider.startDetached(ref, plan.command, { env: plan.env, cwd: home, sessionId: runnerSessionId(spec.runId) });
+  // The runner an earlier attempt started took that attempt's token; this one's would stay behind.
+  if (existing) await provider.exec(ref, `rm -f ${shq(plan.tokenPath)}`, { cwd: home });
   deps.checkpoint("runner_spawned");
   return { handle, session };
 }
