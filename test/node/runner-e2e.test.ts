@@ -12,6 +12,10 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { rebuildPiSession } from "../../src/sandbox/harness/pi-session";
 import { readThread } from "../../src/runner/stream-writer";
 import { startModelServer, type ModelServer, type ScriptStep } from "../support/model-server";
+import { startSandboxHost } from "../../sandbox-host/server.mjs";
+import { createDaytonaProvider } from "../../src/sandbox/daytona-provider";
+import { runnerLaunch } from "../../src/sandbox/harness";
+import { randomBytes } from "node:crypto";
 
 const ROOT = join(__dirname, "..", "..");
 const RUNNER = join(ROOT, "dist/runner/runner.mjs");
@@ -610,3 +614,61 @@ cat '${join(ROOT, "test/fixtures/claude-code-stream-json-success.jsonl")}'
 
 void existsSync;
 void mkdirSync;
+
+describe("the stream token in a box, the runner started the way a launch starts it", () => {
+  // What a command of the model can read: every process's exec-time environment and command line
+  // (the runner, pi, its shell and whatever else runs; same user, so all readable), and the box's
+  // files (home, tmp and the host's records of it). The pattern is written so the scan never
+  // matches its own command line, nor the session file that records the call.
+  const SCAN = [
+    `for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do { tr '\\0' '\\n' < "$f"; } 2>/dev/null | grep -aoE 'leak-canar[y]-[0-9a-f]+' | sed "s|^|$f ($(cat "\${f%/*}/comm" 2>/dev/null)): |"; done`,
+    `grep -raoE 'leak-canar[y]-[0-9a-f]+' "$HOME/.." 2>/dev/null | head -20`,
+    `echo "scanned $(ls -d /proc/[0-9]* | wc -l) processes"`,
+  ].join("; ");
+
+  it("no command the model runs finds the token, and the run still posts everything", async () => {
+    const host = await startSandboxHost({ port: 0, apiKey: "k" });
+    const provider = createDaytonaProvider({ apiUrl: host.apiUrl, apiKey: "k", target: "local" });
+    const token = `eyJhbGciOiJub25lIn0.leak-canary-${randomBytes(12).toString("hex")}.sig`;
+    // An environment variable the box's commands are meant to see: the scan must find it.
+    const control = `leak-canary-c0c0${randomBytes(8).toString("hex")}`;
+    const model = await startModelServer([{ toolCalls: [{ name: "bash", arguments: { command: SCAN } }] }, { text: "Scanned." }]);
+    try {
+      const threadId = await newThread();
+      const runId = `run-${threadId}`;
+      const box = await provider.create({ labels: { house: "h-token", thread: threadId }, ephemeral: true });
+      const home = await provider.homeDir(box.ref);
+      const plan = runnerLaunch({
+        harness: "pi", threadId, streamUrl: streamBase, streamToken: token, runId, prompt: "scan the box", model: "local/scripted-model", cwd: "work",
+        env: { PATH: `${BIN}:${dirname(process.execPath)}:${process.env.PATH}`, PI_CODING_AGENT_DIR: `${home}/.threadbox/pi-agent`, PI_OFFLINE: "1", THREADBOX_HEARTBEAT_MS: "500", SCAN_CONTROL: control },
+      });
+      // As src/threads/launch.ts does it: directories, uploads, then the runner in its own session.
+      await provider.exec(box.ref, `mkdir -p work .threadbox/runs/${runId} && chmod 700 .threadbox/runs/${runId}`, { cwd: home });
+      await provider.upload(box.ref, [
+        ...plan.uploads.map((u) => ({ path: u.path, content: u.source ? readFileSync(join(ROOT, u.source), "utf8") : u.content! })),
+        { path: ".threadbox/pi-agent/models.json", content: readFileSync(join(agentDir(model), "models.json"), "utf8") },
+        { path: ".threadbox/pi-agent/settings.json", content: JSON.stringify({ retry: { enabled: false } }) },
+      ]);
+      const handle = await provider.startDetached(box.ref, plan.command, { env: plan.env, cwd: home, sessionId: `tb-run-${runId}` });
+      let status = await provider.detachedStatus(handle);
+      for (const t0 = Date.now(); status.running && Date.now() - t0 < 90_000; status = await provider.detachedStatus(handle)) await new Promise((r) => setTimeout(r, 200));
+      const runnerLog = () => { try { return readFileSync(join(home, plan.logPath), "utf8"); } catch { return "(no runner log)"; } };
+      expect(status, runnerLog()).toEqual({ running: false, exitCode: 0 });
+
+      const es = await entriesOf(threadId);
+      // (a scan that runs past 1 s also streams its output live: signal.exec.output)
+      expect(types(es).filter((t) => t !== "signal.exec.output"), runnerLog()).toEqual(["pi.user", "pi.assistant", "pi.tool_call", "pi.tool_result", "pi.assistant", "status:completed"]);
+      const output = es.find((e) => e.payload.type === "pi.tool_result")!.payload.output as string;
+      expect(output).toMatch(/scanned \d+ processes/); // the scan ran to its end
+      expect(output).toContain(`/environ (bash): ${control}`); // and reads what it is after
+      expect(output).not.toContain(token.split(".")[1]);
+      expect(JSON.stringify(es)).not.toContain(token.split(".")[1]);
+      expect(es.at(-2).payload.text).toBe("Scanned.");
+      // Nothing left behind in the box either, once the run is over.
+      expect(spawnSync("grep", ["-rlF", token, join(home, "..")], { encoding: "utf8" }).stdout.trim()).toBe("");
+    } finally {
+      await model.close();
+      await host.close();
+    }
+  }, 120_000);
+});
