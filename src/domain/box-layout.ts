@@ -14,6 +14,14 @@ export const PI_AGENT_DIR = `${BOX_DIR}/pi-agent`;
 /** One run's files: prompt, runner log, rebuilt session. */
 export const runDir = (runId: string) => `${BOX_DIR}/runs/${runId}`;
 
+/**
+ * The file a launch leaves the run's stream token in, HOME-relative: the runner reads it and
+ * removes it (and any other `stream-token-*` of its run, from a launch attempt that never started
+ * a runner). `attempt` tells a retried launch's file from the one a runner already took.
+ */
+export const STREAM_TOKEN_FILE_PREFIX = "stream-token-";
+export const streamTokenPath = (runId: string, attempt: string) => `${runDir(runId)}/${STREAM_TOKEN_FILE_PREFIX}${attempt}`;
+
 /** Where the runner of a thread's current run records its pid. */
 export const runnerPidPath = (threadId: string) => `${BOX_DIR}/runner-${threadId}.pid`;
 
@@ -21,7 +29,12 @@ export const runnerPidPath = (threadId: string) => `${BOX_DIR}/runner-${threadId
 export const BOX_ENV = {
   threadId: "THREADBOX_THREAD_ID",
   streamUrl: "THREADBOX_STREAM_URL",
-  streamToken: "THREADBOX_STREAM_TOKEN",
+  /**
+   * Path (absolute, or HOME-relative) of a file holding the stream token. Never the token itself:
+   * a variable stays readable in /proc/<pid>/environ to every command of the box for the life of
+   * the process, whatever the process later deletes from its environment.
+   */
+  streamTokenFile: "THREADBOX_STREAM_TOKEN_FILE",
   runId: "THREADBOX_RUN_ID",
   authorId: "THREADBOX_AUTHOR_ID",
   mirrorNextIndex: "THREADBOX_MIRROR_NEXT_INDEX",

@@ -28,15 +28,19 @@ function num(v: string | undefined, dflt: number): number {
   return Number.isFinite(n) && n >= 0 ? n : dflt;
 }
 
-/** Returns the config, or the list of missing required variables. */
-export function readBoxConfig(env: Record<string, string | undefined>): BoxConfig | { missing: string[] } {
-  const missing = [BOX_ENV.threadId, BOX_ENV.streamUrl, BOX_ENV.streamToken].filter((k) => !env[k]);
-  if (missing.length) return { missing };
+/**
+ * Returns the config, or the list of missing required variables. The token comes separately, from
+ * the file THREADBOX_STREAM_TOKEN_FILE names (see token-file.ts), never from the environment.
+ */
+export function readBoxConfig(env: Record<string, string | undefined>, token: string | undefined): BoxConfig | { missing: string[] } {
+  const missing: string[] = [BOX_ENV.threadId, BOX_ENV.streamUrl].filter((k) => !env[k]);
+  if (!token) missing.push(BOX_ENV.streamTokenFile);
+  if (missing.length || !token) return { missing };
   const nextIdx = env[BOX_ENV.mirrorNextIndex];
   return {
     threadId: env[BOX_ENV.threadId]!,
     streamUrl: env[BOX_ENV.streamUrl]!,
-    token: env[BOX_ENV.streamToken]!,
+    token,
     authorId: env[BOX_ENV.authorId] || undefined,
     runId: env[BOX_ENV.runId] || undefined,
     mirrorNextIndex: nextIdx !== undefined && nextIdx !== "" && Number.isInteger(Number(nextIdx)) ? Number(nextIdx) : undefined,

@@ -1,7 +1,8 @@
 /**
  * The mirror: a pi extension that posts pi's work to the thread as it happens.
  *
- *   pi --extension mirror.mjs ...   (config from THREADBOX_* env, see docs/CONTRACTS.md)
+ *   pi --extension mirror.mjs ...   (config from THREADBOX_* env, see docs/CONTRACTS.md; the
+ *                                    stream token from the file THREADBOX_STREAM_TOKEN_FILE names)
  *
  * - Every finished user / assistant / tool-result message -> `pi.*` entries, with ids
  *   `${threadId}:m:${sessionId}:${index}[:k]`, where index is the message's position among the
@@ -25,6 +26,7 @@ import { finishedSignal } from "../sandbox/harness/outcome";
 import { finishedSignalId, isMirroredRole, mirrorEntryId, piMessageToEntries } from "../sandbox/harness/pi";
 import { readBoxConfig, type BoxConfig } from "./config";
 import { TokenKeeper, renewUrlFor } from "./token-keeper";
+import { takeStreamToken } from "./token-file";
 import { postHeartbeat, StreamWriter, threadStreamUrl, type WireEntry } from "./stream-writer";
 import { namedSecretValues, redactDeep, redactionList, sensitiveFilePaths, sensitiveValues } from "./redact";
 import { DEFAULT_LIVE_TOOL_OUTPUT, LiveToolOutputs, partialSecretAtEnd, toolResultText } from "./live-tool-output";
@@ -36,16 +38,27 @@ function randomId(): string {
   return randomUUID().replace(/-/g, "").slice(0, 12);
 }
 
+/**
+ * The token is taken once per process: the file is gone after the first read, and pi may build its
+ * runtime (and so call this extension) again within the same process.
+ */
+const TAKEN_TOKEN = Symbol.for("threadbox.mirror.streamToken");
+
+function streamToken(): string | undefined {
+  const g = globalThis as { [TAKEN_TOKEN]?: string };
+  // Read at load, before pi runs any tool; the file is removed right away, so no command the
+  // model runs can read the token (its environment never held it: see token-file.ts).
+  g[TAKEN_TOKEN] ??= takeStreamToken(process.env);
+  return g[TAKEN_TOKEN];
+}
+
 export default function threadboxMirror(pi: ExtensionAPI): void {
-  const cfgOrMissing = readBoxConfig(process.env);
+  const cfgOrMissing = readBoxConfig(process.env, streamToken());
   if ("missing" in cfgOrMissing) {
     log(`disabled: missing ${cfgOrMissing.missing.join(", ")}`);
     return;
   }
   const cfg: BoxConfig = cfgOrMissing;
-  // pi hands its environment to every tool it runs: once read, the stream token leaves it, so
-  // neither the model nor a command it runs can see or reuse it.
-  delete process.env.THREADBOX_STREAM_TOKEN;
   // A command may print a secret or a sensitive file (pi runs in the working directory, where
   // they were written): what is posted has them replaced. Read now, before any tool ran.
   const redactions = redactionList([...namedSecretValues(process.env), ...sensitiveValues(process.cwd(), sensitiveFilePaths(process.env))]);

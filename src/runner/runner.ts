@@ -22,9 +22,10 @@ import { getCodingAgent } from "../sandbox/harness/index";
 import { finishedSignalId } from "../sandbox/harness/pi";
 import type { ThreadEntry } from "../sandbox/harness/types";
 import { readBoxConfig } from "./config";
-import { runnerPidPath } from "../domain/box-layout";
+import { BOX_ENV, runnerPidPath } from "../domain/box-layout";
 import { StderrTail, lastLine, secretValues } from "./stderr-tail";
 import { TokenKeeper, renewUrlFor } from "./token-keeper";
+import { handOverToken, removeStaleTokenFiles, takeStreamToken } from "./token-file";
 import { postHeartbeat, readThread, sleep, StreamWriter, threadStreamUrl, type WireEntry } from "./stream-writer";
 import { collectArtifacts, snapshotWorkspace, type WorkspaceStart } from "./artifacts";
 import { namedSecretValues, redactDeep, redactionList, secretNamesOf, sensitiveFilePaths, sensitiveValues } from "./redact";
@@ -87,7 +88,11 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
     },
   });
 
-  const cfgOrMissing = readBoxConfig(process.env);
+  // First, before anything can look: the launch's token file is read and removed.
+  const tokenFile = process.env[BOX_ENV.streamTokenFile];
+  const token = takeStreamToken(process.env);
+  removeStaleTokenFiles(tokenFile);
+  const cfgOrMissing = readBoxConfig(process.env, token);
   if ("missing" in cfgOrMissing) {
     log(`missing ${cfgOrMissing.missing.join(", ")}`);
     return 2;
@@ -177,11 +182,17 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   let exited = false;
   const spawnHarness = (argv: string[], env: Record<string, string>) => {
     exited = false;
+    // The mirror (in pi) posts too: it gets the token as a file it removes once read. A harness
+    // that does not mirror itself gets no token at all.
+    const handed = agent.mirrorsItself ? handOverToken(tokens.current()) : undefined;
     child = spawn(bin, argv.slice(1), {
       cwd: workDir,
-      env: { ...process.env, ...env, THREADBOX_RUN_ID: runId },
+      env: { ...process.env, ...env, THREADBOX_RUN_ID: runId, ...(handed ? { [BOX_ENV.streamTokenFile]: handed.path } : {}) },
       stdio: [interactive ? "pipe" : "ignore", "pipe", "pipe"],
     });
+    // pi writes nothing to stdout before its extensions are loaded: a mirror that failed to load
+    // must not leave the file for the tools that run next.
+    if (handed) child.stdout!.once("data", () => handed.remove());
     child.stdout!.on("data", (d) => lines.push(d));
     child.stderr!.on("data", (d) => {
       stderrTail.push(d);
@@ -189,6 +200,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
     });
     return new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
       child.on("error", (err) => {
+        handed?.remove();
         log(`could not start the harness: ${err.message}`);
         resolve({ code: 127, signal: null });
       });
@@ -200,6 +212,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
       // A process the harness started can keep its output pipes open after the harness is gone;
       // the run is over when the harness is, not when the last holder of its stdout lets go.
       child.on("exit", (c, sig) => {
+        handed?.remove();
         setTimeout(() => {
           if (closed) return;
           log(`${agent.name} exited (code=${c} signal=${sig}) but its output is still held open; going on without it`);

@@ -260,7 +260,7 @@ export class DaytonaProvider implements SandboxProvider {
     }
   }
 
-  async startDetached(ref: string, command: string, opts: DetachedOptions = {}): Promise<DetachedHandle> {
+  async startDetached(ref: string, command: string, opts: DetachedOptions = {}): Promise<DetachedHandle & { existing?: true }> {
     const sb = await this.handle(ref);
     const sessionId = opts.sessionId ?? `tb-${crypto.randomUUID()}`;
     // Own shell (bash -c): a bare `exit N` in the command must not end the session shell,
@@ -278,7 +278,7 @@ export class DaytonaProvider implements SandboxProvider {
         // A named session that already runs a command: a retried start finds that command again.
         const s = await sb.process.getSession(sessionId);
         const first = s.commands?.[0];
-        if (first?.id) return { ref, sessionId, commandId: first.id };
+        if (first?.id) return { ref, sessionId, commandId: first.id, existing: true };
       }
       const r = await sb.process.executeSessionCommand(sessionId, { command: wrapped, runAsync: true });
       if (!r.cmdId) throw new ProviderError("unavailable", "session exec returned no command id");

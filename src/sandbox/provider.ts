@@ -174,7 +174,8 @@ export interface SandboxProvider {
   clone(ref: string, opts: CloneOptions): Promise<void>;
   homeDir(ref: string): Promise<string>;
   /** Starts a command in its own session (runAsync) and returns at once. */
-  startDetached(ref: string, command: string, opts?: DetachedOptions): Promise<DetachedHandle>;
+  /** `existing`: a named session already ran a command, which is returned instead of starting this one. */
+  startDetached(ref: string, command: string, opts?: DetachedOptions): Promise<DetachedHandle & { existing?: true }>;
   detachedStatus(handle: DetachedHandle): Promise<DetachedStatus>;
   detachedLogs(handle: DetachedHandle): Promise<DetachedLogs>;
   /** Streams the command's output live (stdout/stderr separated); resolves when it ends. */

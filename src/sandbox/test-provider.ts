@@ -199,12 +199,12 @@ export class TestSandboxProvider implements SandboxProvider {
     return "/home/daytona";
   }
 
-  async startDetached(ref: string, command: string, opts: DetachedOptions = {}): Promise<DetachedHandle> {
+  async startDetached(ref: string, command: string, opts: DetachedOptions = {}): Promise<DetachedHandle & { existing?: true }> {
     this.enter("startDetached", ref, { command, opts });
     this.mustRunning(ref);
     // Like a named Daytona session: starting it again finds the command it already runs.
     const existing = opts.sessionId ? [...this.detached.values()].find((d) => d.handle.ref === ref && d.handle.sessionId === opts.sessionId) : undefined;
-    if (existing) return existing.handle;
+    if (existing) return { ...existing.handle, existing: true };
     const handle = { ref, sessionId: opts.sessionId ?? `tb-session-${++this.seq}`, commandId: `cmd-${++this.seq}` };
     this.detached.set(key(handle), { handle, command, opts, stdout: "", stderr: "", followers: new Set() });
     return handle;

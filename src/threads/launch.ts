@@ -210,7 +210,8 @@ async function startRunner(
   const home = await provider.homeDir(ref);
   // The delegate's own repository replaces the environment's list for this run.
   const repos: RepositorySpec[] = spec.repo ? [{ url: spec.repo, branch: spec.branch, path: "repo" }] : (environment?.repositories ?? []);
-  await provider.exec(ref, `mkdir -p ${shq(WORK_DIR)}`, { cwd: home });
+  // The run's directory will hold its stream token until the runner takes it: the box user's alone.
+  await provider.exec(ref, `mkdir -p ${shq(WORK_DIR)} ${shq(runDir(spec.runId))} && chmod 700 ${shq(runDir(spec.runId))}`, { cwd: home });
   if (repos.length > 0 && !progress.cloned) {
     if (progress.shared) {
       // A long-lived checkout is brought to the wanted ref in place; untracked work stays.
@@ -318,7 +319,9 @@ async function startRunner(
   stillCurrent(spec, deps);
   // A session named after the run: a launch retried after the runner started (but before that
   // was recorded) finds the running command instead of starting a second runner.
-  const handle = await provider.startDetached(ref, plan.command, { env: plan.env, cwd: home, sessionId: runnerSessionId(spec.runId) });
+  const { existing, ...handle } = await provider.startDetached(ref, plan.command, { env: plan.env, cwd: home, sessionId: runnerSessionId(spec.runId) });
+  // The runner an earlier attempt started took that attempt's token; this one's would stay behind.
+  if (existing) await provider.exec(ref, `rm -f ${shq(plan.tokenPath)}`, { cwd: home });
   deps.checkpoint("runner_spawned");
   return { handle, session };
 }

@@ -209,7 +209,10 @@ afterAll(async () => {
 describe("delegate a task to pi in a box", () => {
   it("runs the real pi: tool call, tool result, answer, one completed signal, child_finished on the parent, box reaped", async () => {
     model.push(
-      { toolCalls: [{ name: "bash", arguments: { command: "echo hello-from-box > proof.txt && cat proof.txt && echo \"token=[$THREADBOX_STREAM_TOKEN]\"" } }] },
+      // What the model could find of the stream token: a variable of its own, the file the mirror
+      // was handed, a JWT in the environment of any process of this run (runner, pi, its shell).
+      { toolCalls: [{ name: "bash", arguments: { command: String.raw`echo hello-from-box > proof.txt && cat proof.txt && echo "token=[$THREADBOX_STREAM_TOKEN] file=[$(cat "$THREADBOX_STREAM_TOKEN_FILE" 2>/dev/null)]" && ` +
+        String.raw`p=0; j=0; for f in /proc/[0-9]*/environ; do e=$({ tr '\0' '\n' < "$f"; } 2>/dev/null); case "$e" in *"THREADBOX_THREAD_ID=$THREADBOX_THREAD_ID"*) p=$((p+1)); echo "$e" | grep -q '=eyJ' && j=$((j+1));; esac; done; echo "procs=$p jwts=[$j]"` } }] },
       { text: "I wrote proof.txt." },
     );
     const envId = await environment();
@@ -230,7 +233,8 @@ describe("delegate a task to pi in a box", () => {
     expect(JSON.stringify(call.payload)).toContain("proof.txt");
     const result = es.find((e) => e.payload.type === "pi.tool_result")!;
     expect(JSON.stringify(result.payload)).toContain("hello-from-box");
-    expect(JSON.stringify(result.payload)).toContain("token=[]"); // the stream token never reaches a tool
+    expect(JSON.stringify(result.payload)).toContain("token=[] file=[]"); // the stream token never reaches a tool
+    expect(result.payload.output).toMatch(/procs=([3-9]|\d\d+) jwts=\[0\]/); // nor the environment of the run's processes
     const answers = es.filter((e) => e.payload.type === "pi.assistant" && e.payload.stopReason === "stop");
     expect(answers.at(-1)!.payload.text).toContain("I wrote proof.txt.");
     expect(kinds.indexOf("pi.tool_call")).toBeLessThan(kinds.indexOf("pi.tool_result"));

@@ -292,15 +292,21 @@ describe("ids and launch", () => {
       cwd: "repo",
       env: { ANTHROPIC_API_KEY: "sk-secret" },
     });
-    expect(plan.uploads.map((u) => u.path)).toEqual([".threadbox/runner.mjs", ".threadbox/runs/r1/prompt.txt", ".threadbox/mirror.mjs"]);
+    expect(plan.uploads.map((u) => u.path)).toEqual([".threadbox/runner.mjs", ".threadbox/runs/r1/prompt.txt", plan.tokenPath, ".threadbox/mirror.mjs"]);
     expect(plan.uploads[0].source).toBe("dist/runner/runner.mjs");
     expect(plan.uploads[1].content).toBe("it's a task; rm -rf / $(nope)");
+    // The stream token is a file in the run's directory, never in the environment or on the command line.
+    expect(plan.tokenPath).toMatch(/^\.threadbox\/runs\/r1\/stream-token-[0-9a-f]{16}$/);
+    expect(plan.uploads[2].content).toBe("secret.jwt.token");
+    expect(plan.runDir).toBe(".threadbox/runs/r1");
+    expect(JSON.stringify(plan.env)).not.toContain("secret.jwt.token");
+    expect(runnerLaunch({ threadId: "th1", streamUrl: "u", streamToken: "k", runId: "r1", prompt: "p" }).tokenPath).not.toBe(plan.tokenPath);
     expect(plan.command).toContain('node "$HOME/.threadbox/runner.mjs" --harness pi --prompt-file $HOME/.threadbox/runs/r1/prompt.txt --mirror $HOME/.threadbox/mirror.mjs');
     expect(plan.command).not.toContain("secret");
     expect(plan.command).not.toContain("rm -rf");
     expect(plan.env).toMatchObject({
       THREADBOX_THREAD_ID: "th1",
-      THREADBOX_STREAM_TOKEN: "secret.jwt.token",
+      THREADBOX_STREAM_TOKEN_FILE: plan.tokenPath,
       THREADBOX_RUN_ID: "r1",
       ANTHROPIC_API_KEY: "sk-secret",
     });

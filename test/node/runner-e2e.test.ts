@@ -12,6 +12,10 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { rebuildPiSession } from "../../src/sandbox/harness/pi-session";
 import { readThread } from "../../src/runner/stream-writer";
 import { startModelServer, type ModelServer, type ScriptStep } from "../support/model-server";
+import { startSandboxHost } from "../../sandbox-host/server.mjs";
+import { createDaytonaProvider } from "../../src/sandbox/daytona-provider";
+import { runnerLaunch } from "../../src/sandbox/harness";
+import { randomBytes } from "node:crypto";
 
 const ROOT = join(__dirname, "..", "..");
 const RUNNER = join(ROOT, "dist/runner/runner.mjs");
@@ -104,7 +108,7 @@ function startRunner(opts: {
       PI_OFFLINE: "1",
       THREADBOX_THREAD_ID: opts.threadId,
       THREADBOX_STREAM_URL: opts.streamUrl ?? streamBase,
-      THREADBOX_STREAM_TOKEN: "test-token",
+      THREADBOX_STREAM_TOKEN_FILE: tokenFile("test-token"),
       THREADBOX_RUN_ID: `run-${opts.threadId}-${Date.now().toString(36)}`,
       THREADBOX_HEARTBEAT_MS: "500",
       THREADBOX_FLUSH_TIMEOUT_MS: "20000",
@@ -117,6 +121,13 @@ function startRunner(opts: {
     child.on("close", (code) => resolve({ code, stderr, cwd, agentDir: adir })),
   );
   return { child, done };
+}
+
+/** The stream token as the launch hands it over: a file the runner reads and removes. */
+function tokenFile(token: string): string {
+  const file = join(mkdtempSync(join(tmp, "token-")), "stream-token-x");
+  writeFileSync(file, token, { mode: 0o600 });
+  return file;
 }
 
 const types = (es: any[]) => es.map((e) => (e.payload.type === "signal.thread.status_changed" ? `status:${e.payload.status}` : e.payload.type));
@@ -483,7 +494,7 @@ describe("runner with harnesses that do not mirror themselves (recorded output)"
         ...process.env,
         THREADBOX_THREAD_ID: threadId,
         THREADBOX_STREAM_URL: streamBase,
-        THREADBOX_STREAM_TOKEN: "test-token",
+        THREADBOX_STREAM_TOKEN_FILE: tokenFile("test-token"),
         THREADBOX_RUN_ID: "r1",
       },
     });
@@ -493,11 +504,11 @@ describe("runner with harnesses that do not mirror themselves (recorded output)"
     return { threadId, code, stderr, es: await entriesOf(threadId) };
   }
 
-  it("a failed harness's stderr tail goes on the thread: bounded, the stream token and secrets redacted", async () => {
+  it("a failed harness's stderr tail goes on the thread: bounded, secrets redacted, no stream token to leak", async () => {
     const threadId = await newThread();
     const bin = join(mkdtempSync(join(tmp, "bin-")), "noisy-harness");
     // Writes 10 KiB of noise, then the secrets it was given, then its last words; exits 3.
-    writeFileSync(bin, `#!/bin/sh\nhead -c 10240 /dev/zero | tr '\\0' x >&2\necho >&2\necho "token=$THREADBOX_STREAM_TOKEN key=$MODEL_KEY named=$PLAIN_NAMED_SECRET short=$SHORT" >&2\necho "fatal: cannot reach the model" >&2\nexit 3\n`, { mode: 0o755 });
+    writeFileSync(bin, `#!/bin/sh\nhead -c 10240 /dev/zero | tr '\\0' x >&2\necho >&2\necho "token=$THREADBOX_STREAM_TOKEN file=$(cat "$THREADBOX_STREAM_TOKEN_FILE" 2>/dev/null) key=$MODEL_KEY named=$PLAIN_NAMED_SECRET short=$SHORT" >&2\necho "fatal: cannot reach the model" >&2\nexit 3\n`, { mode: 0o755 });
     const child = spawn(process.execPath, [RUNNER, "--harness", "codex", "--bin", bin, "--prompt", "task"], {
       cwd: tmp,
       stdio: ["ignore", "ignore", "pipe"],
@@ -505,7 +516,7 @@ describe("runner with harnesses that do not mirror themselves (recorded output)"
         ...process.env,
         THREADBOX_THREAD_ID: threadId,
         THREADBOX_STREAM_URL: streamBase,
-        THREADBOX_STREAM_TOKEN: "stream-token-value-123",
+        THREADBOX_STREAM_TOKEN_FILE: tokenFile("stream-token-value-123"),
         THREADBOX_RUN_ID: "r-stderr",
         MODEL_KEY: "sk-model-key-456",
         PLAIN_NAMED_SECRET: "hunter2-but-longer",
@@ -521,7 +532,8 @@ describe("runner with harnesses that do not mirror themselves (recorded output)"
     expect(tail.payload.runId).toBe("r-stderr");
     expect(tail.payload.truncated).toBe(true);
     expect(Buffer.byteLength(tail.payload.text)).toBeLessThanOrEqual(4096);
-    expect(tail.payload.text).toContain("token=[redacted] key=[redacted] named=[redacted] short=abc");
+    // The stream token never reaches a harness that does not mirror itself: not in its environment, not as a file.
+    expect(tail.payload.text).toContain("token= file= key=[redacted] named=[redacted] short=abc");
     for (const secret of ["stream-token-value-123", "sk-model-key-456", "hunter2-but-longer"]) expect(JSON.stringify(es)).not.toContain(secret);
     const finished = es.filter((e) => e.payload.type === "signal.thread.status_changed");
     expect(finished.map((e) => [e.payload.status, e.payload.reason])).toEqual([["pi_failed", "harness exited with code 3: fatal: cannot reach the model"]]);
@@ -544,7 +556,7 @@ cat '${join(ROOT, "test/fixtures/claude-code-stream-json-success.jsonl")}'
     const child = spawn(process.execPath, [RUNNER, "--harness", "claude-code", "--bin", bin, "--prompt", "task"], {
       cwd: tmp,
       stdio: ["ignore", "ignore", "pipe"],
-      env: { ...process.env, THREADBOX_THREAD_ID: threadId, THREADBOX_STREAM_URL: streamBase, THREADBOX_STREAM_TOKEN: "test-token", THREADBOX_RUN_ID: runId },
+      env: { ...process.env, THREADBOX_THREAD_ID: threadId, THREADBOX_STREAM_URL: streamBase, THREADBOX_STREAM_TOKEN_FILE: tokenFile("test-token"), THREADBOX_RUN_ID: runId },
     });
     let stderr = "";
     child.stderr!.on("data", (d) => (stderr += d));
@@ -602,3 +614,61 @@ cat '${join(ROOT, "test/fixtures/claude-code-stream-json-success.jsonl")}'
 
 void existsSync;
 void mkdirSync;
+
+describe("the stream token in a box, the runner started the way a launch starts it", () => {
+  // What a command of the model can read: every process's exec-time environment and command line
+  // (the runner, pi, its shell and whatever else runs; same user, so all readable), and the box's
+  // files (home, tmp and the host's records of it). The pattern is written so the scan never
+  // matches its own command line, nor the session file that records the call.
+  const SCAN = [
+    `for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do { tr '\\0' '\\n' < "$f"; } 2>/dev/null | grep -aoE 'leak-canar[y]-[0-9a-f]+' | sed "s|^|$f ($(cat "\${f%/*}/comm" 2>/dev/null)): |"; done`,
+    `grep -raoE 'leak-canar[y]-[0-9a-f]+' "$HOME/.." 2>/dev/null | head -20`,
+    `echo "scanned $(ls -d /proc/[0-9]* | wc -l) processes"`,
+  ].join("; ");
+
+  it("no command the model runs finds the token, and the run still posts everything", async () => {
+    const host = await startSandboxHost({ port: 0, apiKey: "k" });
+    const provider = createDaytonaProvider({ apiUrl: host.apiUrl, apiKey: "k", target: "local" });
+    const token = `eyJhbGciOiJub25lIn0.leak-canary-${randomBytes(12).toString("hex")}.sig`;
+    // An environment variable the box's commands are meant to see: the scan must find it.
+    const control = `leak-canary-c0c0${randomBytes(8).toString("hex")}`;
+    const model = await startModelServer([{ toolCalls: [{ name: "bash", arguments: { command: SCAN } }] }, { text: "Scanned." }]);
+    try {
+      const threadId = await newThread();
+      const runId = `run-${threadId}`;
+      const box = await provider.create({ labels: { house: "h-token", thread: threadId }, ephemeral: true });
+      const home = await provider.homeDir(box.ref);
+      const plan = runnerLaunch({
+        harness: "pi", threadId, streamUrl: streamBase, streamToken: token, runId, prompt: "scan the box", model: "local/scripted-model", cwd: "work",
+        env: { PATH: `${BIN}:${dirname(process.execPath)}:${process.env.PATH}`, PI_CODING_AGENT_DIR: `${home}/.threadbox/pi-agent`, PI_OFFLINE: "1", THREADBOX_HEARTBEAT_MS: "500", SCAN_CONTROL: control },
+      });
+      // As src/threads/launch.ts does it: directories, uploads, then the runner in its own session.
+      await provider.exec(box.ref, `mkdir -p work .threadbox/runs/${runId} && chmod 700 .threadbox/runs/${runId}`, { cwd: home });
+      await provider.upload(box.ref, [
+        ...plan.uploads.map((u) => ({ path: u.path, content: u.source ? readFileSync(join(ROOT, u.source), "utf8") : u.content! })),
+        { path: ".threadbox/pi-agent/models.json", content: readFileSync(join(agentDir(model), "models.json"), "utf8") },
+        { path: ".threadbox/pi-agent/settings.json", content: JSON.stringify({ retry: { enabled: false } }) },
+      ]);
+      const handle = await provider.startDetached(box.ref, plan.command, { env: plan.env, cwd: home, sessionId: `tb-run-${runId}` });
+      let status = await provider.detachedStatus(handle);
+      for (const t0 = Date.now(); status.running && Date.now() - t0 < 90_000; status = await provider.detachedStatus(handle)) await new Promise((r) => setTimeout(r, 200));
+      const runnerLog = () => { try { return readFileSync(join(home, plan.logPath), "utf8"); } catch { return "(no runner log)"; } };
+      expect(status, runnerLog()).toEqual({ running: false, exitCode: 0 });
+
+      const es = await entriesOf(threadId);
+      // (a scan that runs past 1 s also streams its output live: signal.exec.output)
+      expect(types(es).filter((t) => t !== "signal.exec.output"), runnerLog()).toEqual(["pi.user", "pi.assistant", "pi.tool_call", "pi.tool_result", "pi.assistant", "status:completed"]);
+      const output = es.find((e) => e.payload.type === "pi.tool_result")!.payload.output as string;
+      expect(output).toMatch(/scanned \d+ processes/); // the scan ran to its end
+      expect(output).toContain(`/environ (bash): ${control}`); // and reads what it is after
+      expect(output).not.toContain(token.split(".")[1]);
+      expect(JSON.stringify(es)).not.toContain(token.split(".")[1]);
+      expect(es.at(-2).payload.text).toBe("Scanned.");
+      // Nothing left behind in the box either, once the run is over.
+      expect(spawnSync("grep", ["-rlF", token, join(home, "..")], { encoding: "utf8" }).stdout.trim()).toBe("");
+    } finally {
+      await model.close();
+      await host.close();
+    }
+  }, 120_000);
+});

@@ -77,6 +77,15 @@ describe("launch retried after the alarm died mid-launch", () => {
     const { token, threadId, runId } = await launchThatCrashesAt("house-retry-d", "runner_spawned");
     await expectOneBoxAndOneRunner(token, threadId, runId);
     expect(sharedTestProvider().calls.filter((c) => c.op === "startDetached" && JSON.stringify(c.args).includes(`tb-run-${runId}`)).length).toBe(2);
+    // Each attempt uploaded a token file of its own; the runner took the first one, and the
+    // retry, finding that runner, removed the one nobody will read.
+    const calls = sharedTestProvider().calls;
+    const tokenFiles = calls.filter((c) => c.op === "upload").flatMap((c) => c.args as string[]).filter((p) => p.startsWith(`.threadbox/runs/${runId}/stream-token-`));
+    expect(new Set(tokenFiles).size).toBe(2);
+    const removed = calls.filter((c) => c.op === "exec" && (c.args as { command: string }).command.startsWith(`rm -f '.threadbox/runs/${runId}/`)).map((c) => (c.args as { command: string }).command);
+    expect(removed).toEqual([`rm -f '${tokenFiles[1]}'`]);
+    const started = calls.filter((c) => c.op === "startDetached" && JSON.stringify(c.args).includes(`tb-run-${runId}`));
+    expect(started.map((c) => (c.args as { opts: { env: Record<string, string> } }).opts.env.THREADBOX_STREAM_TOKEN_FILE)).toEqual(tokenFiles);
   }, 30_000);
 
   it("after the runner was started: the retry only records it, no second runner", async () => {

@@ -3,7 +3,8 @@
  *
  *   const plan = runnerLaunch({ harness: "pi", threadId, streamUrl, streamToken, runId, ... });
  *   await provider.exec(box, plan.install.command)            // once per box (skip if plan.install.check passes)
- *   await provider.upload(box, plan.uploads)                  // runner.mjs + mirror.mjs (from dist/runner) + prompt
+ *   await provider.exec(box, `mkdir -p -m 700 ${plan.runDir}`) // the token file's directory: the box user's only
+ *   await provider.upload(box, plan.uploads)                  // runner.mjs + mirror.mjs (from dist/runner) + prompt + token
  *   await provider.startDetached(box, plan.command, { env: plan.env, cwd: plan.cwd })
  */
 import { claudeCodeAgent } from "./claude-code";
@@ -11,7 +12,7 @@ import { codexAgent } from "./codex";
 import { piAgent } from "./pi";
 import { PI_PREFIX } from "../../domain/pi-install";
 import { shq } from "../../domain/shell";
-import { BOX_DIR, BOX_ENV, MIRROR_PATH, RUNNER_PATH, runDir as runDirOf } from "../../domain/box-layout";
+import { BOX_DIR, BOX_ENV, MIRROR_PATH, RUNNER_PATH, runDir as runDirOf, streamTokenPath } from "../../domain/box-layout";
 import type { CodingAgent, HarnessName } from "./types";
 
 export * from "./types";
@@ -56,7 +57,10 @@ export interface RunnerLaunchOptions {
   threadId: string;
   /** the stream base URL the box can reach (the stream-proxy from a Daytona box) */
   streamUrl: string;
+  /** uploaded as a file (`tokenPath`) the runner removes once read; never put in `env` */
   streamToken: string;
+  /** names this launch attempt's token file (default random): a retried launch uploads its own */
+  tokenAttempt?: string;
   /** unique per run; shared by the mirror and runner in the finished-signal id */
   runId: string;
   authorId?: string;
@@ -91,6 +95,10 @@ export interface RunnerLaunch {
   env: Record<string, string>;
   /** where the runner's own log goes, HOME-relative */
   logPath: string;
+  /** the stream token's file among `uploads`, HOME-relative; the runner removes it at start */
+  tokenPath: string;
+  /** the run's directory, HOME-relative; create it mode 0700 before the uploads (it holds the token file) */
+  runDir: string;
 }
 
 
@@ -108,9 +116,13 @@ export function runnerLaunch(o: RunnerLaunchOptions): RunnerLaunch {
   if (o.sessionFile) args.push("--session", o.sessionFile.startsWith("/") ? shq(o.sessionFile) : `"$HOME"/${shq(o.sessionFile)}`);
   if (o.cwd) args.push("--cwd", o.cwd.startsWith("/") ? shq(o.cwd) : `"$HOME"/${shq(o.cwd)}`);
   if (o.noFinish) args.push("--no-finish");
+  // The token goes as a file the runner removes once read, never in the environment or on the
+  // command line (both stay readable to the box's commands, the model's included: token-file.ts).
+  const tokenPath = streamTokenPath(o.runId, o.tokenAttempt ?? crypto.randomUUID().replace(/-/g, "").slice(0, 16));
   const uploads: RunnerLaunch["uploads"] = [
     { path: RUNNER_PATH, source: RUNNER_BUNDLE },
     { path: promptPath, content: o.prompt },
+    { path: tokenPath, content: o.streamToken },
   ];
   if (agent.name === "pi") uploads.push({ path: MIRROR_PATH, source: MIRROR_BUNDLE });
   if (o.systemPrompt !== undefined) {
@@ -125,7 +137,7 @@ export function runnerLaunch(o: RunnerLaunchOptions): RunnerLaunch {
     ...(o.env ?? {}),
     [BOX_ENV.threadId]: o.threadId,
     [BOX_ENV.streamUrl]: o.streamUrl,
-    [BOX_ENV.streamToken]: o.streamToken,
+    [BOX_ENV.streamTokenFile]: tokenPath,
     [BOX_ENV.runId]: o.runId,
   };
   if (o.authorId) env[BOX_ENV.authorId] = o.authorId;
@@ -135,5 +147,5 @@ export function runnerLaunch(o: RunnerLaunchOptions): RunnerLaunch {
   const command =
     `mkdir -p "$HOME/${runDir}" && cd "$HOME" && PATH="${PI_PREFIX}/bin:$PATH" ` +
     `node "$HOME/${RUNNER_PATH}" ${args.join(" ")} >> "$HOME/${logPath}" 2>&1`;
-  return { install: { check: agent.install.check, command: agent.install.command }, uploads, command, env, logPath };
+  return { install: { check: agent.install.check, command: agent.install.command }, uploads, command, env, logPath, tokenPath, runDir };
 }
