@@ -16,6 +16,10 @@ export interface Env {
   DAYTONA_API_KEY?: string;
   DAYTONA_TARGET?: string;
   THREADBOX_STREAM_URL?: string;
+  /** The snapshot a run's box is made from when its environment names none (`npm run snapshot` makes it). */
+  THREADBOX_SNAPSHOT?: string;
+  /** The image a run's box is made from when that snapshot does not exist. */
+  THREADBOX_FALLBACK_IMAGE?: string;
   PROBE_CONFIRM_MS?: string;
   STOPPED_BOX_GRACE_MS?: string;
   STOP_GRACE_MS?: string;

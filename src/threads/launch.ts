@@ -9,7 +9,7 @@ import { classifySandboxState } from "../sandbox/state";
 import { packageInstallCommands, packageList, parseInstalled } from "../workspace/packages";
 import { launchBoxId, type LaunchProgress, type LaunchStep } from "./launch-progress";
 import { providerFor } from "../sandbox/providers";
-import { DEFAULT_FALLBACK_IMAGE, DEFAULT_HARNESS_SNAPSHOT } from "../sandbox/snapshot";
+import { harnessBoxSource } from "../sandbox/snapshot";
 import { mirrorNextIndex, rebuildPiSession, runnerLaunch, type HarnessName } from "../sandbox/harness";
 import { BUNDLES } from "../runner/bundles.generated";
 import type { ThreadRow } from "./thread-row";
@@ -129,14 +129,15 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
   if (!progress.boxId) {
     // A box an earlier attempt of this launch made (it may have died before recording it).
     const earlier = (await provider.list({ [LABEL_RUN]: spec.runId })).find((b) => classifySandboxState(b) !== "dead");
+    const defaults = harnessBoxSource(env);
     const info = earlier ?? await provider.create({
       labels: { house: row.houseId, thread: row.id, environment: row.environmentId ?? undefined, run: spec.runId },
       ephemeral: true,
       env: { ...(environment?.env ?? {}) },
       // Snapshot-first: the harness is pre-installed there (`npm run snapshot`); else the image,
       // and the harness check below installs what is missing.
-      snapshot: environment?.snapshot ?? DEFAULT_HARNESS_SNAPSHOT,
-      image: environment?.image ?? DEFAULT_FALLBACK_IMAGE,
+      snapshot: environment?.snapshot ?? defaults.snapshot,
+      image: environment?.image ?? defaults.image,
       egress: egressSettings(environment?.egress, env.THREADBOX_STREAM_URL),
       volumes: providerVolumes(row.houseId, environment?.volumes),
     });

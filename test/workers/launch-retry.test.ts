@@ -302,3 +302,18 @@ describe("a delegated child whose actor dies right after it is made", () => {
     }, { timeout: 15_000, interval: 100 });
   }, 30_000);
 });
+
+describe("what a run's box is made from", () => {
+  it("the worker's THREADBOX_SNAPSHOT and THREADBOX_FALLBACK_IMAGE when the environment names neither", async () => {
+    const houseId = "house-snapshot-vars";
+    const { token, t, stub } = await launchableThread(houseId, (a) => a.setTestEnv({
+      THREADBOX_STREAM_URL: "http://stream.test/api/stream", THREADBOX_SNAPSHOT: "custom-harness-v9", THREADBOX_FALLBACK_IMAGE: "registry.example/node:22",
+    }));
+    const { runId } = await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+    await vi.waitFor(async () => {
+      expect((await readAll(token, t.id)).entries.some((e) => e.payload.type === "signal.run.launched")).toBe(true);
+    }, { timeout: 15_000, interval: 100 });
+    const box = [...sharedTestProvider().boxes.values()].find((b) => b.labels[LABEL_RUN] === runId)!;
+    expect({ snapshot: box.create.snapshot, image: box.create.image }).toEqual({ snapshot: "custom-harness-v9", image: "registry.example/node:22" });
+  }, 30_000);
+});
