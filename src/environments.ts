@@ -27,7 +27,7 @@ export const environmentInputSchema = z.object({
   /** `open` (default), `deny` (only the thread stream), or `{allow: [host]}` (the stream and those). */
   egress: egressSchema.optional(),
   /** Keep one non-ephemeral box for `run_command`; with `boxMode: "ephemeral"` delegated runs still get their own. */
-  sharedBox: z.boolean().default(false),
+  sharedBox: z.boolean().optional(),
   /** `shared`: delegated runs and `run_command` all use the environment's one long-lived box. */
   boxMode: boxModeSchema.optional(),
   /** Written into the working directory before the harness starts. */
@@ -67,7 +67,12 @@ export const environmentInputSchema = z.object({
   // `shared`: every run and `run_command` use the one box. `ephemeral` (the default): a box per
   // run; `sharedBox: true` then still keeps a box for `run_command`.
   const boxMode = e.boxMode ?? "ephemeral";
-  return { ...e, boxMode, sharedBox: e.sharedBox || boxMode === "shared" };
+  // Said outright, not overruled in silence: the shared mode is its box.
+  if (boxMode === "shared" && e.sharedBox === false) {
+    ctx.addIssue({ code: "custom", path: ["sharedBox"], message: "boxMode shared runs everything on the shared box: sharedBox cannot be false (set boxMode to ephemeral first)" });
+    return z.NEVER;
+  }
+  return { ...e, boxMode, sharedBox: e.sharedBox === true || boxMode === "shared" };
 });
 
 export type EnvironmentInput = z.output<typeof environmentInputSchema>;
@@ -104,8 +109,10 @@ export function applyEnvironmentPatch(current: Environment, patch: Record<string
     }
     merged.secrets = next;
   }
-  // Leaving `shared` keeps the box for run_command unless sharedBox says otherwise.
+  // Leaving `shared` keeps the box for run_command unless sharedBox says otherwise; entering it
+  // takes the box whatever sharedBox was.
   if (patch.boxMode === "ephemeral" && !("sharedBox" in patch)) merged.sharedBox = current.sharedBox;
+  if (patch.boxMode === "shared" && !("sharedBox" in patch)) delete merged.sharedBox;
   const parsed = environmentInputSchema.safeParse(merged);
   if (!parsed.success) throw new ApiError("validation_failed", "invalid environment", formatZodError(parsed.error));
   return { ...parsed.data, id: current.id, houseId, createdAt, ...(sharedBoxId ? { sharedBoxId } : {}) };

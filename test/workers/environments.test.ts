@@ -261,3 +261,26 @@ describe("DELETE /api/environments/:id", () => {
     }
   });
 });
+
+describe("an environment's box mode and shared box", () => {
+  it("sharedBox false next to boxMode shared is a 400 naming sharedBox, on create and on PATCH, never a 200 that changes nothing", async () => {
+    const token = await houseToken("house-boxmode");
+    const bad = await call("/api/environments", { method: "POST", token, json: { name: "x", provider: "test", boxMode: "shared", sharedBox: false } });
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as { error: { details: { path: string }[] } }).error.details.map((d) => d.path)).toEqual(["sharedBox"]);
+
+    const created = await call("/api/environments", { method: "POST", token, json: { name: "s", provider: "test", boxMode: "shared" } });
+    const env = (await created.json()) as { id: string; sharedBox: boolean };
+    expect(env.sharedBox).toBe(true);
+    const patch = (json: unknown) => call(`/api/environments/${env.id}`, { method: "PATCH", token, json });
+    const refused = await patch({ sharedBox: false });
+    expect(refused.status).toBe(400);
+    expect(await errorCode(refused)).toBe("validation_failed");
+    // Leaving the shared mode can drop the box, or keep it for run_command.
+    const left = await patch({ boxMode: "ephemeral", sharedBox: false });
+    expect(((await left.json()) as { boxMode: string; sharedBox: boolean })).toMatchObject({ boxMode: "ephemeral", sharedBox: false });
+    const back = await patch({ boxMode: "shared" });
+    expect(back.status).toBe(200);
+    expect(((await back.json()) as { sharedBox: boolean }).sharedBox).toBe(true);
+  });
+});
