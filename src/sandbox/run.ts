@@ -8,8 +8,10 @@ export type RunOptions = {
   provider: SandboxProvider;
   /** Base of the stream API, reachable from the caller and from the box (e.g. http://127.0.0.1:8787/api/stream). */
   streamUrl: string;
-  /** A `stream:write` token for the thread. */
+  /** A `stream:write` token for the thread; only a run token naming `runId` may post the run's artifacts. */
   streamToken: string;
+  /** The run's id (default: a new one). */
+  runId?: string;
   houseId: string;
   threadId: string;
   task: string;
@@ -58,7 +60,7 @@ async function readAll(url: string, token: string): Promise<ThreadEntry[]> {
 export async function run(o: RunOptions): Promise<RunResult> {
   const harness = o.harness ?? "pi";
   const url = `${o.streamUrl.replace(/\/$/, "")}/thread-${o.threadId}`;
-  const runId = crypto.randomUUID();
+  const runId = o.runId ?? crypto.randomUUID();
   await post(url, o.streamToken, [
     { id: `prompt:${runId}`, authorId: o.authorId, payload: { type: "chat", text: o.task, origin: "task", runId } },
     { id: `claim:${runId}`, payload: { type: STATUS_CHANGED, status: "running", reason: "run() on the host", runId } },

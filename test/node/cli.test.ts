@@ -400,11 +400,14 @@ describe("tail shows whatever a writer of the thread wrote", () => {
   });
 });
 
-describe("artifacts any writer of the thread wrote", () => {
+describe("artifacts a run's box wrote", () => {
   it("an artifact.files entry without files is named and skipped, not a crash", async () => {
     const threadId = (await ok(["new", "odd artifacts"])).stdout.trim();
+    // Only a run's own token writes its artifacts (as the launch mints it for the box).
+    const { mintRunToken } = await import("../../src/auth/tokens");
+    const runToken = (await mintRunToken("test-token-secret-0123456789abcdef", "house-cli", threadId, "r1", "cli-user")).token;
     const r0 = await fetch(`${worker.url}/api/threads/${threadId}/entries`, {
-      method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      method: "POST", headers: { authorization: `Bearer ${runToken}`, "content-type": "application/json" },
       body: JSON.stringify({ id: `${threadId}:artifacts:r1:files`, payload: { type: "artifact.files", runId: "r1" } }),
     });
     expect(r0.ok).toBe(true);

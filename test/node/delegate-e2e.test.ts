@@ -13,6 +13,7 @@ import { startModelServer, type ModelServer } from "../support/model-server";
 import { startPausableProxy } from "../support/pausable-proxy";
 import { createDaytonaProvider } from "../../src/sandbox/daytona-provider";
 import { run } from "../../src/sandbox/run";
+import { mintRunToken } from "../../src/auth/tokens";
 import { tarArchive } from "../support/tar";
 import { startGitHttpServer } from "../support/git-http-server";
 import { jsonApi } from "../support/json-api";
@@ -1067,9 +1068,11 @@ describe("run(): the synchronous host driver", () => {
     const env = { PI_CODING_AGENT_DIR: `${home}/.threadbox/pi-agent`, PI_OFFLINE: "1" };
     const runOnce = async (task: string) => {
       const t = (await api("/api/threads", { method: "POST", json: { title: task } })).body;
-      const streamToken = (await api(`/api/threads/${t.id}/tokens`, { method: "POST", json: { scope: "stream:write" } })).body.token;
+      // The token a launch would mint for the run: it also posts the run's artifacts.
+      const runId = crypto.randomUUID();
+      const streamToken = (await mintRunToken("test-token-secret-0123456789abcdef", "house-e2e", t.id, runId, "e2e-user")).token;
       const result = await run({
-        provider, streamUrl: `${worker.url}/api/stream`, streamToken, houseId: "house-e2e", threadId: t.id, task,
+        provider, streamUrl: `${worker.url}/api/stream`, streamToken, runId, houseId: "house-e2e", threadId: t.id, task,
         model: "local/scripted-model", boxRef: box.ref, env, files, bundles, timeoutSec: 120,
       });
       return { id: t.id as string, result };

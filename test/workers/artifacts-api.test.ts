@@ -52,13 +52,20 @@ describe("GET /api/threads/:id/artifacts", () => {
       // Nor under the run's id with another type, which would make the real entry a duplicate.
       expect((await post(w, t.id, { id: forged.id, payload: { type: "chat", text: "first!" } })).status).toBe(403);
     }
-    // The stream protocol's write path refuses them alike.
+    // The run's own box posts them on the stream protocol's path, as the runner does.
+    const runnerPost = await call(`/api/stream/thread-${t.id}`, {
+      method: "POST", token: await runToken(house, t.id, "run9"), json: [files("run9", t.id)],
+      headers: { "Producer-Id": "runner-run9", "Producer-Epoch": "0", "Producer-Seq": "0" },
+    });
+    expect(runnerPost.status).toBe(200);
+    await runnerPost.body?.cancel();
+    // That path refuses the others alike.
     const viaStream = await call(`/api/stream/thread-${t.id}`, { method: "POST", token: await streamToken(house, t.id), json: forged });
     expect(viaStream.status).toBe(403);
     await viaStream.body?.cancel();
     expect((await post(await runToken(house, t.id, "run1"), t.id, files("run1", t.id))).status).toBe(201);
     const listed = (await (await call(`/api/threads/${t.id}/artifacts`, { token })).json()) as { artifacts: { payload: { files: { path: string }[] } }[] };
-    expect(listed.artifacts.map((a) => a.payload.files[0]!.path)).toEqual(["hello.txt"]);
+    expect(listed.artifacts.map((a) => a.payload.files[0]!.path)).toEqual(["hello.txt", "hello.txt"]);
   });
 
   it("refuses bad queries with 400 and needs a token", async () => {

@@ -32,7 +32,9 @@ export const plainStreamPolicy: AppendPolicy = {
 
 type StreamAuth = { canWrite: boolean } & EntryWriter;
 
-const writerOf = (auth: StreamAuth): EntryWriter => ({ subject: auth.subject, mayAuthorAsOthers: auth.mayAuthorAsOthers, mayNameBox: auth.mayNameBox });
+const writerOf = (auth: StreamAuth): EntryWriter => ({
+  subject: auth.subject, mayAuthorAsOthers: auth.mayAuthorAsOthers, mayNameBox: auth.mayNameBox, ...(auth.runId ? { runId: auth.runId } : {}),
+});
 
 export const threadStreamOptions = (threadId: string, auth: StreamAuth): StreamRequestOptions => ({
   streamName: `thread-${threadId}`, allowCreate: false, allowDelete: false, allowClose: false,
