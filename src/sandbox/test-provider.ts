@@ -175,8 +175,12 @@ export class TestSandboxProvider implements SandboxProvider {
     return r;
   }
 
+  /** Runs before an upload lands (a test doing something while a launch uploads). */
+  beforeUpload: ((ref: string, paths: string[]) => Promise<void>) | null = null;
+
   async upload(ref: string, files: FileUpload[]): Promise<void> {
     this.enter("upload", ref, files.map((f) => f.path));
+    await this.beforeUpload?.(ref, files.map((f) => f.path));
     const b = this.mustRunning(ref);
     for (const f of files) b.files.set(f.path, typeof f.content === "string" ? new TextEncoder().encode(f.content) : f.content.slice());
   }

@@ -1,4 +1,5 @@
 import { ApiError } from "../errors";
+import { errorMessage, logEvent } from "../domain/log-event";
 import type { Env } from "../env";
 import type { Entry } from "../entries/schema";
 import type { Environment } from "../environments";
@@ -309,20 +310,35 @@ async function startRunner(
     permissionMode: workspace.permissionMode,
     allowedTools: spec.harness === "pi" ? piTools(workspace.permissionMode, workspace.allowedTools) : workspace.allowedTools,
   });
+  let tokenFile: { path: string; content: string } | undefined;
   for (const u of plan.uploads) {
     const content = u.source ? BUNDLES[u.source] : u.content;
     if (content === undefined) throw new Error(`runner bundle ${u.source} is missing: run npm run build:runner`);
-    uploads.push({ path: u.path, content });
+    if (u.path === plan.tokenPath) tokenFile = { path: u.path, content: content as string };
+    else uploads.push({ path: u.path, content });
   }
   await provider.upload(ref, uploads);
   deps.alive();
-  // The installs, clone and uploads take long: a run stopped meanwhile gets no runner.
+  // The installs, clone and uploads take long: a run stopped meanwhile gets no runner, and so
+  // must get no token file either (only a runner removes it; a kept box would hold it for the
+  // next run's commands). It goes up last, right before the runner that takes it.
   stillCurrent(spec, deps);
-  // A session named after the run: a launch retried after the runner started (but before that
-  // was recorded) finds the running command instead of starting a second runner.
-  const { existing, ...handle } = await provider.startDetached(ref, plan.command, { env: plan.env, cwd: home, sessionId: runnerSessionId(spec.runId) });
+  const removeToken = () => provider.exec(ref, `rm -f ${shq(plan.tokenPath)}`, { cwd: home }).then(() => {}, (err) => {
+    logEvent("launch_token_cleanup_failed", { threadId: row.id, runId: spec.runId, error: errorMessage(err) }, "warn");
+  });
+  let started: Awaited<ReturnType<SandboxProvider["startDetached"]>>;
+  try {
+    if (tokenFile) await provider.upload(ref, [tokenFile]);
+    // A session named after the run: a launch retried after the runner started (but before that
+    // was recorded) finds the running command instead of starting a second runner.
+    started = await provider.startDetached(ref, plan.command, { env: plan.env, cwd: home, sessionId: runnerSessionId(spec.runId) });
+  } catch (err) {
+    await removeToken();
+    throw err;
+  }
+  const { existing, ...handle } = started;
   // The runner an earlier attempt started took that attempt's token; this one's would stay behind.
-  if (existing) await provider.exec(ref, `rm -f ${shq(plan.tokenPath)}`, { cwd: home });
+  if (existing) await removeToken();
   deps.checkpoint("runner_spawned");
   return { handle, session };
 }

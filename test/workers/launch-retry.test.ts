@@ -317,3 +317,33 @@ describe("what a run's box is made from", () => {
     expect({ snapshot: box.create.snapshot, image: box.create.image }).toEqual({ snapshot: "custom-harness-v9", image: "registry.example/node:22" });
   }, 30_000);
 });
+
+describe("a run stopped while its launch uploads", () => {
+  it("gets no runner, and the box it keeps gets no stream token file (a later run's commands would read it)", async () => {
+    const houseId = "house-stop-during-upload";
+    const { token, t, stub } = await launchableThread(houseId);
+    const provider = sharedTestProvider();
+    let stopped = false;
+    provider.beforeUpload = async (_ref, paths) => {
+      if (stopped || !paths.some((p) => p.endsWith("/prompt.txt"))) return;
+      stopped = true;
+      const r = await call(`/api/threads/${t.id}/stop`, { method: "POST", token });
+      expect(r.status).toBe(200);
+    };
+    try {
+      const { runId } = await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+      await vi.waitFor(() => expect(stopped).toBe(true), { timeout: 15_000, interval: 50 });
+      const box = () => [...provider.boxes.values()].find((b) => b.labels[LABEL_RUN] === runId)!;
+      // The launch finds its run stopped after the uploads and lets the box go, keeping it (a stopped run's box is kept).
+      await vi.waitFor(async () => {
+        const view = (await (await call(`/api/sandboxes?state=live`, { token })).json()) as { sandboxes: { providerRef: string; threads: string[] }[] };
+        expect(view.sandboxes.find((b) => b.providerRef === box().ref)?.threads).toEqual([]);
+      }, { timeout: 15_000, interval: 100 });
+      expect([...box().files.keys()].some((p) => p.endsWith("/prompt.txt"))).toBe(true);
+      expect([...box().files.keys()].filter((p) => p.includes("stream-token"))).toEqual([]);
+      expect(provider.calls.some((c) => c.op === "startDetached" && c.ref === box().ref)).toBe(false);
+    } finally {
+      provider.beforeUpload = null;
+    }
+  }, 30_000);
+});
