@@ -28,6 +28,15 @@ export function codeForStatus(status: number | undefined): ProviderErrorCode {
   return "unavailable";
 }
 
+/** A routing miss ("no route for GET …", "Cannot GET …", "Route GET:/… not found") or an HTML page. */
+const ROUTING_MISS = /\bno route\b|\bcannot (get|post|put|patch|delete|head)\b|\broute (get|post|put|patch|delete|head)\b|<html|<title>/i;
+/** The provider saying which of its things is missing: "Sandbox with ID or name … not found", "file … not found". */
+const THING_MISSING = /\b(sandbox|snapshot|volume|session|command|process|file|directory|path|repository)\b.*\b(not found|does not exist)\b|no such file/i;
+
+function namesWhatIsMissing(message: string): boolean {
+  return !ROUTING_MISS.test(message) && THING_MISSING.test(message);
+}
+
 /**
  * Maps whatever the Daytona SDK (or fetch) threw to a ProviderError. Duck-typed on `statusCode`
  * and the class name so it works for the SDK's ESM and CJS builds alike.
@@ -47,7 +56,7 @@ export function toProviderError(err: unknown, what: string): ProviderError {
   // "Gone" must come from the provider's own answer about the thing asked for ("Sandbox with ID
   // or name … not found"): a wrong DAYTONA_API_URL, a proxy or a load balancer answers every
   // path 404, and reading that as gone would orphan live boxes and count deletes as done.
-  if ((status === 404 || status === 410) && !/not found|does not exist|no such|gone|deleted/i.test(e?.message ?? "")) {
+  if ((status === 404 || status === 410) && !namesWhatIsMissing(e?.message ?? "")) {
     return new ProviderError("unavailable", `${msg} (a 404 that names nothing missing: is DAYTONA_API_URL the API's base URL, ending in /api?)`, { status, cause: err });
   }
   return new ProviderError(codeForStatus(status), msg, { status, cause: err });

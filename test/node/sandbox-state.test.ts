@@ -46,10 +46,14 @@ describe("toProviderError", () => {
     expect(toProviderError(Object.assign(new Error(message), { statusCode }), "op").code).toBe(code);
   });
   it("a 404 that names nothing missing (a wrong base URL's 'no route', a proxy's page) is unavailable, not gone", () => {
-    for (const message of ["no route for GET /sandbox/abc", "Cannot GET /sandbox/abc", "<html>404</html>"]) {
+    for (const message of ["no route for GET /sandbox/abc", "Cannot GET /sandbox/abc", "<html>404</html>", "<html><head><title>404 Not Found</title></head></html>",
+      "404 Not Found", "Not Found", "Route GET:/sandbox/abc not found", "Request failed with status code 404"]) {
       const e = toProviderError(Object.assign(new Error(message), { statusCode: 404 }), "get sandbox");
       expect(e.code, message).toBe("unavailable");
       expect(e.message).toContain("DAYTONA_API_URL");
+    }
+    for (const message of ["Sandbox with ID or name abc not found", "file a/none not found", "session tb-run-1 not found", "Volume with name v1 not found"]) {
+      expect(toProviderError(Object.assign(new Error(message), { statusCode: 404 }), "op").code, message).toBe("not_found");
     }
   });
   it("network errors are unavailable, timeouts are timeout", () => {
