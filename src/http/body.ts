@@ -24,8 +24,12 @@ export async function readBody<T extends z.ZodType>(request: Request, schema: T)
  * nothing to read) means `{}`, as stop and interrupt take it. A body without a type is still a 415.
  */
 export async function readOptionalBody<T extends z.ZodType>(request: Request, schema: T): Promise<z.infer<T>> {
-  const none = !request.headers.has("content-type") && (request.body === null || request.headers.get("content-length") === "0");
-  return none ? parseBody(schema, {}) : readBody(request, schema);
+  if (request.headers.has("content-type")) return readBody(request, schema);
+  // No type: an empty body (none at all, Content-Length: 0, or chunked with no chunks) is `{}`.
+  if (request.body !== null && (await readBoundedBody(request, MAX_JSON_BODY_BYTES)).byteLength > 0) {
+    throw new ApiError("unsupported_media_type", "Content-Type must be application/json");
+  }
+  return parseBody(schema, {});
 }
 
 function parseBody<T extends z.ZodType>(schema: T, raw: unknown): z.infer<T> {

@@ -359,6 +359,13 @@ describe("query strings and charsets", () => {
     expect(box.status).toBe(201);
     await box.body?.cancel();
     await expectError(await call("/api/threads", { method: "POST", token, body: "{}" }), 415, "unsupported_media_type");
+    // Chunked with no chunks is no body too.
+    const empty = new ReadableStream({ start: (c) => c.close() });
+    const chunked = await call("/api/threads", { method: "POST", token, body: empty, duplex: "half" } as RequestInit);
+    expect(chunked.status).toBe(201);
+    await chunked.body?.cancel();
+    const typeless = new ReadableStream({ start: (c) => { c.enqueue(new TextEncoder().encode("{}")); c.close(); } });
+    await expectError(await call("/api/threads", { method: "POST", token, body: typeless, duplex: "half" } as RequestInit), 415, "unsupported_media_type");
   });
 
   it("a charset other than utf-8 is 415 on JSON bodies; utf-8 is accepted", async () => {
