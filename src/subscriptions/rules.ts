@@ -29,7 +29,9 @@ export const subscriptionInputSchema = z.object({
   pattern: z.string().min(1).max(256).optional(),
   streams: z.array(streamPath).max(1000).default([]),
   webhook: z.object({ url: z.string().min(1).max(2000) }).optional(),
-  wake_stream: streamPath.optional(),
+  // Wakes are appended by the control plane: never into streams only the control plane or a
+  // run's box may write (folder archives, a run's artifacts).
+  wake_stream: streamPath.refine((p) => !/^folders\//.test(p) && !/^thread-[^/]+\/artifacts\//.test(p), "a plain stream you may write: not folders/… nor a run's artifacts").optional(),
   lease_ttl_ms: z.number().int().min(MIN_LEASE_TTL_MS).max(MAX_LEASE_TTL_MS).default(DEFAULT_LEASE_TTL_MS),
   description: z.string().max(1000).optional(),
 });

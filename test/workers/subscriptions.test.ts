@@ -171,7 +171,13 @@ describe("subscriptions API", () => {
     // A thread's log is not a plain stream: it would never be linked, and wakes to it would be dropped.
     expect((await put(token, "s9", { type: "pull-wake", wake_stream: "thread-th_1" })).status).toBe(400);
     expect((await put(token, "s9", { type: "pull-wake", wake_stream: "w", streams: ["thread-th_1"] })).status).toBe(400);
-    expect((await put(token, "s9", { type: "pull-wake", wake_stream: "thread-th_1/artifacts/wakes" })).status).toBe(201);
+    expect((await put(token, "s9", { type: "pull-wake", wake_stream: "thread-th_1/notes/wakes" })).status).toBe(201);
+    // Wakes are appended by the control plane: never into what only it or a run's box may write.
+    for (const protectedStream of ["thread-th_1/artifacts/run1/diff", "folders/env_1/data"]) {
+      const r = await put(token, "s10", { type: "pull-wake", wake_stream: protectedStream });
+      expect(r.status, protectedStream).toBe(400);
+      await r.body?.cancel();
+    }
     // Adding streams to one takes the same paths a PUT does: no thread log, nothing under __ds/.
     for (const bad of ["thread-th_1", "__ds/jwks.json"]) {
       const add = await call(`${sub("s9")}/streams`, { method: "POST", token, json: { streams: ["ok/one", bad] } });
