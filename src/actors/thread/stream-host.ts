@@ -32,9 +32,8 @@ export const plainStreamPolicy: AppendPolicy = {
 
 type StreamAuth = { canWrite: boolean } & EntryWriter;
 
-const writerOf = (auth: StreamAuth): EntryWriter => ({
-  subject: auth.subject, mayAuthorAsOthers: auth.mayAuthorAsOthers, mayNameBox: auth.mayNameBox, ...(auth.runId ? { runId: auth.runId } : {}),
-});
+/** What the worker sent minus what is not about writing: every writer field passes on, a new one included. */
+const writerOf = ({ canWrite: _canWrite, houseId: _houseId, ...writer }: StreamAuth & { houseId?: string }): EntryWriter => writer;
 
 export const threadStreamOptions = (threadId: string, auth: StreamAuth): StreamRequestOptions => ({
   streamName: `thread-${threadId}`, allowCreate: false, allowDelete: false, allowClose: false,
