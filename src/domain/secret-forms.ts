@@ -22,6 +22,18 @@ export function redactText(text: string, list: readonly string[]): string {
   return out;
 }
 
+/** What a box may hold of a secret: values shorter than this are too common to redact without mangling ordinary text. */
+export const MIN_BOX_SECRET_LENGTH = 6;
+/** A sensitive file's lines this long are redacted on their own too (a copied line, a diff's `+` line). */
+export const MIN_SENSITIVE_LINE_LENGTH = 8;
+
+/** What must not be shown of a file marked sensitive: its content whole, and each of its longer lines. */
+export function sensitiveContentValues(content: string): string[] {
+  const out = [content, content.trimEnd()];
+  for (const line of content.split(/\r?\n/)) if (line.trim().length >= MIN_SENSITIVE_LINE_LENGTH) out.push(line.trim());
+  return out;
+}
+
 /** `text` with every form of each value (4 characters or more: shorter ones are too common) as `[redacted]`. */
 export function redactValues(text: string, values: readonly (string | null | undefined)[]): string {
   return redactText(text, redactionList(values.filter((v): v is string => !!v), 4));

@@ -8,6 +8,7 @@ import { environmentInputSchema, publicEnvironment, type Environment } from "../
 import { houseStub, newId, sandboxStub, threadStub } from "./actors";
 import { LiveOutput } from "../sandbox/live-output";
 import { ensureSharedBox, sharedBoxView } from "../workspace/shared-box";
+import { boxOutputRedactor } from "../workspace/output-redaction";
 import { deleteArchive } from "../workspace/folder-store";
 import { writerFor } from "../threads/entries";
 import { errorMessage, logEvent } from "../domain/log-event";
@@ -121,7 +122,7 @@ export const execSchema = z.object({
 /**
  * `run_command`: a synchronous shell command on the environment's shared, non-ephemeral box,
  * created on first use. The environment's env vars apply; its secrets do not (output goes back
- * to the caller, and from a bot to a model).
+ * to the caller, and from a bot to a model), and what the box holds of them is redacted.
  */
 export type ExecBody = z.infer<typeof execSchema>;
 export type ExecResult = { boxId: string; exitCode: number; output: string; execId?: string };
@@ -129,13 +130,13 @@ export type ExecResult = { boxId: string; exitCode: number; output: string; exec
 /** Where a command's live output goes: a thread of the caller's house, written as the caller. */
 type LiveTarget = { threadId: string; claims: HouseClaims; execId: string; idPrefix?: string };
 
-function liveOutputTo(env: Env, t: LiveTarget): LiveOutput {
+function liveOutputTo(env: Env, t: LiveTarget, redact: (text: string) => string): LiveOutput {
   const stub = threadStub(env, t.threadId);
   let n = 0;
   return new LiveOutput(
     t.execId,
     async (payloads) => {
-      const raw = payloads.map((payload) => ({ id: `${t.idPrefix ?? t.execId}:out:${n++}`, payload }));
+      const raw = payloads.map((payload) => ({ id: `${t.idPrefix ?? t.execId}:out:${n++}`, payload: { ...payload, text: redact(payload.text) } }));
       await unwrapRpc(stub.appendEntries(t.claims.houseId, raw, writerFor(t.claims)));
     },
     (err) => logEvent("exec_output_post_failed", { threadId: t.threadId, execId: t.execId, error: errorMessage(err) }, "warn"),
@@ -185,14 +186,15 @@ async function confirmedGone(env: Env, houseId: string, boxId: string): Promise<
 async function execOn(env: Env, box: { id: string; providerRef: string }, e: Environment, body: ExecBody, live?: LiveTarget): Promise<ExecResult> {
   const provider = providerFor(env, e.provider);
   const opts = { cwd: body.cwd, env: e.env, timeoutSec: body.timeoutSec };
+  const redact = boxOutputRedactor(e);
   if (!live) {
     const r = await provider.exec(box.providerRef, body.command, opts);
-    return { boxId: box.id, exitCode: r.exitCode, output: r.output };
+    return { boxId: box.id, exitCode: r.exitCode, output: redact(r.output) };
   }
-  const out = liveOutputTo(env, live);
+  const out = liveOutputTo(env, live, redact);
   try {
     const r = await provider.execStreaming(box.providerRef, body.command, { ...opts, onOutput: (stream, text) => out.push(stream, text) });
-    return { boxId: box.id, exitCode: r.exitCode, output: r.output, execId: live.execId };
+    return { boxId: box.id, exitCode: r.exitCode, output: redact(r.output), execId: live.execId };
   } finally {
     await out.end();
   }

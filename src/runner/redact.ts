@@ -5,14 +5,12 @@
 import { readFileSync } from "node:fs";
 import { isAbsolute, join, normalize } from "node:path";
 import { BOX_ENV } from "../domain/box-layout";
-import { redactionList as formsOf, redactText } from "../domain/secret-forms";
+import { MIN_BOX_SECRET_LENGTH, redactionList as formsOf, redactText, sensitiveContentValues } from "../domain/secret-forms";
 
 export { redactText };
 
 /** Shorter values are too common to redact without mangling ordinary text. */
-export const MIN_REDACTED_LENGTH = 6;
-/** A sensitive file's lines this long are redacted on their own too (a copied line, a diff's `+` line). */
-const MIN_REDACTED_LINE_LENGTH = 8;
+export const MIN_REDACTED_LENGTH = MIN_BOX_SECRET_LENGTH;
 
 /** The environment's files marked sensitive, as paths relative to the working directory. */
 export function sensitiveFilePaths(env: Record<string, string | undefined>): string[] {
@@ -34,8 +32,7 @@ export function sensitiveValues(workDir: string, paths: string[]): string[] {
     } catch {
       continue; // not there (yet): nothing of it can be posted either
     }
-    out.push(content, content.trimEnd());
-    for (const line of content.split(/\r?\n/)) if (line.trim().length >= MIN_REDACTED_LINE_LENGTH) out.push(line.trim());
+    out.push(...sensitiveContentValues(content));
   }
   return out;
 }

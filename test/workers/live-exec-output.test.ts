@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { call, chat, createThread, houseToken, post, readAll } from "./helpers";
-import { createAgent, modelEnvironment, scriptedModel, waitForEntries } from "./dispatch-helpers";
+import { MODEL_KEY, createAgent, modelEnvironment, scriptedModel, waitForEntries } from "./dispatch-helpers";
 import { sharedTestProvider } from "./register-test-provider";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -81,5 +81,36 @@ describe("live output of run_command", () => {
     const plain = await call(`/api/environments/${envId}/exec`, { method: "POST", token, json: { command: "x" } });
     expect(((await plain.json()) as { output: string }).output).toBe("ran 1");
     expect((await readAll(token, own.id)).entries.filter((e) => e.payload.type === "signal.exec.output")).toHaveLength(0);
+  });
+
+  it("what a shared box holds of the environment's secrets and sensitive files is redacted: in the answer, the live entries, the bot's tool result and what its model sees", async () => {
+    // A shared box keeps what runs left there (the environment's files are written into it before
+    // each run); a command that prints them must not carry them out of the box.
+    const token = await houseToken("house-live-redact");
+    const model = await scriptedModel([
+      { toolCalls: [{ id: "call-cat", name: "run_command", arguments: { command: "cat creds.txt" } }] },
+      { text: "Read it." },
+    ]);
+    const secretLine = "password=sensitive-file-content-42";
+    const leak = [secretLine, "other line", `key ${MODEL_KEY}`];
+    steppedCommand(leak, 5);
+    const envId = await modelEnvironment(token, model.baseUrl, { files: [{ path: "creds.txt", content: `${secretLine}\n`, sensitive: true }] });
+    const coder = await createAgent(token, { name: "Coder", handle: "coder" });
+    const thread = await createThread(token, { environmentId: envId });
+    await post(token, thread.id, chat("@coder show creds"));
+    const es = await waitForEntries(token, thread.id, (es) => es.some((e) => e.payload.type === "chat" && e.authorId === coder.id), "the reply");
+    const shown = JSON.stringify(es) + JSON.stringify((await model.requests()).map((r) => r.messages));
+    expect(shown).not.toContain("sensitive-file-content-42");
+    expect(shown).not.toContain(MODEL_KEY.slice(3));
+    const result = es.find((e) => e.payload.type === "pi.tool_result");
+    expect(String(result?.payload.output)).toBe("exit code 3\n[redacted]other line\nkey [redacted]\n");
+    expect(es.filter((e) => e.payload.type === "signal.exec.output").map((e) => e.payload.text).join("")).toBe("[redacted]other line\nkey [redacted]\n");
+
+    // The same through the route, with and without a thread to follow it on.
+    const direct = await call(`/api/environments/${envId}/exec`, { method: "POST", token, json: { command: "cat creds.txt", threadId: thread.id } });
+    expect(((await direct.json()) as { output: string }).output).toBe("[redacted]other line\nkey [redacted]\n");
+    const plain = await call(`/api/environments/${envId}/exec`, { method: "POST", token, json: { command: "cat creds.txt" } });
+    expect(((await plain.json()) as { output: string }).output).toBe("[redacted]other line\nkey [redacted]\n");
+    expect(JSON.stringify((await readAll(token, thread.id)).entries)).not.toContain("sensitive-file-content-42");
   });
 });
