@@ -36,6 +36,15 @@ export function writerFor(claims: { kind: "house"; subject: string; role: string
 const ARTIFACT_ID = /:artifacts:([^:]*):/;
 
 /**
+ * The ids the control plane gives what it writes once and deduplicates by id: a bot's rounds,
+ * answer and failure (`turn:`, `reply:`, `dispatch_error:`, named by a turn id a reader sees in
+ * the thread and in GET /dispatch), its post into another thread (`post:`), and a child's result
+ * on its parent (`child_finished:`, `child_result:`). A client that wrote one first would have the
+ * control plane's entry dropped as a duplicate: the bot's answer or the child's result, gone.
+ */
+const CONTROL_PLANE_ID = /^(turn|reply|dispatch_error|post|child_finished|child_result):/;
+
+/**
  * Entries only the control plane writes: a thread acts on them (which box a run is on, a child's
  * result), so a client that could write them could steer another run's box or a parent's result.
  */
@@ -54,6 +63,7 @@ function assertWritable(payload: { type: string; [k: string]: unknown }, writer:
   if (payload.type.startsWith("artifact.") && (writer.runId === undefined || payload.runId !== writer.runId)) {
     throw new ApiError("forbidden", "artifact entries are written by their run's box only");
   }
+  if (id !== undefined && CONTROL_PLANE_ID.test(id)) throw new ApiError("forbidden", `ids of the form ${id.slice(0, id.indexOf(":") + 1)}… are kept for the control plane's own entries`);
   const idRun = id === undefined ? undefined : ARTIFACT_ID.exec(id)?.[1];
   if (idRun !== undefined && idRun !== writer.runId) throw new ApiError("forbidden", "ids of the form <thread>:artifacts:<runId>:… are kept for that run's artifacts");
 }

@@ -47,5 +47,5 @@ export async function waitForEntries(token: string, threadId: string, pred: (es:
 export async function decisions(token: string, threadId: string) {
   const r = await call(`/api/threads/${threadId}/dispatch`, { token });
   if (r.status !== 200) throw new Error(`decisions: ${r.status} ${await r.text()}`);
-  return ((await r.json()) as { decisions: { agentId: string; reason: string; verdict: string; detail: string | null; triggerEntryId: string }[] }).decisions;
+  return ((await r.json()) as { decisions: { agentId: string; reason: string; verdict: string; detail: string | null; triggerEntryId: string; turnId: string | null }[] }).decisions;
 }

@@ -347,6 +347,37 @@ describe("dispatch: what a bot's answer may be", () => {
   }, 30_000);
 });
 
+describe("dispatch: the turn's entry ids are its own", () => {
+  it("a client cannot take the id of a bot's answer (or any id the control plane writes by) first: the answer still arrives", async () => {
+    // The turn id is public (the decisions list, the turn's first round) and the answer's id is
+    // derived from it: an entry posted under it first would have the answer dropped as a duplicate.
+    const token = await houseToken("house-dispatch-squat");
+    const model = await scriptedModel([{ text: "the real answer", delayMs: 1_500 }]);
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Slow", handle: "slow", environmentId: envId });
+    const t = await createThread(token, { environmentId: envId });
+    await post(token, t.id, chat("@slow hi"));
+    let turnId: string | null = null;
+    for (let i = 0; i < 100 && !turnId; i++) {
+      turnId = (await decisions(token, t.id)).find((d) => d.turnId)?.turnId ?? null;
+      if (!turnId) await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(turnId).toBeTruthy();
+    const run = await streamToken("house-dispatch-squat", t.id);
+    for (const id of [`reply:${turnId}`, `turn:${turnId}:0`, `dispatch_error:${turnId}`, `post:${turnId}:c1:abc`, "child_result:th_x:1", "child_finished:th_x:1"]) {
+      const rest = await post(token, t.id, { id, payload: { type: "chat", text: "fake answer" } });
+      expect(rest.status, id).toBe(403);
+      await rest.body?.cancel();
+      const stream = await call(`/api/stream/thread-${t.id}`, { method: "POST", token: run, json: { id, payload: { type: "chat", text: "fake answer" } } });
+      expect(stream.status, id).toBe(403);
+      await stream.body?.cancel();
+    }
+    const es = await waitForEntries(token, t.id, (es) => chatsBy(es, bot.id).length === 1, "the answer");
+    expect(chatsBy(es, bot.id)[0]).toMatchObject({ id: `reply:${turnId}`, payload: { text: "the real answer" } });
+    expect(es.some((e) => e.payload.text === "fake answer")).toBe(false);
+  }, 30_000);
+});
+
 describe("dispatch: a failed turn's reason", () => {
   it("shows none of the environment's secrets, not only the model's key", async () => {
     const token = await houseToken("house-dispatch-redact");
