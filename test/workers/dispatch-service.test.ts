@@ -502,6 +502,30 @@ async function waitForDecision(token: string, threadId: string, pred: (d: Awaite
   }
 }
 
+describe("dispatch: post_to_thread's width cap", () => {
+  it("counts the posts that landed, not the attempts: a refused post (another house's thread, a typo) leaves the budget as it was", async () => {
+    const token = await houseToken("house-post-budget");
+    const foreign = await createThread(await houseToken("house-post-budget-other"), {});
+    const model = await scriptedModel();
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Poster", handle: "poster", environmentId: envId });
+    const thread = await createThread(token, { environmentId: envId });
+    const other = await createThread(token, { environmentId: envId });
+    await model.push(
+      { toolCalls: [{ id: "p1", name: "post_to_thread", arguments: { threadId: foreign.id, text: "to another house" } }] },
+      { toolCalls: [{ id: "p2", name: "post_to_thread", arguments: { threadId: other.id, text: "FIRST post" } }] },
+      { toolCalls: [{ id: "p3", name: "post_to_thread", arguments: { threadId: other.id, text: "SECOND post" } }] },
+      { text: "Posted." },
+    );
+    expect((await call(`/api/threads/${thread.id}/config`, { method: "PATCH", token, json: { dispatch: { widthCap: 1 } } })).status).toBe(200);
+    await post(token, thread.id, chat("@poster post"));
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).length === 1, "the reply");
+    const results = es.filter((e) => e.payload.type === "pi.tool_result").map((e) => [e.payload.toolCallId, e.payload.isError, String(e.payload.output).split(":")[0]]);
+    expect(results).toEqual([["p1", true, "not_found"], ["p2", false, "{\"posted\""], ["p3", true, "forbidden"]]);
+    expect((await readAll(token, other.id)).entries.map((e) => e.payload.text)).toEqual(["FIRST post"]);
+  }, 30_000);
+});
+
 describe("dispatch: durable turns", () => {
   it("an actor evicted mid-turn resumes from the persisted rounds: no repeated tool call, exactly one reply", async () => {
     const token = await houseToken("house-evict");

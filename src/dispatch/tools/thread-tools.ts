@@ -51,7 +51,6 @@ export function threadTools(ctx: ToolContext): ToolSpec[] {
       async run(args, _signal, call) {
         if (args.threadId === ctx.threadId) throw new ApiError("bad_request", "that is this thread: answer here instead");
         if (ctx.postBudget.left <= 0) throw new ApiError("forbidden", "width cap: this turn may post into no more threads");
-        ctx.postBudget.left -= 1;
         // The id names the turn and the tool call (and what it posts, should a model reuse call
         // ids): the same call run again after a restart cannot post twice, and a later call of a
         // resumed turn is a post of its own, not taken for one made before the restart.
@@ -59,6 +58,9 @@ export function threadTools(ctx: ToolContext): ToolSpec[] {
         const r = await unwrapRpc(threadStub(ctx.env, args.threadId).postChat(ctx.claims.houseId, {
           id: `post:${ctx.turnId}:${call.toolCallId}:${digest}`, text: args.text, authorId: ctx.claims.subject, depth: ctx.depth, sourceThreadId: ctx.threadId,
         }));
+        // Only a post that landed wakes anybody, so only it counts against the cap (a resumed turn
+        // counts its recorded posts the same way); the calls of a round run one after another.
+        ctx.postBudget.left -= 1;
         return JSON.stringify({ posted: true, threadId: args.threadId, entryId: r.entryId });
       },
     }),
