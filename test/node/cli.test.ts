@@ -669,8 +669,11 @@ describe("preview", () => {
     const port = 20_000 + Math.floor(Math.random() * 20_000);
     const ran = await post(`/api/environments/${e.id}/exec`, { command: `echo from-cli-preview > index.html; nohup python3 -m http.server ${port} --bind 127.0.0.1 >/dev/null 2>&1 & sleep 0.5` });
     const r = await ok(["preview", ran.boxId, String(port), "--expires", "120"]);
-    const url = r.stdout.split("\n")[0].trim();
+    // stdout is the URL alone, so `$(threadbox preview …)` composes; the note is on stderr
+    const url = r.stdout.trim();
+    expect(r.stdout).toMatch(/^\S+\n$/);
     expect(url).toMatch(new RegExp(`/proxy/${port}-[0-9a-f]{32}/$`));
+    expect(r.stderr).toContain(`port ${port} of ${ran.boxId}, valid until `);
     let text = "";
     for (let i = 0; i < 40 && !text.includes("from-cli-preview"); i++) {
       text = await fetch(`${url}index.html`).then((x) => x.text()).catch(() => "");
