@@ -348,6 +348,15 @@ describe("runs: delegate --watch and tail --until-done end when the run ends", (
     expect(resumed.stdout).toContain("▶ write again.txt (5 bytes)");
     expect(resumed.stdout).not.toContain("demo model failure"); // the earlier run is not replayed
     expect(resumed.stderr).toContain("run completed");
+
+    // a tail from the start replays both runs, not stopping at the first run's end, and exits
+    // with the last run's status
+    const both = await cli(["tail", childId, "--until-done"], { env: as(), timeoutMs: 15_000 });
+    expect(both.code).toBe(0);
+    expect(both.stdout).toContain("demo model failure: on purpose");
+    expect(both.stdout).toContain("▶ write again.txt (5 bytes)");
+    expect(both.stdout.trim().split("\n").filter((l) => l.includes(" ● ")).at(-1)).toMatch(/● completed/);
+    expect(both.stderr).toBe("run completed\n");
   });
 
   it("stop ends a running run; the tail watching it exits non-zero with reason stopped", async () => {
