@@ -32,7 +32,10 @@ if (!existsSync(devVarsPath)) {
   console.log("created .dev.vars from .dev.vars.example");
 }
 const vars = readVarsFile(devVarsPath);
-const sandboxKey = process.env.SANDBOX_HOST_API_KEY ?? vars.DAYTONA_API_KEY ?? "dev-sandbox-key";
+// The local host's own key, never .dev.vars's DAYTONA_API_KEY: that may be a real Daytona key (kept
+// there for `npm run smoke` and `snapshot`), and this one ends up on wrangler's command line, which
+// every user of the machine can read with `ps`.
+const sandboxKey = process.env.SANDBOX_HOST_API_KEY ?? "dev-sandbox-key";
 const sandboxRoot = process.env.SANDBOX_HOST_ROOT ?? join(ROOT, ".wrangler", "sandbox-host");
 const host = await startSandboxHost({ port: sandboxPort, apiKey: sandboxKey, root: sandboxRoot });
 const demoModel = await startDemoModel({ port: demoModelPort }).catch((err) => {

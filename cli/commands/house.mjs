@@ -94,7 +94,10 @@ export function registerHouse(program, ctxOf) {
       }
       const r = await ctx.wait("asking for a link", () =>
         api.get(`/api/sandboxes/${encodeURIComponent(boxId)}/ports/${encodeURIComponent(port)}/preview?expiresInSeconds=${encodeURIComponent(opts.expires)}`));
-      ctx.print(r, () => `${printableLine(r.url)}\n${ctx.c.gray(safe`port ${r.port} of ${r.boxId}, valid until ${r.expiresAt}`)}`);
+      // Only the URL goes to stdout, so `curl "$(threadbox preview …)"` and `open $(…)` get a URL;
+      // what it reaches and until when is for the person, on stderr.
+      if (!ctx.json) process.stderr.write(`${ctx.c.gray(safe`port ${r.port} of ${r.boxId}, valid until ${r.expiresAt}`)}\n`);
+      ctx.print(r, () => printableLine(r.url));
     });
 
   program

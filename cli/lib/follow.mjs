@@ -18,6 +18,17 @@ export function finishedRow(row) {
   return row.status === "completed" || row.status === "failed" ? row : null;
 }
 
+/**
+ * Whether a finished-signal ends the run a finished thread row reports (its `runId` is the last
+ * run's). Replaying a thread that ran several times passes the earlier runs' signals first: ending
+ * there would hide the later runs while exiting with the last one's status. A signal or row
+ * without a run id (written before runs had one) still counts.
+ */
+export function endsLastRun(entry, row) {
+  const named = entry?.payload?.runId;
+  return typeof named !== "string" || typeof row.runId !== "string" || named === row.runId;
+}
+
 export const exitCodeFor = (row) => (row.status === "completed" ? EXIT.ok : EXIT.runFailed);
 
 /**
@@ -53,7 +64,7 @@ export async function followThread(opts) {
       if (untilDone && mayEndRun(entry)) {
         // Replayed signals of earlier runs end nothing: the row says whether a run is still going.
         const row = finishedRow(await api.get(paths.thread(threadId)));
-        if (row) {
+        if (row && endsLastRun(entry, row)) {
           finalRow = row;
           sub.close();
         }

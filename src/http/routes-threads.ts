@@ -40,7 +40,10 @@ const listSchema = z.object({
   parentKind: z.enum(["none", "agent", "thread"]).optional(),
   status: z.enum(THREAD_STATUSES).optional(),
   limit: z.coerce.number().int().min(1).max(1000).default(100),
-  before: z.string().max(64).optional(),
+  // Compared with the stored createdAt (ISO, milliseconds, UTC) as a string: any other spelling of
+  // an instant is made that form first, and what is not an instant is refused rather than matching
+  // nothing (epoch milliseconds would compare below every date) or the wrong threads.
+  before: z.iso.datetime({ offset: true }).transform((s) => new Date(s).toISOString()).optional(),
   beforeId: z.string().max(64).optional(),
 }).refine((q) => q.beforeId === undefined || q.before !== undefined, { message: "beforeId needs before (the createdAt of that thread)", path: ["beforeId"] });
 

@@ -194,7 +194,9 @@ async function startRunner(
   const check = await provider.exec(ref, plan0.install.check, { timeoutSec: 60 });
   if (check.exitCode !== 0) {
     const installed = await provider.exec(ref, plan0.install.command, { timeoutSec: 900 });
-    if (installed.exitCode !== 0) throw new Error(`installing ${spec.harness} failed (exit ${installed.exitCode})`);
+    // The installer's last words say why (no network, a registry refusing, a full disk); without
+    // them the run's reason names only an exit code. No secret is in this command's environment.
+    if (installed.exitCode !== 0) throw new Error(`installing ${spec.harness} failed (exit ${installed.exitCode}): ${installed.output.trim().slice(-500)}`);
   }
   deps.alive();
   if (environment?.packages && !progress.packagesInstalled) {
@@ -202,7 +204,7 @@ async function startRunner(
     const installed: string[] = [];
     for (const step of packageInstallCommands(environment.packages)) {
       const out = await provider.exec(ref, step.command, { timeoutSec: 900 });
-      if (out.exitCode !== 0) throw new Error(`installing the environment's ${step.manager} packages failed (exit ${out.exitCode})`);
+      if (out.exitCode !== 0) throw new Error(`installing the environment's ${step.manager} packages failed (exit ${out.exitCode}): ${out.output.trim().slice(-500)}`);
       installed.push(...parseInstalled(out.output));
       deps.alive();
     }

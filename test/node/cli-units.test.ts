@@ -11,7 +11,7 @@ import { palette } from "../../cli/lib/term.mjs";
 // @ts-expect-error plain JS module without declarations
 import { advance, answered, failureOf, initialProgress, onPosted } from "../../cli/commands/chat.mjs";
 // @ts-expect-error plain JS module without declarations
-import { finishedRow, mayEndRun } from "../../cli/lib/follow.mjs";
+import { endsLastRun, finishedRow, mayEndRun } from "../../cli/lib/follow.mjs";
 // @ts-expect-error plain JS module without declarations
 import { renderArtifacts } from "../../cli/commands/artifacts.mjs";
 
@@ -179,6 +179,15 @@ describe("watching", () => {
     expect(finishedRow({ status: "running" })).toBeNull();
     expect(finishedRow({ status: "idle" })).toBeNull();
     expect(finishedRow({ status: "failed" })).toEqual({ status: "failed" });
+  });
+
+  it("on a thread that ran more than once, only the last run's finished-signal ends the replay", () => {
+    const done = (runId?: string) => ({ payload: { type: "signal.thread.status_changed", status: "completed", ...(runId ? { runId } : {}) } });
+    const row = { status: "completed", runId: "run-2" };
+    expect(endsLastRun(done("run-1"), row)).toBe(false);
+    expect(endsLastRun(done("run-2"), row)).toBe(true);
+    expect(endsLastRun(done(), row)).toBe(true); // written before signals named their run
+    expect(endsLastRun(done("run-1"), { status: "completed" })).toBe(true);
   });
 
   it("chat waits for the bot's answer to each message it posted, and for the child runs it delegated to report back", () => {

@@ -348,6 +348,15 @@ describe("runs: delegate --watch and tail --until-done end when the run ends", (
     expect(resumed.stdout).toContain("▶ write again.txt (5 bytes)");
     expect(resumed.stdout).not.toContain("demo model failure"); // the earlier run is not replayed
     expect(resumed.stderr).toContain("run completed");
+
+    // a tail from the start replays both runs, not stopping at the first run's end, and exits
+    // with the last run's status
+    const both = await cli(["tail", childId, "--until-done"], { env: as(), timeoutMs: 15_000 });
+    expect(both.code).toBe(0);
+    expect(both.stdout).toContain("demo model failure: on purpose");
+    expect(both.stdout).toContain("▶ write again.txt (5 bytes)");
+    expect(both.stdout.trim().split("\n").filter((l) => l.includes(" ● ")).at(-1)).toMatch(/● completed/);
+    expect(both.stderr).toBe("run completed\n");
   });
 
   it("stop ends a running run; the tail watching it exits non-zero with reason stopped", async () => {
@@ -669,8 +678,11 @@ describe("preview", () => {
     const port = 20_000 + Math.floor(Math.random() * 20_000);
     const ran = await post(`/api/environments/${e.id}/exec`, { command: `echo from-cli-preview > index.html; nohup python3 -m http.server ${port} --bind 127.0.0.1 >/dev/null 2>&1 & sleep 0.5` });
     const r = await ok(["preview", ran.boxId, String(port), "--expires", "120"]);
-    const url = r.stdout.split("\n")[0].trim();
+    // stdout is the URL alone, so `$(threadbox preview …)` composes; the note is on stderr
+    const url = r.stdout.trim();
+    expect(r.stdout).toMatch(/^\S+\n$/);
     expect(url).toMatch(new RegExp(`/proxy/${port}-[0-9a-f]{32}/$`));
+    expect(r.stderr).toContain(`port ${port} of ${ran.boxId}, valid until `);
     let text = "";
     for (let i = 0; i < 40 && !text.includes("from-cli-preview"); i++) {
       text = await fetch(`${url}index.html`).then((x) => x.text()).catch(() => "");

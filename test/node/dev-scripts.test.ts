@@ -1,7 +1,7 @@
 // The start scripts as a newcomer meets them: `npm run dev` on a taken port, wrangler's local
 // tracing off by default, and `npm run smoke` reading the same .dev.vars as `npm run dev`.
 import { spawn, type ChildProcess } from "node:child_process";
-import { writeFileSync } from "node:fs";
+import { readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -120,6 +120,34 @@ describe("npm run dev", () => {
     const on = await explorerAnswer({ X_LOCAL_EXPLORER: "true" });
     expect(on.status).toBe(200);
     expect(on.body).toContain("Local Explorer");
+  }, 240_000);
+});
+
+describe("npm run dev with a real provider key in .dev.vars", () => {
+  it("keeps that key off every command line and still runs boxes on the local host", async () => {
+    const realKey = "dtn_real-daytona-key-not-for-ps";
+    writeFileSync(join(tree.dir, ".dev.vars"), `${readFileSync(join(tree.dir, ".dev.vars.example"), "utf8")}\nDAYTONA_API_KEY=${realKey}\n`);
+    const port = await freePort();
+    const dev = run("dev.mjs", { PORT: String(port), SANDBOX_HOST_PORT: String(await freePort()), DEMO_MODEL_PORT: String(await freePort()) });
+    try {
+      await until("npm run dev", () => dev.output().includes("threadbox is running"), dev.child, dev.exited);
+      // every process npm run dev started is in its process group (it was spawned detached)
+      const group = readdirSync("/proc").filter((p) => /^\d+$/.test(p)).filter((p) => {
+        try { return readFileSync(`/proc/${p}/stat`, "utf8").split(") ")[1]!.split(" ")[2] === String(dev.child.pid); } catch { return false; }
+      });
+      const cmdlines = group.map((p) => { try { return readFileSync(`/proc/${p}/cmdline`, "utf8").replace(/\0/g, " "); } catch { return ""; } });
+      expect(cmdlines.some((c) => c.includes("wrangler"))).toBe(true);
+      expect(cmdlines.filter((c) => c.includes(realKey))).toEqual([]);
+      // the worker and the local host still agree on the host's key: a command runs on a box
+      const token = /THREADBOX_TOKEN=(\S+)/.exec(dev.output())![1];
+      const r = await fetch(`http://127.0.0.1:${port}/api/environments/env_demo/exec`, {
+        method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body: JSON.stringify({ command: "echo on-the-local-host" }),
+      });
+      expect([r.status, ((await r.json()) as { output?: string }).output?.trim()]).toEqual([200, "on-the-local-host"]);
+    } finally {
+      await stopGroup(dev.child, dev.exited);
+      rmSync(join(tree.dir, ".dev.vars"), { force: true });
+    }
   }, 240_000);
 });
 

@@ -80,11 +80,11 @@ afterAll(async () => {
 });
 
 describe("README walkthrough", () => {
-  it("creates, posts, reads and tails a thread, then delegates to pi in a box", async () => {
-    model.push({ toolCalls: [{ name: "bash", arguments: { command: "printf hi > hello.txt" } }] }, { text: "wrote hello.txt" });
+  it("creates, posts, reads and tails a thread, delegates to pi in a box, then has a bot answer", async () => {
+    model.push({ toolCalls: [{ name: "bash", arguments: { command: "printf hi > hello.txt" } }] }, { text: "wrote hello.txt" }, { text: "coder here" });
     const delegate = readmeBlock("Delegate a task to pi in a box").replace("https://api.openai.com/v1", model.baseUrl);
     const token = await mint("owner");
-    const r = await shell(`${readmeBlock("Try it with curl")}\n${delegate}`, { THREADBOX_URL: worker.url, THREADBOX_TOKEN: token });
+    const r = await shell(`${readmeBlock("Try it with curl")}\n${delegate}\n${readmeBlock("Talk to a bot")}`, { THREADBOX_URL: worker.url, THREADBOX_TOKEN: token });
     expect(r.stderr).toBe("");
     expect(r.code).toBe(0);
     const threadId = /^thread (th_\w+)$/m.exec(r.stdout)?.[1];
@@ -104,6 +104,11 @@ describe("README walkthrough", () => {
     const texts = entries.entries.map((e) => `${e.payload.type}:${e.payload.text ?? ""}`);
     expect(texts[0]).toBe("chat:write hello.txt containing hi");
     expect(texts).toContain("pi.assistant:wrote hello.txt");
+    // The bot section made a second thread (its line follows the new bot's JSON), where @coder
+    // answers with the environment's model.
+    const botThread = [...r.stdout.matchAll(/(?<!child )thread (th_\w+)$/gm)].map((m) => m[1]);
+    expect(botThread).toHaveLength(2);
+    expect(await waitForChat(botThread[1], "coder here", token)).toBe(true);
   }, 180_000);
 
   it("a wrong token stops the walkthrough at its 401; nothing goes on to ask for a thread named undefined", async () => {
@@ -126,7 +131,27 @@ describe("README walkthrough", () => {
     expect(`${r.stdout}${r.stderr}`).not.toContain("not_found");
     expect(r.stdout).not.toMatch(/^child thread /m);
   }, 60_000);
+
+  it("the bot section run without the environment step stops at the missing $E, not at a 404 for a thread named undefined", async () => {
+    const token = await mint("owner");
+    const r = await shell(`${readmeBlock("Try it with curl")}\n${readmeBlock("Talk to a bot")}`, { THREADBOX_URL: worker.url, THREADBOX_TOKEN: token });
+    const all = `${r.stdout}${r.stderr}`;
+    expect(r.stderr).toContain("E: create the environment above first");
+    expect(all).not.toContain("not_found");
+    expect(r.stdout.match(/thread th_\w+$/gm)).toHaveLength(1); // the curl section's thread only
+  }, 60_000);
 });
+
+/** Whether a chat with this text appears on the thread within 30 s. */
+async function waitForChat(threadId: string, text: string, token: string): Promise<boolean> {
+  for (let i = 0; i < 120; i++) {
+    const r = (await (await fetch(`${worker.url}/api/threads/${threadId}/entries?offset=-1`, { headers: { authorization: `Bearer ${token}` } })).json()) as
+      { entries: { payload: { type: string; text?: string } }[] };
+    if (r.entries.some((e) => e.payload.type === "chat" && e.payload.text === text)) return true;
+    await new Promise((res) => setTimeout(res, 250));
+  }
+  return false;
+}
 
 async function waitForStatus(threadId: string, token: string) {
   for (;;) {

@@ -94,9 +94,9 @@ describe("launch retried after the alarm died mid-launch", () => {
   }, 30_000);
 });
 
-async function launchIn(houseId: string, body: { repo?: string } = {}) {
+async function launchIn(houseId: string, body: { repo?: string } = {}, environment: Record<string, unknown> = {}) {
   const token = await houseToken(houseId);
-  const envRes = await call("/api/environments", { method: "POST", token, json: { name: "fails", provider: "test" } });
+  const envRes = await call("/api/environments", { method: "POST", token, json: { name: "fails", provider: "test", ...environment } });
   const environmentId = ((await envRes.json()) as { id: string }).id;
   const t = await createThread(token, { environmentId });
   const stub = threadStub(t.id);
@@ -132,7 +132,24 @@ describe("launch failures end the run visibly and release the box", () => {
     };
     try {
       const { token, threadId, runId } = await launchIn("house-launch-install");
-      await expectLaunchFailed(token, threadId, runId, "launch failed: installing pi failed (exit 7)");
+      // what the installer said is in the reason, not only its exit code
+      await expectLaunchFailed(token, threadId, runId, "launch failed: installing pi failed (exit 7): npm ERR! network");
+    } finally {
+      provider.execHandler = previous;
+    }
+  }, 30_000);
+
+  it("the environment's packages fail to install: the installer's last words are the reason", async () => {
+    const provider = sharedTestProvider();
+    const previous = provider.execHandler;
+    provider.execHandler = (box, command, opts) => {
+      const house = provider.boxes.get(box.ref)?.labels["threadbox.house"];
+      if (house === "house-launch-packages" && command.includes("npm install -g --no-audit")) return { exitCode: 1, output: "npm ERR! 404 Not Found - GET https://registry.example/no-such-package" };
+      return previous(box, command, opts);
+    };
+    try {
+      const { token, threadId, runId } = await launchIn("house-launch-packages", {}, { packages: { npm: ["no-such-package"] } });
+      await expectLaunchFailed(token, threadId, runId, "launch failed: installing the environment's npm packages failed (exit 1): npm ERR! 404 Not Found");
     } finally {
       provider.execHandler = previous;
     }

@@ -85,6 +85,29 @@ describe("threads", () => {
     expect(((await lonely.json()) as { error: { details: { path: string }[] } }).error.details[0]!.path).toBe("beforeId");
   });
 
+  it("`before` is an instant: any ISO-8601 date-time with a zone compares as one; epoch milliseconds or a bare date are a 400, not an empty list", async () => {
+    const houseId = "house-paging-before";
+    const token = await houseToken(houseId);
+    const [early, late] = await Promise.all([createThread(token, { title: "early" }), createThread(token, { title: "late" })]);
+    await runInDurableObject(env.HOUSES.get(env.HOUSES.idFromName(houseId)), (_a, state) => {
+      state.storage.sql.exec(`update threads set created_at = '2026-01-01T00:00:00.500Z' where id = ?`, early.id);
+      state.storage.sql.exec(`update threads set created_at = '2026-01-01T00:00:01.000Z' where id = ?`, late.id);
+    });
+    const ids = async (before: string) => {
+      const r = await call(`/api/threads?before=${encodeURIComponent(before)}`, { token });
+      expect(r.status).toBe(200);
+      return ((await r.json()) as { threads: { id: string }[] }).threads.map((t) => t.id);
+    };
+    expect(await ids("2026-01-01T00:00:00Z")).toEqual([]); // whole seconds: 00:00:00.500 is after it
+    expect(await ids("2026-01-01T01:00:00.600+01:00")).toEqual([early.id]); // another zone, the same instant as 00:00:00.600Z
+    expect(await ids("2026-01-01T00:00:01.000Z")).toEqual([early.id]);
+    for (const bad of ["1767225600000", "2026-01-01", "yesterday"]) {
+      const r = await call(`/api/threads?before=${encodeURIComponent(bad)}`, { token });
+      expect([bad, r.status]).toEqual([bad, 400]);
+      expect(((await r.json()) as { error: { details: { path: string }[] } }).error.details[0]!.path).toBe("before");
+    }
+  });
+
   it("never shows one house's threads to another", async () => {
     const a = await houseToken("house-x");
     const b = await houseToken("house-y");
