@@ -59,7 +59,7 @@ describe("npm run dev", () => {
   it("on a busy worker port says which port and how to pick another, without a stack trace", async () => {
     const busy = await occupy();
     try {
-      const dev = run("dev.mjs", { PORT: String(busy.port), SANDBOX_HOST_PORT: String(await freePort()) });
+      const dev = run("dev.mjs", { PORT: String(busy.port), SANDBOX_HOST_PORT: String(await freePort()), DEMO_MODEL_PORT: String(await freePort()) });
       expect(await dev.exited).toBe(1);
       const out = dev.output();
       expect(out).toContain(`port ${busy.port} (the worker) is already in use`);
@@ -73,7 +73,7 @@ describe("npm run dev", () => {
   it("on a busy sandbox host port names that one and SANDBOX_HOST_PORT", async () => {
     const busy = await occupy();
     try {
-      const dev = run("dev.mjs", { PORT: String(await freePort()), SANDBOX_HOST_PORT: String(busy.port) });
+      const dev = run("dev.mjs", { PORT: String(await freePort()), SANDBOX_HOST_PORT: String(busy.port), DEMO_MODEL_PORT: String(await freePort()) });
       expect(await dev.exited).toBe(1);
       const out = dev.output();
       expect(out).toContain(`port ${busy.port} (the local sandbox host) is already in use`);
@@ -100,7 +100,7 @@ describe("npm run dev", () => {
 
   async function explorerAnswer(extra: Record<string, string>): Promise<{ status: number; body: string; appPage: string }> {
     const port = await freePort();
-    const dev = run("dev.mjs", { PORT: String(port), SANDBOX_HOST_PORT: String(await freePort()), ...extra });
+    const dev = run("dev.mjs", { PORT: String(port), SANDBOX_HOST_PORT: String(await freePort()), DEMO_MODEL_PORT: String(await freePort()), ...extra });
     try {
       await until("npm run dev", () => dev.output().includes("threadbox is running"), dev.child, dev.exited);
       const r = await fetch(`http://127.0.0.1:${port}/cdn-cgi/local/explorer/`);
