@@ -18,6 +18,8 @@ export type LaunchProgress = {
   sameBox?: boolean;
   /** The box is the environment's shared box: its checkouts are reconciled, not recloned. */
   shared?: boolean;
+  /** This launch made the shared box (it was the environment's first run there, or the box was lost). */
+  sharedCreated?: boolean;
   /** The repository is in place (a half-done clone is removed before cloning again). */
   cloned?: boolean;
   session?: "new" | "continued" | "rebuilt";

@@ -91,7 +91,7 @@ export type LaunchDeps = {
   launched(info: LaunchInfo): Promise<void>;
   alive(): void;
   /** The environment's shared box (`boxMode: "shared"`), created on first use. */
-  sharedBox(): Promise<{ id: string; providerRef: string }>;
+  sharedBox(): Promise<{ id: string; providerRef: string; created: boolean }>;
 };
 
 
@@ -125,7 +125,7 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
     // A shared environment's runs all go to its one long-lived box.
     const shared = await deps.sharedBox();
     await deps.reserveBox(shared.id);
-    progress = await deps.saveProgress({ boxId: shared.id, providerRef: shared.providerRef, sameBox: true, shared: true });
+    progress = await deps.saveProgress({ boxId: shared.id, providerRef: shared.providerRef, sameBox: true, shared: true, sharedCreated: shared.created });
   }
   if (!progress.boxId) {
     // A box an earlier attempt of this launch made (it may have died before recording it).
@@ -167,7 +167,8 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
   stillCurrent(spec, deps);
   const workspace = workspaceOf(spec, deps.environment);
   await deps.launched({
-    boxId, boxReused: sameBox, session: progress.session ?? "new",
+    // A shared box counts as the same box for what its runs leave there, but the run that made it did not reuse it.
+    boxId, boxReused: sameBox && progress.sharedCreated !== true, session: progress.session ?? "new",
     ...(workspace.permissionMode ? { permissionMode: workspace.permissionMode } : {}),
     ...(workspace.allowedTools ? { allowedTools: workspace.allowedTools } : {}),
     ...(workspace.files.length ? { files: workspace.files.map((f) => f.path) } : {}),

@@ -13,10 +13,10 @@ import { errorMessage, logEvent } from "../domain/log-event";
  * `run_command`, previews and delegated runs alike, and never reaped. Two first uses at once
  * agree on one box through the house (the loser's box is deleted).
  */
-export async function ensureSharedBox(env: Env, houseId: string, e: Environment): Promise<{ id: string; providerRef: string }> {
+export async function ensureSharedBox(env: Env, houseId: string, e: Environment): Promise<{ id: string; providerRef: string; created: boolean }> {
   // A box that is gone or unreadable is replaced.
   const current = await sharedBoxView(env, houseId, e);
-  if (current && current.state === "live") return { id: current.id, providerRef: current.providerRef };
+  if (current && current.state === "live") return { id: current.id, providerRef: current.providerRef, created: false };
   const provider = providerFor(env, e.provider);
   let info;
   try {
@@ -36,9 +36,9 @@ export async function ensureSharedBox(env: Env, houseId: string, e: Environment)
     // The box actor keeps retrying a failed delete by alarm; the log says this one lost the race.
     await unwrapRpc(sandboxStub(env, boxId).destroy(houseId, true)).catch((err) => logEvent("shared_box_loser_delete_failed", { environmentId: e.id, boxId, error: errorMessage(err) }, "warn"));
     const other = await unwrapRpc(sandboxStub(env, winner).view(houseId));
-    return { id: other.id, providerRef: other.providerRef };
+    return { id: other.id, providerRef: other.providerRef, created: false };
   }
-  return { id: view.id, providerRef: view.providerRef };
+  return { id: view.id, providerRef: view.providerRef, created: true };
 }
 
 /** The environment's shared box as its actor sees it; null when it has none or the box cannot be read (logged). */

@@ -259,12 +259,13 @@ describe("a run whose actor dies right after its start is committed", () => {
   }, 30_000);
 });
 
-describe("a box a launch picked but has not attached yet", () => {
-  const launchedOnce = async (token: string, threadId: string, n: number) => vi.waitFor(async () => {
-    const launched = (await readAll(token, threadId)).entries.filter((e) => e.payload.type === "signal.run.launched");
-    expect(launched).toHaveLength(n);
-  }, { timeout: 15_000, interval: 100 });
+/** Waits until the thread holds `n` launched signals. */
+const launchedOnce = async (token: string, threadId: string, n: number) => vi.waitFor(async () => {
+  const launched = (await readAll(token, threadId)).entries.filter((e) => e.payload.type === "signal.run.launched");
+  expect(launched).toHaveLength(n);
+}, { timeout: 15_000, interval: 100 });
 
+describe("a box a launch picked but has not attached yet", () => {
   it("an environment's shared box: a plain delete is a 409 and the run goes on", async () => {
     const houseId = "house-delete-shared-launching";
     const { token, t, stub } = await launchableThread(houseId, (a) => a.deleteBoxAt("box_chosen"), { boxMode: "shared" });
@@ -290,6 +291,24 @@ describe("a box a launch picked but has not attached yet", () => {
     expect(await runInDurableObject(stub, (a: ThreadActor) => a.testDeleteBoxAnswer())).toMatch(/conflict: a run is launching on this box/);
     const launched = (await readAll(token, t.id)).entries.filter((e) => e.payload.type === "signal.run.launched").at(-1)!;
     expect(launched.payload).toMatchObject({ boxId: kept, boxReused: true });
+  }, 30_000);
+});
+
+describe("runs of a shared-box environment", () => {
+  it("report boxReused false for the run that made the box and true for the next one on it", async () => {
+    const houseId = "house-shared-box-reused";
+    const { token, t: first, stub, environmentId } = await launchableThread(houseId, () => {}, { boxMode: "shared" });
+    await unwrapRpc(stub.startRun(houseId, { task: "one", harness: "pi", resume: false, authorId: "alice" }));
+    await launchedOnce(token, first.id, 1);
+    const second = await createThread(token, { environmentId });
+    const secondStub = threadStub(second.id);
+    await runInDurableObject(secondStub, (a: ThreadActor) => a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" }));
+    await unwrapRpc(secondStub.startRun(houseId, { task: "two", harness: "pi", resume: false, authorId: "alice" }));
+    await launchedOnce(token, second.id, 1);
+    const launched = async (id: string) => (await readAll(token, id)).entries.find((e) => e.payload.type === "signal.run.launched")!.payload;
+    const [a, b] = [await launched(first.id), await launched(second.id)];
+    expect(a.boxId).toBe(b.boxId);
+    expect([a.boxReused, b.boxReused]).toEqual([false, true]);
   }, 30_000);
 });
 
