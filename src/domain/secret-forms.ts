@@ -38,3 +38,17 @@ export function sensitiveContentValues(content: string): string[] {
 export function redactValues(text: string, values: readonly (string | null | undefined)[]): string {
   return redactText(text, redactionList(values.filter((v): v is string => !!v), 4));
 }
+
+/** The length of the longest end of `text` that begins one of `secrets` (and is not all of it). */
+export function partialSecretAtEnd(text: string, secrets: readonly string[]): number {
+  let longest = 0;
+  for (const secret of secrets) {
+    for (let k = Math.min(secret.length - 1, text.length); k > longest; k--) {
+      if (text.endsWith(secret.slice(0, k))) {
+        longest = k;
+        break;
+      }
+    }
+  }
+  return longest;
+}

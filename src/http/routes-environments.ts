@@ -8,7 +8,7 @@ import { environmentInputSchema, publicEnvironment, type Environment } from "../
 import { houseStub, newId, sandboxStub, threadStub } from "./actors";
 import { LiveOutput } from "../sandbox/live-output";
 import { ensureSharedBox, sharedBoxView } from "../workspace/shared-box";
-import { boxOutputRedactor } from "../workspace/output-redaction";
+import { boxSecretForms, RedactedFeed, redactorFor } from "../workspace/output-redaction";
 import { deleteArchive } from "../workspace/folder-store";
 import { writerFor } from "../threads/entries";
 import { errorMessage, logEvent } from "../domain/log-event";
@@ -130,13 +130,13 @@ export type ExecResult = { boxId: string; exitCode: number; output: string; exec
 /** Where a command's live output goes: a thread of the caller's house, written as the caller. */
 type LiveTarget = { threadId: string; claims: HouseClaims; execId: string; idPrefix?: string };
 
-function liveOutputTo(env: Env, t: LiveTarget, redact: (text: string) => string): LiveOutput {
+function liveOutputTo(env: Env, t: LiveTarget): LiveOutput {
   const stub = threadStub(env, t.threadId);
   let n = 0;
   return new LiveOutput(
     t.execId,
     async (payloads) => {
-      const raw = payloads.map((payload) => ({ id: `${t.idPrefix ?? t.execId}:out:${n++}`, payload: { ...payload, text: redact(payload.text) } }));
+      const raw = payloads.map((payload) => ({ id: `${t.idPrefix ?? t.execId}:out:${n++}`, payload }));
       await unwrapRpc(stub.appendEntries(t.claims.houseId, raw, writerFor(t.claims)));
     },
     (err) => logEvent("exec_output_post_failed", { threadId: t.threadId, execId: t.execId, error: errorMessage(err) }, "warn"),
@@ -186,16 +186,19 @@ async function confirmedGone(env: Env, houseId: string, boxId: string): Promise<
 async function execOn(env: Env, box: { id: string; providerRef: string }, e: Environment, body: ExecBody, live?: LiveTarget): Promise<ExecResult> {
   const provider = providerFor(env, e.provider);
   const opts = { cwd: body.cwd, env: e.env, timeoutSec: body.timeoutSec };
-  const redact = boxOutputRedactor(e);
+  const forms = boxSecretForms(e);
+  const redact = redactorFor(forms);
   if (!live) {
     const r = await provider.exec(box.providerRef, body.command, opts);
     return { boxId: box.id, exitCode: r.exitCode, output: redact(r.output) };
   }
-  const out = liveOutputTo(env, live, redact);
+  const out = liveOutputTo(env, live);
+  const feed = new RedactedFeed(forms, (stream, text) => out.push(stream, text));
   try {
-    const r = await provider.execStreaming(box.providerRef, body.command, { ...opts, onOutput: (stream, text) => out.push(stream, text) });
+    const r = await provider.execStreaming(box.providerRef, body.command, { ...opts, onOutput: (stream, text) => feed.write(stream, text) });
     return { boxId: box.id, exitCode: r.exitCode, output: redact(r.output), execId: live.execId };
   } finally {
+    feed.end();
     await out.end();
   }
 }

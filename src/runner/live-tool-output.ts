@@ -1,4 +1,7 @@
 import { DEFAULT_LIVE_OUTPUT_LIMITS, LiveOutput, type LiveOutputLimits, type LiveOutputPayload } from "../sandbox/live-output";
+import { partialSecretAtEnd } from "../domain/secret-forms";
+
+export { partialSecretAtEnd };
 
 export type LiveToolOutputOptions = {
   /** A call that ends sooner posts nothing live: its result carries the output, once. */
@@ -15,20 +18,6 @@ export type LiveToolOutputOptions = {
 };
 
 export const DEFAULT_LIVE_TOOL_OUTPUT: LiveToolOutputOptions = { afterMs: 1_000, limits: DEFAULT_LIVE_OUTPUT_LIMITS, redact: (t) => t, heldBack: () => 0 };
-
-/** The length of the longest end of `text` that begins one of `secrets` (and is not all of it). */
-export function partialSecretAtEnd(text: string, secrets: readonly string[]): number {
-  let longest = 0;
-  for (const secret of secrets) {
-    for (let k = Math.min(secret.length - 1, text.length); k > longest; k--) {
-      if (text.endsWith(secret.slice(0, k))) {
-        longest = k;
-        break;
-      }
-    }
-  }
-  return longest;
-}
 
 /** `seen`: the redacted output posted (or waiting to be) so far; `latest`: the whole redacted output last reported. */
 type Call = { seen: string; latest: string; pending: string; live?: LiveOutput; timer?: ReturnType<typeof setTimeout>; lost: boolean };

@@ -1,5 +1,6 @@
 import type { WorkspaceFile } from "./box-config";
-import { MIN_BOX_SECRET_LENGTH, redactionList, redactText, sensitiveContentValues } from "../domain/secret-forms";
+import type { OutputStream } from "../sandbox/provider";
+import { MIN_BOX_SECRET_LENGTH, partialSecretAtEnd, redactionList, redactText, sensitiveContentValues } from "../domain/secret-forms";
 
 /**
  * What a command's output may show once it leaves a box through the control plane (an exec
@@ -8,11 +9,42 @@ import { MIN_BOX_SECRET_LENGTH, redactionList, redactText, sensitiveContentValue
  * harness wrote from its secrets (an MCP config, say). The runner and the mirror scrub what a run
  * posts by the same rule; this is that rule for the commands the control plane runs itself.
  */
-export function boxOutputRedactor(e: { secrets?: Record<string, string>; files?: WorkspaceFile[] }): (text: string) => string {
+export function boxSecretForms(e: { secrets?: Record<string, string>; files?: WorkspaceFile[] }): string[] {
   const values = [
     ...Object.values(e.secrets ?? {}),
     ...(e.files ?? []).filter((f) => f.sensitive).flatMap((f) => sensitiveContentValues(f.content)),
   ];
-  const list = redactionList(values, MIN_BOX_SECRET_LENGTH);
-  return list.length === 0 ? (text) => text : (text) => redactText(text, list);
+  return redactionList(values, MIN_BOX_SECRET_LENGTH);
+}
+
+export function redactorFor(forms: readonly string[]): (text: string) => string {
+  return forms.length === 0 ? (text) => text : (text) => redactText(text, forms);
+}
+
+/**
+ * Passes a command's output on as it arrives, redacted. Output comes in chunks cut anywhere (and
+ * a line too long for one entry is cut again further on), so a secret can arrive in two pieces
+ * that are each harmless alone: an end that could begin a secret is held back until the rest
+ * comes, as the mirror does for a tool's live output.
+ */
+export class RedactedFeed {
+  private readonly held: Record<OutputStream, string> = { stdout: "", stderr: "" };
+
+  constructor(private readonly forms: readonly string[], private readonly push: (stream: OutputStream, text: string) => void) {}
+
+  write(stream: OutputStream, text: string): void {
+    if (this.forms.length === 0) return this.push(stream, text);
+    const clean = redactText(this.held[stream] + text, this.forms);
+    const keep = partialSecretAtEnd(clean, this.forms);
+    this.held[stream] = clean.slice(clean.length - keep);
+    if (keep < clean.length) this.push(stream, clean.slice(0, clean.length - keep));
+  }
+
+  /** The output ended: what was held back is not a secret after all. */
+  end(): void {
+    for (const stream of ["stdout", "stderr"] as const) {
+      if (this.held[stream]) this.push(stream, this.held[stream]);
+      this.held[stream] = "";
+    }
+  }
 }

@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import { LiveOutput, type LiveOutputPayload } from "../../src/sandbox/live-output";
 import { DEFAULT_LIVE_TOOL_OUTPUT, LiveToolOutputs, partialSecretAtEnd, toolResultText } from "../../src/runner/live-tool-output";
 import { redactText } from "../../src/domain/secret-forms";
+import { RedactedFeed } from "../../src/workspace/output-redaction";
 
 function collector() {
   const posted: LiveOutputPayload[][] = [];
@@ -129,5 +130,26 @@ describe("an agent's tool calls followed live (pi's bash reports its whole outpu
     expect(partialSecretAtEnd("key=sk-ui", ["sk-ui-secret-value"])).toBe(5);
     expect(partialSecretAtEnd("ends in s", ["sk-ui-secret-value", "s3cr3t"])).toBe(1);
     expect(partialSecretAtEnd("whole sk-ui-secret-value", ["sk-ui-secret-value"])).toBe(0); // whole: redacted already
+  });
+});
+
+describe("a command's output redacted as it arrives", () => {
+  it("holds back an end that could begin a secret until the rest comes, per stream, and lets it go at the end when it was not one", () => {
+    const got: [string, string][] = [];
+    const feed = new RedactedFeed(["sk-live-secret"], (stream, text) => void got.push([stream, text]));
+    feed.write("stdout", "token=sk-li");
+    feed.write("stderr", "warn sk-");
+    feed.write("stdout", "ve-secret ok\n");
+    feed.write("stderr", "not it\n");
+    feed.write("stdout", "ends sk-l");
+    feed.end();
+    expect(got).toEqual([["stdout", "token="], ["stderr", "warn "], ["stdout", "[redacted] ok\n"], ["stderr", "sk-not it\n"], ["stdout", "ends "], ["stdout", "sk-l"]]);
+  });
+
+  it("passes everything on at once when there is nothing to redact", () => {
+    const got: string[] = [];
+    const feed = new RedactedFeed([], (_s, text) => void got.push(text));
+    feed.write("stdout", "sk-");
+    expect(got).toEqual(["sk-"]);
   });
 });

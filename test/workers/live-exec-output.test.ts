@@ -83,6 +83,29 @@ describe("live output of run_command", () => {
     expect((await readAll(token, own.id)).entries.filter((e) => e.payload.type === "signal.exec.output")).toHaveLength(0);
   });
 
+  it("a secret cut in two by the output's chunks and a too-long line's cut is still redacted in the live entries", async () => {
+    const token = await houseToken("house-live-redact-cut");
+    const secret = "straddling-secret-value-99";
+    const env = await call("/api/environments", { method: "POST", token, json: { name: "e", provider: "test", sharedBox: true, secrets: { API_TOKEN: secret } } });
+    const envId = ((await env.json()) as { id: string }).id;
+    const thread = await createThread(token, {});
+    // One line longer than an entry holds (8 KiB), the secret across the place it is cut, in two chunks.
+    const pad = "x".repeat(8 * 1024 - 10);
+    const chunks = [`${pad}${secret.slice(0, 14)}`, `${secret.slice(14)} tail\n`];
+    sharedTestProvider().execHandler = async (_box, _command, opts) => {
+      for (const c of chunks) {
+        opts.onOutput?.("stdout", c);
+        await sleep(20);
+      }
+      return { exitCode: 0, output: chunks.join("") };
+    };
+    const r = await call(`/api/environments/${envId}/exec`, { method: "POST", token, json: { command: "print", threadId: thread.id } });
+    expect(((await r.json()) as { output: string }).output).toBe(`${pad}[redacted] tail\n`);
+    const texts = (await readAll(token, thread.id)).entries.filter((e) => e.payload.type === "signal.exec.output").map((e) => String(e.payload.text));
+    expect(texts.join("")).toBe(`${pad}[redacted] tail\n`);
+    for (const t of texts) expect(t).not.toMatch(/straddling|ret-value-99/);
+  });
+
   it("what a shared box holds of the environment's secrets and sensitive files is redacted: in the answer, the live entries, the bot's tool result and what its model sees", async () => {
     // A shared box keeps what runs left there (the environment's files are written into it before
     // each run); a command that prints them must not carry them out of the box.
