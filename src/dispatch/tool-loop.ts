@@ -32,6 +32,11 @@ export type LoopEvent =
 export type LoopResult = { ok: true; finalText: string; rounds: number } | { ok: false; reason: string; rounds: number };
 
 export const DEFAULT_MAX_ROUNDS = 20;
+/**
+ * A malformed tool call is answered as an error result, so the model can correct itself; a model
+ * that sends nothing but malformed calls this many rounds in a row will not, and its turn ends.
+ */
+export const DEFAULT_MAX_MALFORMED_ROUNDS = 3;
 export const DEFAULT_REQUEST_TIMEOUT_MS = 120_000;
 export const DEFAULT_RETRIES = 2;
 export const DEFAULT_RETRY_BASE_DELAY_MS = 500;
@@ -119,6 +124,7 @@ export async function runToolLoop(opts: {
   tools: ToolSpec[];
   onEvent: (e: LoopEvent) => Promise<void>;
   maxRounds?: number;
+  maxMalformedRounds?: number;
   requestTimeoutMs?: number;
   retries?: number;
   /** first retry waits about this long, doubling each time */
@@ -129,6 +135,7 @@ export async function runToolLoop(opts: {
   const signal = opts.signal ?? new AbortController().signal;
   const history = toPiMessages(opts.messages, opts.model);
   const piTools = opts.tools.map(toPiTool);
+  let malformedRounds = 0;
 
   for (let round = 1; round <= maxRounds; round++) {
     const call = await callModel({
@@ -157,6 +164,8 @@ export async function runToolLoop(opts: {
     });
     if (calls.length === 0) return { ok: true, finalText: text, rounds: round };
 
+    let malformed: string | null = null;
+    let wellFormed = 0;
     for (const { c, index } of calls) {
       if (signal.aborted) return { ok: false, reason: "the turn was cancelled", rounds: round };
       const checked = checkToolCall(c, call.rawToolArgs.get(index), opts.tools);
@@ -165,7 +174,9 @@ export async function runToolLoop(opts: {
       if (!checked.ok) {
         output = checked.error;
         isError = true;
+        malformed = checked.error;
       } else {
+        wellFormed += 1;
         try {
           const r = await checked.tool.execute(checked.args, signal, { toolCallId: c.id });
           output = r.output;
@@ -177,6 +188,10 @@ export async function runToolLoop(opts: {
       }
       history.push({ role: "toolResult", toolCallId: c.id, toolName: c.name, content: [{ type: "text", text: output }], isError, timestamp: Date.now() } as Message);
       await opts.onEvent({ kind: "tool_result", toolCallId: c.id, name: c.name, output, isError });
+    }
+    malformedRounds = wellFormed === 0 ? malformedRounds + 1 : 0;
+    if (malformed !== null && malformedRounds >= (opts.maxMalformedRounds ?? DEFAULT_MAX_MALFORMED_ROUNDS)) {
+      return { ok: false, reason: `malformed tool calls ${malformedRounds} rounds in a row: ${malformed}`, rounds: round };
     }
   }
   return { ok: false, reason: "too many tool rounds", rounds: maxRounds };

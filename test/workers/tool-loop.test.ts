@@ -157,6 +157,25 @@ describe.each<ModelApi>(["openai-completions", "anthropic-messages"])("runToolLo
     if (api === "anthropic-messages") expect(sent.every((t) => t.isError)).toBe(true);
   });
 
+  it("ends the turn when the model sends nothing but malformed calls three rounds in a row, not after a round with a good one", async () => {
+    const bad = { toolCalls: [{ id: "u", name: "rm_rf", arguments: { path: "/" } }] };
+    const mixed = { toolCalls: [{ id: "m1", name: "rm_rf", arguments: {} }, { id: "m2", name: "echo", arguments: { text: "ok" } }] };
+    const s = await scriptModel([bad, bad, mixed, bad, bad, bad, { text: "never asked" }]);
+    const calls: Record<string, unknown>[] = [];
+    const r = await runToolLoop({
+      model: scriptedModel(api, s),
+      systemPrompt: "sys",
+      messages: [{ role: "user", text: "go" }],
+      tools: [echoTool(calls)],
+      onEvent: async () => {},
+    });
+    expect(r.ok).toBe(false);
+    expect(r).toMatchObject({ rounds: 6 });
+    expect(r.ok ? "" : r.reason).toMatch(/^malformed tool calls 3 rounds in a row: Unknown tool "rm_rf"/);
+    expect(calls).toEqual([{ text: "ok" }]);
+    expect(await s.requests()).toHaveLength(6);
+  });
+
   it("answers a tool that throws as an error result and goes on", async () => {
     const s = await scriptModel([{ toolCalls: [{ id: "t", name: "boom", arguments: {} }] }, { text: "It failed." }]);
     const events: LoopEvent[] = [];
