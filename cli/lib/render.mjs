@@ -121,6 +121,24 @@ function renderPayload(entry, c, opts) {
       return `${at} ${c.gray(`· on box ${printableLine(p.boxId)}`)}`;
     case "signal.run.launched":
       return `${at} ${c.gray(`· ${printableLine(p.harness) || "agent"} started (${p.boxReused ? "box reused" : "new box"}, session ${printableLine(p.session) || "new"})`)}`;
+    case "signal.exec.output": {
+      if (p.truncated === true) return `${at} ${c.gray("  │ … the rest of this output is in its result")}`;
+      const out = printable(p.text).replace(/\n$/, "");
+      if (!out) return null;
+      const lines = out.split("\n");
+      const shown = lines.slice(0, maxLines).join("\n") + (lines.length > maxLines ? `\n… ${lines.length - maxLines} more lines` : "");
+      return `${at} ${indent(p.stream === "stderr" ? c.red(shown) : c.gray(shown), "  │ ").replace(/\n/g, "\n         ")}`;
+    }
+    case "artifact.files": {
+      const files = (Array.isArray(p.files) ? p.files : []).filter(isRecord);
+      const listed = files.slice(0, 10).map((f) => `${printableLine(f.path)}${f.status === "deleted" ? " (deleted)" : ""}`).join(", ");
+      const more = files.length > 10 || p.truncated === true ? ", …" : "";
+      return `${at} ${c.gray(`◆ ${files.length} file${files.length === 1 ? "" : "s"} changed${listed ? `: ${listed}${more}` : ""}`)}`;
+    }
+    case "artifact.diff": {
+      const bytes = typeof p.bytes === "number" ? ` (${p.bytes} bytes)` : "";
+      return `${at} ${c.gray(`◆ diff against ${printableLine(p.base).slice(0, 12) || "the start"}${bytes}; threadbox artifacts shows it`)}`;
+    }
     case "signal.thread.child_finished":
       return `${at} ${c.gray("●")} child ${printableLine(p.childThreadId)} ${statusColour(c, str(p.status))}${p.reason ? c.gray(` (${printableLine(p.reason)})`) : ""}`;
     default: {

@@ -60,6 +60,15 @@ describe("rendering", () => {
     expect(renderEntry({ ts: 0, payload: { type: "signal.thread.status_changed", status: "stopped", reason: "stopped by u" } }, c)).toBe("00:00:00 ● stopped (stopped by u)");
   });
 
+  it("shows a command's live output under it, and a run's artifacts as a summary, not as key=value fields", () => {
+    expect(renderEntry({ ts: 0, payload: { type: "signal.exec.output", execId: "x", stream: "stdout", text: "one\ntwo\n" } }, c)).toBe("00:00:00   │ one\n           │ two");
+    expect(renderEntry({ ts: 0, payload: { type: "signal.exec.output", execId: "x", stream: "stdout", text: "" } }, c)).toBeNull();
+    expect(renderEntry({ ts: 0, payload: { type: "signal.exec.output", execId: "x", stream: "stdout", text: "", truncated: true } }, c)).toBe("00:00:00   │ … the rest of this output is in its result");
+    const files = { type: "artifact.files", runId: "r", files: [{ path: "hello.txt", status: "added", size: 2 }, { path: "old.txt", status: "deleted", size: 0 }], truncated: false };
+    expect(renderEntry({ ts: 0, payload: files }, c)).toBe("00:00:00 ◆ 2 files changed: hello.txt, old.txt (deleted)");
+    expect(renderEntry({ ts: 0, payload: { type: "artifact.diff", runId: "r", base: "0123456789abcdef", bytes: 120 } }, c)).toBe("00:00:00 ◆ diff against 0123456789ab (120 bytes); threadbox artifacts shows it");
+  });
+
   it("an entry whose ts no Date can hold (stored before the server refused them) is shown without a time, not a crash", () => {
     expect(renderEntry({ ts: 8_640_000_000_000_001, payload: { type: "signal.thread.status_changed", status: "stopped", reason: "r" } }, c)).toBe("         ● stopped (r)");
     // The last time a date holds is in year +275760: its time of day is still the time of day.
@@ -72,9 +81,9 @@ describe("rendering", () => {
     expect(renderEntry({ ts: 0, payload: { type: "pi.assistant", toolCalls: [null] } }, c)).toBe("00:00:00 ▶ tool");
     expect(renderEntry({ ts: 0, payload: { type: "pi.tool_result", name: "bash", output: { lines: 2 } } }, c)).toBe('00:00:00 ✓ bash\n           │ {"lines":2}');
     const types = ["chat", "pi.user", "pi.assistant", "pi.tool_call", "pi.tool_result", "pi.error", "signal.thread.status_changed",
-      "signal.thread.box_assigned", "signal.run.launched", "signal.thread.child_finished", "signal.dispatch.error", "artifact.files"];
+      "signal.thread.box_assigned", "signal.run.launched", "signal.thread.child_finished", "signal.dispatch.error", "artifact.files", "artifact.diff", "signal.exec.output"];
     const fields = ["text", "stopReason", "errorMessage", "toolCalls", "name", "args", "arguments", "output", "isError", "toolName",
-      "message", "status", "reason", "boxId", "harness", "boxReused", "session", "childThreadId"];
+      "message", "status", "reason", "boxId", "harness", "boxReused", "session", "childThreadId", "files", "truncated", "stream", "base", "bytes"];
     const odd = [undefined, null, 0, 7, true, "", "x", [], [null], [1, "a"], {}, { command: null }, { path: 3 }, [{ name: null, args: "s" }]];
     for (const type of types) {
       for (const field of fields) {
