@@ -10,6 +10,8 @@ export interface BoxConfig {
   mirrorNextIndex?: number;
   heartbeatMs: number;
   runawayMs: number;
+  /** how long pi, interrupted and waiting for what to do instead, waits for a message before the run ends as stopped; 0: for ever */
+  idleAfterInterruptMs: number;
   /** SIGTERM -> SIGKILL grace, ms */
   killGraceMs: number;
   /** bound on posting at shutdown (mirror flush, runner finished-signal), ms */
@@ -21,6 +23,7 @@ export interface BoxConfig {
 }
 
 export const THREE_DAYS_MS = 3 * 24 * 60 * 60 * 1000;
+export const THIRTY_MINUTES_MS = 30 * 60 * 1000;
 
 function num(v: string | undefined, dflt: number): number {
   if (v === undefined || v === "") return dflt;
@@ -46,6 +49,7 @@ export function readBoxConfig(env: Record<string, string | undefined>, token: st
     mirrorNextIndex: nextIdx !== undefined && nextIdx !== "" && Number.isInteger(Number(nextIdx)) ? Number(nextIdx) : undefined,
     heartbeatMs: num(env[BOX_ENV.heartbeatMs], 5_000),
     runawayMs: num(env[BOX_ENV.runawayMs], THREE_DAYS_MS),
+    idleAfterInterruptMs: num(env[BOX_ENV.idleAfterInterruptMs], THIRTY_MINUTES_MS),
     killGraceMs: num(env[BOX_ENV.killGraceMs], 10_000),
     // How long the end of a run waits for an unreachable thread (a worker deploy or restart, a
     // proxy blip) before what is unposted is given up: the final answer and the finished-signal

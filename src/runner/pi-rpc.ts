@@ -15,6 +15,8 @@ export interface PiRpcHooks {
   log(m: string): void;
   /** The run is over from pi's side: its stdin is closed and it should now exit on its own. */
   onInputClosed?(): void;
+  /** pi, interrupted, waited `idleAfterInterruptMs` for a message and got none: the run ends now. */
+  onIdleAfterInterrupt?(waitedMs: number): void;
 }
 
 type Pending = { kind: "task" } | { kind: "message"; entryId: string; mode: DeliveryMode } | { kind: "abort" };
@@ -36,8 +38,14 @@ export class PiRpc {
   private seq = 0;
   private readonly pending = new Map<string, Pending>();
   private readonly delivered = new Set<string>();
+  /** Running while pi, interrupted, waits for what to do instead. */
+  private idleTimer: ReturnType<typeof setTimeout> | undefined;
 
-  constructor(private readonly stdin: Writable, private readonly hooks: PiRpcHooks) {}
+  /**
+   * `idleAfterInterruptMs`: how long an interrupted pi waits for a message before the run ends
+   * (0: for ever). A run nobody comes back to would otherwise hold its box, and bill it, for good.
+   */
+  constructor(private readonly stdin: Writable, private readonly hooks: PiRpcHooks, private readonly idleAfterInterruptMs = 0) {}
 
   get isEnded(): boolean {
     return this.ended;
@@ -54,6 +62,7 @@ export class PiRpc {
     if (this.ended) return false;
     if (this.delivered.has(entryId)) return true;
     this.delivered.add(entryId);
+    this.stopIdleTimer();
     // A steer sent to a turn being aborted is not a new instruction to pi: it may run as a
     // continuation the runner cannot tell apart from the aborted turn. Wait for the abort to settle.
     if (this.aborting) {
@@ -141,12 +150,27 @@ export class PiRpc {
     if (this.busy) return;
     const waiting = [...this.pending.values()].filter((p) => p.kind === "message").length;
     if (endsWhenSettled({ queued: waiting, interruptedSincePrompt: this.interruptedSincePrompt })) this.end();
+    else if (waiting === 0 && this.idleAfterInterruptMs > 0 && !this.idleTimer) {
+      this.idleTimer = setTimeout(() => {
+        this.idleTimer = undefined;
+        if (this.ended || this.busy) return;
+        this.hooks.log(`no message ${this.idleAfterInterruptMs} ms after the interrupt: ending the run`);
+        this.hooks.onIdleAfterInterrupt?.(this.idleAfterInterruptMs);
+        this.end();
+      }, Math.min(this.idleAfterInterruptMs, 2 ** 31 - 1));
+    }
+  }
+
+  private stopIdleTimer(): void {
+    clearTimeout(this.idleTimer);
+    this.idleTimer = undefined;
   }
 
   /** Closes pi's stdin: pi finishes its shutdown (the mirror flushes) and exits. */
   end(): void {
     if (this.ended) return;
     this.ended = true;
+    this.stopIdleTimer();
     this.hooks.log("pi has settled with nothing waiting: closing its input");
     this.stdin.end();
     this.hooks.onInputClosed?.();

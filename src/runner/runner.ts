@@ -228,6 +228,8 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   let exitTimer: ReturnType<typeof setTimeout> | undefined;
   /** pi finished its work but hung on the way out and was terminated: its turn's outcome stands. */
   let exitForced = false;
+  /** Set when the run ended because pi, interrupted, got no message in time. */
+  let idleAfterInterruptMs: number | undefined;
 
   // Messages posted to the thread while the run goes on reach the harness; each one it took is marked.
   let watch: ThreadWatch | undefined;
@@ -248,6 +250,9 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
           stderrTail.push(`${error}\n`);
         },
         log,
+        onIdleAfterInterrupt: (ms) => {
+          idleAfterInterruptMs = ms;
+        },
         onInputClosed: () => {
           // pi's shutdown (the mirror's flush included) is bounded; past that it is stuck, not busy.
           exitTimer = setTimeout(() => {
@@ -257,7 +262,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
             terminate();
           }, exitGraceMs);
         },
-      });
+      }, cfg.idleAfterInterruptMs);
       rpc.start(prompt);
     }
     const cursor = new RunCursor(runId);
@@ -387,6 +392,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
     signal,
     stopRequested,
     runaway,
+    ...(idleAfterInterruptMs !== undefined ? { idleAfterInterruptMs } : {}),
     signalId,
     runId: cfg.runId,
     authorId: cfg.authorId,

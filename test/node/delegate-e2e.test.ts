@@ -961,6 +961,21 @@ describe("a live run: talk to it, interrupt it", () => {
     expect(statuses(es).filter((x) => x !== "running")).toEqual(["completed"]);
   });
 
+  it("an interrupted run that gets no message within THREADBOX_IDLE_AFTER_INTERRUPT_MS ends as stopped and keeps its box", async () => {
+    model.push({ text: "never finishes", until: new Promise(() => {}) });
+    const envId = await environment({ THREADBOX_IDLE_AFTER_INTERRUPT_MS: "1500" });
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const childId = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "think forever" } })).body.childThreadId as string;
+    const requestsBefore = model.requests.length;
+    await waitFor("the hanging model call", async () => model.requests.length > requestsBefore || undefined, 30_000);
+    expect((await api(`/api/threads/${childId}/interrupt`, { method: "POST" })).status).toBe(202);
+    const child = await settled(childId);
+    expect([child.status, child.reason]).toEqual(["failed", "stopped"]);
+    expect(child.detail).toBe("no message within 1500 ms of the interrupt (THREADBOX_IDLE_AFTER_INTERRUPT_MS)");
+    expect((await api(`/api/sandboxes/${child.boxId}`)).body.state).toBe("live");
+    expect(statuses(await entries(childId)).filter((x) => x !== "running")).toEqual(["stopped"]);
+  });
+
   it("interrupt during a tool call aborts the tool, not the run: it stays running and continues with the next message", async () => {
     model.push(
       { toolCalls: [{ name: "bash", arguments: { command: "sleep 45; echo slept" } }] },

@@ -248,6 +248,11 @@ describe("decideOutcome rules", () => {
     expect(decideOutcome([a("aborted")], 143, { stopRequested: true }).status).toBe("stopped");
     expect(decideOutcome([a("stop")], 0, { stopRequested: true }).status).toBe("completed");
   });
+  it("interrupted and left idle -> stopped, saying how long it waited and which setting says so", () => {
+    const o = decideOutcome([a("aborted")], 0, { idleAfterInterruptMs: 1_800_000 });
+    expect([o.status, o.reason]).toEqual(["stopped", "no message within 30 min of the interrupt (THREADBOX_IDLE_AFTER_INTERRUPT_MS)"]);
+    expect(decideOutcome([a("aborted")], 0, { idleAfterInterruptMs: 1_500 }).reason).toContain("within 1500 ms");
+  });
   it("runaway guard -> pi_failed; no assistant -> pi_failed; aborted / toolUse at exit 0 -> pi_failed", () => {
     expect(decideOutcome([a("toolUse")], 143, { runaway: true }).reason).toContain("runaway");
     expect(decideOutcome([{ payload: { type: "pi.user", text: "hi" } }], 0).reason).toContain("without an assistant");

@@ -82,6 +82,32 @@ describe("driving pi over RPC", () => {
     expect(h.ended()).toBe(true);
   });
 
+  it("interrupted and left without a message for idleAfterInterruptMs, the run ends; a message in time keeps it going", async () => {
+    const stdin = new PassThrough();
+    const sent: { id: string; type: string }[] = [];
+    stdin.on("data", (d) => String(d).split("\n").filter(Boolean).forEach((l) => sent.push(JSON.parse(l))));
+    let ended = false;
+    stdin.on("finish", () => (ended = true));
+    const idled: number[] = [];
+    const rpc = new PiRpc(stdin, { onDelivered: () => {}, onRefused: () => {}, log: () => {}, onIdleAfterInterrupt: (ms) => void idled.push(ms) }, 60);
+    rpc.start("the task");
+    rpc.onRecord({ type: "agent_start" });
+    rpc.interrupt();
+    rpc.onRecord({ type: "agent_settled" });
+    await new Promise((r) => setTimeout(r, 30));
+    rpc.message("c1", "in time");
+    await new Promise((r) => setTimeout(r, 80));
+    rpc.onRecord({ type: "response", id: sent.find((c) => c.type === "prompt" && sent.indexOf(c) > 0)!.id, success: true });
+    expect([ended, idled]).toEqual([false, []]);
+    // That prompt's turn is interrupted too, and this time nobody comes back.
+    rpc.onRecord({ type: "agent_start" });
+    rpc.interrupt();
+    rpc.onRecord({ type: "agent_settled" });
+    await new Promise((r) => setTimeout(r, 120));
+    expect([ended, idled]).toEqual([true, [60]]);
+    expect(rpc.message("c2", "too late")).toBe(false);
+  });
+
   it("a message that arrives while the abort is still settling waits for it and goes in as the next prompt; that turn settling ends the run", async () => {
     const h = harness();
     h.rpc.start("the task");

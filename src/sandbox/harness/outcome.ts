@@ -111,6 +111,7 @@ export function decideOutcome(
   if (exitCode === 0 && stopReason === "stop" && !laterError && !ctx.runaway) return out("completed", "stop");
   if (stopReason === "error") return out("pi_failed", String(last?.errorMessage || "model error"));
   if (laterError) return out("pi_failed", String(laterError.payload.message || "harness error"));
+  if (ctx.idleAfterInterruptMs !== undefined) return out("stopped", `no message within ${formatWait(ctx.idleAfterInterruptMs)} of the interrupt (THREADBOX_IDLE_AFTER_INTERRUPT_MS)`);
   if (ctx.runaway) return out("pi_failed", "runaway guard: the harness ran past THREADBOX_RUNAWAY_MS");
   if (ctx.stopRequested) return out("stopped", "stopped by request");
   if (exitCode === null) return out("pi_failed", `harness killed by signal ${ctx.signal ?? "unknown"}`);
@@ -119,4 +120,11 @@ export function decideOutcome(
   if (stopReason === "length") return out("pi_failed", "length: the model hit its output limit");
   if (stopReason === "aborted") return out("pi_failed", "aborted");
   return out("pi_failed", `harness exited after stopReason ${stopReason ?? "unknown"}`);
+}
+
+/** "30 min", "90 s", "1500 ms": a wait as a reader says it. */
+function formatWait(ms: number): string {
+  if (ms >= 60_000 && ms % 60_000 === 0) return `${ms / 60_000} min`;
+  if (ms >= 1_000 && ms % 1_000 === 0) return `${ms / 1_000} s`;
+  return `${ms} ms`;
 }
