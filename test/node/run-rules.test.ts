@@ -2,7 +2,7 @@
 import { describe, expect, it } from "vitest";
 import { decideLiveness, foldProbe, livenessDeadlines, type LivenessConfig, type ProbeState } from "../../src/threads/liveness";
 import { decideDetail, decideSignal, isTerminal } from "../../src/threads/run-rules";
-import { boxAlarmDecision, deleteRetryDelayMs, releaseDecision, shouldReap } from "../../src/actors/sandbox/sandbox-decisions";
+import { boxAlarmDecision, deleteRetryDelayMs, releaseDecision, shouldReap, tokenCleanupScript } from "../../src/actors/sandbox/sandbox-decisions";
 import type { ThreadRow } from "../../src/threads/thread-row";
 import { getCodingAgent } from "../../src/sandbox/harness";
 
@@ -141,5 +141,12 @@ describe("box reaping", () => {
   it("backs off delete retries exponentially up to a cap", () => {
     expect([1, 2, 3, 4].map(deleteRetryDelayMs)).toEqual([5_000, 10_000, 20_000, 40_000]);
     expect(deleteRetryDelayMs(30)).toBe(600_000);
+  });
+});
+
+describe("a stopped run's token files", () => {
+  it("are removed by a script naming only that run's directory; an id the shell could read otherwise gets none", () => {
+    expect(tokenCleanupScript("0b7c-run_1")).toBe('rm -f "$HOME/.threadbox/runs/0b7c-run_1/stream-token-"*; true');
+    for (const bad of ["", "..", "a/../b", "a b", "$(id)", "`id`", 'a"b', "a;b", ".hidden"]) expect(tokenCleanupScript(bad), bad).toBeNull();
   });
 });

@@ -294,6 +294,36 @@ describe("a box a launch picked but has not attached yet", () => {
   }, 30_000);
 });
 
+describe("a stopped run whose runner never took its stream token", () => {
+  it("has the token file removed from the box it keeps, by the stop", async () => {
+    // The test provider's runner takes nothing: the token file stays, as it does in a real box when
+    // the launch died after uploading it and before the runner started.
+    const houseId = "house-stop-token-cleanup";
+    const { token, t, stub } = await launchableThread(houseId);
+    const provider = sharedTestProvider();
+    const previous = provider.execHandler;
+    provider.execHandler = (b, command, opts) => {
+      const rm = /^rm -f "\$HOME\/(.+)"\*; true$/.exec(command);
+      if (rm) for (const path of [...provider.boxes.get(b.ref)!.files.keys()]) if (path.startsWith(rm[1])) provider.boxes.get(b.ref)!.files.delete(path);
+      return previous(b, command, opts);
+    };
+    try {
+      const { runId } = await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+      await launchedOnce(token, t.id, 1);
+      const box = [...provider.boxes.values()].find((b) => b.labels[LABEL_RUN] === runId)!;
+      const tokenFiles = () => [...box.files.keys()].filter((p) => p.startsWith(`.threadbox/runs/${runId}/stream-token-`));
+      expect(tokenFiles()).toHaveLength(1);
+      expect((await call(`/api/threads/${t.id}/stop`, { method: "POST", token })).status).toBe(200);
+      await runDurableObjectAlarm(stub);
+      await vi.waitFor(() => expect(provider.calls.filter((c) => c.op === "killDetached" && c.ref === box.ref)).toHaveLength(1), { timeout: 10_000 });
+      expect(tokenFiles()).toEqual([]);
+      expect([...box.files.keys()].some((p) => p.endsWith("/prompt.txt"))).toBe(true); // the rest of the box stays
+    } finally {
+      provider.execHandler = previous;
+    }
+  }, 30_000);
+});
+
 describe("runs of a shared-box environment", () => {
   it("report boxReused false for the run that made the box and true for the next one on it", async () => {
     const houseId = "house-shared-box-reused";

@@ -9,7 +9,7 @@ import { foldProbe, type ProbeVerdict } from "../../threads/liveness";
 import { settle, unwrapRpc } from "../rpc";
 import { houseStub, threadStub } from "../stubs";
 import { errorMessage, logEvent } from "../../domain/log-event";
-import { boxAlarmDecision, deleteRetryDelayMs, releaseDecision, RUNNER_DRAIN_POLL_MS, shouldReap, stopScript, type BoxState } from "./sandbox-decisions";
+import { boxAlarmDecision, deleteRetryDelayMs, releaseDecision, RUNNER_DRAIN_POLL_MS, shouldReap, stopScript, tokenCleanupScript, type BoxState } from "./sandbox-decisions";
 import { systemClock, type Clock } from "../clock";
 import { addColumnIfMissing } from "../../domain/sql-schema";
 
@@ -211,7 +211,7 @@ export class SandboxActor extends DurableObject<Env> {
    * lets it clean up), then, after a grace period, SIGKILL to every process of the thread's run
    * and the end of its session. The box itself stays.
    */
-  async stopRun(houseId: string, threadId: string) {
+  async stopRun(houseId: string, threadId: string, runId?: string) {
     return settle(async () => {
       const r = this.requireRow(houseId);
       if (r.state === "dead" || r.state === "deleted") return { signalled: false }; // nothing left to stop
@@ -239,6 +239,8 @@ export class SandboxActor extends DurableObject<Env> {
         await new Promise((res) => setTimeout(res, 500));
       }
       await quiet("SIGKILL sweep", provider.exec(ref, stopScriptFor(threadId, "KILL"), { timeoutSec: 30 }));
+      const cleanup = runId === undefined ? null : tokenCleanupScript(runId);
+      if (cleanup) await quiet("token cleanup", provider.exec(ref, cleanup, { timeoutSec: 30 }));
       if (handle) await quiet("session end", provider.killDetached(handle));
       return { signalled: true };
     });

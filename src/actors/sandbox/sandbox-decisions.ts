@@ -1,5 +1,5 @@
 import { backoffDelayMs } from "../../domain/backoff";
-import { BOX_ENV, runnerPidPath } from "../../domain/box-layout";
+import { BOX_ENV, runDir, runnerPidPath, STREAM_TOKEN_FILE_PREFIX } from "../../domain/box-layout";
 
 export type BoxState = "provisioning" | "live" | "dead" | "deleted";
 
@@ -56,4 +56,16 @@ export function stopScript(threadId: string, signal: "TERM" | "KILL"): string | 
   }
   return `for d in /proc/[0-9]*; do p=\${d#/proc/}; [ "$p" = "$$" ] && continue; ` +
     `if tr '\\0' '\\n' < "$d/environ" 2>/dev/null | grep -qx "${BOX_ENV.threadId}=${threadId}"; then kill -KILL "$p" 2>/dev/null; fi; done; true`;
+}
+
+const RUN_ID_PATTERN = /^[A-Za-z0-9_-][A-Za-z0-9._:-]*$/;
+
+/**
+ * Removes a stopped run's stream token files: one is left when the launch uploaded it and then
+ * died before its runner (which removes it at once) started. A stopped run keeps its box, and the
+ * next run's commands there could read it. Null: the run id cannot be put in a script safely.
+ */
+export function tokenCleanupScript(runId: string): string | null {
+  if (!RUN_ID_PATTERN.test(runId) || runId.includes("..")) return null;
+  return `rm -f "$HOME/${runDir(runId)}/${STREAM_TOKEN_FILE_PREFIX}"*; true`;
 }

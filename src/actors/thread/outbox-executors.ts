@@ -51,7 +51,7 @@ export function threadOutboxExecutors(p: ThreadOutboxPorts): OutboxExecutors {
     // A grace period for the harness: only the alarm waits for it.
     stop_harness: {
       slow: true,
-      run: (x) => unlessBoxUnknown(row().id, x.boxId, "stop_harness", () => sandboxStub(env, x.boxId).stopRun(row().houseId, row().id)),
+      run: (x) => unlessBoxUnknown(row().id, x.boxId, "stop_harness", () => sandboxStub(env, x.boxId).stopRun(row().houseId, row().id, x.runId)),
     },
     // Packing and downloading take long: only the alarm runs it; the `detach` after it waits.
     sync_folders: {

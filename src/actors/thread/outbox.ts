@@ -10,7 +10,8 @@ import { ensureSchema, type Schema } from "../../domain/sql-schema";
 export type OutboxPayloads = {
   attach: { boxId: string };
   detach: { boxId: string; keepBox: boolean };
-  stop_harness: { boxId: string };
+  /** `runId`: the run whose stream token files go too (none on items queued by an older version). */
+  stop_harness: { boxId: string; runId?: string };
   /** Readwrite folders the run changed become new versions (before `detach` releases the box). */
   sync_folders: { boxId: string; runId: string };
   launch: LaunchSpec;

@@ -163,7 +163,7 @@ export class RunLifecycle {
     // An orphaned run may still have live processes (a hung runner, a box that lost its network):
     // end them before the box is released, so nothing writes to a settled thread.
     if (row.boxId && row.statusReason === "pi_session_orphaned") {
-      outbox.enqueue(`stop:${runKey}`, "stop_harness", { boxId: row.boxId }, now);
+      outbox.enqueue(`stop:${runKey}`, "stop_harness", { boxId: row.boxId, ...(row.runId ? { runId: row.runId } : {}) }, now);
     }
     if (row.boxId && row.runId && this.p.owesFolderSync(row.runId)) {
       outbox.enqueue(`sync_folders:${runKey}`, "sync_folders", { boxId: row.boxId, runId: row.runId }, now);

@@ -330,7 +330,7 @@ export class ThreadActor extends DurableObject<Env> {
       const row = this.requireThread(houseId);
       if (row.status !== "running") throw new ApiError("conflict", `thread is ${row.status}, not running`);
       const runKey = row.runStartedAt ?? 0;
-      if (row.boxId) this.outbox.enqueue(`stop:${runKey}`, "stop_harness", { boxId: row.boxId }, this.clock.now());
+      if (row.boxId) this.outbox.enqueue(`stop:${runKey}`, "stop_harness", { boxId: row.boxId, ...(row.runId ? { runId: row.runId } : {}) }, this.clock.now());
       this.appendSystemSignal(`stop:${runKey}`, "stopped", `stopped by ${subject}`);
       await this.settleTurn();
       return publicThread(this.rows.get()!);
