@@ -187,7 +187,7 @@ async function drive(target, token, prepared) {
 const inspectorPort = await freePort();
 const server = await startBenchServe({ workerdArgs: [`--inspector-addr=127.0.0.1:${inspectorPort}`] });
 // However this process ends (a closed pipe, Ctrl-C), the server goes with it.
-process.on("exit", () => { try { process.kill(server.pid, "SIGKILL"); } catch {} });
+process.on("exit", () => server.kill());
 for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"]) process.on(sig, () => process.exit(130));
 process.stdout.on("error", () => process.exit(0));
 // As in the bench: the client on one core, the server on another (PIN=0 or --pin=0: don't).

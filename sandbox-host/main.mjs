@@ -21,7 +21,8 @@ console.log(`[sandbox-host] development host: isolation by directory and process
 console.log(`[sandbox-host] use DAYTONA_API_URL=${host.apiUrl} and the SDK in polling mode (useDeprecatedPolling: true)`);
 
 let closing = false;
-for (const sig of ["SIGINT", "SIGTERM"]) {
+// SIGHUP too (the terminal closed): its default ends the process with its boxes still running.
+for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"]) {
   process.on(sig, async () => {
     if (closing) process.exit(1);
     closing = true;

@@ -45,6 +45,17 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
   /** Signed preview links: token -> { boxId, port, expiresAtMs }. */
   const previews = new Map();
   let baseUrl = "";
+  // A temp root is this process's alone and no later host starts on it to clear what is left:
+  // when the process ends without close() (process.exit on a script's error path, an uncaught
+  // exception), it goes, and first the boxes' processes, which would run on in a deleted directory.
+  const removeOwnRoot = () => {
+    for (const b of boxes.values()) {
+      for (const c of b.children) killGroup(c.pid, "SIGKILL");
+      for (const pid of findPidsOfBox(b.id)) killGroup(pid, "SIGKILL");
+    }
+    fs.rmSync(rootDir, { recursive: true, force: true, maxRetries: 3 });
+  };
+  if (ownRoot) process.on("exit", removeOwnRoot);
 
   const server = http.createServer((req, res) => {
     handle(req, res).catch((err) => sendError(res, req, err));
@@ -500,7 +511,10 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
       await new Promise((r) => server.close(() => r()));
       await Promise.all([...boxes.values()].map((b) => b.destroy().catch(() => {})));
       boxes.clear();
-      if (ownRoot) fs.rmSync(rootDir, { recursive: true, force: true });
+      if (ownRoot) {
+        process.off("exit", removeOwnRoot);
+        fs.rmSync(rootDir, { recursive: true, force: true });
+      }
     },
   };
 }

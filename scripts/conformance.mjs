@@ -6,6 +6,9 @@ import { ROOT, nodePath, startWorker } from "./lib/wrangler-dev.mjs";
 
 const longPollMs = process.env.CONFORMANCE_LONG_POLL_MS ?? "2000";
 const worker = await startWorker({ vars: { LONG_POLL_TIMEOUT_MS: longPollMs } });
+// Ctrl-C reaches vitest but not wrangler, which has a process group of its own: without this it
+// would run on, and its state dir stay, after this script is gone.
+process.once("SIGINT", () => void worker.stop().finally(() => process.exit(130)));
 let code = 1;
 try {
   const token = await worker.mintHouseToken("conformance", "conformance-suite", "owner");

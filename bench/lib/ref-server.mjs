@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process";
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -33,10 +33,12 @@ export async function startRefServer({ longPollTimeoutMs, store = "file" }) {
     pid: child.pid,
     dataDir,
     async stop() {
-      if (child.exitCode !== null) return;
-      try { child.kill("SIGTERM"); } catch {}
-      await Promise.race([exited, new Promise((r) => setTimeout(r, 5000))]);
-      try { child.kill("SIGKILL"); } catch {}
+      if (child.exitCode === null) {
+        try { child.kill("SIGTERM"); } catch {}
+        await Promise.race([exited, new Promise((r) => setTimeout(r, 5000))]);
+        try { child.kill("SIGKILL"); } catch {}
+      }
+      if (dataDir) rmSync(dataDir, { recursive: true, force: true, maxRetries: 3 });
     },
   };
 }

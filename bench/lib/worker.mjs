@@ -8,9 +8,9 @@ export { ROOT, freePort, nodePath };
 
 /** @param {{ vars?: Record<string,string>, persistTo?: string, logLevel?: string, configPath?: string, readyPath?: string }} opts */
 export async function startBenchWorker(opts = {}) {
+  // Without persistTo, startWorker makes the state dir and its stop() removes it.
   const worker = await startWorker({
     ...opts,
-    persistTo: opts.persistTo ?? mkdtempSync(join(tmpdir(), "threadbox-bench-")),
     vars: { THREADBOX_ADMIN_SECRET: "bench-admin-secret", THREADBOX_TOKEN_SECRET: "bench-token-secret-0123456789abcdef", ...opts.vars },
   });
   const mint = worker.mintHouseToken;
@@ -30,14 +30,21 @@ export async function startBenchServe(opts = {}) {
   const port = await freePort();
   const stateDir = mkdtempSync(join(tmpdir(), "threadbox-bench-serve-state-"));
   const buildDir = mkdtempSync(join(tmpdir(), "threadbox-bench-serve-build-"));
-  const server = await startServe({
-    port,
-    stateDir,
-    buildDir,
-    varsFileText: Object.entries(vars).map(([k, v]) => `${k}=${v}`).join("\n"),
-    workerdArgs: opts.workerdArgs,
-    configPath: opts.configPath,
-  });
+  const removeDirs = () => { for (const d of [stateDir, buildDir]) rmSync(d, { recursive: true, force: true, maxRetries: 3 }); };
+  let server;
+  try {
+    server = await startServe({
+      port,
+      stateDir,
+      buildDir,
+      varsFileText: Object.entries(vars).map(([k, v]) => `${k}=${v}`).join("\n"),
+      workerdArgs: opts.workerdArgs,
+      configPath: opts.configPath,
+    });
+  } catch (err) {
+    removeDirs();
+    throw err;
+  }
   return {
     url: server.url,
     port,
@@ -46,7 +53,12 @@ export async function startBenchServe(opts = {}) {
       mintHouseToken(server.url, vars.THREADBOX_ADMIN_SECRET, houseId, subject, role),
     async stop() {
       await server.stop();
-      for (const d of [stateDir, buildDir]) rmSync(d, { recursive: true, force: true });
+      removeDirs();
+    },
+    /** For an exit handler, where nothing can be awaited: kills workerd and removes the dirs. */
+    kill() {
+      try { process.kill(server.pid, "SIGKILL"); } catch {}
+      removeDirs();
     },
   };
 }

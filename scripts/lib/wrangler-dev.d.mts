@@ -12,7 +12,8 @@ export interface StartedWorker {
   persistTo: string;
   output(): string;
   mintHouseToken(houseId?: string, subject?: string, role?: string): Promise<string>;
-  stop(): Promise<void>;
+  /** Stops it and removes the state dir startWorker made for it, unless keepState (for a restart on `persistTo`). */
+  stop(opts?: { keepState?: boolean }): Promise<void>;
 }
 export function startWorker(opts?: {
   port?: number; vars?: Record<string, string>; persistTo?: string; quiet?: boolean; logLevel?: string; configPath?: string; readyPath?: string;

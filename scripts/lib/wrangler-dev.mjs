@@ -1,6 +1,6 @@
 // Starts the worker under `wrangler dev` (local workerd) for scripts, Node tests and benchmarks.
 import { spawn } from "node:child_process";
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
@@ -83,6 +83,13 @@ export async function startWorker(opts = {}) {
   }
 }
 
+/**
+ * The --persist-to dirs this module made (one per start; megabytes after a test file, far more after a bench).
+ * Such a dir goes when its worker stops, unless stop({ keepState: true }) keeps it for a restart on
+ * it; the restarted worker removes it then. A dir the caller made is the caller's to remove.
+ */
+const ownStateDirs = new Set();
+
 async function startWorkerOnce(opts) {
   const port = opts.port ?? (await freePort());
   const inspectorPort = await freePort();
@@ -92,6 +99,11 @@ async function startWorkerOnce(opts) {
     ...opts.vars,
   };
   const persistTo = opts.persistTo ?? mkdtempSync(join(tmpdir(), "threadbox-wrangler-"));
+  if (!opts.persistTo) ownStateDirs.add(persistTo);
+  const removeState = () => {
+    if (!ownStateDirs.delete(persistTo)) return;
+    rmSync(persistTo, { recursive: true, force: true, maxRetries: 3 });
+  };
   const args = [
     "dev", "--ip", "127.0.0.1", "--port", String(port), "--inspector-port", String(inspectorPort),
     "--persist-to", persistTo, "--show-interactive-dev-session=false", "--log-level", opts.logLevel ?? "warn",
@@ -118,6 +130,9 @@ async function startWorkerOnce(opts) {
     ]);
   } catch (err) {
     try { process.kill(-child.pid, "SIGKILL"); } catch {}
+    await Promise.race([exited, new Promise((r) => setTimeout(r, 5000))]);
+    // Only a dir made for this start: one kept for a restart must outlive a retry.
+    if (!opts.persistTo) removeState();
     throw err;
   }
   return {
@@ -130,11 +145,14 @@ async function startWorkerOnce(opts) {
     output: () => output,
     mintHouseToken: (houseId = "house-test", subject = "user-test", role = "owner") =>
       mintHouseToken(url, vars.THREADBOX_ADMIN_SECRET, houseId, subject, role),
-    async stop() {
-      if (child.exitCode !== null) return;
-      try { process.kill(-child.pid, "SIGTERM"); } catch {}
-      await Promise.race([exited, new Promise((r) => setTimeout(r, 5000))]);
-      try { process.kill(-child.pid, "SIGKILL"); } catch {}
+    /** keepState: leave a dir of this module's own in place, for a restart on it (`persistTo`). */
+    async stop({ keepState = false } = {}) {
+      if (child.exitCode === null) {
+        try { process.kill(-child.pid, "SIGTERM"); } catch {}
+        await Promise.race([exited, new Promise((r) => setTimeout(r, 5000))]);
+        try { process.kill(-child.pid, "SIGKILL"); } catch {}
+      }
+      if (!keepState) removeState();
     },
   };
 }

@@ -1,14 +1,16 @@
 import { describe, expect, it } from "vitest";
 import { execSync } from "node:child_process";
-import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { collectArtifacts, DEFAULT_ARTIFACT_LIMITS, snapshotWorkspace } from "../../src/runner/artifacts";
 import { namedSecretValues, redactDeep, redactionList, sensitiveFilePaths, sensitiveValues } from "../../src/runner/redact";
 import { redactSecrets } from "../../src/dispatch/model-call";
 import { artifactEntries, cutUtf8, MAX_INLINE_DIFF_BYTES } from "../../src/runner/post-artifacts";
+import { tempDirs } from "../support/temp-dirs";
 
-const tmp = () => mkdtempSync(join(tmpdir(), "tb-art-"));
+const tempDir = tempDirs();
+
+const tmp = () => tempDir("tb-art-");
 
 describe("a run's artifacts: a plain working directory", () => {
   it("lists what was added, modified and deleted; inlines small text; lists binary, oversize and secret files", () => {
@@ -133,7 +135,7 @@ describe("artifact entries", () => {
 
 describe("what a box must not post", () => {
   it("redacts secret values and a sensitive file's content (whole, and its longer lines) in every string of an entry", () => {
-    const dir = mkdtempSync(join(tmpdir(), "tb-redact-"));
+    const dir = tempDir("tb-redact-");
     writeFileSync(join(dir, "priv.txt"), "PRIVATE-sensitive-123\nsecond line here\nshort\n");
     const env = { THREADBOX_SECRET_NAMES: "MY_TOKEN,EMPTY", MY_TOKEN: "tok-abcdef-999", EMPTY: "", THREADBOX_SENSITIVE_FILES: '["priv.txt","missing.txt"]' };
     const list = redactionList([...namedSecretValues(env), ...sensitiveValues(dir, sensitiveFilePaths(env))]);
@@ -163,7 +165,7 @@ describe("what a box must not post", () => {
   });
 
   it("lists a sensitive file, and only its path, in the artifacts; its content copied elsewhere is redacted", () => {
-    const dir = mkdtempSync(join(tmpdir(), "tb-art-sens-"));
+    const dir = tempDir("tb-art-sens-");
     writeFileSync(join(dir, "priv.txt"), "PRIVATE-sensitive-123\n");
     const start = snapshotWorkspace(dir);
     writeFileSync(join(dir, "priv.txt"), "PRIVATE-sensitive-123\nextra\n");

@@ -2,8 +2,7 @@
 // with the local sandbox host, the real pi in boxes, and the development demo model as pi's model.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execFileSync, spawn } from "node:child_process";
-import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, statSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { delimiter, dirname, join } from "node:path";
 import { startSandboxHost } from "../../sandbox-host/server.mjs";
 import { ROOT, freePort, startWorker } from "../../scripts/lib/wrangler-dev.mjs";
@@ -14,6 +13,9 @@ import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 // @ts-expect-error plain JS module without declarations
 import { subscribe } from "../../cli/lib/subscribe.mjs";
+import { tempDirs } from "../support/temp-dirs";
+
+const tempDir = tempDirs();
 
 const CLI = join(ROOT, "cli", "threadbox.mjs");
 const SANDBOX_KEY = "cli-sandbox-key";
@@ -28,7 +30,7 @@ type Result = { code: number | null; stdout: string; stderr: string };
 function cli(args: string[], opts: { env?: Record<string, string>; input?: string; node?: string; config?: string; timeoutMs?: number } = {}): Promise<Result> {
   const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
   const child = spawn(opts.node ?? process.execPath, [CLI, ...args], {
-    env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: opts.config ?? mkdtempSync(join(tmpdir(), "tb-cfg-")), ...opts.env },
+    env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: opts.config ?? tempDir("tb-cfg-"), ...opts.env },
     stdio: ["pipe", "pipe", "pipe"],
   });
   let stdout = "";
@@ -47,7 +49,7 @@ const as = () => ({ THREADBOX_URL: worker.url, THREADBOX_TOKEN: token });
 function started(args: string[]) {
   const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
   const child = spawn(process.execPath, [CLI, ...args], {
-    env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: mkdtempSync(join(tmpdir(), "tb-cfg-")), ...as() }, stdio: ["ignore", "pipe", "pipe"],
+    env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: tempDir("tb-cfg-"), ...as() }, stdio: ["ignore", "pipe", "pipe"],
   });
   let err = "";
   child.stderr!.on("data", (d) => (err += d));
@@ -89,7 +91,7 @@ beforeAll(async () => {
     vars: { DAYTONA_API_URL: host.apiUrl, DAYTONA_API_KEY: SANDBOX_KEY, DAYTONA_TARGET: "local", THREADBOX_STREAM_URL: `http://127.0.0.1:${port}/api/stream` },
   });
   token = await worker.mintHouseToken("house-cli", "cli-user", "owner");
-  await seedDevHouse({ url: worker.url, token, demoModelBaseUrl: demo.baseUrl, vars: {}, statePath: join(mkdtempSync(join(tmpdir(), "tb-seed-")), "seed.json") });
+  await seedDevHouse({ url: worker.url, token, demoModelBaseUrl: demo.baseUrl, vars: {}, statePath: join(tempDir("tb-seed-"), "seed.json") });
 }, 180_000);
 
 afterAll(async () => {
@@ -100,7 +102,7 @@ afterAll(async () => {
 
 describe("login", () => {
   it("takes the sign-in link npm run dev prints, keeps the token in a file only the user reads, and later commands use it", async () => {
-    const config = mkdtempSync(join(tmpdir(), "tb-login-"));
+    const config = tempDir("tb-login-");
     const r = await cli(["login", `${worker.url}/#token=${token}`], { config });
     expect(r.code).toBe(0);
     expect(r.stdout).toContain("as cli-user in house house-cli");
@@ -117,7 +119,7 @@ describe("login", () => {
   });
 
   it("refuses a bad token with the API's error code, exits non-zero and stores nothing", async () => {
-    const config = mkdtempSync(join(tmpdir(), "tb-login-"));
+    const config = tempDir("tb-login-");
     const r = await cli(["login", `${worker.url}/#token=not-a-token`], { config });
     expect(r.code).toBe(2);
     expect(r.stderr).toContain("error unauthorized:");
@@ -125,7 +127,7 @@ describe("login", () => {
   });
 
   it("a broken stored login stands in the way only of what needs it; problems with the config path are named in one line", async () => {
-    const config = mkdtempSync(join(tmpdir(), "tb-login-"));
+    const config = tempDir("tb-login-");
     const file = join(config, "threadbox", "config.json");
     mkdirSync(dirname(file));
     writeFileSync(file, "{bad");
@@ -142,7 +144,7 @@ describe("login", () => {
     const under = join(aFile, "config.json");
     const unwritable = await cli(["login", `${worker.url}/#token=${token}`], { env: { THREADBOX_CONFIG: under } });
     expect([unwritable.code, unwritable.stderr]).toEqual([2, `error bad_config: cannot write ${under}: a part of its path is a file, not a directory\n`]);
-    const dir = mkdtempSync(join(tmpdir(), "tb-cfg-dir-"));
+    const dir = tempDir("tb-cfg-dir-");
     const asDir = await cli(["threads"], { env: { THREADBOX_CONFIG: dir } });
     expect([asDir.code, asDir.stderr]).toEqual([2, `error bad_config: cannot read ${dir}: it is a directory\n`]);
     const loginDir = await cli(["login", `${worker.url}/#token=${token}`], { env: { THREADBOX_CONFIG: dir } });
@@ -152,7 +154,7 @@ describe("login", () => {
   });
 
   it("refuses a URL where something other than a threadbox API answers (the web UI's pages, a JSON server of another kind)", async () => {
-    const config = mkdtempSync(join(tmpdir(), "tb-login-"));
+    const config = tempDir("tb-login-");
     const page = `${worker.url}/threads/th_x`; // the web UI answers every such path 200 with its HTML
     const r = await cli(["login", `${page}#token=${token}`], { config });
     expect([r.code, r.stderr]).toEqual([2, `error not_threadbox: ${page} is not a threadbox API (GET /api/threads answered 200 text/html; charset=utf-8, not JSON): check the URL\n`]);
@@ -223,7 +225,7 @@ print(json.dumps({"code": code, "output": out.decode(errors="replace").replace("
 function atTerminal(args: string[], prompt: string, key: string, env: Record<string, string> = {}): { code: number | null; output: string } {
   const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
   const out = execFileSync("python3", ["-c", ON_A_TERMINAL, JSON.stringify([process.execPath, CLI, ...args]), prompt, key], {
-    encoding: "utf8", env: { ...base, NO_COLOR: "1", THREADBOX_CONFIG: join(mkdtempSync(join(tmpdir(), "tb-cfg-")), "config.json"), ...env },
+    encoding: "utf8", env: { ...base, NO_COLOR: "1", THREADBOX_CONFIG: join(tempDir("tb-cfg-"), "config.json"), ...env },
   });
   return JSON.parse(out);
 }
@@ -480,7 +482,7 @@ describe("output that cannot be written", () => {
     const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
     const full = openSync("/dev/full", "w");
     const child = spawn(process.execPath, [CLI, "threads"], {
-      env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: mkdtempSync(join(tmpdir(), "tb-cfg-")), ...as() }, stdio: ["ignore", full, "pipe"],
+      env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: tempDir("tb-cfg-"), ...as() }, stdio: ["ignore", full, "pipe"],
     });
     closeSync(full);
     let stderr = "";
@@ -503,7 +505,7 @@ describe("tail over a flaky connection", () => {
     for (const id of before) await post(id);
     const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
     const child = spawn(process.execPath, [CLI, "tail", threadId, "--json", ...args], {
-      env: { ...base, THREADBOX_URL: `http://127.0.0.1:${proxy.port}`, THREADBOX_TOKEN: token, XDG_CONFIG_HOME: mkdtempSync(join(tmpdir(), "tb-cfg-")) },
+      env: { ...base, THREADBOX_URL: `http://127.0.0.1:${proxy.port}`, THREADBOX_TOKEN: token, XDG_CONFIG_HOME: tempDir("tb-cfg-") },
       stdio: ["ignore", "pipe", "pipe"],
     });
     let out = "";
@@ -621,7 +623,7 @@ describe("chat with a bot", () => {
     if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip();
     const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
     const child = spawn(process.execPath, [CLI, "chat", "@demo", "--reply-timeout", "120", "--json"], {
-      env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: mkdtempSync(join(tmpdir(), "tb-cfg-")), ...as() }, stdio: ["pipe", "pipe", "pipe"],
+      env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: tempDir("tb-cfg-"), ...as() }, stdio: ["pipe", "pipe", "pipe"],
     });
     let stdout = "";
     let stderr = "";
@@ -716,7 +718,7 @@ describe("house configuration", () => {
   });
 
   it("the dev seed is idempotent: a second run adds no second demo environment", async () => {
-    const statePath = join(mkdtempSync(join(tmpdir(), "tb-seed-")), "seed.json");
+    const statePath = join(tempDir("tb-seed-"), "seed.json");
     const seed = () => seedDevHouse({ url: worker.url, token, demoModelBaseUrl: demo.baseUrl, vars: {}, statePath });
     await seed();
     const second = await seed();

@@ -4,8 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execFile, execSync } from "node:child_process";
 import { promisify } from "node:util";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { startSandboxHost } from "../../sandbox-host/server.mjs";
 import { ROOT, freePort, startWorker } from "../../scripts/lib/wrangler-dev.mjs";
@@ -17,6 +16,9 @@ import { mintRunToken } from "../../src/auth/tokens";
 import { tarArchive } from "../support/tar";
 import { startGitHttpServer } from "../support/git-http-server";
 import { jsonApi } from "../support/json-api";
+import { tempDirs } from "../support/temp-dirs";
+
+const tempDir = tempDirs();
 
 const SANDBOX_KEY = "e2e-sandbox-key";
 const execFileAsync = promisify(execFile);
@@ -432,7 +434,7 @@ describe("delegate a task to pi in a box", () => {
   });
 
   it("checks out a repository (a local path as file://) before the harness starts", async () => {
-    const repo = mkdtempSync(join(tmpdir(), "tb-repo-"));
+    const repo = tempDir("tb-repo-");
     const git = (cmd: string) => execSync(`git -c user.email=t@t -c user.name=t ${cmd}`, { cwd: repo, stdio: "pipe" });
     git("init -q -b main");
     writeFileSync(join(repo, "MARKER.txt"), "marker-from-repo\n");
@@ -549,7 +551,7 @@ describe("an environment's workspace", () => {
 describe("an environment's repositories", () => {
   it("every repository is cloned side by side into the working directory (real SDK git API)", async () => {
     const makeRepo = (file: string, text: string) => {
-      const dir = mkdtempSync(join(tmpdir(), "tb-envrepo-"));
+      const dir = tempDir("tb-envrepo-");
       const git = (cmd: string) => execSync(`git -c user.email=t@t -c user.name=t ${cmd}`, { cwd: dir, stdio: "pipe" });
       git("init -q -b main");
       writeFileSync(join(dir, file), text);
@@ -643,7 +645,7 @@ describe("an environment's egress", () => {
 
 describe("a shared box", () => {
   it("runs of a shared environment use its one box; the second finds the repository at the new commit without a reclone, untracked work kept; with reset, the third finds exactly the new commit", async () => {
-    const origin = mkdtempSync(join(tmpdir(), "tb-shared-origin-"));
+    const origin = tempDir("tb-shared-origin-");
     const git = (cmd: string) => execSync(`git -c user.email=t@t -c user.name=t ${cmd}`, { cwd: origin, stdio: "pipe" });
     git("init -q -b main");
     writeFileSync(join(origin, "VERSION"), "v1\n");
@@ -697,8 +699,8 @@ describe("a shared box", () => {
 
 describe("a shared box with a private repository", () => {
   it("clones with the token from a secret and fetches with it again when reconciling in place; the token is never kept in the checkout or shown", async () => {
-    const root = mkdtempSync(join(tmpdir(), "tb-git-root-"));
-    const work = mkdtempSync(join(tmpdir(), "tb-git-work-"));
+    const root = tempDir("tb-git-root-");
+    const work = tempDir("tb-git-work-");
     const sh = (cmd: string, cwd = work) => execSync(cmd, { cwd, stdio: "pipe", shell: "/bin/bash" });
     sh(`git init -q --bare -b main ${root}/app.git`);
     sh(`git init -q -b main && echo v1 > VERSION && git add . && git -c user.email=t@t -c user.name=t commit -qm v1 && git push -q ${root}/app.git main`);
@@ -742,7 +744,7 @@ describe("npm run snapshot -- --environment", () => {
   const snapshotScript = async (args: string[]) => {
     const env = {
       ...process.env, DAYTONA_API_URL: host.apiUrl, DAYTONA_API_KEY: SANDBOX_KEY, DAYTONA_TARGET: "local",
-      THREADBOX_URL: worker.url, THREADBOX_TOKEN: token, XDG_CONFIG_HOME: mkdtempSync(join(tmpdir(), "tb-snapcfg-")),
+      THREADBOX_URL: worker.url, THREADBOX_TOKEN: token, XDG_CONFIG_HOME: tempDir("tb-snapcfg-"),
     };
     try {
       const r = await execFileAsync(process.execPath, [join(ROOT, "scripts", "snapshot.mjs"), ...args], { cwd: ROOT, env });
@@ -842,7 +844,7 @@ describe("an environment's readwrite folder", () => {
 
     const v2 = await fetch(`${worker.url}${synced.payload.download}`, { headers: { authorization: `Bearer ${token}` } });
     expect(v2.status).toBe(200);
-    const dir = mkdtempSync(join(tmpdir(), "tb-folder-"));
+    const dir = tempDir("tb-folder-");
     writeFileSync(join(dir, "v2.tar"), new Uint8Array(await v2.arrayBuffer()));
     execSync(`mkdir -p out && tar -xf v2.tar -C out`, { cwd: dir });
     expect(readFileSync(join(dir, "out/todo.txt"), "utf8")).toBe("one\ntwo\n");

@@ -2,12 +2,14 @@
 // a finished run (tool call, tool result, closing answer) without any API key.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { startDemoModel } from "../../dev/demo-model/server.mjs";
 import { decideReply, HELP_TEXT, parseRequest } from "../../dev/demo-model/rules.mjs";
 import { ROOT } from "../../scripts/lib/wrangler-dev.mjs";
+import { tempDirs } from "../support/temp-dirs";
+
+const tempDir = tempDirs();
 
 const PI = join(ROOT, "node_modules", "@earendil-works", "pi-coding-agent", "dist", "bundle", "cli.js");
 const fn = (name: string, required: string[] = []) => ({
@@ -78,8 +80,8 @@ describe("demo model server", () => {
 
 /** Runs the real pi CLI against the demo model in a fresh directory; returns its JSON events. */
 function runPi(prompt: string): Promise<{ cwd: string; events: any[]; code: number | null }> {
-  const cwd = mkdtempSync(join(tmpdir(), "demo-pi-cwd-"));
-  const agentDir = mkdtempSync(join(tmpdir(), "demo-pi-agent-"));
+  const cwd = tempDir("demo-pi-cwd-");
+  const agentDir = tempDir("demo-pi-agent-");
   writeFileSync(join(agentDir, "models.json"), JSON.stringify({
     providers: { demo: { baseUrl: model.baseUrl, api: "openai-completions", apiKey: "demo-no-key", models: [{ id: "demo" }] } },
   }));

@@ -216,7 +216,7 @@ describe("talk to a bot", () => {
     const before = botModel.requests.length;
     await api(`/api/threads/${t.id}/entries`, { method: "POST", json: { payload: { type: "chat", text: "@steady are you there?" } } });
     await waitFor("the model call in flight", async () => botModel.requests.length > before);
-    await worker.stop();
+    await worker.stop({ keepState: true });
     worker = await startWorker({ ...workerOpts, persistTo: worker.persistTo });
     const es = await waitFor("the resumed reply", async () => {
       const all = await entries(t.id);

@@ -1,16 +1,18 @@
 // Sync-back of a readwrite folder, with the real tar and gzip of this machine standing in for a box.
 import { execSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { environmentFilesWithin, packChangedFolders, type FolderBox } from "../../src/workspace/folder-pack";
 import { digestCommand } from "../../src/workspace/folders";
 import type { SandboxProvider } from "../../src/sandbox/provider";
+import { tempDirs } from "../support/temp-dirs";
+
+const tempDir = tempDirs();
 
 /** A "box" whose home is a local directory: exec runs the command there, download reads a file. */
 function localBox(): FolderBox {
-  const home = mkdtempSync(join(tmpdir(), "tb-folder-box-"));
+  const home = tempDir("tb-folder-box-");
   const provider = {
     async exec(_ref: string, command: string, opts: { cwd?: string } = {}) {
       try {
@@ -42,7 +44,7 @@ describe("readwrite folder sync-back", () => {
     if (r.outcome !== "synced") return;
     expect(r.archive.byteLength).toBeLessThan(maxBytes);
     expect([r.archive[0], r.archive[1]]).toEqual([0x1f, 0x8b]);
-    const out = mkdtempSync(join(tmpdir(), "tb-folder-out-"));
+    const out = tempDir("tb-folder-out-");
     writeFileSync(join(out, "v.tar.gz"), r.archive);
     execSync("mkdir x && tar -xzf v.tar.gz -C x", { cwd: out });
     expect(readFileSync(join(out, "x", "f0.txt"), "utf8")).toBe("changed\n");
@@ -67,7 +69,7 @@ describe("readwrite folder sync-back", () => {
     const [r] = await packChangedFolders(box, [folder], "run-e", 1 << 20);
     expect(r.outcome).toBe("synced");
     if (r.outcome !== "synced") return;
-    const out = mkdtempSync(join(tmpdir(), "tb-folder-out-"));
+    const out = tempDir("tb-folder-out-");
     writeFileSync(join(out, "v.tar.gz"), r.archive);
     expect(execSync("tar -tzf v.tar.gz", { cwd: out }).toString().split("\n").filter(Boolean).sort()).toEqual(["./", "./todo.txt"]);
   });

@@ -2,12 +2,15 @@
 // checked against Daytona's OpenAPI schemas.
 import { execFileSync, spawn } from "node:child_process";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
 import { Daytona } from "@daytonaio/sdk";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startSandboxHost, type SandboxHost } from "../../sandbox-host/server.mjs";
 import { loadValidators } from "./sandbox-openapi";
+import { ROOT, freePort } from "../../scripts/lib/wrangler-dev.mjs";
+import { tempDirs } from "../support/temp-dirs";
+
+const tempDir = tempDirs();
 
 const KEY = "test-host-key";
 let host: SandboxHost;
@@ -23,7 +26,7 @@ afterAll(async () => {
 });
 
 function makeRepo(): string {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "sbh-repo-"));
+  const dir = tempDir("sbh-repo-");
   const git = (...args: string[]) => execFileSync("git", args, { cwd: dir, env: { ...process.env, GIT_AUTHOR_NAME: "t", GIT_AUTHOR_EMAIL: "t@t", GIT_COMMITTER_NAME: "t", GIT_COMMITTER_EMAIL: "t@t" } });
   git("init", "-q", "-b", "main");
   fs.writeFileSync(path.join(dir, "README.md"), "hello repo\n");
@@ -106,7 +109,7 @@ describe("real SDK against the local host", () => {
   });
 
   it("a host started on the root of one that died removes the box directories it left, and ends their processes: no box owns them any more", async () => {
-    const root = fs.mkdtempSync(path.join(os.tmpdir(), "sbh-root-"));
+    const root = tempDir("sbh-root-");
     fs.mkdirSync(path.join(root, "boxes", "dead-box", "home"), { recursive: true });
     fs.writeFileSync(path.join(root, "boxes", "dead-box", "home", "left.txt"), "from a host that was killed");
     fs.mkdirSync(path.join(root, "volumes", "vol-1"), { recursive: true });
@@ -170,6 +173,62 @@ describe("real SDK against the local host", () => {
     } finally {
       await nested.close();
     }
+  });
+});
+
+describe("a host on a temp root of its own leaves nothing behind", () => {
+  const SERVER = path.join(ROOT, "sandbox-host", "server.mjs");
+  const MAIN = path.join(ROOT, "sandbox-host", "main.mjs");
+  const alive = (pid: number) => { try { process.kill(pid, 0); return true; } catch { return false; } };
+  /** A started box with a process of its own left running in the background; resolves to that pid. */
+  const boxWithProcess = async (apiUrl: string, url: string, key: string) => {
+    const headers = { authorization: `Bearer ${key}`, "content-type": "application/json" };
+    const get = async (p: string, init: RequestInit = {}): Promise<any> => (await fetch(p, { headers, ...init })).json();
+    const box = await get(`${apiUrl}/sandbox`, { method: "POST", body: "{}" });
+    while ((await get(`${apiUrl}/sandbox/${box.id}`)).state !== "started") await new Promise((r) => setTimeout(r, 20));
+    const r = await get(`${url}/toolbox/${box.id}/process/execute`, { method: "POST", body: JSON.stringify({ command: "sleep 300 >/dev/null 2>&1 & echo $!" }) });
+    return Number(r.result.trim());
+  };
+  const gone = async (pid: number) => {
+    for (let i = 0; i < 100 && alive(pid); i++) await new Promise((r) => setTimeout(r, 20));
+    return !alive(pid);
+  };
+
+  it("a script that exits without close() (process.exit on an error path): the root and the box's processes go with it", async () => {
+    const tmp = tempDir("sbh-exit-");
+    const code = `
+      import { startSandboxHost } from ${JSON.stringify(SERVER)};
+      const host = await startSandboxHost({ port: 0, apiKey: "k" });
+      console.log(JSON.stringify({ url: host.url, apiUrl: host.apiUrl, root: host.root }));
+      process.stdin.once("data", () => process.exit(3));`;
+    const child = spawn(process.execPath, ["--input-type=module", "-e", code], { env: { ...process.env, TMPDIR: tmp }, stdio: ["pipe", "pipe", "inherit"] });
+    const exited = new Promise((r) => child.on("exit", (c, signal) => r(c ?? signal)));
+    const started = JSON.parse(await new Promise<string>((resolve) => child.stdout.once("data", (d) => resolve(String(d)))));
+    expect(started.root.startsWith(tmp)).toBe(true);
+    const pid = await boxWithProcess(started.apiUrl, started.url, "k");
+    child.stdin.write("exit\n");
+    expect(await exited).toBe(3);
+    expect(await gone(pid)).toBe(true);
+    expect(fs.existsSync(started.root)).toBe(false);
+  });
+
+  it("npm run sandbox-host without SANDBOX_HOST_ROOT, ended by SIGHUP (its terminal closed): the root and the box's processes go", async () => {
+    const tmp = tempDir("sbh-hup-");
+    const port = await freePort();
+    const child = spawn(process.execPath, [MAIN], {
+      env: { ...process.env, TMPDIR: tmp, SANDBOX_HOST_PORT: String(port), SANDBOX_HOST_API_KEY: "k", SANDBOX_HOST_ROOT: "" },
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    const exited = new Promise((r) => child.on("exit", (code, signal) => r(code ?? signal)));
+    let out = "";
+    await new Promise<void>((resolve) => child.stdout.on("data", (d) => { out += d; if (out.includes("boxes under")) resolve(); }));
+    const root = /boxes under (\S+)/.exec(out)![1];
+    expect(root.startsWith(tmp)).toBe(true);
+    const pid = await boxWithProcess(`http://127.0.0.1:${port}/api`, `http://127.0.0.1:${port}`, "k");
+    child.kill("SIGHUP");
+    await exited;
+    expect(await gone(pid)).toBe(true);
+    expect(fs.existsSync(root)).toBe(false);
   });
 });
 

@@ -1,7 +1,6 @@
 // DaytonaProvider (real SDK) against the local host in Node: the flow and the fault cases.
 import { execFileSync, spawnSync } from "node:child_process";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startSandboxHost, type SandboxHost } from "../../sandbox-host/server.mjs";
@@ -9,6 +8,9 @@ import { BOX_MARKER_VAR, findMarkedPids } from "../../sandbox-host/proc.mjs";
 import { createDaytonaProvider, type DaytonaProvider } from "../../src/sandbox/daytona-provider";
 import { extractCommand, sniffArchive } from "../../src/workspace/folders";
 import { LABEL_EPHEMERAL, LABEL_HOUSE, LABEL_RUN, LABEL_THREAD, ProviderError } from "../../src/sandbox/provider";
+import { tempDirs } from "../support/temp-dirs";
+
+const tempDir = tempDirs();
 
 const KEY = "provider-test-key";
 let host: SandboxHost;
@@ -61,7 +63,7 @@ describe("DaytonaProvider on the local host", () => {
     expect([...(await provider.download(box.ref, "a/bin.dat"))]).toEqual([0, 1, 2, 255]);
     await expect(provider.download(box.ref, "a/none")).rejects.toBeInstanceOf(Error);
 
-    const repo = fs.mkdtempSync(path.join(os.tmpdir(), "prov-repo-"));
+    const repo = tempDir("prov-repo-");
     const env = { ...process.env, GIT_AUTHOR_NAME: "t", GIT_AUTHOR_EMAIL: "t@t", GIT_COMMITTER_NAME: "t", GIT_COMMITTER_EMAIL: "t@t" };
     execFileSync("git", ["init", "-q", "-b", "main"], { cwd: repo });
     fs.writeFileSync(path.join(repo, "f.txt"), "repo-file\n");
@@ -169,10 +171,10 @@ describe("DaytonaProvider on the local host", () => {
   });
 
   it("a folder archive unpacks in a box whatever its format (tar, tar.gz, zip), replacing what was at its path", async () => {
-    const src = fs.mkdtempSync(path.join(os.tmpdir(), "folder-src-"));
+    const src = tempDir("folder-src-");
     fs.mkdirSync(path.join(src, "sub"));
     fs.writeFileSync(path.join(src, "sub", "note.txt"), "from the archive\n");
-    const out = fs.mkdtempSync(path.join(os.tmpdir(), "folder-archives-"));
+    const out = tempDir("folder-archives-");
     execFileSync("tar", ["-cf", path.join(out, "a.tar"), "-C", src, "."]);
     execFileSync("tar", ["-czf", path.join(out, "a.tgz"), "-C", src, "."]);
     execFileSync("python3", ["-c", "import shutil, sys; shutil.make_archive(sys.argv[1], 'zip', sys.argv[2])", path.join(out, "a"), src]);
@@ -194,7 +196,7 @@ describe("DaytonaProvider on the local host", () => {
   });
 
   it("a zip unpacks as a tar does: an executable stays executable, a symlink is a link, and no member is written through a link", async () => {
-    const out = fs.mkdtempSync(path.join(os.tmpdir(), "folder-zip-"));
+    const out = tempDir("folder-zip-");
     // Made as `zip -y` makes it: modes and links in the external attributes.
     execFileSync("python3", ["-c", [
       "import sys, zipfile, stat",
@@ -226,7 +228,7 @@ describe("DaytonaProvider on the local host", () => {
   });
 
   it("a volume and its contents survive a restart of the host on the same root", async () => {
-    const root = fs.mkdtempSync(path.join(os.tmpdir(), "host-root-"));
+    const root = tempDir("host-root-");
     const name = `vol-${Math.random().toString(36).slice(2, 8)}`;
     let h = await startSandboxHost({ port: 0, apiKey: KEY, root });
     try {

@@ -598,7 +598,7 @@ describe("reconnecting", () => {
     await post("before");
     await page.waitForSelector("li.bubble >> text=before");
 
-    await worker.stop();
+    await worker.stop({ keepState: true });
     await page.waitForSelector(".link-state[data-link=reconnecting]");
     worker = await startWorker({ port: worker.port, persistTo: worker.persistTo, vars: worker.vars });
     await page.waitForSelector(".link-state[data-link=live]", { timeout: 60_000 });

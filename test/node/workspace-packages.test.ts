@@ -2,13 +2,15 @@ import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import fs from "node:fs";
 import http from "node:http";
-import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startSandboxHost, type SandboxHost } from "../../sandbox-host/server.mjs";
 import { createDaytonaProvider, type DaytonaProvider } from "../../src/sandbox/daytona-provider";
 import { packagesSchema, packageInstallCommands, parseInstalled, bareName } from "../../src/workspace/packages";
 import { environmentInputSchema } from "../../src/environments";
+import { tempDirs } from "../support/temp-dirs";
+
+const tempDir = tempDirs();
 
 describe("environment packages", () => {
   it("takes names with pinned versions per manager", () => {
@@ -51,7 +53,7 @@ describe("environment packages in a box (real SDK, local host)", () => {
 
   it("a package the box lacks is installed from the registry and reported; the next check finds it present", async () => {
     // A one-package npm registry on loopback: the packument and the tarball `npm pack` made.
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tb-pkg-"));
+    const dir = tempDir("tb-pkg-");
     fs.writeFileSync(path.join(dir, "package.json"), JSON.stringify({ name: "tb-local-pkg", version: "1.0.0", main: "index.js" }));
     fs.writeFileSync(path.join(dir, "index.js"), "module.exports = 'installed-from-registry';\n");
     const tgzName = execFileSync("npm", ["pack", "--silent", "--pack-destination", dir], { cwd: dir, encoding: "utf8" }).trim().split("\n").pop()!;
