@@ -7,6 +7,7 @@
 // host:port pairs cannot be enforced here and are refused at create, never ignored.
 import net from "node:net";
 import fs from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { spawnSync } from "node:child_process";
 import { HostError } from "./errors.mjs";
@@ -41,6 +42,16 @@ export function canIsolateNetwork() {
   return unshareWorks;
 }
 
+/**
+ * Where a box's sockets go: a unix socket path has at most 107 bytes, and one under the box's own
+ * directory (the host's root, a box id, then the socket's name) runs past that for a checkout a
+ * few directories deep; Node then binds a cut-short path, which every port of the box shares.
+ */
+function shortSocketDir() {
+  const base = os.tmpdir().length <= 40 ? os.tmpdir() : "/tmp";
+  return fs.mkdtempSync(path.join(base, "tbx-egress-"));
+}
+
 /** The host side of a denied box's bridges: one unix socket per allowed port. */
 export class EgressBridge {
   constructor(dir, policy) {
@@ -48,11 +59,13 @@ export class EgressBridge {
     this.policy = policy;
     this.servers = [];
     this.forwarder = path.join(dir, "egress-forwarder.cjs");
+    this.socketDir = null;
   }
 
   async start() {
     fs.mkdirSync(this.dir, { recursive: true });
     fs.writeFileSync(this.forwarder, FORWARDER);
+    this.socketDir ??= shortSocketDir();
     for (const port of this.policy.ports) {
       const sock = this.socketPath(port);
       fs.rmSync(sock, { force: true });
@@ -68,7 +81,7 @@ export class EgressBridge {
   }
 
   socketPath(port) {
-    return path.join(this.dir, `egress-${port}.sock`);
+    return path.join(this.socketDir, `egress-${port}.sock`);
   }
 
   /**
@@ -92,6 +105,8 @@ export class EgressBridge {
   close() {
     for (const s of this.servers) s.close();
     this.servers = [];
+    if (this.socketDir) fs.rmSync(this.socketDir, { recursive: true, force: true });
+    this.socketDir = null;
   }
 }
 

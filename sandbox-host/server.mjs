@@ -50,6 +50,7 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
   // exception), it goes, and first the boxes' processes, which would run on in a deleted directory.
   const removeOwnRoot = () => {
     for (const b of boxes.values()) {
+      b.egress?.close();
       for (const c of b.children) killGroup(c.pid, "SIGKILL");
       for (const pid of findPidsOfBox(b.id)) killGroup(pid, "SIGKILL");
     }

@@ -247,6 +247,32 @@ describe("DaytonaProvider on the local host", () => {
     }
   });
 
+  it("a box with its network closed still reaches its allowed ports when the host's root is a long path (a checkout's .wrangler/sandbox-host)", async () => {
+    const http = await import("node:http");
+    const serve = (text: string) => new Promise<import("node:http").Server>((resolve) => {
+      const srv = http.createServer((_q, r) => r.end(text));
+      srv.listen(0, "127.0.0.1", () => resolve(srv));
+    });
+    const servers = [await serve("stream-answer"), await serve("model-answer")];
+    const ports = servers.map((srv) => (srv.address() as { port: number }).port);
+    // As deep as /home/alice/src/github.com/alice/threadbox/.wrangler/sandbox-host: a unix socket
+    // path under it (a box's dir, then its egress bridge) runs past the 107 bytes Linux allows.
+    const root = path.join(tempDir("egress-root-"), "home", "alice", "src", "github.com", "alice", "threadbox", ".wrangler", "sandbox-host");
+    const h = await startSandboxHost({ port: 0, apiKey: KEY, root });
+    try {
+      const p = createDaytonaProvider({ apiUrl: h.apiUrl, apiKey: KEY, target: "local" });
+      for (let i = 0; i < 2; i++) {
+        const box = await p.create({ labels: { house: house() }, ephemeral: true, egress: { blockAll: true, domainAllowList: ports.map((port) => `127.0.0.1:${port}`) } });
+        const got = await p.exec(box.ref, ports.map((port) => `curl -s -m 3 http://127.0.0.1:${port}/ || echo BLOCKED; echo`).join("; "));
+        expect(got.output.trim().split("\n")).toEqual(["stream-answer", "model-answer"]);
+        await p.delete(box.ref);
+      }
+    } finally {
+      await h.close();
+      for (const srv of servers) srv.close();
+    }
+  });
+
   it("a box with its network closed reaches only its allowed loopback port, in one-shot and session commands", async () => {
     const http = await import("node:http");
     const serve = (text: string) => new Promise<import("node:http").Server>((resolve) => {
