@@ -1,4 +1,4 @@
-import { call, readAll } from "./helpers";
+import { call, createThread, houseToken, readAll } from "./helpers";
 import { scriptModel } from "./model-script";
 import type { ScriptStep } from "../support/model-server";
 
@@ -29,6 +29,16 @@ export async function createAgent(token: string, body: Record<string, unknown>) 
   const r = await call("/api/agents", { method: "POST", token, json: { model: "local/scripted-model", ...body } });
   if (r.status !== 201) throw new Error(`agent: ${r.status} ${await r.text()}`);
   return (await r.json()) as { id: string; handle: string };
+}
+
+/** A house with a bot on a scripted model of its own (`script`, more by `model.push`), and a thread in its environment. */
+export async function botThread(houseId: string, bot: { name: string; handle: string }, script: Step[] = []) {
+  const token = await houseToken(houseId);
+  const model = await scriptedModel(script);
+  const envId = await modelEnvironment(token, model.baseUrl);
+  const agent = await createAgent(token, { ...bot, environmentId: envId });
+  const thread = await createThread(token, { environmentId: envId });
+  return { token, model, envId, bot: agent, t: thread };
 }
 
 type E = Awaited<ReturnType<typeof readAll>>["entries"][number];

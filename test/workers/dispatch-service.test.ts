@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { call, chat, createThread, houseToken, post, readAll, streamToken } from "./helpers";
-import { createAgent, decisions, MODEL_KEY, modelEnvironment, scriptedModel, waitForEntries } from "./dispatch-helpers";
+import { createAgent, decisions, MODEL_KEY, modelEnvironment, scriptedModel, botThread, waitForEntries } from "./dispatch-helpers";
 import { sharedTestProvider } from "./register-test-provider";
 import { abortAllDurableObjects, env, runInDurableObject } from "cloudflare:test";
 import { closeInterruptedCalls, MAX_BOT_TEXT_CHARS, TURN_KEEPALIVE_MS } from "../../src/actors/thread/dispatch";
@@ -351,11 +351,7 @@ describe("dispatch: the turn's entry ids are its own", () => {
   it("a client cannot take the id of a bot's answer (or any id the control plane writes by) first: the answer still arrives", async () => {
     // The turn id is public (the decisions list, the turn's first round) and the answer's id is
     // derived from it: an entry posted under it first would have the answer dropped as a duplicate.
-    const token = await houseToken("house-dispatch-squat");
-    const model = await scriptedModel([{ text: "the real answer", delayMs: 1_500 }]);
-    const envId = await modelEnvironment(token, model.baseUrl);
-    const bot = await createAgent(token, { name: "Slow", handle: "slow", environmentId: envId });
-    const t = await createThread(token, { environmentId: envId });
+    const { token, bot, t } = await botThread("house-dispatch-squat", { name: "Slow", handle: "slow" }, [{ text: "the real answer", delayMs: 1_500 }]);
     await post(token, t.id, chat("@slow hi"));
     let turnId: string | null = null;
     for (let i = 0; i < 100 && !turnId; i++) {
@@ -441,11 +437,7 @@ describe("dispatch: turns that take long", () => {
   }, 30_000);
 
   it("a bot deleted while its turn waits on the model posts no reply", async () => {
-    const token = await houseToken("house-dispatch-deleted");
-    const model = await scriptedModel([{ text: "too late", delayMs: 1_500 }]);
-    const envId = await modelEnvironment(token, model.baseUrl);
-    const bot = await createAgent(token, { name: "Gone", handle: "gone", environmentId: envId });
-    const t = await createThread(token, { environmentId: envId });
+    const { token, model, bot, t } = await botThread("house-dispatch-deleted", { name: "Gone", handle: "gone" }, [{ text: "too late", delayMs: 1_500 }]);
     await post(token, t.id, chat("@gone are you there?", "ask"));
     const deadline = Date.now() + 10_000;
     while ((await model.requests()).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
@@ -504,12 +496,8 @@ async function waitForDecision(token: string, threadId: string, pred: (d: Awaite
 
 describe("dispatch: post_to_thread's width cap", () => {
   it("counts the posts that landed, not the attempts: a refused post (another house's thread, a typo) leaves the budget as it was", async () => {
-    const token = await houseToken("house-post-budget");
     const foreign = await createThread(await houseToken("house-post-budget-other"), {});
-    const model = await scriptedModel();
-    const envId = await modelEnvironment(token, model.baseUrl);
-    const bot = await createAgent(token, { name: "Poster", handle: "poster", environmentId: envId });
-    const thread = await createThread(token, { environmentId: envId });
+    const { token, model, envId, bot, t: thread } = await botThread("house-post-budget", { name: "Poster", handle: "poster" });
     const other = await createThread(token, { environmentId: envId });
     await model.push(
       { toolCalls: [{ id: "p1", name: "post_to_thread", arguments: { threadId: foreign.id, text: "to another house" } }] },
@@ -565,11 +553,7 @@ describe("dispatch: durable turns", () => {
   }, 60_000);
 
   it("a resumed turn's next post_to_thread is a post of its own, and counts the posts made before the restart against the width cap", async () => {
-    const token = await houseToken("house-evict-post");
-    const model = await scriptedModel();
-    const envId = await modelEnvironment(token, model.baseUrl);
-    const bot = await createAgent(token, { name: "Poster", handle: "poster", environmentId: envId });
-    const thread = await createThread(token, { environmentId: envId });
+    const { token, model, envId, bot, t: thread } = await botThread("house-evict-post", { name: "Poster", handle: "poster" });
     const other = await createThread(token, { environmentId: envId });
     await model.push(
       { toolCalls: [{ id: "call_0", name: "post_to_thread", arguments: { threadId: other.id, text: "FIRST post" } }] },
