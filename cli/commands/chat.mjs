@@ -109,6 +109,21 @@ export function registerChat(program, ctxOf, setExit) {
       const bot = await ctx.wait(`finding @${botRef.replace(/^@/, "")}`, () => resolveAgent(api, botRef));
       const me = tokenClaims(api.target.token).sub;
       const names = new Map([[bot.id, `@${bot.handle}`]]);
+      const interactive = Boolean(process.stdin.isTTY);
+      const rl = createInterface({ input: process.stdin, terminal: false });
+      const input = rl[Symbol.asyncIterator]();
+      // Piped input is read up to its first message before a new DM thread is opened: empty input
+      // (a `</dev/null`, an empty file) would leave an empty thread behind and still exit 0.
+      let first;
+      if (!interactive && !opts.thread) {
+        for (let n = await input.next(); !n.done; n = await input.next()) {
+          if (n.value.trim()) {
+            first = n.value;
+            break;
+          }
+        }
+        if (first === undefined) throw new CliError("usage", `nothing to send: no message on stdin (type one, or pipe it in: echo "hi" | threadbox chat @${bot.handle})`);
+      }
       const thread = opts.thread
         ? await dmThread(api, opts.thread, bot)
         : await ctx.wait("opening a DM thread", () => api.post("/api/threads", {
@@ -118,7 +133,6 @@ export function registerChat(program, ctxOf, setExit) {
           ...(bot.environmentId ? { environmentId: bot.environmentId } : {}),
         }));
       setExit(EXIT.interrupted); // until every answer is in (see threadbox.mjs)
-      const interactive = Boolean(process.stdin.isTTY);
       if (json) process.stdout.write(`${JSON.stringify({ threadId: thread.id, bot: { id: bot.id, handle: bot.handle } })}\n`);
       else process.stderr.write(c.gray(safe`thread ${thread.id} with @${bot.handle}` + `${interactive ? " — type a message, Ctrl-D to end" : ""}\n`));
 
@@ -147,8 +161,11 @@ export function registerChat(program, ctxOf, setExit) {
       });
       sub.done.catch((err) => finish(err));
 
-      const rl = createInterface({ input: process.stdin, terminal: false });
-      for await (const line of rl) {
+      const lines = async function* () {
+        if (first !== undefined) yield first;
+        for (let n = await input.next(); !n.done; n = await input.next()) yield n.value;
+      };
+      for await (const line of lines()) {
         const text = line.trim();
         if (!text) continue;
         const id = `cli-${randomUUID()}`;

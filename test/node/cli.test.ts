@@ -642,6 +642,18 @@ describe("chat with a bot", () => {
     expect(JSON.parse(stderr.trim())).toEqual({ error: { code: "bot_failed", message: expect.stringMatching(/^@demo could not answer: .*demo model failure: the first message breaks.* \(thread th_\S+\)$/) } });
   });
 
+  it("chat with nothing piped in opens no thread and exits 2 saying so", async (ctx) => {
+    if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip();
+    const count = async () => (await api("/api/threads?limit=1000")).threads.length;
+    const before = await count();
+    for (const input of ["", "\n  \n"]) {
+      const r = await cli(["chat", "@demo"], { env: as(), input });
+      expect([r.code, r.stdout]).toEqual([2, ""]);
+      expect(r.stderr).toContain("nothing to send: no message on stdin");
+    }
+    expect(await count()).toBe(before);
+  });
+
   it("chat refuses a reply timeout that is not a positive number before opening a thread; --json makes usage errors JSON", async () => {
     const r = await cli(["chat", "@demo", "--reply-timeout", "abc"], { env: as(), input: "x\n" });
     expect(r.code).toBe(2);
