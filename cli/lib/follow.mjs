@@ -52,13 +52,14 @@ export async function followThread(opts) {
   if (!json && untilDone && first.status === "idle") process.stderr.write(c.gray(safe`thread ${threadId} has not run yet: waiting for a run to start and finish (Ctrl-C to stop)` + "\n"));
   if (!json) spinner.start(untilDone ? "waiting for the run to finish" : "waiting for entries (Ctrl-C to stop)");
   let finalRow = null;
+  const chatTexts = new Set();
   const sub = subscribe(api.target, threadId, {
     offset,
     onReconnecting: (ms) => { if (!json) spinner.print(c.gray(`connection lost, reconnecting in ${ms} ms`), process.stderr); },
     async onEntry(entry) {
       if (json) process.stdout.write(`${JSON.stringify(entry)}\n`);
       else {
-        const line = renderEntry(entry, c, { names: opts.names });
+        const line = renderEntry(entry, c, { names: opts.names, chatTexts });
         if (line) spinner.print(line);
       }
       if (untilDone && mayEndRun(entry)) {

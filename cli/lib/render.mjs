@@ -67,7 +67,9 @@ export function describeToolCall(name, args) {
  * Lines for one entry of a thread.
  * @param {{ offset?: string, ts?: number, authorId?: string, payload: { type: string, [k: string]: any } }} entry
  * @param {ReturnType<import("./term.mjs").palette>} c
- * @param {{ maxOutputLines?: number, names?: Map<string, string> }} [opts]
+ * @param {{ maxOutputLines?: number, names?: Map<string, string>, chatTexts?: Set<string> }} [opts]
+ *   `chatTexts`: the chat texts shown so far (a tail keeps one): a run's prompt comes as a chat
+ *   entry and again as pi's own `pi.user` entry, shown once.
  */
 export function renderEntry(entry, c, opts = {}) {
   const e = isRecord(entry) ? entry : {};
@@ -88,10 +90,12 @@ function renderPayload(entry, c, opts) {
   const maxLines = opts.maxOutputLines ?? 20;
   switch (type) {
     case "chat": {
+      if (typeof p.text === "string") opts.chatTexts?.add(p.text);
       const who = isBot(entry) ? c.magenta(author) : c.cyan(author || "anonymous");
       return `${at} ${c.bold(who)}: ${continued(printable(p.text))}`;
     }
     case "pi.user":
+      if (typeof p.text === "string" && opts.chatTexts?.has(p.text)) return null;
       return `${at} ${c.blue("task")}  ${printable(p.text)}`;
     case "pi.assistant": {
       if (p.stopReason === "error") return `${at} ${c.red(isBot(entry) ? `${author} error` : "pi error")} ${printable(p.errorMessage ?? p.text)}`;

@@ -60,6 +60,14 @@ describe("rendering", () => {
     expect(renderEntry({ ts: 0, payload: { type: "signal.thread.status_changed", status: "stopped", reason: "stopped by u" } }, c)).toBe("00:00:00 ● stopped (stopped by u)");
   });
 
+  it("shows a run's prompt once: as its chat entry, not again as pi's pi.user entry (a tail passes the texts it showed)", () => {
+    const chatTexts = new Set<string>();
+    expect(renderEntry({ ts: 0, authorId: "alice", payload: { type: "chat", text: "write a.txt" } }, c, { chatTexts })).toBe("00:00:00 alice: write a.txt");
+    expect(renderEntry({ ts: 0, payload: { type: "pi.user", text: "write a.txt" } }, c, { chatTexts })).toBeNull();
+    expect(renderEntry({ ts: 0, payload: { type: "pi.user", text: "something else" } }, c, { chatTexts })).toBe("00:00:00 task  something else");
+    expect(renderEntry({ ts: 0, payload: { type: "pi.user", text: "write a.txt" } }, c)).toBe("00:00:00 task  write a.txt");
+  });
+
   it("shows a command's live output under it, and a run's artifacts as a summary, not as key=value fields", () => {
     expect(renderEntry({ ts: 0, payload: { type: "signal.exec.output", execId: "x", stream: "stdout", text: "one\ntwo\n" } }, c)).toBe("00:00:00   │ one\n           │ two");
     expect(renderEntry({ ts: 0, payload: { type: "signal.exec.output", execId: "x", stream: "stdout", text: "" } }, c)).toBeNull();
