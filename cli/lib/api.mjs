@@ -36,6 +36,8 @@ export function createApi(target) {
     // A success that is not JSON comes from something else at that URL (a web page, a proxy's
     // login form): using it as an answer would fail later, somewhere less clear.
     if (!isJson) throw notThreadbox(target.url, `${method} ${path.replace(/\?.*$/, "")} answered ${res.status} ${res.headers.get("content-type") ?? "without a content type"}, not JSON`);
+    const missing = missingField(method, path, parsed);
+    if (missing) throw notThreadbox(target.url, `${method} ${path.replace(/\?.*$/, "")} answered JSON without ${missing}`);
     return parsed;
   }
   return {
@@ -45,6 +47,41 @@ export function createApi(target) {
     patch: (path, body) => request("PATCH", path, body),
     del: (path) => request("DELETE", path),
   };
+}
+
+/**
+ * What each answer the commands read must hold: JSON of another shape (another API at that URL)
+ * would otherwise end in a TypeError and its stack, or print "no threads" as if it were true.
+ */
+const ANSWERS = [
+  ["GET", /^\/api\/threads(\?|$)/, { threads: "array" }],
+  ["POST", /^\/api\/threads$/, { id: "string" }],
+  ["GET", /^\/api\/threads\/[^/?]+$/, { id: "string", status: "string" }],
+  ["GET", /^\/api\/threads\/[^/?]+\/entries(\?|$)/, { entries: "array", nextOffset: "string" }],
+  ["POST", /^\/api\/threads\/[^/?]+\/entries$/, { entries: "array" }],
+  ["POST", /^\/api\/threads\/[^/?]+\/delegate$/, { childThreadId: "string" }],
+  ["POST", /^\/api\/threads\/[^/?]+\/resume$/, { threadId: "string", status: "string" }],
+  ["POST", /^\/api\/threads\/[^/?]+\/interrupt$/, { threadId: "string" }],
+  ["POST", /^\/api\/threads\/[^/?]+\/stop$/, { id: "string", status: "string" }],
+  ["GET", /^\/api\/threads\/[^/?]+\/artifacts(\?|$)/, { artifacts: "array" }],
+  ["GET", /^\/api\/sandboxes(\?|$)/, { sandboxes: "array" }],
+  ["GET", /^\/api\/sandboxes\/[^/?]+\/ports\/[^/?]+\/preview(\?|$)/, { url: "string" }],
+  ["GET", /^\/api\/agents$/, { agents: "array" }],
+  ["POST", /^\/api\/agents$/, { id: "string", handle: "string" }],
+  ["GET", /^\/api\/environments$/, { environments: "array" }],
+  ["POST", /^\/api\/environments$/, { id: "string" }],
+];
+
+/** The first field `answer` lacks (or has of another type) for this route, or null. */
+export function missingField(method, path, answer) {
+  const known = ANSWERS.find(([m, re]) => m === method && re.test(path));
+  if (!known) return null;
+  if (typeof answer !== "object" || answer === null || Array.isArray(answer)) return "an object";
+  for (const [key, type] of Object.entries(known[2])) {
+    const v = answer[key];
+    if (type === "array" ? !Array.isArray(v) : typeof v !== type) return `${type === "array" ? "an array" : "a string"} ${key}`;
+  }
+  return null;
 }
 
 /** The error for a URL whose server answers, but not as a threadbox server does. */

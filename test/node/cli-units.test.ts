@@ -14,6 +14,8 @@ import { advance, answered, failureOf, initialProgress, onPosted } from "../../c
 import { endsLastRun, finishedRow, mayEndRun } from "../../cli/lib/follow.mjs";
 // @ts-expect-error plain JS module without declarations
 import { renderArtifacts } from "../../cli/commands/artifacts.mjs";
+// @ts-expect-error a plain ES module without types
+import { missingField } from "../../cli/lib/api.mjs";
 
 const c = palette(false);
 
@@ -48,6 +50,19 @@ describe("env add body", () => {
     });
     await expect(environmentBody("x", { var: ["novalue"] }, async () => "")).rejects.toThrow(/KEY=VALUE/);
     await expect(environmentBody("x", { baseUrl: "http://h" }, async () => "")).rejects.toThrow(/--model provider\/model-id/);
+  });
+});
+
+describe("answers the commands read", () => {
+  it("a JSON answer of another shape (another API at that URL) is named, not used", () => {
+    expect(missingField("GET", "/api/threads?limit=5", { threads: [] })).toBeNull();
+    expect(missingField("GET", "/api/threads?limit=5", {})).toBe("an array threads");
+    expect(missingField("GET", "/api/threads/th_1", { id: "th_1", status: "idle" })).toBeNull();
+    expect(missingField("GET", "/api/threads/th_1", [])).toBe("an object");
+    expect(missingField("POST", "/api/threads", { id: 5 })).toBe("a string id");
+    expect(missingField("POST", "/api/threads/th_1/entries", { entries: "x" })).toBe("an array entries");
+    expect(missingField("GET", "/api/threads/th_1/entries?offset=now&limit=1", { entries: [], nextOffset: "0_0" })).toBeNull();
+    expect(missingField("DELETE", "/api/agents/ag_1", null)).toBeNull(); // routes no command reads are not checked
   });
 });
 

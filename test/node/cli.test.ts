@@ -164,8 +164,13 @@ describe("login", () => {
     const otherUrl = `http://127.0.0.1:${(other.address() as AddressInfo).port}`;
     try {
       const o = await cli(["login", `${otherUrl}/#token=${token}`], { config });
-      expect([o.code, o.stderr]).toEqual([2, `error not_threadbox: ${otherUrl} is not a threadbox API (GET /api/threads answered without a list of threads): check the URL\n`]);
+      expect([o.code, o.stderr]).toEqual([2, `error not_threadbox: ${otherUrl} is not a threadbox API (GET /api/threads answered JSON without an array threads): check the URL\n`]);
       expect(existsSync(join(config, "threadbox", "config.json"))).toBe(false);
+      // Every command reading it: the same error, never a TypeError's stack or a "no threads" that is not true.
+      for (const args of [["threads"], ["agents"], ["sandboxes"], ["new", "x"], ["post", "th_x", "hi"], ["artifacts", "th_x"]]) {
+        const c = await cli(args, { env: { THREADBOX_URL: otherUrl, THREADBOX_TOKEN: token } });
+        expect([c.code, c.stdout, c.stderr], args.join(" ")).toEqual([2, "", expect.stringMatching(/^error not_threadbox: .* answered JSON without .*: check the URL\n$/)]);
+      }
     } finally {
       other.close();
     }
