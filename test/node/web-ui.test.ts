@@ -414,6 +414,27 @@ describe("long and right-to-left text", () => {
   });
 });
 
+describe("terminal output", () => {
+  it("a command's colours and carriage returns are drawn, not shown as codes, in its output, live or done, and in a chat", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "colours" } })).body;
+    const coloured = "\x1b[31mred\x1b[0m plain\nprogress 10%\rprogress 100%\n";
+    expect((await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: [
+      { payload: { type: "pi.tool_call", toolCallId: "c1", name: "bash", args: { command: "make" } } },
+      { payload: { type: "pi.tool_result", toolCallId: "c1", name: "bash", output: coloured, isError: false } },
+      { payload: { type: "pi.tool_call", toolCallId: "c2", name: "bash", args: { command: "make again" } } },
+      { payload: { type: "signal.exec.output", execId: "c2", stream: "stdout", text: coloured } },
+      { payload: { type: "chat", text: `it said:\n${coloured}` } },
+    ] })).status).toBe(201);
+    const { context, page } = await signedInPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector("li.bubble");
+    const outputs = await page.$$eval("details.tool pre.output", (els) => els.map((el) => el.textContent));
+    expect(outputs).toEqual(["red plain\nprogress 100%\n", "red plain\nprogress 100%\n"]);
+    expect(await page.textContent("li.bubble .bubble-text")).toBe("it said:\nred plain\nprogress 100%\n");
+    await context.close();
+  });
+});
+
 describe("managing bots and environments", () => {
   it("edits a bot, opens a DM with it and deletes it; edits an environment's secrets and deletes it", async (ctx) => {
     if ((await api("/api/agents")).status === 404) ctx.skip();
