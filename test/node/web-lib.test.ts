@@ -8,6 +8,7 @@ import { chatPreview } from "../../web/src/lib/fold";
 import { matchRoute } from "../../web/src/lib/router";
 import { readClaims, takeTokenFromLocation } from "../../web/src/lib/auth";
 import { environmentLabel } from "../../web/src/lib/labels";
+import { terminalText } from "../../web/src/lib/terminal";
 import { ApiError, errorText, type Entry, type ThreadSummary } from "../../web/src/lib/api";
 
 const off = (n: number) => `0000000000000000_${String(n).padStart(16, "0")}`;
@@ -238,5 +239,16 @@ describe("environment labels", () => {
   it("names an environment by its name, and adds its id only where two share the name", () => {
     const envs = [{ id: "env_a", name: "prod" }, { id: "env_b", name: "prod" }, { id: "env_c", name: "demo" }];
     expect(envs.map((e) => environmentLabel(e, envs))).toEqual(["prod (env_a)", "prod (env_b)", "demo"]);
+  });
+});
+
+describe("terminal output", () => {
+  it("drops colour codes and other escape sequences, and draws carriage returns over the line", () => {
+    expect(terminalText("\x1b[31mred\x1b[0m plain")).toBe("red plain");
+    expect(terminalText("\x1b[1;32m+ added\x1b[m\n\x1b]8;;http://x\x07link\x1b]8;;\x07\x1b(B")).toBe("+ added\nlink");
+    expect(terminalText("progress 10%\rprogress 100%\nnext\r\n")).toBe("progress 100%\nnext\n");
+    expect(terminalText("abcdef\rXY")).toBe("XYcdef");
+    expect(terminalText("bell\x07 and tab\tkept")).toBe("bell and tab\tkept");
+    expect(terminalText("plain, עברית")).toBe("plain, עברית");
   });
 });

@@ -284,7 +284,8 @@ describe("a delegated run, watched live", () => {
     await page.waitForSelector(`${row} form.preview`, { timeout: 10_000 });
     // The newest box first, with the environment it belongs to.
     expect(await page.getAttribute("tbody tr:first-child", "data-box-id")).toBe(ran.body.boxId);
-    expect(await page.textContent(`${row}`)).toContain(`environment ${env.body.id}`);
+    // named as every other page names an environment (the list learns the new one on its next poll)
+    await page.waitForSelector(`${row} >> text=environment ui-preview`, { timeout: 10_000 });
     await page.fill(`${row} form.preview input[name=port]`, String(port));
     await page.click(`${row} form.preview button`);
     const href = await (await page.waitForSelector(`${row} a.preview-link`)).getAttribute("href");
@@ -410,6 +411,27 @@ describe("long and right-to-left text", () => {
     await page.waitForSelector(`${second} button.show-all`);
     await page.goto(`${worker.url}/`);
     await page.waitForSelector(`[data-thread-id="${thread.id}"] bdi`);
+    await context.close();
+  });
+});
+
+describe("terminal output", () => {
+  it("a command's colours and carriage returns are drawn, not shown as codes, in its output, live or done, and in a chat", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "colours" } })).body;
+    const coloured = "\x1b[31mred\x1b[0m plain\nprogress 10%\rprogress 100%\n";
+    expect((await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: [
+      { payload: { type: "pi.tool_call", toolCallId: "c1", name: "bash", args: { command: "make" } } },
+      { payload: { type: "pi.tool_result", toolCallId: "c1", name: "bash", output: coloured, isError: false } },
+      { payload: { type: "pi.tool_call", toolCallId: "c2", name: "bash", args: { command: "make again" } } },
+      { payload: { type: "signal.exec.output", execId: "c2", stream: "stdout", text: coloured } },
+      { payload: { type: "chat", text: `it said:\n${coloured}` } },
+    ] })).status).toBe(201);
+    const { context, page } = await signedInPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector("li.bubble");
+    const outputs = await page.$$eval("details.tool pre.output", (els) => els.map((el) => el.textContent));
+    expect(outputs).toEqual(["red plain\nprogress 100%\n", "red plain\nprogress 100%\n"]);
+    expect(await page.textContent("li.bubble .bubble-text")).toBe("it said:\nred plain\nprogress 100%\n");
     await context.close();
   });
 });

@@ -3,6 +3,7 @@ import type { Session } from "../app";
 import { ApiError } from "../lib/api";
 import { usePolled } from "../lib/hooks";
 import { ErrorNote, Link, ago } from "./common";
+import { environmentLabel } from "../lib/labels";
 
 /** Asks for a preview link to a port of a live box and shows it as a link that opens in a new tab. */
 function PreviewForm({ session, boxId }: { session: Session; boxId: string }) {
@@ -30,6 +31,12 @@ function PreviewForm({ session, boxId }: { session: Session; boxId: string }) {
 
 export function SandboxesPage({ session }: { session: Session }) {
   const { data, error } = usePolled(() => session.api.sandboxes(), 4000, [session]);
+  // A box's environment by its name, as every other page names it (its id until the list knows it).
+  const envs = usePolled(() => session.api.environments(), 4000, [session]);
+  const envName = (id: string) => {
+    const e = envs.data?.find((x) => x.id === id);
+    return e ? environmentLabel(e, envs.data!) : id;
+  };
   const [showDeleted, setShowDeleted] = useState(false);
   // Newest first, as the thread list is.
   const boxes = (data ?? []).filter((b) => showDeleted || b.state !== "deleted").sort((a, b) => b.createdAt.localeCompare(a.createdAt));
@@ -47,7 +54,7 @@ export function SandboxesPage({ session }: { session: Session }) {
               <tr key={b.id} data-box-id={b.id}>
                 <td><code>{b.id}</code><div class="muted small">{b.provider} · {b.providerRef}</div></td>
                 <td><span class={`badge box-${b.state}`}>{b.state}</span>{b.lastError && <div class="error small">{b.lastError}</div>}</td>
-                <td>{b.ephemeral ? "ephemeral" : "shared"}{b.labels["threadbox.environment"] && <div class="muted small">environment {b.labels["threadbox.environment"]}</div>}</td>
+                <td>{b.ephemeral ? "ephemeral" : "shared"}{b.labels["threadbox.environment"] && <div class="muted small">environment {envName(b.labels["threadbox.environment"])}</div>}</td>
                 <td>{b.threads.length ? b.threads.map((t) => <div key={t}><Link href={`/threads/${t}`}>{t}</Link></div>) : <span class="muted">none</span>}</td>
                 <td class="muted">{ago(b.createdAt)}</td>
                 <td>{b.state === "live" ? <PreviewForm session={session} boxId={b.id} /> : <span class="muted">—</span>}</td>

@@ -3,6 +3,7 @@ import type { ArtifactItem, TimelineItem, ToolItem } from "../lib/timeline";
 import { chatPreview } from "../lib/fold";
 import { diffOfToolCall, looksLikeDiff, parseUnifiedDiff, type DiffLine } from "../lib/diff";
 import { Link, StatusBadge } from "./common";
+import { terminalText } from "../lib/terminal";
 
 function time(ts: number) {
   return new Date(ts).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
@@ -12,7 +13,8 @@ export function DiffView({ lines }: { lines: DiffLine[] }) {
   return <pre class="diff">{lines.map((l, i) => <div key={i} class={`d-${l.kind}`}>{l.text || " "}</div>)}</pre>;
 }
 
-function Output({ text }: { text: string }) {
+function Output({ text: raw }: { text: string }) {
+  const text = terminalText(raw);
   return looksLikeDiff(text) ? <DiffView lines={parseUnifiedDiff(text)} /> : <pre class="output">{text}</pre>;
 }
 
@@ -34,7 +36,7 @@ function LiveText({ text }: { text: string }) {
     const el = pre.current;
     if (el) following.current = el.scrollHeight - el.scrollTop - el.clientHeight < 24;
   };
-  return <pre class="output live" ref={pre} onScroll={onScroll}>{text}</pre>;
+  return <pre class="output live" ref={pre} onScroll={onScroll}>{terminalText(text)}</pre>;
 }
 
 function ToolCall({ item }: { item: ToolItem }) {
@@ -90,7 +92,9 @@ function Artifacts({ item }: { item: ArtifactItem }) {
 }
 
 /** A message's text: in its own direction (a right-to-left one stays so among left-to-right ones), long ones folded. */
-function ChatText({ text }: { text: string }) {
+function ChatText({ text: raw }: { text: string }) {
+  // A bot's answer may quote a command's output, colour codes and all.
+  const text = terminalText(raw);
   const [open, setOpen] = useState(false);
   const toggle = useRef<HTMLButtonElement>(null);
   const preview = chatPreview(text);
