@@ -9,6 +9,7 @@ import type { AssistantMessage, Context, Message, Model, Tool } from "@earendil-
 import { normalizeContext } from "@earendil-works/pi-ai/utils/transcript";
 import type { ModelApi, ResolvedModel } from "./models";
 import { redactValues } from "../domain/secret-forms";
+import { providerErrorText } from "./provider-error";
 
 export type ModelCallOptions = {
   model: ResolvedModel;
@@ -162,7 +163,7 @@ async function attempt(o: ModelCallOptions): Promise<Attempt> {
     if (timedOut) return { ok: false, retryable: false, reason: `the model did not answer within ${o.requestTimeoutMs} ms (timeout)` };
     if (status !== undefined && status >= 400) {
       const retryable = status === 429 || status >= 500;
-      return { ok: false, retryable, reason: `the model API answered HTTP ${status}: ${detail}`, retryAfterMs: retryAfterMs(responseHeaders) };
+      return { ok: false, retryable, reason: `the model API answered HTTP ${status}: ${providerErrorText(detail, status)}`, retryAfterMs: retryAfterMs(responseHeaders) };
     }
     if (networkError) {
       const where = status === undefined ? `could not reach the model API at ${o.model.baseUrl}` : "the model API connection broke mid-answer";

@@ -1,0 +1,28 @@
+/**
+ * The words of a model provider's error answer, as a reader wants them in a turn's failure: the
+ * client library gives "500 {json}" or "500: {json}" (the status again, then the body as sent),
+ * and a provider's body names the problem in `error.message`, `message` or `error`.
+ */
+export function providerErrorText(detail: string, status: number): string {
+  const rest = detail.replace(new RegExp(`^${status}\\b:?\\s*`), "");
+  if (!rest.startsWith("{")) return rest || detail;
+  let body: unknown;
+  try {
+    body = JSON.parse(rest);
+  } catch {
+    return rest;
+  }
+  const said = messageOf(body);
+  return said ?? rest;
+}
+
+function messageOf(body: unknown): string | null {
+  if (typeof body !== "object" || body === null) return null;
+  const b = body as Record<string, unknown>;
+  if (typeof b.error === "object" && b.error !== null && typeof (b.error as Record<string, unknown>).message === "string") {
+    return (b.error as Record<string, string>).message.trim() || null;
+  }
+  if (typeof b.message === "string" && b.message.trim()) return b.message.trim();
+  if (typeof b.error === "string" && b.error.trim()) return b.error.trim();
+  return null;
+}
