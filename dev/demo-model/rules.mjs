@@ -103,11 +103,23 @@ export function toolCallFor(request, tools, body) {
 }
 
 /** A short answer after the latest tool results. */
+/** A delegate_task result (`{childThreadId, status, note}`), read so the answer says it in words; null when it is not one. */
+function childOf(out) {
+  try {
+    const r = JSON.parse(out);
+    return r && typeof r.childThreadId === "string" ? { childThreadId: r.childThreadId, note: typeof r.note === "string" ? r.note : "" } : null;
+  } catch {
+    return null;
+  }
+}
+
 export function summarise(toolMessages, callsById) {
   const parts = toolMessages.map((m) => {
     const call = callsById.get(m.tool_call_id);
     const name = call?.function?.name ?? "tool";
     const out = messageText(m).trim();
+    const delegated = name === "delegate_task" ? childOf(out) : null;
+    if (delegated) return `I handed it to a coding agent in thread ${delegated.childThreadId}${delegated.note ? `: ${delegated.note}` : "."}`;
     const shown = out ? `:\n${clip(out, 600)}` : " (no output).";
     return `${name} finished${shown}`;
   });

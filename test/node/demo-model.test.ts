@@ -51,6 +51,15 @@ describe("demo model rules", () => {
       ],
     });
     expect(after).toEqual({ text: "Done. bash finished:\nhi" });
+    // A delegation's result is said in words, not quoted as the tool's JSON.
+    const delegated = decideReply({
+      messages: [
+        { role: "user", content: "delegate: write a.txt" },
+        { role: "assistant", content: null, tool_calls: [{ id: "d1", type: "function", function: { name: "delegate_task", arguments: "{}" } }] },
+        { role: "tool", tool_call_id: "d1", content: JSON.stringify({ childThreadId: "th_child", status: "running", note: "the result will be posted on this thread when the job ends" }) },
+      ],
+    });
+    expect(delegated).toEqual({ text: "Done. I handed it to a coding agent in thread th_child: the result will be posted on this thread when the job ends" });
     expect(decideReply({ messages: [{ role: "user", content: "fail: on purpose" }] })).toEqual({ error: 500, message: "demo model failure: on purpose" });
   });
 });
