@@ -213,6 +213,8 @@ describe("a delegated run, watched live", () => {
     await page.waitForURL(/\/threads\/[^/]+$/);
     const parentId = decodeURIComponent(page.url().split("/threads/")[1]);
     await page.waitForSelector(".link-state[data-link=live]");
+    // The header says which environment the thread's bots and runs use.
+    expect(await (await page.waitForSelector(".thread-head [data-environment]:has-text('ui-e2e')")).textContent()).toBe("ui-e2e");
     await page.evaluate(() => { (window as any).__sameDocument = true; });
 
     await page.fill("form.delegate input[name=task]", "write hello.txt containing hi");
@@ -693,6 +695,8 @@ describe("layout under load", () => {
     const thread = (await api("/api/threads", { method: "POST", json: { title: "no environment" } })).body;
     const { context, page } = await signedInPage();
     await page.goto(`${worker.url}/threads/${thread.id}`);
+    // The header says so first: a bot here has no box to work in.
+    expect(await (await page.waitForSelector(".thread-head [data-environment='']")).textContent()).toBe("no environment");
     await page.fill("form.delegate input[name=task]", "write a.txt containing b");
     expect(await page.isDisabled("form.delegate button[type=submit]")).toBe(true);
     const envOption = await page.$$eval("form.delegate select[name=environment] option", (os) => os.map((o) => (o as HTMLOptionElement).value).filter(Boolean));

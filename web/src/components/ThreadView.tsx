@@ -20,6 +20,7 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
   const readable = thread.data?.id === id;
   const children = usePolled(() => session.api.threads(`parent=${encodeURIComponent(id)}&limit=200`), readable ? 2500 : 0, [id, session, readable]);
   const agents = usePolled(() => session.api.agents(), 0, [session]);
+  const environments = usePolled(() => session.api.environments(), 0, [session]);
   const refreshRows = useRef(() => {});
   refreshRows.current = () => { thread.reload(); children.reload(); };
 
@@ -81,6 +82,7 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
   };
   const t = thread.data;
   const heading = t?.title || id;
+  const environmentName = t?.environmentId ? (environments.data?.find((e) => e.id === t.environmentId)?.name ?? t.environmentId) : null;
   // The tab says which thread it is, among several open.
   useEffect(() => {
     document.title = `${heading} · threadbox`;
@@ -98,6 +100,10 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
             {t?.parent.kind === "agent" && t.parent.id && (bots.has(t.parent.id) || !agents.data
               ? <> · direct messages with <b>@{bots.get(t.parent.id) ?? t.parent.id}</b></>
               : <> · direct messages with a bot that was deleted (<code>{t.parent.id}</code>): nobody answers here any more</>)}
+            {/* What the thread's bots and runs get their box and model from; without one, a bot has no hands here. */}
+            {t && (environmentName
+              ? <> · environment <b data-environment={t.environmentId}>{environmentName}</b></>
+              : <> · <span data-environment="" title="a bot here has no box to run a command in or delegate from; a delegated run needs an environment picked">no environment</span></>)}
             {t?.boxId && <> · box {t.boxId}</>}
           </div>
         </div>
