@@ -12,6 +12,9 @@ import { BOX_MARKER_VAR, HOST_PATH, exitCodeOf, findMarkedPids, hostBinary, kill
 
 export { BOX_MARKER_VAR };
 
+/** Where a box's egress bridge keeps its files (its sockets are elsewhere, see EgressBridge). */
+export const egressDirOf = (boxDir) => path.join(boxDir, "meta", "egress");
+
 
 export class Box {
   constructor({ hostId, root, spec, toolboxProxyUrl, snapshotDir, mounts = [] }) {
@@ -47,7 +50,7 @@ export class Box {
         fs.cpSync(this.snapshotDir, this.home, { recursive: true });
       }
       if (this.egressPolicy) {
-        this.egress = new EgressBridge(path.join(this.meta, "egress"), this.egressPolicy);
+        this.egress = new EgressBridge(egressDirOf(this.dir), this.egressPolicy);
         await this.egress.start();
       }
       for (const m of this.mounts) {

@@ -49,7 +49,27 @@ export function canIsolateNetwork() {
  */
 function shortSocketDir() {
   const base = os.tmpdir().length <= 40 ? os.tmpdir() : "/tmp";
-  return fs.mkdtempSync(path.join(base, "tbx-egress-"));
+  return fs.mkdtempSync(path.join(base, SOCKET_DIR_PREFIX));
+}
+
+const SOCKET_DIR_PREFIX = "tbx-egress-";
+/** The file in a box's egress dir that names its socket dir, for a host started after this one died. */
+const SOCKET_DIR_RECORD = "socket-dir";
+
+/**
+ * Removes the socket dir a box of a host that died recorded (`dir`: that box's egress dir). The
+ * sockets are outside the box's directory, so removing that leaves them behind. Only a dir of
+ * the name shortSocketDir gives is removed, whatever the record says.
+ */
+export function removeRecordedSocketDir(dir) {
+  let recorded;
+  try {
+    recorded = fs.readFileSync(path.join(dir, SOCKET_DIR_RECORD), "utf8");
+  } catch {
+    return;
+  }
+  if (!path.isAbsolute(recorded) || !new RegExp(`^${SOCKET_DIR_PREFIX}[A-Za-z0-9]{6}$`).test(path.basename(recorded))) return;
+  fs.rmSync(recorded, { recursive: true, force: true });
 }
 
 /** The host side of a denied box's bridges: one unix socket per allowed port. */
@@ -65,7 +85,10 @@ export class EgressBridge {
   async start() {
     fs.mkdirSync(this.dir, { recursive: true });
     fs.writeFileSync(this.forwarder, FORWARDER);
-    this.socketDir ??= shortSocketDir();
+    if (!this.socketDir) {
+      this.socketDir = shortSocketDir();
+      fs.writeFileSync(path.join(this.dir, SOCKET_DIR_RECORD), this.socketDir);
+    }
     for (const port of this.policy.ports) {
       const sock = this.socketPath(port);
       fs.rmSync(sock, { force: true });

@@ -9,10 +9,10 @@ import { randomBytes } from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { Box } from "./box.mjs";
+import { Box, egressDirOf } from "./box.mjs";
 import { HostError, errorBody } from "./errors.mjs";
 import { acceptWebSocket } from "./ws.mjs";
-import { canIsolateNetwork, egressPolicy } from "./egress.mjs";
+import { canIsolateNetwork, egressPolicy, removeRecordedSocketDir } from "./egress.mjs";
 import { findPidsOfBox, killGroup } from "./proc.mjs";
 
 const MAX_BODY = 512 * 1024 * 1024;
@@ -34,6 +34,7 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
   // directory that no longer exists.
   for (const stale of fs.readdirSync(path.join(rootDir, "boxes"))) {
     for (const pid of findPidsOfBox(stale)) killGroup(pid, "SIGKILL");
+    removeRecordedSocketDir(egressDirOf(path.join(rootDir, "boxes", stale)));
     fs.rmSync(path.join(rootDir, "boxes", stale), { recursive: true, force: true });
   }
   fs.mkdirSync(path.join(rootDir, "volumes"), { recursive: true });

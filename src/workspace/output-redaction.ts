@@ -25,7 +25,9 @@ export function redactorFor(forms: readonly string[]): (text: string) => string 
  * Passes a command's output on as it arrives, redacted. Output comes in chunks cut anywhere (and
  * a line too long for one entry is cut again further on), so a secret can arrive in two pieces
  * that are each harmless alone: an end that could begin a secret is held back until the rest
- * comes, as the mirror does for a tool's live output.
+ * comes, as the mirror does for a tool's live output. What is held is the output as it came: a
+ * secret that begins with another (a sensitive file and its first line, say) must not have its
+ * beginning redacted on its own and its rest let through.
  */
 export class RedactedFeed {
   private readonly held: Record<OutputStream, string> = { stdout: "", stderr: "" };
@@ -34,17 +36,36 @@ export class RedactedFeed {
 
   write(stream: OutputStream, text: string): void {
     if (this.forms.length === 0) return this.push(stream, text);
-    const clean = redactText(this.held[stream] + text, this.forms);
-    const keep = partialSecretAtEnd(clean, this.forms);
-    this.held[stream] = clean.slice(clean.length - keep);
-    if (keep < clean.length) this.push(stream, clean.slice(0, clean.length - keep));
+    const raw = this.held[stream] + text;
+    const cut = safeCut(raw, this.forms);
+    this.held[stream] = raw.slice(cut);
+    if (cut > 0) this.push(stream, redactText(raw.slice(0, cut), this.forms));
   }
 
-  /** The output ended: what was held back is not a secret after all. */
+  /** The output ended: what was held back is redacted as it stands. */
   end(): void {
     for (const stream of ["stdout", "stderr"] as const) {
-      if (this.held[stream]) this.push(stream, this.held[stream]);
+      if (this.held[stream]) this.push(stream, redactText(this.held[stream], this.forms));
       this.held[stream] = "";
     }
   }
+}
+
+/**
+ * How much of `raw` can be redacted and passed on now: all but an end that could begin a secret,
+ * and never through a secret, which would be passed on half (and so unredacted) either side.
+ */
+function safeCut(raw: string, forms: readonly string[]): number {
+  let cut = raw.length - partialSecretAtEnd(raw, forms);
+  for (let moved = true; moved && cut > 0;) {
+    moved = false;
+    for (const form of forms) {
+      const at = raw.lastIndexOf(form, cut - 1);
+      if (at >= 0 && at < cut && at + form.length > cut) {
+        cut = at;
+        moved = true;
+      }
+    }
+  }
+  return cut;
 }

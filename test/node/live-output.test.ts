@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { LiveOutput, type LiveOutputPayload } from "../../src/sandbox/live-output";
 import { DEFAULT_LIVE_TOOL_OUTPUT, LiveToolOutputs, partialSecretAtEnd, toolResultText } from "../../src/runner/live-tool-output";
 import { redactText } from "../../src/domain/secret-forms";
-import { RedactedFeed } from "../../src/workspace/output-redaction";
+import { boxSecretForms, RedactedFeed } from "../../src/workspace/output-redaction";
 
 function collector() {
   const posted: LiveOutputPayload[][] = [];
@@ -144,6 +144,20 @@ describe("a command's output redacted as it arrives", () => {
     feed.write("stdout", "ends sk-l");
     feed.end();
     expect(got).toEqual([["stdout", "token="], ["stderr", "warn "], ["stdout", "[redacted] ok\n"], ["stderr", "sk-not it\n"], ["stdout", "ends "], ["stdout", "sk-l"]]);
+  });
+
+  it("a secret that begins with another is redacted whole: its beginning is not redacted alone and its rest let through", () => {
+    // A sensitive file is redacted whole and by its longer lines; its short last line is only in the whole.
+    const forms = boxSecretForms({
+      secrets: { KEY: "sk-prefix-value", KEY_FULL: "sk-prefix-value-and-more" },
+      files: [{ path: "creds", content: "user-token-1234\n9q7z\n", sensitive: true }],
+    });
+    const got: string[] = [];
+    const feed = new RedactedFeed(forms, (_s, text) => void got.push(text));
+    for (const chunk of ["key sk-prefix-value", "-and-more\n", "user-token-1234\n", "9q7z\n", "done\n"]) feed.write("stdout", chunk);
+    feed.end();
+    expect(got.join("")).toBe(redactText("key sk-prefix-value-and-more\nuser-token-1234\n9q7z\ndone\n", forms));
+    expect(got.join("")).toBe("key [redacted]\n[redacted]done\n");
   });
 
   it("passes everything on at once when there is nothing to redact", () => {

@@ -212,6 +212,36 @@ describe("a host on a temp root of its own leaves nothing behind", () => {
     expect(fs.existsSync(started.root)).toBe(false);
   });
 
+  it("a host started on the root of one that was killed removes its closed-network boxes' sockets too (they are in a temp dir of their own)", async () => {
+    const tmp = tempDir("sbh-sock-");
+    const root = tempDir("sbh-sock-root-");
+    const code = `
+      import { startSandboxHost } from ${JSON.stringify(SERVER)};
+      const host = await startSandboxHost({ port: 0, apiKey: "k", root: ${JSON.stringify(root)} });
+      console.log(JSON.stringify({ apiUrl: host.apiUrl }));`;
+    const child = spawn(process.execPath, ["--input-type=module", "-e", code], { env: { ...process.env, TMPDIR: tmp }, stdio: ["ignore", "pipe", "inherit"] });
+    const exited = new Promise((r) => child.on("exit", r));
+    const { apiUrl } = JSON.parse(await new Promise<string>((resolve) => child.stdout.once("data", (d) => resolve(String(d)))));
+    const headers = { authorization: "Bearer k", "content-type": "application/json" };
+    const box = (await (await fetch(`${apiUrl}/sandbox`, { method: "POST", headers, body: JSON.stringify({ networkBlockAll: true, domainAllowList: "127.0.0.1:9" }) })).json()) as { id: string };
+    let state = "";
+    while (state !== "started" && state !== "error") {
+      state = ((await (await fetch(`${apiUrl}/sandbox/${box.id}`, { headers })).json()) as { state: string }).state;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(state).toBe("started");
+    const sockets = () => fs.readdirSync(tmp).filter((f) => f.startsWith("tbx-egress-"));
+    expect(sockets()).toHaveLength(1);
+    child.kill("SIGKILL");
+    await exited;
+    const again = await startSandboxHost({ port: 0, apiKey: KEY, root });
+    try {
+      expect(sockets()).toEqual([]);
+    } finally {
+      await again.close();
+    }
+  });
+
   it("npm run sandbox-host without SANDBOX_HOST_ROOT, ended by SIGHUP (its terminal closed): the root and the box's processes go", async () => {
     const tmp = tempDir("sbh-hup-");
     const port = await freePort();

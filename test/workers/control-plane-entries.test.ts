@@ -1,5 +1,10 @@
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
+import { env, runInDurableObject } from "cloudflare:test";
+import type { ThreadActor } from "./test-worker";
+import { unwrapRpc } from "../../src/actors/rpc";
 import { call, createThread, errorCode, houseToken, post, readAll, streamToken } from "./helpers";
+
+const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> };
 
 const streamPost = (token: string, threadId: string, body: unknown) =>
   call(`/api/stream/thread-${threadId}`, { method: "POST", token, json: body });
@@ -73,4 +78,29 @@ describe("entries the thread acts on are the control plane's own", () => {
     expect(resume.status).toBe(409);
     await resume.body?.cancel();
   });
+
+  it("a client cannot take the ids a run's own entries are written by: its launch still records the box it is on", async () => {
+    // The run id shows in the claim while the launch is still under way: an entry posted under
+    // box:<runId> first had the box assignment dropped, and nothing then stopped or released the box.
+    const token = await houseToken("house-cp-run-ids");
+    const envRes = await call("/api/environments", { method: "POST", token, json: { name: "launch", provider: "test" } });
+    const environmentId = ((await envRes.json()) as { id: string }).id;
+    const t = await createThread(token, { environmentId });
+    const stub = E.THREADS.get(E.THREADS.idFromName(`thread:${t.id}`));
+    await runInDurableObject(stub, (a: ThreadActor) => a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" }));
+    const run = await streamToken("house-cp-run-ids", t.id);
+    const runId = "0badc0de-0000-4000-8000-000000000001";
+    for (const id of [`box:${runId}`, `launched:${runId}`, `prompt:${runId}`, `claim:${runId}`, `launch_failed:${runId}`, "stop:1", "orphan:1"]) {
+      const rest = await post(token, t.id, { id, payload: { type: "chat", text: "mine now", dispatch: false } });
+      expect(rest.status, id).toBe(403);
+      await rest.body?.cancel();
+      const stream = await streamPost(run, t.id, { id, payload: { type: "chat", text: "mine now", dispatch: false } });
+      expect(stream.status, id).toBe(403);
+      await stream.body?.cancel();
+    }
+    await unwrapRpc(stub.startRun("house-cp-run-ids", { task: "do it", harness: "pi", resume: false, authorId: "alice", runId }));
+    await vi.waitFor(async () => expect((await row(token, t.id)).boxId).toMatch(/^box_/), { timeout: 15_000, interval: 100 });
+    const types = (await readAll(token, t.id)).entries.map((e) => e.payload.type);
+    expect(types).toContain("signal.run.launched");
+  }, 30_000);
 });
