@@ -15,6 +15,9 @@ export const MAX_ENTRIES_PER_POST = 1000;
 /** The only house role that may write entries authored as someone else. */
 export const AUTHOR_AS_OTHERS_ROLE = "admin";
 
+/** The role of the identity a bot's tools act as (never minted for a client). */
+export const BOT_ROLE = "bot";
+
 /**
  * Who is writing: entries are authored as `subject` (the token's subject); only a writer with
  * `mayAuthorAsOthers` may name another author, and nobody may name the control plane.
@@ -23,12 +26,14 @@ export const AUTHOR_AS_OTHERS_ROLE = "admin";
  * not: the box named would be released, and an ephemeral one deleted, when that run ends.
  */
 /** `runId`: the run whose box holds this token, the one writer of that run's artifacts. */
-export type EntryWriter = { subject: string; mayAuthorAsOthers: boolean; mayNameBox: boolean; runId?: string };
+/** `isBot`: a bot's own identity (its tools write through the client path), the one writer of its live command output. */
+export type EntryWriter = { subject: string; mayAuthorAsOthers: boolean; mayNameBox: boolean; runId?: string; isBot?: boolean };
 
 export function writerFor(claims: { kind: "house"; subject: string; role: string } | { kind: "stream"; subject: string; runId?: string }): EntryWriter {
   return {
     subject: claims.subject, mayAuthorAsOthers: claims.kind === "house" && claims.role === AUTHOR_AS_OTHERS_ROLE, mayNameBox: claims.kind === "house",
     ...(claims.kind === "stream" && claims.runId ? { runId: claims.runId } : {}),
+    ...(claims.kind === "house" && claims.role === BOT_ROLE ? { isBot: true } : {}),
   };
 }
 
@@ -68,6 +73,9 @@ function assertWritable(payload: { type: string; [k: string]: unknown }, writer:
     throw new ApiError("forbidden", "artifact entries are written by their run's box only");
   }
   if (id !== undefined && CONTROL_PLANE_ID.test(id)) throw new ApiError("forbidden", `ids of the form ${id.slice(0, id.indexOf(":") + 1)}… are kept for the control plane's own entries`);
+  // A bot's run_command output on its thread (`exec:<turn>:<call>:out:<n>`): an entry posted under
+  // one first would have the bot's own dropped as a duplicate, or stand in for it.
+  if (id !== undefined && id.startsWith("exec:") && !writer.isBot) throw new ApiError("forbidden", "ids of the form exec:… are kept for a bot's live command output");
   const idRun = id === undefined ? undefined : ARTIFACT_ID.exec(id)?.[1];
   if (idRun !== undefined && idRun !== writer.runId) throw new ApiError("forbidden", "ids of the form <thread>:artifacts:<runId>:… are kept for that run's artifacts");
 }

@@ -79,6 +79,23 @@ describe("entries the thread acts on are the control plane's own", () => {
     await resume.body?.cancel();
   });
 
+  it("a client cannot write under the ids of a bot's live command output (exec:<turn>:<call>:out:<n>)", async () => {
+    const token = await houseToken("house-cp-exec-ids");
+    const t = await createThread(token);
+    const run = await streamToken("house-cp-exec-ids", t.id);
+    const id = "exec:turn_abc:call_1:out:0";
+    const rest = await post(token, t.id, { id, payload: { type: "signal.exec.output", execId: "call_1", stream: "stdout", text: "forged\n" } });
+    expect(rest.status).toBe(403);
+    await rest.body?.cancel();
+    const stream = await streamPost(run, t.id, { id, payload: { type: "signal.exec.output", execId: "call_1", stream: "stdout", text: "forged\n" } });
+    expect(stream.status).toBe(403);
+    await stream.body?.cancel();
+    // The exec route's own ids (exec_<id>:out:<n>) are another form, written by the caller.
+    const own = await post(token, t.id, { id: "exec_123:out:0", payload: { type: "signal.exec.output", execId: "exec_123", stream: "stdout", text: "mine\n" } });
+    expect(own.status).toBe(201);
+    await own.body?.cancel();
+  });
+
   it("a client cannot take the ids a run's own entries are written by: its launch still records the box it is on", async () => {
     // The run id shows in the claim while the launch is still under way: an entry posted under
     // box:<runId> first had the box assignment dropped, and nothing then stopped or released the box.

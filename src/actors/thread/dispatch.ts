@@ -15,6 +15,7 @@ import { errorMessage, logEvent } from "../../domain/log-event";
 import { redactValues } from "../../domain/secret-forms";
 import { LazySchema, type Schema } from "../../domain/sql-schema";
 import { UTF8_DECODER } from "../../entries/json-limits";
+import { BOT_ROLE } from "../../threads/entries";
 
 /** What the dispatch service needs from its actor. */
 export type DispatchPorts = {
@@ -551,7 +552,7 @@ export class DispatchService {
   private toolContext(row: ThreadRow, agent: Agent, turn: TurnRow, environmentId: string | null): ToolContext {
     return {
       env: this.ports.env,
-      claims: { kind: "house", houseId: row.houseId, subject: agent.id, role: "bot" },
+      claims: { kind: "house", houseId: row.houseId, subject: agent.id, role: BOT_ROLE },
       threadId: row.id,
       environmentId,
       depth: turn.depth,
