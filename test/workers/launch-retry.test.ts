@@ -155,6 +155,24 @@ describe("launch failures end the run visibly and release the box", () => {
     }
   }, 30_000);
 
+  it("an installer that prints one of the environment's secrets: the reason shows it [redacted]", async () => {
+    const secret = "npm-registry-token-4242";
+    const provider = sharedTestProvider();
+    const previous = provider.execHandler;
+    provider.execHandler = (box, command, opts) => {
+      const house = provider.boxes.get(box.ref)?.labels["threadbox.house"];
+      if (house === "house-launch-install-secret" && command.includes("npm install -g --no-audit")) return { exitCode: 1, output: `npm ERR! 403 Forbidden - token ${secret} has no access` };
+      return previous(box, command, opts);
+    };
+    try {
+      const { token, threadId, runId } = await launchIn("house-launch-install-secret", {}, { packages: { npm: ["private-package"] }, secrets: { NPM_TOKEN: secret } });
+      await expectLaunchFailed(token, threadId, runId, "npm ERR! 403 Forbidden - token [redacted] has no access");
+      expect(JSON.stringify((await readAll(token, threadId)).entries)).not.toContain(secret);
+    } finally {
+      provider.execHandler = previous;
+    }
+  }, 30_000);
+
   it("the clone fails", async () => {
     sharedTestProvider().failOn("clone", "house-launch-clone", "clone https://example.invalid/repo.git: repository not found");
     const { token, threadId, runId } = await launchIn("house-launch-clone", { repo: "https://example.invalid/repo.git" });

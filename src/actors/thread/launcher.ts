@@ -9,6 +9,8 @@ import type { LaunchProgressStore, LaunchStep } from "../../threads/launch-progr
 import { unwrapRpc } from "../rpc";
 import { houseStub, sandboxStub } from "../stubs";
 import { errorMessage, logEvent } from "../../domain/log-event";
+import { boxSecretForms } from "../../workspace/output-redaction";
+import { redactText } from "../../domain/secret-forms";
 
 export type LauncherPorts = {
   env: Env;
@@ -40,10 +42,22 @@ export async function launch(spec: LaunchSpec, p: LauncherPorts): Promise<void> 
   try {
     await launchRun(spec, launchDeps(spec, p, row, environment, current));
   } catch (err) {
-    if (!(err instanceof LaunchSuperseded)) throw err;
+    if (!(err instanceof LaunchSuperseded)) throw withoutSecrets(err, environment);
     logEvent("launch_superseded", { threadId: row.id, runId: spec.runId });
     await abandon(spec, p);
   }
+}
+
+/**
+ * A failed step's words (an installer's or git's last lines among them) go into the run's failure
+ * entry and the log: what they quote of the environment's secrets or sensitive files is redacted,
+ * by the rule a run's own output is. The error keeps its kind (whether it is retried).
+ */
+function withoutSecrets(err: unknown, environment: Environment | null): unknown {
+  if (!(err instanceof Error) || !environment) return err;
+  const forms = boxSecretForms(environment);
+  if (forms.length > 0) err.message = redactText(err.message, forms);
+  return err;
 }
 
 /**
@@ -60,7 +74,7 @@ async function abandon(spec: LaunchSpec, p: LauncherPorts): Promise<void> {
   try {
     if (progress.handle) {
       await unwrapRpc(box.attach(row.houseId, row.id, progress.handle as DetachedHandle));
-      await unwrapRpc(box.stopRun(row.houseId, row.id));
+      await unwrapRpc(box.stopRun(row.houseId, row.id, spec.runId));
     }
     if (progress.sameBox !== true && row.boxId !== progress.boxId) await unwrapRpc(box.destroy(row.houseId, true));
     else await unwrapRpc(box.detach(row.houseId, row.id, { keepBox: true }));
