@@ -54,6 +54,16 @@ const ARTIFACT_ID = /:artifacts:([^:]*):/;
 const CONTROL_PLANE_ID = /^(turn|reply|dispatch_error|post|child_finished|child_result|prompt|claim|box|launched|launch_failed|stop|orphan):/;
 
 /**
+ * A run driven from outside the control plane (src/sandbox/run.ts: the caller posts the run's
+ * prompt and claim, then starts the runner) writes its start under the ids a launch would, with
+ * the token that names the run: the runner finds where its run begins by `prompt:<runId>`.
+ */
+function isRunsOwnStart(id: string, writer: EntryWriter): boolean {
+  const m = /^(prompt|claim):(.+)$/.exec(id);
+  return m !== null && writer.runId !== undefined && m[2] === writer.runId;
+}
+
+/**
  * Entries only the control plane writes: a thread acts on them (which box a run is on, a child's
  * result), so a client that could write them could steer another run's box or a parent's result.
  */
@@ -72,7 +82,7 @@ function assertWritable(payload: { type: string; [k: string]: unknown }, writer:
   if (payload.type.startsWith("artifact.") && (writer.runId === undefined || payload.runId !== writer.runId)) {
     throw new ApiError("forbidden", "artifact entries are written by their run's box only");
   }
-  if (id !== undefined && CONTROL_PLANE_ID.test(id)) throw new ApiError("forbidden", `ids of the form ${id.slice(0, id.indexOf(":") + 1)}… are kept for the control plane's own entries`);
+  if (id !== undefined && CONTROL_PLANE_ID.test(id) && !isRunsOwnStart(id, writer)) throw new ApiError("forbidden", `ids of the form ${id.slice(0, id.indexOf(":") + 1)}… are kept for the control plane's own entries`);
   // A bot's run_command output on its thread (`exec:<turn>:<call>:out:<n>`): an entry posted under
   // one first would have the bot's own dropped as a duplicate, or stand in for it.
   if (id !== undefined && id.startsWith("exec:") && !writer.isBot) throw new ApiError("forbidden", "ids of the form exec:… are kept for a bot's live command output");

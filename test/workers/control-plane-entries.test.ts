@@ -2,7 +2,7 @@ import { describe, expect, it, vi } from "vitest";
 import { env, runInDurableObject } from "cloudflare:test";
 import type { ThreadActor } from "./test-worker";
 import { unwrapRpc } from "../../src/actors/rpc";
-import { call, createThread, errorCode, houseToken, post, readAll, streamToken } from "./helpers";
+import { call, createThread, errorCode, houseToken, post, readAll, runToken, streamToken } from "./helpers";
 
 const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> };
 
@@ -77,6 +77,24 @@ describe("entries the thread acts on are the control plane's own", () => {
     const resume = await call(`/api/threads/${t.id}/resume`, { method: "POST", token, json: { message: "go on", model: "test/model" } });
     expect(resume.status).toBe(409);
     await resume.body?.cancel();
+  });
+
+  it("a run driven from outside (src/sandbox/run.ts) writes its own prompt: and claim: ids with the token naming it, and nothing else of the kind", async () => {
+    const token = await houseToken("house-cp-own-start");
+    const t = await createThread(token);
+    const runId = "run-own-start-1";
+    const mine = await runToken("house-cp-own-start", t.id, runId);
+    const chat = (id: string) => ({ id, payload: { type: "chat", text: "x", dispatch: false } });
+    for (const [writer, id, status] of [
+      [mine, `prompt:${runId}`, 204], [mine, `claim:${runId}`, 204],
+      [mine, `box:${runId}`, 403], [mine, `launched:${runId}`, 403], [mine, "prompt:another-run", 403],
+      [await runToken("house-cp-own-start", t.id, "another-run"), `prompt:${runId}`, 403],
+      [token, `prompt:${runId}`, 403],
+    ] as const) {
+      const r = await streamPost(writer, t.id, chat(id));
+      expect(r.status, `${id} by ${writer === token ? "the house token" : "a run token"}`).toBe(status);
+      await r.body?.cancel();
+    }
   });
 
   it("a client cannot write under the ids of a bot's live command output (exec:<turn>:<call>:out:<n>)", async () => {
