@@ -9,6 +9,7 @@ import { ErrorNote, Link, StatusBadge } from "./common";
 import { Timeline } from "./Timeline";
 import { Composer } from "./Composer";
 import { DelegateForm } from "./DelegateForm";
+import { environmentLabel } from "../lib/labels";
 
 export function ThreadView({ id, session }: { id: string; session: Session }) {
   const [entries, setEntries] = useState<Entry[]>([]);
@@ -82,7 +83,9 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
   };
   const t = thread.data;
   const heading = t?.title || id;
-  const environmentName = t?.environmentId ? (environments.data?.find((e) => e.id === t.environmentId)?.name ?? t.environmentId) : null;
+  const environment = t?.environmentId ? environments.data?.find((e) => e.id === t.environmentId) : undefined;
+  // As the pickers and the Sandboxes page name it (its id too when another has its name; its id alone until the list knows it).
+  const environmentName = t?.environmentId ? (environment ? environmentLabel(environment, environments.data!) : t.environmentId) : null;
   // The tab says which thread it is, among several open.
   useEffect(() => {
     document.title = `${heading} · threadbox`;
