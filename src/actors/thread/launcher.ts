@@ -9,8 +9,7 @@ import type { LaunchProgressStore, LaunchStep } from "../../threads/launch-progr
 import { unwrapRpc } from "../rpc";
 import { houseStub, sandboxStub } from "../stubs";
 import { errorMessage, logEvent } from "../../domain/log-event";
-import { boxSecretForms } from "../../workspace/output-redaction";
-import { redactText } from "../../domain/secret-forms";
+import { boxSecretForms, redactorFor } from "../../workspace/output-redaction";
 
 export type LauncherPorts = {
   env: Env;
@@ -55,8 +54,7 @@ export async function launch(spec: LaunchSpec, p: LauncherPorts): Promise<void> 
  */
 function withoutSecrets(err: unknown, environment: Environment | null): unknown {
   if (!(err instanceof Error) || !environment) return err;
-  const forms = boxSecretForms(environment);
-  if (forms.length > 0) err.message = redactText(err.message, forms);
+  err.message = redactorFor(boxSecretForms(environment))(err.message);
   return err;
 }
 

@@ -20,6 +20,11 @@ export type OutboxPayloads = {
   sync_index: Record<string, never>;
 };
 
+/** A run's stop on its box: the run is named so that its stream token files go too. */
+export function stopHarnessPayload(boxId: string, runId: string | null): OutboxPayloads["stop_harness"] {
+  return runId ? { boxId, runId } : { boxId };
+}
+
 export type OutboxKind = keyof OutboxPayloads;
 
 export type OutboxItem<K extends OutboxKind = OutboxKind> = {

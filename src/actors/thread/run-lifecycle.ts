@@ -7,7 +7,7 @@ import type { ThreadRow, ThreadRowStore } from "../../threads/thread-row";
 import type { Clock } from "../clock";
 import { errorMessage, logEvent } from "../../domain/log-event";
 import type { DeadlineSource } from "./deadlines";
-import type { Outbox } from "./outbox";
+import { stopHarnessPayload, type Outbox } from "./outbox";
 import { STATUS_CHANGED } from "../../domain/statuses";
 import { LazySchema, type Schema } from "../../domain/sql-schema";
 
@@ -163,7 +163,7 @@ export class RunLifecycle {
     // An orphaned run may still have live processes (a hung runner, a box that lost its network):
     // end them before the box is released, so nothing writes to a settled thread.
     if (row.boxId && row.statusReason === "pi_session_orphaned") {
-      outbox.enqueue(`stop:${runKey}`, "stop_harness", { boxId: row.boxId, ...(row.runId ? { runId: row.runId } : {}) }, now);
+      outbox.enqueue(`stop:${runKey}`, "stop_harness", stopHarnessPayload(row.boxId, row.runId), now);
     }
     if (row.boxId && row.runId && this.p.owesFolderSync(row.runId)) {
       outbox.enqueue(`sync_folders:${runKey}`, "sync_folders", { boxId: row.boxId, runId: row.runId }, now);

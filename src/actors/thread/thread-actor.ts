@@ -16,7 +16,7 @@ import { houseStub, sandboxStub, streamForkLinks } from "../stubs";
 import type { AcquireRequest, ForkSource, PrefixRequest } from "../../streams/fork";
 import { DEADLINES_SCHEMA, Deadlines, type AlarmStep } from "./deadlines";
 import { Fanout } from "./fanout";
-import { OUTBOX_SCHEMA, Outbox, type OutboxExecutors, type OutboxKind } from "./outbox";
+import { OUTBOX_SCHEMA, Outbox, stopHarnessPayload, type OutboxExecutors, type OutboxKind } from "./outbox";
 import { RunLifecycle } from "./run-lifecycle";
 import { DispatchService } from "./dispatch";
 import type { Agent } from "../../agents";
@@ -330,7 +330,7 @@ export class ThreadActor extends DurableObject<Env> {
       const row = this.requireThread(houseId);
       if (row.status !== "running") throw new ApiError("conflict", `thread is ${row.status}, not running`);
       const runKey = row.runStartedAt ?? 0;
-      if (row.boxId) this.outbox.enqueue(`stop:${runKey}`, "stop_harness", { boxId: row.boxId, ...(row.runId ? { runId: row.runId } : {}) }, this.clock.now());
+      if (row.boxId) this.outbox.enqueue(`stop:${runKey}`, "stop_harness", stopHarnessPayload(row.boxId, row.runId), this.clock.now());
       this.appendSystemSignal(`stop:${runKey}`, "stopped", `stopped by ${subject}`);
       await this.settleTurn();
       return publicThread(this.rows.get()!);
