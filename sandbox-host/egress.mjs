@@ -42,6 +42,10 @@ export function canIsolateNetwork() {
   return unshareWorks;
 }
 
+const SOCKET_DIR_PREFIX = "tbx-egress-";
+/** The file in a box's egress dir that names its socket dir, for a host started after this one died. */
+const SOCKET_DIR_RECORD = "socket-dir";
+
 /**
  * Where a box's sockets go: a unix socket path has at most 107 bytes, and one under the box's own
  * directory (the host's root, a box id, then the socket's name) runs past that for a checkout a
@@ -51,10 +55,6 @@ function shortSocketDir() {
   const base = os.tmpdir().length <= 40 ? os.tmpdir() : "/tmp";
   return fs.mkdtempSync(path.join(base, SOCKET_DIR_PREFIX));
 }
-
-const SOCKET_DIR_PREFIX = "tbx-egress-";
-/** The file in a box's egress dir that names its socket dir, for a host started after this one died. */
-const SOCKET_DIR_RECORD = "socket-dir";
 
 /**
  * Removes the socket dir a box of a host that died recorded (`dir`: that box's egress dir). The

@@ -102,7 +102,6 @@ export function toolCallFor(request, tools, body) {
   }
 }
 
-/** A short answer after the latest tool results. */
 /** A delegate_task result (`{childThreadId, status, note}`), read so the answer says it in words; null when it is not one. */
 function childOf(out) {
   try {
@@ -113,6 +112,7 @@ function childOf(out) {
   }
 }
 
+/** A short answer after the latest tool results. */
 export function summarise(toolMessages, callsById) {
   const parts = toolMessages.map((m) => {
     const call = callsById.get(m.tool_call_id);
