@@ -407,12 +407,14 @@ describe("a run stopped while its launch uploads", () => {
     const houseId = "house-stop-during-upload";
     const { token, t, stub } = await launchableThread(houseId);
     const provider = sharedTestProvider();
+    let stopping = false;
     let stopped = false;
     provider.beforeUpload = async (_ref, paths) => {
-      if (stopped || !paths.some((p) => p.endsWith("/prompt.txt"))) return;
-      stopped = true;
+      if (stopping || !paths.some((p) => p.endsWith("/prompt.txt"))) return;
+      stopping = true;
       const r = await call(`/api/threads/${t.id}/stop`, { method: "POST", token });
       expect(r.status).toBe(200);
+      stopped = true;
     };
     try {
       const { runId } = await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
@@ -420,6 +422,7 @@ describe("a run stopped while its launch uploads", () => {
       const box = () => [...provider.boxes.values()].find((b) => b.labels[LABEL_RUN] === runId)!;
       // The launch finds its run stopped after the uploads and lets the box go, keeping it (a stopped run's box is kept).
       await vi.waitFor(async () => {
+        expect(await runInDurableObject(stub, (a: ThreadActor) => a.testOutboxKeys().filter((k) => k.startsWith("launch:")))).toEqual([]);
         const view = (await (await call(`/api/sandboxes?state=live`, { token })).json()) as { sandboxes: { providerRef: string; threads: string[] }[] };
         expect(view.sandboxes.find((b) => b.providerRef === box().ref)?.threads).toEqual([]);
       }, { timeout: 15_000, interval: 100 });
