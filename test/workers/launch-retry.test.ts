@@ -226,6 +226,9 @@ describe("a run stopped while it launches", () => {
   }, 30_000);
 });
 
+/** A plain delete of a box a launch holds: refused while launching, or, once its run attached meanwhile, as running it. */
+const IN_USE_CONFLICT = /^conflict: (a run is launching on this box|1 thread\(s\) are running on this box)/;
+
 describe("a box deleted while its run launches", () => {
   it("is refused until the thread is attached (the run named in its labels is using it): the run goes on", async () => {
     const { token, t, stub, runId } = await startLaunch("house-delete-launching", (a) => a.deleteBoxAt("box_registered"));
@@ -234,7 +237,7 @@ describe("a box deleted while its run launches", () => {
       expect(launched).toHaveLength(1);
     }, { timeout: 15_000, interval: 100 });
     const answer = await runInDurableObject(stub, (a: ThreadActor) => a.testDeleteBoxAnswer());
-    expect(answer).toMatch(/conflict: a run is launching on this box/);
+    expect(answer).toMatch(IN_USE_CONFLICT);
     await expectOneBoxAndOneRunner(token, t.id, runId);
   }, 30_000);
 });
@@ -289,7 +292,7 @@ describe("a box a launch picked but has not attached yet", () => {
     const { token, t, stub } = await launchableThread(houseId, (a) => a.deleteBoxAt("box_chosen"), { boxMode: "shared" });
     await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
     await launchedOnce(token, t.id, 1);
-    expect(await runInDurableObject(stub, (a: ThreadActor) => a.testDeleteBoxAnswer())).toMatch(/conflict: a run is launching on this box/);
+    expect(await runInDurableObject(stub, (a: ThreadActor) => a.testDeleteBoxAnswer())).toMatch(IN_USE_CONFLICT);
     expect(((await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string }).status).toBe("running");
   }, 30_000);
 
@@ -306,7 +309,7 @@ describe("a box a launch picked but has not attached yet", () => {
     await runInDurableObject(stub, (a: ThreadActor) => a.deleteBoxAt("box_chosen"));
     await unwrapRpc(stub.startRun(houseId, { task: "again", harness: "pi", resume: true, authorId: "alice" }));
     await launchedOnce(token, t.id, 2);
-    expect(await runInDurableObject(stub, (a: ThreadActor) => a.testDeleteBoxAnswer())).toMatch(/conflict: a run is launching on this box/);
+    expect(await runInDurableObject(stub, (a: ThreadActor) => a.testDeleteBoxAnswer())).toMatch(IN_USE_CONFLICT);
     const launched = (await readAll(token, t.id)).entries.filter((e) => e.payload.type === "signal.run.launched").at(-1)!;
     expect(launched.payload).toMatchObject({ boxId: kept, boxReused: true });
   }, 30_000);

@@ -156,6 +156,21 @@ describe("run state machine", () => {
     expect((await box(token, b.id)).state).toBe("deleted");
   });
 
+  it("a plain delete whose checks wait on another actor while a run attaches is a 409, and the box stays with its run", async () => {
+    const houseId = "house-delete-while-attaching";
+    const token = await houseToken(houseId);
+    const b = await newBox(token, true);
+    const stale = await createThread(token);
+    const runner = await createThread(token);
+    // A reservation of a run that is not current: the delete asks that thread before it decides.
+    await unwrapRpc(boxStub(b.id).reserve(houseId, stale.id, "run-not-current"));
+    const deleting = unwrapRpc(boxStub(b.id).destroy(houseId, false)).then(() => "deleted", (e: Error) => e.message);
+    const attached = unwrapRpc(boxStub(b.id).attach(houseId, runner.id)).then(() => "attached", (e: Error) => e.message);
+    expect(await attached).toBe("attached");
+    expect(await deleting).toMatch(/conflict: 1 thread\(s\) are running on this box/);
+    expect(await box(token, b.id)).toMatchObject({ state: "live", threads: [runner.id] });
+  });
+
   it("stop ends a running run with reason `stopped` and keeps the box", async () => {
     const token = await houseToken("house-run");
     const b = await newBox(token, true);

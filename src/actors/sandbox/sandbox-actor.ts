@@ -250,15 +250,20 @@ export class SandboxActor extends DurableObject<Env> {
   async destroy(houseId: string, force: boolean) {
     return settle(async () => {
       const row = this.requireRow(houseId);
-      const threads = this.threadIds();
-      if (threads.length > 0 && !force) throw new ApiError("conflict", `${threads.length} thread(s) are running on this box`);
+      const running = () => {
+        const threads = this.threadIds();
+        if (threads.length > 0 && !force) throw new ApiError("conflict", `${threads.length} thread(s) are running on this box`);
+        return threads;
+      };
+      running();
       // From here on a launch cannot reserve it: the checks below wait on other actors.
       this.deleting = true;
       try {
         if (!force && ((await this.launchingOn(houseId, JSON.parse(row.labels as string))) || (await this.reservedByCurrentRun(houseId)))) {
           throw new ApiError("conflict", "a run is launching on this box (stop it, or delete with force=true)");
         }
-        for (const threadId of threads) await this.orphanThread(threadId, "box deleted by request");
+        // A launch that reserved it earlier may have attached its run while those checks waited.
+        for (const threadId of running()) await this.orphanThread(threadId, "box deleted by request");
         this.ctx.storage.sql.exec(`delete from box_threads`);
         await this.deleteNow();
       } finally {
