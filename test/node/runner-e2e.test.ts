@@ -529,6 +529,31 @@ pi.on("exit", (code) => setTimeout(() => process.exit(code ?? 1), 1600));
     }
   }, 60_000);
 
+  it("interrupted during a tool call and left without a message: stopped after THREADBOX_IDLE_AFTER_INTERRUPT_MS, not a failed model call", async () => {
+    const model = await startModelServer([{ toolCalls: [{ name: "bash", arguments: { command: "sleep 45" } }] }]);
+    const threadId = await newThread();
+    const runId = `r-idle-${threadId}`;
+    await post(threadId, { id: `prompt:${runId}`, payload: { type: "chat", text: "sleep", dispatch: false } });
+    const { child, done } = startRunner({ threadId, model, prompt: "sleep", env: { THREADBOX_RUN_ID: runId, THREADBOX_IDLE_AFTER_INTERRUPT_MS: "1500" } });
+    try {
+      for (let i = 0; i < 400; i++) {
+        if ((await entriesOf(threadId)).some((e) => e.payload.type === "pi.tool_call")) break;
+        await new Promise((r) => setTimeout(r, 25));
+      }
+      await new Promise((r) => setTimeout(r, 500)); // the command is running
+      await post(threadId, { id: "i-tool", payload: { type: "signal.run.interrupt", runId } });
+      const ended = await Promise.race([done, new Promise<null>((r) => setTimeout(() => r(null), 30_000))]);
+      const es = await entriesOf(threadId);
+      expect(ended, `the run did not end within 30 s: ${types(es).join(" ")}`).not.toBeNull();
+      expect(es.find((e) => e.payload.type === "pi.tool_result")?.payload.output).toBe("Command aborted");
+      expect(es.filter((e) => e.payload.type === "signal.thread.status_changed").map((e) => [e.payload.status, e.payload.reason]))
+        .toEqual([["stopped", "no message within 1500 ms of the interrupt (THREADBOX_IDLE_AFTER_INTERRUPT_MS)"]]);
+    } finally {
+      child.kill("SIGKILL");
+      await model.close();
+    }
+  }, 60_000);
+
   it("two messages at once to an interrupted pi: the first is its next prompt, the second steers that turn; both reach the model", async () => {
     const model = await startModelServer([{ hang: true }, { text: "Did both." }]);
     const threadId = await newThread();
