@@ -1,7 +1,7 @@
 /**
  * Drives pi in RPC mode for the runner: the task goes in as the first prompt, messages from the
- * thread go in as steering messages (pi busy) or new prompts (pi idle after an interrupt), an
- * interrupt is pi's abort. When pi has settled with nothing left to do, stdin is closed and pi
+ * thread go in one at a time as prompts pi steers with while it works and runs as a new turn when
+ * it is idle (after an interrupt, or as it settles), an interrupt is pi's abort. When pi has settled with nothing left to do, stdin is closed and pi
  * exits on its own, so the runner keeps owning the exit code.
  */
 import type { Writable } from "node:stream";
@@ -32,8 +32,14 @@ export class PiRpc {
   private lastStopReason: string | undefined;
   /** An abort was sent and pi has not settled yet: a message now is what to do instead. */
   private aborting = false;
-  /** Messages that arrived while an abort was settling, sent as the next prompt once it has. */
-  private readonly held: { entryId: string; text: string }[] = [];
+  /**
+   * Messages not yet sent to pi, in order. One prompt command is in flight at a time: pi decides
+   * steer or new turn only once it has answered the one before (two prompts it reads at once while
+   * idle both start a turn, and the second is dropped). While an abort settles they wait for it.
+   */
+  private readonly outbox: { entryId: string; text: string }[] = [];
+  /** A prompt command (the task or a message) pi has not answered yet. */
+  private promptInFlight = false;
   private ended = false;
   private seq = 0;
   private readonly pending = new Map<string, Pending>();
@@ -53,6 +59,7 @@ export class PiRpc {
 
   start(task: string): void {
     this.send({ type: "prompt", message: task }, { kind: "task" });
+    this.promptInFlight = true;
     this.busy = true;
     this.turnStarted = false;
   }
@@ -63,21 +70,31 @@ export class PiRpc {
     if (this.delivered.has(entryId)) return true;
     this.delivered.add(entryId);
     this.stopIdleTimer();
+    this.outbox.push({ entryId, text });
+    this.sendNext();
+    return true;
+  }
+
+  private sendNext(): void {
     // A steer sent to a turn being aborted is not a new instruction to pi: it may run as a
     // continuation the runner cannot tell apart from the aborted turn. Wait for the abort to settle.
-    if (this.aborting) {
-      this.held.push({ entryId, text });
-      return true;
-    }
+    if (this.ended || this.aborting || this.promptInFlight) return;
+    const next = this.outbox.shift();
+    if (!next) return;
     const mode = deliveryMode(this.busy);
-    if (mode === "steer") this.send({ type: "steer", message: text }, { kind: "message", entryId, mode });
-    else {
-      this.send({ type: "prompt", message: text }, { kind: "message", entryId, mode });
-      this.busy = true;
-      this.turnStarted = false;
-      this.interruptedSincePrompt = false;
-    }
-    return true;
+    // Always a prompt that pi steers with while it works: pi decides steer or new turn when it reads
+    // it, not the runner from pi's output, which lags. A `steer` pi reads just after settling would
+    // sit in its queue until a next prompt that may never come.
+    this.send({ type: "prompt", message: next.text, streamingBehavior: "steer" }, { kind: "message", entryId: next.entryId, mode });
+    this.promptInFlight = true;
+    if (mode === "prompt") this.promptSent();
+  }
+
+  /** pi is to start a turn for a message: until it does, an interrupt waits for it. */
+  private promptSent(): void {
+    this.busy = true;
+    this.turnStarted = false;
+    this.interruptedSincePrompt = false;
   }
 
   /** Aborts pi's current turn; the run stays and waits for the next message. */
@@ -100,23 +117,9 @@ export class PiRpc {
       const p = this.pending.get(r.id);
       this.pending.delete(r.id);
       if (!p) return;
-      if (r.success) {
-        if (p.kind === "message") this.hooks.onDelivered(p.entryId, p.mode);
-        if (p.kind === "message" && !this.busy) {
-          // pi settled before answering: a prompt's turn is over, so the end may be due now; a steer
-          // accepted by an idle pi waits in its queue for the next prompt.
-          if (p.mode === "prompt") this.endIfDone();
-          else this.hooks.log(`pi took message ${p.entryId} after its turn ended; it goes in with the next message`);
-        }
-        return;
-      }
-      this.hooks.log(`pi refused ${p.kind}: ${r.error ?? "unknown error"}`);
-      if (p.kind === "task") {
-        this.hooks.onRefused(r.error ?? "pi refused the task");
-        this.end();
-      } else if (p.kind === "message") {
-        this.delivered.delete(p.entryId);
-      }
+      if (p.kind !== "abort") this.promptInFlight = false;
+      this.onResponse(p, r);
+      this.sendNext();
       return;
     }
     if (r.type === "agent_start") {
@@ -137,10 +140,37 @@ export class PiRpc {
       if (this.interruptedSincePrompt && !this.abortOnStart && this.lastStopReason === "stop") this.interruptedSincePrompt = false;
       // A turn that never began takes no abort later: the next prompt must not be cut short by it.
       this.abortOnStart = false;
-      // The first held message is the new prompt; any others steer the turn it starts.
-      for (const m of this.held.splice(0)) {
-        this.delivered.delete(m.entryId);
-        this.message(m.entryId, m.text);
+      // The first waiting message is the new prompt; any others steer the turn it starts.
+      this.sendNext();
+      this.endIfDone();
+    }
+  }
+
+  /** pi's answer to a command of ours. */
+  private onResponse(p: Pending, r: { success?: boolean; error?: string }): void {
+    if (r.success) {
+      if (p.kind !== "message") return;
+      if (p.mode === "steer" && !this.busy) {
+        // Sent to steer, read by pi after it had settled: pi runs it as a new turn.
+        this.hooks.onDelivered(p.entryId, "prompt");
+        this.promptSent();
+        return;
+      }
+      this.hooks.onDelivered(p.entryId, p.mode);
+      // pi settled before answering: the prompt's turn is over, so the end may be due now.
+      if (!this.busy) this.endIfDone();
+      return;
+    }
+    this.hooks.log(`pi refused ${p.kind}: ${r.error ?? "unknown error"}`);
+    if (p.kind === "task") {
+      this.hooks.onRefused(r.error ?? "pi refused the task");
+      this.end();
+    } else if (p.kind === "message") {
+      this.delivered.delete(p.entryId);
+      // A prompt pi refused starts no turn: the run waits for the next message as it did before it.
+      if (p.mode === "prompt") {
+        this.busy = false;
+        this.interruptedSincePrompt = true;
       }
       this.endIfDone();
     }
@@ -148,7 +178,7 @@ export class PiRpc {
 
   private endIfDone(): void {
     if (this.busy) return;
-    const waiting = [...this.pending.values()].filter((p) => p.kind === "message").length;
+    const waiting = [...this.pending.values()].filter((p) => p.kind === "message").length + this.outbox.length;
     if (endsWhenSettled({ queued: waiting, interruptedSincePrompt: this.interruptedSincePrompt })) this.end();
     else if (waiting === 0 && this.idleAfterInterruptMs > 0 && !this.idleTimer) {
       this.idleTimer = setTimeout(() => {

@@ -252,6 +252,8 @@ describe("decideOutcome rules", () => {
     const o = decideOutcome([a("aborted")], 0, { idleAfterInterruptMs: 1_800_000 });
     expect([o.status, o.reason]).toEqual(["stopped", "no message within 30 min of the interrupt (THREADBOX_IDLE_AFTER_INTERRUPT_MS)"]);
     expect(decideOutcome([a("aborted")], 0, { idleAfterInterruptMs: 1_500 }).reason).toContain("within 1500 ms");
+    // Interrupted during a tool call: pi's view of the model call the abort cut short is an error stop.
+    expect(decideOutcome([a("toolUse"), a("error", { errorMessage: "This operation was aborted" })], 0, { idleAfterInterruptMs: 1_500 }).status).toBe("stopped");
   });
   it("runaway guard -> pi_failed; no assistant -> pi_failed; aborted / toolUse at exit 0 -> pi_failed", () => {
     expect(decideOutcome([a("toolUse")], 143, { runaway: true }).reason).toContain("runaway");

@@ -93,11 +93,16 @@ function startRunner(opts: {
   agentDir?: string;
   session?: string;
   env?: Record<string, string>;
+  /** runner options before the harness's own (`--bin`), and arguments after `--` for the harness */
+  runnerArgs?: string[];
+  harnessArgs?: string[];
 }): { child: ChildProcess; done: Promise<RunResult> } {
   const cwd = opts.cwd ?? mkdtempSync(join(tmp, "work-"));
   const adir = opts.agentDir ?? agentDir(opts.model);
   const args = [RUNNER, "--harness", "pi", "--mirror", MIRROR, "--model", "local/scripted-model", "--prompt", opts.prompt];
   if (opts.session) args.push("--session", opts.session);
+  args.push(...(opts.runnerArgs ?? []));
+  if (opts.harnessArgs) args.push("--", ...opts.harnessArgs);
   const child = spawn(process.execPath, args, {
     cwd,
     stdio: ["ignore", "ignore", "pipe"],
@@ -447,6 +452,139 @@ describe("runner + mirror with the real pi", () => {
       await proxy.close();
     }
   });
+});
+
+describe("messages that reach pi as it settles, starts or is interrupted (real pi)", () => {
+  /** Runs pi once with a first answer, posts `text` when `when` says so, and returns what became of it. */
+  async function lateMessage(opts: { runnerArgs?: string[]; harnessArgs?: string[] }) {
+    const model = await startModelServer([{ text: "First answer." }, { text: "Took the late message." }]);
+    const threadId = await newThread();
+    const runId = `r-late-${threadId}`;
+    await post(threadId, { id: `prompt:${runId}`, payload: { type: "chat", text: "answer", dispatch: false } });
+    const { child, done } = startRunner({ threadId, model, prompt: "answer", env: { THREADBOX_RUN_ID: runId }, ...opts });
+    try {
+      for (let i = 0; i < 400; i++) {
+        if ((await entriesOf(threadId)).some((e) => e.payload.type === "pi.assistant" && e.payload.text === "First answer.")) break;
+        await new Promise((r) => setTimeout(r, 25));
+      }
+      await post(threadId, { id: "c-late", payload: { type: "chat", text: "ALSO: say you took this" } });
+      const ended = await Promise.race([done, new Promise<null>((r) => setTimeout(() => r(null), 30_000))]);
+      const es = await entriesOf(threadId);
+      return { ended, es, requests: model.requests };
+    } finally {
+      child.kill("SIGKILL");
+      await model.close();
+    }
+  }
+
+  function expectTaken(r: Awaited<ReturnType<typeof lateMessage>>) {
+    expect(r.ended, `the run did not end within 30 s: ${types(r.es).join(" ")}`).not.toBeNull();
+    expect(r.ended!.code, r.ended!.stderr).toBe(0);
+    // The model got the message in a turn of its own, and the run ended after that turn.
+    expect(r.requests).toHaveLength(2);
+    expect(JSON.stringify(r.requests[1].messages)).toContain("ALSO: say you took this");
+    expect(r.es.filter((e) => e.payload.type === "signal.run.message_delivered").map((e) => e.payload.entryId)).toEqual(["c-late"]);
+    expect(r.es.filter((e) => e.payload.type === "pi.assistant").at(-1)!.payload.text).toBe("Took the late message.");
+    expect(r.es.filter((e) => e.payload.type === "signal.thread.status_changed").map((e) => e.payload.status)).toEqual(["completed"]);
+  }
+
+  it("while pi is settling (its extensions still at agent_settled): pi takes it as a new turn, not a steer it never reads", async () => {
+    const ext = join(mkdtempSync(join(tmp, "ext-")), "slow-settle.mjs");
+    writeFileSync(ext, `export default function (pi) { pi.on("agent_settled", () => new Promise((r) => setTimeout(r, 2500))); }\n`);
+    expectTaken(await lateMessage({ harnessArgs: ["--extension", ext] }));
+  }, 60_000);
+
+  it("after pi settled, before the runner read that it had (a loaded box): the run does not stay open for ever", async () => {
+    // The real pi, its output reaching the runner 1.5 s late.
+    const bin = join(mkdtempSync(join(tmp, "slow-out-")), "pi");
+    writeFileSync(bin, `#!${process.execPath}
+const { spawn } = require("node:child_process");
+const pi = spawn(${JSON.stringify(join(BIN, "pi"))}, process.argv.slice(2), { stdio: ["inherit", "pipe", "inherit"] });
+pi.stdout.on("data", (d) => setTimeout(() => process.stdout.write(d), 1500));
+pi.on("exit", (code) => setTimeout(() => process.exit(code ?? 1), 1600));
+`, { mode: 0o755 });
+    expectTaken(await lateMessage({ runnerArgs: ["--bin", bin] }));
+  }, 60_000);
+
+  it("a message already on the thread when the run starts steers the task's turn; neither is lost", async () => {
+    const model = await startModelServer([{ text: "Did both." }]);
+    const threadId = await newThread();
+    const runId = `r-early-${threadId}`;
+    await post(threadId, { id: `prompt:${runId}`, payload: { type: "chat", text: "TASK: one", dispatch: false } });
+    await post(threadId, { id: "early", payload: { type: "chat", text: "EARLY: and two" } });
+    const { child, done } = startRunner({ threadId, model, prompt: "TASK: one", env: { THREADBOX_RUN_ID: runId } });
+    try {
+      const ended = await Promise.race([done, new Promise<null>((r) => setTimeout(() => r(null), 30_000))]);
+      const es = await entriesOf(threadId);
+      expect(ended, `the run did not end within 30 s: ${types(es).join(" ")}`).not.toBeNull();
+      expect(ended!.code, ended!.stderr).toBe(0);
+      expect(es.filter((e) => e.payload.type === "signal.run.message_delivered").map((e) => e.payload.entryId)).toEqual(["early"]);
+      const sent = JSON.stringify(model.requests.map((r) => r.messages));
+      expect(sent).toContain("TASK: one");
+      expect(sent).toContain("EARLY: and two");
+      expect(es.filter((e) => e.payload.type === "signal.thread.status_changed").map((e) => e.payload.status)).toEqual(["completed"]);
+    } finally {
+      child.kill("SIGKILL");
+      await model.close();
+    }
+  }, 60_000);
+
+  it("interrupted during a tool call and left without a message: stopped after THREADBOX_IDLE_AFTER_INTERRUPT_MS, not a failed model call", async () => {
+    const model = await startModelServer([{ toolCalls: [{ name: "bash", arguments: { command: "sleep 45" } }] }]);
+    const threadId = await newThread();
+    const runId = `r-idle-${threadId}`;
+    await post(threadId, { id: `prompt:${runId}`, payload: { type: "chat", text: "sleep", dispatch: false } });
+    const { child, done } = startRunner({ threadId, model, prompt: "sleep", env: { THREADBOX_RUN_ID: runId, THREADBOX_IDLE_AFTER_INTERRUPT_MS: "1500" } });
+    try {
+      for (let i = 0; i < 400; i++) {
+        if ((await entriesOf(threadId)).some((e) => e.payload.type === "pi.tool_call")) break;
+        await new Promise((r) => setTimeout(r, 25));
+      }
+      await new Promise((r) => setTimeout(r, 500)); // the command is running
+      await post(threadId, { id: "i-tool", payload: { type: "signal.run.interrupt", runId } });
+      const ended = await Promise.race([done, new Promise<null>((r) => setTimeout(() => r(null), 30_000))]);
+      const es = await entriesOf(threadId);
+      expect(ended, `the run did not end within 30 s: ${types(es).join(" ")}`).not.toBeNull();
+      expect(es.find((e) => e.payload.type === "pi.tool_result")?.payload.output).toBe("Command aborted");
+      expect(es.filter((e) => e.payload.type === "signal.thread.status_changed").map((e) => [e.payload.status, e.payload.reason]))
+        .toEqual([["stopped", "no message within 1500 ms of the interrupt (THREADBOX_IDLE_AFTER_INTERRUPT_MS)"]]);
+    } finally {
+      child.kill("SIGKILL");
+      await model.close();
+    }
+  }, 60_000);
+
+  it("two messages at once to an interrupted pi: the first is its next prompt, the second steers that turn; both reach the model", async () => {
+    const model = await startModelServer([{ hang: true }, { text: "Did both." }]);
+    const threadId = await newThread();
+    const runId = `r-two-${threadId}`;
+    await post(threadId, { id: `prompt:${runId}`, payload: { type: "chat", text: "think", dispatch: false } });
+    const { child, done } = startRunner({ threadId, model, prompt: "think", env: { THREADBOX_RUN_ID: runId } });
+    try {
+      for (let i = 0; i < 400 && model.requests.length === 0; i++) await new Promise((r) => setTimeout(r, 25));
+      await post(threadId, { id: "i1", payload: { type: "signal.run.interrupt", runId } });
+      for (let i = 0; i < 400; i++) {
+        if ((await entriesOf(threadId)).some((e) => e.payload.type === "pi.assistant" && e.payload.stopReason === "aborted")) break;
+        await new Promise((r) => setTimeout(r, 25));
+      }
+      await post(threadId, [
+        { id: "m1", payload: { type: "chat", text: "FIRST: do this" } },
+        { id: "m2", payload: { type: "chat", text: "SECOND: and this" } },
+      ]);
+      const ended = await Promise.race([done, new Promise<null>((r) => setTimeout(() => r(null), 30_000))]);
+      const es = await entriesOf(threadId);
+      expect(ended, `the run did not end within 30 s: ${types(es).join(" ")}`).not.toBeNull();
+      expect(ended!.code, ended!.stderr).toBe(0);
+      expect(es.filter((e) => e.payload.type === "signal.run.message_delivered").map((e) => e.payload.entryId).sort()).toEqual(["m1", "m2"]);
+      const sent = JSON.stringify(model.requests.slice(1).map((r) => r.messages));
+      expect(sent).toContain("FIRST: do this");
+      expect(sent).toContain("SECOND: and this");
+      expect(es.filter((e) => e.payload.type === "signal.thread.status_changed").map((e) => e.payload.status)).toEqual(["completed"]);
+    } finally {
+      child.kill("SIGKILL");
+      await model.close();
+    }
+  }, 60_000);
 });
 
 describe("the thread unreachable when the run ends", () => {

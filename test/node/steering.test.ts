@@ -53,11 +53,19 @@ describe("driving pi over RPC", () => {
     h.rpc.start("the task");
     h.rpc.message("c1", "steer me");
     h.rpc.message("c1", "steer me"); // the same entry twice (a re-read) is delivered once
+    h.rpc.message("c2", "and me");
     await h.tick();
-    expect(h.sent.map((c) => [c.type, c.message])).toEqual([["prompt", "the task"], ["steer", "steer me"]]);
+    // Nothing more until pi has answered the task: two prompts pi reads at once both start a turn.
+    expect(h.sent.map((c) => c.type)).toEqual(["prompt"]);
     h.rpc.onRecord({ type: "response", id: h.sent[0].id, success: true });
+    await h.tick();
+    // pi steers with a prompt that comes while it works (and runs one that comes after as a new turn)
+    expect(h.sent.map((c) => [c.type, c.message, c.streamingBehavior])).toEqual([["prompt", "the task", undefined], ["prompt", "steer me", "steer"]]);
     h.rpc.onRecord({ type: "response", id: h.sent[1].id, success: true });
-    expect(h.delivered).toEqual([["c1", "steer"]]);
+    await h.tick();
+    expect(h.sent.map((c) => c.message).at(-1)).toBe("and me");
+    h.rpc.onRecord({ type: "response", id: h.sent[2].id, success: true });
+    expect(h.delivered).toEqual([["c1", "steer"], ["c2", "steer"]]);
     h.rpc.onRecord({ type: "agent_settled" });
     await h.tick();
     expect(h.ended()).toBe(true);
@@ -67,6 +75,7 @@ describe("driving pi over RPC", () => {
   it("interrupt aborts; the run waits; the next message is a new prompt", async () => {
     const h = harness();
     h.rpc.start("the task");
+    h.rpc.onRecord({ type: "response", id: "tb-1", success: true });
     h.rpc.onRecord({ type: "agent_start" });
     h.rpc.interrupt();
     h.rpc.onRecord({ type: "agent_settled" });
@@ -91,6 +100,7 @@ describe("driving pi over RPC", () => {
     const idled: number[] = [];
     const rpc = new PiRpc(stdin, { onDelivered: () => {}, onRefused: () => {}, log: () => {}, onIdleAfterInterrupt: (ms) => void idled.push(ms) }, 60);
     rpc.start("the task");
+    rpc.onRecord({ type: "response", id: "tb-1", success: true });
     rpc.onRecord({ type: "agent_start" });
     rpc.interrupt();
     rpc.onRecord({ type: "agent_settled" });
@@ -115,6 +125,7 @@ describe("driving pi over RPC", () => {
     h.rpc.onRecord({ type: "agent_start" });
     h.rpc.interrupt();
     h.rpc.message("c4", "do this instead"); // before pi has settled the aborted turn
+    h.rpc.message("c4b", "and this");
     await h.tick();
     expect(h.sent.map((c) => c.type)).toEqual(["prompt", "abort"]);
     h.rpc.onRecord({ type: "agent_settled" });
@@ -122,8 +133,12 @@ describe("driving pi over RPC", () => {
     expect(h.sent.map((c) => [c.type, c.message])).toEqual([["prompt", "the task"], ["abort", undefined], ["prompt", "do this instead"]]);
     expect(h.ended()).toBe(false);
     h.rpc.onRecord({ type: "response", id: h.sent[2].id, success: true });
-    expect(h.delivered).toEqual([["c4", "prompt"]]);
+    await h.tick();
+    // The second goes out once pi has taken the first: it steers the turn the first started.
+    expect(h.sent.map((c) => [c.type, c.message, c.streamingBehavior]).at(-1)).toEqual(["prompt", "and this", "steer"]);
     h.rpc.onRecord({ type: "agent_start" });
+    h.rpc.onRecord({ type: "response", id: h.sent[3].id, success: true });
+    expect(h.delivered).toEqual([["c4", "prompt"], ["c4b", "steer"]]);
     h.rpc.onRecord({ type: "agent_settled" });
     await h.tick();
     expect(h.ended()).toBe(true);
@@ -132,6 +147,7 @@ describe("driving pi over RPC", () => {
   it("a prompt pi answers only after its turn has settled still ends the run", async () => {
     const h = harness();
     h.rpc.start("the task");
+    h.rpc.onRecord({ type: "response", id: "tb-1", success: true });
     h.rpc.onRecord({ type: "agent_start" });
     h.rpc.interrupt();
     h.rpc.onRecord({ type: "agent_settled" });
@@ -149,6 +165,7 @@ describe("driving pi over RPC", () => {
   it("an interrupt before pi has begun its turn (the run just started) aborts the turn once it begins", async () => {
     const h = harness();
     h.rpc.start("the task");
+    h.rpc.onRecord({ type: "response", id: "tb-1", success: true });
     h.rpc.interrupt(); // replayed from the thread right after the start
     await h.tick();
     expect(h.sent.map((c) => c.type)).toEqual(["prompt"]);
@@ -174,12 +191,57 @@ describe("driving pi over RPC", () => {
   it("an interrupt that came too late to cut the turn short does not hold the finished run open", async () => {
     const h = harness();
     h.rpc.start("the task");
+    h.rpc.onRecord({ type: "response", id: "tb-1", success: true });
     h.rpc.onRecord({ type: "agent_start" });
     h.rpc.onRecord({ type: "message_end", message: { role: "assistant", stopReason: "stop" } });
     h.rpc.interrupt(); // the answer is already complete
     h.rpc.onRecord({ type: "agent_settled" });
     await h.tick();
     expect(h.ended()).toBe(true);
+  });
+
+  it("a message sent to steer that pi reads only after it settled starts a new turn, and the run ends after that turn", async () => {
+    const h = harness();
+    h.rpc.start("the task");
+    h.rpc.onRecord({ type: "response", id: "tb-1", success: true });
+    h.rpc.onRecord({ type: "agent_start" });
+    h.rpc.message("c7", "one more thing"); // the runner has not yet read that pi settled
+    h.rpc.onRecord({ type: "message_end", message: { role: "assistant", stopReason: "stop" } });
+    h.rpc.onRecord({ type: "agent_settled" });
+    await h.tick();
+    expect(h.ended()).toBe(false);
+    h.rpc.onRecord({ type: "response", id: h.sent[1].id, success: true });
+    expect(h.delivered).toEqual([["c7", "prompt"]]);
+    // Until that turn begins, an interrupt waits for it rather than being lost.
+    h.rpc.interrupt();
+    await h.tick();
+    expect(h.sent.map((c) => c.type)).toEqual(["prompt", "prompt"]);
+    h.rpc.onRecord({ type: "agent_start" });
+    await h.tick();
+    expect(h.sent.map((c) => c.type)).toEqual(["prompt", "prompt", "abort"]);
+    h.rpc.onRecord({ type: "agent_settled" });
+    await h.tick();
+    expect(h.ended()).toBe(false); // interrupted: waits for what to do instead
+  });
+
+  it("a message pi refuses after the run went idle does not hold the run open without its idle timer", async () => {
+    const stdin = new PassThrough();
+    const sent: { id: string; type: string }[] = [];
+    stdin.on("data", (d) => String(d).split("\n").filter(Boolean).forEach((l) => sent.push(JSON.parse(l))));
+    let ended = false;
+    stdin.on("finish", () => (ended = true));
+    const idled: number[] = [];
+    const rpc = new PiRpc(stdin, { onDelivered: () => {}, onRefused: () => {}, log: () => {}, onIdleAfterInterrupt: (ms) => void idled.push(ms) }, 60);
+    rpc.start("the task");
+    rpc.onRecord({ type: "response", id: "tb-1", success: true });
+    rpc.onRecord({ type: "agent_start" });
+    rpc.interrupt();
+    rpc.onRecord({ type: "agent_settled" });
+    rpc.message("c8", "do this");
+    await new Promise((r) => setImmediate(r));
+    rpc.onRecord({ type: "response", id: sent[2].id, success: false, error: "Cannot submit a prompt while compaction is in progress." });
+    await new Promise((r) => setTimeout(r, 120));
+    expect([ended, idled]).toEqual([true, [60]]);
   });
 
   it("pi refusing the task (no API key) ends the run with pi's words", async () => {

@@ -109,9 +109,11 @@ export function decideOutcome(
   });
 
   if (exitCode === 0 && stopReason === "stop" && !laterError && !ctx.runaway) return out("completed", "stop");
+  // The run's last turn is the interrupted one: pi reports a model call cut short by the abort (an
+  // interrupt during a tool call) as an `error` stop. A real model error was posted by the mirror.
+  if (ctx.idleAfterInterruptMs !== undefined) return out("stopped", `no message within ${formatWait(ctx.idleAfterInterruptMs)} of the interrupt (THREADBOX_IDLE_AFTER_INTERRUPT_MS)`);
   if (stopReason === "error") return out("pi_failed", String(last?.errorMessage || "model error"));
   if (laterError) return out("pi_failed", String(laterError.payload.message || "harness error"));
-  if (ctx.idleAfterInterruptMs !== undefined) return out("stopped", `no message within ${formatWait(ctx.idleAfterInterruptMs)} of the interrupt (THREADBOX_IDLE_AFTER_INTERRUPT_MS)`);
   if (ctx.runaway) return out("pi_failed", "runaway guard: the harness ran past THREADBOX_RUNAWAY_MS");
   if (ctx.stopRequested) return out("stopped", "stopped by request");
   if (exitCode === null) return out("pi_failed", `harness killed by signal ${ctx.signal ?? "unknown"}`);
