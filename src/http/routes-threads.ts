@@ -296,11 +296,16 @@ export async function resumeRoute(request: Request, env: Env, id: string | undef
   const row = await unwrapRpc(threadStub(env, threadId).getThread(claims.houseId));
   const body = await readBody(request, resumeSchema);
   const environment = await runEnvironment(env, claims.houseId, row.environmentId);
-  const harness = environment?.harness ?? "pi";
+  // The run goes on as it was started: its harness, and what its request chose over the environment.
+  const previous = await unwrapRpc(threadStub(env, threadId).lastRunSettings(claims.houseId));
+  const harness = previous.harness ?? environment?.harness ?? "pi";
+  const model = body.model ?? previous.model;
   // A thread with nothing to resume gets its 409 from the actor first.
-  if (row.status === "completed" || row.status === "failed") requireModel(harness, body.model, environment);
+  if (row.status === "completed" || row.status === "failed") requireModel(harness, model, environment);
   const { runId, status } = await unwrapRpc(threadStub(env, threadId).startRun(claims.houseId, {
-    task: body.message, harness, model: body.model, authorId: claims.subject, resume: true,
+    task: body.message, harness, model, authorId: claims.subject, resume: true,
+    ...(previous.permissionMode ? { permissionMode: previous.permissionMode } : {}),
+    ...(previous.allowedTools ? { allowedTools: previous.allowedTools } : {}),
   }));
   return json({ threadId, runId, status }, 202);
 }

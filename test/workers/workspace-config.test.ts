@@ -1,7 +1,7 @@
 import { describe, expect, it, vi } from "vitest";
 import { env, runInDurableObject } from "cloudflare:test";
 import type { ThreadActor } from "./test-worker";
-import { call, errorCode, houseToken, readAll } from "./helpers";
+import { call, errorCode, houseToken, post, readAll } from "./helpers";
 import { sharedTestProvider } from "./register-test-provider";
 import { LABEL_RUN } from "../../src/sandbox/provider";
 
@@ -88,6 +88,32 @@ describe("environment workspace fields", () => {
     expect(launched.payload).toMatchObject({ permissionMode: "acceptEdits", allowedTools: ["read", "edit"] });
     const bad = await call(`/api/threads/${parentId}/delegate`, { method: "POST", token, json: { task: "x", permissionMode: "yolo" } });
     expect(bad.status).toBe(400);
+  });
+
+  it("a resume keeps what its run chose over the environment: model, permission mode, tools (a read-only child stays read-only)", async () => {
+    const token = await houseToken("house-ws-resume-keeps");
+    const created = await createEnv(token, {});
+    const chosen = { permissionMode: "plan", allowedTools: ["read", "ls"], model: "local/chosen" };
+    const { childThreadId, runId } = await delegateAndLaunch(token, created.body.id, { task: "look", ...chosen });
+    expect((await post(token, childThreadId, { payload: { type: "signal.thread.status_changed", status: "completed", runId } })).status).toBe(201);
+    const resumed = await call(`/api/threads/${childThreadId}/resume`, { method: "POST", token, json: { message: "go on" } });
+    expect(resumed.status).toBe(202);
+    const next = ((await resumed.json()) as { runId: string }).runId;
+    const launched = await vi.waitFor(async () => {
+      const l = (await readAll(token, childThreadId)).entries.find((e) => e.id === `launched:${next}`);
+      expect(l).toBeTruthy();
+      return l!;
+    }, { timeout: 15_000, interval: 100 });
+    expect(launched.payload).toMatchObject({ permissionMode: "plan", allowedTools: ["read", "ls"] });
+    const started = sharedTestProvider().calls.find((c) => c.op === "startDetached" && JSON.stringify(c).includes(next));
+    expect(JSON.stringify(started)).toContain("--model 'local/chosen'");
+    // A model given with the resume is this run's.
+    expect((await post(token, childThreadId, { payload: { type: "signal.thread.status_changed", status: "completed", runId: next } })).status).toBe(201);
+    const third = ((await (await call(`/api/threads/${childThreadId}/resume`, { method: "POST", token, json: { message: "more", model: "local/third" } })).json()) as { runId: string }).runId;
+    await vi.waitFor(() => {
+      const c = sharedTestProvider().calls.find((x) => x.op === "startDetached" && JSON.stringify(x).includes(third));
+      expect(JSON.stringify(c)).toContain("--model 'local/third'");
+    }, { timeout: 15_000, interval: 100 });
   });
 
   it("refuses bad files and box modes; boxMode shared implies the shared box", async () => {

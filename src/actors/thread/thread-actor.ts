@@ -8,6 +8,7 @@ import { formatOffset, parseOffset, MAX_READ_BYTES } from "../../streams/protoco
 import { parseJsonBody, prepareEntries, toEntryWithOffset, type EntryWriter } from "../../threads/entries";
 import type { LaunchSpec } from "../../threads/launch";
 import { LaunchProgressStore, type LaunchStep } from "../../threads/launch-progress";
+import { claimedSettings, settingsOfClaim } from "../../threads/run-settings";
 import { THREAD_ROW_SCHEMA, ThreadRowStore, publicThread, type ParentRef, type ThreadRow } from "../../threads/thread-row";
 import { systemClock, type Clock } from "../clock";
 import { errorMessage, logEvent } from "../../domain/log-event";
@@ -317,7 +318,7 @@ export class ThreadActor extends DurableObject<Env> {
     const runId = spec.runId ?? crypto.randomUUID();
     const now = this.clock.now();
     const prompt: Entry = { id: `prompt:${runId}`, ts: now, authorId: spec.authorId, payload: { type: "chat", text: spec.task, origin: spec.resume ? "resume" : "task", runId, dispatch: false } };
-    const claim: Entry = { id: `claim:${runId}`, ts: now, authorId: "threadbox", payload: { type: STATUS_CHANGED, status: "running", reason: "launching", runId, harness: spec.harness } };
+    const claim: Entry = { id: `claim:${runId}`, ts: now, authorId: "threadbox", payload: { type: STATUS_CHANGED, status: "running", reason: "launching", runId, ...claimedSettings(spec) } };
     this.appendInternal([prompt, claim]);
     const { authorId: _author, runId: _named, ...launchSpec } = spec;
     this.outbox.enqueue(`launch:${runId}`, "launch", { ...launchSpec, runId }, now);
@@ -435,6 +436,14 @@ export class ThreadActor extends DurableObject<Env> {
 
   async getThread(houseId: string) {
     return settle(async () => publicThread(this.requireThread(houseId)));
+  }
+
+  /** What the thread's last run set for itself, which a resume of it keeps. */
+  async lastRunSettings(houseId: string) {
+    return settle(async () => {
+      const row = this.requireThread(houseId);
+      return settingsOfClaim(row.runId ? this.entryById(`claim:${row.runId}`) : null);
+    });
   }
 
   /** Whether run `runId` is this thread's running run (it may still be launching, its box not yet assigned). */
