@@ -34,7 +34,7 @@ if (!existsSync(varsFile)) {
 }
 const varsFileText = readFileSync(varsFile, "utf8");
 const vars = parseVars(varsFileText);
-if (!vars.THREADBOX_ADMIN_SECRET) fail(`THREADBOX_ADMIN_SECRET is not set in ${varsFile}`);
+if (!vars.THREADBOX_ADMIN_SECRET || vars.THREADBOX_ADMIN_SECRET.length < 16) fail(`THREADBOX_ADMIN_SECRET in ${varsFile} must be at least 16 characters`);
 if (!vars.THREADBOX_TOKEN_SECRET || vars.THREADBOX_TOKEN_SECRET.length < 16) fail(`THREADBOX_TOKEN_SECRET in ${varsFile} must be at least 16 characters`);
 const example = parseVars(readFileSync(join(ROOT, ".dev.vars.example"), "utf8"));
 for (const name of ["THREADBOX_ADMIN_SECRET", "THREADBOX_TOKEN_SECRET"]) {

@@ -21,7 +21,8 @@ export function streamTokenTtlSeconds(env: { STREAM_TOKEN_TTL_SECONDS?: string }
 
 export const API_TOKEN_DEFAULT_TTL_SECONDS = 30 * 24 * 60 * 60;
 const ISSUER = "threadbox";
-const MIN_SECRET_BYTES = 16;
+/** The shortest THREADBOX_TOKEN_SECRET (and THREADBOX_ADMIN_SECRET) the worker accepts. */
+export const MIN_SECRET_LENGTH = 16;
 
 export type HouseClaims = { kind: "house"; houseId: string; subject: string; role: Role };
 /** `runId` is set on the token a run's box gets: only it may write that run's artifacts. */
@@ -37,7 +38,7 @@ const claimsSchema = z.discriminatedUnion("kind", [
 ]);
 
 function keyFrom(secret: string | undefined): Uint8Array {
-  if (!secret || secret.length < MIN_SECRET_BYTES) {
+  if (!secret || secret.length < MIN_SECRET_LENGTH) {
     throw new ApiError("internal", "THREADBOX_TOKEN_SECRET is not configured (at least 16 characters)");
   }
   return new TextEncoder().encode(secret);

@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { ApiError, json } from "../errors";
 import type { Env } from "../env";
-import { idSchema, mintHouseToken, roleSchema } from "../auth/tokens";
+import { idSchema, MIN_SECRET_LENGTH, mintHouseToken, roleSchema } from "../auth/tokens";
 import { readBody } from "./body";
 import { SYSTEM_AUTHOR } from "../entries/schema";
 import { passesForControlPlane } from "../domain/reserved-name";
@@ -29,7 +29,8 @@ function timingSafeEqual(a: string, b: string): boolean {
 /** Only the admin secret mints house tokens; it is compared in constant time and never echoed. */
 export async function mintTokenRoute(request: Request, env: Env): Promise<Response> {
   const secret = env.THREADBOX_ADMIN_SECRET;
-  if (!secret) throw new ApiError("internal", "THREADBOX_ADMIN_SECRET is not configured");
+  // It mints any house's tokens, any role, over the open internet: a short one could be guessed.
+  if (!secret || secret.length < MIN_SECRET_LENGTH) throw new ApiError("internal", `THREADBOX_ADMIN_SECRET is not configured (at least ${MIN_SECRET_LENGTH} characters)`);
   const header = request.headers.get("authorization") ?? "";
   const match = /^Bearer\s+(.+)$/i.exec(header.trim());
   if (!match) throw new ApiError("unauthorized", "missing admin bearer token");

@@ -84,7 +84,7 @@ export async function run(o: RunOptions): Promise<RunResult> {
     await o.provider.upload(ref, uploads);
     const exec = await o.provider.exec(ref, plan.command, { env: plan.env, timeoutSec: o.timeoutSec ?? 3 * 24 * 3600 });
     const entries = await readAll(url, o.streamToken);
-    const outcome = getCodingAgent(harness).decideOutcome(entries, exec.exitCode, { authorId: o.authorId });
+    const outcome = getCodingAgent(harness).decideOutcome(entries, exec.exitCode, { authorId: o.authorId, runId });
     if (outcome.entries.length > 0) await post(url, o.streamToken, outcome.entries);
     return { status: outcome.status, reason: outcome.reason, exitCode: exec.exitCode, boxRef: ref, finishedBy: outcome.alreadyFinished ? "already-on-thread" : "host" };
   } finally {

@@ -77,6 +77,13 @@ function assertWritable(payload: { type: string; [k: string]: unknown }, writer:
   if (payload.type === STATUS_CHANGED && payload.status === "running" && payload.boxId !== undefined && !writer.mayNameBox) {
     throw new ApiError("forbidden", "a stream token may not name a box in a run's claim: only a house token may");
   }
+  // A token that names a run speaks for that run alone. A stopped run's box (its token lives on
+  // for hours) could otherwise end the thread's next run, or claim its own ended run again and so
+  // have its token renewed for as long as it sends heartbeats.
+  if (payload.type === STATUS_CHANGED && writer.runId !== undefined) {
+    if (payload.runId !== writer.runId) throw new ApiError("forbidden", `this token's status changes name its own run: runId ${writer.runId}`);
+    if (payload.status === "running" && id !== `claim:${writer.runId}`) throw new ApiError("forbidden", `this token claims its run once, under the id claim:${writer.runId}`);
+  }
   // What a run left behind is listed as its own: nobody else may add to it, or take its ids
   // first (the runner's entry would then be dropped as a duplicate).
   if (payload.type.startsWith("artifact.") && (writer.runId === undefined || payload.runId !== writer.runId)) {

@@ -253,6 +253,10 @@ describe("npm run serve", () => {
     const weak = await start(await freePort());
     expect(weak.code).toBe(1);
     expect(weak.out).toContain("THREADBOX_TOKEN_SECRET");
+    writeFileSync(varsFile, `THREADBOX_ADMIN_SECRET=admin\nTHREADBOX_TOKEN_SECRET=${TOKEN_SECRET}\n`);
+    const weakAdmin = await start(await freePort());
+    expect(weakAdmin.code).toBe(1);
+    expect(weakAdmin.out).toContain("THREADBOX_ADMIN_SECRET");
 
     writeFileSync(varsFile, `THREADBOX_ADMIN_SECRET=${ADMIN}\nTHREADBOX_TOKEN_SECRET=${TOKEN_SECRET}\n`);
     const busy = createServer();

@@ -18,12 +18,15 @@ type Owner = {
   boxId: string;
   streamName: string;
   agentId: string | null;
+  /** Its webhook signing key's id (the JWKS `kid`): the attacker's key set must not be it. */
+  signingKid: string;
 };
 /** The attacker's own thread and environment: rows that name xh's things in a body send them there. */
 type Attacker = { house: string; token: string; streamTokenForOwnersThread: string; streamName: string; threadId: string; environmentId: string };
 
 type Expect =
-  | { status: 404 | 403 }
+  /** `code` when the route answers in its own protocol's codes (subscriptions: upper case). */
+  | { status: 404 | 403 | 401; code?: string }
   /** The caller's own list (none of xh's things in it): `key` holds the list. */
   | { ownList: string }
   /** Succeeds, but only in the caller's own house (xh is checked unchanged). */
@@ -40,6 +43,11 @@ type Row = {
   expect: Expect;
   /** xh's thing is named in the body (so the body must be parsed to find it). */
   targetInBody?: boolean;
+  /**
+   * The id is looked up in the caller's own house only (subscriptions): another house's is just
+   * an id the caller has none of, whose body is checked first as for any other.
+   */
+  callersOwnNamespace?: boolean;
 };
 
 const json = { "content-type": "application/json" };
@@ -129,6 +137,22 @@ const ROWS: Row[] = [
   { name: "GET /api/environments/:id/folders/:name", method: "GET", path: (o) => `/api/environments/${o.environmentId}/folders/xh-docs`, expect: { status: 404 } },
   { name: "DELETE /api/environments/:id", method: "DELETE", path: (o) => `/api/environments/${o.environmentId}`, expect: { status: 404 } },
 
+  // webhook subscriptions (the protocol's reserved __ds/ paths): xh's subscription by its id
+  { name: "GET /v1/stream/__ds/subscriptions", method: "GET", path: () => "/v1/stream/__ds/subscriptions", expect: { ownList: "subscriptions" } },
+  { name: "GET /v1/stream/__ds/jwks.json", method: "GET", path: () => "/v1/stream/__ds/jwks.json", expect: { ownList: "keys" } },
+  { name: "GET /v1/stream/__ds/subscriptions/:id", method: "GET", path: () => `/v1/stream/__ds/subscriptions/${SUBSCRIPTION}`, expect: { status: 404, code: "SUBSCRIPTION_NOT_FOUND" } },
+  { name: "HEAD /api/stream/__ds/subscriptions/:id", method: "HEAD", path: () => `/api/stream/__ds/subscriptions/${SUBSCRIPTION}`, expect: { status: 404 } },
+  { name: "POST /v1/stream/__ds/subscriptions/:id/streams", method: "POST", path: () => `/v1/stream/__ds/subscriptions/${SUBSCRIPTION}/streams`, body: () => ({ streams: ["stolen"] }), headers: json, expect: { status: 404, code: "SUBSCRIPTION_NOT_FOUND" }, callersOwnNamespace: true },
+  { name: "DELETE /v1/stream/__ds/subscriptions/:id/streams/:name", method: "DELETE", path: (o) => `/v1/stream/__ds/subscriptions/${SUBSCRIPTION}/streams/${o.streamName}`, expect: { status: 404, code: "SUBSCRIPTION_NOT_FOUND" } },
+  { name: "POST /v1/stream/__ds/subscriptions/:id/claim", method: "POST", path: () => `/v1/stream/__ds/subscriptions/${SUBSCRIPTION}/claim`, body: () => ({ worker: "mallory" }), headers: json, expect: { status: 404, code: "SUBSCRIPTION_NOT_FOUND" }, callersOwnNamespace: true },
+  { name: "POST /v1/stream/__ds/subscriptions/:id/ack (house token)", method: "POST", path: () => `/v1/stream/__ds/subscriptions/${SUBSCRIPTION}/ack`, body: () => ({ wake_id: "w", generation: 1, acks: [], done: true }), headers: json, expect: { status: 401, code: "TOKEN_INVALID" } },
+  { name: "POST /v1/stream/__ds/subscriptions/:id/callback (house token)", method: "POST", path: () => `/v1/stream/__ds/subscriptions/${SUBSCRIPTION}/callback`, body: () => ({ wake_id: "w", generation: 1, acks: [], done: true }), headers: json, expect: { status: 401, code: "TOKEN_INVALID" } },
+  { name: "POST /v1/stream/__ds/subscriptions/:id/release (house token)", method: "POST", path: () => `/v1/stream/__ds/subscriptions/${SUBSCRIPTION}/release`, body: () => ({ wake_id: "w", generation: 1, acks: [], done: true }), headers: json, expect: { status: 401, code: "TOKEN_INVALID" } },
+  { name: "DELETE /v1/stream/__ds/subscriptions/:id", method: "DELETE", path: () => `/v1/stream/__ds/subscriptions/${SUBSCRIPTION}`, expect: { status: 404, code: "SUBSCRIPTION_NOT_FOUND" } },
+  { name: "GET /v1/stream/__ds/subscriptions/:id (stream token)", method: "GET", path: () => `/v1/stream/__ds/subscriptions/${SUBSCRIPTION}`, as: "stream", expect: { status: 403 } },
+  // Last among subscriptions: creates the attacker's own subscription of that id, leaving xh's alone.
+  { name: "PUT /v1/stream/__ds/subscriptions/:id", method: "PUT", path: () => `/v1/stream/__ds/subscriptions/${SUBSCRIPTION}`, body: () => ({ type: "webhook", pattern: "**", webhook: { url: "https://example.com/mallory" } }), headers: json, expect: { ownStatus: 201 } },
+
   // Last: after every row that names xh's environment: an environment created with xh's id is the caller's own, xh's is untouched.
   { name: "POST /api/environments (xh's environment id)", method: "POST", path: () => "/api/environments", body: (o) => ({ id: o.environmentId, name: "mine", provider: "test", sharedBox: true }), headers: json, expect: { ownStatus: 201 } },
 ];
@@ -136,6 +160,8 @@ const ROWS: Row[] = [
 const OWNER_HOUSE = "xh";
 const SECRET = "sk-xh-never-leaks";
 const STREAM_TEXT = "xh-salary-data";
+const SUBSCRIPTION = "xh-sub";
+const SUBSCRIPTION_URL = "https://example.com/xh-private-hook";
 
 /** Everything house xh can see; compared before and after each row. */
 async function snapshot(o: Owner): Promise<string> {
@@ -159,6 +185,9 @@ async function snapshot(o: Owner): Promise<string> {
     await get(`/api/stream/thread-${o.threadId}?offset=-1`),
     await get(`/api/environments/${o.environmentId}/folders`),
     await get(`/api/environments/${o.environmentId}/folders/xh-docs`),
+    await get(`/v1/stream/__ds/subscriptions/${SUBSCRIPTION}`),
+    await get("/v1/stream/__ds/subscriptions"),
+    await get("/v1/stream/__ds/jwks.json"),
   ];
   if (o.agentId) parts.push(await get("/api/agents"), await get(`/api/agents/${o.agentId}`));
   return JSON.stringify(parts);
@@ -180,8 +209,13 @@ async function createOwner(): Promise<Owner> {
   const streamName = "eng:payroll";
   expect((await call(`/api/stream/${streamName}`, { method: "PUT", token, headers: { "content-type": "text/plain" } })).status).toBe(201);
   expect((await call(`/api/stream/${streamName}`, { method: "POST", token, body: STREAM_TEXT, headers: { "content-type": "text/plain" } })).status).toBe(204);
+  // Linked at the stream's tail: nothing pending, so no wake (and no webhook call) is made.
+  const sub = await call(`/v1/stream/__ds/subscriptions/${SUBSCRIPTION}`, { method: "PUT", token, json: { type: "webhook", streams: [streamName], webhook: { url: SUBSCRIPTION_URL } } });
+  expect(sub.status).toBe(201);
+  const jwks = (await (await call("/v1/stream/__ds/jwks.json", { token })).json()) as { keys: { kid: string }[] };
   const owner: Owner = {
     token, threadId: t.id, environmentId: ((await e.json()) as { id: string }).id, boxId: ((await box.json()) as { id: string }).id, streamName, agentId: null,
+    signingKid: jwks.keys[0].kid,
   };
   const agent = await call("/api/agents", { method: "POST", token, json: { name: "xh-agent", handle: "xh-bot", model: "local/m", environmentId: owner.environmentId } });
   expect(agent.status).toBe(201);
@@ -231,7 +265,8 @@ describe.each(ATTACKERS)("another house ($house) against house xh", ({ house, st
 
     if ("status" in row.expect) {
       expect(res.status).toBe(row.expect.status);
-      if (row.method !== "HEAD") expect(JSON.parse(text).error.code).toBe(row.expect.status === 404 ? "not_found" : "forbidden");
+      const code = row.expect.code ?? (row.expect.status === 404 ? "not_found" : "forbidden");
+      if (row.method !== "HEAD") expect(JSON.parse(text).error.code).toBe(code);
     } else if ("ownList" in row.expect) {
       expect(res.status).toBe(200);
       expect(Array.isArray(JSON.parse(text)[row.expect.ownList])).toBe(true);
@@ -240,7 +275,7 @@ describe.each(ATTACKERS)("another house ($house) against house xh", ({ house, st
     }
 
     // Authorization comes before validation: a malformed body changes nothing about the answer.
-    if (row.body && "status" in row.expect && !row.targetInBody) {
+    if (row.body && "status" in row.expect && !row.targetInBody && !row.callersOwnNamespace) {
       for (const [garbage, contentType] of [["{not json", "application/json"], ["[[[[[[[[", "application/json; charset=latin1"], ["x", "text/html"]]) {
         const bad = await SELF.fetch(`${BASE}${row.path(owner, attacker)}`, { method: row.method, headers: { authorization: headers.get("authorization")!, "content-type": contentType }, body: garbage });
         expect({ garbage, status: bad.status }).toEqual({ garbage, status: row.expect.status });
@@ -249,7 +284,7 @@ describe.each(ATTACKERS)("another house ($house) against house xh", ({ house, st
     }
 
     // Nothing of xh's comes back...
-    const mustNotLeak = [SECRET, STREAM_TEXT, "xh private", "xh-alice"];
+    const mustNotLeak = [SECRET, STREAM_TEXT, "xh private", "xh-alice", SUBSCRIPTION_URL, owner.signingKid];
     if (!("ownStatus" in row.expect)) mustNotLeak.push(owner.threadId, owner.environmentId, owner.boxId);
     for (const secret of mustNotLeak) expect(text).not.toContain(secret);
     for (const [, value] of res.headers) for (const secret of mustNotLeak) expect(value).not.toContain(secret);

@@ -247,5 +247,42 @@ describe("stream token renewal", () => {
     expect(late.status).toBe(409);
     expect(await errorCode(late)).toBe("conflict");
   });
+
+  it("an ended run's token can neither claim its run again (to be renewed) nor end the thread's next run", async () => {
+    const house = "house-renew-stale";
+    const token = await houseToken(house);
+    const t = await createThread(token);
+    const signal = (status: string, extra: Record<string, unknown> = {}) => ({ payload: { type: "signal.thread.status_changed", status, ...extra } });
+    const viaStream = (tok: string, body: unknown) => call(`/api/stream/thread-${t.id}`, { method: "POST", token: tok, json: body });
+    const row = async () => (await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string; runId: string | null };
+    const run1 = await runToken(house, t.id, "run1");
+    // A run driven from outside claims its run with its own token, under claim:<runId>.
+    expect((await viaStream(run1, { id: "claim:run1", ...signal("running", { runId: "run1" }) })).status).toBe(204);
+    expect((await viaStream(run1, signal("completed", { runId: "run1" }))).status).toBe(204);
+    expect(await row()).toMatchObject({ status: "completed", runId: "run1" });
+
+    // The ended run's token, still valid for hours, claims its run again: the thread stays settled
+    // and the token cannot be renewed.
+    for (const claim of [signal("running", { runId: "run1" }), { id: "claim:run1", ...signal("running", { runId: "run1" }) }, signal("running", { runId: "run9" })]) {
+      const r = await viaStream(run1, claim);
+      expect([204, 403]).toContain(r.status);
+      await r.body?.cancel();
+    }
+    expect(await row()).toMatchObject({ status: "completed", runId: "run1" });
+    const renewed = await call(`/api/stream/thread-${t.id}/token`, { method: "POST", token: run1 });
+    expect(renewed.status).toBe(409);
+    await renewed.body?.cancel();
+
+    // The next run (a resume) is not the old token's to end, with its run id or without one.
+    await post(token, t.id, signal("running", { runId: "run2" }));
+    for (const forged of [signal("completed", { reason: "forged" }), signal("pi_failed", { runId: "run2", reason: "forged" })]) {
+      const r = await viaStream(run1, forged);
+      expect(r.status).toBe(403);
+      expect(await errorCode(r)).toBe("forbidden");
+    }
+    expect(await row()).toMatchObject({ status: "running", runId: "run2" });
+    expect((await viaStream(await runToken(house, t.id, "run2"), signal("completed", { runId: "run2" }))).status).toBe(204);
+    expect(await row()).toMatchObject({ status: "completed", runId: "run2" });
+  });
 });
 

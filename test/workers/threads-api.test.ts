@@ -1,7 +1,8 @@
 import { describe, expect, it } from "vitest";
-import { env as testEnv, runInDurableObject } from "cloudflare:test";
+import { createExecutionContext, env as testEnv, runInDurableObject } from "cloudflare:test";
+import worker from "../../src/worker";
 const env = testEnv as unknown as { HOUSES: DurableObjectNamespace };
-import { call, chat, createThread, errorCode, houseToken, post, readAll, streamToken, ADMIN } from "./helpers";
+import { BASE, call, chat, createThread, errorCode, houseToken, post, readAll, streamToken, ADMIN } from "./helpers";
 
 describe("admin tokens", () => {
   it("mints a house token with the admin secret and refuses anything else", async () => {
@@ -27,6 +28,17 @@ describe("admin tokens", () => {
     const viewer = await mint("viewer");
     expect((await call("/api/threads", { method: "POST", token: viewer, json: {} })).status).toBe(403);
     expect((await call("/api/threads", { token: viewer })).status).toBe(200);
+  });
+
+  it("a short admin secret mints nothing, not even with the right secret: it says the secret is too short", async () => {
+    for (const secret of ["admin", "fifteen-chars15"]) {
+      const r = await worker.fetch(new Request(`${BASE}/api/admin/tokens`, {
+        method: "POST", headers: { authorization: `Bearer ${secret}`, "content-type": "application/json" }, body: JSON.stringify({ houseId: "h1", subject: "u1" }),
+      }), { ...testEnv, THREADBOX_ADMIN_SECRET: secret } as never, createExecutionContext());
+      const body = (await r.json()) as { token?: string; error?: { code: string; message: string } };
+      expect({ secret, status: r.status, token: body.token }).toEqual({ secret, status: 500, token: undefined });
+      expect(body.error).toEqual({ code: "internal", message: "THREADBOX_ADMIN_SECRET is not configured (at least 16 characters)" });
+    }
   });
 });
 
