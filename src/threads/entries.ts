@@ -90,9 +90,12 @@ function assertWritable(payload: { type: string; [k: string]: unknown }, writer:
     throw new ApiError("forbidden", "artifact entries are written by their run's box only");
   }
   if (id !== undefined && CONTROL_PLANE_ID.test(id) && !isRunsOwnStart(id, writer)) throw new ApiError("forbidden", `ids of the form ${id.slice(0, id.indexOf(":") + 1)}… are kept for the control plane's own entries`);
-  // A bot's run_command output on its thread (`exec:<turn>:<call>:out:<n>`): an entry posted under
-  // one first would have the bot's own dropped as a duplicate, or stand in for it.
-  if (id !== undefined && id.startsWith("exec:") && !writer.isBot) throw new ApiError("forbidden", "ids of the form exec:… are kept for a bot's live command output");
+  // A bot's run_command output on its thread (`exec:<bot>:<turn>:<call>:out:<n>`): an entry posted
+  // under one first would have the bot's own dropped as a duplicate, or stand in for it. Turn and
+  // call ids show on the thread, so another bot could do that too.
+  if (id !== undefined && id.startsWith("exec:") && !(writer.isBot && id.startsWith(`exec:${writer.subject}:`))) {
+    throw new ApiError("forbidden", "ids of the form exec:<bot>:… are kept for that bot's live command output");
+  }
   const idRun = id === undefined ? undefined : ARTIFACT_ID.exec(id)?.[1];
   if (idRun !== undefined && idRun !== writer.runId) throw new ApiError("forbidden", "ids of the form <thread>:artifacts:<runId>:… are kept for that run's artifacts");
 }

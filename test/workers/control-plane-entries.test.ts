@@ -97,15 +97,22 @@ describe("entries the thread acts on are the control plane's own", () => {
     }
   });
 
-  it("a client cannot write under the ids of a bot's live command output (exec:<turn>:<call>:out:<n>)", async () => {
+  it("a client cannot write under the ids of a bot's live command output (exec:<bot>:<turn>:<call>:out:<n>), nor another bot", async () => {
     const token = await houseToken("house-cp-exec-ids");
     const t = await createThread(token);
     const run = await streamToken("house-cp-exec-ids", t.id);
-    const id = "exec:turn_abc:call_1:out:0";
-    const rest = await post(token, t.id, { id, payload: { type: "signal.exec.output", execId: "call_1", stream: "stdout", text: "forged\n" } });
+    const id = "exec:ag_coder:turn_abc:call_1:out:0";
+    const output = (text: string) => ({ id, payload: { type: "signal.exec.output", execId: "call_1", stream: "stdout", text } });
+    const otherBot = await post(await houseToken("house-cp-exec-ids", "ag_other", "bot"), t.id, output("forged by another bot\n"));
+    expect(otherBot.status).toBe(403);
+    await otherBot.body?.cancel();
+    const itself = await post(await houseToken("house-cp-exec-ids", "ag_coder", "bot"), t.id, output("the bot's own\n"));
+    expect(itself.status).toBe(201);
+    await itself.body?.cancel();
+    const rest = await post(token, t.id, { ...output("forged\n"), id: "exec:ag_coder:turn_abc:call_1:out:1" });
     expect(rest.status).toBe(403);
     await rest.body?.cancel();
-    const stream = await streamPost(run, t.id, { id, payload: { type: "signal.exec.output", execId: "call_1", stream: "stdout", text: "forged\n" } });
+    const stream = await streamPost(run, t.id, { ...output("forged\n"), id: "exec:ag_coder:turn_abc:call_1:out:2" });
     expect(stream.status).toBe(403);
     await stream.body?.cancel();
     // The exec route's own ids (exec_<id>:out:<n>) are another form, written by the caller.

@@ -26,7 +26,7 @@ export function sandboxTools(ctx: ToolContext): ToolSpec[] {
       if (!ctx.environmentId) return NO_SANDBOX;
       // The output reaches the thread while the command runs, under the tool call's id.
       const r = await runInEnvironment(ctx.env, ctx.claims, ctx.environmentId, args, {
-        threadId: ctx.threadId, execId: call.toolCallId, idPrefix: `exec:${ctx.turnId}:${call.toolCallId}`,
+        threadId: ctx.threadId, execId: call.toolCallId, idPrefix: `exec:${ctx.claims.subject}:${ctx.turnId}:${call.toolCallId}`,
       });
       return `exit code ${r.exitCode}\n${r.output}`;
     },
