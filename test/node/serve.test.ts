@@ -238,9 +238,9 @@ describe("npm run serve", () => {
     const tree = freshTree();
     trees.push(tree);
     const varsFile = join(tempDir("threadbox-serve-vars-"), "serve.vars");
-    const start = async (port: number) => {
+    const start = async (port: number, file = varsFile) => {
       const child = spawn(process.execPath, [join(tree.dir, "scripts", "serve.mjs")], {
-        cwd: tree.dir, env: { ...process.env, PATH: nodePath(), PORT: String(port), THREADBOX_VARS_FILE: varsFile },
+        cwd: tree.dir, env: { ...process.env, PATH: nodePath(), PORT: String(port), THREADBOX_VARS_FILE: file },
       });
       let out = "";
       child.stdout.on("data", (d) => { out += d; });
@@ -248,6 +248,16 @@ describe("npm run serve", () => {
       const code = await new Promise((r) => child.on("exit", r));
       return { code, out };
     };
+
+    // A vars file that cannot be created (its directory is missing) or read (a directory): one line
+    // naming the setting, no stack trace.
+    for (const file of [join(tempDir("threadbox-serve-vars-"), "missing-dir", "serve.vars"), tempDir("threadbox-serve-vars-")]) {
+      const bad = await start(await freePort(), file);
+      expect(bad.code).toBe(1);
+      expect(bad.out).toContain(`the vars file ${file} (`);
+      expect(bad.out).toContain("THREADBOX_VARS_FILE must name a file");
+      expect(bad.out).not.toMatch(/\n\s+at |node:fs/);
+    }
 
     writeFileSync(varsFile, `THREADBOX_ADMIN_SECRET=${ADMIN}\nTHREADBOX_TOKEN_SECRET=short\n`);
     const weak = await start(await freePort());
