@@ -78,6 +78,7 @@ threadbox is serving on plain workerd (pid ${server.pid}${size})
   vars        ${varsFile}
   config      ${server.configFile}
 
+Mint a house token with THREADBOX_ADMIN_SECRET from ${varsFile}:
   curl -s -X POST ${server.url}/api/admin/tokens -H "authorization: Bearer $THREADBOX_ADMIN_SECRET" \\
        -H 'content-type: application/json' -d '{"houseId":"my-house","subject":"me","role":"owner"}'
 `);

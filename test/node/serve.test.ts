@@ -105,6 +105,8 @@ describe("npm run serve", () => {
 
     const first = await serve(tree.dir, env);
     expect(first.output()).toMatch(/bundle [\d.]+ KiB/);
+    // The token-minting line it prints uses $THREADBOX_ADMIN_SECRET, which no shell has yet: it says where it is.
+    expect(first.output()).toContain(`THREADBOX_ADMIN_SECRET from ${varsFile}`);
     const api = client(`http://127.0.0.1:${port}`);
     await api.login();
 
