@@ -174,6 +174,23 @@ describe("login", () => {
     } finally {
       other.close();
     }
+    // Another API that refuses (a model server's 404, as on the demo model's port), and a proxy's error page.
+    const refusing = createServer((req, res) => {
+      if (req.url?.startsWith("/proxy")) { res.writeHead(502, { "content-type": "text/html" }); res.end("<html><body><h1>502 Bad Gateway</h1></body></html>"); return; }
+      res.writeHead(404, { "content-type": "application/json" });
+      res.end('{"error":{"message":"no route GET /api/threads","type":"invalid_request_error"}}');
+    });
+    await new Promise<void>((resolve) => refusing.listen(0, "127.0.0.1", resolve));
+    const refusingUrl = `http://127.0.0.1:${(refusing.address() as AddressInfo).port}`;
+    try {
+      const o = await cli(["login", `${refusingUrl}/#token=${token}`], { config });
+      expect([o.code, o.stderr]).toEqual([2, `error not_threadbox: ${refusingUrl} is not a threadbox API (GET /api/threads answered 404 JSON without an error code): check the URL\n`]);
+      expect(existsSync(join(config, "threadbox", "config.json"))).toBe(false);
+      const proxied = await cli(["threads"], { env: { THREADBOX_URL: `${refusingUrl}/proxy`, THREADBOX_TOKEN: token } });
+      expect([proxied.code, proxied.stderr]).toEqual([2, `error http_502: Bad Gateway from ${refusingUrl}/proxy (GET /api/threads answered 502 text/html, not the API's JSON error)\n`]);
+    } finally {
+      refusing.close();
+    }
     // commands pointed there say the same instead of a stack trace or a silent retry loop
     const env = { THREADBOX_URL: page, THREADBOX_TOKEN: token };
     const listed = await cli(["threads"], { env });
