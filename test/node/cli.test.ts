@@ -318,6 +318,21 @@ describe("an empty thread id", () => {
     const json = await cli(["post", "", "hi", "--json"], { env: as() });
     expect([json.code, JSON.parse(json.stderr)]).toEqual([2, { error: { code: "usage", message: "the thread id is empty (did the command that gave it fail?)" } }]);
   });
+
+  it("post, delegate and resume refuse a blank text (an unset \"$VAR\", an empty pipe) instead of posting an empty chat or starting a run on nothing", async () => {
+    const thread = (await ok(["new", "blank texts", "--env", "demo"])).stdout.trim();
+    for (const [args, stdin, message] of [
+      [["post", thread, ""], undefined, "the message is empty"],
+      [["post", thread, "-"], "\n", "the message is empty (nothing on stdin)"],
+      [["delegate", thread, " "], undefined, "the task is empty"],
+      [["resume", thread, "\t"], undefined, "the message is empty"],
+    ] as const) {
+      const r = await cli([...args], { env: as(), input: stdin });
+      expect({ args, code: r.code, stdout: r.stdout, stderr: r.stderr }).toEqual({ args, code: 2, stdout: "", stderr: `error usage: ${message}\n` });
+    }
+    expect((await api(`/api/threads/${thread}/entries?offset=-1`)).entries).toEqual([]);
+    expect((await api(`/api/threads?parent=${thread}`)).threads).toEqual([]);
+  });
 });
 
 describe("runs: delegate --watch and tail --until-done end when the run ends", () => {
