@@ -617,6 +617,16 @@ describe("chat with a bot", () => {
     expect(chats[0]).toMatchObject({ authorId: "cli-user", payload: { text: "write hi.txt containing yo" } });
     expect(chats.at(-1).authorId).toBe(thread.parent.id); // the last word is the bot's report of the child
     expect(es.filter((e: any) => e.payload.type === "signal.thread.child_finished")).toHaveLength(1);
+    // tail names the bot as chat does, in its DM thread and in the child it delegated (whose task it wrote)
+    const childId = es.find((e: any) => e.payload.type === "signal.thread.child_finished").payload.childThreadId;
+    const child = await cli(["tail", childId, "--until-done"], { env: as(), timeoutMs: 30_000 });
+    expect(child.code).toBe(0);
+    // the DM thread itself never runs: a plain tail, stopped once its log has been printed
+    const dm = await cli(["tail", threadId], { env: as(), timeoutMs: 3_000 });
+    for (const tailed of [child, dm]) {
+      expect(tailed.stdout).toMatch(/^\d\d:\d\d:\d\d @demo: /m);
+      expect(tailed.stdout).not.toContain(thread.parent.id);
+    }
   });
 
   it("chat with several lines piped in prints the answer to each before it exits", async (ctx) => {
