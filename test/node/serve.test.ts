@@ -15,7 +15,12 @@ const ADMIN = "serve-admin-secret-4f1c9e";
 const TOKEN_SECRET = "serve-token-secret-0123456789abcdef";
 const trees: { remove(): void }[] = [];
 const dirs: string[] = [];
+/** Every `npm run serve` started: a failed assertion before a test stops its own must not leave it running. */
+const started: { pid?: number }[] = [];
 afterAll(() => {
+  for (const child of started) {
+    try { process.kill(-child.pid!, "SIGKILL"); } catch { /* already gone */ }
+  }
   for (const t of trees) t.remove();
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
 });
@@ -31,6 +36,7 @@ async function serve(cwd: string, env: Record<string, string>, args: string[] = 
   const child = spawn(process.execPath, [join(cwd, "scripts", "serve.mjs"), ...args], {
     cwd, detached: true, env: { ...process.env, PATH: nodePath(), NO_COLOR: "1", ...env },
   });
+  started.push(child);
   let output = "";
   child.stdout!.on("data", (d) => { output += d; });
   child.stderr!.on("data", (d) => { output += d; });
