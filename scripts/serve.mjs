@@ -28,11 +28,23 @@ if (busy) {
   process.exit(1);
 }
 
+// A vars file that cannot be made or read (its directory missing, a directory in its place) is
+// the user's setting to fix: said in one line, not as a stack trace.
+const varsProblem = (err) => `${err?.code ?? err?.message ?? err}: THREADBOX_VARS_FILE must name a file in a directory that exists; unset, it is .serve.vars`;
 if (!existsSync(varsFile)) {
-  createVarsFile(varsFile, join(ROOT, ".dev.vars.example"));
+  try {
+    createVarsFile(varsFile, join(ROOT, ".dev.vars.example"));
+  } catch (err) {
+    fail(`cannot create the vars file ${varsFile} (${varsProblem(err)})`);
+  }
   console.log(`created ${varsFile} with fresh random secrets (set DAYTONA_* and THREADBOX_STREAM_URL there for real boxes)`);
 }
-const varsFileText = readFileSync(varsFile, "utf8");
+let varsFileText;
+try {
+  varsFileText = readFileSync(varsFile, "utf8");
+} catch (err) {
+  fail(`cannot read the vars file ${varsFile} (${varsProblem(err)})`);
+}
 const vars = parseVars(varsFileText);
 if (!vars.THREADBOX_ADMIN_SECRET || vars.THREADBOX_ADMIN_SECRET.length < 16) fail(`THREADBOX_ADMIN_SECRET in ${varsFile} must be at least 16 characters`);
 if (!vars.THREADBOX_TOKEN_SECRET || vars.THREADBOX_TOKEN_SECRET.length < 16) fail(`THREADBOX_TOKEN_SECRET in ${varsFile} must be at least 16 characters`);
@@ -66,6 +78,7 @@ threadbox is serving on plain workerd (pid ${server.pid}${size})
   vars        ${varsFile}
   config      ${server.configFile}
 
+Mint a house token with THREADBOX_ADMIN_SECRET from ${varsFile}:
   curl -s -X POST ${server.url}/api/admin/tokens -H "authorization: Bearer $THREADBOX_ADMIN_SECRET" \\
        -H 'content-type: application/json' -d '{"houseId":"my-house","subject":"me","role":"owner"}'
 `);

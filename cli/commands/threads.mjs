@@ -2,15 +2,23 @@
 import { randomUUID } from "node:crypto";
 import { Option } from "commander";
 import { paths, resolveEnvironment, threadIdArg } from "../lib/api.mjs";
-import { EXIT } from "../lib/errors.mjs";
+import { CliError, EXIT } from "../lib/errors.mjs";
 import { followThread } from "../lib/follow.mjs";
 import { printableLine, safe, threadLine, threadTree } from "../lib/render.mjs";
 import { readStdin } from "../lib/term.mjs";
 
 const STATUSES = ["idle", "running", "completed", "failed"];
 
-/** `-` reads the text from stdin, so long or multi-line text needs no quoting. */
-const textArg = async (text) => (text === "-" ? (await readStdin()).replace(/\n$/, "") : text);
+/**
+ * `-` reads the text from stdin, so long or multi-line text needs no quoting. A blank text (an
+ * unset `"$VAR"`, an empty pipe) is a usage mistake: the server would post an empty chat or start
+ * a run on a blank task.
+ */
+const textArg = async (text, what) => {
+  const value = text === "-" ? (await readStdin()).replace(/\n$/, "") : text;
+  if (!value.trim()) throw new CliError("usage", `the ${what} is empty${text === "-" ? " (nothing on stdin)" : ""}`);
+  return value;
+};
 
 export function registerThreads(program, ctxOf, setExit) {
   program
@@ -57,7 +65,7 @@ export function registerThreads(program, ctxOf, setExit) {
     .option("--id <id>", "entry id: the same id twice posts once", undefined)
     .action(async (threadId, text, opts, cmd) => {
       const ctx = ctxOf(cmd);
-      const envelope = { id: opts.id ?? `cli-${randomUUID()}`, payload: { type: "chat", text: await textArg(text) } };
+      const envelope = { id: opts.id ?? `cli-${randomUUID()}`, payload: { type: "chat", text: await textArg(text, "message") } };
       const r = await ctx.wait("posting", () => ctx.api().post(paths.threadAction(threadId, "entries"), envelope));
       ctx.print(r, () => safe`posted ${r.entries[0].id} at offset ${r.entries[0].offset}` + (r.entries[0].duplicate ? " (already there)" : ""));
     });
@@ -90,7 +98,7 @@ export function registerThreads(program, ctxOf, setExit) {
       const ctx = ctxOf(cmd);
       const api = ctx.api();
       const environmentId = await resolveEnvironment(api, opts.env);
-      const body = { task: await textArg(task) };
+      const body = { task: await textArg(task, "task") };
       for (const k of ["model", "harness", "repo", "branch", "title"]) if (opts[k]) body[k] = opts[k];
       if (environmentId) body.environmentId = environmentId;
       const r = await ctx.wait("delegating", () => api.post(paths.threadAction(threadId, "delegate"), body));
@@ -132,7 +140,7 @@ export function registerThreads(program, ctxOf, setExit) {
     .action(async (threadId, message, opts, cmd) => {
       const ctx = ctxOf(cmd);
       const api = ctx.api();
-      const body = { message: await textArg(message), ...(opts.model ? { model: opts.model } : {}) };
+      const body = { message: await textArg(message, "message"), ...(opts.model ? { model: opts.model } : {}) };
       // Where the log ends before this run: watching from there shows the whole run, even a quick one.
       const before = opts.watch ? (await api.get(`${paths.threadAction(threadId, "entries")}?offset=now&limit=1`)).nextOffset : undefined;
       const r = await ctx.wait("resuming", () => api.post(paths.threadAction(threadId, "resume"), body));

@@ -30,8 +30,13 @@ export function createApi(target) {
     }
     if (!res.ok) {
       const e = parsed?.error;
-      if (e?.code) throw new CliError(e.code, e.message ?? "", { status: res.status, details: e.details });
-      throw new CliError(`http_${res.status}`, text.slice(0, 200) || res.statusText, { status: res.status });
+      if (typeof e?.code === "string") throw new CliError(e.code, e.message ?? "", { status: res.status, details: e.details });
+      // Threadbox answers every refusal with {"error":{code,message}}: a 4xx of another shape comes
+      // from something else at that URL (another port of `npm run dev`, another API); a 5xx of another
+      // shape from a proxy in front of it. Either way its body (an HTML page) is not the message.
+      const what = `${method} ${path.replace(/\?.*$/, "")} answered ${res.status} ${isJson ? "JSON without an error code" : res.headers.get("content-type") ?? "without a content type"}`;
+      if (res.status < 500) throw notThreadbox(target.url, what);
+      throw new CliError(`http_${res.status}`, `${res.statusText || "server error"} from ${target.url} (${what}, not the API's JSON error)`, { status: res.status });
     }
     // A success that is not JSON comes from something else at that URL (a web page, a proxy's
     // login form): using it as an answer would fail later, somewhere less clear.

@@ -29,6 +29,19 @@ export function endsLastRun(entry, row) {
   return typeof named !== "string" || typeof row.runId !== "string" || named === row.runId;
 }
 
+/**
+ * The house's bots as `@handle` by id: what a bot writes (its chat, a task it delegated) carries
+ * its id as author, which means nothing to a reader. Without bots (or the right to list them) ids stay.
+ */
+async function botNames(api) {
+  try {
+    const { agents } = await api.get("/api/agents");
+    return new Map(agents.map((a) => [a.id, `@${a.handle}`]));
+  } catch {
+    return undefined;
+  }
+}
+
 export const exitCodeFor = (row) => (row.status === "completed" ? EXIT.ok : EXIT.runFailed);
 
 /**
@@ -47,6 +60,7 @@ export async function followThread(opts) {
   // Offsets are fixed-width digits, so they compare as strings.
   const atEnd = (o) => typeof end === "string" && (o === "now" || (typeof o === "string" && /^\d+_\d+$/.test(o) && o.length === end.length && o >= end));
   if (ended && atEnd(offset)) return report(ended, json, c);
+  const names = opts.names ?? (json ? undefined : await botNames(api));
   const spinner = createSpinner();
   // A thread that never ran has nothing to finish yet: say so, or the wait looks like a hang.
   if (!json && untilDone && first.status === "idle") process.stderr.write(c.gray(safe`thread ${threadId} has not run yet: waiting for a run to start and finish (Ctrl-C to stop)` + "\n"));
@@ -59,7 +73,7 @@ export async function followThread(opts) {
     async onEntry(entry) {
       if (json) process.stdout.write(`${JSON.stringify(entry)}\n`);
       else {
-        const line = renderEntry(entry, c, { names: opts.names, chatTexts });
+        const line = renderEntry(entry, c, { names, chatTexts });
         if (line) spinner.print(line);
       }
       if (untilDone && mayEndRun(entry)) {

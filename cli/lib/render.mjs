@@ -143,6 +143,20 @@ function renderPayload(entry, c, opts) {
       const bytes = typeof p.bytes === "number" ? ` (${p.bytes} bytes)` : "";
       return `${at} ${c.gray(`◆ diff against ${printableLine(p.base).slice(0, 12) || "the start"}${bytes}; threadbox artifacts shows it`)}`;
     }
+    // Why a bot did not answer, and why a harness exited: the reason is the point, so it is not
+    // cut at 200 characters behind the ids as the generic line would.
+    case "signal.dispatch.error": {
+      const bot = printableLine(opts.names?.get(str(p.agentId)) ?? p.agentId) || author || "a bot";
+      return `${at} ${c.red("✗")} ${bot} could not answer: ${printable(p.reason) || "no reason given"}`;
+    }
+    case "signal.run.stderr": {
+      const out = printable(p.text).replace(/\s+$/, "");
+      if (!out) return null;
+      const lines = out.split("\n");
+      const shown = lines.slice(-maxLines).join("\n");
+      const head = `${at} ${c.red("stderr")} of the run${lines.length > maxLines ? `, last ${maxLines} lines` : ""}${p.truncated === true ? " (its end)" : ""}:`;
+      return `${head}\n${c.gray(indent(shown, "           │ "))}`;
+    }
     case "signal.thread.child_finished":
       return `${at} ${c.gray("●")} child ${printableLine(p.childThreadId)} ${statusColour(c, str(p.status))}${p.reason ? c.gray(` (${printableLine(p.reason)})`) : ""}`;
     default: {

@@ -87,8 +87,14 @@ export async function busyPortsMessage(ports, command, host = "127.0.0.1", hostE
     if (free) picks.push({ envVar: p.envVar, port: free });
   }
   const lines = busy.map((p) => `  port ${p.port} (${p.what}) is already in use on ${host}`);
+  // The line to copy keeps what the user set on the command line (`PORT=… HOST=… npm run dev`):
+  // without it, the copied line would start on the defaults of the ports that were free.
+  const kept = [
+    ...ports.filter((p) => !busy.includes(p) && process.env[p.envVar]?.trim()).map((p) => ({ envVar: p.envVar, port: p.port })),
+    ...(hostEnvVar && process.env[hostEnvVar]?.trim() ? [{ envVar: hostEnvVar, port: host }] : []),
+  ];
   const hint = picks.length === busy.length
-    ? `Stop whatever uses it (another \`${command}\`?) or pick another port:\n  ${picks.map((p) => `${p.envVar}=${p.port}`).join(" ")} ${command}`
+    ? `Stop whatever uses it (another \`${command}\`?) or pick another port:\n  ${[...kept, ...picks].map((p) => `${p.envVar}=${p.port}`).join(" ")} ${command}`
     : `Stop whatever uses it or pick a free port with ${busy.map((p) => p.envVar).join(" / ")}.`;
   return `${command}: cannot start\n${lines.join("\n")}\n${hint}`;
 }

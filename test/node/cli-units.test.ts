@@ -92,6 +92,15 @@ describe("rendering", () => {
     expect(renderEntry({ ts: 0, payload: { type: "artifact.diff", runId: "r", base: "0123456789abcdef", bytes: 120 } }, c)).toBe("00:00:00 ◆ diff against 0123456789ab (120 bytes); threadbox artifacts shows it");
   });
 
+  it("shows a bot's failed turn and a run's stderr with their whole reason, not as key=value fields cut behind the ids", () => {
+    const reason = 'no model: bot @coder has no environment to resolve "openai/gpt-4.1-mini" from (give the bot or the thread an environment with piModels)';
+    const failed = { type: "signal.dispatch.error", agentId: "ag_0123456789abcdef01234567", turnId: "turn_0123456789abcdef0123", triggerEntryId: "cli-0123456789abcdef-0123456789abcdef", reason };
+    expect(renderEntry({ ts: 0, authorId: "ag_0123456789abcdef01234567", payload: failed }, c, { names: new Map([["ag_0123456789abcdef01234567", "@coder"]]) }))
+      .toBe(`00:00:00 ✗ @coder could not answer: ${reason}`);
+    const stderr = { type: "signal.run.stderr", runId: "r", text: 'Error: Model "nomodel" not found. Use --list-models to see available models.\n', truncated: false };
+    expect(renderEntry({ ts: 0, payload: stderr }, c)).toBe('00:00:00 stderr of the run:\n           │ Error: Model "nomodel" not found. Use --list-models to see available models.');
+  });
+
   it("an entry whose ts no Date can hold (stored before the server refused them) is shown without a time, not a crash", () => {
     expect(renderEntry({ ts: 8_640_000_000_000_001, payload: { type: "signal.thread.status_changed", status: "stopped", reason: "r" } }, c)).toBe("         ● stopped (r)");
     // The last time a date holds is in year +275760: its time of day is still the time of day.

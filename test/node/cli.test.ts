@@ -174,6 +174,23 @@ describe("login", () => {
     } finally {
       other.close();
     }
+    // Another API that refuses (a model server's 404, as on the demo model's port), and a proxy's error page.
+    const refusing = createServer((req, res) => {
+      if (req.url?.startsWith("/proxy")) { res.writeHead(502, { "content-type": "text/html" }); res.end("<html><body><h1>502 Bad Gateway</h1></body></html>"); return; }
+      res.writeHead(404, { "content-type": "application/json" });
+      res.end('{"error":{"message":"no route GET /api/threads","type":"invalid_request_error"}}');
+    });
+    await new Promise<void>((resolve) => refusing.listen(0, "127.0.0.1", resolve));
+    const refusingUrl = `http://127.0.0.1:${(refusing.address() as AddressInfo).port}`;
+    try {
+      const o = await cli(["login", `${refusingUrl}/#token=${token}`], { config });
+      expect([o.code, o.stderr]).toEqual([2, `error not_threadbox: ${refusingUrl} is not a threadbox API (GET /api/threads answered 404 JSON without an error code): check the URL\n`]);
+      expect(existsSync(join(config, "threadbox", "config.json"))).toBe(false);
+      const proxied = await cli(["threads"], { env: { THREADBOX_URL: `${refusingUrl}/proxy`, THREADBOX_TOKEN: token } });
+      expect([proxied.code, proxied.stderr]).toEqual([2, `error http_502: Bad Gateway from ${refusingUrl}/proxy (GET /api/threads answered 502 text/html, not the API's JSON error)\n`]);
+    } finally {
+      refusing.close();
+    }
     // commands pointed there say the same instead of a stack trace or a silent retry loop
     const env = { THREADBOX_URL: page, THREADBOX_TOKEN: token };
     const listed = await cli(["threads"], { env });
@@ -300,6 +317,21 @@ describe("an empty thread id", () => {
     expect([preview.code, preview.stderr]).toEqual([2, "error usage: the box or thread id is empty (did the command that gave it fail?)\n"]);
     const json = await cli(["post", "", "hi", "--json"], { env: as() });
     expect([json.code, JSON.parse(json.stderr)]).toEqual([2, { error: { code: "usage", message: "the thread id is empty (did the command that gave it fail?)" } }]);
+  });
+
+  it("post, delegate and resume refuse a blank text (an unset \"$VAR\", an empty pipe) instead of posting an empty chat or starting a run on nothing", async () => {
+    const thread = (await ok(["new", "blank texts", "--env", "demo"])).stdout.trim();
+    for (const [args, stdin, message] of [
+      [["post", thread, ""], undefined, "the message is empty"],
+      [["post", thread, "-"], "\n", "the message is empty (nothing on stdin)"],
+      [["delegate", thread, " "], undefined, "the task is empty"],
+      [["resume", thread, "\t"], undefined, "the message is empty"],
+    ] as const) {
+      const r = await cli([...args], { env: as(), input: stdin });
+      expect({ args, code: r.code, stdout: r.stdout, stderr: r.stderr }).toEqual({ args, code: 2, stdout: "", stderr: `error usage: ${message}\n` });
+    }
+    expect((await api(`/api/threads/${thread}/entries?offset=-1`)).entries).toEqual([]);
+    expect((await api(`/api/threads?parent=${thread}`)).threads).toEqual([]);
   });
 });
 
@@ -585,6 +617,16 @@ describe("chat with a bot", () => {
     expect(chats[0]).toMatchObject({ authorId: "cli-user", payload: { text: "write hi.txt containing yo" } });
     expect(chats.at(-1).authorId).toBe(thread.parent.id); // the last word is the bot's report of the child
     expect(es.filter((e: any) => e.payload.type === "signal.thread.child_finished")).toHaveLength(1);
+    // tail names the bot as chat does, in its DM thread and in the child it delegated (whose task it wrote)
+    const childId = es.find((e: any) => e.payload.type === "signal.thread.child_finished").payload.childThreadId;
+    const child = await cli(["tail", childId, "--until-done"], { env: as(), timeoutMs: 30_000 });
+    expect(child.code).toBe(0);
+    // the DM thread itself never runs: a plain tail, stopped once its log has been printed
+    const dm = await cli(["tail", threadId], { env: as(), timeoutMs: 3_000 });
+    for (const tailed of [child, dm]) {
+      expect(tailed.stdout).toMatch(/^\d\d:\d\d:\d\d @demo: /m);
+      expect(tailed.stdout).not.toContain(thread.parent.id);
+    }
   });
 
   it("chat with several lines piped in prints the answer to each before it exits", async (ctx) => {

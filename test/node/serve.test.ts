@@ -15,7 +15,12 @@ const ADMIN = "serve-admin-secret-4f1c9e";
 const TOKEN_SECRET = "serve-token-secret-0123456789abcdef";
 const trees: { remove(): void }[] = [];
 const dirs: string[] = [];
+/** Every `npm run serve` started: a failed assertion before a test stops its own must not leave it running. */
+const started: { pid?: number }[] = [];
 afterAll(() => {
+  for (const child of started) {
+    try { process.kill(-child.pid!, "SIGKILL"); } catch { /* already gone */ }
+  }
   for (const t of trees) t.remove();
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
 });
@@ -31,6 +36,7 @@ async function serve(cwd: string, env: Record<string, string>, args: string[] = 
   const child = spawn(process.execPath, [join(cwd, "scripts", "serve.mjs"), ...args], {
     cwd, detached: true, env: { ...process.env, PATH: nodePath(), NO_COLOR: "1", ...env },
   });
+  started.push(child);
   let output = "";
   child.stdout!.on("data", (d) => { output += d; });
   child.stderr!.on("data", (d) => { output += d; });
@@ -105,6 +111,8 @@ describe("npm run serve", () => {
 
     const first = await serve(tree.dir, env);
     expect(first.output()).toMatch(/bundle [\d.]+ KiB/);
+    // The token-minting line it prints uses $THREADBOX_ADMIN_SECRET, which no shell has yet: it says where it is.
+    expect(first.output()).toContain(`THREADBOX_ADMIN_SECRET from ${varsFile}`);
     const api = client(`http://127.0.0.1:${port}`);
     await api.login();
 
@@ -238,9 +246,9 @@ describe("npm run serve", () => {
     const tree = freshTree();
     trees.push(tree);
     const varsFile = join(tempDir("threadbox-serve-vars-"), "serve.vars");
-    const start = async (port: number) => {
+    const start = async (port: number, file = varsFile) => {
       const child = spawn(process.execPath, [join(tree.dir, "scripts", "serve.mjs")], {
-        cwd: tree.dir, env: { ...process.env, PATH: nodePath(), PORT: String(port), THREADBOX_VARS_FILE: varsFile },
+        cwd: tree.dir, env: { ...process.env, PATH: nodePath(), PORT: String(port), THREADBOX_VARS_FILE: file },
       });
       let out = "";
       child.stdout.on("data", (d) => { out += d; });
@@ -248,6 +256,16 @@ describe("npm run serve", () => {
       const code = await new Promise((r) => child.on("exit", r));
       return { code, out };
     };
+
+    // A vars file that cannot be created (its directory is missing) or read (a directory): one line
+    // naming the setting, no stack trace.
+    for (const file of [join(tempDir("threadbox-serve-vars-"), "missing-dir", "serve.vars"), tempDir("threadbox-serve-vars-")]) {
+      const bad = await start(await freePort(), file);
+      expect(bad.code).toBe(1);
+      expect(bad.out).toContain(`the vars file ${file} (`);
+      expect(bad.out).toContain("THREADBOX_VARS_FILE must name a file");
+      expect(bad.out).not.toMatch(/\n\s+at |node:fs/);
+    }
 
     writeFileSync(varsFile, `THREADBOX_ADMIN_SECRET=${ADMIN}\nTHREADBOX_TOKEN_SECRET=short\n`);
     const weak = await start(await freePort());

@@ -105,6 +105,23 @@ describe("a host that is not this machine's is named as such, not as a busy port
     expectOneLine(r.out.replace(/^stream-proxy: THREADBOX_WORKER_URL.*\n/m, ""));
   }, 30_000);
 
+  it("the line to copy for a taken port keeps the other ports and the host the user set", async () => {
+    const busy = createServer();
+    await new Promise<void>((r) => busy.listen(0, "127.0.0.1", () => r()));
+    const taken = (busy.address() as { port: number }).port;
+    try {
+      const [worker, model] = [await freePort(), await freePort()];
+      const dev = await run("dev.mjs", { PORT: String(worker), SANDBOX_HOST_PORT: String(taken), DEMO_MODEL_PORT: String(model) });
+      expect(dev.code).toBe(1);
+      expect(dev.out).toMatch(new RegExp(`\\n  PORT=${worker} DEMO_MODEL_PORT=${model} SANDBOX_HOST_PORT=\\d+ npm run dev\\n`));
+      const serve = await run("serve.mjs", { PORT: String(taken), HOST: "127.0.0.1" });
+      expect(serve.code).toBe(1);
+      expect(serve.out).toMatch(/\n  HOST=127\.0\.0\.1 PORT=\d+ npm run serve\n/);
+    } finally {
+      busy.close();
+    }
+  }, 30_000);
+
   it("a taken STREAM_PROXY_PORT is named with a free one to use, not a Deno and Node stack", async () => {
     const busy = createServer();
     await new Promise<void>((r) => busy.listen(0, "127.0.0.1", () => r()));

@@ -127,6 +127,17 @@ describe("signing in", () => {
     await context.close();
   });
 
+  it("accepts the whole sign-in link pasted where the token goes", async () => {
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    await page.goto(worker.url);
+    await page.fill("textarea[name=token]", `${worker.url}/#token=${token}`);
+    await page.click("button[type=submit]");
+    await page.waitForSelector("input[name=title]");
+    expect(await page.evaluate(() => localStorage.getItem("threadbox.token"))).toBe(token);
+    await context.close();
+  });
+
   it("signs in from a #token= link and removes the token from the address bar", async () => {
     const context = await browser.newContext();
     const page = await context.newPage();

@@ -1,6 +1,7 @@
 import { useState } from "preact/hooks";
 import { Api, ApiError } from "../lib/api";
 import { ErrorNote } from "./common";
+import { tokenFromInput } from "../lib/auth";
 
 /** Paste a house token; it is checked against the API before it is kept. */
 const REFUSED = "That token was not accepted (expired or not a house token).";
@@ -12,7 +13,7 @@ export function SignIn({ onToken, refused = false }: { onToken: (token: string) 
   const [busy, setBusy] = useState(false);
   const submit = async (e: Event) => {
     e.preventDefault();
-    const t = token.trim();
+    const t = tokenFromInput(token);
     if (!t) return;
     setBusy(true);
     setError(null);
@@ -28,7 +29,7 @@ export function SignIn({ onToken, refused = false }: { onToken: (token: string) 
   return (
     <form class="signin card" onSubmit={submit}>
       <h1>threadbox</h1>
-      <p>Sign in with a house token. <code>npm run dev</code> prints one, and a link that signs you in.</p>
+      <p>Sign in with a house token, or paste the sign-in link <code>npm run dev</code> prints.</p>
       <textarea name="token" rows={4} placeholder="eyJhbGciOi…" value={token} onInput={(e) => setToken(e.currentTarget.value)}
         // A token is one line: Enter signs in, as in any one-field form.
         onKeyDown={(e) => { if (e.key === "Enter" && !e.shiftKey) void submit(e); }} autofocus />

@@ -15,6 +15,17 @@ export function takeTokenFromLocation(loc: Location, hist: History, store: Stora
   hist.replaceState(null, "", loc.pathname + loc.search + (rest ? `#${rest}` : ""));
 }
 
+/**
+ * What the sign-in box holds, as a token: the token itself, or the whole sign-in link
+ * (`http://HOST:PORT/#token=…`), which is what `npm run dev` prints most prominently.
+ */
+export function tokenFromInput(text: string): string {
+  const t = text.trim();
+  const hash = t.indexOf("#");
+  if (hash < 0) return t;
+  return new URLSearchParams(t.slice(hash + 1)).get("token")?.trim() || t;
+}
+
 export const loadToken = (store: Storage): string | null => store.getItem(KEY);
 export const saveToken = (store: Storage, token: string): void => store.setItem(KEY, token.trim());
 export const clearToken = (store: Storage): void => store.removeItem(KEY);
