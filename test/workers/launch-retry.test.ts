@@ -217,9 +217,13 @@ describe("a run stopped while it launches", () => {
     await vi.waitFor(() => expect(runner.exitCode).toBeDefined(), { timeout: 10_000 });
     const types = (await readAll(token, threadId)).entries.map((e) => e.payload.type);
     expect(types).not.toContain("signal.run.launched");
-    const listed = (await (await call("/api/sandboxes", { token })).json()) as { sandboxes: { id: string; providerRef: string; state: string; threads: string[] }[] };
-    const view = listed.sandboxes.find((s) => s.providerRef === box.ref)!;
-    expect(view).toMatchObject({ state: "live", threads: [] });
+    // The stop ends the runner first and detaches the box after that.
+    const view = await vi.waitFor(async () => {
+      const listed = (await (await call("/api/sandboxes", { token })).json()) as { sandboxes: { id: string; providerRef: string; state: string; threads: string[] }[] };
+      const v = listed.sandboxes.find((s) => s.providerRef === box.ref)!;
+      expect(v).toMatchObject({ state: "live", threads: [] });
+      return v;
+    }, { timeout: 10_000, interval: 50 });
     // Idle, so a plain delete is no longer refused as "threads are running on this box".
     const del = await call(`/api/sandboxes/${view.id}`, { method: "DELETE", token });
     expect(del.status).toBe(200);
