@@ -258,7 +258,11 @@ export class SandboxActor extends DurableObject<Env> {
         if (!force && ((await this.launchingOn(houseId, JSON.parse(row.labels as string))) || (await this.reservedByCurrentRun(houseId)))) {
           throw new ApiError("conflict", "a run is launching on this box (stop it, or delete with force=true)");
         }
-        for (const threadId of threads) await this.orphanThread(threadId, "box deleted by request");
+        // A launch's thread may have attached while the checks above waited on other actors (its
+        // attach ends the reservation they look for): the threads are those on the box now.
+        const attached = this.threadIds();
+        if (attached.length > 0 && !force) throw new ApiError("conflict", `${attached.length} thread(s) are running on this box`);
+        for (const threadId of attached) await this.orphanThread(threadId, "box deleted by request");
         this.ctx.storage.sql.exec(`delete from box_threads`);
         await this.deleteNow();
       } finally {
