@@ -708,7 +708,7 @@ describe("preview", () => {
     expect(url).toMatch(new RegExp(`/proxy/${port}-[0-9a-f]{32}/$`));
     expect(r.stderr).toContain(`port ${port} of ${ran.boxId}, valid until `);
     let text = "";
-    for (let i = 0; i < 40 && !text.includes("from-cli-preview"); i++) {
+    for (const t0 = Date.now(); !text.includes("from-cli-preview") && Date.now() - t0 < 15_000;) {
       text = await fetch(`${url}index.html`).then((x) => x.text()).catch(() => "");
       if (!text.includes("from-cli-preview")) await new Promise((res) => setTimeout(res, 100));
     }
