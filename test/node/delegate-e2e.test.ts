@@ -882,7 +882,9 @@ describe("a readwrite folder across a stop and a resume on the same box", () => 
     const delegated = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "start the work" } })).body;
     const childId = delegated.childThreadId as string;
     await waitFor("the tool call to be mirrored", async () => (await entries(childId)).some((e) => e.payload.type === "pi.tool_call"));
-    await waitFor("the work to be written", async () => processesOfRun(delegated.runId) > 0);
+    // The run's processes exist before its command has run: the file itself is waited for.
+    await waitFor("the work to be written", async () =>
+      execSync(`find '${join(host.root, "boxes")}' -path '*/scratch/w.txt' -exec grep -l MYWORK {} + 2>/dev/null || true`, { encoding: "utf8" }).trim() !== "");
     expect((await api(`/api/threads/${childId}/stop`, { method: "POST" })).status).toBe(200);
     await waitFor("the stopped run's processes to end", async () => processesOfRun(delegated.runId) === 0, 15_000);
 
