@@ -65,6 +65,9 @@ export default defineConfig({
         test: {
           name: "workers",
           include: ["test/workers/**/*.test.ts"],
+          // Not vitest's 5 s: on a loaded 2-core machine a test of many requests (the 1 MiB route
+          // checks, a launch) takes 4 s and more, and the waits inside tests run up to 20 s.
+          testTimeout: 30_000,
           globalSetup: ["test/workers/sandbox-provider.setup.ts", "test/workers/model-server.setup.ts"],
           // The in-memory sandbox provider "test" exists only in this configuration.
           setupFiles: ["test/workers/register-test-provider.ts"],

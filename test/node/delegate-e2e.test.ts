@@ -882,7 +882,9 @@ describe("a readwrite folder across a stop and a resume on the same box", () => 
     const delegated = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "start the work" } })).body;
     const childId = delegated.childThreadId as string;
     await waitFor("the tool call to be mirrored", async () => (await entries(childId)).some((e) => e.payload.type === "pi.tool_call"));
-    await waitFor("the work to be written", async () => processesOfRun(delegated.runId) > 0);
+    // The run's processes exist before its command has run: the file itself is waited for.
+    await waitFor("the work to be written", async () =>
+      execSync(`find '${join(host.root, "boxes")}' -path '*/scratch/w.txt' -exec grep -l MYWORK {} + 2>/dev/null || true`, { encoding: "utf8" }).trim() !== "");
     expect((await api(`/api/threads/${childId}/stop`, { method: "POST" })).status).toBe(200);
     await waitFor("the stopped run's processes to end", async () => processesOfRun(delegated.runId) === 0, 15_000);
 
@@ -980,14 +982,18 @@ describe("a live run: talk to it, interrupt it", () => {
 
   it("interrupt during a tool call aborts the tool, not the run: it stays running and continues with the next message", async () => {
     model.push(
-      { toolCalls: [{ name: "bash", arguments: { command: "sleep 45; echo slept" } }] },
+      // An odd length, so that its process is this test's alone.
+      { toolCalls: [{ name: "bash", arguments: { command: "sleep 45.123; echo slept" } }] },
       { text: "Did the other thing instead." },
     );
     const childId = await delegateChild("sleep a while");
     await waitFor("the tool call", async () =>
       (await entries(childId)).find((e) => e.payload.type === "pi.assistant" && JSON.stringify(e.payload).includes("sleep 45")), 30_000);
-    // The call is mirrored when the model's message ends; the command starts right after it.
-    await new Promise((r) => setTimeout(r, 1_000));
+    // The call is mirrored when the model's message ends; the command starts after it.
+    const sleeping = () => readdirSync("/proc").some((pid) => {
+      try { return readFileSync(`/proc/${pid}/cmdline`, "utf8") === "sleep\u000045.123\u0000"; } catch { return false; }
+    });
+    await waitFor("the command to run", async () => sleeping(), 30_000);
 
     expect((await api(`/api/threads/${childId}/interrupt`, { method: "POST" })).status).toBe(202);
     await waitFor("the aborted tool", async () => (await entries(childId)).find((e) => e.payload.type === "pi.tool_result"), 20_000);

@@ -185,25 +185,29 @@ describe("runner + mirror with the real pi", () => {
   });
 
   it("a long bash call's output reaches the thread while it runs, secrets redacted; a quick one's only in its result", async () => {
-    const slow = 'for i in 1 2 3 4; do echo "line$i key=$LIVE_SECRET"; sleep 0.7; done';
+    // The slow call prints two lines, then waits for the test to have seen live output before the
+    // rest (a fixed pace lost to a slow poll: the call had ended by the time it looked).
+    const slow = 'for i in 1 2; do echo "line$i key=$LIVE_SECRET"; sleep 0.7; done; while [ ! -f go ]; do sleep 0.05; done; for i in 3 4; do echo "line$i key=$LIVE_SECRET"; done';
     const model = await startModelServer([
       { toolCalls: [{ name: "bash", arguments: { command: "echo quick" } }] },
       { toolCalls: [{ name: "bash", arguments: { command: slow } }] },
       { text: "Done." },
     ]);
+    const cwd = mkdtempSync(join(tmp, "work-"));
     try {
       const threadId = await newThread();
-      const { done } = startRunner({ threadId, model, prompt: "count", env: { THREADBOX_SECRET_NAMES: "LIVE_SECRET", LIVE_SECRET: "s3cret-live-value" } });
+      const { done } = startRunner({ threadId, model, prompt: "count", cwd, env: { THREADBOX_SECRET_NAMES: "LIVE_SECRET", LIVE_SECRET: "s3cret-live-value" } });
       // Watched while the run goes: live lines land before the call's result does.
       let seenLive: string[] = [];
       let resultsWhenLive = -1;
-      while (resultsWhenLive < 0) {
+      for (const t0 = Date.now(); resultsWhenLive < 0 && Date.now() - t0 < 60_000;) {
         const es = await entriesOf(threadId);
         seenLive = es.filter((e) => e.payload.type === "signal.exec.output").map((e) => e.payload.text);
         if (seenLive.length > 0) resultsWhenLive = es.filter((e) => e.payload.type === "pi.tool_result").length;
         if (es.some((e) => e.payload.type === "signal.thread.status_changed")) break;
         await new Promise((r) => setTimeout(r, 100));
       }
+      writeFileSync(join(cwd, "go"), "");
       expect(resultsWhenLive).toBe(1); // the quick call's result only: the slow one was still running
       const run = await done;
       expect(run.code, run.stderr).toBe(0);
@@ -218,6 +222,7 @@ describe("runner + mirror with the real pi", () => {
       const slowResult = es.findIndex((e) => e.payload.type === "pi.tool_result" && e.payload.toolCallId === calls[1].payload.toolCallId);
       expect(es.findIndex((e) => e.payload.type === "signal.exec.output")).toBeLessThan(slowResult);
     } finally {
+      writeFileSync(join(cwd, "go"), "");
       await model.close();
     }
   });

@@ -103,7 +103,7 @@ describe("DaytonaProvider on the local host", () => {
     expect(link.url).toMatch(new RegExp(`/proxy/${port}-[0-9a-f]{32}/$`));
     expect(Date.parse(link.expiresAt)).toBeGreaterThan(Date.now());
     let body = "";
-    for (let i = 0; i < 100 && !body.startsWith("served"); i++) {
+    for (const t0 = Date.now(); !body.startsWith("served") && Date.now() - t0 < 15_000;) {
       const r = await fetch(`${link.url}deep/path?x=1`);
       body = await r.text();
       if (!body.startsWith("served")) await new Promise((res) => setTimeout(res, 50));
@@ -145,7 +145,10 @@ describe("DaytonaProvider on the local host", () => {
     // The first start's handle, marked as found rather than started (a retried launch cleans up after itself then).
     expect(b).toEqual({ ...a, existing: true });
     expect(a.existing).toBeUndefined();
-    await new Promise((r) => setTimeout(r, 300));
+    // The command's first line is written once its shell runs: waited for, not slept for.
+    for (const t0 = Date.now(); !(await provider.exec(box.ref, "cat once.txt 2>/dev/null")).output.includes("started") && Date.now() - t0 < 15_000;) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
     expect((await provider.exec(box.ref, "cat once.txt")).output).toBe("started\n");
     // An unnamed start always gets its own session.
     const c = await provider.startDetached(box.ref, "true");
@@ -290,7 +293,7 @@ describe("DaytonaProvider on the local host", () => {
       // Detached commands (how runners start) live in the same closed network.
       const h = await provider.startDetached(box.ref, `${fetchFrom(portOf(other))}; ${fetchFrom(portOf(allowed))}`);
       let status = await provider.detachedStatus(h);
-      for (let i = 0; status.running && i < 100; i++) {
+      for (const t0 = Date.now(); status.running && Date.now() - t0 < 30_000;) {
         await new Promise((r) => setTimeout(r, 50));
         status = await provider.detachedStatus(h);
       }
@@ -310,7 +313,7 @@ describe("DaytonaProvider on the local host", () => {
     // Another client (not this provider instance) removes it.
     const res = await fetch(`${host.apiUrl}/sandbox/${box.ref}`, { method: "DELETE", headers: { authorization: `Bearer ${KEY}` } });
     expect(res.status).toBe(200);
-    for (let i = 0; i < 50 && (await provider.probe(box.ref)) !== "dead"; i++) await new Promise((r) => setTimeout(r, 20));
+    for (const t0 = Date.now(); (await provider.probe(box.ref)) !== "dead" && Date.now() - t0 < 15_000;) await new Promise((r) => setTimeout(r, 20));
     expect(await provider.probe(box.ref)).toBe("dead");
   });
 
@@ -341,7 +344,7 @@ describe("DaytonaProvider on the local host", () => {
     const marker = host.boxes.get(box.ref)!.marker;
     await provider.exec(box.ref, "setsid sleep 300 > /dev/null 2>&1 < /dev/null & nohup sleep 301 > /dev/null 2>&1 &");
     await provider.startDetached(box.ref, "sleep 302");
-    await new Promise((r) => setTimeout(r, 200));
+    for (const t0 = Date.now(); findMarkedPids(marker).length < 3 && Date.now() - t0 < 15_000;) await new Promise((r) => setTimeout(r, 50));
     expect(findMarkedPids(marker).length).toBeGreaterThanOrEqual(3);
     const dir = host.boxes.get(box.ref)!.dir;
     await provider.delete(box.ref, { wait: true });

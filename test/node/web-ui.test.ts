@@ -303,7 +303,7 @@ describe("a delegated run, watched live", () => {
     await page.click(`${row} form.preview button`);
     const href = await (await page.waitForSelector(`${row} a.preview-link`)).getAttribute("href");
     let served = "";
-    for (let i = 0; i < 50 && served !== "from-ui-preview\n"; i++) {
+    for (const t0 = Date.now(); served !== "from-ui-preview\n" && Date.now() - t0 < 15_000;) {
       served = await fetch(`${href}index.html`).then((x) => x.text()).catch(() => "");
       if (served !== "from-ui-preview\n") await new Promise((res) => setTimeout(res, 100));
     }

@@ -23,6 +23,7 @@
  *   POST /__sessions {script?, fallback?}   -> {id, openaiBaseUrl, anthropicBaseUrl}
  *   POST /__sessions/:id/steps {steps}      -> append steps
  *   GET  /__sessions/:id/requests           -> {requests: RecordedRequest[]}
+ *   POST /__sessions/:id/release            -> steps marked `held` answer from now on
  * A session's APIs live under /s/:id/ (e.g. /s/:id/v1/chat/completions, /s/:id/v1/messages).
  */
 import { randomUUID } from "node:crypto";
@@ -48,6 +49,8 @@ export type ScriptStep =
       chunkDelayMs?: number;
       /** answer only once this settles: a test holds the model until it has seen what it waits for */
       until?: Promise<unknown>;
+      /** answer only once the session is released (POST /__sessions/:id/release): `until` for tests that script over HTTP */
+      held?: true;
       usage?: { prompt_tokens: number; completion_tokens: number };
       /** streamed answers only: cut the connection after this many SSE events (a network failure mid-stream) */
       dropAfterChunks?: number;
@@ -88,6 +91,14 @@ interface Session {
   fallback: ScriptStep;
   requests: RecordedRequest[];
   callNo: number;
+  released: Promise<void>;
+  release: () => void;
+}
+
+function newSession(steps: ScriptStep[], fallback: ScriptStep): Session {
+  let release!: () => void;
+  const released = new Promise<void>((r) => { release = r; });
+  return { steps: [...steps], fallback, requests: [], callNo: 0, released, release };
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -293,7 +304,7 @@ export async function startModelServer(
   opts: { model?: string; fallback?: ScriptStep; port?: number } = {},
 ): Promise<ModelServer> {
   const modelName = opts.model ?? "scripted-model";
-  const main: Session = { steps: [...script], fallback: opts.fallback ?? { text: "ok" }, requests: [], callNo: 0 };
+  const main = newSession(script, opts.fallback ?? { text: "ok" });
   const sessions = new Map<string, Session>();
   const open = new Set<ServerResponse>();
   let origin = "";
@@ -306,7 +317,7 @@ export async function startModelServer(
     if (req.method === "POST" && parts.length === 1) {
       const body = JSON.parse((await readBody(req)) || "{}");
       const id = randomUUID();
-      sessions.set(id, { steps: [...(body.script ?? [])], fallback: body.fallback ?? { text: "ok" }, requests: [], callNo: 0 });
+      sessions.set(id, newSession(body.script ?? [], body.fallback ?? { text: "ok" }));
       json(res, 201, sessionUrls(id));
       return true;
     }
@@ -319,6 +330,9 @@ export async function startModelServer(
       const body = JSON.parse((await readBody(req)) || "{}");
       s.steps.push(...(body.steps ?? []));
       json(res, 200, { pending: s.steps.length });
+    } else if (req.method === "POST" && parts[2] === "release") {
+      s.release();
+      json(res, 200, {});
     } else if (req.method === "GET" && parts[2] === "requests") {
       json(res, 200, { requests: s.requests });
     } else {
@@ -377,6 +391,7 @@ export async function startModelServer(
     }
 
     if (step.until) await step.until.catch(() => {});
+    if (step.held) await session.released;
     if (step.delayMs) await sleep(step.delayMs);
     if (api === "anthropic-messages") await answerAnthropic(res, body, step, n, modelName);
     else await answerOpenAI(res, body, step, n, modelName);

@@ -4,6 +4,7 @@ import { connect, createServer, type Server, type Socket } from "node:net";
 export async function startPausableProxy(targetPort: string | number) {
   let paused = false;
   let refused = 0;
+  let upgrades = 0;
   const sockets = new Set<Socket>();
   const server: Server = createServer((client) => {
     if (paused) {
@@ -20,6 +21,9 @@ export async function startPausableProxy(targetPort: string | number) {
       sockets.delete(client);
       sockets.delete(upstream);
     };
+    client.once("data", (head: Buffer) => {
+      if (/\r\nupgrade:\s*websocket\r\n/i.test(head.toString("latin1"))) upgrades++;
+    });
     client.on("error", drop).on("close", drop);
     upstream.on("error", drop).on("close", drop);
     client.pipe(upstream);
@@ -31,6 +35,10 @@ export async function startPausableProxy(targetPort: string | number) {
     port,
     get refused() {
       return refused;
+    },
+    /** WebSocket upgrade requests passed on to the target so far. */
+    get upgrades() {
+      return upgrades;
     },
     pause() {
       paused = true;

@@ -7,7 +7,7 @@ export type Step = ScriptStep;
 /** A scripted OpenAI-compatible model of this test's own (a session of the shared model server). */
 export async function scriptedModel(script: Step[] = [], fallback?: Step) {
   const s = await scriptModel(script, fallback);
-  return { baseUrl: s.openaiBaseUrl, push: s.push, requests: s.requests };
+  return { baseUrl: s.openaiBaseUrl, push: s.push, requests: s.requests, release: s.release };
 }
 
 export const MODEL_KEY = "sk-dispatch-secret-value";

@@ -1,7 +1,6 @@
 import { describe, expect, it, vi } from "vitest";
-import { env, runInDurableObject } from "cloudflare:test";
-import type { ThreadActor } from "./test-worker";
-import { call, errorCode, houseToken, readAll } from "./helpers";
+import { env } from "cloudflare:test";
+import { call, delegateLaunchable, errorCode, houseToken, readAll } from "./helpers";
 import { sharedTestProvider } from "./register-test-provider";
 import { LABEL_RUN } from "../../src/sandbox/provider";
 import { tarArchive } from "../support/tar";
@@ -9,8 +8,6 @@ import { storeFolderVersion } from "../../src/workspace/folder-store";
 import { plainStreamStub } from "../../src/http/actors";
 import { plainStreamRequest } from "../../src/streams/internal-request";
 
-const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> };
-const threadStub = (id: string) => E.THREADS.get(E.THREADS.idFromName(`thread:${id}`));
 
 async function createEnv(token: string, body: Record<string, unknown> = {}) {
   const r = await call("/api/environments", { method: "POST", token, json: { name: "folders", provider: "test", model: "local/m", ...body } });
@@ -247,12 +244,8 @@ describe("environment folders: upload, versions, download", () => {
 
 describe("environment folders in a launch", () => {
   async function delegate(token: string, environmentId: string) {
-    const parent = (await (await call("/api/threads", { method: "POST", token, json: { environmentId } })).json()) as { id: string };
-    const d = await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "read the notes" } });
-    expect(d.status).toBe(202);
-    const { childThreadId, runId } = (await d.json()) as { childThreadId: string; runId: string };
-    await runInDurableObject(threadStub(childThreadId), (a: ThreadActor) => a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" }));
-    return { childThreadId, runId };
+    const parent = (await (await call("/api/threads", { method: "POST", token, json: { environmentId } })).json()) as { id: string; houseId: string };
+    return delegateLaunchable(token, parent, { task: "read the notes" });
   }
 
   it("the newest version of an uploaded folder and a stream's archive are unpacked into the working directory; the launch entry says which", async () => {

@@ -1,5 +1,7 @@
-import { SELF, env } from "cloudflare:test";
+import { SELF, env, runInDurableObject } from "cloudflare:test";
 import { mintHouseToken, mintRunToken, mintStreamToken } from "../../src/auth/tokens";
+import { idempotentDelegation } from "../../src/threads/idempotency";
+import type { ThreadActor } from "./test-worker";
 
 export const BASE = "http://threadbox.test";
 export const ADMIN = "test-admin-secret";
@@ -43,6 +45,23 @@ export async function readAll(token: string, threadId: string, offset = "-1") {
   const r = await call(`/api/threads/${threadId}/entries?offset=${offset}`, { token });
   if (r.status !== 200) throw new Error(`read: ${r.status} ${await r.text()}`);
   return (await r.json()) as { entries: { id: string; offset: string; authorId?: string; payload: { type: string; [k: string]: unknown } }[]; nextOffset: string; upToDate: boolean };
+}
+
+/**
+ * Delegates `body` in `parent` so that its child's run can launch: the child's actor gets a
+ * THREADBOX_STREAM_URL before the delegate, since the launch runs from an alarm due as soon as the
+ * delegate commits (set after the answer, it raced that alarm). `subject` is the token's.
+ */
+export async function delegateLaunchable(token: string, parent: { id: string; houseId: string }, body: Record<string, unknown>, subject = "alice") {
+  const key = `launchable-${crypto.randomUUID()}`;
+  const { childId } = await idempotentDelegation(parent.houseId, subject, parent.id, key);
+  const threads = (env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> }).THREADS;
+  await runInDurableObject(threads.get(threads.idFromName(`thread:${childId}`)), (a: ThreadActor) => a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" }));
+  const d = await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: body, headers: { "idempotency-key": key } });
+  if (d.status !== 202) throw new Error(`delegate: ${d.status} ${await d.text()}`);
+  const child = (await d.json()) as { childThreadId: string; runId: string };
+  if (child.childThreadId !== childId) throw new Error(`delegate made ${child.childThreadId}, not ${childId}`);
+  return child;
 }
 
 export const chat = (text: string, id?: string) => ({ ...(id ? { id } : {}), payload: { type: "chat", text } });

@@ -217,9 +217,13 @@ describe("a run stopped while it launches", () => {
     await vi.waitFor(() => expect(runner.exitCode).toBeDefined(), { timeout: 10_000 });
     const types = (await readAll(token, threadId)).entries.map((e) => e.payload.type);
     expect(types).not.toContain("signal.run.launched");
-    const listed = (await (await call("/api/sandboxes", { token })).json()) as { sandboxes: { id: string; providerRef: string; state: string; threads: string[] }[] };
-    const view = listed.sandboxes.find((s) => s.providerRef === box.ref)!;
-    expect(view).toMatchObject({ state: "live", threads: [] });
+    // The stop ends the runner first and detaches the box after that.
+    const view = await vi.waitFor(async () => {
+      const listed = (await (await call("/api/sandboxes", { token })).json()) as { sandboxes: { id: string; providerRef: string; state: string; threads: string[] }[] };
+      const v = listed.sandboxes.find((s) => s.providerRef === box.ref)!;
+      expect(v).toMatchObject({ state: "live", threads: [] });
+      return v;
+    }, { timeout: 10_000, interval: 50 });
     // Idle, so a plain delete is no longer refused as "threads are running on this box".
     const del = await call(`/api/sandboxes/${view.id}`, { method: "DELETE", token });
     expect(del.status).toBe(200);
@@ -297,7 +301,17 @@ describe("a box a launch picked but has not attached yet", () => {
   }, 30_000);
 
   it("the box a stopped run kept, picked by its resume: a plain delete is a 409 and the resume runs on it", async () => {
-    const houseId = "house-delete-resumed-box";
+    await deleteTheKeptBoxWhileTheResumeLaunches("house-delete-resumed-box");
+  }, 30_000);
+
+  it("the same, with the delete's checks slow to answer: the resume's thread attaching meanwhile still makes it a 409", async () => {
+    // The attach ends the reservation the delete's checks look for: the delete must see the thread.
+    const box = await deleteTheKeptBoxWhileTheResumeLaunches("house-delete-resumed-box-slow", 300);
+    expect(box.state).toBe("live");
+  }, 30_000);
+
+  /** A run stopped on its box, then resumed, with a plain delete of that box when the resume has picked it. */
+  async function deleteTheKeptBoxWhileTheResumeLaunches(houseId: string, checkDelayMs = 0) {
     const { token, t, stub } = await launchableThread(houseId);
     await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
     await launchedOnce(token, t.id, 1);
@@ -306,13 +320,17 @@ describe("a box a launch picked but has not attached yet", () => {
       const box = (await (await call(`/api/sandboxes/${kept}`, { token })).json()) as { threads: string[]; state: string };
       expect({ threads: box.threads, state: box.state }).toEqual({ threads: [], state: "live" });
     }, { timeout: 10_000, interval: 100 });
-    await runInDurableObject(stub, (a: ThreadActor) => a.deleteBoxAt("box_chosen"));
+    await runInDurableObject(stub, (a: ThreadActor) => {
+      a.deleteBoxAt("box_chosen");
+      a.delayRunIsCurrent(checkDelayMs);
+    });
     await unwrapRpc(stub.startRun(houseId, { task: "again", harness: "pi", resume: true, authorId: "alice" }));
     await launchedOnce(token, t.id, 2);
     expect(await runInDurableObject(stub, (a: ThreadActor) => a.testDeleteBoxAnswer())).toMatch(IN_USE_CONFLICT);
     const launched = (await readAll(token, t.id)).entries.filter((e) => e.payload.type === "signal.run.launched").at(-1)!;
     expect(launched.payload).toMatchObject({ boxId: kept, boxReused: true });
-  }, 30_000);
+    return (await (await call(`/api/sandboxes/${kept}`, { token })).json()) as { state: string; threads: string[] };
+  }
 });
 
 describe("a stopped run whose runner never took its stream token", () => {

@@ -46,18 +46,29 @@ describe("live output of run_command", () => {
     const env = await call("/api/environments", { method: "POST", token, json: { name: "e", provider: "test", sharedBox: true } });
     const envId = ((await env.json()) as { id: string }).id;
     const thread = await createThread(token, {});
-    steppedCommand(["first", "second"], 600);
+    // The command prints its first line and goes on only once the test has seen that line.
+    let finish!: () => void;
+    const finished = new Promise<void>((r) => { finish = r; });
+    sharedTestProvider().execHandler = async (_box, _command, opts) => {
+      opts.onOutput?.("stdout", "first\n");
+      await finished;
+      opts.onOutput?.("stdout", "second\n");
+      return { exitCode: 3, output: "first\nsecond\n" };
+    };
     const pending = call(`/api/environments/${envId}/exec`, { method: "POST", token, json: { command: "two steps", threadId: thread.id } });
     // The first line is on the thread before the command has ended.
     let seen = false;
     let answered = false;
     void pending.then(() => { answered = true; });
-    for (let i = 0; i < 100 && !seen; i++) {
+    const deadline = Date.now() + 10_000;
+    while (!seen && Date.now() < deadline) {
       seen = (await readAll(token, thread.id)).entries.some((e) => e.payload.type === "signal.exec.output" && e.payload.text === "first\n");
       if (!seen) await sleep(20);
     }
+    const answeredBeforeEnd = answered;
+    finish();
     expect(seen).toBe(true);
-    expect(answered).toBe(false);
+    expect(answeredBeforeEnd).toBe(false);
     const r = await pending;
     expect(r.status).toBe(200);
     const body = (await r.json()) as { exitCode: number; output: string; execId: string };

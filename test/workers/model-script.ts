@@ -12,6 +12,8 @@ export type ScriptedModel = {
   anthropicBaseUrl: string;
   requests(): Promise<RecordedRequest[]>;
   push(...steps: ScriptStep[]): Promise<void>;
+  /** Lets the session's `held` steps answer. */
+  release(): Promise<void>;
 };
 
 export async function scriptModel(script: ScriptStep[], fallback?: ScriptStep): Promise<ScriptedModel> {
@@ -27,6 +29,9 @@ export async function scriptModel(script: ScriptStep[], fallback?: ScriptStep): 
     },
     async push(...steps) {
       await fetch(`${origin}/__sessions/${s.id}/steps`, { method: "POST", body: JSON.stringify({ steps }) });
+    },
+    async release() {
+      await fetch(`${origin}/__sessions/${s.id}/release`, { method: "POST" });
     },
   };
 }

@@ -67,7 +67,8 @@ describe("subscription rules", () => {
 describe("subscriptions API", () => {
   it("a pull-wake claim lapses with its lease: another worker claims the next generation and the first worker's token is fenced", async () => {
     const token = await houseToken("house-subs-lease");
-    const { path } = await pullWakeSetup(token, "lease1");
+    // A lease long enough that the claims just below are surely inside it on a loaded machine.
+    const { path } = await pullWakeSetup(token, "lease1", 3_000);
     const first = await claim(token, "lease1", "w1");
     expect(first.status).toBe(200);
     const c1 = await body(first);
@@ -80,7 +81,7 @@ describe("subscriptions API", () => {
       const r = await claim(token, "lease1", "w2");
       expect(r.status).toBe(200);
       return body(r);
-    }, { timeout: 5000, interval: 200 });
+    }, { timeout: 15_000, interval: 200 });
     expect(second.generation).toBeGreaterThan(c1.generation);
     const tail = second.streams.find((s: any) => s.path === path).tail_offset;
     const late = await call(`${sub("lease1")}/ack`, { method: "POST", headers: { authorization: `Bearer ${c1.token}` }, json: { wake_id: c1.wake_id, generation: c1.generation, acks: [{ stream: path, offset: tail }], done: true } });

@@ -88,6 +88,18 @@ export class ThreadActor extends ProductionThreadActor {
     return this.deleteBoxAnswer;
   }
 
+  private runIsCurrentDelayMs = 0;
+
+  /** Answers to "is this run current?" (a box asks before a delete) take `ms` from now on, as under load. */
+  delayRunIsCurrent(ms: number): void {
+    this.runIsCurrentDelayMs = ms;
+  }
+
+  override async runIsCurrent(houseId: string, runId: string) {
+    if (this.runIsCurrentDelayMs > 0) await new Promise((r) => setTimeout(r, this.runIsCurrentDelayMs));
+    return super.runIsCurrent(houseId, runId);
+  }
+
   protected override launchCheckpoint(step: LaunchStep): void {
     if (this.deleteBoxAtLaunchStep === step) {
       this.deleteBoxAtLaunchStep = null;

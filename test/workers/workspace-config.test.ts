@@ -1,12 +1,8 @@
 import { describe, expect, it, vi } from "vitest";
-import { env, runInDurableObject } from "cloudflare:test";
-import type { ThreadActor } from "./test-worker";
-import { call, errorCode, houseToken, post, readAll } from "./helpers";
+import { call, delegateLaunchable, errorCode, houseToken, post, readAll } from "./helpers";
 import { sharedTestProvider } from "./register-test-provider";
 import { LABEL_RUN } from "../../src/sandbox/provider";
 
-const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> };
-const threadStub = (id: string) => E.THREADS.get(E.THREADS.idFromName(`thread:${id}`));
 
 async function createEnv(token: string, body: Record<string, unknown>) {
   const r = await call("/api/environments", { method: "POST", token, json: { name: "ws", provider: "test", model: "local/m", ...body } });
@@ -15,11 +11,8 @@ async function createEnv(token: string, body: Record<string, unknown>) {
 
 /** Delegates in a thread of the environment and waits for the run's launch entry. */
 async function delegateAndLaunch(token: string, environmentId: string, body: Record<string, unknown>) {
-  const parent = (await (await call("/api/threads", { method: "POST", token, json: { environmentId } })).json()) as { id: string };
-  const d = await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: body });
-  expect(d.status).toBe(202);
-  const { childThreadId, runId } = (await d.json()) as { childThreadId: string; runId: string };
-  await runInDurableObject(threadStub(childThreadId), (a: ThreadActor) => a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" }));
+  const parent = (await (await call("/api/threads", { method: "POST", token, json: { environmentId } })).json()) as { id: string; houseId: string };
+  const { childThreadId, runId } = await delegateLaunchable(token, parent, body);
   const launched = await vi.waitFor(async () => {
     const l = (await readAll(token, childThreadId)).entries.find((e) => e.payload.type === "signal.run.launched");
     expect(l).toBeTruthy();
