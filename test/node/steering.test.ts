@@ -48,6 +48,23 @@ describe("driving pi over RPC", () => {
     return { rpc, sent, delivered, refused, ended: () => ended, tick: () => new Promise((r) => setImmediate(r)) };
   }
 
+  /** A run whose first turn was interrupted and has settled: it waits `idleMs` for a message. */
+  function interruptedRun(idleMs: number) {
+    const stdin = new PassThrough();
+    const sent: { id: string; type: string }[] = [];
+    stdin.on("data", (d) => String(d).split("\n").filter(Boolean).forEach((l) => sent.push(JSON.parse(l))));
+    let ended = false;
+    stdin.on("finish", () => (ended = true));
+    const idled: number[] = [];
+    const rpc = new PiRpc(stdin, { onDelivered: () => {}, onRefused: () => {}, log: () => {}, onIdleAfterInterrupt: (ms) => void idled.push(ms) }, idleMs);
+    rpc.start("the task");
+    rpc.onRecord({ type: "response", id: "tb-1", success: true });
+    rpc.onRecord({ type: "agent_start" });
+    rpc.interrupt();
+    rpc.onRecord({ type: "agent_settled" });
+    return { rpc, sent, idled, ended: () => ended };
+  }
+
   it("task as the first prompt; a message while busy is a steer, marked once pi accepts it; settling with nothing waiting ends", async () => {
     const h = harness();
     h.rpc.start("the task");
@@ -92,29 +109,18 @@ describe("driving pi over RPC", () => {
   });
 
   it("interrupted and left without a message for idleAfterInterruptMs, the run ends; a message in time keeps it going", async () => {
-    const stdin = new PassThrough();
-    const sent: { id: string; type: string }[] = [];
-    stdin.on("data", (d) => String(d).split("\n").filter(Boolean).forEach((l) => sent.push(JSON.parse(l))));
-    let ended = false;
-    stdin.on("finish", () => (ended = true));
-    const idled: number[] = [];
-    const rpc = new PiRpc(stdin, { onDelivered: () => {}, onRefused: () => {}, log: () => {}, onIdleAfterInterrupt: (ms) => void idled.push(ms) }, 60);
-    rpc.start("the task");
-    rpc.onRecord({ type: "response", id: "tb-1", success: true });
-    rpc.onRecord({ type: "agent_start" });
-    rpc.interrupt();
-    rpc.onRecord({ type: "agent_settled" });
+    const { rpc, sent, idled, ended } = interruptedRun(60);
     await new Promise((r) => setTimeout(r, 30));
     rpc.message("c1", "in time");
     await new Promise((r) => setTimeout(r, 80));
     rpc.onRecord({ type: "response", id: sent.find((c) => c.type === "prompt" && sent.indexOf(c) > 0)!.id, success: true });
-    expect([ended, idled]).toEqual([false, []]);
+    expect([ended(), idled]).toEqual([false, []]);
     // That prompt's turn is interrupted too, and this time nobody comes back.
     rpc.onRecord({ type: "agent_start" });
     rpc.interrupt();
     rpc.onRecord({ type: "agent_settled" });
     await new Promise((r) => setTimeout(r, 120));
-    expect([ended, idled]).toEqual([true, [60]]);
+    expect([ended(), idled]).toEqual([true, [60]]);
     expect(rpc.message("c2", "too late")).toBe(false);
   });
 
@@ -225,23 +231,12 @@ describe("driving pi over RPC", () => {
   });
 
   it("a message pi refuses after the run went idle does not hold the run open without its idle timer", async () => {
-    const stdin = new PassThrough();
-    const sent: { id: string; type: string }[] = [];
-    stdin.on("data", (d) => String(d).split("\n").filter(Boolean).forEach((l) => sent.push(JSON.parse(l))));
-    let ended = false;
-    stdin.on("finish", () => (ended = true));
-    const idled: number[] = [];
-    const rpc = new PiRpc(stdin, { onDelivered: () => {}, onRefused: () => {}, log: () => {}, onIdleAfterInterrupt: (ms) => void idled.push(ms) }, 60);
-    rpc.start("the task");
-    rpc.onRecord({ type: "response", id: "tb-1", success: true });
-    rpc.onRecord({ type: "agent_start" });
-    rpc.interrupt();
-    rpc.onRecord({ type: "agent_settled" });
+    const { rpc, sent, idled, ended } = interruptedRun(60);
     rpc.message("c8", "do this");
     await new Promise((r) => setImmediate(r));
     rpc.onRecord({ type: "response", id: sent[2].id, success: false, error: "Cannot submit a prompt while compaction is in progress." });
     await new Promise((r) => setTimeout(r, 120));
-    expect([ended, idled]).toEqual([true, [60]]);
+    expect([ended(), idled]).toEqual([true, [60]]);
   });
 
   it("pi refusing the task (no API key) ends the run with pi's words", async () => {
