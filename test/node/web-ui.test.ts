@@ -449,6 +449,27 @@ describe("terminal output", () => {
   });
 });
 
+describe("a bot's tool that had nowhere to run", () => {
+  it("a run_command answered 'no sandbox is bound to this thread' shows as not run, not as a command that succeeded", async () => {
+    const { NO_SANDBOX } = await import("../../src/dispatch/tools/no-sandbox");
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "no sandbox" } })).body;
+    expect((await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: [
+      { payload: { type: "pi.tool_call", toolCallId: "n1", name: "run_command", args: { command: "ls" } } },
+      { payload: { type: "pi.tool_result", toolCallId: "n1", name: "run_command", output: NO_SANDBOX, isError: false } },
+      { payload: { type: "pi.tool_call", toolCallId: "n2", name: "run_command", args: { command: "pwd" } } },
+      { payload: { type: "pi.tool_result", toolCallId: "n2", name: "run_command", output: "exit code 0\n/home", isError: false } },
+    ] })).status).toBe(201);
+    const { context, page } = await signedInPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector("details.tool >> nth=1");
+    const badges = await page.$$eval("details.tool", (els) => els.map((el) => [el.className, el.querySelector(".tool-state")?.textContent]));
+    expect(badges).toEqual([["tool tool-notrun", "not run"], ["tool tool-done", "done"]]);
+    const colours = await page.$$eval("details.tool .tool-state", (els) => els.map((el) => getComputedStyle(el).color));
+    expect(colours[0]).not.toBe(colours[1]);
+    await context.close();
+  });
+});
+
 describe("managing bots and environments", () => {
   it("edits a bot, opens a DM with it and deletes it; edits an environment's secrets and deletes it", async (ctx) => {
     if ((await api("/api/agents")).status === 404) ctx.skip();

@@ -5,7 +5,9 @@ import { nonBlankText } from "../../entries/schema";
 import { defineTool, type ToolContext } from "./context";
 import type { ToolSpec } from "../tool-loop";
 
-export const NO_SANDBOX = "no sandbox is bound to this thread (it has no environment); answer without running anything";
+import { NO_SANDBOX } from "./no-sandbox";
+
+export { NO_SANDBOX };
 
 /** The thread environment's hands: a synchronous shell, and a detached coding agent on a child thread. */
 export function sandboxTools(ctx: ToolContext): ToolSpec[] {
