@@ -392,6 +392,36 @@ describe("bots and @mentions", () => {
   });
 });
 
+describe("bots and environments made elsewhere", () => {
+  it("appear in the @ completion and the environment pickers of a page opened before they existed, without leaving it", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "made elsewhere" } })).body;
+    const { context, page } = await signedInPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector("form.delegate select[name=environment]");
+    const home = await context.newPage();
+    await home.goto(worker.url);
+    await home.waitForSelector("form select[name=environment]");
+    // The pages have loaded their lists; now another client adds to them.
+    const suffix = Date.now().toString(36);
+    const env = await api("/api/environments", { method: "POST", json: { name: `late-env-${suffix}` } });
+    expect(env.status).toBe(201);
+    const agents = await api("/api/agents");
+    if (agents.status !== 404) {
+      expect((await api("/api/agents", { method: "POST", json: { name: "Late", handle: `late${suffix}`, model: "local/scripted-model" } })).status).toBe(201);
+      await page.click("textarea[name=message]");
+      await page.keyboard.type(`ask @late${suffix.slice(0, 2)}`);
+      await page.waitForSelector(`ul.mentions >> text=@late${suffix}`, { timeout: 5000 });
+    }
+    const options = (p: Page, select: string) => p.$$eval(`${select} option`, (os) => os.map((o) => o.textContent ?? ""));
+    await page.focus("form.delegate select[name=environment]");
+    await page.waitForFunction((name) => [...document.querySelectorAll("form.delegate select[name=environment] option")].some((o) => o.textContent?.includes(name)), `late-env-${suffix}`, { timeout: 5000 });
+    await home.focus("form select[name=environment]");
+    await home.waitForFunction((name) => [...document.querySelectorAll("form select[name=environment] option")].some((o) => o.textContent?.includes(name)), `late-env-${suffix}`, { timeout: 5000 });
+    expect(await options(home, "form select[name=environment]")).toContainEqual(expect.stringContaining(`late-env-${suffix}`));
+    await context.close();
+  });
+});
+
 describe("long and right-to-left text", () => {
   it("a 200 KB message is folded to its beginning until asked; a right-to-left title keeps its direction", async () => {
     const thread = (await api("/api/threads", { method: "POST", json: { title: "שלום עולם" } })).body;
