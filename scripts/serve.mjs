@@ -8,10 +8,12 @@ import { join, resolve } from "node:path";
 import { ROOT } from "./lib/wrangler-dev.mjs";
 import { busyPortsMessage, envPort } from "./lib/ports.mjs";
 import { parseVars } from "./lib/vars-file.mjs";
-import { createVarsFile, parseOutbound, scanBundle, startServe } from "./lib/serve.mjs";
+import { createVarsFile, localUrls, makeDir, parseOutbound, scanBundle, startServe } from "./lib/serve.mjs";
 
 const port = envPort("PORT", 8787, "npm run serve");
 const host = process.env.HOST?.trim() || "127.0.0.1";
+// Only for a vars file created here: where `npm run sandbox-host` listens.
+const sandboxHostPort = envPort("SANDBOX_HOST_PORT", 3986, "npm run serve");
 const stateDir = resolve(ROOT, process.env.THREADBOX_STATE_DIR ?? join(".serve", "state"));
 const varsFile = resolve(ROOT, process.env.THREADBOX_VARS_FILE ?? ".serve.vars");
 const buildDir = join(ROOT, ".serve", "build");
@@ -32,12 +34,13 @@ if (busy) {
 // the user's setting to fix: said in one line, not as a stack trace.
 const varsProblem = (err) => `${err?.code ?? err?.message ?? err}: THREADBOX_VARS_FILE must name a file in a directory that exists; unset, it is .serve.vars`;
 if (!existsSync(varsFile)) {
+  const urls = localUrls({ host, port, sandboxHostPort });
   try {
-    createVarsFile(varsFile, join(ROOT, ".dev.vars.example"));
+    createVarsFile(varsFile, join(ROOT, ".dev.vars.example"), urls);
   } catch (err) {
     fail(`cannot create the vars file ${varsFile} (${varsProblem(err)})`);
   }
-  console.log(`created ${varsFile} with fresh random secrets (set DAYTONA_* and THREADBOX_STREAM_URL there for real boxes)`);
+  console.log(`created ${varsFile} with fresh random secrets; boxes write to ${urls.streamUrl}, and DAYTONA_API_URL is ${urls.daytonaApiUrl} (npm run sandbox-host): set DAYTONA_* and THREADBOX_STREAM_URL there for other boxes`);
 }
 let varsFileText;
 try {
@@ -51,6 +54,13 @@ if (!vars.THREADBOX_TOKEN_SECRET || vars.THREADBOX_TOKEN_SECRET.length < 16) fai
 const example = parseVars(readFileSync(join(ROOT, ".dev.vars.example"), "utf8"));
 for (const name of ["THREADBOX_ADMIN_SECRET", "THREADBOX_TOKEN_SECRET"]) {
   if (vars[name] === example[name]) console.warn(`warning: ${name} in ${varsFile} is the public development value; set a secret one`);
+}
+
+// Before the build, which takes a while: a state directory that cannot be made is the user's setting.
+try {
+  makeDir(stateDir);
+} catch (err) {
+  fail(`cannot create the state directory ${stateDir} (${err?.code ?? err?.message ?? err}): THREADBOX_STATE_DIR must name a directory that exists or can be created; unset, it is .serve/state`);
 }
 
 let outbound;

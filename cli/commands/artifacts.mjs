@@ -9,8 +9,8 @@ const isRecord = (v) => typeof v === "object" && v !== null && !Array.isArray(v)
  * Human-readable text of artifact entries, newest run first (pure). Artifact payloads are not
  * checked by the server (any writer of the thread may write one): a malformed one is named, not fatal.
  */
-export function renderArtifacts(artifacts, { full = false, c = { gray: (s) => s, bold: (s) => s } } = {}) {
-  if (!Array.isArray(artifacts) || artifacts.length === 0) return "no artifacts on this thread";
+export function renderArtifacts(artifacts, { full = false, runId = undefined, c = { gray: (s) => s, bold: (s) => s } } = {}) {
+  if (!Array.isArray(artifacts) || artifacts.length === 0) return runId === undefined ? "no artifacts on this thread" : safe`no artifacts from run ${runId}`;
   const out = [];
   for (const a of artifacts) {
     const p = isRecord(a?.payload) ? a.payload : {};
@@ -58,6 +58,6 @@ export function registerArtifacts(program, ctxOf) {
       const q = new URLSearchParams({ limit: String(opts.limit) });
       if (opts.run) q.set("runId", opts.run);
       const r = await ctx.api().get(`${paths.threadAction(threadId, "artifacts")}?${q}`);
-      ctx.print(r, () => renderArtifacts(r.artifacts, { full: Boolean(opts.full), c: ctx.c }));
+      ctx.print(r, () => renderArtifacts(r.artifacts, { full: Boolean(opts.full), runId: opts.run, c: ctx.c }));
     });
 }

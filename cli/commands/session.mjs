@@ -1,6 +1,6 @@
 // login / logout: where the CLI keeps its server URL and house token.
 import { createApi } from "../lib/api.mjs";
-import { configPath, DEFAULT_URL, loadConfig, normalizeUrl, parseSignInLink, removeConfig, saveConfig, tokenClaims } from "../lib/config.mjs";
+import { configPath, DEFAULT_URL, loadConfig, parseSignInLink, removeConfig, saveConfig, serverUrl, tokenClaims } from "../lib/config.mjs";
 import { CliError } from "../lib/errors.mjs";
 import { safe } from "../lib/render.mjs";
 import { promptHidden, readStdin } from "../lib/term.mjs";
@@ -31,7 +31,8 @@ export function registerSession(program, ctxOf) {
       } catch {
         stored = {};
       }
-      const url = normalizeUrl(parsed.url ?? ctx.globals.url ?? process.env.THREADBOX_URL ?? stored.url ?? DEFAULT_URL);
+      const url = parsed.url ?? serverUrl(ctx.globals.url ? ["--url", ctx.globals.url] : process.env.THREADBOX_URL ? ["THREADBOX_URL", process.env.THREADBOX_URL]
+        : stored.url ? [`the url stored in ${path}`, stored.url] : ["the default", DEFAULT_URL]);
       const token = await tokenFor(parsed.token, opts);
       if (!token) throw new CliError("bad_request", "empty token");
       // A token is kept only once the server accepts it (and answers as threadbox does: the client checks that).

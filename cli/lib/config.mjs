@@ -81,6 +81,25 @@ export function removeConfig(path = configPath()) {
 export const normalizeUrl = (url) => url.replace(/\/+$/, "");
 
 /**
+ * A server URL, checked before any request: fetch's own refusal reads as a server that cannot be
+ * reached (`cannot reach notaurl: ERR_INVALID_URL`), and `localhost:8787` parses as a URL whose
+ * scheme is `localhost:`. `source` names where it came from, for the message.
+ * @param {[source: string, url: string]} given
+ */
+export function serverUrl([source, url]) {
+  let u;
+  try {
+    u = new URL(url);
+  } catch {
+    u = null;
+  }
+  if (!u || (u.protocol !== "http:" && u.protocol !== "https:")) {
+    throw new CliError("usage", `${source} ${url} is not a valid server URL (like ${DEFAULT_URL})`);
+  }
+  return normalizeUrl(url);
+}
+
+/**
  * The server and token to use.
  * @returns {{ url: string, token: string }}
  */
@@ -88,7 +107,8 @@ export function resolveTarget(opts = {}, env = process.env, config = undefined) 
   // The stored file is read only when the flags and environment leave something to find there: a
   // broken file must not stop a command given everything it needs.
   const stored = () => (config ??= loadConfig());
-  const url = normalizeUrl(opts.url || env.THREADBOX_URL || stored().url || DEFAULT_URL);
+  const url = serverUrl(opts.url ? ["--url", opts.url] : env.THREADBOX_URL ? ["THREADBOX_URL", env.THREADBOX_URL]
+    : stored().url ? [`the url stored in ${configPath(env)}`, stored().url] : ["the default", DEFAULT_URL]);
   const token = env.THREADBOX_TOKEN || stored().token;
   if (!token) {
     throw new CliError("not_logged_in", "no token: run `threadbox login` (npm run dev prints the line) or set THREADBOX_TOKEN");
@@ -105,8 +125,10 @@ export function parseSignInLink(link) {
   try {
     u = new URL(link);
   } catch {
-    throw new CliError("bad_request", `not a URL: ${link}`);
+    u = null;
   }
+  // `localhost:8787` parses, as a URL whose scheme is `localhost:`.
+  if (!u || (u.protocol !== "http:" && u.protocol !== "https:")) throw new CliError("bad_request", `not a URL: ${link} (like ${DEFAULT_URL}/#token=…)`);
   const token = new URLSearchParams(u.hash.replace(/^#/, "")).get("token") || undefined;
   u.hash = "";
   u.search = "";

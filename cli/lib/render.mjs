@@ -1,6 +1,8 @@
 // How entries, threads and other rows look in a terminal. Pure: values in, lines out.
 
 const clip = (s, n) => (s.length > n ? `${s.slice(0, n - 1)}…` : s);
+/** How a bot's tool answers in a thread without an environment (src/dispatch/tools/no-sandbox.ts). */
+export const NOT_RUN_PREFIX = "no sandbox is bound to this thread";
 const isRecord = (v) => typeof v === "object" && v !== null && !Array.isArray(v);
 /** JSON of a value parsed from JSON; never throws. */
 const json = (v) => {
@@ -114,7 +116,10 @@ function renderPayload(entry, c, opts) {
       const out = printable(p.output).replace(/\s+$/, "");
       const lines = out ? out.split("\n") : [];
       const shown = lines.slice(0, maxLines).join("\n") + (lines.length > maxLines ? `\n… ${lines.length - maxLines} more lines` : "");
-      const head = `${at} ${p.isError ? c.red("✗") : c.green("✓")} ${printableLine(p.name ?? p.toolName) || "tool"}${lines.length ? "" : c.gray(" (no output)")}`;
+      // A bot's tool in a thread without an environment: no error, but nothing ran (src/dispatch/tools/no-sandbox.ts).
+      const notRun = !p.isError && typeof p.output === "string" && p.output.startsWith(NOT_RUN_PREFIX);
+      const mark = p.isError ? c.red("✗") : notRun ? c.yellow("–") : c.green("✓");
+      const head = `${at} ${mark} ${printableLine(p.name ?? p.toolName) || "tool"}${notRun ? c.yellow(" (not run)") : ""}${lines.length ? "" : c.gray(" (no output)")}`;
       return lines.length ? `${head}\n${c.gray(indent(shown, "           │ "))}` : head;
     }
     case "pi.error":

@@ -4,7 +4,7 @@
 // static assets when wrangler.toml has [assets]) and starts the workerd binary wrangler installs.
 import { execFile, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, extname, isAbsolute, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -188,13 +188,47 @@ const mainWorker :Workerd.Worker = (
 }
 
 /** Fresh random secrets for a new vars file: never the example's development values. */
-export function createVarsFile(path, examplePath) {
+export function createVarsFile(path, examplePath, urls) {
   const secret = () => randomBytes(32).toString("base64url");
   const text = readFileSync(examplePath, "utf8")
     .replace(/^THREADBOX_ADMIN_SECRET=.*$/m, `THREADBOX_ADMIN_SECRET=${secret()}`)
-    .replace(/^THREADBOX_TOKEN_SECRET=.*$/m, `THREADBOX_TOKEN_SECRET=${secret()}`);
+    .replace(/^THREADBOX_TOKEN_SECRET=.*$/m, `THREADBOX_TOKEN_SECRET=${secret()}`)
+    .replace(/^THREADBOX_STREAM_URL=.*$/m, `THREADBOX_STREAM_URL=${urls.streamUrl}`)
+    .replace(/^DAYTONA_API_URL=.*$/m, `DAYTONA_API_URL=${urls.daytonaApiUrl}`);
   writeFileSync(path, `# npm run serve reads this file (kept out of git); created with fresh random secrets.\n${text}`, { mode: 0o600 });
   chmodSync(path, 0o600);
+}
+
+/**
+ * The URLs a created vars file starts with: boxes of a local sandbox host (processes on this
+ * machine) write to this server on the port it listens on, and the worker reaches that host on
+ * the port `npm run sandbox-host` listens on. A wildcard HOST is reached on loopback.
+ */
+export function localUrls({ host, port, sandboxHostPort }) {
+  const reachable = ["0.0.0.0", "::", "[::]"].includes(host) ? "127.0.0.1" : host;
+  const hostPart = reachable.includes(":") && !reachable.startsWith("[") ? `[${reachable}]` : reachable;
+  return { streamUrl: `http://${hostPart}:${port}/api/stream`, daytonaApiUrl: `http://127.0.0.1:${sandboxHostPort}/api` };
+}
+
+/**
+ * `mkdir -p`, one directory at a time. Node's own recursive mkdir never returns for a path it
+ * cannot make under /proc (mkdir answers ENOENT there although the parent exists, and Node walks
+ * up and down again for ever): here the first directory that cannot be made throws.
+ */
+export function makeDir(path) {
+  const missing = [];
+  for (let p = resolve(path); !existsSync(p); p = dirname(p)) {
+    missing.unshift(p);
+    if (dirname(p) === p) break;
+  }
+  for (const dir of missing) {
+    try {
+      mkdirSync(dir);
+    } catch (err) {
+      if (err?.code !== "EEXIST" || !statSync(dir).isDirectory()) throw err;
+    }
+  }
+  if (!statSync(path).isDirectory()) throw Object.assign(new Error(`ENOTDIR: not a directory, ${path}`), { code: "ENOTDIR" });
 }
 
 /**
@@ -218,14 +252,14 @@ export async function startServe(o) {
   const cwd = o.cwd ?? ROOT;
   const configPath = o.configPath ?? join(cwd, "wrangler.toml");
   const project = await readProjectConfig(configPath);
-  mkdirSync(o.buildDir, { recursive: true });
+  makeDir(o.buildDir);
   // wrangler's [build] command may be what creates the assets directory, so check it afterwards.
   const bundle = o.bundle ?? (await buildBundle({ cwd, configPath, outdir: join(o.buildDir, "bundle") }));
   if (project.assets && !existsSync(project.assets.directory)) {
     throw new Error(`the [assets] directory of wrangler.toml, ${project.assets.directory}, does not exist: build the web UI first`);
   }
   const stateDir = isAbsolute(o.stateDir) ? o.stateDir : resolve(cwd, o.stateDir);
-  mkdirSync(stateDir, { recursive: true });
+  makeDir(stateDir);
   const values = bindingValues(project, o.varsFileText);
   let assetsWorkerPath;
   if (project.assets) {

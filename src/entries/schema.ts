@@ -5,9 +5,17 @@ import { RUN_SIGNAL_STATUSES, STATUS_CHANGED } from "../domain/statuses";
 
 export const MAX_ENTRY_ID_LENGTH = 200;
 
+/**
+ * Text someone acts on — a run's task, a message to a run, a chat that may wake bots or steer an
+ * agent: one of nothing but whitespace says nothing and would still start a run or a turn.
+ */
+export function nonBlankText(max: number, what: string) {
+  return z.string().max(max).refine((s) => s.trim() !== "", `${what} is empty or only whitespace`);
+}
+
 const chatPayload = z.object({
   type: z.literal("chat"),
-  text: z.string().max(1_000_000),
+  text: nonBlankText(1_000_000, "a chat's text"),
   mentions: z.array(z.string().max(200)).max(100).optional(),
 }).passthrough();
 

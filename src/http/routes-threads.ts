@@ -3,7 +3,7 @@ import { parseQuery } from "./query";
 import { modelNameSchema } from "../agents";
 import { ApiError, json, SECURITY_HEADERS } from "../errors";
 import type { Env } from "../env";
-import { THREAD_STATUSES } from "../entries/schema";
+import { nonBlankText, THREAD_STATUSES } from "../entries/schema";
 import { assertThreadAccess, authenticate, BEARER_PROTOCOL_PREFIX, canWrite, houseWriter, requireHouse } from "../auth/authenticate";
 import { initialDispatchConfig } from "../dispatch/config";
 import { idSchema, mintStreamToken, STREAM_SCOPES, streamTokenTtlSeconds, type HouseClaims, type TokenClaims } from "../auth/tokens";
@@ -213,8 +213,11 @@ export async function interruptThreadRoute(request: Request, env: Env, id: strin
   return json(await unwrapRpc(threadStub(env, threadId).interruptRun(claims.houseId, claims.subject)), 202);
 }
 
+/** A branch is checked out of the repository a run clones: without one it would be dropped unsaid. */
+export const BRANCH_NEEDS_REPO = "branch needs repo: it names a branch of the repository the run clones";
+
 export const delegateSchema = z.object({
-  task: z.string().min(1).max(200_000),
+  task: nonBlankText(200_000, "task"),
   repo: repositoryUrlSchema.optional(),
   branch: z.string().min(1).max(200).optional(),
   harness: z.enum(["pi", "claude-code", "codex"]).optional(),
@@ -224,10 +227,10 @@ export const delegateSchema = z.object({
   /** This run's, instead of the environment's. */
   permissionMode: permissionModeSchema.optional(),
   allowedTools: allowedToolsSchema.optional(),
-}).strict();
+}).strict().refine((b) => b.branch === undefined || b.repo !== undefined, { message: BRANCH_NEEDS_REPO, path: ["branch"] });
 
 const resumeSchema = z.object({
-  message: z.string().min(1).max(200_000),
+  message: nonBlankText(200_000, "message"),
   model: modelNameSchema.optional(),
 }).strict();
 

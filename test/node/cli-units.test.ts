@@ -2,6 +2,7 @@
 import { describe, expect, it } from "vitest";
 // @ts-expect-error plain JS module without declarations
 import { configPath, parseSignInLink, resolveTarget } from "../../cli/lib/config.mjs";
+import { NO_SANDBOX } from "../../src/dispatch/tools/no-sandbox";
 // @ts-expect-error plain JS module without declarations
 import { environmentBody } from "../../cli/commands/house.mjs";
 // @ts-expect-error plain JS module without declarations
@@ -24,6 +25,7 @@ describe("config", () => {
     expect(parseSignInLink("http://127.0.0.1:8787/#token=abc.def.ghi")).toEqual({ url: "http://127.0.0.1:8787", token: "abc.def.ghi" });
     expect(parseSignInLink("https://tb.example.com/")).toEqual({ url: "https://tb.example.com", token: undefined });
     expect(() => parseSignInLink("not a url")).toThrow(/not a URL/);
+    expect(() => parseSignInLink("localhost:8787")).toThrow(/not a URL/);
   });
 
   it("keeps the config under the user's config dir, and prefers the environment to the stored login", () => {
@@ -67,6 +69,11 @@ describe("answers the commands read", () => {
 });
 
 describe("rendering", () => {
+  it("a bot's tool that had no sandbox to run in (no error, nothing ran) is marked not run, not with a success tick", () => {
+    expect(renderEntry({ ts: 0, payload: { type: "pi.tool_result", name: "run_command", output: NO_SANDBOX, isError: false } }, c))
+      .toBe(`00:00:00 – run_command (not run)\n           │ ${NO_SANDBOX}`);
+  });
+
   it("shows tool calls by their command or path, and results indented under them", () => {
     expect(describeToolCall("bash", { command: "ls -la" })).toBe("bash $ ls -la");
     expect(describeToolCall("write", { path: "a.txt", content: "hi\n" })).toBe("write a.txt (3 bytes)");

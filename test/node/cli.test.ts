@@ -302,6 +302,36 @@ describe("threads, new, post", () => {
     expect(down.code).toBe(2);
     expect(down.stderr).toContain("error unreachable: cannot reach http://127.0.0.1:9");
   });
+
+  it("a server URL that is not an http(s) URL is a usage error naming where it came from, not a failure to reach it", async () => {
+    const cases = [
+      [["--url", "notaurl", "threads"], {}, "error usage: --url notaurl is not a valid server URL (like http://127.0.0.1:8787)\n"],
+      [["--url", "localhost:8787", "threads"], {}, "error usage: --url localhost:8787 is not a valid server URL (like http://127.0.0.1:8787)\n"],
+      [["threads"], { THREADBOX_URL: "ftp://x" }, "error usage: THREADBOX_URL ftp://x is not a valid server URL (like http://127.0.0.1:8787)\n"],
+    ] as const;
+    for (const [args, env, stderr] of cases) {
+      const r = await cli([...args], { env: { THREADBOX_TOKEN: token, ...env } });
+      expect({ args, code: r.code, stdout: r.stdout, stderr: r.stderr }).toEqual({ args, code: 2, stdout: "", stderr });
+    }
+    const json = await cli(["--url", "notaurl", "--json", "threads"], { env: { THREADBOX_TOKEN: token } });
+    expect(JSON.parse(json.stderr).error.code).toBe("usage");
+  });
+
+  it("artifacts --run with a run the thread does not have says so; a thread's run without artifacts says that", async () => {
+    const threadId = (await ok(["new", "no such run"])).stdout.trim();
+    const r = await cli(["artifacts", threadId, "--run", "bogus"], { env: as() });
+    expect([r.code, r.stdout, r.stderr]).toEqual([2, "", "error not_found: no run bogus on this thread\n"]);
+    // The run's own token claims it, as a run's box does.
+    const { mintRunToken } = await import("../../src/auth/tokens");
+    const runToken = (await mintRunToken("test-token-secret-0123456789abcdef", "house-cli", threadId, "r7", "cli-user")).token;
+    const claim = await fetch(`${worker.url}/api/threads/${threadId}/entries`, {
+      method: "POST", headers: { authorization: `Bearer ${runToken}`, "content-type": "application/json" },
+      body: JSON.stringify({ id: "claim:r7", payload: { type: "signal.thread.status_changed", status: "running", runId: "r7" } }),
+    });
+    expect(claim.ok).toBe(true);
+    const none = await cli(["artifacts", threadId, "--run", "r7"], { env: as() });
+    expect([none.code, none.stdout, none.stderr]).toEqual([0, "no artifacts from run r7\n", ""]);
+  });
 });
 
 describe("an empty thread id", () => {

@@ -291,7 +291,51 @@ describe("npm run serve", () => {
     }
     expect(existsSync(join(tree.dir, ".serve", "build"))).toBe(false);
   }, 60_000);
+
+  it("a state directory that cannot be made (/proc/nope, under a file) stops it at once with one line, before building", async () => {
+    const tree = freshTree();
+    trees.push(tree);
+    const varsFile = join(tempDir("threadbox-serve-vars-"), "serve.vars");
+    writeFileSync(varsFile, `THREADBOX_ADMIN_SECRET=${ADMIN}\nTHREADBOX_TOKEN_SECRET=${TOKEN_SECRET}\n`);
+    const aFile = join(tempDir("threadbox-serve-state-"), "a-file");
+    writeFileSync(aFile, "");
+    for (const [stateDir, code] of [["/proc/nope", "ENOENT"], [join(aFile, "state"), "ENOTDIR"]]) {
+      const r = await exitOf(tree.dir, { PORT: String(await freePort()), THREADBOX_STATE_DIR: stateDir, THREADBOX_VARS_FILE: varsFile }, 20_000);
+      expect({ stateDir, ...r }).toEqual({
+        stateDir, code: 1,
+        out: `npm run serve: cannot create the state directory ${stateDir} (${code}): THREADBOX_STATE_DIR must name a directory that exists or can be created; unset, it is .serve/state\n`,
+      });
+    }
+    expect(existsSync(join(tree.dir, ".serve", "build"))).toBe(false);
+  }, 60_000);
+
+  it("creates its vars file with the stream URL of the port it serves on and the sandbox host's port", async () => {
+    const tree = freshTree();
+    trees.push(tree);
+    const varsFile = join(tempDir("threadbox-serve-vars-"), "serve.vars");
+    const [port, sandboxPort] = [await freePort(), await freePort()];
+    // A state directory that cannot be made stops it right after the vars file is written.
+    const r = await exitOf(tree.dir, { PORT: String(port), SANDBOX_HOST_PORT: String(sandboxPort), HOST: "0.0.0.0", THREADBOX_STATE_DIR: "/proc/nope", THREADBOX_VARS_FILE: varsFile }, 20_000);
+    expect(r.out).toContain(`created ${varsFile}`);
+    const vars = readFileSync(varsFile, "utf8");
+    expect(vars).toMatch(new RegExp(`^THREADBOX_STREAM_URL=http://127\\.0\\.0\\.1:${port}/api/stream$`, "m"));
+    expect(vars).toMatch(new RegExp(`^DAYTONA_API_URL=http://127\\.0\\.0\\.1:${sandboxPort}/api$`, "m"));
+    expect(vars).not.toMatch(/:8787|:3986/);
+  }, 60_000);
 });
+
+/** `npm run serve` expected to stop by itself: its exit code and all it printed. */
+async function exitOf(cwd: string, env: Record<string, string>, timeoutMs: number): Promise<{ code: number | string; out: string }> {
+  const child = spawn(process.execPath, [join(cwd, "scripts", "serve.mjs")], { cwd, detached: true, env: { ...process.env, PATH: nodePath(), NO_COLOR: "1", ...env } });
+  started.push(child);
+  let out = "";
+  child.stdout!.on("data", (d) => { out += d; });
+  child.stderr!.on("data", (d) => { out += d; });
+  const timer = setTimeout(() => { out += "[still running after the timeout: killed]"; process.kill(-child.pid!, "SIGKILL"); }, timeoutMs);
+  const code = await new Promise<number | string>((resolve) => child.on("exit", (c, signal) => resolve(c ?? signal ?? -1)));
+  clearTimeout(timer);
+  return { code, out };
+}
 
 /** A browser page load (fetch() may not set Sec-Fetch-Mode itself). */
 function navigate(url: string): Promise<{ status: number; body: string }> {

@@ -392,6 +392,36 @@ describe("bots and @mentions", () => {
   });
 });
 
+describe("bots and environments made elsewhere", () => {
+  it("appear in the @ completion and the environment pickers of a page opened before they existed, without leaving it", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "made elsewhere" } })).body;
+    const { context, page } = await signedInPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector("form.delegate select[name=environment]");
+    const home = await context.newPage();
+    await home.goto(worker.url);
+    await home.waitForSelector("form select[name=environment]");
+    // The pages have loaded their lists; now another client adds to them.
+    const suffix = Date.now().toString(36);
+    const env = await api("/api/environments", { method: "POST", json: { name: `late-env-${suffix}` } });
+    expect(env.status).toBe(201);
+    const agents = await api("/api/agents");
+    if (agents.status !== 404) {
+      expect((await api("/api/agents", { method: "POST", json: { name: "Late", handle: `late${suffix}`, model: "local/scripted-model" } })).status).toBe(201);
+      await page.click("textarea[name=message]");
+      await page.keyboard.type(`ask @late${suffix.slice(0, 2)}`);
+      await page.waitForSelector(`ul.mentions >> text=@late${suffix}`, { timeout: 5000 });
+    }
+    const options = (p: Page, select: string) => p.$$eval(`${select} option`, (os) => os.map((o) => o.textContent ?? ""));
+    await page.focus("form.delegate select[name=environment]");
+    await page.waitForFunction((name) => [...document.querySelectorAll("form.delegate select[name=environment] option")].some((o) => o.textContent?.includes(name)), `late-env-${suffix}`, { timeout: 5000 });
+    await home.focus("form select[name=environment]");
+    await home.waitForFunction((name) => [...document.querySelectorAll("form select[name=environment] option")].some((o) => o.textContent?.includes(name)), `late-env-${suffix}`, { timeout: 5000 });
+    expect(await options(home, "form select[name=environment]")).toContainEqual(expect.stringContaining(`late-env-${suffix}`));
+    await context.close();
+  });
+});
+
 describe("long and right-to-left text", () => {
   it("a 200 KB message is folded to its beginning until asked; a right-to-left title keeps its direction", async () => {
     const thread = (await api("/api/threads", { method: "POST", json: { title: "שלום עולם" } })).body;
@@ -445,6 +475,27 @@ describe("terminal output", () => {
     const outputs = await page.$$eval("details.tool pre.output", (els) => els.map((el) => el.textContent));
     expect(outputs).toEqual(["red plain\nprogress 100%\n", "red plain\nprogress 100%\n"]);
     expect(await page.textContent("li.bubble .bubble-text")).toBe("it said:\nred plain\nprogress 100%\n");
+    await context.close();
+  });
+});
+
+describe("a bot's tool that had nowhere to run", () => {
+  it("a run_command answered 'no sandbox is bound to this thread' shows as not run, not as a command that succeeded", async () => {
+    const { NO_SANDBOX } = await import("../../src/dispatch/tools/no-sandbox");
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "no sandbox" } })).body;
+    expect((await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: [
+      { payload: { type: "pi.tool_call", toolCallId: "n1", name: "run_command", args: { command: "ls" } } },
+      { payload: { type: "pi.tool_result", toolCallId: "n1", name: "run_command", output: NO_SANDBOX, isError: false } },
+      { payload: { type: "pi.tool_call", toolCallId: "n2", name: "run_command", args: { command: "pwd" } } },
+      { payload: { type: "pi.tool_result", toolCallId: "n2", name: "run_command", output: "exit code 0\n/home", isError: false } },
+    ] })).status).toBe(201);
+    const { context, page } = await signedInPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector("details.tool >> nth=1");
+    const badges = await page.$$eval("details.tool", (els) => els.map((el) => [el.className, el.querySelector(".tool-state")?.textContent]));
+    expect(badges).toEqual([["tool tool-notrun", "not run"], ["tool tool-done", "done"]]);
+    const colours = await page.$$eval("details.tool .tool-state", (els) => els.map((el) => getComputedStyle(el).color));
+    expect(colours[0]).not.toBe(colours[1]);
     await context.close();
   });
 });

@@ -27,6 +27,21 @@ describe("GET /api/threads/:id/artifacts", () => {
     expect(limited.artifacts).toHaveLength(1);
   });
 
+  it("a runId the thread has no run of is a 404; a run that left nothing is an empty list", async () => {
+    const house = "house-art-norun";
+    const token = await houseToken(house);
+    const t = await createThread(token, {});
+    const bogus = await call(`/api/threads/${t.id}/artifacts?runId=bogus`, { token });
+    expect(bogus.status).toBe(404);
+    expect(((await bogus.json()) as { error: { code: string; message: string } }).error).toEqual({ code: "not_found", message: "no run bogus on this thread" });
+    // A run's box claims its run under claim:<runId>, as every run starts.
+    const claim = { id: "claim:run7", payload: { type: "signal.thread.status_changed", status: "running", runId: "run7" } };
+    expect((await post(await runToken(house, t.id, "run7"), t.id, claim)).status).toBe(201);
+    const none = await call(`/api/threads/${t.id}/artifacts?runId=run7`, { token });
+    expect(none.status).toBe(200);
+    expect(await none.json()).toEqual({ artifacts: [] });
+  });
+
   it("filters by a real run id (a UUID) on a real thread id: no pattern too long for the runtime's SQLite", async () => {
     const token = await houseToken("house-art-uuid");
     const t = await createThread(token, {});

@@ -426,3 +426,49 @@ describe("entry ts", () => {
     ]);
   });
 });
+
+describe("text that says nothing", () => {
+  type Refusal = { status: number; code: string; details: { path: string; message: string }[] };
+  const refusal = async (r: Response): Promise<Refusal> => {
+    const body = (await r.json()) as { error?: { code: string; details?: { path: string; message: string }[] } };
+    return { status: r.status, code: body.error?.code ?? "", details: body.error?.details ?? [] };
+  };
+  const threadCount = async (token: string) => ((await (await call("/api/threads?limit=1000", { token })).json()) as { threads: unknown[] }).threads.length;
+
+  it("a blank task (delegate) or message (resume) is a 400 at the field, and starts nothing", async () => {
+    const token = await houseToken("house-blank-task");
+    const t = await createThread(token);
+    const before = await threadCount(token);
+    for (const task of ["   ", "\n\t \u00a0", ""]) {
+      const r = await refusal(await call(`/api/threads/${t.id}/delegate`, { method: "POST", token, json: { task, model: "local/m" } }));
+      expect({ task, ...r }).toEqual({ task, status: 400, code: "validation_failed", details: [{ path: "task", message: "task is empty or only whitespace" }] });
+      const m = await refusal(await call(`/api/threads/${t.id}/resume`, { method: "POST", token, json: { message: task } }));
+      expect({ task, ...m }).toEqual({ task, status: 400, code: "validation_failed", details: [{ path: "message", message: "message is empty or only whitespace" }] });
+    }
+    expect(await threadCount(token)).toBe(before);
+    expect((await readAll(token, t.id)).entries).toHaveLength(0);
+  });
+
+  it("a branch without a repo is a 400 at branch: there is nothing to check it out of", async () => {
+    const token = await houseToken("house-branch-no-repo");
+    const t = await createThread(token);
+    const before = await threadCount(token);
+    const r = await refusal(await call(`/api/threads/${t.id}/delegate`, { method: "POST", token, json: { task: "fix it", branch: "main", model: "local/m" } }));
+    expect(r).toMatchObject({ status: 400, code: "validation_failed", details: [{ path: "branch", message: expect.stringContaining("branch needs repo") }] });
+    expect(await threadCount(token)).toBe(before);
+  });
+
+  it("a blank chat is a 400 on the REST path and on the stream path; a chat with words is stored", async () => {
+    const token = await houseToken("house-blank-chat");
+    const t = await createThread(token);
+    for (const text of ["  ", "\n\n", ""]) {
+      const rest = await refusal(await call(`/api/threads/${t.id}/entries`, { method: "POST", token, json: { payload: { type: "chat", text } } }));
+      expect({ text, ...rest }).toEqual({ text, status: 400, code: "validation_failed", details: [{ path: "0.payload.text", message: "a chat's text is empty or only whitespace" }] });
+      const stream = await call(`/api/stream/thread-${t.id}`, { method: "POST", token: await streamToken("house-blank-chat", t.id), json: [{ payload: { type: "chat", text } }] });
+      expect(stream.status).toBe(400);
+      expect(await errorCode(stream)).toBe("validation_failed");
+    }
+    expect((await post(token, t.id, chat(" hi "))).status).toBe(201);
+    expect((await readAll(token, t.id)).entries.map((e) => e.payload.text)).toEqual([" hi "]);
+  });
+});

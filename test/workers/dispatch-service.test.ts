@@ -136,6 +136,27 @@ describe("dispatch: a bot's turn", () => {
     expect(chatsBy(es, bot.id)[0].payload.text).toBe("Sorry, fixed.");
   });
 
+  it("delegate_task with a blank task, or a branch without a repo, is an error result the bot reads: no child thread", async () => {
+    const token = await houseToken("house-turn-blank-task");
+    const model = await scriptedModel([
+      { toolCalls: [{ id: "d1", name: "delegate_task", arguments: { task: " \n " } }, { id: "d2", name: "delegate_task", arguments: { task: "fix it", branch: "main" } }] },
+      { text: "I need a task." },
+    ]);
+    // A model for the run too: nothing but the arguments stands in the way of a delegation.
+    const envId = await modelEnvironment(token, model.baseUrl, { model: "local/scripted-model" });
+    const bot = await createAgent(token, { name: "Bot", handle: "bot" });
+    const thread = await createThread(token, { environmentId: envId });
+    await post(token, thread.id, chat("@bot delegate something"));
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).length >= 1);
+    const results = es.filter((e) => e.payload.type === "pi.tool_result");
+    expect(results.map((r) => [r.payload.isError, String(r.payload.output)])).toEqual([
+      [true, "invalid arguments: task: task is empty or only whitespace"],
+      [true, expect.stringContaining("invalid arguments: branch: branch needs repo")],
+    ]);
+    const children = (await (await call(`/api/threads?parent=${thread.id}`, { token })).json()) as { threads: unknown[] };
+    expect(children.threads).toEqual([]);
+  });
+
   it("run_command without an environment: a plain 'no sandbox' result, and the bot answers normally", async () => {
     const token = await houseToken("house-turn-nobox");
     const model = await scriptedModel([{ toolCalls: [{ id: "r1", name: "run_command", arguments: { command: "ls" } }] }, { text: "Nowhere to run that." }]);

@@ -497,6 +497,11 @@ export class ThreadActor extends DurableObject<Env> {
         if (e.payload.type.startsWith("artifact.")) found.push(e);
         if (found.length >= limit) break;
       }
+      // A mistyped run id would read as a run that produced nothing. Every run starts with its
+      // prompt and its claim under ids that name it.
+      if (runId !== null && found.length === 0 && this.entryById(`claim:${runId}`) === null && this.entryById(`prompt:${runId}`) === null) {
+        throw new ApiError("not_found", `no run ${runId} on this thread`);
+      }
       return { artifacts: found };
     });
   }

@@ -1,10 +1,13 @@
 import { z } from "zod";
 import { commandSchema, cwdSchema, previewInEnvironment, runInEnvironment } from "../../http/routes-environments";
-import { delegateTask } from "../../http/routes-threads";
+import { BRANCH_NEEDS_REPO, delegateTask } from "../../http/routes-threads";
+import { nonBlankText } from "../../entries/schema";
 import { defineTool, type ToolContext } from "./context";
 import type { ToolSpec } from "../tool-loop";
 
-export const NO_SANDBOX = "no sandbox is bound to this thread (it has no environment); answer without running anything";
+import { NO_SANDBOX } from "./no-sandbox";
+
+export { NO_SANDBOX };
 
 /** The thread environment's hands: a synchronous shell, and a detached coding agent on a child thread. */
 export function sandboxTools(ctx: ToolContext): ToolSpec[] {
@@ -39,16 +42,16 @@ export function sandboxTools(ctx: ToolContext): ToolSpec[] {
       properties: {
         task: { type: "string", description: "what the coding agent should do" },
         repo: { type: "string", description: "git URL to clone first (optional)" },
-        branch: { type: "string" },
+        branch: { type: "string", description: "branch of repo to check out (only with repo)" },
         harness: { type: "string", enum: ["pi", "claude-code", "codex"] },
       },
       required: ["task"],
       additionalProperties: false,
     },
     args: z.object({
-      task: z.string().min(1).max(200_000), repo: z.string().min(1).max(2000).optional(), branch: z.string().min(1).max(200).optional(),
+      task: nonBlankText(200_000, "task"), repo: z.string().min(1).max(2000).optional(), branch: z.string().min(1).max(200).optional(),
       harness: z.enum(["pi", "claude-code", "codex"]).optional(),
-    }).strict(),
+    }).strict().refine((a) => a.branch === undefined || a.repo !== undefined, { message: BRANCH_NEEDS_REPO, path: ["branch"] }),
     async run(args) {
       if (!ctx.environmentId) return NO_SANDBOX;
       const r = await delegateTask(ctx.env, ctx.claims, { id: ctx.threadId, environmentId: ctx.environmentId }, args);

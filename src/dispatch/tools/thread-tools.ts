@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { idSchema } from "../../auth/tokens";
 import { ApiError } from "../../errors";
+import { nonBlankText } from "../../entries/schema";
 import { createThread, createThreadSchema } from "../../http/routes-threads";
 import { houseStub, threadStub } from "../../http/actors";
 import { unwrapRpc } from "../../actors/rpc";
@@ -47,7 +48,7 @@ export function threadTools(ctx: ToolContext): ToolSpec[] {
         required: ["threadId", "text"],
         additionalProperties: false,
       },
-      args: z.object({ threadId: idSchema, text: z.string().min(1).max(100_000) }).strict(),
+      args: z.object({ threadId: idSchema, text: nonBlankText(100_000, "text") }).strict(),
       async run(args, _signal, call) {
         if (args.threadId === ctx.threadId) throw new ApiError("bad_request", "that is this thread: answer here instead");
         if (ctx.postBudget.left <= 0) throw new ApiError("forbidden", "width cap: this turn may post into no more threads");

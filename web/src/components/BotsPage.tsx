@@ -1,7 +1,7 @@
 import { useState } from "preact/hooks";
 import type { Session } from "../app";
 import { ApiError, type Agent, type Environment } from "../lib/api";
-import { usePolled } from "../lib/hooks";
+import { useHouseList } from "../lib/hooks";
 import { navigate } from "../lib/router";
 import { ErrorNote } from "./common";
 import { environmentLabel } from "../lib/labels";
@@ -28,8 +28,8 @@ function fieldsOf(a: Agent): BotFields {
 }
 
 /** One form for a new bot and for editing one: `onSave` gets the form's fields, trimmed. */
-function BotForm({ initial, envs, title, saveLabel, onSave, onCancel }: {
-  initial: BotFields; envs: Environment[] | undefined; title: string; saveLabel: string;
+function BotForm({ initial, envs, onEnvsOpen, title, saveLabel, onSave, onCancel }: {
+  initial: BotFields; envs: Environment[] | undefined; onEnvsOpen?: () => void; title: string; saveLabel: string;
   onSave: (f: BotFields) => Promise<void>; onCancel?: () => void;
 }) {
   const [form, setForm] = useState<BotFields>(initial);
@@ -58,7 +58,7 @@ function BotForm({ initial, envs, title, saveLabel, onSave, onCancel }: {
       <label>Handle (what @mentions match) <input required pattern="[a-z0-9_\-]{1,40}" title="1-40 of a-z, 0-9, _ and -" {...field("handle")} /></label>
       <label>Model (provider/id) <input required placeholder="openai/gpt-4.1-mini" {...field("model")} /></label>
       <label>Environment (its secrets hold the model key)
-        <select name="environmentId" value={form.environmentId} onChange={(e) => setForm({ ...form, environmentId: e.currentTarget.value })}>
+        <select name="environmentId" value={form.environmentId} onFocus={onEnvsOpen} onChange={(e) => setForm({ ...form, environmentId: e.currentTarget.value })}>
           <option value="">none</option>
           {envs?.map((env) => <option key={env.id} value={env.id}>{environmentLabel(env, envs)}</option>)}
           {missingEnv && <option value={form.environmentId}>deleted: {form.environmentId}</option>}
@@ -141,8 +141,8 @@ function BotCard({ agent, session, envs, onChanged }: { agent: Agent; session: S
 
 /** Bots: personas that answer chat. Their model keys live in environments, as write-only secrets. */
 export function BotsPage({ session }: { session: Session }) {
-  const list = usePolled(() => session.api.agents(), 0, [session]);
-  const envs = usePolled(() => session.api.environments(), 0, [session]);
+  const list = useHouseList(() => session.api.agents(), [session]);
+  const envs = useHouseList(() => session.api.environments(), [session]);
   // A new form after each create: its fields start empty again.
   const [formKey, setFormKey] = useState(0);
   if (list.data === null) {
@@ -165,7 +165,7 @@ export function BotsPage({ session }: { session: Session }) {
       <ul class="cards">
         {list.data?.map((a) => <BotCard key={a.id} agent={a} session={session} envs={envs.data} onChanged={list.reload} />)}
       </ul>
-      <BotForm key={formKey} initial={EMPTY} envs={envs.data} title="New bot" saveLabel="Create bot" onSave={create} />
+      <BotForm key={formKey} initial={EMPTY} envs={envs.data} onEnvsOpen={envs.reload} title="New bot" saveLabel="Create bot" onSave={create} />
     </section>
   );
 }

@@ -6,7 +6,8 @@ import { insertMention, mentionQuery } from "../lib/mentions";
 import { ErrorNote } from "./common";
 
 /** Posts chat to the thread; `@` opens a list of the house's bots to mention. */
-export function Composer({ session, threadId, agents }: { session: Session; threadId: string; agents: Agent[] }) {
+/** `onMention`: an `@` was just typed; the list of bots may be older than a bot made since. */
+export function Composer({ session, threadId, agents, onMention }: { session: Session; threadId: string; agents: Agent[]; onMention?: () => void }) {
   const [text, setText] = useState("");
   const [query, setQuery] = useState<string | null>(null);
   const [pick, setPick] = useState(0);
@@ -17,7 +18,9 @@ export function Composer({ session, threadId, agents }: { session: Session; thre
 
   const update = (el: HTMLTextAreaElement) => {
     setText(el.value);
-    setQuery(mentionQuery(el.value, el.selectionStart ?? el.value.length));
+    const q = mentionQuery(el.value, el.selectionStart ?? el.value.length);
+    if (q !== null && query === null) onMention?.();
+    setQuery(q);
     setPick(0);
   };
   const choose = (handle: string) => {

@@ -1,7 +1,7 @@
 import { useState } from "preact/hooks";
 import type { Session } from "../app";
 import { ApiError } from "../lib/api";
-import { usePolled } from "../lib/hooks";
+import { useHouseList } from "../lib/hooks";
 import { ErrorNote } from "./common";
 import { environmentLabel } from "../lib/labels";
 
@@ -9,7 +9,7 @@ import { environmentLabel } from "../lib/labels";
 export function DelegateForm({ session, threadId, defaultEnvironmentId, onStarted }: {
   session: Session; threadId: string; defaultEnvironmentId?: string; onStarted: (childId: string) => void;
 }) {
-  const envs = usePolled(() => session.api.environments(), 0, [session]);
+  const envs = useHouseList(() => session.api.environments(), [session]);
   const [task, setTask] = useState("");
   const [environmentId, setEnvironmentId] = useState("");
   const [error, setError] = useState<ApiError | null>(null);
@@ -31,7 +31,7 @@ export function DelegateForm({ session, threadId, defaultEnvironmentId, onStarte
   return (
     <form class="card row delegate" onSubmit={submit}>
       <input name="task" aria-label="Task for a coding agent" placeholder="Delegate a task to a coding agent, e.g. write hello.txt containing hi" value={task} onInput={(e) => setTask(e.currentTarget.value)} />
-      <select name="environment" value={environmentId} onChange={(e) => setEnvironmentId(e.currentTarget.value)}>
+      <select name="environment" value={environmentId} onFocus={envs.reload} onChange={(e) => setEnvironmentId(e.currentTarget.value)}>
         <option value="">{defaultEnvironmentId ? "thread's environment" : "no environment (pick one)"}</option>
         {envs.data?.map((env, _i, all) => <option key={env.id} value={env.id}>{environmentLabel(env, all)}</option>)}
       </select>

@@ -2,7 +2,7 @@ import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import type { Session } from "../app";
 import type { Entry } from "../lib/api";
 import { ApiError } from "../lib/api";
-import { usePolled } from "../lib/hooks";
+import { useHouseList, usePolled } from "../lib/hooks";
 import { ThreadSubscription, type LinkState } from "../lib/subscription";
 import { appendEntries, buildTimeline } from "../lib/timeline";
 import { ErrorNote, Link, StatusBadge } from "./common";
@@ -20,8 +20,8 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
   // Nothing is subscribed to or polled for a thread this house cannot read (unknown, another house's).
   const readable = thread.data?.id === id;
   const children = usePolled(() => session.api.threads(`parent=${encodeURIComponent(id)}&limit=200`), readable ? 2500 : 0, [id, session, readable]);
-  const agents = usePolled(() => session.api.agents(), 0, [session]);
-  const environments = usePolled(() => session.api.environments(), 0, [session]);
+  const agents = useHouseList(() => session.api.agents(), [session]);
+  const environments = useHouseList(() => session.api.environments(), [session]);
   const refreshRows = useRef(() => {});
   refreshRows.current = () => { thread.reload(); children.reload(); };
 
@@ -126,7 +126,7 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
           <button type="submit" disabled={!resumeText.trim()}>Resume</button>
         </form>
       )}
-      <Composer session={session} threadId={id} agents={agents.data ?? []} />
+      <Composer session={session} threadId={id} agents={agents.data ?? []} onMention={agents.reload} />
       <DelegateForm session={session} threadId={id} defaultEnvironmentId={t?.environmentId ?? undefined} onStarted={() => children.reload()} />
     </section>
   );

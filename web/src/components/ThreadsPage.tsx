@@ -2,7 +2,7 @@ import { useState } from "preact/hooks";
 import type { Session } from "../app";
 import type { ThreadSummary } from "../lib/api";
 import { ApiError } from "../lib/api";
-import { usePolled } from "../lib/hooks";
+import { useHouseList, usePolled } from "../lib/hooks";
 import { navigate } from "../lib/router";
 import { ErrorNote, Link, StatusBadge, ago } from "./common";
 import { environmentLabel } from "../lib/labels";
@@ -55,7 +55,7 @@ export function ThreadsPage({ session }: { session: Session }) {
       setOlderError(err as ApiError);
     }
   };
-  const envs = usePolled(() => session.api.environments(), 0, [session]);
+  const envs = useHouseList(() => session.api.environments(), [session]);
   const [title, setTitle] = useState("");
   const [environmentId, setEnvironmentId] = useState("");
   const [createError, setCreateError] = useState<ApiError | null>(null);
@@ -74,7 +74,7 @@ export function ThreadsPage({ session }: { session: Session }) {
     <section>
       <form class="card row" onSubmit={create}>
         <input name="title" placeholder="New thread title" value={title} onInput={(e) => setTitle(e.currentTarget.value)} />
-        <select name="environment" value={environmentId} onChange={(e) => setEnvironmentId(e.currentTarget.value)}>
+        <select name="environment" value={environmentId} onFocus={envs.reload} onChange={(e) => setEnvironmentId(e.currentTarget.value)}>
           <option value="">no environment</option>
           {envs.data?.map((env, _i, all) => <option key={env.id} value={env.id}>{environmentLabel(env, all)}</option>)}
         </select>

@@ -1,5 +1,5 @@
 import { useEffect, useRef, useState } from "preact/hooks";
-import type { ArtifactItem, TimelineItem, ToolItem } from "../lib/timeline";
+import { toolNotRun, type ArtifactItem, type TimelineItem, type ToolItem } from "../lib/timeline";
 import { chatPreview } from "../lib/fold";
 import { diffOfToolCall, looksLikeDiff, parseUnifiedDiff, type DiffLine } from "../lib/diff";
 import { Link, StatusBadge } from "./common";
@@ -39,9 +39,11 @@ function LiveText({ text }: { text: string }) {
   return <pre class="output live" ref={pre} onScroll={onScroll}>{terminalText(text)}</pre>;
 }
 
+const STATE_LABEL = { running: "…", error: "failed", output: "output", stopped: "stopped", notrun: "not run", done: "done" } as const;
+
 function ToolCall({ item }: { item: ToolItem }) {
   const r = item.result?.payload;
-  const state = item.liveOnly ? "output" : !r ? (item.cutShort ? "stopped" : "running") : r.isError ? "error" : "done";
+  const state = item.liveOnly ? "output" : !r ? (item.cutShort ? "stopped" : "running") : r.isError ? "error" : toolNotRun(r) ? "notrun" : "done";
   const diff = diffOfToolCall(item.name, item.args);
   // A call that starts showing output while it runs opens once, so the output is seen; the
   // reader may close it again.
@@ -59,7 +61,7 @@ function ToolCall({ item }: { item: ToolItem }) {
       <summary>
         <span class="tool-name">{item.name}</span>
         <span class="tool-summary">{summary(item)}</span>
-        <span class={`tool-state`}>{state === "running" ? "…" : state === "error" ? "failed" : state === "output" ? "output" : state === "stopped" ? "stopped" : "done"}</span>
+        <span class={`tool-state`}>{STATE_LABEL[state]}</span>
       </summary>
       <div class="tool-body">
         {!item.liveOnly && (diff ? <DiffView lines={diff} /> : <pre class="args">{JSON.stringify(item.args ?? {}, null, 2)}</pre>)}

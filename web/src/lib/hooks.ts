@@ -30,3 +30,23 @@ export function usePolled<T>(fn: () => Promise<T>, everyMs: number, deps: unknow
   }, deps);
   return { data, error, reload };
 }
+
+/**
+ * A list of the house that changes elsewhere (another tab, the CLI, a bot's create_agent): its
+ * bots, its environments. Loaded again whenever the page comes back into view; a picker showing it
+ * calls `reload` when it is opened, so what was made meanwhile is there to pick.
+ */
+export function useHouseList<T>(fn: () => Promise<T>, deps: unknown[]): Loaded<T> {
+  const loaded = usePolled(fn, 0, deps);
+  const { reload } = loaded;
+  useEffect(() => {
+    const onShow = () => { if (document.visibilityState === "visible") reload(); };
+    window.addEventListener("focus", onShow);
+    document.addEventListener("visibilitychange", onShow);
+    return () => {
+      window.removeEventListener("focus", onShow);
+      document.removeEventListener("visibilitychange", onShow);
+    };
+  }, [reload]);
+  return loaded;
+}

@@ -18,6 +18,14 @@ export type AuthorInfo = { me?: string; bots: Map<string, string> };
 
 const FINISHED_OK = new Set(["completed"]);
 
+/** How a bot's tool answers in a thread without an environment (src/dispatch/tools/no-sandbox.ts). */
+export const NOT_RUN_PREFIX = "no sandbox is bound to this thread";
+
+/** A tool result that is no error, yet nothing ran: it must not look like a command that succeeded. */
+export function toolNotRun(result: Entry["payload"] | undefined): boolean {
+  return result !== undefined && result.isError !== true && typeof result.output === "string" && result.output.startsWith(NOT_RUN_PREFIX);
+}
+
 export function authorOf(entry: Entry, who: AuthorInfo): { role: "person" | "bot"; author: string } {
   const id = entry.authorId;
   if (!id) return { role: "person", author: "someone" };
