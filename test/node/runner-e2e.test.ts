@@ -339,8 +339,11 @@ describe("runner + mirror with the real pi", () => {
     try {
       const threadId = await newThread();
       const { child, done } = startRunner({ threadId, model, prompt: "take forever" });
+      // Killed once its prompt is on the thread: pi posts it about when it asks the model, and a
+      // post still in flight when pi dies is lost with it.
+      const posted = async () => (await entriesOf(threadId)).some((e) => e.payload.type === "pi.user");
       const t0 = Date.now();
-      while (model.requests.length === 0 && Date.now() - t0 < 20_000) await new Promise((r) => setTimeout(r, 50));
+      while ((model.requests.length === 0 || !(await posted())) && Date.now() - t0 < 20_000) await new Promise((r) => setTimeout(r, 50));
       expect(model.requests.length).toBe(1);
       const pids = execFileSync("ps", ["-o", "pid=", "--ppid", String(child.pid)], { encoding: "utf8" })
         .split("\n")
