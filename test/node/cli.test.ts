@@ -771,7 +771,7 @@ describe("preview", () => {
       method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body: JSON.stringify(body),
     })).json();
     const e = await post("/api/environments", { name: "cli-preview", sharedBox: true });
-    const port = 20_000 + Math.floor(Math.random() * 20_000);
+    const port = await freePort(); // the OS picks it: a random one could be in use (20000-40000 overlaps the ephemeral ports)
     const ran = await post(`/api/environments/${e.id}/exec`, { command: `echo from-cli-preview > index.html; nohup python3 -m http.server ${port} --bind 127.0.0.1 >/dev/null 2>&1 & sleep 0.5` });
     const r = await ok(["preview", ran.boxId, String(port), "--expires", "120"]);
     // stdout is the URL alone, so `$(threadbox preview …)` composes; the note is on stderr

@@ -1055,7 +1055,7 @@ describe("run_command", () => {
 
   it("a server started on the shared box is reached through its preview link", async () => {
     const e = (await api("/api/environments", { method: "POST", json: { name: "preview", sharedBox: true } })).body;
-    const port = 20_000 + Math.floor(Math.random() * 20_000);
+    const port = await freePort(); // the OS picks it: a random one could be in use (20000-40000 overlaps the ephemeral ports)
     const start = await api(`/api/environments/${e.id}/exec`, {
       method: "POST",
       json: { command: `echo preview-ok > index.html; nohup python3 -m http.server ${port} --bind 127.0.0.1 >/dev/null 2>&1 & sleep 0.5; echo started` },

@@ -4,7 +4,7 @@
  */
 import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { startPausableProxy } from "../support/pausable-proxy";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { DurableStreamTestServer } from "@durable-streams/server";
@@ -339,8 +339,11 @@ describe("runner + mirror with the real pi", () => {
     try {
       const threadId = await newThread();
       const { child, done } = startRunner({ threadId, model, prompt: "take forever" });
+      // Killed once its prompt is on the thread: pi posts it about when it asks the model, and a
+      // post still in flight when pi dies is lost with it.
+      const posted = async () => (await entriesOf(threadId)).some((e) => e.payload.type === "pi.user");
       const t0 = Date.now();
-      while (model.requests.length === 0 && Date.now() - t0 < 20_000) await new Promise((r) => setTimeout(r, 50));
+      while ((model.requests.length === 0 || !(await posted())) && Date.now() - t0 < 20_000) await new Promise((r) => setTimeout(r, 50));
       expect(model.requests.length).toBe(1);
       const pids = execFileSync("ps", ["-o", "pid=", "--ppid", String(child.pid)], { encoding: "utf8" })
         .split("\n")
@@ -535,17 +538,19 @@ pi.on("exit", (code) => setTimeout(() => process.exit(code ?? 1), 1600));
   }, 60_000);
 
   it("interrupted during a tool call and left without a message: stopped after THREADBOX_IDLE_AFTER_INTERRUPT_MS, not a failed model call", async () => {
-    const model = await startModelServer([{ toolCalls: [{ name: "bash", arguments: { command: "sleep 45" } }] }]);
+    // An odd length, so that its process is this test's alone.
+    const model = await startModelServer([{ toolCalls: [{ name: "bash", arguments: { command: "sleep 45.321" } }] }]);
     const threadId = await newThread();
     const runId = `r-idle-${threadId}`;
     await post(threadId, { id: `prompt:${runId}`, payload: { type: "chat", text: "sleep", dispatch: false } });
     const { child, done } = startRunner({ threadId, model, prompt: "sleep", env: { THREADBOX_RUN_ID: runId, THREADBOX_IDLE_AFTER_INTERRUPT_MS: "1500" } });
     try {
-      for (let i = 0; i < 400; i++) {
-        if ((await entriesOf(threadId)).some((e) => e.payload.type === "pi.tool_call")) break;
-        await new Promise((r) => setTimeout(r, 25));
-      }
-      await new Promise((r) => setTimeout(r, 500)); // the command is running
+      // The call is mirrored before pi runs it: an interrupt in between aborts the call before its
+      // command starts ('Operation aborted'), so this waits for the command's process.
+      const sleeping = () => readdirSync("/proc").some((pid) => {
+        try { return readFileSync(`/proc/${pid}/cmdline`, "utf8") === "sleep\u000045.321\u0000"; } catch { return false; }
+      });
+      for (const t0 = Date.now(); !sleeping() && Date.now() - t0 < 30_000;) await new Promise((r) => setTimeout(r, 25));
       await post(threadId, { id: "i-tool", payload: { type: "signal.run.interrupt", runId } });
       const ended = await Promise.race([done, new Promise<null>((r) => setTimeout(() => r(null), 30_000))]);
       const es = await entriesOf(threadId);

@@ -63,7 +63,8 @@ describe("StreamWriter", () => {
     for (let i = 0; i < 120; i++) w.append(e(i));
     const t0 = Date.now();
     expect(await w.flush(200)).toBe(false);
-    expect(Date.now() - t0).toBeLessThan(1_000);
+    // 200 ms plus what a loaded machine adds; a flush that ignored its bound would not return at all.
+    expect(Date.now() - t0).toBeLessThan(5_000);
     down = false;
     expect(await w.flush(5_000)).toBe(true);
     const got = await readThread(url, undefined);

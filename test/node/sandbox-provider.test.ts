@@ -8,6 +8,7 @@ import { BOX_MARKER_VAR, findMarkedPids } from "../../sandbox-host/proc.mjs";
 import { createDaytonaProvider, type DaytonaProvider } from "../../src/sandbox/daytona-provider";
 import { extractCommand, sniffArchive } from "../../src/workspace/folders";
 import { LABEL_EPHEMERAL, LABEL_HOUSE, LABEL_RUN, LABEL_THREAD, ProviderError } from "../../src/sandbox/provider";
+import { freePort } from "../../scripts/lib/wrangler-dev.mjs";
 import { tempDirs } from "../support/temp-dirs";
 
 const tempDir = tempDirs();
@@ -96,7 +97,7 @@ describe("DaytonaProvider on the local host", () => {
 
   it("a preview link reaches a server started in the box; a wrong, expired or dead-box link does not", async () => {
     const box = await provider.create({ labels: { house: house() }, ephemeral: true });
-    const port = 20_000 + Math.floor(Math.random() * 20_000);
+    const port = await freePort(); // the OS picks it: a random one could be in use (20000-40000 overlaps the ephemeral ports)
     const server = `require("http").createServer((q, s) => s.end("served from the box " + q.url + " " + (q.headers["x-forwarded-prefix"] || ""))).listen(${port}, "127.0.0.1")`;
     await provider.startDetached(box.ref, `exec node -e ${JSON.stringify(server).replace(/\$/g, "\\$")}`);
     const link = await provider.previewLink(box.ref, port, 30);

@@ -289,7 +289,7 @@ describe("a delegated run, watched live", () => {
     await page.waitForSelector("tr[data-box-id]");
     // A live box offers a link to a port served inside it.
     const env = await api("/api/environments", { method: "POST", json: { name: "ui-preview", sharedBox: true } });
-    const port = 20_000 + Math.floor(Math.random() * 20_000);
+    const port = await freePort(); // the OS picks it: a random one could be in use (20000-40000 overlaps the ephemeral ports)
     const ran = await api(`/api/environments/${env.body.id}/exec`, {
       method: "POST", json: { command: `echo from-ui-preview > index.html; nohup python3 -m http.server ${port} --bind 127.0.0.1 >/dev/null 2>&1 & sleep 0.5` },
     });

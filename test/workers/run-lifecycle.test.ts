@@ -440,13 +440,15 @@ describe("idle reaping", () => {
     await post(token, t1.id, signal("completed"));
     expect((await box(token, b.id)).state).toBe("live"); // t2 still runs on it
     provider.failDeletes(1, "unavailable", b.providerRef);
+    // The retry is due DELETE_BACKOFF_BASE_MS after the failure on the box's clock; an hour ahead,
+    // its alarm is an hour of wall time away, so a stall cannot let it retry before the checks.
+    await advanceBoxClock(b.id, 60 * 60_000);
     await post(token, t2.id, signal("completed"));
     let v = await box(token, b.id);
     expect(v.state).toBe("live");
     expect(v.deleteAttempts).toBe(1);
     await advanceBoxClock(b.id, DELETE_BACKOFF_BASE_MS); // the first retry is due
-    // (on a slow machine the box's own alarm, due in DELETE_BACKOFF_BASE_MS of wall time, may retry first)
-    await runDurableObjectAlarm(boxStub(b.id));
+    expect(await runDurableObjectAlarm(boxStub(b.id))).toBe(true);
     v = await box(token, b.id);
     expect(v.state).toBe("deleted");
     // A late detach (the terminal path running again) does not delete twice.

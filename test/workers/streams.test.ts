@@ -102,15 +102,19 @@ describe("Durable Streams on a thread", () => {
     const t = await createThread(token);
     const path = `/api/stream/thread-${t.id}`;
     const tail = (await call(`${path}?offset=now`, { token })).headers.get("Stream-Next-Offset")!;
+    const stub = (env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> }).THREADS.get((env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> }).THREADS.idFromName(`thread:${t.id}`));
+    // The configured 1.5 s is the idle case's wait below; the wake must not depend on the append
+    // arriving within it (a stalled machine timed the reader out first and saw a 204).
+    await runInDurableObject(stub, (a: ThreadActor) => a.setLongPollTimeout(60_000));
     const waiting = call(`${path}?offset=${tail}&live=long-poll`, { token });
     // Post only once the reader is parked: an append before that would be caught up, not woken up.
-    const stub = (env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> }).THREADS.get((env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> }).THREADS.idFromName(`thread:${t.id}`));
     await vi.waitFor(async () => expect(await runInDurableObject(stub, (a: ThreadActor) => a.testWaiterCount())).toBe(1), { timeout: 5000, interval: 10 });
     await call(path, { method: "POST", token, json: chat("wake") });
     const woke = await waiting;
     expect(woke.status).toBe(200);
     expect(((await woke.json()) as { payload: { text: string } }[])[0].payload.text).toBe("wake");
     const next = woke.headers.get("Stream-Next-Offset")!;
+    await runInDurableObject(stub, (a: ThreadActor) => a.setLongPollTimeout(1500));
     const idle = await call(`${path}?offset=${next}&live=long-poll`, { token });
     expect(idle.status).toBe(204);
     expect(idle.headers.get("Stream-Up-To-Date")).toBe("true");

@@ -126,6 +126,11 @@ export class ThreadActor extends ProductionThreadActor {
     return this.clock.now();
   }
 
+  /** How long this actor holds a long-poll with nothing to read (LONG_POLL_TIMEOUT_MS otherwise). */
+  setLongPollTimeout(ms: number): void {
+    this.longPollTimeoutMs = ms;
+  }
+
   /** Long-poll and SSE readers waiting for an append. */
   testWaiterCount(): number {
     return this.fanout.hub.size;

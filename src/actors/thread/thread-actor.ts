@@ -112,7 +112,7 @@ export class ThreadActor extends DurableObject<Env> {
   protected readonly launchProgress: LaunchProgressStore;
   private readonly executors: OutboxExecutors;
   private readonly slowKinds: OutboxKind[];
-  private readonly longPollTimeoutMs: number;
+  protected longPollTimeoutMs: number;
   private readonly threadPolicy: AppendPolicy;
   private knownThread = false;
   private readonly createRequest: LazySchema;
