@@ -391,7 +391,10 @@ async function reconcileCheckout(provider: SandboxProvider, ref: string, home: s
     await provider.clone(ref, cloneOptions(r, dest, environment));
     return;
   }
-  const steps = r.reset ? resetSteps(r) : r.ref
+  // The checkout's origin is where the environment says the repository is now: a URL changed
+  // since the clone (or another delegate's repo at this path) is fetched from, not the old one.
+  const origin = `(git remote set-url origin ${shq(r.url)} 2>/dev/null || git remote add origin ${shq(r.url)})`;
+  const update = r.reset ? resetSteps(r) : r.ref
     ? [`git fetch --quiet origin`, `git checkout --quiet ${shq(r.ref)}`]
     : r.branch
       ? [`git fetch --quiet origin ${shq(r.branch)}`, `(git checkout --quiet ${shq(r.branch)} 2>/dev/null || git checkout --quiet -b ${shq(r.branch)} FETCH_HEAD)`, `git merge --ff-only --quiet FETCH_HEAD`]
@@ -399,7 +402,7 @@ async function reconcileCheckout(provider: SandboxProvider, ref: string, home: s
   // The clone did not keep the credentials; a fetch needs them again.
   const creds = cloneOptions(r, dest, environment);
   const env = creds.password ? gitCredentialEnv(creds.username ?? "x-access-token", creds.password) : { GIT_TERMINAL_PROMPT: "0" };
-  const out = await provider.exec(ref, steps.join(" && "), { cwd: `${home}/${dest}`, timeoutSec: 600, env });
+  const out = await provider.exec(ref, [origin, ...update].join(" && "), { cwd: `${home}/${dest}`, timeoutSec: 600, env });
   if (out.exitCode !== 0) throw new Error(`updating ${repoPath(r)} in place failed (exit ${out.exitCode}): ${out.output.trim().slice(-500)}`);
 }
 

@@ -697,6 +697,45 @@ describe("a shared box", () => {
   });
 });
 
+describe("a shared box whose repository moved", () => {
+  it("fetches from the repository's new URL when the environment changes it: the next run finds the new repository's commit, not the old one's", async () => {
+    const old = tempDir("tb-moved-old-");
+    const git = (cmd: string, cwd: string) => execSync(`git -c user.email=t@t -c user.name=t ${cmd}`, { cwd, stdio: "pipe" });
+    git("init -q -b main", old);
+    writeFileSync(join(old, "WHERE"), "old home\n");
+    git("add WHERE", old);
+    git("commit -q -m v1", old);
+    // The repository moved (a mirror, a fork taken over): same history, and new commits only there.
+    const moved = tempDir("tb-moved-new-");
+    execSync(`git clone -q ${old} ${moved}`, { stdio: "pipe" });
+    writeFileSync(join(moved, "WHERE"), "new home\n");
+    git("commit -q -am v2", moved);
+    model.push(
+      { toolCalls: [{ name: "bash", arguments: { command: "cat WHERE" } }] },
+      { text: "Old." },
+      { toolCalls: [{ name: "bash", arguments: { command: "cat WHERE; git remote get-url origin" } }] },
+      { text: "New." },
+    );
+    const envId = await environment();
+    const repo = (url: string) => ({ boxMode: "shared", repositories: [{ url, branch: "main", path: "app" }] });
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: repo(`file://${old}`) })).status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const first = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "where" } })).body.childThreadId as string;
+    expect((await settled(first)).status).toBe("completed");
+    expect(String((await entries(first)).find((e) => e.payload.type === "pi.tool_result")!.payload.output)).toContain("old home");
+
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: repo(`file://${moved}`) })).status).toBe(200);
+    const second = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "where now" } })).body.childThreadId as string;
+    expect((await settled(second)).status).toBe("completed");
+    const es = await entries(second);
+    // The launch entry names the new URL, and the checkout is that repository.
+    expect(es.find((e) => e.payload.type === "signal.run.launched")!.payload.repositories[0].url).toBe(`file://${moved}`);
+    const out = String(es.find((e) => e.payload.type === "pi.tool_result")!.payload.output);
+    expect(out).toContain("new home");
+    expect(out).toContain(`file://${moved}`);
+  });
+});
+
 describe("a shared box with a private repository", () => {
   it("clones with the token from a secret and fetches with it again when reconciling in place; the token is never kept in the checkout or shown", async () => {
     const root = tempDir("tb-git-root-");
