@@ -182,6 +182,11 @@ export interface SandboxProvider {
   followDetached(handle: DetachedHandle, cb: FollowCallbacks): Promise<void>;
   /** Kills the command by deleting its session (and with it the session's process group). */
   killDetached(handle: DetachedHandle): Promise<void>;
+  /**
+   * Starts a box the provider stopped or archived (Daytona does so by itself after its auto-stop
+   * interval of idleness) and waits until it runs again; a running box is left alone.
+   */
+  ensureStarted(ref: string, timeoutSec?: number): Promise<void>;
   /** `dead` only on 404 or a terminal-fault state; network errors and odd states are `unknown`. */
   probe(ref: string): Promise<Liveness>;
   /** A signed link to `port` inside the box, valid for `expiresInSeconds`. */

@@ -4,6 +4,7 @@ import { unwrapRpc } from "../actors/rpc";
 import { houseStub, sandboxStub } from "../actors/stubs";
 import { providerFor } from "../sandbox/providers";
 import { providerApiError } from "../sandbox/api-errors";
+import { ProviderError } from "../sandbox/errors";
 import { newId } from "../http/actors";
 import { egressSettings, providerVolumes } from "./box-config";
 import { errorMessage, logEvent } from "../domain/log-event";
@@ -16,8 +17,18 @@ import { errorMessage, logEvent } from "../domain/log-event";
 export async function ensureSharedBox(env: Env, houseId: string, e: Environment): Promise<{ id: string; providerRef: string; created: boolean }> {
   // A box that is gone or unreadable is replaced.
   const current = await sharedBoxView(env, houseId, e);
-  if (current && current.state === "live") return { id: current.id, providerRef: current.providerRef, created: false };
   const provider = providerFor(env, e.provider);
+  if (current && current.state === "live") {
+    // A box the provider stopped for idleness is still this environment's box: it is started
+    // again, or every command and run on it would fail for good. One that is gone is left to
+    // the callers, which confirm that before replacing it.
+    try {
+      await provider.ensureStarted(current.providerRef);
+    } catch (err) {
+      if (!(err instanceof ProviderError && err.code === "not_found")) throw providerApiError(err);
+    }
+    return { id: current.id, providerRef: current.providerRef, created: false };
+  }
   let info;
   try {
     info = await provider.create({

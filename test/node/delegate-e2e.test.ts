@@ -1069,6 +1069,17 @@ describe("run_command", () => {
     }
   });
 
+  it("a shared box the provider stopped for idleness (Daytona's auto-stop) is started again: the next command runs on it, its files kept", async () => {
+    const e = (await api("/api/environments", { method: "POST", json: { name: "dozing", sharedBox: true } })).body;
+    const r1 = await api(`/api/environments/${e.id}/exec`, { method: "POST", json: { command: "echo kept > note.txt" } });
+    expect(r1.status).toBe(200);
+    const ref = (await api(`/api/sandboxes/${r1.body.boxId}`)).body.providerRef as string;
+    const stop = await fetch(`${host.apiUrl}/sandbox/${ref}/stop`, { method: "POST", headers: { authorization: `Bearer ${SANDBOX_KEY}` } });
+    expect(stop.status).toBe(200);
+    const r2 = await api(`/api/environments/${e.id}/exec`, { method: "POST", json: { command: "cat note.txt" } });
+    expect([r2.status, r2.body.boxId, r2.body.output?.trim()]).toEqual([200, r1.body.boxId, "kept"]);
+  });
+
   it("with a threadId, a long command's output reaches the thread while it runs (real SDK session logs)", async () => {
     const e = (await api("/api/environments", { method: "POST", json: { name: "live", sharedBox: true } })).body;
     const thread = (await api("/api/threads", { method: "POST", json: { title: "live output" } })).body;
