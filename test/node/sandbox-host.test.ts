@@ -377,6 +377,18 @@ describe("host responses match Daytona's OpenAPI schemas", () => {
     const uf = await call("POST", `${t}/files/bulk-upload`, underFile);
     expect(uf.status).toBe(400);
     v.toolbox("ErrorResponse", uf.json);
+    // A link in the box to a host path that does not exist yet: a write through it would create it.
+    const hostTarget = path.join(tempDir("tb-host-outside-"), "planted.txt");
+    expect((await call("POST", `${t}/process/execute`, { command: `ln -s ${hostTarget} dangling && ln -s loop1 loop2 && ln -s loop2 loop1` })).status).toBe(200);
+    for (const p of ["dangling", "loop1"]) {
+      const through = new FormData();
+      through.append("files[0].path", p);
+      through.append("files[0].file", new Blob(["x"]), "x");
+      const r = await call("POST", `${t}/files/bulk-upload`, through);
+      expect([p, r.status]).toEqual([p, 400]);
+      expectSpec("toolbox", "/files/bulk-upload", "POST", r);
+    }
+    expect(fs.existsSync(hostTarget)).toBe(false);
     const badCwd = await call("POST", `${t}/process/execute`, { command: "pwd", cwd: "/" });
     expect(badCwd.status).toBe(400);
     expectSpec("toolbox", "/process/execute", "POST", badCwd);
