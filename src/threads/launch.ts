@@ -356,7 +356,14 @@ function previousFolders(entries: Entry[], wanted: Environment["folders"]): Copi
     if (p.type !== "signal.run.launched") continue;
     const had = Array.isArray(p.folders) ? (p.folders as CopiedFolder[]) : [];
     const same = had.length === wanted.length && wanted.every((w, k) => had[k].source === w.source && had[k].path.endsWith(`/${w.path}`) && had[k].access === w.access);
-    return same ? had : null;
+    if (!same) return null;
+    // What that run changed was stored when it ended: the folder in the box is that version now,
+    // and only what this run changes on top of it is a new one (not the same work stored twice).
+    return had.map((f) => {
+      const synced = entries.find((e) => e.payload.type === "artifact.folder" && e.payload.runId === p.runId && e.payload.status === "synced" && e.payload.folder === f.source);
+      const { version, digest } = (synced?.payload ?? {}) as { version?: unknown; digest?: unknown };
+      return typeof version === "number" && typeof digest === "string" ? { ...f, version, digest } : f;
+    });
   }
   return null;
 }

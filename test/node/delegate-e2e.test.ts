@@ -937,6 +937,38 @@ describe("a readwrite folder across a stop and a resume on the same box", () => 
   });
 });
 
+describe("a readwrite folder synced at a stop, then resumed on the same box", () => {
+  it("what the stopped run changed is stored once: a resumed run that changes nothing more makes no second version", async () => {
+    const envId = await environment();
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { folders: [{ source: "log", path: "log", access: "readwrite" }] } })).status).toBe(200);
+    const up = await fetch(`${worker.url}/api/environments/${envId}/folders?name=log`, {
+      method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/x-tar" }, body: tarArchive({ "log.txt": "one\n" }),
+    });
+    expect(up.status).toBe(201);
+    model.push({ toolCalls: [{ name: "bash", arguments: { command: "echo two >> log/log.txt && sleep 60" } }] });
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const delegated = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "log something" } })).body;
+    const childId = delegated.childThreadId as string;
+    await waitFor("the change to be written", async () =>
+      execSync(`find '${join(host.root, "boxes")}' -path '*/log/log.txt' -exec grep -l two {} + 2>/dev/null || true`, { encoding: "utf8" }).trim() !== "");
+    expect((await api(`/api/threads/${childId}/stop`, { method: "POST" })).status).toBe(200);
+    const folderReport = (runId: string) => waitFor(`run ${runId}'s folder report`, async () =>
+      (await entries(childId)).find((e) => e.payload.type === "artifact.folder" && e.payload.runId === runId), 30_000);
+    expect((await folderReport(delegated.runId)).payload).toMatchObject({ status: "synced", version: 2, baseVersion: 1 });
+    await waitFor("the stopped run's processes to end", async () => processesOfRun(delegated.runId) === 0, 15_000);
+
+    model.push({ toolCalls: [{ name: "bash", arguments: { command: "cat log/log.txt" } }] }, { text: "Read it." });
+    const resumed = await api(`/api/threads/${childId}/resume`, { method: "POST", json: { message: "just read it" } });
+    expect(resumed.status).toBe(202);
+    expect((await settled(childId)).status).toBe("completed");
+    const es = await entries(childId);
+    expect(es.filter((e) => e.payload.type === "signal.run.launched").map((e) => e.payload.boxReused)).toEqual([false, true]);
+    expect(JSON.stringify(es.filter((e) => e.payload.type === "pi.tool_result").at(-1)!.payload)).toContain("one\\ntwo");
+    expect((await folderReport(resumed.body.runId)).payload).toMatchObject({ status: "unchanged" });
+    expect((await api(`/api/environments/${envId}/folders`)).body.folders[0]).toMatchObject({ name: "log", latest: 2 });
+  });
+});
+
 describe("a live run: talk to it, interrupt it", () => {
   const chatTo = async (threadId: string, text: string) => {
     const r = await api(`/api/threads/${threadId}/entries`, { method: "POST", json: { payload: { type: "chat", text } } });
