@@ -405,7 +405,7 @@ async function reconcileCheckout(provider: SandboxProvider, ref: string, home: s
     ? [`git fetch --quiet origin`, `git checkout --quiet ${shq(r.ref)}`]
     : r.branch
       ? [`git fetch --quiet origin ${shq(r.branch)}`, `(git checkout --quiet ${shq(r.branch)} 2>/dev/null || git checkout --quiet -b ${shq(r.branch)} FETCH_HEAD)`, `git merge --ff-only --quiet FETCH_HEAD`]
-      : [`git pull --ff-only --quiet`];
+      : [...defaultBranchSteps(), `(git checkout --quiet "$b" 2>/dev/null || git checkout --quiet -b "$b" "origin/$b")`, `git merge --ff-only --quiet "origin/$b"`];
   // The clone did not keep the credentials; a fetch needs them again.
   const creds = cloneOptions(r, dest, environment);
   const env = creds.password ? gitCredentialEnv(creds.username ?? "x-access-token", creds.password) : { GIT_TERMINAL_PROMPT: "0" };
@@ -419,8 +419,16 @@ function resetSteps(r: RepositorySpec): string[] {
     ? [`git fetch --quiet origin`, `git checkout --quiet --force ${shq(r.ref)}`]
     : r.branch
       ? [`git fetch --quiet origin ${shq(r.branch)}`, `git checkout --quiet --force -B ${shq(r.branch)} FETCH_HEAD`]
-      : [`git fetch --quiet origin`, `git reset --quiet --hard '@{u}'`];
+      : [...defaultBranchSteps(), `git checkout --quiet --force -B "$b" "origin/$b"`];
   return [...checkout, `git clean -fdq`];
+}
+
+/**
+ * Neither branch nor commit given: the remote's default branch is wanted, whatever the checkout
+ * is on now (a commit an earlier setting checked out, detached). Leaves its name in `$b`.
+ */
+function defaultBranchSteps(): string[] {
+  return [`git fetch --quiet origin`, `git remote set-head origin --auto >/dev/null`, `b=$(git symbolic-ref --short refs/remotes/origin/HEAD)`, `b=\${b#origin/}`];
 }
 
 /** The run's workspace settings: the delegate's override, else the environment's. */

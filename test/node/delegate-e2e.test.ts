@@ -736,6 +736,39 @@ describe("a shared box whose repository moved", () => {
   });
 });
 
+describe("a shared box pinned to a commit, then unpinned", () => {
+  it("a repository without branch or commit follows the remote's default branch again, also from the detached commit an earlier setting left", async () => {
+    const origin = tempDir("tb-unpin-");
+    const git = (cmd: string) => execSync(`git -c user.email=t@t -c user.name=t ${cmd}`, { cwd: origin, stdio: "pipe", encoding: "utf8" });
+    git("init -q -b trunk");
+    writeFileSync(join(origin, "VERSION"), "v1\n");
+    git("add VERSION");
+    git("commit -q -m v1");
+    const v1 = git("rev-parse HEAD").trim();
+    model.push(
+      { toolCalls: [{ name: "bash", arguments: { command: "cat VERSION" } }] },
+      { text: "v1." },
+      { toolCalls: [{ name: "bash", arguments: { command: "cat VERSION; git branch --show-current" } }] },
+      { text: "v2." },
+    );
+    const envId = await environment();
+    const repo = (extra: object) => ({ boxMode: "shared", repositories: [{ url: `file://${origin}`, path: "app", ...extra }] });
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: repo({ ref: v1 }) })).status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const first = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "pinned" } })).body.childThreadId as string;
+    expect((await settled(first)).status).toBe("completed");
+
+    writeFileSync(join(origin, "VERSION"), "v2\n");
+    git("commit -q -am v2");
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: repo({}) })).status).toBe(200);
+    const second = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "unpinned" } })).body.childThreadId as string;
+    const row = await settled(second);
+    expect([row.status, row.detail]).toEqual(["completed", "stop"]);
+    const out = String((await entries(second)).find((e) => e.payload.type === "pi.tool_result")!.payload.output);
+    expect(out.trim().split("\n")).toEqual(["v2", "trunk"]);
+  });
+});
+
 describe("a shared box with a private repository", () => {
   it("clones with the token from a secret and fetches with it again when reconciling in place; the token is never kept in the checkout or shown", async () => {
     const root = tempDir("tb-git-root-");
