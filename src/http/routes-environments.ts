@@ -7,7 +7,7 @@ import { idSchema, type HouseClaims } from "../auth/tokens";
 import { environmentInputSchema, publicEnvironment, type Environment } from "../environments";
 import { houseStub, newId, sandboxStub, threadStub } from "./actors";
 import { LiveOutput } from "../sandbox/live-output";
-import { ensureSharedBox, sharedBoxView } from "../workspace/shared-box";
+import { ensureSharedBox, retireSharedBox, sharedBoxView } from "../workspace/shared-box";
 import { boxSecretForms, RedactedFeed, redactorFor } from "../workspace/output-redaction";
 import { deleteArchive } from "../workspace/folder-store";
 import { writerFor } from "../threads/entries";
@@ -24,11 +24,15 @@ export async function createEnvironmentRoute(request: Request, env: Env): Promis
   if (!canWrite(claims) || claims.role === "bot") throw new ApiError("forbidden", "only owners and members configure environments");
   const input = await readBody(request, environmentInputSchema);
   const e: Environment = { ...input, id: input.id ?? newId("env_"), houseId: claims.houseId, createdAt: new Date().toISOString() };
-  await unwrapRpc(houseStub(env, claims.houseId).putEnvironment(e));
+  const { retiredBoxId } = (await unwrapRpc(houseStub(env, claims.houseId).putEnvironment(e))) as StoredEnvironment;
+  if (retiredBoxId) await retireSharedBox(env, claims.houseId, e.id, retiredBoxId);
   return json(publicEnvironment(e), 201);
 }
 
 const patchBodySchema = recordSchema(z.string(), z.unknown());
+
+/** What the house stored, and the shared box it let go (if the environment keeps none any more). */
+type StoredEnvironment = { environment: Environment; retiredBoxId: string | null };
 
 /** The caller, who must be allowed to configure environments, and the environment `id` of its house. */
 async function environmentForConfigurer(request: Request, env: Env, id: string | undefined) {
@@ -51,7 +55,9 @@ export async function patchEnvironmentRoute(request: Request, env: Env, id: stri
   const patch = await readBody(request, patchBodySchema);
   // Merged in the house's actor, against what it holds then: two PATCHes at once both take
   // effect, and one after a DELETE is a 404 instead of bringing the environment back.
-  const e = (await unwrapRpc(houseStub(env, claims.houseId).patchEnvironment(current.id, patch))) as Environment;
+  const { environment: e, retiredBoxId } = (await unwrapRpc(houseStub(env, claims.houseId).patchEnvironment(current.id, patch))) as StoredEnvironment;
+  // An environment that keeps no shared box any more lets the one it had go (it is never reaped otherwise).
+  if (retiredBoxId) await retireSharedBox(env, claims.houseId, e.id, retiredBoxId);
   return json(publicEnvironment(e));
 }
 

@@ -7,6 +7,7 @@ import { providerApiError } from "../sandbox/api-errors";
 import { ProviderError } from "../sandbox/errors";
 import { newId } from "../http/actors";
 import { egressSettings, providerVolumes } from "./box-config";
+import { LABEL_SPEC } from "../sandbox/provider";
 import { errorMessage, logEvent } from "../domain/log-event";
 
 /**
@@ -15,10 +16,14 @@ import { errorMessage, logEvent } from "../domain/log-event";
  * agree on one box through the house (the loser's box is deleted).
  */
 export async function ensureSharedBox(env: Env, houseId: string, e: Environment): Promise<{ id: string; providerRef: string; created: boolean }> {
-  // A box that is gone or unreadable is replaced.
-  const current = await sharedBoxView(env, houseId, e);
   const provider = providerFor(env, e.provider);
-  if (current && current.state === "live") {
+  const spec = sharedBoxSpec(env, houseId, e);
+  const key = await specKey(e.provider, spec);
+  // A box that is gone or unreadable is replaced, and so is one made with settings the
+  // environment no longer has (egress, volumes, image): a box keeps what it was created with.
+  const current = await sharedBoxView(env, houseId, e);
+  const stale = !!current && current.labels[LABEL_SPEC] !== undefined && current.labels[LABEL_SPEC] !== key;
+  if (current && current.state === "live" && !stale) {
     // A box the provider stopped for idleness is still this environment's box: it is started
     // again, or every command and run on it would fail for good. One that is gone is left to
     // the callers, which confirm that before replacing it.
@@ -31,10 +36,7 @@ export async function ensureSharedBox(env: Env, houseId: string, e: Environment)
   }
   let info;
   try {
-    info = await provider.create({
-      labels: { house: houseId, environment: e.id }, ephemeral: false, env: e.env,
-      snapshot: e.snapshot, image: e.image, egress: egressSettings(e.egress, env.THREADBOX_STREAM_URL), volumes: providerVolumes(houseId, e.volumes),
-    });
+    info = await provider.create({ labels: { house: houseId, environment: e.id, spec: key }, ephemeral: false, env: e.env, ...spec });
   } catch (err) {
     throw providerApiError(err);
   }
@@ -49,7 +51,28 @@ export async function ensureSharedBox(env: Env, houseId: string, e: Environment)
     const other = await unwrapRpc(sandboxStub(env, winner).view(houseId));
     return { id: other.id, providerRef: other.providerRef, created: false };
   }
+  if (stale && current) await retireSharedBox(env, houseId, e.id, current.id);
   return { id: view.id, providerRef: view.providerRef, created: true };
+}
+
+/** What the provider creates an environment's shared box with. */
+function sharedBoxSpec(env: Env, houseId: string, e: Environment) {
+  return { snapshot: e.snapshot, image: e.image, egress: egressSettings(e.egress, env.THREADBOX_STREAM_URL), volumes: providerVolumes(houseId, e.volumes) };
+}
+
+async function specKey(provider: string, spec: ReturnType<typeof sharedBoxSpec>): Promise<string> {
+  const bytes = new TextEncoder().encode(JSON.stringify([provider, spec.snapshot ?? null, spec.image ?? null, spec.egress ?? null, spec.volumes]));
+  const d = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
+  return Array.from(d.slice(0, 8), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/**
+ * A box the environment no longer keeps as its shared one: reaped as an ephemeral box is, now if
+ * nothing runs on it, else when its last run ends (a failure is logged; its actor retries deletes).
+ */
+export async function retireSharedBox(env: Env, houseId: string, environmentId: string, boxId: string): Promise<void> {
+  await unwrapRpc(sandboxStub(env, boxId).retire(houseId)).catch((err) =>
+    logEvent("shared_box_retire_failed", { environmentId, boxId, error: errorMessage(err) }, "warn"));
 }
 
 /** The environment's shared box as its actor sees it; null when it has none or the box cannot be read (logged). */

@@ -1145,6 +1145,26 @@ describe("run_command", () => {
     expect([r2.status, r2.body.boxId, r2.body.output?.trim()]).toEqual([200, r1.body.boxId, "kept"]);
   });
 
+  it("egress set to deny after the shared box was made holds on it: the box is replaced, and the old one deleted", async () => {
+    const http = await import("node:http");
+    const other = http.createServer((_q, r) => r.end("internal"));
+    await new Promise<void>((r) => other.listen(0, "127.0.0.1", () => r()));
+    const port = (other.address() as { port: number }).port;
+    try {
+      const e = (await api("/api/environments", { method: "POST", json: { name: "tightened", sharedBox: true } })).body;
+      const reach = { command: `curl -s -m 3 http://127.0.0.1:${port}/ || echo BLOCKED` };
+      const open = await api(`/api/environments/${e.id}/exec`, { method: "POST", json: reach });
+      expect(open.body.output).toBe("internal");
+      expect((await api(`/api/environments/${e.id}`, { method: "PATCH", json: { egress: "deny" } })).status).toBe(200);
+      const denied = await api(`/api/environments/${e.id}/exec`, { method: "POST", json: reach });
+      expect([denied.status, denied.body.output?.trim()]).toEqual([200, "BLOCKED"]);
+      expect(denied.body.boxId).not.toBe(open.body.boxId);
+      expect((await api(`/api/sandboxes/${open.body.boxId}`)).body.state).toBe("deleted");
+    } finally {
+      other.close();
+    }
+  });
+
   it("with a threadId, a long command's output reaches the thread while it runs (real SDK session logs)", async () => {
     const e = (await api("/api/environments", { method: "POST", json: { name: "live", sharedBox: true } })).body;
     const thread = (await api("/api/threads", { method: "POST", json: { title: "live output" } })).body;
