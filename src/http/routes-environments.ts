@@ -158,7 +158,7 @@ export async function loadEnvironment(env: Env, houseId: string, environmentId: 
 
 async function runOnSharedBox(env: Env, houseId: string, e: Environment, body: ExecBody, live?: LiveTarget): Promise<ExecResult> {
   if (!e.sharedBox) throw new ApiError("conflict", "this environment keeps no shared box (set sharedBox: true)");
-  const box = await ensureSharedBox(env, houseId, e);
+  const box = await ensureSharedBox(env, houseId, e).catch((err) => { throw providerApiError(err); });
   try {
     return await execOn(env, box, e, body, live);
   } catch (err) {
@@ -168,7 +168,7 @@ async function runOnSharedBox(env: Env, houseId: string, e: Environment, body: E
       throw providerApiError(err, { timeoutSec: body.timeoutSec, clientInput: "cwd" });
     }
     logEvent("shared_box_replaced", { environmentId: e.id, boxId: box.id });
-    const fresh = await ensureSharedBox(env, houseId, await loadEnvironment(env, houseId, e.id));
+    const fresh = await ensureSharedBox(env, houseId, await loadEnvironment(env, houseId, e.id)).catch((again) => { throw providerApiError(again); });
     try {
       return await execOn(env, fresh, e, body, live);
     } catch (again) {

@@ -3,7 +3,6 @@ import type { Environment } from "../environments";
 import { unwrapRpc } from "../actors/rpc";
 import { houseStub, sandboxStub } from "../actors/stubs";
 import { providerFor } from "../sandbox/providers";
-import { providerApiError } from "../sandbox/api-errors";
 import { ProviderError } from "../sandbox/errors";
 import { newId } from "../http/actors";
 import { egressSettings, providerVolumes } from "./box-config";
@@ -13,7 +12,9 @@ import { errorMessage, logEvent } from "../domain/log-event";
 /**
  * The environment's one long-lived box (`boxMode: "shared"`): created on first use, then used by
  * `run_command`, previews and delegated runs alike, and never reaped. Two first uses at once
- * agree on one box through the house (the loser's box is deleted).
+ * agree on one box through the house (the loser's box is deleted). A provider's failure is thrown
+ * as it is: a run's launch names it in its reason (as for a box of its own), an HTTP route maps
+ * it for its client.
  */
 export async function ensureSharedBox(env: Env, houseId: string, e: Environment): Promise<{ id: string; providerRef: string; created: boolean }> {
   const provider = providerFor(env, e.provider);
@@ -30,16 +31,11 @@ export async function ensureSharedBox(env: Env, houseId: string, e: Environment)
     try {
       await provider.ensureStarted(current.providerRef);
     } catch (err) {
-      if (!(err instanceof ProviderError && err.code === "not_found")) throw providerApiError(err);
+      if (!(err instanceof ProviderError && err.code === "not_found")) throw err;
     }
     return { id: current.id, providerRef: current.providerRef, created: false };
   }
-  let info;
-  try {
-    info = await provider.create({ labels: { house: houseId, environment: e.id, spec: key }, ephemeral: false, env: e.env, ...spec });
-  } catch (err) {
-    throw providerApiError(err);
-  }
+  const info = await provider.create({ labels: { house: houseId, environment: e.id, spec: key }, ephemeral: false, env: e.env, ...spec });
   const boxId = newId("box_");
   const view = await unwrapRpc(sandboxStub(env, boxId).register({
     boxId, houseId, provider: e.provider, providerRef: info.ref, ephemeral: false, labels: info.labels,

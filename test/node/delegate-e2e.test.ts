@@ -623,6 +623,17 @@ describe("an environment's egress", () => {
     }
   });
 
+  it("an allow-list the local host cannot enforce fails the run with the host's reason, on a box of its own and on a shared box alike", async () => {
+    for (const boxMode of ["ephemeral", "shared"]) {
+      const envId = await environment();
+      expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { boxMode, egress: { allow: ["example.com"] } } })).status).toBe(200);
+      const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+      const childId = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "anything" } })).body.childThreadId as string;
+      const row = await settled(childId);
+      expect([boxMode, row.status, row.detail]).toEqual([boxMode, "failed", expect.stringContaining("cannot allow example.com")]);
+    }
+  });
+
   it("with egress deny the box reaches nothing but its stream: pi cannot reach the loopback model the test runs, and the failure still lands on the thread", async () => {
     const envId = await environment();
     expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { egress: "deny" } })).status).toBe(200);
