@@ -17,6 +17,7 @@ import { providerFor } from "../sandbox/providers";
 import { providerApiError } from "../sandbox/api-errors";
 import { ProviderError } from "../sandbox/errors";
 import { readBody } from "./body";
+import { managedKeys, readManagedFiles, removeManagedFiles } from "../workspace/managed-files";
 
 export async function createEnvironmentRoute(request: Request, env: Env): Promise<Response> {
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
@@ -26,6 +27,7 @@ export async function createEnvironmentRoute(request: Request, env: Env): Promis
   const e: Environment = { ...input, id: input.id ?? newId("env_"), houseId: claims.houseId, createdAt: new Date().toISOString() };
   const { retiredBoxId } = (await unwrapRpc(houseStub(env, claims.houseId).putEnvironment(e))) as StoredEnvironment;
   if (retiredBoxId) await retireSharedBox(env, claims.houseId, e.id, retiredBoxId);
+  await pruneSharedBox(env, claims.houseId, e);
   return json(publicEnvironment(e), 201);
 }
 
@@ -58,7 +60,29 @@ export async function patchEnvironmentRoute(request: Request, env: Env, id: stri
   const { environment: e, retiredBoxId } = (await unwrapRpc(houseStub(env, claims.houseId).patchEnvironment(current.id, patch))) as StoredEnvironment;
   // An environment that keeps no shared box any more lets the one it had go (it is never reaped otherwise).
   if (retiredBoxId) await retireSharedBox(env, claims.houseId, e.id, retiredBoxId);
+  if (["files", "plugins", "piModels", "piSettings"].some((k) => k in patch)) await pruneSharedBox(env, claims.houseId, e);
   return json(publicEnvironment(e));
+}
+
+/**
+ * What the environment no longer puts into boxes leaves its shared box now, not at its next run:
+ * `run_command` there would still show a sensitive file taken out of the environment, unredacted.
+ * Best effort (a failure is logged): the next run on the box removes it too.
+ */
+async function pruneSharedBox(env: Env, houseId: string, e: Environment): Promise<void> {
+  const stored = await loadEnvironment(env, houseId, e.id).catch(() => null);
+  const view = stored ? await sharedBoxView(env, houseId, stored) : null;
+  if (!view || view.state !== "live") return;
+  try {
+    const provider = providerFor(env, view.provider);
+    const home = await provider.homeDir(view.providerRef);
+    const had = await readManagedFiles(provider, view.providerRef, home);
+    const keys = managedKeys(e);
+    const stale = had.filter((f) => !keys.has(f.key));
+    if (stale.length > 0) await removeManagedFiles(provider, view.providerRef, home, stale, had.filter((f) => keys.has(f.key)));
+  } catch (err) {
+    logEvent("shared_box_prune_failed", { environmentId: e.id, boxId: view.id, error: errorMessage(err) }, "warn");
+  }
 }
 
 /**

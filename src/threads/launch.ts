@@ -18,6 +18,7 @@ import { shq } from "../domain/shell";
 import { gitCredentialEnv } from "../domain/git-credentials.mjs";
 import { folderMaxBytes, type CopiedFolder } from "../workspace/folders";
 import { copyFoldersIn } from "../workspace/folder-sync";
+import { MANAGED_FILES, managedFileContent, readManagedFiles, removeManagedFiles, type ManagedFile } from "../workspace/managed-files";
 import { BOX_ENV, PI_AGENT_DIR, WORK_DIR, runDir } from "../domain/box-layout";
 import { STATUS_CHANGED } from "../domain/statuses";
 
@@ -247,9 +248,15 @@ async function startRunner(
   }
 
   const uploads: { path: string; content: Uint8Array | string }[] = [];
+  /** What of the uploads is the environment's (recorded in the box, see managed-files.ts). */
+  const managed: ManagedFile[] = [];
+  const put = (key: string, path: string, content: string) => {
+    uploads.push({ path, content });
+    managed.push({ key, path });
+  };
   const workspace = workspaceOf(spec, environment);
   // The environment's files, in the working directory, before the harness starts.
-  for (const f of workspace.files) uploads.push({ path: `${cwd}/${f.path}`, content: f.content });
+  for (const f of workspace.files) put(`file:${f.path}`, `${cwd}/${f.path}`, f.content);
   const harnessEnv: Record<string, string> = { ...(environment?.env ?? {}), ...(environment?.secrets ?? {}) };
   // The runner and the mirror scrub these values from what they post (entries, stderr, artifacts)...
   if (environment?.secrets) harnessEnv[BOX_ENV.secretNames] = Object.keys(environment.secrets).join(",");
@@ -259,19 +266,19 @@ async function startRunner(
   const plugins = environment?.plugins;
   if (plugins && spec.harness === "pi") {
     // pi discovers skills and extensions in its agent directory.
-    for (const sk of plugins.skills) uploads.push({ path: `${PI_AGENT_DIR}/skills/${sk.name}/SKILL.md`, content: skillFile(sk) });
-    for (const ext of plugins.extensions) uploads.push({ path: `${PI_AGENT_DIR}/extensions/${ext.name}.ts`, content: ext.source });
+    for (const sk of plugins.skills) put(`skill:${sk.name}`, `${PI_AGENT_DIR}/skills/${sk.name}/SKILL.md`, skillFile(sk));
+    for (const ext of plugins.extensions) put(`extension:${ext.name}`, `${PI_AGENT_DIR}/extensions/${ext.name}.ts`, ext.source);
   }
   if (plugins && Object.keys(plugins.mcpServers).length > 0) {
     const servers = withSecrets(plugins.mcpServers, environment?.secrets ?? {});
     // Claude Code reads project-scoped servers from the working directory's .mcp.json; Codex from its config.
-    if (spec.harness === "claude-code") uploads.push({ path: `${cwd}/.mcp.json`, content: JSON.stringify({ mcpServers: servers }, null, 2) });
-    if (spec.harness === "codex") uploads.push({ path: ".codex/config.toml", content: codexMcpToml(servers) });
+    if (spec.harness === "claude-code") put("mcp:claude-code", `${cwd}/.mcp.json`, JSON.stringify({ mcpServers: servers }, null, 2));
+    if (spec.harness === "codex") put("mcp:codex", ".codex/config.toml", codexMcpToml(servers));
   }
   if (spec.harness === "pi") {
     harnessEnv.PI_CODING_AGENT_DIR = `${home}/${PI_AGENT_DIR}`;
-    if (environment?.piModels) uploads.push({ path: `${PI_AGENT_DIR}/models.json`, content: JSON.stringify(environment.piModels, null, 2) });
-    if (environment?.piSettings) uploads.push({ path: `${PI_AGENT_DIR}/settings.json`, content: JSON.stringify(environment.piSettings, null, 2) });
+    if (environment?.piModels) put("pi:models", `${PI_AGENT_DIR}/models.json`, JSON.stringify(environment.piModels, null, 2));
+    if (environment?.piSettings) put("pi:settings", `${PI_AGENT_DIR}/settings.json`, JSON.stringify(environment.piSettings, null, 2));
   }
 
   let sessionFile: string | undefined;
@@ -320,6 +327,14 @@ async function startRunner(
     if (u.path === plan.tokenPath) tokenFile = { path: u.path, content: content as string };
     else uploads.push({ path: u.path, content });
   }
+  if (sameBox) {
+    // A box earlier runs used holds what the environment put there then: what it no longer puts
+    // there goes (a removed sensitive file, a removed extension pi would still load).
+    const before = await readManagedFiles(provider, ref, home);
+    const stale = before.filter((b) => !managed.some((m) => m.path === b.path));
+    await removeManagedFiles(provider, ref, home, stale);
+  }
+  uploads.push({ path: MANAGED_FILES, content: managedFileContent(managed) });
   await provider.upload(ref, uploads);
   deps.alive();
   // The installs, clone and uploads take long: a run stopped meanwhile gets no runner, and so

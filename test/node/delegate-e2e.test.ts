@@ -780,6 +780,37 @@ describe("a shared box pinned to a commit, then unpinned", () => {
   });
 });
 
+describe("a shared box and the environment's files", () => {
+  it("what the environment no longer puts there leaves the box: a sensitive file taken out is gone for run_command at once, a file whose place moved is gone after the next run", async () => {
+    const origin = tempDir("tb-managed-");
+    execSync("git init -q -b main && echo x > README && git add . && git -c user.email=t@t -c user.name=t commit -qm x", { cwd: origin, stdio: "pipe", shell: "/bin/bash" });
+    model.push(
+      { toolCalls: [{ name: "bash", arguments: { command: "ls" } }] }, { text: "Listed." },
+      { toolCalls: [{ name: "bash", arguments: { command: "ls" } }] }, { text: "Listed again." },
+    );
+    const envId = await environment();
+    const one = [{ url: `file://${origin}`, branch: "main", path: "app" }];
+    const files = [{ path: "creds.txt", content: "very-secret-credential-value\n", sensitive: true }, { path: "notes.txt", content: "plain notes\n" }];
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { boxMode: "shared", repositories: one, files } })).status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const run = async () => {
+      const child = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "look" } })).body.childThreadId as string;
+      expect((await settled(child)).status).toBe("completed");
+    };
+    const sh = async (command: string) => String((await api(`/api/environments/${envId}/exec`, { method: "POST", json: { command } })).body.output);
+    await run();
+    expect(await sh("cat work/app/creds.txt")).toBe("[redacted]");
+
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { files: [files[1]] } })).status).toBe(200);
+    expect(await sh("cat work/app/creds.txt 2>&1; cat work/app/notes.txt")).toMatch(/No such file[\s\S]*plain notes/);
+
+    // Two repositories: the working directory is work/, so notes.txt is written there now.
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { repositories: [...one, { url: `file://${origin}`, branch: "main", path: "other" }] } })).status).toBe(200);
+    await run();
+    expect(await sh("ls work/notes.txt work/app/notes.txt 2>&1")).toMatch(/work\/app\/notes\.txt.*No such file[\s\S]*^work\/notes\.txt$/m);
+  });
+});
+
 describe("a shared box with a private repository", () => {
   it("clones with the token from a secret and fetches with it again when reconciling in place; the token is never kept in the checkout or shown", async () => {
     const root = tempDir("tb-git-root-");
