@@ -114,7 +114,10 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
   const provider: SandboxProvider = providerFor(env, providerName);
 
   let progress = deps.progress();
-  if (!progress.boxId && spec.resume && row.boxId) {
+  // A shared environment's runs all go to its one long-lived box; a resume, too: a box that was
+  // the environment's before (its settings changed since) is not taken up again.
+  const shared = !progress.boxId && environment?.boxMode === "shared" ? await deps.sharedBox() : null;
+  if (!progress.boxId && spec.resume && row.boxId && (!shared || shared.id === row.boxId)) {
     const live = await deps.boxIsLive(row.boxId);
     // Held from now on: neither an idle reap nor a plain delete takes it from under this launch.
     // One that went away meanwhile is not reused: a fresh box follows.
@@ -122,9 +125,7 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
       progress = await deps.saveProgress({ boxId: row.boxId, providerRef: live.providerRef, sameBox: true });
     }
   }
-  if (!progress.boxId && environment?.boxMode === "shared") {
-    // A shared environment's runs all go to its one long-lived box.
-    const shared = await deps.sharedBox();
+  if (!progress.boxId && shared) {
     await deps.reserveBox(shared.id);
     progress = await deps.saveProgress({ boxId: shared.id, providerRef: shared.providerRef, sameBox: true, shared: true, sharedCreated: shared.created });
   }

@@ -277,6 +277,19 @@ describe("a shared box whose environment changed its egress while a run works on
     expect(await box(old)).toMatchObject({ state: "live", ephemeral: true, threads: [t.id] });
     expect(((await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string }).status).toBe("running");
     expect(await box(next)).toMatchObject({ state: "live", ephemeral: false });
+
+    // Stopped, the run keeps the old box a while; resumed, it goes on on the environment's box as
+    // it is now (here the box the resume's launch finds current: this test's thread actor has a
+    // stream URL the exec route has not, and the egress a box gets names the stream's host).
+    await call(`/api/threads/${t.id}/stop`, { method: "POST", token });
+    await vi.waitFor(async () => expect((await box(old)).threads).toEqual([]), { timeout: 10_000, interval: 100 });
+    await unwrapRpc(stub.startRun(houseId, { task: "again", harness: "pi", resume: true, authorId: "alice" }));
+    await launchedOnce(token, t.id, 2);
+    const launched = (await readAll(token, t.id)).entries.filter((e) => e.payload.type === "signal.run.launched").at(-1)!;
+    const current = ((await (await call(`/api/environments/${environmentId}`, { token })).json()) as { sharedBoxId: string }).sharedBoxId;
+    expect([launched.payload.boxId === old, launched.payload.boxId]).toEqual([false, current]);
+    // It waits out the stopped-box grace as any kept ephemeral box does, and is reaped then.
+    expect(await box(old)).toMatchObject({ ephemeral: true, threads: [] });
   }, 30_000);
 });
 
