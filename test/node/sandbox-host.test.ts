@@ -282,7 +282,7 @@ describe("host responses match Daytona's OpenAPI schemas", () => {
   const expectSpec = (spec: "api" | "toolbox", route: string, method: string, r: { status: number; json: unknown }) => {
     const name = v.declared(spec, route, method, r.status);
     expect(name, `${method} ${route} ${r.status} has a declared schema`).toBeTruthy();
-    if (name === "Session" && Array.isArray(r.json)) for (const s of r.json) v.toolbox("Session", s);
+    if (Array.isArray(r.json)) for (const item of r.json) v[spec](name!, item);
     else v[spec](name!, r.json);
   };
 
@@ -305,6 +305,16 @@ describe("host responses match Daytona's OpenAPI schemas", () => {
     expectSpec("api", "/sandbox/{sandboxId}/toolbox-proxy-url", "GET", await call("GET", `/api/sandbox/${id}/toolbox-proxy-url`));
     expectSpec("api", "/sandbox/{sandboxIdOrName}/stop", "POST", await call("POST", `/api/sandbox/${id}/stop`));
     expectSpec("api", "/sandbox/{sandboxIdOrName}/start", "POST", await call("POST", `/api/sandbox/${id}/start`));
+    expectSpec("api", "/sandbox/{sandboxIdOrName}/ports/{port}/signed-preview-url", "GET", await call("GET", `/api/sandbox/${id}/ports/3000/signed-preview-url?expiresInSeconds=60`));
+
+    const vol = await call("POST", "/api/volumes", { name: "schema-vol" });
+    expectSpec("api", "/volumes", "POST", vol);
+    const volId = (vol.json as { id: string }).id;
+    expectSpec("api", "/volumes", "GET", await call("GET", "/api/volumes"));
+    expectSpec("api", "/volumes/{volumeId}", "GET", await call("GET", `/api/volumes/${volId}`));
+    expectSpec("api", "/volumes/by-name/{name}", "GET", await call("GET", "/api/volumes/by-name/schema-vol"));
+    expect((await call("DELETE", `/api/volumes/${volId}`)).status).toBe(200);
+    expect((await call("GET", "/api/volumes/by-name/schema-vol")).status).toBe(404);
 
     const snap = await call("POST", "/api/snapshots", { name: "schema-snap", imageName: "node:22" });
     expectSpec("api", "/snapshots", "POST", snap);
