@@ -313,6 +313,11 @@ describe("host responses match Daytona's OpenAPI schemas", () => {
     expectSpec("api", "/volumes", "GET", await call("GET", "/api/volumes"));
     expectSpec("api", "/volumes/{volumeId}", "GET", await call("GET", `/api/volumes/${volId}`));
     expectSpec("api", "/volumes/by-name/{name}", "GET", await call("GET", "/api/volumes/by-name/schema-vol"));
+    // A subpath names a prefix inside the volume, never a way out of it (to another volume, the host).
+    for (const subpath of ["../..", "/etc", "a/../../x"]) {
+      const out = await call("POST", "/api/sandbox", { labels: { "threadbox.house": "schema" }, volumes: [{ volumeId: volId, mountPath: "/home/daytona/m", subpath }] });
+      expect([subpath, out.status]).toEqual([subpath, 400]);
+    }
     expect((await call("DELETE", `/api/volumes/${volId}`)).status).toBe(200);
     expect((await call("GET", "/api/volumes/by-name/schema-vol")).status).toBe(404);
 
