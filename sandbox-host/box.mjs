@@ -278,13 +278,22 @@ export class Box {
   }
 }
 
-function realpathOfNearest(abs) {
+/**
+ * Where `abs` really lands: the real path of its nearest existing ancestor plus the rest. A link
+ * whose target does not exist yet is followed all the same (a write through it creates the target).
+ */
+function realpathOfNearest(abs, hops = 0) {
   let cur = abs;
   const rest = [];
   for (;;) {
     try {
-      return path.join(fs.realpathSync(cur), ...rest.reverse());
+      return path.join(fs.realpathSync(cur), ...[...rest].reverse());
     } catch {
+      if (isSymlink(cur)) {
+        if (hops >= 40) throw new HostError(400, "too many levels of symbolic links", "BAD_REQUEST");
+        const target = path.resolve(path.dirname(cur), fs.readlinkSync(cur));
+        return realpathOfNearest(path.join(target, ...[...rest].reverse()), hops + 1);
+      }
       const parent = path.dirname(cur);
       if (parent === cur) return abs;
       rest.push(path.basename(cur));
@@ -293,3 +302,10 @@ function realpathOfNearest(abs) {
   }
 }
 
+function isSymlink(p) {
+  try {
+    return fs.lstatSync(p).isSymbolicLink();
+  } catch {
+    return false;
+  }
+}

@@ -228,7 +228,10 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
       if (!v) throw new HostError(400, `Volume ${m?.volumeId} not found`);
       const mp = String(m.mountPath ?? "");
       if (!mp.startsWith("/home/daytona/") || mp.split("/").includes("..")) throw new HostError(400, `mountPath ${mp}: this host mounts volumes under /home/daytona/ only`);
-      return { hostDir: path.join(rootDir, "volumes", v.id, m.subpath ?? ""), homePath: mp.slice("/home/daytona/".length) };
+      const sub = m.subpath ?? "";
+      // A prefix inside the volume: never its parent, another volume or the host.
+      if (typeof sub !== "string" || sub.startsWith("/") || sub.split("/").includes("..")) throw new HostError(400, `subpath ${sub}: a path inside the volume`);
+      return { hostDir: path.join(rootDir, "volumes", v.id, sub), homePath: mp.slice("/home/daytona/".length) };
     });
   }
 

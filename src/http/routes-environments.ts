@@ -7,7 +7,7 @@ import { idSchema, type HouseClaims } from "../auth/tokens";
 import { environmentInputSchema, publicEnvironment, type Environment } from "../environments";
 import { houseStub, newId, sandboxStub, threadStub } from "./actors";
 import { LiveOutput } from "../sandbox/live-output";
-import { ensureSharedBox, sharedBoxView } from "../workspace/shared-box";
+import { ensureSharedBox, retireSharedBox, sharedBoxView } from "../workspace/shared-box";
 import { boxSecretForms, RedactedFeed, redactorFor } from "../workspace/output-redaction";
 import { deleteArchive } from "../workspace/folder-store";
 import { writerFor } from "../threads/entries";
@@ -17,6 +17,7 @@ import { providerFor } from "../sandbox/providers";
 import { providerApiError } from "../sandbox/api-errors";
 import { ProviderError } from "../sandbox/errors";
 import { readBody } from "./body";
+import { managedKeys, readManagedFiles, removeManagedFiles } from "../workspace/managed-files";
 
 export async function createEnvironmentRoute(request: Request, env: Env): Promise<Response> {
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
@@ -24,11 +25,16 @@ export async function createEnvironmentRoute(request: Request, env: Env): Promis
   if (!canWrite(claims) || claims.role === "bot") throw new ApiError("forbidden", "only owners and members configure environments");
   const input = await readBody(request, environmentInputSchema);
   const e: Environment = { ...input, id: input.id ?? newId("env_"), houseId: claims.houseId, createdAt: new Date().toISOString() };
-  await unwrapRpc(houseStub(env, claims.houseId).putEnvironment(e));
+  const { retiredBoxId } = (await unwrapRpc(houseStub(env, claims.houseId).putEnvironment(e))) as StoredEnvironment;
+  if (retiredBoxId) await retireSharedBox(env, claims.houseId, e.id, retiredBoxId);
+  await pruneSharedBox(env, claims.houseId, e);
   return json(publicEnvironment(e), 201);
 }
 
 const patchBodySchema = recordSchema(z.string(), z.unknown());
+
+/** What the house stored, and the shared box it let go (if the environment keeps none any more). */
+type StoredEnvironment = { environment: Environment; retiredBoxId: string | null };
 
 /** The caller, who must be allowed to configure environments, and the environment `id` of its house. */
 async function environmentForConfigurer(request: Request, env: Env, id: string | undefined) {
@@ -51,8 +57,32 @@ export async function patchEnvironmentRoute(request: Request, env: Env, id: stri
   const patch = await readBody(request, patchBodySchema);
   // Merged in the house's actor, against what it holds then: two PATCHes at once both take
   // effect, and one after a DELETE is a 404 instead of bringing the environment back.
-  const e = (await unwrapRpc(houseStub(env, claims.houseId).patchEnvironment(current.id, patch))) as Environment;
+  const { environment: e, retiredBoxId } = (await unwrapRpc(houseStub(env, claims.houseId).patchEnvironment(current.id, patch))) as StoredEnvironment;
+  // An environment that keeps no shared box any more lets the one it had go (it is never reaped otherwise).
+  if (retiredBoxId) await retireSharedBox(env, claims.houseId, e.id, retiredBoxId);
+  if (["files", "plugins", "piModels", "piSettings"].some((k) => k in patch)) await pruneSharedBox(env, claims.houseId, e);
   return json(publicEnvironment(e));
+}
+
+/**
+ * What the environment no longer puts into boxes leaves its shared box now, not at its next run:
+ * `run_command` there would still show a sensitive file taken out of the environment, unredacted.
+ * Best effort (a failure is logged): the next run on the box removes it too.
+ */
+async function pruneSharedBox(env: Env, houseId: string, e: Environment): Promise<void> {
+  const stored = await loadEnvironment(env, houseId, e.id).catch(() => null);
+  const view = stored ? await sharedBoxView(env, houseId, stored) : null;
+  if (!view || view.state !== "live") return;
+  try {
+    const provider = providerFor(env, view.provider);
+    const home = await provider.homeDir(view.providerRef);
+    const had = await readManagedFiles(provider, view.providerRef, home);
+    const keys = managedKeys(e);
+    const stale = had.filter((f) => !keys.has(f.key));
+    if (stale.length > 0) await removeManagedFiles(provider, view.providerRef, home, stale, had.filter((f) => keys.has(f.key)));
+  } catch (err) {
+    logEvent("shared_box_prune_failed", { environmentId: e.id, boxId: view.id, error: errorMessage(err) }, "warn");
+  }
 }
 
 /**
@@ -152,7 +182,7 @@ export async function loadEnvironment(env: Env, houseId: string, environmentId: 
 
 async function runOnSharedBox(env: Env, houseId: string, e: Environment, body: ExecBody, live?: LiveTarget): Promise<ExecResult> {
   if (!e.sharedBox) throw new ApiError("conflict", "this environment keeps no shared box (set sharedBox: true)");
-  const box = await ensureSharedBox(env, houseId, e);
+  const box = await ensureSharedBox(env, houseId, e).catch((err) => { throw providerApiError(err); });
   try {
     return await execOn(env, box, e, body, live);
   } catch (err) {
@@ -162,7 +192,7 @@ async function runOnSharedBox(env: Env, houseId: string, e: Environment, body: E
       throw providerApiError(err, { timeoutSec: body.timeoutSec, clientInput: "cwd" });
     }
     logEvent("shared_box_replaced", { environmentId: e.id, boxId: box.id });
-    const fresh = await ensureSharedBox(env, houseId, await loadEnvironment(env, houseId, e.id));
+    const fresh = await ensureSharedBox(env, houseId, await loadEnvironment(env, houseId, e.id)).catch((again) => { throw providerApiError(again); });
     try {
       return await execOn(env, fresh, e, body, live);
     } catch (again) {

@@ -338,6 +338,17 @@ export class DaytonaProvider implements SandboxProvider {
     }
   }
 
+  async ensureStarted(ref: string, timeoutSec = 120): Promise<void> {
+    const state = (await this.fetch(ref)).state;
+    if (state !== "stopped" && state !== "archived") return;
+    const sb = await this.handle(ref);
+    try {
+      await sb.start(timeoutSec);
+    } catch (err) {
+      throw toProviderError(err, "start sandbox");
+    }
+  }
+
   async probe(ref: string): Promise<Liveness> {
     try {
       return classifySandboxState(await this.fetch(ref));

@@ -13,6 +13,8 @@ export const LABEL_ENVIRONMENT = "threadbox.environment";
 export const LABEL_RUN = "threadbox.run";
 /** Our "reapable when idle" flag. Deliberately NOT Daytona's `ephemeral`, which deletes on stop. */
 export const LABEL_EPHEMERAL = "threadbox.ephemeral";
+/** A digest of what a box was created with (image, egress, volumes): a shared box whose environment changed those is replaced. */
+export const LABEL_SPEC = "threadbox.spec";
 
 /** Runaway guard of a run (constants table: about 3 days); box auto-stop is set above it. */
 export const DEFAULT_RUNAWAY_GUARD_MS = 3 * 24 * 60 * 60 * 1000;
@@ -23,6 +25,7 @@ export interface BoxLabels {
   thread?: string;
   environment?: string;
   run?: string;
+  spec?: string;
 }
 
 export interface EgressSettings {
@@ -182,6 +185,11 @@ export interface SandboxProvider {
   followDetached(handle: DetachedHandle, cb: FollowCallbacks): Promise<void>;
   /** Kills the command by deleting its session (and with it the session's process group). */
   killDetached(handle: DetachedHandle): Promise<void>;
+  /**
+   * Starts a box the provider stopped or archived (Daytona does so by itself after its auto-stop
+   * interval of idleness) and waits until it runs again; a running box is left alone.
+   */
+  ensureStarted(ref: string, timeoutSec?: number): Promise<void>;
   /** `dead` only on 404 or a terminal-fault state; network errors and odd states are `unknown`. */
   probe(ref: string): Promise<Liveness>;
   /** A signed link to `port` inside the box, valid for `expiresInSeconds`. */
@@ -196,6 +204,7 @@ export function boxLabels(labels: BoxLabels, ephemeral: boolean): Record<string,
     ...(labels.thread ? { [LABEL_THREAD]: labels.thread } : {}),
     ...(labels.environment ? { [LABEL_ENVIRONMENT]: labels.environment } : {}),
     ...(labels.run ? { [LABEL_RUN]: labels.run } : {}),
+    ...(labels.spec ? { [LABEL_SPEC]: labels.spec } : {}),
     [LABEL_EPHEMERAL]: ephemeral ? "true" : "false",
   };
 }

@@ -252,6 +252,12 @@ export class TestSandboxProvider implements SandboxProvider {
     return { url: `https://${port}-${token}.preview.test/`, token, expiresAt: new Date(Date.now() + expiresInSeconds * 1000).toISOString() };
   }
 
+  async ensureStarted(ref: string): Promise<void> {
+    this.enter("ensureStarted", ref);
+    const b = this.mustBox(ref);
+    if (b.state === "stopped" || b.state === "archived") b.state = "started";
+  }
+
   async probe(ref: string): Promise<Liveness> {
     this.calls.push({ op: "probe", ref });
     const scripted = this.probeScript.get(ref);

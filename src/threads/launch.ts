@@ -18,6 +18,7 @@ import { shq } from "../domain/shell";
 import { gitCredentialEnv } from "../domain/git-credentials.mjs";
 import { folderMaxBytes, type CopiedFolder } from "../workspace/folders";
 import { copyFoldersIn } from "../workspace/folder-sync";
+import { MANAGED_FILES, managedFileContent, readManagedFiles, removeManagedFiles, type ManagedFile } from "../workspace/managed-files";
 import { BOX_ENV, PI_AGENT_DIR, WORK_DIR, runDir } from "../domain/box-layout";
 import { STATUS_CHANGED } from "../domain/statuses";
 
@@ -113,7 +114,10 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
   const provider: SandboxProvider = providerFor(env, providerName);
 
   let progress = deps.progress();
-  if (!progress.boxId && spec.resume && row.boxId) {
+  // A shared environment's runs all go to its one long-lived box; a resume, too: a box that was
+  // the environment's before (its settings changed since) is not taken up again.
+  const shared = !progress.boxId && environment?.boxMode === "shared" ? await deps.sharedBox() : null;
+  if (!progress.boxId && spec.resume && row.boxId && (!shared || shared.id === row.boxId)) {
     const live = await deps.boxIsLive(row.boxId);
     // Held from now on: neither an idle reap nor a plain delete takes it from under this launch.
     // One that went away meanwhile is not reused: a fresh box follows.
@@ -121,9 +125,7 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
       progress = await deps.saveProgress({ boxId: row.boxId, providerRef: live.providerRef, sameBox: true });
     }
   }
-  if (!progress.boxId && environment?.boxMode === "shared") {
-    // A shared environment's runs all go to its one long-lived box.
-    const shared = await deps.sharedBox();
+  if (!progress.boxId && shared) {
     await deps.reserveBox(shared.id);
     progress = await deps.saveProgress({ boxId: shared.id, providerRef: shared.providerRef, sameBox: true, shared: true, sharedCreated: shared.created });
   }
@@ -247,9 +249,15 @@ async function startRunner(
   }
 
   const uploads: { path: string; content: Uint8Array | string }[] = [];
+  /** What of the uploads is the environment's (recorded in the box, see managed-files.ts). */
+  const managed: ManagedFile[] = [];
+  const put = (key: string, path: string, content: string) => {
+    uploads.push({ path, content });
+    managed.push({ key, path });
+  };
   const workspace = workspaceOf(spec, environment);
   // The environment's files, in the working directory, before the harness starts.
-  for (const f of workspace.files) uploads.push({ path: `${cwd}/${f.path}`, content: f.content });
+  for (const f of workspace.files) put(`file:${f.path}`, `${cwd}/${f.path}`, f.content);
   const harnessEnv: Record<string, string> = { ...(environment?.env ?? {}), ...(environment?.secrets ?? {}) };
   // The runner and the mirror scrub these values from what they post (entries, stderr, artifacts)...
   if (environment?.secrets) harnessEnv[BOX_ENV.secretNames] = Object.keys(environment.secrets).join(",");
@@ -259,19 +267,19 @@ async function startRunner(
   const plugins = environment?.plugins;
   if (plugins && spec.harness === "pi") {
     // pi discovers skills and extensions in its agent directory.
-    for (const sk of plugins.skills) uploads.push({ path: `${PI_AGENT_DIR}/skills/${sk.name}/SKILL.md`, content: skillFile(sk) });
-    for (const ext of plugins.extensions) uploads.push({ path: `${PI_AGENT_DIR}/extensions/${ext.name}.ts`, content: ext.source });
+    for (const sk of plugins.skills) put(`skill:${sk.name}`, `${PI_AGENT_DIR}/skills/${sk.name}/SKILL.md`, skillFile(sk));
+    for (const ext of plugins.extensions) put(`extension:${ext.name}`, `${PI_AGENT_DIR}/extensions/${ext.name}.ts`, ext.source);
   }
   if (plugins && Object.keys(plugins.mcpServers).length > 0) {
     const servers = withSecrets(plugins.mcpServers, environment?.secrets ?? {});
     // Claude Code reads project-scoped servers from the working directory's .mcp.json; Codex from its config.
-    if (spec.harness === "claude-code") uploads.push({ path: `${cwd}/.mcp.json`, content: JSON.stringify({ mcpServers: servers }, null, 2) });
-    if (spec.harness === "codex") uploads.push({ path: ".codex/config.toml", content: codexMcpToml(servers) });
+    if (spec.harness === "claude-code") put("mcp:claude-code", `${cwd}/.mcp.json`, JSON.stringify({ mcpServers: servers }, null, 2));
+    if (spec.harness === "codex") put("mcp:codex", ".codex/config.toml", codexMcpToml(servers));
   }
   if (spec.harness === "pi") {
     harnessEnv.PI_CODING_AGENT_DIR = `${home}/${PI_AGENT_DIR}`;
-    if (environment?.piModels) uploads.push({ path: `${PI_AGENT_DIR}/models.json`, content: JSON.stringify(environment.piModels, null, 2) });
-    if (environment?.piSettings) uploads.push({ path: `${PI_AGENT_DIR}/settings.json`, content: JSON.stringify(environment.piSettings, null, 2) });
+    if (environment?.piModels) put("pi:models", `${PI_AGENT_DIR}/models.json`, JSON.stringify(environment.piModels, null, 2));
+    if (environment?.piSettings) put("pi:settings", `${PI_AGENT_DIR}/settings.json`, JSON.stringify(environment.piSettings, null, 2));
   }
 
   let sessionFile: string | undefined;
@@ -320,6 +328,14 @@ async function startRunner(
     if (u.path === plan.tokenPath) tokenFile = { path: u.path, content: content as string };
     else uploads.push({ path: u.path, content });
   }
+  if (sameBox) {
+    // A box earlier runs used holds what the environment put there then: what it no longer puts
+    // there goes (a removed sensitive file, a removed extension pi would still load).
+    const before = await readManagedFiles(provider, ref, home);
+    const stale = before.filter((b) => !managed.some((m) => m.path === b.path));
+    await removeManagedFiles(provider, ref, home, stale);
+  }
+  uploads.push({ path: MANAGED_FILES, content: managedFileContent(managed) });
   await provider.upload(ref, uploads);
   deps.alive();
   // The installs, clone and uploads take long: a run stopped meanwhile gets no runner, and so
@@ -356,7 +372,14 @@ function previousFolders(entries: Entry[], wanted: Environment["folders"]): Copi
     if (p.type !== "signal.run.launched") continue;
     const had = Array.isArray(p.folders) ? (p.folders as CopiedFolder[]) : [];
     const same = had.length === wanted.length && wanted.every((w, k) => had[k].source === w.source && had[k].path.endsWith(`/${w.path}`) && had[k].access === w.access);
-    return same ? had : null;
+    if (!same) return null;
+    // What that run changed was stored when it ended: the folder in the box is that version now,
+    // and only what this run changes on top of it is a new one (not the same work stored twice).
+    return had.map((f) => {
+      const synced = entries.find((e) => e.payload.type === "artifact.folder" && e.payload.runId === p.runId && e.payload.status === "synced" && e.payload.folder === f.source);
+      const { version, digest } = (synced?.payload ?? {}) as { version?: unknown; digest?: unknown };
+      return typeof version === "number" && typeof digest === "string" ? { ...f, version, digest } : f;
+    });
   }
   return null;
 }
@@ -391,15 +414,18 @@ async function reconcileCheckout(provider: SandboxProvider, ref: string, home: s
     await provider.clone(ref, cloneOptions(r, dest, environment));
     return;
   }
-  const steps = r.reset ? resetSteps(r) : r.ref
+  // The checkout's origin is where the environment says the repository is now: a URL changed
+  // since the clone (or another delegate's repo at this path) is fetched from, not the old one.
+  const origin = `(git remote set-url origin ${shq(r.url)} 2>/dev/null || git remote add origin ${shq(r.url)})`;
+  const update = r.reset ? resetSteps(r) : r.ref
     ? [`git fetch --quiet origin`, `git checkout --quiet ${shq(r.ref)}`]
     : r.branch
       ? [`git fetch --quiet origin ${shq(r.branch)}`, `(git checkout --quiet ${shq(r.branch)} 2>/dev/null || git checkout --quiet -b ${shq(r.branch)} FETCH_HEAD)`, `git merge --ff-only --quiet FETCH_HEAD`]
-      : [`git pull --ff-only --quiet`];
+      : [...defaultBranchSteps(), `(git checkout --quiet "$b" 2>/dev/null || git checkout --quiet -b "$b" "origin/$b")`, `git merge --ff-only --quiet "origin/$b"`];
   // The clone did not keep the credentials; a fetch needs them again.
   const creds = cloneOptions(r, dest, environment);
   const env = creds.password ? gitCredentialEnv(creds.username ?? "x-access-token", creds.password) : { GIT_TERMINAL_PROMPT: "0" };
-  const out = await provider.exec(ref, steps.join(" && "), { cwd: `${home}/${dest}`, timeoutSec: 600, env });
+  const out = await provider.exec(ref, [origin, ...update].join(" && "), { cwd: `${home}/${dest}`, timeoutSec: 600, env });
   if (out.exitCode !== 0) throw new Error(`updating ${repoPath(r)} in place failed (exit ${out.exitCode}): ${out.output.trim().slice(-500)}`);
 }
 
@@ -409,8 +435,16 @@ function resetSteps(r: RepositorySpec): string[] {
     ? [`git fetch --quiet origin`, `git checkout --quiet --force ${shq(r.ref)}`]
     : r.branch
       ? [`git fetch --quiet origin ${shq(r.branch)}`, `git checkout --quiet --force -B ${shq(r.branch)} FETCH_HEAD`]
-      : [`git fetch --quiet origin`, `git reset --quiet --hard '@{u}'`];
+      : [...defaultBranchSteps(), `git checkout --quiet --force -B "$b" "origin/$b"`];
   return [...checkout, `git clean -fdq`];
+}
+
+/**
+ * Neither branch nor commit given: the remote's default branch is wanted, whatever the checkout
+ * is on now (a commit an earlier setting checked out, detached). Leaves its name in `$b`.
+ */
+function defaultBranchSteps(): string[] {
+  return [`git fetch --quiet origin`, `git remote set-head origin --auto >/dev/null`, `b=$(git symbolic-ref --short refs/remotes/origin/HEAD)`, `b=\${b#origin/}`];
 }
 
 /** The run's workspace settings: the delegate's override, else the environment's. */

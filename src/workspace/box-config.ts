@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { recordSchema } from "../domain/record-schema";
+import { BOX_DIR, WORK_DIR } from "../domain/box-layout";
 
 /**
  * What an environment puts into a box besides its image, env and secrets: files written before
@@ -64,20 +65,43 @@ export function publicFiles(files: WorkspaceFile[] | undefined) {
   return (files ?? []).map((f) => (f.sensitive ? { path: f.path, sensitive: true } : f));
 }
 
+/** Where a volume's `path` lands, HOME-relative (`/home/daytona/x` and `x` are one place). */
+export function volumeHomePath(p: string): string {
+  return p.startsWith("/home/daytona/") ? p.slice("/home/daytona/".length) : p;
+}
+
+/**
+ * Where a volume may not go: HOME itself (every box of the environment would share one home),
+ * threadbox's own files, and the runs' working directory, which a launch clears and fills (a
+ * repository cloned, a folder unpacked): a volume there would be emptied by it, or written by
+ * every run of the environment at once.
+ */
+function volumePathProblem(p: string): string | null {
+  if (p.startsWith("/") && !p.startsWith("/home/daytona/")) return "a HOME-relative path, or an absolute one under /home/daytona/";
+  const rel = volumeHomePath(p);
+  if (rel === "" || rel.includes("\0") || rel.split("/").some((seg) => seg === "" || seg === "." || seg === ".." || seg.startsWith("~"))) {
+    return "a directory below HOME, one spelling only (no ., .., ~ or empty segments)";
+  }
+  for (const reserved of [BOX_DIR, WORK_DIR]) {
+    if (rel === reserved || rel.startsWith(`${reserved}/`)) return `not at or inside ${reserved}/ (${reserved === WORK_DIR ? "the runs' working directory, which each launch clears and fills" : "threadbox's own files"})`;
+  }
+  return null;
+}
+
 /** A volume of the house, mounted into every box of the environment; it outlives boxes and environments. */
 export const volumeSchema = z.object({
   name: z.string().regex(/^[a-z0-9][a-z0-9-]{0,39}$/, "volume names are 1-40 chars of [a-z0-9-]"),
-  /** HOME-relative (e.g. `memory`), or absolute under /home/daytona/. */
-  path: z.string().min(1).max(300).refine(
-    (p) => !p.split("/").includes("..") && (!p.startsWith("/") || p.startsWith("/home/daytona/")),
-    "a HOME-relative path, or an absolute one under /home/daytona/ (no ..)",
-  ),
+  /** HOME-relative (e.g. `memory`), or absolute under /home/daytona/; not HOME itself, `work/` or `.threadbox/`. */
+  path: z.string().min(1).max(300).superRefine((p, ctx) => {
+    const problem = volumePathProblem(p);
+    if (problem) ctx.addIssue({ code: "custom", message: problem });
+  }),
 }).strict();
 export type VolumeSpec = z.infer<typeof volumeSchema>;
 
 export const volumesSchema = z.array(volumeSchema).max(10).superRefine((vs, ctx) => {
   if (new Set(vs.map((v) => v.name)).size !== vs.length) ctx.addIssue({ code: "custom", message: "a volume is named twice" });
-  if (new Set(vs.map((v) => v.path)).size !== vs.length) ctx.addIssue({ code: "custom", message: "two volumes at one path" });
+  if (new Set(vs.map((v) => volumeHomePath(v.path))).size !== vs.length) ctx.addIssue({ code: "custom", message: "two volumes at one path" });
 });
 
 /**
@@ -87,7 +111,7 @@ export const volumesSchema = z.array(volumeSchema).max(10).superRefine((vs, ctx)
 export function providerVolumes(houseId: string, volumes: VolumeSpec[] | undefined): { name: string; mountPath: string }[] {
   return (volumes ?? []).map((v) => ({
     name: `tb-${houseId.toLowerCase().replace(/[^a-z0-9-]/g, "-").slice(0, 40)}-${fnv1a(houseId)}-${v.name}`,
-    mountPath: v.path.startsWith("/") ? v.path : `/home/daytona/${v.path.replace(/^\.?\/+/, "")}`,
+    mountPath: `/home/daytona/${volumeHomePath(v.path)}`,
   }));
 }
 

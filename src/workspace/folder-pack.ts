@@ -32,7 +32,7 @@ async function runForDigest(box: FolderBox, dir: string, command: string): Promi
 
 const dirOf = (path: string) => path.slice(0, path.lastIndexOf("/")) || ".";
 
-export type SyncedFolder = { folder: string; path: string; outcome: "unchanged" } | { folder: string; path: string; outcome: "synced"; archive: Uint8Array; baseVersion?: number };
+export type SyncedFolder = { folder: string; path: string; outcome: "unchanged" } | { folder: string; path: string; outcome: "synced"; archive: Uint8Array; digest: string; baseVersion?: number };
 
 /**
  * After the run: each readwrite folder whose contents changed is packed (without its `exclude`
@@ -59,7 +59,7 @@ export async function packChangedFolders(box: FolderBox, folders: CopiedFolder[]
     if (size > maxBytes) throw new Error(`folder ${f.source} packs to ${size} bytes, more than the ${maxBytes} a folder may hold`);
     const archive = await box.provider.download(box.ref, scratch);
     await box.provider.exec(box.ref, `rm -f ${shq(scratch)}`, { cwd: box.home });
-    out.push({ folder: f.source, path: f.path, outcome: "synced", archive, ...(f.version !== undefined ? { baseVersion: f.version } : {}) });
+    out.push({ folder: f.source, path: f.path, outcome: "synced", archive, digest, ...(f.version !== undefined ? { baseVersion: f.version } : {}) });
   }
   return out;
 }

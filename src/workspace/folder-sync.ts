@@ -81,7 +81,8 @@ export async function syncFoldersAfterRun(env: Env, t: FolderSyncTarget, append:
       }
       const v = await storeFolderVersion(env, t.houseId, t.environmentId, r.folder, r.archive, { createdBy: "threadbox", threadId: t.threadId, runId: t.runId });
       append(entry(`folder:${i}`, {
-        folder: r.folder, path: r.path, status: "synced", version: v.version, bytes: v.bytes, sha256: v.sha256,
+        // `digest`: the folder as this version holds it, for a resume on this box to compare with.
+        folder: r.folder, path: r.path, status: "synced", version: v.version, bytes: v.bytes, sha256: v.sha256, digest: r.digest,
         ...(r.baseVersion !== undefined ? { baseVersion: r.baseVersion } : {}),
         download: `/api/environments/${t.environmentId}/folders/${r.folder}?version=${v.version}`,
       }));

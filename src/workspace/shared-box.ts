@@ -3,30 +3,39 @@ import type { Environment } from "../environments";
 import { unwrapRpc } from "../actors/rpc";
 import { houseStub, sandboxStub } from "../actors/stubs";
 import { providerFor } from "../sandbox/providers";
-import { providerApiError } from "../sandbox/api-errors";
+import { ProviderError } from "../sandbox/errors";
 import { newId } from "../http/actors";
 import { egressSettings, providerVolumes } from "./box-config";
+import { LABEL_SPEC } from "../sandbox/provider";
 import { errorMessage, logEvent } from "../domain/log-event";
 
 /**
  * The environment's one long-lived box (`boxMode: "shared"`): created on first use, then used by
  * `run_command`, previews and delegated runs alike, and never reaped. Two first uses at once
- * agree on one box through the house (the loser's box is deleted).
+ * agree on one box through the house (the loser's box is deleted). A provider's failure is thrown
+ * as it is: a run's launch names it in its reason (as for a box of its own), an HTTP route maps
+ * it for its client.
  */
 export async function ensureSharedBox(env: Env, houseId: string, e: Environment): Promise<{ id: string; providerRef: string; created: boolean }> {
-  // A box that is gone or unreadable is replaced.
-  const current = await sharedBoxView(env, houseId, e);
-  if (current && current.state === "live") return { id: current.id, providerRef: current.providerRef, created: false };
   const provider = providerFor(env, e.provider);
-  let info;
-  try {
-    info = await provider.create({
-      labels: { house: houseId, environment: e.id }, ephemeral: false, env: e.env,
-      snapshot: e.snapshot, image: e.image, egress: egressSettings(e.egress, env.THREADBOX_STREAM_URL), volumes: providerVolumes(houseId, e.volumes),
-    });
-  } catch (err) {
-    throw providerApiError(err);
+  const spec = sharedBoxSpec(env, houseId, e);
+  const key = await specKey(e.provider, spec);
+  // A box that is gone or unreadable is replaced, and so is one made with settings the
+  // environment no longer has (egress, volumes, image): a box keeps what it was created with.
+  const current = await sharedBoxView(env, houseId, e);
+  const stale = !!current && current.labels[LABEL_SPEC] !== undefined && current.labels[LABEL_SPEC] !== key;
+  if (current && current.state === "live" && !stale) {
+    // A box the provider stopped for idleness is still this environment's box: it is started
+    // again, or every command and run on it would fail for good. One that is gone is left to
+    // the callers, which confirm that before replacing it.
+    try {
+      await provider.ensureStarted(current.providerRef);
+    } catch (err) {
+      if (!(err instanceof ProviderError && err.code === "not_found")) throw err;
+    }
+    return { id: current.id, providerRef: current.providerRef, created: false };
   }
+  const info = await provider.create({ labels: { house: houseId, environment: e.id, spec: key }, ephemeral: false, env: e.env, ...spec });
   const boxId = newId("box_");
   const view = await unwrapRpc(sandboxStub(env, boxId).register({
     boxId, houseId, provider: e.provider, providerRef: info.ref, ephemeral: false, labels: info.labels,
@@ -38,7 +47,28 @@ export async function ensureSharedBox(env: Env, houseId: string, e: Environment)
     const other = await unwrapRpc(sandboxStub(env, winner).view(houseId));
     return { id: other.id, providerRef: other.providerRef, created: false };
   }
+  if (stale && current) await retireSharedBox(env, houseId, e.id, current.id);
   return { id: view.id, providerRef: view.providerRef, created: true };
+}
+
+/** What the provider creates an environment's shared box with. */
+function sharedBoxSpec(env: Env, houseId: string, e: Environment) {
+  return { snapshot: e.snapshot, image: e.image, egress: egressSettings(e.egress, env.THREADBOX_STREAM_URL), volumes: providerVolumes(houseId, e.volumes) };
+}
+
+async function specKey(provider: string, spec: ReturnType<typeof sharedBoxSpec>): Promise<string> {
+  const bytes = new TextEncoder().encode(JSON.stringify([provider, spec.snapshot ?? null, spec.image ?? null, spec.egress ?? null, spec.volumes]));
+  const d = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
+  return Array.from(d.slice(0, 8), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/**
+ * A box the environment no longer keeps as its shared one: reaped as an ephemeral box is, now if
+ * nothing runs on it, else when its last run ends (a failure is logged; its actor retries deletes).
+ */
+export async function retireSharedBox(env: Env, houseId: string, environmentId: string, boxId: string): Promise<void> {
+  await unwrapRpc(sandboxStub(env, boxId).retire(houseId)).catch((err) =>
+    logEvent("shared_box_retire_failed", { environmentId, boxId, error: errorMessage(err) }, "warn"));
 }
 
 /** The environment's shared box as its actor sees it; null when it has none or the box cannot be read (logged). */

@@ -623,6 +623,17 @@ describe("an environment's egress", () => {
     }
   });
 
+  it("an allow-list the local host cannot enforce fails the run with the host's reason, on a box of its own and on a shared box alike", async () => {
+    for (const boxMode of ["ephemeral", "shared"]) {
+      const envId = await environment();
+      expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { boxMode, egress: { allow: ["example.com"] } } })).status).toBe(200);
+      const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+      const childId = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "anything" } })).body.childThreadId as string;
+      const row = await settled(childId);
+      expect([boxMode, row.status, row.detail]).toEqual([boxMode, "failed", expect.stringContaining("cannot allow example.com")]);
+    }
+  });
+
   it("with egress deny the box reaches nothing but its stream: pi cannot reach the loopback model the test runs, and the failure still lands on the thread", async () => {
     const envId = await environment();
     expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { egress: "deny" } })).status).toBe(200);
@@ -694,6 +705,109 @@ describe("a shared box", () => {
     expect(out3).not.toContain("local-edit");
     expect(out3).toMatch(/scratch\.txt'?: No such file/);
     expect(out3).toContain("changed=0");
+  });
+});
+
+describe("a shared box whose repository moved", () => {
+  it("fetches from the repository's new URL when the environment changes it: the next run finds the new repository's commit, not the old one's", async () => {
+    const old = tempDir("tb-moved-old-");
+    const git = (cmd: string, cwd: string) => execSync(`git -c user.email=t@t -c user.name=t ${cmd}`, { cwd, stdio: "pipe" });
+    git("init -q -b main", old);
+    writeFileSync(join(old, "WHERE"), "old home\n");
+    git("add WHERE", old);
+    git("commit -q -m v1", old);
+    // The repository moved (a mirror, a fork taken over): same history, and new commits only there.
+    const moved = tempDir("tb-moved-new-");
+    execSync(`git clone -q ${old} ${moved}`, { stdio: "pipe" });
+    writeFileSync(join(moved, "WHERE"), "new home\n");
+    git("commit -q -am v2", moved);
+    model.push(
+      { toolCalls: [{ name: "bash", arguments: { command: "cat WHERE" } }] },
+      { text: "Old." },
+      { toolCalls: [{ name: "bash", arguments: { command: "cat WHERE; git remote get-url origin" } }] },
+      { text: "New." },
+    );
+    const envId = await environment();
+    const repo = (url: string) => ({ boxMode: "shared", repositories: [{ url, branch: "main", path: "app" }] });
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: repo(`file://${old}`) })).status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const first = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "where" } })).body.childThreadId as string;
+    expect((await settled(first)).status).toBe("completed");
+    expect(String((await entries(first)).find((e) => e.payload.type === "pi.tool_result")!.payload.output)).toContain("old home");
+
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: repo(`file://${moved}`) })).status).toBe(200);
+    const second = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "where now" } })).body.childThreadId as string;
+    expect((await settled(second)).status).toBe("completed");
+    const es = await entries(second);
+    // The launch entry names the new URL, and the checkout is that repository.
+    expect(es.find((e) => e.payload.type === "signal.run.launched")!.payload.repositories[0].url).toBe(`file://${moved}`);
+    const out = String(es.find((e) => e.payload.type === "pi.tool_result")!.payload.output);
+    expect(out).toContain("new home");
+    expect(out).toContain(`file://${moved}`);
+  });
+});
+
+describe("a shared box pinned to a commit, then unpinned", () => {
+  it("a repository without branch or commit follows the remote's default branch again, also from the detached commit an earlier setting left", async () => {
+    const origin = tempDir("tb-unpin-");
+    const git = (cmd: string) => execSync(`git -c user.email=t@t -c user.name=t ${cmd}`, { cwd: origin, stdio: "pipe", encoding: "utf8" });
+    git("init -q -b trunk");
+    writeFileSync(join(origin, "VERSION"), "v1\n");
+    git("add VERSION");
+    git("commit -q -m v1");
+    const v1 = git("rev-parse HEAD").trim();
+    model.push(
+      { toolCalls: [{ name: "bash", arguments: { command: "cat VERSION" } }] },
+      { text: "v1." },
+      { toolCalls: [{ name: "bash", arguments: { command: "cat VERSION; git branch --show-current" } }] },
+      { text: "v2." },
+    );
+    const envId = await environment();
+    const repo = (extra: object) => ({ boxMode: "shared", repositories: [{ url: `file://${origin}`, path: "app", ...extra }] });
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: repo({ ref: v1 }) })).status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const first = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "pinned" } })).body.childThreadId as string;
+    expect((await settled(first)).status).toBe("completed");
+
+    writeFileSync(join(origin, "VERSION"), "v2\n");
+    git("commit -q -am v2");
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: repo({}) })).status).toBe(200);
+    const second = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "unpinned" } })).body.childThreadId as string;
+    const row = await settled(second);
+    expect([row.status, row.detail]).toEqual(["completed", "stop"]);
+    const out = String((await entries(second)).find((e) => e.payload.type === "pi.tool_result")!.payload.output);
+    expect(out.trim().split("\n")).toEqual(["v2", "trunk"]);
+  });
+});
+
+describe("a shared box and the environment's files", () => {
+  it("what the environment no longer puts there leaves the box: a sensitive file taken out is gone for run_command at once, a file whose place moved is gone after the next run", async () => {
+    const origin = tempDir("tb-managed-");
+    execSync("git init -q -b main && echo x > README && git add . && git -c user.email=t@t -c user.name=t commit -qm x", { cwd: origin, stdio: "pipe", shell: "/bin/bash" });
+    model.push(
+      { toolCalls: [{ name: "bash", arguments: { command: "ls" } }] }, { text: "Listed." },
+      { toolCalls: [{ name: "bash", arguments: { command: "ls" } }] }, { text: "Listed again." },
+    );
+    const envId = await environment();
+    const one = [{ url: `file://${origin}`, branch: "main", path: "app" }];
+    const files = [{ path: "creds.txt", content: "very-secret-credential-value\n", sensitive: true }, { path: "notes.txt", content: "plain notes\n" }];
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { boxMode: "shared", repositories: one, files } })).status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const run = async () => {
+      const child = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "look" } })).body.childThreadId as string;
+      expect((await settled(child)).status).toBe("completed");
+    };
+    const sh = async (command: string) => String((await api(`/api/environments/${envId}/exec`, { method: "POST", json: { command } })).body.output);
+    await run();
+    expect(await sh("cat work/app/creds.txt")).toBe("[redacted]");
+
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { files: [files[1]] } })).status).toBe(200);
+    expect(await sh("cat work/app/creds.txt 2>&1; cat work/app/notes.txt")).toMatch(/No such file[\s\S]*plain notes/);
+
+    // Two repositories: the working directory is work/, so notes.txt is written there now.
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { repositories: [...one, { url: `file://${origin}`, branch: "main", path: "other" }] } })).status).toBe(200);
+    await run();
+    expect(await sh("ls work/notes.txt work/app/notes.txt 2>&1")).toMatch(/work\/app\/notes\.txt.*No such file[\s\S]*^work\/notes\.txt$/m);
   });
 });
 
@@ -898,6 +1012,38 @@ describe("a readwrite folder across a stop and a resume on the same box", () => 
   });
 });
 
+describe("a readwrite folder synced at a stop, then resumed on the same box", () => {
+  it("what the stopped run changed is stored once: a resumed run that changes nothing more makes no second version", async () => {
+    const envId = await environment();
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { folders: [{ source: "log", path: "log", access: "readwrite" }] } })).status).toBe(200);
+    const up = await fetch(`${worker.url}/api/environments/${envId}/folders?name=log`, {
+      method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/x-tar" }, body: tarArchive({ "log.txt": "one\n" }),
+    });
+    expect(up.status).toBe(201);
+    model.push({ toolCalls: [{ name: "bash", arguments: { command: "echo two >> log/log.txt && sleep 60" } }] });
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const delegated = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "log something" } })).body;
+    const childId = delegated.childThreadId as string;
+    await waitFor("the change to be written", async () =>
+      execSync(`find '${join(host.root, "boxes")}' -path '*/log/log.txt' -exec grep -l two {} + 2>/dev/null || true`, { encoding: "utf8" }).trim() !== "");
+    expect((await api(`/api/threads/${childId}/stop`, { method: "POST" })).status).toBe(200);
+    const folderReport = (runId: string) => waitFor(`run ${runId}'s folder report`, async () =>
+      (await entries(childId)).find((e) => e.payload.type === "artifact.folder" && e.payload.runId === runId), 30_000);
+    expect((await folderReport(delegated.runId)).payload).toMatchObject({ status: "synced", version: 2, baseVersion: 1 });
+    await waitFor("the stopped run's processes to end", async () => processesOfRun(delegated.runId) === 0, 15_000);
+
+    model.push({ toolCalls: [{ name: "bash", arguments: { command: "cat log/log.txt" } }] }, { text: "Read it." });
+    const resumed = await api(`/api/threads/${childId}/resume`, { method: "POST", json: { message: "just read it" } });
+    expect(resumed.status).toBe(202);
+    expect((await settled(childId)).status).toBe("completed");
+    const es = await entries(childId);
+    expect(es.filter((e) => e.payload.type === "signal.run.launched").map((e) => e.payload.boxReused)).toEqual([false, true]);
+    expect(JSON.stringify(es.filter((e) => e.payload.type === "pi.tool_result").at(-1)!.payload)).toContain("one\\ntwo");
+    expect((await folderReport(resumed.body.runId)).payload).toMatchObject({ status: "unchanged" });
+    expect((await api(`/api/environments/${envId}/folders`)).body.folders[0]).toMatchObject({ name: "log", latest: 2 });
+  });
+});
+
 describe("a live run: talk to it, interrupt it", () => {
   const chatTo = async (threadId: string, text: string) => {
     const r = await api(`/api/threads/${threadId}/entries`, { method: "POST", json: { payload: { type: "chat", text } } });
@@ -1027,6 +1173,37 @@ describe("run_command", () => {
     for (const cwd of ["/etc", "../../..", "no-such-dir"]) {
       const bad = await api(`/api/environments/${e.id}/exec`, { method: "POST", json: { command: "pwd", cwd } });
       expect([cwd, bad.status, bad.body.error?.code]).toEqual([cwd, 400, "bad_request"]);
+    }
+  });
+
+  it("a shared box the provider stopped for idleness (Daytona's auto-stop) is started again: the next command runs on it, its files kept", async () => {
+    const e = (await api("/api/environments", { method: "POST", json: { name: "dozing", sharedBox: true } })).body;
+    const r1 = await api(`/api/environments/${e.id}/exec`, { method: "POST", json: { command: "echo kept > note.txt" } });
+    expect(r1.status).toBe(200);
+    const ref = (await api(`/api/sandboxes/${r1.body.boxId}`)).body.providerRef as string;
+    const stop = await fetch(`${host.apiUrl}/sandbox/${ref}/stop`, { method: "POST", headers: { authorization: `Bearer ${SANDBOX_KEY}` } });
+    expect(stop.status).toBe(200);
+    const r2 = await api(`/api/environments/${e.id}/exec`, { method: "POST", json: { command: "cat note.txt" } });
+    expect([r2.status, r2.body.boxId, r2.body.output?.trim()]).toEqual([200, r1.body.boxId, "kept"]);
+  });
+
+  it("egress set to deny after the shared box was made holds on it: the box is replaced, and the old one deleted", async () => {
+    const http = await import("node:http");
+    const other = http.createServer((_q, r) => r.end("internal"));
+    await new Promise<void>((r) => other.listen(0, "127.0.0.1", () => r()));
+    const port = (other.address() as { port: number }).port;
+    try {
+      const e = (await api("/api/environments", { method: "POST", json: { name: "tightened", sharedBox: true } })).body;
+      const reach = { command: `curl -s -m 3 http://127.0.0.1:${port}/ || echo BLOCKED` };
+      const open = await api(`/api/environments/${e.id}/exec`, { method: "POST", json: reach });
+      expect(open.body.output).toBe("internal");
+      expect((await api(`/api/environments/${e.id}`, { method: "PATCH", json: { egress: "deny" } })).status).toBe(200);
+      const denied = await api(`/api/environments/${e.id}/exec`, { method: "POST", json: reach });
+      expect([denied.status, denied.body.output?.trim()]).toEqual([200, "BLOCKED"]);
+      expect(denied.body.boxId).not.toBe(open.body.boxId);
+      expect((await api(`/api/sandboxes/${open.body.boxId}`)).body.state).toBe("deleted");
+    } finally {
+      other.close();
     }
   });
 

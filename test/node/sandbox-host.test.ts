@@ -282,7 +282,7 @@ describe("host responses match Daytona's OpenAPI schemas", () => {
   const expectSpec = (spec: "api" | "toolbox", route: string, method: string, r: { status: number; json: unknown }) => {
     const name = v.declared(spec, route, method, r.status);
     expect(name, `${method} ${route} ${r.status} has a declared schema`).toBeTruthy();
-    if (name === "Session" && Array.isArray(r.json)) for (const s of r.json) v.toolbox("Session", s);
+    if (Array.isArray(r.json)) for (const item of r.json) v[spec](name!, item);
     else v[spec](name!, r.json);
   };
 
@@ -305,6 +305,21 @@ describe("host responses match Daytona's OpenAPI schemas", () => {
     expectSpec("api", "/sandbox/{sandboxId}/toolbox-proxy-url", "GET", await call("GET", `/api/sandbox/${id}/toolbox-proxy-url`));
     expectSpec("api", "/sandbox/{sandboxIdOrName}/stop", "POST", await call("POST", `/api/sandbox/${id}/stop`));
     expectSpec("api", "/sandbox/{sandboxIdOrName}/start", "POST", await call("POST", `/api/sandbox/${id}/start`));
+    expectSpec("api", "/sandbox/{sandboxIdOrName}/ports/{port}/signed-preview-url", "GET", await call("GET", `/api/sandbox/${id}/ports/3000/signed-preview-url?expiresInSeconds=60`));
+
+    const vol = await call("POST", "/api/volumes", { name: "schema-vol" });
+    expectSpec("api", "/volumes", "POST", vol);
+    const volId = (vol.json as { id: string }).id;
+    expectSpec("api", "/volumes", "GET", await call("GET", "/api/volumes"));
+    expectSpec("api", "/volumes/{volumeId}", "GET", await call("GET", `/api/volumes/${volId}`));
+    expectSpec("api", "/volumes/by-name/{name}", "GET", await call("GET", "/api/volumes/by-name/schema-vol"));
+    // A subpath names a prefix inside the volume, never a way out of it (to another volume, the host).
+    for (const subpath of ["../..", "/etc", "a/../../x"]) {
+      const out = await call("POST", "/api/sandbox", { labels: { "threadbox.house": "schema" }, volumes: [{ volumeId: volId, mountPath: "/home/daytona/m", subpath }] });
+      expect([subpath, out.status]).toEqual([subpath, 400]);
+    }
+    expect((await call("DELETE", `/api/volumes/${volId}`)).status).toBe(200);
+    expect((await call("GET", "/api/volumes/by-name/schema-vol")).status).toBe(404);
 
     const snap = await call("POST", "/api/snapshots", { name: "schema-snap", imageName: "node:22" });
     expectSpec("api", "/snapshots", "POST", snap);
@@ -377,6 +392,18 @@ describe("host responses match Daytona's OpenAPI schemas", () => {
     const uf = await call("POST", `${t}/files/bulk-upload`, underFile);
     expect(uf.status).toBe(400);
     v.toolbox("ErrorResponse", uf.json);
+    // A link in the box to a host path that does not exist yet: a write through it would create it.
+    const hostTarget = path.join(tempDir("tb-host-outside-"), "planted.txt");
+    expect((await call("POST", `${t}/process/execute`, { command: `ln -s ${hostTarget} dangling && ln -s loop1 loop2 && ln -s loop2 loop1` })).status).toBe(200);
+    for (const p of ["dangling", "loop1"]) {
+      const through = new FormData();
+      through.append("files[0].path", p);
+      through.append("files[0].file", new Blob(["x"]), "x");
+      const r = await call("POST", `${t}/files/bulk-upload`, through);
+      expect([p, r.status]).toEqual([p, 400]);
+      expectSpec("toolbox", "/files/bulk-upload", "POST", r);
+    }
+    expect(fs.existsSync(hostTarget)).toBe(false);
     const badCwd = await call("POST", `${t}/process/execute`, { command: "pwd", cwd: "/" });
     expect(badCwd.status).toBe(400);
     expectSpec("toolbox", "/process/execute", "POST", badCwd);

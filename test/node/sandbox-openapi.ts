@@ -31,7 +31,7 @@ export function loadValidators() {
     declared(spec: "api" | "toolbox", path: string, method: string, status: number): string | undefined {
       const doc = spec === "api" ? api : toolbox;
       const r = doc.paths[path]?.[method.toLowerCase()]?.responses?.[String(status)];
-      const ref: string | undefined = r?.content?.["application/json"]?.schema?.$ref ?? r?.schema?.$ref ?? r?.schema?.items?.$ref;
+      const ref: string | undefined = r?.content?.["application/json"]?.schema?.$ref ?? r?.content?.["application/json"]?.schema?.items?.$ref ?? r?.schema?.$ref ?? r?.schema?.items?.$ref;
       return ref?.split("/").pop();
     },
   };

@@ -168,6 +168,32 @@ describe("run_command on an environment's shared box", () => {
     expect(((await (await call(`/api/sandboxes/${first}`, { token })).json()) as { state: string }).state).toBe("deleted");
   });
 
+  it("a shared box is made with the environment's image, egress and volumes: changing them replaces it (the old one is deleted); turning the shared box off deletes it", async () => {
+    const token = await houseToken("house-env-respec");
+    const provider = sharedTestProvider();
+    provider.execHandler = () => ({ exitCode: 0, output: "ok" });
+    expect((await call("/api/environments", { method: "POST", token, json: { id: "env_respec", name: "s", provider: "test", sharedBox: true } })).status).toBe(201);
+    const exec = async () => ((await (await call("/api/environments/env_respec/exec", { method: "POST", token, json: { command: "true" } })).json()) as { boxId: string }).boxId;
+    const state = async (boxId: string) => ((await (await call(`/api/sandboxes/${boxId}`, { token })).json()) as { state: string }).state;
+    const first = await exec();
+    // What commands get per call (env) changes nothing about the box.
+    expect((await call("/api/environments/env_respec", { method: "PATCH", token, json: { env: { A: "1" } } })).status).toBe(200);
+    expect(await exec()).toBe(first);
+    for (const patch of [{ egress: "deny" }, { volumes: [{ name: "mem", path: "mem" }] }, { image: "node:22" }]) {
+      const before = await exec();
+      expect((await call("/api/environments/env_respec", { method: "PATCH", token, json: patch })).status).toBe(200);
+      const after = await exec();
+      expect([JSON.stringify(patch), after === before]).toEqual([JSON.stringify(patch), false]);
+      expect(await state(before)).toBe("deleted");
+    }
+    const last = await exec();
+    const made = provider.calls.filter((c) => c.op === "create" && JSON.stringify(c.args).includes("house-env-respec")).at(-1)!.args as { egress?: { blockAll?: boolean }; image?: string };
+    expect([made.egress?.blockAll, made.image]).toEqual([true, "node:22"]);
+    expect((await call("/api/environments/env_respec", { method: "PATCH", token, json: { sharedBox: false } })).status).toBe(200);
+    expect(await state(last)).toBe("deleted");
+    provider.execHandler = () => ({ exitCode: 0, output: "" });
+  });
+
   it("creates the shared box once, runs commands there with the environment's env (never its secrets)", async () => {
     const token = await houseToken("house-exec");
     const provider = sharedTestProvider();

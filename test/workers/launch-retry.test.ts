@@ -262,6 +262,37 @@ describe("an environment deleted right after a run started in its shared box", (
   }, 30_000);
 });
 
+describe("a shared box whose environment changed its egress while a run works on it", () => {
+  it("is replaced for what comes next, but kept for the running run: only then is it reaped as an ephemeral box", async () => {
+    const houseId = "house-respec-running";
+    const { token, t, stub, environmentId } = await launchableThread(houseId, undefined, { boxMode: "shared" });
+    sharedTestProvider().execHandler = () => ({ exitCode: 0, output: "" });
+    await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+    await launchedOnce(token, t.id, 1);
+    const box = async (id: string) => (await (await call(`/api/sandboxes/${id}`, { token })).json()) as { state: string; ephemeral: boolean; threads: string[] };
+    const old = ((await (await call(`/api/threads/${t.id}`, { token })).json()) as { boxId: string }).boxId;
+    expect((await call(`/api/environments/${environmentId}`, { method: "PATCH", token, json: { egress: "deny" } })).status).toBe(200);
+    const next = ((await (await call(`/api/environments/${environmentId}/exec`, { method: "POST", token, json: { command: "true" } })).json()) as { boxId: string }).boxId;
+    expect(next).not.toBe(old);
+    expect(await box(old)).toMatchObject({ state: "live", ephemeral: true, threads: [t.id] });
+    expect(((await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string }).status).toBe("running");
+    expect(await box(next)).toMatchObject({ state: "live", ephemeral: false });
+
+    // Stopped, the run keeps the old box a while; resumed, it goes on on the environment's box as
+    // it is now (here the box the resume's launch finds current: this test's thread actor has a
+    // stream URL the exec route has not, and the egress a box gets names the stream's host).
+    await call(`/api/threads/${t.id}/stop`, { method: "POST", token });
+    await vi.waitFor(async () => expect((await box(old)).threads).toEqual([]), { timeout: 10_000, interval: 100 });
+    await unwrapRpc(stub.startRun(houseId, { task: "again", harness: "pi", resume: true, authorId: "alice" }));
+    await launchedOnce(token, t.id, 2);
+    const launched = (await readAll(token, t.id)).entries.filter((e) => e.payload.type === "signal.run.launched").at(-1)!;
+    const current = ((await (await call(`/api/environments/${environmentId}`, { token })).json()) as { sharedBoxId: string }).sharedBoxId;
+    expect([launched.payload.boxId === old, launched.payload.boxId]).toEqual([false, current]);
+    // It waits out the stopped-box grace as any kept ephemeral box does, and is reaped then.
+    expect(await box(old)).toMatchObject({ ephemeral: true, threads: [] });
+  }, 30_000);
+});
+
 describe("a run whose actor dies right after its start is committed", () => {
   it("still launches: the alarm was armed with the start, and a retry with the same run finds it", async () => {
     const houseId = "house-crash-after-start";

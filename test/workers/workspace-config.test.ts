@@ -137,6 +137,15 @@ describe("environment workspace fields", () => {
     for (const volumes of [[{ name: "Bad_Name", path: "m" }], [{ name: "m", path: "/etc/m" }], [{ name: "m", path: "../m" }], [{ name: "m", path: "a" }, { name: "m", path: "b" }], [{ name: "a", path: "m" }, { name: "b", path: "m" }]]) {
       expect((await createEnv(token, { volumes })).status, JSON.stringify(volumes)).toBe(400);
     }
+    // Not over HOME (every box would share one home), threadbox's own files, or the working
+    // directory each launch clears (a clone's or a folder's rm -rf would empty the volume).
+    for (const path of [".", "./m", "/home/daytona/", "/home/daytona/.", "~/m", "a//b", "work", "work/memory", "/home/daytona/work/x", ".threadbox", ".threadbox/runs"]) {
+      const r = await createEnv(token, { volumes: [{ name: "m", path }] });
+      expect([path, r.status]).toEqual([path, 400]);
+      expect(JSON.stringify(r.body)).toContain("volumes.0.path");
+    }
+    expect((await createEnv(token, { volumes: [{ name: "a", path: "memory" }, { name: "b", path: "/home/daytona/memory" }] })).status).toBe(400);
+    expect((await createEnv(token, { volumes: [{ name: "m", path: "/home/daytona/notes/memory" }] })).status).toBe(201);
     const created = await createEnv(token, { volumes: [{ name: "memory", path: "memory" }], sharedBox: true });
     expect(created.body.volumes).toEqual([{ name: "memory", path: "memory" }]);
     await call(`/api/environments/${created.body.id}/exec`, { method: "POST", token, json: { command: "true" } });

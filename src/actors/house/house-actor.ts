@@ -223,20 +223,28 @@ export class HouseActor extends DurableObject<Env> {
   async putEnvironment(e: Environment) {
     return settle(() => this.ctx.storage.transactionSync(() => {
       const { sharedBoxId: _sent, ...config } = e;
-      const kept = this.getEnvironmentSync(e.id)?.sharedBoxId;
-      this.putEnvironmentSync(kept ? { ...config, sharedBoxId: kept } : config);
+      return this.storeKeepingSharedBox(config, this.getEnvironmentSync(e.id)?.sharedBoxId);
     }));
   }
 
   /** Applies a PATCH to the environment as it is now, in one step: 404 once it is deleted. */
   async patchEnvironment(id: string, patch: Record<string, unknown>) {
-    return settle(() => this.ctx.storage.transactionSync((): Environment => {
+    return settle(() => this.ctx.storage.transactionSync(() => {
       const current = this.getEnvironmentSync(id);
       if (!current) throw new ApiError("not_found", "environment not found");
-      const next = applyEnvironmentPatch(current, patch);
-      this.putEnvironmentSync(next);
-      return next;
+      const { sharedBoxId: kept, ...next } = applyEnvironmentPatch(current, patch);
+      return this.storeKeepingSharedBox(next, kept);
     }));
+  }
+
+  /**
+   * Stores an environment with the shared box it had, while it still keeps one; one that no
+   * longer does lets its box go: `retiredBoxId` is the box for the caller to retire.
+   */
+  private storeKeepingSharedBox(e: Environment, kept: string | undefined): { environment: Environment; retiredBoxId: string | null } {
+    const environment = kept && e.sharedBox ? { ...e, sharedBoxId: kept } : e;
+    this.putEnvironmentSync(environment);
+    return { environment, retiredBoxId: kept && !e.sharedBox ? kept : null };
   }
 
   /**

@@ -246,6 +246,30 @@ export class SandboxActor extends DurableObject<Env> {
     });
   }
 
+  /**
+   * The box is no longer its environment's shared box (the environment changed what its box is
+   * made with, or keeps none): from now on it is reaped as an ephemeral box is — at once if nothing
+   * runs or launches on it, else when its last run ends.
+   */
+  async retire(houseId: string) {
+    return settle(async () => {
+      const r = this.requireRow(houseId);
+      if (r.state !== "dead" && r.state !== "deleted") {
+        this.ctx.storage.sql.exec(`update box set ephemeral = 1, updated_at = ? where id = 1`, this.clock.now());
+        if (this.threadIds().length === 0 && !this.deleting) {
+          this.deleting = true;
+          try {
+            if (!(await this.reservedByCurrentRun(houseId))) await this.deleteNow();
+          } finally {
+            this.deleting = false;
+          }
+        }
+        await this.syncIndex();
+      }
+      return this.viewOf(houseId);
+    });
+  }
+
   /** Explicit delete. Refused while threads run on the box unless forced (which orphans them). */
   async destroy(houseId: string, force: boolean) {
     return settle(async () => {
