@@ -218,6 +218,24 @@ describe("dispatch: a bot's turn", () => {
     expect(chatsBy(es, bot.id)[0].payload.text).toBe("heard you over the stream");
   });
 
+  it("the bot sees the conversation before a burst of other entries (a command's live output, a run's rounds)", async () => {
+    const token = await houseToken("house-turn-history");
+    const model = await scriptedModel([{ text: "It was PINEAPPLE." }]);
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Bot", handle: "bot" });
+    const thread = await createThread(token, { environmentId: envId });
+    await post(token, thread.id, chat("the secret word is PINEAPPLE", "word"));
+    // One run_command streams up to 200 output entries; a run on the thread writes many pi.* rounds.
+    const burst = Array.from({ length: 300 }, (_, i) => ({ id: `out-${i}`, payload: { type: "signal.exec.output", execId: "x", stream: "stdout", text: `line ${i}\n` } }));
+    expect((await post(token, thread.id, burst)).status).toBe(201);
+    await post(token, thread.id, chat("@bot what was the secret word?", "ask"));
+    await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).length === 1);
+    const sent = JSON.stringify((await model.requests())[0].body.messages);
+    expect(sent).toContain("what was the secret word?");
+    expect(sent).toContain("the secret word is PINEAPPLE");
+    expect(sent).not.toContain("line 1\\n");
+  });
+
   it("the agent's tool allow-list is all the model is offered", async () => {
     const token = await houseToken("house-turn-allow");
     const model = await scriptedModel([{ text: "ok" }]);
