@@ -10,7 +10,7 @@ import { idSchema, mintStreamToken, STREAM_SCOPES, streamTokenTtlSeconds, type H
 import { authorFor, writerFor } from "../threads/entries";
 import { readBody, readOptionalBody, readJson } from "./body";
 import { houseStub, newId, threadStub } from "./actors";
-import { allowedToolsSchema, permissionModeSchema, repositoryUrlSchema } from "../workspace/box-config";
+import { allowedToolsSchema, branchNameSchema, permissionModeSchema, repositoryUrlSchema } from "../workspace/box-config";
 import { ACTOR_ORIGIN, AUTH_HEADER, TARGET_HEADER, type ActorAuth, type StreamTarget } from "../actors/thread/thread-actor";
 import { unwrapRpc } from "../actors/rpc";
 import { idempotencyKey, idempotentDelegation, idempotentThreadId, requestFingerprint } from "../threads/idempotency";
@@ -216,18 +216,26 @@ export async function interruptThreadRoute(request: Request, env: Env, id: strin
 /** A branch is checked out of the repository a run clones: without one it would be dropped unsaid. */
 export const BRANCH_NEEDS_REPO = "branch needs repo: it names a branch of the repository the run clones";
 
-export const delegateSchema = z.object({
+/** What a `delegate_task` call may pass too: the same checks as the route's, so neither path lets more through. */
+export const delegateTaskFields = {
   task: nonBlankText(200_000, "task"),
   repo: repositoryUrlSchema.optional(),
-  branch: z.string().min(1).max(200).optional(),
+  branch: branchNameSchema.optional(),
   harness: z.enum(["pi", "claude-code", "codex"]).optional(),
+};
+
+export const branchNeedsRepo = <T extends { repo?: string; branch?: string }>(s: z.ZodType<T>) =>
+  s.refine((b) => b.branch === undefined || b.repo !== undefined, { message: BRANCH_NEEDS_REPO, path: ["branch"] });
+
+export const delegateSchema = branchNeedsRepo(z.object({
+  ...delegateTaskFields,
   model: modelNameSchema.optional(),
   environmentId: idSchema.optional(),
   title: z.string().max(500).optional(),
   /** This run's, instead of the environment's. */
   permissionMode: permissionModeSchema.optional(),
   allowedTools: allowedToolsSchema.optional(),
-}).strict().refine((b) => b.branch === undefined || b.repo !== undefined, { message: BRANCH_NEEDS_REPO, path: ["branch"] });
+}).strict());
 
 const resumeSchema = z.object({
   message: nonBlankText(200_000, "message"),

@@ -357,6 +357,22 @@ export class StreamLog {
       .map((row) => ({ seq: row.seq as number, data: new Uint8Array(row.data as ArrayBuffer), entryId: row.entry_id as string | null }));
   }
 
+  /**
+   * The last `count` messages whose bytes contain `needle`, among the `scan` messages up to and
+   * including `upToSeq`, oldest first: SQLite looks through the rows, not JavaScript.
+   */
+  lastContaining(needle: string, count: number, upToSeq: number, scan: number): StoredMessage[] {
+    return this.sql
+      .exec(
+        `select seq, data, entry_id from (select seq, data, entry_id from messages where seq <= ? order by seq desc limit ?)
+         where instr(data, cast(? as blob)) > 0 order by seq desc limit ?`,
+        upToSeq, scan, needle, count,
+      )
+      .toArray()
+      .reverse()
+      .map((row) => ({ seq: row.seq as number, data: new Uint8Array(row.data as ArrayBuffer), entryId: row.entry_id as string | null }));
+  }
+
   tailSeq(): number {
     return this.loadRow()?.meta.tailSeq ?? 0;
   }

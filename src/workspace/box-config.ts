@@ -132,10 +132,21 @@ export const repositoryUrlSchema = z.string().min(1).max(2000).refine((u) => {
   }
 }, "an http(s), git, ssh or file URL without credentials in it (name a secret in credentialsSecret)");
 
+/**
+ * A branch name git itself would take (`git check-ref-format --branch`'s rules). The name is an
+ * argument of git commands on the box (`git fetch origin <branch>`), where one starting with `-`
+ * would be read as an option (`--upload-pack=<command>` runs the command).
+ */
+export const branchNameSchema = z.string().min(1).max(200).refine(
+  (b) => !b.startsWith("-") && !b.startsWith("/") && !b.endsWith("/") && !b.endsWith(".") && !b.endsWith(".lock")
+    && !b.includes("..") && !b.includes("@{") && !b.includes("//") && b !== "@" && !/[\x00-\x20\x7f~^:?*[\\]/.test(b),
+  "a git branch name (no leading -, no spaces, control characters, ~ ^ : ? * [ \\, .. or @{)",
+);
+
 /** A repository cloned into the run's working directory with the SDK's git API. */
 export const repositorySchema = z.object({
   url: repositoryUrlSchema,
-  branch: z.string().min(1).max(200).optional(),
+  branch: branchNameSchema.optional(),
   /** A commit to check out. */
   ref: z.string().regex(/^[0-9a-fA-F]{7,40}$/, "a commit id").optional(),
   depth: z.number().int().min(1).max(100_000).optional(),

@@ -157,6 +157,38 @@ describe("dispatch: a bot's turn", () => {
     expect(children.threads).toEqual([]);
   });
 
+  it("delegate_task takes repo and branch only as POST /delegate does: a bad one is an error result and no child thread", async () => {
+    const token = await houseToken("house-turn-bad-repo");
+    const bad = [
+      { repo: "--upload-pack=touch /tmp/pwned" },
+      { repo: "https://user:ghp_secret@example.com/r.git" },
+      { repo: "not a url" },
+      // On a shared box the branch becomes `git fetch origin <branch>`: as an option, it runs the command.
+      { repo: "https://example.com/r.git", branch: "--upload-pack=touch /tmp/pwned" },
+    ];
+    const model = await scriptedModel([
+      { toolCalls: bad.map((b, i) => ({ id: `d${i}`, name: "delegate_task", arguments: { task: "fix it", ...b } })) },
+      { text: "Those were bad." },
+    ]);
+    const envId = await modelEnvironment(token, model.baseUrl, { model: "local/scripted-model" });
+    const bot = await createAgent(token, { name: "Bot", handle: "bot" });
+    const thread = await createThread(token, { environmentId: envId });
+    for (const b of bad) {
+      const r = await call(`/api/threads/${thread.id}/delegate`, { method: "POST", token, json: { task: "fix it", ...b } });
+      expect(r.status, JSON.stringify(b)).toBe(400);
+    }
+    await post(token, thread.id, chat("@bot delegate with these repos"));
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).some((e) => e.payload.text === "Those were bad."));
+    const results = es.filter((e) => e.payload.type === "pi.tool_result");
+    const badUrl = expect.stringMatching(/^invalid arguments: repo: an http\(s\), git, ssh or file URL/);
+    expect(results.map((r) => [r.payload.isError, String(r.payload.output)])).toEqual([
+      [true, badUrl], [true, badUrl], [true, badUrl],
+      [true, expect.stringMatching(/^invalid arguments: branch: a git branch name/)],
+    ]);
+    const children = (await (await call(`/api/threads?parent=${thread.id}`, { token })).json()) as { threads: unknown[] };
+    expect(children.threads).toEqual([]);
+  });
+
   it("run_command without an environment: a plain 'no sandbox' result, and the bot answers normally", async () => {
     const token = await houseToken("house-turn-nobox");
     const model = await scriptedModel([{ toolCalls: [{ id: "r1", name: "run_command", arguments: { command: "ls" } }] }, { text: "Nowhere to run that." }]);
@@ -184,6 +216,24 @@ describe("dispatch: a bot's turn", () => {
     expect(r.status).toBe(204);
     const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).length === 1);
     expect(chatsBy(es, bot.id)[0].payload.text).toBe("heard you over the stream");
+  });
+
+  it("the bot sees the conversation before a burst of other entries (a command's live output, a run's rounds)", async () => {
+    const token = await houseToken("house-turn-history");
+    const model = await scriptedModel([{ text: "It was PINEAPPLE." }]);
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Bot", handle: "bot" });
+    const thread = await createThread(token, { environmentId: envId });
+    await post(token, thread.id, chat("the secret word is PINEAPPLE", "word"));
+    // One run_command streams up to 200 output entries; a run on the thread writes many pi.* rounds.
+    const burst = Array.from({ length: 300 }, (_, i) => ({ id: `out-${i}`, payload: { type: "signal.exec.output", execId: "x", stream: "stdout", text: `line ${i}\n` } }));
+    expect((await post(token, thread.id, burst)).status).toBe(201);
+    await post(token, thread.id, chat("@bot what was the secret word?", "ask"));
+    await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).length === 1);
+    const sent = JSON.stringify((await model.requests())[0].body.messages);
+    expect(sent).toContain("what was the secret word?");
+    expect(sent).toContain("the secret word is PINEAPPLE");
+    expect(sent).not.toContain("line 1\\n");
   });
 
   it("the agent's tool allow-list is all the model is offered", async () => {

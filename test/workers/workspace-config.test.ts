@@ -167,6 +167,9 @@ describe("environment workspace fields", () => {
       [{ url: "https://git.example/a.git" }, { url: "https://other.example/a" }],
       [{ url: "not a url" }],
       [{ url: "https://git.example/a.git", ref: "main" }],
+      // A shared box fetches `origin <branch>`: git would read this one as an option and run the command.
+      [{ url: "https://git.example/a.git", branch: "--upload-pack=touch /tmp/pwned" }],
+      [{ url: "https://git.example/a.git", branch: "has space" }],
     ]) {
       const r = await createEnv(token, { repositories, secrets: { GIT_TOKEN: "ghp-secret-token-1" } });
       expect(r.status, JSON.stringify(repositories)).toBe(400);
@@ -174,7 +177,7 @@ describe("environment workspace fields", () => {
     const created = await createEnv(token, {
       secrets: { GIT_TOKEN: "ghp-secret-token-1" },
       repositories: [
-        { url: "https://git.example/org/app.git", branch: "main", credentialsSecret: "GIT_TOKEN" },
+        { url: "https://git.example/org/app.git", branch: "release/v1.2_rc-1", credentialsSecret: "GIT_TOKEN" },
         { url: "file:///srv/libs/shared", path: "libs/shared", ref: "abc1234", depth: 1 },
       ],
     });
@@ -182,14 +185,14 @@ describe("environment workspace fields", () => {
     expect(JSON.stringify(created.body)).not.toContain("ghp-secret-token-1");
     const { childThreadId, runId, launched } = await delegateAndLaunch(token, created.body.id, { task: "build both" });
     expect(launched.payload.repositories).toEqual([
-      { url: "https://git.example/org/app.git", path: "app", branch: "main" },
+      { url: "https://git.example/org/app.git", path: "app", branch: "release/v1.2_rc-1" },
       { url: "file:///srv/libs/shared", path: "libs/shared", ref: "abc1234" },
     ]);
     const provider = sharedTestProvider();
     const [box] = await provider.list({ [LABEL_RUN]: runId });
     const clones = provider.calls.filter((c) => c.op === "clone" && c.ref === box.ref).map((c) => c.args as Record<string, unknown>);
     expect(clones).toEqual([
-      expect.objectContaining({ url: "https://git.example/org/app.git", path: "work/app", branch: "main", username: "x-access-token", password: "ghp-secret-token-1" }),
+      expect.objectContaining({ url: "https://git.example/org/app.git", path: "work/app", branch: "release/v1.2_rc-1", username: "x-access-token", password: "ghp-secret-token-1" }),
       expect.objectContaining({ url: "file:///srv/libs/shared", path: "work/libs/shared", commit: "abc1234", depth: 1 }),
     ]);
     expect(clones[1].password).toBeUndefined();

@@ -1,6 +1,6 @@
 import type { Env } from "../../env";
 import type { Agent } from "../../agents";
-import type { Entry, EntryWithOffset } from "../../entries/schema";
+import type { Entry } from "../../entries/schema";
 import type { Environment } from "../../environments";
 import type { StoredMessage } from "../../streams/log";
 import type { ThreadRow } from "../../threads/thread-row";
@@ -15,7 +15,7 @@ import { errorMessage, logEvent } from "../../domain/log-event";
 import { redactValues } from "../../domain/secret-forms";
 import { LazySchema, type Schema } from "../../domain/sql-schema";
 import { UTF8_DECODER } from "../../entries/json-limits";
-import { BOT_ROLE } from "../../threads/entries";
+import { BOT_ROLE, toEntryWithOffset } from "../../threads/entries";
 
 /** What the dispatch service needs from its actor. */
 export type DispatchPorts = {
@@ -25,8 +25,11 @@ export type DispatchPorts = {
   thread(): ThreadRow;
   /** Appends entries the control plane writes (deduped by id), as one atomic write. */
   append(entries: Entry[]): void;
-  /** The last `count` entries up to and including `upToSeq`. */
-  recent(count: number, upToSeq?: number): EntryWithOffset[];
+  /**
+   * The last `count` stored messages that may be chat entries (their bytes name `"chat"`), among
+   * the `scan` messages up to and including `upToSeq`, oldest first.
+   */
+  recentChats(count: number, upToSeq: number, scan: number): StoredMessage[];
   house(houseId: string): {
     /** The house's agents and the version of that set. */
     agentSet(): Promise<{ version: number; agents: Agent[] }>;
@@ -64,6 +67,12 @@ export const DEFAULT_TURN_LEASE_MS = 60_000;
 /** A turn interrupted this many times ends with an error entry instead of trying again. */
 export const MAX_TURN_ATTEMPTS = 3;
 const RECENT_CHAT = 40;
+/**
+ * How far back a turn looks for those chats. Chats are a small part of a busy thread (one command
+ * streams up to 200 output entries, a run writes a round per step): a window of the last few
+ * entries would hold none of what was said before such a burst.
+ */
+export const HISTORY_SCAN_ENTRIES = 5_000;
 /** Bounds how long a lost change notice from the house can leave a thread with an old agent set. */
 export const DEFAULT_AGENT_CACHE_MS = 60_000;
 const DECISIONS_KEPT = 500;
@@ -539,14 +548,12 @@ export class DispatchService {
 
   /** The conversation up to the trigger, as the bot sees it: its own replies as its turns. */
   private history(agent: Agent, turn: TurnRow): LoopMessage[] {
-    const out: LoopMessage[] = [];
-    for (const e of this.ports.recent(RECENT_CHAT * 4, turn.triggerSeq)) {
-      if (e.payload.type !== "chat") continue;
+    // A text that merely quotes `"chat"` is a candidate too: the parsed type decides.
+    const chats = this.ports.recentChats(RECENT_CHAT * 2, turn.triggerSeq, HISTORY_SCAN_ENTRIES).map(toEntryWithOffset).filter((e) => e.payload.type === "chat");
+    return chats.slice(-RECENT_CHAT).map((e) => {
       const text = String(e.payload.text ?? "");
-      if (e.authorId === agent.id) out.push({ role: "assistant", text });
-      else out.push({ role: "user", text, authorId: e.authorId ?? "someone" });
-    }
-    return out.slice(-RECENT_CHAT);
+      return e.authorId === agent.id ? { role: "assistant" as const, text } : { role: "user" as const, text, authorId: e.authorId ?? "someone" };
+    });
   }
 
   private toolContext(row: ThreadRow, agent: Agent, turn: TurnRow, environmentId: string | null): ToolContext {

@@ -161,7 +161,7 @@ export class ThreadActor extends DurableObject<Env> {
       now: () => clock.now(),
       thread: () => this.rows.get()!,
       append: (entries) => void this.appendInternal(entries),
-      recent: (count, upToSeq) => this.log.lastMessages(count, upToSeq).map(toEntryWithOffset),
+      recentChats: (count, upToSeq, scan) => this.log.lastContaining(`"chat"`, count, upToSeq, scan),
       house: (houseId) => {
         const house = houseStub(env, houseId);
         return {

@@ -1,7 +1,6 @@
 import { z } from "zod";
 import { commandSchema, cwdSchema, previewInEnvironment, runInEnvironment } from "../../http/routes-environments";
-import { BRANCH_NEEDS_REPO, delegateTask } from "../../http/routes-threads";
-import { nonBlankText } from "../../entries/schema";
+import { branchNeedsRepo, delegateTask, delegateTaskFields } from "../../http/routes-threads";
 import { defineTool, type ToolContext } from "./context";
 import type { ToolSpec } from "../tool-loop";
 
@@ -48,10 +47,7 @@ export function sandboxTools(ctx: ToolContext): ToolSpec[] {
       required: ["task"],
       additionalProperties: false,
     },
-    args: z.object({
-      task: nonBlankText(200_000, "task"), repo: z.string().min(1).max(2000).optional(), branch: z.string().min(1).max(200).optional(),
-      harness: z.enum(["pi", "claude-code", "codex"]).optional(),
-    }).strict().refine((a) => a.branch === undefined || a.repo !== undefined, { message: BRANCH_NEEDS_REPO, path: ["branch"] }),
+    args: branchNeedsRepo(z.object(delegateTaskFields).strict()),
     async run(args) {
       if (!ctx.environmentId) return NO_SANDBOX;
       const r = await delegateTask(ctx.env, ctx.claims, { id: ctx.threadId, environmentId: ctx.environmentId }, args);
