@@ -30,12 +30,12 @@ export type SelectionInput = {
   nowMs: number;
 };
 
-/** `@handle` at the start or after a non-handle character; `a@b.c` (an address) is no mention. */
 /**
- * `@handle` standing on its own: not inside a word or an address (`x@coder.io`, `é@coder`), in any
- * letter case (handles are lower case, `@Coder` means @coder).
+ * `@handle` standing on its own: not inside a word, an address or a path (`x@coder.io`, `é@coder`,
+ * an npm scope `@types/node`, a URL's `/@coder`), in any letter case (handles are lower case,
+ * `@Coder` means @coder).
  */
-const MENTION = /(^|[^\p{L}\p{N}_.@-])@([A-Za-z0-9_-]{1,40})(?![\p{L}\p{N}_-])/gu;
+const MENTION = /(^|[^\p{L}\p{N}_.@/-])@([A-Za-z0-9_-]{1,40})(?![\p{L}\p{N}_/-])/gu;
 
 export function mentionedHandles(text: string, explicit: string[] = []): Set<string> {
   const out = new Set<string>();

@@ -96,6 +96,9 @@ describe("selection", () => {
     expect([...mentionedHandles("@Coder and @SB, hi")]).toEqual(["coder", "sb"]);
     expect([...mentionedHandles("mail x@coder.io or é@coder or ü@sb")]).toEqual([]);
     expect([...mentionedHandles("(@coder) «@sb»")]).toEqual(["coder", "sb"]);
+    // A package scope or a path is no mention: "install @types/node" does not wake @types.
+    expect([...mentionedHandles("npm i @types/node, see https://x.example/@coder or ./@sb/x")]).toEqual([]);
+    expect([...mentionedHandles("@types: install @types/node")]).toEqual(["types"]);
     expect([...mentionedHandles("", ["SB", "ag_Ab12"])].sort()).toEqual(["SB", "ag_Ab12", "ag_ab12", "sb"].sort());
   });
 });
