@@ -168,9 +168,13 @@ export class PiRpc {
     } else if (p.kind === "message") {
       this.delivered.delete(p.entryId);
       // A prompt pi refused starts no turn: the run waits for the next message as it did before it.
+      // An interrupt that was waiting for its turn to begin has nothing to abort: held, it would
+      // keep every later message out of pi for good.
       if (p.mode === "prompt") {
         this.busy = false;
         this.interruptedSincePrompt = true;
+        this.abortOnStart = false;
+        this.aborting = false;
       }
       this.endIfDone();
     }

@@ -239,6 +239,26 @@ describe("driving pi over RPC", () => {
     expect([ended(), idled]).toEqual([true, [60]]);
   });
 
+  it("an interrupt for a prompt pi then refuses is spent: the next message goes in as a prompt", async () => {
+    const { rpc, sent, ended } = interruptedRun(60_000);
+    rpc.message("c8", "do this");
+    await new Promise((r) => setImmediate(r));
+    rpc.interrupt(); // before pi has answered: it waits for the turn to begin
+    rpc.onRecord({ type: "response", id: sent[2].id, success: false, error: "an input handler failed" });
+    rpc.message("c9", "then do this instead");
+    await new Promise((r) => setImmediate(r));
+    // No turn began, so there is nothing to abort and nothing to wait for.
+    expect(sent.map((c) => c.type)).toEqual(["prompt", "abort", "prompt", "prompt"]);
+    rpc.onRecord({ type: "response", id: sent[3].id, success: true });
+    rpc.onRecord({ type: "agent_start" });
+    await new Promise((r) => setImmediate(r));
+    expect(sent.map((c) => c.type)).toEqual(["prompt", "abort", "prompt", "prompt"]); // not cut short by the spent interrupt
+    rpc.onRecord({ type: "message_end", message: { role: "assistant", stopReason: "stop" } });
+    rpc.onRecord({ type: "agent_settled" });
+    await new Promise((r) => setImmediate(r));
+    expect(ended()).toBe(true);
+  });
+
   it("pi refusing the task (no API key) ends the run with pi's words", async () => {
     const h = harness();
     h.rpc.start("the task");
