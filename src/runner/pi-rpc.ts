@@ -99,7 +99,16 @@ export class PiRpc {
 
   /** Aborts pi's current turn; the run stays and waits for the next message. */
   interrupt(): void {
-    if (this.ended || !this.busy) return;
+    if (this.ended) return;
+    if (!this.busy) {
+      // pi settled, but a message it has not answered yet (sent to steer, read after it settled)
+      // starts a turn: the interrupt, which came after that message, is for that turn.
+      if (![...this.pending.values()].some((p) => p.kind === "message")) return;
+      this.interruptedSincePrompt = true;
+      this.aborting = true;
+      this.abortOnStart = true;
+      return;
+    }
     this.interruptedSincePrompt = true;
     this.aborting = true;
     // pi has the prompt but has not begun its turn (the run is just starting): an abort now would
@@ -153,7 +162,10 @@ export class PiRpc {
       if (p.mode === "steer" && !this.busy) {
         // Sent to steer, read by pi after it had settled: pi runs it as a new turn.
         this.hooks.onDelivered(p.entryId, "prompt");
+        const interrupted = this.abortOnStart;
         this.promptSent();
+        // Interrupted before pi answered: that turn is aborted once it begins, and the run waits.
+        if (interrupted) this.interruptedSincePrompt = true;
         return;
       }
       this.hooks.onDelivered(p.entryId, p.mode);
@@ -171,6 +183,12 @@ export class PiRpc {
       if (p.mode === "prompt") {
         this.busy = false;
         this.interruptedSincePrompt = true;
+      }
+      // An interrupt that was waiting for the turn of that message to begin has nothing to abort:
+      // held, it would keep every later message out of pi for good.
+      if (!this.busy) {
+        this.abortOnStart = false;
+        this.aborting = false;
       }
       this.endIfDone();
     }

@@ -230,6 +230,40 @@ describe("driving pi over RPC", () => {
     expect(h.ended()).toBe(false); // interrupted: waits for what to do instead
   });
 
+  it("an interrupt after a message pi reads only once it settled aborts the turn that message starts; the run then waits", async () => {
+    const h = harness();
+    h.rpc.start("the task");
+    h.rpc.onRecord({ type: "response", id: "tb-1", success: true });
+    h.rpc.onRecord({ type: "agent_start" });
+    h.rpc.message("c10", "one more thing"); // sent to steer; pi settles before it reads it
+    h.rpc.onRecord({ type: "message_end", message: { role: "assistant", stopReason: "stop" } });
+    h.rpc.onRecord({ type: "agent_settled" });
+    h.rpc.interrupt(); // the person stops what they just asked for
+    h.rpc.onRecord({ type: "response", id: h.sent[1].id, success: true }); // pi runs it as a new turn
+    h.rpc.onRecord({ type: "agent_start" });
+    await h.tick();
+    expect(h.sent.map((c) => c.type)).toEqual(["prompt", "prompt", "abort"]);
+    h.rpc.onRecord({ type: "message_end", message: { role: "assistant", stopReason: "aborted" } });
+    h.rpc.onRecord({ type: "agent_settled" });
+    await h.tick();
+    expect(h.ended()).toBe(false); // interrupted: waits for what to do instead
+  });
+
+  it("an interrupt after a message pi then refuses, once settled, does not hold back the next message", async () => {
+    const h = harness();
+    h.rpc.start("the task");
+    h.rpc.onRecord({ type: "response", id: "tb-1", success: true });
+    h.rpc.onRecord({ type: "agent_start" });
+    h.rpc.message("c11", "one more thing");
+    h.rpc.onRecord({ type: "agent_settled" });
+    h.rpc.interrupt();
+    h.rpc.onRecord({ type: "response", id: h.sent[1].id, success: false, error: "an input handler failed" });
+    h.rpc.message("c12", "this then");
+    await h.tick();
+    expect(h.sent.map((c) => c.type)).toEqual(["prompt", "prompt", "prompt"]);
+    expect(h.ended()).toBe(false);
+  });
+
   it("a message pi refuses after the run went idle does not hold the run open without its idle timer", async () => {
     const { rpc, sent, idled, ended } = interruptedRun(60);
     rpc.message("c8", "do this");
@@ -237,6 +271,26 @@ describe("driving pi over RPC", () => {
     rpc.onRecord({ type: "response", id: sent[2].id, success: false, error: "Cannot submit a prompt while compaction is in progress." });
     await new Promise((r) => setTimeout(r, 120));
     expect([ended(), idled]).toEqual([true, [60]]);
+  });
+
+  it("an interrupt for a prompt pi then refuses is spent: the next message goes in as a prompt", async () => {
+    const { rpc, sent, ended } = interruptedRun(60_000);
+    rpc.message("c8", "do this");
+    await new Promise((r) => setImmediate(r));
+    rpc.interrupt(); // before pi has answered: it waits for the turn to begin
+    rpc.onRecord({ type: "response", id: sent[2].id, success: false, error: "an input handler failed" });
+    rpc.message("c9", "then do this instead");
+    await new Promise((r) => setImmediate(r));
+    // No turn began, so there is nothing to abort and nothing to wait for.
+    expect(sent.map((c) => c.type)).toEqual(["prompt", "abort", "prompt", "prompt"]);
+    rpc.onRecord({ type: "response", id: sent[3].id, success: true });
+    rpc.onRecord({ type: "agent_start" });
+    await new Promise((r) => setImmediate(r));
+    expect(sent.map((c) => c.type)).toEqual(["prompt", "abort", "prompt", "prompt"]); // not cut short by the spent interrupt
+    rpc.onRecord({ type: "message_end", message: { role: "assistant", stopReason: "stop" } });
+    rpc.onRecord({ type: "agent_settled" });
+    await new Promise((r) => setImmediate(r));
+    expect(ended()).toBe(true);
   });
 
   it("pi refusing the task (no API key) ends the run with pi's words", async () => {
