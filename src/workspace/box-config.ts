@@ -65,9 +65,10 @@ export function publicFiles(files: WorkspaceFile[] | undefined) {
   return (files ?? []).map((f) => (f.sensitive ? { path: f.path, sensitive: true } : f));
 }
 
-/** Where a volume's `path` lands, HOME-relative (`/home/daytona/x` and `x` are one place). */
+/** Where a volume's `path` lands, HOME-relative: `/home/daytona/x`, `x`, `./x` and `x/` are one place. */
 export function volumeHomePath(p: string): string {
-  return p.startsWith("/home/daytona/") ? p.slice("/home/daytona/".length) : p;
+  const rel = p.startsWith("/home/daytona/") ? p.slice("/home/daytona/".length) : p;
+  return rel.split("/").filter((seg) => seg !== "" && seg !== ".").join("/");
 }
 
 /**
@@ -79,9 +80,8 @@ export function volumeHomePath(p: string): string {
 function volumePathProblem(p: string): string | null {
   if (p.startsWith("/") && !p.startsWith("/home/daytona/")) return "a HOME-relative path, or an absolute one under /home/daytona/";
   const rel = volumeHomePath(p);
-  if (rel === "" || rel.includes("\0") || rel.split("/").some((seg) => seg === "" || seg === "." || seg === ".." || seg.startsWith("~"))) {
-    return "a directory below HOME, one spelling only (no ., .., ~ or empty segments)";
-  }
+  if (rel === "") return "a directory below HOME, not HOME itself";
+  if (rel.includes("\0") || rel.split("/").some((seg) => seg === ".." || seg.startsWith("~"))) return "a directory below HOME (no .. or ~)";
   for (const reserved of [BOX_DIR, WORK_DIR]) {
     if (rel === reserved || rel.startsWith(`${reserved}/`)) return `not at or inside ${reserved}/ (${reserved === WORK_DIR ? "the runs' working directory, which each launch clears and fills" : "threadbox's own files"})`;
   }

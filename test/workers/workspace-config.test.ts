@@ -139,12 +139,15 @@ describe("environment workspace fields", () => {
     }
     // Not over HOME (every box would share one home), threadbox's own files, or the working
     // directory each launch clears (a clone's or a folder's rm -rf would empty the volume).
-    for (const path of [".", "./m", "/home/daytona/", "/home/daytona/.", "~/m", "a//b", "work", "work/memory", "/home/daytona/work/x", ".threadbox", ".threadbox/runs"]) {
+    for (const path of [".", "./", "/home/daytona/", "/home/daytona/.", "~/m", "a/../..", "work", "work/", "./work/memory", "/home/daytona/work/x", ".threadbox", ".threadbox/runs"]) {
       const r = await createEnv(token, { volumes: [{ name: "m", path }] });
       expect([path, r.status]).toEqual([path, 400]);
       expect(JSON.stringify(r.body)).toContain("volumes.0.path");
     }
     expect((await createEnv(token, { volumes: [{ name: "a", path: "memory" }, { name: "b", path: "/home/daytona/memory" }] })).status).toBe(400);
+    // Other spellings of a directory below HOME are that directory.
+    for (const path of ["memory/", "./memory", "notes//memory"]) expect([path, (await createEnv(token, { volumes: [{ name: "m", path }] })).status]).toEqual([path, 201]);
+    expect((await createEnv(token, { volumes: [{ name: "a", path: "memory/" }, { name: "b", path: "./memory" }] })).status).toBe(400);
     expect((await createEnv(token, { volumes: [{ name: "m", path: "/home/daytona/notes/memory" }] })).status).toBe(201);
     const created = await createEnv(token, { volumes: [{ name: "memory", path: "memory" }], sharedBox: true });
     expect(created.body.volumes).toEqual([{ name: "memory", path: "memory" }]);
