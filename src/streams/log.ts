@@ -349,12 +349,8 @@ export class StreamLog {
     return { body: new Uint8Array(r.body as ArrayBuffer), lastSeq, count: r.n as number, upToDate: lastSeq >= tail };
   }
 
-  lastMessages(count: number, upToSeq = Number.MAX_SAFE_INTEGER): StoredMessage[] {
-    return this.sql
-      .exec(`select seq, data, entry_id from messages where seq <= ? order by seq desc limit ?`, upToSeq, count)
-      .toArray()
-      .reverse()
-      .map((row) => ({ seq: row.seq as number, data: new Uint8Array(row.data as ArrayBuffer), entryId: row.entry_id as string | null }));
+  lastMessages(count: number): StoredMessage[] {
+    return this.sql.exec(`select seq, data, entry_id from messages order by seq desc limit ?`, count).toArray().reverse().map(storedMessage);
   }
 
   /**
@@ -370,7 +366,7 @@ export class StreamLog {
       )
       .toArray()
       .reverse()
-      .map((row) => ({ seq: row.seq as number, data: new Uint8Array(row.data as ArrayBuffer), entryId: row.entry_id as string | null }));
+      .map(storedMessage);
   }
 
   tailSeq(): number {
@@ -506,4 +502,9 @@ function insertRows(n: number): string {
     rowPlaceholders.set(n, sql);
   }
   return sql;
+}
+
+/** A `messages` row (`seq, data, entry_id`) as a stored message. */
+export function storedMessage(row: Record<string, SqlStorageValue>): StoredMessage {
+  return { seq: row.seq as number, data: new Uint8Array(row.data as ArrayBuffer), entryId: row.entry_id as string | null };
 }

@@ -3,7 +3,7 @@ import { LazySchema, prepareSchemas, type Schema } from "../../domain/sql-schema
 import { ApiError, errorResponse } from "../../errors";
 import { intVar, type Env } from "../../env";
 import type { Entry, EntryWithOffset } from "../../entries/schema";
-import { STREAM_LOG_SCHEMA, StreamLog, type NewMessage, type StoredMessage } from "../../streams/log";
+import { STREAM_LOG_SCHEMA, StreamLog, storedMessage, type NewMessage, type StoredMessage } from "../../streams/log";
 import { formatOffset, parseOffset, MAX_READ_BYTES } from "../../streams/protocol";
 import { parseJsonBody, prepareEntries, toEntryWithOffset, type EntryWriter } from "../../threads/entries";
 import type { LaunchSpec } from "../../threads/launch";
@@ -493,7 +493,7 @@ export class ThreadActor extends DurableObject<Env> {
       const found: EntryWithOffset[] = [];
       const cursor = this.ctx.storage.sql.exec(`select seq, data, entry_id from messages where entry_id >= ? and entry_id < ? order by seq desc`, prefix, upper);
       for (const r of cursor) {
-        const e = toEntryWithOffset({ seq: r.seq as number, data: new Uint8Array(r.data as ArrayBuffer), entryId: r.entry_id as string });
+        const e = toEntryWithOffset(storedMessage(r));
         if (e.payload.type.startsWith("artifact.")) found.push(e);
         if (found.length >= limit) break;
       }
@@ -593,7 +593,7 @@ export class ThreadActor extends DurableObject<Env> {
 
   private entryById(id: string): Entry | null {
     const r = this.ctx.storage.sql.exec(`select seq, data, entry_id from messages where entry_id = ?`, id).toArray()[0];
-    return r ? toEntryWithOffset({ seq: r.seq as number, data: new Uint8Array(r.data as ArrayBuffer), entryId: r.entry_id as string }) : null;
+    return r ? toEntryWithOffset(storedMessage(r)) : null;
   }
 
   /** Before a handler's outbox calls; nothing happens here in production (tests crash the actor here). */
