@@ -18,7 +18,7 @@ import { shq } from "../domain/shell";
 import { gitCredentialEnv } from "../domain/git-credentials.mjs";
 import { folderMaxBytes, type CopiedFolder } from "../workspace/folders";
 import { copyFoldersIn } from "../workspace/folder-sync";
-import { MANAGED_FILES, managedFileContent, readManagedFiles, removeManagedFiles, type ManagedFile } from "../workspace/managed-files";
+import { MANAGED_FILES, managedFileContent, managedKey, readManagedFiles, removeManagedFiles, type ManagedFile } from "../workspace/managed-files";
 import { BOX_ENV, PI_AGENT_DIR, WORK_DIR, runDir } from "../domain/box-layout";
 import { STATUS_CHANGED } from "../domain/statuses";
 
@@ -257,7 +257,7 @@ async function startRunner(
   };
   const workspace = workspaceOf(spec, environment);
   // The environment's files, in the working directory, before the harness starts.
-  for (const f of workspace.files) put(`file:${f.path}`, `${cwd}/${f.path}`, f.content);
+  for (const f of workspace.files) put(managedKey.file(f.path), `${cwd}/${f.path}`, f.content);
   const harnessEnv: Record<string, string> = { ...(environment?.env ?? {}), ...(environment?.secrets ?? {}) };
   // The runner and the mirror scrub these values from what they post (entries, stderr, artifacts)...
   if (environment?.secrets) harnessEnv[BOX_ENV.secretNames] = Object.keys(environment.secrets).join(",");
@@ -267,19 +267,19 @@ async function startRunner(
   const plugins = environment?.plugins;
   if (plugins && spec.harness === "pi") {
     // pi discovers skills and extensions in its agent directory.
-    for (const sk of plugins.skills) put(`skill:${sk.name}`, `${PI_AGENT_DIR}/skills/${sk.name}/SKILL.md`, skillFile(sk));
-    for (const ext of plugins.extensions) put(`extension:${ext.name}`, `${PI_AGENT_DIR}/extensions/${ext.name}.ts`, ext.source);
+    for (const sk of plugins.skills) put(managedKey.skill(sk.name), `${PI_AGENT_DIR}/skills/${sk.name}/SKILL.md`, skillFile(sk));
+    for (const ext of plugins.extensions) put(managedKey.extension(ext.name), `${PI_AGENT_DIR}/extensions/${ext.name}.ts`, ext.source);
   }
   if (plugins && Object.keys(plugins.mcpServers).length > 0) {
     const servers = withSecrets(plugins.mcpServers, environment?.secrets ?? {});
     // Claude Code reads project-scoped servers from the working directory's .mcp.json; Codex from its config.
-    if (spec.harness === "claude-code") put("mcp:claude-code", `${cwd}/.mcp.json`, JSON.stringify({ mcpServers: servers }, null, 2));
-    if (spec.harness === "codex") put("mcp:codex", ".codex/config.toml", codexMcpToml(servers));
+    if (spec.harness === "claude-code") put(managedKey.mcp("claude-code"), `${cwd}/.mcp.json`, JSON.stringify({ mcpServers: servers }, null, 2));
+    if (spec.harness === "codex") put(managedKey.mcp("codex"), ".codex/config.toml", codexMcpToml(servers));
   }
   if (spec.harness === "pi") {
     harnessEnv.PI_CODING_AGENT_DIR = `${home}/${PI_AGENT_DIR}`;
-    if (environment?.piModels) put("pi:models", `${PI_AGENT_DIR}/models.json`, JSON.stringify(environment.piModels, null, 2));
-    if (environment?.piSettings) put("pi:settings", `${PI_AGENT_DIR}/settings.json`, JSON.stringify(environment.piSettings, null, 2));
+    if (environment?.piModels) put(managedKey.piModels, `${PI_AGENT_DIR}/models.json`, JSON.stringify(environment.piModels, null, 2));
+    if (environment?.piSettings) put(managedKey.piSettings, `${PI_AGENT_DIR}/settings.json`, JSON.stringify(environment.piSettings, null, 2));
   }
 
   let sessionFile: string | undefined;

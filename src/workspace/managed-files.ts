@@ -15,18 +15,28 @@ export const MANAGED_FILES = `${BOX_DIR}/environment-files`;
 /** `key` names what in the environment the file comes from (`file:<path>`, `skill:<name>`, ...). */
 export type ManagedFile = { key: string; path: string };
 
+/** One naming for the launch that records what it writes and for the prune that compares with the environment. */
+export const managedKey = {
+  file: (path: string) => `file:${path}`,
+  skill: (name: string) => `skill:${name}`,
+  extension: (name: string) => `extension:${name}`,
+  mcp: (harness: "claude-code" | "codex") => `mcp:${harness}`,
+  piModels: "pi:models",
+  piSettings: "pi:settings",
+} as const;
+
 /** The keys of what the environment puts into boxes now. */
 export function managedKeys(e: Pick<Environment, "files" | "plugins" | "piModels" | "piSettings">): Set<string> {
   const keys = new Set<string>();
-  for (const f of e.files ?? []) keys.add(`file:${f.path}`);
-  for (const s of e.plugins?.skills ?? []) keys.add(`skill:${s.name}`);
-  for (const x of e.plugins?.extensions ?? []) keys.add(`extension:${x.name}`);
+  for (const f of e.files ?? []) keys.add(managedKey.file(f.path));
+  for (const s of e.plugins?.skills ?? []) keys.add(managedKey.skill(s.name));
+  for (const x of e.plugins?.extensions ?? []) keys.add(managedKey.extension(x.name));
   if (Object.keys(e.plugins?.mcpServers ?? {}).length > 0) {
-    keys.add("mcp:claude-code");
-    keys.add("mcp:codex");
+    keys.add(managedKey.mcp("claude-code"));
+    keys.add(managedKey.mcp("codex"));
   }
-  if (e.piModels) keys.add("pi:models");
-  if (e.piSettings) keys.add("pi:settings");
+  if (e.piModels) keys.add(managedKey.piModels);
+  if (e.piSettings) keys.add(managedKey.piSettings);
   return keys;
 }
 
