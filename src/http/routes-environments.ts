@@ -25,9 +25,9 @@ export async function createEnvironmentRoute(request: Request, env: Env): Promis
   if (!canWrite(claims) || claims.role === "bot") throw new ApiError("forbidden", "only owners and members configure environments");
   const input = await readBody(request, environmentInputSchema);
   const e: Environment = { ...input, id: input.id ?? newId("env_"), houseId: claims.houseId, createdAt: new Date().toISOString() };
-  const { retiredBoxId } = (await unwrapRpc(houseStub(env, claims.houseId).putEnvironment(e))) as StoredEnvironment;
+  const { environment: stored, retiredBoxId } = (await unwrapRpc(houseStub(env, claims.houseId).putEnvironment(e))) as StoredEnvironment;
   if (retiredBoxId) await retireSharedBox(env, claims.houseId, e.id, retiredBoxId);
-  await pruneSharedBox(env, claims.houseId, e);
+  await pruneSharedBox(env, claims.houseId, stored);
   return json(publicEnvironment(e), 201);
 }
 
@@ -70,8 +70,7 @@ export async function patchEnvironmentRoute(request: Request, env: Env, id: stri
  * Best effort (a failure is logged): the next run on the box removes it too.
  */
 async function pruneSharedBox(env: Env, houseId: string, e: Environment): Promise<void> {
-  const stored = await loadEnvironment(env, houseId, e.id).catch(() => null);
-  const view = stored ? await sharedBoxView(env, houseId, stored) : null;
+  const view = await sharedBoxView(env, houseId, e);
   if (!view || view.state !== "live") return;
   try {
     const provider = providerFor(env, view.provider);
