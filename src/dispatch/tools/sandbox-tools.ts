@@ -3,10 +3,7 @@ import { commandSchema, cwdSchema, previewInEnvironment, runInEnvironment } from
 import { branchNeedsRepo, delegateTask, delegateTaskFields } from "../../http/routes-threads";
 import { defineTool, type ToolContext } from "./context";
 import type { ToolSpec } from "../tool-loop";
-
 import { NO_SANDBOX } from "./no-sandbox";
-
-export { NO_SANDBOX };
 
 /** The thread environment's hands: a synchronous shell, and a detached coding agent on a child thread. */
 export function sandboxTools(ctx: ToolContext): ToolSpec[] {
