@@ -23,13 +23,13 @@ const flags = Object.fromEntries(process.argv.slice(2).filter((a) => a.startsWit
   const [k, ...v] = a.slice(2).split("=");
   return [k, v.length ? v.join("=") : "true"];
 }));
-const LOADS = ["single", "batched", "threads", "longpoll", "ws", "catchup"];
+const LOADS = ["single", "batched", "threads", "thread-appends", "longpoll", "ws", "catchup"];
 const load = flags.load ?? "single";
 if (!LOADS.includes(load)) {
   console.error(`--load must be one of ${LOADS.join(", ")}`);
   process.exit(2);
 }
-const count = Number(flags.count ?? { single: 5000, batched: 300, threads: 300, longpoll: 200, ws: 200, catchup: 10 }[load]);
+const count = Number(flags.count ?? { single: 5000, batched: 300, threads: 300, "thread-appends": 300, longpoll: 200, ws: 200, catchup: 10 }[load]);
 const entries = Number(flags.entries ?? 20);
 const top = Number(flags.top ?? 25);
 
@@ -114,6 +114,12 @@ const body = () => JSON.stringify(JSON.parse(paddedJson({ t: Date.now() }, 100))
 
 /** What a load needs in place before the profile starts (catchup: a stream of `--entries` entries, default 100000). */
 async function prepare(target) {
+  if (load === "thread-appends") {
+    // Created before the profile starts: the profile shows the appends alone.
+    const names = [];
+    await pool(count, 32, async (i) => { names[i] = await target.createThread(i); });
+    return names;
+  }
   if (load !== "catchup") return null;
   const name = `profile-catchup-${Date.now()}`;
   await target.createStream(name);
@@ -133,16 +139,17 @@ async function drive(target, token, prepared) {
     await pool(count, load === "batched" ? 4 : 16, async () => lat.push(await target.append(name, batch ?? body())));
     return { unit: load === "batched" ? "POSTs of 100" : "appends", done: count, lat };
   }
-  if (load === "threads") {
+  if (load === "threads" || load === "thread-appends") {
     // Shaped like bench #5: threads created 32 at a time, then each thread's appends in order, 64 threads at once.
-    const names = [];
-    await pool(count, 32, async (i) => { names[i] = await target.createThread(i); });
+    const names = prepared ?? [];
+    if (!prepared) await pool(count, 32, async (i) => { names[i] = await target.createThread(i); });
     const createdAt = performance.now();
     await pool(count, 64, async (i) => {
       for (let j = 0; j < entries; j++) {
         lat.push(await target.append(names[i], JSON.stringify({ payload: { type: "chat", text: `thread ${i} entry ${j} ${"x".repeat(40)}` } })));
       }
     });
+    if (prepared) return { unit: `threads (created before the profile) x ${entries} appends each`, done: count, lat };
     return { unit: `threads created, then ${entries} appends each (appends alone: ${((performance.now() - createdAt) / 1000).toFixed(2)} s)`, done: count, lat };
   }
   if (load === "catchup") {

@@ -10,7 +10,7 @@ import { startBenchServe, startBenchWorker } from "./lib/worker.mjs";
 import { startRefServer } from "./lib/ref-server.mjs";
 import { Target, fetchUntil } from "./lib/client.mjs";
 import { planPinning, pinPid, pinTree, affinityOf } from "./lib/pin.mjs";
-import { now, sleep, percentile, pool, paddedJson, treeCpu, treeRssMiB, summarize } from "./lib/stats.mjs";
+import { now, sleep, percentile, pool, paddedJson, treeCpu, treeOpenFiles, treeRssMiB, summarize } from "./lib/stats.mjs";
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 
@@ -223,15 +223,20 @@ async function w5(t, rep = 0) {
   const sec = (now() - t0) / 1000;
   // Memory the new threads hold: right after, and (threadbox) after they sat idle for W5_IDLE_MS.
   const rss1 = t.pid ? treeRssMiB(t.pid) : null;
+  // Every live thread actor holds its SQLite database open: open files count the actors in memory.
+  const files1 = t.pid ? treeOpenFiles(t.pid) : null;
   let rssIdle = null;
+  let filesIdle = null;
   if (t.pid && t.hasThreads && K.W5_IDLE_MS > 0) {
     await sleep(K.W5_IDLE_MS);
     rssIdle = treeRssMiB(t.pid);
+    filesIdle = treeOpenFiles(t.pid);
   }
   const perThreadKiB = (mib) => (mib === null || rss0 === null ? null : ((mib - rss0) * 1024) / K.W5_THREADS);
   return {
     rate: (K.W5_THREADS * K.W5_ENTRIES - recreated) / sec, p50: percentile(lat, 50), p99: percentile(lat, 99), createRate, names, seconds: sec, recreated,
     rssBeforeMiB: rss0, rssAfterMiB: rss1, rssIdleMiB: rssIdle, kibPerThread: perThreadKiB(rss1), kibPerThreadIdle: perThreadKiB(rssIdle),
+    openFiles: files1, openFilesIdle: filesIdle,
   };
 }
 
@@ -611,7 +616,10 @@ async function main() {
       row("5", `create ${K.W5_THREADS} threads/streams`, "per s", "per s", "higher", each(r, (x) => x.createRate),
         ["setup, informational", ofCeiling(r, (x) => x.createRate, "create", "C6")].filter(Boolean).join("; "));
       row("5", `server memory per thread/stream, after the appends`, "KiB", "KiB", null, each(r, (x) => x.kibPerThread), "RSS growth of the server's process tree / threads; informational");
-      row("5", `same, after ${K.W5_IDLE_MS / 1000} s idle`, "KiB", "KiB", null, each(r, (x) => x.kibPerThreadIdle), "threadbox only: do idle actors give memory back?");
+      row("5", `same, after ${K.W5_IDLE_MS / 1000} s idle`, "KiB", "KiB", null, each(r, (x) => x.kibPerThreadIdle),
+        "threadbox only; RSS never shrinks: the allocator keeps freed pages and reuses them, so later repeats grow less (min)");
+      row("5", `server's open files, after the appends`, "files", "files", null, each(r, (x) => x.openFiles), "threadbox: ~3 per live actor (SQLite db, WAL, shm)");
+      row("5", `same, after ${K.W5_IDLE_MS / 1000} s idle`, "files", "files", null, each(r, (x) => x.openFilesIdle), "threadbox only: idle actors evicted, their databases closed");
     }
     if (only.has("6")) {
       log(`w6: ${K.W6_THREADS} running threads heartbeating every ${K.W6_INTERVAL_MS} ms for ${K.W6_DURATION_MS} ms`);

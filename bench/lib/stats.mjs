@@ -78,6 +78,19 @@ export function summarize(values) {
   return { median, min: s[0], max: s[s.length - 1], runs: runs.map((v) => (Number.isFinite(v) ? v : null)) };
 }
 
+/** Open file descriptors of a process and all its descendants, from /proc/<pid>/fd. */
+export function treeOpenFiles(rootPid) {
+  let n = 0;
+  for (const entry of treeCpu(rootPid).pids) {
+    try {
+      n += readdirSync(`/proc/${entry.split(":")[0]}/fd`).length;
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return n;
+}
+
 /** Resident memory (MiB) of a process and all its descendants, from /proc/<pid>/status VmRSS. */
 export function treeRssMiB(rootPid) {
   let kib = 0;
