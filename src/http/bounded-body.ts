@@ -22,6 +22,17 @@ async function drain(reader: ReadableStreamDefaultReader<Uint8Array>, maxBytes: 
 }
 
 /**
+ * Reads and drops what is left of a body a request was refused with before it was read. A Durable
+ * Object that answers with its request body unread leaves the worker's pump of that body running
+ * past the answer: workerd then fails it ("Can't read from request stream after response has been
+ * sent"), which can cut the client's connection or fail its next request on it with a 500.
+ */
+export async function discardBody(request: Request): Promise<void> {
+  if (!request.body || request.bodyUsed) return;
+  await drain(request.body.getReader(), OVERSIZE_DRAIN_BYTES);
+}
+
+/**
  * Reads a request body, counting bytes as they arrive: a chunked upload without Content-Length is
  * cut off at `limitBytes` instead of being buffered whole first.
  */

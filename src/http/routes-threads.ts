@@ -42,8 +42,13 @@ const listSchema = z.object({
   limit: z.coerce.number().int().min(1).max(1000).default(100),
   // Compared with the stored createdAt (ISO, milliseconds, UTC) as a string: any other spelling of
   // an instant is made that form first, and what is not an instant is refused rather than matching
-  // nothing (epoch milliseconds would compare below every date) or the wrong threads.
-  before: z.iso.datetime({ offset: true }).transform((s) => new Date(s).toISOString()).optional(),
+  // nothing (epoch milliseconds would compare below every date) or the wrong threads. A zone offset
+  // can carry a 9999 or 0000 date out of four-digit years, where toISOString writes a signed
+  // six-digit year that sorts below every stored date.
+  before: z.iso.datetime({ offset: true })
+    .transform((s) => new Date(s).toISOString())
+    .refine((s) => /^\d{4}-/.test(s), { message: "before must fall within years 0000-9999 (UTC)" })
+    .optional(),
   beforeId: z.string().max(64).optional(),
 }).refine((q) => q.beforeId === undefined || q.before !== undefined, { message: "beforeId needs before (the createdAt of that thread)", path: ["beforeId"] });
 

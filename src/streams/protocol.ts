@@ -76,5 +76,20 @@ export function isJsonContentType(ct: string | null | undefined): boolean {
 }
 
 export const MAX_APPEND_BYTES = 1024 * 1024;
+/**
+ * Producer-Id and Stream-Seq are client-chosen strings we store and repeat in answers (the 409 of a
+ * Stream-Seq regression names both); the protocol sets no bound, so we do, like its advice for offsets.
+ */
+export const MAX_IDENTIFIER_HEADER_BYTES = 256;
+
+/** A client-chosen identifier header, refused when longer than we are willing to store and echo. */
+export function boundedHeader(request: Request, name: string): string | null {
+  const value = request.headers.get(name);
+  if (value !== null && new TextEncoder().encode(value).byteLength > MAX_IDENTIFIER_HEADER_BYTES) {
+    throw new ApiError("bad_request", `${name} must be at most ${MAX_IDENTIFIER_HEADER_BYTES} bytes`);
+  }
+  return value;
+}
+
 /** One catch-up page: large enough that a late reader needs few round trips, small enough for memory. */
 export const MAX_READ_BYTES = 4 * 1024 * 1024;

@@ -6,7 +6,7 @@ import {
 } from "./fork";
 import { StreamLog, type AppendOutcome, type NewMessage, type ProducerTuple, type StreamMeta, type StoredMessage } from "./log";
 import {
-  CORS_HEADERS, CORS_PREFLIGHT_HEADERS, H, MAX_APPEND_BYTES, MAX_READ_BYTES, formatOffset, isJsonContentType, normalizeContentType,
+  CORS_HEADERS, CORS_PREFLIGHT_HEADERS, H, MAX_APPEND_BYTES, MAX_READ_BYTES, boundedHeader, formatOffset, isJsonContentType, normalizeContentType,
   parseOffset, responseCursor,
 } from "./protocol";
 import { WaitHub } from "./wait-hub";
@@ -84,7 +84,7 @@ export function bodyToMessages(body: Uint8Array, contentType: string, allowEmpty
 }
 
 function producerFrom(request: Request): ProducerTuple | undefined {
-  const id = request.headers.get(H.producerId);
+  const id = boundedHeader(request, H.producerId);
   const epoch = request.headers.get(H.producerEpoch);
   const seq = request.headers.get(H.producerSeq);
   if (id === null && epoch === null && seq === null) return undefined;
@@ -293,7 +293,7 @@ async function handleAppend(request: Request, host: StreamHost, auth: StreamRequ
   const producer = producerFrom(request);
   const close = request.headers.get(H.closed) === "true";
   if (close && !host.allowClose) throw new ApiError("forbidden", "this stream cannot be closed");
-  const streamSeq = request.headers.get(H.seq) ?? undefined;
+  const streamSeq = boundedHeader(request, H.seq) ?? undefined;
   // From here to the write nothing awaits: appends released together commit together.
   const body = await host.log.commits.read(() => readBoundedBody(request, MAX_APPEND_BYTES));
   const meta = requireMeta(host);

@@ -66,3 +66,31 @@ describe("a body that breaks off while it is read", () => {
     }
   });
 });
+
+describe("a write refused before its body is read", () => {
+  // Answered with its body unread, such a request left workerd failing to read that body after
+  // the answer ("Can't read from request stream after response has been sent"): now and then the
+  // client's connection was cut mid-write, or its next request on the connection got a 500.
+  it("is answered as refused, every time, and the connection stays good for the next one", async () => {
+    const viewer = await worker.mintHouseToken("house-framing", "looker", "viewer");
+    await fetch(`${worker.url}/api/stream/refused`, { method: "PUT", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" } });
+    const body = JSON.stringify({ payload: { type: "chat", text: "x".repeat(32 * 1024) } });
+    const refusals: [string, string, Record<string, string>, number][] = [
+      [`/api/stream/thread-${threadId}`, viewer, {}, 403], // a token that may not write
+      ["/api/stream/refused", token, { "Producer-Id": "p" }, 400], // producer headers not sent together
+      ["/api/stream/refused", viewer, {}, 403],
+    ];
+    const wrong: string[] = [];
+    for (let round = 0; round < 60; round++) {
+      for (const [path, bearer, headers, status] of refusals) {
+        const got = await fetch(`${worker.url}${path}`, {
+          method: "POST",
+          headers: { "content-type": "application/json", authorization: `Bearer ${bearer}`, ...headers },
+          body,
+        }).then(async (r) => { await r.text(); return r.status; }).catch((e: { cause?: { code?: string } }) => e.cause?.code ?? String(e));
+        if (got !== status) wrong.push(`${path} ${got}`);
+      }
+    }
+    expect(wrong).toEqual([]);
+  });
+});

@@ -194,6 +194,31 @@ describe("plain stream mistakes", () => {
     expect((await call("/api/stream/far-ok", { method: "PUT", token: a, headers: { ...json, "Stream-TTL": String(50 * 365 * 24 * 3600) } })).status).toBe(201);
   });
 
+  it("an oversized Stream-Seq or Producer-Id is a 400, neither stored nor echoed; one at the limit is fine", async () => {
+    const a = await houseToken("house-long-headers");
+    const json = { "content-type": "application/json" };
+    await call("/api/stream/long-headers", { method: "PUT", token: a, headers: json });
+    const huge = "9".repeat(10_000);
+    for (const [name, headers] of [
+      ["Stream-Seq", { ...json, "Stream-Seq": huge }],
+      ["Producer-Id", { ...json, ...producer(huge, 0, 0) }],
+      ["Stream-Seq one past the limit", { ...json, "Stream-Seq": "9".repeat(257) }],
+    ] as const) {
+      const r = await call("/api/stream/long-headers", { method: "POST", token: a, json: { n: 1 }, headers });
+      expect(r.status, name).toBe(400);
+      const body = (await r.json()) as { error: { code: string; message: string } };
+      expect(body.error.code, name).toBe("bad_request");
+      expect(body.error.message, name).not.toContain("99999");
+    }
+    expect(await (await call("/api/stream/long-headers?offset=-1", { token: a })).json()).toEqual([]);
+    // A later Stream-Seq conflict must not echo a huge stored value: none was stored.
+    const ok = await call("/api/stream/long-headers", { method: "POST", token: a, json: { n: 2 }, headers: { ...json, "Stream-Seq": "5".repeat(256), ...producer("p".repeat(256), 0, 0) } });
+    expect(ok.status).toBe(200);
+    const again = await call("/api/stream/long-headers", { method: "POST", token: a, json: { n: 3 }, headers: { ...json, "Stream-Seq": "1" } });
+    expect(again.status).toBe(409);
+    expect(await (await call("/api/stream/long-headers?offset=-1", { token: a })).json()).toEqual([{ n: 2 }]);
+  });
+
   it("JSON that is not UTF-8 is refused on a plain stream and on a thread, not stored", async () => {
     const a = await houseToken("house-utf8");
     await call("/api/stream/u8", { method: "PUT", token: a, headers: { "content-type": "application/json" } });

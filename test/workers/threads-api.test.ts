@@ -120,6 +120,23 @@ describe("threads", () => {
     }
   });
 
+  it("a `before` outside years 0000-9999 (UTC) is a 400, also when only its zone offset pushes it there", async () => {
+    const token = await houseToken("house-paging-far");
+    const t = await createThread(token);
+    for (const bad of ["10000-01-01T00:00:00Z", "+010000-01-01T00:00:00Z", "9999-12-31T23:30:00-01:00", "0000-01-01T00:30:00+01:00"]) {
+      const r = await call(`/api/threads?before=${encodeURIComponent(bad)}`, { token });
+      expect([bad, r.status]).toEqual([bad, 400]);
+      const err = ((await r.json()) as { error: { code: string; details: { path: string }[] } }).error;
+      expect(err.code).toBe("validation_failed");
+      expect(err.details[0]!.path).toBe("before");
+    }
+    // The edges themselves are instants like any other.
+    const all = await call(`/api/threads?before=${encodeURIComponent("9999-12-31T22:30:00-01:00")}`, { token });
+    expect(((await all.json()) as { threads: { id: string }[] }).threads.map((x) => x.id)).toEqual([t.id]);
+    const none = await call(`/api/threads?before=${encodeURIComponent("0000-01-01T00:00:00Z")}`, { token });
+    expect(((await none.json()) as { threads: unknown[] }).threads).toEqual([]);
+  });
+
   it("never shows one house's threads to another", async () => {
     const a = await houseToken("house-x");
     const b = await houseToken("house-y");

@@ -26,6 +26,7 @@ import type { DispatchConfig, ThreadConfigPatch } from "../../dispatch/config";
 import { readwriteFolders } from "../../workspace/folder-sync";
 import { serveStream, threadStreamOptions, type AppendPolicy } from "./stream-host";
 import { PlainStreamHost } from "./plain-stream";
+import { discardBody } from "../../http/bounded-body";
 import { threadOutboxExecutors } from "./outbox-executors";
 import { STATUS_CHANGED } from "../../domain/statuses";
 
@@ -207,6 +208,13 @@ export class ThreadActor extends DurableObject<Env> {
   // ---- HTTP-shaped entry points (streams, WebSocket) ----
 
   async fetch(request: Request): Promise<Response> {
+    const response = await this.serveHttp(request);
+    // A refusal (forbidden, bad headers, unknown thread) comes before the body is read.
+    await discardBody(request);
+    return response;
+  }
+
+  private async serveHttp(request: Request): Promise<Response> {
     try {
       const auth = JSON.parse(request.headers.get(AUTH_HEADER) ?? "null") as ActorAuth | null;
       const target = JSON.parse(request.headers.get(TARGET_HEADER) ?? "null") as StreamTarget | null;
