@@ -1,7 +1,7 @@
 import { z } from "zod";
 
 export { THREAD_STATUSES, RUN_SIGNAL_STATUSES, type ThreadStatus, type RunSignalStatus } from "../domain/statuses";
-import { RUN_SIGNAL_STATUSES, STATUS_CHANGED } from "../domain/statuses";
+import { MAX_REASON_LENGTH, RUN_SIGNAL_STATUSES, STATUS_CHANGED } from "../domain/statuses";
 
 export const MAX_ENTRY_ID_LENGTH = 200;
 
@@ -22,7 +22,7 @@ const chatPayload = z.object({
 const statusChangedPayload = z.object({
   type: z.literal(STATUS_CHANGED),
   status: z.enum(RUN_SIGNAL_STATUSES),
-  reason: z.string().max(10_000).optional(),
+  reason: z.string().max(MAX_REASON_LENGTH).optional(),
   boxId: z.string().max(200).optional(),
 }).passthrough();
 

@@ -417,7 +417,8 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   }
   if (outcome.entries.length || failureEntries.length) {
     const writer = new StreamWriter({ url, token: () => tokens.current(), producerId: `runner-${runId}-${randomId()}`, log });
-    writer.append(...failureEntries, ...outcome.entries.map((e) => ({ ...(e as WireEntry), ts: Date.now() })));
+    // The reason may quote the harness's own words, read from its output before they were redacted.
+    writer.append(...failureEntries, ...outcome.entries.map((e) => redactDeep({ ...(e as WireEntry), ts: Date.now() }, redactions)));
     const ok = await writer.flush(Math.max(cfg.flushTimeoutMs, deadline - Date.now()));
     writer.stop();
     if (!ok) log("could not post the finished-signal in time");

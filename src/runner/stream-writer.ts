@@ -5,6 +5,9 @@
  * - append() never blocks: entries queue in order.
  * - One POST in flight at a time. A batch, once sent, is frozen (same body, same seq) until the
  *   server acknowledges it, so a retry after a lost response is a duplicate the server drops.
+ * - A batch stays within the worker's append limit (MAX_APPEND_BYTES): the worker refuses a larger
+ *   body whole, which would drop entries that each fit. Only an entry over the limit by itself is
+ *   sent alone and refused.
  * - Network errors, timeouts, 5xx, 404, 408, 429, 401, 403 (non-fencing) -> retry with backoff.
  *   400/413/other 4xx -> the batch is dropped (logged); seq is not consumed.
  *   403 with Producer-Epoch (fenced: a newer producer epoch exists) -> this writer stops.
@@ -12,6 +15,7 @@
  * - flush(ms) waits for the queue to drain, bounded.
  */
 import { backoffDelayMs } from "../domain/backoff";
+import { MAX_APPEND_BYTES } from "../streams/protocol";
 
 export interface StreamWriterOptions {
   /** full stream URL: <THREADBOX_STREAM_URL>/thread-<id> */
@@ -21,6 +25,8 @@ export interface StreamWriterOptions {
   producerId: string;
   epoch?: number;
   maxBatch?: number;
+  /** largest request body a batch of several entries may make, in bytes */
+  maxBatchBytes?: number;
   requestTimeoutMs?: number;
   baseDelayMs?: number;
   maxDelayMs?: number;
@@ -55,6 +61,7 @@ export class StreamWriter {
     this.opts = {
       epoch: 0,
       maxBatch: 50,
+      maxBatchBytes: MAX_APPEND_BYTES,
       requestTimeoutMs: 10_000,
       baseDelayMs: 200,
       maxDelayMs: 5_000,
@@ -111,8 +118,7 @@ export class StreamWriter {
       while (!this.stopped) {
         if (!this.inflight) {
           if (this.queue.length === 0) break;
-          const batch = this.queue.splice(0, this.opts.maxBatch);
-          this.inflight = { body: JSON.stringify(batch), count: batch.length };
+          this.inflight = this.nextBatch();
         }
         const verdict = await this.post(this.inflight.body);
         if (verdict === "ok") {
@@ -152,6 +158,21 @@ export class StreamWriter {
       this.running = false;
       if (this.pending === 0 || this.stopped) for (const w of this.waiters.splice(0)) w();
     }
+  }
+
+  /** The longest prefix of the queue within maxBatch entries and maxBatchBytes (at least one entry). */
+  private nextBatch(): { body: string; count: number } {
+    const parts: string[] = [];
+    let bytes = 2; // the brackets
+    while (parts.length < this.opts.maxBatch && parts.length < this.queue.length) {
+      const part = JSON.stringify(this.queue[parts.length]);
+      const size = utf8Length(part) + (parts.length > 0 ? 1 : 0);
+      if (parts.length > 0 && bytes + size > this.opts.maxBatchBytes) break;
+      parts.push(part);
+      bytes += size;
+    }
+    this.queue.splice(0, parts.length);
+    return { body: `[${parts.join(",")}]`, count: parts.length };
   }
 
   private async post(body: string): Promise<"ok" | "retry" | "drop" | "fenced" | "resend"> {
@@ -240,6 +261,11 @@ export async function readThread(url: string, token: string | undefined, timeout
     offset = next;
   }
   return out;
+}
+
+const encoder = new TextEncoder();
+function utf8Length(s: string): number {
+  return encoder.encode(s).byteLength;
 }
 
 export function threadStreamUrl(base: string, threadId: string): string {

@@ -752,6 +752,27 @@ cat '${join(ROOT, "test/fixtures/claude-code-stream-json-success.jsonl")}'
     }
   });
 
+  it("a harness's error that quotes a secret: the finished-signal's reason has it redacted, like the entries", async () => {
+    const threadId = await newThread();
+    const bin = join(mkdtempSync(join(tmp, "bin-")), "fake-claude");
+    // An API error that echoes the key (one of the environment's secrets) it was sent, as some gateways' errors do.
+    writeFileSync(bin, `#!/bin/sh\nnode -e '
+const text = "API Error: 401 invalid x-api-key " + process.env.MODEL_KEY;
+console.log(JSON.stringify({ type: "assistant", message: { role: "assistant", stop_reason: "stop_sequence", content: [{ type: "text", text }] } }));
+console.log(JSON.stringify({ type: "result", subtype: "success", is_error: true, result: text }));'\n`, { mode: 0o755 });
+    const child = spawn(process.execPath, [RUNNER, "--harness", "claude-code", "--bin", bin, "--prompt", "task"], {
+      cwd: tmp,
+      stdio: ["ignore", "ignore", "pipe"],
+      env: { ...process.env, THREADBOX_THREAD_ID: threadId, THREADBOX_STREAM_URL: streamBase, THREADBOX_STREAM_TOKEN_FILE: tokenFile("test-token"), THREADBOX_RUN_ID: "r-secret", MODEL_KEY: "sk-model-key-789", THREADBOX_SECRET_NAMES: "MODEL_KEY" },
+    });
+    expect(await new Promise<number | null>((r) => child.on("close", r))).toBe(0);
+    const es = await entriesOf(threadId);
+    expect(types(es)).toEqual(["pi.assistant", "pi.error", "status:pi_failed"]);
+    expect(es[1].payload.message).toContain("invalid x-api-key [redacted]");
+    expect(es[2].payload.reason).toContain("invalid x-api-key [redacted]");
+    expect(JSON.stringify(es)).not.toContain("sk-model-key-789");
+  });
+
   it("claude-code: an error result -> pi_failed", async () => {
     const { code, es } = await runWith("claude-code", "claude-code-stream-json-max-turns.jsonl", 0);
     expect(code).toBe(0);

@@ -24,6 +24,7 @@ import {
   type OutcomeContext,
   type ThreadEntry,
 } from "./types";
+import { boundedReason } from "../../domain/statuses";
 
 const isTerminal = (s: unknown): s is FinishedStatus => TERMINAL_STATUSES.includes(s as FinishedStatus);
 
@@ -65,7 +66,7 @@ export function findFinishedSignal(entries: ThreadEntry[], runId?: string): Thre
 }
 
 export function finishedSignal(status: FinishedStatus, reason: string, ctx: OutcomeContext = {}): ThreadEntry {
-  const payload: Record<string, unknown> = { type: STATUS_CHANGED, status, reason };
+  const payload: Record<string, unknown> = { type: STATUS_CHANGED, status, reason: boundedReason(reason) };
   if (ctx.boxId) payload.boxId = ctx.boxId;
   if (ctx.runId) payload.runId = ctx.runId;
   const entry: ThreadEntry = { payload: payload as ThreadEntry["payload"] };
