@@ -3,7 +3,8 @@ import { z } from "zod";
 export { THREAD_STATUSES, RUN_SIGNAL_STATUSES, type ThreadStatus, type RunSignalStatus } from "../domain/statuses";
 import { MAX_REASON_LENGTH, RUN_SIGNAL_STATUSES, STATUS_CHANGED } from "../domain/statuses";
 
-export const MAX_ENTRY_ID_LENGTH = 200;
+export { MAX_ENTRY_ID_LENGTH } from "../domain/entry-ids";
+import { MAX_ENTRY_ID_LENGTH } from "../domain/entry-ids";
 
 /**
  * Text someone acts on — a run's task, a message to a run, a chat that may wake bots or steer an

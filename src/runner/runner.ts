@@ -12,7 +12,7 @@
  * their stdout parsed and posted by the runner. The runner posts a heartbeat for every harness.
  * Exits with the harness's exit code (128 + signal number when it was killed).
  */
-import { randomUUID } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { constants as osConstants, homedir } from "node:os";
@@ -35,6 +35,7 @@ import { ThreadWatch } from "./thread-watch";
 import { parseJsonLine } from "../sandbox/harness/types";
 import { artifactEntries, artifactStreamName, MAX_INLINE_DIFF_BYTES, writeDiffStream } from "./post-artifacts";
 import { backoffDelayMs } from "../domain/backoff";
+import { MAX_ENTRY_ID_LENGTH } from "../domain/entry-ids";
 
 /** How long a harness's output may stay open after it exited (a child it left behind holds it). */
 const HARNESS_CLOSE_GRACE_MS = 2_000;
@@ -237,7 +238,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   const queued: { entryId: string; text: string }[] = [];
   const notes = new StreamWriter({ url, token: () => tokens.current(), producerId: `runner-s-${runId}-${randomId()}`, log });
   const markDelivered = (entryId: string, mode: string) => notes.append({
-    id: `${cfg.threadId}:delivered:${runId}:${entryId}`, ts: Date.now(), ...(cfg.authorId ? { authorId: cfg.authorId } : {}),
+    id: deliveredMarkId(cfg.threadId, runId, entryId), ts: Date.now(), ...(cfg.authorId ? { authorId: cfg.authorId } : {}),
     payload: { type: MESSAGE_DELIVERED, runId, entryId, mode },
   });
   if (cfg.steering) {
@@ -477,4 +478,15 @@ if (isMain) {
       process.exit(1);
     },
   );
+}
+
+/**
+ * A delivery mark's id, the same for every retry of it. It names the message it marks; when that
+ * would make it longer than an entry id may be (a client's long chat id), it names a digest of it
+ * instead: the worker refuses an over-long id with the whole batch it came in.
+ */
+export function deliveredMarkId(threadId: string, runId: string, entryId: string): string {
+  const plain = `${threadId}:delivered:${runId}:${entryId}`;
+  if (plain.length <= MAX_ENTRY_ID_LENGTH) return plain;
+  return `${threadId}:delivered:${createHash("sha256").update(`${runId}\u0000${entryId}`).digest("hex").slice(0, 40)}`;
 }

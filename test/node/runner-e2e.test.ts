@@ -16,6 +16,7 @@ import { startSandboxHost } from "../../sandbox-host/server.mjs";
 import { createDaytonaProvider } from "../../src/sandbox/daytona-provider";
 import { runnerLaunch } from "../../src/sandbox/harness";
 import { randomBytes } from "node:crypto";
+import { entryInputSchema } from "../../src/entries/schema";
 
 const ROOT = join(__dirname, "..", "..");
 const RUNNER = join(ROOT, "dist/runner/runner.mjs");
@@ -531,6 +532,31 @@ pi.on("exit", (code) => setTimeout(() => process.exit(code ?? 1), 1600));
       expect(sent).toContain("TASK: one");
       expect(sent).toContain("EARLY: and two");
       expect(es.filter((e) => e.payload.type === "signal.thread.status_changed").map((e) => e.payload.status)).toEqual(["completed"]);
+    } finally {
+      child.kill("SIGKILL");
+      await model.close();
+    }
+  }, 60_000);
+
+  it("a message whose id is as long as an entry id may be is marked delivered (the mark's id stays within the limit)", async () => {
+    const model = await startModelServer([{ text: "Did both." }]);
+    const threadId = await newThread();
+    const runId = `r-longid-${threadId}`;
+    const longId = `m-${"x".repeat(198)}`;
+    await post(threadId, { id: `prompt:${runId}`, payload: { type: "chat", text: "TASK: one", dispatch: false } });
+    await post(threadId, { id: longId, payload: { type: "chat", text: "EARLY: and two" } });
+    const { child, done } = startRunner({ threadId, model, prompt: "TASK: one", env: { THREADBOX_RUN_ID: runId } });
+    try {
+      const ended = await Promise.race([done, new Promise<null>((r) => setTimeout(() => r(null), 30_000))]);
+      const es = await entriesOf(threadId);
+      expect(ended, `the run did not end within 30 s: ${types(es).join(" ")}`).not.toBeNull();
+      expect(ended!.code, ended!.stderr).toBe(0);
+      expect(ended!.stderr).not.toMatch(/rejected with 400/);
+      const marks = es.filter((e) => e.payload.type === "signal.run.message_delivered");
+      expect(marks.map((e) => e.payload.entryId)).toEqual([longId]);
+      // The thread's own rule for what a box may post: an id over the limit is refused with its whole batch.
+      const accepted = entryInputSchema.safeParse({ id: marks[0].id, ts: marks[0].ts, authorId: marks[0].authorId, payload: marks[0].payload });
+      expect(accepted.success, JSON.stringify(accepted.error?.issues)).toBe(true);
     } finally {
       child.kill("SIGKILL");
       await model.close();
