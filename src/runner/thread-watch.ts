@@ -13,7 +13,15 @@ export interface ThreadWatchOptions {
   onCaughtUp?: () => void;
   log?: (m: string) => void;
   fetchImpl?: typeof fetch;
+  /**
+   * A read not answered by then is abandoned and made again from the same offset. The server
+   * answers a long-poll within its LONG_POLL_TIMEOUT_MS (20 s by default); a read past this is
+   * hung (a connection that died without closing), and messages would wait minutes for the socket's own timeouts.
+   */
+  requestTimeoutMs?: number;
 }
+
+const DEFAULT_READ_TIMEOUT_MS = 60_000;
 
 export class ThreadWatch {
   private readonly abort = new AbortController();
@@ -51,7 +59,8 @@ export class ThreadWatch {
         const token = this.o.token();
         if (token) headers.authorization = `Bearer ${token}`;
         const q = `offset=${encodeURIComponent(offset)}${live ? "&live=long-poll" : ""}`;
-        const res = await f(`${this.o.url}?${q}`, { headers, signal: this.abort.signal });
+        const signal = AbortSignal.any([this.abort.signal, AbortSignal.timeout(this.o.requestTimeoutMs ?? DEFAULT_READ_TIMEOUT_MS)]);
+        const res = await f(`${this.o.url}?${q}`, { headers, signal });
         const text = await res.text();
         if (res.status >= 400) throw new Error(`GET ${res.status}`);
         if (text.trim()) {

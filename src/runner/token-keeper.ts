@@ -13,6 +13,8 @@ export class TokenKeeper {
     private readonly renewUrl: string,
     private readonly log: (m: string) => void = () => {},
     private readonly fetchImpl: typeof fetch = fetch,
+    /** A renewal that has not answered by then is abandoned (and retried): a hung one would block every later renewal. */
+    private readonly requestTimeoutMs = 30_000,
   ) {
     this.token = token;
   }
@@ -44,7 +46,9 @@ export class TokenKeeper {
     this.lastAttemptMs = nowMs;
     this.renewing = (async () => {
       try {
-        const r = await this.fetchImpl(this.renewUrl, { method: "POST", headers: { authorization: `Bearer ${this.token}` } });
+        const r = await this.fetchImpl(this.renewUrl, {
+          method: "POST", headers: { authorization: `Bearer ${this.token}` }, signal: AbortSignal.timeout(this.requestTimeoutMs),
+        });
         if (!r.ok) {
           this.log(`token renewal refused: ${r.status}`);
           return false;

@@ -41,4 +41,31 @@ describe("the runner's watch on its thread", () => {
     while (calls < 1) await new Promise((r) => setTimeout(r, 5));
     expect(await watch.stop(100)).toBe(false);
   });
+
+  it("a read that hangs (a connection that died without closing) is abandoned after requestTimeoutMs, and the watch goes on from the same offset", async () => {
+    const urls: string[] = [];
+    const seen: [string, boolean][] = [];
+    const watch = new ThreadWatch({
+      url: "http://stream/thread-t",
+      token: () => "tok",
+      onEntries: (es, live) => es.forEach((e: any) => seen.push([e.id, live])),
+      requestTimeoutMs: 200,
+      fetchImpl: (async (url: string, init: RequestInit) => {
+        urls.push(url);
+        if (urls.length === 1) return page([{ id: "a" }], true);
+        if (urls.length === 2) {
+          // hung: only an abort ends it
+          return new Promise((_, reject) => init.signal!.addEventListener("abort", () => reject(new DOMException("aborted", "AbortError"))));
+        }
+        if (urls.length === 3) return page([{ id: "b" }], true);
+        return new Promise((_, reject) => init.signal!.addEventListener("abort", () => reject(new DOMException("aborted", "AbortError"))));
+      }) as typeof fetch,
+    });
+    watch.start();
+    const deadline = Date.now() + 10_000;
+    while (seen.length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    await watch.stop(1_000);
+    expect(seen).toEqual([["a", false], ["b", true]]);
+    expect(urls[2]).toBe(urls[1]);
+  });
 });

@@ -57,4 +57,23 @@ describe("TokenKeeper", () => {
     expect(tokenLife("not-a-jwt")).toBeNull();
     expect(tokenLife(`${b64({})}.${b64({ exp: 5 })}.s`)).toBeNull();
   });
+
+  it("a renewal that hangs is abandoned after its timeout, and the next one renews", async () => {
+    const t0 = 1_800_000_000;
+    const first = jwt(t0, t0 + 80);
+    const fresh = jwt(t0 + 50, t0 + 130, "fresh");
+    let calls = 0;
+    const fetchImpl = (async (_url: string, init: RequestInit) => {
+      calls++;
+      if (calls === 1) return new Promise((_, reject) => init.signal?.addEventListener("abort", () => reject(new DOMException("timed out", "TimeoutError"))));
+      return Response.json({ token: fresh }, { status: 201 });
+    }) as unknown as typeof fetch;
+    const logs: string[] = [];
+    const keeper = new TokenKeeper(first, "http://x/thread-t/token", (m) => logs.push(m), fetchImpl, 100);
+    const hung = await Promise.race([keeper.renew(), new Promise<string>((r) => setTimeout(() => r("still pending"), 5_000))]);
+    expect(hung).toBe(false);
+    expect(logs.join("\n")).toMatch(/token renewal failed/);
+    expect(await keeper.renew()).toBe(true);
+    expect(keeper.current((t0 + 51) * 1000)).toBe(fresh);
+  });
 });
