@@ -209,8 +209,9 @@ export class ThreadActor extends DurableObject<Env> {
 
   async fetch(request: Request): Promise<Response> {
     const response = await this.serveHttp(request);
-    // A refusal (forbidden, bad headers, unknown thread) comes before the body is read.
-    await discardBody(request);
+    // A refusal (forbidden, bad headers, unknown thread) comes before the body is read. A body
+    // that cannot be read (the client went away, a reader left locked) leaves the answer as it is.
+    await discardBody(request).catch(() => {});
     return response;
   }
 
