@@ -133,6 +133,24 @@ describe("run state machine", () => {
     expect((await row(token, t.id)).status).toBe("completed");
   });
 
+  it("a forced delete tells a run that attached while it was ending the box's other runs: that run ends orphaned too, not left running on a deleted box", async () => {
+    const houseId = "house-force-delete-while-attaching";
+    const token = await houseToken(houseId);
+    const b = await newBox(token, false);
+    const first = await createThread(token);
+    await claim(token, first.id, b.id);
+    // The forced delete waits on the first thread while the second attaches.
+    await runInDurableObject(threadStub(first.id), (a: ThreadActor) => a.delayBoxDied(1_500));
+    const deleting = call(`/api/sandboxes/${b.id}?force=true`, { method: "DELETE", token });
+    await new Promise((r) => setTimeout(r, 300));
+    const second = await createThread(token);
+    await claim(token, second.id, b.id);
+    expect((await deleting).status).toBe(200);
+    expect((await box(token, b.id)).state).toBe("deleted");
+    expect(await row(token, first.id)).toMatchObject({ status: "failed", reason: "pi_session_orphaned" });
+    expect(await row(token, second.id)).toMatchObject({ status: "failed", reason: "pi_session_orphaned" });
+  });
+
   it("a box whose delete is under way cannot be reserved or attached by a launch meanwhile (the launch takes a fresh box)", async () => {
     const token = await houseToken("house-delete-under-way");
     const b = await newBox(token, true);

@@ -100,6 +100,18 @@ export class ThreadActor extends ProductionThreadActor {
     return super.runIsCurrent(houseId, runId);
   }
 
+  private boxDiedDelayMs = 0;
+
+  /** Telling this thread its box died takes `ms` from now on (a box's force delete waits on it). */
+  delayBoxDied(ms: number): void {
+    this.boxDiedDelayMs = ms;
+  }
+
+  override async boxDied(houseId: string, boxId: string, reason: string) {
+    if (this.boxDiedDelayMs > 0) await new Promise((r) => setTimeout(r, this.boxDiedDelayMs));
+    return super.boxDied(houseId, boxId, reason);
+  }
+
   protected override launchCheckpoint(step: LaunchStep): void {
     if (this.deleteBoxAtLaunchStep === step) {
       this.deleteBoxAtLaunchStep = null;

@@ -286,8 +286,16 @@ export class SandboxActor extends DurableObject<Env> {
         if (!force && ((await this.launchingOn(houseId, JSON.parse(row.labels as string))) || (await this.reservedByCurrentRun(houseId)))) {
           throw new ApiError("conflict", "a run is launching on this box (stop it, or delete with force=true)");
         }
-        // A launch that reserved it earlier may have attached its run while those checks waited.
-        for (const threadId of running()) await this.orphanThread(threadId, "box deleted by request");
+        // A launch that reserved it earlier may have attached its run while those checks waited,
+        // or while the runs already on it were told: every run found on it is told before it goes.
+        const told = new Set<string>();
+        for (let threads = running(); threads.some((t) => !told.has(t)); threads = running()) {
+          for (const threadId of threads) {
+            if (told.has(threadId)) continue;
+            told.add(threadId);
+            await this.orphanThread(threadId, "box deleted by request");
+          }
+        }
         this.ctx.storage.sql.exec(`delete from box_threads`);
         await this.deleteNow();
       } finally {
