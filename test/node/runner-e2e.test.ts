@@ -515,52 +515,44 @@ pi.on("exit", (code) => setTimeout(() => process.exit(code ?? 1), 1600));
     expectTaken(await lateMessage({ runnerArgs: ["--bin", bin] }));
   }, 60_000);
 
-  it("a message already on the thread when the run starts steers the task's turn; neither is lost", async () => {
+  /** A run whose thread already has a message (id `messageId`) for it when it starts. */
+  async function earlyMessageRun(tag: string, messageId: string) {
     const model = await startModelServer([{ text: "Did both." }]);
     const threadId = await newThread();
-    const runId = `r-early-${threadId}`;
+    const runId = `r-${tag}-${threadId}`;
     await post(threadId, { id: `prompt:${runId}`, payload: { type: "chat", text: "TASK: one", dispatch: false } });
-    await post(threadId, { id: "early", payload: { type: "chat", text: "EARLY: and two" } });
+    await post(threadId, { id: messageId, payload: { type: "chat", text: "EARLY: and two" } });
     const { child, done } = startRunner({ threadId, model, prompt: "TASK: one", env: { THREADBOX_RUN_ID: runId } });
     try {
       const ended = await Promise.race([done, new Promise<null>((r) => setTimeout(() => r(null), 30_000))]);
       const es = await entriesOf(threadId);
       expect(ended, `the run did not end within 30 s: ${types(es).join(" ")}`).not.toBeNull();
       expect(ended!.code, ended!.stderr).toBe(0);
-      expect(es.filter((e) => e.payload.type === "signal.run.message_delivered").map((e) => e.payload.entryId)).toEqual(["early"]);
-      const sent = JSON.stringify(model.requests.map((r) => r.messages));
-      expect(sent).toContain("TASK: one");
-      expect(sent).toContain("EARLY: and two");
-      expect(es.filter((e) => e.payload.type === "signal.thread.status_changed").map((e) => e.payload.status)).toEqual(["completed"]);
+      const marks = es.filter((e) => e.payload.type === "signal.run.message_delivered");
+      return { es, marks, stderr: ended!.stderr, requests: model.requests };
     } finally {
       child.kill("SIGKILL");
       await model.close();
     }
+  }
+
+  it("a message already on the thread when the run starts steers the task's turn; neither is lost", async () => {
+    const { es, marks, requests } = await earlyMessageRun("early", "early");
+    expect(marks.map((e) => e.payload.entryId)).toEqual(["early"]);
+    const sent = JSON.stringify(requests.map((r) => r.messages));
+    expect(sent).toContain("TASK: one");
+    expect(sent).toContain("EARLY: and two");
+    expect(es.filter((e) => e.payload.type === "signal.thread.status_changed").map((e) => e.payload.status)).toEqual(["completed"]);
   }, 60_000);
 
   it("a message whose id is as long as an entry id may be is marked delivered (the mark's id stays within the limit)", async () => {
-    const model = await startModelServer([{ text: "Did both." }]);
-    const threadId = await newThread();
-    const runId = `r-longid-${threadId}`;
     const longId = `m-${"x".repeat(198)}`;
-    await post(threadId, { id: `prompt:${runId}`, payload: { type: "chat", text: "TASK: one", dispatch: false } });
-    await post(threadId, { id: longId, payload: { type: "chat", text: "EARLY: and two" } });
-    const { child, done } = startRunner({ threadId, model, prompt: "TASK: one", env: { THREADBOX_RUN_ID: runId } });
-    try {
-      const ended = await Promise.race([done, new Promise<null>((r) => setTimeout(() => r(null), 30_000))]);
-      const es = await entriesOf(threadId);
-      expect(ended, `the run did not end within 30 s: ${types(es).join(" ")}`).not.toBeNull();
-      expect(ended!.code, ended!.stderr).toBe(0);
-      expect(ended!.stderr).not.toMatch(/rejected with 400/);
-      const marks = es.filter((e) => e.payload.type === "signal.run.message_delivered");
-      expect(marks.map((e) => e.payload.entryId)).toEqual([longId]);
-      // The thread's own rule for what a box may post: an id over the limit is refused with its whole batch.
-      const accepted = entryInputSchema.safeParse({ id: marks[0].id, ts: marks[0].ts, authorId: marks[0].authorId, payload: marks[0].payload });
-      expect(accepted.success, JSON.stringify(accepted.error?.issues)).toBe(true);
-    } finally {
-      child.kill("SIGKILL");
-      await model.close();
-    }
+    const { marks, stderr } = await earlyMessageRun("longid", longId);
+    expect(stderr).not.toMatch(/rejected with 400/);
+    expect(marks.map((e) => e.payload.entryId)).toEqual([longId]);
+    // The thread's own rule for what a box may post: an id over the limit is refused with its whole batch.
+    const accepted = entryInputSchema.safeParse({ id: marks[0].id, ts: marks[0].ts, authorId: marks[0].authorId, payload: marks[0].payload });
+    expect(accepted.success, JSON.stringify(accepted.error?.issues)).toBe(true);
   }, 60_000);
 
   it("interrupted during a tool call and left without a message: stopped after THREADBOX_IDLE_AFTER_INTERRUPT_MS, not a failed model call", async () => {

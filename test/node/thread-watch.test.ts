@@ -4,21 +4,30 @@ import { ThreadWatch } from "../../src/runner/thread-watch";
 const page = (entries: unknown[], upToDate: boolean) =>
   new Response(JSON.stringify(entries), { headers: { "stream-next-offset": "1", ...(upToDate ? { "stream-up-to-date": "true" } : {}) } });
 
+/** A read that only an abort ends (a long-poll, or a connection that died without closing). */
+const untilAborted = (init: RequestInit) =>
+  new Promise<Response>((_, reject) => init.signal!.addEventListener("abort", () => reject(new DOMException("aborted", "AbortError"))));
+
+/** A watch on a fake stream: `answer` gets the 1-based number of each read; urls and entries seen are recorded. */
+function recordingWatch(answer: (n: number, init: RequestInit) => Promise<Response> | Response, extra: { requestTimeoutMs?: number } = {}) {
+  const urls: string[] = [];
+  const seen: [string, boolean][] = [];
+  const watch = new ThreadWatch({
+    url: "http://stream/thread-t",
+    token: () => "tok",
+    onEntries: (es, live) => es.forEach((e: any) => seen.push([e.id, live])),
+    ...extra,
+    fetchImpl: (async (url: string, init: RequestInit) => {
+      urls.push(url);
+      return answer(urls.length, init);
+    }) as typeof fetch,
+  });
+  return { watch, urls, seen };
+}
+
 describe("the runner's watch on its thread", () => {
   it("catches up, then long-polls; stop ends the read in flight", async () => {
-    const urls: string[] = [];
-    const seen: [string, boolean][] = [];
-    const watch = new ThreadWatch({
-      url: "http://stream/thread-t",
-      token: () => "tok",
-      onEntries: (es, live) => es.forEach((e: any) => seen.push([e.id, live])),
-      fetchImpl: (async (url: string, init: RequestInit) => {
-        urls.push(url);
-        if (urls.length === 1) return page([{ id: "a" }], true);
-        // a long-poll that only the abort ends
-        return new Promise((_, reject) => init.signal!.addEventListener("abort", () => reject(new DOMException("aborted", "AbortError"))));
-      }) as typeof fetch,
-    });
+    const { watch, urls, seen } = recordingWatch((n, init) => (n === 1 ? page([{ id: "a" }], true) : untilAborted(init)));
     watch.start();
     while (urls.length < 2) await new Promise((r) => setTimeout(r, 5));
     expect(await watch.stop(1_000)).toBe(true);
@@ -43,24 +52,11 @@ describe("the runner's watch on its thread", () => {
   });
 
   it("a read that hangs (a connection that died without closing) is abandoned after requestTimeoutMs, and the watch goes on from the same offset", async () => {
-    const urls: string[] = [];
-    const seen: [string, boolean][] = [];
-    const watch = new ThreadWatch({
-      url: "http://stream/thread-t",
-      token: () => "tok",
-      onEntries: (es, live) => es.forEach((e: any) => seen.push([e.id, live])),
-      requestTimeoutMs: 200,
-      fetchImpl: (async (url: string, init: RequestInit) => {
-        urls.push(url);
-        if (urls.length === 1) return page([{ id: "a" }], true);
-        if (urls.length === 2) {
-          // hung: only an abort ends it
-          return new Promise((_, reject) => init.signal!.addEventListener("abort", () => reject(new DOMException("aborted", "AbortError"))));
-        }
-        if (urls.length === 3) return page([{ id: "b" }], true);
-        return new Promise((_, reject) => init.signal!.addEventListener("abort", () => reject(new DOMException("aborted", "AbortError"))));
-      }) as typeof fetch,
-    });
+    // The 2nd read hangs; the 3rd, made again from the same offset, brings the next entry.
+    const { watch, urls, seen } = recordingWatch(
+      (n, init) => (n === 1 ? page([{ id: "a" }], true) : n === 3 ? page([{ id: "b" }], true) : untilAborted(init)),
+      { requestTimeoutMs: 200 },
+    );
     watch.start();
     const deadline = Date.now() + 10_000;
     while (seen.length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
