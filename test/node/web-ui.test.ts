@@ -360,6 +360,39 @@ describe("mistakes in forms", () => {
   });
 });
 
+describe("the composer", () => {
+  it("keeps what is typed while a message is on its way, and puts back a message the server refused", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "typing on" } })).body;
+    const { context, page } = await signedInPage();
+    // A slow network: each post takes a while to be answered; the third one is refused.
+    let posts = 0;
+    await page.route(`**/api/threads/${thread.id}/entries`, async (route) => {
+      if (route.request().method() !== "POST") return route.continue();
+      await new Promise((r) => setTimeout(r, 1000));
+      if (++posts === 3) return route.fulfill({ status: 503, contentType: "application/json", body: JSON.stringify({ error: { code: "unavailable", message: "try again" } }) });
+      await route.continue();
+    });
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector(".link-state[data-link=live]");
+    await page.click("textarea[name=message]");
+    await page.keyboard.type("first");
+    await page.keyboard.press("Enter");
+    await page.keyboard.type("second draft"); // while "first" is still being sent
+    await page.waitForSelector("li.bubble >> text=first");
+    expect(await page.inputValue("textarea[name=message]")).toBe("second draft");
+    await page.keyboard.press("Enter");
+    await page.waitForSelector("li.bubble >> text=second draft");
+    await page.keyboard.type("third");
+    await page.keyboard.press("Enter");
+    await page.keyboard.type("fourth");
+    await page.waitForSelector("form.composer .error >> text=unavailable");
+    expect(await page.inputValue("textarea[name=message]")).toBe("third\nfourth");
+    expect((await entries(thread.id)).map((e) => e.payload.text)).toEqual(["first", "second draft"]);
+    await context.close();
+  });
+
+});
+
 describe("bots and @mentions", () => {
   it("creates a bot from the Bots page and completes its @handle in the composer (or says bots are not there yet)", async () => {
     const { context, page } = await signedInPage();

@@ -38,10 +38,14 @@ export function Composer({ session, threadId, agents, onMention }: { session: Se
     if (!body || busy) return;
     setBusy(true);
     setError(null);
+    // The box empties at once, so what is typed while the message is on its way is the next
+    // message; a message the server refused goes back in front of it.
+    setText("");
+    setQuery(null);
     try {
       await session.api.post(threadId, body);
-      setText("");
     } catch (err) {
+      setText((typed) => (typed.trim() ? `${body}\n${typed}` : body));
       setError(err as ApiError);
     } finally {
       setBusy(false);
