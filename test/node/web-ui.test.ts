@@ -391,6 +391,26 @@ describe("the composer", () => {
     await context.close();
   });
 
+  it("the Enter that commits an input method's word (Japanese, Chinese, Korean) does not send the message", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "入力" } })).body;
+    const { context, page } = await signedInPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector(".link-state[data-link=live]");
+    await page.click("textarea[name=message]");
+    // What an IME does: a composition, then Enter to commit it (a keydown the browser marks as composing).
+    const cdp = await context.newCDPSession(page);
+    await cdp.send("Input.imeSetComposition", { text: "にほん", selectionStart: 3, selectionEnd: 3 });
+    await cdp.send("Input.dispatchKeyEvent", { type: "rawKeyDown", key: "Enter", code: "Enter", windowsVirtualKeyCode: 229, nativeVirtualKeyCode: 229 });
+    await cdp.send("Input.insertText", { text: "日本" });
+    await cdp.send("Input.dispatchKeyEvent", { type: "keyUp", key: "Enter", code: "Enter", windowsVirtualKeyCode: 13 });
+    await page.waitForTimeout(1000);
+    expect(await page.inputValue("textarea[name=message]")).toBe("日本");
+    await page.keyboard.press("Enter"); // the Enter after it sends
+    await page.waitForSelector("li.bubble >> text=日本");
+    expect((await entries(thread.id)).map((e) => e.payload.text)).toEqual(["日本"]);
+    await context.close();
+  });
+
 });
 
 describe("bots and @mentions", () => {

@@ -52,6 +52,9 @@ export function Composer({ session, threadId, agents, onMention }: { session: Se
     }
   };
   const onKeyDown = (e: KeyboardEvent) => {
+    // Keys that compose a character (an IME's Enter that commits the word, its arrows) are the
+    // input method's, not the composer's: that Enter must not send half a word.
+    if (e.isComposing || e.keyCode === 229) return;
     if (matches.length > 0) {
       if (e.key === "ArrowDown" || e.key === "ArrowUp") {
         e.preventDefault();
