@@ -475,6 +475,21 @@ describe("bots and environments made elsewhere", () => {
   });
 });
 
+describe("the Environments page", () => {
+  it("shows an environment made elsewhere when the page comes back into view, as the Bots page does", async () => {
+    const { context, page } = await signedInPage();
+    const listed = page.waitForResponse((r) => r.url() === `${worker.url}/api/environments` && r.request().method() === "GET");
+    await page.goto(`${worker.url}/environments`);
+    await listed;
+    const name = `made-by-cli-${Date.now().toString(36)}`;
+    expect((await api("/api/environments", { method: "POST", json: { name } })).status).toBe(201);
+    // The reader switches back to this tab (headless Chromium has no other window to come back from).
+    await page.evaluate(() => document.dispatchEvent(new Event("visibilitychange")));
+    await page.waitForSelector(`li[data-env-id] >> text=${name}`, { timeout: 5000 });
+    await context.close();
+  });
+});
+
 describe("long and right-to-left text", () => {
   it("a 200 KB message is folded to its beginning until asked; a right-to-left title keeps its direction", async () => {
     const thread = (await api("/api/threads", { method: "POST", json: { title: "שלום עולם" } })).body;

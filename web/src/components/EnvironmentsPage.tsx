@@ -1,7 +1,7 @@
 import { useState } from "preact/hooks";
 import type { Session } from "../app";
 import { ApiError, type Environment } from "../lib/api";
-import { usePolled } from "../lib/hooks";
+import { useHouseList } from "../lib/hooks";
 import { ErrorNote, parseKeyValues } from "./common";
 
 type Secret = { name: string; value: string };
@@ -135,7 +135,7 @@ function EnvironmentCard({ environment: e, session, onChanged }: { environment: 
 
 /** Environments: what a run's box gets. Secrets are write-only: sent once, never shown again. */
 export function EnvironmentsPage({ session }: { session: Session }) {
-  const list = usePolled(() => session.api.environments(), 0, [session]);
+  const list = useHouseList(() => session.api.environments(), [session]);
   const [name, setName] = useState("");
   const [model, setModel] = useState("");
   const [env, setEnv] = useState("");
