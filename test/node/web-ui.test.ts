@@ -475,6 +475,25 @@ describe("bots and environments made elsewhere", () => {
   });
 });
 
+describe("a button pressed twice", () => {
+  it("New thread makes one thread", async () => {
+    const { context, page } = await signedInPage();
+    await page.route("**/api/threads", async (route) => {
+      if (route.request().method() === "POST") await new Promise((r) => setTimeout(r, 500)); // a slow answer
+      await route.continue();
+    });
+    await page.goto(`${worker.url}/`);
+    const title = `once-${Date.now().toString(36)}`;
+    await page.fill("input[name=title]", title);
+    await page.dblclick("button:has-text('New thread')");
+    await page.waitForURL(/\/threads\/[^/]+$/);
+    await page.waitForSelector(".link-state[data-link=live]");
+    const made = ((await api("/api/threads?limit=1000")).body.threads as { title: string }[]).filter((t) => t.title === title);
+    expect(made).toHaveLength(1);
+    await context.close();
+  });
+});
+
 describe("the Environments page", () => {
   it("shows an environment made elsewhere when the page comes back into view, as the Bots page does", async () => {
     const { context, page } = await signedInPage();
