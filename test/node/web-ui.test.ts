@@ -691,9 +691,10 @@ describe("stop and resume", () => {
     expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
     await page.screenshot({ path: join(OUT_DIR, "phone-running.png") });
     await page.setViewportSize({ width: 1100, height: 860 });
-    await page.click("button:has-text('Stop')");
+    await page.dblclick("button:has-text('Stop')"); // a double click stops it once, and says nothing of a second stop
     await page.waitForSelector(".thread-head [data-status=failed]");
     expect(await page.textContent(".thread-head .badge")).toContain("stopped");
+    expect(await page.$$eval("section.thread .error", (els) => els.map((el) => el.textContent))).toEqual([]);
     expect(await page.$("button:has-text('Stop')")).toBeNull();
     // The stopped run's processes end before the resume, which continues pi's session on the same box.
     const childId = decodeURIComponent(page.url().split("/threads/")[1]);
