@@ -171,6 +171,63 @@ describe("signing in", () => {
     await context.close();
   });
 
+  it("a token that expires under a half-filled form: sign-in again, and the form is still filled", async () => {
+    const { SignJWT } = await import("jose");
+    const short = await new SignJWT({ kind: "house", house: "house-ui", role: "owner" }).setProtectedHeader({ alg: "HS256" })
+      .setIssuer("threadbox").setSubject("ui-user").setIssuedAt().setExpirationTime(Math.floor(Date.now() / 1000) + 3)
+      .sign(new TextEncoder().encode("test-token-secret-0123456789abcdef"));
+    const context = await browser.newContext();
+    await context.addInitScript((t) => { if (!sessionStorage.getItem("seeded")) { sessionStorage.setItem("seeded", "1"); localStorage.setItem("threadbox.token", t); } }, short);
+    const page = await context.newPage();
+    await page.goto(`${worker.url}/environments`);
+    const name = `typed-before-expiry-${Date.now().toString(36)}`;
+    await page.fill("input[name=name]", name);
+    await page.fill("textarea[name=env]", "A=1");
+    await page.waitForFunction((exp) => Date.now() > exp, (Math.floor(Date.now() / 1000) + 4) * 1000, { timeout: 10_000 });
+    await page.click("text=Create environment");
+    await page.waitForSelector("form.signin .error >> text=That token was not accepted");
+    expect(await page.evaluate(() => localStorage.getItem("threadbox.token"))).toBeNull();
+    await page.fill("textarea[name=token]", token);
+    await page.click("form.signin button[type=submit]");
+    await page.waitForSelector("form.signin", { state: "detached" });
+    expect([await page.inputValue("input[name=name]"), await page.inputValue("textarea[name=env]")]).toEqual([name, "A=1"]);
+    await page.click("text=Create environment");
+    await page.waitForSelector(`li[data-env-id] >> text=${name}`);
+    await context.close();
+    // Later tests expect this house's first environment to be theirs.
+    const made = ((await api("/api/environments")).body.environments as { id: string; name: string }[]).find((e) => e.name === name)!;
+    expect((await api(`/api/environments/${made.id}`, { method: "DELETE" })).status).toBe(204);
+  });
+
+  it("a thread left under the sign-in form asks the server nothing more; signed in again, it is live with its draft", async () => {
+    const { SignJWT } = await import("jose");
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "outlived its token" } })).body;
+    await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text: "before" } } });
+    const short = await new SignJWT({ kind: "house", house: "house-ui", role: "owner" }).setProtectedHeader({ alg: "HS256" })
+      .setIssuer("threadbox").setSubject("ui-user").setIssuedAt().setExpirationTime(Math.floor(Date.now() / 1000) + 3)
+      .sign(new TextEncoder().encode("test-token-secret-0123456789abcdef"));
+    const context = await browser.newContext();
+    await context.addInitScript((t) => { if (!sessionStorage.getItem("seeded")) { sessionStorage.setItem("seeded", "1"); localStorage.setItem("threadbox.token", t); } }, short);
+    const page = await context.newPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector("li.bubble >> text=before");
+    await page.fill("textarea[name=message]", "half a thought");
+    await page.waitForSelector("form.signin", { timeout: 15_000 }); // the thread's next poll is refused
+    const asked: string[] = [];
+    page.on("request", (r) => { if (r.url().includes("/api/")) asked.push(r.url()); });
+    page.on("websocket", (ws) => asked.push(ws.url()));
+    await page.waitForTimeout(6_000); // past the thread's, its children's and the socket's next tries
+    expect(asked).toEqual([]);
+    await page.fill("textarea[name=token]", token);
+    await page.click("form.signin button[type=submit]");
+    await page.waitForSelector(".link-state[data-link=live]");
+    expect(await page.inputValue("textarea[name=message]")).toBe("half a thought");
+    await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text: "after" } } });
+    await page.waitForSelector("li.bubble >> text=after");
+    expect(await bubbles(page)).toEqual((await entries(thread.id)).map((e) => [e.offset, e.payload.text]));
+    await context.close();
+  });
+
   it("an unknown thread says so once: no socket, no polling, no console errors", async () => {
     const { context, page } = await signedInPage();
     const errors: string[] = [];

@@ -27,7 +27,7 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
 
   useEffect(() => {
     setEntries([]);
-    if (!readable) return;
+    if (!readable || session.ended) return;
     // A catch-up replays the whole thread one frame per entry: render them in batches.
     let pending: Entry[] = [];
     let flush: ReturnType<typeof setTimeout> | undefined;
@@ -47,7 +47,7 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
       onState: setLink,
     }).start();
     return () => { sub.close(); clearTimeout(flush); };
-  }, [id, session.token, readable]);
+  }, [id, session.token, session.ended, readable]);
 
   const bots = useMemo(() => new Map((agents.data ?? []).map((a) => [a.id, a.handle])), [agents.data]);
   const items = useMemo(() => buildTimeline(entries, children.data ?? [], { me: session.subject, bots }), [entries, children.data, bots]);
