@@ -549,6 +549,32 @@ describe("a button pressed twice", () => {
     expect(made).toHaveLength(1);
     await context.close();
   });
+
+  it("Create environment makes one environment, and a bot's Message opens one direct-message thread", async (ctx) => {
+    const { context, page } = await signedInPage();
+    await page.route(/\/api\/(environments|threads)$/, async (route) => {
+      if (route.request().method() === "POST") await new Promise((r) => setTimeout(r, 500)); // a slow answer
+      await route.continue();
+    });
+    await page.goto(`${worker.url}/environments`);
+    const name = `once-env-${Date.now().toString(36)}`;
+    await page.fill("form.new-env input[name=name]", name);
+    await page.dblclick("text=Create environment");
+    await page.waitForSelector(`li[data-env-id] >> text=${name}`);
+    await page.waitForTimeout(1000);
+    const envs = ((await api("/api/environments")).body.environments as { name: string }[]).filter((e) => e.name === name);
+    expect(envs).toHaveLength(1);
+
+    if ((await api("/api/agents")).status === 404) { await context.close(); return ctx.skip(); }
+    const bot = (await api("/api/agents", { method: "POST", json: { name: "Once", handle: `once${Date.now().toString(36)}`, model: "local/scripted-model" } })).body;
+    await page.goto(`${worker.url}/bots`);
+    await page.dblclick(`li[data-agent-id="${bot.id}"] button:text-is("Message")`);
+    await page.waitForURL(/\/threads\/th_/);
+    await page.waitForTimeout(1000);
+    const dms = (await api(`/api/threads?parentKind=agent&parent=${bot.id}&limit=10`)).body.threads;
+    expect(dms).toHaveLength(1);
+    await context.close();
+  });
 });
 
 describe("the Environments page", () => {
