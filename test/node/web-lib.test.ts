@@ -116,6 +116,7 @@ describe("timeline", () => {
       entry({ type: "pi.assistant", text: "done", stopReason: "stop", model: "m1" }),
       entry({ type: "chat", text: "result" }, { authorId: "ag_1" }),
       entry({ type: "pi.assistant", text: "", stopReason: "error", errorMessage: "quota" }),
+      entry({ type: "pi.assistant", text: "", stopReason: "error", errorMessage: '401: {"error":{"message":"Incorrect API key provided","type":"invalid_request_error"}}' }),
     ];
     const chats = buildTimeline(es, [], who).flatMap((i) => (i.kind === "chat" ? [[i.role, i.author, i.text]] : []));
     expect(chats).toEqual([
@@ -123,6 +124,8 @@ describe("timeline", () => {
       ["agent", "agent · m1", "done"],
       ["bot", "@demo", "result"],
       ["agent", "agent", "error: quota"],
+      // what the provider said, not its JSON body
+      ["agent", "agent", "error: the model API answered HTTP 401: Incorrect API key provided"],
     ]);
   });
 
