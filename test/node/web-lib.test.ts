@@ -96,6 +96,17 @@ describe("timeline", () => {
     ]);
   });
 
+  it("a bot's turn that failed leaves none of its calls running", () => {
+    const bot = { authorId: "ag_1" };
+    const es = [
+      entry({ type: "pi.assistant", text: "", toolCalls: [{ id: "k1", name: "run_command", args: { command: "make" } }], stopReason: "toolUse", turnId: "turn_9" }, bot),
+      entry({ type: "pi.assistant", text: "", toolCalls: [{ id: "k2", name: "run_command", args: { command: "ls" } }], stopReason: "toolUse", turnId: "turn_8" }, { authorId: "ag_2" }),
+      entry({ type: "signal.dispatch.error", agentId: "ag_1", turnId: "turn_9", reason: "the turn was interrupted 3 times and was given up" }, bot),
+    ];
+    const items = buildTimeline(es, [], who);
+    expect(items.map((i) => (i.kind === "tool" ? `${i.toolCallId}:${i.cutShort ? "cut" : "open"}` : i.kind))).toEqual(["k1:cut", "k2:open", "signal"]);
+  });
+
   it("pairs each tool result with its call by toolCallId, in call order", () => {
     const es = [
       entry({ type: "pi.tool_call", toolCallId: "a", name: "bash", args: { command: "ls" } }),

@@ -197,6 +197,10 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
       if (p.type === "signal.thread.status_changed" && p.status !== "running") {
         for (const t of tools.values()) if (!t.result && !t.liveOnly) t.cutShort = true;
       }
+      // Nor does a bot's turn that failed (given up after restarts, say): no result will come.
+      if (p.type === "signal.dispatch.error" && typeof p.turnId === "string") {
+        for (const t of tools.values()) if (!t.result && t.call?.payload.turnId === p.turnId) t.cutShort = true;
+      }
       const childThreadId = typeof p.childThreadId === "string" ? p.childThreadId : undefined;
       items.push({ kind: "signal", key, entry, ...signalLabel(p), childThreadId });
     } else {
