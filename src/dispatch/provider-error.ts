@@ -26,3 +26,14 @@ function messageOf(body: unknown): string | null {
   if (typeof b.error === "string" && b.error.trim()) return b.error.trim();
   return null;
 }
+
+/**
+ * A coding agent's model error, as pi words it ("500: {json}": the status, then the provider's
+ * body as sent), in the words the body says, as a bot's failed turn says it. Anything else is kept.
+ */
+export function modelErrorReason(message: string): string {
+  const status = /^(\d{3}):?\s+\{/.exec(message)?.[1];
+  if (!status) return message;
+  const said = providerErrorText(message, Number(status));
+  return said.startsWith("{") ? message : `the model API answered HTTP ${status}: ${said}`;
+}

@@ -31,6 +31,7 @@ import { postHeartbeat, StreamWriter, threadStreamUrl, type WireEntry } from "./
 import { namedSecretValues, redactDeep, redactionList, sensitiveFilePaths, sensitiveValues } from "./redact";
 import { DEFAULT_LIVE_TOOL_OUTPUT, LiveToolOutputs, partialSecretAtEnd, toolResultText } from "./live-tool-output";
 import { redactText } from "../domain/secret-forms";
+import { modelErrorReason } from "../dispatch/provider-error";
 
 const log = (m: string) => process.stderr.write(`[threadbox mirror] ${m}\n`);
 
@@ -92,7 +93,7 @@ export default function threadboxMirror(pi: ExtensionAPI): void {
   const postFailureIfNeeded = () => {
     if (failurePosted || !writer || lastAssistant?.stopReason !== "error") return;
     failurePosted = true;
-    const reason = withModelUrl(lastAssistant.errorMessage || "model error", lastAssistant.model, modelUrl);
+    const reason = withModelUrl(modelErrorReason(lastAssistant.errorMessage || "model error"), lastAssistant.model, modelUrl);
     const entry = finishedSignal("pi_failed", reason, {
       signalId: finishedSignalId(cfg.threadId, runId ?? sessionId),
       runId: cfg.runId,

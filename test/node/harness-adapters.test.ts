@@ -59,7 +59,8 @@ describe("pi --mode json", () => {
     expect(es[1].payload.stopReason).toBe("error");
     const o = piAgent.decideOutcome(es, 0);
     expect(o.status).toBe("pi_failed");
-    expect(o.reason).toContain("upstream exploded");
+    // What the provider said, not its JSON body (pi's message is "500: {json}").
+    expect(o.reason).toBe("the model API answered HTTP 500: upstream exploded");
   });
 
   it("length stop: pi_failed (the answer was cut off)", () => {

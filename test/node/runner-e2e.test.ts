@@ -286,7 +286,7 @@ describe("runner + mirror with the real pi", () => {
       const es = await entriesOf(threadId);
       expect(types(es)).toEqual(["pi.user", "pi.assistant", "status:pi_failed"]);
       expect(es[1].payload.stopReason).toBe("error");
-      expect(es[2].payload.reason).toContain("upstream exploded");
+      expect(es[2].payload.reason).toBe("the model API answered HTTP 500: upstream exploded"); // not the provider's JSON body
       expect(run.stderr).toContain("already on the thread");
       expect(run.stderr).toContain("[threadbox runner]");
     } finally {

@@ -96,6 +96,17 @@ describe("timeline", () => {
     ]);
   });
 
+  it("a bot's turn that failed leaves none of its calls running", () => {
+    const bot = { authorId: "ag_1" };
+    const es = [
+      entry({ type: "pi.assistant", text: "", toolCalls: [{ id: "k1", name: "run_command", args: { command: "make" } }], stopReason: "toolUse", turnId: "turn_9" }, bot),
+      entry({ type: "pi.assistant", text: "", toolCalls: [{ id: "k2", name: "run_command", args: { command: "ls" } }], stopReason: "toolUse", turnId: "turn_8" }, { authorId: "ag_2" }),
+      entry({ type: "signal.dispatch.error", agentId: "ag_1", turnId: "turn_9", reason: "the turn was interrupted 3 times and was given up" }, bot),
+    ];
+    const items = buildTimeline(es, [], who);
+    expect(items.map((i) => (i.kind === "tool" ? `${i.toolCallId}:${i.cutShort ? "cut" : "open"}` : i.kind))).toEqual(["k1:cut", "k2:open", "signal"]);
+  });
+
   it("pairs each tool result with its call by toolCallId, in call order", () => {
     const es = [
       entry({ type: "pi.tool_call", toolCallId: "a", name: "bash", args: { command: "ls" } }),
@@ -116,6 +127,7 @@ describe("timeline", () => {
       entry({ type: "pi.assistant", text: "done", stopReason: "stop", model: "m1" }),
       entry({ type: "chat", text: "result" }, { authorId: "ag_1" }),
       entry({ type: "pi.assistant", text: "", stopReason: "error", errorMessage: "quota" }),
+      entry({ type: "pi.assistant", text: "", stopReason: "error", errorMessage: '401: {"error":{"message":"Incorrect API key provided","type":"invalid_request_error"}}' }),
     ];
     const chats = buildTimeline(es, [], who).flatMap((i) => (i.kind === "chat" ? [[i.role, i.author, i.text]] : []));
     expect(chats).toEqual([
@@ -123,6 +135,8 @@ describe("timeline", () => {
       ["agent", "agent · m1", "done"],
       ["bot", "@demo", "result"],
       ["agent", "agent", "error: quota"],
+      // what the provider said, not its JSON body
+      ["agent", "agent", "error: the model API answered HTTP 401: Incorrect API key provided"],
     ]);
   });
 

@@ -171,6 +171,63 @@ describe("signing in", () => {
     await context.close();
   });
 
+  it("a token that expires under a half-filled form: sign-in again, and the form is still filled", async () => {
+    const { SignJWT } = await import("jose");
+    const short = await new SignJWT({ kind: "house", house: "house-ui", role: "owner" }).setProtectedHeader({ alg: "HS256" })
+      .setIssuer("threadbox").setSubject("ui-user").setIssuedAt().setExpirationTime(Math.floor(Date.now() / 1000) + 3)
+      .sign(new TextEncoder().encode("test-token-secret-0123456789abcdef"));
+    const context = await browser.newContext();
+    await context.addInitScript((t) => { if (!sessionStorage.getItem("seeded")) { sessionStorage.setItem("seeded", "1"); localStorage.setItem("threadbox.token", t); } }, short);
+    const page = await context.newPage();
+    await page.goto(`${worker.url}/environments`);
+    const name = `typed-before-expiry-${Date.now().toString(36)}`;
+    await page.fill("input[name=name]", name);
+    await page.fill("textarea[name=env]", "A=1");
+    await page.waitForFunction((exp) => Date.now() > exp, (Math.floor(Date.now() / 1000) + 4) * 1000, { timeout: 10_000 });
+    await page.click("text=Create environment");
+    await page.waitForSelector("form.signin .error >> text=That token was not accepted");
+    expect(await page.evaluate(() => localStorage.getItem("threadbox.token"))).toBeNull();
+    await page.fill("textarea[name=token]", token);
+    await page.click("form.signin button[type=submit]");
+    await page.waitForSelector("form.signin", { state: "detached" });
+    expect([await page.inputValue("input[name=name]"), await page.inputValue("textarea[name=env]")]).toEqual([name, "A=1"]);
+    await page.click("text=Create environment");
+    await page.waitForSelector(`li[data-env-id] >> text=${name}`);
+    await context.close();
+    // Later tests expect this house's first environment to be theirs.
+    const made = ((await api("/api/environments")).body.environments as { id: string; name: string }[]).find((e) => e.name === name)!;
+    expect((await api(`/api/environments/${made.id}`, { method: "DELETE" })).status).toBe(204);
+  });
+
+  it("a thread left under the sign-in form asks the server nothing more; signed in again, it is live with its draft", async () => {
+    const { SignJWT } = await import("jose");
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "outlived its token" } })).body;
+    await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text: "before" } } });
+    const short = await new SignJWT({ kind: "house", house: "house-ui", role: "owner" }).setProtectedHeader({ alg: "HS256" })
+      .setIssuer("threadbox").setSubject("ui-user").setIssuedAt().setExpirationTime(Math.floor(Date.now() / 1000) + 3)
+      .sign(new TextEncoder().encode("test-token-secret-0123456789abcdef"));
+    const context = await browser.newContext();
+    await context.addInitScript((t) => { if (!sessionStorage.getItem("seeded")) { sessionStorage.setItem("seeded", "1"); localStorage.setItem("threadbox.token", t); } }, short);
+    const page = await context.newPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector("li.bubble >> text=before");
+    await page.fill("textarea[name=message]", "half a thought");
+    await page.waitForSelector("form.signin", { timeout: 15_000 }); // the thread's next poll is refused
+    const asked: string[] = [];
+    page.on("request", (r) => { if (r.url().includes("/api/")) asked.push(r.url()); });
+    page.on("websocket", (ws) => asked.push(ws.url()));
+    await page.waitForTimeout(6_000); // past the thread's, its children's and the socket's next tries
+    expect(asked).toEqual([]);
+    await page.fill("textarea[name=token]", token);
+    await page.click("form.signin button[type=submit]");
+    await page.waitForSelector(".link-state[data-link=live]");
+    expect(await page.inputValue("textarea[name=message]")).toBe("half a thought");
+    await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text: "after" } } });
+    await page.waitForSelector("li.bubble >> text=after");
+    expect(await bubbles(page)).toEqual((await entries(thread.id)).map((e) => [e.offset, e.payload.text]));
+    await context.close();
+  });
+
   it("an unknown thread says so once: no socket, no polling, no console errors", async () => {
     const { context, page } = await signedInPage();
     const errors: string[] = [];
@@ -360,6 +417,59 @@ describe("mistakes in forms", () => {
   });
 });
 
+describe("the composer", () => {
+  it("keeps what is typed while a message is on its way, and puts back a message the server refused", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "typing on" } })).body;
+    const { context, page } = await signedInPage();
+    // A slow network: each post takes a while to be answered; the third one is refused.
+    let posts = 0;
+    await page.route(`**/api/threads/${thread.id}/entries`, async (route) => {
+      if (route.request().method() !== "POST") return route.continue();
+      await new Promise((r) => setTimeout(r, 1000));
+      if (++posts === 3) return route.fulfill({ status: 503, contentType: "application/json", body: JSON.stringify({ error: { code: "unavailable", message: "try again" } }) });
+      await route.continue();
+    });
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector(".link-state[data-link=live]");
+    await page.click("textarea[name=message]");
+    await page.keyboard.type("first");
+    await page.keyboard.press("Enter");
+    await page.keyboard.type("second draft"); // while "first" is still being sent
+    await page.waitForSelector("li.bubble >> text=first");
+    expect(await page.inputValue("textarea[name=message]")).toBe("second draft");
+    await page.keyboard.press("Enter");
+    await page.waitForSelector("li.bubble >> text=second draft");
+    await page.keyboard.type("third");
+    await page.keyboard.press("Enter");
+    await page.keyboard.type("fourth");
+    await page.waitForSelector("form.composer .error >> text=unavailable");
+    expect(await page.inputValue("textarea[name=message]")).toBe("third\nfourth");
+    expect((await entries(thread.id)).map((e) => e.payload.text)).toEqual(["first", "second draft"]);
+    await context.close();
+  });
+
+  it("the Enter that commits an input method's word (Japanese, Chinese, Korean) does not send the message", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "入力" } })).body;
+    const { context, page } = await signedInPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector(".link-state[data-link=live]");
+    await page.click("textarea[name=message]");
+    // What an IME does: a composition, then Enter to commit it (a keydown the browser marks as composing).
+    const cdp = await context.newCDPSession(page);
+    await cdp.send("Input.imeSetComposition", { text: "にほん", selectionStart: 3, selectionEnd: 3 });
+    await cdp.send("Input.dispatchKeyEvent", { type: "rawKeyDown", key: "Enter", code: "Enter", windowsVirtualKeyCode: 229, nativeVirtualKeyCode: 229 });
+    await cdp.send("Input.insertText", { text: "日本" });
+    await cdp.send("Input.dispatchKeyEvent", { type: "keyUp", key: "Enter", code: "Enter", windowsVirtualKeyCode: 13 });
+    await page.waitForTimeout(1000);
+    expect(await page.inputValue("textarea[name=message]")).toBe("日本");
+    await page.keyboard.press("Enter"); // the Enter after it sends
+    await page.waitForSelector("li.bubble >> text=日本");
+    expect((await entries(thread.id)).map((e) => e.payload.text)).toEqual(["日本"]);
+    await context.close();
+  });
+
+});
+
 describe("bots and @mentions", () => {
   it("creates a bot from the Bots page and completes its @handle in the composer (or says bots are not there yet)", async () => {
     const { context, page } = await signedInPage();
@@ -418,6 +528,66 @@ describe("bots and environments made elsewhere", () => {
     await home.focus("form select[name=environment]");
     await home.waitForFunction((name) => [...document.querySelectorAll("form select[name=environment] option")].some((o) => o.textContent?.includes(name)), `late-env-${suffix}`, { timeout: 5000 });
     expect(await options(home, "form select[name=environment]")).toContainEqual(expect.stringContaining(`late-env-${suffix}`));
+    await context.close();
+  });
+});
+
+describe("a button pressed twice", () => {
+  it("New thread makes one thread", async () => {
+    const { context, page } = await signedInPage();
+    await page.route("**/api/threads", async (route) => {
+      if (route.request().method() === "POST") await new Promise((r) => setTimeout(r, 500)); // a slow answer
+      await route.continue();
+    });
+    await page.goto(`${worker.url}/`);
+    const title = `once-${Date.now().toString(36)}`;
+    await page.fill("input[name=title]", title);
+    await page.dblclick("button:has-text('New thread')");
+    await page.waitForURL(/\/threads\/[^/]+$/);
+    await page.waitForSelector(".link-state[data-link=live]");
+    const made = ((await api("/api/threads?limit=1000")).body.threads as { title: string }[]).filter((t) => t.title === title);
+    expect(made).toHaveLength(1);
+    await context.close();
+  });
+
+  it("Create environment makes one environment, and a bot's Message opens one direct-message thread", async (ctx) => {
+    const { context, page } = await signedInPage();
+    await page.route(/\/api\/(environments|threads)$/, async (route) => {
+      if (route.request().method() === "POST") await new Promise((r) => setTimeout(r, 500)); // a slow answer
+      await route.continue();
+    });
+    await page.goto(`${worker.url}/environments`);
+    const name = `once-env-${Date.now().toString(36)}`;
+    await page.fill("form.new-env input[name=name]", name);
+    await page.dblclick("text=Create environment");
+    await page.waitForSelector(`li[data-env-id] >> text=${name}`);
+    await page.waitForTimeout(1000);
+    const envs = ((await api("/api/environments")).body.environments as { name: string }[]).filter((e) => e.name === name);
+    expect(envs).toHaveLength(1);
+
+    if ((await api("/api/agents")).status === 404) { await context.close(); return ctx.skip(); }
+    const bot = (await api("/api/agents", { method: "POST", json: { name: "Once", handle: `once${Date.now().toString(36)}`, model: "local/scripted-model" } })).body;
+    await page.goto(`${worker.url}/bots`);
+    await page.dblclick(`li[data-agent-id="${bot.id}"] button:text-is("Message")`);
+    await page.waitForURL(/\/threads\/th_/);
+    await page.waitForTimeout(1000);
+    const dms = (await api(`/api/threads?parentKind=agent&parent=${bot.id}&limit=10`)).body.threads;
+    expect(dms).toHaveLength(1);
+    await context.close();
+  });
+});
+
+describe("the Environments page", () => {
+  it("shows an environment made elsewhere when the page comes back into view, as the Bots page does", async () => {
+    const { context, page } = await signedInPage();
+    const listed = page.waitForResponse((r) => r.url() === `${worker.url}/api/environments` && r.request().method() === "GET");
+    await page.goto(`${worker.url}/environments`);
+    await listed;
+    const name = `made-by-cli-${Date.now().toString(36)}`;
+    expect((await api("/api/environments", { method: "POST", json: { name } })).status).toBe(201);
+    // The reader switches back to this tab (headless Chromium has no other window to come back from).
+    await page.evaluate(() => document.dispatchEvent(new Event("visibilitychange")));
+    await page.waitForSelector(`li[data-env-id] >> text=${name}`, { timeout: 5000 });
     await context.close();
   });
 });
@@ -604,9 +774,10 @@ describe("stop and resume", () => {
     expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
     await page.screenshot({ path: join(OUT_DIR, "phone-running.png") });
     await page.setViewportSize({ width: 1100, height: 860 });
-    await page.click("button:has-text('Stop')");
+    await page.dblclick("button:has-text('Stop')"); // a double click stops it once, and says nothing of a second stop
     await page.waitForSelector(".thread-head [data-status=failed]");
     expect(await page.textContent(".thread-head .badge")).toContain("stopped");
+    expect(await page.$$eval("section.thread .error", (els) => els.map((el) => el.textContent))).toEqual([]);
     expect(await page.$("button:has-text('Stop')")).toBeNull();
     // The stopped run's processes end before the resume, which continues pi's session on the same box.
     const childId = decodeURIComponent(page.url().split("/threads/")[1]);

@@ -1,4 +1,4 @@
-import { useEffect, useMemo, useState } from "preact/hooks";
+import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { Api } from "./lib/api";
 import { clearToken, loadToken, readClaims, saveToken, takeTokenFromLocation } from "./lib/auth";
 import { matchRoute, onLinkClick, usePath } from "./lib/router";
@@ -9,59 +9,80 @@ import { SandboxesPage } from "./components/SandboxesPage";
 import { EnvironmentsPage } from "./components/EnvironmentsPage";
 import { BotsPage } from "./components/BotsPage";
 
-export type Session = { api: Api; token: string; houseId?: string; subject?: string };
+/** `ended`: the server refused its token; its pages wait, hidden, for the next sign-in. */
+export type Session = { api: Api; token: string; houseId?: string; subject?: string; ended?: boolean };
 
 export function App() {
   const [token, setToken] = useState(() => loadToken(localStorage));
   /** Why the last session ended without the user asking (the server refused its token). */
   const [refused, setRefused] = useState(false);
+  // The session whose token the server refused: its pages stay mounted (hidden) under the sign-in
+  // form, so a half-written message or form is still there after signing in again.
+  const [ended, setEnded] = useState<Session | null>(null);
+  const current = useRef(token);
+  current.current = token;
   const path = usePath();
+  const adopt = (next: string | null) => { setRefused(false); setEnded(null); setToken(next); };
   // A sign-in link opened in this tab changes only the fragment: the page does not load again,
   // so the token is taken (and removed from the address bar) here too.
   useEffect(() => {
     const onHash = () => {
       takeTokenFromLocation(location, history, localStorage);
       const next = loadToken(localStorage);
-      if (next !== token) { setRefused(false); setToken(next); }
+      if (next !== token) adopt(next);
     };
     addEventListener("hashchange", onHash);
     return () => removeEventListener("hashchange", onHash);
   }, [token]);
-  const signOut = (byServer = false) => { clearToken(localStorage); setRefused(byServer); setToken(null); };
+  const signOut = () => { clearToken(localStorage); adopt(null); };
   const session = useMemo<Session | null>(() => {
     if (!token) return null;
     const c = readClaims(token);
-    return { api: new Api(token, () => signOut(true)), token, houseId: c.houseId, subject: c.subject };
+    const s: Session = {
+      api: new Api(token, () => {
+        // A late answer to a session already ended or replaced changes nothing.
+        if (current.current !== token) return;
+        clearToken(localStorage);
+        setRefused(true);
+        setEnded({ ...s, ended: true });
+        setToken(null);
+      }),
+      token, houseId: c.houseId, subject: c.subject,
+    };
+    return s;
   }, [token]);
+  const shown = session ?? ended;
+  const signIn = <SignIn refused={refused} onToken={(t) => { saveToken(localStorage, t); adopt(t); }} />;
 
-  if (!session) {
-    return <SignIn refused={refused} onToken={(t) => { saveToken(localStorage, t); setRefused(false); setToken(t); }} />;
-  }
+  if (!shown) return signIn;
   const route = matchRoute(path);
   const nav = (href: string, label: string, active: boolean) => (
     <a href={href} onClick={onLinkClick} class={active ? "active" : ""}>{label}</a>
   );
   return (
-    <div class="shell">
-      <header class="topbar">
-        <a href="/" onClick={onLinkClick} class="brand">threadbox</a>
-        <nav>
-          {nav("/", "Threads", route.page === "threads" || route.page === "thread")}
-          {nav("/sandboxes", "Sandboxes", route.page === "sandboxes")}
-          {nav("/environments", "Environments", route.page === "environments")}
-          {nav("/bots", "Bots", route.page === "bots")}
-        </nav>
-        <span class="who" title={session.subject}>house <b>{session.houseId ?? "?"}</b></span>
-        <button class="link" onClick={() => signOut()}>Sign out</button>
-      </header>
-      <main>
-        {route.page === "threads" && <ThreadsPage session={session} />}
-        {route.page === "thread" && <ThreadView key={route.id} id={route.id} session={session} />}
-        {route.page === "sandboxes" && <SandboxesPage session={session} />}
-        {route.page === "environments" && <EnvironmentsPage session={session} />}
-        {route.page === "bots" && <BotsPage session={session} />}
-        {route.page === "missing" && <p class="empty">No such page. <a href="/" onClick={onLinkClick}>Threads</a></p>}
-      </main>
-    </div>
+    <>
+      {!session && signIn}
+      <div class="shell" hidden={!session}>
+        <header class="topbar">
+          <a href="/" onClick={onLinkClick} class="brand">threadbox</a>
+          <nav>
+            {nav("/", "Threads", route.page === "threads" || route.page === "thread")}
+            {nav("/sandboxes", "Sandboxes", route.page === "sandboxes")}
+            {nav("/environments", "Environments", route.page === "environments")}
+            {nav("/bots", "Bots", route.page === "bots")}
+          </nav>
+          <span class="who" title={shown.subject}>house <b>{shown.houseId ?? "?"}</b></span>
+          <button class="link" onClick={signOut}>Sign out</button>
+        </header>
+        <main>
+          {route.page === "threads" && <ThreadsPage session={shown} />}
+          {route.page === "thread" && <ThreadView key={route.id} id={route.id} session={shown} />}
+          {route.page === "sandboxes" && <SandboxesPage session={shown} />}
+          {route.page === "environments" && <EnvironmentsPage session={shown} />}
+          {route.page === "bots" && <BotsPage session={shown} />}
+          {route.page === "missing" && <p class="empty">No such page. <a href="/" onClick={onLinkClick}>Threads</a></p>}
+        </main>
+      </div>
+    </>
   );
 }

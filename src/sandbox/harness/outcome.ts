@@ -7,7 +7,7 @@
  *   1. a finished-signal of this run already in the slice -> that status, nothing to post
  *      (one naming another run — a stopped run's runner reporting late — is not this run's)
  *   2. exit 0 and the last assistant stopped with "stop" -> completed
- *   3. last assistant stopReason "error"                 -> pi_failed (its errorMessage)
+ *   3. last assistant stopReason "error"                 -> pi_failed (its errorMessage, the provider's words)
  *   4. a pi.error after the last assistant               -> pi_failed (its message)
  *   5. the runaway guard fired                           -> pi_failed
  *   6. the runner was asked to stop                      -> stopped
@@ -25,6 +25,7 @@ import {
   type ThreadEntry,
 } from "./types";
 import { boundedReason } from "../../domain/statuses";
+import { modelErrorReason } from "../../dispatch/provider-error";
 
 const isTerminal = (s: unknown): s is FinishedStatus => TERMINAL_STATUSES.includes(s as FinishedStatus);
 
@@ -113,7 +114,7 @@ export function decideOutcome(
   // The run's last turn is the interrupted one: pi reports a model call cut short by the abort (an
   // interrupt during a tool call) as an `error` stop. A real model error was posted by the mirror.
   if (ctx.idleAfterInterruptMs !== undefined) return out("stopped", `no message within ${formatWait(ctx.idleAfterInterruptMs)} of the interrupt (THREADBOX_IDLE_AFTER_INTERRUPT_MS)`);
-  if (stopReason === "error") return out("pi_failed", String(last?.errorMessage || "model error"));
+  if (stopReason === "error") return out("pi_failed", modelErrorReason(String(last?.errorMessage || "model error")));
   if (laterError) return out("pi_failed", String(laterError.payload.message || "harness error"));
   if (ctx.runaway) return out("pi_failed", "runaway guard: the harness ran past THREADBOX_RUNAWAY_MS");
   if (ctx.stopRequested) return out("stopped", "stopped by request");

@@ -90,12 +90,18 @@ function BotForm({ initial, envs, onEnvsOpen, title, saveLabel, onSave, onCancel
 function BotCard({ agent, session, envs, onChanged }: { agent: Agent; session: Session; envs: Environment[] | undefined; onChanged: () => void }) {
   const [editing, setEditing] = useState(false);
   const [error, setError] = useState<ApiError | null>(null);
+  // One action at a time: two Messages at once each found no DM yet, and made two.
+  const [busy, setBusy] = useState(false);
   const act = async (fn: () => Promise<void>) => {
+    if (busy) return;
+    setBusy(true);
     setError(null);
     try {
       await fn();
     } catch (err) {
       setError(err as ApiError);
+    } finally {
+      setBusy(false);
     }
   };
   // A DM is a thread whose parent is the bot: it answers every message there without a mention.
@@ -130,7 +136,7 @@ function BotCard({ agent, session, envs, onChanged }: { agent: Agent; session: S
       <b>@{agent.handle}</b> {agent.name}
       <div class="small">{agent.model} · answers {TRIGGER_LABELS[agent.triggerMode] ?? agent.triggerMode}{agent.environmentId ? ` · environment ${envName(envs, agent.environmentId)}` : ""}{agent.tools?.length ? ` · tools: ${agent.tools.join(", ")}` : ""}</div>
       <div class="row actions">
-        <button type="button" onClick={message}>Message</button>
+        <button type="button" disabled={busy} onClick={message}>Message</button>
         <button type="button" class="link" onClick={() => setEditing(true)}>Edit</button>
         <button type="button" class="link danger" onClick={remove}>Delete</button>
       </div>

@@ -38,16 +38,23 @@ export function Composer({ session, threadId, agents, onMention }: { session: Se
     if (!body || busy) return;
     setBusy(true);
     setError(null);
+    // The box empties at once, so what is typed while the message is on its way is the next
+    // message; a message the server refused goes back in front of it.
+    setText("");
+    setQuery(null);
     try {
       await session.api.post(threadId, body);
-      setText("");
     } catch (err) {
+      setText((typed) => (typed.trim() ? `${body}\n${typed}` : body));
       setError(err as ApiError);
     } finally {
       setBusy(false);
     }
   };
   const onKeyDown = (e: KeyboardEvent) => {
+    // Keys that compose a character (an IME's Enter that commits the word, its arrows) are the
+    // input method's, not the composer's: that Enter must not send half a word.
+    if (e.isComposing || e.keyCode === 229) return;
     if (matches.length > 0) {
       if (e.key === "ArrowDown" || e.key === "ArrowUp") {
         e.preventDefault();

@@ -1,7 +1,7 @@
 import { useState } from "preact/hooks";
 import type { Session } from "../app";
 import { ApiError, type Environment } from "../lib/api";
-import { usePolled } from "../lib/hooks";
+import { useHouseList } from "../lib/hooks";
 import { ErrorNote, parseKeyValues } from "./common";
 
 type Secret = { name: string; value: string };
@@ -135,7 +135,7 @@ function EnvironmentCard({ environment: e, session, onChanged }: { environment: 
 
 /** Environments: what a run's box gets. Secrets are write-only: sent once, never shown again. */
 export function EnvironmentsPage({ session }: { session: Session }) {
-  const list = usePolled(() => session.api.environments(), 0, [session]);
+  const list = useHouseList(() => session.api.environments(), [session]);
   const [name, setName] = useState("");
   const [model, setModel] = useState("");
   const [env, setEnv] = useState("");
@@ -144,9 +144,13 @@ export function EnvironmentsPage({ session }: { session: Session }) {
   const [piSettings, setPiSettings] = useState("");
   const [sharedBox, setSharedBox] = useState(false);
   const [error, setError] = useState<ApiError | string | null>(null);
+  // One environment per press: names need not be unique, so a double click made two.
+  const [busy, setBusy] = useState(false);
 
   const submit = async (e: Event) => {
     e.preventDefault();
+    if (busy) return;
+    setBusy(true);
     setError(null);
     try {
       const body: Record<string, unknown> = { name: name.trim(), sharedBox };
@@ -166,6 +170,8 @@ export function EnvironmentsPage({ session }: { session: Session }) {
       list.reload();
     } catch (err) {
       setError(err instanceof ApiError ? err : (err as Error).message);
+    } finally {
+      setBusy(false);
     }
   };
   return (
@@ -189,7 +195,7 @@ export function EnvironmentsPage({ session }: { session: Session }) {
         <label>pi settings.json (optional JSON)<textarea name="piSettings" rows={2} value={piSettings} onInput={(e) => setPiSettings(e.currentTarget.value)} /></label>
         <label class="check"><input type="checkbox" name="sharedBox" checked={sharedBox} onChange={(e) => setSharedBox(e.currentTarget.checked)} /> shared box for run_command</label>
         <ErrorNote error={error} />
-        <button type="submit" disabled={!name.trim()}>Create environment</button>
+        <button type="submit" disabled={busy || !name.trim()}>Create environment</button>
       </form>
     </section>
   );

@@ -27,7 +27,7 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
 
   useEffect(() => {
     setEntries([]);
-    if (!readable) return;
+    if (!readable || session.ended) return;
     // A catch-up replays the whole thread one frame per entry: render them in batches.
     let pending: Entry[] = [];
     let flush: ReturnType<typeof setTimeout> | undefined;
@@ -47,7 +47,7 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
       onState: setLink,
     }).start();
     return () => { sub.close(); clearTimeout(flush); };
-  }, [id, session.token, readable]);
+  }, [id, session.token, session.ended, readable]);
 
   const bots = useMemo(() => new Map((agents.data ?? []).map((a) => [a.id, a.handle])), [agents.data]);
   const items = useMemo(() => buildTimeline(entries, children.data ?? [], { me: session.subject, bots }), [entries, children.data, bots]);
@@ -70,15 +70,22 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
   }, []);
   useEffect(() => { if (following.current) bottom.current?.scrollIntoView({ block: "end" }); }, [items.length]);
 
+  // One action at a time, until the thread's new state is shown: a second click on Stop would
+  // otherwise be refused ("not running") after the first one did it.
+  const [acting, setActing] = useState(false);
   const act = async (fn: () => Promise<unknown>): Promise<boolean> => {
+    if (acting) return false;
+    setActing(true);
     setActionError(null);
     try {
       await fn();
-      thread.reload();
+      await thread.reload();
       return true;
     } catch (err) {
       setActionError(err as ApiError);
       return false;
+    } finally {
+      setActing(false);
     }
   };
   const t = thread.data;
@@ -113,8 +120,8 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
         <div class="head-actions">
           {t && <StatusBadge status={t.status} reason={t.reason} />}
           <span class={`link-state link-${link}`} data-link={link}>{link}</span>
-          {t?.status === "running" && <button class="interrupt" title="abort the agent's current turn; the run waits for your next message" onClick={() => act(() => session.api.interrupt(id))}>Interrupt</button>}
-          {t?.status === "running" && <button class="danger" onClick={() => act(() => session.api.stop(id))}>Stop</button>}
+          {t?.status === "running" && <button class="interrupt" disabled={acting} title="abort the agent's current turn; the run waits for your next message" onClick={() => act(() => session.api.interrupt(id))}>Interrupt</button>}
+          {t?.status === "running" && <button class="danger" disabled={acting} onClick={() => act(() => session.api.stop(id))}>Stop</button>}
         </div>
       </header>
       <ErrorNote error={thread.error ?? actionError} />
@@ -123,7 +130,7 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
       {(t?.status === "completed" || t?.status === "failed") && (
         <form class="card row" onSubmit={(e) => { e.preventDefault(); act(() => session.api.resume(id, resumeText.trim())).then((ok) => ok && setResumeText("")); }}>
           <input name="resume" placeholder="Tell the agent what to do next, then resume the run" value={resumeText} onInput={(e) => setResumeText(e.currentTarget.value)} />
-          <button type="submit" disabled={!resumeText.trim()}>Resume</button>
+          <button type="submit" disabled={acting || !resumeText.trim()}>Resume</button>
         </form>
       )}
       <Composer session={session} threadId={id} agents={agents.data ?? []} onMention={agents.reload} />

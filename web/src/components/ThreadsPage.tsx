@@ -60,13 +60,20 @@ export function ThreadsPage({ session }: { session: Session }) {
   const [environmentId, setEnvironmentId] = useState("");
   const [createError, setCreateError] = useState<ApiError | null>(null);
 
+  // One thread per press: a double click made two.
+  const [creating, setCreating] = useState(false);
   const create = async (e: Event) => {
     e.preventDefault();
+    if (creating) return;
+    setCreating(true);
+    setCreateError(null);
     try {
       const t = await session.api.createThread({ title: title.trim() || undefined, environmentId: environmentId || undefined });
       navigate(`/threads/${t.id}`);
     } catch (err) {
       setCreateError(err as ApiError);
+    } finally {
+      setCreating(false);
     }
   };
   const roots = data ? threadTree(data) : [];
@@ -78,7 +85,7 @@ export function ThreadsPage({ session }: { session: Session }) {
           <option value="">no environment</option>
           {envs.data?.map((env, _i, all) => <option key={env.id} value={env.id}>{environmentLabel(env, all)}</option>)}
         </select>
-        <button type="submit">New thread</button>
+        <button type="submit" disabled={creating}>New thread</button>
       </form>
       <ErrorNote error={createError ?? error ?? olderError} />
       <h2>Threads</h2>

@@ -39,10 +39,14 @@ export function errorText(error: ApiError): string {
 }
 
 export class Api {
+  /** A token the server refused stays refused: pages left open under the sign-in form ask no more. */
+  private refused = false;
+
   /** `onUnauthorized` runs when the server refuses the token (expired, revoked): the app signs out. */
   constructor(private readonly token: string, private readonly onUnauthorized: () => void = () => {}, private readonly base = "") {}
 
   async request<T>(method: string, path: string, body?: unknown): Promise<T> {
+    if (this.refused) throw new ApiError(401, "unauthorized", "the server refused this token: sign in again");
     let res: Response;
     try {
       res = await fetch(this.base + path, {
@@ -55,7 +59,10 @@ export class Api {
     }
     const text = await res.text();
     const data = text ? safeJson(text) : null;
-    if (res.status === 401) this.onUnauthorized();
+    if (res.status === 401) {
+      this.refused = true;
+      this.onUnauthorized();
+    }
     if (!res.ok) {
       const err = (data as { error?: { code?: string; message?: string; details?: unknown } } | null)?.error;
       throw new ApiError(res.status, err?.code ?? `http_${res.status}`, err?.message ?? res.statusText, err?.details);

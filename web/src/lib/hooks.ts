@@ -1,7 +1,8 @@
 import { useCallback, useEffect, useRef, useState } from "preact/hooks";
 import { ApiError } from "./api";
 
-export type Loaded<T> = { data: T | undefined; error: ApiError | null; reload: () => void };
+/** `reload` settles once the answer is shown. */
+export type Loaded<T> = { data: T | undefined; error: ApiError | null; reload: () => Promise<void> };
 
 /** Loads `fn` now and every `everyMs` while the page is visible (live lists: statuses, boxes). */
 export function usePolled<T>(fn: () => Promise<T>, everyMs: number, deps: unknown[]): Loaded<T> {
@@ -11,7 +12,7 @@ export function usePolled<T>(fn: () => Promise<T>, everyMs: number, deps: unknow
   fnRef.current = fn;
   // A 404 will not turn into something by asking again: polling stops until the deps change.
   const gone = useRef(false);
-  const reload = useCallback(() => {
+  const reload = useCallback(() =>
     fnRef.current().then(
       (d) => { setData(d); setError(null); gone.current = false; },
       (e) => {
@@ -19,8 +20,7 @@ export function usePolled<T>(fn: () => Promise<T>, everyMs: number, deps: unknow
         gone.current = err.status === 404;
         setError(err);
       },
-    );
-  }, []);
+    ), []);
   useEffect(() => {
     gone.current = false;
     reload();

@@ -1,6 +1,7 @@
 // What the thread view shows, folded from the thread's entries (pure: no DOM, no network).
 import type { Entry, ThreadSummary } from "./api";
 
+
 /** `live` is the command's output as it streamed in (`signal.exec.output`), before or without a result. */
 export type ToolItem = { kind: "tool"; key: string; toolCallId: string; name: string; args: unknown; call?: Entry; result?: Entry; live?: string; liveOnly?: boolean; cutShort?: boolean };
 export type TimelineItem =
@@ -20,6 +21,27 @@ const FINISHED_OK = new Set(["completed"]);
 
 /** How a bot's tool answers in a thread without an environment (src/dispatch/tools/no-sandbox.ts). */
 export const NOT_RUN_PREFIX = "no sandbox is bound to this thread";
+
+/**
+ * A model error as pi words it ("500: {json}": the status, then the provider's body), in the
+ * words the body says, as a run's failure reason says it (src/dispatch/provider-error.ts: the
+ * web build covers only web/, so it does not import from src/).
+ */
+export function modelErrorReason(message: string): string {
+  const m = /^(\d{3}):?\s+(\{[\s\S]*\})\s*$/.exec(message);
+  if (!m) return message;
+  let body: unknown;
+  try {
+    body = JSON.parse(m[2]);
+  } catch {
+    return message;
+  }
+  const b = (body ?? {}) as { error?: unknown; message?: unknown };
+  const e = b.error as { message?: unknown } | string | undefined;
+  const said = typeof e === "object" && e && typeof e.message === "string" ? e.message
+    : typeof b.message === "string" ? b.message : typeof e === "string" ? e : "";
+  return said.trim() ? `the model API answered HTTP ${m[1]}: ${said.trim()}` : message;
+}
 
 /** A tool result that is no error, yet nothing ran: it must not look like a command that succeeded. */
 export function toolNotRun(result: Entry["payload"] | undefined): boolean {
@@ -116,7 +138,7 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
       const text = String(p.text ?? "");
       if (!chatTexts.has(text)) items.push({ kind: "chat", key, entry, text, role: "person", author: "prompt" });
     } else if (p.type === "pi.assistant") {
-      const text = String(p.text ?? "") || (p.stopReason === "error" ? `error: ${p.errorMessage ?? "the model failed"}` : "");
+      const text = String(p.text ?? "") || (p.stopReason === "error" ? `error: ${p.errorMessage ? modelErrorReason(String(p.errorMessage)) : "the model failed"}` : "");
       // A bot's model round (it carries its turn) is the bot speaking; a box's is the coding agent.
       const botRound = typeof p.turnId === "string";
       if (text && !(botRound && botChats.has(`${entry.authorId}\u0000${text}`))) {
@@ -174,6 +196,10 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
       // A run that ended leaves no call of it running: one without a result was cut short.
       if (p.type === "signal.thread.status_changed" && p.status !== "running") {
         for (const t of tools.values()) if (!t.result && !t.liveOnly) t.cutShort = true;
+      }
+      // Nor does a bot's turn that failed (given up after restarts, say): no result will come.
+      if (p.type === "signal.dispatch.error" && typeof p.turnId === "string") {
+        for (const t of tools.values()) if (!t.result && t.call?.payload.turnId === p.turnId) t.cutShort = true;
       }
       const childThreadId = typeof p.childThreadId === "string" ? p.childThreadId : undefined;
       items.push({ kind: "signal", key, entry, ...signalLabel(p), childThreadId });
