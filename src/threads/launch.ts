@@ -18,7 +18,7 @@ import { shq } from "../domain/shell";
 import { gitCredentialEnv } from "../domain/git-credentials.mjs";
 import { folderMaxBytes, type CopiedFolder } from "../workspace/folders";
 import { copyFoldersIn } from "../workspace/folder-sync";
-import { MANAGED_FILES, managedFileContent, managedKey, readManagedFiles, removeManagedFiles, type ManagedFile } from "../workspace/managed-files";
+import { MANAGED_FILES, managedFileContent, managedKey, managedKeys, readManagedFiles, updateManagedFiles, type ManagedFile } from "../workspace/managed-files";
 import { BOX_ENV, PI_AGENT_DIR, WORK_DIR, runDir } from "../domain/box-layout";
 import { STATUS_CHANGED } from "../domain/statuses";
 
@@ -329,13 +329,18 @@ async function startRunner(
     else uploads.push({ path: u.path, content });
   }
   if (sameBox) {
-    // A box earlier runs used holds what the environment put there then: what it no longer puts
-    // there goes (a removed sensitive file, a removed extension pi would still load).
+    // A box earlier runs used holds what the environment put there then: what it no longer has
+    // goes (a removed sensitive file, a removed extension pi would still load), and so does what
+    // this launch now writes elsewhere (its working directory moved). What another harness's run
+    // on a shared box wrote and the environment still has stays: that run may be using it.
+    const keys = environment ? managedKeys(environment) : new Set<string>();
+    const own = new Set(managed.map((m) => m.key));
     const before = await readManagedFiles(provider, ref, home);
-    const stale = before.filter((b) => !managed.some((m) => m.path === b.path));
-    await removeManagedFiles(provider, ref, home, stale);
+    const stale = before.filter((b) => !managed.some((m) => m.path === b.path) && (!keys.has(b.key) || own.has(b.key)));
+    await updateManagedFiles(provider, ref, home, stale, managed);
+  } else {
+    uploads.push({ path: MANAGED_FILES, content: managedFileContent(managed) });
   }
-  uploads.push({ path: MANAGED_FILES, content: managedFileContent(managed) });
   await provider.upload(ref, uploads);
   deps.alive();
   // The installs, clone and uploads take long: a run stopped meanwhile gets no runner, and so

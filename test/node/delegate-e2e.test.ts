@@ -811,6 +811,41 @@ describe("a shared box and the environment's files", () => {
   });
 });
 
+describe("two runs at once on a shared box, with different harnesses", () => {
+  it("keep each other's files: a claude-code run launched while a pi run works leaves pi's models.json and settings.json in place", async () => {
+    // A stand-in for Claude Code on the box's PATH: it answers one scripted session and ends.
+    const bin = tempDir("tb-fake-claude-");
+    writeFileSync(join(bin, "claude"), `#!/bin/sh\ncat '${join(ROOT, "test/fixtures/claude-code-stream-json-success.jsonl")}'\n`, { mode: 0o755 });
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    const before = model.requests.length;
+    model.push({ text: "Done.", until: held });
+    const envId = await environment({ PATH: `${bin}:${process.env.PATH}` });
+    // Claude Code's run writes a file of its own: the MCP servers' .mcp.json.
+    const plugins = { skills: [], extensions: [], mcpServers: { docs: { command: "docs-mcp", args: ["--stdio"] } } };
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { boxMode: "shared", plugins } })).status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const delegate = async (harness: string) => (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "work", harness } })).body.childThreadId as string;
+    const sh = async (command: string) => String((await api(`/api/environments/${envId}/exec`, { method: "POST", json: { command } })).body.output);
+    const pi = await delegate("pi");
+    try {
+      // pi runs, waiting on its model, with its config read from the box.
+      await waitFor("pi to ask its model", async () => model.requests.length > before);
+      const claude = await delegate("claude-code");
+      await settled(claude);
+      expect((await entries(claude)).some((e) => e.payload.type === "signal.run.launched")).toBe(true);
+      expect(await sh("ls .threadbox/pi-agent/models.json .threadbox/pi-agent/settings.json 2>&1")).toBe(".threadbox/pi-agent/models.json\n.threadbox/pi-agent/settings.json\n");
+      expect(await sh("ls work/.mcp.json")).toBe("work/.mcp.json\n");
+    } finally {
+      release();
+    }
+    expect((await settled(pi)).status).toBe("completed");
+    // Both launches' files are still recorded: what the environment drops now leaves the box.
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { piSettings: null } })).status).toBe(200);
+    expect(await sh("ls .threadbox/pi-agent/models.json .threadbox/pi-agent/settings.json 2>/dev/null")).toBe(".threadbox/pi-agent/models.json\n");
+  });
+});
+
 describe("a shared box with a private repository", () => {
   it("clones with the token from a secret and fetches with it again when reconciling in place; the token is never kept in the checkout or shown", async () => {
     const root = tempDir("tb-git-root-");
