@@ -93,6 +93,8 @@ export type LaunchDeps = {
   alive(): void;
   /** The environment's shared box (`boxMode: "shared"`), created on first use. */
   sharedBox(): Promise<{ id: string; providerRef: string; created: boolean }>;
+  /** The run's environment as stored now (`environment` is what it was when the launch began); null without one. */
+  currentEnvironment(): Promise<Environment | null>;
 };
 
 
@@ -343,6 +345,16 @@ async function startRunner(
   }
   await provider.upload(ref, uploads);
   deps.alive();
+  if (progress.shared) {
+    // A change to the environment while this launch wrote it out has pruned the box before the
+    // upload put back what it took out (a removed sensitive file, readable there in clear since):
+    // what the environment has now decides. A change after this read prunes what was uploaded.
+    const now = await deps.currentEnvironment();
+    const keys = now ? managedKeys(now) : null;
+    const gone = keys ? managed.filter((m) => !keys.has(m.key)) : [];
+    await updateManagedFiles(provider, ref, home, gone);
+    deps.alive();
+  }
   // The installs, clone and uploads take long: a run stopped meanwhile gets no runner, and so
   // must get no token file either (only a runner removes it; a kept box would hold it for the
   // next run's commands). It goes up last, right before the runner that takes it.

@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execFile, execSync } from "node:child_process";
 import { promisify } from "node:util";
-import { existsSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { startSandboxHost } from "../../sandbox-host/server.mjs";
 import { ROOT, freePort, startWorker } from "../../scripts/lib/wrangler-dev.mjs";
@@ -843,6 +843,42 @@ describe("two runs at once on a shared box, with different harnesses", () => {
     // Both launches' files are still recorded: what the environment drops now leaves the box.
     expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { piSettings: null } })).status).toBe(200);
     expect(await sh("ls .threadbox/pi-agent/models.json .threadbox/pi-agent/settings.json 2>/dev/null")).toBe(".threadbox/pi-agent/models.json\n");
+  });
+});
+
+describe("a shared box whose environment drops a file while a run launches there", () => {
+  it("the launch that read the old environment does not bring the file back: it is gone for run_command once the run is up", async () => {
+    const origin = tempDir("tb-managed-race-");
+    execSync("git init -q -b main && echo x > README && git add . && git -c user.email=t@t -c user.name=t commit -qm x", { cwd: origin, stdio: "pipe", shell: "/bin/bash" });
+    // git on the box's PATH that waits at a fetch while `hold` exists: the second launch is held
+    // after it read the environment and before it writes the environment's files.
+    const bin = tempDir("tb-held-git-");
+    const realGit = execSync("command -v git", { encoding: "utf8", shell: "/bin/bash" }).trim();
+    writeFileSync(join(bin, "git"), `#!/bin/sh
+case " $* " in *" fetch "*) while [ -e '${bin}/hold' ]; do touch '${bin}/waiting'; sleep 0.1; done;; esac
+exec '${realGit}' "$@"
+`, { mode: 0o755 });
+    model.push({ text: "One." }, { text: "Two." });
+    const envId = await environment({ PATH: `${bin}:${process.env.PATH}` });
+    const files = [{ path: "creds.txt", content: "very-secret-credential-value\n", sensitive: true }, { path: "notes.txt", content: "plain notes\n" }];
+    const repositories = [{ url: `file://${origin}`, branch: "main", path: "app" }];
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { boxMode: "shared", repositories, files } })).status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const delegate = async () => (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "look" } })).body.childThreadId as string;
+    const sh = async (command: string) => String((await api(`/api/environments/${envId}/exec`, { method: "POST", json: { command } })).body.output);
+    expect((await settled(await delegate())).status).toBe("completed");
+
+    writeFileSync(join(bin, "hold"), "");
+    const second = await delegate();
+    try {
+      await waitFor("the second launch to reach its fetch", async () => existsSync(join(bin, "waiting")));
+      expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { files: [files[1]] } })).status).toBe(200);
+    } finally {
+      rmSync(join(bin, "hold"), { force: true });
+    }
+    expect((await settled(second)).status).toBe("completed");
+    // Out of the environment, the file is not sensitive any more: left on the box, it would show in clear.
+    expect(await sh("cat work/app/creds.txt 2>&1; cat work/app/notes.txt")).toMatch(/No such file[\s\S]*plain notes/);
   });
 });
 

@@ -125,5 +125,6 @@ function launchDeps(spec: LaunchSpec, p: LauncherPorts, row: ThreadRow, environm
     },
     alive: p.alive,
     sharedBox: () => ensureSharedBox(p.env, row.houseId, environment!),
+    currentEnvironment: async () => row.environmentId ? ((await unwrapRpc(houseStub(p.env, row.houseId).getEnvironment(row.environmentId))) as Environment | null) : null,
   };
 }
