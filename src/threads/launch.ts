@@ -335,7 +335,10 @@ async function startRunner(
     // goes (a removed sensitive file, a removed extension pi would still load), and so does what
     // this launch now writes elsewhere (its working directory moved). What another harness's run
     // on a shared box wrote and the environment still has stays: that run may be using it.
-    const keys = environment ? managedKeys(environment) : new Set<string>();
+    // What the environment has now, not when this launch began: a run launched since on a newer
+    // version may have written a file this launch's version lacks.
+    const now = (await deps.currentEnvironment()) ?? environment;
+    const keys = now ? managedKeys(now) : new Set<string>();
     const own = new Set(managed.map((m) => m.key));
     const before = await readManagedFiles(provider, ref, home);
     const stale = before.filter((b) => !managed.some((m) => m.path === b.path) && (!keys.has(b.key) || own.has(b.key)));

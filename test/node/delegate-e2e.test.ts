@@ -882,6 +882,42 @@ exec '${realGit}' "$@"
   });
 });
 
+describe("a shared box whose environment gains a file while an earlier launch there is held up", () => {
+  it("the earlier launch leaves the file a later run wrote: it is there for run_command after both runs", async () => {
+    const origin = tempDir("tb-managed-order-");
+    execSync("git init -q -b main && echo x > README && git add . && git -c user.email=t@t -c user.name=t commit -qm x", { cwd: origin, stdio: "pipe", shell: "/bin/bash" });
+    // git on the box's PATH whose first fetch after `hold` appears waits until `held` is gone.
+    const bin = tempDir("tb-held-once-git-");
+    const realGit = execSync("command -v git", { encoding: "utf8", shell: "/bin/bash" }).trim();
+    writeFileSync(join(bin, "git"), `#!/bin/sh
+case " $* " in *" fetch "*) if mv '${bin}/hold' '${bin}/held' 2>/dev/null; then while [ -e '${bin}/held' ]; do touch '${bin}/waiting'; sleep 0.1; done; fi;; esac
+exec '${realGit}' "$@"
+`, { mode: 0o755 });
+    model.push({ text: "One." }, { text: "Two." }, { text: "Three." });
+    const envId = await environment({ PATH: `${bin}:${process.env.PATH}` });
+    const notes = { path: "notes.txt", content: "plain notes\n" };
+    const repositories = [{ url: `file://${origin}`, branch: "main", path: "app" }];
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { boxMode: "shared", repositories, files: [notes] } })).status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const delegate = async () => (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "look" } })).body.childThreadId as string;
+    const sh = async (command: string) => String((await api(`/api/environments/${envId}/exec`, { method: "POST", json: { command } })).body.output);
+    expect((await settled(await delegate())).status).toBe("completed");
+
+    writeFileSync(join(bin, "hold"), "");
+    const earlier = await delegate();
+    try {
+      await waitFor("the earlier launch to reach its fetch", async () => existsSync(join(bin, "waiting")));
+      expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { files: [notes, { path: "added.txt", content: "added later\n" }] } })).status).toBe(200);
+      expect((await settled(await delegate())).status).toBe("completed");
+      expect(await sh("cat work/app/added.txt")).toBe("added later\n");
+    } finally {
+      rmSync(join(bin, "held"), { force: true });
+    }
+    expect((await settled(earlier)).status).toBe("completed");
+    expect(await sh("cat work/app/added.txt 2>&1")).toBe("added later\n");
+  });
+});
+
 describe("a shared box with a private repository", () => {
   it("clones with the token from a secret and fetches with it again when reconciling in place; the token is never kept in the checkout or shown", async () => {
     const root = tempDir("tb-git-root-");
