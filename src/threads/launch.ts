@@ -93,6 +93,8 @@ export type LaunchDeps = {
   alive(): void;
   /** The environment's shared box (`boxMode: "shared"`), created on first use. */
   sharedBox(): Promise<{ id: string; providerRef: string; created: boolean }>;
+  /** The threads whose runs are on the box or launching onto it, this one's included. */
+  boxOccupants(boxId: string): Promise<string[]>;
   /** The run's environment as stored now (`environment` is what it was when the launch began); null without one. */
   currentEnvironment(): Promise<Environment | null>;
 };
@@ -332,16 +334,19 @@ async function startRunner(
   }
   if (sameBox) {
     // A box earlier runs used holds what the environment put there then: what it no longer has
-    // goes (a removed sensitive file, a removed extension pi would still load), and so does what
-    // this launch now writes elsewhere (its working directory moved). What another harness's run
-    // on a shared box wrote and the environment still has stays: that run may be using it.
+    // goes (a removed sensitive file, a removed extension pi would still load). What another
+    // harness's run on a shared box wrote and the environment still has stays: that run may be
+    // using it. What this launch now writes elsewhere (its working directory moved) goes too,
+    // unless another thread's run is on the box: its working directory may be that other place
+    // (a delegate's own repository, an older version of the environment's repositories).
     // What the environment has now, not when this launch began: a run launched since on a newer
     // version may have written a file this launch's version lacks.
     const now = (await deps.currentEnvironment()) ?? environment;
     const keys = now ? managedKeys(now) : new Set<string>();
     const own = new Set(managed.map((m) => m.key));
+    const alone = (await deps.boxOccupants(progress.boxId!)).every((t) => t === row.id);
     const before = await readManagedFiles(provider, ref, home);
-    const stale = before.filter((b) => !managed.some((m) => m.path === b.path) && (!keys.has(b.key) || own.has(b.key)));
+    const stale = before.filter((b) => !managed.some((m) => m.path === b.path) && (!keys.has(b.key) || (alone && own.has(b.key))));
     await updateManagedFiles(provider, ref, home, stale, managed);
   } else {
     uploads.push({ path: MANAGED_FILES, content: managedFileContent(managed) });

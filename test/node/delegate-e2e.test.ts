@@ -918,6 +918,33 @@ exec '${realGit}' "$@"
   });
 });
 
+describe("two runs at once on a shared box, in different working directories", () => {
+  it("a delegate with its own repository launched while a run of the environment's repository works leaves that run's files", async () => {
+    const origin = tempDir("tb-managed-cwd-");
+    execSync("git init -q -b main && echo x > README && git add . && git -c user.email=t@t -c user.name=t commit -qm x", { cwd: origin, stdio: "pipe", shell: "/bin/bash" });
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    const before = model.requests.length;
+    model.push({ text: "Done.", until: held }, { text: "Two." });
+    const envId = await environment();
+    const json = { boxMode: "shared", repositories: [{ url: `file://${origin}`, branch: "main", path: "app" }], files: [{ path: "notes.txt", content: "plain notes\n" }] };
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json })).status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const delegate = async (extra: object) => (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "look", ...extra } })).body.childThreadId as string;
+    const sh = async (command: string) => String((await api(`/api/environments/${envId}/exec`, { method: "POST", json: { command } })).body.output);
+    // Its working directory is work/app; the delegate's own repository makes another's work/repo.
+    const first = await delegate({});
+    try {
+      await waitFor("the first run to ask its model", async () => model.requests.length > before);
+      expect((await settled(await delegate({ repo: `file://${origin}` }))).status).toBe("completed");
+      expect(await sh("ls work/app/notes.txt work/repo/notes.txt 2>&1")).toBe("work/app/notes.txt\nwork/repo/notes.txt\n");
+    } finally {
+      release();
+    }
+    expect((await settled(first)).status).toBe("completed");
+  });
+});
+
 describe("a shared box with a private repository", () => {
   it("clones with the token from a secret and fetches with it again when reconciling in place; the token is never kept in the checkout or shown", async () => {
     const root = tempDir("tb-git-root-");

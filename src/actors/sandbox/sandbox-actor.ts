@@ -356,6 +356,15 @@ export class SandboxActor extends DurableObject<Env> {
     return settle(() => this.viewOf(houseId));
   }
 
+  /** The threads whose runs are on this box or launching onto it (attached or reserved). */
+  async occupants(houseId: string) {
+    return settle(() => {
+      this.requireRow(houseId);
+      const reserved = this.ctx.storage.sql.exec(`select thread_id from box_reservations`).toArray().map((t) => t.thread_id as string);
+      return [...new Set([...this.threadIds(), ...reserved])];
+    });
+  }
+
   /** A signed URL to a port served inside this box; only while the box is live. */
   async previewLink(houseId: string, port: number, expiresInSeconds: number) {
     return settle(async () => {
