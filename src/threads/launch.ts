@@ -93,8 +93,8 @@ export type LaunchDeps = {
   alive(): void;
   /** The environment's shared box (`boxMode: "shared"`), created on first use. */
   sharedBox(): Promise<{ id: string; providerRef: string; created: boolean }>;
-  /** The threads whose runs are on the box or launching onto it, this one's included. */
-  boxOccupants(boxId: string): Promise<string[]>;
+  /** Whether a run of another thread is on the box or launching onto it. */
+  otherRunsOnBox(boxId: string): Promise<boolean>;
   /** The run's environment as stored now (`environment` is what it was when the launch began); null without one. */
   currentEnvironment(): Promise<Environment | null>;
 };
@@ -344,7 +344,7 @@ async function startRunner(
     const now = (await deps.currentEnvironment()) ?? environment;
     const keys = now ? managedKeys(now) : new Set<string>();
     const own = new Set(managed.map((m) => m.key));
-    const alone = (await deps.boxOccupants(progress.boxId!)).every((t) => t === row.id);
+    const alone = !(await deps.otherRunsOnBox(progress.boxId!));
     const before = await readManagedFiles(provider, ref, home);
     const stale = before.filter((b) => !managed.some((m) => m.path === b.path) && (!keys.has(b.key) || (alone && own.has(b.key))));
     await updateManagedFiles(provider, ref, home, stale, managed);

@@ -356,12 +356,21 @@ export class SandboxActor extends DurableObject<Env> {
     return settle(() => this.viewOf(houseId));
   }
 
-  /** The threads whose runs are on this box or launching onto it (attached or reserved). */
-  async occupants(houseId: string) {
-    return settle(() => {
+  /**
+   * Whether a run of a thread other than `threadId` is on this box or launching onto it. A
+   * reservation whose run is no longer its thread's current one (a launch that failed or was
+   * stopped) is dropped, or a shared box, never deleted, would count it for good.
+   */
+  async runsOfOtherThreads(houseId: string, threadId: string) {
+    return settle(async () => {
       this.requireRow(houseId);
-      const reserved = this.ctx.storage.sql.exec(`select thread_id from box_reservations`).toArray().map((t) => t.thread_id as string);
-      return [...new Set([...this.threadIds(), ...reserved])];
+      if (this.threadIds().some((t) => t !== threadId)) return true;
+      for (const r of this.ctx.storage.sql.exec(`select thread_id, run_id from box_reservations where thread_id != ?`, threadId).toArray()) {
+        // A thread that cannot answer now counts as running: at worst a moved file stays a while longer.
+        if (await this.runIsCurrent(houseId, r.thread_id as string, r.run_id as string).catch(() => true)) return true;
+        this.ctx.storage.sql.exec(`delete from box_reservations where thread_id = ? and run_id = ?`, r.thread_id as string, r.run_id as string);
+      }
+      return false;
     });
   }
 
