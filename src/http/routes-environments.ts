@@ -17,7 +17,7 @@ import { providerFor } from "../sandbox/providers";
 import { providerApiError } from "../sandbox/api-errors";
 import { ProviderError } from "../sandbox/errors";
 import { readBody } from "./body";
-import { managedKeys, readManagedFiles, removeManagedFiles } from "../workspace/managed-files";
+import { managedKeys, readManagedFiles, updateManagedFiles } from "../workspace/managed-files";
 
 export async function createEnvironmentRoute(request: Request, env: Env): Promise<Response> {
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
@@ -78,7 +78,7 @@ async function pruneSharedBox(env: Env, houseId: string, e: Environment): Promis
     const had = await readManagedFiles(provider, view.providerRef, home);
     const keys = managedKeys(e);
     const stale = had.filter((f) => !keys.has(f.key));
-    if (stale.length > 0) await removeManagedFiles(provider, view.providerRef, home, stale, had.filter((f) => keys.has(f.key)));
+    await updateManagedFiles(provider, view.providerRef, home, stale);
   } catch (err) {
     logEvent("shared_box_prune_failed", { environmentId: e.id, boxId: view.id, error: errorMessage(err) }, "warn");
   }

@@ -18,7 +18,7 @@ import { shq } from "../domain/shell";
 import { gitCredentialEnv } from "../domain/git-credentials.mjs";
 import { folderMaxBytes, type CopiedFolder } from "../workspace/folders";
 import { copyFoldersIn } from "../workspace/folder-sync";
-import { MANAGED_FILES, managedFileContent, managedKey, readManagedFiles, removeManagedFiles, type ManagedFile } from "../workspace/managed-files";
+import { MANAGED_FILES, managedFileContent, managedKey, managedKeys, readManagedFiles, updateManagedFiles, type ManagedFile } from "../workspace/managed-files";
 import { BOX_ENV, PI_AGENT_DIR, WORK_DIR, runDir } from "../domain/box-layout";
 import { STATUS_CHANGED } from "../domain/statuses";
 
@@ -93,6 +93,10 @@ export type LaunchDeps = {
   alive(): void;
   /** The environment's shared box (`boxMode: "shared"`), created on first use. */
   sharedBox(): Promise<{ id: string; providerRef: string; created: boolean }>;
+  /** Whether a run of another thread is on the box or launching onto it. */
+  otherRunsOnBox(boxId: string): Promise<boolean>;
+  /** The run's environment as stored now (`environment` is what it was when the launch began); null without one. */
+  currentEnvironment(): Promise<Environment | null>;
 };
 
 
@@ -329,15 +333,36 @@ async function startRunner(
     else uploads.push({ path: u.path, content });
   }
   if (sameBox) {
-    // A box earlier runs used holds what the environment put there then: what it no longer puts
-    // there goes (a removed sensitive file, a removed extension pi would still load).
+    // A box earlier runs used holds what the environment put there then: what it no longer has
+    // goes (a removed sensitive file, a removed extension pi would still load). What another
+    // harness's run on a shared box wrote and the environment still has stays: that run may be
+    // using it. What this launch now writes elsewhere (its working directory moved) goes too,
+    // unless another thread's run is on the box: its working directory may be that other place
+    // (a delegate's own repository, an older version of the environment's repositories).
+    // What the environment has now, not when this launch began: a run launched since on a newer
+    // version may have written a file this launch's version lacks.
+    const now = (await deps.currentEnvironment()) ?? environment;
+    const keys = now ? managedKeys(now) : new Set<string>();
+    const own = new Set(managed.map((m) => m.key));
+    const alone = !(await deps.otherRunsOnBox(progress.boxId!));
     const before = await readManagedFiles(provider, ref, home);
-    const stale = before.filter((b) => !managed.some((m) => m.path === b.path));
-    await removeManagedFiles(provider, ref, home, stale);
+    const stale = before.filter((b) => !managed.some((m) => m.path === b.path) && (!keys.has(b.key) || (alone && own.has(b.key))));
+    await updateManagedFiles(provider, ref, home, stale, managed);
+  } else {
+    uploads.push({ path: MANAGED_FILES, content: managedFileContent(managed) });
   }
-  uploads.push({ path: MANAGED_FILES, content: managedFileContent(managed) });
   await provider.upload(ref, uploads);
   deps.alive();
+  if (progress.shared) {
+    // A change to the environment while this launch wrote it out has pruned the box before the
+    // upload put back what it took out (a removed sensitive file, readable there in clear since):
+    // what the environment has now decides. A change after this read prunes what was uploaded.
+    const now = await deps.currentEnvironment();
+    const keys = now ? managedKeys(now) : null;
+    const gone = keys ? managed.filter((m) => !keys.has(m.key)) : [];
+    await updateManagedFiles(provider, ref, home, gone);
+    deps.alive();
+  }
   // The installs, clone and uploads take long: a run stopped meanwhile gets no runner, and so
   // must get no token file either (only a runner removes it; a kept box would hold it for the
   // next run's commands). It goes up last, right before the runner that takes it.

@@ -57,12 +57,19 @@ export async function readManagedFiles(provider: SandboxProvider, ref: string, h
   });
 }
 
-/** Removes `stale` from the box; `keep` (when given) becomes the record. */
-export async function removeManagedFiles(provider: SandboxProvider, ref: string, home: string, stale: ManagedFile[], keep?: ManagedFile[]): Promise<void> {
-  const steps: string[] = [];
+/**
+ * Removes `stale` from the box and from the record, and adds `add` to the record, in one command
+ * (under `flock` where the box has it). Launches on a shared box run at once with each other and
+ * with an environment's prune: each changes the record only by what it removes and adds, so none
+ * drops a line another wrote meanwhile (a file left out of the record would never be removed).
+ */
+export async function updateManagedFiles(provider: SandboxProvider, ref: string, home: string, stale: ManagedFile[], add: ManagedFile[] = []): Promise<void> {
+  if (stale.length === 0 && add.length === 0) return;
+  const record = shq(MANAGED_FILES);
+  const steps = [`mkdir -p ${shq(BOX_DIR)}`, `exec 9>>${record}.lock`, `{ ! command -v flock >/dev/null 2>&1 || flock 9; }`];
   if (stale.length > 0) steps.push(`rm -f -- ${stale.map((f) => shq(f.path)).join(" ")}`);
-  if (keep) steps.push(`printf '%s' ${shq(managedFileContent(keep))} > ${shq(MANAGED_FILES)}`);
-  if (steps.length === 0) return;
+  const kept = stale.length > 0 ? `grep -vxF ${stale.map((f) => `-e ${shq(`${f.key}\t${f.path}`)}`).join(" ")} ${record}` : `cat ${record}`;
+  steps.push(`{ ${kept} 2>/dev/null; printf '%s' ${shq(managedFileContent(add))}; } | sort -u > ${record}.$$`, `mv -f ${record}.$$ ${record}`);
   const r = await provider.exec(ref, steps.join(" && "), { cwd: home });
-  if (r.exitCode !== 0) throw new Error(`removing what the environment no longer has failed (exit ${r.exitCode}): ${r.output.trim().slice(-300)}`);
+  if (r.exitCode !== 0) throw new Error(`updating the environment's files in the box failed (exit ${r.exitCode}): ${r.output.trim().slice(-300)}`);
 }

@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execFile, execSync } from "node:child_process";
 import { promisify } from "node:util";
-import { existsSync, readdirSync, readFileSync, readlinkSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { startSandboxHost } from "../../sandbox-host/server.mjs";
 import { ROOT, freePort, startWorker } from "../../scripts/lib/wrangler-dev.mjs";
@@ -808,6 +808,140 @@ describe("a shared box and the environment's files", () => {
     expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { repositories: [...one, { url: `file://${origin}`, branch: "main", path: "other" }] } })).status).toBe(200);
     await run();
     expect(await sh("ls work/notes.txt work/app/notes.txt 2>&1")).toMatch(/work\/app\/notes\.txt.*No such file[\s\S]*^work\/notes\.txt$/m);
+  });
+});
+
+describe("two runs at once on a shared box, with different harnesses", () => {
+  it("keep each other's files: a claude-code run launched while a pi run works leaves pi's models.json and settings.json in place", async () => {
+    // A stand-in for Claude Code on the box's PATH: it answers one scripted session and ends.
+    const bin = tempDir("tb-fake-claude-");
+    writeFileSync(join(bin, "claude"), `#!/bin/sh\ncat '${join(ROOT, "test/fixtures/claude-code-stream-json-success.jsonl")}'\n`, { mode: 0o755 });
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    const before = model.requests.length;
+    model.push({ text: "Done.", until: held });
+    const envId = await environment({ PATH: `${bin}:${process.env.PATH}` });
+    // Claude Code's run writes a file of its own: the MCP servers' .mcp.json.
+    const plugins = { skills: [], extensions: [], mcpServers: { docs: { command: "docs-mcp", args: ["--stdio"] } } };
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { boxMode: "shared", plugins } })).status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const delegate = async (harness: string) => (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "work", harness } })).body.childThreadId as string;
+    const sh = async (command: string) => String((await api(`/api/environments/${envId}/exec`, { method: "POST", json: { command } })).body.output);
+    const pi = await delegate("pi");
+    try {
+      // pi runs, waiting on its model, with its config read from the box.
+      await waitFor("pi to ask its model", async () => model.requests.length > before);
+      const claude = await delegate("claude-code");
+      await settled(claude);
+      expect((await entries(claude)).some((e) => e.payload.type === "signal.run.launched")).toBe(true);
+      expect(await sh("ls .threadbox/pi-agent/models.json .threadbox/pi-agent/settings.json 2>&1")).toBe(".threadbox/pi-agent/models.json\n.threadbox/pi-agent/settings.json\n");
+      expect(await sh("ls work/.mcp.json")).toBe("work/.mcp.json\n");
+    } finally {
+      release();
+    }
+    expect((await settled(pi)).status).toBe("completed");
+    // Both launches' files are still recorded: what the environment drops now leaves the box.
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { piSettings: null } })).status).toBe(200);
+    expect(await sh("ls .threadbox/pi-agent/models.json .threadbox/pi-agent/settings.json 2>/dev/null")).toBe(".threadbox/pi-agent/models.json\n");
+  });
+});
+
+describe("a shared box whose environment drops a file while a run launches there", () => {
+  it("the launch that read the old environment does not bring the file back: it is gone for run_command once the run is up", async () => {
+    const origin = tempDir("tb-managed-race-");
+    execSync("git init -q -b main && echo x > README && git add . && git -c user.email=t@t -c user.name=t commit -qm x", { cwd: origin, stdio: "pipe", shell: "/bin/bash" });
+    // git on the box's PATH that waits at a fetch while `hold` exists: the second launch is held
+    // after it read the environment and before it writes the environment's files.
+    const bin = tempDir("tb-held-git-");
+    const realGit = execSync("command -v git", { encoding: "utf8", shell: "/bin/bash" }).trim();
+    writeFileSync(join(bin, "git"), `#!/bin/sh
+case " $* " in *" fetch "*) while [ -e '${bin}/hold' ]; do touch '${bin}/waiting'; sleep 0.1; done;; esac
+exec '${realGit}' "$@"
+`, { mode: 0o755 });
+    model.push({ text: "One." }, { text: "Two." });
+    const envId = await environment({ PATH: `${bin}:${process.env.PATH}` });
+    const files = [{ path: "creds.txt", content: "very-secret-credential-value\n", sensitive: true }, { path: "notes.txt", content: "plain notes\n" }];
+    const repositories = [{ url: `file://${origin}`, branch: "main", path: "app" }];
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { boxMode: "shared", repositories, files } })).status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const delegate = async () => (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "look" } })).body.childThreadId as string;
+    const sh = async (command: string) => String((await api(`/api/environments/${envId}/exec`, { method: "POST", json: { command } })).body.output);
+    expect((await settled(await delegate())).status).toBe("completed");
+
+    writeFileSync(join(bin, "hold"), "");
+    const second = await delegate();
+    try {
+      await waitFor("the second launch to reach its fetch", async () => existsSync(join(bin, "waiting")));
+      expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { files: [files[1]] } })).status).toBe(200);
+    } finally {
+      rmSync(join(bin, "hold"), { force: true });
+    }
+    expect((await settled(second)).status).toBe("completed");
+    // Out of the environment, the file is not sensitive any more: left on the box, it would show in clear.
+    expect(await sh("cat work/app/creds.txt 2>&1; cat work/app/notes.txt")).toMatch(/No such file[\s\S]*plain notes/);
+  });
+});
+
+describe("a shared box whose environment gains a file while an earlier launch there is held up", () => {
+  it("the earlier launch leaves the file a later run wrote: it is there for run_command after both runs", async () => {
+    const origin = tempDir("tb-managed-order-");
+    execSync("git init -q -b main && echo x > README && git add . && git -c user.email=t@t -c user.name=t commit -qm x", { cwd: origin, stdio: "pipe", shell: "/bin/bash" });
+    // git on the box's PATH whose first fetch after `hold` appears waits until `held` is gone.
+    const bin = tempDir("tb-held-once-git-");
+    const realGit = execSync("command -v git", { encoding: "utf8", shell: "/bin/bash" }).trim();
+    writeFileSync(join(bin, "git"), `#!/bin/sh
+case " $* " in *" fetch "*) if mv '${bin}/hold' '${bin}/held' 2>/dev/null; then while [ -e '${bin}/held' ]; do touch '${bin}/waiting'; sleep 0.1; done; fi;; esac
+exec '${realGit}' "$@"
+`, { mode: 0o755 });
+    model.push({ text: "One." }, { text: "Two." }, { text: "Three." });
+    const envId = await environment({ PATH: `${bin}:${process.env.PATH}` });
+    const notes = { path: "notes.txt", content: "plain notes\n" };
+    const repositories = [{ url: `file://${origin}`, branch: "main", path: "app" }];
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { boxMode: "shared", repositories, files: [notes] } })).status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const delegate = async () => (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "look" } })).body.childThreadId as string;
+    const sh = async (command: string) => String((await api(`/api/environments/${envId}/exec`, { method: "POST", json: { command } })).body.output);
+    expect((await settled(await delegate())).status).toBe("completed");
+
+    writeFileSync(join(bin, "hold"), "");
+    const earlier = await delegate();
+    try {
+      await waitFor("the earlier launch to reach its fetch", async () => existsSync(join(bin, "waiting")));
+      expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { files: [notes, { path: "added.txt", content: "added later\n" }] } })).status).toBe(200);
+      expect((await settled(await delegate())).status).toBe("completed");
+      expect(await sh("cat work/app/added.txt")).toBe("added later\n");
+    } finally {
+      rmSync(join(bin, "held"), { force: true });
+    }
+    expect((await settled(earlier)).status).toBe("completed");
+    expect(await sh("cat work/app/added.txt 2>&1")).toBe("added later\n");
+  });
+});
+
+describe("two runs at once on a shared box, in different working directories", () => {
+  it("a delegate with its own repository launched while a run of the environment's repository works leaves that run's files", async () => {
+    const origin = tempDir("tb-managed-cwd-");
+    execSync("git init -q -b main && echo x > README && git add . && git -c user.email=t@t -c user.name=t commit -qm x", { cwd: origin, stdio: "pipe", shell: "/bin/bash" });
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    const before = model.requests.length;
+    model.push({ text: "Done.", until: held }, { text: "Two." });
+    const envId = await environment();
+    const json = { boxMode: "shared", repositories: [{ url: `file://${origin}`, branch: "main", path: "app" }], files: [{ path: "notes.txt", content: "plain notes\n" }] };
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json })).status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const delegate = async (extra: object) => (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "look", ...extra } })).body.childThreadId as string;
+    const sh = async (command: string) => String((await api(`/api/environments/${envId}/exec`, { method: "POST", json: { command } })).body.output);
+    // Its working directory is work/app; the delegate's own repository makes another's work/repo.
+    const first = await delegate({});
+    try {
+      await waitFor("the first run to ask its model", async () => model.requests.length > before);
+      expect((await settled(await delegate({ repo: `file://${origin}` }))).status).toBe("completed");
+      expect(await sh("ls work/app/notes.txt work/repo/notes.txt 2>&1")).toBe("work/app/notes.txt\nwork/repo/notes.txt\n");
+    } finally {
+      release();
+    }
+    expect((await settled(first)).status).toBe("completed");
   });
 });
 

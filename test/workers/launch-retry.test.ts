@@ -2,7 +2,7 @@
 // one whose step fails ends the run visibly and releases its box.
 import { describe, expect, it, vi } from "vitest";
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
-import type { ThreadActor } from "./test-worker";
+import type { SandboxActor, ThreadActor } from "./test-worker";
 import { sharedTestProvider } from "./register-test-provider";
 import { LABEL_RUN } from "../../src/sandbox/provider";
 import { unwrapRpc } from "../../src/actors/rpc";
@@ -10,8 +10,9 @@ import type { LaunchStep } from "../../src/threads/launch-progress";
 import { idempotentDelegation } from "../../src/threads/idempotency";
 import { call, createThread, houseToken, readAll } from "./helpers";
 
-const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> };
+const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor>; SANDBOXES: DurableObjectNamespace<SandboxActor> };
 const threadStub = (id: string) => E.THREADS.get(E.THREADS.idFromName(`thread:${id}`));
+const boxStub = (id: string) => E.SANDBOXES.get(E.SANDBOXES.idFromName(id));
 
 /** A thread of a test-provider environment (`envFields` added to it) that can launch, its actor prepared by `arrange`. */
 async function launchableThread(houseId: string, arrange: (a: ThreadActor) => void = () => {}, envFields: Record<string, unknown> = {}) {
@@ -483,6 +484,29 @@ describe("a run stopped while its launch uploads", () => {
       expect(provider.calls.some((c) => c.op === "startDetached" && c.ref === box().ref)).toBe(false);
     } finally {
       provider.beforeUpload = null;
+    }
+  }, 30_000);
+});
+
+describe("a shared box a launch reserved and never got", () => {
+  it("does not count as another run on the box for good: the next launch still removes a file whose place moved", async () => {
+    const houseId = "house-shared-stale-reservation";
+    const { token, t, stub, environmentId } = await launchableThread(houseId, () => {}, { boxMode: "shared", files: [{ path: "notes.txt", content: "n\n" }] });
+    const provider = sharedTestProvider();
+    const before = provider.execHandler;
+    // The box's record: an earlier version of the environment (one repository) put notes.txt in work/app.
+    provider.execHandler = (_b, command) => ({ exitCode: 0, output: command.startsWith("cat '.threadbox/environment-files'") ? "file:notes.txt\twork/app/notes.txt\n" : "" });
+    try {
+      const made = (await (await call(`/api/environments/${environmentId}/exec`, { method: "POST", token, json: { command: "true" } })).json()) as { boxId: string };
+      // A launch that reserved the box and was stopped before its thread was attached leaves its reservation.
+      const gone = await createThread(token, { environmentId });
+      await unwrapRpc(boxStub(made.boxId).reserve(houseId, gone.id, "run-stopped-while-launching"));
+      await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+      await launchedOnce(token, t.id, 1);
+      const commands = provider.calls.filter((c) => c.op === "exec").map((c) => JSON.stringify(c.args));
+      expect(commands.some((c) => c.includes("rm -f -- 'work/app/notes.txt'"))).toBe(true);
+    } finally {
+      provider.execHandler = before;
     }
   }, 30_000);
 });

@@ -364,6 +364,24 @@ export class SandboxActor extends DurableObject<Env> {
     return settle(() => this.viewOf(houseId));
   }
 
+  /**
+   * Whether a run of a thread other than `threadId` is on this box or launching onto it. A
+   * reservation whose run is no longer its thread's current one (a launch that failed or was
+   * stopped) is dropped, or a shared box, never deleted, would count it for good.
+   */
+  async runsOfOtherThreads(houseId: string, threadId: string) {
+    return settle(async () => {
+      this.requireRow(houseId);
+      if (this.threadIds().some((t) => t !== threadId)) return true;
+      for (const r of this.ctx.storage.sql.exec(`select thread_id, run_id from box_reservations where thread_id != ?`, threadId).toArray()) {
+        // A thread that cannot answer now counts as running: at worst a moved file stays a while longer.
+        if (await this.runIsCurrent(houseId, r.thread_id as string, r.run_id as string).catch(() => true)) return true;
+        this.ctx.storage.sql.exec(`delete from box_reservations where thread_id = ? and run_id = ?`, r.thread_id as string, r.run_id as string);
+      }
+      return false;
+    });
+  }
+
   /** A signed URL to a port served inside this box; only while the box is live. */
   async previewLink(houseId: string, port: number, expiresInSeconds: number) {
     return settle(async () => {

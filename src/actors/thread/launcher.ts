@@ -125,5 +125,7 @@ function launchDeps(spec: LaunchSpec, p: LauncherPorts, row: ThreadRow, environm
     },
     alive: p.alive,
     sharedBox: () => ensureSharedBox(p.env, row.houseId, environment!),
+    otherRunsOnBox: async (boxId) => (await unwrapRpc(sandboxStub(p.env, boxId).runsOfOtherThreads(row.houseId, row.id))) === true,
+    currentEnvironment: async () => row.environmentId ? ((await unwrapRpc(houseStub(p.env, row.houseId).getEnvironment(row.environmentId))) as Environment | null) : null,
   };
 }
