@@ -145,6 +145,18 @@ describe("timeline", () => {
     expect(buildTimeline(es, [], who)[0]).toMatchObject({ kind: "chat", role: "agent", author: "result of child thread", childThreadId: "th_c" });
   });
 
+  it("a child's result says whether that run of the child failed: a stopped run's result is a failure, its resumed run's a success", () => {
+    const result = (run: number, text: string) => entry({ type: "chat", text, origin: "child_finished", childThreadId: "th_c", dispatch: false }, { id: `child_result:th_c:${run}`, authorId: "ana" });
+    const finished = (run: number, status: string, reason?: string) => entry({ type: "signal.thread.child_finished", childThreadId: "th_c", status, reason }, { id: `child_finished:th_c:${run}`, authorId: "threadbox" });
+    const es = [finished(1, "stopped"), result(1, "Task th_c ended: stopped"), finished(2, "completed"), result(2, "all done"), finished(3, "pi_failed", "exit 1"), result(3, "Task th_c ended: pi_failed (exit 1)")];
+    const chats = buildTimeline(es, [], who).filter((i) => i.kind === "chat");
+    expect(chats.map((i) => i.kind === "chat" && [i.text, i.childOutcome])).toEqual([
+      ["Task th_c ended: stopped", { status: "stopped", failed: true }],
+      ["all done", { status: "completed", failed: false }],
+      ["Task th_c ended: pi_failed (exit 1)", { status: "pi_failed", reason: "exit 1", failed: true }],
+    ]);
+  });
+
   it("shows signals as marks and places child threads where they were created", () => {
     const es = [
       entry({ type: "chat", text: "first" }),

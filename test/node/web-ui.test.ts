@@ -317,6 +317,7 @@ describe("a delegated run, watched live", () => {
     await page.waitForSelector("li[data-kind='signal.thread.child_finished']");
     await page.waitForSelector("li.bubble-agent >> text=I wrote hello.txt containing hi.");
     expect(await page.textContent("li.bubble-agent .bubble-head")).toContain("result of child thread");
+    expect(await page.getAttribute("li.bubble-agent:has-text('I wrote hello.txt containing hi.')", "data-outcome")).toBe("completed");
     expect(await page.evaluate(() => (window as any).__sameDocument)).toBe(true); // no page load: all of it arrived live
 
     // What the page shows is the thread, once each: same offsets, same order.
@@ -790,6 +791,31 @@ describe("stop and resume", () => {
     await page.waitForSelector("li.bubble-agent >> text=Awake again, all done.");
     await page.waitForSelector(".thread-head [data-status=completed]");
     expect(JSON.stringify(model.requests.at(-1)!.messages)).toContain("wake up and finish");
+    await context.close();
+  });
+});
+
+describe("a child that failed", () => {
+  it("its result on the parent reads as a failure, not as a green answer", async () => {
+    // Its model is a port nobody listens on: the run is stopped before it could get anywhere.
+    const env = (await api("/api/environments", {
+      method: "POST",
+      json: {
+        name: "ui-doomed", env: { PI_OFFLINE: "1" }, secrets: { SCRIPTED_MODEL_KEY: MODEL_SECRET },
+        piModels: { providers: { local: { baseUrl: "http://127.0.0.1:9/v1", api: "openai-completions", apiKey: "$SCRIPTED_MODEL_KEY", models: [{ id: "scripted-model" }] } } },
+        piSettings: { retry: { enabled: false } }, model: "local/scripted-model",
+      },
+    })).body;
+    const parent = (await api("/api/threads", { method: "POST", json: { title: "doomed parent", environmentId: env.id } })).body;
+    const { childThreadId } = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "never mind" } })).body;
+    expect((await api(`/api/threads/${childThreadId}/stop`, { method: "POST" })).status).toBe(200);
+    const { context, page } = await signedInPage();
+    await page.goto(`${worker.url}/threads/${parent.id}`);
+    const bubble = `li.bubble-agent:has-text("${childThreadId} ended")`;
+    await page.waitForSelector(bubble);
+    expect(await page.textContent(`${bubble} .bubble-head`)).toContain("stopped");
+    const look = await page.$eval(bubble, (el) => ({ outcome: el.getAttribute("data-outcome"), background: getComputedStyle(el).backgroundColor, author: getComputedStyle(el.querySelector(".bubble-head b")!).color }));
+    expect(look).toEqual({ outcome: "failed", background: "rgb(255, 245, 245)", author: "rgb(201, 42, 42)" });
     await context.close();
   });
 });

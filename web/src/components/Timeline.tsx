@@ -127,9 +127,11 @@ export function Timeline({ items }: { items: TimelineItem[] }) {
         switch (item.kind) {
           case "chat":
             return (
-              <li key={item.key} class={`bubble bubble-${item.role}`} data-offset={item.entry.offset} data-kind="chat">
+              <li key={item.key} class={`bubble bubble-${item.role}${item.childOutcome?.failed ? " bubble-failed" : ""}`} data-offset={item.entry.offset} data-kind="chat"
+                data-outcome={item.childOutcome ? (item.childOutcome.failed ? "failed" : "completed") : undefined}>
                 <div class="bubble-head">
                   <b>{item.author}</b>
+                  {item.childOutcome?.failed && <> <span class="outcome">{item.childOutcome.status}{item.childOutcome.reason ? ` (${item.childOutcome.reason})` : ""}</span></>}
                   {item.childThreadId && <> <Link href={`/threads/${item.childThreadId}`}>open</Link></>}
                   {" "}<span class="muted">{time(item.entry.ts)}</span>
                 </div>
