@@ -9,6 +9,7 @@ import { matchRoute } from "../../web/src/lib/router";
 import { readClaims, takeTokenFromLocation } from "../../web/src/lib/auth";
 import { environmentLabel } from "../../web/src/lib/labels";
 import { terminalText } from "../../web/src/lib/terminal";
+import { entryTime } from "../../web/src/lib/time";
 import { ApiError, errorText, type Entry, type ThreadSummary } from "../../web/src/lib/api";
 
 const off = (n: number) => `0000000000000000_${String(n).padStart(16, "0")}`;
@@ -276,5 +277,17 @@ describe("terminal output", () => {
     expect(terminalText("abcdef\rXY")).toBe("XYcdef");
     expect(terminalText("bell\x07 and tab\tkept")).toBe("bell and tab\tkept");
     expect(terminalText("plain, עברית")).toBe("plain, עברית");
+  });
+});
+
+describe("entry times", () => {
+  it("today's entries show the time of day only; another day's show their date too (and year, when not this year's)", () => {
+    const now = new Date(2026, 10, 26, 18, 0, 0).getTime();
+    const at = (y: number, m: number, d: number) => new Date(y, m, d, 9, 5, 3).getTime();
+    expect(entryTime(at(2026, 10, 26), now, "en-US")).toBe("09:05:03 AM");
+    expect(entryTime(at(2026, 10, 25), now, "en-US")).toBe("Nov 25, 09:05:03 AM");
+    expect(entryTime(at(2025, 10, 26), now, "en-US")).toBe("Nov 26, 2025, 09:05:03 AM");
+    // Just past midnight, a few minutes ago is yesterday.
+    expect(entryTime(new Date(2026, 10, 25, 23, 58, 0).getTime(), new Date(2026, 10, 26, 0, 2, 0).getTime(), "en-GB")).toBe("25 Nov, 23:58:00");
   });
 });

@@ -42,7 +42,7 @@ async function waitFor(what: string, ready: () => boolean, timeoutMs = 30_000): 
   }
 }
 
-type Entry = { id: string; offset: string; authorId?: string; payload: { type: string; [k: string]: any } };
+type Entry = { id: string; offset: string; ts: number; authorId?: string; payload: { type: string; [k: string]: any } };
 
 const api = jsonApi(() => ({ url: worker.url, token }));
 
@@ -817,6 +817,34 @@ describe("a child that failed", () => {
     const look = await page.$eval(bubble, (el) => ({ outcome: el.getAttribute("data-outcome"), background: getComputedStyle(el).backgroundColor, author: getComputedStyle(el.querySelector(".bubble-head b")!).color }));
     expect(look).toEqual({ outcome: "failed", background: "rgb(255, 245, 245)", author: "rgb(201, 42, 42)" });
     await context.close();
+  });
+});
+
+describe("entry times", () => {
+  it("an entry from today shows its time of day; read on a later day, it shows its date too", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "dated" } })).body;
+    expect((await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { id: "dated-1", payload: { type: "chat", text: "said on its day" } } })).status).toBe(201);
+    const ts = (await entries(thread.id)).find((e) => e.id === "dated-1")!.ts;
+    /** The bubble's head (author and time) as the reader sees it, on a browser whose clock says `clock`. */
+    const shown = async (clock?: number) => {
+      const context = await browser.newContext({ locale: "en-US", timezoneId: "UTC" });
+      await context.addInitScript((t) => localStorage.setItem("threadbox.token", t), token);
+      const page = await context.newPage();
+      if (clock) await page.clock.setSystemTime(clock);
+      await page.goto(`${worker.url}/threads/${thread.id}`);
+      const head = page.locator("li.bubble:has-text('said on its day') .bubble-head");
+      await head.waitFor();
+      const text = await head.textContent();
+      await context.close();
+      return text;
+    };
+    const utc = (o: Intl.DateTimeFormatOptions) => new Date(ts).toLocaleString("en-US", { timeZone: "UTC", ...o });
+    const hms = { hour: "2-digit", minute: "2-digit", second: "2-digit" } as const;
+    const day = utc({ month: "short", day: "numeric" });
+    const today = await shown();
+    expect(today).toContain(new Date(ts).toLocaleTimeString("en-US", { timeZone: "UTC", ...hms }));
+    expect(today).not.toContain(day);
+    expect(await shown(ts + 3 * 24 * 3600_000)).toContain(utc({ month: "short", day: "numeric", ...hms }));
   });
 });
 
