@@ -1,12 +1,13 @@
 // The web UI's pure parts: how entries become a timeline, diffs, @mentions, the token link.
 import { describe, expect, it } from "vitest";
+import { readFileSync } from "node:fs";
 import { appendEntries, buildTimeline } from "../../web/src/lib/timeline";
 import { diffOfToolCall, looksLikeDiff, parseUnifiedDiff } from "../../web/src/lib/diff";
 import { insertMention, mentionQuery } from "../../web/src/lib/mentions";
 import { isAfter } from "../../web/src/lib/subscription";
 import { chatPreview } from "../../web/src/lib/fold";
 import { matchRoute } from "../../web/src/lib/router";
-import { readClaims, takeTokenFromLocation } from "../../web/src/lib/auth";
+import { READ_ONLY_ROLES, isReadOnly, readClaims, takeTokenFromLocation } from "../../web/src/lib/auth";
 import { environmentLabel } from "../../web/src/lib/labels";
 import { terminalText } from "../../web/src/lib/terminal";
 import { entryTime } from "../../web/src/lib/time";
@@ -229,6 +230,15 @@ describe("token link", () => {
     const payload = Buffer.from(JSON.stringify({ kind: "house", house: "dev", sub: "ana", role: "owner" })).toString("base64url");
     expect(readClaims(`x.${payload}.y`)).toMatchObject({ houseId: "dev", subject: "ana", role: "owner" });
     expect(readClaims("garbage")).toEqual({});
+  });
+
+  it("knows a read-only token by its role, as the server does", () => {
+    // The server's list, read from its source: this file is typechecked with the web's types, not the worker's.
+    const server = /READ_ONLY_ROLES: readonly string\[\] = (\[[^\]]*\])/.exec(readFileSync(new URL("../../src/auth/tokens.ts", import.meta.url), "utf8"))?.[1];
+    expect(READ_ONLY_ROLES).toEqual(JSON.parse(server ?? "null"));
+    const claims = (role: string) => readClaims(`x.${Buffer.from(JSON.stringify({ kind: "house", house: "dev", sub: "ana", role })).toString("base64url")}.y`);
+    expect(["viewer", "reader", "member", "owner", "bot", "admin"].map((r) => isReadOnly(claims(r)))).toEqual([true, true, false, false, false, false]);
+    expect(isReadOnly(readClaims("garbage"))).toBe(false);
   });
 });
 
