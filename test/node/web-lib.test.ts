@@ -1,14 +1,16 @@
 // The web UI's pure parts: how entries become a timeline, diffs, @mentions, the token link.
 import { describe, expect, it } from "vitest";
+import { readFileSync } from "node:fs";
 import { appendEntries, buildTimeline } from "../../web/src/lib/timeline";
 import { diffOfToolCall, looksLikeDiff, parseUnifiedDiff } from "../../web/src/lib/diff";
 import { insertMention, mentionQuery } from "../../web/src/lib/mentions";
 import { isAfter } from "../../web/src/lib/subscription";
 import { chatPreview } from "../../web/src/lib/fold";
 import { matchRoute } from "../../web/src/lib/router";
-import { readClaims, takeTokenFromLocation } from "../../web/src/lib/auth";
+import { READ_ONLY_ROLES, isReadOnly, readClaims, takeTokenFromLocation } from "../../web/src/lib/auth";
 import { environmentLabel } from "../../web/src/lib/labels";
 import { terminalText } from "../../web/src/lib/terminal";
+import { entryTime } from "../../web/src/lib/time";
 import { ApiError, errorText, type Entry, type ThreadSummary } from "../../web/src/lib/api";
 
 const off = (n: number) => `0000000000000000_${String(n).padStart(16, "0")}`;
@@ -145,6 +147,18 @@ describe("timeline", () => {
     expect(buildTimeline(es, [], who)[0]).toMatchObject({ kind: "chat", role: "agent", author: "result of child thread", childThreadId: "th_c" });
   });
 
+  it("a child's result says whether that run of the child failed: a stopped run's result is a failure, its resumed run's a success", () => {
+    const result = (run: number, text: string) => entry({ type: "chat", text, origin: "child_finished", childThreadId: "th_c", dispatch: false }, { id: `child_result:th_c:${run}`, authorId: "ana" });
+    const finished = (run: number, status: string, reason?: string) => entry({ type: "signal.thread.child_finished", childThreadId: "th_c", status, reason }, { id: `child_finished:th_c:${run}`, authorId: "threadbox" });
+    const es = [finished(1, "stopped"), result(1, "Task th_c ended: stopped"), finished(2, "completed"), result(2, "all done"), finished(3, "pi_failed", "exit 1"), result(3, "Task th_c ended: pi_failed (exit 1)")];
+    const chats = buildTimeline(es, [], who).filter((i) => i.kind === "chat");
+    expect(chats.map((i) => i.kind === "chat" && [i.text, i.childOutcome])).toEqual([
+      ["Task th_c ended: stopped", { status: "stopped", failed: true }],
+      ["all done", { status: "completed", failed: false }],
+      ["Task th_c ended: pi_failed (exit 1)", { status: "pi_failed", reason: "exit 1", failed: true }],
+    ]);
+  });
+
   it("shows signals as marks and places child threads where they were created", () => {
     const es = [
       entry({ type: "chat", text: "first" }),
@@ -217,6 +231,15 @@ describe("token link", () => {
     expect(readClaims(`x.${payload}.y`)).toMatchObject({ houseId: "dev", subject: "ana", role: "owner" });
     expect(readClaims("garbage")).toEqual({});
   });
+
+  it("knows a read-only token by its role, as the server does", () => {
+    // The server's list, read from its source: this file is typechecked with the web's types, not the worker's.
+    const server = /READ_ONLY_ROLES: readonly string\[\] = (\[[^\]]*\])/.exec(readFileSync(new URL("../../src/auth/tokens.ts", import.meta.url), "utf8"))?.[1];
+    expect(READ_ONLY_ROLES).toEqual(JSON.parse(server ?? "null"));
+    const claims = (role: string) => readClaims(`x.${Buffer.from(JSON.stringify({ kind: "house", house: "dev", sub: "ana", role })).toString("base64url")}.y`);
+    expect(["viewer", "reader", "member", "owner", "bot", "admin"].map((r) => isReadOnly(claims(r)))).toEqual([true, true, false, false, false, false]);
+    expect(isReadOnly(readClaims("garbage"))).toBe(false);
+  });
 });
 
 describe("errors", () => {
@@ -264,5 +287,17 @@ describe("terminal output", () => {
     expect(terminalText("abcdef\rXY")).toBe("XYcdef");
     expect(terminalText("bell\x07 and tab\tkept")).toBe("bell and tab\tkept");
     expect(terminalText("plain, עברית")).toBe("plain, עברית");
+  });
+});
+
+describe("entry times", () => {
+  it("today's entries show the time of day only; another day's show their date too (and year, when not this year's)", () => {
+    const now = new Date(2026, 10, 26, 18, 0, 0).getTime();
+    const at = (y: number, m: number, d: number) => new Date(y, m, d, 9, 5, 3).getTime();
+    expect(entryTime(at(2026, 10, 26), now, "en-US")).toBe("09:05:03 AM");
+    expect(entryTime(at(2026, 10, 25), now, "en-US")).toBe("Nov 25, 09:05:03 AM");
+    expect(entryTime(at(2025, 10, 26), now, "en-US")).toBe("Nov 26, 2025, 09:05:03 AM");
+    // Just past midnight, a few minutes ago is yesterday.
+    expect(entryTime(new Date(2026, 10, 25, 23, 58, 0).getTime(), new Date(2026, 10, 26, 0, 2, 0).getTime(), "en-GB")).toBe("25 Nov, 23:58:00");
   });
 });

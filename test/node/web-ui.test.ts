@@ -42,7 +42,7 @@ async function waitFor(what: string, ready: () => boolean, timeoutMs = 30_000): 
   }
 }
 
-type Entry = { id: string; offset: string; authorId?: string; payload: { type: string; [k: string]: any } };
+type Entry = { id: string; offset: string; ts: number; authorId?: string; payload: { type: string; [k: string]: any } };
 
 const api = jsonApi(() => ({ url: worker.url, token }));
 
@@ -62,9 +62,9 @@ async function launchBrowser(): Promise<Browser> {
   });
 }
 
-async function signedInPage(): Promise<{ context: BrowserContext; page: Page }> {
+async function signedInPage(as = token): Promise<{ context: BrowserContext; page: Page }> {
   const context = await browser.newContext({ viewport: { width: 1100, height: 860 } });
-  await context.addInitScript((t) => localStorage.setItem("threadbox.token", t), token);
+  await context.addInitScript((t) => localStorage.setItem("threadbox.token", t), as);
   return { context, page: await context.newPage() };
 }
 
@@ -317,6 +317,7 @@ describe("a delegated run, watched live", () => {
     await page.waitForSelector("li[data-kind='signal.thread.child_finished']");
     await page.waitForSelector("li.bubble-agent >> text=I wrote hello.txt containing hi.");
     expect(await page.textContent("li.bubble-agent .bubble-head")).toContain("result of child thread");
+    expect(await page.getAttribute("li.bubble-agent:has-text('I wrote hello.txt containing hi.')", "data-outcome")).toBe("completed");
     expect(await page.evaluate(() => (window as any).__sameDocument)).toBe(true); // no page load: all of it arrived live
 
     // What the page shows is the thread, once each: same offsets, same order.
@@ -774,6 +775,16 @@ describe("stop and resume", () => {
     expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
     await page.screenshot({ path: join(OUT_DIR, "phone-running.png") });
     await page.setViewportSize({ width: 1100, height: 860 });
+    // A read-only token watches the same run: it is offered neither Stop nor Interrupt, nor a port of its box.
+    const runningId = decodeURIComponent(page.url().split("/threads/")[1]);
+    const viewer = await signedInPage(await worker.mintHouseToken("house-ui", "ui-viewer", "viewer"));
+    await viewer.page.goto(`${worker.url}/threads/${runningId}`);
+    await viewer.page.waitForSelector(".thread-head [data-status=running]");
+    await viewer.page.waitForSelector("details.tool[data-tool=bash]");
+    expect([await viewer.page.locator("button:has-text('Stop')").count(), await viewer.page.locator("button:has-text('Interrupt')").count()]).toEqual([0, 0]);
+    await viewer.page.goto(`${worker.url}/sandboxes`);
+    await viewer.page.waitForSelector(`tbody tr:has-text("${runningId}") .box-live`);
+    expect(await viewer.page.locator("form.preview").count()).toBe(0);
     await page.dblclick("button:has-text('Stop')"); // a double click stops it once, and says nothing of a second stop
     await page.waitForSelector(".thread-head [data-status=failed]");
     expect(await page.textContent(".thread-head .badge")).toContain("stopped");
@@ -783,6 +794,11 @@ describe("stop and resume", () => {
     const childId = decodeURIComponent(page.url().split("/threads/")[1]);
     const launched = (await entries(childId)).find((e) => e.payload.type === "signal.run.launched")!;
     await waitFor("the stopped run's processes to end", () => processesOfRun(launched.payload.runId) === 0);
+    // Nor Resume, once it is stopped.
+    await viewer.page.goto(`${worker.url}/threads/${childId}`);
+    await viewer.page.waitForSelector(".thread-head [data-status=failed]");
+    expect(await viewer.page.locator("input[name=resume]").count()).toBe(0);
+    await viewer.context.close();
 
     model.push({ text: "Awake again, all done." });
     await page.fill("input[name=resume]", "wake up and finish");
@@ -791,6 +807,98 @@ describe("stop and resume", () => {
     await page.waitForSelector(".thread-head [data-status=completed]");
     expect(JSON.stringify(model.requests.at(-1)!.messages)).toContain("wake up and finish");
     await context.close();
+  });
+});
+
+describe("a child that failed", () => {
+  it("its result on the parent reads as a failure, not as a green answer", async () => {
+    // Its model is a port nobody listens on: the run is stopped before it could get anywhere.
+    const env = (await api("/api/environments", {
+      method: "POST",
+      json: {
+        name: "ui-doomed", env: { PI_OFFLINE: "1" }, secrets: { SCRIPTED_MODEL_KEY: MODEL_SECRET },
+        piModels: { providers: { local: { baseUrl: "http://127.0.0.1:9/v1", api: "openai-completions", apiKey: "$SCRIPTED_MODEL_KEY", models: [{ id: "scripted-model" }] } } },
+        piSettings: { retry: { enabled: false } }, model: "local/scripted-model",
+      },
+    })).body;
+    const parent = (await api("/api/threads", { method: "POST", json: { title: "doomed parent", environmentId: env.id } })).body;
+    const { childThreadId } = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "never mind" } })).body;
+    expect((await api(`/api/threads/${childThreadId}/stop`, { method: "POST" })).status).toBe(200);
+    const { context, page } = await signedInPage();
+    await page.goto(`${worker.url}/threads/${parent.id}`);
+    const bubble = `li.bubble-agent:has-text("${childThreadId} ended")`;
+    await page.waitForSelector(bubble);
+    expect(await page.textContent(`${bubble} .bubble-head`)).toContain("stopped");
+    const look = await page.$eval(bubble, (el) => ({ outcome: el.getAttribute("data-outcome"), background: getComputedStyle(el).backgroundColor, author: getComputedStyle(el.querySelector(".bubble-head b")!).color }));
+    expect(look).toEqual({ outcome: "failed", background: "rgb(255, 245, 245)", author: "rgb(201, 42, 42)" });
+    await context.close();
+  });
+});
+
+describe("a read-only token", () => {
+  it("is offered no writes: no New thread, composer, Delegate, environment or bot forms, and says why", async () => {
+    const env = (await api("/api/environments", { method: "POST", json: { name: "ui-read-only-env" } })).body;
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "watched by a viewer", environmentId: env.id } })).body;
+    expect((await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { id: "ro-1", payload: { type: "chat", text: "for your eyes only" } } })).status).toBe(201);
+    const bot = await api("/api/agents", { method: "POST", json: { name: "Watched", handle: `ro-${Date.now().toString(36)}`, model: "local/scripted-model" } });
+    if (bot.status !== 404) expect(bot.status).toBe(201); // 404: a server without bots
+    for (const role of ["viewer", "reader"]) {
+      const { context, page } = await signedInPage(await worker.mintHouseToken("house-ui", `ui-${role}`, role));
+      const count = (selector: string) => page.locator(selector).count();
+      await page.goto(worker.url);
+      await page.waitForSelector(`.tree-row[data-thread-id="${thread.id}"]`);
+      expect(await page.textContent(".topbar")).toContain("read-only");
+      expect([await count("input[name=title]"), await count("button:has-text('New thread')")]).toEqual([0, 0]);
+      expect(await page.textContent("main [data-read-only]")).toContain(`role ${role}`);
+
+      await page.goto(`${worker.url}/threads/${thread.id}`);
+      await page.waitForSelector("li.bubble >> text=for your eyes only");
+      expect([await count("textarea[name=message]"), await count("form.delegate"), await count("button:has-text('Send')")]).toEqual([0, 0, 0]);
+      expect(await page.textContent("section.thread [data-read-only]")).toContain("read-only");
+
+      await page.goto(`${worker.url}/environments`);
+      await page.waitForSelector(`li[data-env-id="${env.id}"]`);
+      expect([await count("form.new-env"), await count(`li[data-env-id="${env.id}"] button`)]).toEqual([0, 0]);
+      expect(await count("main [data-read-only]")).toBe(1);
+
+      if (bot.status === 201) {
+        await page.goto(`${worker.url}/bots`);
+        await page.waitForSelector(`li[data-agent-id="${bot.body.id}"]`);
+        expect([await count("form.bot-form"), await count(`li[data-agent-id="${bot.body.id}"] button:has-text('Edit')`), await count(`li[data-agent-id="${bot.body.id}"] button:has-text('Delete')`)]).toEqual([0, 0, 0]);
+        expect(await count("main [data-read-only]")).toBe(1);
+      }
+      await context.close();
+    }
+    if (bot.status === 201) expect((await api(`/api/agents/${bot.body.id}`, { method: "DELETE" })).status).toBe(204);
+    expect((await api(`/api/environments/${env.id}`, { method: "DELETE" })).status).toBe(204);
+  });
+});
+
+describe("entry times", () => {
+  it("an entry from today shows its time of day; read on a later day, it shows its date too", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "dated" } })).body;
+    expect((await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { id: "dated-1", payload: { type: "chat", text: "said on its day" } } })).status).toBe(201);
+    const ts = (await entries(thread.id)).find((e) => e.id === "dated-1")!.ts;
+    /** The bubble's head (author and time) as the reader sees it, on a browser whose clock says `clock`. */
+    const shown = async (clock?: number) => {
+      const context = await browser.newContext({ locale: "en-US", timezoneId: "UTC" });
+      await context.addInitScript((t) => localStorage.setItem("threadbox.token", t), token);
+      const page = await context.newPage();
+      if (clock) await page.clock.setSystemTime(clock);
+      await page.goto(`${worker.url}/threads/${thread.id}`);
+      const head = page.locator("li.bubble:has-text('said on its day') .bubble-head");
+      await head.waitFor();
+      const text = await head.textContent();
+      await context.close();
+      return text;
+    };
+    const utc = (o: Intl.DateTimeFormatOptions) => new Date(ts).toLocaleString("en-US", { timeZone: "UTC", ...o });
+    const hms = { hour: "2-digit", minute: "2-digit", second: "2-digit" } as const;
+    const day = utc({ month: "short", day: "numeric" });
+    const today = await shown();
+    expect(today).toContain(new Date(ts).toLocaleTimeString("en-US", { timeZone: "UTC", ...hms }));
+    expect(today).not.toContain(day);
+    expect(await shown(ts + 3 * 24 * 3600_000)).toContain(utc({ month: "short", day: "numeric", ...hms }));
   });
 });
 

@@ -1,6 +1,6 @@
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { Api } from "./lib/api";
-import { clearToken, loadToken, readClaims, saveToken, takeTokenFromLocation } from "./lib/auth";
+import { clearToken, isReadOnly, loadToken, readClaims, saveToken, takeTokenFromLocation } from "./lib/auth";
 import { matchRoute, onLinkClick, usePath } from "./lib/router";
 import { SignIn } from "./components/SignIn";
 import { ThreadsPage } from "./components/ThreadsPage";
@@ -9,8 +9,11 @@ import { SandboxesPage } from "./components/SandboxesPage";
 import { EnvironmentsPage } from "./components/EnvironmentsPage";
 import { BotsPage } from "./components/BotsPage";
 
-/** `ended`: the server refused its token; its pages wait, hidden, for the next sign-in. */
-export type Session = { api: Api; token: string; houseId?: string; subject?: string; ended?: boolean };
+/**
+ * `ended`: the server refused its token; its pages wait, hidden, for the next sign-in.
+ * `readOnly`: the token's role may only read, so no page offers a write.
+ */
+export type Session = { api: Api; token: string; houseId?: string; subject?: string; role?: string; readOnly?: boolean; ended?: boolean };
 
 export function App() {
   const [token, setToken] = useState(() => loadToken(localStorage));
@@ -47,7 +50,7 @@ export function App() {
         setEnded({ ...s, ended: true });
         setToken(null);
       }),
-      token, houseId: c.houseId, subject: c.subject,
+      token, houseId: c.houseId, subject: c.subject, role: c.role, readOnly: isReadOnly(c),
     };
     return s;
   }, [token]);
@@ -71,7 +74,8 @@ export function App() {
             {nav("/environments", "Environments", route.page === "environments")}
             {nav("/bots", "Bots", route.page === "bots")}
           </nav>
-          <span class="who" title={shown.subject}>house <b>{shown.houseId ?? "?"}</b></span>
+          <span class="who" title={shown.subject}>house <b>{shown.houseId ?? "?"}</b>
+            {shown.readOnly && <> <span class="badge read-only" title={`this token's role (${shown.role}) may read, not write`}>read-only</span></>}</span>
           <button class="link" onClick={signOut}>Sign out</button>
         </header>
         <main>

@@ -3,7 +3,7 @@ import type { Session } from "../app";
 import { ApiError, type Agent, type Environment } from "../lib/api";
 import { useHouseList } from "../lib/hooks";
 import { navigate } from "../lib/router";
-import { ErrorNote } from "./common";
+import { ErrorNote, ReadOnlyNote } from "./common";
 import { environmentLabel } from "../lib/labels";
 
 const TRIGGER_LABELS: Record<string, string> = { mention: "when @mentioned", ambient: "when it judges it should", always: "every message" };
@@ -89,7 +89,7 @@ function BotForm({ initial, envs, onEnvsOpen, title, saveLabel, onSave, onCancel
 
 function BotCard({ agent, session, envs, onChanged }: { agent: Agent; session: Session; envs: Environment[] | undefined; onChanged: () => void }) {
   const [editing, setEditing] = useState(false);
-  const [error, setError] = useState<ApiError | null>(null);
+  const [error, setError] = useState<ApiError | string | null>(null);
   // One action at a time: two Messages at once each found no DM yet, and made two.
   const [busy, setBusy] = useState(false);
   const act = async (fn: () => Promise<void>) => {
@@ -108,6 +108,11 @@ function BotCard({ agent, session, envs, onChanged }: { agent: Agent; session: S
   // The newest one is opened again; a new one gets the bot's environment, so its tools have a box.
   const message = () => act(async () => {
     const [existing] = await session.api.threads(`parentKind=agent&parent=${encodeURIComponent(agent.id)}&limit=1`);
+    // A read-only token may read a DM someone started, not start one.
+    if (!existing && session.readOnly) {
+      setError(`No direct-message thread with @${agent.handle} yet, and this token is read-only (role ${session.role}): it cannot start one.`);
+      return;
+    }
     const t = existing ?? await session.api.createThread({
       title: `DM with @${agent.handle}`, parent: { kind: "agent", id: agent.id },
       ...(agent.environmentId ? { environmentId: agent.environmentId } : {}),
@@ -137,8 +142,10 @@ function BotCard({ agent, session, envs, onChanged }: { agent: Agent; session: S
       <div class="small">{agent.model} · answers {TRIGGER_LABELS[agent.triggerMode] ?? agent.triggerMode}{agent.environmentId ? ` · environment ${envName(envs, agent.environmentId)}` : ""}{agent.tools?.length ? ` · tools: ${agent.tools.join(", ")}` : ""}</div>
       <div class="row actions">
         <button type="button" disabled={busy} onClick={message}>Message</button>
-        <button type="button" class="link" onClick={() => setEditing(true)}>Edit</button>
-        <button type="button" class="link danger" onClick={remove}>Delete</button>
+        {!session.readOnly && <>
+          <button type="button" class="link" onClick={() => setEditing(true)}>Edit</button>
+          <button type="button" class="link danger" onClick={remove}>Delete</button>
+        </>}
       </div>
       <ErrorNote error={error} />
     </li>
@@ -171,7 +178,8 @@ export function BotsPage({ session }: { session: Session }) {
       <ul class="cards">
         {list.data?.map((a) => <BotCard key={a.id} agent={a} session={session} envs={envs.data} onChanged={list.reload} />)}
       </ul>
-      <BotForm key={formKey} initial={EMPTY} envs={envs.data} onEnvsOpen={envs.reload} title="New bot" saveLabel="Create bot" onSave={create} />
+      <ReadOnlyNote session={session} cannot="create, edit or delete a bot" />
+      {!session.readOnly && <BotForm key={formKey} initial={EMPTY} envs={envs.data} onEnvsOpen={envs.reload} title="New bot" saveLabel="Create bot" onSave={create} />}
     </section>
   );
 }

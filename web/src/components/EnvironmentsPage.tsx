@@ -2,7 +2,7 @@ import { useState } from "preact/hooks";
 import type { Session } from "../app";
 import { ApiError, type Environment } from "../lib/api";
 import { useHouseList } from "../lib/hooks";
-import { ErrorNote, parseKeyValues } from "./common";
+import { ErrorNote, ReadOnlyNote, parseKeyValues } from "./common";
 
 type Secret = { name: string; value: string };
 
@@ -120,7 +120,7 @@ function EnvironmentCard({ environment: e, session, onChanged }: { environment: 
       <b>{e.name}</b> <code class="muted">{e.id}</code>
       <div class="small">model {e.model ?? <span class="muted">default</span>}{e.sharedBox ? " · shared box" : ""}</div>
       <div class="small">secrets: {e.secretNames.length ? e.secretNames.map((s) => <code key={s} class="secret-name">{s}</code>) : <span class="muted">none</span>}</div>
-      {editing
+      {session.readOnly ? null : editing
         ? <EnvironmentEditor environment={e} session={session} onDone={(saved) => { setEditing(false); if (saved) onChanged(); }} />
         : (
           <div class="row actions">
@@ -182,7 +182,8 @@ export function EnvironmentsPage({ session }: { session: Session }) {
       <ul class="cards">
         {list.data?.map((e) => <EnvironmentCard key={e.id} environment={e} session={session} onChanged={list.reload} />)}
       </ul>
-      <form class="card form new-env" onSubmit={submit}>
+      <ReadOnlyNote session={session} cannot="create, edit or delete an environment" />
+      {!session.readOnly && <form class="card form new-env" onSubmit={submit}>
         <h3>New environment</h3>
         <label>Name <input name="name" required value={name} onInput={(e) => setName(e.currentTarget.value)} /></label>
         <label>Model (provider/id) <input name="model" placeholder="openai/gpt-4.1-mini" value={model} onInput={(e) => setModel(e.currentTarget.value)} /></label>
@@ -196,7 +197,7 @@ export function EnvironmentsPage({ session }: { session: Session }) {
         <label class="check"><input type="checkbox" name="sharedBox" checked={sharedBox} onChange={(e) => setSharedBox(e.currentTarget.checked)} /> shared box for run_command</label>
         <ErrorNote error={error} />
         <button type="submit" disabled={busy || !name.trim()}>Create environment</button>
-      </form>
+      </form>}
     </section>
   );
 }

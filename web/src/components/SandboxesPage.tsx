@@ -2,7 +2,7 @@ import { useState } from "preact/hooks";
 import type { Session } from "../app";
 import { ApiError } from "../lib/api";
 import { usePolled } from "../lib/hooks";
-import { ErrorNote, Link, ago } from "./common";
+import { ErrorNote, Link, ReadOnlyNote, ago } from "./common";
 import { environmentLabel } from "../lib/labels";
 
 /** Asks for a preview link to a port of a live box and shows it as a link that opens in a new tab. */
@@ -44,6 +44,7 @@ export function SandboxesPage({ session }: { session: Session }) {
     <section>
       <h2>Sandboxes</h2>
       <label class="small"><input type="checkbox" checked={showDeleted} onChange={(e) => setShowDeleted(e.currentTarget.checked)} /> show deleted</label>
+      <ReadOnlyNote session={session} cannot="open a port of a box" />
       <ErrorNote error={error} />
       {data && boxes.length === 0 && <p class="empty">No boxes. A delegated task creates one.</p>}
       {boxes.length > 0 && (
@@ -57,7 +58,8 @@ export function SandboxesPage({ session }: { session: Session }) {
                 <td>{b.ephemeral ? "ephemeral" : "shared"}{b.labels["threadbox.environment"] && <div class="muted small">environment {envName(b.labels["threadbox.environment"])}</div>}</td>
                 <td>{b.threads.length ? b.threads.map((t) => <div key={t}><Link href={`/threads/${t}`}>{t}</Link></div>) : <span class="muted">none</span>}</td>
                 <td class="muted">{ago(b.createdAt)}</td>
-                <td>{b.state === "live" ? <PreviewForm session={session} boxId={b.id} /> : <span class="muted">—</span>}</td>
+                <td>{b.state === "live" && !session.readOnly ? <PreviewForm session={session} boxId={b.id} />
+                  : <span class="muted" title={b.state === "live" ? "a read-only token cannot open a box's port" : undefined}>—</span>}</td>
               </tr>
             ))}
           </tbody>

@@ -5,7 +5,7 @@ import { ApiError } from "../lib/api";
 import { useHouseList, usePolled } from "../lib/hooks";
 import { ThreadSubscription, type LinkState } from "../lib/subscription";
 import { appendEntries, buildTimeline } from "../lib/timeline";
-import { ErrorNote, Link, StatusBadge } from "./common";
+import { ErrorNote, Link, ReadOnlyNote, StatusBadge } from "./common";
 import { Timeline } from "./Timeline";
 import { Composer } from "./Composer";
 import { DelegateForm } from "./DelegateForm";
@@ -120,21 +120,24 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
         <div class="head-actions">
           {t && <StatusBadge status={t.status} reason={t.reason} />}
           <span class={`link-state link-${link}`} data-link={link}>{link}</span>
-          {t?.status === "running" && <button class="interrupt" disabled={acting} title="abort the agent's current turn; the run waits for your next message" onClick={() => act(() => session.api.interrupt(id))}>Interrupt</button>}
-          {t?.status === "running" && <button class="danger" disabled={acting} onClick={() => act(() => session.api.stop(id))}>Stop</button>}
+          {t?.status === "running" && !session.readOnly && <button class="interrupt" disabled={acting} title="abort the agent's current turn; the run waits for your next message" onClick={() => act(() => session.api.interrupt(id))}>Interrupt</button>}
+          {t?.status === "running" && !session.readOnly && <button class="danger" disabled={acting} onClick={() => act(() => session.api.stop(id))}>Stop</button>}
         </div>
       </header>
       <ErrorNote error={thread.error ?? actionError} />
       <Timeline items={items} />
       <div ref={bottom} />
-      {(t?.status === "completed" || t?.status === "failed") && (
+      <ReadOnlyNote session={session} cannot="post, delegate, interrupt, stop or resume a run" />
+      {(t?.status === "completed" || t?.status === "failed") && !session.readOnly && (
         <form class="card row" onSubmit={(e) => { e.preventDefault(); act(() => session.api.resume(id, resumeText.trim())).then((ok) => ok && setResumeText("")); }}>
           <input name="resume" placeholder="Tell the agent what to do next, then resume the run" value={resumeText} onInput={(e) => setResumeText(e.currentTarget.value)} />
           <button type="submit" disabled={acting || !resumeText.trim()}>Resume</button>
         </form>
       )}
-      <Composer session={session} threadId={id} agents={agents.data ?? []} onMention={agents.reload} />
-      <DelegateForm session={session} threadId={id} defaultEnvironmentId={t?.environmentId ?? undefined} onStarted={() => children.reload()} />
+      {!session.readOnly && <>
+        <Composer session={session} threadId={id} agents={agents.data ?? []} onMention={agents.reload} />
+        <DelegateForm session={session} threadId={id} defaultEnvironmentId={t?.environmentId ?? undefined} onStarted={() => children.reload()} />
+      </>}
     </section>
   );
 }

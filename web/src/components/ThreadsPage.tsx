@@ -4,7 +4,7 @@ import type { ThreadSummary } from "../lib/api";
 import { ApiError } from "../lib/api";
 import { useHouseList, usePolled } from "../lib/hooks";
 import { navigate } from "../lib/router";
-import { ErrorNote, Link, StatusBadge, ago } from "./common";
+import { ErrorNote, Link, ReadOnlyNote, StatusBadge, ago } from "./common";
 import { environmentLabel } from "../lib/labels";
 
 type Node = { thread: ThreadSummary; children: Node[] };
@@ -79,17 +79,18 @@ export function ThreadsPage({ session }: { session: Session }) {
   const roots = data ? threadTree(data) : [];
   return (
     <section>
-      <form class="card row" onSubmit={create}>
+      <ReadOnlyNote session={session} cannot="start a thread" />
+      {!session.readOnly && <form class="card row" onSubmit={create}>
         <input name="title" placeholder="New thread title" value={title} onInput={(e) => setTitle(e.currentTarget.value)} />
         <select name="environment" value={environmentId} onFocus={envs.reload} onChange={(e) => setEnvironmentId(e.currentTarget.value)}>
           <option value="">no environment</option>
           {envs.data?.map((env, _i, all) => <option key={env.id} value={env.id}>{environmentLabel(env, all)}</option>)}
         </select>
         <button type="submit" disabled={creating}>New thread</button>
-      </form>
+      </form>}
       <ErrorNote error={createError ?? error ?? olderError} />
       <h2>Threads</h2>
-      {data && roots.length === 0 && <p class="empty">No threads yet. Create one above.</p>}
+      {data && roots.length === 0 && <p class="empty">No threads yet.{session.readOnly ? "" : " Create one above."}</p>}
       <ul class="tree">{roots.map((n) => <TreeNode key={n.thread.id} node={n} />)}</ul>
       {mayHaveOlder && (
         <p class="muted">

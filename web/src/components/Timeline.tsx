@@ -4,9 +4,10 @@ import { chatPreview } from "../lib/fold";
 import { diffOfToolCall, looksLikeDiff, parseUnifiedDiff, type DiffLine } from "../lib/diff";
 import { Link, StatusBadge } from "./common";
 import { terminalText } from "../lib/terminal";
+import { entryTime, fullTime } from "../lib/time";
 
-function time(ts: number) {
-  return new Date(ts).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+function Time({ ts }: { ts: number }) {
+  return <time class="muted" dateTime={new Date(ts).toISOString()} title={fullTime(ts)}>{entryTime(ts)}</time>;
 }
 
 export function DiffView({ lines }: { lines: DiffLine[] }) {
@@ -127,11 +128,13 @@ export function Timeline({ items }: { items: TimelineItem[] }) {
         switch (item.kind) {
           case "chat":
             return (
-              <li key={item.key} class={`bubble bubble-${item.role}`} data-offset={item.entry.offset} data-kind="chat">
+              <li key={item.key} class={`bubble bubble-${item.role}${item.childOutcome?.failed ? " bubble-failed" : ""}`} data-offset={item.entry.offset} data-kind="chat"
+                data-outcome={item.childOutcome ? (item.childOutcome.failed ? "failed" : "completed") : undefined}>
                 <div class="bubble-head">
                   <b>{item.author}</b>
+                  {item.childOutcome?.failed && <> <span class="outcome">{item.childOutcome.status}{item.childOutcome.reason ? ` (${item.childOutcome.reason})` : ""}</span></>}
                   {item.childThreadId && <> <Link href={`/threads/${item.childThreadId}`}>open</Link></>}
-                  {" "}<span class="muted">{time(item.entry.ts)}</span>
+                  {" "}<Time ts={item.entry.ts} />
                 </div>
                 <ChatText text={item.text} />
               </li>
@@ -143,7 +146,7 @@ export function Timeline({ items }: { items: TimelineItem[] }) {
               <li key={item.key} class={`mark mark-${item.tone}`} data-offset={item.entry.offset} data-kind={item.entry.payload.type}>
                 <span class="dot" /> {item.label}
                 {item.childThreadId && <> · <Link href={`/threads/${item.childThreadId}`}>open</Link></>}
-                <span class="muted"> {time(item.entry.ts)}</span>
+                {" "}<Time ts={item.entry.ts} />
               </li>
             );
           case "artifact":

@@ -1,4 +1,5 @@
 import type { ComponentChildren } from "preact";
+import type { Session } from "../app";
 import { onLinkClick } from "../lib/router";
 import { errorText, type ApiError } from "../lib/api";
 
@@ -14,6 +15,12 @@ export function ErrorNote({ error }: { error: ApiError | string | null | undefin
   if (!error) return null;
   const text = typeof error === "string" ? error : errorText(error);
   return <p class="error" role="alert">{text}</p>;
+}
+
+/** Stands where a read-only token's missing forms and buttons would be: what it cannot do here, and why. */
+export function ReadOnlyNote({ session, cannot }: { session: Session; cannot: string }) {
+  if (!session.readOnly) return null;
+  return <p class="read-only-note muted" data-read-only>This token is read-only (role {session.role}): it cannot {cannot}. Sign in with a member's token to do that.</p>;
 }
 
 export function ago(iso: string | number): string {

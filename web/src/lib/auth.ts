@@ -30,6 +30,14 @@ export const loadToken = (store: Storage): string | null => store.getItem(KEY);
 export const saveToken = (store: Storage, token: string): void => store.setItem(KEY, token.trim());
 export const clearToken = (store: Storage): void => store.removeItem(KEY);
 
+/**
+ * Roles that may only read (src/auth/tokens.ts READ_ONLY_ROLES; the web build covers only web/).
+ * The UI offers such a token no writes; the server refuses them anyway.
+ */
+export const READ_ONLY_ROLES: readonly string[] = ["reader", "viewer"];
+
+export const isReadOnly = (claims: Claims): boolean => claims.role !== undefined && READ_ONLY_ROLES.includes(claims.role);
+
 /** Reads a JWT's claims for display only; the server is the one that verifies it. */
 export function readClaims(token: string): Claims {
   try {

@@ -5,7 +5,7 @@ import type { Entry, ThreadSummary } from "./api";
 /** `live` is the command's output as it streamed in (`signal.exec.output`), before or without a result. */
 export type ToolItem = { kind: "tool"; key: string; toolCallId: string; name: string; args: unknown; call?: Entry; result?: Entry; live?: string; liveOnly?: boolean; cutShort?: boolean };
 export type TimelineItem =
-  | { kind: "chat"; key: string; entry: Entry; text: string; role: "person" | "bot" | "agent"; author: string; childThreadId?: string }
+  | { kind: "chat"; key: string; entry: Entry; text: string; role: "person" | "bot" | "agent"; author: string; childThreadId?: string; childOutcome?: ChildOutcome }
   | ToolItem
   | { kind: "signal"; key: string; entry: Entry; label: string; tone: "info" | "good" | "bad"; childThreadId?: string }
   | { kind: "child"; key: string; thread: ThreadSummary }
@@ -14,6 +14,9 @@ export type TimelineItem =
 export type ArtifactFile = { path: string; status: string; size: number; binary?: boolean; content?: string; omitted?: string };
 /** A run's results: the files it changed and, for a git checkout, its status and diff. */
 export type ArtifactItem = { kind: "artifact"; key: string; entry: Entry; runId: string; files?: ArtifactFile[]; diff?: { status: string; text: string; truncated: boolean; stream?: string } };
+
+/** How the child's run that a result chat reports on ended (from the `child_finished` signal posted with it). */
+export type ChildOutcome = { status: string; reason?: string; failed: boolean };
 
 export type AuthorInfo = { me?: string; bots: Map<string, string> };
 
@@ -115,6 +118,10 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
     }
     return item;
   };
+  // A child's result chat carries no status: the child_finished signal posted just before it does.
+  // Both ids end in `<child>:<runKey>`, so a resumed child's later results get their own run's outcome.
+  const outcomes = new Map<string, ChildOutcome>();
+  const lastOutcome = new Map<string, ChildOutcome>();
   const called = (item: ToolItem, entry: Entry, name: unknown, args: unknown) => {
     item.call = entry;
     item.name = String(name ?? item.name);
@@ -130,7 +137,8 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
       chatTexts.add(text);
       if (p.origin === "child_finished" && typeof p.childThreadId === "string") {
         // A delegated child's answer, posted on the parent on behalf of whoever delegated.
-        items.push({ kind: "chat", key, entry, text, role: "agent", author: `result of child thread`, childThreadId: p.childThreadId });
+        const childOutcome = outcomes.get(entry.id.replace(/^child_result:/, "")) ?? lastOutcome.get(p.childThreadId);
+        items.push({ kind: "chat", key, entry, text, role: "agent", author: `result of child thread`, childThreadId: p.childThreadId, childOutcome });
       } else {
         items.push({ kind: "chat", key, entry, text, ...authorOf(entry, who) });
       }
@@ -202,6 +210,12 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
         for (const t of tools.values()) if (!t.result && t.call?.payload.turnId === p.turnId) t.cutShort = true;
       }
       const childThreadId = typeof p.childThreadId === "string" ? p.childThreadId : undefined;
+      if (p.type === "signal.thread.child_finished" && childThreadId) {
+        const status = String(p.status ?? "");
+        const outcome: ChildOutcome = { status, ...(typeof p.reason === "string" && p.reason ? { reason: p.reason } : {}), failed: !FINISHED_OK.has(status) };
+        lastOutcome.set(childThreadId, outcome);
+        if (entry.id.startsWith("child_finished:")) outcomes.set(entry.id.slice("child_finished:".length), outcome);
+      }
       items.push({ kind: "signal", key, entry, ...signalLabel(p), childThreadId });
     } else {
       items.push({ kind: "signal", key, entry, label: p.type, tone: "info" });
