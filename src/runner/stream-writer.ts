@@ -9,7 +9,8 @@
  *   body whole, which would drop entries that each fit. Only an entry over the limit by itself is
  *   sent alone and refused.
  * - Network errors, timeouts, 5xx, 404, 408, 429, 401, 403 (non-fencing) -> retry with backoff.
- *   400/413/other 4xx -> the batch is dropped (logged); seq is not consumed.
+ *   400/413/other 4xx -> seq is not consumed; a batch of several entries is sent again in halves
+ *   until the refused entry is alone, and that one is dropped (logged with the worker's answer).
  *   403 with Producer-Epoch (fenced: a newer producer epoch exists) -> this writer stops.
  *   409 sequence gap -> adopt the server's expected seq and resend.
  * - flush(ms) waits for the queue to drain, bounded.
@@ -45,7 +46,12 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export class StreamWriter {
   private queue: WireEntry[] = [];
-  private inflight: { body: string; count: number } | undefined;
+  private inflight: { body: string; count: number; entries: WireEntry[] } | undefined;
+  /**
+   * Most entries the next batch may hold: halved when a batch is refused, so the entry the worker
+   * refused is found and dropped alone; doubled back towards maxBatch by each batch it takes.
+   */
+  private batchLimit = Number.POSITIVE_INFINITY;
   private seq = 0;
   private running = false;
   private stopped = false;
@@ -126,10 +132,18 @@ export class StreamWriter {
           this.inflight = undefined;
           this.seq++;
           attempt = 0;
+          this.batchLimit = Math.min(this.opts.maxBatch, this.batchLimit * 2);
           continue;
         }
         if (verdict === "drop") {
-          this.dropped += this.inflight.count;
+          // The worker takes a batch whole or not at all: one entry it refuses must not take the
+          // others with it. A refused batch goes back in halves until the refused entry is alone.
+          if (this.inflight.count > 1) {
+            this.queue.unshift(...this.inflight.entries);
+            this.batchLimit = Math.ceil(this.inflight.count / 2);
+          } else {
+            this.dropped += 1;
+          }
           this.inflight = undefined;
           attempt = 0;
           continue;
@@ -161,18 +175,19 @@ export class StreamWriter {
   }
 
   /** The longest prefix of the queue within maxBatch entries and maxBatchBytes (at least one entry). */
-  private nextBatch(): { body: string; count: number } {
+  private nextBatch(): { body: string; count: number; entries: WireEntry[] } {
     const parts: string[] = [];
     let bytes = 2; // the brackets
-    while (parts.length < this.opts.maxBatch && parts.length < this.queue.length) {
+    const most = Math.min(this.opts.maxBatch, this.batchLimit);
+    while (parts.length < most && parts.length < this.queue.length) {
       const part = JSON.stringify(this.queue[parts.length]);
       const size = utf8Length(part) + (parts.length > 0 ? 1 : 0);
       if (parts.length > 0 && bytes + size > this.opts.maxBatchBytes) break;
       parts.push(part);
       bytes += size;
     }
-    this.queue.splice(0, parts.length);
-    return { body: `[${parts.join(",")}]`, count: parts.length };
+    const entries = this.queue.splice(0, parts.length);
+    return { body: `[${parts.join(",")}]`, count: parts.length, entries };
   }
 
   private async post(body: string): Promise<"ok" | "retry" | "drop" | "fenced" | "resend"> {
@@ -194,8 +209,9 @@ export class StreamWriter {
       this.opts.log(`POST failed (${(err as Error)?.name ?? "error"}); will retry`);
       return "retry";
     }
-    await res.arrayBuffer().catch(() => undefined);
     const s = res.status;
+    // Read whole either way (the connection is reused); a refusal's words go to the log.
+    const answer = await res.text().catch(() => "");
     if (s >= 200 && s < 300) return "ok";
     if (s === 409) {
       const expected = Number(res.headers.get("producer-expected-seq"));
@@ -211,7 +227,10 @@ export class StreamWriter {
       this.opts.log(`POST answered ${s}; will retry`);
       return "retry";
     }
-    this.opts.log(`POST rejected with ${s}; dropping ${this.inflight?.count ?? 0} entries`);
+    const count = this.inflight?.count ?? 0;
+    this.opts.log(count > 1
+      ? `POST rejected with ${s}; sending its ${count} entries again in smaller batches to find the refused one`
+      : `POST rejected with ${s}; dropping the entry${answer ? ` (${answer.slice(0, 500)})` : ""}`);
     return "drop";
   }
 }

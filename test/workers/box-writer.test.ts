@@ -31,6 +31,28 @@ describe("StreamWriter against the worker", () => {
   });
 });
 
+describe("StreamWriter and an entry the worker refuses", () => {
+  it("only the refused entry is dropped: the entries sent with it land, in order", async () => {
+    const house = await houseToken("house-bw");
+    const thread = await createThread(house);
+    const token = await streamToken("house-bw", thread.id);
+    const logged: string[] = [];
+    const w = new StreamWriter({
+      url: `${BASE}/api/stream/thread-${thread.id}`, token, producerId: "mirror-mixed", fetchImpl: selfFetch,
+      baseDelayMs: 10, log: (m) => logged.push(m),
+    });
+    const good = (i: number) => ({ id: `${thread.id}:m:s:${i}`, payload: { type: "pi.assistant", text: `turn ${i}`, stopReason: "stop" } });
+    // An id longer than the 200 characters an entry id may have: the worker refuses the POST that carries it.
+    const bad = { id: `${thread.id}:m:${"x".repeat(200)}`, payload: { type: "pi.assistant", text: "never stored", stopReason: "stop" } };
+    w.append(good(0), good(1), good(2), bad, good(3), good(4), good(5));
+    expect(await w.flush(20_000)).toBe(true);
+    expect(w.dropped).toBe(1);
+    const ids = (await readAll(house, thread.id)).entries.map((e) => e.id);
+    expect(ids).toEqual([0, 1, 2, 3, 4, 5].map((i) => `${thread.id}:m:s:${i}`));
+    expect(logged.filter((m) => /dropping/.test(m))).toEqual([expect.stringMatching(/^POST rejected with 400; dropping the entry \(.*validation_failed/)]);
+  });
+});
+
 describe("the finished-signal a box posts", () => {
   it("a harness's long failure message still ends the run pi_failed, with the message's start as the reason", async () => {
     const house = await houseToken("house-bw");
