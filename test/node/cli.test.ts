@@ -724,6 +724,28 @@ describe("chat with a bot", () => {
     expect(JSON.parse(stderr.trim())).toEqual({ error: { code: "bot_failed", message: expect.stringMatching(/^@demo could not answer: .*demo model failure: the first message breaks.* \(thread th_\S+\)$/) } });
   });
 
+  it("Ctrl-C while chat waits (for the bot's answer, or for input) exits 130 as tail --until-done does, not killed by the signal", async (ctx) => {
+    if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip();
+    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
+    for (const [input, marker] of [["run sleep 5\n", "run_command"], ["", ""]]) {
+      const child = spawn(process.execPath, [CLI, "chat", "@demo", "--reply-timeout", "120"], {
+        env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: tempDir("tb-cfg-"), ...as() }, stdio: ["pipe", "pipe", "pipe"],
+      });
+      let stdout = "";
+      let stderr = "";
+      child.stdout.on("data", (d) => (stdout += d));
+      child.stderr.on("data", (d) => (stderr += d));
+      const closed = new Promise<{ code: number | null; signal: string | null }>((resolve) => child.on("close", (code, signal) => resolve({ code, signal })));
+      child.stdin.write(input); // stdin stays open: chat is still reading it
+      if (marker) for (let i = 0; i < 600 && !stdout.includes(marker); i++) await new Promise((r) => setTimeout(r, 50));
+      else await new Promise((r) => setTimeout(r, 1_500));
+      expect(stdout).toContain(marker);
+      child.kill("SIGINT");
+      expect(await closed).toEqual({ code: 130, signal: null });
+      expect(stderr).not.toMatch(/error/);
+    }
+  });
+
   it("chat with nothing piped in opens no thread and exits 2 saying so", async (ctx) => {
     if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip();
     const count = async () => (await api("/api/threads?limit=1000")).threads.length;
