@@ -308,6 +308,8 @@ describe("threads, new, post", () => {
       [["--url", "notaurl", "threads"], {}, "error usage: --url notaurl is not a valid server URL (like http://127.0.0.1:8787)\n"],
       [["--url", "localhost:8787", "threads"], {}, "error usage: --url localhost:8787 is not a valid server URL (like http://127.0.0.1:8787)\n"],
       [["threads"], { THREADBOX_URL: "ftp://x" }, "error usage: THREADBOX_URL ftp://x is not a valid server URL (like http://127.0.0.1:8787)\n"],
+      // login's link is a server URL too: the same mistake, the same error
+      [["login", "localhost:8787/#token=abc"], {}, "error usage: the link localhost:8787/#token=… is not a valid server URL or sign-in link (like http://127.0.0.1:8787/#token=…)\n"],
     ] as const;
     for (const [args, env, stderr] of cases) {
       const r = await cli([...args], { env: { THREADBOX_TOKEN: token, ...env } });
