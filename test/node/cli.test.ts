@@ -614,6 +614,30 @@ describe("tail over a flaky connection", () => {
     expect(child.exitCode).toBe(0); // Ctrl-C ends a plain tail cleanly
   });
 
+  it("a connection that goes silent without closing (a dropped network) is noticed by an unanswered ping and resumed from the last offset", async () => {
+    const proxy = await startPausableProxy(worker.port);
+    const threadId = (await ok(["new", "silent link"])).stdout.trim();
+    const post = (id: string) => appendEntries(threadId, [{ type: "chat", text: id }]).then(() => id);
+    const seen: string[] = [];
+    // the ping interval of `tail`, shortened: by default a silent link is noticed within 30 s
+    const sub = subscribe({ url: `http://127.0.0.1:${proxy.port}`, token }, threadId, { offset: "-1", pingEveryMs: 300, onEntry: (e: any) => { seen.push(e.payload.text); } });
+    const until = async (n: number) => {
+      for (let i = 0; seen.length < n && i < 200; i++) await new Promise((r) => setTimeout(r, 50));
+    };
+    try {
+      await post("s1");
+      await until(1);
+      await new Promise((r) => setTimeout(r, 700)); // pings answered: a quiet link that works is kept
+      proxy.freeze();
+      await post("s2");
+      await until(2);
+      expect(seen).toEqual(["s1", "s2"]);
+    } finally {
+      sub.close();
+      await proxy.close();
+    }
+  });
+
   it("--from now that has seen nothing yet still misses nothing written while it was cut off", async () => {
     const { proxy, post, ids, end } = await tailThroughProxy("quiet", ["--from", "now"], ["before"]);
     try {
