@@ -59,7 +59,8 @@ export function subscribe(target, threadId, opts) {
     }
     // The server never echoes the token, so a protocol it can select is offered with it; without one
     // the handshake selects nothing and the client refuses the socket.
-    const ws = new WebSocket(wsUrl(), ["threadbox", `bearer.${target.token}`]);
+    // A handshake nobody answers (the network went while reconnecting) would wait for ever.
+    const ws = new WebSocket(wsUrl(), ["threadbox", `bearer.${target.token}`], { handshakeTimeout: 2 * (opts.pingEveryMs ?? PING_EVERY_MS) });
     socket = ws;
     // The server answers "ping" with a pong; a link that says nothing for a whole interval after
     // one is dead, even though no close ever comes. Its socket is dropped and a new one asked for.

@@ -638,6 +638,29 @@ describe("tail over a flaky connection", () => {
     }
   });
 
+  it("a reconnect whose handshake is never answered is given up and tried again", async () => {
+    const proxy = await startPausableProxy(worker.port);
+    const threadId = (await ok(["new", "silent handshake"])).stdout.trim();
+    const seen: string[] = [];
+    const sub = subscribe({ url: `http://127.0.0.1:${proxy.port}`, token }, threadId, { offset: "-1", pingEveryMs: 300, onEntry: (e: any) => { seen.push(e.payload.text); } });
+    const until = async (n: number) => {
+      for (let i = 0; seen.length < n && i < 200; i++) await new Promise((r) => setTimeout(r, 50));
+    };
+    try {
+      await appendEntries(threadId, [{ type: "chat", text: "h1" }]);
+      await until(1);
+      proxy.freeze(true); // the network goes: the open link and the next connection hear nothing
+      await appendEntries(threadId, [{ type: "chat", text: "h2" }]);
+      await new Promise((r) => setTimeout(r, 1_500)); // the ping goes unanswered; a reconnect is under way
+      proxy.thaw(); // the network is back, for connections made from now on
+      await until(2);
+      expect(seen).toEqual(["h1", "h2"]);
+    } finally {
+      sub.close();
+      await proxy.close();
+    }
+  });
+
   it("--from now that has seen nothing yet still misses nothing written while it was cut off", async () => {
     const { proxy, post, ids, end } = await tailThroughProxy("quiet", ["--from", "now"], ["before"]);
     try {

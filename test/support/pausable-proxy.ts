@@ -6,6 +6,7 @@ import { connect, createServer, type Server, type Socket } from "node:net";
  */
 export async function startPausableProxy(targetPort: string | number) {
   let paused = false;
+  let frozen = false;
   let refused = 0;
   let upgrades = 0;
   const sockets = new Set<Socket>();
@@ -14,6 +15,12 @@ export async function startPausableProxy(targetPort: string | number) {
     if (paused) {
       refused++;
       client.destroy();
+      return;
+    }
+    if (frozen) {
+      // accepted, and then nothing: a connection into a network that is gone
+      sockets.add(client);
+      client.on("data", () => {}).on("error", () => {});
       return;
     }
     const upstream = connect(Number(targetPort), "127.0.0.1");
@@ -55,8 +62,12 @@ export async function startPausableProxy(targetPort: string | number) {
     resume() {
       paused = false;
     },
-    /** Open connections go silent: nothing passes either way, and neither end is told. */
-    freeze() {
+    /**
+     * Open connections go silent: nothing passes either way, and neither end is told. With
+     * `newOnes`, connections made until thaw() are accepted and then silent too.
+     */
+    freeze(newOnes = false) {
+      frozen = newOnes;
       for (const [client, upstream] of pairs) {
         client.unpipe(upstream);
         upstream.unpipe(client);
@@ -64,6 +75,9 @@ export async function startPausableProxy(targetPort: string | number) {
         upstream.on("data", () => {});
       }
       pairs.clear();
+    },
+    thaw() {
+      frozen = false;
     },
     close: () =>
       new Promise<void>((r) => {
