@@ -776,8 +776,10 @@ describe("chat with a bot", () => {
   it("Ctrl-C while chat waits (for the bot's answer, or for input) exits 130 as tail --until-done does, not killed by the signal", async (ctx) => {
     if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip();
     const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
-    for (const [input, marker] of [["run sleep 5\n", "run_command"], ["", ""]]) {
-      const child = spawn(process.execPath, [CLI, "chat", "@demo", "--reply-timeout", "120"], {
+    let dm = "";
+    // a message in flight; then, in the same DM thread, nothing typed yet
+    for (const [args, input, marker] of [[[], "run sleep 5\n", "run_command"], [["--json", "--thread"], "", '"threadId"']] as const) {
+      const child = spawn(process.execPath, [CLI, "chat", "@demo", "--reply-timeout", "120", ...args, ...(dm ? [dm] : [])], {
         env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: tempDir("tb-cfg-"), ...as() }, stdio: ["pipe", "pipe", "pipe"],
       });
       let stdout = "";
@@ -786,12 +788,12 @@ describe("chat with a bot", () => {
       child.stderr.on("data", (d) => (stderr += d));
       const closed = new Promise<{ code: number | null; signal: string | null }>((resolve) => child.on("close", (code, signal) => resolve({ code, signal })));
       child.stdin.write(input); // stdin stays open: chat is still reading it
-      if (marker) for (let i = 0; i < 600 && !stdout.includes(marker); i++) await new Promise((r) => setTimeout(r, 50));
-      else await new Promise((r) => setTimeout(r, 1_500));
+      for (let i = 0; i < 600 && !stdout.includes(marker); i++) await new Promise((r) => setTimeout(r, 50));
       expect(stdout).toContain(marker);
       child.kill("SIGINT");
       expect(await closed).toEqual({ code: 130, signal: null });
       expect(stderr).not.toMatch(/error/);
+      dm ||= /thread (th_\S+) with @demo/.exec(stderr)![1];
     }
   });
 
