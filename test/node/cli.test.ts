@@ -620,14 +620,15 @@ describe("tail over a flaky connection", () => {
     const post = (id: string) => appendEntries(threadId, [{ type: "chat", text: id }]).then(() => id);
     const seen: string[] = [];
     // the ping interval of `tail`, shortened: by default a silent link is noticed within 30 s
-    const sub = subscribe({ url: `http://127.0.0.1:${proxy.port}`, token }, threadId, { offset: "-1", pingEveryMs: 300, onEntry: (e: any) => { seen.push(e.payload.text); } });
+    const sub = subscribe({ url: `http://127.0.0.1:${proxy.port}`, token }, threadId, { offset: "-1", pingEveryMs: 1_000, onEntry: (e: any) => { seen.push(e.payload.text); } });
     const until = async (n: number) => {
       for (let i = 0; seen.length < n && i < 200; i++) await new Promise((r) => setTimeout(r, 50));
     };
     try {
       await post("s1");
       await until(1);
-      await new Promise((r) => setTimeout(r, 700)); // pings answered: a quiet link that works is kept
+      await new Promise((r) => setTimeout(r, 2_500));
+      expect(proxy.upgrades).toBe(1); // pings answered: a quiet link that works is kept
       proxy.freeze();
       await post("s2");
       await until(2);
@@ -642,7 +643,7 @@ describe("tail over a flaky connection", () => {
     const proxy = await startPausableProxy(worker.port);
     const threadId = (await ok(["new", "silent handshake"])).stdout.trim();
     const seen: string[] = [];
-    const sub = subscribe({ url: `http://127.0.0.1:${proxy.port}`, token }, threadId, { offset: "-1", pingEveryMs: 300, onEntry: (e: any) => { seen.push(e.payload.text); } });
+    const sub = subscribe({ url: `http://127.0.0.1:${proxy.port}`, token }, threadId, { offset: "-1", pingEveryMs: 1_000, onEntry: (e: any) => { seen.push(e.payload.text); } });
     const until = async (n: number) => {
       for (let i = 0; seen.length < n && i < 200; i++) await new Promise((r) => setTimeout(r, 50));
     };
@@ -651,7 +652,7 @@ describe("tail over a flaky connection", () => {
       await until(1);
       proxy.freeze(true); // the network goes: the open link and the next connection hear nothing
       await appendEntries(threadId, [{ type: "chat", text: "h2" }]);
-      await new Promise((r) => setTimeout(r, 1_500)); // the ping goes unanswered; a reconnect is under way
+      await new Promise((r) => setTimeout(r, 2_500)); // the ping goes unanswered; a reconnect is under way
       proxy.thaw(); // the network is back, for connections made from now on
       await until(2);
       expect(seen).toEqual(["h1", "h2"]);
