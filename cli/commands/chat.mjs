@@ -106,11 +106,25 @@ export function registerChat(program, ctxOf, setExit) {
       const ctx = ctxOf(cmd);
       const api = ctx.api();
       const { c, json } = ctx;
+      // Ctrl-C ends the conversation as it ends a watched run: exit 130 with the spinner cleared,
+      // not a death by signal, which a script sees as no exit code at all. The process exits once
+      // the command returns, so the handler stays.
+      let interrupted = false;
+      let finish;
+      const finished = new Promise((resolve) => { finish = resolve; });
+      let rl;
+      process.once("SIGINT", () => {
+        interrupted = true;
+        setExit(EXIT.interrupted);
+        rl?.close(); // ends the read of stdin, wherever it waits
+        finish();
+      });
       const bot = await ctx.wait(`finding @${botRef.replace(/^@/, "")}`, () => resolveAgent(api, botRef));
       const me = tokenClaims(api.target.token).sub;
       const names = new Map([[bot.id, `@${bot.handle}`]]);
+      if (interrupted) return;
       const interactive = Boolean(process.stdin.isTTY);
-      const rl = createInterface({ input: process.stdin, terminal: false });
+      rl = createInterface({ input: process.stdin, terminal: false });
       const input = rl[Symbol.asyncIterator]();
       // Piped input is read up to its first message before a new DM thread is opened: empty input
       // (a `</dev/null`, an empty file) would leave an empty thread behind and still exit 0.
@@ -122,6 +136,7 @@ export function registerChat(program, ctxOf, setExit) {
             break;
           }
         }
+        if (interrupted) return;
         if (first === undefined) throw new CliError("usage", `nothing to send: no message on stdin (type one, or pipe it in: echo "hi" | threadbox chat @${bot.handle})`);
       }
       const thread = opts.thread
@@ -132,6 +147,7 @@ export function registerChat(program, ctxOf, setExit) {
           // the bot's tools (run_command, delegate_task) work in the thread's environment
           ...(bot.environmentId ? { environmentId: bot.environmentId } : {}),
         }));
+      if (interrupted) return; // nothing posted to it
       setExit(EXIT.interrupted); // until every answer is in (see threadbox.mjs)
       if (json) process.stdout.write(`${JSON.stringify({ threadId: thread.id, bot: { id: bot.id, handle: bot.handle } })}\n`);
       else process.stderr.write(c.gray(safe`thread ${thread.id} with @${bot.handle}` + `${interactive ? " — type a message, Ctrl-D to end" : ""}\n`));
@@ -140,8 +156,6 @@ export function registerChat(program, ctxOf, setExit) {
       const start = opts.thread ? (await api.get(`${paths.threadAction(thread.id, "entries")}?offset=now&limit=1`)).nextOffset : "-1";
       let progress = initialProgress();
       let inputDone = false;
-      let finish;
-      const finished = new Promise((resolve) => { finish = resolve; });
       const maybeFinish = () => { if (inputDone && answered(progress)) finish(); };
 
       const sub = subscribe(api.target, thread.id, {
@@ -166,6 +180,7 @@ export function registerChat(program, ctxOf, setExit) {
         for (let n = await input.next(); !n.done; n = await input.next()) yield n.value;
       };
       for await (const line of lines()) {
+        if (interrupted) break;
         const text = line.trim();
         if (!text) continue;
         const id = `cli-${randomUUID()}`;
@@ -181,6 +196,7 @@ export function registerChat(program, ctxOf, setExit) {
       clearTimeout(timer);
       spinner.stop();
       sub.close();
+      if (interrupted) return;
       if (outcome instanceof Error) throw outcome;
       const failure = failureOf(progress);
       if (failure) throw new CliError("bot_failed", `@${bot.handle} could not answer: ${failure} (thread ${thread.id})`);

@@ -128,7 +128,11 @@ export function parseSignInLink(link) {
     u = null;
   }
   // `localhost:8787` parses, as a URL whose scheme is `localhost:`.
-  if (!u || (u.protocol !== "http:" && u.protocol !== "https:")) throw new CliError("bad_request", `not a URL: ${link} (like ${DEFAULT_URL}/#token=…)`);
+  if (!u || (u.protocol !== "http:" && u.protocol !== "https:")) {
+    // A usage mistake like a bad --url; the token in it is not repeated on the screen.
+    const shown = link.replace(/(token=)[^&]+/, "$1…");
+    throw new CliError("usage", `the link ${shown} is not a valid server URL or sign-in link (like ${DEFAULT_URL}/#token=…)`);
+  }
   const token = new URLSearchParams(u.hash.replace(/^#/, "")).get("token") || undefined;
   u.hash = "";
   u.search = "";

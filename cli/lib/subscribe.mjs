@@ -1,17 +1,19 @@
 // Follows a thread over its WebSocket (`/api/threads/:id/subscribe`, token in the `bearer.<token>`
 // subprotocol next to the `threadbox` one the server selects, never in the URL), reconnecting from
-// the last offset seen after a drop, so no entry is missed or shown twice.
+// the last offset seen after a drop, so no entry is missed or shown twice. A drop the socket is
+// never told of (a network gone, a laptop asleep) shows as a ping left unanswered.
 import WebSocket from "ws";
 import { notThreadbox } from "./api.mjs";
 import { CliError } from "./errors.mjs";
 
 const RECONNECT_MIN_MS = 250;
 const RECONNECT_MAX_MS = 5_000;
+const PING_EVERY_MS = 15_000;
 
 /**
  * @param {{ url: string, token: string }} target
  * @param {string} threadId
- * @param {{ offset?: string, onEntry: (entry: any) => void | Promise<void>, onReconnecting?: (delayMs: number) => void }} opts
+ * @param {{ offset?: string, onEntry: (entry: any) => void | Promise<void>, onReconnecting?: (delayMs: number) => void, pingEveryMs?: number }} opts
  * @returns {{ done: Promise<void>, close(): void, lastOffset(): string }}
  *   `done` resolves after close(), rejects when the server refuses the subscription.
  */
@@ -57,17 +59,35 @@ export function subscribe(target, threadId, opts) {
     }
     // The server never echoes the token, so a protocol it can select is offered with it; without one
     // the handshake selects nothing and the client refuses the socket.
-    const ws = new WebSocket(wsUrl(), ["threadbox", `bearer.${target.token}`]);
+    // A handshake nobody answers (the network went while reconnecting) would wait for ever.
+    const ws = new WebSocket(wsUrl(), ["threadbox", `bearer.${target.token}`], { handshakeTimeout: 2 * (opts.pingEveryMs ?? PING_EVERY_MS) });
     socket = ws;
-    ws.on("open", () => { attempt = 0; });
+    // The server answers "ping" with a pong; a link that says nothing for a whole interval after
+    // one is dead, even though no close ever comes. Its socket is dropped and a new one asked for.
+    let heard = true;
+    let pinger = null;
+    ws.on("open", () => {
+      attempt = 0;
+      pinger = setInterval(() => {
+        if (!heard) {
+          clearInterval(pinger);
+          ws.terminate();
+          return;
+        }
+        heard = false;
+        ws.send("ping", () => {});
+      }, opts.pingEveryMs ?? PING_EVERY_MS);
+      pinger.unref?.();
+    });
     ws.on("message", (data) => {
+      heard = true;
       let entry;
       try {
         entry = JSON.parse(String(data));
       } catch {
         return; // not an entry
       }
-      if (typeof entry !== "object" || entry === null) return; // not an entry either
+      if (typeof entry !== "object" || entry === null || typeof entry.payload !== "object") return; // a pong, or not an entry either
       if (typeof entry.offset === "string" && entry.offset) offset = entry.offset;
       // one at a time, in order, even when a handler awaits
       queue = queue.then(() => (closed ? undefined : opts.onEntry(entry))).catch(fail);
@@ -95,7 +115,10 @@ export function subscribe(target, threadId, opts) {
       });
     });
     ws.on("error", () => { /* a close follows; retry there */ });
-    ws.on("close", () => { if (socket === ws) retry(); });
+    ws.on("close", () => {
+      clearInterval(pinger);
+      if (socket === ws) retry();
+    });
   };
 
   const retry = () => {

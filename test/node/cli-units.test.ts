@@ -24,8 +24,8 @@ describe("config", () => {
   it("reads the sign-in link format npm run dev prints (token in the fragment) and plain URLs", () => {
     expect(parseSignInLink("http://127.0.0.1:8787/#token=abc.def.ghi")).toEqual({ url: "http://127.0.0.1:8787", token: "abc.def.ghi" });
     expect(parseSignInLink("https://tb.example.com/")).toEqual({ url: "https://tb.example.com", token: undefined });
-    expect(() => parseSignInLink("not a url")).toThrow(/not a URL/);
-    expect(() => parseSignInLink("localhost:8787")).toThrow(/not a URL/);
+    expect(() => parseSignInLink("not a url")).toThrow(/is not a valid server URL or sign-in link/);
+    expect(() => parseSignInLink("localhost:8787")).toThrow(/is not a valid server URL or sign-in link/);
   });
 
   it("keeps the config under the user's config dir, and prefers the environment to the stored login", () => {

@@ -308,6 +308,8 @@ describe("threads, new, post", () => {
       [["--url", "notaurl", "threads"], {}, "error usage: --url notaurl is not a valid server URL (like http://127.0.0.1:8787)\n"],
       [["--url", "localhost:8787", "threads"], {}, "error usage: --url localhost:8787 is not a valid server URL (like http://127.0.0.1:8787)\n"],
       [["threads"], { THREADBOX_URL: "ftp://x" }, "error usage: THREADBOX_URL ftp://x is not a valid server URL (like http://127.0.0.1:8787)\n"],
+      // login's link is a server URL too: the same mistake, the same error
+      [["login", "localhost:8787/#token=abc"], {}, "error usage: the link localhost:8787/#token=… is not a valid server URL or sign-in link (like http://127.0.0.1:8787/#token=…)\n"],
     ] as const;
     for (const [args, env, stderr] of cases) {
       const r = await cli([...args], { env: { THREADBOX_TOKEN: token, ...env } });
@@ -612,6 +614,54 @@ describe("tail over a flaky connection", () => {
     expect(child.exitCode).toBe(0); // Ctrl-C ends a plain tail cleanly
   });
 
+  it("a connection that goes silent without closing (a dropped network) is noticed by an unanswered ping and resumed from the last offset", async () => {
+    const proxy = await startPausableProxy(worker.port);
+    const threadId = (await ok(["new", "silent link"])).stdout.trim();
+    const post = (id: string) => appendEntries(threadId, [{ type: "chat", text: id }]).then(() => id);
+    const seen: string[] = [];
+    // the ping interval of `tail`, shortened: by default a silent link is noticed within 30 s
+    const sub = subscribe({ url: `http://127.0.0.1:${proxy.port}`, token }, threadId, { offset: "-1", pingEveryMs: 1_000, onEntry: (e: any) => { seen.push(e.payload.text); } });
+    const until = async (n: number) => {
+      for (let i = 0; seen.length < n && i < 200; i++) await new Promise((r) => setTimeout(r, 50));
+    };
+    try {
+      await post("s1");
+      await until(1);
+      await new Promise((r) => setTimeout(r, 2_500));
+      expect(proxy.upgrades).toBe(1); // pings answered: a quiet link that works is kept
+      proxy.freeze();
+      await post("s2");
+      await until(2);
+      expect(seen).toEqual(["s1", "s2"]);
+    } finally {
+      sub.close();
+      await proxy.close();
+    }
+  });
+
+  it("a reconnect whose handshake is never answered is given up and tried again", async () => {
+    const proxy = await startPausableProxy(worker.port);
+    const threadId = (await ok(["new", "silent handshake"])).stdout.trim();
+    const seen: string[] = [];
+    const sub = subscribe({ url: `http://127.0.0.1:${proxy.port}`, token }, threadId, { offset: "-1", pingEveryMs: 1_000, onEntry: (e: any) => { seen.push(e.payload.text); } });
+    const until = async (n: number) => {
+      for (let i = 0; seen.length < n && i < 200; i++) await new Promise((r) => setTimeout(r, 50));
+    };
+    try {
+      await appendEntries(threadId, [{ type: "chat", text: "h1" }]);
+      await until(1);
+      proxy.freeze(true); // the network goes: the open link and the next connection hear nothing
+      await appendEntries(threadId, [{ type: "chat", text: "h2" }]);
+      await new Promise((r) => setTimeout(r, 2_500)); // the ping goes unanswered; a reconnect is under way
+      proxy.thaw(); // the network is back, for connections made from now on
+      await until(2);
+      expect(seen).toEqual(["h1", "h2"]);
+    } finally {
+      sub.close();
+      await proxy.close();
+    }
+  });
+
   it("--from now that has seen nothing yet still misses nothing written while it was cut off", async () => {
     const { proxy, post, ids, end } = await tailThroughProxy("quiet", ["--from", "now"], ["before"]);
     try {
@@ -722,6 +772,30 @@ describe("chat with a bot", () => {
     expect(answers).toHaveLength(1); // the second message was answered
     expect(code).toBe(2);
     expect(JSON.parse(stderr.trim())).toEqual({ error: { code: "bot_failed", message: expect.stringMatching(/^@demo could not answer: .*demo model failure: the first message breaks.* \(thread th_\S+\)$/) } });
+  });
+
+  it("Ctrl-C while chat waits (for the bot's answer, or for input) exits 130 as tail --until-done does, not killed by the signal", async (ctx) => {
+    if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip();
+    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
+    let dm = "";
+    // a message in flight; then, in the same DM thread, nothing typed yet
+    for (const [args, input, marker] of [[[], "run sleep 5\n", "run_command"], [["--json", "--thread"], "", '"threadId"']] as const) {
+      const child = spawn(process.execPath, [CLI, "chat", "@demo", "--reply-timeout", "120", ...args, ...(dm ? [dm] : [])], {
+        env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: tempDir("tb-cfg-"), ...as() }, stdio: ["pipe", "pipe", "pipe"],
+      });
+      let stdout = "";
+      let stderr = "";
+      child.stdout.on("data", (d) => (stdout += d));
+      child.stderr.on("data", (d) => (stderr += d));
+      const closed = new Promise<{ code: number | null; signal: string | null }>((resolve) => child.on("close", (code, signal) => resolve({ code, signal })));
+      child.stdin.write(input); // stdin stays open: chat is still reading it
+      for (let i = 0; i < 600 && !stdout.includes(marker); i++) await new Promise((r) => setTimeout(r, 50));
+      expect(stdout).toContain(marker);
+      child.kill("SIGINT");
+      expect(await closed).toEqual({ code: 130, signal: null });
+      expect(stderr).not.toMatch(/error/);
+      dm ||= /thread (th_\S+) with @demo/.exec(stderr)![1];
+    }
   });
 
   it("chat with nothing piped in opens no thread and exits 2 saying so", async (ctx) => {
