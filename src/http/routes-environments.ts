@@ -28,7 +28,7 @@ export async function createEnvironmentRoute(request: Request, env: Env): Promis
   const { environment: stored, retiredBoxId } = (await unwrapRpc(houseStub(env, claims.houseId).putEnvironment(e))) as StoredEnvironment;
   if (retiredBoxId) await retireSharedBox(env, claims.houseId, e.id, retiredBoxId);
   await pruneSharedBox(env, claims.houseId, stored);
-  return json(publicEnvironment(e), 201);
+  return json(publicEnvironment(e), 201, { location: `/api/environments/${e.id}` });
 }
 
 const patchBodySchema = recordSchema(z.string(), z.unknown());

@@ -26,7 +26,7 @@ export async function uploadFolderRoute(request: Request, env: Env, id: string |
   const bytes = await readBoundedBody(request, folderMaxBytes(env));
   if (bytes.byteLength === 0) throw new ApiError("validation_failed", "the body is empty: send a tar, tar.gz or zip archive");
   const version = await storeFolderVersion(env, claims.houseId, environment.id, name, bytes, { createdBy: claims.subject });
-  return json(version, 201);
+  return json(version, 201, { location: `/api/environments/${environment.id}/folders/${name}?version=${version.version}` });
 }
 
 /** `GET /api/environments/:id/folders`: every folder with its versions, oldest first. */

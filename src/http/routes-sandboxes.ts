@@ -64,7 +64,7 @@ export async function createSandboxRoute(request: Request, env: Env): Promise<Re
     boxId, houseId: claims.houseId, provider: body.provider, providerRef: info.ref, ephemeral: body.ephemeral, labels: { ...info.labels, ...labels },
     deleteIfUnused: true,
   }));
-  return json(view, 201);
+  return json(view, 201, { location: `/api/sandboxes/${boxId}` });
 }
 
 /** Cold-row sweep: every box that claims to be live is probed twice; what is dead is settled. */

@@ -11,7 +11,7 @@ import { packageInstallCommands, packageList, parseInstalled } from "../workspac
 import { launchBoxId, type LaunchProgress, type LaunchStep } from "./launch-progress";
 import { providerFor } from "../sandbox/providers";
 import { harnessBoxSource } from "../sandbox/snapshot";
-import { mirrorNextIndex, rebuildPiSession, runnerLaunch, type HarnessName } from "../sandbox/harness";
+import { mirrorNextIndex, parseMirrorEntryId, rebuildPiSession, runnerLaunch, type HarnessName } from "../sandbox/harness";
 import { BUNDLES } from "../runner/bundles.generated";
 import type { ThreadRow } from "./thread-row";
 import { shq } from "../domain/shell";
@@ -19,7 +19,7 @@ import { gitCredentialEnv } from "../domain/git-credentials.mjs";
 import { folderMaxBytes, type CopiedFolder } from "../workspace/folders";
 import { copyFoldersIn } from "../workspace/folder-sync";
 import { MANAGED_FILES, managedFileContent, managedKey, managedKeys, readManagedFiles, updateManagedFiles, type ManagedFile } from "../workspace/managed-files";
-import { BOX_ENV, PI_AGENT_DIR, WORK_DIR, runDir } from "../domain/box-layout";
+import { BOX_DIR, BOX_ENV, PI_AGENT_DIR, WORK_DIR, runDir } from "../domain/box-layout";
 import { STATUS_CHANGED } from "../domain/statuses";
 
 export type LaunchSpec = {
@@ -291,7 +291,7 @@ async function startRunner(
   let session: "new" | "continued" | "rebuilt" = "new";
   if (spec.resume && spec.harness === "pi") {
     const entries = deps.entries();
-    const existing = sameBox ? await findPiSession(provider, ref, `${home}/${PI_AGENT_DIR}`) : null;
+    const existing = sameBox ? await findPiSession(provider, ref, home, lastMirroredSession(entries, row.id)) : null;
     if (existing) {
       sessionFile = existing.file;
       nextIndex = mirrorNextIndex(entries as never, row.id, existing.sessionId);
@@ -491,14 +491,31 @@ function lastIndexOf<T>(list: T[], pred: (t: T) => boolean): number {
   return list.length;
 }
 
-async function findPiSession(provider: SandboxProvider, ref: string, agentDir: string): Promise<{ file: string; sessionId: string } | null> {
-  const r = await provider.exec(ref, `f=$(ls -t ${shq(agentDir)}/sessions/*/*.jsonl 2>/dev/null | head -1); [ -n "$f" ] && echo "$f" && head -1 "$f"`);
+/** The pi session this thread's runs last mirrored from (its id is in the mirror's entry ids). */
+function lastMirroredSession(entries: readonly { id?: string }[], threadId: string): string | undefined {
+  let sessionId: string | undefined;
+  for (const e of entries) sessionId = parseMirrorEntryId(e.id, threadId)?.sessionId ?? sessionId;
+  return sessionId;
+}
+
+/**
+ * The file of pi session `sessionId` on the box, if it is still there: pi's own sessions, or one
+ * a resume rebuilt into a run's directory. Matched by id, never by age: a shared box holds the
+ * sessions of every thread that ran on it, and the newest may be another thread's.
+ */
+async function findPiSession(provider: SandboxProvider, ref: string, home: string, sessionId: string | undefined): Promise<{ file: string; sessionId: string } | null> {
+  if (!sessionId) return null;
+  const globs = [`${shq(`${home}/${PI_AGENT_DIR}`)}/sessions/*/*.jsonl`, `${shq(`${home}/${BOX_DIR}`)}/runs/*/session.jsonl`];
+  const r = await provider.exec(ref, `for f in ${globs.join(" ")}; do [ -f "$f" ] && printf '%s\\t' "$f" && head -1 "$f" && echo; done; true`);
   if (r.exitCode !== 0) return null;
-  const [file, header] = r.output.trim().split("\n");
-  try {
-    const id = (JSON.parse(header) as { id?: string }).id;
-    return file && id ? { file, sessionId: id } : null;
-  } catch {
-    return null;
+  for (const line of r.output.split("\n")) {
+    const tab = line.indexOf("\t");
+    if (tab < 0) continue;
+    try {
+      if ((JSON.parse(line.slice(tab + 1)) as { id?: unknown }).id === sessionId) return { file: line.slice(0, tab), sessionId };
+    } catch {
+      // not a session header: some other file
+    }
   }
+  return null;
 }

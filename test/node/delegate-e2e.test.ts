@@ -499,6 +499,31 @@ describe("delegate a task to pi in a box", () => {
     expect(launches).toEqual([[false, "new"], [true, "continued"]]);
     expect(new Set(es.map((e) => e.id)).size).toBe(es.length);
   });
+
+  it("a resume on an environment's shared box continues its own thread's session, not the one another thread left there last", async () => {
+    const envId = await environment();
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { boxMode: "shared" } })).status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const delegate = async (task: string) => (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task } })).body.childThreadId as string;
+    model.push({ text: "Noted: APPLE." });
+    const mine = await delegate("remember the word APPLE");
+    expect((await settled(mine)).status).toBe("completed");
+    model.push({ text: "Noted: PLUM." });
+    const other = await delegate("remember the word PLUM");
+    expect((await settled(other)).status).toBe("completed");
+
+    model.push({ text: "The word was APPLE." });
+    const beforeResume = model.requests.length;
+    expect((await api(`/api/threads/${mine}/resume`, { method: "POST", json: { message: "which word?" } })).status).toBe(202);
+    expect((await settled(mine)).status).toBe("completed");
+    const sent = JSON.stringify(model.requests.slice(beforeResume)[0].messages);
+    expect(sent).toContain("remember the word APPLE");
+    expect(sent).not.toContain("PLUM");
+    const es = await entries(mine);
+    // Nothing of the other thread's conversation is mirrored onto this one.
+    expect(JSON.stringify(es)).not.toContain("PLUM");
+    expect(es.filter((e) => e.payload.type === "signal.run.launched").map((e) => e.payload.session)).toEqual(["new", "continued"]);
+  });
 });
 
 describe("long runs", () => {
