@@ -106,19 +106,21 @@ export function registerChat(program, ctxOf, setExit) {
       const ctx = ctxOf(cmd);
       const api = ctx.api();
       const { c, json } = ctx;
-      // Ctrl-C ends the conversation as it ends a watched run: exit 130 with the spinner cleared,
-      // not a death by signal, which a script sees as no exit code at all. The process exits once
-      // the command returns, so the handler stays.
+      // Ctrl-C (or a SIGTERM) ends the conversation as it ends a watched run: exit 130 (143) with
+      // the spinner cleared, not a death by signal, which a script sees as no exit code at all.
+      // The process exits once the command returns, so the handlers stay.
       let interrupted = false;
       let finish;
       const finished = new Promise((resolve) => { finish = resolve; });
       let rl;
-      process.once("SIGINT", () => {
+      const stop = (code) => () => {
         interrupted = true;
-        setExit(EXIT.interrupted);
+        setExit(code);
         rl?.close(); // ends the read of stdin, wherever it waits
         finish();
-      });
+      };
+      process.once("SIGINT", stop(EXIT.interrupted));
+      process.once("SIGTERM", stop(EXIT.terminated));
       const bot = await ctx.wait(`finding @${botRef.replace(/^@/, "")}`, () => resolveAgent(api, botRef));
       const me = tokenClaims(api.target.token).sub;
       const names = new Map([[bot.id, `@${bot.handle}`]]);

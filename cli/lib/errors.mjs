@@ -14,7 +14,7 @@ export class CliError extends Error {
 }
 
 /** Exit codes: a watched run that failed is 1; any error (API, network, usage) is 2; Ctrl-C while waiting for a run is 130. */
-export const EXIT = { ok: 0, runFailed: 1, error: 2, interrupted: 130 };
+export const EXIT = { ok: 0, runFailed: 1, error: 2, interrupted: 130, terminated: 143 };
 
 /** Ctrl-C at a prompt: the user's choice to stop, ended with the exit code of an interrupt and no message. */
 export class Interrupted extends CliError {

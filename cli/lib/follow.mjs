@@ -89,17 +89,21 @@ export async function followThread(opts) {
       }
     },
   });
-  let interrupted = false;
-  const stop = () => { interrupted = true; sub.close(); };
-  process.once("SIGINT", stop);
+  // Ctrl-C, or a SIGTERM (a process manager, `timeout`): the follow ends as it would, spinner cleared.
+  let interruptedWith = null;
+  const onInt = () => { interruptedWith = EXIT.interrupted; sub.close(); };
+  const onTerm = () => { interruptedWith = EXIT.terminated; sub.close(); };
+  process.once("SIGINT", onInt);
+  process.once("SIGTERM", onTerm);
   try {
     await sub.done;
   } finally {
     spinner.stop();
-    process.off("SIGINT", stop);
+    process.off("SIGINT", onInt);
+    process.off("SIGTERM", onTerm);
   }
-  // Ctrl-C before the run ended: a script waiting on the run must not read that as success.
-  if (!finalRow) return untilDone && interrupted ? EXIT.interrupted : EXIT.ok;
+  // Stopped before the run ended: a script waiting on the run must not read that as success.
+  if (!finalRow) return untilDone && interruptedWith !== null ? interruptedWith : EXIT.ok;
   return report(finalRow, json, c);
 }
 

@@ -463,6 +463,15 @@ describe("tail --until-done on a thread that never ran", () => {
     child.kill("SIGINT");
     expect(await closed).toBe(130);
   });
+
+  it("a SIGTERM (a process manager, `timeout`) ends it too, as terminated (143), not killed by the signal", async () => {
+    const threadId = (await ok(["new", "never ran either"])).stdout.trim();
+    const { child, stderr, closed } = started(["tail", threadId, "--until-done"]);
+    for (let i = 0; i < 100 && !stderr().includes("has not run yet"); i++) await new Promise((r) => setTimeout(r, 100));
+    expect(stderr()).toContain("has not run yet");
+    child.kill("SIGTERM");
+    expect(await closed).toBe(143);
+  });
 });
 
 describe("tail shows whatever a writer of the thread wrote", () => {
@@ -774,12 +783,17 @@ describe("chat with a bot", () => {
     expect(JSON.parse(stderr.trim())).toEqual({ error: { code: "bot_failed", message: expect.stringMatching(/^@demo could not answer: .*demo model failure: the first message breaks.* \(thread th_\S+\)$/) } });
   });
 
-  it("Ctrl-C while chat waits (for the bot's answer, or for input) exits 130 as tail --until-done does, not killed by the signal", async (ctx) => {
+  it("Ctrl-C while chat waits (for the bot's answer, or for input) exits 130 as tail --until-done does, a SIGTERM 143, not killed by the signal", async (ctx) => {
     if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip();
     const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
     let dm = "";
     // a message in flight; then, in the same DM thread, nothing typed yet
-    for (const [args, input, marker] of [[[], "run sleep 5\n", "run_command"], [["--json", "--thread"], "", '"threadId"']] as const) {
+    const cases = [
+      [[], "run sleep 5\n", "run_command", "SIGINT", 130],
+      [["--json", "--thread"], "", '"threadId"', "SIGINT", 130],
+      [["--json", "--thread"], "", '"threadId"', "SIGTERM", 143],
+    ] as const;
+    for (const [args, input, marker, signal, exitCode] of cases) {
       const child = spawn(process.execPath, [CLI, "chat", "@demo", "--reply-timeout", "120", ...args, ...(dm ? [dm] : [])], {
         env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: tempDir("tb-cfg-"), ...as() }, stdio: ["pipe", "pipe", "pipe"],
       });
@@ -791,8 +805,8 @@ describe("chat with a bot", () => {
       child.stdin.write(input); // stdin stays open: chat is still reading it
       for (let i = 0; i < 600 && !stdout.includes(marker); i++) await new Promise((r) => setTimeout(r, 50));
       expect(stdout).toContain(marker);
-      child.kill("SIGINT");
-      expect(await closed).toEqual({ code: 130, signal: null });
+      child.kill(signal);
+      expect(await closed).toEqual({ code: exitCode, signal: null });
       expect(stderr).not.toMatch(/error/);
       dm ||= /thread (th_\S+) with @demo/.exec(stderr)![1];
     }
