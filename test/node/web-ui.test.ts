@@ -171,13 +171,19 @@ describe("signing in", () => {
     await context.close();
   });
 
-  it("a token that expires under a half-filled form: sign-in again, and the form is still filled", async () => {
+  /** A browser context signed in with an owner token that expires `seconds` from now (seeded once, not on reloads). */
+  async function signedInForSeconds(seconds: number) {
     const { SignJWT } = await import("jose");
     const short = await new SignJWT({ kind: "house", house: "house-ui", role: "owner" }).setProtectedHeader({ alg: "HS256" })
-      .setIssuer("threadbox").setSubject("ui-user").setIssuedAt().setExpirationTime(Math.floor(Date.now() / 1000) + 3)
+      .setIssuer("threadbox").setSubject("ui-user").setIssuedAt().setExpirationTime(Math.floor(Date.now() / 1000) + seconds)
       .sign(new TextEncoder().encode("test-token-secret-0123456789abcdef"));
     const context = await browser.newContext();
     await context.addInitScript((t) => { if (!sessionStorage.getItem("seeded")) { sessionStorage.setItem("seeded", "1"); localStorage.setItem("threadbox.token", t); } }, short);
+    return context;
+  }
+
+  it("a token that expires under a half-filled form: sign-in again, and the form is still filled", async () => {
+    const context = await signedInForSeconds(3);
     const page = await context.newPage();
     await page.goto(`${worker.url}/environments`);
     const name = `typed-before-expiry-${Date.now().toString(36)}`;
@@ -200,14 +206,9 @@ describe("signing in", () => {
   });
 
   it("a thread left under the sign-in form asks the server nothing more; signed in again, it is live with its draft", async () => {
-    const { SignJWT } = await import("jose");
     const thread = (await api("/api/threads", { method: "POST", json: { title: "outlived its token" } })).body;
     await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text: "before" } } });
-    const short = await new SignJWT({ kind: "house", house: "house-ui", role: "owner" }).setProtectedHeader({ alg: "HS256" })
-      .setIssuer("threadbox").setSubject("ui-user").setIssuedAt().setExpirationTime(Math.floor(Date.now() / 1000) + 3)
-      .sign(new TextEncoder().encode("test-token-secret-0123456789abcdef"));
-    const context = await browser.newContext();
-    await context.addInitScript((t) => { if (!sessionStorage.getItem("seeded")) { sessionStorage.setItem("seeded", "1"); localStorage.setItem("threadbox.token", t); } }, short);
+    const context = await signedInForSeconds(3);
     const page = await context.newPage();
     await page.goto(`${worker.url}/threads/${thread.id}`);
     await page.waitForSelector("li.bubble >> text=before");
