@@ -326,9 +326,14 @@ export class SandboxActor extends DurableObject<Env> {
     }
   }
 
-  /** Whether a launch that reserved this box is still its thread's current run; reservations of runs that are not are dropped. */
-  private async reservedByCurrentRun(houseId: string): Promise<boolean> {
-    const reservations = this.ctx.storage.sql.exec(`select thread_id, run_id from box_reservations`).toArray();
+  /**
+   * Whether a launch that reserved this box (of a thread other than `exceptThreadId`, when given) is
+   * still its thread's current run; reservations of runs that are not are dropped.
+   */
+  private async reservedByCurrentRun(houseId: string, exceptThreadId?: string): Promise<boolean> {
+    const reservations = exceptThreadId === undefined
+      ? this.ctx.storage.sql.exec(`select thread_id, run_id from box_reservations`).toArray()
+      : this.ctx.storage.sql.exec(`select thread_id, run_id from box_reservations where thread_id != ?`, exceptThreadId).toArray();
     for (const r of reservations) {
       const threadId = r.thread_id as string;
       if (await this.runIsCurrent(houseId, threadId, r.run_id as string)) return true;
@@ -373,12 +378,8 @@ export class SandboxActor extends DurableObject<Env> {
     return settle(async () => {
       this.requireRow(houseId);
       if (this.threadIds().some((t) => t !== threadId)) return true;
-      for (const r of this.ctx.storage.sql.exec(`select thread_id, run_id from box_reservations where thread_id != ?`, threadId).toArray()) {
-        // A thread that cannot answer now counts as running: at worst a moved file stays a while longer.
-        if (await this.runIsCurrent(houseId, r.thread_id as string, r.run_id as string).catch(() => true)) return true;
-        this.ctx.storage.sql.exec(`delete from box_reservations where thread_id = ? and run_id = ?`, r.thread_id as string, r.run_id as string);
-      }
-      return false;
+      // A thread that cannot answer now counts as running: at worst a moved file stays a while longer.
+      return this.reservedByCurrentRun(houseId, threadId).catch(() => true);
     });
   }
 
