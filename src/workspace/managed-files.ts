@@ -40,8 +40,11 @@ export function managedKeys(e: Pick<Environment, "files" | "plugins" | "piModels
   return keys;
 }
 
+/** A file's line in the record, without its newline. */
+const recordLine = (f: ManagedFile) => `${f.key}\t${f.path}`;
+
 export function managedFileContent(files: ManagedFile[]): string {
-  return files.map((f) => `${f.key}\t${f.path}\n`).join("");
+  return files.map((f) => `${recordLine(f)}\n`).join("");
 }
 
 /** A path the box may name here: HOME-relative, inside HOME (the record is in the box, where a run can write it). */
@@ -68,7 +71,7 @@ export async function updateManagedFiles(provider: SandboxProvider, ref: string,
   const record = shq(MANAGED_FILES);
   const steps = [`mkdir -p ${shq(BOX_DIR)}`, `exec 9>>${record}.lock`, `{ ! command -v flock >/dev/null 2>&1 || flock 9; }`];
   if (stale.length > 0) steps.push(`rm -f -- ${stale.map((f) => shq(f.path)).join(" ")}`);
-  const kept = stale.length > 0 ? `grep -vxF ${stale.map((f) => `-e ${shq(`${f.key}\t${f.path}`)}`).join(" ")} ${record}` : `cat ${record}`;
+  const kept = stale.length > 0 ? `grep -vxF ${stale.map((f) => `-e ${shq(recordLine(f))}`).join(" ")} ${record}` : `cat ${record}`;
   steps.push(`{ ${kept} 2>/dev/null; printf '%s' ${shq(managedFileContent(add))}; } | sort -u > ${record}.$$`, `mv -f ${record}.$$ ${record}`);
   const r = await provider.exec(ref, steps.join(" && "), { cwd: home });
   if (r.exitCode !== 0) throw new Error(`updating the environment's files in the box failed (exit ${r.exitCode}): ${r.output.trim().slice(-300)}`);
