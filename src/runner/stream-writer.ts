@@ -46,7 +46,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export class StreamWriter {
   private queue: WireEntry[] = [];
-  private inflight: { body: string; count: number; entries: WireEntry[] } | undefined;
+  private inflight: { body: string; entries: WireEntry[] } | undefined;
   /**
    * Most entries the next batch may hold: halved when a batch is refused, so the entry the worker
    * refused is found and dropped alone; doubled back towards maxBatch by each batch it takes.
@@ -77,7 +77,7 @@ export class StreamWriter {
   }
 
   get pending(): number {
-    return this.queue.length + (this.inflight ? this.inflight.count : 0);
+    return this.queue.length + (this.inflight?.entries.length ?? 0);
   }
 
   get isStopped(): boolean {
@@ -128,7 +128,7 @@ export class StreamWriter {
         }
         const verdict = await this.post(this.inflight.body);
         if (verdict === "ok") {
-          this.acked += this.inflight.count;
+          this.acked += this.inflight.entries.length;
           this.inflight = undefined;
           this.seq++;
           attempt = 0;
@@ -138,9 +138,9 @@ export class StreamWriter {
         if (verdict === "drop") {
           // The worker takes a batch whole or not at all: one entry it refuses must not take the
           // others with it. A refused batch goes back in halves until the refused entry is alone.
-          if (this.inflight.count > 1) {
+          if (this.inflight.entries.length > 1) {
             this.queue.unshift(...this.inflight.entries);
-            this.batchLimit = Math.ceil(this.inflight.count / 2);
+            this.batchLimit = Math.ceil(this.inflight.entries.length / 2);
           } else {
             this.dropped += 1;
           }
@@ -175,7 +175,7 @@ export class StreamWriter {
   }
 
   /** The longest prefix of the queue within maxBatch entries and maxBatchBytes (at least one entry). */
-  private nextBatch(): { body: string; count: number; entries: WireEntry[] } {
+  private nextBatch(): { body: string; entries: WireEntry[] } {
     const parts: string[] = [];
     let bytes = 2; // the brackets
     const most = Math.min(this.opts.maxBatch, this.batchLimit);
@@ -187,7 +187,7 @@ export class StreamWriter {
       bytes += size;
     }
     const entries = this.queue.splice(0, parts.length);
-    return { body: `[${parts.join(",")}]`, count: parts.length, entries };
+    return { body: `[${parts.join(",")}]`, entries };
   }
 
   private async post(body: string): Promise<"ok" | "retry" | "drop" | "fenced" | "resend"> {
@@ -227,7 +227,7 @@ export class StreamWriter {
       this.opts.log(`POST answered ${s}; will retry`);
       return "retry";
     }
-    const count = this.inflight?.count ?? 0;
+    const count = this.inflight?.entries.length ?? 0;
     this.opts.log(count > 1
       ? `POST rejected with ${s}; sending its ${count} entries again in smaller batches to find the refused one`
       : `POST rejected with ${s}; dropping the entry${answer ? ` (${answer.slice(0, 500)})` : ""}`);
