@@ -82,10 +82,13 @@ export const MAX_APPEND_BYTES = 1024 * 1024;
  */
 export const MAX_IDENTIFIER_HEADER_BYTES = 256;
 
+const utf8 = new TextEncoder();
+
 /** A client-chosen identifier header, refused when longer than we are willing to store and echo. */
 export function boundedHeader(request: Request, name: string): string | null {
   const value = request.headers.get(name);
-  if (value !== null && new TextEncoder().encode(value).byteLength > MAX_IDENTIFIER_HEADER_BYTES) {
+  // Every box POST carries a Producer-Id: one encoder for all of them, not one per request.
+  if (value !== null && utf8.encode(value).byteLength > MAX_IDENTIFIER_HEADER_BYTES) {
     throw new ApiError("bad_request", `${name} must be at most ${MAX_IDENTIFIER_HEADER_BYTES} bytes`);
   }
   return value;
