@@ -91,8 +91,9 @@ export async function followThread(opts) {
   });
   // Ctrl-C, or a SIGTERM (a process manager, `timeout`): the follow ends as it would, spinner cleared.
   let interruptedWith = null;
-  const onInt = () => { interruptedWith = EXIT.interrupted; sub.close(); };
-  const onTerm = () => { interruptedWith = EXIT.terminated; sub.close(); };
+  const stopWith = (code) => () => { interruptedWith = code; sub.close(); };
+  const onInt = stopWith(EXIT.interrupted);
+  const onTerm = stopWith(EXIT.terminated);
   process.once("SIGINT", onInt);
   process.once("SIGTERM", onTerm);
   try {
