@@ -7,7 +7,7 @@
 import { build } from "vite";
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { join, relative } from "node:path";
+import { dirname, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const root = join(fileURLToPath(new URL(".", import.meta.url)), "..");
@@ -23,8 +23,22 @@ function inputs(dir) {
   });
 }
 
+/** Files outside web/ that its sources import by a relative path (pure modules shared with the worker). */
+function sharedSources(files) {
+  const out = new Set();
+  for (const file of files) {
+    if (!/\.(ts|tsx)$/.test(file)) continue;
+    for (const [, spec] of readFileSync(file, "utf8").matchAll(/from\s+"(\.{1,2}\/[^"]+)"/g)) {
+      const path = join(dirname(file), spec);
+      if (relative(web, path).startsWith("..")) out.add(existsSync(`${path}.ts`) ? `${path}.ts` : path);
+    }
+  }
+  return [...out];
+}
+
+const webFiles = inputs(web);
 const hash = createHash("sha256");
-for (const file of [...inputs(web), join(root, "package-lock.json")].sort()) {
+for (const file of [...webFiles, ...sharedSources(webFiles), join(root, "package-lock.json")].sort()) {
   hash.update(relative(root, file)).update("\0").update(readFileSync(file)).update("\0");
 }
 const digest = hash.digest("hex");

@@ -31,7 +31,8 @@ export const saveToken = (store: Storage, token: string): void => store.setItem(
 export const clearToken = (store: Storage): void => store.removeItem(KEY);
 
 /**
- * Roles that may only read (src/auth/tokens.ts READ_ONLY_ROLES; the web build covers only web/).
+ * Roles that may only read: a copy of src/auth/tokens.ts READ_ONLY_ROLES (that module brings jose and
+ * zod with it), which web-lib.test.ts compares with the server's list.
  * The UI offers such a token no writes; the server refuses them anyway.
  */
 export const READ_ONLY_ROLES: readonly string[] = ["reader", "viewer"];

@@ -1,6 +1,7 @@
 // What the thread view shows, folded from the thread's entries (pure: no DOM, no network).
 import type { Entry, ThreadSummary } from "./api";
-
+// The same words as a run's failure reason (build-web.mjs rebuilds when this file changes too).
+import { modelErrorReason } from "../../../src/dispatch/provider-error";
 
 /** `live` is the command's output as it streamed in (`signal.exec.output`), before or without a result. */
 export type ToolItem = { kind: "tool"; key: string; toolCallId: string; name: string; args: unknown; call?: Entry; result?: Entry; live?: string; liveOnly?: boolean; cutShort?: boolean };
@@ -24,27 +25,6 @@ const FINISHED_OK = new Set(["completed"]);
 
 /** How a bot's tool answers in a thread without an environment (src/dispatch/tools/no-sandbox.ts). */
 export const NOT_RUN_PREFIX = "no sandbox is bound to this thread";
-
-/**
- * A model error as pi words it ("500: {json}": the status, then the provider's body), in the
- * words the body says, as a run's failure reason says it (src/dispatch/provider-error.ts: the
- * web build covers only web/, so it does not import from src/).
- */
-export function modelErrorReason(message: string): string {
-  const m = /^(\d{3}):?\s+(\{[\s\S]*\})\s*$/.exec(message);
-  if (!m) return message;
-  let body: unknown;
-  try {
-    body = JSON.parse(m[2]);
-  } catch {
-    return message;
-  }
-  const b = (body ?? {}) as { error?: unknown; message?: unknown };
-  const e = b.error as { message?: unknown } | string | undefined;
-  const said = typeof e === "object" && e && typeof e.message === "string" ? e.message
-    : typeof b.message === "string" ? b.message : typeof e === "string" ? e : "";
-  return said.trim() ? `the model API answered HTTP ${m[1]}: ${said.trim()}` : message;
-}
 
 /** A tool result that is no error, yet nothing ran: it must not look like a command that succeeded. */
 export function toolNotRun(result: Entry["payload"] | undefined): boolean {
