@@ -87,16 +87,21 @@ export const normalizeUrl = (url) => url.replace(/\/+$/, "");
  * @param {[source: string, url: string]} given
  */
 export function serverUrl([source, url]) {
-  let u;
-  try {
-    u = new URL(url);
-  } catch {
-    u = null;
-  }
-  if (!u || (u.protocol !== "http:" && u.protocol !== "https:")) {
+  if (!httpUrl(url)) {
     throw new CliError("usage", `${source} ${url} is not a valid server URL (like ${DEFAULT_URL})`);
   }
   return normalizeUrl(url);
+}
+
+/** `text` as an http(s) URL, or null: `localhost:8787` parses, as a URL whose scheme is `localhost:`. */
+function httpUrl(text) {
+  let u;
+  try {
+    u = new URL(text);
+  } catch {
+    return null;
+  }
+  return u.protocol === "http:" || u.protocol === "https:" ? u : null;
 }
 
 /**
@@ -121,14 +126,8 @@ export function resolveTarget(opts = {}, env = process.env, config = undefined) 
  * web UI reads) into the server URL and the token; a plain URL gives no token.
  */
 export function parseSignInLink(link) {
-  let u;
-  try {
-    u = new URL(link);
-  } catch {
-    u = null;
-  }
-  // `localhost:8787` parses, as a URL whose scheme is `localhost:`.
-  if (!u || (u.protocol !== "http:" && u.protocol !== "https:")) {
+  const u = httpUrl(link);
+  if (!u) {
     // A usage mistake like a bad --url; the token in it is not repeated on the screen.
     const shown = link.replace(/(token=)[^&]+/, "$1…");
     throw new CliError("usage", `the link ${shown} is not a valid server URL or sign-in link (like ${DEFAULT_URL}/#token=…)`);
