@@ -10,16 +10,22 @@ import { BASE, createThread, houseToken, readAll, streamToken } from "./helpers"
 
 const selfFetch: typeof fetch = (input, init) => SELF.fetch(input as RequestInfo, init);
 
+/** A box's writer on a new thread of house-bw, through the real worker route, its log lines kept. */
+async function boxWriter(producerId: string) {
+  const house = await houseToken("house-bw");
+  const thread = await createThread(house);
+  const token = await streamToken("house-bw", thread.id);
+  const logged: string[] = [];
+  const w = new StreamWriter({
+    url: `${BASE}/api/stream/thread-${thread.id}`, token, producerId, fetchImpl: selfFetch,
+    baseDelayMs: 10, log: (m) => logged.push(m),
+  });
+  return { house, thread, w, logged };
+}
+
 describe("StreamWriter against the worker", () => {
   it("entries queued together past the 1 MiB append limit all land, in order (none dropped by a 413)", async () => {
-    const house = await houseToken("house-bw");
-    const thread = await createThread(house);
-    const token = await streamToken("house-bw", thread.id);
-    const logged: string[] = [];
-    const w = new StreamWriter({
-      url: `${BASE}/api/stream/thread-${thread.id}`, token, producerId: "mirror-big", fetchImpl: selfFetch,
-      baseDelayMs: 10, log: (m) => logged.push(m),
-    });
+    const { house, thread, w, logged } = await boxWriter("mirror-big");
     // What a mirror queues while one POST is in flight: a few tool results of some 300 KiB each.
     const big = (i: number) => ({ id: `${thread.id}:m:s:${i}`, payload: { type: "pi.tool_result", toolCallId: `c${i}`, output: `${i}`.repeat(300 * 1024) } });
     w.append(big(0), big(1), big(2), big(3), big(4));
@@ -33,14 +39,7 @@ describe("StreamWriter against the worker", () => {
 
 describe("StreamWriter and an entry the worker refuses", () => {
   it("only the refused entry is dropped: the entries sent with it land, in order", async () => {
-    const house = await houseToken("house-bw");
-    const thread = await createThread(house);
-    const token = await streamToken("house-bw", thread.id);
-    const logged: string[] = [];
-    const w = new StreamWriter({
-      url: `${BASE}/api/stream/thread-${thread.id}`, token, producerId: "mirror-mixed", fetchImpl: selfFetch,
-      baseDelayMs: 10, log: (m) => logged.push(m),
-    });
+    const { house, thread, w, logged } = await boxWriter("mirror-mixed");
     const good = (i: number) => ({ id: `${thread.id}:m:s:${i}`, payload: { type: "pi.assistant", text: `turn ${i}`, stopReason: "stop" } });
     // An id longer than the 200 characters an entry id may have: the worker refuses the POST that carries it.
     const bad = { id: `${thread.id}:m:${"x".repeat(200)}`, payload: { type: "pi.assistant", text: "never stored", stopReason: "stop" } };
