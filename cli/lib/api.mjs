@@ -1,15 +1,42 @@
 // A thin client of the threadbox HTTP API: JSON in, JSON out, the API's error code kept.
 import { CliError } from "./errors.mjs";
 
+export const DEFAULT_TIMEOUT_SECONDS = 30;
+
+/**
+ * How long one request may take, its whole answer included (`THREADBOX_TIMEOUT`, in seconds).
+ * Without a bound, a server that accepts the connection and never answers (a process stopped in a
+ * debugger, a proxy holding the request) leaves the command waiting for ever.
+ */
+export function requestTimeoutMs(env = process.env) {
+  const raw = env.THREADBOX_TIMEOUT;
+  if (raw === undefined || raw === "") return DEFAULT_TIMEOUT_SECONDS * 1000;
+  const n = Number(raw);
+  if (!/^\s*\d+(\.\d+)?\s*$/.test(raw) || !(n > 0)) throw new CliError("usage", `THREADBOX_TIMEOUT ${raw} is not a number of seconds above 0`);
+  return n * 1000;
+}
+
+/** The error for a request that got no answer in time; `what` names the request. */
+export const timedOut = (url, what, ms) =>
+  new CliError("timeout", `no answer from ${url} within ${ms / 1000} s (${what}): the server took the connection but did not reply; THREADBOX_TIMEOUT=SECONDS waits longer`);
+
+const isTimeout = (err) => err?.name === "TimeoutError" || err?.cause?.name === "TimeoutError";
+
 /**
  * @param {{ url: string, token: string }} target
+ * @param {{ timeoutMs?: number }} [opts]
  */
-export function createApi(target) {
+export function createApi(target, opts = {}) {
+  const timeoutMs = opts.timeoutMs ?? requestTimeoutMs();
   async function request(method, path, body) {
+    const asked = `${method} ${path.replace(/\?.*$/, "")}`;
+    // One deadline for the request and the reading of its answer: a server can stall in either.
+    const signal = AbortSignal.timeout(timeoutMs);
     let res;
     try {
       res = await fetch(`${target.url}${path}`, {
         method,
+        signal,
         headers: {
           authorization: `Bearer ${target.token}`,
           accept: "application/json",
@@ -18,9 +45,16 @@ export function createApi(target) {
         body: body !== undefined ? JSON.stringify(body) : undefined,
       });
     } catch (err) {
+      if (isTimeout(err)) throw timedOut(target.url, asked, timeoutMs);
       throw new CliError("unreachable", `cannot reach ${target.url}: ${err?.cause?.code ?? err?.message ?? err}`);
     }
-    const text = await res.text();
+    let text;
+    try {
+      text = await res.text();
+    } catch (err) {
+      if (isTimeout(err)) throw timedOut(target.url, asked, timeoutMs);
+      throw new CliError("unreachable", `${asked}: the connection to ${target.url} broke during the answer (${err?.cause?.code ?? err?.message ?? err})`);
+    }
     let parsed = null;
     let isJson = true;
     try {
@@ -34,15 +68,15 @@ export function createApi(target) {
       // Threadbox answers every refusal with {"error":{code,message}}: a 4xx of another shape comes
       // from something else at that URL (another port of `npm run dev`, another API); a 5xx of another
       // shape from a proxy in front of it. Either way its body (an HTML page) is not the message.
-      const what = `${method} ${path.replace(/\?.*$/, "")} answered ${res.status} ${isJson ? "JSON without an error code" : res.headers.get("content-type") ?? "without a content type"}`;
+      const what = `${asked} answered ${res.status} ${isJson ? "JSON without an error code" : res.headers.get("content-type") ?? "without a content type"}`;
       if (res.status < 500) throw notThreadbox(target.url, what);
       throw new CliError(`http_${res.status}`, `${res.statusText || "server error"} from ${target.url} (${what}, not the API's JSON error)`, { status: res.status });
     }
     // A success that is not JSON comes from something else at that URL (a web page, a proxy's
     // login form): using it as an answer would fail later, somewhere less clear.
-    if (!isJson) throw notThreadbox(target.url, `${method} ${path.replace(/\?.*$/, "")} answered ${res.status} ${res.headers.get("content-type") ?? "without a content type"}, not JSON`);
+    if (!isJson) throw notThreadbox(target.url, `${asked} answered ${res.status} ${res.headers.get("content-type") ?? "without a content type"}, not JSON`);
     const missing = missingField(method, path, parsed);
-    if (missing) throw notThreadbox(target.url, `${method} ${path.replace(/\?.*$/, "")} answered JSON without ${missing}`);
+    if (missing) throw notThreadbox(target.url, `${asked} answered JSON without ${missing}`);
     return parsed;
   }
   return {

@@ -3,7 +3,7 @@
 // the last offset seen after a drop, so no entry is missed or shown twice. A drop the socket is
 // never told of (a network gone, a laptop asleep) shows as a ping left unanswered.
 import WebSocket from "ws";
-import { notThreadbox } from "./api.mjs";
+import { notThreadbox, requestTimeoutMs } from "./api.mjs";
 import { CliError } from "./errors.mjs";
 
 const RECONNECT_MIN_MS = 250;
@@ -43,6 +43,8 @@ export function subscribe(target, threadId, opts) {
   const pinNow = async () => {
     const r = await fetch(`${target.url}/api/stream/thread-${encodeURIComponent(threadId)}`, {
       method: "HEAD", headers: { authorization: `Bearer ${target.token}` },
+      // unanswered, it is asked again like a handshake nobody answers
+      signal: AbortSignal.timeout(requestTimeoutMs()),
     });
     const tail = r.headers.get("stream-next-offset");
     if (r.ok && tail) offset = tail;

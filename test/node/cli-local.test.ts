@@ -1,0 +1,93 @@
+// The real `threadbox` binary against servers on loopback that are not a working threadbox: one
+// that takes the connection and never answers, one that counts what reaches it. No worker needed.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { spawn } from "node:child_process";
+import { createServer as createHttpServer, type Server as HttpServer } from "node:http";
+import { createServer, type Server, type Socket } from "node:net";
+import type { AddressInfo } from "node:net";
+import { join } from "node:path";
+import { ROOT } from "../../scripts/lib/wrangler-dev.mjs";
+import { tempDirs } from "../support/temp-dirs";
+
+const tempDir = tempDirs();
+const CLI = join(ROOT, "cli", "threadbox.mjs");
+
+type Result = { code: number | null; stdout: string; stderr: string; ms: number };
+
+/** Runs the CLI to its end (killed after `killAfterMs`, its stderr then says so). */
+function cli(args: string[], env: Record<string, string>, killAfterMs = 20_000): Promise<Result> {
+  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
+  const started = Date.now();
+  const child = spawn(process.execPath, [CLI, ...args], {
+    env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: tempDir("tb-cfg-"), THREADBOX_TOKEN: "a.b.c", ...env },
+    stdio: ["pipe", "pipe", "pipe"],
+  });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (d) => (stdout += d));
+  child.stderr.on("data", (d) => (stderr += d));
+  child.stdin.end("hi\n");
+  const timer = setTimeout(() => { stderr += "[still running: killed]"; child.kill("SIGKILL"); }, killAfterMs);
+  return new Promise((resolve) => child.on("close", (code) => { clearTimeout(timer); resolve({ code, stdout, stderr, ms: Date.now() - started }); }));
+}
+
+const listen = async <S extends Server | HttpServer>(server: S): Promise<string> => {
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+};
+
+describe("a server that never answers", () => {
+  let silent: Server;
+  let silentUrl: string;
+  let stalling: HttpServer;
+  let stallingUrl: string;
+  const sockets = new Set<Socket>();
+  beforeAll(async () => {
+    // Takes every connection and reads the request, but never writes a byte back.
+    silent = createServer((s) => { sockets.add(s); s.resume(); });
+    silentUrl = await listen(silent);
+    // Sends the status line and headers, then never the body.
+    stalling = createHttpServer((_req, res) => { res.writeHead(200, { "content-type": "application/json" }); res.write("{"); });
+    stalling.on("connection", (s) => sockets.add(s));
+    stallingUrl = await listen(stalling);
+  });
+  afterAll(() => {
+    for (const s of sockets) s.destroy();
+    silent?.close();
+    stalling?.close();
+  });
+
+  it("every request gives up after THREADBOX_TIMEOUT seconds: error timeout, exit 2, not a hang", async () => {
+    const cases = [
+      [["threads"], "GET /api/threads"],
+      [["new", "x"], "POST /api/threads"],
+      [["post", "th_x", "hi"], "POST /api/threads/th_x/entries"],
+      [["stop", "th_x"], "POST /api/threads/th_x/stop"],
+      [["tail", "th_x", "--until-done"], "GET /api/threads/th_x"],
+      [["chat", "@demo"], "GET /api/agents"],
+      [["login", silentUrl], "GET /api/threads"],
+    ] as const;
+    const runs = await Promise.all(cases.map(([args]) => cli([...args], { THREADBOX_URL: silentUrl, THREADBOX_TIMEOUT: "1" })));
+    runs.forEach((r, i) => {
+      const [args, asked] = cases[i];
+      expect({ args, code: r.code, stdout: r.stdout, stderr: r.stderr }).toEqual({
+        args, code: 2, stdout: "",
+        stderr: `error timeout: no answer from ${silentUrl} within 1 s (${asked}): the server took the connection but did not reply; THREADBOX_TIMEOUT=SECONDS waits longer\n`,
+      });
+      expect(r.ms).toBeLessThan(10_000);
+    });
+  });
+
+  it("an answer whose body never comes times out too; with --json the error is JSON", async () => {
+    const r = await cli(["threads", "--json"], { THREADBOX_URL: stallingUrl, THREADBOX_TIMEOUT: "0.5" });
+    expect([r.code, r.stdout]).toEqual([2, ""]);
+    expect(JSON.parse(r.stderr)).toEqual({ error: { code: "timeout", message: expect.stringContaining(`no answer from ${stallingUrl} within 0.5 s (GET /api/threads)`) } });
+  });
+
+  it("a THREADBOX_TIMEOUT that is not a number of seconds is a usage error", async () => {
+    for (const bad of ["abc", "0", "-1", "1s"]) {
+      const r = await cli(["threads"], { THREADBOX_URL: silentUrl, THREADBOX_TIMEOUT: bad });
+      expect({ bad, code: r.code, stderr: r.stderr }).toEqual({ bad, code: 2, stderr: `error usage: THREADBOX_TIMEOUT ${bad} is not a number of seconds above 0\n` });
+    }
+  });
+});
