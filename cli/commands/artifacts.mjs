@@ -1,6 +1,6 @@
 // artifacts <thread>: what the thread's runs left behind — changed files (small text inlined) and,
 // for a git checkout, status and diff — read from the thread, so it works after the box is gone.
-import { paths, threadIdArg } from "../lib/api.mjs";
+import { intArg, paths, threadIdArg } from "../lib/api.mjs";
 import { printable, printableLine, safe } from "../lib/render.mjs";
 
 const isRecord = (v) => typeof v === "object" && v !== null && !Array.isArray(v);
@@ -52,7 +52,7 @@ export function registerArtifacts(program, ctxOf) {
     .argument("<thread>", "thread id", threadIdArg)
     .option("--run <runId>", "only this run")
     .option("--full", "print file contents and the whole inline diff")
-    .option("--limit <n>", "at most this many artifact entries", "50")
+    .option("--limit <n>", "at most this many artifact entries (1–200)", intArg("--limit", 1, 200), 50)
     .action(async (threadId, opts, cmd) => {
       const ctx = ctxOf(cmd);
       const q = new URLSearchParams({ limit: String(opts.limit) });

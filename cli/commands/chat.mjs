@@ -4,7 +4,6 @@
 // the child runs those answers started), then exits.
 import { randomUUID } from "node:crypto";
 import { createInterface } from "node:readline";
-import { InvalidArgumentError } from "commander";
 import { paths, resolveAgent, threadIdArg } from "../lib/api.mjs";
 import { tokenClaims } from "../lib/config.mjs";
 import { CliError, EXIT } from "../lib/errors.mjs";
@@ -91,7 +90,7 @@ async function dmThread(api, threadId, bot) {
 
 function positiveSeconds(value) {
   const n = Number(value);
-  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError("must be a number of seconds above 0");
+  if (!value.trim() || !Number.isFinite(n) || n <= 0) throw new CliError("usage", `--reply-timeout ${value} is not a number of seconds above 0`);
   return n;
 }
 

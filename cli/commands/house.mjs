@@ -1,7 +1,7 @@
 // sandboxes, envs / env add, agents / agent add: the house's configuration.
 import { readFileSync } from "node:fs";
 import { Option } from "commander";
-import { idArg, resolveEnvironment } from "../lib/api.mjs";
+import { idArg, intArg, resolveEnvironment } from "../lib/api.mjs";
 import { CliError } from "../lib/errors.mjs";
 import { agentLine, environmentLine, printableLine, safe, sandboxLine } from "../lib/render.mjs";
 import { promptHidden } from "../lib/term.mjs";
@@ -81,8 +81,8 @@ export function registerHouse(program, ctxOf) {
     .command("preview")
     .description("a URL that opens a port served inside a box (a dev server an agent started)")
     .argument("<box|thread>", "a box id, or a thread id (its current box)", idArg("box or thread id"))
-    .argument("<port>", "port inside the box")
-    .option("--expires <seconds>", "how long the link works", "3600")
+    .argument("<port>", "port inside the box", intArg("port", 1, 65_535))
+    .option("--expires <seconds>", "how long the link works (1–86400)", intArg("--expires", 1, 86_400), 3600)
     .action(async (target, port, opts, cmd) => {
       const ctx = ctxOf(cmd);
       const api = ctx.api();

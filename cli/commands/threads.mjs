@@ -1,7 +1,7 @@
 // threads, new, post, tail, delegate, stop, resume.
 import { randomUUID } from "node:crypto";
 import { Option } from "commander";
-import { paths, resolveEnvironment, threadIdArg } from "../lib/api.mjs";
+import { intArg, paths, resolveEnvironment, threadIdArg } from "../lib/api.mjs";
 import { CliError, EXIT } from "../lib/errors.mjs";
 import { followThread } from "../lib/follow.mjs";
 import { printableLine, safe, threadLine, threadTree } from "../lib/render.mjs";
@@ -26,7 +26,7 @@ export function registerThreads(program, ctxOf, setExit) {
     .description("list the house's threads, newest first")
     .option("--tree", "show children under their parents")
     .addOption(new Option("--status <status>", "only threads in this status").choices(STATUSES))
-    .option("--limit <n>", "at most this many", "100")
+    .option("--limit <n>", "at most this many (1–1000)", intArg("--limit", 1, 1000), 100)
     .action(async (opts, cmd) => {
       const ctx = ctxOf(cmd);
       const q = new URLSearchParams({ limit: String(opts.limit) });

@@ -137,6 +137,18 @@ export const idArg = (what) => (value) => {
 };
 export const threadIdArg = idArg("thread id");
 
+/**
+ * Commander's parser for a whole-number option or argument in [min, max] (the API's range for it):
+ * `--limit abc` or `--limit -3` is the user's typo, said as such before anything is sent, not a
+ * `validation_failed` about a query parameter the user never wrote.
+ * @param {string} name as the user wrote it: `--limit`, `port`
+ */
+export const intArg = (name, min, max) => (value) => {
+  const n = Number(value);
+  if (!/^\s*\d+\s*$/.test(value) || n < min || n > max) throw new CliError("usage", `${name} ${value || '""'} is not a whole number from ${min} to ${max}`);
+  return n;
+};
+
 const enc = encodeURIComponent;
 
 /** Resolves an environment given by id or by name. */

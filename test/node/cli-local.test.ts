@@ -91,3 +91,55 @@ describe("a server that never answers", () => {
     }
   });
 });
+
+describe("numeric options", () => {
+  let server: HttpServer;
+  let url: string;
+  const asked: string[] = [];
+  beforeAll(async () => {
+    server = createHttpServer((req, res) => {
+      asked.push(`${req.method} ${req.url}`);
+      res.writeHead(400, { "content-type": "application/json" });
+      res.end(JSON.stringify({ error: { code: "validation_failed", message: "from the server" } }));
+    });
+    url = await listen(server);
+  });
+  afterAll(() => { server?.close(); });
+
+  it("a bad number is the CLI's usage error, before anything is sent", async () => {
+    const cases = [
+      [["threads", "--limit", "abc"], "--limit abc is not a whole number from 1 to 1000"],
+      [["threads", "--limit", "-3"], "--limit -3 is not a whole number from 1 to 1000"],
+      [["threads", "--limit", "0"], "--limit 0 is not a whole number from 1 to 1000"],
+      [["threads", "--limit", "1.5"], "--limit 1.5 is not a whole number from 1 to 1000"],
+      [["threads", "--limit", "1001"], "--limit 1001 is not a whole number from 1 to 1000"],
+      [["threads", "--limit="], '--limit "" is not a whole number from 1 to 1000'],
+      [["artifacts", "th_x", "--limit", "x"], "--limit x is not a whole number from 1 to 200"],
+      [["preview", "box_x", "http"], "port http is not a whole number from 1 to 65535"],
+      [["preview", "box_x", "3000", "--expires", "1h"], "--expires 1h is not a whole number from 1 to 86400"],
+      [["chat", "@demo", "--reply-timeout", "abc"], "--reply-timeout abc is not a number of seconds above 0"],
+      [["chat", "@demo", "--reply-timeout", "-5"], "--reply-timeout -5 is not a number of seconds above 0"],
+    ] as const;
+    for (const [args, message] of cases) {
+      const r = await cli([...args], { THREADBOX_URL: url });
+      expect({ args, code: r.code, stdout: r.stdout, stderr: r.stderr }).toEqual({ args, code: 2, stdout: "", stderr: `error usage: ${message}\n` });
+    }
+    const json = await cli(["threads", "--limit", "abc", "--json"], { THREADBOX_URL: url });
+    expect([json.code, JSON.parse(json.stderr)]).toEqual([2, { error: { code: "usage", message: "--limit abc is not a whole number from 1 to 1000" } }]);
+    expect(asked).toEqual([]);
+  });
+
+  it("good numbers reach the server as given", async () => {
+    asked.length = 0;
+    await cli(["threads", "--limit", "7"], { THREADBOX_URL: url });
+    await cli(["threads"], { THREADBOX_URL: url });
+    await cli(["artifacts", "th_x", "--limit", "200"], { THREADBOX_URL: url });
+    await cli(["preview", "box_x", "3000", "--expires", "60"], { THREADBOX_URL: url });
+    expect(asked).toEqual([
+      "GET /api/threads?limit=7",
+      "GET /api/threads?limit=100",
+      "GET /api/threads/th_x/artifacts?limit=200",
+      "GET /api/sandboxes/box_x/ports/3000/preview?expiresInSeconds=60",
+    ]);
+  });
+});

@@ -827,7 +827,7 @@ describe("chat with a bot", () => {
   it("chat refuses a reply timeout that is not a positive number before opening a thread; --json makes usage errors JSON", async () => {
     const r = await cli(["chat", "@demo", "--reply-timeout", "abc"], { env: as(), input: "x\n" });
     expect(r.code).toBe(2);
-    expect(r.stderr).toContain("option '--reply-timeout <seconds>' argument 'abc' is invalid");
+    expect(r.stderr).toBe("error usage: --reply-timeout abc is not a number of seconds above 0\n");
     const j = await cli(["threads", "--status", "bogus", "--json"], { env: as() });
     expect(j.code).toBe(2);
     expect(JSON.parse(j.stderr.trim())).toEqual({ error: { code: "usage", message: expect.stringContaining("'bogus' is invalid") } });
@@ -879,8 +879,11 @@ describe("preview", () => {
     expect([notRunning.code, notRunning.stderr]).toEqual([2, expect.stringContaining("error conflict: thread is idle, not running")]);
     const noBox = await cli(["preview", idle, "3000"], { env: as() });
     expect([noBox.code, noBox.stderr]).toEqual([2, expect.stringContaining("has no box right now")]);
+    // a port out of range is the CLI's own usage error; the server's check stays behind it
     const bad = await cli(["preview", ran.boxId, "0"], { env: as() });
-    expect([bad.code, bad.stderr]).toEqual([2, expect.stringContaining("error validation_failed")]);
+    expect([bad.code, bad.stderr]).toEqual([2, "error usage: port 0 is not a whole number from 1 to 65535\n"]);
+    const refused = await fetch(`${worker.url}/api/sandboxes/${ran.boxId}/ports/0/preview`, { headers: { authorization: `Bearer ${token}` } });
+    expect([refused.status, ((await refused.json()) as { error: { code: string } }).error.code]).toEqual([400, "validation_failed"]);
   });
 });
 
