@@ -450,6 +450,46 @@ describe("the composer", () => {
     await context.close();
   });
 
+  it("Enter while a message is on its way queues the next one: the box empties, the queue shows, and they arrive in order", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "queued" } })).body;
+    const { context, page } = await signedInPage();
+    // A slow network; the third post is refused.
+    let posts = 0;
+    await page.route(`**/api/threads/${thread.id}/entries`, async (route) => {
+      if (route.request().method() !== "POST") return route.continue();
+      const n = ++posts;
+      await new Promise((r) => setTimeout(r, 1500));
+      if (n === 3) return route.fulfill({ status: 503, contentType: "application/json", body: JSON.stringify({ error: { code: "unavailable", message: "try again" } }) });
+      await route.continue();
+    });
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector(".link-state[data-link=live]");
+    await page.click("textarea[name=message]");
+    const outbox = () => page.$$eval("form.composer .outbox li", (els) => els.map((el) => el.textContent));
+    await page.keyboard.type("one");
+    await page.keyboard.press("Enter");
+    await page.keyboard.type("two");
+    await page.keyboard.press("Enter"); // "one" is still on its way
+    expect(await page.inputValue("textarea[name=message]")).toBe("");
+    expect(await outbox()).toEqual(["Sending: one", "Queued: two"]);
+    await page.waitForSelector("li.bubble >> text=two");
+    expect((await bubbles(page)).map(([, t]) => t)).toEqual(["one", "two"]);
+    expect(await outbox()).toEqual([]);
+    // A refused message goes back into the box with what was queued behind it, which is not sent.
+    await page.keyboard.type("three");
+    await page.keyboard.press("Enter");
+    await page.keyboard.type("four");
+    await page.keyboard.press("Enter");
+    expect(await outbox()).toEqual(["Sending: three", "Queued: four"]);
+    await page.keyboard.type("five");
+    await page.waitForSelector("form.composer .error >> text=unavailable");
+    expect(await page.inputValue("textarea[name=message]")).toBe("three\nfour\nfive");
+    expect(await outbox()).toEqual([]);
+    await page.waitForTimeout(2000);
+    expect([posts, (await entries(thread.id)).map((e) => e.payload.text)]).toEqual([3, ["one", "two"]]);
+    await context.close();
+  });
+
   it("the Enter that commits an input method's word (Japanese, Chinese, Korean) does not send the message", async () => {
     const thread = (await api("/api/threads", { method: "POST", json: { title: "入力" } })).body;
     const { context, page } = await signedInPage();

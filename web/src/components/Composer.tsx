@@ -5,6 +5,12 @@ import { ApiError } from "../lib/api";
 import { insertMention, mentionQuery } from "../lib/mentions";
 import { ErrorNote } from "./common";
 
+/** A queued message as one short line. */
+const oneLine = (m: string) => {
+  const first = m.split("\n")[0];
+  return first.length > 120 || first !== m ? `${first.slice(0, 120)}…` : first;
+};
+
 /** Posts chat to the thread; `@` opens a list of the house's bots to mention. */
 /** `onMention`: an `@` was just typed; the list of bots may be older than a bot made since. */
 export function Composer({ session, threadId, agents, onMention }: { session: Session; threadId: string; agents: Agent[]; onMention?: () => void }) {
@@ -12,7 +18,14 @@ export function Composer({ session, threadId, agents, onMention }: { session: Se
   const [query, setQuery] = useState<string | null>(null);
   const [pick, setPick] = useState(0);
   const [error, setError] = useState<ApiError | null>(null);
-  const [busy, setBusy] = useState(false);
+  // Messages sent but not yet taken by the server, oldest first: Enter while one is on its way
+  // queues the next, as a chat does, and the queue goes out in order, one at a time.
+  const outbox = useRef<string[]>([]);
+  const [pending, setPending] = useState<string[]>([]);
+  const draining = useRef(false);
+  // The queue outlives the render that started it: it posts with the session of now (one signed in again).
+  const latest = useRef(session);
+  latest.current = session;
   const box = useRef<HTMLTextAreaElement>(null);
   const matches = query === null ? [] : agents.filter((a) => a.handle.startsWith(query)).slice(0, 8);
 
@@ -33,22 +46,38 @@ export function Composer({ session, threadId, agents, onMention }: { session: Se
     setText(next.text);
     setQuery(null);
   };
-  const send = async () => {
+  const send = () => {
     const body = text.trim();
-    if (!body || busy) return;
-    setBusy(true);
+    if (!body) return;
     setError(null);
-    // The box empties at once, so what is typed while the message is on its way is the next
-    // message; a message the server refused goes back in front of it.
+    // The box empties at once, so what is typed while the message is on its way is the next message.
     setText("");
     setQuery(null);
+    outbox.current = [...outbox.current, body];
+    setPending(outbox.current);
+    if (!draining.current) void drain();
+  };
+  const drain = async () => {
+    draining.current = true;
     try {
-      await session.api.post(threadId, body);
-    } catch (err) {
-      setText((typed) => (typed.trim() ? `${body}\n${typed}` : body));
-      setError(err as ApiError);
+      while (outbox.current.length > 0) {
+        try {
+          await latest.current.api.post(threadId, outbox.current[0]);
+        } catch (err) {
+          // Nothing after a refused message is sent (it would arrive out of order): the refused one
+          // and those queued behind it go back in front of what is being typed.
+          const back = outbox.current.join("\n");
+          outbox.current = [];
+          setPending([]);
+          setText((typed) => (typed.trim() ? `${back}\n${typed}` : back));
+          setError(err as ApiError);
+          return;
+        }
+        outbox.current = outbox.current.slice(1);
+        setPending(outbox.current);
+      }
     } finally {
-      setBusy(false);
+      draining.current = false;
     }
   };
   const onKeyDown = (e: KeyboardEvent) => {
@@ -87,9 +116,14 @@ export function Composer({ session, threadId, agents, onMention }: { session: Se
           ))}
         </ul>
       )}
+      {pending.length > 0 && (
+        <ul class="outbox muted" aria-live="polite">
+          {pending.map((m, i) => <li key={i} class="sending">{i === 0 ? "Sending" : "Queued"}: {oneLine(m)}</li>)}
+        </ul>
+      )}
       <textarea ref={box} name="message" aria-label="Message" rows={2} placeholder={agents.length ? "Message… (@ to mention a bot)" : "Message…"}
         value={text} onInput={(e) => update(e.currentTarget)} onKeyDown={onKeyDown} onClick={(e) => update(e.currentTarget)} />
-      <button type="submit" disabled={busy || !text.trim()}>Send</button>
+      <button type="submit" disabled={!text.trim()}>Send</button>
       <ErrorNote error={error} />
     </form>
   );
