@@ -941,6 +941,27 @@ describe("entry times", () => {
     expect(today).not.toContain(day);
     expect(await shown(ts + 3 * 24 * 3600_000)).toContain(utc({ month: "short", day: "numeric", ...hms }));
   });
+
+  it("a page left open over midnight gains the date on yesterday's times, with nothing new arriving", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "overnight" } })).body;
+    expect((await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { id: "night-1", payload: { type: "chat", text: "said before midnight" } } })).status).toBe(201);
+    const ts = (await entries(thread.id)).find((e) => e.id === "night-1")!.ts;
+    const context = await browser.newContext({ locale: "en-US", timezoneId: "UTC" });
+    await context.addInitScript((t) => localStorage.setItem("threadbox.token", t), token);
+    const page = await context.newPage();
+    await page.clock.install({ time: ts + 1000 });
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    const head = page.locator("li.bubble:has-text('said before midnight') .bubble-head time");
+    await head.waitFor();
+    const utc = (o: Intl.DateTimeFormatOptions) => new Date(ts).toLocaleString("en-US", { timeZone: "UTC", ...o });
+    const hms = { hour: "2-digit", minute: "2-digit", second: "2-digit" } as const;
+    expect(await head.textContent()).toBe(new Date(ts).toLocaleTimeString("en-US", { timeZone: "UTC", ...hms }));
+    const nextMidnight = new Date(ts).setUTCHours(24, 0, 0, 0);
+    // No timer is run by hand: the page must notice the new day on its own, as it would overnight.
+    await page.clock.setSystemTime(nextMidnight + 60_000);
+    await expect.poll(() => head.textContent(), { timeout: 12_000 }).toBe(utc({ month: "short", day: "numeric", ...hms }));
+    await context.close();
+  });
 });
 
 describe("reconnecting", () => {
