@@ -574,6 +574,35 @@ describe("bots and environments made elsewhere", () => {
   });
 });
 
+describe("the first thread in a new house", () => {
+  it("New thread starts on the house's only environment (npm run dev's demo), so its bots can run something; with two it asks", async () => {
+    const newcomer = await worker.mintHouseToken("house-ui-first", "newcomer", "owner");
+    const demo = (await api("/api/environments", { method: "POST", json: { name: "demo", model: "demo/demo" }, as: newcomer })).body;
+    const { context, page } = await signedInPage(newcomer);
+    await page.goto(`${worker.url}/`);
+    await page.waitForSelector("form select[name=environment] option:has-text('demo')", { state: "attached" });
+    expect(await page.inputValue("form select[name=environment]")).toBe(demo.id);
+    await page.fill("input[name=title]", "my first");
+    await page.click("button:has-text('New thread')");
+    await page.waitForURL(/\/threads\/[^/]+$/);
+    const made = decodeURIComponent(page.url().split("/threads/")[1]);
+    expect((await api(`/api/threads/${made}`, { as: newcomer })).body.environmentId).toBe(demo.id);
+    // "no environment" is still a choice, and stays chosen
+    await page.goto(`${worker.url}/`);
+    await page.waitForSelector("form select[name=environment] option:has-text('demo')", { state: "attached" });
+    await page.selectOption("form select[name=environment]", "");
+    await page.click("button:has-text('New thread')");
+    await page.waitForURL(/\/threads\/[^/]+$/);
+    expect((await api(`/api/threads/${decodeURIComponent(page.url().split("/threads/")[1])}`, { as: newcomer })).body.environmentId ?? null).toBe(null);
+    // which of two to use is the user's to say
+    await api("/api/environments", { method: "POST", json: { name: "other", model: "demo/demo" }, as: newcomer });
+    await page.goto(`${worker.url}/`);
+    await page.waitForSelector("form select[name=environment] option:has-text('other')", { state: "attached" });
+    expect(await page.inputValue("form select[name=environment]")).toBe("");
+    await context.close();
+  });
+});
+
 describe("a button pressed twice", () => {
   it("New thread makes one thread", async () => {
     const { context, page } = await signedInPage();

@@ -57,7 +57,10 @@ export function ThreadsPage({ session }: { session: Session }) {
   };
   const envs = useHouseList(() => session.api.environments(), [session]);
   const [title, setTitle] = useState("");
-  const [environmentId, setEnvironmentId] = useState("");
+  // null until the user picks: a house with one environment (npm run dev's `demo`) starts on it, since a
+  // thread's environment is fixed at creation and without one its bots have nowhere to run anything.
+  const [picked, setPicked] = useState<string | null>(null);
+  const environmentId = picked ?? (envs.data?.length === 1 ? envs.data[0].id : "");
   const [createError, setCreateError] = useState<ApiError | null>(null);
 
   // One thread per press: a double click made two.
@@ -82,7 +85,7 @@ export function ThreadsPage({ session }: { session: Session }) {
       <ReadOnlyNote session={session} cannot="start a thread" />
       {!session.readOnly && <form class="card row" onSubmit={create}>
         <input name="title" placeholder="New thread title" value={title} onInput={(e) => setTitle(e.currentTarget.value)} />
-        <select name="environment" value={environmentId} onFocus={envs.reload} onChange={(e) => setEnvironmentId(e.currentTarget.value)}>
+        <select name="environment" value={environmentId} onFocus={envs.reload} onChange={(e) => setPicked(e.currentTarget.value)}>
           <option value="">no environment</option>
           {envs.data?.map((env, _i, all) => <option key={env.id} value={env.id}>{environmentLabel(env, all)}</option>)}
         </select>
