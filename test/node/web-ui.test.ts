@@ -603,6 +603,29 @@ describe("the first thread in a new house", () => {
   });
 });
 
+describe("an empty thread", () => {
+  it("says a bot answers when mentioned, and how: a first plain message would meet silence", async () => {
+    const newcomer = await worker.mintHouseToken("house-ui-hint", "newcomer", "owner");
+    const { context, page } = await signedInPage(newcomer);
+    const empty = async (threadId: string) => {
+      await page.goto(`${worker.url}/threads/${threadId}`);
+      await page.waitForSelector(".link-state[data-link=live]");
+      return page.locator("section.thread p.empty");
+    };
+    const plain = (await api("/api/threads", { method: "POST", json: { title: "before bots" }, as: newcomer })).body;
+    expect(await (await empty(plain.id)).textContent()).toBe("Nothing here yet: post a message or delegate a task below.");
+    const env = (await api("/api/environments", { method: "POST", json: { name: "demo", model: "demo/demo" }, as: newcomer })).body;
+    const bot = (await api("/api/agents", { method: "POST", json: { name: "Demo", handle: "demo", model: "demo/demo", environmentId: env.id }, as: newcomer })).body;
+    expect(bot.handle).toBe("demo");
+    const hinted = await empty(plain.id);
+    await expect.poll(() => hinted.textContent()).toBe("Nothing here yet. Bots answer when mentioned: try @demo write hello.txt containing hi, or delegate a task below.");
+    const dm = (await api("/api/threads", { method: "POST", json: { title: "dm", parent: { kind: "agent", id: bot.id }, environmentId: env.id }, as: newcomer })).body;
+    const direct = await empty(dm.id);
+    await expect.poll(() => direct.textContent()).toBe("Nothing here yet: every message here goes to @demo.");
+    await context.close();
+  });
+});
+
 describe("a button pressed twice", () => {
   it("New thread makes one thread", async () => {
     const { context, page } = await signedInPage();

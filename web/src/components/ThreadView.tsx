@@ -1,6 +1,6 @@
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import type { Session } from "../app";
-import type { Entry } from "../lib/api";
+import type { Agent, Entry, ThreadSummary } from "../lib/api";
 import { ApiError } from "../lib/api";
 import { useHouseList, usePolled } from "../lib/hooks";
 import { ThreadSubscription, type LinkState } from "../lib/subscription";
@@ -125,7 +125,7 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
         </div>
       </header>
       <ErrorNote error={thread.error ?? actionError} />
-      <Timeline items={items} />
+      <Timeline items={items} empty={emptyHint(t, agents.data, session.readOnly)} />
       <div ref={bottom} />
       <ReadOnlyNote session={session} cannot="post, delegate, interrupt, stop or resume a run" />
       {(t?.status === "completed" || t?.status === "failed") && !session.readOnly && (
@@ -140,4 +140,16 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
       </>}
     </section>
   );
+}
+
+/**
+ * What an empty thread tells someone about to write in it: a bot answers only when its @handle is
+ * mentioned (outside its direct messages), so a first plain message would otherwise meet silence.
+ */
+function emptyHint(t: ThreadSummary | undefined, agents: Agent[] | null | undefined, readOnly: boolean | undefined) {
+  if (readOnly || !t || !agents?.length) return undefined;
+  const dm = t.parent.kind === "agent" ? agents.find((a) => a.id === t.parent.id) : undefined;
+  if (dm) return <>Nothing here yet: every message here goes to <b>@{dm.handle}</b>.</>;
+  const bot = agents[0].handle;
+  return <>Nothing here yet. Bots answer when mentioned: try <code>@{bot} write hello.txt containing hi</code>, or delegate a task below.</>;
 }

@@ -1,3 +1,4 @@
+import type { ComponentChildren } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
 import { toolNotRun, type ArtifactItem, type TimelineItem, type ToolItem } from "../lib/timeline";
 import { chatPreview } from "../lib/fold";
@@ -120,8 +121,9 @@ function ChatText({ text: raw }: { text: string }) {
   );
 }
 
-export function Timeline({ items }: { items: TimelineItem[] }) {
-  if (items.length === 0) return <p class="empty">Nothing here yet: post a message or delegate a task below.</p>;
+/** `empty`: what an empty thread says instead of the default (who answers a message here). */
+export function Timeline({ items, empty }: { items: TimelineItem[]; empty?: ComponentChildren }) {
+  if (items.length === 0) return <p class="empty">{empty ?? "Nothing here yet: post a message or delegate a task below."}</p>;
   return (
     <ol class="timeline">
       {items.map((item) => {
