@@ -523,6 +523,25 @@ describe("dispatch: turns that take long", () => {
     // Nor as its final round.
     expect(es.filter((e) => e.authorId === bot.id && e.payload.type === "pi.assistant")).toEqual([]);
   }, 30_000);
+
+  it("a bot deleted while its turn waits on the model runs none of the tools the model then asks for", async () => {
+    const { token, model, envId, bot, t } = await botThread("house-dispatch-deleted-tools", { name: "Gone", handle: "gone" });
+    const other = await createThread(token, { environmentId: envId });
+    await model.push(
+      { toolCalls: [{ id: "p1", name: "post_to_thread", arguments: { threadId: other.id, text: "posted by a deleted bot" } }], held: true },
+      { text: "done" },
+    );
+    await post(token, t.id, chat("@gone tell the other thread", "ask-tools"));
+    const deadline = Date.now() + 10_000;
+    while ((await model.requests()).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect((await call(`/api/agents/${bot.id}`, { method: "DELETE", token })).status).toBe(204);
+    await model.release();
+    await waitForDecision(token, t.id, (d) => d.agentId === bot.id && d.reason === "error" && /deleted/.test(d.detail ?? ""));
+    expect((await readAll(token, other.id)).entries.map((e) => e.payload.text)).toEqual([]);
+    const es = (await readAll(token, t.id)).entries;
+    expect(es.filter((e) => e.authorId === bot.id).map((e) => e.payload.type)).toEqual([]);
+    expect((await model.requests()).length).toBe(1);
+  }, 30_000);
 });
 
 describe("dispatch: post_to_thread", () => {

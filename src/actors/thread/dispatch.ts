@@ -453,6 +453,7 @@ export class DispatchService {
       const tools = buildTools(this.toolContext(row, agent, turn, row.environmentId), agent.tools);
       let written = progress.length;
       let deletedMidTurn = false;
+      const stop = new AbortController();
       const transcript = [...progress];
       let result: LoopResult;
       try {
@@ -461,10 +462,14 @@ export class DispatchService {
           systemPrompt: systemPrompt(agent, tools),
           messages: [...history, ...progress],
           tools,
+          signal: stop.signal,
           onEvent: async (e: LoopEvent) => {
-            // The final round is the answer: a bot deleted meanwhile shows none, not even as a round.
-            if (e.kind === "assistant" && !e.toolCalls?.length && !(await house.getAgent(turn.agentId))) {
+            // A bot deleted while its model was answering shows nothing of that round and acts no
+            // more: the tools it asked for would still run as it (post into other threads, waking
+            // their bots; delegate a run), for as many rounds as its model keeps asking.
+            if (e.kind === "assistant" && !(await house.getAgent(turn.agentId))) {
               deletedMidTurn = true;
+              stop.abort();
               return;
             }
             const event = e.kind === "assistant" ? { ...e, text: capText(e.text) } : e;
@@ -476,13 +481,13 @@ export class DispatchService {
       } catch (err) {
         result = { ok: false, reason: `model call failed: ${err instanceof Error ? err.message : String(err)}`, rounds: 0 };
       }
-      if (!result.ok) return this.fail(turn, result.reason);
       // Deleted while it worked: its pending turns end without a reply (it would wake other bots).
-      // The final round (every answer has one) asked the house just now.
+      // Every round asked the house just now.
       if (deletedMidTurn) {
         this.drop(turn, "agent was deleted while it worked");
         return;
       }
+      if (!result.ok) return this.fail(turn, result.reason);
       if (!result.finalText.trim()) return this.fail(turn, "the model's answer was empty");
       this.finish(turn, agent.id, capText(result.finalText));
     } catch (err) {
