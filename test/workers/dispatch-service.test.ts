@@ -357,6 +357,22 @@ describe("dispatch: selection end to end", () => {
     expect(chatsBy((await readAll(token, thread.id)).entries, bot.id)).toEqual([]);
   }, 30_000);
 
+  it("ambient: a bot with no model for its gate posts nothing into a conversation nobody asked it into; named, it says why", async () => {
+    const token = await houseToken("house-ambient-no-model");
+    const bot = await createAgent(token, { name: "Lurker", handle: "lurker", triggerMode: "ambient" });
+    const thread = await createThread(token, {});
+    await call(`/api/threads/${thread.id}/config`, { method: "PATCH", token, json: { dispatch: { ambientDelayMs: 0 } } });
+    await post(token, thread.id, chat("just chatting", "a1"));
+    await post(token, thread.id, chat("still chatting", "a2"));
+    const ds = await waitForDecision(token, thread.id, (d) => d.triggerEntryId === "a2" && d.agentId === bot.id && d.verdict === "skip");
+    expect(ds.filter((d) => d.agentId === bot.id && d.verdict === "skip").map((d) => [d.triggerEntryId, d.reason, d.detail?.startsWith("no model")]))
+      .toEqual([["a2", "error", true], ["a1", "error", true]]);
+    expect((await readAll(token, thread.id)).entries.filter((e) => e.authorId === bot.id)).toEqual([]);
+    await post(token, thread.id, chat("@lurker are you there?", "a3"));
+    const es = await waitForEntries(token, thread.id, (es) => es.some((e) => e.payload.type === "signal.dispatch.error"), "the error of the named bot");
+    expect(es.filter((e) => e.authorId === bot.id).map((e) => [e.payload.type, e.payload.triggerEntryId])).toEqual([["signal.dispatch.error", "a3"]]);
+  }, 30_000);
+
   it("width cap: at most widthCap bots answer one entry; the others are recorded as width_cap", async () => {
     const token = await houseToken("house-width");
     const model = await scriptedModel([], { text: "me too" });

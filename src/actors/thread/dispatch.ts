@@ -417,12 +417,16 @@ export class DispatchService {
       const history = this.history(agent, turn);
 
       if (turn.state === "gate") {
+        // A gate that cannot be asked (no model for it, or its call failed) is an error with its
+        // detail, not a "no"; and nothing is posted: an ambient bot is asked about every chat
+        // nobody addressed to it, and would fill every conversation with its failures.
         const gateModel = resolve(agent.gateModel ?? agent.model);
-        if (!gateModel.ok) return this.fail(turn, gateModel.reason);
+        if (!gateModel.ok) {
+          this.drop(turn, gateModel.reason);
+          return;
+        }
         const answer = await this.llm.askGate({ model: gateModel.model, botName: agent.name, botInstructions: agent.systemPrompt ?? "", recent: history });
         if (answer.failed) {
-          // The gate could not be asked: an error with its detail, not a "no" (nothing is posted: an
-          // ambient bot is asked about every chat, and would fill the thread with its failures).
           this.drop(turn, answer.reason.slice(0, 500));
           return;
         }
