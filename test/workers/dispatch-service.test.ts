@@ -118,6 +118,15 @@ describe("dispatch: a bot's turn", () => {
     expect(chatsBy(es2, bot.id)).toHaveLength(0);
   });
 
+  it("a bot whose environment was deleted is told so, not that it has none", async () => {
+    const { token, envId, t } = await botThread("house-turn-env-gone", { name: "Bot", handle: "bot" });
+    expect((await call(`/api/environments/${envId}`, { method: "DELETE", token })).status).toBe(204);
+    await post(token, t.id, chat("@bot hi"));
+    const es = await waitForEntries(token, t.id, (es) => es.some((e) => e.payload.type === "signal.dispatch.error"));
+    expect(String(es.find((e) => e.payload.type === "signal.dispatch.error")!.payload.reason))
+      .toBe(`no model: the environment ${envId} of bot @bot no longer exists (give the bot another environment, or none to use the thread's)`);
+  });
+
   it("a malformed tool call (unknown tool, bad arguments) is answered as an error result; the bot recovers", async () => {
     const token = await houseToken("house-turn-malformed");
     const model = await scriptedModel([

@@ -411,6 +411,12 @@ export class DispatchService {
       const environment = environmentId ? await house.getEnvironment(environmentId) : null;
       this.turnSecrets.set(turn.id, Object.values(environment?.secrets ?? {}));
       const resolve = (ref: string) => {
+        if (!environment && agent.environmentId) {
+          return { ok: false as const, reason: `no model: the environment ${agent.environmentId} of bot @${agent.handle} no longer exists (give the bot another environment, or none to use the thread's)` };
+        }
+        if (!environment && environmentId) {
+          return { ok: false as const, reason: `no model: this thread's environment ${environmentId} no longer exists, and bot @${agent.handle} has none of its own (give the bot an environment with piModels)` };
+        }
         if (!environment) return { ok: false as const, reason: `no model: bot @${agent.handle} has no environment to resolve "${ref}" from (give the bot or the thread an environment with piModels)` };
         return resolveModel(ref, (environment.piModels ?? null) as PiModelsConfig | null, environment.secrets ?? {});
       };
