@@ -125,6 +125,12 @@ describe("dispatch: a bot's turn", () => {
     const es = await waitForEntries(token, t.id, (es) => es.some((e) => e.payload.type === "signal.dispatch.error"));
     expect(String(es.find((e) => e.payload.type === "signal.dispatch.error")!.payload.reason))
       .toBe(`no model: the environment ${envId} of bot @bot no longer exists (give the bot another environment, or none to use the thread's)`);
+
+    await createAgent(token, { name: "Bare", handle: "bare" });
+    await post(token, t.id, chat("@bare hi", "to-bare"));
+    const es2 = await waitForEntries(token, t.id, (es) => es.some((e) => e.payload.type === "signal.dispatch.error" && e.payload.triggerEntryId === "to-bare"));
+    expect(String(es2.find((e) => e.payload.triggerEntryId === "to-bare" && e.payload.type === "signal.dispatch.error")!.payload.reason))
+      .toBe(`no model: this thread's environment ${envId} no longer exists, and bot @bare has none of its own (give the bot an environment with piModels)`);
   });
 
   it("a malformed tool call (unknown tool, bad arguments) is answered as an error result; the bot recovers", async () => {
