@@ -33,9 +33,11 @@ export type SelectionInput = {
 /**
  * `@handle` standing on its own: not inside a word, an address or a path (`x@coder.io`, `é@coder`,
  * an npm scope `@types/node`, a URL's `/@coder`), in any letter case (handles are lower case,
- * `@Coder` means @coder).
+ * `@Coder` means @coder). Chinese and Japanese put no spaces between words: next to their letters
+ * (`请@coder帮我`) an ASCII handle is a word of its own.
  */
-const MENTION = /(^|[^\p{L}\p{N}_.@/-])@([A-Za-z0-9_-]{1,40})(?![\p{L}\p{N}_/-])/gu;
+const UNSPACED = String.raw`\p{scx=Han}\p{scx=Hiragana}\p{scx=Katakana}`;
+const MENTION = new RegExp(String.raw`(^|[${UNSPACED}]|[^\p{L}\p{N}_.@/-])@([A-Za-z0-9_-]{1,40})(?![^${UNSPACED}\P{L}]|[\p{N}_/-])`, "gu");
 
 export function mentionedHandles(text: string, explicit: string[] = []): Set<string> {
   const out = new Set<string>();

@@ -101,4 +101,12 @@ describe("selection", () => {
     expect([...mentionedHandles("@types: install @types/node")]).toEqual(["types"]);
     expect([...mentionedHandles("", ["SB", "ag_Ab12"])].sort()).toEqual(["SB", "ag_Ab12", "ag_ab12", "sb"].sort());
   });
+
+  it("in scripts written without spaces between words (Chinese, Japanese), a mention needs none around it either", () => {
+    expect([...mentionedHandles("请@coder帮我写个文件")]).toEqual(["coder"]);
+    expect([...mentionedHandles("@coderさん、これを見て。@sbにも")]).toEqual(["coder", "sb"]);
+    expect([...mentionedHandles("コーダー@coder")]).toEqual(["coder"]);
+    // Other letters still make it a word or an address.
+    expect([...mentionedHandles("é@coder @coderé x@sb")]).toEqual([]);
+  });
 });

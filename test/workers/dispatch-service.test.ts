@@ -118,6 +118,21 @@ describe("dispatch: a bot's turn", () => {
     expect(chatsBy(es2, bot.id)).toHaveLength(0);
   });
 
+  it("a bot whose environment was deleted is told so, not that it has none", async () => {
+    const { token, envId, t } = await botThread("house-turn-env-gone", { name: "Bot", handle: "bot" });
+    expect((await call(`/api/environments/${envId}`, { method: "DELETE", token })).status).toBe(204);
+    await post(token, t.id, chat("@bot hi"));
+    const es = await waitForEntries(token, t.id, (es) => es.some((e) => e.payload.type === "signal.dispatch.error"));
+    expect(String(es.find((e) => e.payload.type === "signal.dispatch.error")!.payload.reason))
+      .toBe(`no model: the environment ${envId} of bot @bot no longer exists (give the bot another environment, or none to use the thread's)`);
+
+    await createAgent(token, { name: "Bare", handle: "bare" });
+    await post(token, t.id, chat("@bare hi", "to-bare"));
+    const es2 = await waitForEntries(token, t.id, (es) => es.some((e) => e.payload.type === "signal.dispatch.error" && e.payload.triggerEntryId === "to-bare"));
+    expect(String(es2.find((e) => e.payload.triggerEntryId === "to-bare" && e.payload.type === "signal.dispatch.error")!.payload.reason))
+      .toBe(`no model: this thread's environment ${envId} no longer exists, and bot @bare has none of its own (give the bot an environment with piModels)`);
+  });
+
   it("a malformed tool call (unknown tool, bad arguments) is answered as an error result; the bot recovers", async () => {
     const token = await houseToken("house-turn-malformed");
     const model = await scriptedModel([
@@ -357,6 +372,22 @@ describe("dispatch: selection end to end", () => {
     expect(chatsBy((await readAll(token, thread.id)).entries, bot.id)).toEqual([]);
   }, 30_000);
 
+  it("ambient: a bot with no model for its gate posts nothing into a conversation nobody asked it into; named, it says why", async () => {
+    const token = await houseToken("house-ambient-no-model");
+    const bot = await createAgent(token, { name: "Lurker", handle: "lurker", triggerMode: "ambient" });
+    const thread = await createThread(token, {});
+    await call(`/api/threads/${thread.id}/config`, { method: "PATCH", token, json: { dispatch: { ambientDelayMs: 0 } } });
+    await post(token, thread.id, chat("just chatting", "a1"));
+    await post(token, thread.id, chat("still chatting", "a2"));
+    const ds = await waitForDecision(token, thread.id, (d) => d.triggerEntryId === "a2" && d.agentId === bot.id && d.verdict === "skip");
+    expect(ds.filter((d) => d.agentId === bot.id && d.verdict === "skip").map((d) => [d.triggerEntryId, d.reason, d.detail?.startsWith("no model")]))
+      .toEqual([["a2", "error", true], ["a1", "error", true]]);
+    expect((await readAll(token, thread.id)).entries.filter((e) => e.authorId === bot.id)).toEqual([]);
+    await post(token, thread.id, chat("@lurker are you there?", "a3"));
+    const es = await waitForEntries(token, thread.id, (es) => es.some((e) => e.payload.type === "signal.dispatch.error"), "the error of the named bot");
+    expect(es.filter((e) => e.authorId === bot.id).map((e) => [e.payload.type, e.payload.triggerEntryId])).toEqual([["signal.dispatch.error", "a3"]]);
+  }, 30_000);
+
   it("width cap: at most widthCap bots answer one entry; the others are recorded as width_cap", async () => {
     const token = await houseToken("house-width");
     const model = await scriptedModel([], { text: "me too" });
@@ -522,6 +553,25 @@ describe("dispatch: turns that take long", () => {
     expect(chatsBy(es, bot.id)).toEqual([]);
     // Nor as its final round.
     expect(es.filter((e) => e.authorId === bot.id && e.payload.type === "pi.assistant")).toEqual([]);
+  }, 30_000);
+
+  it("a bot deleted while its turn waits on the model runs none of the tools the model then asks for", async () => {
+    const { token, model, envId, bot, t } = await botThread("house-dispatch-deleted-tools", { name: "Gone", handle: "gone" });
+    const other = await createThread(token, { environmentId: envId });
+    await model.push(
+      { toolCalls: [{ id: "p1", name: "post_to_thread", arguments: { threadId: other.id, text: "posted by a deleted bot" } }], held: true },
+      { text: "done" },
+    );
+    await post(token, t.id, chat("@gone tell the other thread", "ask-tools"));
+    const deadline = Date.now() + 10_000;
+    while ((await model.requests()).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect((await call(`/api/agents/${bot.id}`, { method: "DELETE", token })).status).toBe(204);
+    await model.release();
+    await waitForDecision(token, t.id, (d) => d.agentId === bot.id && d.reason === "error" && /deleted/.test(d.detail ?? ""));
+    expect((await readAll(token, other.id)).entries.map((e) => e.payload.text)).toEqual([]);
+    const es = (await readAll(token, t.id)).entries;
+    expect(es.filter((e) => e.authorId === bot.id).map((e) => e.payload.type)).toEqual([]);
+    expect((await model.requests()).length).toBe(1);
   }, 30_000);
 });
 

@@ -411,18 +411,28 @@ export class DispatchService {
       const environment = environmentId ? await house.getEnvironment(environmentId) : null;
       this.turnSecrets.set(turn.id, Object.values(environment?.secrets ?? {}));
       const resolve = (ref: string) => {
+        if (!environment && agent.environmentId) {
+          return { ok: false as const, reason: `no model: the environment ${agent.environmentId} of bot @${agent.handle} no longer exists (give the bot another environment, or none to use the thread's)` };
+        }
+        if (!environment && environmentId) {
+          return { ok: false as const, reason: `no model: this thread's environment ${environmentId} no longer exists, and bot @${agent.handle} has none of its own (give the bot an environment with piModels)` };
+        }
         if (!environment) return { ok: false as const, reason: `no model: bot @${agent.handle} has no environment to resolve "${ref}" from (give the bot or the thread an environment with piModels)` };
         return resolveModel(ref, (environment.piModels ?? null) as PiModelsConfig | null, environment.secrets ?? {});
       };
       const history = this.history(agent, turn);
 
       if (turn.state === "gate") {
+        // A gate that cannot be asked (no model for it, or its call failed) is an error with its
+        // detail, not a "no"; and nothing is posted: an ambient bot is asked about every chat
+        // nobody addressed to it, and would fill every conversation with its failures.
         const gateModel = resolve(agent.gateModel ?? agent.model);
-        if (!gateModel.ok) return this.fail(turn, gateModel.reason);
+        if (!gateModel.ok) {
+          this.drop(turn, gateModel.reason);
+          return;
+        }
         const answer = await this.llm.askGate({ model: gateModel.model, botName: agent.name, botInstructions: agent.systemPrompt ?? "", recent: history });
         if (answer.failed) {
-          // The gate could not be asked: an error with its detail, not a "no" (nothing is posted: an
-          // ambient bot is asked about every chat, and would fill the thread with its failures).
           this.drop(turn, answer.reason.slice(0, 500));
           return;
         }
@@ -453,6 +463,7 @@ export class DispatchService {
       const tools = buildTools(this.toolContext(row, agent, turn, row.environmentId), agent.tools);
       let written = progress.length;
       let deletedMidTurn = false;
+      const stop = new AbortController();
       const transcript = [...progress];
       let result: LoopResult;
       try {
@@ -461,10 +472,14 @@ export class DispatchService {
           systemPrompt: systemPrompt(agent, tools),
           messages: [...history, ...progress],
           tools,
+          signal: stop.signal,
           onEvent: async (e: LoopEvent) => {
-            // The final round is the answer: a bot deleted meanwhile shows none, not even as a round.
-            if (e.kind === "assistant" && !e.toolCalls?.length && !(await house.getAgent(turn.agentId))) {
+            // A bot deleted while its model was answering shows nothing of that round and acts no
+            // more: the tools it asked for would still run as it (post into other threads, waking
+            // their bots; delegate a run), for as many rounds as its model keeps asking.
+            if (e.kind === "assistant" && !(await house.getAgent(turn.agentId))) {
               deletedMidTurn = true;
+              stop.abort();
               return;
             }
             const event = e.kind === "assistant" ? { ...e, text: capText(e.text) } : e;
@@ -476,13 +491,13 @@ export class DispatchService {
       } catch (err) {
         result = { ok: false, reason: `model call failed: ${err instanceof Error ? err.message : String(err)}`, rounds: 0 };
       }
-      if (!result.ok) return this.fail(turn, result.reason);
       // Deleted while it worked: its pending turns end without a reply (it would wake other bots).
-      // The final round (every answer has one) asked the house just now.
+      // Every round asked the house just now.
       if (deletedMidTurn) {
         this.drop(turn, "agent was deleted while it worked");
         return;
       }
+      if (!result.ok) return this.fail(turn, result.reason);
       if (!result.finalText.trim()) return this.fail(turn, "the model's answer was empty");
       this.finish(turn, agent.id, capText(result.finalText));
     } catch (err) {
