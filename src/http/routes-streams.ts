@@ -33,16 +33,19 @@ const isWrite = (request: Request) => request.method !== "GET" && request.method
  * thread's log; any other name is a plain stream of the caller's house.
  */
 export async function streamRoute(request: Request, env: Env, prefix: string, url = new URL(request.url)): Promise<Response> {
-  let name: string;
+  let name: string | null;
   try {
     name = decodeURIComponent(url.pathname.slice(prefix.length));
   } catch {
-    throw new ApiError("bad_request", "stream name is not valid percent-encoding");
+    name = null;
   }
-  if (name === "__ds" || name.startsWith("__ds/")) return subscriptionsRoute(request, env, name, `${url.origin}${prefix.replace(/\/$/, "")}`);
-  if (!NAME_PATTERN.test(name) || name.includes("..")) throw new ApiError("bad_request", "invalid stream name");
+  // The protocol's own routes check their tokens themselves (a wake's callback takes its own).
+  if (name !== null && (name === "__ds" || name.startsWith("__ds/"))) return subscriptionsRoute(request, env, name, `${url.origin}${prefix.replace(/\/$/, "")}`);
 
+  // The token first, as on every route: a client without a valid one learns that, not what is wrong with the name.
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  if (name === null) throw new ApiError("bad_request", "stream name is not valid percent-encoding");
+  if (!NAME_PATTERN.test(name) || name.includes("..")) throw new ApiError("bad_request", "invalid stream name");
   // Refuse a declared oversize body here: streaming megabytes into the actor only to reject
   // them wastes the transfer and can break the connection mid-body.
   if (Number(request.headers.get("content-length") ?? "0") > MAX_APPEND_BYTES) {
