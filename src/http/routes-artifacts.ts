@@ -14,10 +14,10 @@ const artifactsQuery = z.object({
 
 /** What the thread's runs left behind (`artifact.diff`, `artifact.files`), newest first. */
 export async function listArtifactsRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
+  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
   const parsedId = idSchema.safeParse(id);
   if (!parsedId.success) throw new ApiError("not_found", "thread not found");
   const threadId = parsedId.data;
-  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
   assertThreadAccess(claims, claims.houseId, threadId, false);
   const q = parseQuery(request, artifactsQuery, "query: runId is an id, limit an integer from 1 to 200");
   return json(await unwrapRpc(threadStub(env, threadId).listArtifacts(claims.houseId, q.runId ?? null, q.limit)));

@@ -10,15 +10,15 @@ import { readBody } from "./body";
 import { assertThreadInHouse, threadIdParam } from "./routes-threads";
 
 export async function getThreadConfigRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
-  const threadId = threadIdParam(id);
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  const threadId = threadIdParam(id);
   assertThreadAccess(claims, claims.houseId, threadId, false);
   return json(await unwrapRpc(threadStub(env, threadId).getDispatchConfig(claims.houseId)));
 }
 
 export async function patchThreadConfigRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
-  const threadId = threadIdParam(id);
   const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
+  const threadId = threadIdParam(id);
   // Authorization before validation: another house's thread answers 404 whatever the body is.
   await assertThreadInHouse(env, claims, threadId);
   const patch = await readBody(request, threadConfigPatchSchema);
@@ -37,8 +37,8 @@ const decisionsQuery = z.object({ limit: z.coerce.number().int().min(1).max(500)
 
 /** Why each bot did or did not answer each recent chat entry, newest first. */
 export async function dispatchDecisionsRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
-  const threadId = threadIdParam(id);
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  const threadId = threadIdParam(id);
   assertThreadAccess(claims, claims.houseId, threadId, false);
   const q = parseQuery(request, decisionsQuery, "limit must be an integer from 1 to 500");
   return json(await unwrapRpc(threadStub(env, threadId).dispatchDecisions(claims.houseId, q.limit)));

@@ -49,12 +49,10 @@ async function route(request: Request, env: Env, name: string, base: string, met
     return toResponse(await op(env, claims.houseId, { kind: "list" }));
   }
   const m = ROUTE.exec(name);
-  if (!m) throw new ApiError("not_found", "no such route");
-  const [, id, action, rest] = m;
-  if (!SUBSCRIPTION_ID.test(id)) return protocolError(400, "INVALID_REQUEST", "invalid subscription id");
+  const [, id, action, rest] = m ?? [];
 
   // A wake's own token authorizes these, not a house token: it names the house and the wake.
-  if (action === "callback" || action === "ack" || action === "release") {
+  if (m && (action === "callback" || action === "ack" || action === "release")) {
     const token = /^Bearer (.+)$/i.exec(request.headers.get("authorization") ?? "")?.[1]?.trim() ?? "";
     const claims = peekCallbackToken(token);
     if (!claims || claims.sub !== id) return protocolError(401, "TOKEN_INVALID", "Token invalid");
@@ -70,6 +68,12 @@ async function route(request: Request, env: Env, name: string, base: string, met
     return toResponse(result);
   }
 
+  // Everything else takes a house token, checked before the path is judged.
+  if (!m || !SUBSCRIPTION_ID.test(id)) {
+    await houseCaller(request, env, false);
+    if (!m) throw new ApiError("not_found", "no such route");
+    return protocolError(400, "INVALID_REQUEST", "invalid subscription id");
+  }
   if (action === "claim") {
     const claims = await houseCaller(request, env, method === "POST");
     allow(method, ["POST"], "POST to claim");

@@ -104,8 +104,8 @@ export async function createThreadRoute(request: Request, env: Env): Promise<Res
 }
 
 export async function getThreadRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
-  const threadId = threadIdParam(id);
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  const threadId = threadIdParam(id);
   assertThreadAccess(claims, claims.houseId, threadId, false);
   return json(await unwrapRpc(threadStub(env, threadId).getThread(claims.houseId)));
 }
@@ -123,8 +123,8 @@ export async function listThreadsRoute(request: Request, env: Env): Promise<Resp
 }
 
 export async function postEntriesRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
-  const threadId = threadIdParam(id);
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  const threadId = threadIdParam(id);
   assertThreadAccess(claims, claims.houseId, threadId, true);
   await assertThreadInHouse(env, claims, threadId);
   const raw = await readJson(request);
@@ -133,8 +133,8 @@ export async function postEntriesRoute(request: Request, env: Env, id: string | 
 }
 
 export async function readEntriesRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
-  const threadId = threadIdParam(id);
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  const threadId = threadIdParam(id);
   assertThreadAccess(claims, claims.houseId, threadId, false);
   const { limit, offset } = parseQuery(request, entriesQuery, "limit must be an integer from 1 to 10000");
   const page = (await unwrapRpc(threadStub(env, threadId).readEntries(claims.houseId, offset ?? null, limit))) as EntriesPage;
@@ -147,8 +147,8 @@ export async function readEntriesRoute(request: Request, env: Env, id: string | 
 }
 
 export async function mintThreadTokenRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
-  const threadId = threadIdParam(id);
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  const threadId = threadIdParam(id);
   requireHouse(claims);
   await assertThreadInHouse(env, claims, threadId);
   const body = await readOptionalBody(request, tokenSchema);
@@ -159,9 +159,9 @@ export async function mintThreadTokenRoute(request: Request, env: Env, id: strin
 }
 
 export async function subscribeRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
-  const threadId = threadIdParam(id);
   // Checked before the upgrade: a bad token never gets a socket.
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET, true);
+  const threadId = threadIdParam(id);
   assertThreadAccess(claims, claims.houseId, threadId, false);
   if (request.headers.get("upgrade")?.toLowerCase() !== "websocket") {
     throw new ApiError("upgrade_required", "this route needs a WebSocket upgrade");
@@ -206,15 +206,15 @@ export function forwardToActor(
 }
 
 export async function stopThreadRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
-  const threadId = threadIdParam(id);
   const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
+  const threadId = threadIdParam(id);
   return json(await unwrapRpc(threadStub(env, threadId).stopRun(claims.houseId, claims.subject)));
 }
 
 /** Aborts the current turn of the thread's running agent; the run goes on (unlike stop). */
 export async function interruptThreadRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
-  const threadId = threadIdParam(id);
   const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
+  const threadId = threadIdParam(id);
   return json(await unwrapRpc(threadStub(env, threadId).interruptRun(claims.houseId, claims.subject)), 202);
 }
 
@@ -296,8 +296,8 @@ export async function delegateTask(env: Env, claims: HouseClaims, parent: { id: 
 }
 
 export async function delegateRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
-  const parentId = threadIdParam(id);
   const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
+  const parentId = threadIdParam(id);
   const parent = await unwrapRpc(threadStub(env, parentId).getThread(claims.houseId));
   const body = await readBody(request, delegateSchema);
   const key = idempotencyKey(request);
@@ -307,8 +307,8 @@ export async function delegateRoute(request: Request, env: Env, id: string | und
 
 /** Continues a finished thread with a new message: same box if it is alive, else a rebuilt session. */
 export async function resumeRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
-  const threadId = threadIdParam(id);
   const claims = await houseWriter(request, env.THREADBOX_TOKEN_SECRET);
+  const threadId = threadIdParam(id);
   const row = await unwrapRpc(threadStub(env, threadId).getThread(claims.houseId));
   const body = await readBody(request, resumeSchema);
   const environment = await runEnvironment(env, claims.houseId, row.environmentId);

@@ -100,4 +100,39 @@ describe("webhook subscriptions", () => {
       await hook.close();
     }
   });
+
+  it("a receiver's redirect is not followed: the webhook goes only to the URL that was checked, and the delivery counts as failed", async () => {
+    // Where the redirect points is never checked against the webhook URL rules (here a second
+    // local server stands for a private address the rules would refuse).
+    const behind: string[] = [];
+    const inner: Server = createServer((req, res) => {
+      behind.push(`${req.method} ${req.url}`);
+      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ done: true }));
+    });
+    await new Promise<void>((r) => inner.listen(0, "127.0.0.1", r));
+    const target = `http://127.0.0.1:${(inner.address() as AddressInfo).port}/internal`;
+    let redirected = 0;
+    const outer: Server = createServer((req, res) => {
+      req.resume();
+      req.on("end", () => {
+        redirected += 1;
+        res.writeHead(307, { location: target }).end();
+      });
+    });
+    await new Promise<void>((r) => outer.listen(0, "127.0.0.1", r));
+    try {
+      const url = `http://127.0.0.1:${(outer.address() as AddressInfo).port}/hook`;
+      expect((await api("/v1/stream/__ds/subscriptions/redirected", { method: "PUT", json: { type: "webhook", pattern: "moved/*", webhook: { url } } })).status).toBe(201);
+      expect((await api("/v1/stream/moved/1", { method: "PUT", json: { n: 1 } })).status).toBe(201);
+      await waitFor("the delivery to the named URL", () => redirected >= 1);
+      // A retry comes after about a second: by then a followed redirect would have arrived.
+      await waitFor("a retry, or the redirect followed", () => redirected >= 2 || behind.length > 0);
+      expect(behind).toEqual([]);
+      expect((await api("/v1/stream/__ds/subscriptions/redirected")).body.status).toBe("failed");
+    } finally {
+      await api("/v1/stream/__ds/subscriptions/redirected", { method: "DELETE" });
+      await new Promise<void>((r) => outer.close(() => r()));
+      await new Promise<void>((r) => inner.close(() => r()));
+    }
+  });
 });

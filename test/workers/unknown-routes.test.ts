@@ -89,4 +89,28 @@ describe("405 under the stream base", () => {
     const head = await call("/v1/stream/__ds/jwks.json", { method: "HEAD", token });
     expect(head.status).toBe(200);
   });
+
+  it("checks the token before judging an id or a name in the path: a malformed one is a 401 without a valid token", async () => {
+    const paths: [string, string][] = [
+      ["GET", "/api/threads/@@@"], ["GET", "/api/threads/@@@/entries"], ["POST", "/api/threads/@@@/entries"],
+      ["GET", "/api/threads/@@@/subscribe"], ["POST", "/api/threads/@@@/tokens"], ["POST", "/api/threads/@@@/stop"],
+      ["POST", "/api/threads/@@@/interrupt"], ["POST", "/api/threads/@@@/delegate"], ["POST", "/api/threads/@@@/resume"],
+      ["GET", "/api/threads/@@@/config"], ["PATCH", "/api/threads/@@@/config"], ["GET", "/api/threads/@@@/dispatch"],
+      ["GET", "/api/threads/@@@/artifacts"],
+      ["GET", "/v1/stream/@@@"], ["GET", "/v1/stream/%E0%A4%A"], ["GET", "/v1/stream/a..b"],
+      ["GET", "/v1/stream/__ds/nope"], ["GET", "/v1/stream/__ds/subscriptions/@@@"], ["PUT", "/v1/stream/__ds/subscriptions/@@@"],
+    ];
+    const token = await houseToken();
+    for (const [method, path] of paths) {
+      for (const bad of [undefined, "not-a-token"]) {
+        const r = await call(path, { method, ...(bad ? { token: bad } : {}) });
+        expect([method, path, bad ?? "none", r.status]).toEqual([method, path, bad ?? "none", 401]);
+        await r.body?.cancel();
+      }
+      // With a valid token the path is judged as before.
+      const ok = await call(path, { method, token });
+      expect([method, path, ok.status >= 400 && ok.status < 500 && ok.status !== 401]).toEqual([method, path, true]);
+      await ok.body?.cancel();
+    }
+  });
 });

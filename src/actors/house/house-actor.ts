@@ -92,7 +92,9 @@ export class HouseActor extends DurableObject<Env> {
         return r.ok;
       },
       deliver: async (url, body, signature) => {
-        const r = await fetch(url, { method: "POST", headers: { "content-type": "application/json", "webhook-signature": signature }, body, signal: AbortSignal.timeout(WEBHOOK_TIMEOUT_MS) });
+        // Only `url` passed the webhook URL rules: a redirect could point anywhere (a private
+        // address, this machine), so it is not followed and the delivery counts as failed.
+        const r = await fetch(url, { method: "POST", headers: { "content-type": "application/json", "webhook-signature": signature }, body, redirect: "manual", signal: AbortSignal.timeout(WEBHOOK_TIMEOUT_MS) });
         const answer = r.ok ? ((await r.json().catch(() => null)) as { done?: unknown } | null) : (await r.body?.cancel(), null);
         return { ok: r.ok, done: answer?.done === true };
       },
