@@ -1,7 +1,7 @@
 import { ApiError } from "../errors";
 import type { Env } from "../env";
 import { authenticate, canWrite } from "../auth/authenticate";
-import { mintRunToken, streamTokenTtlSeconds, type TokenClaims } from "../auth/tokens";
+import { mintRunToken, mintStreamToken, streamTokenTtlSeconds, type TokenClaims } from "../auth/tokens";
 import { json } from "../errors";
 import { unwrapRpc } from "../actors/rpc";
 import { MAX_APPEND_BYTES } from "../streams/protocol";
@@ -108,23 +108,22 @@ function resolveForkSource(raw: string, houseId: string): ForkSource {
 }
 
 /**
- * `POST <stream base>/thread-<id>/token`: a run's box exchanges its still-valid run token for a
- * fresh one (same thread, run and subject). It lives under the stream path because that is all a
- * box can reach through the stream-proxy; it works only while that run is the thread's current
- * one, so a leaked token cannot be kept alive past its run. A token that names no run (one minted
- * with POST /api/threads/:id/tokens) is not renewed: it may claim its thread itself, and could then
- * renew itself for as long as it sent heartbeats. Its holder mints a new one with a house token.
+ * `POST <stream base>/thread-<id>/token`: a box exchanges its still-valid stream token for a
+ * fresh one (same thread, scope and subject). It lives under the stream path because that is
+ * all a box can reach through the stream-proxy; it works only while the thread is running, so a
+ * leaked token cannot be kept alive past its run.
  */
 async function renewStreamToken(request: Request, env: Env, claims: TokenClaims, threadId: string): Promise<Response> {
   if (request.method !== "POST") throw new ApiError("method_not_allowed", "POST to renew a stream token", undefined, { allow: "POST" });
   if (claims.kind !== "stream") throw new ApiError("forbidden", "only a stream token can be renewed");
   if (claims.threadId !== threadId) throw new ApiError("forbidden", "token is scoped to another thread");
   const row = await unwrapRpc(threadStub(env, threadId).getThread(claims.houseId));
-  if (claims.runId === undefined) throw new ApiError("forbidden", "only a run's token is renewed: mint a new stream token with POST /api/threads/:id/tokens");
   if (row.status !== "running") throw new ApiError("conflict", `thread is ${row.status}: stream tokens are renewed only while it runs`);
   // A run's token lives as long as its run: a later run of the thread does not keep it alive.
-  if (row.runId !== claims.runId) throw new ApiError("conflict", "the run this token was made for is over");
-  const minted = await mintRunToken(env.THREADBOX_TOKEN_SECRET, claims.houseId, threadId, claims.runId, claims.subject, streamTokenTtlSeconds(env));
+  if (claims.runId !== undefined && row.runId !== claims.runId) throw new ApiError("conflict", "the run this token was made for is over");
+  const minted = claims.runId !== undefined
+    ? await mintRunToken(env.THREADBOX_TOKEN_SECRET, claims.houseId, threadId, claims.runId, claims.subject, streamTokenTtlSeconds(env))
+    : await mintStreamToken(env.THREADBOX_TOKEN_SECRET, claims.houseId, threadId, claims.scope, claims.subject, streamTokenTtlSeconds(env));
   return json({ ...minted, scope: claims.scope, threadId }, 201);
 }
 

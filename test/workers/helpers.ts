@@ -16,8 +16,8 @@ export async function streamToken(houseId: string, threadId: string, scope: "str
 }
 
 /** The token run `runId`'s box writes with (as the launch mints it). */
-export async function runToken(houseId: string, threadId: string, runId: string, subject = "alice", ttlSeconds?: number, nowMs?: number) {
-  return (await mintRunToken(secret(), houseId, threadId, runId, subject, ttlSeconds, nowMs)).token;
+export async function runToken(houseId: string, threadId: string, runId: string, subject = "alice") {
+  return (await mintRunToken(secret(), houseId, threadId, runId, subject)).token;
 }
 
 export function call(path: string, init: RequestInit & { token?: string; json?: unknown } = {}) {
