@@ -19,14 +19,25 @@ export function streamTokenTtlSeconds(env: { STREAM_TOKEN_TTL_SECONDS?: string }
   return intVar(env, "STREAM_TOKEN_TTL_SECONDS", STREAM_TOKEN_TTL_SECONDS, { min: 2, max: 24 * 3600 });
 }
 
+/**
+ * How long a stream token minted with `POST /api/threads/:id/tokens` can be kept alive by renewing
+ * it, counted from its first minting (renewals carry that time on). Such a token may claim its own
+ * thread running, so without a bound a leaked one could renew itself for good by sending
+ * heartbeats. A run's token needs none: it dies with its run.
+ */
+export const STREAM_TOKEN_RENEWAL_SPAN_SECONDS = 24 * 60 * 60;
+
 export const API_TOKEN_DEFAULT_TTL_SECONDS = 30 * 24 * 60 * 60;
 const ISSUER = "threadbox";
 /** The shortest THREADBOX_TOKEN_SECRET (and THREADBOX_ADMIN_SECRET) the worker accepts. */
 export const MIN_SECRET_LENGTH = 16;
 
 export type HouseClaims = { kind: "house"; houseId: string; subject: string; role: Role };
-/** `runId` is set on the token a run's box gets: only it may write that run's artifacts. */
-export type StreamClaims = { kind: "stream"; houseId: string; threadId: string; subject: string; scope: StreamScope; runId?: string };
+/**
+ * `runId` is set on the token a run's box gets: only it may write that run's artifacts.
+ * `firstMintedAt` (epoch seconds): when the token this one renews was first minted.
+ */
+export type StreamClaims = { kind: "stream"; houseId: string; threadId: string; subject: string; scope: StreamScope; runId?: string; firstMintedAt: number };
 export type TokenClaims = HouseClaims | StreamClaims;
 
 const idPattern = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
@@ -34,7 +45,7 @@ export const idSchema = z.string().regex(idPattern, "ids are 1-128 chars of [A-Z
 
 const claimsSchema = z.discriminatedUnion("kind", [
   z.object({ kind: z.literal("house"), house: idSchema, sub: z.string().min(1).max(200), role: roleSchema }),
-  z.object({ kind: z.literal("stream"), house: idSchema, thread: idSchema, sub: z.string().min(1).max(200), scope: z.enum(STREAM_SCOPES), run: idSchema.optional() }),
+  z.object({ kind: z.literal("stream"), house: idSchema, thread: idSchema, sub: z.string().min(1).max(200), scope: z.enum(STREAM_SCOPES), run: idSchema.optional(), first: z.number().int().nonnegative().optional() }),
 ]);
 
 function keyFrom(secret: string | undefined): Uint8Array {
@@ -94,8 +105,10 @@ export function mintStreamToken(
   subject = `thread:${threadId}`,
   ttlSeconds = STREAM_TOKEN_TTL_SECONDS,
   nowMs?: number,
+  /** A renewal's: the first minting's time (epoch seconds), kept through every renewal. */
+  firstMintedAt?: number,
 ): Promise<MintedToken> {
-  return sign({ kind: "stream", house: houseId, thread: threadId, scope }, subject, ttlSeconds, secret, nowMs);
+  return sign({ kind: "stream", house: houseId, thread: threadId, scope, ...(firstMintedAt !== undefined ? { first: firstMintedAt } : {}) }, subject, ttlSeconds, secret, nowMs);
 }
 
 /** The write token of run `runId`'s box: a stream token that also names its run. */
@@ -126,7 +139,10 @@ export async function verifyToken(secret: string | undefined, token: string): Pr
   const c = parsed.data;
   const claims: TokenClaims = c.kind === "house"
     ? { kind: "house", houseId: c.house, subject: c.sub, role: c.role }
-    : { kind: "stream", houseId: c.house, threadId: c.thread, subject: c.sub, scope: c.scope, ...(c.run ? { runId: c.run } : {}) };
+    : {
+      kind: "stream", houseId: c.house, threadId: c.thread, subject: c.sub, scope: c.scope, ...(c.run ? { runId: c.run } : {}),
+      firstMintedAt: c.first ?? (typeof payload.iat === "number" ? payload.iat : 0),
+    };
   if (typeof payload.exp === "number") {
     if (verifiedCache.size >= VERIFIED_CACHE_MAX) verifiedCache.delete(verifiedCache.keys().next().value!);
     verifiedCache.set(cacheKey, { claims, expMs: payload.exp * 1000 });

@@ -1,7 +1,7 @@
 import { ApiError } from "../errors";
 import type { Env } from "../env";
 import { authenticate, canWrite } from "../auth/authenticate";
-import { mintRunToken, mintStreamToken, streamTokenTtlSeconds, type TokenClaims } from "../auth/tokens";
+import { STREAM_TOKEN_RENEWAL_SPAN_SECONDS, mintRunToken, mintStreamToken, streamTokenTtlSeconds, type TokenClaims } from "../auth/tokens";
 import { json } from "../errors";
 import { unwrapRpc } from "../actors/rpc";
 import { MAX_APPEND_BYTES } from "../streams/protocol";
@@ -110,20 +110,24 @@ function resolveForkSource(raw: string, houseId: string): ForkSource {
 /**
  * `POST <stream base>/thread-<id>/token`: a box exchanges its still-valid stream token for a
  * fresh one (same thread, scope and subject). It lives under the stream path because that is
- * all a box can reach through the stream-proxy; it works only while the thread is running, so a
- * leaked token cannot be kept alive past its run.
+ * all a box can reach through the stream-proxy; it works only while the thread is running. A run's
+ * token is not kept alive past its run; one minted by a user (which may claim the thread itself)
+ * not past a day from its first minting.
  */
 async function renewStreamToken(request: Request, env: Env, claims: TokenClaims, threadId: string): Promise<Response> {
   if (request.method !== "POST") throw new ApiError("method_not_allowed", "POST to renew a stream token", undefined, { allow: "POST" });
   if (claims.kind !== "stream") throw new ApiError("forbidden", "only a stream token can be renewed");
   if (claims.threadId !== threadId) throw new ApiError("forbidden", "token is scoped to another thread");
+  if (claims.runId === undefined && Math.floor(Date.now() / 1000) - claims.firstMintedAt > STREAM_TOKEN_RENEWAL_SPAN_SECONDS) {
+    throw new ApiError("forbidden", `this stream token was first minted over ${STREAM_TOKEN_RENEWAL_SPAN_SECONDS / 3600} h ago and is not renewed again: mint a new one with POST /api/threads/:id/tokens`);
+  }
   const row = await unwrapRpc(threadStub(env, threadId).getThread(claims.houseId));
   if (row.status !== "running") throw new ApiError("conflict", `thread is ${row.status}: stream tokens are renewed only while it runs`);
   // A run's token lives as long as its run: a later run of the thread does not keep it alive.
   if (claims.runId !== undefined && row.runId !== claims.runId) throw new ApiError("conflict", "the run this token was made for is over");
   const minted = claims.runId !== undefined
     ? await mintRunToken(env.THREADBOX_TOKEN_SECRET, claims.houseId, threadId, claims.runId, claims.subject, streamTokenTtlSeconds(env))
-    : await mintStreamToken(env.THREADBOX_TOKEN_SECRET, claims.houseId, threadId, claims.scope, claims.subject, streamTokenTtlSeconds(env));
+    : await mintStreamToken(env.THREADBOX_TOKEN_SECRET, claims.houseId, threadId, claims.scope, claims.subject, streamTokenTtlSeconds(env), undefined, claims.firstMintedAt);
   return json({ ...minted, scope: claims.scope, threadId }, 201);
 }
 

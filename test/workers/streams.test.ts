@@ -1,6 +1,8 @@
 import { describe, expect, it, vi } from "vitest";
 import { env, runInDurableObject } from "cloudflare:test";
+import { decodeJwt } from "jose";
 import type { ThreadActor } from "./test-worker";
+import { mintStreamToken } from "../../src/auth/tokens";
 import { call, chat, createThread, errorCode, houseToken, post, readAll, runToken, streamToken } from "./helpers";
 
 const producer = (id: string, epoch: number, seq: number) => ({ "Producer-Id": id, "Producer-Epoch": String(epoch), "Producer-Seq": String(seq) });
@@ -256,6 +258,31 @@ describe("stream token renewal", () => {
     expect((await call(`/api/stream/thread-${t.id}/token`, { token: st })).status).toBe(405);
     await post(token, t.id, { payload: { type: "signal.thread.status_changed", status: "completed" } });
     expect((await renew(fresh)).status).toBe(409);
+  });
+
+  it("a token minted by a user is renewed for a day from its first minting, not for good", async () => {
+    const house = "house-renew-span";
+    const token = await houseToken(house);
+    const t = await createThread(token);
+    const renew = (tok: string) => call(`/api/stream/thread-${t.id}/token`, { method: "POST", token: tok });
+    // Such a token may claim its idle thread itself, and heartbeats keep the claim alive.
+    const minted = ((await (await call(`/api/threads/${t.id}/tokens`, { method: "POST", token, json: {} })).json()) as { token: string }).token;
+    expect((await call(`/api/stream/thread-${t.id}`, { method: "POST", token: minted, json: { payload: { type: "signal.thread.status_changed", status: "running" } } })).status).toBe(204);
+    const secret = (env as unknown as { THREADBOX_TOKEN_SECRET: string }).THREADBOX_TOKEN_SECRET;
+    const nowS = Math.floor(Date.now() / 1000);
+    const hours = (h: number) => nowS - h * 3600;
+    // A renewal carries the first minting's time on: renewing the renewed token counts from there.
+    const young = (await mintStreamToken(secret, house, t.id, "stream:write", "alice", undefined, undefined, hours(23))).token;
+    const r = await renew(young);
+    expect(r.status).toBe(201);
+    const renewed = ((await r.json()) as { token: string }).token;
+    expect(decodeJwt(renewed).first).toBe(hours(23));
+    const old = (await mintStreamToken(secret, house, t.id, "stream:write", "alice", undefined, undefined, hours(25))).token;
+    const refused = await renew(old);
+    expect(refused.status).toBe(403);
+    expect(((await refused.json()) as { error: { message: string } }).error.message).toMatch(/first minted over 24 h ago.*POST \/api\/threads\/:id\/tokens/);
+    // A token from before renewals carried the time counts from its own issue time.
+    expect((await renew(minted)).status).toBe(201);
   });
 
   it("a run's token is renewed as that run's, and not once another run of the thread holds it", async () => {
