@@ -347,10 +347,14 @@ async function startRunner(
     const alone = !(await deps.otherRunsOnBox(progress.boxId!));
     const before = await readManagedFiles(provider, ref, home);
     const stale = before.filter((b) => !managed.some((m) => m.path === b.path) && (!keys.has(b.key) || (alone && own.has(b.key))));
+    // A box that outlives the run keeps what is written now: a run stopped meanwhile leaves the
+    // environment's files and their record as they were.
+    stillCurrent(spec, deps);
     await updateManagedFiles(provider, ref, home, stale, managed);
   } else {
     uploads.push({ path: MANAGED_FILES, content: managedFileContent(managed) });
   }
+  stillCurrent(spec, deps);
   await provider.upload(ref, uploads);
   deps.alive();
   if (progress.shared) {
