@@ -259,6 +259,26 @@ describe("finished-signals of another run", () => {
   });
 });
 
+describe("a run that claims no box, after a run on a box", () => {
+  it("is not on the previous run's box: neither shown on it, nor orphaned when that box is gone", async () => {
+    const token = await houseToken("house-run-next-claim");
+    const b = await newBox(token, true);
+    const t = await createThread(token);
+    await claim(token, t.id, b.id);
+    await post(token, t.id, signal("completed", { reason: "done" }));
+    await vi.waitFor(async () => expect((await box(token, b.id)).state).toBe("deleted"), { timeout: 5000 });
+    // A run driven from outside (src/sandbox/run.ts) claims without naming a box.
+    await claim(token, t.id);
+    expect((await row(token, t.id)).boxId).toBeNull();
+    for (let i = 0; i < 3; i++) {
+      await post(token, t.id, { payload: { type: "pi.progress", i } });
+      await advance(t.id, PROBE_MS + 5_000);
+    }
+    const r = await row(token, t.id);
+    expect([r.status, r.reason]).toEqual(["running", null]);
+  });
+});
+
 /** Moves a box actor's clock forward, as if that much time had passed. */
 async function advanceBoxClock(boxId: string, ms: number) {
   await runInDurableObject(boxStub(boxId), (actor: SandboxActor) => { actor.advanceClock(ms); });

@@ -61,7 +61,7 @@ export const TARGET_HEADER = "x-threadbox-target";
 export const ACTOR_ORIGIN = "https://actor";
 const SUBSCRIBE_PATH = `${ACTOR_ORIGIN}/subscribe`;
 
-export type RunStart = Omit<LaunchSpec, "runId"> & { authorId: string; resume: boolean; runId?: string };
+export type RunStart = Omit<LaunchSpec, "runId" | "resumeBoxId"> & { authorId: string; resume: boolean; runId?: string };
 
 export type CreateThreadInput = {
   id: string;
@@ -330,7 +330,9 @@ export class ThreadActor extends DurableObject<Env> {
     const claim: Entry = { id: `claim:${runId}`, ts: now, authorId: "threadbox", payload: { type: STATUS_CHANGED, status: "running", reason: "launching", runId, ...claimedSettings(spec) } };
     this.appendInternal([prompt, claim]);
     const { authorId: _author, runId: _named, ...launchSpec } = spec;
-    this.outbox.enqueue(`launch:${runId}`, "launch", { ...launchSpec, runId }, now);
+    // The claim takes the previous run's box off the row; a resume may go on on it.
+    const resumeBoxId = spec.resume && row.boxId ? row.boxId : undefined;
+    this.outbox.enqueue(`launch:${runId}`, "launch", { ...launchSpec, runId, ...(resumeBoxId ? { resumeBoxId } : {}) }, now);
     return { runId, replayed: false };
   }
 
