@@ -189,6 +189,25 @@ describe("run state machine", () => {
     expect(await box(token, b.id)).toMatchObject({ state: "live", threads: [runner.id] });
   });
 
+  it("an ephemeral box whose last attached run ends while another thread's run launches onto it is kept for that run", async () => {
+    const houseId = "house-reap-reserved";
+    const token = await houseToken(houseId);
+    const b = await newBox(token, true);
+    const ending = await createThread(token);
+    const launching = await createThread(token);
+    await claim(token, ending.id, b.id);
+    // The other thread's launch picked the box (a resume of a run that was on it) and has not attached yet.
+    expect((await post(token, launching.id, signal("running", { runId: "run-launching" }))).status).toBe(201);
+    await unwrapRpc(boxStub(b.id).reserve(houseId, launching.id, "run-launching"));
+    await post(token, ending.id, signal("completed", { reason: "done" }));
+    await vi.waitFor(async () => expect((await box(token, b.id)).threads).toEqual([]), { timeout: 5000 });
+    expect((await box(token, b.id)).state).toBe("live");
+    // The launch attaches its run, and the box goes when that run ends.
+    await unwrapRpc(boxStub(b.id).attach(houseId, launching.id));
+    await unwrapRpc(boxStub(b.id).detach(houseId, launching.id));
+    expect((await box(token, b.id)).state).toBe("deleted");
+  });
+
   it("stop ends a running run with reason `stopped` and keeps the box", async () => {
     const token = await houseToken("house-run");
     const b = await newBox(token, true);

@@ -423,7 +423,15 @@ export class SandboxActor extends DurableObject<Env> {
   }
 
   private async reapIfIdle(): Promise<void> {
-    if (this.reapable()) await this.deleteNow();
+    if (!this.reapable() || this.deleting) return;
+    // Decided: a launch asking for it from now on is told it is going (it takes a fresh box).
+    this.deleting = true;
+    try {
+      // A launch that picked it and has not attached its run yet is using it: that run's end reaps it.
+      if (!(await this.reservedByCurrentRun(this.row()!.house_id as string))) await this.deleteNow();
+    } finally {
+      this.deleting = false;
+    }
   }
 
   /** Whether the box is one to delete now that no thread runs on it (see shouldReap). */
