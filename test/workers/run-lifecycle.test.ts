@@ -298,6 +298,31 @@ describe("a run that claims no box, after a run on a box", () => {
   });
 });
 
+describe("what an ended run owed its box, carried out only after the thread's next run is on that box (a retry)", () => {
+  it("neither stops that next run nor releases the box from under it", async () => {
+    const token = await houseToken("house-late-owed");
+    const b = await newBox(token, true);
+    const t = await createThread(token);
+    const stub = threadStub(t.id);
+    expect((await post(token, t.id, signal("running", { runId: "run-2", boxId: b.id }))).status).toBe(201);
+    await vi.waitFor(async () => expect((await box(token, b.id)).threads).toEqual([t.id]), { timeout: 5000 });
+    // run-1 ended on this box; its stop and its release failed once and are due again now.
+    await runInDurableObject(stub, (a: ThreadActor) => {
+      a.testEnqueue("stop:1", "stop_harness", { boxId: b.id, runId: "run-1" });
+      a.testEnqueue(`detach:${b.id}:1`, "detach", { boxId: b.id, keepBox: false });
+    });
+    await runDurableObjectAlarm(stub);
+    await vi.waitFor(async () => {
+      const owed = await runInDurableObject(stub, (a: ThreadActor) => a.testOutboxKeys());
+      expect(owed.filter((k) => k.startsWith("stop:") || k.startsWith("detach:"))).toEqual([]);
+    }, { timeout: 5000 });
+    const execs = sharedTestProvider().calls.filter((c) => c.op === "exec" && c.ref === b.providerRef).map((c) => JSON.stringify(c.args));
+    expect(execs.filter((a) => a.includes("kill -"))).toEqual([]);
+    expect(await box(token, b.id)).toMatchObject({ state: "live", threads: [t.id] });
+    expect((await row(token, t.id)).status).toBe("running");
+  });
+});
+
 /** Moves a box actor's clock forward, as if that much time had passed. */
 async function advanceBoxClock(boxId: string, ms: number) {
   await runInDurableObject(boxStub(boxId), (actor: SandboxActor) => { actor.advanceClock(ms); });
