@@ -1,6 +1,6 @@
 import { describe, expect, it, vi } from "vitest";
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
-import type { SandboxActor, ThreadActor } from "./test-worker";
+import type { HouseActor, SandboxActor, ThreadActor } from "./test-worker";
 import { sharedTestProvider } from "./register-test-provider";
 import { unwrapRpc } from "../../src/actors/rpc";
 import { DELETE_BACKOFF_BASE_MS } from "../../src/actors/sandbox/sandbox-decisions";
@@ -8,7 +8,7 @@ import { call, chat, createThread, errorCode, houseToken, post, readAll } from "
 
 const SILENCE_MS = 300_000;
 const PROBE_MS = 60_000;
-const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor>; SANDBOXES: DurableObjectNamespace<SandboxActor> };
+const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor>; SANDBOXES: DurableObjectNamespace<SandboxActor>; HOUSES: DurableObjectNamespace<HouseActor> };
 
 const threadStub = (id: string) => E.THREADS.get(E.THREADS.idFromName(`thread:${id}`));
 const boxStub = (id: string) => E.SANDBOXES.get(E.SANDBOXES.idFromName(id));
@@ -320,6 +320,24 @@ describe("what an ended run owed its box, carried out only after the thread's ne
     expect(execs.filter((a) => a.includes("kill -"))).toEqual([]);
     expect(await box(token, b.id)).toMatchObject({ state: "live", threads: [t.id] });
     expect((await row(token, t.id)).status).toBe("running");
+  });
+});
+
+describe("a thread's alarm whose bots cannot be decided (the house unreachable)", () => {
+  it("still keeps the run's liveness alarm: the run is orphaned once silent, not left running", async () => {
+    const houseId = "house-alarm-step-fails";
+    const token = await houseToken(houseId);
+    const t = await createThread(token);
+    const stub = threadStub(t.id);
+    await claim(token, t.id);
+    await runInDurableObject(E.HOUSES.get(E.HOUSES.idFromName(houseId)), (h: HouseActor) => h.failAgentSets(1_000));
+    expect((await post(token, t.id, chat("@coder anyone there?"))).status).toBe(201);
+    // Every alarm from now on finds the house unreachable (the runtime's own retries of a failed alarm run out).
+    await runDurableObjectAlarm(stub).catch(() => {});
+    expect(await runInDurableObject(stub, (_a: ThreadActor, state) => state.storage.getAlarm())).not.toBeNull();
+    await advance(t.id, SILENCE_MS + 1000).catch(() => {});
+    expect(await row(token, t.id)).toMatchObject({ status: "failed", reason: "pi_session_orphaned" });
+    await runInDurableObject(E.HOUSES.get(E.HOUSES.idFromName(houseId)), (h: HouseActor) => h.failAgentSets(0));
   });
 });
 

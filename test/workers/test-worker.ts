@@ -199,6 +199,21 @@ export class HouseActor extends ProductionHouseActor {
     this.failingThreadUpserts = count;
   }
 
+  private failingAgentSets = 0;
+
+  /** The next `count` reads of the house's agents fail (the house unreachable for a thread's bots). */
+  failAgentSets(count: number): void {
+    this.failingAgentSets = count;
+  }
+
+  override async agentSet() {
+    if (this.failingAgentSets > 0) {
+      this.failingAgentSets--;
+      throw new Error("house unavailable (test)");
+    }
+    return super.agentSet();
+  }
+
   override async upsertThread(t: ThreadSummary) {
     if (this.failingThreadUpserts > 0) {
       this.failingThreadUpserts--;
