@@ -375,6 +375,31 @@ describe("stopped-box grace", () => {
     await expect(sharedTestProvider().get(b.providerRef)).rejects.toMatchObject({ code: "not_found" });
   });
 
+  it("a delete whose check of a launch that reserved the box fails (the thread unreachable) is tried again, not dropped", async () => {
+    const house = "house-grace-check-fails";
+    const token = await houseToken(house);
+    const b = await newBox(token, true);
+    const t = await createThread(token);
+    await claim(token, t.id, b.id);
+    // Another thread's launch picked the box; that thread cannot be asked when the box's delete is due.
+    const other = await createThread(token);
+    expect((await post(token, other.id, signal("running", { runId: "run-other" }))).status).toBe(201);
+    await unwrapRpc(boxStub(b.id).reserve(house, other.id, "run-other"));
+    expect((await call(`/api/threads/${t.id}/stop`, { method: "POST", token })).status).toBe(200);
+    await runDurableObjectAlarm(threadStub(t.id));
+    await vi.waitFor(async () => expect((await box(token, b.id)).threads).toEqual([]), { timeout: 5000 });
+    await runInDurableObject(threadStub(other.id), (a: ThreadActor) => a.failRunIsCurrent(true));
+    await advanceBoxClock(b.id, GRACE_MS);
+    await runDurableObjectAlarm(boxStub(b.id)).catch(() => {});
+    expect(await runInDurableObject(boxStub(b.id), (_a: unknown, state) => state.storage.getAlarm())).not.toBeNull();
+    // The thread answers again; its launch ended without taking the box: the next try deletes it.
+    await runInDurableObject(threadStub(other.id), (a: ThreadActor) => a.failRunIsCurrent(false));
+    await post(token, other.id, signal("pi_failed", { runId: "run-other", reason: "launch failed" }));
+    await advanceBoxClock(b.id, 10 * 60_000);
+    expect(await runDurableObjectAlarm(boxStub(b.id))).toBe(true);
+    expect((await box(token, b.id)).state).toBe("deleted");
+  });
+
   it("an alarm that comes before the grace period is over deletes nothing and re-arms for the deadline", async () => {
     const { token, b } = await stopOnBox("house-grace");
     const alarmAt = await runInDurableObject(boxStub(b.id), (_a: unknown, state) => state.storage.getAlarm());

@@ -95,8 +95,16 @@ export class ThreadActor extends ProductionThreadActor {
     this.runIsCurrentDelayMs = ms;
   }
 
+  private runIsCurrentFails = false;
+
+  /** Asking this thread whether a run is current fails from now on (the thread unreachable), until turned off. */
+  failRunIsCurrent(on: boolean): void {
+    this.runIsCurrentFails = on;
+  }
+
   override async runIsCurrent(houseId: string, runId: string) {
     if (this.runIsCurrentDelayMs > 0) await new Promise((r) => setTimeout(r, this.runIsCurrentDelayMs));
+    if (this.runIsCurrentFails) throw new Error("thread unreachable (test)");
     return super.runIsCurrent(houseId, runId);
   }
 
