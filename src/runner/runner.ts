@@ -36,6 +36,7 @@ import { parseJsonLine } from "../sandbox/harness/types";
 import { artifactEntries, artifactStreamName, MAX_INLINE_DIFF_BYTES, writeDiffStream } from "./post-artifacts";
 import { backoffDelayMs } from "../domain/backoff";
 import { MAX_ENTRY_ID_LENGTH } from "../domain/entry-ids";
+import { boundedReason } from "../domain/statuses";
 
 /** How long a harness's output may stay open after it exited (a child it left behind holds it). */
 const HARNESS_CLOSE_GRACE_MS = 2_000;
@@ -419,7 +420,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   if (outcome.entries.length || failureEntries.length) {
     const writer = new StreamWriter({ url, token: () => tokens.current(), producerId: `runner-${runId}-${randomId()}`, log });
     // The reason may quote the harness's own words, read from its output before they were redacted.
-    writer.append(...failureEntries, ...outcome.entries.map((e) => redactDeep({ ...(e as WireEntry), ts: Date.now() }, redactions)));
+    writer.append(...failureEntries, ...outcome.entries.map((e) => withBoundedReason(redactDeep({ ...(e as WireEntry), ts: Date.now() }, redactions))));
     const ok = await writer.flush(Math.max(cfg.flushTimeoutMs, deadline - Date.now()));
     writer.stop();
     if (!ok) log("could not post the finished-signal in time");
@@ -427,6 +428,15 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   harnessWriter?.stop();
   stopTokenRefresh();
   return exitCode();
+}
+
+/**
+ * The entry with its reason cut back within the limit: the stderr line appended to it and the
+ * redaction marks can lengthen a reason that was already near it, and the worker refuses a longer one.
+ */
+function withBoundedReason(e: WireEntry): WireEntry {
+  const p = e.payload as { reason?: unknown };
+  return typeof p.reason === "string" ? { ...e, payload: { ...e.payload, reason: boundedReason(p.reason) } } : e;
 }
 
 /**

@@ -30,6 +30,8 @@ export type LaunchSpec = {
   repo?: string;
   branch?: string;
   resume: boolean;
+  /** A resume's: the box the thread's previous run was on, which it continues on while that box is live. */
+  resumeBoxId?: string;
   /** Overrides the environment's for this run. */
   permissionMode?: PermissionMode;
   allowedTools?: string[];
@@ -121,12 +123,14 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
   // A shared environment's runs all go to its one long-lived box; a resume, too: a box that was
   // the environment's before (its settings changed since) is not taken up again.
   const shared = !progress.boxId && environment?.boxMode === "shared" ? await deps.sharedBox() : null;
-  if (!progress.boxId && spec.resume && row.boxId && (!shared || shared.id === row.boxId)) {
-    const live = await deps.boxIsLive(row.boxId);
+  // (A launch owed before claims stopped keeping the previous run's box on the row finds it there.)
+  const previousBox = spec.resumeBoxId ?? row.boxId;
+  if (!progress.boxId && spec.resume && previousBox && (!shared || shared.id === previousBox)) {
+    const live = await deps.boxIsLive(previousBox);
     // Held from now on: neither an idle reap nor a plain delete takes it from under this launch.
     // One that went away meanwhile is not reused: a fresh box follows.
-    if (live && (await deps.reserveBox(row.boxId).then(() => true, (err) => { if (err instanceof ApiError && err.code === "conflict") return false; throw err; }))) {
-      progress = await deps.saveProgress({ boxId: row.boxId, providerRef: live.providerRef, sameBox: true });
+    if (live && (await deps.reserveBox(previousBox).then(() => true, (err) => { if (err instanceof ApiError && err.code === "conflict") return false; throw err; }))) {
+      progress = await deps.saveProgress({ boxId: previousBox, providerRef: live.providerRef, sameBox: true });
     }
   }
   if (!progress.boxId && shared) {
@@ -347,10 +351,14 @@ async function startRunner(
     const alone = !(await deps.otherRunsOnBox(progress.boxId!));
     const before = await readManagedFiles(provider, ref, home);
     const stale = before.filter((b) => !managed.some((m) => m.path === b.path) && (!keys.has(b.key) || (alone && own.has(b.key))));
+    // A box that outlives the run keeps what is written now: a run stopped meanwhile leaves the
+    // environment's files and their record as they were.
+    stillCurrent(spec, deps);
     await updateManagedFiles(provider, ref, home, stale, managed);
   } else {
     uploads.push({ path: MANAGED_FILES, content: managedFileContent(managed) });
   }
+  stillCurrent(spec, deps);
   await provider.upload(ref, uploads);
   deps.alive();
   if (progress.shared) {

@@ -29,7 +29,9 @@ export function decideSignal(row: Pick<ThreadRow, "status"> & { runId?: string |
   const runId = typeof p.runId === "string" ? p.runId : null;
   if (status === "running") {
     if (row.status === "running") return null;
-    return { status: "running", statusReason: null, statusDetail: reason, boxId: typeof p.boxId === "string" ? p.boxId : undefined, runStartedAt: nowMs, runId };
+    // A run is on the box its claim names, else on none until its launch assigns one: the
+    // previous run's box (gone, maybe) is not this run's to be probed, shown or released.
+    return { status: "running", statusReason: null, statusDetail: reason, boxId: typeof p.boxId === "string" ? p.boxId : null, runStartedAt: nowMs, runId };
   }
   // Only a running thread has a run to end: a finished-signal on an idle (never run) or settled
   // thread changes nothing.

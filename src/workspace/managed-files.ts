@@ -61,15 +61,37 @@ export async function readManagedFiles(provider: SandboxProvider, ref: string, h
 }
 
 /**
+ * How long a box without `flock` waits on the record's lock before it counts the lock as left by
+ * an update that was killed while holding it (an update takes milliseconds).
+ */
+export const RECORD_LOCK_STALE_SECONDS = 10;
+
+/**
+ * Takes the record's lock for the rest of the command: `flock` where the box has it; else a
+ * directory, which only one `mkdir` can create, removed when the command's shell exits.
+ */
+function recordLock(): string {
+  const dir = shq(`${MANAGED_FILES}.lock.d`);
+  const polls = RECORD_LOCK_STALE_SECONDS * 20;
+  // A stale lock is moved aside before it is removed, so that of two waiters breaking it at once
+  // only one does, and the other does not remove the lock the first then takes.
+  // A box where the directory cannot be made at all (a read-only HOME) fails the update instead of waiting for ever.
+  const mkdirLock = `n=0; b=0; until mkdir ${dir} 2>/dev/null; do n=$((n+1)); if [ "$n" -gt ${polls} ]; then`
+    + ` [ "$b" -lt 3 ] || { echo "cannot take the lock ${dir}" >&2; exit 1; }; n=0; b=$((b+1)); mv ${dir} ${dir}.$$ 2>/dev/null && rm -rf ${dir}.$$; fi;`
+    + ` sleep 0.05 2>/dev/null || sleep 1; done; trap "rmdir ${dir} 2>/dev/null" EXIT`;
+  return `if command -v flock >/dev/null 2>&1; then exec 9>>${shq(`${MANAGED_FILES}.lock`)} && flock 9; else ${mkdirLock}; fi`;
+}
+
+/**
  * Removes `stale` from the box and from the record, and adds `add` to the record, in one command
- * (under `flock` where the box has it). Launches on a shared box run at once with each other and
+ * under the record's lock. Launches on a shared box run at once with each other and
  * with an environment's prune: each changes the record only by what it removes and adds, so none
  * drops a line another wrote meanwhile (a file left out of the record would never be removed).
  */
 export async function updateManagedFiles(provider: SandboxProvider, ref: string, home: string, stale: ManagedFile[], add: ManagedFile[] = []): Promise<void> {
   if (stale.length === 0 && add.length === 0) return;
   const record = shq(MANAGED_FILES);
-  const steps = [`mkdir -p ${shq(BOX_DIR)}`, `exec 9>>${record}.lock`, `{ ! command -v flock >/dev/null 2>&1 || flock 9; }`];
+  const steps = [`mkdir -p ${shq(BOX_DIR)}`, recordLock()];
   if (stale.length > 0) steps.push(`rm -f -- ${stale.map((f) => shq(f.path)).join(" ")}`);
   const kept = stale.length > 0 ? `grep -vxF ${stale.map((f) => `-e ${shq(recordLine(f))}`).join(" ")} ${record}` : `cat ${record}`;
   steps.push(`{ ${kept} 2>/dev/null; printf '%s' ${shq(managedFileContent(add))}; } | sort -u > ${record}.$$`, `mv -f ${record}.$$ ${record}`);

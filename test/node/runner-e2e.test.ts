@@ -17,6 +17,7 @@ import { createDaytonaProvider } from "../../src/sandbox/daytona-provider";
 import { runnerLaunch } from "../../src/sandbox/harness";
 import { randomBytes } from "node:crypto";
 import { entryInputSchema } from "../../src/entries/schema";
+import { MAX_REASON_LENGTH } from "../../src/domain/statuses";
 
 const ROOT = join(__dirname, "..", "..");
 const RUNNER = join(ROOT, "dist/runner/runner.mjs");
@@ -703,6 +704,29 @@ describe("runner with harnesses that do not mirror themselves (recorded output)"
     for (const secret of ["stream-token-value-123", "sk-model-key-456", "hunter2-but-longer"]) expect(JSON.stringify(es)).not.toContain(secret);
     const finished = es.filter((e) => e.payload.type === "signal.thread.status_changed");
     expect(finished.map((e) => [e.payload.status, e.payload.reason])).toEqual([["pi_failed", "harness exited with code 3: fatal: cannot reach the model"]]);
+  });
+
+  it("a failure reason already near the length limit stays within it once the stderr line is added", async () => {
+    const threadId = await newThread();
+    const dir = mkdtempSync(join(tmp, "bin-"));
+    // The harness's own failure message, as long as a reason may be, quoting a subprocess's exit.
+    const message = `${"y".repeat(MAX_REASON_LENGTH - 40)} the sub-agent exited with code 1`;
+    writeFileSync(join(dir, "out.jsonl"), `${JSON.stringify({ type: "turn.failed", error: { message } })}\n`);
+    const bin = join(dir, "long-reason-harness");
+    writeFileSync(bin, `#!/bin/sh\ncat '${join(dir, "out.jsonl")}'\necho "fatal: the sub-agent failed" >&2\nexit 1\n`, { mode: 0o755 });
+    const child = spawn(process.execPath, [RUNNER, "--harness", "codex", "--bin", bin, "--prompt", "task"], {
+      cwd: tmp,
+      stdio: ["ignore", "ignore", "pipe"],
+      env: { ...process.env, THREADBOX_THREAD_ID: threadId, THREADBOX_STREAM_URL: streamBase, THREADBOX_STREAM_TOKEN_FILE: tokenFile("test-token"), THREADBOX_RUN_ID: "r-long" },
+    });
+    expect(await new Promise<number | null>((r) => child.on("close", r))).toBe(1);
+    const finished = (await entriesOf(threadId)).filter((e) => e.payload.type === "signal.thread.status_changed");
+    expect(finished.map((e) => e.payload.status)).toEqual(["pi_failed"]);
+    const reason: string = finished[0].payload.reason;
+    // The worker refuses a longer reason, which would leave the run to the silence alarm.
+    expect(reason.length).toBeLessThanOrEqual(MAX_REASON_LENGTH);
+    expect(entryInputSchema.safeParse({ payload: finished[0].payload }).success).toBe(true);
+    expect(reason.startsWith(message.slice(0, 100))).toBe(true);
   });
 
   it("claude-code cannot take a message mid-run: it is queued and starts a resumed turn of the same session after this one", async () => {

@@ -488,6 +488,41 @@ describe("a run stopped while its launch uploads", () => {
   }, 30_000);
 });
 
+describe("a run of a shared-box environment stopped before its launch writes the environment's files", () => {
+  it("writes none of them onto the box, nor into the box's record of them", async () => {
+    const houseId = "house-stop-before-env-files";
+    const { token, t, stub } = await launchableThread(houseId, () => {}, { boxMode: "shared", files: [{ path: "notes.txt", content: "the environment's notes\n" }] });
+    const provider = sharedTestProvider();
+    const before = provider.execHandler;
+    let stopped = false;
+    // The stop lands while the launch reads what the box holds of the environment (before it writes).
+    provider.execHandler = async (b, command, opts) => {
+      if (!stopped && command.startsWith("cat '.threadbox/environment-files'")) {
+        const r = await call(`/api/threads/${t.id}/stop`, { method: "POST", token });
+        expect(r.status).toBe(200);
+        stopped = true;
+      }
+      return before(b, command, opts);
+    };
+    try {
+      await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+      await vi.waitFor(async () => {
+        expect(stopped).toBe(true);
+        expect(await runInDurableObject(stub, (a: ThreadActor) => a.testOutboxKeys().filter((k) => k.startsWith("launch:")))).toEqual([]);
+      }, { timeout: 15_000, interval: 100 });
+      const boxId = ((await (await call(`/api/threads/${t.id}`, { token })).json()) as { boxId: string }).boxId;
+      const ref = ((await (await call(`/api/sandboxes/${boxId}`, { token })).json()) as { providerRef: string }).providerRef;
+      const onBox = provider.calls.filter((c) => c.ref === ref);
+      expect(onBox.filter((c) => c.op === "upload").flatMap((c) => c.args as string[]).filter((p) => p.endsWith("notes.txt"))).toEqual([]);
+      expect(onBox.filter((c) => c.op === "exec" && JSON.stringify(c.args).includes("environment-files.lock"))).toEqual([]);
+      expect([...provider.boxes.get(ref)!.files.keys()].filter((p) => p.endsWith("notes.txt"))).toEqual([]);
+      expect(onBox.some((c) => c.op === "startDetached")).toBe(false);
+    } finally {
+      provider.execHandler = before;
+    }
+  }, 30_000);
+});
+
 describe("a shared box a launch reserved and never got", () => {
   it("does not count as another run on the box for good: the next launch still removes a file whose place moved", async () => {
     const houseId = "house-shared-stale-reservation";

@@ -1,6 +1,6 @@
 import { describe, expect, it, vi } from "vitest";
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
-import type { SandboxActor, ThreadActor } from "./test-worker";
+import type { HouseActor, SandboxActor, ThreadActor } from "./test-worker";
 import { sharedTestProvider } from "./register-test-provider";
 import { unwrapRpc } from "../../src/actors/rpc";
 import { DELETE_BACKOFF_BASE_MS } from "../../src/actors/sandbox/sandbox-decisions";
@@ -8,7 +8,7 @@ import { call, chat, createThread, errorCode, houseToken, post, readAll } from "
 
 const SILENCE_MS = 300_000;
 const PROBE_MS = 60_000;
-const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor>; SANDBOXES: DurableObjectNamespace<SandboxActor> };
+const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor>; SANDBOXES: DurableObjectNamespace<SandboxActor>; HOUSES: DurableObjectNamespace<HouseActor> };
 
 const threadStub = (id: string) => E.THREADS.get(E.THREADS.idFromName(`thread:${id}`));
 const boxStub = (id: string) => E.SANDBOXES.get(E.SANDBOXES.idFromName(id));
@@ -189,6 +189,25 @@ describe("run state machine", () => {
     expect(await box(token, b.id)).toMatchObject({ state: "live", threads: [runner.id] });
   });
 
+  it("an ephemeral box whose last attached run ends while another thread's run launches onto it is kept for that run", async () => {
+    const houseId = "house-reap-reserved";
+    const token = await houseToken(houseId);
+    const b = await newBox(token, true);
+    const ending = await createThread(token);
+    const launching = await createThread(token);
+    await claim(token, ending.id, b.id);
+    // The other thread's launch picked the box (a resume of a run that was on it) and has not attached yet.
+    expect((await post(token, launching.id, signal("running", { runId: "run-launching" }))).status).toBe(201);
+    await unwrapRpc(boxStub(b.id).reserve(houseId, launching.id, "run-launching"));
+    await post(token, ending.id, signal("completed", { reason: "done" }));
+    await vi.waitFor(async () => expect((await box(token, b.id)).threads).toEqual([]), { timeout: 5000 });
+    expect((await box(token, b.id)).state).toBe("live");
+    // The launch attaches its run, and the box goes when that run ends.
+    await unwrapRpc(boxStub(b.id).attach(houseId, launching.id));
+    await unwrapRpc(boxStub(b.id).detach(houseId, launching.id));
+    expect((await box(token, b.id)).state).toBe("deleted");
+  });
+
   it("stop ends a running run with reason `stopped` and keeps the box", async () => {
     const token = await houseToken("house-run");
     const b = await newBox(token, true);
@@ -259,6 +278,69 @@ describe("finished-signals of another run", () => {
   });
 });
 
+describe("a run that claims no box, after a run on a box", () => {
+  it("is not on the previous run's box: neither shown on it, nor orphaned when that box is gone", async () => {
+    const token = await houseToken("house-run-next-claim");
+    const b = await newBox(token, true);
+    const t = await createThread(token);
+    await claim(token, t.id, b.id);
+    await post(token, t.id, signal("completed", { reason: "done" }));
+    await vi.waitFor(async () => expect((await box(token, b.id)).state).toBe("deleted"), { timeout: 5000 });
+    // A run driven from outside (src/sandbox/run.ts) claims without naming a box.
+    await claim(token, t.id);
+    expect((await row(token, t.id)).boxId).toBeNull();
+    for (let i = 0; i < 3; i++) {
+      await post(token, t.id, { payload: { type: "pi.progress", i } });
+      await advance(t.id, PROBE_MS + 5_000);
+    }
+    const r = await row(token, t.id);
+    expect([r.status, r.reason]).toEqual(["running", null]);
+  });
+});
+
+describe("what an ended run owed its box, carried out only after the thread's next run is on that box (a retry)", () => {
+  it("neither stops that next run nor releases the box from under it", async () => {
+    const token = await houseToken("house-late-owed");
+    const b = await newBox(token, true);
+    const t = await createThread(token);
+    const stub = threadStub(t.id);
+    expect((await post(token, t.id, signal("running", { runId: "run-2", boxId: b.id }))).status).toBe(201);
+    await vi.waitFor(async () => expect((await box(token, b.id)).threads).toEqual([t.id]), { timeout: 5000 });
+    // run-1 ended on this box; its stop and its release failed once and are due again now.
+    await runInDurableObject(stub, (a: ThreadActor) => {
+      a.testEnqueue("stop:1", "stop_harness", { boxId: b.id, runId: "run-1" });
+      a.testEnqueue(`detach:${b.id}:1`, "detach", { boxId: b.id, keepBox: false });
+    });
+    await runDurableObjectAlarm(stub);
+    await vi.waitFor(async () => {
+      const owed = await runInDurableObject(stub, (a: ThreadActor) => a.testOutboxKeys());
+      expect(owed.filter((k) => k.startsWith("stop:") || k.startsWith("detach:"))).toEqual([]);
+    }, { timeout: 5000 });
+    const execs = sharedTestProvider().calls.filter((c) => c.op === "exec" && c.ref === b.providerRef).map((c) => JSON.stringify(c.args));
+    expect(execs.filter((a) => a.includes("kill -"))).toEqual([]);
+    expect(await box(token, b.id)).toMatchObject({ state: "live", threads: [t.id] });
+    expect((await row(token, t.id)).status).toBe("running");
+  });
+});
+
+describe("a thread's alarm whose bots cannot be decided (the house unreachable)", () => {
+  it("still keeps the run's liveness alarm: the run is orphaned once silent, not left running", async () => {
+    const houseId = "house-alarm-step-fails";
+    const token = await houseToken(houseId);
+    const t = await createThread(token);
+    const stub = threadStub(t.id);
+    await claim(token, t.id);
+    await runInDurableObject(E.HOUSES.get(E.HOUSES.idFromName(houseId)), (h: HouseActor) => h.failAgentSets(1_000));
+    expect((await post(token, t.id, chat("@coder anyone there?"))).status).toBe(201);
+    // Every alarm from now on finds the house unreachable (the runtime's own retries of a failed alarm run out).
+    await runDurableObjectAlarm(stub).catch(() => {});
+    expect(await runInDurableObject(stub, (_a: ThreadActor, state) => state.storage.getAlarm())).not.toBeNull();
+    await advance(t.id, SILENCE_MS + 1000).catch(() => {});
+    expect(await row(token, t.id)).toMatchObject({ status: "failed", reason: "pi_session_orphaned" });
+    await runInDurableObject(E.HOUSES.get(E.HOUSES.idFromName(houseId)), (h: HouseActor) => h.failAgentSets(0));
+  });
+});
+
 /** Moves a box actor's clock forward, as if that much time had passed. */
 async function advanceBoxClock(boxId: string, ms: number) {
   await runInDurableObject(boxStub(boxId), (actor: SandboxActor) => { actor.advanceClock(ms); });
@@ -291,6 +373,31 @@ describe("stopped-box grace", () => {
     expect(await runDurableObjectAlarm(boxStub(b.id))).toBe(true);
     expect((await box(token, b.id)).state).toBe("deleted");
     await expect(sharedTestProvider().get(b.providerRef)).rejects.toMatchObject({ code: "not_found" });
+  });
+
+  it("a delete whose check of a launch that reserved the box fails (the thread unreachable) is tried again, not dropped", async () => {
+    const house = "house-grace-check-fails";
+    const token = await houseToken(house);
+    const b = await newBox(token, true);
+    const t = await createThread(token);
+    await claim(token, t.id, b.id);
+    // Another thread's launch picked the box; that thread cannot be asked when the box's delete is due.
+    const other = await createThread(token);
+    expect((await post(token, other.id, signal("running", { runId: "run-other" }))).status).toBe(201);
+    await unwrapRpc(boxStub(b.id).reserve(house, other.id, "run-other"));
+    expect((await call(`/api/threads/${t.id}/stop`, { method: "POST", token })).status).toBe(200);
+    await runDurableObjectAlarm(threadStub(t.id));
+    await vi.waitFor(async () => expect((await box(token, b.id)).threads).toEqual([]), { timeout: 5000 });
+    await runInDurableObject(threadStub(other.id), (a: ThreadActor) => a.failRunIsCurrent(true));
+    await advanceBoxClock(b.id, GRACE_MS);
+    await runDurableObjectAlarm(boxStub(b.id)).catch(() => {});
+    expect(await runInDurableObject(boxStub(b.id), (_a: unknown, state) => state.storage.getAlarm())).not.toBeNull();
+    // The thread answers again; its launch ended without taking the box: the next try deletes it.
+    await runInDurableObject(threadStub(other.id), (a: ThreadActor) => a.failRunIsCurrent(false));
+    await post(token, other.id, signal("pi_failed", { runId: "run-other", reason: "launch failed" }));
+    await advanceBoxClock(b.id, 10 * 60_000);
+    expect(await runDurableObjectAlarm(boxStub(b.id))).toBe(true);
+    expect((await box(token, b.id)).state).toBe("deleted");
   });
 
   it("an alarm that comes before the grace period is over deletes nothing and re-arms for the deadline", async () => {

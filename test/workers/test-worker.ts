@@ -95,8 +95,16 @@ export class ThreadActor extends ProductionThreadActor {
     this.runIsCurrentDelayMs = ms;
   }
 
+  private runIsCurrentFails = false;
+
+  /** Asking this thread whether a run is current fails from now on (the thread unreachable), until turned off. */
+  failRunIsCurrent(on: boolean): void {
+    this.runIsCurrentFails = on;
+  }
+
   override async runIsCurrent(houseId: string, runId: string) {
     if (this.runIsCurrentDelayMs > 0) await new Promise((r) => setTimeout(r, this.runIsCurrentDelayMs));
+    if (this.runIsCurrentFails) throw new Error("thread unreachable (test)");
     return super.runIsCurrent(houseId, runId);
   }
 
@@ -197,6 +205,21 @@ export class HouseActor extends ProductionHouseActor {
 
   failThreadUpserts(count: number): void {
     this.failingThreadUpserts = count;
+  }
+
+  private failingAgentSets = 0;
+
+  /** The next `count` reads of the house's agents fail (the house unreachable for a thread's bots). */
+  failAgentSets(count: number): void {
+    this.failingAgentSets = count;
+  }
+
+  override async agentSet() {
+    if (this.failingAgentSets > 0) {
+      this.failingAgentSets--;
+      throw new Error("house unavailable (test)");
+    }
+    return super.agentSet();
   }
 
   override async upsertThread(t: ThreadSummary) {

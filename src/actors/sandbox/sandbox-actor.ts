@@ -63,6 +63,8 @@ export class SandboxActor extends DurableObject<Env> {
   private deleting = false;
   /** The provider is deleting it: nothing may attach. */
   private deletingAtProvider = false;
+  /** Due deletes in a row whose checks failed: the next waits longer. */
+  private failedDeleteChecks = 0;
 
   constructor(ctx: DurableObjectState, env: Env, clock: Clock = systemClock) {
     super(ctx, env);
@@ -357,6 +359,14 @@ export class SandboxActor extends DurableObject<Env> {
         // A launch picked it before: it is in use, not idle.
         if (await this.reservedByCurrentRun(r.house_id as string)) this.ctx.storage.sql.exec(`update box set next_delete_at = null, drain_handle = null, drain_until = null where id = 1`);
         else if (!(await this.stillDraining())) await this.deleteNow();
+        this.failedDeleteChecks = 0;
+      } catch (err) {
+        // A thread that cannot be asked now whether its launch uses the box is asked again later:
+        // an alarm that throws is given up by the runtime after a few tries, and the box leaked.
+        this.failedDeleteChecks++;
+        const at = this.clock.now() + deleteRetryDelayMs(this.failedDeleteChecks);
+        logEvent("box_delete_check_failed", { boxId: r.box_id, retryAt: at, error: errorMessage(err) }, "warn");
+        this.ctx.storage.sql.exec(`update box set next_delete_at = ? where id = 1`, at);
       } finally {
         this.deleting = false;
       }
@@ -423,7 +433,15 @@ export class SandboxActor extends DurableObject<Env> {
   }
 
   private async reapIfIdle(): Promise<void> {
-    if (this.reapable()) await this.deleteNow();
+    if (!this.reapable() || this.deleting) return;
+    // Decided: a launch asking for it from now on is told it is going (it takes a fresh box).
+    this.deleting = true;
+    try {
+      // A launch that picked it and has not attached its run yet is using it: that run's end reaps it.
+      if (!(await this.reservedByCurrentRun(this.row()!.house_id as string))) await this.deleteNow();
+    } finally {
+      this.deleting = false;
+    }
   }
 
   /** Whether the box is one to delete now that no thread runs on it (see shouldReap). */

@@ -33,6 +33,17 @@ export type ThreadOutboxPorts = {
 /** One executor per kind of item a thread owes other actors (see outbox.ts). */
 export function threadOutboxExecutors(p: ThreadOutboxPorts): OutboxExecutors {
   const { env, row } = p;
+  /**
+   * Whether the thread's running run is on `boxId`. What an ended run owes its box (a stop, a
+   * release) is then moot, and carried out late (a retry) it would end that run: the stop finds
+   * processes by thread, the box counts runs by thread. That run's own end owes both again.
+   */
+  const nextRunOn = (boxId: string, kind: string): boolean => {
+    const r = row();
+    if (r.status !== "running" || r.boxId !== boxId) return false;
+    logEvent("box_call_skipped", { threadId: r.id, boxId, kind, reason: "the thread's next run is on this box" });
+    return true;
+  };
   return {
     attach: {
       run: async (x) => {
@@ -46,12 +57,18 @@ export function threadOutboxExecutors(p: ThreadOutboxPorts): OutboxExecutors {
       },
     },
     detach: {
-      run: (x) => unlessBoxUnknown(row().id, x.boxId, "detach", () => sandboxStub(env, x.boxId).detach(row().houseId, row().id, { keepBox: x.keepBox === true })),
+      run: async (x) => {
+        if (nextRunOn(x.boxId, "detach")) return;
+        await unlessBoxUnknown(row().id, x.boxId, "detach", () => sandboxStub(env, x.boxId).detach(row().houseId, row().id, { keepBox: x.keepBox === true }));
+      },
     },
     // A grace period for the harness: only the alarm waits for it.
     stop_harness: {
       slow: true,
-      run: (x) => unlessBoxUnknown(row().id, x.boxId, "stop_harness", () => sandboxStub(env, x.boxId).stopRun(row().houseId, row().id, x.runId)),
+      run: async (x) => {
+        if (nextRunOn(x.boxId, "stop_harness")) return;
+        await unlessBoxUnknown(row().id, x.boxId, "stop_harness", () => sandboxStub(env, x.boxId).stopRun(row().houseId, row().id, x.runId));
+      },
     },
     // Packing and downloading take long: only the alarm runs it; the `detach` after it waits.
     sync_folders: {

@@ -29,12 +29,18 @@ import { PlainStreamHost } from "./plain-stream";
 import { discardBody } from "../../http/bounded-body";
 import { threadOutboxExecutors } from "./outbox-executors";
 import { STATUS_CHANGED } from "../../domain/statuses";
+import { backoffDelayMs } from "../../domain/backoff";
 
 /**
  * How late the alarm comes for work a handler owes and is about to carry out itself: only when the
  * actor died before finishing does it find anything to do. Later than any outbox call takes.
  */
 const OWED_WORK_SAFETY_ALARM_MS = 30_000;
+
+/** How long after an alarm with a failed step the next one comes: doubling from this... */
+const ALARM_RETRY_BASE_MS = 2_000;
+/** ...up to this. */
+const ALARM_RETRY_MAX_MS = 60_000;
 
 const CREATE_REQUEST_SCHEMA: Schema = { name: "create_request", ddl: `create table if not exists create_request (id integer primary key check (id = 1), fingerprint text not null)` };
 
@@ -61,7 +67,7 @@ export const TARGET_HEADER = "x-threadbox-target";
 export const ACTOR_ORIGIN = "https://actor";
 const SUBSCRIBE_PATH = `${ACTOR_ORIGIN}/subscribe`;
 
-export type RunStart = Omit<LaunchSpec, "runId"> & { authorId: string; resume: boolean; runId?: string };
+export type RunStart = Omit<LaunchSpec, "runId" | "resumeBoxId"> & { authorId: string; resume: boolean; runId?: string };
 
 export type CreateThreadInput = {
   id: string;
@@ -330,7 +336,9 @@ export class ThreadActor extends DurableObject<Env> {
     const claim: Entry = { id: `claim:${runId}`, ts: now, authorId: "threadbox", payload: { type: STATUS_CHANGED, status: "running", reason: "launching", runId, ...claimedSettings(spec) } };
     this.appendInternal([prompt, claim]);
     const { authorId: _author, runId: _named, ...launchSpec } = spec;
-    this.outbox.enqueue(`launch:${runId}`, "launch", { ...launchSpec, runId }, now);
+    // The claim takes the previous run's box off the row; a resume may go on on it.
+    const resumeBoxId = spec.resume && row.boxId ? row.boxId : undefined;
+    this.outbox.enqueue(`launch:${runId}`, "launch", { ...launchSpec, runId, ...(resumeBoxId ? { resumeBoxId } : {}) }, now);
     return { runId, replayed: false };
   }
 
@@ -393,12 +401,29 @@ export class ThreadActor extends DurableObject<Env> {
     });
   }
 
-  /** The single alarm: every service's step in order, then the alarm is recomputed from all sources. */
+  /** Alarms in a row with a step that failed: the next one waits longer. In memory: a woken actor tries at once. */
+  private failedAlarms = 0;
+
+  /**
+   * The single alarm: every service's step in order, then the alarm is recomputed from all sources.
+   * A failing step (its actor unreachable) neither holds the others nor goes without the alarm
+   * being set again: the runtime gives up on an alarm that keeps failing, and a running run's
+   * liveness would then never be checked again.
+   */
   async alarm(): Promise<void> {
     if (!this.rows.get()) return this.plain.alarm();
     this.deadlines.alarmFired();
-    for (const step of this.alarmSteps) await step.run(this.clock.now());
-    await this.settleTurn();
+    let failed = false;
+    for (const step of this.alarmSteps) {
+      try {
+        await step.run(this.clock.now());
+      } catch (err) {
+        failed = true;
+        logEvent("alarm_step_failed", { threadId: this.rows.get()?.id, step: step.name, error: errorMessage(err) }, "error");
+      }
+    }
+    this.failedAlarms = failed ? this.failedAlarms + 1 : 0;
+    await this.settleTurn(failed ? this.clock.now() + backoffDelayMs(this.failedAlarms, ALARM_RETRY_BASE_MS, ALARM_RETRY_MAX_MS) : undefined);
   }
 
   // ---- dispatch (bots) ----
@@ -624,8 +649,11 @@ export class ThreadActor extends DurableObject<Env> {
     return settle;
   }
 
-  /** Every handler ends here: run owed side effects, then recompute the one alarm from persisted state. */
-  private async settleTurn(): Promise<void> {
+  /**
+   * Every handler ends here: run owed side effects, then recompute the one alarm from persisted
+   * state (not before `notBeforeMs` when given).
+   */
+  private async settleTurn(notBeforeMs?: number): Promise<void> {
     this.lifecycle.takeChanged();
     this.triggersRecorded = false;
     // Work only the alarm does (a launch, a stop's grace period) gets its alarm in the same commit
@@ -634,7 +662,7 @@ export class ThreadActor extends DurableObject<Env> {
     if (this.rows.get() && this.outbox.hasAny(this.slowKinds)) await this.deadlines.recompute(this.clock.now() + OWED_WORK_SAFETY_ALARM_MS);
     await this.beforeOutboxCalls();
     await this.drainOutbox(false);
-    if (this.rows.get()) await this.deadlines.recompute();
+    if (this.rows.get()) await this.deadlines.recompute(notBeforeMs);
   }
 
   private drainOutbox(includeSlow: boolean): Promise<void> {
