@@ -1,6 +1,6 @@
 import { describe, expect, it, vi } from "vitest";
 import { call, chat, createThread, houseToken, post, readAll, streamToken } from "./helpers";
-import { createAgent, decisions, MODEL_KEY, modelEnvironment, scriptedModel, botThread, waitForEntries } from "./dispatch-helpers";
+import { createAgent, decisions, MODEL_KEY, modelEnvironment, scriptedModel, botThread, waitForEntries, type Step } from "./dispatch-helpers";
 import { sharedTestProvider } from "./register-test-provider";
 import { abortAllDurableObjects, env, runInDurableObject } from "cloudflare:test";
 import { closeInterruptedCalls, MAX_BOT_TEXT_CHARS, TURN_KEEPALIVE_MS } from "../../src/actors/thread/dispatch";
@@ -717,3 +717,61 @@ describe("dispatch: durable turns", () => {
     expect(closeInterruptedCalls([{ role: "assistant", text: "done" }])).toHaveLength(1);
   });
 });
+
+describe("dispatch: a long turn with large tool outputs", () => {
+  it("keeps working past what one storage row holds: every round is kept, and the bot answers", async () => {
+    const token = await houseToken("house-dispatch-big-turn");
+    // A binary file's bytes: each result the model sees is cut to 16 KiB, and every control byte
+    // takes 6 in JSON, so the turn's rounds come to about 11 MB, past a row's limit (2 MB
+    // deployed; workerd's local one is larger).
+    sharedTestProvider().execHandler = (_box, command) => ({ exitCode: 0, output: `${command}\n${"\u0001".repeat(17_000)}` });
+    const ROUNDS = 10;
+    const CALLS = 12;
+    const script: Step[] = [];
+    for (let r = 0; r < ROUNDS; r++) {
+      script.push({ toolCalls: Array.from({ length: CALLS }, (_, i) => ({ id: `r${r}c${i}`, name: "run_command", arguments: { command: `cat part-${r}-${i}.bin` } })) });
+    }
+    script.push({ text: "Read every part." });
+    const model = await scriptedModel(script);
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Reader", handle: "reader", environmentId: envId, tools: ["run_command"] });
+    const t = await createThread(token, { environmentId: envId });
+    await post(token, t.id, chat("@reader read all the parts"));
+    const ended = (es: Entry[]) => chatsBy(es, bot.id).length > 0 || es.some((e) => e.payload.type === "signal.dispatch.error");
+    const deadline = Date.now() + 60_000;
+    let es = await readEvery(token, t.id);
+    while (!ended(es)) {
+      if (Date.now() > deadline) throw new Error(`no answer: ${es.filter((e) => e.payload.type === "pi.tool_result").length} tool results so far`);
+      await new Promise((r) => setTimeout(r, 250));
+      es = await readEvery(token, t.id);
+    }
+    expect(es.filter((e) => e.payload.type === "signal.dispatch.error").map((e) => e.payload.reason)).toEqual([]);
+    expect(chatsBy(es, bot.id).map((e) => e.payload.text)).toEqual(["Read every part."]);
+    expect(es.filter((e) => e.payload.type === "pi.tool_result")).toHaveLength(ROUNDS * CALLS);
+    const reqs = await model.requests();
+    expect(reqs).toHaveLength(ROUNDS + 1);
+    // The last call saw every result, each as the tool gave it (cut to 16 KiB).
+    const results = reqs[ROUNDS].body.messages.filter((m: { role: string }) => m.role === "tool");
+    expect(results).toHaveLength(ROUNDS * CALLS);
+    expect(results.every((m: { content: string }) => m.content.includes("[output truncated"))).toBe(true);
+    // The rounds are on the thread: the ended turn keeps no copy of them.
+    const stub = E.THREADS.get(E.THREADS.idFromName(`thread:${t.id}`));
+    const kept = await runInDurableObject(stub, (_a: ThreadActor, state: DurableObjectState) =>
+      state.storage.sql.exec(`select count(*) as n from dispatch_turn_rounds`).one().n);
+    expect(kept).toBe(0);
+  }, 120_000);
+});
+
+type Entry = Awaited<ReturnType<typeof readAll>>["entries"][number];
+
+/** Every entry of the thread (one read returns a page). */
+async function readEvery(token: string, threadId: string): Promise<Entry[]> {
+  const out: Entry[] = [];
+  let offset = "-1";
+  for (;;) {
+    const page = await readAll(token, threadId, offset);
+    out.push(...page.entries);
+    if (page.upToDate || page.entries.length === 0) return out;
+    offset = page.nextOffset;
+  }
+}
