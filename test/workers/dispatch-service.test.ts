@@ -575,6 +575,43 @@ describe("dispatch: turns that take long", () => {
   }, 30_000);
 });
 
+describe("dispatch: a bot edited while its turn runs", () => {
+  it("a tool removed from the bot while its model answers runs no more: not the call it asked for, nor in later rounds", async () => {
+    const { token, model, bot, t } = await botThread("house-dispatch-revoked", { name: "Ops", handle: "ops" });
+    let ran = 0;
+    sharedTestProvider().execHandler = (_box, command) => {
+      ran += command.includes("rm -rf build") ? 1 : 0;
+      return { exitCode: 0, output: `ran ${command}` };
+    };
+    await model.push(
+      { toolCalls: [{ id: "k1", name: "run_command", arguments: { command: "rm -rf build" } }], held: true },
+      { toolCalls: [{ id: "k2", name: "run_command", arguments: { command: "rm -rf build" } }] },
+      { text: "I can no longer run commands." },
+    );
+    await post(token, t.id, chat("@ops clean the build", "ask-revoke"));
+    const deadline = Date.now() + 10_000;
+    while ((await model.requests()).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect((await model.requests()).length).toBe(1);
+    const patched = await call(`/api/agents/${bot.id}`, { method: "PATCH", token, json: { tools: ["list_threads"] } });
+    expect(patched.status).toBe(200);
+    await model.release();
+    const es = await waitForEntries(token, t.id, (es) => chatsBy(es, bot.id).length === 1 || es.some((e) => e.payload.type === "signal.dispatch.error"), "the answer");
+    expect(chatsBy(es, bot.id).map((e) => e.payload.text)).toEqual(["I can no longer run commands."]);
+    expect(ran).toBe(0);
+    const results = es.filter((e) => e.payload.type === "pi.tool_result");
+    expect(results.map((e) => [e.payload.toolCallId, e.payload.isError])).toEqual([["k1", true], ["k2", true]]);
+    expect(String(results[0].payload.output)).toMatch(/run_command.*no longer/);
+    // From the next round on the model is offered, and told of, only the tools the bot has now.
+    const reqs = await model.requests();
+    expect(reqs).toHaveLength(3);
+    expect(reqs[0].body.tools.map((x: any) => x.function.name)).toContain("run_command");
+    for (const r of reqs.slice(1)) {
+      expect(r.body.tools.map((x: any) => x.function.name)).toEqual(["list_threads"]);
+      expect(JSON.stringify(r.body.messages[0])).not.toContain("run_command");
+    }
+  }, 30_000);
+});
+
 describe("dispatch: post_to_thread", () => {
   it("wakes a bot in another thread of the house (depth + 1) and is refused for another house's thread", async () => {
     const token = await houseToken("house-post");

@@ -489,7 +489,8 @@ export class DispatchService {
         return;
       }
       // The model may come from the bot's own environment; the hands are always the thread's.
-      const tools = buildTools(this.toolContext(row, agent, turn, row.environmentId, progress), agent.tools);
+      const context = this.toolContext(row, agent, turn, row.environmentId, progress);
+      let tools = buildTools(context, agent.tools);
       let written = progress.length;
       let deletedMidTurn = false;
       const stop = new AbortController();
@@ -497,18 +498,24 @@ export class DispatchService {
       try {
         result = await this.llm.runToolLoop({
           model: model.model,
-          systemPrompt: systemPrompt(agent, tools),
+          systemPrompt: () => systemPrompt(agent, tools),
           messages: [...history, ...progress],
-          tools,
+          tools: () => tools,
           signal: stop.signal,
           onEvent: async (e: LoopEvent) => {
-            // A bot deleted while its model was answering shows nothing of that round and acts no
-            // more: the tools it asked for would still run as it (post into other threads, waking
-            // their bots; delegate a run), for as many rounds as its model keeps asking.
-            if (e.kind === "assistant" && !(await house.getAgent(turn.agentId))) {
-              deletedMidTurn = true;
-              stop.abort();
-              return;
+            if (e.kind === "assistant") {
+              // A bot deleted while its model was answering shows nothing of that round and acts no
+              // more: the tools it asked for would still run as it (post into other threads, waking
+              // their bots; delegate a run), for as many rounds as its model keeps asking.
+              const now = await house.getAgent(turn.agentId);
+              if (!now) {
+                deletedMidTurn = true;
+                stop.abort();
+                return;
+              }
+              // Its tools as they are now: one taken away (a user revoking a dangerous one) runs no
+              // more from this round on. Its model and instructions stay the turn's.
+              tools = buildTools(context, now.tools);
             }
             const event = e.kind === "assistant" ? { ...e, text: capText(e.text) } : e;
             this.persist(turn, agent.id, [event], written);
