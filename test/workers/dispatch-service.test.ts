@@ -717,6 +717,40 @@ describe("dispatch: durable turns", () => {
     expect(new Set(es.map((e) => e.id)).size).toBe(es.length);
   }, 60_000);
 
+  it("a turn an older actor began (its rounds in one progress value) resumes from those rounds", async () => {
+    const { token, model, bot, t } = await botThread("house-evict-legacy", { name: "Old", handle: "old" });
+    sharedTestProvider().execHandler = (_box, command) => ({ exitCode: 0, output: `did ${command}` });
+    await model.push(
+      { toolCalls: [{ id: "s1", name: "run_command", arguments: { command: "echo legacy-step" } }] },
+      { hang: true },
+      { text: "Finished where the old actor left off." },
+    );
+    await post(token, t.id, chat("@old do the steps"));
+    const deadline = Date.now() + 20_000;
+    while ((await model.requests()).length < 2) {
+      if (Date.now() > deadline) throw new Error("second model call never came");
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    await abortAllDurableObjects();
+    // The storage as the previous release left it: the rounds in dispatch_turns.progress, no rounds table.
+    const stub = E.THREADS.get(E.THREADS.idFromName(`thread:${t.id}`));
+    await runInDurableObject(stub, (_a: ThreadActor, state: DurableObjectState) => {
+      const sql = state.storage.sql;
+      const rounds = sql.exec(`select body from dispatch_turn_rounds order by idx`).toArray().map((r) => JSON.parse(r.body as string));
+      expect(rounds).toHaveLength(2);
+      sql.exec(`update dispatch_turns set progress = ? where state = 'running'`, JSON.stringify(rounds));
+      sql.exec(`drop table dispatch_turn_rounds`);
+    });
+    await abortAllDurableObjects();
+    const es = await waitForEntries(token, t.id, (es) => chatsBy(es, bot.id).length === 1, "the resumed reply");
+    expect(chatsBy(es, bot.id)[0].payload.text).toBe("Finished where the old actor left off.");
+    expect(es.filter((e) => e.payload.type === "pi.tool_result")).toHaveLength(1);
+    const reqs = await model.requests();
+    expect(reqs).toHaveLength(3);
+    expect(JSON.stringify(reqs[2].body.messages)).toContain("did echo legacy-step");
+    expect(new Set(es.map((e) => e.id)).size).toBe(es.length);
+  }, 60_000);
+
   it("a resumed turn's next post_to_thread is a post of its own, and counts the posts made before the restart against the width cap", async () => {
     const { token, model, envId, bot, t: thread } = await botThread("house-evict-post", { name: "Poster", handle: "poster" });
     const other = await createThread(token, { environmentId: envId });
