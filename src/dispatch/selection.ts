@@ -32,14 +32,25 @@ export type SelectionInput = {
 
 /**
  * `@handle` standing on its own: not inside a word, an address or a path (`x@coder.io`, `é@coder`,
- * an npm scope `@types/node`, a URL's `/@coder`), in any letter case (handles are lower case,
- * `@Coder` means @coder). Chinese and Japanese put no spaces between words: next to their letters
- * (`请@coder帮我`) an ASCII handle is a word of its own.
+ * an npm scope `@types/node`, a URL's `/@coder`), nor the first part of a longer name (`@coder.io`,
+ * `@coder@example.social`), in any letter case (handles are lower case, `@Coder` means @coder).
+ * Markdown's underscores around it (`_@coder_`) are emphasis, not part of a word. Chinese and
+ * Japanese put no spaces between words: next to their letters (`请@coder帮我`) an ASCII handle is a
+ * word of its own.
  */
 const UNSPACED = String.raw`\p{scx=Han}\p{scx=Hiragana}\p{scx=Katakana}`;
-const MENTION = new RegExp(String.raw`(^|[${UNSPACED}]|[^\p{L}\p{N}_.@/-])@([A-Za-z0-9_-]{1,40})(?![^${UNSPACED}\P{L}]|[\p{N}_/-])`, "gu");
+const MENTION = new RegExp(
+  String.raw`(?:^|[${UNSPACED}]|[^\p{L}\p{N}_.@/-])_*@([A-Za-z0-9_-]+)(?![^${UNSPACED}\P{L}]|[\p{N}_/@-]|\.[\p{L}\p{N}])`,
+  "gu",
+);
+const MAX_HANDLE = 40;
 
-export function mentionedHandles(text: string, explicit: string[] = []): Set<string> {
+/**
+ * The handles a text mentions. Handles may end in `-` or `_`, but in chat those are mostly
+ * punctuation (`@coder- see this`, `_@coder_`): such a mention names the handle as written only
+ * when a bot of that handle is among `known`, else the handle without them.
+ */
+export function mentionedHandles(text: string, explicit: string[] = [], known?: ReadonlySet<string>): Set<string> {
   const out = new Set<string>();
   // An explicit mention may be an agent id (kept as given) or a handle (any case).
   for (const m of explicit) {
@@ -47,7 +58,12 @@ export function mentionedHandles(text: string, explicit: string[] = []): Set<str
     out.add(bare);
     out.add(bare.toLowerCase());
   }
-  for (const m of text.matchAll(MENTION)) out.add(m[2].toLowerCase());
+  for (const m of text.matchAll(MENTION)) {
+    const written = m[1].toLowerCase();
+    const trimmed = written.replace(/[-_]+$/, "");
+    const handle = trimmed === "" || known?.has(written) ? written : trimmed;
+    if (handle.length <= MAX_HANDLE) out.add(handle);
+  }
   return out;
 }
 
@@ -73,7 +89,7 @@ export function selectResponders(input: SelectionInput): Decision[] {
   const { trigger, agents, config, lastReplyAt, nowMs } = input;
   if (trigger.dispatch === false) return [];
   const depth = trigger.depth + 1;
-  const handles = mentionedHandles(trigger.text, trigger.mentions);
+  const handles = mentionedHandles(trigger.text, trigger.mentions, new Set(agents.map((a) => a.handle)));
   const humanTrigger = !isBot(trigger.authorId, agents);
   const mentionOrder = [...handles];
 

@@ -93,10 +93,15 @@ export function checkToolCall(
   call: ToolCall,
   rawArgs: string | undefined,
   tools: ToolSpec[],
+  /** The tools the model was offered when it asked, if some have been taken away since. */
+  offered: ToolSpec[] = tools,
 ): { ok: true; tool: ToolSpec; args: Record<string, unknown> } | { ok: false; error: string } {
   const tool = tools.find((t) => t.name === call.name);
   if (!tool) {
     const names = tools.map((t) => t.name).join(", ") || "none";
+    if (offered.some((t) => t.name === call.name)) {
+      return { ok: false, error: `The tool "${call.name}" is no longer available to you: it was removed from your tools. Available tools: ${names}.` };
+    }
     return { ok: false, error: `Unknown tool "${call.name}". Available tools: ${names}.` };
   }
   let args: unknown = call.arguments;
@@ -119,9 +124,14 @@ export function checkToolCall(
 
 export async function runToolLoop(opts: {
   model: ResolvedModel;
-  systemPrompt: string;
+  /** A function is asked again every round (the tools it names may change). */
+  systemPrompt: string | (() => string);
   messages: LoopMessage[];
-  tools: ToolSpec[];
+  /**
+   * A function is asked again every round, and again once the model has answered, before the
+   * calls it asked for run: a tool it no longer returns is offered no more, and not run.
+   */
+  tools: ToolSpec[] | (() => ToolSpec[]);
   onEvent: (e: LoopEvent) => Promise<void>;
   maxRounds?: number;
   maxMalformedRounds?: number;
@@ -134,15 +144,17 @@ export async function runToolLoop(opts: {
   const maxRounds = opts.maxRounds ?? DEFAULT_MAX_ROUNDS;
   const signal = opts.signal ?? new AbortController().signal;
   const history = toPiMessages(opts.messages, opts.model);
-  const piTools = opts.tools.map(toPiTool);
+  const toolsNow = typeof opts.tools === "function" ? opts.tools : () => opts.tools as ToolSpec[];
+  const promptNow = typeof opts.systemPrompt === "function" ? opts.systemPrompt : () => opts.systemPrompt as string;
   let malformedRounds = 0;
 
   for (let round = 1; round <= maxRounds; round++) {
+    const offered = toolsNow();
     const call = await callModel({
       model: opts.model,
-      systemPrompt: opts.systemPrompt,
+      systemPrompt: promptNow(),
       messages: history,
-      tools: piTools,
+      tools: offered.map(toPiTool),
       requestTimeoutMs: opts.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS,
       retries: opts.retries ?? DEFAULT_RETRIES,
       retryBaseDelayMs: opts.retryBaseDelayMs ?? DEFAULT_RETRY_BASE_DELAY_MS,
@@ -163,12 +175,13 @@ export async function runToolLoop(opts: {
       stopReason: message.stopReason,
     });
     if (calls.length === 0) return { ok: true, finalText: text, rounds: round };
+    const available = toolsNow();
 
     let malformed: string | null = null;
     let wellFormed = 0;
     for (const { c, index } of calls) {
       if (signal.aborted) return { ok: false, reason: "the turn was cancelled", rounds: round };
-      const checked = checkToolCall(c, call.rawToolArgs.get(index), opts.tools);
+      const checked = checkToolCall(c, call.rawToolArgs.get(index), available, offered);
       let output: string;
       let isError: boolean;
       if (!checked.ok) {

@@ -44,8 +44,8 @@ export async function botThread(houseId: string, bot: { name: string; handle: st
 type E = Awaited<ReturnType<typeof readAll>>["entries"][number];
 
 /** Polls the thread until `pred` holds on its entries (an event, not a sleep). */
-export async function waitForEntries(token: string, threadId: string, pred: (es: E[]) => boolean, what = "entries"): Promise<E[]> {
-  const deadline = Date.now() + 20_000;
+export async function waitForEntries(token: string, threadId: string, pred: (es: E[]) => boolean, what = "entries", timeoutMs = 20_000): Promise<E[]> {
+  const deadline = Date.now() + timeoutMs;
   for (;;) {
     const { entries } = await readAll(token, threadId);
     if (pred(entries)) return entries;

@@ -102,6 +102,34 @@ describe("selection", () => {
     expect([...mentionedHandles("", ["SB", "ag_Ab12"])].sort()).toEqual(["SB", "ag_Ab12", "ag_ab12", "sb"].sort());
   });
 
+  it("a mention in Markdown emphasis or followed by a dash counts: the underscores and the dash are punctuation", () => {
+    expect([...mentionedHandles("_@coder_ please look")]).toEqual(["coder"]);
+    expect([...mentionedHandles("__@coder__, *@sb*")]).toEqual(["coder", "sb"]);
+    expect([...mentionedHandles("@coder- see the log")]).toEqual(["coder"]);
+    expect([...mentionedHandles("@coder_: and @sb--")]).toEqual(["coder", "sb"]);
+    // Inside a word or an address it is still none, and a longer handle is still its own.
+    expect([...mentionedHandles("snake_@coder x_@sb_ é@coder x@sb @coder_bot @sb-2")]).toEqual(["coder_bot", "sb-2"]);
+    // Handles may end in - or _: a bot with such a handle is named as written.
+    expect([...mentionedHandles("@coder- see", [], new Set(["coder", "coder-"]))]).toEqual(["coder-"]);
+    expect([...mentionedHandles("@coder- see", [], new Set(["coder"]))]).toEqual(["coder"]);
+  });
+
+  it("the selection wakes the bot a chat user means by `_@coder_` and `@coder- see`", () => {
+    expect(pick({ text: "_@coder_ please look" }, [coder]).ag_coder.reason).toBe("mentioned");
+    expect(pick({ text: "@coder- see the log" }, [coder]).ag_coder.reason).toBe("mentioned");
+    const dashed: Candidate = { id: "ag_dashed", handle: "coder-", triggerMode: "mention" };
+    const both = pick({ text: "@coder- see the log" }, [coder, dashed]);
+    expect([both.ag_dashed.reason, both.ag_coder.reason]).toEqual(["mentioned", "not_mentioned"]);
+    expect(pick({ text: "é@coder and x@coder" }, [coder]).ag_coder.reason).toBe("not_mentioned");
+  });
+
+  it("a dotted or @-joined name is another name (a domain, a handle elsewhere); a full stop after a mention is punctuation", () => {
+    expect([...mentionedHandles("see @coder.io and @coder.dev/x or @sb@example.social")]).toEqual([]);
+    expect([...mentionedHandles("thanks @coder. And @sb...")]).toEqual(["coder", "sb"]);
+    expect([...mentionedHandles("ask @coder.")]).toEqual(["coder"]);
+    expect(pick({ text: "is @coder.io up?" }, [coder]).ag_coder.reason).toBe("not_mentioned");
+  });
+
   it("in scripts written without spaces between words (Chinese, Japanese), a mention needs none around it either", () => {
     expect([...mentionedHandles("请@coder帮我写个文件")]).toEqual(["coder"]);
     expect([...mentionedHandles("@coderさん、これを見て。@sbにも")]).toEqual(["coder", "sb"]);

@@ -1,6 +1,6 @@
 import { describe, expect, it, vi } from "vitest";
 import { call, chat, createThread, houseToken, post, readAll, streamToken } from "./helpers";
-import { createAgent, decisions, MODEL_KEY, modelEnvironment, scriptedModel, botThread, waitForEntries } from "./dispatch-helpers";
+import { createAgent, decisions, MODEL_KEY, modelEnvironment, scriptedModel, botThread, waitForEntries, type Step } from "./dispatch-helpers";
 import { sharedTestProvider } from "./register-test-provider";
 import { abortAllDurableObjects, env, runInDurableObject } from "cloudflare:test";
 import { closeInterruptedCalls, MAX_BOT_TEXT_CHARS, TURN_KEEPALIVE_MS } from "../../src/actors/thread/dispatch";
@@ -575,6 +575,43 @@ describe("dispatch: turns that take long", () => {
   }, 30_000);
 });
 
+describe("dispatch: a bot edited while its turn runs", () => {
+  it("a tool removed from the bot while its model answers runs no more: not the call it asked for, nor in later rounds", async () => {
+    const { token, model, bot, t } = await botThread("house-dispatch-revoked", { name: "Ops", handle: "ops" });
+    let ran = 0;
+    sharedTestProvider().execHandler = (_box, command) => {
+      ran += command.includes("rm -rf build") ? 1 : 0;
+      return { exitCode: 0, output: `ran ${command}` };
+    };
+    await model.push(
+      { toolCalls: [{ id: "k1", name: "run_command", arguments: { command: "rm -rf build" } }], held: true },
+      { toolCalls: [{ id: "k2", name: "run_command", arguments: { command: "rm -rf build" } }] },
+      { text: "I can no longer run commands." },
+    );
+    await post(token, t.id, chat("@ops clean the build", "ask-revoke"));
+    const deadline = Date.now() + 10_000;
+    while ((await model.requests()).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect((await model.requests()).length).toBe(1);
+    const patched = await call(`/api/agents/${bot.id}`, { method: "PATCH", token, json: { tools: ["list_threads"] } });
+    expect(patched.status).toBe(200);
+    await model.release();
+    const es = await waitForEntries(token, t.id, (es) => chatsBy(es, bot.id).length === 1 || es.some((e) => e.payload.type === "signal.dispatch.error"), "the answer");
+    expect(chatsBy(es, bot.id).map((e) => e.payload.text)).toEqual(["I can no longer run commands."]);
+    expect(ran).toBe(0);
+    const results = es.filter((e) => e.payload.type === "pi.tool_result");
+    expect(results.map((e) => [e.payload.toolCallId, e.payload.isError])).toEqual([["k1", true], ["k2", true]]);
+    expect(String(results[0].payload.output)).toMatch(/run_command.*no longer/);
+    // From the next round on the model is offered, and told of, only the tools the bot has now.
+    const reqs = await model.requests();
+    expect(reqs).toHaveLength(3);
+    expect(reqs[0].body.tools.map((x: any) => x.function.name)).toContain("run_command");
+    for (const r of reqs.slice(1)) {
+      expect(r.body.tools.map((x: any) => x.function.name)).toEqual(["list_threads"]);
+      expect(JSON.stringify(r.body.messages[0])).not.toContain("run_command");
+    }
+  }, 30_000);
+});
+
 describe("dispatch: post_to_thread", () => {
   it("wakes a bot in another thread of the house (depth + 1) and is refused for another house's thread", async () => {
     const token = await houseToken("house-post");
@@ -680,6 +717,40 @@ describe("dispatch: durable turns", () => {
     expect(new Set(es.map((e) => e.id)).size).toBe(es.length);
   }, 60_000);
 
+  it("a turn an older actor began (its rounds in one progress value) resumes from those rounds", async () => {
+    const { token, model, bot, t } = await botThread("house-evict-legacy", { name: "Old", handle: "old" });
+    sharedTestProvider().execHandler = (_box, command) => ({ exitCode: 0, output: `did ${command}` });
+    await model.push(
+      { toolCalls: [{ id: "s1", name: "run_command", arguments: { command: "echo legacy-step" } }] },
+      { hang: true },
+      { text: "Finished where the old actor left off." },
+    );
+    await post(token, t.id, chat("@old do the steps"));
+    const deadline = Date.now() + 20_000;
+    while ((await model.requests()).length < 2) {
+      if (Date.now() > deadline) throw new Error("second model call never came");
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    await abortAllDurableObjects();
+    // The storage as the previous release left it: the rounds in dispatch_turns.progress, no rounds table.
+    const stub = E.THREADS.get(E.THREADS.idFromName(`thread:${t.id}`));
+    await runInDurableObject(stub, (_a: ThreadActor, state: DurableObjectState) => {
+      const sql = state.storage.sql;
+      const rounds = sql.exec(`select body from dispatch_turn_rounds order by idx`).toArray().map((r) => JSON.parse(r.body as string));
+      expect(rounds).toHaveLength(2);
+      sql.exec(`update dispatch_turns set progress = ? where state = 'running'`, JSON.stringify(rounds));
+      sql.exec(`drop table dispatch_turn_rounds`);
+    });
+    await abortAllDurableObjects();
+    const es = await waitForEntries(token, t.id, (es) => chatsBy(es, bot.id).length === 1, "the resumed reply");
+    expect(chatsBy(es, bot.id)[0].payload.text).toBe("Finished where the old actor left off.");
+    expect(es.filter((e) => e.payload.type === "pi.tool_result")).toHaveLength(1);
+    const reqs = await model.requests();
+    expect(reqs).toHaveLength(3);
+    expect(JSON.stringify(reqs[2].body.messages)).toContain("did echo legacy-step");
+    expect(new Set(es.map((e) => e.id)).size).toBe(es.length);
+  }, 60_000);
+
   it("a resumed turn's next post_to_thread is a post of its own, and counts the posts made before the restart against the width cap", async () => {
     const { token, model, envId, bot, t: thread } = await botThread("house-evict-post", { name: "Poster", handle: "poster" });
     const other = await createThread(token, { environmentId: envId });
@@ -717,3 +788,61 @@ describe("dispatch: durable turns", () => {
     expect(closeInterruptedCalls([{ role: "assistant", text: "done" }])).toHaveLength(1);
   });
 });
+
+describe("dispatch: a long turn with large tool outputs", () => {
+  it("keeps working past what one storage row holds: every round is kept, and the bot answers", async () => {
+    const token = await houseToken("house-dispatch-big-turn");
+    // A binary file's bytes: each result the model sees is cut to 16 KiB, and every control byte
+    // takes 6 in JSON, so the turn's rounds come to about 11 MB, past a row's limit (2 MB
+    // deployed; workerd's local one is larger).
+    sharedTestProvider().execHandler = (_box, command) => ({ exitCode: 0, output: `${command}\n${"\u0001".repeat(17_000)}` });
+    const ROUNDS = 10;
+    const CALLS = 12;
+    const script: Step[] = [];
+    for (let r = 0; r < ROUNDS; r++) {
+      script.push({ toolCalls: Array.from({ length: CALLS }, (_, i) => ({ id: `r${r}c${i}`, name: "run_command", arguments: { command: `cat part-${r}-${i}.bin` } })) });
+    }
+    script.push({ text: "Read every part." });
+    const model = await scriptedModel(script);
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Reader", handle: "reader", environmentId: envId, tools: ["run_command"] });
+    const t = await createThread(token, { environmentId: envId });
+    await post(token, t.id, chat("@reader read all the parts"));
+    const ended = (es: Entry[]) => chatsBy(es, bot.id).length > 0 || es.some((e) => e.payload.type === "signal.dispatch.error");
+    const deadline = Date.now() + 60_000;
+    let es = await readEvery(token, t.id);
+    while (!ended(es)) {
+      if (Date.now() > deadline) throw new Error(`no answer: ${es.filter((e) => e.payload.type === "pi.tool_result").length} tool results so far`);
+      await new Promise((r) => setTimeout(r, 250));
+      es = await readEvery(token, t.id);
+    }
+    expect(es.filter((e) => e.payload.type === "signal.dispatch.error").map((e) => e.payload.reason)).toEqual([]);
+    expect(chatsBy(es, bot.id).map((e) => e.payload.text)).toEqual(["Read every part."]);
+    expect(es.filter((e) => e.payload.type === "pi.tool_result")).toHaveLength(ROUNDS * CALLS);
+    const reqs = await model.requests();
+    expect(reqs).toHaveLength(ROUNDS + 1);
+    // The last call saw every result, each as the tool gave it (cut to 16 KiB).
+    const results = reqs[ROUNDS].body.messages.filter((m: { role: string }) => m.role === "tool");
+    expect(results).toHaveLength(ROUNDS * CALLS);
+    expect(results.every((m: { content: string }) => m.content.includes("[output truncated"))).toBe(true);
+    // The rounds are on the thread: the ended turn keeps no copy of them.
+    const stub = E.THREADS.get(E.THREADS.idFromName(`thread:${t.id}`));
+    const kept = await runInDurableObject(stub, (_a: ThreadActor, state: DurableObjectState) =>
+      state.storage.sql.exec(`select count(*) as n from dispatch_turn_rounds`).one().n);
+    expect(kept).toBe(0);
+  }, 120_000);
+});
+
+type Entry = Awaited<ReturnType<typeof readAll>>["entries"][number];
+
+/** Every entry of the thread (one read returns a page). */
+async function readEvery(token: string, threadId: string): Promise<Entry[]> {
+  const out: Entry[] = [];
+  let offset = "-1";
+  for (;;) {
+    const page = await readAll(token, threadId, offset);
+    out.push(...page.entries);
+    if (page.upToDate || page.entries.length === 0) return out;
+    offset = page.nextOffset;
+  }
+}

@@ -54,7 +54,7 @@ export type DispatchPorts = {
 type TurnState = "gate" | "pending" | "running" | "done" | "failed";
 type TurnRow = {
   id: string; agentId: string; triggerEntryId: string; triggerSeq: number; depth: number; state: TurnState;
-  runAt: number; attempts: number; progress: LoopMessage[]; updatedAt: number;
+  runAt: number; attempts: number; updatedAt: number;
 };
 
 export type DecisionRecord = { at: string; triggerEntryId: string; agentId: string; verdict: string; reason: DecisionReason; detail: string | null; turnId: string | null };
@@ -107,6 +107,18 @@ export const DISPATCH_TURNS_SCHEMA: Schema = {
 };
 
 /**
+ * A running turn's rounds, one row each. A turn may write up to DEFAULT_MAX_ROUNDS rounds of
+ * several 16 KiB tool results each: all of them in one value would pass the storage's limit on
+ * a row (about 2 MB), and rewriting the whole transcript every round costs the square of it.
+ * (Older actors' turns may still hold rounds in `dispatch_turns.progress`: those come first.)
+ */
+export const DISPATCH_ROUNDS_SCHEMA: Schema = {
+  name: "dispatch_turn_rounds",
+  ddl: `create table if not exists dispatch_turn_rounds (
+      turn_id text not null, idx integer not null, body text not null, primary key (turn_id, idx))`,
+};
+
+/**
  * Bots reacting to chat, inside the ThreadActor. A chat entry becomes a trigger in the same
  * transaction that appends it; the actor's alarm turns triggers into decisions and turns, and
  * runs turns. A turn persists its progress with every round it writes to the thread, so after
@@ -128,6 +140,7 @@ export class DispatchService {
   private readonly configTable: LazySchema;
   private readonly agentsTable: LazySchema;
   private readonly turnTables: LazySchema;
+  private readonly roundsTable: LazySchema;
 
   constructor(private readonly ports: DispatchPorts) {
     const sql = ports.sql;
@@ -137,6 +150,7 @@ export class DispatchService {
     this.configTable = new LazySchema(sql, DISPATCH_CONFIG_SCHEMA);
     this.agentsTable = new LazySchema(sql, DISPATCH_AGENTS_SCHEMA);
     this.turnTables = new LazySchema(sql, DISPATCH_TURNS_SCHEMA);
+    this.roundsTable = new LazySchema(sql, DISPATCH_ROUNDS_SCHEMA);
   }
 
   // ---- config ----
@@ -378,15 +392,31 @@ export class DispatchService {
     return this.ports.sql.exec(`select * from dispatch_turns where ${where} order by run_at`, ...args).toArray().map((r) => ({
       id: r.id as string, agentId: r.agent_id as string, triggerEntryId: r.trigger_entry_id as string, triggerSeq: r.trigger_seq as number,
       depth: r.depth as number, state: r.state as TurnState, runAt: r.run_at as number, attempts: r.attempts as number,
-      progress: JSON.parse(r.progress as string) as LoopMessage[], updatedAt: r.updated_at as number,
+      updatedAt: r.updated_at as number,
     }));
   }
 
-  private setTurn(id: string, patch: { state?: TurnState; attempts?: number; progress?: LoopMessage[] }): void {
+  private setTurn(id: string, patch: { state?: TurnState; attempts?: number }): void {
     this.ports.sql.exec(
-      `update dispatch_turns set state = coalesce(?, state), attempts = coalesce(?, attempts), progress = coalesce(?, progress), updated_at = ? where id = ?`,
-      patch.state ?? null, patch.attempts ?? null, patch.progress ? JSON.stringify(patch.progress) : null, this.ports.now(), id,
+      `update dispatch_turns set state = coalesce(?, state), attempts = coalesce(?, attempts), updated_at = ? where id = ?`,
+      patch.state ?? null, patch.attempts ?? null, this.ports.now(), id,
     );
+    // An ended turn's rounds are on the thread; kept here they would only fill the actor's storage.
+    if (patch.state === "done" || patch.state === "failed") {
+      this.ports.sql.exec(`update dispatch_turns set progress = '[]' where id = ? and progress != '[]'`, id);
+      if (this.roundsTable.exists()) this.ports.sql.exec(`delete from dispatch_turn_rounds where turn_id = ?`, id);
+    }
+  }
+
+  /** The rounds a turn has written so far, oldest first. */
+  private progressOf(turnId: string): LoopMessage[] {
+    const legacy = this.ports.sql.exec(`select progress from dispatch_turns where id = ?`, turnId).toArray()[0];
+    const out = legacy ? (JSON.parse(legacy.progress as string) as LoopMessage[]) : [];
+    if (!this.roundsTable.exists()) return out;
+    for (const r of this.ports.sql.exec(`select body from dispatch_turn_rounds where turn_id = ? order by idx`, turnId)) {
+      out.push(JSON.parse(r.body as string) as LoopMessage);
+    }
+    return out;
   }
 
   // ---- one turn ----
@@ -449,10 +479,9 @@ export class DispatchService {
       this.setTurn(turn.id, { state: "running", attempts });
       // If this incarnation dies mid-turn, the lease deadline wakes the next one to resume.
       await this.ports.rearm();
-      const progress = closeInterruptedCalls(turn.progress);
-      if (progress.length !== turn.progress.length) {
-        this.persist(turn, agent.id, progress.slice(turn.progress.length).map(toEvent), turn.progress.length, progress);
-      }
+      const saved = this.progressOf(turn.id);
+      const progress = closeInterruptedCalls(saved);
+      if (progress.length !== saved.length) this.persist(turn, agent.id, progress.slice(saved.length).map(toEvent), saved.length);
       const last = progress.at(-1);
       if (last?.role === "assistant" && !last.toolCalls?.length) {
         // Interrupted after the final round was written: that round is the answer.
@@ -460,31 +489,36 @@ export class DispatchService {
         return;
       }
       // The model may come from the bot's own environment; the hands are always the thread's.
-      const tools = buildTools(this.toolContext(row, agent, turn, row.environmentId), agent.tools);
+      const context = this.toolContext(row, agent, turn, row.environmentId, progress);
+      let tools = buildTools(context, agent.tools);
       let written = progress.length;
       let deletedMidTurn = false;
       const stop = new AbortController();
-      const transcript = [...progress];
       let result: LoopResult;
       try {
         result = await this.llm.runToolLoop({
           model: model.model,
-          systemPrompt: systemPrompt(agent, tools),
+          systemPrompt: () => systemPrompt(agent, tools),
           messages: [...history, ...progress],
-          tools,
+          tools: () => tools,
           signal: stop.signal,
           onEvent: async (e: LoopEvent) => {
-            // A bot deleted while its model was answering shows nothing of that round and acts no
-            // more: the tools it asked for would still run as it (post into other threads, waking
-            // their bots; delegate a run), for as many rounds as its model keeps asking.
-            if (e.kind === "assistant" && !(await house.getAgent(turn.agentId))) {
-              deletedMidTurn = true;
-              stop.abort();
-              return;
+            if (e.kind === "assistant") {
+              // A bot deleted while its model was answering shows nothing of that round and acts no
+              // more: the tools it asked for would still run as it (post into other threads, waking
+              // their bots; delegate a run), for as many rounds as its model keeps asking.
+              const now = await house.getAgent(turn.agentId);
+              if (!now) {
+                deletedMidTurn = true;
+                stop.abort();
+                return;
+              }
+              // Its tools as they are now: one taken away (a user revoking a dangerous one) runs no
+              // more from this round on. Its model and instructions stay the turn's.
+              tools = buildTools(context, now.tools);
             }
             const event = e.kind === "assistant" ? { ...e, text: capText(e.text) } : e;
-            transcript.push(toMessage(event));
-            this.persist(turn, agent.id, [event], written, transcript);
+            this.persist(turn, agent.id, [event], written);
             written += 1;
           },
         });
@@ -522,7 +556,7 @@ export class DispatchService {
   }
 
   /** Each round goes on the thread and into the turn's progress in one synchronous step. */
-  private persist(turn: TurnRow, agentId: string, events: LoopEvent[], firstIndex: number, progress: LoopMessage[]): void {
+  private persist(turn: TurnRow, agentId: string, events: LoopEvent[], firstIndex: number): void {
     const now = this.ports.now();
     const entries: Entry[] = events.map((e, i) => ({
       id: `turn:${turn.id}:${firstIndex + i}`, ts: now, authorId: agentId,
@@ -531,7 +565,14 @@ export class DispatchService {
         : { type: "pi.tool_result", toolCallId: e.toolCallId, toolName: e.name, output: e.output, isError: e.isError, depth: turn.depth, turnId: turn.id },
     }));
     this.ports.append(entries);
-    this.setTurn(turn.id, { progress });
+    this.roundsTable.ensure();
+    for (const [i, e] of events.entries()) {
+      this.ports.sql.exec(
+        `insert into dispatch_turn_rounds (turn_id, idx, body) values (?, ?, ?) on conflict do update set body = excluded.body`,
+        turn.id, firstIndex + i, JSON.stringify(toMessage(e)),
+      );
+    }
+    this.setTurn(turn.id, {});
   }
 
   private fail(turn: TurnRow, raw: string): void {
@@ -571,7 +612,7 @@ export class DispatchService {
     });
   }
 
-  private toolContext(row: ThreadRow, agent: Agent, turn: TurnRow, environmentId: string | null): ToolContext {
+  private toolContext(row: ThreadRow, agent: Agent, turn: TurnRow, environmentId: string | null, progress: LoopMessage[]): ToolContext {
     return {
       env: this.ports.env,
       claims: { kind: "house", houseId: row.houseId, subject: agent.id, role: BOT_ROLE },
@@ -580,7 +621,7 @@ export class DispatchService {
       depth: turn.depth,
       turnId: turn.id,
       // A resumed turn has already spent what it posted before the restart.
-      postBudget: { left: Math.max(0, this.config().widthCap - postsMade(turn.progress)) },
+      postBudget: { left: Math.max(0, this.config().widthCap - postsMade(progress)) },
     };
   }
 }
