@@ -2,7 +2,7 @@ import { Router } from "itty-router";
 import { headOf } from "./http/head";
 import { ApiError, errorResponse, json } from "./errors";
 import type { Env } from "./env";
-import { mintTokenRoute } from "./http/routes-admin";
+import { assertAdminSecret, mintTokenRoute } from "./http/routes-admin";
 import {
   createThreadRoute, getThreadRoute, listThreadsRoute, mintThreadTokenRoute, postEntriesRoute, readEntriesRoute, stopThreadRoute, interruptThreadRoute,
   subscribeRoute, delegateRoute, resumeRoute,
@@ -14,8 +14,9 @@ import { listArtifactsRoute } from "./http/routes-artifacts";
 import { createAgentRoute, deleteAgentRoute, getAgentRoute, listAgentsRoute, patchAgentRoute } from "./http/routes-agents";
 import { dispatchDecisionsRoute, getThreadConfigRoute, patchThreadConfigRoute } from "./http/routes-dispatch";
 import { streamRoute, withPublicLocation } from "./http/routes-streams";
+import { wakeCaller, wakeRouteId } from "./http/routes-subscriptions";
 import { CORS_HEADERS, CORS_PREFLIGHT_HEADERS } from "./streams/protocol";
-import { assertNoRepeatedQuery } from "./http/query";
+import { assertNoRepeatedQuery, hasRepeatedQuery } from "./http/query";
 import { authenticate } from "./auth/authenticate";
 
 /** Every answer carries CORS headers (stream answers already do, from the actor). */
@@ -116,13 +117,50 @@ router
   });
 
 const STREAM_PREFIXES = ["/v1/stream/", "/api/stream/"];
+const SUBSCRIBE_PATH = patternOf("/api/threads/:id/subscribe");
+
+/**
+ * The credential check of the route a request is for, on its own: what a request that is refused
+ * before its route runs (a repeated query parameter) is told first, so that without a valid
+ * token it learns nothing of how the route reads its query. The protocol's 401 for a wake's
+ * token comes back as its answer; every other problem is thrown.
+ */
+async function credentialsProblem(request: Request, env: Env, url: URL): Promise<Response | undefined> {
+  const { pathname } = url;
+  if (!/^\/(api|v1)\//.test(pathname)) return undefined;
+  if (pathname === "/api/admin/tokens") {
+    assertAdminSecret(request, env);
+    return undefined;
+  }
+  const prefix = STREAM_PREFIXES.find((p) => pathname.startsWith(p));
+  if (prefix) {
+    let id: string | undefined;
+    try {
+      id = wakeRouteId(decodeURIComponent(pathname.slice(prefix.length)));
+    } catch {
+      // Not percent-encoding: the stream route takes a house or stream token first, as here.
+    }
+    if (id !== undefined) {
+      const caller = await wakeCaller(request, env, id);
+      return caller instanceof Response ? caller : undefined;
+    }
+  }
+  await authenticate(request, env.THREADBOX_TOKEN_SECRET, SUBSCRIBE_PATH.test(pathname));
+  return undefined;
+}
 
 export default {
   async fetch(request: Request, env: Env, ctx: ExecutionContext): Promise<Response> {
     let response: Response;
     try {
       const url = new URL(request.url);
-      assertNoRepeatedQuery(url);
+      // Refused on every route, but after that route's token check. A preflight carries no token
+      // and is answered the same on every path.
+      if (request.method !== "OPTIONS" && hasRepeatedQuery(url)) {
+        const refused = await credentialsProblem(request, env, url);
+        if (refused) return withCors(refused);
+        assertNoRepeatedQuery(url);
+      }
       // Stream appends and reads are most of the traffic: they skip the route list.
       const prefix = request.method === "OPTIONS" ? undefined : STREAM_PREFIXES.find((p) => url.pathname.length > p.length && url.pathname.startsWith(p));
       response = prefix

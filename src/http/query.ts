@@ -6,6 +6,11 @@ import { formatZodError } from "../entries/schema";
  * `?offset=-1&offset=0` has no single meaning (URLSearchParams.get takes the first, a proxy may
  * take the last): every route refuses a repeated query parameter instead of guessing.
  */
+export function hasRepeatedQuery(url: URL): boolean {
+  const keys = [...url.searchParams.keys()];
+  return new Set(keys).size !== keys.length;
+}
+
 export function assertNoRepeatedQuery(url: URL): void {
   const seen = new Set<string>();
   for (const key of url.searchParams.keys()) {

@@ -27,7 +27,7 @@ function timingSafeEqual(a: string, b: string): boolean {
 }
 
 /** Only the admin secret mints house tokens; it is compared in constant time and never echoed. */
-export async function mintTokenRoute(request: Request, env: Env): Promise<Response> {
+export function assertAdminSecret(request: Request, env: Env): void {
   const secret = env.THREADBOX_ADMIN_SECRET;
   // It mints any house's tokens, any role, over the open internet: a short one could be guessed.
   if (!secret || secret.length < MIN_SECRET_LENGTH) throw new ApiError("internal", `THREADBOX_ADMIN_SECRET is not configured (at least ${MIN_SECRET_LENGTH} characters)`);
@@ -35,6 +35,10 @@ export async function mintTokenRoute(request: Request, env: Env): Promise<Respon
   const match = /^Bearer\s+(.+)$/i.exec(header.trim());
   if (!match) throw new ApiError("unauthorized", "missing admin bearer token");
   if (!timingSafeEqual(match[1], secret)) throw new ApiError("unauthorized", "invalid admin secret");
+}
+
+export async function mintTokenRoute(request: Request, env: Env): Promise<Response> {
+  assertAdminSecret(request, env);
   const body = await readBody(request, mintSchema);
   const minted = await mintHouseToken(env.THREADBOX_TOKEN_SECRET, body.houseId, body.subject, body.role, body.ttlSeconds);
   return json({ ...minted, houseId: body.houseId, subject: body.subject, role: body.role }, 201);

@@ -51,20 +51,15 @@ async function route(request: Request, env: Env, name: string, base: string, met
   const m = ROUTE.exec(name);
   const [, id, action, rest] = m ?? [];
 
-  // A wake's own token authorizes these, not a house token: it names the house and the wake.
-  if (m && (action === "callback" || action === "ack" || action === "release")) {
-    const token = /^Bearer (.+)$/i.exec(request.headers.get("authorization") ?? "")?.[1]?.trim() ?? "";
-    const claims = peekCallbackToken(token);
-    if (!claims || claims.sub !== id) return protocolError(401, "TOKEN_INVALID", "Token invalid");
-    // The signature first: an unsigned token must learn nothing (which subscriptions exist, their
-    // type) and wake no house. Its wake generation is checked by the house (service.ts, fence).
-    const verified = await verifyCallbackToken(env.THREADBOX_TOKEN_SECRET ?? "", token, claims.house, id, Date.now());
-    if (!verified.ok) return protocolError(401, verified.code, verified.code === "TOKEN_EXPIRED" ? "Token expired" : "Token invalid");
+  if (m && isWakeAction(action)) {
+    const caller = await wakeCaller(request, env, id);
+    if (caller instanceof Response) return caller;
+    const { house, token } = caller;
     allow(method, ["POST"], `POST to ${action}`);
     const body = await readBody(request, ackRequestSchema);
     const result = action === "release"
-      ? await op(env, claims.house, { kind: "release", id, token, request: body })
-      : await op(env, claims.house, { kind: "ack", id, token, request: body, via: action });
+      ? await op(env, house, { kind: "release", id, token, request: body })
+      : await op(env, house, { kind: "ack", id, token, request: body, via: action });
     return toResponse(result);
   }
 
@@ -98,6 +93,29 @@ async function route(request: Request, env: Env, name: string, base: string, met
   if (method === "DELETE") return toResponse(await op(env, claims.houseId, { kind: "delete", id }));
   const input = await readBody(request, subscriptionInputSchema);
   return toResponse(await op(env, claims.houseId, { kind: "put", id, input, base }));
+}
+
+const isWakeAction = (action: string | undefined) => action === "callback" || action === "ack" || action === "release";
+
+/** The subscription id of a `__ds/` name whose route a wake's own token authorizes (callback, ack, release). */
+export function wakeRouteId(name: string): string | undefined {
+  const m = ROUTE.exec(name);
+  return m && isWakeAction(m[2]) ? m[1] : undefined;
+}
+
+/**
+ * A wake's own token authorizes the callback, ack and release of subscription `id`, not a house
+ * token: it names the house and the wake. A token that does not is the protocol's 401.
+ */
+export async function wakeCaller(request: Request, env: Env, id: string): Promise<{ house: string; token: string } | Response> {
+  const token = /^Bearer (.+)$/i.exec(request.headers.get("authorization") ?? "")?.[1]?.trim() ?? "";
+  const claims = peekCallbackToken(token);
+  if (!claims || claims.sub !== id) return protocolError(401, "TOKEN_INVALID", "Token invalid");
+  // The signature first: an unsigned token must learn nothing (which subscriptions exist, their
+  // type) and wake no house. Its wake generation is checked by the house (service.ts, fence).
+  const verified = await verifyCallbackToken(env.THREADBOX_TOKEN_SECRET ?? "", token, claims.house, id, Date.now());
+  if (!verified.ok) return protocolError(401, verified.code, verified.code === "TOKEN_EXPIRED" ? "Token expired" : "Token invalid");
+  return { house: claims.house, token };
 }
 
 /** A known route asked with another method: 405 with `Allow` (after the token check). */

@@ -221,9 +221,21 @@ describe("token link", () => {
     const store = { setItem: (k: string, v: string) => stored.set(k, v), getItem: (k: string) => stored.get(k) ?? null } as unknown as Storage;
     let replaced = "";
     const hist = { replaceState: (_s: unknown, _t: string, url: string) => { replaced = url; } } as unknown as History;
-    takeTokenFromLocation({ hash: "#token=abc.def.ghi&x=1", pathname: "/threads/t1", search: "?q=2" } as Location, hist, store);
+    expect(takeTokenFromLocation({ hash: "#token=abc.def.ghi&x=1", pathname: "/threads/t1", search: "?q=2" } as Location, hist, store)).toBeNull();
     expect(stored.get("threadbox.token")).toBe("abc.def.ghi");
     expect(replaced).toBe("/threads/t1?q=2#x=1");
+    // The same token again is simply kept.
+    expect(takeTokenFromLocation({ hash: "#token=abc.def.ghi", pathname: "/", search: "" } as Location, hist, store)).toBeNull();
+    expect([stored.get("threadbox.token"), replaced]).toEqual(["abc.def.ghi", "/"]);
+  });
+
+  it("does not replace another stored token: it hands the link's token back to be confirmed, and still strips it", () => {
+    const stored = new Map<string, string>([["threadbox.token", "mine.a.b"]]);
+    const store = { setItem: (k: string, v: string) => stored.set(k, v), getItem: (k: string) => stored.get(k) ?? null } as unknown as Storage;
+    let replaced = "";
+    const hist = { replaceState: (_s: unknown, _t: string, url: string) => { replaced = url; } } as unknown as History;
+    expect(takeTokenFromLocation({ hash: "#token=theirs.c.d", pathname: "/bots", search: "" } as Location, hist, store)).toBe("theirs.c.d");
+    expect([stored.get("threadbox.token"), replaced]).toEqual(["mine.a.b", "/bots"]);
   });
 
   it("reads the house and subject of a token for display", () => {

@@ -160,6 +160,62 @@ describe("signing in", () => {
     await context.close();
   });
 
+  it("a sign-in link with another house's token, opened while signed in, asks first and keeps the current sign-in unless confirmed", async () => {
+    const other = await worker.mintHouseToken("house-ui-other", "mallory", "owner");
+    const context = await browser.newContext();
+    // Seeded once: a reload must find what the page itself stored.
+    await context.addInitScript((t) => { if (!sessionStorage.getItem("seeded")) { sessionStorage.setItem("seeded", "1"); localStorage.setItem("threadbox.token", t); } }, token);
+    const page = await context.newPage();
+    const stored = () => page.evaluate(() => localStorage.getItem("threadbox.token"));
+    const asked = "This link signs you in to house house-ui-other as mallory (owner) instead of house house-ui as ui-user (owner).";
+
+    // Opened as a new page: nothing switches until the user says so, and the link's token leaves the address bar.
+    await page.goto(`${worker.url}/environments#token=${other}`);
+    await page.waitForSelector("form.switch-house, .topbar .who"); // the question, or (unasked) the other house's pages
+    expect(page.url()).toBe(`${worker.url}/environments`);
+    expect(await stored() === token ? "kept" : "replaced").toBe("kept");
+    expect((await page.textContent("form.switch-house"))?.replace(/\s+/g, " ")).toContain(asked);
+    expect(await page.isVisible("input[name=name]")).toBe(false); // no page of either house to type into meanwhile
+    await page.screenshot({ path: join(OUT_DIR, "switch-house.png") });
+    await page.click("form.switch-house >> text=Stay in house house-ui");
+    await page.waitForSelector("form.switch-house", { state: "detached" });
+    expect(await page.textContent(".topbar .who")).toContain("house-ui as ui-user");
+    expect(await page.isVisible("input[name=name]")).toBe(true);
+    expect(await stored()).toBe(token);
+    await page.reload();
+    await page.waitForSelector("input[name=name]");
+    expect(await page.$("form.switch-house")).toBeNull();
+    expect(await stored()).toBe(token);
+
+    // Opened in this tab (only the fragment changes): asked again; confirming switches.
+    await page.evaluate((t) => { location.hash = `token=${t}`; }, other);
+    await page.waitForSelector("form.switch-house");
+    expect(page.url()).toBe(`${worker.url}/environments`);
+    expect(await stored()).toBe(token);
+    await page.click("form.switch-house >> text=Switch to house house-ui-other");
+    await page.waitForSelector("form.switch-house", { state: "detached" });
+    expect(await page.textContent(".topbar .who")).toContain("house-ui-other as mallory");
+    expect(await stored()).toBe(other);
+
+    // Another subject of the same house is asked about too; Escape stays.
+    const eve = await worker.mintHouseToken("house-ui-other", "eve", "member");
+    await page.goto(`${worker.url}/#token=${eve}`);
+    await page.waitForSelector("form.switch-house");
+    expect((await page.textContent("form.switch-house"))?.replace(/\s+/g, " ")).toContain("house house-ui-other as eve (member) instead of house house-ui-other as mallory (owner)");
+    expect(await page.textContent("form.switch-house button[type=submit]")).toBe("Stay as mallory");
+    await page.keyboard.press("Escape");
+    await page.waitForSelector("form.switch-house", { state: "detached" });
+    expect([await stored(), page.url()]).toEqual([other, `${worker.url}/`]);
+
+    // The link of the token already in use signs in as before, without asking.
+    await page.goto(`${worker.url}/#token=${other}`);
+    await page.waitForSelector("input[name=title]");
+    expect(await page.$("form.switch-house")).toBeNull();
+    expect(page.url()).toBe(`${worker.url}/`);
+    expect(await stored()).toBe(other);
+    await context.close();
+  });
+
   it("a stored token the server refuses (expired, revoked) leads back to sign-in", async () => {
     const context = await browser.newContext();
     await context.addInitScript(() => { if (!sessionStorage.getItem("seeded")) { sessionStorage.setItem("seeded", "1"); localStorage.setItem("threadbox.token", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.forged"); } });

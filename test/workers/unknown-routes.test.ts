@@ -113,4 +113,45 @@ describe("405 under the stream base", () => {
       await ok.body?.cancel();
     }
   });
+
+  it("checks the token before judging the query: a repeated parameter is a 401 without a valid token, a 400 with one", async () => {
+    const token = await houseToken("house-query-order");
+    const t = await createThread(token);
+    const st = await streamToken("house-query-order", t.id);
+    const cases: [string, string, string][] = [
+      ["GET", "/api/threads?limit=1&limit=2", token], ["POST", "/api/threads?x=1&x=2", token],
+      ["GET", `/api/threads/${t.id}/entries?offset=-1&offset=0`, token], ["GET", "/api/threads/@@@?x=1&x=2", token],
+      ["GET", `/api/threads/${t.id}/subscribe?offset=-1&offset=now`, token],
+      ["GET", "/api/sandboxes?state=live&state=dead", token], ["DELETE", "/api/environments/e1?a=1&a=2", token],
+      ["GET", "/api/nope?a=1&a=2", token], ["GET", "/v1/nope?a=1&a=2", token],
+      ["GET", `/api/stream/thread-${t.id}?offset=-1&offset=0`, st], ["POST", `/v1/stream/thread-${t.id}/token?a=1&a=2`, st],
+      ["GET", "/v1/stream/q?offset=-1&offset=0", token], ["GET", "/v1/stream/__ds/jwks.json?a=1&a=2", token],
+      ["GET", "/v1/stream/__ds/subscriptions/s1?a=1&a=2", token],
+    ];
+    for (const [method, path, good] of cases) {
+      for (const bad of [undefined, "not-a-token"]) {
+        const r = await call(path, { method, ...(bad ? { token: bad } : {}) });
+        expect([method, path, bad ?? "none", r.status]).toEqual([method, path, bad ?? "none", 401]);
+        await r.body?.cancel();
+      }
+      const ok = await call(path, { method, token: good });
+      expect([method, path, ok.status]).toEqual([method, path, 400]);
+      await ok.body?.cancel();
+    }
+    // The routes that take their own credentials check those first; the one that takes none judges the query at once.
+    const mint = await call("/api/admin/tokens?a=1&a=2", { method: "POST", token: "not-the-secret", json: { houseId: "h", subject: "s" } });
+    expect(mint.status).toBe(401);
+    await mint.body?.cancel();
+    const mintOk = await call("/api/admin/tokens?a=1&a=2", { method: "POST", token: "test-admin-secret", json: { houseId: "h", subject: "s" } });
+    expect(mintOk.status).toBe(400);
+    await mintOk.body?.cancel();
+    const wake = await call("/v1/stream/__ds/subscriptions/s1/ack?a=1&a=2", { method: "POST", token: "not-a-token", json: {} });
+    expect([wake.status, ((await wake.json()) as { error: { code: string } }).error.code]).toEqual([401, "TOKEN_INVALID"]);
+    const health = await call("/health?a=1&a=2");
+    expect(health.status).toBe(400);
+    await health.body?.cancel();
+    // A preflight carries no token and is answered the same on every path.
+    const preflight = await call("/api/threads?a=1&a=2", { method: "OPTIONS" });
+    expect(preflight.status).toBe(204);
+  });
 });

@@ -3,6 +3,7 @@ import { Api } from "./lib/api";
 import { clearToken, isReadOnly, loadToken, readClaims, saveToken, takeTokenFromLocation } from "./lib/auth";
 import { matchRoute, onLinkClick, usePath } from "./lib/router";
 import { SignIn } from "./components/SignIn";
+import { SwitchHouse } from "./components/SwitchHouse";
 import { ThreadsPage } from "./components/ThreadsPage";
 import { ThreadView } from "./components/ThreadView";
 import { SandboxesPage } from "./components/SandboxesPage";
@@ -15,8 +16,10 @@ import { BotsPage } from "./components/BotsPage";
  */
 export type Session = { api: Api; token: string; houseId?: string; subject?: string; role?: string; readOnly?: boolean; ended?: boolean };
 
-export function App() {
+/** `offered`: a sign-in link's token that differs from the stored one, to confirm before switching. */
+export function App({ offered = null }: { offered?: string | null }) {
   const [token, setToken] = useState(() => loadToken(localStorage));
+  const [offer, setOffer] = useState(offered);
   /** Why the last session ended without the user asking (the server refused its token). */
   const [refused, setRefused] = useState(false);
   // The session whose token the server refused: its pages stay mounted (hidden) under the sign-in
@@ -30,7 +33,8 @@ export function App() {
   // so the token is taken (and removed from the address bar) here too.
   useEffect(() => {
     const onHash = () => {
-      takeTokenFromLocation(location, history, localStorage);
+      const another = takeTokenFromLocation(location, history, localStorage);
+      if (another) return setOffer(another);
       const next = loadToken(localStorage);
       if (next !== token) adopt(next);
     };
@@ -56,7 +60,17 @@ export function App() {
   }, [token]);
   const shown = session ?? ended;
   const signIn = <SignIn refused={refused} onToken={(t) => { saveToken(localStorage, t); adopt(t); }} />;
+  // Compared with the stored token, which is this tab's unless another tab signed in since.
+  const stored = offer ? loadToken(localStorage) : null;
+  const asking = offer && stored && offer !== stored ? (
+    <SwitchHouse offered={offer} current={stored}
+      onSwitch={() => { saveToken(localStorage, offer); setOffer(null); adopt(offer); }}
+      onStay={() => { setOffer(null); if (stored !== token) adopt(stored); }} />
+  ) : null;
+  // Nothing left to ask (another tab signed out, or in with the link's token): the link is dropped.
+  useEffect(() => { if (offer && !asking) setOffer(null); });
 
+  if (asking && !shown) return asking;
   if (!shown) return signIn;
   const route = matchRoute(path);
   const nav = (href: string, label: string, active: boolean) => (
@@ -64,8 +78,8 @@ export function App() {
   );
   return (
     <>
-      {!session && signIn}
-      <div class="shell" hidden={!session}>
+      {asking ?? (!session && signIn)}
+      <div class="shell" hidden={!session || !!asking}>
         <header class="topbar">
           <a href="/" onClick={onLinkClick} class="brand">threadbox</a>
           <nav>
@@ -74,7 +88,7 @@ export function App() {
             {nav("/environments", "Environments", route.page === "environments")}
             {nav("/bots", "Bots", route.page === "bots")}
           </nav>
-          <span class="who" title={shown.subject}>house <b>{shown.houseId ?? "?"}</b>
+          <span class="who" title="the house this tab is signed in to, and as whom">house <b>{shown.houseId ?? "?"}</b> as <b>{shown.subject ?? "?"}</b>
             {shown.readOnly && <> <span class="badge read-only" title={`this token's role (${shown.role}) may read, not write`}>read-only</span></>}</span>
           <button class="link" onClick={signOut}>Sign out</button>
         </header>

@@ -3,5 +3,5 @@ import { App } from "./app";
 import { takeTokenFromLocation } from "./lib/auth";
 import "./style.css";
 
-takeTokenFromLocation(location, history, localStorage);
-render(<App />, document.getElementById("app")!);
+const offered = takeTokenFromLocation(location, history, localStorage);
+render(<App offered={offered} />, document.getElementById("app")!);

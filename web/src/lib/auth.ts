@@ -5,14 +5,23 @@ const KEY = "threadbox.token";
 
 export type Claims = { houseId?: string; subject?: string; role?: string; exp?: number };
 
-export function takeTokenFromLocation(loc: Location, hist: History, store: Storage): void {
+/**
+ * Takes a `#token=` link's token off the address bar. With no token stored it is kept (a first
+ * sign-in), as is the one already stored. Another stored token is not replaced: anyone can send a
+ * link carrying a token of their own house, and landing there unawares, one would type secrets
+ * into it. The link's token is returned instead, for the user to confirm.
+ */
+export function takeTokenFromLocation(loc: Location, hist: History, store: Storage): string | null {
   const params = new URLSearchParams(loc.hash.replace(/^#/, ""));
-  const token = params.get("token");
-  if (!token) return;
-  store.setItem(KEY, token.trim());
+  const token = params.get("token")?.trim();
+  if (!token) return null;
   params.delete("token");
   const rest = params.toString();
   hist.replaceState(null, "", loc.pathname + loc.search + (rest ? `#${rest}` : ""));
+  const stored = store.getItem(KEY);
+  if (stored && stored !== token) return token;
+  store.setItem(KEY, token);
+  return null;
 }
 
 /**
