@@ -38,10 +38,20 @@ export class Box {
     this.updatedAt = this.createdAt;
     this.sessions = new Map();
     this.children = new Set();
+    this.destroyed = false;
+    /** The provisioning under way, if it has begun. */
+    this.provisioning = undefined;
   }
 
   /** Runs after the create response is sent, so SDK clients really poll `creating -> started`. */
-  async provision() {
+  provision() {
+    // A box deleted before its turn came is not made at all.
+    if (this.destroyed) return Promise.resolve();
+    this.provisioning = this.provisionNow();
+    return this.provisioning;
+  }
+
+  async provisionNow() {
     try {
       fs.mkdirSync(this.home, { recursive: true });
       fs.mkdirSync(path.join(this.meta, "sessions"), { recursive: true });
@@ -60,8 +70,11 @@ export class Box {
         fs.rmSync(at, { recursive: true, force: true });
         fs.symlinkSync(m.hostDir, at);
       }
+      // A delete that came meanwhile decides: it waits for this and removes what was made.
+      if (this.destroyed) return;
       this.setState("started");
     } catch (err) {
+      if (this.destroyed) return;
       this.errorReason = String(err?.message ?? err);
       this.setState("error");
     }
@@ -232,6 +245,9 @@ export class Box {
   }
 
   async destroy() {
+    this.destroyed = true;
+    // A provisioning still under way would make the directory again after it is removed.
+    await this.provisioning;
     await this.killAll();
     this.egress?.close();
     fs.rmSync(this.dir, { recursive: true, force: true, maxRetries: 3 });

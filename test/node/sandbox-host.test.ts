@@ -108,6 +108,29 @@ describe("real SDK against the local host", () => {
     await expect(daytona.get(sb.id)).rejects.toMatchObject({ statusCode: 404 });
   });
 
+  it("a box deleted while it is still being created is gone for good: no directory comes back, and its state never turns started", async () => {
+    // The SDK (or a client cleaning up after a create that timed out) may delete a box before the
+    // host has provisioned it; provisioning must not recreate what the delete removed.
+    const root = tempDir("sbh-race-");
+    const own = await startSandboxHost({ port: 0, apiKey: KEY, root });
+    try {
+      const headers = { authorization: `Bearer ${KEY}`, "content-type": "application/json" };
+      const ids: string[] = [];
+      for (let i = 0; i < 5; i++) {
+        const made = (await (await fetch(`${own.apiUrl}/sandbox`, { method: "POST", headers, body: "{}" })).json()) as { id: string; state: string };
+        expect(made.state).toBe("creating");
+        const del = await fetch(`${own.apiUrl}/sandbox/${made.id}`, { method: "DELETE", headers });
+        expect(del.status).toBe(200);
+        ids.push(made.id);
+      }
+      await new Promise((r) => setTimeout(r, 300));
+      expect(fs.readdirSync(path.join(root, "boxes"))).toEqual([]);
+      for (const id of ids) expect((await fetch(`${own.apiUrl}/sandbox/${id}`, { headers })).status).toBe(404);
+    } finally {
+      await own.close();
+    }
+  });
+
   it("a host started on the root of one that died removes the box directories it left, and ends their processes: no box owns them any more", async () => {
     const root = tempDir("sbh-root-");
     fs.mkdirSync(path.join(root, "boxes", "dead-box", "home"), { recursive: true });
