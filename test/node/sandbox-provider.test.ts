@@ -308,6 +308,21 @@ describe("DaytonaProvider on the local host", () => {
     }
   });
 
+  it("a clone of a repository that is not there fails as not found, saying git's words and not blaming DAYTONA_API_URL", async () => {
+    // git says "does not appear to be a git repository" for a missing file:// or path repository;
+    // the toolbox answers 404 GIT_REPO_NOT_FOUND, which names what is missing.
+    const box = await provider.create({ labels: { house: house(), thread: "t-clone" }, ephemeral: true });
+    try {
+      const err = (await provider.clone(box.ref, { url: "file:///nonexistent/repo.git", path: "repo" }).catch((e) => e)) as ProviderError;
+      expect(err).toBeInstanceOf(ProviderError);
+      expect(err.message).toContain("does not appear to be a git repository");
+      expect(err.message).not.toContain("DAYTONA_API_URL");
+      expect(err.code).toBe("not_found");
+    } finally {
+      await provider.delete(box.ref);
+    }
+  });
+
   it("box deleted out-of-band -> probe says dead", async () => {
     const box = await provider.create({ labels: { house: house() }, ephemeral: false });
     expect(await provider.probe(box.ref)).toBe("live");
