@@ -141,6 +141,7 @@ export class Box {
     this.assertRunning();
     if (typeof command !== "string" || !command) throw new HostError(400, "command is required");
     if (command.includes("\0")) throw new HostError(400, "command cannot contain a NUL byte", "BAD_REQUEST");
+    if (timeout !== undefined && timeout !== null && !(typeof timeout === "number" && timeout >= 0)) throw new HostError(400, "timeout must be a number of seconds", "BAD_REQUEST");
     const dir = cwd ? this.resolve(cwd, { mustExist: true }) : this.home;
     return new Promise((resolve, reject) => {
       const [file, args] = this.egress ? this.egress.wrap(command, path.join(this.dir, "tmp")) : [hostBinary("bash"), ["-c", command]];
@@ -157,10 +158,11 @@ export class Box {
       let timer;
       let timedOut = false;
       if (timeout && timeout > 0) {
+        // setTimeout fires at once for a delay past 2^31-1 ms (about 24.8 days): cap it there.
         timer = setTimeout(() => {
           timedOut = true;
           killGroup(child.pid, "SIGKILL");
-        }, timeout * 1000);
+        }, Math.min(timeout * 1000, 2 ** 31 - 1));
       }
       child.on("error", (err) => {
         clearTimeout(timer);

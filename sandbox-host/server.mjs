@@ -82,7 +82,7 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
 
   async function handle(req, res) {
     const url = new URL(req.url, "http://local");
-    const parts = url.pathname.split("/").filter(Boolean).map(decodeURIComponent);
+    const parts = pathParts(url);
     if (parts[0] === "api") return handleApi(req, res, url, parts.slice(1));
     if (parts[0] === "toolbox" && parts[1]) {
       const box = boxes.get(parts[1]);
@@ -148,7 +148,7 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
     if (!api.isAuthorized(req, url, null)) throw new HostError(401, "Unauthorized");
     const m = req.method;
     if (p[0] === "sandbox") {
-      if (p.length === 1 && m === "POST") return sendJson(res, 200, createBox(await readJson(req)).dto());
+      if (p.length === 1 && m === "POST") return sendJson(res, 200, createBox(await readObject(req)).dto());
       if (p.length === 1 && m === "GET") return sendJson(res, 200, listBoxes(url));
       const box = findBox(p[1]);
       if (p.length === 2 && m === "GET") return sendJson(res, 200, box.dto());
@@ -272,6 +272,7 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
       } catch {
         throw new HostError(400, "labels must be a JSON object");
       }
+      if (!isObject(want) || Object.values(want).some((x) => typeof x !== "string")) throw new HostError(400, "labels must be a JSON object of strings");
     }
     const states = url.searchParams.getAll("states").flatMap((s) => s.split(","));
     const items = [...boxes.values()]
@@ -369,14 +370,16 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
     if (route === "GET /user-home-dir") return sendJson(res, 200, { dir: box.home });
     if (route === "GET /work-dir") return sendJson(res, 200, { dir: box.home });
     if (route === "GET /version") return sendJson(res, 200, { version: "local-sandbox-host" });
-    if (route === "POST /process/execute") return sendJson(res, 200, await box.execute(await readJson(req)));
+    if (route === "POST /process/execute") return sendJson(res, 200, await box.execute(await readObject(req)));
     if (route === "POST /git/clone") {
-      await box.clone(await readJson(req));
+      await box.clone(await readObject(req));
       return sendEmpty(res, 200);
     }
     if (route === "POST /files/folder") {
       const dir = box.resolve(q.get("path"));
-      const mode = parseInt(q.get("mode") || "755", 8);
+      const rawMode = q.get("mode") || "755";
+      if (!/^[0-7]{1,4}$/.test(rawMode)) throw new HostError(400, "mode must be an octal permission such as 755", "BAD_REQUEST");
+      const mode = parseInt(rawMode, 8);
       fsCall(() => fs.mkdirSync(dir, { recursive: true, mode }));
       return sendEmpty(res, 200);
     }
@@ -385,7 +388,7 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
     if (p[0] === "process" && p[1] === "session") {
       box.assertRunning();
       if (p.length === 2 && m === "POST") {
-        box.createSession((await readJson(req)).sessionId);
+        box.createSession((await readObject(req)).sessionId);
         return sendEmpty(res, 201);
       }
       if (p.length === 2 && m === "GET") return sendJson(res, 200, [...box.sessions.values()].map((s) => s.info()));
@@ -396,7 +399,7 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
         return sendEmpty(res, 204);
       }
       if (p.length === 4 && p[3] === "exec" && m === "POST") {
-        const body = await readJson(req);
+        const body = await readObject(req);
         const cmd = s.exec(body.command);
         if (body.runAsync || body.async) return sendJson(res, 202, { cmdId: cmd.id });
         await cmd.wait();
@@ -414,7 +417,7 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
 
   function handleUpgrade(req, socket, head) {
     const url = new URL(req.url, "http://local");
-    const p = url.pathname.split("/").filter(Boolean).map(decodeURIComponent);
+    const p = pathParts(url);
     // /toolbox/<id>/process/session/<sid>/command/<cid>/logs?follow=true
     if (!(p[0] === "toolbox" && p[2] === "process" && p[3] === "session" && p[5] === "command" && p[7] === "logs" && p.length === 8)) {
       throw new HostError(404, "no websocket route");
@@ -464,7 +467,7 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
   }
 
   async function downloadFiles(req, res, box) {
-    const body = await readJson(req);
+    const body = await readObject(req);
     if (!Array.isArray(body?.paths) || body.paths.length === 0) throw new HostError(400, "paths is required");
     const boundary = `sbh${randomBytes(12).toString("hex")}`;
     const chunks = [];
@@ -571,6 +574,26 @@ async function readJson(req) {
     return JSON.parse(raw.toString("utf8"));
   } catch {
     throw new HostError(400, "invalid JSON body");
+  }
+}
+
+/** A request body that must be a JSON object (an empty body is `{}`). */
+async function readObject(req) {
+  const body = await readJson(req);
+  if (!isObject(body)) throw new HostError(400, "body must be a JSON object", "BAD_REQUEST");
+  return body;
+}
+
+function isObject(v) {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/** The URL's path segments, decoded; a broken %-escape is the client's 400. */
+function pathParts(url) {
+  try {
+    return url.pathname.split("/").filter(Boolean).map(decodeURIComponent);
+  } catch {
+    throw new HostError(400, "malformed %-escape in the path", "BAD_REQUEST");
   }
 }
 

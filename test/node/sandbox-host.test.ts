@@ -443,4 +443,37 @@ describe("host responses match Daytona's OpenAPI schemas", () => {
     expect(viaToken.status).toBe(200);
     await sb.delete();
   });
+
+  it("bad input is a 400 in Daytona's error shape, never a 500: a JSON body that is not an object, a broken %-escape, labels that are not an object, a bad mode", async () => {
+    const sb = await daytona.create({ labels: { "threadbox.house": "schema3" } }, { timeout: 20 });
+    const t = `/toolbox/${sb.id}`;
+    try {
+      expect((await call("POST", `${t}/process/session`, { sessionId: "s" })).status).toBe(201);
+      const cases: [string, string, unknown][] = [
+        ["POST", `${t}/process/execute`, null],
+        ["POST", `${t}/process/execute`, "echo hi"],
+        ["POST", `${t}/git/clone`, null],
+        ["POST", `${t}/process/session`, null],
+        ["POST", `${t}/process/session/s/exec`, null],
+        ["POST", `${t}/files/bulk-download`, null],
+        ["POST", `${t}/files/folder?path=d&mode=zz`, undefined],
+        ["POST", "/api/sandbox", [1]],
+        ["GET", "/api/sandbox?labels=null", undefined],
+        ["GET", "/api/sandbox?labels=%5B1%5D", undefined],
+        ["GET", '/api/sandbox?labels={"a":1}', undefined],
+        ["GET", "/api/sandbox/%E0%A4%A", undefined],
+        ["GET", `${t}/process/session/%E0%A4%A`, undefined],
+      ];
+      for (const [method, p, body] of cases) {
+        const r = await call(method, p, body);
+        expect([method, p, r.status]).toEqual([method, p, 400]);
+        v.toolbox("ErrorResponse", r.json);
+      }
+      // A long timeout is a long timeout (a delay past setTimeout's 2^31-1 ms used to fire at once).
+      const long = await call("POST", `${t}/process/execute`, { command: "echo hi", timeout: 3_000_000 });
+      expect([long.status, long.json]).toEqual([200, { exitCode: 0, result: "hi\n" }]);
+    } finally {
+      await sb.delete();
+    }
+  });
 });
