@@ -323,6 +323,20 @@ describe("DaytonaProvider on the local host", () => {
     }
   });
 
+  it("a create that fails after the provider made the box (it never started) leaves no box behind", async () => {
+    // A box that ends in `error` while the SDK waits for `started` (or one still starting when the
+    // wait times out) exists at the provider: nobody would ever know of it, or delete it.
+    const snap = `broken-${Date.now()}`;
+    const made = await fetch(`${host.apiUrl}/snapshots`, { method: "POST", headers: { authorization: `Bearer ${KEY}`, "content-type": "application/json" }, body: JSON.stringify({ name: snap }) });
+    expect(made.status).toBe(200);
+    // Its files are not a directory: every box made from it fails to provision.
+    fs.writeFileSync(path.join(host.root, "snapshots", snap), "not a directory");
+    const h = house();
+    const err = await provider.create({ labels: { house: h, thread: "t-broken" }, ephemeral: true, snapshot: snap }).catch((e) => e);
+    expect(err).toBeInstanceOf(ProviderError);
+    expect(await provider.list({ [LABEL_HOUSE]: h })).toEqual([]);
+  });
+
   it("box deleted out-of-band -> probe says dead", async () => {
     const box = await provider.create({ labels: { house: house() }, ephemeral: false });
     expect(await provider.probe(box.ref)).toBe("live");
