@@ -131,6 +131,25 @@ describe("real SDK against the local host", () => {
     }
   });
 
+  it("an upload over the host's body limit is answered 413, not a reset connection; the box goes on working", async () => {
+    const own = await startSandboxHost({ port: 0, apiKey: KEY, maxBodyBytes: 1024 * 1024 });
+    try {
+      const sdk = new Daytona({ apiUrl: own.apiUrl, apiKey: KEY, target: "local", useDeprecatedPolling: true, requestTimeoutMs: 20_000 });
+      const sb = await sdk.create({ autoDeleteInterval: -1 }, { timeout: 20 });
+      const form = new FormData();
+      form.append("files[0].path", "big.bin");
+      form.append("files[0].file", new Blob([new Uint8Array(4 * 1024 * 1024)]), "big.bin");
+      const r = await fetch(`${own.url}/toolbox/${sb.id}/files/bulk-upload`, { method: "POST", headers: { authorization: `Bearer ${KEY}` }, body: form });
+      expect(r.status).toBe(413);
+      v.toolbox("ErrorResponse", await r.json());
+      await expect(sb.fs.uploadFile(Buffer.alloc(2 * 1024 * 1024), "big2.bin")).rejects.toMatchObject({ statusCode: 413 });
+      expect((await sb.process.executeCommand("ls")).result).toBe("");
+      await sb.delete();
+    } finally {
+      await own.close();
+    }
+  });
+
   it("a host started on the root of one that died removes the box directories it left, and ends their processes: no box owns them any more", async () => {
     const root = tempDir("sbh-root-");
     fs.mkdirSync(path.join(root, "boxes", "dead-box", "home"), { recursive: true });
