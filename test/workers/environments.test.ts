@@ -149,6 +149,30 @@ describe("run_command on an environment's shared box", () => {
     provider.execHandler = () => ({ exitCode: 0, output: "" });
   });
 
+  it("an environment deleted while its shared box is being created: the command answers 404 and the new box is deleted, not kept for an environment that is gone", async () => {
+    const token = await houseToken("house-env-deleted-mid-create");
+    const provider = sharedTestProvider();
+    provider.execHandler = () => ({ exitCode: 0, output: "ran" });
+    expect((await call("/api/environments", { method: "POST", token, json: { id: "env_gone", name: "shared", provider: "test", sharedBox: true } })).status).toBe(201);
+    const create = provider.create;
+    // The delete lands while the provider makes the box (a real create takes seconds).
+    provider.create = async function (this: typeof provider, opts) {
+      provider.create = create;
+      expect((await call("/api/environments/env_gone", { method: "DELETE", token })).status).toBe(204);
+      return create.call(this, opts);
+    };
+    try {
+      const r = await call("/api/environments/env_gone/exec", { method: "POST", token, json: { command: "echo hi" } });
+      expect(r.status).toBe(404);
+      expect(await errorCode(r)).toBe("not_found");
+    } finally {
+      provider.create = create;
+    }
+    const boxes = ((await (await call("/api/sandboxes", { token })).json()) as { sandboxes: { state: string; labels: Record<string, string> }[] }).sandboxes;
+    expect(boxes.filter((b) => b.labels["threadbox.environment"] === "env_gone" && b.state !== "deleted")).toEqual([]);
+    expect((await provider.list({ "threadbox.house": "house-env-deleted-mid-create" })).filter((b) => b.state !== "destroyed")).toEqual([]);
+  });
+
   it("replacing the environment (POST with its id) or patching it keeps its shared box: no second box, none left behind", async () => {
     const token = await houseToken("house-env-replace");
     const provider = sharedTestProvider();
