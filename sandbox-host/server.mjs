@@ -317,7 +317,12 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
    * the host's own toolchain). If `<root>/snapshots/<name>/` exists its files seed each new box's HOME.
    */
   function createSnapshot(body) {
-    if (!body?.name) throw new HostError(400, "name is required");
+    if (!body?.name || typeof body.name !== "string") throw new HostError(400, "name is required");
+    // The name is a file and a directory under <root>/snapshots/: one that is not a single path
+    // component would be read and written elsewhere (`../boxes` would seed a box with every other box).
+    if (body.name.length > 200 || /[/\\\0]/.test(body.name) || body.name === "." || body.name === "..") {
+      throw new HostError(400, "this host takes snapshot names without /, \\ or NUL, other than . and ..");
+    }
     const now = new Date().toISOString();
     const snap = {
       id: snapshots.get(body.name)?.id ?? randomBytes(8).toString("hex"),

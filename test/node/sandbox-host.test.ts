@@ -131,6 +131,24 @@ describe("real SDK against the local host", () => {
     }
   });
 
+  it("a snapshot name that is not one path component (../x, a/b) is a 400: nothing is written outside the snapshots directory", async () => {
+    const root = tempDir("sbh-snap-");
+    const own = await startSandboxHost({ port: 0, apiKey: KEY, root });
+    try {
+      const headers = { authorization: `Bearer ${KEY}`, "content-type": "application/json" };
+      for (const name of ["../evil", "../boxes", "team/harness:1", "..", "x".repeat(300)]) {
+        const r = await fetch(`${own.apiUrl}/snapshots`, { method: "POST", headers, body: JSON.stringify({ name }) });
+        expect([name.slice(0, 20), r.status]).toEqual([name.slice(0, 20), 400]);
+      }
+      expect(fs.existsSync(path.join(root, "evil.json"))).toBe(false);
+      expect(fs.existsSync(path.join(root, "boxes.json"))).toBe(false);
+      const ok = await fetch(`${own.apiUrl}/snapshots`, { method: "POST", headers, body: JSON.stringify({ name: "threadbox-harness:1.2" }) });
+      expect(ok.status).toBe(200);
+    } finally {
+      await own.close();
+    }
+  });
+
   it("an upload over the host's body limit is answered 413, not a reset connection; the box goes on working", async () => {
     const own = await startSandboxHost({ port: 0, apiKey: KEY, maxBodyBytes: 1024 * 1024 });
     try {
