@@ -95,8 +95,9 @@ export class DaytonaProvider implements SandboxProvider {
       else sb = await this.client.create(base, { timeout });
     } catch (err) {
       const e = toProviderError(err, "create sandbox");
-      // Refused outright (bad request, bad key): nothing was made.
-      if (e.code !== "bad_request" && e.code !== "unauthorized") {
+      // Refused outright (bad request, bad key, a name already taken): nothing was made, and a
+      // box of that name is someone else's.
+      if (e.code !== "bad_request" && e.code !== "unauthorized" && e.code !== "conflict") {
         await this.delete(name).catch((cleanup) => logEvent("box_cleanup_failed", { name, error: errorMessage(cleanup) }, "warn"));
       }
       throw e;

@@ -335,6 +335,11 @@ describe("DaytonaProvider on the local host", () => {
     const err = await provider.create({ labels: { house: h, thread: "t-broken" }, ephemeral: true, snapshot: snap }).catch((e) => e);
     expect(err).toBeInstanceOf(ProviderError);
     expect(await provider.list({ [LABEL_HOUSE]: h })).toEqual([]);
+    // A create refused because its name is taken made nothing: the box of that name is not its to delete.
+    const named = await provider.create({ labels: { house: h, thread: "t-named" }, ephemeral: true, name: `named-${h}` });
+    await expect(provider.create({ labels: { house: h, thread: "t-again" }, ephemeral: true, name: `named-${h}` })).rejects.toMatchObject({ code: "conflict" });
+    expect((await provider.get(named.ref)).state).toBe("started");
+    await provider.delete(named.ref);
   });
 
   it("box deleted out-of-band -> probe says dead", async () => {
