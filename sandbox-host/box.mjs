@@ -38,10 +38,20 @@ export class Box {
     this.updatedAt = this.createdAt;
     this.sessions = new Map();
     this.children = new Set();
+    this.destroyed = false;
+    /** The provisioning under way, if it has begun. */
+    this.provisioning = undefined;
   }
 
   /** Runs after the create response is sent, so SDK clients really poll `creating -> started`. */
-  async provision() {
+  provision() {
+    // A box deleted before its turn came is not made at all.
+    if (this.destroyed) return Promise.resolve();
+    this.provisioning = this.provisionNow();
+    return this.provisioning;
+  }
+
+  async provisionNow() {
     try {
       fs.mkdirSync(this.home, { recursive: true });
       fs.mkdirSync(path.join(this.meta, "sessions"), { recursive: true });
@@ -60,8 +70,11 @@ export class Box {
         fs.rmSync(at, { recursive: true, force: true });
         fs.symlinkSync(m.hostDir, at);
       }
+      // A delete that came meanwhile decides: it waits for this and removes what was made.
+      if (this.destroyed) return;
       this.setState("started");
     } catch (err) {
+      if (this.destroyed) return;
       this.errorReason = String(err?.message ?? err);
       this.setState("error");
     }
@@ -128,6 +141,7 @@ export class Box {
     this.assertRunning();
     if (typeof command !== "string" || !command) throw new HostError(400, "command is required");
     if (command.includes("\0")) throw new HostError(400, "command cannot contain a NUL byte", "BAD_REQUEST");
+    if (timeout !== undefined && timeout !== null && !(typeof timeout === "number" && timeout >= 0)) throw new HostError(400, "timeout must be a number of seconds", "BAD_REQUEST");
     const dir = cwd ? this.resolve(cwd, { mustExist: true }) : this.home;
     return new Promise((resolve, reject) => {
       const [file, args] = this.egress ? this.egress.wrap(command, path.join(this.dir, "tmp")) : [hostBinary("bash"), ["-c", command]];
@@ -144,10 +158,11 @@ export class Box {
       let timer;
       let timedOut = false;
       if (timeout && timeout > 0) {
+        // setTimeout fires at once for a delay past 2^31-1 ms (about 24.8 days): cap it there.
         timer = setTimeout(() => {
           timedOut = true;
           killGroup(child.pid, "SIGKILL");
-        }, timeout * 1000);
+        }, Math.min(timeout * 1000, 2 ** 31 - 1));
       }
       child.on("error", (err) => {
         clearTimeout(timer);
@@ -232,6 +247,9 @@ export class Box {
   }
 
   async destroy() {
+    this.destroyed = true;
+    // A provisioning still under way would make the directory again after it is removed.
+    await this.provisioning;
     await this.killAll();
     this.egress?.close();
     fs.rmSync(this.dir, { recursive: true, force: true, maxRetries: 3 });

@@ -9,6 +9,8 @@ export interface SandboxHostOptions {
   /** Base of the preview URLs it hands out (default: its own URL); set when reached through a proxy. */
   publicUrl?: string;
   log?: (line: string) => void;
+  /** Largest request body it reads (an upload, say); a bigger one is a 413. Default 512 MiB. */
+  maxBodyBytes?: number;
 }
 export interface SandboxHost {
   /** e.g. http://127.0.0.1:3986 */

@@ -22,7 +22,7 @@ const MAX_BODY = 512 * 1024 * 1024;
  * (a fresh temp dir when omitted, removed again on close).
  * @returns {Promise<{url: string, apiUrl: string, port: number, root: string, close(): Promise<void>}>}
  */
-export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0.1", publicUrl, log = () => {} } = {}) {
+export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0.1", publicUrl, log = () => {}, maxBodyBytes = MAX_BODY } = {}) {
   if (!apiKey) throw new Error("startSandboxHost: apiKey is required");
   const ownRoot = !root;
   const rootDir = root ?? fs.mkdtempSync(path.join(os.tmpdir(), "sandbox-host-"));
@@ -82,7 +82,7 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
 
   async function handle(req, res) {
     const url = new URL(req.url, "http://local");
-    const parts = url.pathname.split("/").filter(Boolean).map(decodeURIComponent);
+    const parts = pathParts(url);
     if (parts[0] === "api") return handleApi(req, res, url, parts.slice(1));
     if (parts[0] === "toolbox" && parts[1]) {
       const box = boxes.get(parts[1]);
@@ -148,7 +148,7 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
     if (!api.isAuthorized(req, url, null)) throw new HostError(401, "Unauthorized");
     const m = req.method;
     if (p[0] === "sandbox") {
-      if (p.length === 1 && m === "POST") return sendJson(res, 200, createBox(await readJson(req)).dto());
+      if (p.length === 1 && m === "POST") return sendJson(res, 200, createBox(await readObject(req, maxBodyBytes)).dto());
       if (p.length === 1 && m === "GET") return sendJson(res, 200, listBoxes(url));
       const box = findBox(p[1]);
       if (p.length === 2 && m === "GET") return sendJson(res, 200, box.dto());
@@ -163,7 +163,7 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
     }
     if (p[0] === "volumes") return handleVolumes(req, res, m, p.slice(1));
     if (p[0] === "snapshots") {
-      if (p.length === 1 && m === "POST") return sendJson(res, 200, createSnapshot(await readJson(req)));
+      if (p.length === 1 && m === "POST") return sendJson(res, 200, createSnapshot(await readJson(req, maxBodyBytes)));
       if (p.length === 1 && m === "GET") {
         const items = [...snapshots.values()];
         return sendJson(res, 200, { items, total: items.length, page: 1, totalPages: 1 });
@@ -182,7 +182,7 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
   /** Daytona's volume API: create, list, get by name, delete (never while a box mounts it). */
   async function handleVolumes(req, res, m, p) {
     if (p.length === 0 && m === "POST") {
-      const body = await readJson(req);
+      const body = await readJson(req, maxBodyBytes);
       if (!body || typeof body.name !== "string" || !/^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/.test(body.name)) throw new HostError(400, "name must be 1-100 chars of [A-Za-z0-9._-]");
       if ([...volumes.values()].some((v) => v.name === body.name)) throw new HostError(409, `Volume with name ${body.name} already exists`);
       const now = new Date().toISOString();
@@ -272,6 +272,7 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
       } catch {
         throw new HostError(400, "labels must be a JSON object");
       }
+      if (!isObject(want) || Object.values(want).some((x) => typeof x !== "string")) throw new HostError(400, "labels must be a JSON object of strings");
     }
     const states = url.searchParams.getAll("states").flatMap((s) => s.split(","));
     const items = [...boxes.values()]
@@ -316,7 +317,12 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
    * the host's own toolchain). If `<root>/snapshots/<name>/` exists its files seed each new box's HOME.
    */
   function createSnapshot(body) {
-    if (!body?.name) throw new HostError(400, "name is required");
+    if (!body?.name || typeof body.name !== "string") throw new HostError(400, "name is required");
+    // The name is a file and a directory under <root>/snapshots/: one that is not a single path
+    // component would be read and written elsewhere (`../boxes` would seed a box with every other box).
+    if (body.name.length > 200 || /[/\\\0]/.test(body.name) || body.name === "." || body.name === "..") {
+      throw new HostError(400, "this host takes snapshot names without /, \\ or NUL, other than . and ..");
+    }
     const now = new Date().toISOString();
     const snap = {
       id: snapshots.get(body.name)?.id ?? randomBytes(8).toString("hex"),
@@ -369,14 +375,16 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
     if (route === "GET /user-home-dir") return sendJson(res, 200, { dir: box.home });
     if (route === "GET /work-dir") return sendJson(res, 200, { dir: box.home });
     if (route === "GET /version") return sendJson(res, 200, { version: "local-sandbox-host" });
-    if (route === "POST /process/execute") return sendJson(res, 200, await box.execute(await readJson(req)));
+    if (route === "POST /process/execute") return sendJson(res, 200, await box.execute(await readObject(req, maxBodyBytes)));
     if (route === "POST /git/clone") {
-      await box.clone(await readJson(req));
+      await box.clone(await readObject(req, maxBodyBytes));
       return sendEmpty(res, 200);
     }
     if (route === "POST /files/folder") {
       const dir = box.resolve(q.get("path"));
-      const mode = parseInt(q.get("mode") || "755", 8);
+      const rawMode = q.get("mode") || "755";
+      if (!/^[0-7]{1,4}$/.test(rawMode)) throw new HostError(400, "mode must be an octal permission such as 755", "BAD_REQUEST");
+      const mode = parseInt(rawMode, 8);
       fsCall(() => fs.mkdirSync(dir, { recursive: true, mode }));
       return sendEmpty(res, 200);
     }
@@ -385,7 +393,7 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
     if (p[0] === "process" && p[1] === "session") {
       box.assertRunning();
       if (p.length === 2 && m === "POST") {
-        box.createSession((await readJson(req)).sessionId);
+        box.createSession((await readObject(req, maxBodyBytes)).sessionId);
         return sendEmpty(res, 201);
       }
       if (p.length === 2 && m === "GET") return sendJson(res, 200, [...box.sessions.values()].map((s) => s.info()));
@@ -396,7 +404,7 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
         return sendEmpty(res, 204);
       }
       if (p.length === 4 && p[3] === "exec" && m === "POST") {
-        const body = await readJson(req);
+        const body = await readObject(req, maxBodyBytes);
         const cmd = s.exec(body.command);
         if (body.runAsync || body.async) return sendJson(res, 202, { cmdId: cmd.id });
         await cmd.wait();
@@ -414,7 +422,7 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
 
   function handleUpgrade(req, socket, head) {
     const url = new URL(req.url, "http://local");
-    const p = url.pathname.split("/").filter(Boolean).map(decodeURIComponent);
+    const p = pathParts(url);
     // /toolbox/<id>/process/session/<sid>/command/<cid>/logs?follow=true
     if (!(p[0] === "toolbox" && p[2] === "process" && p[3] === "session" && p[5] === "command" && p[7] === "logs" && p.length === 8)) {
       throw new HostError(404, "no websocket route");
@@ -435,7 +443,7 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
   }
 
   async function uploadFiles(req, res, box) {
-    const raw = await readBody(req);
+    const raw = await readBody(req, maxBodyBytes);
     let form;
     try {
       form = await new Request("http://local/", {
@@ -464,7 +472,7 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
   }
 
   async function downloadFiles(req, res, box) {
-    const body = await readJson(req);
+    const body = await readObject(req, maxBodyBytes);
     if (!Array.isArray(body?.paths) || body.paths.length === 0) throw new HostError(400, "paths is required");
     const boundary = `sbh${randomBytes(12).toString("hex")}`;
     const chunks = [];
@@ -546,31 +554,56 @@ function fsCall(fn) {
   }
 }
 
-function readBody(req) {
+function readBody(req, limit) {
   return new Promise((resolve, reject) => {
     const chunks = [];
     let size = 0;
-    req.on("data", (c) => {
+    const onData = (c) => {
       size += c.length;
-      if (size > MAX_BODY) {
-        reject(new HostError(413, "request body too large"));
-        req.destroy();
+      if (size > limit) {
+        // The client hears why (413) instead of a reset connection: what it still sends is
+        // read and dropped.
+        req.off("data", onData);
+        chunks.length = 0;
+        req.resume();
+        reject(new HostError(413, `request body larger than ${limit} bytes`));
         return;
       }
       chunks.push(c);
-    });
+    };
+    req.on("data", onData);
     req.on("end", () => resolve(Buffer.concat(chunks)));
     req.on("error", reject);
   });
 }
 
-async function readJson(req) {
-  const raw = await readBody(req);
+async function readJson(req, limit) {
+  const raw = await readBody(req, limit);
   if (raw.length === 0) return {};
   try {
     return JSON.parse(raw.toString("utf8"));
   } catch {
     throw new HostError(400, "invalid JSON body");
+  }
+}
+
+/** A request body that must be a JSON object (an empty body is `{}`). */
+async function readObject(req, limit) {
+  const body = await readJson(req, limit);
+  if (!isObject(body)) throw new HostError(400, "body must be a JSON object", "BAD_REQUEST");
+  return body;
+}
+
+function isObject(v) {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/** The URL's path segments, decoded; a broken %-escape is the client's 400. */
+function pathParts(url) {
+  try {
+    return url.pathname.split("/").filter(Boolean).map(decodeURIComponent);
+  } catch {
+    throw new HostError(400, "malformed %-escape in the path", "BAD_REQUEST");
   }
 }
 

@@ -186,8 +186,9 @@ async function runOnSharedBox(env: Env, houseId: string, e: Environment, body: E
     return await execOn(env, box, e, body, live);
   } catch (err) {
     // The box the record names may be gone (a provider that lost it, a local host restarted):
-    // confirmed dead, it is replaced and the command runs once more, on the new box.
-    if (!(err instanceof ProviderError && err.code === "not_found") || !(await confirmedGone(env, houseId, box.id))) {
+    // confirmed dead, it is replaced and the command runs once more, on the new box. One that is
+    // being deleted ran nothing: the command goes to the box the environment has now.
+    if (!(err instanceof BoxGoing) && (!(err instanceof ProviderError && err.code === "not_found") || !(await confirmedGone(env, houseId, box.id)))) {
       throw providerApiError(err, { timeoutSec: body.timeoutSec, clientInput: "cwd" });
     }
     logEvent("shared_box_replaced", { environmentId: e.id, boxId: box.id });
@@ -195,8 +196,16 @@ async function runOnSharedBox(env: Env, houseId: string, e: Environment, body: E
     try {
       return await execOn(env, fresh, e, body, live);
     } catch (again) {
+      if (again instanceof BoxGoing) throw new ApiError("conflict", "the environment's shared box is being replaced: try again");
       throw providerApiError(again, { timeoutSec: body.timeoutSec, clientInput: "cwd" });
     }
+  }
+}
+
+/** The box is being deleted (replaced by a change to the environment, or gone): nothing ran. */
+class BoxGoing extends Error {
+  constructor(boxId: string) {
+    super(`box ${boxId} is being deleted`);
   }
 }
 
@@ -211,8 +220,28 @@ async function confirmedGone(env: Env, houseId: string, boxId: string): Promise<
   return false;
 }
 
-/** Runs the command on `box`; a provider's failure is thrown as it is. */
+/**
+ * Runs the command on `box`; a provider's failure is thrown as it is. The box is held while the
+ * command runs: a change to the environment that replaces it lets it go after, not during.
+ */
 async function execOn(env: Env, box: { id: string; providerRef: string }, e: Environment, body: ExecBody, live?: LiveTarget): Promise<ExecResult> {
+  const stub = sandboxStub(env, box.id);
+  const houseId = e.houseId;
+  let lease: string;
+  try {
+    lease = await unwrapRpc(stub.beginExec(houseId, body.timeoutSec));
+  } catch (err) {
+    if (err instanceof ApiError && err.code === "conflict") throw new BoxGoing(box.id);
+    throw err;
+  }
+  try {
+    return await execOnHeld(env, box, e, body, live);
+  } finally {
+    await unwrapRpc(stub.endExec(houseId, lease)).catch((err) => logEvent("exec_release_failed", { boxId: box.id, error: errorMessage(err) }, "warn"));
+  }
+}
+
+async function execOnHeld(env: Env, box: { id: string; providerRef: string }, e: Environment, body: ExecBody, live?: LiveTarget): Promise<ExecResult> {
   const provider = providerFor(env, e.provider);
   const opts = { cwd: body.cwd, env: e.env, timeoutSec: body.timeoutSec };
   const forms = boxSecretForms(e);

@@ -70,8 +70,11 @@ export class DaytonaProvider implements SandboxProvider {
     const labels = boxLabels(opts.labels, opts.ephemeral);
     const source = await this.resolveSource(opts);
     const egress = opts.egress ?? {};
+    // Known before the create is sent, so a box the create made and then failed on (it ended in
+    // `error`, or was still starting when the wait ran out) can be found and deleted by it.
+    const name = opts.name ?? `tb-${crypto.randomUUID()}`;
     const base = {
-      name: opts.name,
+      name,
       labels,
       envVars: opts.env ?? {},
       autoStopInterval: autoStopMinutes(opts.runawayGuardMs, opts.autoStopBufferMinutes),
@@ -91,7 +94,13 @@ export class DaytonaProvider implements SandboxProvider {
       else if (source.kind === "image") sb = await this.client.create({ ...base, image: source.name! }, { timeout });
       else sb = await this.client.create(base, { timeout });
     } catch (err) {
-      throw toProviderError(err, "create sandbox");
+      const e = toProviderError(err, "create sandbox");
+      // Refused outright (bad request, bad key, a name already taken): nothing was made, and a
+      // box of that name is someone else's.
+      if (e.code !== "bad_request" && e.code !== "unauthorized" && e.code !== "conflict") {
+        await this.delete(name).catch((cleanup) => logEvent("box_cleanup_failed", { name, error: errorMessage(cleanup) }, "warn"));
+      }
+      throw e;
     }
     this.handles.set(sb.id, sb);
     if (source.kind !== "snapshot" && opts.installSteps?.length) {

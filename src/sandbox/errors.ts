@@ -33,7 +33,15 @@ const ROUTING_MISS = /\bno route\b|\bcannot (get|post|put|patch|delete|head)\b|\
 /** The provider saying which of its things is missing: "Sandbox with ID or name … not found", "file … not found". */
 const THING_MISSING = /\b(sandbox|snapshot|volume|session|command|process|file|directory|path|repository)\b.*\b(not found|does not exist)\b|no such file/i;
 
-function namesWhatIsMissing(message: string): boolean {
+/**
+ * The toolbox daemon's own codes for a missing thing (`GIT_REPO_NOT_FOUND`, `FILE_NOT_FOUND`, …):
+ * a router or proxy answering a wrong URL never sends them (the bare `NOT_FOUND` says no more than
+ * the status does).
+ */
+const DAEMON_MISSING_CODE = /^[A-Z]+(_[A-Z]+)*_NOT_FOUND$/;
+
+function namesWhatIsMissing(message: string, code: unknown): boolean {
+  if (typeof code === "string" && code !== "NOT_FOUND" && DAEMON_MISSING_CODE.test(code)) return true;
   return !ROUTING_MISS.test(message) && THING_MISSING.test(message);
 }
 
@@ -43,7 +51,7 @@ function namesWhatIsMissing(message: string): boolean {
  */
 export function toProviderError(err: unknown, what: string): ProviderError {
   if (err instanceof ProviderError) return err;
-  const e = err as { name?: string; message?: string; statusCode?: number; status?: number; constructor?: { name?: string } };
+  const e = err as { name?: string; message?: string; statusCode?: number; status?: number; code?: unknown; constructor?: { name?: string } };
   const name = e?.constructor?.name ?? e?.name ?? "";
   const status = typeof e?.statusCode === "number" ? e.statusCode : typeof e?.status === "number" ? e.status : undefined;
   const msg = `${what}: ${e?.message ?? String(err)}`;
@@ -56,7 +64,7 @@ export function toProviderError(err: unknown, what: string): ProviderError {
   // "Gone" must come from the provider's own answer about the thing asked for ("Sandbox with ID
   // or name … not found"): a wrong DAYTONA_API_URL, a proxy or a load balancer answers every
   // path 404, and reading that as gone would orphan live boxes and count deletes as done.
-  if ((status === 404 || status === 410) && !namesWhatIsMissing(e?.message ?? "")) {
+  if ((status === 404 || status === 410) && !namesWhatIsMissing(e?.message ?? "", e?.code)) {
     return new ProviderError("unavailable", `${msg} (a 404 that names nothing missing: is DAYTONA_API_URL the API's base URL, ending in /api?)`, { status, cause: err });
   }
   return new ProviderError(codeForStatus(status), msg, { status, cause: err });

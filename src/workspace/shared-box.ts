@@ -1,4 +1,5 @@
 import type { Env } from "../env";
+import { ApiError } from "../errors";
 import type { Environment } from "../environments";
 import { unwrapRpc } from "../actors/rpc";
 import { houseStub, sandboxStub } from "../actors/stubs";
@@ -41,7 +42,13 @@ export async function ensureSharedBox(env: Env, houseId: string, e: Environment)
     boxId, houseId, provider: e.provider, providerRef: info.ref, ephemeral: false, labels: info.labels,
   }));
   const winner = (await unwrapRpc(houseStub(env, houseId).claimSharedBox(e.id, boxId, e.sharedBoxId ?? null))) as string | null;
-  if (winner && winner !== boxId) {
+  if (winner === null) {
+    // The environment was deleted while its box was made: no environment will ever use or delete
+    // this box, and a shared box is never reaped.
+    await unwrapRpc(sandboxStub(env, boxId).destroy(houseId, true)).catch((err) => logEvent("shared_box_orphan_delete_failed", { environmentId: e.id, boxId, error: errorMessage(err) }, "warn"));
+    throw new ApiError("not_found", "environment not found");
+  }
+  if (winner !== boxId) {
     // The box actor keeps retrying a failed delete by alarm; the log says this one lost the race.
     await unwrapRpc(sandboxStub(env, boxId).destroy(houseId, true)).catch((err) => logEvent("shared_box_loser_delete_failed", { environmentId: e.id, boxId, error: errorMessage(err) }, "warn"));
     const other = await unwrapRpc(sandboxStub(env, winner).view(houseId));

@@ -108,6 +108,66 @@ describe("real SDK against the local host", () => {
     await expect(daytona.get(sb.id)).rejects.toMatchObject({ statusCode: 404 });
   });
 
+  it("a box deleted while it is still being created is gone for good: no directory comes back, and its state never turns started", async () => {
+    // The SDK (or a client cleaning up after a create that timed out) may delete a box before the
+    // host has provisioned it; provisioning must not recreate what the delete removed.
+    const root = tempDir("sbh-race-");
+    const own = await startSandboxHost({ port: 0, apiKey: KEY, root });
+    try {
+      const headers = { authorization: `Bearer ${KEY}`, "content-type": "application/json" };
+      const ids: string[] = [];
+      for (let i = 0; i < 5; i++) {
+        const made = (await (await fetch(`${own.apiUrl}/sandbox`, { method: "POST", headers, body: "{}" })).json()) as { id: string; state: string };
+        expect(made.state).toBe("creating");
+        const del = await fetch(`${own.apiUrl}/sandbox/${made.id}`, { method: "DELETE", headers });
+        expect(del.status).toBe(200);
+        ids.push(made.id);
+      }
+      await new Promise((r) => setTimeout(r, 300));
+      expect(fs.readdirSync(path.join(root, "boxes"))).toEqual([]);
+      for (const id of ids) expect((await fetch(`${own.apiUrl}/sandbox/${id}`, { headers })).status).toBe(404);
+    } finally {
+      await own.close();
+    }
+  });
+
+  it("a snapshot name that is not one path component (../x, a/b) is a 400: nothing is written outside the snapshots directory", async () => {
+    const root = tempDir("sbh-snap-");
+    const own = await startSandboxHost({ port: 0, apiKey: KEY, root });
+    try {
+      const headers = { authorization: `Bearer ${KEY}`, "content-type": "application/json" };
+      for (const name of ["../evil", "../boxes", "team/harness:1", "..", "x".repeat(300)]) {
+        const r = await fetch(`${own.apiUrl}/snapshots`, { method: "POST", headers, body: JSON.stringify({ name }) });
+        expect([name.slice(0, 20), r.status]).toEqual([name.slice(0, 20), 400]);
+      }
+      expect(fs.existsSync(path.join(root, "evil.json"))).toBe(false);
+      expect(fs.existsSync(path.join(root, "boxes.json"))).toBe(false);
+      const ok = await fetch(`${own.apiUrl}/snapshots`, { method: "POST", headers, body: JSON.stringify({ name: "threadbox-harness:1.2" }) });
+      expect(ok.status).toBe(200);
+    } finally {
+      await own.close();
+    }
+  });
+
+  it("an upload over the host's body limit is answered 413, not a reset connection; the box goes on working", async () => {
+    const own = await startSandboxHost({ port: 0, apiKey: KEY, maxBodyBytes: 1024 * 1024 });
+    try {
+      const sdk = new Daytona({ apiUrl: own.apiUrl, apiKey: KEY, target: "local", useDeprecatedPolling: true, requestTimeoutMs: 20_000 });
+      const sb = await sdk.create({ autoDeleteInterval: -1 }, { timeout: 20 });
+      const form = new FormData();
+      form.append("files[0].path", "big.bin");
+      form.append("files[0].file", new Blob([new Uint8Array(4 * 1024 * 1024)]), "big.bin");
+      const r = await fetch(`${own.url}/toolbox/${sb.id}/files/bulk-upload`, { method: "POST", headers: { authorization: `Bearer ${KEY}` }, body: form });
+      expect(r.status).toBe(413);
+      v.toolbox("ErrorResponse", await r.json());
+      await expect(sb.fs.uploadFile(Buffer.alloc(2 * 1024 * 1024), "big2.bin")).rejects.toMatchObject({ statusCode: 413 });
+      expect((await sb.process.executeCommand("ls")).result).toBe("");
+      await sb.delete();
+    } finally {
+      await own.close();
+    }
+  });
+
   it("a host started on the root of one that died removes the box directories it left, and ends their processes: no box owns them any more", async () => {
     const root = tempDir("sbh-root-");
     fs.mkdirSync(path.join(root, "boxes", "dead-box", "home"), { recursive: true });
@@ -419,5 +479,38 @@ describe("host responses match Daytona's OpenAPI schemas", () => {
     const viaToken = await fetch(`${host.url}${t}/user-home-dir?DAYTONA_SANDBOX_AUTH_KEY=${token}`);
     expect(viaToken.status).toBe(200);
     await sb.delete();
+  });
+
+  it("bad input is a 400 in Daytona's error shape, never a 500: a JSON body that is not an object, a broken %-escape, labels that are not an object, a bad mode", async () => {
+    const sb = await daytona.create({ labels: { "threadbox.house": "schema3" } }, { timeout: 20 });
+    const t = `/toolbox/${sb.id}`;
+    try {
+      expect((await call("POST", `${t}/process/session`, { sessionId: "s" })).status).toBe(201);
+      const cases: [string, string, unknown][] = [
+        ["POST", `${t}/process/execute`, null],
+        ["POST", `${t}/process/execute`, "echo hi"],
+        ["POST", `${t}/git/clone`, null],
+        ["POST", `${t}/process/session`, null],
+        ["POST", `${t}/process/session/s/exec`, null],
+        ["POST", `${t}/files/bulk-download`, null],
+        ["POST", `${t}/files/folder?path=d&mode=zz`, undefined],
+        ["POST", "/api/sandbox", [1]],
+        ["GET", "/api/sandbox?labels=null", undefined],
+        ["GET", "/api/sandbox?labels=%5B1%5D", undefined],
+        ["GET", '/api/sandbox?labels={"a":1}', undefined],
+        ["GET", "/api/sandbox/%E0%A4%A", undefined],
+        ["GET", `${t}/process/session/%E0%A4%A`, undefined],
+      ];
+      for (const [method, p, body] of cases) {
+        const r = await call(method, p, body);
+        expect([method, p, r.status]).toEqual([method, p, 400]);
+        v.toolbox("ErrorResponse", r.json);
+      }
+      // A long timeout is a long timeout (a delay past setTimeout's 2^31-1 ms used to fire at once).
+      const long = await call("POST", `${t}/process/execute`, { command: "echo hi", timeout: 3_000_000 });
+      expect([long.status, long.json]).toEqual([200, { exitCode: 0, result: "hi\n" }]);
+    } finally {
+      await sb.delete();
+    }
   });
 });

@@ -308,6 +308,40 @@ describe("DaytonaProvider on the local host", () => {
     }
   });
 
+  it("a clone of a repository that is not there fails as not found, saying git's words and not blaming DAYTONA_API_URL", async () => {
+    // git says "does not appear to be a git repository" for a missing file:// or path repository;
+    // the toolbox answers 404 GIT_REPO_NOT_FOUND, which names what is missing.
+    const box = await provider.create({ labels: { house: house(), thread: "t-clone" }, ephemeral: true });
+    try {
+      const err = (await provider.clone(box.ref, { url: "file:///nonexistent/repo.git", path: "repo" }).catch((e) => e)) as ProviderError;
+      expect(err).toBeInstanceOf(ProviderError);
+      expect(err.message).toContain("does not appear to be a git repository");
+      expect(err.message).not.toContain("DAYTONA_API_URL");
+      expect(err.code).toBe("not_found");
+    } finally {
+      await provider.delete(box.ref);
+    }
+  });
+
+  it("a create that fails after the provider made the box (it never started) leaves no box behind", async () => {
+    // A box that ends in `error` while the SDK waits for `started` (or one still starting when the
+    // wait times out) exists at the provider: nobody would ever know of it, or delete it.
+    const snap = `broken-${Date.now()}`;
+    const made = await fetch(`${host.apiUrl}/snapshots`, { method: "POST", headers: { authorization: `Bearer ${KEY}`, "content-type": "application/json" }, body: JSON.stringify({ name: snap }) });
+    expect(made.status).toBe(200);
+    // Its files are not a directory: every box made from it fails to provision.
+    fs.writeFileSync(path.join(host.root, "snapshots", snap), "not a directory");
+    const h = house();
+    const err = await provider.create({ labels: { house: h, thread: "t-broken" }, ephemeral: true, snapshot: snap }).catch((e) => e);
+    expect(err).toBeInstanceOf(ProviderError);
+    expect(await provider.list({ [LABEL_HOUSE]: h })).toEqual([]);
+    // A create refused because its name is taken made nothing: the box of that name is not its to delete.
+    const named = await provider.create({ labels: { house: h, thread: "t-named" }, ephemeral: true, name: `named-${h}` });
+    await expect(provider.create({ labels: { house: h, thread: "t-again" }, ephemeral: true, name: `named-${h}` })).rejects.toMatchObject({ code: "conflict" });
+    expect((await provider.get(named.ref)).state).toBe("started");
+    await provider.delete(named.ref);
+  });
+
   it("box deleted out-of-band -> probe says dead", async () => {
     const box = await provider.create({ labels: { house: house() }, ephemeral: false });
     expect(await provider.probe(box.ref)).toBe("live");

@@ -56,6 +56,15 @@ describe("toProviderError", () => {
       expect(toProviderError(Object.assign(new Error(message), { statusCode: 404 }), "op").code, message).toBe("not_found");
     }
   });
+  it("a 404 whose daemon code names the missing thing (GIT_REPO_NOT_FOUND, FILE_NOT_FOUND, ...) is not_found, whatever its message", () => {
+    for (const code of ["GIT_REPO_NOT_FOUND", "GIT_BRANCH_NOT_FOUND", "FILE_NOT_FOUND", "PROCESS_NOT_FOUND"]) {
+      const e = toProviderError(Object.assign(new Error("git clone failed: fatal: '/x' does not appear to be a git repository"), { statusCode: 404, code }), "clone");
+      expect(e.code, code).toBe("not_found");
+      expect(e.message).not.toContain("DAYTONA_API_URL");
+    }
+    // The generic code says nothing more than the status: still ambiguous.
+    expect(toProviderError(Object.assign(new Error("Not Found"), { statusCode: 404, code: "NOT_FOUND" }), "op").code).toBe("unavailable");
+  });
   it("network errors are unavailable, timeouts are timeout", () => {
     expect(toProviderError(new TypeError("fetch failed"), "op").code).toBe("unavailable");
     expect(toProviderError(new Error("connect ECONNREFUSED 127.0.0.1:1"), "op").code).toBe("unavailable");

@@ -1,4 +1,4 @@
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { call, createThread, errorCode, houseToken } from "./helpers";
 import { sharedTestProvider } from "./register-test-provider";
 import { ProviderError } from "../../src/sandbox/errors";
@@ -147,6 +147,62 @@ describe("run_command on an environment's shared box", () => {
     expect(badCwd.status).toBe(400);
     expect(((await (await call("/api/environments/env_lost/exec", { method: "POST", token, json: { command: "ls" } })).json()) as { boxId?: string }).boxId).toBeUndefined();
     provider.execHandler = () => ({ exitCode: 0, output: "" });
+  });
+
+  it("an environment deleted while its shared box is being created: the command answers 404 and the new box is deleted, not kept for an environment that is gone", async () => {
+    const token = await houseToken("house-env-deleted-mid-create");
+    const provider = sharedTestProvider();
+    provider.execHandler = () => ({ exitCode: 0, output: "ran" });
+    expect((await call("/api/environments", { method: "POST", token, json: { id: "env_gone", name: "shared", provider: "test", sharedBox: true } })).status).toBe(201);
+    const create = provider.create;
+    // The delete lands while the provider makes the box (a real create takes seconds).
+    provider.create = async function (this: typeof provider, opts) {
+      provider.create = create;
+      expect((await call("/api/environments/env_gone", { method: "DELETE", token })).status).toBe(204);
+      return create.call(this, opts);
+    };
+    try {
+      const r = await call("/api/environments/env_gone/exec", { method: "POST", token, json: { command: "echo hi" } });
+      expect(r.status).toBe(404);
+      expect(await errorCode(r)).toBe("not_found");
+    } finally {
+      provider.create = create;
+    }
+    const boxes = ((await (await call("/api/sandboxes", { token })).json()) as { sandboxes: { state: string; labels: Record<string, string> }[] }).sandboxes;
+    expect(boxes.filter((b) => b.labels["threadbox.environment"] === "env_gone" && b.state !== "deleted")).toEqual([]);
+    expect((await provider.list({ "threadbox.house": "house-env-deleted-mid-create" })).filter((b) => b.state !== "destroyed")).toEqual([]);
+  });
+
+  it("a command still running on the shared box is not cut off when a change replaces the box: the old box goes once the command is done", async () => {
+    const token = await houseToken("house-env-exec-held");
+    const provider = sharedTestProvider();
+    let release!: () => void;
+    const held = new Promise<void>((r) => { release = r; });
+    provider.execHandler = async (_box, command) => {
+      if (command === "long") await held;
+      return { exitCode: 0, output: command };
+    };
+    try {
+      expect((await call("/api/environments", { method: "POST", token, json: { id: "env_held", name: "s", provider: "test", sharedBox: true } })).status).toBe(201);
+      const exec = (command: string) => call("/api/environments/env_held/exec", { method: "POST", token, json: { command } });
+      const old = ((await (await exec("warm")).json()) as { boxId: string }).boxId;
+      const long = exec("long");
+      // The long command is running on the old box when a change makes the next use replace it.
+      await vi.waitFor(() => expect(provider.calls.filter((c) => c.op === "exec" && (c.args as { command: string }).command === "long")).toHaveLength(1));
+      expect((await call("/api/environments/env_held", { method: "PATCH", token, json: { image: "other:2" } })).status).toBe(200);
+      const fresh = ((await (await exec("short")).json()) as { boxId: string }).boxId;
+      expect(fresh).not.toBe(old);
+      const state = async () => ((await (await call(`/api/sandboxes/${old}`, { token })).json()) as { state: string }).state;
+      expect(await state()).toBe("live");
+      release();
+      const done = await long;
+      expect(done.status).toBe(200);
+      expect(await done.json()).toMatchObject({ boxId: old, exitCode: 0, output: "long" });
+      await vi.waitFor(async () => expect(await state()).toBe("deleted"));
+    } finally {
+      release();
+      provider.execHandler = () => ({ exitCode: 0, output: "" });
+    }
   });
 
   it("replacing the environment (POST with its id) or patching it keeps its shared box: no second box, none left behind", async () => {

@@ -554,6 +554,32 @@ describe("box liveness", () => {
   });
 });
 
+describe("reconcile while the provider is slow", () => {
+  it("probes the house's boxes side by side: it answers after about one slow probe, not one per box", async () => {
+    const token = await houseToken("house-reconcile-slow");
+    const boxes = [];
+    for (let i = 0; i < 8; i++) boxes.push(await newBox(token, false));
+    const provider = sharedTestProvider();
+    const probe = provider.probe;
+    // Each probe takes as long as a provider that hangs until the request times out (scaled down).
+    provider.probe = async function (this: typeof provider, ref: string) {
+      await new Promise((r) => setTimeout(r, 500));
+      return probe.call(this, ref);
+    };
+    try {
+      const t0 = Date.now();
+      const r = await call("/api/sandboxes/reconcile", { method: "POST", token });
+      const took = Date.now() - t0;
+      expect(r.status).toBe(200);
+      const body = (await r.json()) as { probed: number; dead: string[] };
+      expect(body).toMatchObject({ probed: 8, dead: [] });
+      expect(took).toBeLessThan(2_500); // one after another: 8 x 500 ms = 4 s
+    } finally {
+      provider.probe = probe;
+    }
+  });
+});
+
 describe("idle reaping", () => {
   it("deletes an ephemeral box once its last thread ends, exactly once, retrying a failed delete", async () => {
     const token = await houseToken("house-reap");

@@ -51,6 +51,9 @@ function stopScriptFor(threadId: string, signal: "TERM" | "KILL"): string {
   return script;
 }
 
+/** How long past its own timeout a command holds the box (the provider's answer may come late). */
+const EXEC_LEASE_MARGIN_S = 60;
+
 export type ProbeAnswer = { verdict: ProbeVerdict; confirmedDead: boolean; state: BoxState };
 
 /**
@@ -79,6 +82,8 @@ export class SandboxActor extends DurableObject<Env> {
     sql.exec(`create table if not exists box_threads (thread_id text primary key, handle text)`);
     // A launch that picked this box, before its thread is attached (see reserve).
     sql.exec(`create table if not exists box_reservations (thread_id text primary key, run_id text not null)`);
+    // A command running on the box (`run_command` on a shared box), until it ends or `until` passes.
+    sql.exec(`create table if not exists box_execs (id text primary key, until integer not null)`);
     // Set while a box whose run ended waits for its runner to exit (see holdForRunner).
     addColumnIfMissing(sql, "box", "drain_handle", "text");
     addColumnIfMissing(sql, "box", "drain_until", "integer");
@@ -140,6 +145,35 @@ export class SandboxActor extends DurableObject<Env> {
       this.ctx.storage.sql.exec(`insert into box_reservations (thread_id, run_id) values (?, ?) on conflict(thread_id) do update set run_id = excluded.run_id`, threadId, runId);
       this.ctx.storage.sql.exec(`update box set next_delete_at = null, drain_handle = null, drain_until = null where id = 1 and delete_attempts = 0`);
       await this.recomputeAlarm();
+    });
+  }
+
+  /**
+   * A command is about to run on this box: a retire (the environment replaced it) or an idle reap
+   * waits for it, up to `timeoutSec` and a margin. Refused while the box is going.
+   */
+  async beginExec(houseId: string, timeoutSec: number) {
+    return settle(async () => {
+      const r = this.requireRow(houseId);
+      if (r.state !== "live") throw new ApiError("conflict", `box is ${r.state}`);
+      if (this.deleting || this.deletingAtProvider || (r.delete_attempts as number) > 0) throw new ApiError("conflict", "box is being deleted");
+      const id = crypto.randomUUID();
+      this.ctx.storage.sql.exec(`insert into box_execs (id, until) values (?, ?)`, id, this.clock.now() + (timeoutSec + EXEC_LEASE_MARGIN_S) * 1000);
+      return id;
+    });
+  }
+
+  /** The command is done; a box retired meanwhile goes now if nothing else is on it. */
+  async endExec(houseId: string, execId: string) {
+    return settle(async () => {
+      this.requireRow(houseId);
+      this.ctx.storage.sql.exec(`delete from box_execs where id = ?`, execId);
+      const r = this.row()!;
+      if (r.ephemeral === 1 && r.state === "live" && this.threadIds().length === 0 && this.execsUntil() === null && r.next_delete_at !== null && !this.deleting) {
+        // The delete a retire put off for this command: due now.
+        this.ctx.storage.sql.exec(`update box set next_delete_at = ? where id = 1 and delete_attempts = 0`, this.clock.now());
+        await this.recomputeAlarm();
+      }
     });
   }
 
@@ -258,7 +292,12 @@ export class SandboxActor extends DurableObject<Env> {
       const r = this.requireRow(houseId);
       if (r.state !== "dead" && r.state !== "deleted") {
         this.ctx.storage.sql.exec(`update box set ephemeral = 1, updated_at = ? where id = 1`, this.clock.now());
-        if (this.threadIds().length === 0 && !this.deleting) {
+        const execsUntil = this.execsUntil();
+        if (execsUntil !== null && this.threadIds().length === 0) {
+          // A command still runs on it: it goes when that ends (endExec), or when its time is up.
+          this.ctx.storage.sql.exec(`update box set next_delete_at = ? where id = 1 and delete_attempts = 0`, execsUntil);
+          await this.recomputeAlarm();
+        } else if (this.threadIds().length === 0 && !this.deleting) {
           this.deleting = true;
           try {
             if (!(await this.reservedByCurrentRun(houseId))) await this.deleteNow();
@@ -357,7 +396,9 @@ export class SandboxActor extends DurableObject<Env> {
       this.deleting = true;
       try {
         // A launch picked it before: it is in use, not idle.
+        const execsUntil = this.execsUntil();
         if (await this.reservedByCurrentRun(r.house_id as string)) this.ctx.storage.sql.exec(`update box set next_delete_at = null, drain_handle = null, drain_until = null where id = 1`);
+        else if (execsUntil !== null) this.ctx.storage.sql.exec(`update box set next_delete_at = ? where id = 1`, execsUntil);
         else if (!(await this.stillDraining())) await this.deleteNow();
         this.failedDeleteChecks = 0;
       } catch (err) {
@@ -428,12 +469,27 @@ export class SandboxActor extends DurableObject<Env> {
     return this.ctx.storage.sql.exec(`select thread_id from box_threads`).toArray().map((t) => t.thread_id as string);
   }
 
+  /** When the last command running on the box may end at the latest; null when none runs. */
+  private execsUntil(): number | null {
+    const now = this.clock.now();
+    this.ctx.storage.sql.exec(`delete from box_execs where until <= ?`, now);
+    const at = this.ctx.storage.sql.exec(`select max(until) as at from box_execs`).toArray()[0]?.at;
+    return typeof at === "number" ? at : null;
+  }
+
   private touch(): void {
     this.ctx.storage.sql.exec(`update box set updated_at = ? where id = 1`, this.clock.now());
   }
 
   private async reapIfIdle(): Promise<void> {
     if (!this.reapable() || this.deleting) return;
+    const execsUntil = this.execsUntil();
+    if (execsUntil !== null) {
+      // A command still runs on it: it goes when that ends (endExec), or when its time is up.
+      this.ctx.storage.sql.exec(`update box set next_delete_at = ? where id = 1`, execsUntil);
+      await this.recomputeAlarm();
+      return;
+    }
     // Decided: a launch asking for it from now on is told it is going (it takes a fresh box).
     this.deleting = true;
     try {
