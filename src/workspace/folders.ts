@@ -38,6 +38,11 @@ export const foldersSchema = z.array(folderSpecSchema).max(20).superRefine((list
   for (const f of list) {
     if (paths.has(f.path)) ctx.addIssue({ code: "custom", message: `two folders are copied to ${f.path}` });
     paths.add(f.path);
+    // Each folder replaces its path as it is copied in: an inner one is wiped by the outer (listed
+    // after it) or packed into the outer's next version at sync-back (listed before it).
+    for (const g of list) {
+      if (g !== f && f.path.startsWith(`${g.path}/`)) ctx.addIssue({ code: "custom", message: `folder ${f.path} lies inside folder ${g.path}: give folders paths side by side` });
+    }
     if (f.access === "readwrite") {
       // Two readwrite copies of one folder would race to be its next version.
       if (rw.has(f.source)) ctx.addIssue({ code: "custom", message: `folder ${f.source} is readwrite twice` });
