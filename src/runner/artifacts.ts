@@ -8,7 +8,7 @@
  * only; secret values are redacted from everything that is inlined.
  */
 import { execFileSync } from "node:child_process";
-import { lstatSync, readdirSync, readFileSync } from "node:fs";
+import { closeSync, constants as fsConstants, fstatSync, lstatSync, openSync, readdirSync, readSync } from "node:fs";
 import { join, relative, sep } from "node:path";
 import { isSensitivePath, redactionList, redactText } from "./redact";
 
@@ -23,7 +23,7 @@ export type ArtifactFile = {
   binary: boolean;
   content?: string;
   /** Why the content is not inlined. */
-  omitted?: "binary" | "too_large" | "secret" | "budget";
+  omitted?: "binary" | "too_large" | "secret" | "budget" | "symlink";
 };
 
 export type Artifacts = {
@@ -119,6 +119,23 @@ function isBinary(buf: Buffer): boolean {
   }
 }
 
+/**
+ * A regular file's bytes, at most `max` of them (null past that): a process the run left behind
+ * may still swap the file for a link or grow it after it was looked at.
+ */
+function readRegularFile(path: string, max: number): Buffer | null {
+  const fd = openSync(path, fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW | fsConstants.O_NONBLOCK);
+  try {
+    if (!fstatSync(fd).isFile()) throw new Error("not a regular file");
+    const buf = Buffer.alloc(max + 1);
+    let n = 0;
+    for (let r; n < buf.length && (r = readSync(fd, buf, n, buf.length - n, null)) > 0;) n += r;
+    return n > max ? null : buf.subarray(0, n);
+  } finally {
+    closeSync(fd);
+  }
+}
+
 /** What changed since `start`. Never throws for an unreadable file: it is listed without content. */
 export function collectArtifacts(start: WorkspaceStart, secrets: string[], limits: ArtifactLimits = DEFAULT_ARTIFACT_LIMITS, sensitive: string[] = []): Artifacts {
   const changed = start.kind === "git" ? gitChanges(start) : fileChanges(start, limits);
@@ -131,20 +148,26 @@ export function collectArtifacts(start: WorkspaceStart, secrets: string[], limit
   const files = changed.slice(0, limits.maxFiles).map(({ path, status }): ArtifactFile => {
     if (status === "deleted") return { path, status, size: 0, binary: false };
     const full = join(start.root, path);
-    let size = 0;
+    let st;
     try {
-      size = lstatSync(full).size;
+      st = lstatSync(full);
     } catch {
       return { path, status, size: 0, binary: false };
     }
+    const size = st.size;
     if (hidden(path)) return { path, status, size, binary: false, omitted: "secret" };
+    // Reading through a link would inline a file from outside the working directory, of a size the
+    // bound above never saw (or a device that never ends, which would hang the run's end).
+    if (st.isSymbolicLink()) return { path, status, size, binary: false, omitted: "symlink" };
+    if (!st.isFile()) return { path, status, size, binary: false };
     if (size > limits.maxTextBytes) return { path, status, size, binary: false, omitted: "too_large" };
-    let buf: Buffer;
+    let buf: Buffer | null;
     try {
-      buf = readFileSync(full);
+      buf = readRegularFile(full, limits.maxTextBytes);
     } catch {
       return { path, status, size, binary: false };
     }
+    if (buf === null) return { path, status, size, binary: false, omitted: "too_large" };
     if (isBinary(buf)) return { path, status, size, binary: true, omitted: "binary" };
     if (buf.length > budget) return { path, status, size, binary: false, omitted: "budget" };
     budget -= buf.length;

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { execSync } from "node:child_process";
-import { mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, rmSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { collectArtifacts, DEFAULT_ARTIFACT_LIMITS, snapshotWorkspace } from "../../src/runner/artifacts";
 import { namedSecretValues, redactDeep, redactionList, sensitiveFilePaths, sensitiveValues } from "../../src/runner/redact";
@@ -99,6 +99,29 @@ describe("a run's artifacts: a git checkout", () => {
     expect(a.files.find((f) => f.path === "sp ace/ünï.txt")!.content).toBe("new ü\n");
     expect(a.git!.diff).toContain("+new ü");
     expect(a.git!.diff).toContain("+quoted");
+  });
+
+  it("a symlink the run made is listed as one, its target never read (a file outside the checkout, a huge one)", () => {
+    const dir = tmp();
+    const outside = tmp();
+    git(dir, "init -q -b main");
+    writeFileSync(join(dir, "a.txt"), "one\n");
+    git(dir, "add a.txt");
+    git(dir, "commit -q -m init");
+    const start = snapshotWorkspace(dir);
+    writeFileSync(join(outside, "notes.txt"), "outside the working directory\n");
+    symlinkSync(join(outside, "notes.txt"), join(dir, "notes-link.txt"));
+    // Its size is that of the link: the collector's size bound never saw the 64 MiB it pointed at.
+    const big = join(outside, "big.txt");
+    writeFileSync(big, "");
+    truncateSync(big, 64 * 1024 * 1024);
+    symlinkSync(big, join(dir, "big-link.txt"));
+    const a = collectArtifacts(start, []);
+    const byPath = Object.fromEntries(a.files.map((f) => [f.path, f]));
+    expect(byPath["notes-link.txt"]).toEqual({ path: "notes-link.txt", status: "added", size: join(outside, "notes.txt").length, binary: false, omitted: "symlink" });
+    expect(byPath["big-link.txt"]).toMatchObject({ status: "added", omitted: "symlink" });
+    expect(byPath["big-link.txt"].content).toBeUndefined();
+    expect(JSON.stringify(a.files)).not.toContain("outside the working directory");
   });
 
   it("a repository without commits yet: everything is added", () => {
