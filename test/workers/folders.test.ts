@@ -264,6 +264,26 @@ describe("folders inside folders", () => {
   });
 });
 
+describe("folders and repositories", () => {
+  // With two or more repositories the working directory holds them side by side, and a folder's
+  // copy-in replaces its path after the clones: the checkout would be gone before the run starts.
+  it("a folder at or around a repository's checkout is refused with a 400; one inside a checkout is fine", async () => {
+    const token = await houseToken("house-fold-repo");
+    const repositories = [{ url: "https://git.example/org/app.git" }, { url: "https://git.example/org/lib.git", path: "libs/lib" }];
+    for (const path of ["app", "libs", "libs/lib"]) {
+      const r = await createEnv(token, { repositories, folders: [{ source: "notes", path }] });
+      expect(r.status, path).toBe(400);
+      expect(JSON.stringify(r.body.error.details), path).toMatch(/folder .* would replace the checkout of repository/);
+    }
+    for (const path of ["app/notes", "libsx", "notes"]) {
+      const r = await createEnv(token, { repositories, folders: [{ source: "notes", path }] });
+      expect(r.status, path).toBe(201);
+    }
+    // One repository is the working directory itself: folder paths are inside it.
+    expect((await createEnv(token, { repositories: [repositories[0]], folders: [{ source: "notes", path: "app" }] })).status).toBe(201);
+  });
+});
+
 describe("environment folders in a launch", () => {
   async function delegate(token: string, environmentId: string) {
     const parent = (await (await call("/api/threads", { method: "POST", token, json: { environmentId } })).json()) as { id: string; houseId: string };
