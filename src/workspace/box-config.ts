@@ -54,10 +54,15 @@ export const boxModeSchema = z.enum(["ephemeral", "shared"]);
 /** pi has no permission prompts: `plan` becomes its read-only tool set. */
 export const PI_READ_ONLY_TOOLS = ["read", "grep", "find", "ls"] as const;
 
-/** The tools a pi run gets: the explicit list wins; `plan` narrows to reading; else pi's default. */
+/**
+ * The tools a pi run gets: the explicit list, else pi's default; `plan` keeps only the read-only
+ * ones of either, as Claude Code's plan mode and Codex's read-only sandbox hold whatever the list
+ * (a delegate's `plan` over an environment's list is still a read-only run).
+ */
 export function piTools(mode: PermissionMode | undefined, allowed: string[] | undefined): string[] | undefined {
-  if (allowed) return allowed;
-  return mode === "plan" ? [...PI_READ_ONLY_TOOLS] : undefined;
+  if (mode !== "plan") return allowed;
+  const readOnly: readonly string[] = PI_READ_ONLY_TOOLS;
+  return allowed ? allowed.filter((t) => readOnly.includes(t)) : [...PI_READ_ONLY_TOOLS];
 }
 
 /** A file list as a response or an entry may show it: sensitive contents left out. */

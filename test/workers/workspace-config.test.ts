@@ -83,6 +83,15 @@ describe("environment workspace fields", () => {
     expect(bad.status).toBe(400);
   });
 
+  it("plan is read-only for pi whatever tool list applies: a delegate's plan over an environment's tools gets only their read-only ones, and the launch says so", async () => {
+    const token = await houseToken("house-ws-plan-narrows");
+    const created = await createEnv(token, { allowedTools: ["read", "bash", "edit", "write", "ls"] });
+    const { runId, launched } = await delegateAndLaunch(token, created.body.id, { task: "review only", permissionMode: "plan" });
+    const start = sharedTestProvider().calls.find((c) => c.op === "startDetached" && JSON.stringify(c).includes(runId))!;
+    expect(JSON.stringify(start.args)).toContain("--tools 'read,ls'");
+    expect(launched.payload).toMatchObject({ permissionMode: "plan", allowedTools: ["read", "ls"] });
+  });
+
   it("a resume keeps what its run chose over the environment: model, permission mode, tools (a read-only child stays read-only)", async () => {
     const token = await houseToken("house-ws-resume-keeps");
     const created = await createEnv(token, {});
