@@ -8,12 +8,12 @@
  * only; secret values are redacted from everything that is inlined.
  */
 import { execFileSync } from "node:child_process";
-import { closeSync, constants as fsConstants, fstatSync, lstatSync, openSync, readdirSync, readSync } from "node:fs";
+import { closeSync, constants as fsConstants, existsSync, fstatSync, lstatSync, openSync, readdirSync, readSync } from "node:fs";
 import { join, relative, sep } from "node:path";
 import { isSensitivePath, redactionList, redactText } from "./redact";
 
 export type WorkspaceStart =
-  | { kind: "git"; root: string; head: string | null }
+  | { kind: "git"; root: string; head: string | null; untracked?: Map<string, { size: number; mtimeMs: number }> }
   | { kind: "files"; root: string; files: Map<string, { size: number; mtimeMs: number }> };
 
 export type ArtifactFile = {
@@ -66,7 +66,7 @@ export function snapshotWorkspace(dir: string): WorkspaceStart {
       } catch {
         head = null; // a fresh repository without commits
       }
-      return { kind: "git", root: dir, head };
+      return { kind: "git", root: dir, head, untracked: untrackedNow(dir, DEFAULT_ARTIFACT_LIMITS.maxScanEntries) };
     }
   } catch {
     // not a git checkout (or no git): compare file lists instead
@@ -197,8 +197,44 @@ function gitChanges(start: Extract<WorkspaceStart, { kind: "git" }>): Change[] {
   } else {
     for (const p of lsFiles(start.root, ["--cached"])) out.set(p, "added");
   }
-  for (const p of lsFiles(start.root, ["--others", "--exclude-standard"])) out.set(p, "added");
+  // Untracked files the run found there and left as they were (an earlier run's on a shared box,
+  // the environment's files, a folder copied in) are not its work.
+  for (const p of lsFiles(start.root, ["--others", "--exclude-standard"])) {
+    const before = start.untracked?.get(p);
+    if (before && sameStat(join(start.root, p), before)) continue;
+    out.set(p, "added");
+  }
+  for (const p of start.untracked?.keys() ?? []) {
+    if (!out.has(p) && !existsSync(join(start.root, p))) out.set(p, "deleted");
+  }
   return [...out].filter(([p]) => !p.split("/").some((seg) => SKIP_DIRS.has(seg))).map(([path, status]) => ({ path, status }));
+}
+
+/** Untracked files and their stat, at most `max` of them (those past it count as the run's). */
+function untrackedNow(root: string, max: number): Map<string, { size: number; mtimeMs: number }> {
+  const out = new Map<string, { size: number; mtimeMs: number }>();
+  try {
+    for (const p of lsFiles(root, ["--others", "--exclude-standard"]).slice(0, max)) {
+      try {
+        const st = lstatSync(join(root, p));
+        out.set(p, { size: st.size, mtimeMs: st.mtimeMs });
+      } catch {
+        // gone already: nothing to compare with
+      }
+    }
+  } catch {
+    // git could not list them: every untracked file counts as the run's
+  }
+  return out;
+}
+
+function sameStat(path: string, before: { size: number; mtimeMs: number }): boolean {
+  try {
+    const st = lstatSync(path);
+    return st.size === before.size && st.mtimeMs === before.mtimeMs;
+  } catch {
+    return false;
+  }
 }
 
 function lsFiles(root: string, args: string[]): string[] {

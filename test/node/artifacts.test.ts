@@ -124,6 +124,26 @@ describe("a run's artifacts: a git checkout", () => {
     expect(JSON.stringify(a.files)).not.toContain("outside the working directory");
   });
 
+  it("untracked files that were there before the run and that it left alone are not its work (a shared box's earlier runs, the environment's files)", () => {
+    const dir = tmp();
+    git(dir, "init -q -b main");
+    writeFileSync(join(dir, "a.txt"), "one\n");
+    git(dir, "add a.txt");
+    git(dir, "commit -q -m init");
+    writeFileSync(join(dir, "earlier-run.txt"), "left by the run before\n");
+    writeFileSync(join(dir, "touched.txt"), "before\n");
+    writeFileSync(join(dir, "removed.txt"), "the run deletes this\n");
+    const start = snapshotWorkspace(dir);
+    rmSync(join(dir, "removed.txt"));
+    writeFileSync(join(dir, "mine.txt"), "this run's\n");
+    writeFileSync(join(dir, "touched.txt"), "changed by this run\n");
+    const a = collectArtifacts(start, []);
+    expect(a.files.map((f) => [f.path, f.status]).sort()).toEqual([["mine.txt", "added"], ["removed.txt", "deleted"], ["touched.txt", "added"]]);
+    expect(a.git!.diff).toContain("+this run's");
+    expect(a.git!.diff).toContain("+changed by this run");
+    expect(a.git!.diff).not.toContain("left by the run before");
+  });
+
   it("a repository without commits yet: everything is added", () => {
     const dir = tmp();
     git(dir, "init -q -b main");
