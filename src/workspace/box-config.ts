@@ -107,6 +107,12 @@ export type VolumeSpec = z.infer<typeof volumeSchema>;
 export const volumesSchema = z.array(volumeSchema).max(10).superRefine((vs, ctx) => {
   if (new Set(vs.map((v) => v.name)).size !== vs.length) ctx.addIssue({ code: "custom", message: "a volume is named twice" });
   if (new Set(vs.map((v) => volumeHomePath(v.path))).size !== vs.length) ctx.addIssue({ code: "custom", message: "two volumes at one path" });
+  // Mounting a volume inside another's path replaces what the outer volume holds there.
+  for (const v of vs) {
+    const at = volumeHomePath(v.path);
+    const outer = vs.find((w) => w !== v && at.startsWith(`${volumeHomePath(w.path)}/`));
+    if (outer) ctx.addIssue({ code: "custom", message: `volume ${v.name} at ${at} lies inside volume ${outer.name} at ${volumeHomePath(outer.path)}: give volumes paths side by side` });
+  }
 });
 
 /**

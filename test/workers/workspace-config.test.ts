@@ -157,6 +157,16 @@ describe("environment workspace fields", () => {
     // Other spellings of a directory below HOME are that directory.
     for (const path of ["memory/", "./memory", "notes//memory"]) expect([path, (await createEnv(token, { volumes: [{ name: "m", path }] })).status]).toEqual([path, 201]);
     expect((await createEnv(token, { volumes: [{ name: "a", path: "memory/" }, { name: "b", path: "./memory" }] })).status).toBe(400);
+    // A volume inside another's path: mounting it replaced what the outer volume held there.
+    for (const volumes of [
+      [{ name: "a", path: "vx" }, { name: "b", path: "vx/y" }],
+      [{ name: "b", path: "/home/daytona/vx/y" }, { name: "a", path: "./vx/" }],
+    ]) {
+      const r = await createEnv(token, { volumes });
+      expect(r.status, JSON.stringify(volumes)).toBe(400);
+      expect(JSON.stringify(r.body.error.details)).toContain("volume b at vx/y lies inside volume a at vx");
+    }
+    expect((await createEnv(token, { volumes: [{ name: "a", path: "vx" }, { name: "b", path: "vxy" }] })).status).toBe(201);
     expect((await createEnv(token, { volumes: [{ name: "m", path: "/home/daytona/notes/memory" }] })).status).toBe(201);
     const created = await createEnv(token, { volumes: [{ name: "memory", path: "memory" }], sharedBox: true });
     expect(created.body.volumes).toEqual([{ name: "memory", path: "memory" }]);
