@@ -200,18 +200,42 @@ function isPinnedPackage(spec: string): boolean {
   return /^(@[^/@\s]+\/)?[^@=\s]+(@|==)v?\d[^\s]*$/.test(spec) && !/[\^~*<>]|latest|next/.test(spec.split(/@|==/).pop()!);
 }
 
-/** The package a registry launcher runs: its first argument that is not an option (`pipx run x`: after `run`). */
-export function launchedPackage(command: string, args: string[] = []): string | null {
+/** Launcher options whose value is a package fetched too (`npx -p`, `uvx --from/--with`, `pipx run --spec`). */
+const PACKAGE_OPTIONS = new Set(["-p", "--package", "--from", "--with", "--spec"]);
+/** Of those, the ones after which the first positional is only a command to run, not a package. */
+const COMMAND_FROM_OPTIONS = new Set(["-p", "--package", "--from", "--spec"]);
+
+/**
+ * The packages a registry launcher fetches: those its package options name (`--package x`,
+ * `--package=x`), and its first argument that is not an option unless one of those options said
+ * where the command comes from (`pipx run x`: after `run`). Null for a command that is no launcher.
+ */
+export function launchedPackages(command: string, args: string[] = []): string[] | null {
   if (!REGISTRY_LAUNCHERS.has(command.split("/").pop()!)) return null;
-  const rest = args.filter((a) => !a.startsWith("-"));
-  return (command.endsWith("pipx") && rest[0] === "run" ? rest[1] : rest[0]) ?? "";
+  const packages: string[] = [];
+  const positional: string[] = [];
+  let commandGiven = false;
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i];
+    const eq = a.indexOf("=");
+    const name = a.startsWith("--") && eq > 0 ? a.slice(0, eq) : a;
+    if (PACKAGE_OPTIONS.has(name)) {
+      packages.push(name === a ? (args[++i] ?? "") : a.slice(eq + 1));
+      if (COMMAND_FROM_OPTIONS.has(name)) commandGiven = true;
+    } else if (!a.startsWith("-")) {
+      positional.push(a);
+    }
+  }
+  const first = command.endsWith("pipx") && positional[0] === "run" ? positional[1] : positional[0];
+  if (!commandGiven) packages.push(first ?? "");
+  return packages;
 }
 
 export const mcpServerSchema = z.union([
   z.object({ command: z.string().min(1).max(500), args: z.array(z.string().max(2000)).max(50).optional(), env: recordSchema(envNameSchema, z.string().max(10_000)).optional() }).strict()
     .refine((srv) => {
-      const pkg = launchedPackage(srv.command, srv.args);
-      return pkg === null || isPinnedPackage(pkg);
+      const packages = launchedPackages(srv.command, srv.args);
+      return packages === null || packages.every(isPinnedPackage);
     }, "a server fetched from a registry (npx, bunx, pnpx, uvx, pipx) names an exact version: pkg@1.2.3 or pkg==1.2.3"),
   z.object({ type: z.enum(["http", "sse"]).default("http"), url: z.string().url().max(2000) }).strict(),
 ]);
