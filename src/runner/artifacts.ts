@@ -176,7 +176,9 @@ export function collectArtifacts(start: WorkspaceStart, secrets: string[], limit
   const out: Artifacts = { files, filesTruncated };
   if (start.kind === "git") {
     const status = git(start.root, ["status", "--porcelain=v1", "--untracked-files=all"]);
-    const diff = redact(gitDiff(start, changed, hidden, sensitive));
+    // The untracked files diffed are the ones listed: one git process each, and a run can leave
+    // tens of thousands (a venv, a build directory nobody ignored) that would take minutes.
+    const diff = redact(gitDiff(start, changed.slice(0, limits.maxFiles), hidden, sensitive));
     out.git = { base: start.head, status: redact(status), diff, diffBytes: Buffer.byteLength(diff) };
   }
   return out;

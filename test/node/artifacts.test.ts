@@ -144,6 +144,25 @@ describe("a run's artifacts: a git checkout", () => {
     expect(a.git!.diff).not.toContain("left by the run before");
   });
 
+  it("many untracked files (a venv without a .gitignore): the diff covers the files listed, not one git process per file past them", () => {
+    const dir = tmp();
+    git(dir, "init -q -b main");
+    writeFileSync(join(dir, "a.txt"), "one\n");
+    git(dir, "add a.txt");
+    git(dir, "commit -q -m init");
+    const start = snapshotWorkspace(dir);
+    mkdirSync(join(dir, "venv"));
+    for (let i = 0; i < 60; i++) writeFileSync(join(dir, "venv", `m${String(i).padStart(3, "0")}.py`), `x = ${i}\n`);
+    const a = collectArtifacts(start, [], { ...DEFAULT_ARTIFACT_LIMITS, maxFiles: 10 });
+    expect(a.files).toHaveLength(10);
+    expect(a.filesTruncated).toBe(true);
+    expect(a.git!.diff.match(/^new file mode/gm)).toHaveLength(10);
+    expect(a.git!.diff).toContain("+x = 0");
+    expect(a.git!.diff).not.toContain("+x = 59");
+    // git status still names every one of them.
+    expect(a.git!.status.split("\n").filter(Boolean)).toHaveLength(60);
+  });
+
   it("a repository without commits yet: everything is added", () => {
     const dir = tmp();
     git(dir, "init -q -b main");
@@ -168,6 +187,17 @@ describe("artifact entries", () => {
     expect(Buffer.byteLength(String(diff.payload.diff))).toBeLessThanOrEqual(MAX_INLINE_DIFF_BYTES);
     expect(String(diff.payload.diff)).not.toContain("\uFFFD");
     expect(es.map((e) => e.payload.type)).toEqual(["artifact.diff", "artifact.files"]);
+  });
+
+  it("a git status too long for an entry is cut at a line and says how many lines it left out", () => {
+    const status = Array.from({ length: 5000 }, (_, i) => `?? build/generated/output-file-${i}.txt`).join("\n") + "\n";
+    const [diff] = artifactEntries({ files: [], filesTruncated: false, git: { base: "abc", status, diff: "", diffBytes: 0 } }, { threadId: "t", runId: "r" });
+    const shown = diff.payload.status as string;
+    expect(Buffer.byteLength(shown)).toBeLessThanOrEqual(MAX_INLINE_DIFF_BYTES + 100);
+    const lines = shown.split("\n").filter(Boolean);
+    expect(lines[0]).toBe("?? build/generated/output-file-0.txt");
+    expect(lines.at(-1)).toMatch(/^… \d+ more line\(s\)$/);
+    expect(lines.length - 1 + Number(/(\d+) more/.exec(lines.at(-1)!)![1])).toBe(5000);
   });
 
   it("cutUtf8 never splits a character", () => {
