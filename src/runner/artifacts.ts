@@ -246,7 +246,18 @@ function lsFiles(root: string, args: string[]): string[] {
 function gitDiff(start: Extract<WorkspaceStart, { kind: "git" }>, changed: Change[], hidden: (path: string) => boolean, sensitive: string[]): string {
   const parts: string[] = [];
   const excluded = sensitive.map((p) => `:(exclude,literal)${p}`);
-  if (start.head) parts.push(git(start.root, ["diff", "--no-renames", "--no-color", start.head, ...(excluded.length ? ["--", ".", ...excluded] : [])]));
+  if (start.head) {
+    const args = ["diff", "--no-renames", "--no-color", start.head, ...(excluded.length ? ["--", ".", ...excluded] : [])];
+    try {
+      parts.push(git(start.root, args));
+    } catch (err) {
+      // Past git's output buffer (a big file rewritten): what it printed so far is the diff's head;
+      // the entry and the stream hold only a head of it anyway.
+      const stdout = (err as { stdout?: unknown }).stdout;
+      if ((err as { code?: string }).code !== "ENOBUFS" || typeof stdout !== "string") throw err;
+      parts.push(stdout);
+    }
+  }
   const tracked = new Set(start.head ? lsFiles(start.root, ["--cached"]) : []);
   for (const c of changed) {
     if (c.status !== "added" || tracked.has(c.path) || hidden(c.path)) continue;

@@ -163,6 +163,23 @@ describe("a run's artifacts: a git checkout", () => {
     expect(a.git!.status.split("\n").filter(Boolean)).toHaveLength(60);
   });
 
+  it("a diff larger than git's output buffer (a big tracked file rewritten) still gives the run's artifacts, its diff cut", () => {
+    const dir = tmp();
+    git(dir, "init -q -b main");
+    const line = (c: string) => `${c.repeat(99)}\n`;
+    writeFileSync(join(dir, "data.csv"), line("a").repeat(200_000));
+    writeFileSync(join(dir, "small.txt"), "one\n");
+    git(dir, "add -A");
+    git(dir, "commit -q -m init");
+    const start = snapshotWorkspace(dir);
+    writeFileSync(join(dir, "data.csv"), line("b").repeat(200_000));
+    writeFileSync(join(dir, "small.txt"), "two\n");
+    const a = collectArtifacts(start, []);
+    expect(a.files.map((f) => [f.path, f.status]).sort()).toEqual([["data.csv", "modified"], ["small.txt", "modified"]]);
+    expect(a.git!.diff).toContain("-aaaa");
+    expect(a.git!.diffBytes).toBeGreaterThan(8 * 1024 * 1024);
+  });
+
   it("a repository without commits yet: everything is added", () => {
     const dir = tmp();
     git(dir, "init -q -b main");
