@@ -82,7 +82,10 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
 
   async function handle(req, res) {
     const url = new URL(req.url, "http://local");
-    const parts = url.pathname.split("/").filter(Boolean).map(decodeURIComponent);
+    const raw = url.pathname.split("/").filter(Boolean);
+    // A preview's path is the app's to read, undecoded: it may use escapes this host cannot decode.
+    if (raw[0] === "proxy" && raw[1]) return proxyPreview(req, res, url, raw[1]);
+    const parts = decodeParts(url.pathname, raw);
     if (parts[0] === "api") return handleApi(req, res, url, parts.slice(1));
     if (parts[0] === "toolbox" && parts[1]) {
       const box = boxes.get(parts[1]);
@@ -90,9 +93,19 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
       if (!box) throw new HostError(404, `sandbox ${parts[1]} not found`);
       return handleToolbox(req, res, url, box, parts.slice(2));
     }
-    if (parts[0] === "proxy" && parts[1]) return proxyPreview(req, res, url, parts[1]);
     if (url.pathname === "/health") return sendJson(res, 200, { ok: true });
     throw new HostError(404, `no route for ${req.method} ${url.pathname}`);
+  }
+
+  /** A path's segments decoded; a malformed escape is the client's error (400), not the host's. */
+  function decodeParts(pathname, raw) {
+    return raw.map((p) => {
+      try {
+        return decodeURIComponent(p);
+      } catch {
+        throw new HostError(400, `malformed percent-encoding in ${pathname}`);
+      }
+    });
   }
 
   function signPreview(box, url, rawPort) {
@@ -414,7 +427,7 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
 
   function handleUpgrade(req, socket, head) {
     const url = new URL(req.url, "http://local");
-    const p = url.pathname.split("/").filter(Boolean).map(decodeURIComponent);
+    const p = decodeParts(url.pathname, url.pathname.split("/").filter(Boolean));
     // /toolbox/<id>/process/session/<sid>/command/<cid>/logs?follow=true
     if (!(p[0] === "toolbox" && p[2] === "process" && p[3] === "session" && p[5] === "command" && p[7] === "logs" && p.length === 8)) {
       throw new HostError(404, "no websocket route");
