@@ -177,6 +177,12 @@ export const repositorySchema = z.object({
 export type RepositorySpec = z.infer<typeof repositorySchema>;
 
 export const repositoriesSchema = z.array(repositorySchema).max(20).superRefine((rs, ctx) => {
+  for (const [i, r] of rs.entries()) {
+    // A path taken from the URL (`…/..`) is held to the rules a given one is.
+    if (!r.path && !workspacePathSchema.safeParse(repoPath(r)).success) {
+      ctx.addIssue({ code: "custom", path: [i, "path"], message: `the URL's last segment (${repoPath(r)}) is no directory name: give the repository a path` });
+    }
+  }
   const paths = rs.map(repoPath);
   if (new Set(paths).size !== paths.length) ctx.addIssue({ code: "custom", message: "two repositories at one path: give them different `path`s" });
 });

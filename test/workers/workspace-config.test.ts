@@ -192,6 +192,10 @@ describe("environment workspace fields", () => {
       // A shared box fetches `origin <branch>`: git would read this one as an option and run the command.
       [{ url: "https://git.example/a.git", branch: "--upload-pack=touch /tmp/pwned" }],
       [{ url: "https://git.example/a.git", branch: "has space" }],
+      // Named after the URL's last segment when no path is given: `..` would be HOME, `.` the working directory.
+      [{ url: "https://git.example/...git" }],
+      [{ url: "https://git.example/.." }],
+      [{ url: "https://git.example/..git" }],
     ]) {
       const r = await createEnv(token, { repositories, secrets: { GIT_TOKEN: "ghp-secret-token-1" } });
       expect(r.status, JSON.stringify(repositories)).toBe(400);
