@@ -82,6 +82,9 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
 
   async function handle(req, res) {
     const url = new URL(req.url, "http://local");
+    const raw = url.pathname.split("/").filter(Boolean);
+    // A preview's path is the app's to read, undecoded: it may use escapes this host cannot decode.
+    if (raw[0] === "proxy" && raw[1]) return proxyPreview(req, res, url, raw[1]);
     const parts = pathParts(url);
     if (parts[0] === "api") return handleApi(req, res, url, parts.slice(1));
     if (parts[0] === "toolbox" && parts[1]) {
@@ -90,11 +93,11 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
       if (!box) throw new HostError(404, `sandbox ${parts[1]} not found`);
       return handleToolbox(req, res, url, box, parts.slice(2));
     }
-    if (parts[0] === "proxy" && parts[1]) return proxyPreview(req, res, url, parts[1]);
     if (url.pathname === "/health") return sendJson(res, 200, { ok: true });
     throw new HostError(404, `no route for ${req.method} ${url.pathname}`);
   }
 
+  /** A path's segments decoded; a malformed escape is the client's error (400), not the host's. */
   function signPreview(box, url, rawPort) {
     const port = Number(rawPort);
     if (!/^\d+$/.test(rawPort) || port < 1 || port > 65535) throw new HostError(400, "port must be an integer from 1 to 65535");

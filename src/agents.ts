@@ -13,7 +13,7 @@ export const handleSchema = z.string().regex(/^[a-z0-9_-]{1,40}$/, "handle is 1-
 /** `provider/modelId`, as pi's `--model` takes it. */
 export const modelRefSchema = z.string().min(3).max(200).regex(/^[^/\s]+\/\S+$/, "model is provider/modelId");
 /** A model as a run's harness takes it (`provider/modelId`, or what that harness accepts): one word. */
-export const modelNameSchema = z.string().min(1).max(200).regex(/^\S+$/, "a model name has no spaces or line breaks");
+export const modelNameSchema = z.string().min(1).max(200).regex(/^[^\s\x00-\x1f\x7f]+$/, "a model name has no spaces, line breaks or control characters");
 
 const fields = {
   name: z.string().min(1).max(200),

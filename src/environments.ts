@@ -7,7 +7,7 @@ import { formatZodError } from "./entries/schema";
 import { providerNameSchema } from "./sandbox/providers";
 import { packagesSchema } from "./workspace/packages";
 import { foldersSchema } from "./workspace/folders";
-import { allowedToolsSchema, boxModeSchema, egressSchema, filesSchema, permissionModeSchema, pluginsSchema, publicFiles, repositoriesSchema, volumesSchema } from "./workspace/box-config";
+import { allowedToolsSchema, boxModeSchema, egressSchema, filesSchema, permissionModeSchema, pluginsSchema, publicFiles, repoPath, repositoriesSchema, volumesSchema } from "./workspace/box-config";
 
 /** A process's environment cannot carry a NUL byte: every launch would fail on it. */
 const envVarValue = z.string().max(10_000).refine((v) => !v.includes("\0"), "an environment variable's value cannot contain a NUL byte");
@@ -62,6 +62,17 @@ export const environmentInputSchema = z.object({
     if (r.credentialsSecret && !(r.credentialsSecret in e.secrets)) {
       ctx.addIssue({ code: "custom", path: ["repositories", i, "credentialsSecret"], message: `no secret named ${r.credentialsSecret} in this environment` });
       return z.NEVER;
+    }
+  }
+  // Several repositories sit side by side in the working directory, and folders are copied in
+  // after the clones, each replacing its path: one at or around a checkout would take its place.
+  if (e.repositories.length > 1) {
+    for (const [i, f] of e.folders.entries()) {
+      const under = e.repositories.map(repoPath).find((p) => p === f.path || p.startsWith(`${f.path}/`));
+      if (under !== undefined) {
+        ctx.addIssue({ code: "custom", path: ["folders", i, "path"], message: `folder ${f.path} would replace the checkout of repository ${under}: put it beside the repositories or inside one` });
+        return z.NEVER;
+      }
     }
   }
   // `shared`: every run and `run_command` use the one box. `ephemeral` (the default): a box per

@@ -8,12 +8,12 @@
  * only; secret values are redacted from everything that is inlined.
  */
 import { execFileSync } from "node:child_process";
-import { lstatSync, readdirSync, readFileSync } from "node:fs";
+import { closeSync, constants as fsConstants, existsSync, fstatSync, lstatSync, openSync, readdirSync, readSync } from "node:fs";
 import { join, relative, sep } from "node:path";
 import { isSensitivePath, redactionList, redactText } from "./redact";
 
 export type WorkspaceStart =
-  | { kind: "git"; root: string; head: string | null }
+  | { kind: "git"; root: string; head: string | null; untracked?: Map<string, { size: number; mtimeMs: number }> }
   | { kind: "files"; root: string; files: Map<string, { size: number; mtimeMs: number }> };
 
 export type ArtifactFile = {
@@ -23,7 +23,7 @@ export type ArtifactFile = {
   binary: boolean;
   content?: string;
   /** Why the content is not inlined. */
-  omitted?: "binary" | "too_large" | "secret" | "budget";
+  omitted?: "binary" | "too_large" | "secret" | "budget" | "symlink";
 };
 
 export type Artifacts = {
@@ -66,7 +66,7 @@ export function snapshotWorkspace(dir: string): WorkspaceStart {
       } catch {
         head = null; // a fresh repository without commits
       }
-      return { kind: "git", root: dir, head };
+      return { kind: "git", root: dir, head, untracked: untrackedNow(dir, DEFAULT_ARTIFACT_LIMITS.maxScanEntries) };
     }
   } catch {
     // not a git checkout (or no git): compare file lists instead
@@ -119,6 +119,23 @@ function isBinary(buf: Buffer): boolean {
   }
 }
 
+/**
+ * A regular file's bytes, at most `max` of them (null past that): a process the run left behind
+ * may still swap the file for a link or grow it after it was looked at.
+ */
+function readRegularFile(path: string, max: number): Buffer | null {
+  const fd = openSync(path, fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW | fsConstants.O_NONBLOCK);
+  try {
+    if (!fstatSync(fd).isFile()) throw new Error("not a regular file");
+    const buf = Buffer.alloc(max + 1);
+    let n = 0;
+    for (let r; n < buf.length && (r = readSync(fd, buf, n, buf.length - n, null)) > 0;) n += r;
+    return n > max ? null : buf.subarray(0, n);
+  } finally {
+    closeSync(fd);
+  }
+}
+
 /** What changed since `start`. Never throws for an unreadable file: it is listed without content. */
 export function collectArtifacts(start: WorkspaceStart, secrets: string[], limits: ArtifactLimits = DEFAULT_ARTIFACT_LIMITS, sensitive: string[] = []): Artifacts {
   const changed = start.kind === "git" ? gitChanges(start) : fileChanges(start, limits);
@@ -131,20 +148,26 @@ export function collectArtifacts(start: WorkspaceStart, secrets: string[], limit
   const files = changed.slice(0, limits.maxFiles).map(({ path, status }): ArtifactFile => {
     if (status === "deleted") return { path, status, size: 0, binary: false };
     const full = join(start.root, path);
-    let size = 0;
+    let st;
     try {
-      size = lstatSync(full).size;
+      st = lstatSync(full);
     } catch {
       return { path, status, size: 0, binary: false };
     }
+    const size = st.size;
     if (hidden(path)) return { path, status, size, binary: false, omitted: "secret" };
+    // Reading through a link would inline a file from outside the working directory, of a size the
+    // bound above never saw (or a device that never ends, which would hang the run's end).
+    if (st.isSymbolicLink()) return { path, status, size, binary: false, omitted: "symlink" };
+    if (!st.isFile()) return { path, status, size, binary: false };
     if (size > limits.maxTextBytes) return { path, status, size, binary: false, omitted: "too_large" };
-    let buf: Buffer;
+    let buf: Buffer | null;
     try {
-      buf = readFileSync(full);
+      buf = readRegularFile(full, limits.maxTextBytes);
     } catch {
       return { path, status, size, binary: false };
     }
+    if (buf === null) return { path, status, size, binary: false, omitted: "too_large" };
     if (isBinary(buf)) return { path, status, size, binary: true, omitted: "binary" };
     if (buf.length > budget) return { path, status, size, binary: false, omitted: "budget" };
     budget -= buf.length;
@@ -153,7 +176,9 @@ export function collectArtifacts(start: WorkspaceStart, secrets: string[], limit
   const out: Artifacts = { files, filesTruncated };
   if (start.kind === "git") {
     const status = git(start.root, ["status", "--porcelain=v1", "--untracked-files=all"]);
-    const diff = redact(gitDiff(start, changed, hidden, sensitive));
+    // The untracked files diffed are the ones listed: one git process each, and a run can leave
+    // tens of thousands (a venv, a build directory nobody ignored) that would take minutes.
+    const diff = redact(gitDiff(start, changed.slice(0, limits.maxFiles), hidden, sensitive));
     out.git = { base: start.head, status: redact(status), diff, diffBytes: Buffer.byteLength(diff) };
   }
   return out;
@@ -174,8 +199,44 @@ function gitChanges(start: Extract<WorkspaceStart, { kind: "git" }>): Change[] {
   } else {
     for (const p of lsFiles(start.root, ["--cached"])) out.set(p, "added");
   }
-  for (const p of lsFiles(start.root, ["--others", "--exclude-standard"])) out.set(p, "added");
+  // Untracked files the run found there and left as they were (an earlier run's on a shared box,
+  // the environment's files, a folder copied in) are not its work.
+  for (const p of lsFiles(start.root, ["--others", "--exclude-standard"])) {
+    const before = start.untracked?.get(p);
+    if (before && sameStat(join(start.root, p), before)) continue;
+    out.set(p, "added");
+  }
+  for (const p of start.untracked?.keys() ?? []) {
+    if (!out.has(p) && !existsSync(join(start.root, p))) out.set(p, "deleted");
+  }
   return [...out].filter(([p]) => !p.split("/").some((seg) => SKIP_DIRS.has(seg))).map(([path, status]) => ({ path, status }));
+}
+
+/** Untracked files and their stat, at most `max` of them (those past it count as the run's). */
+function untrackedNow(root: string, max: number): Map<string, { size: number; mtimeMs: number }> {
+  const out = new Map<string, { size: number; mtimeMs: number }>();
+  try {
+    for (const p of lsFiles(root, ["--others", "--exclude-standard"]).slice(0, max)) {
+      try {
+        const st = lstatSync(join(root, p));
+        out.set(p, { size: st.size, mtimeMs: st.mtimeMs });
+      } catch {
+        // gone already: nothing to compare with
+      }
+    }
+  } catch {
+    // git could not list them: every untracked file counts as the run's
+  }
+  return out;
+}
+
+function sameStat(path: string, before: { size: number; mtimeMs: number }): boolean {
+  try {
+    const st = lstatSync(path);
+    return st.size === before.size && st.mtimeMs === before.mtimeMs;
+  } catch {
+    return false;
+  }
 }
 
 function lsFiles(root: string, args: string[]): string[] {
@@ -185,7 +246,18 @@ function lsFiles(root: string, args: string[]): string[] {
 function gitDiff(start: Extract<WorkspaceStart, { kind: "git" }>, changed: Change[], hidden: (path: string) => boolean, sensitive: string[]): string {
   const parts: string[] = [];
   const excluded = sensitive.map((p) => `:(exclude,literal)${p}`);
-  if (start.head) parts.push(git(start.root, ["diff", "--no-renames", "--no-color", start.head, ...(excluded.length ? ["--", ".", ...excluded] : [])]));
+  if (start.head) {
+    const args = ["diff", "--no-renames", "--no-color", start.head, ...(excluded.length ? ["--", ".", ...excluded] : [])];
+    try {
+      parts.push(git(start.root, args));
+    } catch (err) {
+      // Past git's output buffer (a big file rewritten): what it printed so far is the diff's head;
+      // the entry and the stream hold only a head of it anyway.
+      const stdout = (err as { stdout?: unknown }).stdout;
+      if ((err as { code?: string }).code !== "ENOBUFS" || typeof stdout !== "string") throw err;
+      parts.push(stdout);
+    }
+  }
   const tracked = new Set(start.head ? lsFiles(start.root, ["--cached"]) : []);
   for (const c of changed) {
     if (c.status !== "added" || tracked.has(c.path) || hidden(c.path)) continue;

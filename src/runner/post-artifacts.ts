@@ -8,6 +8,8 @@ import type { Artifacts } from "./artifacts";
 import type { WireEntry } from "./stream-writer";
 
 export const MAX_INLINE_DIFF_BYTES = 64 * 1024;
+/** `git status` of a run that left many files: cut like the diff, so the entry stays well under a post's limit. */
+const MAX_INLINE_STATUS_BYTES = 64 * 1024;
 /** A diff beyond this is cut even in its stream. */
 export const MAX_STREAM_DIFF_BYTES = 8 * 1024 * 1024;
 const STREAM_CHUNK_BYTES = 512 * 1024;
@@ -22,7 +24,7 @@ export function artifactEntries(a: Artifacts, o: { threadId: string; runId: stri
     out.push({
       ...base("diff"),
       payload: {
-        type: "artifact.diff", runId: o.runId, base: a.git.base, status: a.git.status,
+        type: "artifact.diff", runId: o.runId, base: a.git.base, status: cutLines(a.git.status, MAX_INLINE_STATUS_BYTES),
         diff: inline ? a.git.diff : cutUtf8(a.git.diff, MAX_INLINE_DIFF_BYTES), truncated: !inline, bytes: a.git.diffBytes,
         ...(o.diffStream && !inline ? { stream: o.diffStream } : {}),
       },
@@ -30,6 +32,15 @@ export function artifactEntries(a: Artifacts, o: { threadId: string; runId: stri
   }
   out.push({ ...base("files"), payload: { type: "artifact.files", runId: o.runId, files: a.files, truncated: a.filesTruncated } });
   return out;
+}
+
+/** A status of more lines than an entry holds is cut at a line, and says how many it left out. */
+function cutLines(text: string, maxBytes: number): string {
+  if (Buffer.byteLength(text) <= maxBytes) return text;
+  const head = cutUtf8(text, maxBytes);
+  const kept = head.slice(0, head.lastIndexOf("\n") + 1);
+  const left = text.slice(kept.length).split("\n").filter(Boolean).length;
+  return `${kept}… ${left} more line(s)\n`;
 }
 
 export function cutUtf8(text: string, maxBytes: number): string {

@@ -37,6 +37,13 @@ export function writerFor(claims: { kind: "house"; subject: string; role: string
   };
 }
 
+/**
+ * The ids a run's box writes under: `<thread>:finished:<runId>`, `<thread>:stderr:<runId>`,
+ * `<thread>:delivered:<runId>:<entry>` (or `:delivered:<digest>`), the runner's
+ * `<thread>:h:<runId>:<n>` and the mirror's `<thread>:m:<session>:<index>`.
+ */
+const RUN_BOX_ID = /^[^:]+:(finished|stderr|delivered|h|m):(.+)$/;
+
 /** The ids a run's artifact entries are stored under (`<thread>:artifacts:<runId>:<kind>`). */
 const ARTIFACT_ID = /:artifacts:([^:]*):/;
 
@@ -95,6 +102,16 @@ function assertWritable(payload: { type: string; [k: string]: unknown }, writer:
   // call ids show on the thread, so another bot could do that too.
   if (id !== undefined && id.startsWith("exec:") && !(writer.isBot && id.startsWith(`exec:${writer.subject}:`))) {
     throw new ApiError("forbidden", "ids of the form exec:<bot>:… are kept for that bot's live command output");
+  }
+  const boxId = id === undefined ? null : RUN_BOX_ID.exec(id);
+  if (boxId) {
+    // A run's box writes its end, its stderr, its delivery marks and its harness's messages under
+    // these ids; one posted first by anyone else had the box's entry dropped as a duplicate (a
+    // taken finished-signal left a completed run running until the orphan alarm).
+    const named = boxId[1] === "m" ? undefined : boxId[1] === "delivered" && /^[0-9a-f]{40}$/.test(boxId[2]) ? undefined : boxId[2].split(":")[0];
+    if (writer.runId === undefined || (named !== undefined && named !== writer.runId)) {
+      throw new ApiError("forbidden", `ids of the form <thread>:${boxId[1]}:… are kept for the entries a run's box writes`);
+    }
   }
   const idRun = id === undefined ? undefined : ARTIFACT_ID.exec(id)?.[1];
   if (idRun !== undefined && idRun !== writer.runId) throw new ApiError("forbidden", "ids of the form <thread>:artifacts:<runId>:… are kept for that run's artifacts");

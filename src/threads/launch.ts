@@ -180,7 +180,8 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
     // A shared box counts as the same box for what its runs leave there, but the run that made it did not reuse it.
     boxId, boxReused: sameBox && progress.sharedCreated !== true, session: progress.session ?? "new",
     ...(workspace.permissionMode ? { permissionMode: workspace.permissionMode } : {}),
-    ...(workspace.allowedTools ? { allowedTools: workspace.allowedTools } : {}),
+    // What the harness was given: for pi, `plan` narrows a list to its read-only tools.
+    ...(workspace.allowedTools ? { allowedTools: spec.harness === "pi" ? piTools(workspace.permissionMode, workspace.allowedTools) : workspace.allowedTools } : {}),
     ...(workspace.files.length ? { files: workspace.files.map((f) => f.path) } : {}),
     // Which packages this launch installed and which the box already had (a snapshot, or an earlier run on a shared box).
     ...(progress.packagesInstalled

@@ -54,10 +54,15 @@ export const boxModeSchema = z.enum(["ephemeral", "shared"]);
 /** pi has no permission prompts: `plan` becomes its read-only tool set. */
 export const PI_READ_ONLY_TOOLS = ["read", "grep", "find", "ls"] as const;
 
-/** The tools a pi run gets: the explicit list wins; `plan` narrows to reading; else pi's default. */
+/**
+ * The tools a pi run gets: the explicit list, else pi's default; `plan` keeps only the read-only
+ * ones of either, as Claude Code's plan mode and Codex's read-only sandbox hold whatever the list
+ * (a delegate's `plan` over an environment's list is still a read-only run).
+ */
 export function piTools(mode: PermissionMode | undefined, allowed: string[] | undefined): string[] | undefined {
-  if (allowed) return allowed;
-  return mode === "plan" ? [...PI_READ_ONLY_TOOLS] : undefined;
+  if (mode !== "plan") return allowed;
+  const readOnly: readonly string[] = PI_READ_ONLY_TOOLS;
+  return allowed ? allowed.filter((t) => readOnly.includes(t)) : [...PI_READ_ONLY_TOOLS];
 }
 
 /** A file list as a response or an entry may show it: sensitive contents left out. */
@@ -102,6 +107,12 @@ export type VolumeSpec = z.infer<typeof volumeSchema>;
 export const volumesSchema = z.array(volumeSchema).max(10).superRefine((vs, ctx) => {
   if (new Set(vs.map((v) => v.name)).size !== vs.length) ctx.addIssue({ code: "custom", message: "a volume is named twice" });
   if (new Set(vs.map((v) => volumeHomePath(v.path))).size !== vs.length) ctx.addIssue({ code: "custom", message: "two volumes at one path" });
+  // Mounting a volume inside another's path replaces what the outer volume holds there.
+  for (const v of vs) {
+    const at = volumeHomePath(v.path);
+    const outer = vs.find((w) => w !== v && at.startsWith(`${volumeHomePath(w.path)}/`));
+    if (outer) ctx.addIssue({ code: "custom", message: `volume ${v.name} at ${at} lies inside volume ${outer.name} at ${volumeHomePath(outer.path)}: give volumes paths side by side` });
+  }
 });
 
 /**
@@ -166,6 +177,12 @@ export const repositorySchema = z.object({
 export type RepositorySpec = z.infer<typeof repositorySchema>;
 
 export const repositoriesSchema = z.array(repositorySchema).max(20).superRefine((rs, ctx) => {
+  for (const [i, r] of rs.entries()) {
+    // A path taken from the URL (`…/..`) is held to the rules a given one is.
+    if (!r.path && !workspacePathSchema.safeParse(repoPath(r)).success) {
+      ctx.addIssue({ code: "custom", path: [i, "path"], message: `the URL's last segment (${repoPath(r)}) is no directory name: give the repository a path` });
+    }
+  }
   const paths = rs.map(repoPath);
   if (new Set(paths).size !== paths.length) ctx.addIssue({ code: "custom", message: "two repositories at one path: give them different `path`s" });
 });
@@ -189,18 +206,42 @@ function isPinnedPackage(spec: string): boolean {
   return /^(@[^/@\s]+\/)?[^@=\s]+(@|==)v?\d[^\s]*$/.test(spec) && !/[\^~*<>]|latest|next/.test(spec.split(/@|==/).pop()!);
 }
 
-/** The package a registry launcher runs: its first argument that is not an option (`pipx run x`: after `run`). */
-export function launchedPackage(command: string, args: string[] = []): string | null {
+/** Launcher options whose value is a package fetched too (`npx -p`, `uvx --from/--with`, `pipx run --spec`). */
+const PACKAGE_OPTIONS = new Set(["-p", "--package", "--from", "--with", "--spec"]);
+/** Of those, the ones after which the first positional is only a command to run, not a package. */
+const COMMAND_FROM_OPTIONS = new Set(["-p", "--package", "--from", "--spec"]);
+
+/**
+ * The packages a registry launcher fetches: those its package options name (`--package x`,
+ * `--package=x`), and its first argument that is not an option unless one of those options said
+ * where the command comes from (`pipx run x`: after `run`). Null for a command that is no launcher.
+ */
+export function launchedPackages(command: string, args: string[] = []): string[] | null {
   if (!REGISTRY_LAUNCHERS.has(command.split("/").pop()!)) return null;
-  const rest = args.filter((a) => !a.startsWith("-"));
-  return (command.endsWith("pipx") && rest[0] === "run" ? rest[1] : rest[0]) ?? "";
+  const packages: string[] = [];
+  const positional: string[] = [];
+  let commandGiven = false;
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i];
+    const eq = a.indexOf("=");
+    const name = a.startsWith("--") && eq > 0 ? a.slice(0, eq) : a;
+    if (PACKAGE_OPTIONS.has(name)) {
+      packages.push(name === a ? (args[++i] ?? "") : a.slice(eq + 1));
+      if (COMMAND_FROM_OPTIONS.has(name)) commandGiven = true;
+    } else if (!a.startsWith("-")) {
+      positional.push(a);
+    }
+  }
+  const first = command.endsWith("pipx") && positional[0] === "run" ? positional[1] : positional[0];
+  if (!commandGiven) packages.push(first ?? "");
+  return packages;
 }
 
 export const mcpServerSchema = z.union([
   z.object({ command: z.string().min(1).max(500), args: z.array(z.string().max(2000)).max(50).optional(), env: recordSchema(envNameSchema, z.string().max(10_000)).optional() }).strict()
     .refine((srv) => {
-      const pkg = launchedPackage(srv.command, srv.args);
-      return pkg === null || isPinnedPackage(pkg);
+      const packages = launchedPackages(srv.command, srv.args);
+      return packages === null || packages.every(isPinnedPackage);
     }, "a server fetched from a registry (npx, bunx, pnpx, uvx, pipx) names an exact version: pkg@1.2.3 or pkg==1.2.3"),
   z.object({ type: z.enum(["http", "sse"]).default("http"), url: z.string().url().max(2000) }).strict(),
 ]);

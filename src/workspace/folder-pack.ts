@@ -18,8 +18,14 @@ export function environmentFilesWithin(environment: Pick<Environment, "files">, 
     .map((f) => `./${f.path.slice(prefix.length).replace(/[*?[\\]/g, (c) => `\\${c}`)}`);
 }
 
-export async function folderDigest(box: FolderBox, dir: string, exclude: string[], scratch: string): Promise<string> {
-  return runForDigest(box, dir, `mkdir -p ${shq(dirOf(scratch))} && ${digestCommand(dir, exclude, scratch)}`);
+/** The paths (relative to the folder) of the environment's files that land inside `folderPath`. */
+export function environmentFilePathsWithin(environment: Pick<Environment, "files">, folderPath: string): string[] {
+  const prefix = `${folderPath.replace(/\/+$/, "")}/`;
+  return (environment.files ?? []).filter((f) => f.path.startsWith(prefix) && f.path.length > prefix.length).map((f) => f.path.slice(prefix.length));
+}
+
+export async function folderDigest(box: FolderBox, dir: string, exclude: string[], scratch: string, shadow?: string): Promise<string> {
+  return runForDigest(box, dir, `mkdir -p ${shq(dirOf(scratch))} && ${digestCommand(dir, exclude, scratch, { shadow })}`);
 }
 
 /** Runs a command that prints the folder's digest last. */
@@ -45,7 +51,7 @@ export async function packChangedFolders(box: FolderBox, folders: CopiedFolder[]
     // One tar of the folder: its digest says whether it changed, and gzipped it is what is stored.
     const tar = `${runDir(runId)}/folders/${i}.sync.tar`;
     const scratch = `${tar}.gz`;
-    const digest = await runForDigest(box, f.path, `mkdir -p ${shq(dirOf(tar))} && ${digestCommand(f.path, f.exclude, tar, { keepTar: true })}`);
+    const digest = await runForDigest(box, f.path, `mkdir -p ${shq(dirOf(tar))} && ${digestCommand(f.path, f.exclude, tar, { keepTar: true, shadow: f.shadow })}`);
     if (digest === f.digest) {
       await box.provider.exec(box.ref, `rm -f ${shq(tar)}`, { cwd: box.home });
       out.push({ folder: f.source, path: f.path, outcome: "unchanged" });

@@ -9,8 +9,8 @@ import { readArchive, storeFolderVersion } from "./folder-store";
 import { unwrapRpc } from "../actors/rpc";
 import { runDir } from "../domain/box-layout";
 import { shq } from "../domain/shell";
-import { extractCommand, folderMaxBytes, folderSource, sniffArchive, type CopiedFolder } from "./folders";
-import { environmentFilesWithin, folderDigest, packChangedFolders, type FolderBox } from "./folder-pack";
+import { extractCommand, folderMaxBytes, folderSource, shadowCommand, sniffArchive, type CopiedFolder } from "./folders";
+import { environmentFilePathsWithin, environmentFilesWithin, folderDigest, packChangedFolders, type FolderBox } from "./folder-pack";
 
 export { packChangedFolders, type FolderBox, type SyncedFolder } from "./folder-pack";
 
@@ -50,7 +50,16 @@ export async function copyFoldersIn(env: Env, box: FolderBox, houseId: string, e
     // environment's (a sensitive one included), not the folder's, and must not go back into it.
     const exclude = [...spec.exclude, ...environmentFilesWithin(environment, spec.path)];
     const entry: CopiedFolder = { source: spec.source, path: dest, access: spec.access, exclude, ...(version !== undefined ? { version } : {}) };
-    if (spec.access === "readwrite") entry.digest = await folderDigest(box, dest, exclude, `${runDir(runId)}/folders/${i}.digest.tar`);
+    if (spec.access === "readwrite") {
+      // What the folder itself holds where the environment's files will go stays part of it.
+      const shadowed = environmentFilePathsWithin(environment, spec.path);
+      if (shadowed.length > 0) {
+        entry.shadow = `${runDir(runId)}/folders/${i}.shadow`;
+        const kept = await box.provider.exec(box.ref, shadowCommand(dest, shadowed, entry.shadow), { cwd: box.home, timeoutSec: 600 });
+        if (kept.exitCode !== 0) throw new Error(`keeping folder ${spec.source}'s own files aside failed (exit ${kept.exitCode}): ${kept.output.trim().slice(-300)}`);
+      }
+      entry.digest = await folderDigest(box, dest, exclude, `${runDir(runId)}/folders/${i}.digest.tar`, entry.shadow);
+    }
     copied.push(entry);
   }
   return copied;

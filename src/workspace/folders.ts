@@ -38,6 +38,11 @@ export const foldersSchema = z.array(folderSpecSchema).max(20).superRefine((list
   for (const f of list) {
     if (paths.has(f.path)) ctx.addIssue({ code: "custom", message: `two folders are copied to ${f.path}` });
     paths.add(f.path);
+    // Each folder replaces its path as it is copied in: an inner one is wiped by the outer (listed
+    // after it) or packed into the outer's next version at sync-back (listed before it).
+    for (const g of list) {
+      if (g !== f && f.path.startsWith(`${g.path}/`)) ctx.addIssue({ code: "custom", message: `folder ${f.path} lies inside folder ${g.path}: give folders paths side by side` });
+    }
     if (f.access === "readwrite") {
       // Two readwrite copies of one folder would race to be its next version.
       if (rw.has(f.source)) ctx.addIssue({ code: "custom", message: `folder ${f.source} is readwrite twice` });
@@ -221,14 +226,32 @@ export function extractCommand(archive: string, dest: string, format: ArchiveFor
  * A tar of `dir` that depends only on its contents (names sorted, times, owners and the tar's own
  * metadata fixed), so an untouched folder packs to the same bytes it did before the run.
  */
-export function packCommand(dir: string, exclude: string[], out: string): string {
+export function packCommand(dir: string, exclude: string[], out: string, shadow?: string): string {
   const excludes = exclude.map((g) => `--exclude=${shq(g)}`).join(" ");
-  return `tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --format=gnu ${excludes} -cf ${shq(out)} -C ${shq(dir)} .`;
+  const fixed = "--mtime=@0 --owner=0 --group=0 --numeric-owner --format=gnu";
+  const pack = `tar --sort=name ${fixed} ${excludes} -cf ${shq(out)} -C ${shq(dir)} .`;
+  if (!shadow) return pack;
+  // The folder's own files at the paths of the environment's files, kept aside at copy-in, go back
+  // in under their names: the environment's file there is not the folder's, and neither is its absence.
+  return `${pack} && if [ -d ${shq(shadow)} ]; then (cd ${shq(shadow)} && find . -type f -print0 | LC_ALL=C sort -z) | tar ${fixed} -rf ${shq(out)} -C ${shq(shadow)} --null -T -; fi`;
+}
+
+/**
+ * Keeps aside the folder's own files at `paths` (relative to `dest`, where the environment's files
+ * will be written), under `shadow`, for packCommand to put back.
+ */
+export function shadowCommand(dest: string, paths: string[], shadow: string): string {
+  const steps = paths.map((p) => {
+    const from = shq(`${dest}/${p}`);
+    const to = shq(`${shadow}/${p}`);
+    return `if [ -f ${from} ] && [ ! -L ${from} ]; then mkdir -p "$(dirname ${to})" && cp -p ${from} ${to}; fi`;
+  });
+  return [`rm -rf ${shq(shadow)}`, `mkdir -p ${shq(shadow)}`, ...steps].join(" && ");
 }
 
 /** The digest of what `packCommand` makes, printed alone; `keepTar` leaves the tar for a caller to store. */
-export function digestCommand(dir: string, exclude: string[], scratch: string, opts: { keepTar?: boolean } = {}): string {
-  const digest = `${packCommand(dir, exclude, scratch)} && sha256sum ${shq(scratch)} | cut -d' ' -f1`;
+export function digestCommand(dir: string, exclude: string[], scratch: string, opts: { keepTar?: boolean; shadow?: string } = {}): string {
+  const digest = `${packCommand(dir, exclude, scratch, opts.shadow)} && sha256sum ${shq(scratch)} | cut -d' ' -f1`;
   return opts.keepTar ? digest : `${digest} && rm -f ${shq(scratch)}`;
 }
 
@@ -247,6 +270,8 @@ export type CopiedFolder = {
   version?: number;
   /** Digest of the folder as copied in (readwrite only): sync-back makes a version only when it changed. */
   digest?: string;
+  /** Where the folder's own files at the environment's files' paths were kept aside (HOME-relative). */
+  shadow?: string;
 };
 
 /** The default cap on an uploaded archive (and on a synced-back one). */

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { shq } from "../domain/shell";
 
 /**
  * `packages: {apt?, npm?, pip?}`: what a box of the environment needs besides the harness.
@@ -71,8 +72,11 @@ export function parseInstalled(stdout: string): string[] {
  */
 export function packageBakeSteps(p: PackagesSpec | undefined): string[] {
   const steps: string[] = [];
-  if (p?.apt?.length) steps.push(`apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ${p.apt.join(" ")} && rm -rf /var/lib/apt/lists/*`);
-  if (p?.npm?.length) steps.push(`npm install -g --prefix /usr/local --no-audit --no-fund ${p.npm.join(" ")}`);
-  if (p?.pip?.length) steps.push(`python3 -m pip install --no-cache-dir --break-system-packages ${p.pip.join(" ")}`);
+  // A range (`requests<3`, `pkg@>=1`) would otherwise be a redirection, extras a glob. Plain names
+  // stay as they were: the snapshot's name is a digest of these steps.
+  const words = (specs: string[]) => specs.map((s) => (/^[A-Za-z0-9@._\/:=+^~-]+$/.test(s) ? s : shq(s))).join(" ");
+  if (p?.apt?.length) steps.push(`apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ${words(p.apt)} && rm -rf /var/lib/apt/lists/*`);
+  if (p?.npm?.length) steps.push(`npm install -g --prefix /usr/local --no-audit --no-fund ${words(p.npm)}`);
+  if (p?.pip?.length) steps.push(`python3 -m pip install --no-cache-dir --break-system-packages ${words(p.pip)}`);
   return steps;
 }

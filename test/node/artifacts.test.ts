@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { execSync } from "node:child_process";
-import { mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, rmSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { collectArtifacts, DEFAULT_ARTIFACT_LIMITS, snapshotWorkspace } from "../../src/runner/artifacts";
 import { namedSecretValues, redactDeep, redactionList, sensitiveFilePaths, sensitiveValues } from "../../src/runner/redact";
@@ -101,6 +101,85 @@ describe("a run's artifacts: a git checkout", () => {
     expect(a.git!.diff).toContain("+quoted");
   });
 
+  it("a symlink the run made is listed as one, its target never read (a file outside the checkout, a huge one)", () => {
+    const dir = tmp();
+    const outside = tmp();
+    git(dir, "init -q -b main");
+    writeFileSync(join(dir, "a.txt"), "one\n");
+    git(dir, "add a.txt");
+    git(dir, "commit -q -m init");
+    const start = snapshotWorkspace(dir);
+    writeFileSync(join(outside, "notes.txt"), "outside the working directory\n");
+    symlinkSync(join(outside, "notes.txt"), join(dir, "notes-link.txt"));
+    // Its size is that of the link: the collector's size bound never saw the 64 MiB it pointed at.
+    const big = join(outside, "big.txt");
+    writeFileSync(big, "");
+    truncateSync(big, 64 * 1024 * 1024);
+    symlinkSync(big, join(dir, "big-link.txt"));
+    const a = collectArtifacts(start, []);
+    const byPath = Object.fromEntries(a.files.map((f) => [f.path, f]));
+    expect(byPath["notes-link.txt"]).toEqual({ path: "notes-link.txt", status: "added", size: join(outside, "notes.txt").length, binary: false, omitted: "symlink" });
+    expect(byPath["big-link.txt"]).toMatchObject({ status: "added", omitted: "symlink" });
+    expect(byPath["big-link.txt"].content).toBeUndefined();
+    expect(JSON.stringify(a.files)).not.toContain("outside the working directory");
+  });
+
+  it("untracked files that were there before the run and that it left alone are not its work (a shared box's earlier runs, the environment's files)", () => {
+    const dir = tmp();
+    git(dir, "init -q -b main");
+    writeFileSync(join(dir, "a.txt"), "one\n");
+    git(dir, "add a.txt");
+    git(dir, "commit -q -m init");
+    writeFileSync(join(dir, "earlier-run.txt"), "left by the run before\n");
+    writeFileSync(join(dir, "touched.txt"), "before\n");
+    writeFileSync(join(dir, "removed.txt"), "the run deletes this\n");
+    const start = snapshotWorkspace(dir);
+    rmSync(join(dir, "removed.txt"));
+    writeFileSync(join(dir, "mine.txt"), "this run's\n");
+    writeFileSync(join(dir, "touched.txt"), "changed by this run\n");
+    const a = collectArtifacts(start, []);
+    expect(a.files.map((f) => [f.path, f.status]).sort()).toEqual([["mine.txt", "added"], ["removed.txt", "deleted"], ["touched.txt", "added"]]);
+    expect(a.git!.diff).toContain("+this run's");
+    expect(a.git!.diff).toContain("+changed by this run");
+    expect(a.git!.diff).not.toContain("left by the run before");
+  });
+
+  it("many untracked files (a venv without a .gitignore): the diff covers the files listed, not one git process per file past them", () => {
+    const dir = tmp();
+    git(dir, "init -q -b main");
+    writeFileSync(join(dir, "a.txt"), "one\n");
+    git(dir, "add a.txt");
+    git(dir, "commit -q -m init");
+    const start = snapshotWorkspace(dir);
+    mkdirSync(join(dir, "venv"));
+    for (let i = 0; i < 60; i++) writeFileSync(join(dir, "venv", `m${String(i).padStart(3, "0")}.py`), `x = ${i}\n`);
+    const a = collectArtifacts(start, [], { ...DEFAULT_ARTIFACT_LIMITS, maxFiles: 10 });
+    expect(a.files).toHaveLength(10);
+    expect(a.filesTruncated).toBe(true);
+    expect(a.git!.diff.match(/^new file mode/gm)).toHaveLength(10);
+    expect(a.git!.diff).toContain("+x = 0");
+    expect(a.git!.diff).not.toContain("+x = 59");
+    // git status still names every one of them.
+    expect(a.git!.status.split("\n").filter(Boolean)).toHaveLength(60);
+  });
+
+  it("a diff larger than git's output buffer (a big tracked file rewritten) still gives the run's artifacts, its diff cut", () => {
+    const dir = tmp();
+    git(dir, "init -q -b main");
+    const line = (c: string) => `${c.repeat(99)}\n`;
+    writeFileSync(join(dir, "data.csv"), line("a").repeat(200_000));
+    writeFileSync(join(dir, "small.txt"), "one\n");
+    git(dir, "add -A");
+    git(dir, "commit -q -m init");
+    const start = snapshotWorkspace(dir);
+    writeFileSync(join(dir, "data.csv"), line("b").repeat(200_000));
+    writeFileSync(join(dir, "small.txt"), "two\n");
+    const a = collectArtifacts(start, []);
+    expect(a.files.map((f) => [f.path, f.status]).sort()).toEqual([["data.csv", "modified"], ["small.txt", "modified"]]);
+    expect(a.git!.diff).toContain("-aaaa");
+    expect(a.git!.diffBytes).toBeGreaterThan(8 * 1024 * 1024);
+  });
+
   it("a repository without commits yet: everything is added", () => {
     const dir = tmp();
     git(dir, "init -q -b main");
@@ -125,6 +204,17 @@ describe("artifact entries", () => {
     expect(Buffer.byteLength(String(diff.payload.diff))).toBeLessThanOrEqual(MAX_INLINE_DIFF_BYTES);
     expect(String(diff.payload.diff)).not.toContain("\uFFFD");
     expect(es.map((e) => e.payload.type)).toEqual(["artifact.diff", "artifact.files"]);
+  });
+
+  it("a git status too long for an entry is cut at a line and says how many lines it left out", () => {
+    const status = Array.from({ length: 5000 }, (_, i) => `?? build/generated/output-file-${i}.txt`).join("\n") + "\n";
+    const [diff] = artifactEntries({ files: [], filesTruncated: false, git: { base: "abc", status, diff: "", diffBytes: 0 } }, { threadId: "t", runId: "r" });
+    const shown = diff.payload.status as string;
+    expect(Buffer.byteLength(shown)).toBeLessThanOrEqual(MAX_INLINE_DIFF_BYTES + 100);
+    const lines = shown.split("\n").filter(Boolean);
+    expect(lines[0]).toBe("?? build/generated/output-file-0.txt");
+    expect(lines.at(-1)).toMatch(/^… \d+ more line\(s\)$/);
+    expect(lines.length - 1 + Number(/(\d+) more/.exec(lines.at(-1)!)![1])).toBe(5000);
   });
 
   it("cutUtf8 never splits a character", () => {

@@ -1101,7 +1101,7 @@ describe("an environment's readwrite folder", () => {
     const files = [{ path: "notes/.creds", content: "sensitive-line-ABCDEFGH\n", sensitive: true }, { path: "notes/cfg [1].txt", content: "env file\n" }];
     expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { files, folders: [{ source: "notes", path: "notes", access: "readwrite", exclude: ["scratch"] }] } })).status).toBe(200);
     const up = await fetch(`${worker.url}/api/environments/${envId}/folders?name=notes`, {
-      method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/x-tar" }, body: tarArchive({ "todo.txt": "one\n" }),
+      method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/x-tar" }, body: tarArchive({ "todo.txt": "one\n", "cfg [1].txt": "the folder's own\n" }),
     });
     expect(up.status).toBe(201);
     const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
@@ -1124,7 +1124,8 @@ describe("an environment's readwrite folder", () => {
     expect(readFileSync(join(dir, "out/added.txt"), "utf8")).toBe("fresh\n");
     expect(existsSync(join(dir, "out/scratch"))).toBe(false);
     expect(existsSync(join(dir, "out/.creds"))).toBe(false);
-    expect(existsSync(join(dir, "out/cfg [1].txt"))).toBe(false);
+    // The folder's own file at the path of an environment's file stays the folder's, as uploaded.
+    expect(readFileSync(join(dir, "out/cfg [1].txt"), "utf8")).toBe("the folder's own\n");
 
     // A second run, on a fresh box, starts from version 2; changing nothing makes no version 3.
     const second = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "read the notes" } })).body.childThreadId as string;

@@ -211,6 +211,18 @@ describe("Codex exec --json", () => {
     for (const [command, args] of [["npx", ["-y", "@modelcontextprotocol/server-filesystem"]], ["npx", ["some-mcp@latest"]], ["npx", ["some-mcp@^1.2.0"]], ["uvx", ["mcp-server-git"]], ["npx", []], ["/usr/bin/npx", ["x"]]] as const) {
       expect(ok(command, [...args]), `${command} ${args.join(" ")}`).toBe(false);
     }
+    // The packages named in options are fetched too; with one, the positional is only the command to run.
+    expect(ok("npx", ["-y", "--package=@scope/mcp@1.0.0", "mcp-server"])).toBe(true);
+    expect(ok("uvx", ["--from", "mcp-server-git==0.6.2", "mcp-server-git"])).toBe(true);
+    for (const args of [
+      ["-y", "--package=evil", "pkg@1.0.0"],
+      ["-p", "pinned@1.0.0", "-p", "evil", "bin"],
+      ["--package", "evil", "bin"],
+    ]) expect(ok("npx", args), `npx ${args.join(" ")}`).toBe(false);
+    for (const args of [["--with", "requests==2.0", "--with", "evil", "mcp-server-git==0.6.2"], ["--with=evil", "mcp-server-git==0.6.2"], ["--from=evil", "mcp"]]) {
+      expect(ok("uvx", args), `uvx ${args.join(" ")}`).toBe(false);
+    }
+    expect(ok("pipx", ["run", "--spec=evil", "mcp"])).toBe(false);
   });
 });
 

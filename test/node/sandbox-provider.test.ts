@@ -110,6 +110,11 @@ describe("DaytonaProvider on the local host", () => {
       if (!body.startsWith("served")) await new Promise((res) => setTimeout(res, 50));
     }
     expect(body).toBe(`served from the box /deep/path?x=1 /proxy/${port}-${link.token}`);
+    // The path is the app's: one the host could not decode (Latin-1 percent-escapes) reaches it as sent.
+    const latin1 = await fetch(`${link.url}caf%E9/%ZZ`);
+    expect([latin1.status, await latin1.text()]).toEqual([200, `served from the box /caf%E9/%ZZ /proxy/${port}-${link.token}`]);
+    // Elsewhere such a path is a client error, not the host's.
+    expect((await fetch(new URL("/toolbox/caf%E9", link.url))).status).toBe(400);
 
     const wrong = await fetch(link.url.replace(link.token, "0".repeat(32)));
     expect(wrong.status).toBe(404);

@@ -6,7 +6,7 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startSandboxHost, type SandboxHost } from "../../sandbox-host/server.mjs";
 import { createDaytonaProvider, type DaytonaProvider } from "../../src/sandbox/daytona-provider";
-import { packagesSchema, packageInstallCommands, parseInstalled, bareName } from "../../src/workspace/packages";
+import { packagesSchema, packageBakeSteps, packageInstallCommands, parseInstalled, bareName } from "../../src/workspace/packages";
 import { environmentInputSchema } from "../../src/environments";
 import { tempDirs } from "../support/temp-dirs";
 
@@ -32,6 +32,29 @@ describe("environment packages", () => {
   it("one install step per manager that has packages", () => {
     expect(packageInstallCommands({ apt: ["jq"], npm: [], pip: ["requests==2.32.3"] }).map((c) => c.manager)).toEqual(["apt", "pip"]);
     expect(packageInstallCommands(undefined)).toEqual([]);
+  });
+
+  it("a snapshot's install steps hand every spec to its manager as written: a range is not a shell redirection", () => {
+    const dir = tempDir("tb-bake-");
+    const bin = path.join(dir, "bin");
+    fs.mkdirSync(bin);
+    // Stand-ins for the managers that record the arguments they were given, one a line.
+    for (const name of ["apt-get", "npm", "python3", "rm"]) {
+      fs.writeFileSync(path.join(bin, name), `#!/bin/sh\nfor a in "$@"; do echo "$a"; done >> "${dir}/${name}.args"\n`, { mode: 0o755 });
+    }
+    const specs = { apt: ["jq=1.6-2.1"], npm: ["typescript@>=5.6<6", "left-pad@^1.3.0"], pip: ["uvicorn[standard]>=0.30", "requests<3"] };
+    expect(packagesSchema.safeParse(specs).success).toBe(true);
+    const work = path.join(dir, "work");
+    fs.mkdirSync(work);
+    for (const step of packageBakeSteps(specs)) {
+      execFileSync("/bin/sh", ["-c", step], { cwd: work, env: { PATH: `${bin}:/usr/bin:/bin` }, stdio: "pipe" });
+    }
+    const args = (name: string) => fs.readFileSync(path.join(dir, `${name}.args`), "utf8").split("\n");
+    expect(args("apt-get")).toContain("jq=1.6-2.1");
+    expect(args("npm")).toEqual(expect.arrayContaining(["typescript@>=5.6<6", "left-pad@^1.3.0"]));
+    expect(args("python3")).toEqual(expect.arrayContaining(["uvicorn[standard]>=0.30", "requests<3"]));
+    // Nothing was written where the build ran: no file named after a version.
+    expect(fs.readdirSync(work)).toEqual([]);
   });
 
   it("reads the installed list from what the command printed, ignoring installer noise", () => {

@@ -115,6 +115,10 @@ describe("names and references that cannot mean what they say", () => {
     expect(await field(await call("/api/environments", { method: "POST", token, json: { name: "m", model: "local/m\nrm -rf" } }))).toEqual({ status: 400, paths: ["model"] });
     const t = await createThread(token);
     expect(await field(await call(`/api/threads/${t.id}/delegate`, { method: "POST", token, json: { task: "x", model: "local/a b" } }))).toEqual({ status: 400, paths: ["model"] });
+    // A control character is no part of a model's name either (a NUL cannot even reach a process's arguments).
+    for (const model of ["\u0000", "local/m\u0000x", "local/\u0007m", "local/m\u007f"]) {
+      expect(await field(await call(`/api/threads/${t.id}/delegate`, { method: "POST", token, json: { task: "x", model } })), JSON.stringify(model)).toEqual({ status: 400, paths: ["model"] });
+    }
     // A token signed with the right key but a subject past any author's length is refused too.
     const long = await houseToken("house-odd-names", "x".repeat(201));
     expect((await call("/api/threads", { token: long })).status).toBe(401);

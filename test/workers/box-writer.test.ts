@@ -6,7 +6,7 @@ import { SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { StreamWriter } from "../../src/runner/stream-writer";
 import { getCodingAgent } from "../../src/sandbox/harness";
-import { BASE, createThread, houseToken, readAll, streamToken } from "./helpers";
+import { BASE, createThread, houseToken, readAll, runToken } from "./helpers";
 
 const selfFetch: typeof fetch = (input, init) => SELF.fetch(input as RequestInfo, init);
 
@@ -14,7 +14,8 @@ const selfFetch: typeof fetch = (input, init) => SELF.fetch(input as RequestInfo
 async function boxWriter(producerId: string) {
   const house = await houseToken("house-bw");
   const thread = await createThread(house);
-  const token = await streamToken("house-bw", thread.id);
+  // The token a launch gives the box: it alone writes the ids the box writes under.
+  const token = await runToken("house-bw", thread.id, "r1");
   const logged: string[] = [];
   const w = new StreamWriter({
     url: `${BASE}/api/stream/thread-${thread.id}`, token, producerId, fetchImpl: selfFetch,
@@ -56,15 +57,15 @@ describe("the finished-signal a box posts", () => {
   it("a harness's long failure message still ends the run pi_failed, with the message's start as the reason", async () => {
     const house = await houseToken("house-bw");
     const thread = await createThread(house);
-    const token = await streamToken("house-bw", thread.id);
+    const token = await runToken("house-bw", thread.id, "r1");
     const url = `${BASE}/api/stream/thread-${thread.id}`;
     const claim = new StreamWriter({ url, token, producerId: "claim", fetchImpl: selfFetch, log: () => {} });
-    claim.append({ payload: { type: "signal.thread.status_changed", status: "running" } });
+    claim.append({ id: "claim:r1", payload: { type: "signal.thread.status_changed", status: "running", runId: "r1" } });
     expect(await claim.flush(10_000)).toBe(true);
     // Claude Code's error result (an API error quoting a long body), as the runner sees it at exit.
     const message = `API Error: 400 ${JSON.stringify({ error: { message: "prompt too long", detail: "x".repeat(12_000) } })}`;
     const thread_ = [{ payload: { type: "signal.thread.status_changed", status: "running" } }, ...getCodingAgent("claude-code").createParser().push(JSON.stringify({ type: "result", subtype: "error_during_execution", is_error: true, result: message }))];
-    const outcome = getCodingAgent("claude-code").decideOutcome(thread_ as never, 1, { signalId: `${thread.id}:finished:r1` });
+    const outcome = getCodingAgent("claude-code").decideOutcome(thread_ as never, 1, { signalId: `${thread.id}:finished:r1`, runId: "r1" });
     const logged: string[] = [];
     const w = new StreamWriter({ url, token, producerId: "runner", fetchImpl: selfFetch, baseDelayMs: 10, log: (m) => logged.push(m) });
     w.append(...(outcome.entries as never[]));

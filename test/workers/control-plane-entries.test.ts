@@ -97,6 +97,38 @@ describe("entries the thread acts on are the control plane's own", () => {
     }
   });
 
+  it("the ids a run's box writes its end, its delivery marks, its stderr and its mirrored messages under are that run's: nobody else takes them first", async () => {
+    // An entry posted first under <thread>:finished:<runId> had the run's finished-signal dropped
+    // as a duplicate: pi had completed, and the thread stayed running until the orphan alarm.
+    const token = await houseToken("house-cp-box-ids");
+    const t = await createThread(token);
+    const runId = "run-box-ids-1";
+    const mine = await runToken("house-cp-box-ids", t.id, runId);
+    const other = await runToken("house-cp-box-ids", t.id, "run-box-ids-2");
+    const minted = await streamToken("house-cp-box-ids", t.id);
+    const chat = (id: string) => ({ id, payload: { type: "chat", text: "taken first", dispatch: false } });
+    const ids = [`${t.id}:finished:${runId}`, `${t.id}:stderr:${runId}`, `${t.id}:delivered:${runId}:m1`, `${t.id}:h:${runId}:0`, `${t.id}:m:0190aaaa-session:3`];
+    for (const id of ids) {
+      for (const [writer, who] of [[token, "the house token"], [minted, "a minted stream token"], [other, "another run's token"]] as const) {
+        const r = id.includes(":m:") && writer === other ? null : await streamPost(writer, t.id, chat(id));
+        if (!r) continue;
+        expect(r.status, `${id} by ${who}`).toBe(403);
+        await r.body?.cancel();
+      }
+      const rest = await post(token, t.id, chat(id));
+      expect(rest.status, `${id} by the house token on the REST path`).toBe(403);
+      await rest.body?.cancel();
+    }
+    // The run's own box writes them.
+    const own = await streamPost(mine, t.id, [
+      { id: `${t.id}:delivered:${runId}:m1`, payload: { type: "signal.run.message_delivered", runId, entryId: "m1", mode: "steer" } },
+      { id: `${t.id}:m:0190aaaa-session:3`, payload: { type: "pi.assistant", text: "hi", stopReason: "stop" } },
+      { id: `${t.id}:finished:${runId}`, payload: { type: "signal.thread.status_changed", status: "completed", reason: "stop", runId } },
+    ]);
+    expect(own.status).toBe(204);
+    await own.body?.cancel();
+  });
+
   it("a client cannot write under the ids of a bot's live command output (exec:<bot>:<turn>:<call>:out:<n>), nor another bot", async () => {
     const token = await houseToken("house-cp-exec-ids");
     const t = await createThread(token);

@@ -242,6 +242,48 @@ describe("environment folders: upload, versions, download", () => {
   });
 });
 
+describe("folders inside folders", () => {
+  // Copy-in replaces each folder's path in list order: a folder inside another is either wiped by
+  // it (listed first) or packed into it at sync-back (listed after), making a version of the outer
+  // folder that holds the inner one's files after a run that changed nothing.
+  it("a folder inside another folder's path is refused with a 400 that names both, on create and on PATCH", async () => {
+    const token = await houseToken("house-fold-nest");
+    for (const folders of [
+      [{ source: "proj", path: "data", access: "readwrite" }, { source: "ref", path: "data/ref" }],
+      [{ source: "ref", path: "data/ref/deep" }, { source: "proj", path: "data" }],
+    ]) {
+      const r = await createEnv(token, { folders });
+      expect(r.status, JSON.stringify(folders)).toBe(400);
+      expect(JSON.stringify(r.body.error.details)).toMatch(/folder data\/ref(\/deep)? lies inside folder data/);
+    }
+    // Siblings whose names share a prefix are not nested.
+    const ok = await createEnv(token, { folders: [{ source: "proj", path: "data" }, { source: "ref", path: "data-ref" }] });
+    expect(ok.status).toBe(201);
+    const patched = await call(`/api/environments/${ok.body.id}`, { method: "PATCH", token, json: { folders: [{ source: "proj", path: "data" }, { source: "ref", path: "data/ref" }] } });
+    expect(patched.status).toBe(400);
+  });
+});
+
+describe("folders and repositories", () => {
+  // With two or more repositories the working directory holds them side by side, and a folder's
+  // copy-in replaces its path after the clones: the checkout would be gone before the run starts.
+  it("a folder at or around a repository's checkout is refused with a 400; one inside a checkout is fine", async () => {
+    const token = await houseToken("house-fold-repo");
+    const repositories = [{ url: "https://git.example/org/app.git" }, { url: "https://git.example/org/lib.git", path: "libs/lib" }];
+    for (const path of ["app", "libs", "libs/lib"]) {
+      const r = await createEnv(token, { repositories, folders: [{ source: "notes", path }] });
+      expect(r.status, path).toBe(400);
+      expect(JSON.stringify(r.body.error.details), path).toMatch(/folder .* would replace the checkout of repository/);
+    }
+    for (const path of ["app/notes", "libsx", "notes"]) {
+      const r = await createEnv(token, { repositories, folders: [{ source: "notes", path }] });
+      expect(r.status, path).toBe(201);
+    }
+    // One repository is the working directory itself: folder paths are inside it.
+    expect((await createEnv(token, { repositories: [repositories[0]], folders: [{ source: "notes", path: "app" }] })).status).toBe(201);
+  });
+});
+
 describe("environment folders in a launch", () => {
   async function delegate(token: string, environmentId: string) {
     const parent = (await (await call("/api/threads", { method: "POST", token, json: { environmentId } })).json()) as { id: string; houseId: string };

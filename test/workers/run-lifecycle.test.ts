@@ -4,7 +4,7 @@ import type { HouseActor, SandboxActor, ThreadActor } from "./test-worker";
 import { sharedTestProvider } from "./register-test-provider";
 import { unwrapRpc } from "../../src/actors/rpc";
 import { DELETE_BACKOFF_BASE_MS } from "../../src/actors/sandbox/sandbox-decisions";
-import { call, chat, createThread, errorCode, houseToken, post, readAll } from "./helpers";
+import { call, chat, createThread, errorCode, houseToken, post, readAll, runToken } from "./helpers";
 
 const SILENCE_MS = 300_000;
 const PROBE_MS = 60_000;
@@ -270,7 +270,8 @@ describe("finished-signals of another run", () => {
     expect(stop?.payload.runId).toBe("run-a"); // the control plane's own signal names the run it ends
     expect((await post(token, t.id, signal("running", { runId: "run-b" }))).status).toBe(201);
     // Run A's runner got its SIGTERM and reports only now.
-    expect((await post(token, t.id, { id: `${t.id}:finished:run-a`, ...signal("stopped", { runId: "run-a", reason: "stopped by request" }) })).status).toBe(201);
+    const runA = await runToken("house-run", t.id, "run-a");
+    expect((await post(runA, t.id, { id: `${t.id}:finished:run-a`, ...signal("stopped", { runId: "run-a", reason: "stopped by request" }) })).status).toBe(201);
     expect((await row(token, t.id)).status).toBe("running");
     expect((await post(token, t.id, signal("completed", { runId: "run-b", reason: "done" }))).status).toBe(201);
     const r = await row(token, t.id);

@@ -83,6 +83,15 @@ describe("environment workspace fields", () => {
     expect(bad.status).toBe(400);
   });
 
+  it("plan is read-only for pi whatever tool list applies: a delegate's plan over an environment's tools gets only their read-only ones, and the launch says so", async () => {
+    const token = await houseToken("house-ws-plan-narrows");
+    const created = await createEnv(token, { allowedTools: ["read", "bash", "edit", "write", "ls"] });
+    const { runId, launched } = await delegateAndLaunch(token, created.body.id, { task: "review only", permissionMode: "plan" });
+    const start = sharedTestProvider().calls.find((c) => c.op === "startDetached" && JSON.stringify(c).includes(runId))!;
+    expect(JSON.stringify(start.args)).toContain("--tools 'read,ls'");
+    expect(launched.payload).toMatchObject({ permissionMode: "plan", allowedTools: ["read", "ls"] });
+  });
+
   it("a resume keeps what its run chose over the environment: model, permission mode, tools (a read-only child stays read-only)", async () => {
     const token = await houseToken("house-ws-resume-keeps");
     const created = await createEnv(token, {});
@@ -148,6 +157,16 @@ describe("environment workspace fields", () => {
     // Other spellings of a directory below HOME are that directory.
     for (const path of ["memory/", "./memory", "notes//memory"]) expect([path, (await createEnv(token, { volumes: [{ name: "m", path }] })).status]).toEqual([path, 201]);
     expect((await createEnv(token, { volumes: [{ name: "a", path: "memory/" }, { name: "b", path: "./memory" }] })).status).toBe(400);
+    // A volume inside another's path: mounting it replaced what the outer volume held there.
+    for (const volumes of [
+      [{ name: "a", path: "vx" }, { name: "b", path: "vx/y" }],
+      [{ name: "b", path: "/home/daytona/vx/y" }, { name: "a", path: "./vx/" }],
+    ]) {
+      const r = await createEnv(token, { volumes });
+      expect(r.status, JSON.stringify(volumes)).toBe(400);
+      expect(JSON.stringify(r.body.error.details)).toContain("volume b at vx/y lies inside volume a at vx");
+    }
+    expect((await createEnv(token, { volumes: [{ name: "a", path: "vx" }, { name: "b", path: "vxy" }] })).status).toBe(201);
     expect((await createEnv(token, { volumes: [{ name: "m", path: "/home/daytona/notes/memory" }] })).status).toBe(201);
     const created = await createEnv(token, { volumes: [{ name: "memory", path: "memory" }], sharedBox: true });
     expect(created.body.volumes).toEqual([{ name: "memory", path: "memory" }]);
@@ -173,6 +192,10 @@ describe("environment workspace fields", () => {
       // A shared box fetches `origin <branch>`: git would read this one as an option and run the command.
       [{ url: "https://git.example/a.git", branch: "--upload-pack=touch /tmp/pwned" }],
       [{ url: "https://git.example/a.git", branch: "has space" }],
+      // Named after the URL's last segment when no path is given: `..` would be HOME, `.` the working directory.
+      [{ url: "https://git.example/...git" }],
+      [{ url: "https://git.example/.." }],
+      [{ url: "https://git.example/..git" }],
     ]) {
       const r = await createEnv(token, { repositories, secrets: { GIT_TOKEN: "ghp-secret-token-1" } });
       expect(r.status, JSON.stringify(repositories)).toBe(400);
