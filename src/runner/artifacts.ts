@@ -50,9 +50,20 @@ const SKIP_DIRS = new Set([".git", "node_modules", ".threadbox", ".venv", "__pyc
 /** Listed, never inlined: files that commonly hold credentials. */
 const SECRET_FILE = /(^|\/)(\.env(\..*)?|\.npmrc|\.netrc|\.pypirc|id_(rsa|ed25519|ecdsa)(\.pub)?|.*\.(pem|key|p12|pfx)|credentials(\.json)?|\.git-credentials)$/i;
 
+/**
+ * When the collection under way must be done (epoch ms): each git command gets what is left of
+ * it. A collection runs synchronously from start to end, so one deadline at a time is enough.
+ */
+let gitDeadlineMs = Infinity;
+
 function git(root: string, args: string[], maxBuffer = 32 * 1024 * 1024): string {
+  const leftMs = gitDeadlineMs - Date.now();
+  if (leftMs <= 0) throw new Error("out of time collecting the run's artifacts");
   // Paths as they are (UTF-8), not octal-escaped and quoted: they are shown and read back as paths.
-  return execFileSync("git", ["-c", "core.quotePath=false", ...args], { cwd: root, encoding: "utf8", maxBuffer, stdio: ["ignore", "pipe", "ignore"] });
+  return execFileSync("git", ["-c", "core.quotePath=false", ...args], {
+    cwd: root, encoding: "utf8", maxBuffer, stdio: ["ignore", "pipe", "ignore"],
+    ...(Number.isFinite(leftMs) ? { timeout: Math.ceil(leftMs), killSignal: "SIGKILL" as const } : {}),
+  });
 }
 
 /** Records where the run starts from. Never throws: an unreadable directory starts empty. */
@@ -136,8 +147,23 @@ function readRegularFile(path: string, max: number): Buffer | null {
   }
 }
 
-/** What changed since `start`. Never throws for an unreadable file: it is listed without content. */
-export function collectArtifacts(start: WorkspaceStart, secrets: string[], limits: ArtifactLimits = DEFAULT_ARTIFACT_LIMITS, sensitive: string[] = []): Artifacts {
+/**
+ * What changed since `start`. Never throws for an unreadable file: it is listed without content.
+ * Throws when git is not done by `deadlineMs` (a huge repository, a hung filesystem): the run's end
+ * must not wait on it.
+ */
+export function collectArtifacts(
+  start: WorkspaceStart, secrets: string[], limits: ArtifactLimits = DEFAULT_ARTIFACT_LIMITS, sensitive: string[] = [], deadlineMs = Infinity,
+): Artifacts {
+  gitDeadlineMs = deadlineMs;
+  try {
+    return collectChanges(start, secrets, limits, sensitive);
+  } finally {
+    gitDeadlineMs = Infinity;
+  }
+}
+
+function collectChanges(start: WorkspaceStart, secrets: string[], limits: ArtifactLimits, sensitive: string[]): Artifacts {
   const changed = start.kind === "git" ? gitChanges(start) : fileChanges(start, limits);
   const redactions = redactionList(secrets, MIN_ARTIFACT_SECRET_LENGTH);
   const redact = (text: string) => redactText(text, redactions);

@@ -449,7 +449,7 @@ async function postArtifacts(
 ): Promise<void> {
   const deadline = Date.now() + o.timeoutMs;
   try {
-    const artifacts = collectArtifacts(start, secrets, undefined, sensitive);
+    const artifacts = collectArtifacts(start, secrets, undefined, sensitive, deadline);
     let diffStream: string | undefined;
     if (artifacts.git && artifacts.git.diffBytes > MAX_INLINE_DIFF_BYTES) {
       const name = artifactStreamName(o.threadId, o.runId);

@@ -180,6 +180,26 @@ describe("a run's artifacts: a git checkout", () => {
     expect(a.git!.diffBytes).toBeGreaterThan(8 * 1024 * 1024);
   });
 
+  it("a git that does not answer (a huge repository, a hung filesystem) ends the collection at its deadline instead of holding the run's end", () => {
+    const dir = tmp();
+    git(dir, "init -q -b main");
+    writeFileSync(join(dir, "a.txt"), "one\n");
+    git(dir, "add a.txt");
+    git(dir, "commit -q -m init");
+    const start = snapshotWorkspace(dir);
+    writeFileSync(join(dir, "a.txt"), "two\n");
+    // A git that answers nothing for seconds, first on PATH for the collection only.
+    const slowBin = tmp();
+    writeFileSync(join(slowBin, "git"), "#!/bin/sh\nsleep 3\n", { mode: 0o755 });
+    const path = process.env.PATH;
+    process.env.PATH = `${slowBin}:${path}`;
+    try {
+      expect(() => collectArtifacts(start, [], undefined, [], Date.now() + 200)).toThrow(/ETIMEDOUT|out of time/);
+    } finally {
+      process.env.PATH = path;
+    }
+  }, 30_000);
+
   it("a repository without commits yet: everything is added", () => {
     const dir = tmp();
     git(dir, "init -q -b main");
