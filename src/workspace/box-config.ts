@@ -243,7 +243,8 @@ export const mcpServerSchema = z.union([
       const packages = launchedPackages(srv.command, srv.args);
       return packages === null || packages.every(isPinnedPackage);
     }, "a server fetched from a registry (npx, bunx, pnpx, uvx, pipx) names an exact version: pkg@1.2.3 or pkg==1.2.3"),
-  z.object({ type: z.enum(["http", "sse"]).default("http"), url: z.string().url().max(2000) }).strict(),
+  // Claude Code and Codex speak MCP over HTTP(S) only: another scheme would fail in the box, at run time.
+  z.object({ type: z.enum(["http", "sse"]).default("http"), url: z.string().url().max(2000).refine((u) => /^https?:\/\//i.test(u), "an http or https URL") }).strict(),
 ]);
 
 /**

@@ -232,6 +232,8 @@ describe("environment workspace fields", () => {
       { skills: [{ name: "a", description: "", instructions: "i" }] },
       { extensions: [{ name: "x", source: "" }] },
       { mcpServers: { docs: { url: "not-a-url" } } },
+      { mcpServers: { docs: { url: "ftp://docs.example/mcp" } } },
+      { mcpServers: { docs: { url: "file:///etc/passwd" } } },
       { skills: [{ name: "a", description: "d", instructions: "i" }, { name: "a", description: "d", instructions: "j" }] },
     ]) {
       expect((await createEnv(token, { plugins })).status, JSON.stringify(plugins)).toBe(400);
