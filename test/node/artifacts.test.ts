@@ -61,13 +61,18 @@ describe("a run's artifacts: a plain working directory", () => {
 
 describe("a run's artifacts: a git checkout", () => {
   const git = (dir: string, cmd: string) => execSync(`git -c user.email=t@t -c user.name=t ${cmd}`, { cwd: dir, stdio: "pipe" }).toString();
-
-  it("status and the diff against the starting commit, including commits and untracked files made during the run", () => {
+  /** A checkout whose one commit holds `a.txt` ("one"). */
+  const checkoutWithOneCommit = () => {
     const dir = tmp();
     git(dir, "init -q -b main");
     writeFileSync(join(dir, "a.txt"), "one\n");
     git(dir, "add a.txt");
     git(dir, "commit -q -m init");
+    return dir;
+  };
+
+  it("status and the diff against the starting commit, including commits and untracked files made during the run", () => {
+    const dir = checkoutWithOneCommit();
     const start = snapshotWorkspace(dir);
     expect(start).toMatchObject({ kind: "git" });
 
@@ -102,12 +107,8 @@ describe("a run's artifacts: a git checkout", () => {
   });
 
   it("a symlink the run made is listed as one, its target never read (a file outside the checkout, a huge one)", () => {
-    const dir = tmp();
+    const dir = checkoutWithOneCommit();
     const outside = tmp();
-    git(dir, "init -q -b main");
-    writeFileSync(join(dir, "a.txt"), "one\n");
-    git(dir, "add a.txt");
-    git(dir, "commit -q -m init");
     const start = snapshotWorkspace(dir);
     writeFileSync(join(outside, "notes.txt"), "outside the working directory\n");
     symlinkSync(join(outside, "notes.txt"), join(dir, "notes-link.txt"));
@@ -125,11 +126,7 @@ describe("a run's artifacts: a git checkout", () => {
   });
 
   it("untracked files that were there before the run and that it left alone are not its work (a shared box's earlier runs, the environment's files)", () => {
-    const dir = tmp();
-    git(dir, "init -q -b main");
-    writeFileSync(join(dir, "a.txt"), "one\n");
-    git(dir, "add a.txt");
-    git(dir, "commit -q -m init");
+    const dir = checkoutWithOneCommit();
     writeFileSync(join(dir, "earlier-run.txt"), "left by the run before\n");
     writeFileSync(join(dir, "touched.txt"), "before\n");
     writeFileSync(join(dir, "removed.txt"), "the run deletes this\n");
@@ -145,11 +142,7 @@ describe("a run's artifacts: a git checkout", () => {
   });
 
   it("many untracked files (a venv without a .gitignore): the diff covers the files listed, not one git process per file past them", () => {
-    const dir = tmp();
-    git(dir, "init -q -b main");
-    writeFileSync(join(dir, "a.txt"), "one\n");
-    git(dir, "add a.txt");
-    git(dir, "commit -q -m init");
+    const dir = checkoutWithOneCommit();
     const start = snapshotWorkspace(dir);
     mkdirSync(join(dir, "venv"));
     for (let i = 0; i < 60; i++) writeFileSync(join(dir, "venv", `m${String(i).padStart(3, "0")}.py`), `x = ${i}\n`);
@@ -181,11 +174,7 @@ describe("a run's artifacts: a git checkout", () => {
   });
 
   it("a git that does not answer (a huge repository, a hung filesystem) ends the collection at its deadline instead of holding the run's end", () => {
-    const dir = tmp();
-    git(dir, "init -q -b main");
-    writeFileSync(join(dir, "a.txt"), "one\n");
-    git(dir, "add a.txt");
-    git(dir, "commit -q -m init");
+    const dir = checkoutWithOneCommit();
     const start = snapshotWorkspace(dir);
     writeFileSync(join(dir, "a.txt"), "two\n");
     // A git that answers nothing for seconds, first on PATH for the collection only.
