@@ -3,7 +3,7 @@ import { call, chat, createThread, houseToken, post, readAll, streamToken } from
 import { createAgent, decisions, MODEL_KEY, modelEnvironment, scriptedModel, botThread, waitForEntries, type Step } from "./dispatch-helpers";
 import { sharedTestProvider } from "./register-test-provider";
 import { abortAllDurableObjects, env, runInDurableObject } from "cloudflare:test";
-import { closeInterruptedCalls, MAX_BOT_TEXT_CHARS, TURN_KEEPALIVE_MS } from "../../src/actors/thread/dispatch";
+import { boundedRound, closeInterruptedCalls, MAX_BOT_TEXT_CHARS, MAX_ROUND_TOOL_ARGS_CHARS, TURN_KEEPALIVE_MS } from "../../src/actors/thread/dispatch";
 import type { ThreadActor } from "./test-worker";
 
 const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> };
@@ -831,6 +831,58 @@ describe("dispatch: a long turn with large tool outputs", () => {
       state.storage.sql.exec(`select count(*) as n from dispatch_turn_rounds`).one().n);
     expect(kept).toBe(0);
   }, 120_000);
+});
+
+describe("dispatch: a turn that fails on our side, not the model's", () => {
+  it("a round of megabytes of tool-call arguments is kept cut, and the turn goes on to its answer", async () => {
+    const token = await houseToken("house-dispatch-huge-args");
+    // Past a row's limit both deployed (2 MB) and in workerd here.
+    const model = await scriptedModel([
+      { toolCalls: [{ id: "big1", name: "run_command", arguments: { command: `echo ${"x".repeat(12 * 1024 * 1024)}` } }] },
+      { text: "That was too long; sorry." },
+    ]);
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Rambler", handle: "rambler", environmentId: envId, tools: ["run_command"] });
+    const t = await createThread(token, { environmentId: envId });
+    await post(token, t.id, chat("@rambler run it"));
+    const es = await waitForEntries(token, t.id, (es) => chatsBy(es, bot.id).length > 0 || es.some((e) => e.payload.type === "signal.dispatch.error"), "the end of the turn", 60_000);
+    expect(es.filter((e) => e.payload.type === "signal.dispatch.error").map((e) => e.payload.reason)).toEqual([]);
+    expect(chatsBy(es, bot.id).map((e) => e.payload.text)).toEqual(["That was too long; sorry."]);
+    const round = es.find((e) => e.authorId === bot.id && e.payload.type === "pi.assistant" && Array.isArray(e.payload.toolCalls))!;
+    expect(JSON.stringify(round.payload).length).toBeLessThan(MAX_ROUND_TOOL_ARGS_CHARS + 1_000);
+    const [c] = round.payload.toolCalls as { id: string; name: string; args: { cut?: string } }[];
+    expect(c).toMatchObject({ id: "big1", name: "run_command" });
+    expect(c.args.cut).toMatch(/\[cut: \d+ more characters of the arguments\]$/);
+    // The tool was asked as the model asked, and said what it thought of that.
+    const result = es.find((e) => e.payload.type === "pi.tool_result" && e.payload.toolCallId === "big1")!;
+    expect(result.payload.isError).toBe(true);
+  }, 90_000);
+
+  it("a round's calls together are bounded too, however many there are", () => {
+    const calls = Array.from({ length: 40 }, (_, i) => ({ id: `c${i}`, name: "run_command", args: { command: "y".repeat(20_000) } }));
+    const kept = boundedRound({ kind: "assistant", text: "", toolCalls: calls, stopReason: "toolUse" });
+    if (kept.kind !== "assistant") throw new Error("not a round");
+    expect(kept.toolCalls.map((c) => c.id)).toEqual(calls.map((c) => c.id));
+    expect(JSON.stringify(kept.toolCalls).length).toBeLessThan(MAX_ROUND_TOOL_ARGS_CHARS + 40 * 200);
+  });
+
+  it("storage refusing a round is reported as that, not as the model's failure, and shows no SQLite text", async () => {
+    const { token, bot, t, model } = await botThread("house-dispatch-store-fails", { name: "Keeper", handle: "keeper" }, [{ text: "first answer" }]);
+    await post(token, t.id, chat("@keeper hello"));
+    await waitForEntries(token, t.id, (es) => chatsBy(es, bot.id).length === 1, "the first answer");
+    // The thread's storage now refuses every round a turn saves, as it refuses a row past its limit.
+    const stub = E.THREADS.get(E.THREADS.idFromName(`thread:${t.id}`));
+    await runInDurableObject(stub, (_a: ThreadActor, state: DurableObjectState) => {
+      state.storage.sql.exec(`create trigger refuse_rounds before insert on dispatch_turn_rounds begin select raise(abort, 'string or blob too big'); end`);
+    });
+    model.push({ text: "second answer" });
+    await post(token, t.id, chat("@keeper again"));
+    const es = await waitForEntries(token, t.id, (es) => es.some((e) => e.payload.type === "signal.dispatch.error"), "the failure");
+    const reason = es.find((e) => e.payload.type === "signal.dispatch.error")!.payload.reason as string;
+    expect(reason).toMatch(/could not be saved to the thread: it is too large to store/);
+    expect(reason).not.toMatch(/model call failed|SQLITE|blob/i);
+    expect(chatsBy(es, bot.id).map((e) => e.payload.text)).toEqual(["first answer"]);
+  }, 30_000);
 });
 
 type Entry = Awaited<ReturnType<typeof readAll>>["entries"][number];

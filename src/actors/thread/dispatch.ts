@@ -423,6 +423,8 @@ export class DispatchService {
 
   private async runTurn(turn: TurnRow): Promise<void> {
     this.active.add(turn.id);
+    // What the turn was doing when something of ours threw: its failure names that, not the model.
+    let doing: TurnStep = "setup";
     try {
       const resumed = turn.state === "running";
       const attempts = turn.attempts + 1;
@@ -431,6 +433,7 @@ export class DispatchService {
         return;
       }
       const row = this.ports.thread();
+      doing = "house";
       const house = this.ports.house(row.houseId);
       const agent = await house.getAgent(turn.agentId);
       if (!agent) {
@@ -450,6 +453,7 @@ export class DispatchService {
         if (!environment) return { ok: false as const, reason: `no model: bot @${agent.handle} has no environment to resolve "${ref}" from (give the bot or the thread an environment with piModels)` };
         return resolveModel(ref, (environment.piModels ?? null) as PiModelsConfig | null, environment.secrets ?? {});
       };
+      doing = "setup";
       const history = this.history(agent, turn);
 
       if (turn.state === "gate") {
@@ -490,7 +494,9 @@ export class DispatchService {
       }
       // The model may come from the bot's own environment; the hands are always the thread's.
       const context = this.toolContext(row, agent, turn, row.environmentId, progress);
+      doing = "tools";
       let tools = buildTools(context, agent.tools);
+      doing = "model";
       let written = progress.length;
       let deletedMidTurn = false;
       const stop = new AbortController();
@@ -507,6 +513,7 @@ export class DispatchService {
               // A bot deleted while its model was answering shows nothing of that round and acts no
               // more: the tools it asked for would still run as it (post into other threads, waking
               // their bots; delegate a run), for as many rounds as its model keeps asking.
+              doing = "house";
               const now = await house.getAgent(turn.agentId);
               if (!now) {
                 deletedMidTurn = true;
@@ -515,15 +522,18 @@ export class DispatchService {
               }
               // Its tools as they are now: one taken away (a user revoking a dangerous one) runs no
               // more from this round on. Its model and instructions stay the turn's.
+              doing = "tools";
               tools = buildTools(context, now.tools);
             }
-            const event = e.kind === "assistant" ? { ...e, text: capText(e.text) } : e;
-            this.persist(turn, agent.id, [event], written);
+            doing = "save";
+            this.persist(turn, agent.id, [boundedRound(e)], written);
             written += 1;
+            doing = "model";
           },
         });
       } catch (err) {
-        result = { ok: false, reason: `model call failed: ${err instanceof Error ? err.message : String(err)}`, rounds: 0 };
+        if (deletedMidTurn) return this.drop(turn, "agent was deleted while it worked");
+        return this.failInternally(turn, doing, err);
       }
       // Deleted while it worked: its pending turns end without a reply (it would wake other bots).
       // Every round asked the house just now.
@@ -535,8 +545,7 @@ export class DispatchService {
       if (!result.finalText.trim()) return this.fail(turn, "the model's answer was empty");
       this.finish(turn, agent.id, capText(result.finalText));
     } catch (err) {
-      logEvent("dispatch_turn_failed", { turnId: turn.id, error: errorMessage(err) }, "error");
-      this.fail(turn, "internal error in the dispatch turn");
+      this.failInternally(turn, doing, err);
     } finally {
       this.active.delete(turn.id);
       this.turnSecrets.delete(turn.id);
@@ -582,6 +591,17 @@ export class DispatchService {
       payload: { type: "signal.dispatch.error", agentId: turn.agentId, turnId: turn.id, triggerEntryId: turn.triggerEntryId, reason, depth: turn.depth },
     }]);
     this.endAsError(turn, reason);
+  }
+
+  /**
+   * A turn ended by an error of the control plane's own (storage, the house, the tools), not of
+   * the model: the thread is told what failed in words a user can act on; the error's own text
+   * (a SQLite code, a stack) goes to the log only.
+   */
+  private failInternally(turn: TurnRow, doing: TurnStep, err: unknown): void {
+    const raw = errorMessage(err);
+    logEvent("dispatch_turn_failed", { turnId: turn.id, step: doing, error: raw }, "error");
+    this.fail(turn, internalFailureReason(doing, raw));
   }
 
   /** Ends a turn as an error decision with `detail`, posting nothing to the thread. */
@@ -639,6 +659,53 @@ export const MAX_BOT_TEXT_CHARS = 100_000;
 function capText(text: string): string {
   if (text.length <= MAX_BOT_TEXT_CHARS) return text;
   return `${text.slice(0, MAX_BOT_TEXT_CHARS)}\n[cut: ${text.length - MAX_BOT_TEXT_CHARS} more characters]`;
+}
+
+/**
+ * The most of one tool call's arguments a round keeps on the thread (and in the turn's progress),
+ * and of all its calls' together: a model may write megabytes of arguments, and a round past a
+ * row's limit could be stored nowhere. The tool itself runs with the arguments as the model gave
+ * them (and refuses what is too long for it). Tool results are cut the same way.
+ */
+export const MAX_TOOL_ARGS_CHARS = 16 * 1024;
+export const MAX_ROUND_TOOL_ARGS_CHARS = 256 * 1024;
+
+/** A round as the thread keeps it: text, tool-call arguments and tool output bounded. */
+export function boundedRound(e: LoopEvent): LoopEvent {
+  if (e.kind === "tool_result") return { ...e, output: capText(e.output) };
+  let left = MAX_ROUND_TOOL_ARGS_CHARS;
+  const toolCalls = e.toolCalls.map((c) => {
+    const json = JSON.stringify(c.args);
+    const keep = Math.min(MAX_TOOL_ARGS_CHARS, left);
+    if (json.length <= keep) {
+      left -= json.length;
+      return c;
+    }
+    left -= keep;
+    // Not an object the tool would take: a resumed turn shows the model what it asked for, cut.
+    return { ...c, args: { cut: `${json.slice(0, keep)}\n[cut: ${json.length - keep} more characters of the arguments]` } };
+  });
+  return { ...e, text: capText(e.text), toolCalls };
+}
+
+type TurnStep = "house" | "setup" | "tools" | "model" | "save";
+
+/** Why a turn stopped when the control plane failed it, as the thread shows it. */
+export function internalFailureReason(doing: TurnStep, raw: string): string {
+  switch (doing) {
+    case "save":
+      return /TOOBIG|too big|too large/i.test(raw)
+        ? "the bot's round could not be saved to the thread: it is too large to store (not an error of the model)"
+        : "the bot's round could not be saved to the thread: the thread's storage refused it (not an error of the model)";
+    case "house":
+      return "the bot's settings could not be read from its house (not an error of the model); ask it again";
+    case "tools":
+      return "the bot's tools could not be prepared (not an error of the model)";
+    case "setup":
+      return "the bot's turn could not be prepared (not an error of the model)";
+    case "model":
+      return "internal error while calling the bot's model (not an error the model answered)";
+  }
 }
 
 /** The posts into other threads a turn's recorded rounds made (a resumed turn counts them against its width cap). */
