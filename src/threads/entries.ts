@@ -6,6 +6,7 @@ import type { NewMessage, StoredMessage } from "../streams/log";
 import { formatOffset } from "../streams/protocol";
 import { STATUS_CHANGED } from "../domain/statuses";
 import { passesForControlPlane } from "../domain/reserved-name";
+import { MESSAGE_DELIVERED } from "../runner/steering";
 
 /** Stateless, so one serves every call. */
 const UTF8_ENCODER = new TextEncoder();
@@ -95,6 +96,12 @@ function assertWritable(payload: { type: string; [k: string]: unknown }, writer:
   // first (the runner's entry would then be dropped as a duplicate).
   if (payload.type.startsWith("artifact.") && (writer.runId === undefined || payload.runId !== writer.runId)) {
     throw new ApiError("forbidden", "artifact entries are written by their run's box only");
+  }
+  // A delivery mark says the running agent took a message: the UI shows it as "message delivered
+  // to the agent" wherever it sits. Only the run's box knows that; anyone else's mark (under any
+  // id) would tell the person who wrote a message that it arrived when it may not have.
+  if (payload.type === MESSAGE_DELIVERED && (writer.runId === undefined || payload.runId !== writer.runId)) {
+    throw new ApiError("forbidden", `${MESSAGE_DELIVERED} entries are written by their run's box only`);
   }
   if (id !== undefined && CONTROL_PLANE_ID.test(id) && !isRunsOwnStart(id, writer)) throw new ApiError("forbidden", `ids of the form ${id.slice(0, id.indexOf(":") + 1)}… are kept for the control plane's own entries`);
   // A bot's run_command output on its thread (`exec:<bot>:<turn>:<call>:out:<n>`): an entry posted

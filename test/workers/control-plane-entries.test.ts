@@ -129,6 +129,35 @@ describe("entries the thread acts on are the control plane's own", () => {
     await own.body?.cancel();
   });
 
+  it("a delivery mark is its run's box's alone, under any id: nobody else can tell a thread that the agent took a message", async () => {
+    // The UI shows every signal.run.message_delivered as "message delivered to the agent": one a
+    // member wrote would say a message reached the agent when it may never have.
+    const token = await houseToken("house-cp-delivered");
+    const t = await createThread(token);
+    const runId = "run-delivered-1";
+    const mine = await runToken("house-cp-delivered", t.id, runId);
+    const other = await runToken("house-cp-delivered", t.id, "run-delivered-2");
+    const minted = await streamToken("house-cp-delivered", t.id);
+    const mark = (id: string) => ({ id, payload: { type: "signal.run.message_delivered", runId, entryId: "m1", mode: "steer" } });
+    for (const [writer, who] of [[token, "the house token"], [minted, "a minted stream token"], [other, "another run's token"]] as const) {
+      const r = await streamPost(writer, t.id, mark(`fake-${who.replace(/\W/g, "-")}`));
+      expect(r.status, `a mark by ${who}`).toBe(403);
+      await r.body?.cancel();
+    }
+    const rest = await post(token, t.id, mark("fake-rest"));
+    expect(rest.status, "a mark by the house token on the REST path").toBe(403);
+    expect(await errorCode(rest)).toBe("forbidden");
+    const unnamed = await post(token, t.id, { payload: { type: "signal.run.message_delivered", runId, entryId: "m1", mode: "prompt" } });
+    expect(unnamed.status, "a mark with no id").toBe(403);
+    await unnamed.body?.cancel();
+    const { entries } = await readAll(token, t.id);
+    expect(entries.filter((e) => e.payload.type === "signal.run.message_delivered")).toEqual([]);
+    // The run's own box marks what its agent took.
+    const own = await streamPost(mine, t.id, mark(`${t.id}:delivered:${runId}:m1`));
+    expect(own.status).toBe(204);
+    await own.body?.cancel();
+  });
+
   it("a client cannot write under the ids of a bot's live command output (exec:<bot>:<turn>:<call>:out:<n>), nor another bot", async () => {
     const token = await houseToken("house-cp-exec-ids");
     const t = await createThread(token);
