@@ -3,7 +3,7 @@
 // the URL and a dev house token. Also starts the offline demo model and seeds the dev house
 // with an environment and a bot that use it (scripts/lib/seed-dev.mjs).
 import { spawn } from "node:child_process";
-import { copyFileSync, existsSync } from "node:fs";
+import { chmodSync, copyFileSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { OFFLINE_WRANGLER_ENV, ROOT, localTracingEnv, nodePath, waitForHttp } from "./lib/wrangler-dev.mjs";
 import { busyPortsMessage, envPort } from "./lib/ports.mjs";
@@ -11,7 +11,7 @@ import { readVarsFile } from "./lib/vars-file.mjs";
 import { startSandboxHost } from "../sandbox-host/server.mjs";
 import { startDemoModel } from "../dev/demo-model/server.mjs";
 import { seedDevHouse } from "./lib/seed-dev.mjs";
-import { devBanner } from "./lib/dev-banner.mjs";
+import { SIGN_IN_LINK_FILE, devBanner, signInLink } from "./lib/dev-banner.mjs";
 
 const port = envPort("PORT", 8787, "npm run dev");
 const sandboxPort = envPort("SANDBOX_HOST_PORT", 3986, "npm run dev");
@@ -79,4 +79,10 @@ const seeded = await seedDevHouse({
   console.error(`could not seed the dev house: ${err.message}`);
   return { environments: [], agents: [], agentsSupported: false };
 });
+// wrangler logs a line per request and the web UI polls, so the banner scrolls away within
+// minutes: the link is also kept in a file under .wrangler/ (gitignored), readable only by its owner.
+const linkFile = join(ROOT, SIGN_IN_LINK_FILE);
+mkdirSync(join(ROOT, ".wrangler"), { recursive: true });
+writeFileSync(linkFile, `${signInLink(url, token)}\n`, { mode: 0o600 });
+chmodSync(linkFile, 0o600); // writeFileSync's mode applies only to a file it creates
 console.log(devBanner({ url, token, sandboxApiUrl: host.apiUrl, sandboxRoot, demoModelBaseUrl: demoModel.baseUrl, seeded }));
