@@ -8,7 +8,7 @@ import { join, resolve } from "node:path";
 import { ROOT } from "./lib/wrangler-dev.mjs";
 import { busyPortsMessage, envPort } from "./lib/ports.mjs";
 import { parseVars } from "./lib/vars-file.mjs";
-import { createVarsFile, localUrls, makeDir, parseOutbound, scanBundle, startServe } from "./lib/serve.mjs";
+import { createVarsFile, gitWouldTrack, localUrls, makeDir, parseOutbound, scanBundle, startServe } from "./lib/serve.mjs";
 
 const port = envPort("PORT", 8787, "npm run serve");
 const host = process.env.HOST?.trim() || "127.0.0.1";
@@ -48,6 +48,9 @@ try {
 } catch (err) {
   fail(`cannot read the vars file ${varsFile} (${varsProblem(err)})`);
 }
+// .serve.vars and .serve/ are gitignored; a file or directory named elsewhere in the clone is not,
+// and one `git add -A` would commit the secrets or every house's data.
+if (gitWouldTrack(varsFile)) console.warn(`warning: git does not ignore the vars file ${varsFile}, which holds the secrets: add it to .gitignore, or set THREADBOX_VARS_FILE to a file outside the repository`);
 const vars = parseVars(varsFileText);
 if (!vars.THREADBOX_ADMIN_SECRET || vars.THREADBOX_ADMIN_SECRET.length < 16) fail(`THREADBOX_ADMIN_SECRET in ${varsFile} must be at least 16 characters`);
 if (!vars.THREADBOX_TOKEN_SECRET || vars.THREADBOX_TOKEN_SECRET.length < 16) fail(`THREADBOX_TOKEN_SECRET in ${varsFile} must be at least 16 characters`);
@@ -62,6 +65,8 @@ try {
 } catch (err) {
   fail(`cannot create the state directory ${stateDir} (${err?.code ?? err?.message ?? err}): THREADBOX_STATE_DIR must name a directory that exists or can be created; unset, it is .serve/state`);
 }
+
+if (gitWouldTrack(stateDir)) console.warn(`warning: git does not ignore the state directory ${stateDir}, which holds every thread's data: add it to .gitignore, or set THREADBOX_STATE_DIR to a directory outside the repository`);
 
 let outbound;
 try {
