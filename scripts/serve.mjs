@@ -94,9 +94,23 @@ threadbox is serving on plain workerd (pid ${server.pid}${size})
   config      ${server.configFile}
 
 Mint a house token with THREADBOX_ADMIN_SECRET from ${varsFile}:
+  ${adminSecretLine(varsFile, varsFileText, vars.THREADBOX_ADMIN_SECRET)}
   curl -s -X POST ${server.url}/api/admin/tokens -H "authorization: Bearer $THREADBOX_ADMIN_SECRET" \\
        -H 'content-type: application/json' -d '{"houseId":"my-house","subject":"me","role":"owner"}'
+then sign in with the token it answers: open ${server.url}/#token=<token>, or npx threadbox login '${server.url}/#token=<token>'
 `);
+
+/**
+ * The shell line that sets THREADBOX_ADMIN_SECRET, so the printed commands run as they are (no
+ * shell has the variable yet), reading the file rather than echoing the secret to the terminal.
+ * A value the file quotes or writes with `export` is not one sed can take verbatim: then only where it is.
+ */
+function adminSecretLine(file, text, value) {
+  const lines = text.split(/\r?\n/).filter((l) => /^\s*(?:export\s+)?THREADBOX_ADMIN_SECRET\s*=/.test(l));
+  if (lines.at(-1) !== `THREADBOX_ADMIN_SECRET=${value}` || text.includes("\r")) return `export THREADBOX_ADMIN_SECRET=…   # its value in ${file}`;
+  const quoted = `'${file.replace(/'/g, `'\\''`)}'`;
+  return `export THREADBOX_ADMIN_SECRET="$(sed -n 's/^THREADBOX_ADMIN_SECRET=//p' ${quoted} | tail -n 1)"`;
+}
 
 let stopping = false;
 async function stop() {

@@ -111,8 +111,13 @@ describe("npm run serve", () => {
 
     const first = await serve(tree.dir, env);
     expect(first.output()).toMatch(/bundle [\d.]+ KiB/);
-    // The token-minting line it prints uses $THREADBOX_ADMIN_SECRET, which no shell has yet: it says where it is.
+    // The token-minting commands it prints run as printed, in a shell that has no THREADBOX_ADMIN_SECRET yet.
     expect(first.output()).toContain(`THREADBOX_ADMIN_SECRET from ${varsFile}`);
+    const printed = /Mint a house token[^\n]*\n((?: {2}.*\n)+)/.exec(first.output())![1]!;
+    const { THREADBOX_ADMIN_SECRET: _unset, ...shellEnv } = process.env;
+    const minted = JSON.parse(execFileSync("bash", ["-c", printed], { cwd: tempDir("threadbox-serve-shell-"), env: shellEnv, encoding: "utf8" }));
+    expect([minted.error, minted.houseId, minted.role, typeof minted.token]).toEqual([undefined, "my-house", "owner", "string"]);
+    expect(first.output()).toContain(`open http://127.0.0.1:${port}/#token=<token>`);
     const api = client(`http://127.0.0.1:${port}`);
     await api.login();
 
