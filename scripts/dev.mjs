@@ -32,6 +32,14 @@ if (!existsSync(devVarsPath)) {
   console.log("created .dev.vars from .dev.vars.example");
 }
 const vars = readVarsFile(devVarsPath);
+// The worker refuses shorter ones (it mints nothing, and signs nothing): said here, before anything
+// starts, rather than as a sign-in link holding no token.
+for (const name of ["THREADBOX_ADMIN_SECRET", "THREADBOX_TOKEN_SECRET"]) {
+  if ((vars[name] ?? "").length < 16) {
+    console.error(`npm run dev: ${name} in .dev.vars must be at least 16 characters (.dev.vars.example has development values)`);
+    process.exit(1);
+  }
+}
 // The local host's own key, never .dev.vars's DAYTONA_API_KEY: that may be a real Daytona key (kept
 // there for `npm run smoke` and `snapshot`), and this one ends up on wrangler's command line, which
 // every user of the machine can read with `ps`.
@@ -71,7 +79,12 @@ const minted = await fetch(`${url}/api/admin/tokens`, {
   headers: { authorization: `Bearer ${vars.THREADBOX_ADMIN_SECRET}`, "content-type": "application/json" },
   body: JSON.stringify({ houseId: "dev", subject: "dev-user", role: "owner", ttlSeconds: 30 * 24 * 3600 }),
 });
-const { token } = await minted.json();
+const mintAnswer = await minted.json().catch(() => ({}));
+if (!minted.ok || typeof mintAnswer.token !== "string") {
+  console.error(`npm run dev: could not mint the dev house's token: ${minted.status} ${JSON.stringify(mintAnswer.error ?? mintAnswer)}`);
+  await stop(1);
+}
+const { token } = mintAnswer;
 const seeded = await seedDevHouse({
   url, token, demoModelBaseUrl: demoModel.baseUrl, vars, statePath: join(ROOT, ".wrangler", "seed-dev.json"),
 }).catch((err) => {

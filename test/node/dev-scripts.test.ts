@@ -98,6 +98,24 @@ describe("npm run dev", () => {
     }
   }, 60_000);
 
+  it("with a secret in .dev.vars the worker refuses (under 16 characters) stops at once, naming it, with no sign-in link", async () => {
+    const example = readFileSync(join(tree.dir, ".dev.vars.example"), "utf8");
+    try {
+      for (const name of ["THREADBOX_ADMIN_SECRET", "THREADBOX_TOKEN_SECRET"]) {
+        writeFileSync(join(tree.dir, ".dev.vars"), example.replace(new RegExp(`^${name}=.*$`, "m"), `${name}=short`));
+        const dev = run("dev.mjs", { PORT: String(await freePort()), SANDBOX_HOST_PORT: String(await freePort()), DEMO_MODEL_PORT: String(await freePort()) });
+        const banner = until("npm run dev", () => dev.output().includes("threadbox is running"), dev.child, dev.exited).then(() => "banner", () => "exited");
+        const first = await Promise.race([dev.exited.then(() => "exited"), banner]);
+        if (first === "banner") await stopGroup(dev.child, dev.exited);
+        expect(dev.output()).toContain(`npm run dev: ${name} in .dev.vars must be at least 16 characters`);
+        expect(dev.output()).not.toContain("#token=undefined");
+        expect([first, await dev.exited]).toEqual(["exited", 1]);
+      }
+    } finally {
+      rmSync(join(tree.dir, ".dev.vars"), { force: true });
+    }
+  }, 240_000);
+
   async function explorerAnswer(extra: Record<string, string>): Promise<{ status: number; body: string; appPage: string }> {
     const port = await freePort();
     const dev = run("dev.mjs", { PORT: String(port), SANDBOX_HOST_PORT: String(await freePort()), DEMO_MODEL_PORT: String(await freePort()), ...extra });
