@@ -3,7 +3,7 @@
 // the URL and a dev house token. Also starts the offline demo model and seeds the dev house
 // with an environment and a bot that use it (scripts/lib/seed-dev.mjs).
 import { spawn } from "node:child_process";
-import { copyFileSync, existsSync } from "node:fs";
+import { chmodSync, copyFileSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { OFFLINE_WRANGLER_ENV, ROOT, localTracingEnv, nodePath, waitForHttp } from "./lib/wrangler-dev.mjs";
 import { busyPortsMessage, envPort } from "./lib/ports.mjs";
@@ -11,7 +11,7 @@ import { readVarsFile } from "./lib/vars-file.mjs";
 import { startSandboxHost } from "../sandbox-host/server.mjs";
 import { startDemoModel } from "../dev/demo-model/server.mjs";
 import { seedDevHouse } from "./lib/seed-dev.mjs";
-import { devBanner } from "./lib/dev-banner.mjs";
+import { SIGN_IN_LINK_FILE, devBanner, signInLink } from "./lib/dev-banner.mjs";
 
 const port = envPort("PORT", 8787, "npm run dev");
 const sandboxPort = envPort("SANDBOX_HOST_PORT", 3986, "npm run dev");
@@ -32,6 +32,14 @@ if (!existsSync(devVarsPath)) {
   console.log("created .dev.vars from .dev.vars.example");
 }
 const vars = readVarsFile(devVarsPath);
+// The worker refuses shorter ones (it mints nothing, and signs nothing): said here, before anything
+// starts, rather than as a sign-in link holding no token.
+for (const name of ["THREADBOX_ADMIN_SECRET", "THREADBOX_TOKEN_SECRET"]) {
+  if ((vars[name] ?? "").length < 16) {
+    console.error(`npm run dev: ${name} in .dev.vars must be at least 16 characters (.dev.vars.example has development values)`);
+    process.exit(1);
+  }
+}
 // The local host's own key, never .dev.vars's DAYTONA_API_KEY: that may be a real Daytona key (kept
 // there for `npm run smoke` and `snapshot`), and this one ends up on wrangler's command line, which
 // every user of the machine can read with `ps`.
@@ -71,7 +79,12 @@ const minted = await fetch(`${url}/api/admin/tokens`, {
   headers: { authorization: `Bearer ${vars.THREADBOX_ADMIN_SECRET}`, "content-type": "application/json" },
   body: JSON.stringify({ houseId: "dev", subject: "dev-user", role: "owner", ttlSeconds: 30 * 24 * 3600 }),
 });
-const { token } = await minted.json();
+const mintAnswer = await minted.json().catch(() => ({}));
+if (!minted.ok || typeof mintAnswer.token !== "string") {
+  console.error(`npm run dev: could not mint the dev house's token: ${minted.status} ${JSON.stringify(mintAnswer.error ?? mintAnswer)}`);
+  await stop(1);
+}
+const { token } = mintAnswer;
 const seeded = await seedDevHouse({
   url, token, demoModelBaseUrl: demoModel.baseUrl, vars, statePath: join(ROOT, ".wrangler", "seed-dev.json"),
 }).catch((err) => {
@@ -79,4 +92,10 @@ const seeded = await seedDevHouse({
   console.error(`could not seed the dev house: ${err.message}`);
   return { environments: [], agents: [], agentsSupported: false };
 });
+// wrangler logs a line per request and the web UI polls, so the banner scrolls away within
+// minutes: the link is also kept in a file under .wrangler/ (gitignored), readable only by its owner.
+const linkFile = join(ROOT, SIGN_IN_LINK_FILE);
+mkdirSync(join(ROOT, ".wrangler"), { recursive: true });
+writeFileSync(linkFile, `${signInLink(url, token)}\n`, { mode: 0o600 });
+chmodSync(linkFile, 0o600); // writeFileSync's mode applies only to a file it creates
 console.log(devBanner({ url, token, sandboxApiUrl: host.apiUrl, sandboxRoot, demoModelBaseUrl: demoModel.baseUrl, seeded }));

@@ -8,7 +8,7 @@ import { join, resolve } from "node:path";
 import { ROOT } from "./lib/wrangler-dev.mjs";
 import { busyPortsMessage, envPort } from "./lib/ports.mjs";
 import { parseVars } from "./lib/vars-file.mjs";
-import { createVarsFile, localUrls, makeDir, parseOutbound, scanBundle, startServe } from "./lib/serve.mjs";
+import { createVarsFile, gitWouldTrack, localUrls, makeDir, parseOutbound, scanBundle, startServe } from "./lib/serve.mjs";
 
 const port = envPort("PORT", 8787, "npm run serve");
 const host = process.env.HOST?.trim() || "127.0.0.1";
@@ -48,6 +48,9 @@ try {
 } catch (err) {
   fail(`cannot read the vars file ${varsFile} (${varsProblem(err)})`);
 }
+// .serve.vars and .serve/ are gitignored; a file or directory named elsewhere in the clone is not,
+// and one `git add -A` would commit the secrets or every house's data.
+if (gitWouldTrack(varsFile)) console.warn(`warning: git does not ignore the vars file ${varsFile}, which holds the secrets: add it to .gitignore, or set THREADBOX_VARS_FILE to a file outside the repository`);
 const vars = parseVars(varsFileText);
 if (!vars.THREADBOX_ADMIN_SECRET || vars.THREADBOX_ADMIN_SECRET.length < 16) fail(`THREADBOX_ADMIN_SECRET in ${varsFile} must be at least 16 characters`);
 if (!vars.THREADBOX_TOKEN_SECRET || vars.THREADBOX_TOKEN_SECRET.length < 16) fail(`THREADBOX_TOKEN_SECRET in ${varsFile} must be at least 16 characters`);
@@ -62,6 +65,8 @@ try {
 } catch (err) {
   fail(`cannot create the state directory ${stateDir} (${err?.code ?? err?.message ?? err}): THREADBOX_STATE_DIR must name a directory that exists or can be created; unset, it is .serve/state`);
 }
+
+if (gitWouldTrack(stateDir)) console.warn(`warning: git does not ignore the state directory ${stateDir}, which holds every thread's data: add it to .gitignore, or set THREADBOX_STATE_DIR to a directory outside the repository`);
 
 let outbound;
 try {
@@ -89,9 +94,23 @@ threadbox is serving on plain workerd (pid ${server.pid}${size})
   config      ${server.configFile}
 
 Mint a house token with THREADBOX_ADMIN_SECRET from ${varsFile}:
+  ${adminSecretLine(varsFile, varsFileText, vars.THREADBOX_ADMIN_SECRET)}
   curl -s -X POST ${server.url}/api/admin/tokens -H "authorization: Bearer $THREADBOX_ADMIN_SECRET" \\
        -H 'content-type: application/json' -d '{"houseId":"my-house","subject":"me","role":"owner"}'
+then sign in with the token it answers: open ${server.url}/#token=<token>, or npx threadbox login '${server.url}/#token=<token>'
 `);
+
+/**
+ * The shell line that sets THREADBOX_ADMIN_SECRET, so the printed commands run as they are (no
+ * shell has the variable yet), reading the file rather than echoing the secret to the terminal.
+ * A value the file quotes or writes with `export` is not one sed can take verbatim: then only where it is.
+ */
+function adminSecretLine(file, text, value) {
+  const lines = text.split(/\r?\n/).filter((l) => /^\s*(?:export\s+)?THREADBOX_ADMIN_SECRET\s*=/.test(l));
+  if (lines.at(-1) !== `THREADBOX_ADMIN_SECRET=${value}` || text.includes("\r")) return `export THREADBOX_ADMIN_SECRET=…   # its value in ${file}`;
+  const quoted = `'${file.replace(/'/g, `'\\''`)}'`;
+  return `export THREADBOX_ADMIN_SECRET="$(sed -n 's/^THREADBOX_ADMIN_SECRET=//p' ${quoted} | tail -n 1)"`;
+}
 
 let stopping = false;
 async function stop() {

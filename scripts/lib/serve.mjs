@@ -2,7 +2,7 @@
 // (`wrangler deploy --dry-run --outdir`) is what runs; this module turns wrangler.toml into a
 // workerd config (Durable Objects in SQLite files on local disk, their alarms, vars, secrets,
 // static assets when wrangler.toml has [assets]) and starts the workerd binary wrangler installs.
-import { execFile, spawn } from "node:child_process";
+import { execFile, spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -195,8 +195,17 @@ export function createVarsFile(path, examplePath, urls) {
     .replace(/^THREADBOX_TOKEN_SECRET=.*$/m, `THREADBOX_TOKEN_SECRET=${secret()}`)
     .replace(/^THREADBOX_STREAM_URL=.*$/m, `THREADBOX_STREAM_URL=${urls.streamUrl}`)
     .replace(/^DAYTONA_API_URL=.*$/m, `DAYTONA_API_URL=${urls.daytonaApiUrl}`);
-  writeFileSync(path, `# npm run serve reads this file (kept out of git); created with fresh random secrets.\n${text}`, { mode: 0o600 });
+  writeFileSync(path, `# npm run serve reads this file (secrets: keep it out of git); created with fresh random secrets.\n${text}`, { mode: 0o600 });
   chmodSync(path, 0o600);
+}
+
+/**
+ * Whether git would take `path` into a commit (`git add -A`): inside a work tree and not ignored
+ * (tracked counts as not ignored). False outside a work tree, or where git is not installed.
+ */
+export function gitWouldTrack(path) {
+  const r = spawnSync("git", ["check-ignore", "-q", "--", path], { cwd: dirname(path), stdio: "ignore" });
+  return r.status === 1;
 }
 
 /**

@@ -1,12 +1,12 @@
 // The start scripts as a newcomer meets them: `npm run dev` on a taken port, wrangler's local
 // tracing off by default, and `npm run smoke` reading the same .dev.vars as `npm run dev`.
-import { spawn, type ChildProcess } from "node:child_process";
-import { readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { mkdirSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { freshTree } from "../support/fresh-tree";
-import { freePort, nodePath } from "../../scripts/lib/wrangler-dev.mjs";
+import { ROOT, freePort, nodePath } from "../../scripts/lib/wrangler-dev.mjs";
 import { startSandboxHost } from "../../sandbox-host/server.mjs";
 
 const tree = freshTree();
@@ -98,6 +98,24 @@ describe("npm run dev", () => {
     }
   }, 60_000);
 
+  it("with a secret in .dev.vars the worker refuses (under 16 characters) stops at once, naming it, with no sign-in link", async () => {
+    const example = readFileSync(join(tree.dir, ".dev.vars.example"), "utf8");
+    try {
+      for (const name of ["THREADBOX_ADMIN_SECRET", "THREADBOX_TOKEN_SECRET"]) {
+        writeFileSync(join(tree.dir, ".dev.vars"), example.replace(new RegExp(`^${name}=.*$`, "m"), `${name}=short`));
+        const dev = run("dev.mjs", { PORT: String(await freePort()), SANDBOX_HOST_PORT: String(await freePort()), DEMO_MODEL_PORT: String(await freePort()) });
+        const banner = until("npm run dev", () => dev.output().includes("threadbox is running"), dev.child, dev.exited).then(() => "banner", () => "exited");
+        const first = await Promise.race([dev.exited.then(() => "exited"), banner]);
+        if (first === "banner") await stopGroup(dev.child, dev.exited);
+        expect(dev.output()).toContain(`npm run dev: ${name} in .dev.vars must be at least 16 characters`);
+        expect(dev.output()).not.toContain("#token=undefined");
+        expect([first, await dev.exited]).toEqual(["exited", 1]);
+      }
+    } finally {
+      rmSync(join(tree.dir, ".dev.vars"), { force: true });
+    }
+  }, 240_000);
+
   async function explorerAnswer(extra: Record<string, string>): Promise<{ status: number; body: string; appPage: string }> {
     const port = await freePort();
     const dev = run("dev.mjs", { PORT: String(port), SANDBOX_HOST_PORT: String(await freePort()), DEMO_MODEL_PORT: String(await freePort()), ...extra });
@@ -120,6 +138,33 @@ describe("npm run dev", () => {
     const on = await explorerAnswer({ X_LOCAL_EXPLORER: "true" });
     expect(on.status).toBe(200);
     expect(on.body).toContain("Local Explorer");
+  }, 240_000);
+});
+
+describe("npm run dev's sign-in link, once the banner has scrolled away", () => {
+  it("is in .wrangler/sign-in-link (owner-only, ignored by git), replaced on every start, and the banner says so", async () => {
+    const linkFile = join(tree.dir, ".wrangler", "sign-in-link");
+    // what a previous run left, on another port, with a looser mode
+    mkdirSync(join(tree.dir, ".wrangler"), { recursive: true });
+    writeFileSync(linkFile, "http://127.0.0.1:1/#token=stale\n", { mode: 0o644 });
+    const port = await freePort();
+    const dev = run("dev.mjs", { PORT: String(port), SANDBOX_HOST_PORT: String(await freePort()), DEMO_MODEL_PORT: String(await freePort()) });
+    try {
+      await until("npm run dev", () => dev.output().includes("threadbox is running"), dev.child, dev.exited);
+      const printed = /web\s+(\S+)/.exec(dev.output())![1]!;
+      expect(printed).toMatch(new RegExp(`^http://127\\.0\\.0\\.1:${port}/#token=\\S+$`));
+      expect(readFileSync(linkFile, "utf8")).toBe(`${printed}\n`);
+      expect(statSync(linkFile).mode & 0o777).toBe(0o600);
+      expect(dev.output()).toContain("cat .wrangler/sign-in-link");
+      // the link in the file signs in
+      const token = new URL(readFileSync(linkFile, "utf8").trim()).hash.slice("#token=".length);
+      const r = await fetch(`http://127.0.0.1:${port}/api/threads?limit=1`, { headers: { authorization: `Bearer ${token}` } });
+      expect(r.status).toBe(200);
+    } finally {
+      await stopGroup(dev.child, dev.exited);
+    }
+    // a token must never land in a file git would pick up
+    expect(execFileSync("git", ["check-ignore", ".wrangler/sign-in-link"], { cwd: ROOT, encoding: "utf8" }).trim()).toBe(".wrangler/sign-in-link");
   }, 240_000);
 });
 

@@ -1,7 +1,7 @@
 // `npm run serve`: the deploy bundle on plain workerd, started as a user starts it, from a fresh
 // clone. State lives in SQLite files on local disk: it survives a crash of the process, and an
 // alarm set before the crash fires after the restart.
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { createServer as createHttpServer, get } from "node:http";
 import { connect, createServer, type AddressInfo } from "node:net";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -111,8 +111,13 @@ describe("npm run serve", () => {
 
     const first = await serve(tree.dir, env);
     expect(first.output()).toMatch(/bundle [\d.]+ KiB/);
-    // The token-minting line it prints uses $THREADBOX_ADMIN_SECRET, which no shell has yet: it says where it is.
+    // The token-minting commands it prints run as printed, in a shell that has no THREADBOX_ADMIN_SECRET yet.
     expect(first.output()).toContain(`THREADBOX_ADMIN_SECRET from ${varsFile}`);
+    const printed = /Mint a house token[^\n]*\n((?: {2}.*\n)+)/.exec(first.output())![1]!;
+    const { THREADBOX_ADMIN_SECRET: _unset, ...shellEnv } = process.env;
+    const minted = JSON.parse(execFileSync("bash", ["-c", printed], { cwd: tempDir("threadbox-serve-shell-"), env: shellEnv, encoding: "utf8" }));
+    expect([minted.error, minted.houseId, minted.role, typeof minted.token]).toEqual([undefined, "my-house", "owner", "string"]);
+    expect(first.output()).toContain(`open http://127.0.0.1:${port}/#token=<token>`);
     const api = client(`http://127.0.0.1:${port}`);
     await api.login();
 
@@ -307,6 +312,27 @@ describe("npm run serve", () => {
       });
     }
     expect(existsSync(join(tree.dir, ".serve", "build"))).toBe(false);
+  }, 60_000);
+
+  it("warns when git would commit its secrets or its state: a vars file or state directory named inside the clone and not ignored", async () => {
+    const tree = freshTree();
+    trees.push(tree);
+    execFileSync("git", ["init", "-q"], { cwd: tree.dir });
+    // an unknown THREADBOX_OUTBOUND stops it right after both are in place, before the build
+    const stop = { PORT: String(await freePort()), THREADBOX_OUTBOUND: "bogus" };
+    const named = await exitOf(tree.dir, { ...stop, THREADBOX_VARS_FILE: "prod.vars", THREADBOX_STATE_DIR: "prod-state" }, 20_000);
+    expect(named.out).toContain(`created ${join(tree.dir, "prod.vars")}`);
+    expect(named.out).toContain(`warning: git does not ignore the vars file ${join(tree.dir, "prod.vars")}, which holds the secrets`);
+    expect(named.out).toContain(`warning: git does not ignore the state directory ${join(tree.dir, "prod-state")}`);
+    // the defaults are in .gitignore; a file outside the clone is no business of git's
+    const outside = join(tempDir("threadbox-serve-vars-"), "serve.vars");
+    const cases: Record<string, string>[] = [{}, { THREADBOX_VARS_FILE: outside, THREADBOX_STATE_DIR: tempDir("threadbox-serve-state-") }];
+    for (const env of cases) {
+      const quiet = await exitOf(tree.dir, { ...stop, ...env }, 20_000);
+      expect(quiet.out).toContain("THREADBOX_OUTBOUND: unknown bogus");
+      expect(quiet.out).not.toContain("warning: git");
+    }
+    expect(readFileSync(join(tree.dir, ".serve.vars"), "utf8")).not.toContain("(kept out of git)");
   }, 60_000);
 
   it("creates its vars file with the stream URL of the port it serves on and the sandbox host's port", async () => {
