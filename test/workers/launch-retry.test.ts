@@ -8,7 +8,8 @@ import { LABEL_RUN } from "../../src/sandbox/provider";
 import { unwrapRpc } from "../../src/actors/rpc";
 import type { LaunchStep } from "../../src/threads/launch-progress";
 import { idempotentDelegation } from "../../src/threads/idempotency";
-import { call, createThread, houseToken, readAll } from "./helpers";
+import { tarArchive } from "../support/tar";
+import { call, createThread, houseToken, post, readAll, runToken } from "./helpers";
 
 const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor>; SANDBOXES: DurableObjectNamespace<SandboxActor> };
 const threadStub = (id: string) => E.THREADS.get(E.THREADS.idFromName(`thread:${id}`));
@@ -542,6 +543,55 @@ describe("a shared box a launch reserved and never got", () => {
       expect(commands.some((c) => c.includes("rm -f -- 'work/app/notes.txt'"))).toBe(true);
     } finally {
       provider.execHandler = before;
+    }
+  }, 30_000);
+});
+
+describe("a run that ends before its launch has recorded its runner (a very fast run)", () => {
+  it("is a finished run: its runner is not signalled, its launch is recorded, and its box is deleted at once", async () => {
+    const houseId = "house-fast-run";
+    const { token, t, environmentId } = await launchableThread(houseId, () => {}, { folders: [{ source: "notes", path: "notes", access: "readwrite" }] });
+    const up = await call(`/api/environments/${environmentId}/folders?name=notes`, { method: "POST", token, body: tarArchive({ "todo.txt": "old" }), headers: { "content-type": "application/x-tar" } });
+    expect(up.status).toBe(201);
+    const provider = sharedTestProvider();
+    let ended: { ref: string; runId: string } | null = null;
+    // The folder reads the same before and after the run (its digest): the sync-back finds it unchanged.
+    const previous = provider.execHandler;
+    provider.execHandler = (b, command, opts) => /\.(digest|sync)\.tar/.test(command) ? { exitCode: 0, output: `${"a".repeat(64)}\n` } : previous(b, command, opts);
+    // The runner's whole run happens before the launch hears back from starting it: it posts the
+    // run's finished-signal and exits.
+    provider.afterStartDetached = async (handle, opts) => {
+      if (opts.env?.THREADBOX_THREAD_ID !== t.id) return;
+      const runId = opts.env.THREADBOX_RUN_ID;
+      const r = await post(await runToken(houseId, t.id, runId), t.id, { payload: { type: "signal.thread.status_changed", status: "completed", reason: "done", runId } });
+      expect(r.status).toBe(201);
+      provider.finishDetached(handle, 0);
+      ended = { ref: handle.ref, runId };
+    };
+    try {
+      await unwrapRpc(threadStub(t.id).startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+      await vi.waitFor(async () => {
+        expect(ended).not.toBeNull();
+        expect(await runInDurableObject(threadStub(t.id), (a: ThreadActor) => a.testOutboxKeys())).toEqual([]);
+      }, { timeout: 15_000, interval: 100 });
+      const { ref, runId } = ended!;
+      const thread = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string; reason: string };
+      expect([thread.status, thread.reason]).toEqual(["completed", "completed"]);
+      // The launch recorded what it put in place, once.
+      const launched = (await readAll(token, t.id)).entries.filter((e) => e.payload.type === "signal.run.launched");
+      expect.soft(launched.map((e) => e.payload.runId)).toEqual([runId]);
+      // What the run changed in its readwrite folder is owed a sync-back, as after any run.
+      const synced = (await readAll(token, t.id)).entries.filter((e) => e.payload.type === "artifact.folder" && e.payload.runId === runId);
+      expect.soft(synced.length).toBeGreaterThan(0);
+      // Nothing was stopped: the run ended by itself.
+      const onBox = provider.calls.filter((c) => c.ref === ref);
+      expect.soft(onBox.filter((c) => c.op === "exec" && (c.args as { command: string }).command.includes("kill -TERM"))).toEqual([]);
+      expect.soft(onBox.filter((c) => c.op === "killDetached")).toEqual([]);
+      // Its ephemeral box went as any ended run's does, not kept as a stopped run's.
+      expect.soft(await provider.list({ [LABEL_RUN]: runId })).toEqual([]);
+    } finally {
+      provider.afterStartDetached = null;
+      provider.execHandler = previous;
     }
   }, 30_000);
 });

@@ -5,6 +5,7 @@ import type { DetachedHandle } from "../../sandbox/provider";
 import { ensureSharedBox } from "../../workspace/shared-box";
 import { LaunchSuperseded, launchRun, type LaunchDeps, type LaunchSpec } from "../../threads/launch";
 import type { ThreadRow } from "../../threads/thread-row";
+import { isTerminal } from "../../threads/run-rules";
 import type { LaunchProgressStore, LaunchStep } from "../../threads/launch-progress";
 import { unwrapRpc } from "../rpc";
 import { houseStub, sandboxStub } from "../stubs";
@@ -35,11 +36,16 @@ export async function launch(spec: LaunchSpec, p: LauncherPorts): Promise<void> 
     const r = p.row();
     return r.status === "running" && r.runId === spec.runId;
   };
+  // A run over already (its runner posted its end): not a stopped one, whose box it keeps.
+  const ended = () => {
+    const r = p.row();
+    return r.runId === spec.runId && isTerminal(r.status) && r.statusReason !== "stopped";
+  };
   const row = p.row();
   if (!current()) return abandon(spec, p); // stopped or settled before the launch got its turn
   const environment = row.environmentId ? ((await unwrapRpc(houseStub(p.env, row.houseId).getEnvironment(row.environmentId))) as Environment | null) : null;
   try {
-    await launchRun(spec, launchDeps(spec, p, row, environment, current));
+    await launchRun(spec, launchDeps(spec, p, row, environment, current, ended));
   } catch (err) {
     if (!(err instanceof LaunchSuperseded)) throw withoutSecrets(err, environment);
     logEvent("launch_superseded", { threadId: row.id, runId: spec.runId });
@@ -81,10 +87,11 @@ async function abandon(spec: LaunchSpec, p: LauncherPorts): Promise<void> {
   }
 }
 
-function launchDeps(spec: LaunchSpec, p: LauncherPorts, row: ThreadRow, environment: Environment | null, current: () => boolean): LaunchDeps {
+function launchDeps(spec: LaunchSpec, p: LauncherPorts, row: ThreadRow, environment: Environment | null, current: () => boolean, ended: () => boolean): LaunchDeps {
   return {
     env: p.env,
     current,
+    ended,
     row,
     environment,
     entries: p.entries,

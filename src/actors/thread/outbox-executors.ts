@@ -77,6 +77,8 @@ export function threadOutboxExecutors(p: ThreadOutboxPorts): OutboxExecutors {
         const r = row();
         if (!r.environmentId) return;
         const folders = readwriteFolders(p.entryById(`launched:${x.runId}`));
+        // A launch that failed after copying folders in started nothing that could change them.
+        if (folders.length === 0) return;
         const target = { houseId: r.houseId, threadId: r.id, environmentId: r.environmentId, boxId: x.boxId, runId: x.runId, folders };
         await syncFoldersAfterRun(env, target, p.append, p.now);
       },
