@@ -595,3 +595,44 @@ describe("a run that ends before its launch has recorded its runner (a very fast
     }
   }, 30_000);
 });
+
+describe("a resume whose launch fails on the box its stopped run kept", () => {
+  it("leaves that box kept as the stop did (deleted only once the grace is over): a later resume still goes on there", async () => {
+    const houseId = "house-resume-fails-on-kept-box";
+    const { token, t, stub } = await launchableThread(houseId);
+    await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+    await launchedOnce(token, t.id, 1);
+    const kept = ((await (await call(`/api/threads/${t.id}/stop`, { method: "POST", token })).json()) as { boxId: string }).boxId;
+    const view = async () => (await (await call(`/api/sandboxes/${kept}`, { token })).json()) as { state: string; threads: string[]; providerRef: string };
+    await vi.waitFor(async () => expect(await view()).toMatchObject({ threads: [], state: "live" }), { timeout: 10_000, interval: 100 });
+
+    const provider = sharedTestProvider();
+    const previous = provider.execHandler;
+    provider.execHandler = (box, command, opts) => {
+      const house = provider.boxes.get(box.ref)?.labels["threadbox.house"];
+      if (house === houseId && /npm|command -v|pi --version/.test(command)) return { exitCode: 7, output: "npm ERR! network" };
+      return previous(box, command, opts);
+    };
+    try {
+      await unwrapRpc(stub.startRun(houseId, { task: "again", harness: "pi", resume: true, authorId: "alice" }));
+      await vi.waitFor(async () => {
+        const row = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string; reason: string; detail: string };
+        expect([row.status, row.reason]).toEqual(["failed", "pi_failed"]);
+        expect(row.detail).toContain("installing pi failed");
+        expect(await runInDurableObject(stub, (a: ThreadActor) => a.testOutboxKeys())).toEqual([]);
+      }, { timeout: 15_000, interval: 100 });
+    } finally {
+      provider.execHandler = previous;
+    }
+    // The stopped run's workspace is still there, waiting out a grace period as a stopped run's box does.
+    const after = await view();
+    expect(after).toMatchObject({ state: "live", threads: [] });
+    expect(provider.boxes.has(after.providerRef)).toBe(true);
+    expect(await runInDurableObject(boxStub(kept), (_a: SandboxActor, state) => state.storage.getAlarm())).not.toBeNull();
+    // Once the cause is fixed, a resume goes on there.
+    await unwrapRpc(stub.startRun(houseId, { task: "once more", harness: "pi", resume: true, authorId: "alice" }));
+    await launchedOnce(token, t.id, 2);
+    const launched = (await readAll(token, t.id)).entries.filter((e) => e.payload.type === "signal.run.launched").at(-1)!;
+    expect(launched.payload).toMatchObject({ boxId: kept, boxReused: true });
+  }, 30_000);
+});

@@ -102,9 +102,10 @@ export function threadOutboxExecutors(p: ThreadOutboxPorts): OutboxExecutors {
       // A failed step is final (the run fails visibly); only an attempt that died mid-way (the
       // item is still owed) runs again, and it continues from the recorded progress.
       giveUp: (spec, message) => {
-        p.launchProgress.clear(spec.runId);
         logEvent("launch_failed", { threadId: row().id, runId: spec.runId, error: message }, "warn");
+        // Before the progress goes: the run's end reads which box the launch took.
         if (row().status === "running") p.appendFailure(`launch_failed:${spec.runId}`, `launch failed: ${message}`, spec.runId);
+        p.launchProgress.clear(spec.runId);
       },
     },
     notify_parent: {
