@@ -2,7 +2,7 @@
 // one whose step fails ends the run visibly and releases its box.
 import { describe, expect, it, vi } from "vitest";
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
-import type { SandboxActor, ThreadActor } from "./test-worker";
+import type { HouseActor, SandboxActor, ThreadActor } from "./test-worker";
 import { sharedTestProvider } from "./register-test-provider";
 import { LABEL_RUN } from "../../src/sandbox/provider";
 import { unwrapRpc } from "../../src/actors/rpc";
@@ -11,7 +11,7 @@ import { idempotentDelegation } from "../../src/threads/idempotency";
 import { tarArchive } from "../support/tar";
 import { call, createThread, houseToken, post, readAll, runToken } from "./helpers";
 
-const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor>; SANDBOXES: DurableObjectNamespace<SandboxActor> };
+const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor>; SANDBOXES: DurableObjectNamespace<SandboxActor>; HOUSES: DurableObjectNamespace<HouseActor> };
 const threadStub = (id: string) => E.THREADS.get(E.THREADS.idFromName(`thread:${id}`));
 const boxStub = (id: string) => E.SANDBOXES.get(E.SANDBOXES.idFromName(id));
 
@@ -634,5 +634,32 @@ describe("a resume whose launch fails on the box its stopped run kept", () => {
     await launchedOnce(token, t.id, 2);
     const launched = (await readAll(token, t.id)).entries.filter((e) => e.payload.type === "signal.run.launched").at(-1)!;
     expect(launched.payload).toMatchObject({ boxId: kept, boxReused: true });
+  }, 30_000);
+});
+
+describe("a launch whose box registers while the house index is down", () => {
+  it("goes on, and leaks no box: the index learns of the box later, and the box is deleted when the run ends", async () => {
+    const houseId = "house-register-index-down";
+    const { token, t, stub } = await launchableThread(houseId);
+    const house = E.HOUSES.get(E.HOUSES.idFromName(houseId));
+    await runInDurableObject(house, (h: HouseActor) => h.failBoxUpserts(1));
+    const { runId } = await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+    await vi.waitFor(async () => {
+      expect(await runInDurableObject(stub, (a: ThreadActor) => a.testOutboxKeys().filter((k) => k.startsWith("launch:")))).toEqual([]);
+    }, { timeout: 15_000, interval: 100 });
+    const provider = sharedTestProvider();
+    const [made] = await provider.list({ [LABEL_RUN]: runId });
+    expect(made).toBeDefined();
+    // The outage cost the run nothing: it runs on that box, which the house's listing shows.
+    const thread = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string; boxId: string; detail: string };
+    expect([thread.status, thread.detail]).toEqual(["running", `pi running on box ${thread.boxId}`]);
+    const listed = (await (await call("/api/sandboxes", { token })).json()) as { sandboxes: { id: string; providerRef: string; threads: string[] }[] };
+    expect(listed.sandboxes).toMatchObject([{ id: thread.boxId, providerRef: made.ref, threads: [t.id] }]);
+    // The run ends: its box goes, as any ended run's.
+    const runner = [...provider.detached.values()].find((d) => d.handle.ref === made.ref)!;
+    provider.finishDetached(runner.handle, 0);
+    const end = await post(await runToken(houseId, t.id, runId), t.id, { payload: { type: "signal.thread.status_changed", status: "completed", reason: "done", runId } });
+    expect(end.status).toBe(201);
+    await vi.waitFor(async () => expect(await provider.list({ [LABEL_RUN]: runId })).toEqual([]), { timeout: 10_000, interval: 100 });
   }, 30_000);
 });

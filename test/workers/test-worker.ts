@@ -6,6 +6,7 @@
  */
 import { HouseActor as ProductionHouseActor, SandboxActor as ProductionSandboxActor, ThreadActor as ProductionThreadActor } from "../../src/worker";
 import type { ThreadSummary } from "../../src/actors/house/house-actor";
+import type { BoxView } from "../../src/actors/sandbox/sandbox-actor";
 import type { Clock } from "../../src/actors/clock";
 import type { OutboxKind, OutboxPayloads } from "../../src/actors/thread/outbox";
 import type { Env } from "../../src/env";
@@ -220,6 +221,21 @@ export class HouseActor extends ProductionHouseActor {
       throw new Error("house unavailable (test)");
     }
     return super.agentSet();
+  }
+
+  private failingBoxUpserts = 0;
+
+  /** The next `count` box updates of the index fail (an index outage while a box registers). */
+  failBoxUpserts(count: number): void {
+    this.failingBoxUpserts = count;
+  }
+
+  override async upsertBox(box: BoxView) {
+    if (this.failingBoxUpserts > 0) {
+      this.failingBoxUpserts--;
+      throw new Error("house index unavailable (test)");
+    }
+    return super.upsertBox(box);
   }
 
   override async upsertThread(t: ThreadSummary) {
