@@ -164,9 +164,11 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
       volumes: providerVolumes(row.houseId, environment?.volumes),
     });
     deps.checkpoint("box_created");
+    // Before its actor exists: a launch that fails from here on still knows which box it made.
+    progress = await deps.saveProgress({ providerRef: info.ref });
     const boxId = launchBoxId(spec.runId);
     await deps.registerBox(boxId, { provider: providerName, providerRef: info.ref, labels: info.labels });
-    progress = await deps.saveProgress({ providerRef: info.ref, boxId, sameBox: false });
+    progress = await deps.saveProgress({ boxId, sameBox: false });
     deps.checkpoint("box_registered");
   }
   const boxId = progress.boxId!;

@@ -6,7 +6,7 @@ import type { HouseActor, SandboxActor, ThreadActor } from "./test-worker";
 import { sharedTestProvider } from "./register-test-provider";
 import { LABEL_RUN } from "../../src/sandbox/provider";
 import { unwrapRpc } from "../../src/actors/rpc";
-import type { LaunchStep } from "../../src/threads/launch-progress";
+import { launchBoxId, type LaunchStep } from "../../src/threads/launch-progress";
 import { idempotentDelegation } from "../../src/threads/idempotency";
 import { tarArchive } from "../support/tar";
 import { call, createThread, houseToken, post, readAll, runToken } from "./helpers";
@@ -661,5 +661,16 @@ describe("a launch whose box registers while the house index is down", () => {
     const end = await post(await runToken(houseId, t.id, runId), t.id, { payload: { type: "signal.thread.status_changed", status: "completed", reason: "done", runId } });
     expect(end.status).toBe(201);
     await vi.waitFor(async () => expect(await provider.list({ [LABEL_RUN]: runId })).toEqual([]), { timeout: 10_000, interval: 100 });
+  }, 30_000);
+});
+
+describe("a launch that fails between making its box and assigning it to the run", () => {
+  it("fails the run visibly and deletes the box it made: nothing else knows of that box to reap it", async () => {
+    const houseId = "house-register-fails";
+    const { token, t, stub } = await launchableThread(houseId);
+    const runId = crypto.randomUUID();
+    await runInDurableObject(boxStub(launchBoxId(runId)), (a: SandboxActor) => a.failRegisters(1));
+    await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice", runId }));
+    await expectLaunchFailed(token, t.id, runId, "box actor unavailable (test)");
   }, 30_000);
 });

@@ -6,7 +6,7 @@
  */
 import { HouseActor as ProductionHouseActor, SandboxActor as ProductionSandboxActor, ThreadActor as ProductionThreadActor } from "../../src/worker";
 import type { ThreadSummary } from "../../src/actors/house/house-actor";
-import type { BoxView } from "../../src/actors/sandbox/sandbox-actor";
+import type { BoxView, RegisterBoxInput } from "../../src/actors/sandbox/sandbox-actor";
 import type { Clock } from "../../src/actors/clock";
 import type { OutboxKind, OutboxPayloads } from "../../src/actors/thread/outbox";
 import type { Env } from "../../src/env";
@@ -259,5 +259,20 @@ export class SandboxActor extends ProductionSandboxActor {
 
   advanceClock(ms: number): void {
     this.testClock.skewMs += ms;
+  }
+
+  private failingRegisters = 0;
+
+  /** The next `count` registers of this box fail before anything is written (the actor unreachable). */
+  failRegisters(count: number): void {
+    this.failingRegisters = count;
+  }
+
+  override async register(input: RegisterBoxInput) {
+    if (this.failingRegisters > 0) {
+      this.failingRegisters--;
+      throw new Error("box actor unavailable (test)");
+    }
+    return super.register(input);
   }
 }

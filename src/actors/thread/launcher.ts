@@ -6,7 +6,10 @@ import { ensureSharedBox } from "../../workspace/shared-box";
 import { LaunchSuperseded, launchRun, type LaunchDeps, type LaunchSpec } from "../../threads/launch";
 import type { ThreadRow } from "../../threads/thread-row";
 import { isTerminal } from "../../threads/run-rules";
-import type { LaunchProgressStore, LaunchStep } from "../../threads/launch-progress";
+import { launchBoxId, type LaunchProgressStore, type LaunchStep } from "../../threads/launch-progress";
+import { ApiError } from "../../errors";
+import { ProviderError } from "../../sandbox/errors";
+import { providerFor } from "../../sandbox/providers";
 import { unwrapRpc } from "../rpc";
 import { houseStub, sandboxStub } from "../stubs";
 import { errorMessage, logEvent } from "../../domain/log-event";
@@ -47,9 +50,38 @@ export async function launch(spec: LaunchSpec, p: LauncherPorts): Promise<void> 
   try {
     await launchRun(spec, launchDeps(spec, p, row, environment, current, ended));
   } catch (err) {
-    if (!(err instanceof LaunchSuperseded)) throw withoutSecrets(err, environment);
+    if (!(err instanceof LaunchSuperseded)) {
+      await releaseUnassignedBox(spec, p, environment?.provider ?? "daytona");
+      throw withoutSecrets(err, environment);
+    }
     logEvent("launch_superseded", { threadId: row.id, runId: spec.runId });
     await abandon(spec, p);
+  }
+}
+
+/**
+ * A launch that fails for good after making its box and before assigning it to the run: the run's
+ * end releases only the box the thread names, so this one is deleted here. A box the run reuses (a
+ * resume's, a shared one) is not the launch's to delete.
+ */
+async function releaseUnassignedBox(spec: LaunchSpec, p: LauncherPorts, providerName: string): Promise<void> {
+  const progress = p.progress.get(spec.runId);
+  const row = p.row();
+  if (!progress.providerRef || progress.sameBox === true) return;
+  const boxId = progress.boxId ?? launchBoxId(spec.runId);
+  if (row.boxId === boxId) return;
+  try {
+    try {
+      await unwrapRpc(sandboxStub(p.env, boxId).destroy(row.houseId, true));
+    } catch (err) {
+      if (!(err instanceof ApiError) || err.code !== "not_found") throw err;
+      // Never registered: only the provider knows of it (a box already gone counts as deleted).
+      await providerFor(p.env, providerName).delete(progress.providerRef).catch((e) => {
+        if (!(e instanceof ProviderError) || e.code !== "not_found") throw e;
+      });
+    }
+  } catch (err) {
+    logEvent("launch_box_release_failed", { threadId: row.id, runId: spec.runId, boxId, error: errorMessage(err) }, "warn");
   }
 }
 
