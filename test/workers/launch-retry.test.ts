@@ -323,6 +323,20 @@ const launchedOnce = async (token: string, threadId: string, n: number) => vi.wa
   expect(launched).toHaveLength(n);
 }, { timeout: 15_000, interval: 100 });
 
+describe("a run stopped and resumed while its launch still goes on", () => {
+  it("the resume goes on on the box the stopped run was given: the first launch, giving up, keeps that box", async () => {
+    const houseId = "house-stop-resume-launching";
+    const { token, t, stub } = await launchableThread(houseId, (a) => a.stopAndResumeLaunchAt("runner_started"));
+    const { runId } = await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+    await launchedOnce(token, t.id, 1);
+    const entries = (await readAll(token, t.id)).entries;
+    const given = entries.find((e) => e.payload.type === "signal.thread.box_assigned" && e.payload.runId === runId)!.payload.boxId;
+    const launched = entries.filter((e) => e.payload.type === "signal.run.launched");
+    expect(launched.map((e) => e.payload.runId)).not.toContain(runId);
+    expect(launched[0].payload).toMatchObject({ boxId: given, boxReused: true });
+  }, 30_000);
+});
+
 describe("a box a launch picked but has not attached yet", () => {
   it("an environment's shared box: a plain delete is a 409 and the run goes on", async () => {
     const houseId = "house-delete-shared-launching";

@@ -38,6 +38,7 @@ export class ThreadActor extends ProductionThreadActor {
   private readonly testClock: ShiftedClock;
   private crashAtLaunchStep: LaunchStep | null = null;
   private stopAtLaunchStep: LaunchStep | null = null;
+  private resumeAfterTestStop = false;
   private deleteBoxAtLaunchStep: LaunchStep | null = null;
   private crashBeforeOutbox = false;
   /** What the plain delete of the launch's box, asked for at a step, answered. */
@@ -65,6 +66,12 @@ export class ThreadActor extends ProductionThreadActor {
   /** The run is stopped (as by POST /stop) when its launch reaches `step`. */
   stopLaunchAt(step: LaunchStep): void {
     this.stopAtLaunchStep = step;
+  }
+
+  /** The run is stopped and at once resumed (POST /stop, then /resume) when its launch reaches `step`. */
+  stopAndResumeLaunchAt(step: LaunchStep): void {
+    this.stopAtLaunchStep = step;
+    this.resumeAfterTestStop = true;
   }
 
   /** The next handler's actor dies after its writes are committed, before its outbox calls. */
@@ -131,7 +138,13 @@ export class ThreadActor extends ProductionThreadActor {
     }
     if (this.stopAtLaunchStep === step) {
       this.stopAtLaunchStep = null;
-      void this.stopRun(this.rows.get()!.houseId, "tester");
+      const houseId = this.rows.get()!.houseId;
+      void this.stopRun(houseId, "tester");
+      if (this.resumeAfterTestStop) {
+        this.resumeAfterTestStop = false;
+        // In the same turn as the stop: the resume has claimed the thread before the launch looks again.
+        void this.startRun(houseId, { task: "go on", harness: "pi", resume: true, authorId: "alice" });
+      }
     }
     if (this.crashAtLaunchStep !== step) return;
     this.crashAtLaunchStep = null;

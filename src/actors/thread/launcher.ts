@@ -20,6 +20,7 @@ export type LauncherPorts = {
   row(): ThreadRow;
   now(): number;
   entries(): Entry[];
+  entryById(id: string): Entry | null;
   /** Appends a control-plane entry in this turn (hooks included). */
   append(entry: Entry): void;
   /** Runs what became owed (e.g. the attach a box assignment owes) before the launch goes on. */
@@ -69,7 +70,7 @@ async function releaseUnassignedBox(spec: LaunchSpec, p: LauncherPorts, provider
   const row = p.row();
   if (!progress.providerRef || progress.sameBox === true) return;
   const boxId = progress.boxId ?? launchBoxId(spec.runId);
-  if (row.boxId === boxId) return;
+  if (assignedToRun(spec, p, boxId)) return;
   try {
     try {
       await unwrapRpc(sandboxStub(p.env, boxId).destroy(row.houseId, true));
@@ -97,6 +98,17 @@ function withoutSecrets(err: unknown, environment: Environment | null): unknown 
 }
 
 /**
+ * Whether the thread was told this run is on `boxId`: the box is then the run's, kept when it was
+ * stopped. The row alone cannot tell once a resume claimed the thread (its claim names no box
+ * until its own launch assigns one), and that resume means to go on on this very box.
+ */
+function assignedToRun(spec: LaunchSpec, p: LauncherPorts, boxId: string): boolean {
+  if (p.row().boxId === boxId) return true;
+  const assigned = p.entryById(`box:${spec.runId}`);
+  return assigned !== null && (assigned.payload as { boxId?: unknown }).boxId === boxId;
+}
+
+/**
  * Undoes what a launch of a run that is no longer running made: its runner is stopped, and its
  * box released. A fresh box the thread never learned of (the stop came before the box was
  * assigned) is deleted at once; a box the thread knows, or one the run reused (a resume on the
@@ -112,7 +124,7 @@ async function abandon(spec: LaunchSpec, p: LauncherPorts): Promise<void> {
       await unwrapRpc(box.attach(row.houseId, row.id, progress.handle as DetachedHandle));
       await unwrapRpc(box.stopRun(row.houseId, row.id, spec.runId));
     }
-    if (progress.sameBox !== true && row.boxId !== progress.boxId) await unwrapRpc(box.destroy(row.houseId, true));
+    if (progress.sameBox !== true && !assignedToRun(spec, p, progress.boxId)) await unwrapRpc(box.destroy(row.houseId, true));
     else await unwrapRpc(box.detach(row.houseId, row.id, { keepBox: true }));
   } catch (err) {
     logEvent("launch_abandon_failed", { threadId: row.id, runId: spec.runId, boxId: progress.boxId, error: errorMessage(err) }, "warn");

@@ -90,6 +90,7 @@ export function threadOutboxExecutors(p: ThreadOutboxPorts): OutboxExecutors {
         await launch(spec, {
           env, row, now: p.now,
           entries: p.allEntries,
+          entryById: p.entryById,
           append: p.append,
           settle: p.settle,
           alive: p.recordLiveness,
