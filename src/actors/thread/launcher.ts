@@ -23,7 +23,11 @@ export type LauncherPorts = {
   entryById(id: string): Entry | null;
   /** Appends a control-plane entry in this turn (hooks included). */
   append(entry: Entry): void;
-  /** Runs what became owed (e.g. the attach a box assignment owes) before the launch goes on. */
+  /**
+   * Runs what became owed and may run beside this launch (unordered items) before it goes on. Items
+   * owed in order, such as the attach a box assignment owes, wait for the launch item ahead of them;
+   * the launch attaches the thread itself when it records its runner.
+   */
   settle(): Promise<void>;
   alive(): void;
   progress: LaunchProgressStore;
