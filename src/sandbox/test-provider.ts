@@ -203,6 +203,9 @@ export class TestSandboxProvider implements SandboxProvider {
     return "/home/daytona";
   }
 
+  /** Runs once a detached command is started, before the caller learns of it (a runner that ends at once). */
+  afterStartDetached: ((handle: DetachedHandle, opts: DetachedOptions) => Promise<void>) | null = null;
+
   async startDetached(ref: string, command: string, opts: DetachedOptions = {}): Promise<DetachedHandle & { existing?: true }> {
     this.enter("startDetached", ref, { command, opts });
     this.mustRunning(ref);
@@ -211,6 +214,7 @@ export class TestSandboxProvider implements SandboxProvider {
     if (existing) return { ...existing.handle, existing: true };
     const handle = { ref, sessionId: opts.sessionId ?? `tb-session-${++this.seq}`, commandId: `cmd-${++this.seq}` };
     this.detached.set(key(handle), { handle, command, opts, stdout: "", stderr: "", followers: new Set() });
+    await this.afterStartDetached?.(handle, opts);
     return handle;
   }
 

@@ -68,10 +68,21 @@ function stillCurrent(spec: LaunchSpec, deps: Pick<LaunchDeps, "current">): void
   if (!deps.current()) throw new LaunchSuperseded(spec.runId);
 }
 
+/**
+ * Checked once the runner is started: a run that ended by itself meanwhile (a fast run's runner
+ * posted its end before the launch heard back) is still this launch's to record, as any ended
+ * run's; only a stop or another run takes it from the launch.
+ */
+function stillOwn(spec: LaunchSpec, deps: Pick<LaunchDeps, "current" | "ended">): void {
+  if (!deps.current() && !deps.ended()) throw new LaunchSuperseded(spec.runId);
+}
+
 export type LaunchDeps = {
   env: Env;
   /** Whether this run is still the thread's running run: a stop during the launch ends it. */
   current(): boolean;
+  /** Whether this run is still the thread's run but ended by its own finished-signal (not a stop). */
+  ended(): boolean;
   row: ThreadRow;
   environment: Environment | null;
   entries: () => Entry[];
@@ -153,9 +164,11 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
       volumes: providerVolumes(row.houseId, environment?.volumes),
     });
     deps.checkpoint("box_created");
+    // Before its actor exists: a launch that fails from here on still knows which box it made.
+    progress = await deps.saveProgress({ providerRef: info.ref });
     const boxId = launchBoxId(spec.runId);
     await deps.registerBox(boxId, { provider: providerName, providerRef: info.ref, labels: info.labels });
-    progress = await deps.saveProgress({ providerRef: info.ref, boxId, sameBox: false });
+    progress = await deps.saveProgress({ boxId, sameBox: false });
     deps.checkpoint("box_registered");
   }
   const boxId = progress.boxId!;
@@ -172,9 +185,9 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
     progress = await deps.saveProgress({ handle: started.handle, session: started.session });
     deps.checkpoint("runner_started");
   }
-  stillCurrent(spec, deps);
+  stillOwn(spec, deps);
   await deps.rememberHandle(boxId, progress.handle);
-  stillCurrent(spec, deps);
+  stillOwn(spec, deps);
   const workspace = workspaceOf(spec, deps.environment);
   await deps.launched({
     // A shared box counts as the same box for what its runs leave there, but the run that made it did not reuse it.

@@ -2,15 +2,16 @@
 // one whose step fails ends the run visibly and releases its box.
 import { describe, expect, it, vi } from "vitest";
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
-import type { SandboxActor, ThreadActor } from "./test-worker";
+import type { HouseActor, SandboxActor, ThreadActor } from "./test-worker";
 import { sharedTestProvider } from "./register-test-provider";
 import { LABEL_RUN } from "../../src/sandbox/provider";
 import { unwrapRpc } from "../../src/actors/rpc";
-import type { LaunchStep } from "../../src/threads/launch-progress";
+import { launchBoxId, type LaunchStep } from "../../src/threads/launch-progress";
 import { idempotentDelegation } from "../../src/threads/idempotency";
-import { call, createThread, houseToken, readAll } from "./helpers";
+import { tarArchive } from "../support/tar";
+import { call, createThread, houseToken, post, readAll, runToken } from "./helpers";
 
-const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor>; SANDBOXES: DurableObjectNamespace<SandboxActor> };
+const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor>; SANDBOXES: DurableObjectNamespace<SandboxActor>; HOUSES: DurableObjectNamespace<HouseActor> };
 const threadStub = (id: string) => E.THREADS.get(E.THREADS.idFromName(`thread:${id}`));
 const boxStub = (id: string) => E.SANDBOXES.get(E.SANDBOXES.idFromName(id));
 
@@ -322,6 +323,20 @@ const launchedOnce = async (token: string, threadId: string, n: number) => vi.wa
   expect(launched).toHaveLength(n);
 }, { timeout: 15_000, interval: 100 });
 
+describe("a run stopped and resumed while its launch still goes on", () => {
+  it("the resume goes on on the box the stopped run was given: the first launch, giving up, keeps that box", async () => {
+    const houseId = "house-stop-resume-launching";
+    const { token, t, stub } = await launchableThread(houseId, (a) => a.stopAndResumeLaunchAt("runner_started"));
+    const { runId } = await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+    await launchedOnce(token, t.id, 1);
+    const entries = (await readAll(token, t.id)).entries;
+    const given = entries.find((e) => e.payload.type === "signal.thread.box_assigned" && e.payload.runId === runId)!.payload.boxId;
+    const launched = entries.filter((e) => e.payload.type === "signal.run.launched");
+    expect(launched.map((e) => e.payload.runId)).not.toContain(runId);
+    expect(launched[0].payload).toMatchObject({ boxId: given, boxReused: true });
+  }, 30_000);
+});
+
 describe("a box a launch picked but has not attached yet", () => {
   it("an environment's shared box: a plain delete is a 409 and the run goes on", async () => {
     const houseId = "house-delete-shared-launching";
@@ -543,5 +558,133 @@ describe("a shared box a launch reserved and never got", () => {
     } finally {
       provider.execHandler = before;
     }
+  }, 30_000);
+});
+
+describe("a run that ends before its launch has recorded its runner (a very fast run)", () => {
+  it("is a finished run: its runner is not signalled, its launch is recorded, and its box is deleted at once", async () => {
+    const houseId = "house-fast-run";
+    const { token, t, environmentId } = await launchableThread(houseId, () => {}, { folders: [{ source: "notes", path: "notes", access: "readwrite" }] });
+    const up = await call(`/api/environments/${environmentId}/folders?name=notes`, { method: "POST", token, body: tarArchive({ "todo.txt": "old" }), headers: { "content-type": "application/x-tar" } });
+    expect(up.status).toBe(201);
+    const provider = sharedTestProvider();
+    let ended: { ref: string; runId: string } | null = null;
+    // The folder reads the same before and after the run (its digest): the sync-back finds it unchanged.
+    const previous = provider.execHandler;
+    provider.execHandler = (b, command, opts) => /\.(digest|sync)\.tar/.test(command) ? { exitCode: 0, output: `${"a".repeat(64)}\n` } : previous(b, command, opts);
+    // The runner's whole run happens before the launch hears back from starting it: it posts the
+    // run's finished-signal and exits.
+    provider.afterStartDetached = async (handle, opts) => {
+      if (opts.env?.THREADBOX_THREAD_ID !== t.id) return;
+      const runId = opts.env.THREADBOX_RUN_ID;
+      const r = await post(await runToken(houseId, t.id, runId), t.id, { payload: { type: "signal.thread.status_changed", status: "completed", reason: "done", runId } });
+      expect(r.status).toBe(201);
+      provider.finishDetached(handle, 0);
+      ended = { ref: handle.ref, runId };
+    };
+    try {
+      await unwrapRpc(threadStub(t.id).startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+      await vi.waitFor(async () => {
+        expect(ended).not.toBeNull();
+        expect(await runInDurableObject(threadStub(t.id), (a: ThreadActor) => a.testOutboxKeys())).toEqual([]);
+      }, { timeout: 15_000, interval: 100 });
+      const { ref, runId } = ended!;
+      const thread = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string; reason: string };
+      expect([thread.status, thread.reason]).toEqual(["completed", "completed"]);
+      // The launch recorded what it put in place, once.
+      const launched = (await readAll(token, t.id)).entries.filter((e) => e.payload.type === "signal.run.launched");
+      expect.soft(launched.map((e) => e.payload.runId)).toEqual([runId]);
+      // What the run changed in its readwrite folder is owed a sync-back, as after any run.
+      const synced = (await readAll(token, t.id)).entries.filter((e) => e.payload.type === "artifact.folder" && e.payload.runId === runId);
+      expect.soft(synced.length).toBeGreaterThan(0);
+      // Nothing was stopped: the run ended by itself.
+      const onBox = provider.calls.filter((c) => c.ref === ref);
+      expect.soft(onBox.filter((c) => c.op === "exec" && (c.args as { command: string }).command.includes("kill -TERM"))).toEqual([]);
+      expect.soft(onBox.filter((c) => c.op === "killDetached")).toEqual([]);
+      // Its ephemeral box went as any ended run's does, not kept as a stopped run's.
+      expect.soft(await provider.list({ [LABEL_RUN]: runId })).toEqual([]);
+    } finally {
+      provider.afterStartDetached = null;
+      provider.execHandler = previous;
+    }
+  }, 30_000);
+});
+
+describe("a resume whose launch fails on the box its stopped run kept", () => {
+  it("leaves that box kept as the stop did (deleted only once the grace is over): a later resume still goes on there", async () => {
+    const houseId = "house-resume-fails-on-kept-box";
+    const { token, t, stub } = await launchableThread(houseId);
+    await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+    await launchedOnce(token, t.id, 1);
+    const kept = ((await (await call(`/api/threads/${t.id}/stop`, { method: "POST", token })).json()) as { boxId: string }).boxId;
+    const view = async () => (await (await call(`/api/sandboxes/${kept}`, { token })).json()) as { state: string; threads: string[]; providerRef: string };
+    await vi.waitFor(async () => expect(await view()).toMatchObject({ threads: [], state: "live" }), { timeout: 10_000, interval: 100 });
+
+    const provider = sharedTestProvider();
+    const previous = provider.execHandler;
+    provider.execHandler = (box, command, opts) => {
+      const house = provider.boxes.get(box.ref)?.labels["threadbox.house"];
+      if (house === houseId && /npm|command -v|pi --version/.test(command)) return { exitCode: 7, output: "npm ERR! network" };
+      return previous(box, command, opts);
+    };
+    try {
+      await unwrapRpc(stub.startRun(houseId, { task: "again", harness: "pi", resume: true, authorId: "alice" }));
+      await vi.waitFor(async () => {
+        const row = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string; reason: string; detail: string };
+        expect([row.status, row.reason]).toEqual(["failed", "pi_failed"]);
+        expect(row.detail).toContain("installing pi failed");
+        expect(await runInDurableObject(stub, (a: ThreadActor) => a.testOutboxKeys())).toEqual([]);
+      }, { timeout: 15_000, interval: 100 });
+    } finally {
+      provider.execHandler = previous;
+    }
+    // The stopped run's workspace is still there, waiting out a grace period as a stopped run's box does.
+    const after = await view();
+    expect(after).toMatchObject({ state: "live", threads: [] });
+    expect(provider.boxes.has(after.providerRef)).toBe(true);
+    expect(await runInDurableObject(boxStub(kept), (_a: SandboxActor, state) => state.storage.getAlarm())).not.toBeNull();
+    // Once the cause is fixed, a resume goes on there.
+    await unwrapRpc(stub.startRun(houseId, { task: "once more", harness: "pi", resume: true, authorId: "alice" }));
+    await launchedOnce(token, t.id, 2);
+    const launched = (await readAll(token, t.id)).entries.filter((e) => e.payload.type === "signal.run.launched").at(-1)!;
+    expect(launched.payload).toMatchObject({ boxId: kept, boxReused: true });
+  }, 30_000);
+});
+
+describe("a launch whose box registers while the house index is down", () => {
+  it("goes on, and leaks no box: the index learns of the box later, and the box is deleted when the run ends", async () => {
+    const houseId = "house-register-index-down";
+    const { token, t, stub } = await launchableThread(houseId);
+    const house = E.HOUSES.get(E.HOUSES.idFromName(houseId));
+    await runInDurableObject(house, (h: HouseActor) => h.failBoxUpserts(1));
+    const { runId } = await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+    await vi.waitFor(async () => {
+      expect(await runInDurableObject(stub, (a: ThreadActor) => a.testOutboxKeys().filter((k) => k.startsWith("launch:")))).toEqual([]);
+    }, { timeout: 15_000, interval: 100 });
+    const provider = sharedTestProvider();
+    const [made] = await provider.list({ [LABEL_RUN]: runId });
+    expect(made).toBeDefined();
+    // The outage cost the run nothing: it runs on that box, which the house's listing shows.
+    const thread = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string; boxId: string; detail: string };
+    expect([thread.status, thread.detail]).toEqual(["running", `pi running on box ${thread.boxId}`]);
+    const listed = (await (await call("/api/sandboxes", { token })).json()) as { sandboxes: { id: string; providerRef: string; threads: string[] }[] };
+    expect(listed.sandboxes).toMatchObject([{ id: thread.boxId, providerRef: made.ref, threads: [t.id] }]);
+    // The run ends: its box goes, as any ended run's.
+    const runner = [...provider.detached.values()].find((d) => d.handle.ref === made.ref)!;
+    provider.finishDetached(runner.handle, 0);
+    const end = await post(await runToken(houseId, t.id, runId), t.id, { payload: { type: "signal.thread.status_changed", status: "completed", reason: "done", runId } });
+    expect(end.status).toBe(201);
+    await vi.waitFor(async () => expect(await provider.list({ [LABEL_RUN]: runId })).toEqual([]), { timeout: 10_000, interval: 100 });
+  }, 30_000);
+});
+
+describe("a launch that fails between making its box and assigning it to the run", () => {
+  it("fails the run visibly and deletes the box it made: nothing else knows of that box to reap it", async () => {
+    const houseId = "house-register-fails";
+    const { token, t, stub } = await launchableThread(houseId);
+    const runId = crypto.randomUUID();
+    await runInDurableObject(boxStub(launchBoxId(runId)), (a: SandboxActor) => a.failRegisters(1));
+    await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice", runId }));
+    await expectLaunchFailed(token, t.id, runId, "box actor unavailable (test)");
   }, 30_000);
 });

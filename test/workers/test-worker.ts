@@ -6,6 +6,7 @@
  */
 import { HouseActor as ProductionHouseActor, SandboxActor as ProductionSandboxActor, ThreadActor as ProductionThreadActor } from "../../src/worker";
 import type { ThreadSummary } from "../../src/actors/house/house-actor";
+import type { BoxView, RegisterBoxInput } from "../../src/actors/sandbox/sandbox-actor";
 import type { Clock } from "../../src/actors/clock";
 import type { OutboxKind, OutboxPayloads } from "../../src/actors/thread/outbox";
 import type { Env } from "../../src/env";
@@ -37,6 +38,7 @@ export class ThreadActor extends ProductionThreadActor {
   private readonly testClock: ShiftedClock;
   private crashAtLaunchStep: LaunchStep | null = null;
   private stopAtLaunchStep: LaunchStep | null = null;
+  private resumeAfterTestStop = false;
   private deleteBoxAtLaunchStep: LaunchStep | null = null;
   private crashBeforeOutbox = false;
   /** What the plain delete of the launch's box, asked for at a step, answered. */
@@ -64,6 +66,12 @@ export class ThreadActor extends ProductionThreadActor {
   /** The run is stopped (as by POST /stop) when its launch reaches `step`. */
   stopLaunchAt(step: LaunchStep): void {
     this.stopAtLaunchStep = step;
+  }
+
+  /** The run is stopped and at once resumed (POST /stop, then /resume) when its launch reaches `step`. */
+  stopAndResumeLaunchAt(step: LaunchStep): void {
+    this.stopAtLaunchStep = step;
+    this.resumeAfterTestStop = true;
   }
 
   /** The next handler's actor dies after its writes are committed, before its outbox calls. */
@@ -130,7 +138,13 @@ export class ThreadActor extends ProductionThreadActor {
     }
     if (this.stopAtLaunchStep === step) {
       this.stopAtLaunchStep = null;
-      void this.stopRun(this.rows.get()!.houseId, "tester");
+      const houseId = this.rows.get()!.houseId;
+      void this.stopRun(houseId, "tester");
+      if (this.resumeAfterTestStop) {
+        this.resumeAfterTestStop = false;
+        // In the same turn as the stop: the resume has claimed the thread before the launch looks again.
+        void this.startRun(houseId, { task: "go on", harness: "pi", resume: true, authorId: "alice" });
+      }
     }
     if (this.crashAtLaunchStep !== step) return;
     this.crashAtLaunchStep = null;
@@ -222,6 +236,21 @@ export class HouseActor extends ProductionHouseActor {
     return super.agentSet();
   }
 
+  private failingBoxUpserts = 0;
+
+  /** The next `count` box updates of the index fail (an index outage while a box registers). */
+  failBoxUpserts(count: number): void {
+    this.failingBoxUpserts = count;
+  }
+
+  override async upsertBox(box: BoxView) {
+    if (this.failingBoxUpserts > 0) {
+      this.failingBoxUpserts--;
+      throw new Error("house index unavailable (test)");
+    }
+    return super.upsertBox(box);
+  }
+
   override async upsertThread(t: ThreadSummary) {
     if (this.failingThreadUpserts > 0) {
       this.failingThreadUpserts--;
@@ -243,5 +272,20 @@ export class SandboxActor extends ProductionSandboxActor {
 
   advanceClock(ms: number): void {
     this.testClock.skewMs += ms;
+  }
+
+  private failingRegisters = 0;
+
+  /** The next `count` registers of this box fail before anything is written (the actor unreachable). */
+  failRegisters(count: number): void {
+    this.failingRegisters = count;
+  }
+
+  override async register(input: RegisterBoxInput) {
+    if (this.failingRegisters > 0) {
+      this.failingRegisters--;
+      throw new Error("box actor unavailable (test)");
+    }
+    return super.register(input);
   }
 }

@@ -105,7 +105,10 @@ export class SandboxActor extends DurableObject<Env> {
           this.ctx.storage.sql.exec(`update box set next_delete_at = ? where id = 1`, now + this.stoppedBoxGraceMs());
           await this.recomputeAlarm();
         }
-        await this.syncIndex();
+        // The box is registered once its row is written: an index that cannot be told now learns
+        // of it at the box's next change (its run attaching). Failing here would fail the launch
+        // that made the box before the box is its run's, and nothing would ever reap it.
+        await this.syncIndex().catch((err) => logEvent("box_index_sync_failed", { boxId: input.boxId, error: errorMessage(err) }, "warn"));
       }
       return this.viewOf(input.houseId);
     });

@@ -5,7 +5,11 @@ import type { DetachedHandle } from "../../sandbox/provider";
 import { ensureSharedBox } from "../../workspace/shared-box";
 import { LaunchSuperseded, launchRun, type LaunchDeps, type LaunchSpec } from "../../threads/launch";
 import type { ThreadRow } from "../../threads/thread-row";
-import type { LaunchProgressStore, LaunchStep } from "../../threads/launch-progress";
+import { isTerminal } from "../../threads/run-rules";
+import { launchBoxId, type LaunchProgressStore, type LaunchStep } from "../../threads/launch-progress";
+import { ApiError } from "../../errors";
+import { ProviderError } from "../../sandbox/errors";
+import { providerFor } from "../../sandbox/providers";
 import { unwrapRpc } from "../rpc";
 import { houseStub, sandboxStub } from "../stubs";
 import { errorMessage, logEvent } from "../../domain/log-event";
@@ -16,9 +20,14 @@ export type LauncherPorts = {
   row(): ThreadRow;
   now(): number;
   entries(): Entry[];
+  entryById(id: string): Entry | null;
   /** Appends a control-plane entry in this turn (hooks included). */
   append(entry: Entry): void;
-  /** Runs what became owed (e.g. the attach a box assignment owes) before the launch goes on. */
+  /**
+   * Runs what became owed and may run beside this launch (unordered items) before it goes on. Items
+   * owed in order, such as the attach a box assignment owes, wait for the launch item ahead of them;
+   * the launch attaches the thread itself when it records its runner.
+   */
   settle(): Promise<void>;
   alive(): void;
   progress: LaunchProgressStore;
@@ -35,15 +44,49 @@ export async function launch(spec: LaunchSpec, p: LauncherPorts): Promise<void> 
     const r = p.row();
     return r.status === "running" && r.runId === spec.runId;
   };
+  // A run over already (its runner posted its end): not a stopped one, whose box it keeps.
+  const ended = () => {
+    const r = p.row();
+    return r.runId === spec.runId && isTerminal(r.status) && r.statusReason !== "stopped";
+  };
   const row = p.row();
   if (!current()) return abandon(spec, p); // stopped or settled before the launch got its turn
   const environment = row.environmentId ? ((await unwrapRpc(houseStub(p.env, row.houseId).getEnvironment(row.environmentId))) as Environment | null) : null;
   try {
-    await launchRun(spec, launchDeps(spec, p, row, environment, current));
+    await launchRun(spec, launchDeps(spec, p, row, environment, current, ended));
   } catch (err) {
-    if (!(err instanceof LaunchSuperseded)) throw withoutSecrets(err, environment);
+    if (!(err instanceof LaunchSuperseded)) {
+      await releaseUnassignedBox(spec, p, environment?.provider ?? "daytona");
+      throw withoutSecrets(err, environment);
+    }
     logEvent("launch_superseded", { threadId: row.id, runId: spec.runId });
     await abandon(spec, p);
+  }
+}
+
+/**
+ * A launch that fails for good after making its box and before assigning it to the run: the run's
+ * end releases only the box the thread names, so this one is deleted here. A box the run reuses (a
+ * resume's, a shared one) is not the launch's to delete.
+ */
+async function releaseUnassignedBox(spec: LaunchSpec, p: LauncherPorts, providerName: string): Promise<void> {
+  const progress = p.progress.get(spec.runId);
+  const row = p.row();
+  if (!progress.providerRef || progress.sameBox === true) return;
+  const boxId = progress.boxId ?? launchBoxId(spec.runId);
+  if (assignedToRun(spec, p, boxId)) return;
+  try {
+    try {
+      await unwrapRpc(sandboxStub(p.env, boxId).destroy(row.houseId, true));
+    } catch (err) {
+      if (!(err instanceof ApiError) || err.code !== "not_found") throw err;
+      // Never registered: only the provider knows of it (a box already gone counts as deleted).
+      await providerFor(p.env, providerName).delete(progress.providerRef).catch((e) => {
+        if (!(e instanceof ProviderError) || e.code !== "not_found") throw e;
+      });
+    }
+  } catch (err) {
+    logEvent("launch_box_release_failed", { threadId: row.id, runId: spec.runId, boxId, error: errorMessage(err) }, "warn");
   }
 }
 
@@ -56,6 +99,17 @@ function withoutSecrets(err: unknown, environment: Environment | null): unknown 
   if (!(err instanceof Error) || !environment) return err;
   err.message = redactorFor(boxSecretForms(environment))(err.message);
   return err;
+}
+
+/**
+ * Whether the thread was told this run is on `boxId`: the box is then the run's, kept when it was
+ * stopped. The row alone cannot tell once a resume claimed the thread (its claim names no box
+ * until its own launch assigns one), and that resume means to go on on this very box.
+ */
+function assignedToRun(spec: LaunchSpec, p: LauncherPorts, boxId: string): boolean {
+  if (p.row().boxId === boxId) return true;
+  const assigned = p.entryById(`box:${spec.runId}`);
+  return assigned !== null && (assigned.payload as { boxId?: unknown }).boxId === boxId;
 }
 
 /**
@@ -74,17 +128,18 @@ async function abandon(spec: LaunchSpec, p: LauncherPorts): Promise<void> {
       await unwrapRpc(box.attach(row.houseId, row.id, progress.handle as DetachedHandle));
       await unwrapRpc(box.stopRun(row.houseId, row.id, spec.runId));
     }
-    if (progress.sameBox !== true && row.boxId !== progress.boxId) await unwrapRpc(box.destroy(row.houseId, true));
+    if (progress.sameBox !== true && !assignedToRun(spec, p, progress.boxId)) await unwrapRpc(box.destroy(row.houseId, true));
     else await unwrapRpc(box.detach(row.houseId, row.id, { keepBox: true }));
   } catch (err) {
     logEvent("launch_abandon_failed", { threadId: row.id, runId: spec.runId, boxId: progress.boxId, error: errorMessage(err) }, "warn");
   }
 }
 
-function launchDeps(spec: LaunchSpec, p: LauncherPorts, row: ThreadRow, environment: Environment | null, current: () => boolean): LaunchDeps {
+function launchDeps(spec: LaunchSpec, p: LauncherPorts, row: ThreadRow, environment: Environment | null, current: () => boolean, ended: () => boolean): LaunchDeps {
   return {
     env: p.env,
     current,
+    ended,
     row,
     environment,
     entries: p.entries,

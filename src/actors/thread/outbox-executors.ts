@@ -77,6 +77,8 @@ export function threadOutboxExecutors(p: ThreadOutboxPorts): OutboxExecutors {
         const r = row();
         if (!r.environmentId) return;
         const folders = readwriteFolders(p.entryById(`launched:${x.runId}`));
+        // A launch that failed after copying folders in started nothing that could change them.
+        if (folders.length === 0) return;
         const target = { houseId: r.houseId, threadId: r.id, environmentId: r.environmentId, boxId: x.boxId, runId: x.runId, folders };
         await syncFoldersAfterRun(env, target, p.append, p.now);
       },
@@ -88,6 +90,7 @@ export function threadOutboxExecutors(p: ThreadOutboxPorts): OutboxExecutors {
         await launch(spec, {
           env, row, now: p.now,
           entries: p.allEntries,
+          entryById: p.entryById,
           append: p.append,
           settle: p.settle,
           alive: p.recordLiveness,
@@ -100,9 +103,10 @@ export function threadOutboxExecutors(p: ThreadOutboxPorts): OutboxExecutors {
       // A failed step is final (the run fails visibly); only an attempt that died mid-way (the
       // item is still owed) runs again, and it continues from the recorded progress.
       giveUp: (spec, message) => {
-        p.launchProgress.clear(spec.runId);
         logEvent("launch_failed", { threadId: row().id, runId: spec.runId, error: message }, "warn");
+        // Before the progress goes: the run's end reads which box the launch took.
         if (row().status === "running") p.appendFailure(`launch_failed:${spec.runId}`, `launch failed: ${message}`, spec.runId);
+        p.launchProgress.clear(spec.runId);
       },
     },
     notify_parent: {

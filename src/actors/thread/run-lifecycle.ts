@@ -22,6 +22,8 @@ export type RunLifecyclePorts = {
   probeBox(houseId: string, boxId: string): Promise<{ verdict: ProbeVerdict | string; confirmedDead: boolean }>;
   /** Whether the run copied in readwrite folders, owed a sync-back before its box goes. */
   owesFolderSync(runId: string): boolean;
+  /** Whether run `runId`'s launch (still under way) took the box the thread's previous run kept: a resume's, not a shared box. */
+  launchOnKeptBox(runId: string): boolean;
   /** Appends a finished-signal written by the control plane (deduped by id). */
   appendSystemSignal(id: string, status: string, reason: string): void;
 };
@@ -152,12 +154,12 @@ export class RunLifecycle {
       // run's box (a resume), which this run may not use: its launch assigns the box it gets.
       if (typeof patch.boxId === "string") outbox.enqueue(`attach:${patch.boxId}:${after.runStartedAt}`, "attach", { boxId: patch.boxId }, now);
     } else if (isTerminal(after.status)) {
-      this.onTerminal(after, now);
+      this.onTerminal(after, entry, now);
     }
   }
 
   /** Owed once per run: release the box, and tell a delegating parent how the child ended. */
-  private onTerminal(row: ThreadRow, now: number): void {
+  private onTerminal(row: ThreadRow, signal: Entry, now: number): void {
     const { outbox } = this.p;
     const runKey = row.runStartedAt ?? 0;
     // An orphaned run may still have live processes (a hung runner, a box that lost its network):
@@ -169,7 +171,9 @@ export class RunLifecycle {
       outbox.enqueue(`sync_folders:${runKey}`, "sync_folders", { boxId: row.boxId, runId: row.runId }, now);
     }
     if (row.boxId) {
-      const keepBox = row.statusReason === "stopped";
+      // A stopped run keeps its box a while, to resume there. So does a resume whose launch failed
+      // on the box a stop kept: it ran nothing there, and a later resume can still go on there.
+      const keepBox = row.statusReason === "stopped" || (signal.id === `launch_failed:${row.runId}` && this.p.launchOnKeptBox(row.runId!));
       outbox.enqueue(`detach:${row.boxId}:${runKey}`, "detach", { boxId: row.boxId, keepBox }, now);
     }
     if (row.parent.kind === "thread" && row.parent.id) {

@@ -157,7 +157,13 @@ export class ThreadActor extends DurableObject<Env> {
         probeConfirmMs: intVar(env, "PROBE_CONFIRM_MS", 5_000),
       },
       probeBox: (houseId, boxId) => unwrapRpc(sandboxStub(env, boxId).probe(houseId)),
-      owesFolderSync: (runId) => readwriteFolders(this.entryById(`launched:${runId}`)).length > 0,
+      // A run that ended before its launch recorded it (a fast run) has its folders in the launch's progress.
+      owesFolderSync: (runId) => readwriteFolders(this.entryById(`launched:${runId}`)).length > 0
+        || (this.launchProgress.get(runId).folders ?? []).some((f) => f.access === "readwrite"),
+      launchOnKeptBox: (runId) => {
+        const progress = this.launchProgress.get(runId);
+        return progress.sameBox === true && progress.shared !== true;
+      },
       appendSystemSignal: (id, status, reason) => this.appendSystemSignal(id, status, reason),
     });
     this.deadlines = new Deadlines(ctx.storage, () => clock.now());
