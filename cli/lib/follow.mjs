@@ -62,9 +62,6 @@ export async function followThread(opts) {
   if (ended && atEnd(offset)) return report(ended, json, c);
   const names = opts.names ?? (json ? undefined : await botNames(api));
   const spinner = createSpinner();
-  // A thread that never ran has nothing to finish yet: say so, or the wait looks like a hang.
-  if (!json && untilDone && first.status === "idle") process.stderr.write(c.gray(safe`thread ${threadId} has not run yet: waiting for a run to start and finish (Ctrl-C to stop)` + "\n"));
-  if (!json) spinner.start(untilDone ? "waiting for the run to finish" : "waiting for entries (Ctrl-C to stop)");
   let finalRow = null;
   const chatTexts = new Set();
   const sub = subscribe(api.target, threadId, {
@@ -96,6 +93,11 @@ export async function followThread(opts) {
   const onTerm = stopWith(EXIT.terminated);
   process.once("SIGINT", onInt);
   process.once("SIGTERM", onTerm);
+  // Only now that the signals are handled: a signal sent by whoever saw this line (a supervisor, a
+  // test) must not find the process still on the default action, which kills it without an exit code.
+  // A thread that never ran has nothing to finish yet: say so, or the wait looks like a hang.
+  if (!json && untilDone && first.status === "idle") process.stderr.write(c.gray(safe`thread ${threadId} has not run yet: waiting for a run to start and finish (Ctrl-C to stop)` + "\n"));
+  if (!json) spinner.start(untilDone ? "waiting for the run to finish" : "waiting for entries (Ctrl-C to stop)");
   try {
     await sub.done;
   } finally {
