@@ -295,19 +295,7 @@ export class SandboxActor extends DurableObject<Env> {
       const r = this.requireRow(houseId);
       if (r.state !== "dead" && r.state !== "deleted") {
         this.ctx.storage.sql.exec(`update box set ephemeral = 1, updated_at = ? where id = 1`, this.clock.now());
-        const execsUntil = this.execsUntil();
-        if (execsUntil !== null && this.threadIds().length === 0) {
-          // A command still runs on it: it goes when that ends (endExec), or when its time is up.
-          this.ctx.storage.sql.exec(`update box set next_delete_at = ? where id = 1 and delete_attempts = 0`, execsUntil);
-          await this.recomputeAlarm();
-        } else if (this.threadIds().length === 0 && !this.deleting) {
-          this.deleting = true;
-          try {
-            if (!(await this.reservedByCurrentRun(houseId))) await this.deleteNow();
-          } finally {
-            this.deleting = false;
-          }
-        }
+        if (this.threadIds().length === 0 && !this.deleting) await this.deleteUnlessInUse(houseId);
         await this.syncIndex();
       }
       return this.viewOf(houseId);
@@ -486,10 +474,15 @@ export class SandboxActor extends DurableObject<Env> {
 
   private async reapIfIdle(): Promise<void> {
     if (!this.reapable() || this.deleting) return;
+    await this.deleteUnlessInUse(this.row()!.house_id as string);
+  }
+
+  /** Deletes the box now, unless a command still runs on it or a launch that picked it still goes on. */
+  private async deleteUnlessInUse(houseId: string): Promise<void> {
     const execsUntil = this.execsUntil();
     if (execsUntil !== null) {
       // A command still runs on it: it goes when that ends (endExec), or when its time is up.
-      this.ctx.storage.sql.exec(`update box set next_delete_at = ? where id = 1`, execsUntil);
+      this.ctx.storage.sql.exec(`update box set next_delete_at = ? where id = 1 and delete_attempts = 0`, execsUntil);
       await this.recomputeAlarm();
       return;
     }
@@ -497,7 +490,7 @@ export class SandboxActor extends DurableObject<Env> {
     this.deleting = true;
     try {
       // A launch that picked it and has not attached its run yet is using it: that run's end reaps it.
-      if (!(await this.reservedByCurrentRun(this.row()!.house_id as string))) await this.deleteNow();
+      if (!(await this.reservedByCurrentRun(houseId))) await this.deleteNow();
     } finally {
       this.deleting = false;
     }
