@@ -4,6 +4,7 @@ import { createAgent, decisions, MODEL_KEY, modelEnvironment, scriptedModel, bot
 import { sharedTestProvider } from "./register-test-provider";
 import { abortAllDurableObjects, env, runInDurableObject } from "cloudflare:test";
 import { boundedRound, closeInterruptedCalls, MAX_BOT_TEXT_CHARS, MAX_ROUND_TOOL_ARGS_CHARS, TURN_KEEPALIVE_MS } from "../../src/actors/thread/dispatch";
+import { DEFAULT_MAX_TOOL_CALLS_PER_ROUND } from "../../src/dispatch/tool-loop";
 import type { ThreadActor } from "./test-worker";
 
 const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> };
@@ -610,6 +611,27 @@ describe("dispatch: a bot edited while its turn runs", () => {
       expect(JSON.stringify(r.body.messages[0])).not.toContain("run_command");
     }
   }, 30_000);
+});
+
+describe("dispatch: how many tool calls a round may ask for", () => {
+  it("a round asking for more than the cap ends the turn with an error saying so, and runs none of them", async () => {
+    const { token, model, bot, t } = await botThread("house-dispatch-many-calls", { name: "Flood", handle: "flood" });
+    let ran = 0;
+    sharedTestProvider().execHandler = () => {
+      ran += 1;
+      return { exitCode: 0, output: "" };
+    };
+    const calls = Array.from({ length: 10_000 }, (_, i) => ({ id: `f${i}`, name: "run_command", arguments: { command: `echo ${i}` } }));
+    await model.push({ toolCalls: calls }, { text: "should not be asked" });
+    await post(token, t.id, chat("@flood go", "ask-flood"));
+    const es = await waitForEntries(token, t.id, (es) => es.some((e) => e.payload.type === "signal.dispatch.error") || chatsBy(es, bot.id).length > 0, "the end of the turn", 60_000);
+    const errors = es.filter((e) => e.payload.type === "signal.dispatch.error");
+    expect(errors.map((e) => e.payload.reason)).toEqual([`the model asked for 10000 tool calls in one round; a round may ask for at most ${DEFAULT_MAX_TOOL_CALLS_PER_ROUND}, and none of them were run`]);
+    expect(ran).toBe(0);
+    expect(es.filter((e) => e.payload.type === "pi.tool_result")).toEqual([]);
+    expect(chatsBy(es, bot.id)).toEqual([]);
+    expect((await model.requests()).length).toBe(1);
+  }, 90_000);
 });
 
 describe("dispatch: post_to_thread", () => {
