@@ -134,8 +134,8 @@ export async function runToolLoop(opts: {
   systemPrompt: string | (() => string);
   messages: LoopMessage[];
   /**
-   * A function is asked again every round, and again once the model has answered, before the
-   * calls it asked for run: a tool it no longer returns is offered no more, and not run.
+   * A function is asked again every round, and again before each call the model asked for: a
+   * tool it no longer returns is offered no more, and not run.
    */
   tools: ToolSpec[] | (() => ToolSpec[]);
   onEvent: (e: LoopEvent) => Promise<void>;
@@ -187,13 +187,13 @@ export async function runToolLoop(opts: {
       stopReason: message.stopReason,
     });
     if (calls.length === 0) return { ok: true, finalText: text, rounds: round };
-    const available = toolsNow();
 
     let malformed: string | null = null;
     let wellFormed = 0;
     for (const { c, index } of calls) {
       if (signal.aborted) return { ok: false, reason: "the turn was cancelled", rounds: round };
-      const checked = checkToolCall(c, call.rawToolArgs.get(index), available, offered);
+      // Asked before each call: a tool taken away while an earlier call of the round ran is not run.
+      const checked = checkToolCall(c, call.rawToolArgs.get(index), toolsNow(), offered);
       let output: string;
       let isError: boolean;
       if (!checked.ok) {

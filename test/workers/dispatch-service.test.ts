@@ -613,6 +613,68 @@ describe("dispatch: a bot edited while its turn runs", () => {
   }, 30_000);
 });
 
+describe("dispatch: a bot changed in the middle of a round", () => {
+  /** An exec handler whose command `hold` waits until `release()`; `ran` lists the commands run. */
+  function heldExec() {
+    const ran: string[] = [];
+    let release!: () => void;
+    const released = new Promise<void>((r) => { release = r; });
+    sharedTestProvider().execHandler = async (_box, command) => {
+      ran.push(command);
+      if (command.includes("hold")) await released;
+      return { exitCode: 0, output: `ran ${command}` };
+    };
+    // Polled, not awaited: a promise settled by the actor's request would be awaited from the test's.
+    const held = () => vi.waitFor(() => expect(ran.some((c) => c.includes("hold"))).toBe(true), { timeout: 10_000, interval: 50 });
+    return { ran, held, release };
+  }
+
+  it("a tool removed while an earlier call of the round runs is not run for the round's later calls", async () => {
+    const { token, model, bot, t } = await botThread("house-dispatch-revoked-mid-round", { name: "Ops", handle: "ops" });
+    const exec = heldExec();
+    await model.push(
+      { toolCalls: [
+        { id: "m1", name: "run_command", arguments: { command: "hold; make" } },
+        { id: "m2", name: "run_command", arguments: { command: "rm -rf build" } },
+      ] },
+      { text: "Stopped." },
+    );
+    await post(token, t.id, chat("@ops build, then clean", "ask-mid-round"));
+    await exec.held();
+    expect((await call(`/api/agents/${bot.id}`, { method: "PATCH", token, json: { tools: ["list_threads"] } })).status).toBe(200);
+    exec.release();
+    const es = await waitForEntries(token, t.id, (es) => chatsBy(es, bot.id).length === 1 || es.some((e) => e.payload.type === "signal.dispatch.error"), "the answer");
+    expect(exec.ran.filter((c) => c.includes("rm -rf build"))).toEqual([]);
+    const results = es.filter((e) => e.payload.type === "pi.tool_result");
+    expect(results.map((e) => [e.payload.toolCallId, e.payload.isError])).toEqual([["m1", false], ["m2", true]]);
+    expect(String(results[1].payload.output)).toMatch(/run_command.*no longer available/);
+    expect(chatsBy(es, bot.id).map((e) => e.payload.text)).toEqual(["Stopped."]);
+  }, 30_000);
+
+  it("a bot deleted while an earlier call of the round runs makes none of the round's later calls", async () => {
+    const { token, model, envId, bot, t } = await botThread("house-dispatch-deleted-mid-round", { name: "Gone", handle: "gone" });
+    const other = await createThread(token, { environmentId: envId });
+    const exec = heldExec();
+    await model.push(
+      { toolCalls: [
+        { id: "d1", name: "run_command", arguments: { command: "hold; make" } },
+        { id: "d2", name: "post_to_thread", arguments: { threadId: other.id, text: "posted by a deleted bot" } },
+      ] },
+      { text: "done" },
+    );
+    await post(token, t.id, chat("@gone build and tell the other thread", "ask-deleted-mid-round"));
+    await exec.held();
+    expect((await call(`/api/agents/${bot.id}`, { method: "DELETE", token })).status).toBe(204);
+    exec.release();
+    await waitForDecision(token, t.id, (d) => d.agentId === bot.id && d.reason === "error" && /deleted/.test(d.detail ?? ""));
+    expect((await readAll(token, other.id)).entries.map((e) => e.payload.text)).toEqual([]);
+    const es = (await readAll(token, t.id)).entries;
+    expect(es.filter((e) => e.payload.type === "pi.tool_result").map((e) => e.payload.toolCallId)).toEqual(["d1"]);
+    expect(chatsBy(es, bot.id)).toEqual([]);
+    expect((await model.requests()).length).toBe(1);
+  }, 30_000);
+});
+
 describe("dispatch: how many tool calls a round may ask for", () => {
   it("a round asking for more than the cap ends the turn with an error saying so, and runs none of them", async () => {
     const { token, model, bot, t } = await botThread("house-dispatch-many-calls", { name: "Flood", handle: "flood" });
