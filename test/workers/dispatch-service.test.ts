@@ -5,9 +5,9 @@ import { sharedTestProvider } from "./register-test-provider";
 import { abortAllDurableObjects, env, runInDurableObject } from "cloudflare:test";
 import { boundedRound, closeInterruptedCalls, MAX_BOT_TEXT_CHARS, MAX_ROUND_TOOL_ARGS_CHARS, TURN_KEEPALIVE_MS } from "../../src/actors/thread/dispatch";
 import { DEFAULT_MAX_TOOL_CALLS_PER_ROUND } from "../../src/dispatch/tool-loop";
-import type { ThreadActor } from "./test-worker";
+import type { HouseActor, ThreadActor } from "./test-worker";
 
-const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> };
+const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor>; HOUSES: DurableObjectNamespace<HouseActor> };
 
 const chatsBy = <T extends { authorId?: string; payload: { type: string } }>(es: T[], author: string) => es.filter((e) => e.payload.type === "chat" && e.authorId === author);
 
@@ -966,6 +966,45 @@ describe("dispatch: a turn that fails on our side, not the model's", () => {
     expect(reason).toMatch(/could not be saved to the thread: it is too large to store/);
     expect(reason).not.toMatch(/model call failed|SQLITE|blob/i);
     expect(chatsBy(es, bot.id).map((e) => e.payload.text)).toEqual(["first answer"]);
+  }, 30_000);
+
+  /** A bot whose model is answering its first round (held), with the house actor's stub. */
+  async function turnWaitingOnModel(houseId: string) {
+    const r = await botThread(houseId, { name: "Keeper", handle: "keeper" }, [
+      { toolCalls: [{ id: "l1", name: "list_threads", arguments: {} }], held: true },
+      { text: "never posted" },
+    ]);
+    await post(r.token, r.t.id, chat("@keeper list them"));
+    await vi.waitFor(async () => expect((await r.model.requests()).length).toBe(1), { timeout: 10_000, interval: 50 });
+    return { ...r, house: E.HOUSES.get(E.HOUSES.idFromName(houseId)) };
+  }
+
+  async function failureOf(token: string, threadId: string) {
+    const es = await waitForEntries(token, threadId, (es) => es.some((e) => e.payload.type === "signal.dispatch.error"), "the failure");
+    return { es, reason: es.find((e) => e.payload.type === "signal.dispatch.error")!.payload.reason as string };
+  }
+
+  it("the house not answering for the bot mid-turn is reported as that, not as the model's failure", async () => {
+    const { token, model, bot, t, house } = await turnWaitingOnModel("house-dispatch-house-fails");
+    await runInDurableObject(house, (h: HouseActor) => h.failAgentReads(1));
+    await model.release();
+    const { es, reason } = await failureOf(token, t.id);
+    expect(reason).toBe("the bot's settings could not be read from its house (not an error of the model); ask it again");
+    expect(es.filter((e) => e.authorId === bot.id && e.payload.type !== "signal.dispatch.error")).toEqual([]);
+    expect((await decisions(token, t.id)).find((d) => d.agentId === bot.id && d.reason === "error")?.detail).toBe(reason);
+  }, 30_000);
+
+  it("the bot's tools failing to be built mid-turn is reported as that, not as the model's failure, and shows no raw error", async () => {
+    const { token, model, bot, t, house } = await turnWaitingOnModel("house-dispatch-tools-fail");
+    // A stored allow-list that is not a list: building the tools from it throws.
+    await runInDurableObject(house, (_h: HouseActor, state: DurableObjectState) => {
+      state.storage.sql.exec(`update agents set body = json_set(body, '$.tools', 5) where id = ?`, bot.id);
+    });
+    await model.release();
+    const { es, reason } = await failureOf(token, t.id);
+    expect(reason).toBe("the bot's tools could not be prepared (not an error of the model)");
+    expect(reason).not.toMatch(/iterable|TypeError|model call failed/);
+    expect(es.filter((e) => e.payload.type === "pi.tool_result")).toEqual([]);
   }, 30_000);
 });
 
