@@ -37,6 +37,12 @@ export const DEFAULT_MAX_ROUNDS = 20;
  * that sends nothing but malformed calls this many rounds in a row will not, and its turn ends.
  */
 export const DEFAULT_MAX_MALFORMED_ROUNDS = 3;
+/**
+ * The most tool calls one round may ask for. Each call may act (post, delegate a run, run a
+ * command), and every call needs its result written back: a model asking for thousands at once
+ * is broken or abused, and its round ends the turn with nothing of it run.
+ */
+export const DEFAULT_MAX_TOOL_CALLS_PER_ROUND = 32;
 export const DEFAULT_REQUEST_TIMEOUT_MS = 120_000;
 export const DEFAULT_RETRIES = 2;
 export const DEFAULT_RETRY_BASE_DELAY_MS = 500;
@@ -128,13 +134,14 @@ export async function runToolLoop(opts: {
   systemPrompt: string | (() => string);
   messages: LoopMessage[];
   /**
-   * A function is asked again every round, and again once the model has answered, before the
-   * calls it asked for run: a tool it no longer returns is offered no more, and not run.
+   * A function is asked again every round, and again before each call the model asked for: a
+   * tool it no longer returns is offered no more, and not run.
    */
   tools: ToolSpec[] | (() => ToolSpec[]);
   onEvent: (e: LoopEvent) => Promise<void>;
   maxRounds?: number;
   maxMalformedRounds?: number;
+  maxToolCallsPerRound?: number;
   requestTimeoutMs?: number;
   retries?: number;
   /** first retry waits about this long, doubling each time */
@@ -167,6 +174,11 @@ export async function runToolLoop(opts: {
     const calls = message.content
       .map((c, index) => ({ c, index }))
       .filter((x): x is { c: ToolCall; index: number } => x.c.type === "toolCall");
+    const maxCalls = opts.maxToolCallsPerRound ?? DEFAULT_MAX_TOOL_CALLS_PER_ROUND;
+    if (calls.length > maxCalls) {
+      // Not recorded either: a round of thousands of calls may not fit in one entry.
+      return { ok: false, reason: `the model asked for ${calls.length} tool calls in one round; a round may ask for at most ${maxCalls}, and none of them were run`, rounds: round - 1 };
+    }
     history.push(message);
     await opts.onEvent({
       kind: "assistant",
@@ -175,13 +187,13 @@ export async function runToolLoop(opts: {
       stopReason: message.stopReason,
     });
     if (calls.length === 0) return { ok: true, finalText: text, rounds: round };
-    const available = toolsNow();
 
     let malformed: string | null = null;
     let wellFormed = 0;
     for (const { c, index } of calls) {
       if (signal.aborted) return { ok: false, reason: "the turn was cancelled", rounds: round };
-      const checked = checkToolCall(c, call.rawToolArgs.get(index), available, offered);
+      // Asked before each call: a tool taken away while an earlier call of the round ran is not run.
+      const checked = checkToolCall(c, call.rawToolArgs.get(index), toolsNow(), offered);
       let output: string;
       let isError: boolean;
       if (!checked.ok) {

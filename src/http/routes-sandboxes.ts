@@ -11,6 +11,7 @@ import { providerApiError } from "../sandbox/api-errors";
 import { houseStub, newId, sandboxStub } from "./actors";
 import { readOptionalBody } from "./body";
 import { unwrapRpc } from "../actors/rpc";
+import { createBox } from "../actors/sandbox/late-box";
 
 const listSchema = z.object({
   state: z.enum(["provisioning", "live", "dead", "deleted"]).optional(),
@@ -44,7 +45,8 @@ export async function listSandboxesRoute(request: Request, env: Env): Promise<Re
 export async function createSandboxRoute(request: Request, env: Env): Promise<Response> {
   const claims = await houseClaims(request, env, true);
   const body = await readOptionalBody(request, createSchema);
-  const provider = providerFor(env, body.provider);
+  // An unknown or unconfigured provider is refused before anything is looked up.
+  providerFor(env, body.provider);
   const labels: Record<string, string> = { [LABEL_HOUSE]: claims.houseId, [LABEL_EPHEMERAL]: String(body.ephemeral) };
   if (body.environmentId) {
     await loadEnvironment(env, claims.houseId, body.environmentId);
@@ -52,7 +54,7 @@ export async function createSandboxRoute(request: Request, env: Env): Promise<Re
   }
   let info;
   try {
-    info = await provider.create({
+    info = await createBox(env, claims.houseId, body.provider, {
       labels: { house: claims.houseId, environment: body.environmentId }, ephemeral: body.ephemeral,
       snapshot: body.snapshot, image: body.image,
     });

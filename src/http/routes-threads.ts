@@ -36,7 +36,8 @@ const tokenSchema = z.object({ scope: z.enum(STREAM_SCOPES).default("stream:writ
 const entriesQuery = z.object({ limit: z.coerce.number().int().min(1).max(10_000).default(1000), offset: z.string().optional() });
 
 const listSchema = z.object({
-  parent: z.string().max(200).optional(),
+  // Empty is refused, not taken as no filter: a client that lost the id would list the whole house.
+  parent: z.string().min(1, "parent must be none or a thread id").max(200).optional(),
   parentKind: z.enum(["none", "agent", "thread"]).optional(),
   status: z.enum(THREAD_STATUSES).optional(),
   limit: z.coerce.number().int().min(1).max(1000).default(100),

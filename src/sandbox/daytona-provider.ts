@@ -98,7 +98,9 @@ export class DaytonaProvider implements SandboxProvider {
       // Refused outright (bad request, bad key, a name already taken): nothing was made, and a
       // box of that name is someone else's.
       if (e.code !== "bad_request" && e.code !== "unauthorized" && e.code !== "conflict") {
-        await this.delete(name).catch((cleanup) => logEvent("box_cleanup_failed", { name, error: errorMessage(cleanup) }, "warn"));
+        // One that never connected reached nothing that could make the box later.
+        const neverSent = /ECONNREFUSED|ENOTFOUND|EAI_AGAIN/.test(e.message);
+        if (!(await this.deleteIfMade(name)) && !neverSent) e.lateBoxName = name;
       }
       throw e;
     }
@@ -114,6 +116,27 @@ export class DaytonaProvider implements SandboxProvider {
       }
     }
     return { ...infoOf(sb as unknown as SdkSandboxDto), source };
+  }
+
+  /**
+   * After a failed create: deletes the box of `name` if the provider made it. False when there was
+   * none yet (a create the provider never answered may still be carried out) or it could not be
+   * deleted now.
+   */
+  private async deleteIfMade(name: string): Promise<boolean> {
+    try {
+      await this.fetch(name);
+    } catch (err) {
+      if (!(err instanceof ProviderError && err.code === "not_found")) logEvent("box_cleanup_failed", { name, error: errorMessage(err) }, "warn");
+      return false;
+    }
+    try {
+      await this.delete(name);
+      return true;
+    } catch (err) {
+      logEvent("box_cleanup_failed", { name, error: errorMessage(err) }, "warn");
+      return false;
+    }
   }
 
   /** Finds (or creates) each named volume and waits until it is ready to mount. */

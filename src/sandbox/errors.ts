@@ -5,11 +5,18 @@ export type ProviderErrorCode = "not_found" | "conflict" | "unauthorized" | "una
 export class ProviderError extends Error {
   readonly code: ProviderErrorCode;
   readonly status?: number;
-  constructor(code: ProviderErrorCode, message: string, opts: { status?: number; cause?: unknown } = {}) {
+  /**
+   * A create that failed without an answer (timed out, cut off after it was sent) may still be
+   * carried out by the provider: the name of the box that may yet appear, and was not there to
+   * delete when the create gave up. Whoever called the create has it deleted once it appears.
+   */
+  lateBoxName?: string;
+  constructor(code: ProviderErrorCode, message: string, opts: { status?: number; cause?: unknown; lateBoxName?: string } = {}) {
     super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
     this.name = "ProviderError";
     this.code = code;
     this.status = opts.status;
+    if (opts.lateBoxName !== undefined) this.lateBoxName = opts.lateBoxName;
   }
 }
 

@@ -97,6 +97,27 @@ export class TestSandboxProvider implements SandboxProvider {
     this.failingOps.push({ op, house, message });
   }
 
+  private hangingCreates = new Set<string>();
+  /** Boxes whose create timed out, by name: the provider has not made them yet. */
+  readonly lateBoxes = new Map<string, FakeBox>();
+
+  /**
+   * Every create of a box of `house` times out before the provider has made it (a create it never
+   * answered); the box is made later, when `appearLate` says so.
+   */
+  hangCreates(house: string, hang = true): void {
+    if (hang) this.hangingCreates.add(house);
+    else this.hangingCreates.delete(house);
+  }
+
+  /** The provider carries out a create it never answered: the box of `name` now exists (its ref is its name). */
+  appearLate(name: string): void {
+    const b = this.lateBoxes.get(name);
+    if (!b) throw new Error(`no late box ${name}`);
+    this.lateBoxes.delete(name);
+    this.boxes.set(name, b);
+  }
+
   /** Simulates the provider being down: every call throws `unavailable`, probe says `unknown`. */
   setUnreachable(down: boolean): void {
     this.unreachable = down;
@@ -129,6 +150,11 @@ export class TestSandboxProvider implements SandboxProvider {
   async create(opts: CreateBoxOptions): Promise<BoxInfo> {
     this.enter("create", undefined, opts);
     const ref = `test-box-${++this.seq}`;
+    if (opts.labels.house && this.hangingCreates.has(opts.labels.house)) {
+      const name = opts.name ?? `tb-${crypto.randomUUID()}`;
+      this.lateBoxes.set(name, { ref: name, state: "started", labels: boxLabels(opts.labels, opts.ephemeral), env: { ...(opts.env ?? {}) }, files: new Map(), create: opts });
+      throw new ProviderError("timeout", "create sandbox: the provider did not answer (test)", { lateBoxName: name });
+    }
     const source: BoxInfo["source"] =
       opts.snapshot && this.snapshots.has(opts.snapshot)
         ? { kind: "snapshot", name: opts.snapshot }

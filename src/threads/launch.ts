@@ -10,6 +10,7 @@ import { classifySandboxState } from "../sandbox/state";
 import { packageInstallCommands, packageList, parseInstalled } from "../workspace/packages";
 import { launchBoxId, type LaunchProgress, type LaunchStep } from "./launch-progress";
 import { providerFor } from "../sandbox/providers";
+import { createBox } from "../actors/sandbox/late-box";
 import { harnessBoxSource } from "../sandbox/snapshot";
 import { mirrorNextIndex, parseMirrorEntryId, rebuildPiSession, runnerLaunch, type HarnessName } from "../sandbox/harness";
 import { BUNDLES } from "../runner/bundles.generated";
@@ -152,7 +153,7 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
     // A box an earlier attempt of this launch made (it may have died before recording it).
     const earlier = (await provider.list({ [LABEL_RUN]: spec.runId })).find((b) => classifySandboxState(b) !== "dead");
     const defaults = harnessBoxSource(env);
-    const info = earlier ?? await provider.create({
+    const info = earlier ?? await createBox(env, row.houseId, providerName, {
       labels: { house: row.houseId, thread: row.id, environment: row.environmentId ?? undefined, run: spec.runId },
       ephemeral: true,
       env: { ...(environment?.env ?? {}) },

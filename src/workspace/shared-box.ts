@@ -9,6 +9,7 @@ import { newId } from "../http/actors";
 import { egressSettings, providerVolumes } from "./box-config";
 import { LABEL_SPEC } from "../sandbox/provider";
 import { errorMessage, logEvent } from "../domain/log-event";
+import { createBox } from "../actors/sandbox/late-box";
 
 /**
  * The environment's one long-lived box (`boxMode: "shared"`): created on first use, then used by
@@ -36,7 +37,7 @@ export async function ensureSharedBox(env: Env, houseId: string, e: Environment)
     }
     return { id: current.id, providerRef: current.providerRef, created: false };
   }
-  const info = await provider.create({ labels: { house: houseId, environment: e.id, spec: key }, ephemeral: false, env: e.env, ...spec });
+  const info = await createBox(env, houseId, e.provider, { labels: { house: houseId, environment: e.id, spec: key }, ephemeral: false, env: e.env, ...spec });
   const boxId = newId("box_");
   const view = await unwrapRpc(sandboxStub(env, boxId).register({
     boxId, houseId, provider: e.provider, providerRef: info.ref, ephemeral: false, labels: info.labels,

@@ -1,8 +1,9 @@
 // DaytonaProvider (real SDK) against the local host in Node: the flow and the fault cases.
 import { execFileSync, spawnSync } from "node:child_process";
 import fs from "node:fs";
+import http from "node:http";
 import path from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { startSandboxHost, type SandboxHost } from "../../sandbox-host/server.mjs";
 import { BOX_MARKER_VAR, findMarkedPids } from "../../sandbox-host/proc.mjs";
 import { createDaytonaProvider, type DaytonaProvider } from "../../src/sandbox/daytona-provider";
@@ -340,11 +341,53 @@ describe("DaytonaProvider on the local host", () => {
     const err = await provider.create({ labels: { house: h, thread: "t-broken" }, ephemeral: true, snapshot: snap }).catch((e) => e);
     expect(err).toBeInstanceOf(ProviderError);
     expect(await provider.list({ [LABEL_HOUSE]: h })).toEqual([]);
+    // Deleted already: nothing is left to look for.
+    expect(err.lateBoxName).toBeUndefined();
     // A create refused because its name is taken made nothing: the box of that name is not its to delete.
     const named = await provider.create({ labels: { house: h, thread: "t-named" }, ephemeral: true, name: `named-${h}` });
     await expect(provider.create({ labels: { house: h, thread: "t-again" }, ephemeral: true, name: `named-${h}` })).rejects.toMatchObject({ code: "conflict" });
     expect((await provider.get(named.ref)).state).toBe("started");
     await provider.delete(named.ref);
+  });
+
+  it("a create the host has not answered when the wait runs out fails naming the box it may still make, which then appears under that name", async () => {
+    // The host takes the create only after the client gave up on it (a provider's queue, a slow
+    // restart): no box of that name exists when the create fails, and one does afterwards.
+    const target = new URL(host.apiUrl);
+    const held: (() => void)[] = [];
+    const proxy = http.createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on("data", (c: Buffer) => chunks.push(c));
+      req.on("end", () => {
+        const forward = () => {
+          const up = http.request({ host: target.hostname, port: target.port, path: req.url, method: req.method, headers: req.headers }, (r) => {
+            res.writeHead(r.statusCode ?? 502, r.headers);
+            r.pipe(res);
+          });
+          up.on("error", () => res.destroy());
+          up.end(Buffer.concat(chunks));
+        };
+        if (req.method === "POST" && /\/sandbox$/.test(req.url ?? "")) held.push(forward);
+        else forward();
+      });
+    });
+    await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", () => r()));
+    try {
+      const slow = createDaytonaProvider({ apiUrl: `http://127.0.0.1:${(proxy.address() as { port: number }).port}${target.pathname}`, apiKey: KEY, target: "local" });
+      const h = house();
+      const err = await slow.create({ labels: { house: h }, ephemeral: true, timeoutSec: 1 }).catch((e) => e);
+      expect(err).toBeInstanceOf(ProviderError);
+      expect(err.code).toBe("timeout");
+      expect(err.lateBoxName).toMatch(/^tb-[0-9a-f-]{36}$/);
+      expect(await provider.list({ [LABEL_HOUSE]: h })).toEqual([]);
+      for (const f of held.splice(0)) f();
+      await vi.waitFor(async () => expect((await provider.get(err.lateBoxName)).labels).toMatchObject({ [LABEL_HOUSE]: h }), { timeout: 10_000, interval: 100 });
+      await provider.delete(err.lateBoxName, { wait: true });
+      expect(await provider.list({ [LABEL_HOUSE]: h })).toEqual([]);
+    } finally {
+      proxy.closeAllConnections();
+      proxy.close();
+    }
   });
 
   it("box deleted out-of-band -> probe says dead", async () => {
@@ -402,6 +445,10 @@ describe("DaytonaProvider on the local host", () => {
     await other.close();
     expect(await p.probe(box.ref)).toBe("unknown");
     await expect(p.get(box.ref)).rejects.toMatchObject({ code: "unavailable" });
+    // A create that could not even connect reached nothing: no box of its name will ever appear.
+    const err = await p.create({ labels: { house: house() }, ephemeral: true }).catch((e) => e);
+    expect(err).toMatchObject({ code: "unavailable" });
+    expect(err.lateBoxName).toBeUndefined();
   });
 
   it("wrong API key -> unauthorized", async () => {

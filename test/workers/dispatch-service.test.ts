@@ -4,9 +4,10 @@ import { createAgent, decisions, MODEL_KEY, modelEnvironment, scriptedModel, bot
 import { sharedTestProvider } from "./register-test-provider";
 import { abortAllDurableObjects, env, runInDurableObject } from "cloudflare:test";
 import { boundedRound, closeInterruptedCalls, MAX_BOT_TEXT_CHARS, MAX_ROUND_TOOL_ARGS_CHARS, TURN_KEEPALIVE_MS } from "../../src/actors/thread/dispatch";
-import type { ThreadActor } from "./test-worker";
+import { DEFAULT_MAX_TOOL_CALLS_PER_ROUND } from "../../src/dispatch/tool-loop";
+import type { HouseActor, ThreadActor } from "./test-worker";
 
-const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> };
+const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor>; HOUSES: DurableObjectNamespace<HouseActor> };
 
 const chatsBy = <T extends { authorId?: string; payload: { type: string } }>(es: T[], author: string) => es.filter((e) => e.payload.type === "chat" && e.authorId === author);
 
@@ -612,6 +613,89 @@ describe("dispatch: a bot edited while its turn runs", () => {
   }, 30_000);
 });
 
+describe("dispatch: a bot changed in the middle of a round", () => {
+  /** An exec handler whose command `hold` waits until `release()`; `ran` lists the commands run. */
+  function heldExec() {
+    const ran: string[] = [];
+    let release!: () => void;
+    const released = new Promise<void>((r) => { release = r; });
+    sharedTestProvider().execHandler = async (_box, command) => {
+      ran.push(command);
+      if (command.includes("hold")) await released;
+      return { exitCode: 0, output: `ran ${command}` };
+    };
+    // Polled, not awaited: a promise settled by the actor's request would be awaited from the test's.
+    const held = () => vi.waitFor(() => expect(ran.some((c) => c.includes("hold"))).toBe(true), { timeout: 10_000, interval: 50 });
+    return { ran, held, release };
+  }
+
+  it("a tool removed while an earlier call of the round runs is not run for the round's later calls", async () => {
+    const { token, model, bot, t } = await botThread("house-dispatch-revoked-mid-round", { name: "Ops", handle: "ops" });
+    const exec = heldExec();
+    await model.push(
+      { toolCalls: [
+        { id: "m1", name: "run_command", arguments: { command: "hold; make" } },
+        { id: "m2", name: "run_command", arguments: { command: "rm -rf build" } },
+      ] },
+      { text: "Stopped." },
+    );
+    await post(token, t.id, chat("@ops build, then clean", "ask-mid-round"));
+    await exec.held();
+    expect((await call(`/api/agents/${bot.id}`, { method: "PATCH", token, json: { tools: ["list_threads"] } })).status).toBe(200);
+    exec.release();
+    const es = await waitForEntries(token, t.id, (es) => chatsBy(es, bot.id).length === 1 || es.some((e) => e.payload.type === "signal.dispatch.error"), "the answer");
+    expect(exec.ran.filter((c) => c.includes("rm -rf build"))).toEqual([]);
+    const results = es.filter((e) => e.payload.type === "pi.tool_result");
+    expect(results.map((e) => [e.payload.toolCallId, e.payload.isError])).toEqual([["m1", false], ["m2", true]]);
+    expect(String(results[1].payload.output)).toMatch(/run_command.*no longer available/);
+    expect(chatsBy(es, bot.id).map((e) => e.payload.text)).toEqual(["Stopped."]);
+  }, 30_000);
+
+  it("a bot deleted while an earlier call of the round runs makes none of the round's later calls", async () => {
+    const { token, model, envId, bot, t } = await botThread("house-dispatch-deleted-mid-round", { name: "Gone", handle: "gone" });
+    const other = await createThread(token, { environmentId: envId });
+    const exec = heldExec();
+    await model.push(
+      { toolCalls: [
+        { id: "d1", name: "run_command", arguments: { command: "hold; make" } },
+        { id: "d2", name: "post_to_thread", arguments: { threadId: other.id, text: "posted by a deleted bot" } },
+      ] },
+      { text: "done" },
+    );
+    await post(token, t.id, chat("@gone build and tell the other thread", "ask-deleted-mid-round"));
+    await exec.held();
+    expect((await call(`/api/agents/${bot.id}`, { method: "DELETE", token })).status).toBe(204);
+    exec.release();
+    await waitForDecision(token, t.id, (d) => d.agentId === bot.id && d.reason === "error" && /deleted/.test(d.detail ?? ""));
+    expect((await readAll(token, other.id)).entries.map((e) => e.payload.text)).toEqual([]);
+    const es = (await readAll(token, t.id)).entries;
+    expect(es.filter((e) => e.payload.type === "pi.tool_result").map((e) => e.payload.toolCallId)).toEqual(["d1"]);
+    expect(chatsBy(es, bot.id)).toEqual([]);
+    expect((await model.requests()).length).toBe(1);
+  }, 30_000);
+});
+
+describe("dispatch: how many tool calls a round may ask for", () => {
+  it("a round asking for more than the cap ends the turn with an error saying so, and runs none of them", async () => {
+    const { token, model, bot, t } = await botThread("house-dispatch-many-calls", { name: "Flood", handle: "flood" });
+    let ran = 0;
+    sharedTestProvider().execHandler = () => {
+      ran += 1;
+      return { exitCode: 0, output: "" };
+    };
+    const calls = Array.from({ length: 10_000 }, (_, i) => ({ id: `f${i}`, name: "run_command", arguments: { command: `echo ${i}` } }));
+    await model.push({ toolCalls: calls }, { text: "should not be asked" });
+    await post(token, t.id, chat("@flood go", "ask-flood"));
+    const es = await waitForEntries(token, t.id, (es) => es.some((e) => e.payload.type === "signal.dispatch.error") || chatsBy(es, bot.id).length > 0, "the end of the turn", 60_000);
+    const errors = es.filter((e) => e.payload.type === "signal.dispatch.error");
+    expect(errors.map((e) => e.payload.reason)).toEqual([`the model asked for 10000 tool calls in one round; a round may ask for at most ${DEFAULT_MAX_TOOL_CALLS_PER_ROUND}, and none of them were run`]);
+    expect(ran).toBe(0);
+    expect(es.filter((e) => e.payload.type === "pi.tool_result")).toEqual([]);
+    expect(chatsBy(es, bot.id)).toEqual([]);
+    expect((await model.requests()).length).toBe(1);
+  }, 90_000);
+});
+
 describe("dispatch: post_to_thread", () => {
   it("wakes a bot in another thread of the house (depth + 1) and is refused for another house's thread", async () => {
     const token = await houseToken("house-post");
@@ -882,6 +966,45 @@ describe("dispatch: a turn that fails on our side, not the model's", () => {
     expect(reason).toMatch(/could not be saved to the thread: it is too large to store/);
     expect(reason).not.toMatch(/model call failed|SQLITE|blob/i);
     expect(chatsBy(es, bot.id).map((e) => e.payload.text)).toEqual(["first answer"]);
+  }, 30_000);
+
+  /** A bot whose model is answering its first round (held), with the house actor's stub. */
+  async function turnWaitingOnModel(houseId: string) {
+    const r = await botThread(houseId, { name: "Keeper", handle: "keeper" }, [
+      { toolCalls: [{ id: "l1", name: "list_threads", arguments: {} }], held: true },
+      { text: "never posted" },
+    ]);
+    await post(r.token, r.t.id, chat("@keeper list them"));
+    await vi.waitFor(async () => expect((await r.model.requests()).length).toBe(1), { timeout: 10_000, interval: 50 });
+    return { ...r, house: E.HOUSES.get(E.HOUSES.idFromName(houseId)) };
+  }
+
+  async function failureOf(token: string, threadId: string) {
+    const es = await waitForEntries(token, threadId, (es) => es.some((e) => e.payload.type === "signal.dispatch.error"), "the failure");
+    return { es, reason: es.find((e) => e.payload.type === "signal.dispatch.error")!.payload.reason as string };
+  }
+
+  it("the house not answering for the bot mid-turn is reported as that, not as the model's failure", async () => {
+    const { token, model, bot, t, house } = await turnWaitingOnModel("house-dispatch-house-fails");
+    await runInDurableObject(house, (h: HouseActor) => h.failAgentReads(1));
+    await model.release();
+    const { es, reason } = await failureOf(token, t.id);
+    expect(reason).toBe("the bot's settings could not be read from its house (not an error of the model); ask it again");
+    expect(es.filter((e) => e.authorId === bot.id && e.payload.type !== "signal.dispatch.error")).toEqual([]);
+    expect((await decisions(token, t.id)).find((d) => d.agentId === bot.id && d.reason === "error")?.detail).toBe(reason);
+  }, 30_000);
+
+  it("the bot's tools failing to be built mid-turn is reported as that, not as the model's failure, and shows no raw error", async () => {
+    const { token, model, bot, t, house } = await turnWaitingOnModel("house-dispatch-tools-fail");
+    // A stored allow-list that is not a list: building the tools from it throws.
+    await runInDurableObject(house, (_h: HouseActor, state: DurableObjectState) => {
+      state.storage.sql.exec(`update agents set body = json_set(body, '$.tools', 5) where id = ?`, bot.id);
+    });
+    await model.release();
+    const { es, reason } = await failureOf(token, t.id);
+    expect(reason).toBe("the bot's tools could not be prepared (not an error of the model)");
+    expect(reason).not.toMatch(/iterable|TypeError|model call failed/);
+    expect(es.filter((e) => e.payload.type === "pi.tool_result")).toEqual([]);
   }, 30_000);
 });
 

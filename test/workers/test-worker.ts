@@ -236,6 +236,21 @@ export class HouseActor extends ProductionHouseActor {
     return super.agentSet();
   }
 
+  private failingAgentReads = 0;
+
+  /** The next `count` reads of one agent fail (the house unreachable while a bot's turn runs). */
+  failAgentReads(count: number): void {
+    this.failingAgentReads = count;
+  }
+
+  override async getAgent(id: string) {
+    if (this.failingAgentReads > 0) {
+      this.failingAgentReads--;
+      throw new Error("house unavailable (test)");
+    }
+    return super.getAgent(id);
+  }
+
   private failingBoxUpserts = 0;
 
   /** The next `count` box updates of the index fail (an index outage while a box registers). */

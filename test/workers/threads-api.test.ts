@@ -69,6 +69,10 @@ describe("threads", () => {
     expect(running.threads).toEqual([]);
     const badStatus = await call(`/api/threads?status=bogus`, { token });
     expect(badStatus.status).toBe(400);
+    // A parent left empty (an id a client did not have) names no thread: not the whole house.
+    const noParent = await call(`/api/threads?parent=`, { token });
+    expect(noParent.status).toBe(400);
+    expect(await noParent.json()).toMatchObject({ error: { code: "validation_failed", details: [expect.objectContaining({ path: "parent" })] } });
   });
 
   it("pages through threads made in the same millisecond: before + beforeId resumes after the last one seen", async () => {

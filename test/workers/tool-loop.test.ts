@@ -2,7 +2,7 @@
 import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { ModelApi } from "../../src/dispatch/models";
-import { runToolLoop, type LoopEvent, type ToolSpec } from "../../src/dispatch/tool-loop";
+import { DEFAULT_MAX_TOOL_CALLS_PER_ROUND, runToolLoop, type LoopEvent, type ToolSpec } from "../../src/dispatch/tool-loop";
 import { received, SCRIPTED_KEY, scriptedModel, scriptModel } from "./model-script";
 
 function echoTool(calls: Record<string, unknown>[] = []): ToolSpec {
@@ -278,6 +278,20 @@ describe.each<ModelApi>(["openai-completions", "anthropic-messages"])("runToolLo
     expect(r).toEqual({ ok: false, reason: "too many tool rounds", rounds: 3 });
     expect(calls).toHaveLength(3);
     expect(await s.requests()).toHaveLength(3);
+  });
+
+  it("runs a round of as many calls as the cap allows, and ends the turn on a round of one more, running none of it", async () => {
+    const round = (n: number, tag: string) => ({ toolCalls: Array.from({ length: n }, (_, i) => ({ id: `${tag}${i}`, name: "echo", arguments: { text: `${tag}${i}` } })) });
+    const s = await scriptModel([round(DEFAULT_MAX_TOOL_CALLS_PER_ROUND, "a"), round(DEFAULT_MAX_TOOL_CALLS_PER_ROUND + 1, "b"), { text: "not asked" }]);
+    const calls: Record<string, unknown>[] = [];
+    const events: LoopEvent[] = [];
+    const r = await runToolLoop({ model: scriptedModel(api, s), systemPrompt: "sys", messages: [{ role: "user", text: "many" }], tools: [echoTool(calls)], onEvent: async (e) => void events.push(e), ...fast });
+    expect(r).toEqual({ ok: false, reason: `the model asked for ${DEFAULT_MAX_TOOL_CALLS_PER_ROUND + 1} tool calls in one round; a round may ask for at most ${DEFAULT_MAX_TOOL_CALLS_PER_ROUND}, and none of them were run`, rounds: 1 });
+    expect(calls).toHaveLength(DEFAULT_MAX_TOOL_CALLS_PER_ROUND);
+    expect(calls.every((c) => String(c.text).startsWith("a"))).toBe(true);
+    // The refused round is not recorded: only the first round and its results were.
+    expect(events.filter((e) => e.kind === "assistant")).toHaveLength(1);
+    expect(await s.requests()).toHaveLength(2);
   });
 
   it("sends a prior tool round from the thread's history in the provider's shape (empty turns left out)", async () => {

@@ -12,6 +12,7 @@ import { errorMessage, logEvent } from "../../domain/log-event";
 import { boxAlarmDecision, deleteRetryDelayMs, releaseDecision, RUNNER_DRAIN_POLL_MS, shouldReap, stopScript, tokenCleanupScript, type BoxState } from "./sandbox-decisions";
 import { systemClock, type Clock } from "../clock";
 import { addColumnIfMissing } from "../../domain/sql-schema";
+import { LateBoxWatch } from "./late-box";
 
 export type RegisterBoxInput = {
   boxId: string;
@@ -68,6 +69,8 @@ export class SandboxActor extends DurableObject<Env> {
   private deletingAtProvider = false;
   /** Due deletes in a row whose checks failed: the next waits longer. */
   private failedDeleteChecks = 0;
+  /** Only in an actor named by lateBoxWatchId, which has no box row. */
+  private readonly lateBox: LateBoxWatch;
 
   constructor(ctx: DurableObjectState, env: Env, clock: Clock = systemClock) {
     super(ctx, env);
@@ -87,6 +90,25 @@ export class SandboxActor extends DurableObject<Env> {
     // Set while a box whose run ended waits for its runner to exit (see holdForRunner).
     addColumnIfMissing(sql, "box", "drain_handle", "text");
     addColumnIfMissing(sql, "box", "drain_until", "integer");
+    this.lateBox = new LateBoxWatch({
+      sql,
+      now: () => this.clock.now(),
+      provider: (name) => providerFor(this.env, name),
+      setAlarm: async (at) => {
+        if (at === null) await ctx.storage.deleteAlarm();
+        else await ctx.storage.setAlarm(at);
+      },
+    });
+  }
+
+  /** Deletes the box a failed create may still bring once it appears (see createBox). */
+  async watchLateBox(houseId: string, provider: string, name: string) {
+    return settle(() => this.lateBox.start(houseId, provider, name));
+  }
+
+  /** What this actor is watching for, if it is a late box's watch. */
+  async lateBoxWatch() {
+    return settle(() => this.lateBox.watching());
   }
 
   // ---- RPC ----
@@ -376,7 +398,7 @@ export class SandboxActor extends DurableObject<Env> {
 
   async alarm(): Promise<void> {
     const r = this.row();
-    if (!r) return;
+    if (!r) return this.lateBox.alarm();
     const decision = boxAlarmDecision(
       { state: r.state as BoxState, nextDeleteAt: r.next_delete_at as number | null, runningThreads: this.threadIds().length },
       this.clock.now(),

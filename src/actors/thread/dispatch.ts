@@ -509,25 +509,29 @@ export class DispatchService {
           tools: () => tools,
           signal: stop.signal,
           onEvent: async (e: LoopEvent) => {
-            if (e.kind === "assistant") {
-              // A bot deleted while its model was answering shows nothing of that round and acts no
-              // more: the tools it asked for would still run as it (post into other threads, waking
-              // their bots; delegate a run), for as many rounds as its model keeps asking.
+            // The bot as it is now, before its next call runs: one deleted, or a tool taken away (a
+            // user revoking a dangerous one), acts no more, even for the rest of a round whose
+            // earlier calls took minutes. Its model and instructions stay the turn's.
+            const refresh = async (): Promise<boolean> => {
               doing = "house";
               const now = await house.getAgent(turn.agentId);
               if (!now) {
                 deletedMidTurn = true;
                 stop.abort();
-                return;
+                return false;
               }
-              // Its tools as they are now: one taken away (a user revoking a dangerous one) runs no
-              // more from this round on. Its model and instructions stay the turn's.
               doing = "tools";
               tools = buildTools(context, now.tools);
-            }
+              return true;
+            };
+            // A bot deleted while its model was answering shows nothing of that round: the tools it
+            // asked for would still run as it (post into other threads, waking their bots; delegate
+            // a run), for as many rounds as its model keeps asking.
+            if (e.kind === "assistant" && !(await refresh())) return;
             doing = "save";
             this.persist(turn, agent.id, [boundedRound(e)], written);
             written += 1;
+            if (e.kind === "tool_result") await refresh();
             doing = "model";
           },
         });

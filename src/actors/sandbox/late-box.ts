@@ -1,0 +1,117 @@
+import type { Env } from "../../env";
+import type { BoxInfo, CreateBoxOptions, SandboxProvider } from "../../sandbox/provider";
+import { ProviderError } from "../../sandbox/errors";
+import { providerFor } from "../../sandbox/providers";
+import { LazySchema, type Schema } from "../../domain/sql-schema";
+import { backoffDelayMs } from "../../domain/backoff";
+import { errorMessage, logEvent } from "../../domain/log-event";
+import { unwrapRpc } from "../rpc";
+import { sandboxStub } from "../stubs";
+
+/**
+ * How long a box a failed create may still bring is looked for. A provider that did not answer a
+ * create may carry it out minutes later (its queue, a restart); one that has not in an hour is
+ * taken not to.
+ */
+export const LATE_BOX_WATCH_MS = 60 * 60_000;
+const FIRST_LOOK_MS = 10_000;
+const MAX_LOOK_INTERVAL_MS = 5 * 60_000;
+
+/** The actor that watches for the late box `name` of `provider` (never a box actor's id, which start `box_`). */
+export function lateBoxWatchId(provider: string, name: string): string {
+  return `late-box:${provider}:${name}`;
+}
+
+/**
+ * Creates a box at the provider. A create that failed without an answer may still be carried out:
+ * the box it would have made is then deleted when it appears (by its name, the only thing known of
+ * it), by an actor that looks for it for `LATE_BOX_WATCH_MS`; nobody else ever learns of such a box.
+ */
+export async function createBox(env: Env, houseId: string, providerName: string, opts: CreateBoxOptions): Promise<BoxInfo> {
+  try {
+    return await providerFor(env, providerName).create(opts);
+  } catch (err) {
+    if (err instanceof ProviderError && err.lateBoxName) {
+      const name = err.lateBoxName;
+      await unwrapRpc(sandboxStub(env, lateBoxWatchId(providerName, name)).watchLateBox(houseId, providerName, name)).catch((watchErr) =>
+        logEvent("late_box_watch_failed", { houseId, provider: providerName, name, error: errorMessage(watchErr) }, "error"));
+    }
+    throw err;
+  }
+}
+
+export const LATE_BOX_SCHEMA: Schema = {
+  name: "late_box",
+  ddl: `create table if not exists late_box (
+    id integer primary key check (id = 1), house_id text not null, provider text not null, name text not null,
+    until integer not null, looks integer not null default 0, next_at integer not null)`,
+};
+
+export type LateBoxPorts = {
+  sql: SqlStorage;
+  now(): number;
+  provider(name: string): SandboxProvider;
+  setAlarm(at: number | null): Promise<void>;
+};
+
+/** The watch of one late box, in the actor named by `lateBoxWatchId` (a box actor never has one). */
+export class LateBoxWatch {
+  private readonly table: LazySchema;
+
+  constructor(private readonly p: LateBoxPorts) {
+    this.table = new LazySchema(p.sql, LATE_BOX_SCHEMA);
+  }
+
+  private row() {
+    if (!this.table.exists()) return null;
+    return this.p.sql.exec(`select * from late_box where id = 1`).toArray()[0] ?? null;
+  }
+
+  /** Starts the watch (a second call for the same name changes nothing). */
+  async start(houseId: string, provider: string, name: string): Promise<void> {
+    this.table.ensure();
+    const now = this.p.now();
+    this.p.sql.exec(
+      `insert into late_box (id, house_id, provider, name, until, next_at) values (1, ?, ?, ?, ?, ?) on conflict(id) do nothing`,
+      houseId, provider, name, now + LATE_BOX_WATCH_MS, now + FIRST_LOOK_MS,
+    );
+    await this.p.setAlarm(this.row()!.next_at as number);
+  }
+
+  watching(): { houseId: string; provider: string; name: string; until: number; nextAt: number } | null {
+    const r = this.row();
+    return r ? { houseId: r.house_id as string, provider: r.provider as string, name: r.name as string, until: r.until as number, nextAt: r.next_at as number } : null;
+  }
+
+  /** One look: a box of that name is deleted and the watch ends; none yet, it looks again later. */
+  async alarm(): Promise<void> {
+    const r = this.row();
+    if (!r) return;
+    const name = r.name as string;
+    const fields = { houseId: r.house_id, provider: r.provider, name };
+    const provider = this.p.provider(r.provider as string);
+    try {
+      await provider.get(name);
+      await provider.delete(name);
+      logEvent("late_box_deleted", fields, "warn");
+      return this.end();
+    } catch (err) {
+      if (!(err instanceof ProviderError && err.code === "not_found")) logEvent("late_box_look_failed", { ...fields, error: errorMessage(err) }, "warn");
+    }
+    const now = this.p.now();
+    const until = r.until as number;
+    if (now >= until) {
+      logEvent("late_box_watch_ended", fields);
+      return this.end();
+    }
+    const looks = (r.looks as number) + 1;
+    const at = Math.min(until, now + backoffDelayMs(looks, FIRST_LOOK_MS, MAX_LOOK_INTERVAL_MS));
+    this.p.sql.exec(`update late_box set looks = ?, next_at = ? where id = 1`, looks, at);
+    await this.p.setAlarm(at);
+  }
+
+  private async end(): Promise<void> {
+    this.p.sql.exec(`delete from late_box where id = 1`);
+    await this.p.setAlarm(null);
+  }
+}
