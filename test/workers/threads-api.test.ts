@@ -283,6 +283,9 @@ describe("health and CORS", () => {
     expect(pre.status).toBe(204);
     expect(pre.headers.get("access-control-allow-origin")).toBe("*");
     expect(pre.headers.get("access-control-allow-headers")).toContain("authorization");
+    // Every request header the README has a client send, so a browser's preflight lets it through.
+    const allowed = (pre.headers.get("access-control-allow-headers") ?? "").toLowerCase().split(/,\s*/);
+    for (const h of ["authorization", "content-type", "idempotency-key"]) expect(allowed, h).toContain(h);
     const denied = await call("/api/threads");
     expect(denied.status).toBe(401);
     expect(denied.headers.get("access-control-allow-origin")).toBe("*");
