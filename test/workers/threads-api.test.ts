@@ -179,6 +179,22 @@ describe("entries", () => {
     const lines = new TextDecoder().decode(await nd.arrayBuffer()).trim().split("\n").map((l) => JSON.parse(l));
     expect(lines.map((l) => l.offset)).toEqual(offsets);
     expect(nd.headers.get("Stream-Next-Offset")).toBe(offsets[3]);
+
+    // Accept is read as HTTP reads it: media types in any letter case, q=0 meaning "not this",
+    // and the form the client prefers.
+    const cases: [string, string][] = [
+      ["Application/X-NDJSON", "application/x-ndjson"],
+      ["application/x-ndjson, application/json;q=0.5", "application/x-ndjson"],
+      ["application/json, application/x-ndjson;q=0.1", "application/json"],
+      ["application/x-ndjson;q=0, application/json", "application/json"],
+      ["application/x-ndjson;q=0", "application/json"],
+      ["*/*", "application/json"],
+    ];
+    for (const [accept, expected] of cases) {
+      const r = await call(`/api/threads/${t.id}/entries?offset=-1`, { token, headers: { accept } });
+      expect(`${accept} -> ${r.headers.get("content-type")}`).toBe(`${accept} -> ${expected}`);
+      await r.body?.cancel();
+    }
   });
 
   it("a client-supplied id makes a post idempotent", async () => {
