@@ -116,8 +116,11 @@ export async function listThreadsRoute(request: Request, env: Env): Promise<Resp
   const q = parseQuery(request, listSchema, "invalid query");
   let parentKind = q.parentKind;
   let parentId: string | undefined;
-  if (q.parent === "none") parentKind = "none";
-  else if (q.parent) parentId = q.parent;
+  if (q.parent === "none") {
+    // The filters combine: roots have no parent of any other kind.
+    if (parentKind !== undefined && parentKind !== "none") return json({ threads: [] });
+    parentKind = "none";
+  } else if (q.parent) parentId = q.parent;
   const threads = await unwrapRpc(houseStub(env, claims.houseId).listThreads({ parentKind, parentId, status: q.status, limit: q.limit, before: q.before, beforeId: q.beforeId }));
   return json({ threads });
 }

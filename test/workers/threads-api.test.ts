@@ -65,6 +65,11 @@ describe("threads", () => {
     expect(children.threads.map((t) => t.id)).toEqual([child.id]);
     const roots = (await (await call(`/api/threads?parent=none`, { token })).json()) as { threads: { id: string }[] };
     expect(roots.threads.map((t) => t.id)).toEqual([parent.id]);
+    // Filters combine: a root has no parent of kind thread, so nothing matches both.
+    const rootsOfThreads = (await (await call(`/api/threads?parent=none&parentKind=thread`, { token })).json()) as { threads: { id: string }[] };
+    expect(rootsOfThreads.threads.map((t) => t.id)).toEqual([]);
+    const childrenOfThreads = (await (await call(`/api/threads?parent=${parent.id}&parentKind=thread`, { token })).json()) as { threads: { id: string }[] };
+    expect(childrenOfThreads.threads.map((t) => t.id)).toEqual([child.id]);
     const running = (await (await call(`/api/threads?status=running`, { token })).json()) as { threads: unknown[] };
     expect(running.threads).toEqual([]);
     const badStatus = await call(`/api/threads?status=bogus`, { token });
