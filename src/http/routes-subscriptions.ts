@@ -33,8 +33,16 @@ export async function subscriptionsRoute(request: Request, env: Env, name: strin
   // HEAD is a GET without its body, as everywhere else under the stream base.
   const head = request.method === "HEAD";
   const method = head ? "GET" : request.method;
-  const answer = await route(request, env, name, base, method);
+  const answer = await route(request, env, name, base, method).catch(asProtocolError);
   return head ? headOf(answer) : answer;
+}
+
+/** A body the protocol refuses (not JSON, or not the shape it takes) is its INVALID_REQUEST. */
+function asProtocolError(err: unknown): Response {
+  if (!(err instanceof ApiError) || (err.code !== "invalid_json" && err.code !== "validation_failed")) throw err;
+  const error: Record<string, unknown> = { code: "INVALID_REQUEST", message: err.publicMessage };
+  if (err.details !== undefined) error.details = err.details;
+  return json({ error }, 400);
 }
 
 async function route(request: Request, env: Env, name: string, base: string, method: string): Promise<Response> {

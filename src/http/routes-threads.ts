@@ -117,8 +117,11 @@ export async function listThreadsRoute(request: Request, env: Env): Promise<Resp
   const q = parseQuery(request, listSchema, "invalid query");
   let parentKind = q.parentKind;
   let parentId: string | undefined;
-  if (q.parent === "none") parentKind = "none";
-  else if (q.parent) parentId = q.parent;
+  if (q.parent === "none") {
+    // The filters combine: roots have no parent of any other kind.
+    if (parentKind !== undefined && parentKind !== "none") return json({ threads: [] });
+    parentKind = "none";
+  } else if (q.parent) parentId = q.parent;
   const threads = await unwrapRpc(houseStub(env, claims.houseId).listThreads({ parentKind, parentId, status: q.status, limit: q.limit, before: q.before, beforeId: q.beforeId }));
   return json({ threads });
 }
@@ -133,6 +136,27 @@ export async function postEntriesRoute(request: Request, env: Env, id: string | 
   return json(result, 201, { "Stream-Next-Offset": result.nextOffset });
 }
 
+/** The quality an Accept header gives each media type it names (letter case ignored, q defaults to 1). */
+function acceptQualities(accept: string): Map<string, number> {
+  const qualities = new Map<string, number>();
+  for (const range of accept.split(",")) {
+    const [type, ...params] = range.split(";").map((p) => p.trim().toLowerCase());
+    if (!type) continue;
+    const q = params.find((p) => /^q\s*=/.test(p));
+    const value = q === undefined ? 1 : Number(q.slice(q.indexOf("=") + 1).trim());
+    qualities.set(type, Math.max(qualities.get(type) ?? 0, Number.isFinite(value) ? value : 0));
+  }
+  return qualities;
+}
+
+/** NDJSON only when the client names it, does not refuse it (q=0) and does not prefer JSON to it. */
+function prefersNdjson(accept: string | null): boolean {
+  if (!accept) return false;
+  const q = acceptQualities(accept);
+  const ndjson = q.get("application/x-ndjson") ?? 0;
+  return ndjson > 0 && ndjson >= (q.get("application/json") ?? 0);
+}
+
 export async function readEntriesRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
   const threadId = threadIdParam(id);
@@ -140,7 +164,7 @@ export async function readEntriesRoute(request: Request, env: Env, id: string | 
   const { limit, offset } = parseQuery(request, entriesQuery, "limit must be an integer from 1 to 10000");
   const page = (await unwrapRpc(threadStub(env, threadId).readEntries(claims.houseId, offset ?? null, limit))) as EntriesPage;
   const headers = { "Stream-Next-Offset": page.nextOffset, ...(page.upToDate ? { "Stream-Up-To-Date": "true" } : {}) };
-  if ((request.headers.get("accept") ?? "").includes("application/x-ndjson")) {
+  if (prefersNdjson(request.headers.get("accept"))) {
     const body = page.entries.map((e) => JSON.stringify(e) + "\n").join("");
     return new Response(body, { headers: { "content-type": "application/x-ndjson", ...SECURITY_HEADERS, ...headers } });
   }

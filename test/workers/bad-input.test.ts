@@ -363,6 +363,15 @@ describe("query strings and charsets", () => {
     expect(box.status).toBe(201);
     await box.body?.cancel();
     await expectError(await call("/api/threads", { method: "POST", token, body: "{}" }), 415, "unsupported_media_type");
+    // A client that sets Content-Type: application/json on every request and sends no body.
+    const typed = { "content-type": "application/json" };
+    const typedEmpty = await call("/api/threads", { method: "POST", token, headers: typed });
+    expect(typedEmpty.status).toBe(201);
+    await typedEmpty.body?.cancel();
+    const typedMint = await call(`/api/threads/${t.id}/tokens`, { method: "POST", token, headers: typed });
+    expect(typedMint.status).toBe(201);
+    await typedMint.body?.cancel();
+    await expectError(await call("/api/threads", { method: "POST", token, headers: { "content-type": "text/plain" } }), 415, "unsupported_media_type");
     // Chunked with no chunks is no body too.
     const empty = new ReadableStream({ start: (c) => c.close() });
     const chunked = await call("/api/threads", { method: "POST", token, body: empty, duplex: "half" } as RequestInit);

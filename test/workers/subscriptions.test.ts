@@ -166,8 +166,13 @@ describe("subscriptions API", () => {
     expect(await errorCode(unsafe)).toBe("WEBHOOK_URL_REJECTED");
     expect(await errorCode(await put(token, "s3", { type: "webhook", pattern: "a/*" }))).toBe("INVALID_REQUEST");
     expect(await errorCode(await put(token, "s4", { type: "pull-wake", pattern: "a/*" }))).toBe("INVALID_REQUEST");
-    expect((await put(token, "s5", { type: "carrier-pigeon" })).status).toBe(400);
-    expect((await put(token, "s6", { type: "pull-wake", wake_stream: "w", lease_ttl_ms: 5 })).status).toBe(400);
+    // A body the protocol refuses is its INVALID_REQUEST, as in the reference server, whichever rule it breaks.
+    const refused = async (r: Response) => [r.status, await errorCode(r)];
+    expect(await refused(await put(token, "s5", { type: "carrier-pigeon" }))).toEqual([400, "INVALID_REQUEST"]);
+    expect(await refused(await put(token, "s6", { type: "pull-wake", wake_stream: "w", lease_ttl_ms: 5 }))).toEqual([400, "INVALID_REQUEST"]);
+    expect(await refused(await call(sub("s6"), { method: "PUT", token, body: "{not json", headers: { "content-type": "application/json" } }))).toEqual([400, "INVALID_REQUEST"]);
+    expect(await refused(await call(`${sub("s1")}/claim`, { method: "POST", token, json: {} }))).toEqual([400, "INVALID_REQUEST"]);
+    expect(await refused(await call(`${sub("s1")}/streams`, { method: "POST", token, json: { streams: [] } }))).toEqual([400, "INVALID_REQUEST"]);
     expect((await put(token, "s7", { type: "pull-wake", wake_stream: "w", streams: ["__ds/jwks.json"] })).status).toBe(400);
     // A thread's log is not a plain stream: it would never be linked, and wakes to it would be dropped.
     expect((await put(token, "s9", { type: "pull-wake", wake_stream: "thread-th_1" })).status).toBe(400);

@@ -65,6 +65,11 @@ describe("threads", () => {
     expect(children.threads.map((t) => t.id)).toEqual([child.id]);
     const roots = (await (await call(`/api/threads?parent=none`, { token })).json()) as { threads: { id: string }[] };
     expect(roots.threads.map((t) => t.id)).toEqual([parent.id]);
+    // Filters combine: a root has no parent of kind thread, so nothing matches both.
+    const rootsOfThreads = (await (await call(`/api/threads?parent=none&parentKind=thread`, { token })).json()) as { threads: { id: string }[] };
+    expect(rootsOfThreads.threads.map((t) => t.id)).toEqual([]);
+    const childrenOfThreads = (await (await call(`/api/threads?parent=${parent.id}&parentKind=thread`, { token })).json()) as { threads: { id: string }[] };
+    expect(childrenOfThreads.threads.map((t) => t.id)).toEqual([child.id]);
     const running = (await (await call(`/api/threads?status=running`, { token })).json()) as { threads: unknown[] };
     expect(running.threads).toEqual([]);
     const badStatus = await call(`/api/threads?status=bogus`, { token });
@@ -183,6 +188,22 @@ describe("entries", () => {
     const lines = new TextDecoder().decode(await nd.arrayBuffer()).trim().split("\n").map((l) => JSON.parse(l));
     expect(lines.map((l) => l.offset)).toEqual(offsets);
     expect(nd.headers.get("Stream-Next-Offset")).toBe(offsets[3]);
+
+    // Accept is read as HTTP reads it: media types in any letter case, q=0 meaning "not this",
+    // and the form the client prefers.
+    const cases: [string, string][] = [
+      ["Application/X-NDJSON", "application/x-ndjson"],
+      ["application/x-ndjson, application/json;q=0.5", "application/x-ndjson"],
+      ["application/json, application/x-ndjson;q=0.1", "application/json"],
+      ["application/x-ndjson;q=0, application/json", "application/json"],
+      ["application/x-ndjson;q=0", "application/json"],
+      ["*/*", "application/json"],
+    ];
+    for (const [accept, expected] of cases) {
+      const r = await call(`/api/threads/${t.id}/entries?offset=-1`, { token, headers: { accept } });
+      expect(`${accept} -> ${r.headers.get("content-type")}`).toBe(`${accept} -> ${expected}`);
+      await r.body?.cancel();
+    }
   });
 
   it("a client-supplied id makes a post idempotent", async () => {
@@ -287,6 +308,9 @@ describe("health and CORS", () => {
     expect(pre.status).toBe(204);
     expect(pre.headers.get("access-control-allow-origin")).toBe("*");
     expect(pre.headers.get("access-control-allow-headers")).toContain("authorization");
+    // Every request header the README has a client send, so a browser's preflight lets it through.
+    const allowed = (pre.headers.get("access-control-allow-headers") ?? "").toLowerCase().split(/,\s*/);
+    for (const h of ["authorization", "content-type", "idempotency-key"]) expect(allowed, h).toContain(h);
     const denied = await call("/api/threads");
     expect(denied.status).toBe(401);
     expect(denied.headers.get("access-control-allow-origin")).toBe("*");
