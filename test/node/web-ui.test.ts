@@ -110,6 +110,12 @@ describe("signing in", () => {
     const anonymous = await fetch(`${worker.url}/api/no-such-route`);
     expect([anonymous.status, anonymous.headers.get("content-type")]).toEqual([401, "application/json"]);
     expect((await fetch(`${worker.url}/health`)).status).toBe(200);
+    // The bare API roots are the worker's too: a client with a wrong base URL gets JSON, not the page.
+    for (const path of ["/api", "/v1", "/health/"]) {
+      const r = await fetch(`${worker.url}${path}`, { headers: { authorization: `Bearer ${token}` } });
+      expect([path, r.headers.get("content-type")]).toEqual([path, expect.stringContaining("application/json")]);
+      await r.body?.cancel();
+    }
   });
 
   it("refuses a bad pasted token and accepts a house token", async () => {
