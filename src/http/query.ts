@@ -1,4 +1,4 @@
-import type { z } from "zod";
+import { z } from "zod";
 import { ApiError } from "../errors";
 import { formatZodError } from "../entries/schema";
 
@@ -29,4 +29,15 @@ export function parseQuery<T extends z.ZodType>(request: Request, schema: T, sum
   const parsed = schema.safeParse(Object.fromEntries(new URL(request.url).searchParams));
   if (!parsed.success) throw new ApiError("validation_failed", summary, formatZodError(parsed.error));
   return parsed.data;
+}
+
+/**
+ * A whole number in a query string, written as digits only: `0x10`, `1e2`, `+5`, `1.0` and ` 5`
+ * are refused, not read as 16, 100, 5, 1 and 5 the way Number() would.
+ */
+export function queryInt(min: number, max: number) {
+  return z.string()
+    .regex(/^\d{1,15}$/, `an integer from ${min} to ${max}, in digits`)
+    .transform(Number)
+    .pipe(z.number().int().min(min).max(max));
 }

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { parseQuery } from "./query";
+import { parseQuery, queryInt } from "./query";
 import { ApiError, json } from "../errors";
 import type { Env } from "../env";
 import { assertThreadAccess, authenticate } from "../auth/authenticate";
@@ -9,7 +9,7 @@ import { unwrapRpc } from "../actors/rpc";
 
 const artifactsQuery = z.object({
   runId: idSchema.optional(),
-  limit: z.coerce.number().int().min(1).max(200).default(50),
+  limit: queryInt(1, 200).default(50),
 }).strict();
 
 /** What the thread's runs left behind (`artifact.diff`, `artifact.files`), newest first. */

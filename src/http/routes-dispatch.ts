@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { parseQuery } from "./query";
+import { parseQuery, queryInt } from "./query";
 import { ApiError, json } from "../errors";
 import type { Env } from "../env";
 import { assertThreadAccess, authenticate, houseWriter } from "../auth/authenticate";
@@ -33,7 +33,7 @@ export async function patchThreadConfigRoute(request: Request, env: Env, id: str
   return json(await unwrapRpc(threadStub(env, threadId).patchDispatchConfig(claims.houseId, patch)));
 }
 
-const decisionsQuery = z.object({ limit: z.coerce.number().int().min(1).max(500).default(100) });
+const decisionsQuery = z.object({ limit: queryInt(1, 500).default(100) });
 
 /** Why each bot did or did not answer each recent chat entry, newest first. */
 export async function dispatchDecisionsRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { parseQuery } from "./query";
+import { parseQuery, queryInt } from "./query";
 import { ApiError, json } from "../errors";
 import type { Env } from "../env";
 import { authenticate, houseWriter, requireHouse } from "../auth/authenticate";
@@ -111,7 +111,7 @@ export async function getSandboxRoute(request: Request, env: Env, id: string | u
 }
 
 const previewQuery = z.object({
-  expiresInSeconds: z.coerce.number().int().min(1).max(86_400).default(3_600),
+  expiresInSeconds: queryInt(1, 86_400).default(3_600),
 }).strict();
 const portSchema = z.coerce.number().int().min(1).max(65_535);
 

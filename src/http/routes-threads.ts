@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { parseQuery } from "./query";
+import { parseQuery, queryInt } from "./query";
 import { modelNameSchema } from "../agents";
 import { ApiError, json, SECURITY_HEADERS } from "../errors";
 import type { Env } from "../env";
@@ -33,14 +33,14 @@ export const createThreadSchema = z.object({
 const tokenSchema = z.object({ scope: z.enum(STREAM_SCOPES).default("stream:write") }).strict();
 
 /** The offset is the log's to judge (`invalid_offset`); only the limit is checked here. */
-const entriesQuery = z.object({ limit: z.coerce.number().int().min(1).max(10_000).default(1000), offset: z.string().optional() });
+const entriesQuery = z.object({ limit: queryInt(1, 10_000).default(1000), offset: z.string().optional() });
 
 const listSchema = z.object({
   // Empty is refused, not taken as no filter: a client that lost the id would list the whole house.
   parent: z.string().min(1, "parent must be none or a thread id").max(200).optional(),
   parentKind: z.enum(["none", "agent", "thread"]).optional(),
   status: z.enum(THREAD_STATUSES).optional(),
-  limit: z.coerce.number().int().min(1).max(1000).default(100),
+  limit: queryInt(1, 1000).default(100),
   // Compared with the stored createdAt (ISO, milliseconds, UTC) as a string: any other spelling of
   // an instant is made that form first, and what is not an instant is refused rather than matching
   // nothing (epoch milliseconds would compare below every date) or the wrong threads. A zone offset

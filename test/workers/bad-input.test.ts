@@ -335,6 +335,11 @@ describe("query strings and charsets", () => {
       [`/api/threads/${t.id}/dispatch?limit=abc`, "limit"],
       [`/api/threads/${t.id}/artifacts?limit=0`, "limit"],
       [`/api/threads/${t.id}/entries?limit=abc`, "limit"],
+      // Number() would read these as 16, 100, 5 and 1: a limit is written in digits.
+      ["/api/threads?limit=0x10", "limit"],
+      [`/api/threads/${t.id}/entries?limit=1e2`, "limit"],
+      [`/api/threads/${t.id}/artifacts?limit=%2B5`, "limit"],
+      [`/api/threads/${t.id}/dispatch?limit=1.0`, "limit"],
       ["/api/threads?status=sleepy", "status"],
       ["/api/sandboxes?ephemeral=maybe", "ephemeral"],
       ["/api/sandboxes/box_x/ports/http/preview", "port"],
