@@ -115,7 +115,7 @@ function resolveForkSource(raw: string, houseId: string): ForkSource {
  * not past a day from its first minting.
  */
 async function renewStreamToken(request: Request, env: Env, claims: TokenClaims, threadId: string): Promise<Response> {
-  if (request.method !== "POST") throw new ApiError("method_not_allowed", "POST to renew a stream token", undefined, { allow: "POST" });
+  if (request.method !== "POST") throw new ApiError("method_not_allowed", "POST to renew a stream token", undefined, { allow: "POST, OPTIONS" });
   if (claims.kind !== "stream") throw new ApiError("forbidden", "only a stream token can be renewed");
   if (claims.threadId !== threadId) throw new ApiError("forbidden", "token is scoped to another thread");
   if (claims.runId === undefined && Math.floor(Date.now() / 1000) - claims.firstMintedAt > STREAM_TOKEN_RENEWAL_SPAN_SECONDS) {

@@ -129,8 +129,9 @@ export async function wakeCaller(request: Request, env: Env, id: string): Promis
 /** A known route asked with another method: 405 with `Allow` (after the token check). */
 function allow(method: string, allowed: string[], message: string): void {
   if (allowed.includes(method)) return;
+  // OPTIONS is a CORS preflight, answered on every path (as the other routes' Allow says).
   const withHead = allowed.includes("GET") ? [...allowed, "HEAD"] : allowed;
-  throw new ApiError("method_not_allowed", message, undefined, { allow: withHead.join(", ") });
+  throw new ApiError("method_not_allowed", message, undefined, { allow: [...withHead, "OPTIONS"].join(", ") });
 }
 
 /** Subscriptions belong to houses: a run's stream token does not reach them. */

@@ -68,10 +68,10 @@ describe("405 under the stream base", () => {
     const cases: [string, string, string][] = [
       [`/api/stream/thread-${t.id}`, "DELETE", "GET, HEAD, POST, PUT, OPTIONS"],
       [`/api/stream/thread-${t.id}`, "PATCH", "GET, HEAD, POST, PUT, OPTIONS"],
-      ["/v1/stream/__ds/jwks.json", "PATCH", "GET, HEAD"],
-      ["/v1/stream/__ds/subscriptions", "POST", "GET, HEAD"],
-      ["/v1/stream/__ds/subscriptions/s1/claim", "GET", "POST"],
-      ["/v1/stream/__ds/subscriptions/s1", "PATCH", "PUT, GET, DELETE, HEAD"],
+      ["/v1/stream/__ds/jwks.json", "PATCH", "GET, HEAD, OPTIONS"],
+      ["/v1/stream/__ds/subscriptions", "POST", "GET, HEAD, OPTIONS"],
+      ["/v1/stream/__ds/subscriptions/s1/claim", "GET", "POST, OPTIONS"],
+      ["/v1/stream/__ds/subscriptions/s1", "PATCH", "PUT, GET, DELETE, HEAD, OPTIONS"],
     ];
     for (const [path, method, allow] of cases) {
       const r = await call(path, { method, token, ...(method === "GET" ? {} : { body: "{}", headers: { "content-type": "application/json" } }) });
@@ -83,7 +83,13 @@ describe("405 under the stream base", () => {
     }
     const st = await streamToken("house-405-streams", t.id);
     const renew = await call(`/api/stream/thread-${t.id}/token`, { token: st });
-    expect([renew.status, renew.headers.get("allow")]).toEqual([405, "POST"]);
+    expect([renew.status, renew.headers.get("allow")]).toEqual([405, "POST, OPTIONS"]);
+    // What every Allow names, OPTIONS included, is answered: the preflight of a browser client.
+    for (const path of [`/api/stream/thread-${t.id}/token`, "/v1/stream/__ds/subscriptions/s1/claim"]) {
+      const preflight = await call(path, { method: "OPTIONS", headers: { origin: "https://app.example", "access-control-request-method": "POST" } });
+      expect({ path, status: preflight.status, methods: preflight.headers.get("access-control-allow-methods") }).toEqual({ path, status: 204, methods: expect.stringContaining("POST") });
+      await preflight.body?.cancel();
+    }
     await renew.body?.cancel();
     // HEAD is a GET without its body here too.
     const head = await call("/v1/stream/__ds/jwks.json", { method: "HEAD", token });
