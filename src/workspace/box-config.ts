@@ -185,6 +185,12 @@ export const repositoriesSchema = z.array(repositorySchema).max(20).superRefine(
   }
   const paths = rs.map(repoPath);
   if (new Set(paths).size !== paths.length) ctx.addIssue({ code: "custom", message: "two repositories at one path: give them different `path`s" });
+  // Each launch clears a checkout's path before it clones there: an outer repository listed after
+  // an inner one removes it, and one listed before has the inner checkout written into its tree.
+  for (const [i, p] of paths.entries()) {
+    const outer = paths.find((q) => p.startsWith(`${q}/`));
+    if (outer !== undefined) ctx.addIssue({ code: "custom", path: [i, "path"], message: `repository ${p} lies inside repository ${outer}: give repositories paths side by side` });
+  }
 });
 
 /** Where a repository goes in the working directory. */

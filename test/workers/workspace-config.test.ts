@@ -225,6 +225,22 @@ describe("environment workspace fields", () => {
     expect(JSON.stringify((await readAll(token, childThreadId)).entries)).not.toContain("ghp-secret-token-1");
   });
 
+  it("repositories: one inside another's path is a 400, in either order (the outer's clone would remove the inner, or take it into its tree)", async () => {
+    const token = await houseToken("house-ws-repos-nested");
+    for (const repositories of [
+      [{ url: "https://git.example/app.git", path: "app" }, { url: "https://git.example/lib.git", path: "app/vendor/lib" }],
+      [{ url: "https://git.example/lib.git", path: "app/lib" }, { url: "https://git.example/app.git" }],
+    ]) {
+      const r = await createEnv(token, { repositories });
+      expect(r.status, JSON.stringify(repositories)).toBe(400);
+      expect(r.body.error.details).toEqual([expect.objectContaining({ message: expect.stringMatching(/^repository app\/(vendor\/)?lib lies inside repository app: give repositories paths side by side$/) })]);
+    }
+    const created = await createEnv(token, { repositories: [{ url: "https://git.example/app.git" }, { url: "https://git.example/lib.git", path: "apps/lib" }] });
+    expect(created.status).toBe(201);
+    const patched = await call(`/api/environments/${created.body.id}`, { method: "PATCH", token, json: { repositories: [{ url: "https://git.example/app.git" }, { url: "https://git.example/lib.git", path: "app/lib" }] } });
+    expect(patched.status).toBe(400);
+  });
+
   it("plugins: pi skills and extensions go to pi's agent directory; MCP servers to Claude Code's .mcp.json with secrets filled in the box only", async () => {
     const token = await houseToken("house-ws-plugins");
     for (const plugins of [
