@@ -75,6 +75,19 @@ export const environmentInputSchema = z.object({
       }
     }
   }
+  // Files are written after the clones and folders are in place: one at or around a folder's
+  // path, or (with several repositories) a checkout's, would have to replace a directory.
+  const dirs = [
+    ...e.folders.map((f) => ({ what: `folder ${f.path}`, path: f.path })),
+    ...(e.repositories.length > 1 ? e.repositories.map((r) => ({ what: `repository ${repoPath(r)}`, path: repoPath(r) })) : []),
+  ];
+  for (const [i, f] of e.files.entries()) {
+    const taken = dirs.find((d) => d.path === f.path || d.path.startsWith(`${f.path}/`));
+    if (taken) {
+      ctx.addIssue({ code: "custom", path: ["files", i, "path"], message: `file ${f.path} would replace the directory of ${taken.what}: files may go inside it, not at or around it` });
+      return z.NEVER;
+    }
+  }
   // `shared`: every run and `run_command` use the one box. `ephemeral` (the default): a box per
   // run; `sharedBox: true` then still keeps a box for `run_command`.
   const boxMode = e.boxMode ?? "ephemeral";

@@ -36,6 +36,11 @@ export const filesSchema = z.array(workspaceFileSchema).max(200).superRefine((fi
     if (seen.has(f.path)) ctx.addIssue({ code: "custom", message: `file ${f.path} is given twice` });
     seen.add(f.path);
   }
+  // A path cannot be a file and the directory of another file at once: the launch's upload would fail.
+  for (const [i, f] of files.entries()) {
+    const under = files.find((g) => g.path.startsWith(`${f.path}/`));
+    if (under) ctx.addIssue({ code: "custom", path: [i, "path"], message: `file ${f.path} is also the directory of file ${under.path}` });
+  }
 });
 
 /**

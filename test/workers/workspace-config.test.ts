@@ -241,6 +241,29 @@ describe("environment workspace fields", () => {
     expect(patched.status).toBe(400);
   });
 
+  it("files: a file at or around another file's, a folder's or (with several repositories) a checkout's directory is a 400, not a launch that fails uploading it", async () => {
+    const token = await houseToken("house-ws-files-clash");
+    const repositories = [{ url: "https://git.example/app.git" }, { url: "https://git.example/lib.git", path: "libs/lib" }];
+    for (const [body, message] of [
+      [{ files: [{ path: "conf", content: "x" }, { path: "conf/a.json", content: "{}" }] }, "file conf is also the directory of file conf/a.json"],
+      [{ files: [{ path: "data", content: "x" }], folders: [{ source: "data", path: "data" }] }, "file data would replace the directory of folder data: files may go inside it, not at or around it"],
+      [{ files: [{ path: "data", content: "x" }], folders: [{ source: "d", path: "data/in" }] }, "file data would replace the directory of folder data/in: files may go inside it, not at or around it"],
+      [{ files: [{ path: "app", content: "x" }], repositories }, "file app would replace the directory of repository app: files may go inside it, not at or around it"],
+      [{ files: [{ path: "libs", content: "x", sensitive: true }], repositories }, "file libs would replace the directory of repository libs/lib: files may go inside it, not at or around it"],
+    ] as const) {
+      const r = await createEnv(token, body);
+      expect(r.status, JSON.stringify(body)).toBe(400);
+      expect(r.body.error.details.map((d: { message: string }) => d.message)).toEqual([message]);
+    }
+    // Inside a folder or a checkout is where such files belong.
+    const ok = await createEnv(token, { files: [{ path: "data/extra.txt", content: "x" }, { path: "app/.env", content: "y" }], folders: [{ source: "data", path: "data" }], repositories });
+    expect(ok.status).toBe(201);
+    // One repository is the working directory itself: a file named like it is a file in its checkout.
+    expect((await createEnv(token, { files: [{ path: "app", content: "x" }], repositories: [repositories[0]] })).status).toBe(201);
+    const patched = await call(`/api/environments/${ok.body.id}`, { method: "PATCH", token, json: { files: [{ path: "data", content: "x" }] } });
+    expect(patched.status).toBe(400);
+  });
+
   it("plugins: pi skills and extensions go to pi's agent directory; MCP servers to Claude Code's .mcp.json with secrets filled in the box only", async () => {
     const token = await houseToken("house-ws-plugins");
     for (const plugins of [
