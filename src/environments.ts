@@ -3,6 +3,7 @@ import { recordSchema } from "./domain/record-schema";
 import { idSchema } from "./auth/tokens";
 import { modelNameSchema } from "./agents";
 import { ApiError } from "./errors";
+import { MAX_JSON_BODY_BYTES } from "./http/body";
 import { formatZodError } from "./entries/schema";
 import { providerNameSchema } from "./sandbox/providers";
 import { packagesSchema } from "./workspace/packages";
@@ -139,5 +140,11 @@ export function applyEnvironmentPatch(current: Environment, patch: Record<string
   if (patch.boxMode === "shared" && !("sharedBox" in patch)) delete merged.sharedBox;
   const parsed = environmentInputSchema.safeParse(merged);
   if (!parsed.success) throw new ApiError("validation_failed", "invalid environment", formatZodError(parsed.error));
+  // Each PATCH body is capped, but what they add up to is not: PATCHes one after another would
+  // grow an environment past what its house stores in one row, and every box's env and files with it.
+  const bytes = new TextEncoder().encode(JSON.stringify(parsed.data)).byteLength;
+  if (bytes > MAX_JSON_BODY_BYTES) {
+    throw new ApiError("payload_too_large", `the environment would be ${bytes} bytes after this PATCH; at most ${MAX_JSON_BODY_BYTES}, what one create may send: remove or shorten something first`);
+  }
   return { ...parsed.data, id: current.id, houseId, createdAt, ...(sharedBoxId ? { sharedBoxId } : {}) };
 }
