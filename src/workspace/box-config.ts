@@ -300,7 +300,11 @@ export function codexMcpToml(servers: Plugins["mcpServers"]): string {
   }).join("\n\n") + "\n";
 }
 
-const hostSchema = z.string().regex(/^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?(:\d{1,5})?$/, "a host name or host:port");
+const hostSchema = z.string().regex(/^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?(:\d{1,5})?$/, "a host name or host:port")
+  .refine((h) => {
+    const port = /:(\d+)$/.exec(h)?.[1];
+    return port === undefined || (Number(port) >= 1 && Number(port) <= 65535);
+  }, "a port from 1 to 65535");
 
 /**
  * What a box may reach: everything (`open`, the default), nothing but its thread stream (`deny`),
