@@ -178,7 +178,10 @@ export const repositorySchema = z.object({
    * fast-forward only.
    */
   reset: z.boolean().optional(),
-}).strict();
+}).strict().refine((r) => r.credentialsUsername === undefined || r.credentialsSecret !== undefined, {
+  path: ["credentialsUsername"],
+  message: "a user name is sent only with a credentialsSecret: name the secret that holds the password or token",
+});
 export type RepositorySpec = z.infer<typeof repositorySchema>;
 
 export const repositoriesSchema = z.array(repositorySchema).max(20).superRefine((rs, ctx) => {

@@ -186,6 +186,8 @@ describe("environment workspace fields", () => {
     for (const repositories of [
       [{ url: "https://user:pw@git.example/a.git" }],
       [{ url: "https://git.example/a.git", credentialsSecret: "MISSING" }],
+      // A user name without a secret would be dropped: the clone would go without credentials.
+      [{ url: "https://git.example/a.git", credentialsUsername: "bot" }],
       [{ url: "https://git.example/a.git" }, { url: "https://other.example/a" }],
       [{ url: "not a url" }],
       [{ url: "https://git.example/a.git", ref: "main" }],
