@@ -112,14 +112,24 @@ const secretsPatchSchema = recordSchema(z.string(), z.unknown());
 
 /**
  * A PATCH applied to an environment: the fields given replace the stored ones (`files` as a
- * whole list) and `null` clears one (it takes its default); `secrets` merges by name, `null`
- * removing one. The result is validated like a create. Pure: the house's actor applies it.
+ * whole list, where a sensitive file given without content keeps the stored one) and `null`
+ * clears one (it takes its default); `secrets` merges by name, `null` removing one. The result is validated like a create. Pure: the house's actor applies it.
  */
 export function applyEnvironmentPatch(current: Environment, patch: Record<string, unknown>): Environment {
   if ("id" in patch && patch.id !== current.id) throw new ApiError("validation_failed", "id cannot be changed", [{ path: "id", message: "cannot be changed" }]);
   const { houseId, createdAt, sharedBoxId, id: _id, ...stored } = current;
   const merged: Record<string, unknown> = { ...stored, ...patch };
   for (const [k, v] of Object.entries(patch)) if (v === null && k !== "secrets") delete merged[k];
+  // A sensitive file is shown without its content, so a list sent back as read keeps the content
+  // stored at that path: adding or removing one file does not mean sending every secret one again.
+  if (Array.isArray(patch.files)) {
+    merged.files = patch.files.map((f: unknown) => {
+      if (!f || typeof f !== "object" || Array.isArray(f) || "content" in f) return f;
+      const given = f as { path?: unknown; sensitive?: unknown };
+      const kept = given.sensitive === true ? current.files?.find((c) => c.sensitive && c.path === given.path) : undefined;
+      return kept ? { ...given, content: kept.content } : f;
+    });
+  }
   if ("secrets" in patch) {
     if (patch.secrets === null || typeof patch.secrets !== "object" || Array.isArray(patch.secrets)) {
       throw new ApiError("validation_failed", "secrets must be an object (a null value removes that secret)", [{ path: "secrets", message: "an object of NAME: value (null removes one)" }]);

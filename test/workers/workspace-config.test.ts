@@ -333,6 +333,21 @@ describe("environment workspace fields", () => {
     expect(body.name).toBe("ws");
     expect(JSON.stringify(body)).not.toMatch(/secret"|cccc|key"/);
 
+    // The list as GET shows it, with a file added, is a list PATCH takes: the sensitive file keeps its content.
+    const added = await call(`/api/environments/${id}`, { method: "PATCH", token, json: { files: [...body.files, { path: "more.txt", content: "m" }] } });
+    expect(added.status).toBe(200);
+    expect(((await added.json()) as any).files).toEqual([{ path: "k.txt", sensitive: true }, { path: "more.txt", content: "m", sensitive: false }]);
+    // Without content, only a sensitive file already stored at that path is kept; anything else is still a 400.
+    for (const files of [[{ path: "other.txt", sensitive: true }], [{ path: "k.txt" }], [{ path: "k.txt", sensitive: false }]]) {
+      expect((await call(`/api/environments/${id}`, { method: "PATCH", token, json: { files } })).status, JSON.stringify(files)).toBe(400);
+    }
+    await call(`/api/environments/${id}`, { method: "PATCH", token, json: { boxMode: "ephemeral", sharedBox: false } });
+    const { runId } = await delegateAndLaunch(token, id, { task: "read the key" });
+    const provider = sharedTestProvider();
+    const [box] = await provider.list({ [LABEL_RUN]: runId });
+    const boxFiles = provider.boxes.get(box.ref)!.files;
+    expect([boxFiles.get("work/k.txt"), boxFiles.get("work/more.txt")].map((b) => new TextDecoder().decode(b))).toEqual(["key", "m"]);
+
     const replaced = (await (await call(`/api/environments/${id}`, { method: "PATCH", token, json: { files: [{ path: "new.txt", content: "n" }] } })).json()) as any;
     expect(replaced.files).toEqual([{ path: "new.txt", content: "n", sensitive: false }]);
 
