@@ -65,6 +65,18 @@ export const environmentInputSchema = z.object({
       return z.NEVER;
     }
   }
+  // An MCP env value `$NAME` is replaced by that secret in the box; without the secret the server
+  // would get the text `$NAME` itself and fail, or run unauthenticated, at run time.
+  for (const [server, srv] of Object.entries(e.plugins?.mcpServers ?? {})) {
+    if (!("command" in srv)) continue;
+    for (const [k, v] of Object.entries(srv.env ?? {})) {
+      const name = /^\$([A-Za-z_][A-Za-z0-9_]*)$/.exec(v)?.[1];
+      if (name !== undefined && !(name in e.secrets)) {
+        ctx.addIssue({ code: "custom", path: ["plugins", "mcpServers", server, "env", k], message: `no secret named ${name} in this environment` });
+        return z.NEVER;
+      }
+    }
+  }
   // Several repositories sit side by side in the working directory, and folders are copied in
   // after the clones, each replacing its path: one at or around a checkout would take its place.
   if (e.repositories.length > 1) {

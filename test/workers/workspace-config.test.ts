@@ -296,6 +296,11 @@ describe("environment workspace fields", () => {
     const mcp = JSON.parse(new TextDecoder().decode(provider.boxes.get(box.ref)!.files.get("work/.mcp.json")));
     expect(mcp).toEqual({ mcpServers: { docs: { command: "docs-mcp", args: ["--stdio"], env: { API_KEY: "docs-secret-value" } } } });
     expect(JSON.stringify((await readAll(token, childThreadId)).entries)).not.toContain("docs-secret-value");
+    // `$NAME` of a secret the environment lacks would reach the server as that text: a 400 on create, and on the PATCH that removes it.
+    const missing = await createEnv(token, { plugins: { mcpServers: { docs: { command: "docs-mcp", env: { API_KEY: "$DOCS_KEY" } } } } });
+    expect(missing.status).toBe(400);
+    expect(missing.body.error.details).toEqual([{ path: "plugins.mcpServers.docs.env.API_KEY", message: "no secret named DOCS_KEY in this environment" }]);
+    expect((await call(`/api/environments/${created.body.id}`, { method: "PATCH", token, json: { secrets: { DOCS_KEY: null } } })).status).toBe(400);
   });
 
   it("egress: open, deny or an allow-list, always with the thread stream; bad hosts are refused", async () => {
