@@ -3,6 +3,7 @@ import { recordSchema } from "./domain/record-schema";
 import { idSchema } from "./auth/tokens";
 import { modelNameSchema } from "./agents";
 import { ApiError } from "./errors";
+import { MAX_JSON_BODY_BYTES } from "./http/body";
 import { formatZodError } from "./entries/schema";
 import { providerNameSchema } from "./sandbox/providers";
 import { packagesSchema } from "./workspace/packages";
@@ -64,6 +65,18 @@ export const environmentInputSchema = z.object({
       return z.NEVER;
     }
   }
+  // An MCP env value `$NAME` is replaced by that secret in the box; without the secret the server
+  // would get the text `$NAME` itself and fail, or run unauthenticated, at run time.
+  for (const [server, srv] of Object.entries(e.plugins?.mcpServers ?? {})) {
+    if (!("command" in srv)) continue;
+    for (const [k, v] of Object.entries(srv.env ?? {})) {
+      const name = /^\$([A-Za-z_][A-Za-z0-9_]*)$/.exec(v)?.[1];
+      if (name !== undefined && !(name in e.secrets)) {
+        ctx.addIssue({ code: "custom", path: ["plugins", "mcpServers", server, "env", k], message: `no secret named ${name} in this environment` });
+        return z.NEVER;
+      }
+    }
+  }
   // Several repositories sit side by side in the working directory, and folders are copied in
   // after the clones, each replacing its path: one at or around a checkout would take its place.
   if (e.repositories.length > 1) {
@@ -73,6 +86,19 @@ export const environmentInputSchema = z.object({
         ctx.addIssue({ code: "custom", path: ["folders", i, "path"], message: `folder ${f.path} would replace the checkout of repository ${under}: put it beside the repositories or inside one` });
         return z.NEVER;
       }
+    }
+  }
+  // Files are written after the clones and folders are in place: one at or around a folder's
+  // path, or (with several repositories) a checkout's, would have to replace a directory.
+  const dirs = [
+    ...e.folders.map((f) => ({ what: `folder ${f.path}`, path: f.path })),
+    ...(e.repositories.length > 1 ? e.repositories.map((r) => ({ what: `repository ${repoPath(r)}`, path: repoPath(r) })) : []),
+  ];
+  for (const [i, f] of e.files.entries()) {
+    const taken = dirs.find((d) => d.path === f.path || d.path.startsWith(`${f.path}/`));
+    if (taken) {
+      ctx.addIssue({ code: "custom", path: ["files", i, "path"], message: `file ${f.path} would replace the directory of ${taken.what}: files may go inside it, not at or around it` });
+      return z.NEVER;
     }
   }
   // `shared`: every run and `run_command` use the one box. `ephemeral` (the default): a box per
@@ -98,14 +124,24 @@ const secretsPatchSchema = recordSchema(z.string(), z.unknown());
 
 /**
  * A PATCH applied to an environment: the fields given replace the stored ones (`files` as a
- * whole list) and `null` clears one (it takes its default); `secrets` merges by name, `null`
- * removing one. The result is validated like a create. Pure: the house's actor applies it.
+ * whole list, where a sensitive file given without content keeps the stored one) and `null`
+ * clears one (it takes its default); `secrets` merges by name, `null` removing one. The result is validated like a create. Pure: the house's actor applies it.
  */
 export function applyEnvironmentPatch(current: Environment, patch: Record<string, unknown>): Environment {
   if ("id" in patch && patch.id !== current.id) throw new ApiError("validation_failed", "id cannot be changed", [{ path: "id", message: "cannot be changed" }]);
   const { houseId, createdAt, sharedBoxId, id: _id, ...stored } = current;
   const merged: Record<string, unknown> = { ...stored, ...patch };
   for (const [k, v] of Object.entries(patch)) if (v === null && k !== "secrets") delete merged[k];
+  // A sensitive file is shown without its content, so a list sent back as read keeps the content
+  // stored at that path: adding or removing one file does not mean sending every secret one again.
+  if (Array.isArray(patch.files)) {
+    merged.files = patch.files.map((f: unknown) => {
+      if (!f || typeof f !== "object" || Array.isArray(f) || "content" in f) return f;
+      const given = f as { path?: unknown; sensitive?: unknown };
+      const kept = given.sensitive === true ? current.files?.find((c) => c.sensitive && c.path === given.path) : undefined;
+      return kept ? { ...given, content: kept.content } : f;
+    });
+  }
   if ("secrets" in patch) {
     if (patch.secrets === null || typeof patch.secrets !== "object" || Array.isArray(patch.secrets)) {
       throw new ApiError("validation_failed", "secrets must be an object (a null value removes that secret)", [{ path: "secrets", message: "an object of NAME: value (null removes one)" }]);
@@ -126,5 +162,11 @@ export function applyEnvironmentPatch(current: Environment, patch: Record<string
   if (patch.boxMode === "shared" && !("sharedBox" in patch)) delete merged.sharedBox;
   const parsed = environmentInputSchema.safeParse(merged);
   if (!parsed.success) throw new ApiError("validation_failed", "invalid environment", formatZodError(parsed.error));
+  // Each PATCH body is capped, but what they add up to is not: PATCHes one after another would
+  // grow an environment past what its house stores in one row, and every box's env and files with it.
+  const bytes = new TextEncoder().encode(JSON.stringify(parsed.data)).byteLength;
+  if (bytes > MAX_JSON_BODY_BYTES) {
+    throw new ApiError("payload_too_large", `the environment would be ${bytes} bytes after this PATCH; at most ${MAX_JSON_BODY_BYTES}, what one create may send: remove or shorten something first`);
+  }
   return { ...parsed.data, id: current.id, houseId, createdAt, ...(sharedBoxId ? { sharedBoxId } : {}) };
 }

@@ -36,6 +36,11 @@ export const filesSchema = z.array(workspaceFileSchema).max(200).superRefine((fi
     if (seen.has(f.path)) ctx.addIssue({ code: "custom", message: `file ${f.path} is given twice` });
     seen.add(f.path);
   }
+  // A path cannot be a file and the directory of another file at once: the launch's upload would fail.
+  for (const [i, f] of files.entries()) {
+    const under = files.find((g) => g.path.startsWith(`${f.path}/`));
+    if (under) ctx.addIssue({ code: "custom", path: [i, "path"], message: `file ${f.path} is also the directory of file ${under.path}` });
+  }
 });
 
 /**
@@ -173,7 +178,10 @@ export const repositorySchema = z.object({
    * fast-forward only.
    */
   reset: z.boolean().optional(),
-}).strict();
+}).strict().refine((r) => r.credentialsUsername === undefined || r.credentialsSecret !== undefined, {
+  path: ["credentialsUsername"],
+  message: "a user name is sent only with a credentialsSecret: name the secret that holds the password or token",
+});
 export type RepositorySpec = z.infer<typeof repositorySchema>;
 
 export const repositoriesSchema = z.array(repositorySchema).max(20).superRefine((rs, ctx) => {
@@ -185,6 +193,12 @@ export const repositoriesSchema = z.array(repositorySchema).max(20).superRefine(
   }
   const paths = rs.map(repoPath);
   if (new Set(paths).size !== paths.length) ctx.addIssue({ code: "custom", message: "two repositories at one path: give them different `path`s" });
+  // Each launch clears a checkout's path before it clones there: an outer repository listed after
+  // an inner one removes it, and one listed before has the inner checkout written into its tree.
+  for (const [i, p] of paths.entries()) {
+    const outer = paths.find((q) => p.startsWith(`${q}/`));
+    if (outer !== undefined) ctx.addIssue({ code: "custom", path: [i, "path"], message: `repository ${p} lies inside repository ${outer}: give repositories paths side by side` });
+  }
 });
 
 /** Where a repository goes in the working directory. */
@@ -289,7 +303,11 @@ export function codexMcpToml(servers: Plugins["mcpServers"]): string {
   }).join("\n\n") + "\n";
 }
 
-const hostSchema = z.string().regex(/^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?(:\d{1,5})?$/, "a host name or host:port");
+const hostSchema = z.string().regex(/^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?(:\d{1,5})?$/, "a host name or host:port")
+  .refine((h) => {
+    const port = /:(\d+)$/.exec(h)?.[1];
+    return port === undefined || (Number(port) >= 1 && Number(port) <= 65535);
+  }, "a port from 1 to 65535");
 
 /**
  * What a box may reach: everything (`open`, the default), nothing but its thread stream (`deny`),

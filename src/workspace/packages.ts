@@ -43,6 +43,9 @@ export function packageInstallCommands(p: PackagesSpec | undefined): { manager: 
     out.push({
       manager,
       command: [
+        // `$missing` is split into words unquoted: a range (`pkg@1.*`) or extras (`pkg[x]`) would
+        // otherwise be a glob, replaced by any file of the box that it matches.
+        `set -f`,
         `missing=""`,
         ...steps,
         `if [ -n "$missing" ]; then ${install} $missing >&2 || exit 1; for m in $missing; do echo "${manager}:$m"; done; fi`,

@@ -308,6 +308,10 @@ describe("DaytonaProvider on the local host", () => {
       await provider.delete(box.ref);
       // An allow-list entry this host cannot enforce is refused, not ignored.
       await expect(provider.create({ labels: { house: house() }, ephemeral: true, egress: { blockAll: true, domainAllowList: ["example.com"] } })).rejects.toMatchObject({ code: "bad_request" });
+      // So is a port that does not exist (its bridge failed in every command, a stack trace in the output) or port 0 (any port).
+      for (const entry of ["127.0.0.1:99999", "localhost:0"]) {
+        await expect(provider.create({ labels: { house: house() }, ephemeral: true, egress: { blockAll: true, domainAllowList: [entry] } }), entry).rejects.toMatchObject({ code: "bad_request", message: expect.stringContaining(`cannot allow ${entry}`) });
+      }
     } finally {
       allowed.close();
       other.close();

@@ -57,6 +57,28 @@ describe("environment packages", () => {
     expect(fs.readdirSync(work)).toEqual([]);
   });
 
+  it("the install at box start hands every spec to its manager as written and reports it so: a version glob or pip extras never match files where it runs", () => {
+    const dir = tempDir("tb-install-");
+    const bin = path.join(dir, "bin");
+    fs.mkdirSync(bin);
+    // Stand-ins that find nothing installed and record what they are asked to install.
+    for (const name of ["npm", "python3"]) {
+      fs.writeFileSync(path.join(bin, name), `#!/bin/sh\ncase "$*" in *" ls "*|"ls "*|*"pip show"*) exit 1;; esac\nfor a in "$@"; do echo "$a"; done >> "${dir}/${name}.args"\n`, { mode: 0o755 });
+    }
+    const specs = { npm: ["left-pad@1.*"], pip: ["uvicorn[standard]>=0.30"] };
+    expect(packagesSchema.safeParse(specs).success).toBe(true);
+    // What a box's HOME may hold (an earlier run's files, a volume): names those specs would match as globs.
+    const home = path.join(dir, "home");
+    fs.mkdirSync(home);
+    for (const f of ["left-pad@1.0-from-the-box", "uvicorns>=0.30"]) fs.writeFileSync(path.join(home, f), "");
+    const printed = packageInstallCommands(specs).map((step) =>
+      execFileSync("/bin/bash", ["-c", step.command], { cwd: home, env: { PATH: `${bin}:/usr/bin:/bin` }, encoding: "utf8" })).join("");
+    const args = (name: string) => fs.readFileSync(path.join(dir, `${name}.args`), "utf8").split("\n");
+    expect(args("npm")).toContain("left-pad@1.*");
+    expect(args("python3")).toContain("uvicorn[standard]>=0.30");
+    expect(parseInstalled(printed)).toEqual(["npm:left-pad@1.*", "pip:uvicorn[standard]>=0.30"]);
+  });
+
   it("reads the installed list from what the command printed, ignoring installer noise", () => {
     expect(parseInstalled("added 1 package\nnpm:typescript@5.6.3\npip:requests==2.32.3\n")).toEqual(["npm:typescript@5.6.3", "pip:requests==2.32.3"]);
   });

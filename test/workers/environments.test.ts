@@ -21,6 +21,24 @@ describe("environments", () => {
     expect(JSON.stringify(await noName.json())).toContain('"path":"name"');
   });
 
+  it("PATCHes cannot add up to an environment larger than one create may send: 413, and the environment stays as it was", async () => {
+    const token = await houseToken("house-env-grow");
+    const created = await call("/api/environments", { method: "POST", token, json: { name: "big", files: [{ path: "data.txt", content: "d".repeat(300 * 1024) }] } });
+    expect(created.status).toBe(201);
+    const { id } = (await created.json()) as { id: string };
+    const vars = (prefix: string) => Object.fromEntries(Array.from({ length: 60 }, (_, i) => [`${prefix}${i}`, "v".repeat(10_000)]));
+    // Each body is well under the 1 MiB limit; the second would make the environment about 1.5 MB.
+    expect((await call(`/api/environments/${id}`, { method: "PATCH", token, json: { env: vars("A") } })).status).toBe(200);
+    const grown = await call(`/api/environments/${id}`, { method: "PATCH", token, json: { secrets: vars("S") } });
+    expect(grown.status).toBe(413);
+    const body = (await grown.json()) as { error: { code: string; message: string } };
+    expect(body.error.code).toBe("payload_too_large");
+    expect(body.error.message).toMatch(/^the environment would be \d+ bytes after this PATCH; at most 1048576/);
+    expect(((await (await call(`/api/environments/${id}`, { token })).json()) as { secretNames: string[] }).secretNames).toEqual([]);
+    // Making room first works.
+    expect((await call(`/api/environments/${id}`, { method: "PATCH", token, json: { env: null, secrets: vars("S") } })).status).toBe(200);
+  });
+
   it("refuse a name set both in env and in secrets, on create and on PATCH, naming the field", async () => {
     const token = await houseToken("house-env-both");
     const both = await call("/api/environments", { method: "POST", token, json: { name: "both", env: { API_KEY: "plain" }, secrets: { API_KEY: "sk-x" } } });

@@ -186,6 +186,8 @@ describe("environment workspace fields", () => {
     for (const repositories of [
       [{ url: "https://user:pw@git.example/a.git" }],
       [{ url: "https://git.example/a.git", credentialsSecret: "MISSING" }],
+      // A user name without a secret would be dropped: the clone would go without credentials.
+      [{ url: "https://git.example/a.git", credentialsUsername: "bot" }],
       [{ url: "https://git.example/a.git" }, { url: "https://other.example/a" }],
       [{ url: "not a url" }],
       [{ url: "https://git.example/a.git", ref: "main" }],
@@ -225,6 +227,45 @@ describe("environment workspace fields", () => {
     expect(JSON.stringify((await readAll(token, childThreadId)).entries)).not.toContain("ghp-secret-token-1");
   });
 
+  it("repositories: one inside another's path is a 400, in either order (the outer's clone would remove the inner, or take it into its tree)", async () => {
+    const token = await houseToken("house-ws-repos-nested");
+    for (const repositories of [
+      [{ url: "https://git.example/app.git", path: "app" }, { url: "https://git.example/lib.git", path: "app/vendor/lib" }],
+      [{ url: "https://git.example/lib.git", path: "app/lib" }, { url: "https://git.example/app.git" }],
+    ]) {
+      const r = await createEnv(token, { repositories });
+      expect(r.status, JSON.stringify(repositories)).toBe(400);
+      expect(r.body.error.details).toEqual([expect.objectContaining({ message: expect.stringMatching(/^repository app\/(vendor\/)?lib lies inside repository app: give repositories paths side by side$/) })]);
+    }
+    const created = await createEnv(token, { repositories: [{ url: "https://git.example/app.git" }, { url: "https://git.example/lib.git", path: "apps/lib" }] });
+    expect(created.status).toBe(201);
+    const patched = await call(`/api/environments/${created.body.id}`, { method: "PATCH", token, json: { repositories: [{ url: "https://git.example/app.git" }, { url: "https://git.example/lib.git", path: "app/lib" }] } });
+    expect(patched.status).toBe(400);
+  });
+
+  it("files: a file at or around another file's, a folder's or (with several repositories) a checkout's directory is a 400, not a launch that fails uploading it", async () => {
+    const token = await houseToken("house-ws-files-clash");
+    const repositories = [{ url: "https://git.example/app.git" }, { url: "https://git.example/lib.git", path: "libs/lib" }];
+    for (const [body, message] of [
+      [{ files: [{ path: "conf", content: "x" }, { path: "conf/a.json", content: "{}" }] }, "file conf is also the directory of file conf/a.json"],
+      [{ files: [{ path: "data", content: "x" }], folders: [{ source: "data", path: "data" }] }, "file data would replace the directory of folder data: files may go inside it, not at or around it"],
+      [{ files: [{ path: "data", content: "x" }], folders: [{ source: "d", path: "data/in" }] }, "file data would replace the directory of folder data/in: files may go inside it, not at or around it"],
+      [{ files: [{ path: "app", content: "x" }], repositories }, "file app would replace the directory of repository app: files may go inside it, not at or around it"],
+      [{ files: [{ path: "libs", content: "x", sensitive: true }], repositories }, "file libs would replace the directory of repository libs/lib: files may go inside it, not at or around it"],
+    ] as const) {
+      const r = await createEnv(token, body);
+      expect(r.status, JSON.stringify(body)).toBe(400);
+      expect(r.body.error.details.map((d: { message: string }) => d.message)).toEqual([message]);
+    }
+    // Inside a folder or a checkout is where such files belong.
+    const ok = await createEnv(token, { files: [{ path: "data/extra.txt", content: "x" }, { path: "app/.env", content: "y" }], folders: [{ source: "data", path: "data" }], repositories });
+    expect(ok.status).toBe(201);
+    // One repository is the working directory itself: a file named like it is a file in its checkout.
+    expect((await createEnv(token, { files: [{ path: "app", content: "x" }], repositories: [repositories[0]] })).status).toBe(201);
+    const patched = await call(`/api/environments/${ok.body.id}`, { method: "PATCH", token, json: { files: [{ path: "data", content: "x" }] } });
+    expect(patched.status).toBe(400);
+  });
+
   it("plugins: pi skills and extensions go to pi's agent directory; MCP servers to Claude Code's .mcp.json with secrets filled in the box only", async () => {
     const token = await houseToken("house-ws-plugins");
     for (const plugins of [
@@ -255,11 +296,17 @@ describe("environment workspace fields", () => {
     const mcp = JSON.parse(new TextDecoder().decode(provider.boxes.get(box.ref)!.files.get("work/.mcp.json")));
     expect(mcp).toEqual({ mcpServers: { docs: { command: "docs-mcp", args: ["--stdio"], env: { API_KEY: "docs-secret-value" } } } });
     expect(JSON.stringify((await readAll(token, childThreadId)).entries)).not.toContain("docs-secret-value");
+    // `$NAME` of a secret the environment lacks would reach the server as that text: a 400 on create, and on the PATCH that removes it.
+    const missing = await createEnv(token, { plugins: { mcpServers: { docs: { command: "docs-mcp", env: { API_KEY: "$DOCS_KEY" } } } } });
+    expect(missing.status).toBe(400);
+    expect(missing.body.error.details).toEqual([{ path: "plugins.mcpServers.docs.env.API_KEY", message: "no secret named DOCS_KEY in this environment" }]);
+    expect((await call(`/api/environments/${created.body.id}`, { method: "PATCH", token, json: { secrets: { DOCS_KEY: null } } })).status).toBe(400);
   });
 
   it("egress: open, deny or an allow-list, always with the thread stream; bad hosts are refused", async () => {
     const token = await houseToken("house-ws-egress");
-    for (const egress of ["closed", { allow: [] }, { allow: ["bad host"] }, { allow: ["a.example"], extra: 1 }]) {
+    // No such port: the local host's bridge for it failed in every command of the box, with a stack trace in its output.
+    for (const egress of ["closed", { allow: [] }, { allow: ["bad host"] }, { allow: ["a.example"], extra: 1 }, { allow: ["127.0.0.1:99999"] }, { allow: ["localhost:0"] }]) {
       expect((await createEnv(token, { egress })).status, JSON.stringify(egress)).toBe(400);
     }
     for (const egress of ["open", "deny", { allow: ["api.anthropic.com", "127.0.0.1:8080"] }, { blockAll: true }]) {
@@ -290,6 +337,21 @@ describe("environment workspace fields", () => {
     expect(body.files).toEqual([{ path: "k.txt", sensitive: true }]);
     expect(body.name).toBe("ws");
     expect(JSON.stringify(body)).not.toMatch(/secret"|cccc|key"/);
+
+    // The list as GET shows it, with a file added, is a list PATCH takes: the sensitive file keeps its content.
+    const added = await call(`/api/environments/${id}`, { method: "PATCH", token, json: { files: [...body.files, { path: "more.txt", content: "m" }] } });
+    expect(added.status).toBe(200);
+    expect(((await added.json()) as any).files).toEqual([{ path: "k.txt", sensitive: true }, { path: "more.txt", content: "m", sensitive: false }]);
+    // Without content, only a sensitive file already stored at that path is kept; anything else is still a 400.
+    for (const files of [[{ path: "other.txt", sensitive: true }], [{ path: "k.txt" }], [{ path: "k.txt", sensitive: false }]]) {
+      expect((await call(`/api/environments/${id}`, { method: "PATCH", token, json: { files } })).status, JSON.stringify(files)).toBe(400);
+    }
+    await call(`/api/environments/${id}`, { method: "PATCH", token, json: { boxMode: "ephemeral", sharedBox: false } });
+    const { runId } = await delegateAndLaunch(token, id, { task: "read the key" });
+    const provider = sharedTestProvider();
+    const [box] = await provider.list({ [LABEL_RUN]: runId });
+    const boxFiles = provider.boxes.get(box.ref)!.files;
+    expect([boxFiles.get("work/k.txt"), boxFiles.get("work/more.txt")].map((b) => new TextDecoder().decode(b))).toEqual(["key", "m"]);
 
     const replaced = (await (await call(`/api/environments/${id}`, { method: "PATCH", token, json: { files: [{ path: "new.txt", content: "n" }] } })).json()) as any;
     expect(replaced.files).toEqual([{ path: "new.txt", content: "n", sensitive: false }]);
