@@ -132,6 +132,19 @@ describe("Claude Code stream-json", () => {
     expect(c.argv).toEqual(expect.arrayContaining(["--model", "claude-sonnet-4-5", "--allowedTools", "Bash,Read", "--append-system-prompt", "x"]));
     expect(c.argv.slice(-2)).toEqual(["--", "do it"]);
   });
+
+  it("allowedTools limits the built-in tools that exist (--tools), not only which are spared a prompt", () => {
+    const tools = (allowedTools?: string[]) => {
+      const argv = buildClaudeCodeCommand({ prompt: "x", allowedTools }).argv;
+      const i = argv.indexOf("--tools");
+      return i < 0 ? null : argv[i + 1];
+    };
+    // Under bypassPermissions every prompt is spared: --allowedTools alone would leave Bash usable.
+    expect(tools(["Read", "Grep"])).toBe("Read,Grep");
+    expect(tools(["Bash(git *)", "Read", "mcp__github__create_issue"])).toBe("Bash,Read");
+    expect(tools([])).toBe("");
+    expect(tools(undefined)).toBeNull();
+  });
 });
 
 describe("Codex exec --json", () => {

@@ -118,7 +118,14 @@ export function buildClaudeCodeCommand(opts: StartOptions): HarnessCommand {
   if (opts.model) argv.push("--model", opts.model);
   if (opts.systemPrompt !== undefined) argv.push("--system-prompt", opts.systemPrompt);
   if (opts.appendSystemPrompt !== undefined) argv.push("--append-system-prompt", opts.appendSystemPrompt);
-  if (opts.allowedTools?.length) argv.push("--allowedTools", opts.allowedTools.join(","));
+  if (opts.allowedTools) {
+    // --allowedTools only spares a prompt, and bypassPermissions (the default here) spares every
+    // prompt anyway: what makes the list a limit is --tools, the built-in tools that exist at all.
+    // It takes names without a rule's pattern, and knows no MCP tools (those stay as configured).
+    const builtIn = [...new Set(opts.allowedTools.filter((t) => !t.startsWith("mcp__")).map((t) => t.replace(/\(.*$/, "")))];
+    argv.push("--tools", builtIn.join(","));
+    if (opts.allowedTools.length > 0) argv.push("--allowedTools", opts.allowedTools.join(","));
+  }
   if (opts.sessionFile) argv.push("--resume", opts.sessionFile);
   argv.push(...(opts.extraArgs ?? []));
   argv.push("--", opts.prompt);
