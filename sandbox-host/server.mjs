@@ -423,6 +423,9 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
     throw new HostError(404, `no route for ${route}`);
   }
 
+  /** The most a followed command's log puts in one WebSocket frame. */
+  const LOG_FRAME_BYTES = 16 * 1024;
+
   function handleUpgrade(req, socket, head) {
     const url = new URL(req.url, "http://local");
     const p = pathParts(url);
@@ -436,11 +439,16 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
     const cmd = box.session(p[4]).command(p[6]);
     const ws = acceptWebSocket(req, socket, head);
     if (!ws) return;
+    // In frames of a bounded size, as a daemon reading the log sends them: the SDK's demuxer
+    // spreads each frame into an argument list, and a log of megabytes in one frame overflows its stack.
+    const send = (data) => {
+      for (let at = 0; at < data.length; at += LOG_FRAME_BYTES) ws.sendBinary(data.subarray(at, at + LOG_FRAME_BYTES));
+    };
     const { existing, unsubscribe } = cmd.follow((frame) => {
       if (frame === null) ws.close(1000, "command finished");
-      else ws.sendBinary(frame);
+      else send(frame);
     });
-    if (existing.length) ws.sendBinary(existing);
+    if (existing.length) send(existing);
     if (cmd.done) ws.close(1000, "command finished");
     ws.onClose(unsubscribe);
   }

@@ -145,6 +145,20 @@ describe("DaytonaProvider on the local host", () => {
     await provider.delete(box.ref);
   });
 
+  it("a command that printed megabytes before it is followed is followed to its end, all of its output handed over", async () => {
+    const box = await provider.create({ labels: { house: house() }, ephemeral: true });
+    const h = await provider.startDetached(box.ref, "head -c 3000000 /dev/zero | tr '\\0' x; echo; sleep 0.5; echo tail");
+    // All 3 MB are in the command's log before anyone follows it.
+    for (const t0 = Date.now(); (await provider.detachedLogs(h)).output.length < 3_000_001 && Date.now() - t0 < 15_000;) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    let stdout = "";
+    await provider.followDetached(h, { onStdout: (t) => { stdout += t; } });
+    expect(stdout.length).toBe(3_000_000 + "\ntail\n".length);
+    expect(stdout.endsWith("x\ntail\n")).toBe(true);
+    await provider.delete(box.ref);
+  });
+
   it("starting a named detached session twice runs its command once and returns the same handle", async () => {
     const box = await provider.create({ labels: { house: house() }, ephemeral: true });
     const a = await provider.startDetached(box.ref, "echo started >> once.txt; sleep 2", { sessionId: "tb-run-r1" });
