@@ -145,6 +145,21 @@ describe("DaytonaProvider on the local host", () => {
     await provider.delete(box.ref);
   });
 
+  it("execStreaming refuses a cwd the box refuses exactly as exec does, before running anything", async () => {
+    const box = await provider.create({ labels: { house: house() }, ephemeral: true });
+    for (const cwd of ["nope", "/etc"]) {
+      const plain = await provider.exec(box.ref, "true", { cwd }).catch((e) => e);
+      expect(plain, cwd).toBeInstanceOf(ProviderError);
+      const chunks: string[] = [];
+      const live = await provider.execStreaming(box.ref, "echo ran > ran.txt", { cwd, onOutput: (_s, t) => chunks.push(t) }).catch((e) => e);
+      expect(live, cwd).toBeInstanceOf(ProviderError);
+      expect((live as ProviderError).code, cwd).toBe((plain as ProviderError).code);
+      expect(chunks).toEqual([]);
+    }
+    expect((await provider.exec(box.ref, "ls ran.txt 2>&1 || true")).output).toMatch(/No such file/);
+    await provider.delete(box.ref);
+  });
+
   it("a command that printed megabytes before it is followed is followed to its end, all of its output handed over", async () => {
     const box = await provider.create({ labels: { house: house() }, ephemeral: true });
     const h = await provider.startDetached(box.ref, "head -c 3000000 /dev/zero | tr '\\0' x; echo; sleep 0.5; echo tail");
