@@ -105,6 +105,9 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
     const ttl = rawTtl === null ? 60 : Number(rawTtl);
     if (!Number.isInteger(ttl) || ttl < 1 || ttl > 86_400) throw new HostError(400, "expiresInSeconds must be an integer from 1 to 86400");
     if (box.state !== "started") throw new HostError(409, `sandbox is ${box.state}`, "CONFLICT");
+    // Each process of such a box has a network of its own: nothing it serves is on the host's
+    // loopback, where a link would reach whatever else listens on that port (another box's server).
+    if (box.egress) throw new HostError(409, "this host cannot open a port of a box whose network is closed (egress deny or an allow-list): each of its processes has a network of its own", "CONFLICT");
     const token = randomBytes(16).toString("hex");
     previews.set(token, { boxId: box.id, port, expiresAtMs: Date.now() + ttl * 1000 });
     const base = (publicUrl ?? baseUrl).replace(/\/+$/, "");

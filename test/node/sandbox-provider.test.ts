@@ -312,6 +312,30 @@ describe("DaytonaProvider on the local host", () => {
     }
   });
 
+  it("a preview of a box with its network closed is refused as a conflict: its ports are in namespaces of their own, and a link would reach whatever else listens on that port", async () => {
+    const http = await import("node:http");
+    // What a link would have reached: another server on the machine's loopback port.
+    const other = await new Promise<import("node:http").Server>((resolve) => {
+      const srv = http.createServer((_q, r) => r.end("someone else's server"));
+      srv.listen(0, "127.0.0.1", () => resolve(srv));
+    });
+    const port = (other.address() as { port: number }).port;
+    try {
+      const closed = await provider.create({ labels: { house: house() }, ephemeral: true, egress: { blockAll: true } });
+      const refused = await provider.previewLink(closed.ref, port, 60).catch((e) => e);
+      expect(refused).toBeInstanceOf(ProviderError);
+      expect((refused as ProviderError).code).toBe("conflict");
+      expect((refused as ProviderError).message).toMatch(/network is closed/);
+      await provider.delete(closed.ref);
+      // A box with an open network still gets its link.
+      const open = await provider.create({ labels: { house: house() }, ephemeral: true });
+      expect(await (await fetch((await provider.previewLink(open.ref, port, 60)).url)).text()).toBe("someone else's server");
+      await provider.delete(open.ref);
+    } finally {
+      other.close();
+    }
+  });
+
   it("a box with its network closed reaches only its allowed loopback port, in one-shot and session commands", async () => {
     const http = await import("node:http");
     const serve = (text: string) => new Promise<import("node:http").Server>((resolve) => {

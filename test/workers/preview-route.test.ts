@@ -57,4 +57,16 @@ describe("GET /api/sandboxes/:id/ports/:port/preview", () => {
     expect(error.code).toBe("conflict");
     expect(error.message).toMatch(/gone/);
   });
+
+  it("a box the provider cannot open a port of (the local host's closed network) is a 409 that says so, not a provider outage", async () => {
+    const house = "house-preview-closed";
+    const token = await houseToken(house);
+    const boxId = await liveBox(token);
+    sharedTestProvider().failOn("previewLink", house, "box's network is closed", "conflict");
+    const r = await call(`/api/sandboxes/${boxId}/ports/3000/preview`, { token });
+    expect(r.status).toBe(409);
+    const error = ((await r.json()) as { error: { code: string; message: string } }).error;
+    expect(error.code).toBe("conflict");
+    expect(error.message).toMatch(/cannot open port 3000/);
+  });
 });
