@@ -105,6 +105,9 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
     const ttl = rawTtl === null ? 60 : Number(rawTtl);
     if (!Number.isInteger(ttl) || ttl < 1 || ttl > 86_400) throw new HostError(400, "expiresInSeconds must be an integer from 1 to 86400");
     if (box.state !== "started") throw new HostError(409, `sandbox is ${box.state}`, "CONFLICT");
+    // Each process of such a box has a network of its own: nothing it serves is on the host's
+    // loopback, where a link would reach whatever else listens on that port (another box's server).
+    if (box.egress) throw new HostError(409, "this host cannot open a port of a box whose network is closed (egress deny or an allow-list): each of its processes has a network of its own", "CONFLICT");
     const token = randomBytes(16).toString("hex");
     previews.set(token, { boxId: box.id, port, expiresAtMs: Date.now() + ttl * 1000 });
     const base = (publicUrl ?? baseUrl).replace(/\/+$/, "");
@@ -423,6 +426,9 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
     throw new HostError(404, `no route for ${route}`);
   }
 
+  /** The most a followed command's log puts in one WebSocket frame. */
+  const LOG_FRAME_BYTES = 16 * 1024;
+
   function handleUpgrade(req, socket, head) {
     const url = new URL(req.url, "http://local");
     const p = pathParts(url);
@@ -436,11 +442,16 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
     const cmd = box.session(p[4]).command(p[6]);
     const ws = acceptWebSocket(req, socket, head);
     if (!ws) return;
+    // In frames of a bounded size, as a daemon reading the log sends them: the SDK's demuxer
+    // spreads each frame into an argument list, and a log of megabytes in one frame overflows its stack.
+    const send = (data) => {
+      for (let at = 0; at < data.length; at += LOG_FRAME_BYTES) ws.sendBinary(data.subarray(at, at + LOG_FRAME_BYTES));
+    };
     const { existing, unsubscribe } = cmd.follow((frame) => {
       if (frame === null) ws.close(1000, "command finished");
-      else ws.sendBinary(frame);
+      else send(frame);
     });
-    if (existing.length) ws.sendBinary(existing);
+    if (existing.length) send(existing);
     if (cmd.done) ws.close(1000, "command finished");
     ws.onClose(unsubscribe);
   }

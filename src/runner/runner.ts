@@ -237,6 +237,8 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   let watch: ThreadWatch | undefined;
   /** Messages for a harness that cannot take them mid-run: they start a resumed turn after this one. */
   const queued: { entryId: string; text: string }[] = [];
+  /** The thread has ended this run: a message now is for whoever resumes it, not for this harness. */
+  let ended = false;
   const notes = new StreamWriter({ url, token: () => tokens.current(), producerId: `runner-s-${runId}-${randomId()}`, log });
   const markDelivered = (entryId: string, mode: string) => notes.append({
     id: deliveredMarkId(cfg.threadId, runId, entryId), ts: Date.now(), ...(cfg.authorId ? { authorId: cfg.authorId } : {}),
@@ -271,7 +273,9 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
     const seen = new Set<string>();
     const act = (e: WireEntry) => {
       const a = steerAction(e, runId);
-      if (a.kind === "message") {
+      if (a.kind === "ended") ended = true;
+      if (a.kind === "message" && ended) log(`message ${a.entryId} arrived after the thread ended the run; not delivered`);
+      else if (a.kind === "message") {
         if (rpc) {
           if (!rpc.message(a.entryId, a.text)) log(`message ${a.entryId} arrived after the run ended; not delivered`);
         } else if (!seen.has(a.entryId)) {
@@ -335,7 +339,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
 
   let { code, signal } = await waitHarness;
   // A harness that cannot take messages mid-run gets what arrived as a resumed turn of its session.
-  while (!rpc && queued.length > 0 && code === 0 && !stopRequested && !runaway && agent.sessionIdOf) {
+  while (!rpc && queued.length > 0 && code === 0 && !stopRequested && !runaway && !ended && agent.sessionIdOf) {
     lines.end();
     if (!sessionId) {
       log(`${agent.name} reported no session id; ${queued.length} message(s) stay on the thread for a resume`);

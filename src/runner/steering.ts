@@ -5,10 +5,13 @@
  * other runs are never fed back.
  */
 import type { WireEntry } from "./stream-writer";
+import { FINISHED_STATUSES, STATUS_CHANGED } from "../domain/statuses";
 
 export type SteerAction =
   | { kind: "message"; entryId: string; text: string }
   | { kind: "interrupt"; entryId: string }
+  /** The thread ended this run (a stop, an orphaning, the mirror's failure): nothing more is its to take. */
+  | { kind: "ended" }
   | { kind: "none" };
 
 export const INTERRUPT = "signal.run.interrupt";
@@ -22,6 +25,8 @@ export function steerAction(entry: WireEntry, runId: string): SteerAction {
     return { kind: "message", entryId: id, text: p.text };
   }
   if (p.type === INTERRUPT && (p.runId === undefined || p.runId === runId)) return { kind: "interrupt", entryId: id };
+  // A finished-signal without a run id ends the current run too (the thread's rule).
+  if (p.type === STATUS_CHANGED && (FINISHED_STATUSES as readonly unknown[]).includes(p.status) && (p.runId === undefined || p.runId === runId)) return { kind: "ended" };
   return { kind: "none" };
 }
 

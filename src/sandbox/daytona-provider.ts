@@ -270,6 +270,10 @@ export class DaytonaProvider implements SandboxProvider {
    */
   async execStreaming(ref: string, command: string, opts: StreamingExecOptions): Promise<ExecResult> {
     const timeoutSec = opts.timeoutSec && opts.timeoutSec > 0 ? opts.timeoutSec : 120;
+    // A session command's `cd` does not check a cwd as the box's exec does (a missing one is just
+    // the command failing with exit 1; on the local host one outside the box is entered): the box
+    // is asked first, so a cwd it refuses is refused here as `exec` refuses it.
+    if (opts.cwd) await this.exec(ref, "true", { cwd: opts.cwd, timeoutSec });
     const h = await this.startDetached(ref, command, { cwd: opts.cwd, env: opts.env });
     let timer: ReturnType<typeof setTimeout> | undefined;
     try {

@@ -65,7 +65,7 @@ export class TestSandboxProvider implements SandboxProvider {
   private deleteFailures: { remaining: number; code: ProviderErrorCode; ref?: string }[] = [];
   private probeScript = new Map<string, Liveness[]>();
   private unreachable = false;
-  private failingOps: { op: string; house: string; message: string }[] = [];
+  private failingOps: { op: string; house: string; message: string; code: ProviderErrorCode }[] = [];
 
   // ---- scripting -------------------------------------------------------------------------
 
@@ -92,9 +92,9 @@ export class TestSandboxProvider implements SandboxProvider {
     this.probeScript.set(ref, [...(this.probeScript.get(ref) ?? []), ...answers]);
   }
 
-  /** Every `op` (e.g. `clone`, `upload`) on a box of `house` fails with `message` (a provider error). */
-  failOn(op: string, house: string, message: string): void {
-    this.failingOps.push({ op, house, message });
+  /** Every `op` (e.g. `clone`, `upload`) on a box of `house` fails with `message` (a provider error of `code`). */
+  failOn(op: string, house: string, message: string, code: ProviderErrorCode = "bad_request"): void {
+    this.failingOps.push({ op, house, message, code });
   }
 
   private hangingCreates = new Set<string>();
@@ -275,8 +275,8 @@ export class TestSandboxProvider implements SandboxProvider {
   }
 
   async previewLink(ref: string, port: number, expiresInSeconds: number): Promise<PreviewLink> {
-    this.calls.push({ op: "previewLink", ref });
     const b = this.boxes.get(ref);
+    this.enter("previewLink", ref);
     if (!b) throw new ProviderError("not_found", `box ${ref} not found`);
     const token = `tok${ref}${port}`;
     return { url: `https://${port}-${token}.preview.test/`, token, expiresAt: new Date(Date.now() + expiresInSeconds * 1000).toISOString() };
@@ -320,7 +320,7 @@ export class TestSandboxProvider implements SandboxProvider {
     if (this.unreachable) throw new ProviderError("unavailable", `provider unreachable (${op})`);
     const house = ref ? this.boxes.get(ref)?.labels[LABEL_HOUSE] : undefined;
     const failing = this.failingOps.find((f) => f.op === op && f.house === house);
-    if (failing) throw new ProviderError("bad_request", failing.message);
+    if (failing) throw new ProviderError(failing.code, failing.message);
   }
 
   private info(b: FakeBox): BoxInfo {

@@ -583,6 +583,33 @@ pi.on("exit", (code) => setTimeout(() => process.exit(code ?? 1), 1600));
     }
   }, 60_000);
 
+  it("a message posted after the run was stopped, before its runner got SIGTERM, is not handed to pi nor marked delivered", async () => {
+    const model = await startModelServer([{ hang: true }, { text: "Took it." }]);
+    const threadId = await newThread();
+    const runId = `r-stopped-${threadId}`;
+    await post(threadId, { id: `prompt:${runId}`, payload: { type: "chat", text: "think", dispatch: false } });
+    const { child, done } = startRunner({ threadId, model, prompt: "think", env: { THREADBOX_RUN_ID: runId } });
+    try {
+      for (let i = 0; i < 400 && model.requests.length === 0; i++) await new Promise((r) => setTimeout(r, 25));
+      expect(model.requests).toHaveLength(1);
+      // What POST /api/threads/:id/stop writes; the box's SIGTERM follows from the thread's alarm.
+      await post(threadId, { id: `stop:${runId}`, authorId: "threadbox", payload: { type: "signal.thread.status_changed", status: "stopped", reason: "stopped by alice", runId } });
+      await post(threadId, { id: "after-stop", payload: { type: "chat", text: "LATE: the run is over" } });
+      // A steer pi accepts is marked at once; give the watch time to read the message.
+      await new Promise((r) => setTimeout(r, 2_500));
+      const es = await entriesOf(threadId);
+      expect(es.filter((e) => e.payload.type === "signal.run.message_delivered").map((e) => e.payload.entryId)).toEqual([]);
+      child.kill("SIGTERM");
+      const ended = await Promise.race([done, new Promise<null>((r) => setTimeout(() => r(null), 30_000))]);
+      expect(ended, "the runner did not exit within 30 s of SIGTERM").not.toBeNull();
+      expect(JSON.stringify(model.requests.map((r) => r.messages))).not.toContain("LATE: the run is over");
+      expect((await entriesOf(threadId)).filter((e) => e.payload.type === "signal.run.message_delivered")).toEqual([]);
+    } finally {
+      child.kill("SIGKILL");
+      await model.close();
+    }
+  }, 60_000);
+
   it("two messages at once to an interrupted pi: the first is its next prompt, the second steers that turn; both reach the model", async () => {
     const model = await startModelServer([{ hang: true }, { text: "Did both." }]);
     const threadId = await newThread();

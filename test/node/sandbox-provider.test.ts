@@ -145,6 +145,35 @@ describe("DaytonaProvider on the local host", () => {
     await provider.delete(box.ref);
   });
 
+  it("execStreaming refuses a cwd the box refuses exactly as exec does, before running anything", async () => {
+    const box = await provider.create({ labels: { house: house() }, ephemeral: true });
+    for (const cwd of ["nope", "/etc"]) {
+      const plain = await provider.exec(box.ref, "true", { cwd }).catch((e) => e);
+      expect(plain, cwd).toBeInstanceOf(ProviderError);
+      const chunks: string[] = [];
+      const live = await provider.execStreaming(box.ref, "echo ran > ran.txt", { cwd, onOutput: (_s, t) => chunks.push(t) }).catch((e) => e);
+      expect(live, cwd).toBeInstanceOf(ProviderError);
+      expect((live as ProviderError).code, cwd).toBe((plain as ProviderError).code);
+      expect(chunks).toEqual([]);
+    }
+    expect((await provider.exec(box.ref, "ls ran.txt 2>&1 || true")).output).toMatch(/No such file/);
+    await provider.delete(box.ref);
+  });
+
+  it("a command that printed megabytes before it is followed is followed to its end, all of its output handed over", async () => {
+    const box = await provider.create({ labels: { house: house() }, ephemeral: true });
+    const h = await provider.startDetached(box.ref, "head -c 3000000 /dev/zero | tr '\\0' x; echo; sleep 0.5; echo tail");
+    // All 3 MB are in the command's log before anyone follows it.
+    for (const t0 = Date.now(); (await provider.detachedLogs(h)).output.length < 3_000_001 && Date.now() - t0 < 15_000;) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    let stdout = "";
+    await provider.followDetached(h, { onStdout: (t) => { stdout += t; } });
+    expect(stdout.length).toBe(3_000_000 + "\ntail\n".length);
+    expect(stdout.endsWith("x\ntail\n")).toBe(true);
+    await provider.delete(box.ref);
+  });
+
   it("starting a named detached session twice runs its command once and returns the same handle", async () => {
     const box = await provider.create({ labels: { house: house() }, ephemeral: true });
     const a = await provider.startDetached(box.ref, "echo started >> once.txt; sleep 2", { sessionId: "tb-run-r1" });
@@ -280,6 +309,30 @@ describe("DaytonaProvider on the local host", () => {
     } finally {
       await h.close();
       for (const srv of servers) srv.close();
+    }
+  });
+
+  it("a preview of a box with its network closed is refused as a conflict: its ports are in namespaces of their own, and a link would reach whatever else listens on that port", async () => {
+    const http = await import("node:http");
+    // What a link would have reached: another server on the machine's loopback port.
+    const other = await new Promise<import("node:http").Server>((resolve) => {
+      const srv = http.createServer((_q, r) => r.end("someone else's server"));
+      srv.listen(0, "127.0.0.1", () => resolve(srv));
+    });
+    const port = (other.address() as { port: number }).port;
+    try {
+      const closed = await provider.create({ labels: { house: house() }, ephemeral: true, egress: { blockAll: true } });
+      const refused = await provider.previewLink(closed.ref, port, 60).catch((e) => e);
+      expect(refused).toBeInstanceOf(ProviderError);
+      expect((refused as ProviderError).code).toBe("conflict");
+      expect((refused as ProviderError).message).toMatch(/network is closed/);
+      await provider.delete(closed.ref);
+      // A box with an open network still gets its link.
+      const open = await provider.create({ labels: { house: house() }, ephemeral: true });
+      expect(await (await fetch((await provider.previewLink(open.ref, port, 60)).url)).text()).toBe("someone else's server");
+      await provider.delete(open.ref);
+    } finally {
+      other.close();
     }
   });
 

@@ -13,6 +13,14 @@ describe("what a running agent takes from its thread", () => {
     expect(steerAction({ id: "i2", payload: { type: "signal.run.interrupt", runId: "r0" } }, "r1").kind).toBe("none");
   });
 
+  it("a finished-signal of this run (or one naming no run) ends what the run takes; another run's, or a claim, does not", () => {
+    const status = (status: string, runId?: string) => ({ id: "s", payload: { type: "signal.thread.status_changed", status, ...(runId ? { runId } : {}) } });
+    for (const s of ["stopped", "pi_failed", "pi_session_orphaned", "completed"]) expect(steerAction(status(s, "r1"), "r1"), s).toEqual({ kind: "ended" });
+    expect(steerAction(status("stopped"), "r1").kind).toBe("ended");
+    expect(steerAction(status("stopped", "r0"), "r1").kind).toBe("none");
+    expect(steerAction(status("running", "r1"), "r1").kind).toBe("none");
+  });
+
   it("only entries after the run's own prompt count; without one, only new entries", () => {
     const c = new RunCursor("r2");
     const page = [

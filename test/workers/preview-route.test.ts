@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { call, houseToken } from "./helpers";
+import { sharedTestProvider } from "./register-test-provider";
 
 async function liveBox(token: string) {
   const r = await call("/api/sandboxes", { method: "POST", token, json: { provider: "test", ephemeral: false } });
@@ -43,5 +44,29 @@ describe("GET /api/sandboxes/:id/ports/:port/preview", () => {
     const gone = await call(`/api/sandboxes/${boxId}/ports/3000/preview`, { token });
     expect(gone.status).toBe(409);
     expect(((await gone.json()) as { error: { message: string } }).error.message).toMatch(/live box/);
+  });
+
+  it("a box the provider no longer has is a 409 saying the box is gone, not a provider outage", async () => {
+    const token = await houseToken("house-preview-lost");
+    const boxId = await liveBox(token);
+    const ref = ((await (await call(`/api/sandboxes/${boxId}`, { token })).json()) as { providerRef: string }).providerRef;
+    sharedTestProvider().kill(ref);
+    const r = await call(`/api/sandboxes/${boxId}/ports/3000/preview`, { token });
+    expect(r.status).toBe(409);
+    const error = ((await r.json()) as { error: { code: string; message: string } }).error;
+    expect(error.code).toBe("conflict");
+    expect(error.message).toMatch(/gone/);
+  });
+
+  it("a box the provider cannot open a port of (the local host's closed network) is a 409 that says so, not a provider outage", async () => {
+    const house = "house-preview-closed";
+    const token = await houseToken(house);
+    const boxId = await liveBox(token);
+    sharedTestProvider().failOn("previewLink", house, "box's network is closed", "conflict");
+    const r = await call(`/api/sandboxes/${boxId}/ports/3000/preview`, { token });
+    expect(r.status).toBe(409);
+    const error = ((await r.json()) as { error: { code: string; message: string } }).error;
+    expect(error.code).toBe("conflict");
+    expect(error.message).toMatch(/cannot open port 3000/);
   });
 });

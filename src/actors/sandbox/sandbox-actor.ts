@@ -456,6 +456,10 @@ export class SandboxActor extends DurableObject<Env> {
       try {
         link = await this.provider().previewLink(r.provider_ref as string, port, expiresInSeconds);
       } catch (err) {
+        // Deleted out of band (its probes settle it later): the box is gone, the provider is up.
+        if (err instanceof ProviderError && err.code === "not_found") throw new ApiError("conflict", `box ${r.box_id} is gone: the provider no longer has it, so there is nothing to preview`);
+        // The provider is up and will not open that port of this box (the local host refuses one whose network is closed).
+        if (err instanceof ProviderError && err.code === "conflict") throw new ApiError("conflict", `the sandbox provider cannot open port ${port} of box ${r.box_id} (the local sandbox host cannot for a box whose egress is closed)`);
         throw providerApiError(err);
       }
       return { boxId: r.box_id as string, port, ...link };
