@@ -326,11 +326,13 @@ async function handleAppend(request: Request, host: StreamHost, auth: StreamRequ
       outcome = host.log.append({ messages: [], producer, close }, undefined, meta); // closed / duplicate-of-close verdict only
     } else {
       const messages = host.prepareAppend(body, meta, auth);
-      if (messages === null) {
+      if (messages === null && producer === undefined && streamSeq === undefined) {
         // Nothing durable to write (a heartbeat): acknowledge with the current tail.
         return new Response(null, { status: 204, headers: headers({ [H.offset]: formatOffset(meta.tailSeq) }) });
       }
-      outcome = host.log.append({ messages, producer, close, streamSeq }, undefined, meta);
+      // A producer's (or Stream-Seq's) request is sequenced even when it stores nothing: an
+      // acknowledged seq that was never recorded would make the producer's next one a "gap".
+      outcome = host.log.append({ messages: messages ?? [], producer, close, streamSeq }, undefined, meta);
     }
   }
   return appendResponse(host, outcome, producer);

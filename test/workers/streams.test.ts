@@ -86,6 +86,30 @@ describe("Durable Streams on a thread", () => {
     expect(texts).toEqual(["once", "two"]);
   });
 
+  it("a producer's heartbeat-only POST takes its seq: the next seq is accepted, a stale epoch is fenced", async () => {
+    const token = await houseToken();
+    const t = await createThread(token);
+    const st = await streamToken("house-a", t.id);
+    const path = `/api/stream/thread-${t.id}`;
+    const beat = { payload: { type: "signal.heartbeat" } };
+    const hb = await call(path, { method: "POST", token: st, json: beat, headers: producer("p-hb", 0, 0) });
+    expect(hb.status).toBe(200);
+    expect(hb.headers.get("Producer-Seq")).toBe("0");
+    const next = await call(path, { method: "POST", token: st, json: chat("after the beat"), headers: producer("p-hb", 0, 1) });
+    expect(next.status, await next.clone().text()).toBe(200);
+    const again = await call(path, { method: "POST", token: st, json: beat, headers: producer("p-hb", 0, 1) });
+    expect(again.status).toBe(204);
+    const gap = await call(path, { method: "POST", token: st, json: beat, headers: producer("p-hb", 0, 7) });
+    expect(gap.status).toBe(409);
+    expect(gap.headers.get("Producer-Expected-Seq")).toBe("2");
+    expect((await call(path, { method: "POST", token: st, json: chat("new epoch"), headers: producer("p-hb", 1, 0) })).status).toBe(200);
+    const zombie = await call(path, { method: "POST", token: st, json: beat, headers: producer("p-hb", 0, 2) });
+    expect(zombie.status).toBe(403);
+    expect(zombie.headers.get("Producer-Epoch")).toBe("1");
+    const texts = (await readAll(token, t.id)).entries.map((e) => (e.payload as unknown as { text: string }).text);
+    expect(texts).toEqual(["after the beat", "new epoch"]);
+  });
+
   it("heartbeats refresh liveness without growing the log", async () => {
     const token = await houseToken();
     const t = await createThread(token);
