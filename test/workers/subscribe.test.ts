@@ -9,7 +9,8 @@ async function connect(threadId: string, token: string, offset = "-1", via: "que
   const headers: Record<string, string> = { upgrade: "websocket" };
   if (via === "protocol") headers["sec-websocket-protocol"] = `bearer.${token}`;
   const res = await SELF.fetch(url, { headers });
-  if (res.status !== 101) return { status: res.status, ws: null, got: [] as Msg[], waitFor: async () => {} };
+  const closed: { code: number; reason: string }[] = [];
+  if (res.status !== 101) return { status: res.status, ws: null, got: [] as Msg[], closed, waitFor: async () => {} };
   const ws = res.webSocket!;
   const got: Msg[] = [];
   const waiters: (() => void)[] = [];
@@ -17,6 +18,7 @@ async function connect(threadId: string, token: string, offset = "-1", via: "que
     got.push(JSON.parse(e.data as string));
     waiters.splice(0).forEach((w) => w());
   });
+  ws.addEventListener("close", (e) => { closed.push({ code: e.code, reason: e.reason }); });
   ws.accept();
   const waitFor = async (n: number) => {
     const deadline = Date.now() + 5000;
@@ -25,7 +27,7 @@ async function connect(threadId: string, token: string, offset = "-1", via: "que
       await new Promise<void>((r) => { waiters.push(r); setTimeout(r, 100); });
     }
   };
-  return { status: 101, ws, got, waitFor };
+  return { status: 101, ws, got, closed, waitFor };
 }
 
 const texts = (msgs: Msg[]) => msgs.map((m) => m.payload.text);
@@ -88,6 +90,33 @@ describe("WebSocket subscriptions", () => {
     const scoped = await connect(t.id, await streamToken("house-a", t.id, "stream:read"));
     expect(scoped.status).toBe(101);
     scoped.ws!.close(1000, "done");
+  });
+});
+
+describe("a subscriber whose token expires while subscribed", () => {
+  it("gets nothing more: the next entry closes its socket with 4001 instead, and so does a ping", async () => {
+    const token = await houseToken();
+    const t = await createThread(token);
+    const [a, b] = [await streamToken("house-a", t.id, "stream:read", 2), await streamToken("house-a", t.id, "stream:read", 2)];
+    const live = await connect(t.id, a);
+    const pinger = await connect(t.id, b, "-1", "protocol");
+    const watcher = await connect(t.id, token);
+    await post(token, t.id, chat("while valid"));
+    for (const s of [live, pinger, watcher]) await s.waitFor(1);
+    await new Promise((r) => setTimeout(r, 2100));
+    // The HTTP read with the same token is refused by now.
+    expect((await call(`/api/stream/thread-${t.id}?offset=-1`, { token: a })).status).toBe(401);
+    pinger.ws!.send("ping");
+    await post(token, t.id, chat("after expiry"));
+    await watcher.waitFor(2);
+    const deadline = Date.now() + 3000;
+    while ((live.closed.length === 0 || pinger.closed.length === 0) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect(texts(live.got)).toEqual(["while valid"]);
+    expect(live.closed).toEqual([{ code: 4001, reason: "token expired" }]);
+    expect(pinger.got.map((m) => m.payload?.text ?? m)).toEqual(["while valid"]);
+    expect(pinger.closed).toEqual([{ code: 4001, reason: "token expired" }]);
+    expect(texts(watcher.got)).toEqual(["while valid", "after expiry"]);
+    watcher.ws!.close(1000, "done");
   });
 });
 

@@ -6,7 +6,11 @@ import { WaitHub } from "../../streams/wait-hub";
 import { toEntryWithOffset } from "../../threads/entries";
 import { logEvent } from "../../domain/log-event";
 
-type SocketState = { seq: number };
+/** `expiresAtMs`: when the token that opened the socket expires; nothing is sent past it. */
+type SocketState = { seq: number; expiresAtMs?: number };
+
+/** The close a subscriber gets once its token has expired: reconnect with a fresh token. */
+export const TOKEN_EXPIRED_CLOSE = { code: 4001, reason: "token expired" } as const;
 
 /**
  * Everyone waiting for new entries: hibernatable WebSocket subscribers (their position lives in
@@ -18,7 +22,7 @@ export class Fanout {
   constructor(private readonly ctx: DurableObjectState, private readonly log: StreamLog) {}
 
   /** Replays from `offset`, then streams live. */
-  subscribe(request: Request): Response {
+  subscribe(request: Request, tokenExpiresAtMs: number): Response {
     if (request.headers.get("upgrade")?.toLowerCase() !== "websocket") {
       throw new ApiError("upgrade_required", "this route needs a WebSocket upgrade");
     }
@@ -31,7 +35,7 @@ export class Fanout {
     const server = pair[1];
     this.ctx.acceptWebSocket(server);
     // Catch-up and the switch to live happen in one synchronous turn: no append can interleave.
-    this.sendFrom(server, { seq });
+    this.sendFrom(server, { seq, expiresAtMs: tokenExpiresAtMs });
     const protocol = request.headers.get("sec-websocket-protocol");
     const headers = new Headers();
     if (protocol) headers.set("sec-websocket-protocol", protocol.split(",")[0].trim());
@@ -52,6 +56,7 @@ export class Fanout {
     for (const ws of sockets) {
       const state = (ws.deserializeAttachment() as SocketState | null) ?? { seq: 0 };
       if (state.seq >= lastSeq) continue;
+      if (this.closedForExpiry(ws, state)) continue;
       try {
         if (state.seq === firstSeq - 1) {
           for (const f of frames) ws.send(f);
@@ -74,7 +79,17 @@ export class Fanout {
   }
 
   onMessage(ws: WebSocket, message: string | ArrayBuffer): void {
-    if (message === "ping") ws.send(JSON.stringify({ type: "pong" }));
+    if (message !== "ping") return;
+    // A client that pings learns its token expired even while the thread is quiet.
+    if (this.closedForExpiry(ws, (ws.deserializeAttachment() as SocketState | null) ?? { seq: 0 })) return;
+    ws.send(JSON.stringify({ type: "pong" }));
+  }
+
+  /** Closes the socket when the token that opened it has expired: a socket must not outlive its token's access. */
+  private closedForExpiry(ws: WebSocket, state: SocketState): boolean {
+    if (state.expiresAtMs === undefined || Date.now() < state.expiresAtMs) return false;
+    try { ws.close(TOKEN_EXPIRED_CLOSE.code, TOKEN_EXPIRED_CLOSE.reason); } catch { /* already closing */ }
+    return true;
   }
 
   onClose(ws: WebSocket, code: number): void {
