@@ -11,7 +11,7 @@ import { authorFor, writerFor } from "../threads/entries";
 import { readBody, readOptionalBody, readJson } from "./body";
 import { houseStub, newId, threadStub } from "./actors";
 import { allowedToolsSchema, branchNameSchema, permissionModeSchema, repositoryUrlSchema } from "../workspace/box-config";
-import { ACTOR_ORIGIN, AUTH_HEADER, TARGET_HEADER, type ActorAuth, type StreamTarget, type SubscriberAuth } from "../actors/thread/thread-actor";
+import { ACTOR_ORIGIN, AUTH_HEADER, TARGET_HEADER, type ActorAuth, type StreamTarget } from "../actors/thread/thread-actor";
 import { unwrapRpc } from "../actors/rpc";
 import { idempotencyKey, idempotentDelegation, idempotentThreadId, requestFingerprint } from "../threads/idempotency";
 import type { EntryWithOffset } from "../entries/schema";
@@ -166,7 +166,7 @@ export async function subscribeRoute(request: Request, env: Env, id: string | un
   if (request.headers.get("upgrade")?.toLowerCase() !== "websocket") {
     throw new ApiError("upgrade_required", "this route needs a WebSocket upgrade");
   }
-  const auth: SubscriberAuth = { houseId: claims.houseId, canWrite: false, subject: claims.subject, mayAuthorAsOthers: false, mayNameBox: false, tokenExpiresAtMs: expiresAtMs };
+  const auth: ActorAuth = { houseId: claims.houseId, canWrite: false, subject: claims.subject, mayAuthorAsOthers: false, mayNameBox: false, tokenExpiresAtMs: expiresAtMs };
   return forwardToActor(withoutBearerProtocols(request), threadStub(env, threadId), auth, { kind: "thread", threadId }, "/subscribe");
 }
 

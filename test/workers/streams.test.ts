@@ -146,6 +146,35 @@ describe("Durable Streams on a thread", () => {
     expect(idle.headers.get("Stream-Up-To-Date")).toBe("true");
   });
 
+  it("an SSE read ends when its token expires, delivering nothing appended after that", async () => {
+    const token = await houseToken();
+    const t = await createThread(token);
+    const path = `/api/stream/thread-${t.id}`;
+    await call(path, { method: "POST", token, json: chat("before") });
+    const short = await streamToken("house-a", t.id, "stream:read", 2);
+    const res = await call(`${path}?offset=-1&live=sse`, { token: short });
+    expect(res.status).toBe(200);
+    const reader = res.body!.getReader();
+    const dec = new TextDecoder();
+    let text = "";
+    const started = Date.now();
+    const ended = (async () => {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) return true;
+        text += dec.decode(value);
+      }
+    })();
+    await new Promise((r) => setTimeout(r, 2100));
+    await call(path, { method: "POST", token, json: chat("after expiry") });
+    const outcome = await Promise.race([ended, new Promise((r) => setTimeout(() => r("still open"), 3000))]);
+    await reader.cancel().catch(() => {});
+    expect(outcome).toBe(true);
+    expect(Date.now() - started).toBeLessThan(4000);
+    expect(text).toContain('"text":"before"');
+    expect(text).not.toContain("after expiry");
+  });
+
   it("SSE delivers catch-up then live data with control events", async () => {
     const token = await houseToken();
     const t = await createThread(token);

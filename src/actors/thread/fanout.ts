@@ -22,7 +22,7 @@ export class Fanout {
   constructor(private readonly ctx: DurableObjectState, private readonly log: StreamLog) {}
 
   /** Replays from `offset`, then streams live. */
-  subscribe(request: Request, tokenExpiresAtMs: number): Response {
+  subscribe(request: Request, tokenExpiresAtMs: number | undefined): Response {
     if (request.headers.get("upgrade")?.toLowerCase() !== "websocket") {
       throw new ApiError("upgrade_required", "this route needs a WebSocket upgrade");
     }
