@@ -13,6 +13,16 @@ type SocketState = { seq: number; expiresAtMs?: number };
 export const TOKEN_EXPIRED_CLOSE = { code: 4001, reason: "token expired" } as const;
 
 /**
+ * How many bytes may wait in one subscriber's send buffer. A socket past it is sent nothing more
+ * until it has read its way back below: the log is its buffer, not the actor's memory, which a
+ * reader that never reads (or a catch-up of a long thread) would otherwise fill without bound.
+ */
+export const SUBSCRIBER_BUFFER_BYTES = 4 * 1024 * 1024;
+/** How often, at first, a subscriber held back by a full buffer is looked at again (doubling to the max). */
+const CATCH_UP_RETRY_MS = 50;
+const CATCH_UP_RETRY_MAX_MS = 2_000;
+
+/**
  * Everyone waiting for new entries: hibernatable WebSocket subscribers (their position lives in
  * the socket's attachment, so it survives hibernation) and long-poll/SSE readers (the wait hub).
  */
@@ -20,6 +30,9 @@ export class Fanout {
   readonly hub = new WaitHub();
 
   constructor(private readonly ctx: DurableObjectState, private readonly log: StreamLog) {}
+
+  private catchUpTimer: ReturnType<typeof setTimeout> | null = null;
+  private catchUpDelayMs = CATCH_UP_RETRY_MS;
 
   /** Replays from `offset`, then streams live. */
   subscribe(request: Request, tokenExpiresAtMs: number | undefined): Response {
@@ -58,7 +71,7 @@ export class Fanout {
       if (state.seq >= lastSeq) continue;
       if (this.closedForExpiry(ws, state)) continue;
       try {
-        if (state.seq === firstSeq - 1) {
+        if (state.seq === firstSeq - 1 && !this.isFull(ws)) {
           for (const f of frames) ws.send(f);
           state.seq = lastSeq;
           ws.serializeAttachment(state);
@@ -96,15 +109,60 @@ export class Fanout {
     try { ws.close(code === 1005 ? 1000 : code, "closing"); } catch { /* already closed by the peer */ }
   }
 
+  /** Sends from the log after `state.seq` until the tail or a full send buffer; a socket left behind is caught up later. */
   private sendFrom(ws: WebSocket, state: SocketState): void {
+    let behind = false;
     for (;;) {
+      if (this.isFull(ws)) {
+        behind = state.seq < this.log.tailSeq();
+        break;
+      }
       const page = this.log.read(state.seq, MAX_READ_BYTES, 500);
       for (const m of page.messages) {
         ws.send(JSON.stringify(toEntryWithOffset(m)));
         state.seq = m.seq;
+        if (this.isFull(ws)) break;
       }
-      if (page.upToDate) break;
+      if (page.upToDate && state.seq >= this.log.tailSeq()) break;
     }
     ws.serializeAttachment(state);
+    if (behind) this.scheduleCatchUp();
+  }
+
+  /** `bufferedAmount`: what the runtime still holds for the socket (a runtime without it is never held back). */
+  private isFull(ws: WebSocket): boolean {
+    return ((ws as { bufferedAmount?: number }).bufferedAmount ?? 0) >= SUBSCRIBER_BUFFER_BYTES;
+  }
+
+  private scheduleCatchUp(): void {
+    if (this.catchUpTimer !== null) return;
+    this.catchUpTimer = setTimeout(() => {
+      this.catchUpTimer = null;
+      this.catchUp();
+    }, this.catchUpDelayMs);
+  }
+
+  /** Sends on to every subscriber that was held back, as far as its buffer lets it; looks again later while any still lags. */
+  private catchUp(): void {
+    const tail = this.log.tailSeq();
+    let lagging = false;
+    let moved = false;
+    for (const ws of this.ctx.getWebSockets()) {
+      const state = (ws.deserializeAttachment() as SocketState | null) ?? { seq: 0 };
+      if (state.seq >= tail || this.closedForExpiry(ws, state)) continue;
+      const before = state.seq;
+      try {
+        this.sendFrom(ws, state);
+      } catch (err) {
+        logEvent("subscriber_closed", { reason: "send_failed", seq: state.seq, error: err instanceof Error ? err.message : String(err) }, "warn");
+        try { ws.close(1011, "send failed"); } catch { /* already gone: nothing left to close */ }
+        continue;
+      }
+      if (state.seq > before) moved = true;
+      if (state.seq < tail) lagging = true;
+    }
+    // A reader that reads again is served at once; one that does not is looked at less and less often.
+    this.catchUpDelayMs = moved ? CATCH_UP_RETRY_MS : Math.min(this.catchUpDelayMs * 2, CATCH_UP_RETRY_MAX_MS);
+    if (lagging) this.scheduleCatchUp();
   }
 }
