@@ -220,6 +220,20 @@ describe("plain streams", () => {
     expect((await call("/api/stream/foo?offset=-1")).status).toBe(401);
   });
 
+  it("a binary stream's SSE read lets a cross-origin browser client see that its data is base64", async () => {
+    const a = await houseToken("house-sse-bin");
+    await call("/api/stream/bin", { method: "PUT", token: a, headers: { "content-type": "application/octet-stream" } });
+    await call("/api/stream/bin", { method: "POST", token: a, body: new Uint8Array([0, 255, 10, 13]), headers: { "content-type": "application/octet-stream" } });
+    const ac = new AbortController();
+    const r = await call("/api/stream/bin?offset=-1&live=sse", { token: a, signal: ac.signal, headers: { origin: "https://app.example" } });
+    expect(r.headers.get("Stream-SSE-Data-Encoding")).toBe("base64");
+    // A browser hands a cross-origin script only the headers named here: without it, base64 text reads as the bytes.
+    const exposed = (r.headers.get("access-control-expose-headers") ?? "").toLowerCase().split(/,\s*/);
+    ac.abort();
+    await r.body?.cancel().catch(() => {});
+    expect(exposed).toContain("stream-sse-data-encoding");
+  });
+
   it("rejects an oversize append with 413 and keeps the stream unchanged", async () => {
     const a = await houseToken("house-big");
     await call("/api/stream/big", { method: "PUT", token: a, headers: { "content-type": "application/octet-stream" } });
