@@ -28,7 +28,7 @@ export const CORS_PREFLIGHT_HEADERS: Record<string, string> = {
   ...CORS_HEADERS,
   "access-control-allow-methods": "GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS",
   "access-control-allow-headers":
-    "content-type, authorization, if-none-match, Stream-Seq, Stream-TTL, Stream-Expires-At, Stream-Closed, Producer-Id, Producer-Epoch, Producer-Seq, Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset",
+    "content-type, authorization, if-none-match, Idempotency-Key, Stream-Seq, Stream-TTL, Stream-Expires-At, Stream-Closed, Producer-Id, Producer-Epoch, Producer-Seq, Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset",
   "access-control-max-age": "86400",
 };
 

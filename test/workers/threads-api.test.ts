@@ -291,4 +291,14 @@ describe("health and CORS", () => {
     const exposed = (denied.headers.get("access-control-expose-headers") ?? "").toLowerCase().split(/,\s*/);
     for (const h of ["folder-version", "idempotent-replayed", "stream-next-offset", "allow"]) expect(exposed, h).toContain(h);
   });
+
+  it("a browser's preflight for a POST with an Idempotency-Key is allowed to send that header", async () => {
+    const pre = await call("/api/threads", {
+      method: "OPTIONS",
+      headers: { origin: "https://app.example", "access-control-request-method": "POST", "access-control-request-headers": "authorization, content-type, idempotency-key" },
+    });
+    expect(pre.status).toBe(204);
+    const allowed = (pre.headers.get("access-control-allow-headers") ?? "").toLowerCase().split(/,\s*/);
+    for (const h of ["authorization", "content-type", "idempotency-key"]) expect(allowed, h).toContain(h);
+  });
 });
