@@ -146,6 +146,25 @@ describe("Durable Streams on a thread", () => {
     expect(idle.headers.get("Stream-Up-To-Date")).toBe("true");
   });
 
+  it("a thread's contents are never stored by a browser or proxy cache: every read says Cache-Control: no-store", async () => {
+    const token = await houseToken();
+    const t = await createThread(token);
+    const path = `/api/stream/thread-${t.id}`;
+    await call(path, { method: "POST", token, json: chat("private") });
+    const catchUp = await call(`${path}?offset=-1`, { token });
+    expect(catchUp.status).toBe(200);
+    const next = catchUp.headers.get("Stream-Next-Offset")!;
+    const idle = await call(`${path}?offset=${next}&live=long-poll`, { token });
+    expect(idle.status).toBe(204);
+    const entries = await call(`/api/threads/${t.id}/entries?offset=-1`, { token });
+    const ndjson = await call(`/api/threads/${t.id}/entries?offset=-1`, { token, headers: { accept: "application/x-ndjson" } });
+    const row = await call(`/api/threads/${t.id}`, { token });
+    for (const [what, r] of Object.entries({ catchUp, idle, entries, ndjson, row })) {
+      expect(r.status, what).toBeLessThan(300);
+      expect(r.headers.get("cache-control"), what).toContain("no-store");
+    }
+  });
+
   it("an SSE read ends when its token expires, delivering nothing appended after that", async () => {
     const token = await houseToken();
     const t = await createThread(token);
