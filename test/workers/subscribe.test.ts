@@ -126,7 +126,7 @@ describe("a subscriber whose socket refuses a send", () => {
     const { Fanout } = await import("../../src/actors/thread/fanout");
     const { StreamLog } = await import("../../src/streams/log");
     const E = env as unknown as { THREADS: DurableObjectNamespace };
-    // workerd shows no send buffer: a consumer too slow or gone is seen only when send() throws.
+    // A socket whose send() throws (gone, or refusing more) is closed; the others are not held up.
     const fake = (fails: boolean) => {
       const sock = {
         sent: [] as string[], closed: null as null | { code: number; reason: string }, attachment: { seq: 0 } as unknown,
@@ -150,5 +150,48 @@ describe("a subscriber whose socket refuses a send", () => {
     expect(slow.closed).toEqual({ code: 1011, reason: "send failed" });
     expect(ok.sent.map((f) => JSON.parse(f).id)).toEqual(["e1", "e2"]);
     expect(ok.attachment).toEqual({ seq: 2 });
+  });
+});
+
+describe("a subscriber that never reads", () => {
+  it("is held back at a full send buffer, then closed (1013) once it has read nothing for a while; a reading one gets everything", async () => {
+    const { runInDurableObject, env } = await import("cloudflare:test");
+    const { Fanout, SUBSCRIBER_BUFFER_BYTES } = await import("../../src/actors/thread/fanout");
+    const { StreamLog } = await import("../../src/streams/log");
+    const E = env as unknown as { THREADS: DurableObjectNamespace };
+    // bufferedAmount is what workerd reports as still unsent; the stalled socket's never goes down.
+    const fake = (stalled: boolean) => {
+      const sock = {
+        sent: [] as string[], closed: null as null | { code: number; reason: string }, attachment: null as unknown,
+        bufferedAmount: stalled ? SUBSCRIBER_BUFFER_BYTES : 0,
+        send(f: string) { sock.sent.push(f); },
+        close(code: number, reason: string) { sock.closed = { code, reason }; },
+        serializeAttachment(a: unknown) { sock.attachment = structuredClone(a); },
+        deserializeAttachment() { return sock.attachment; },
+      };
+      return sock;
+    };
+    const stalled = fake(true);
+    const reading = fake(false);
+    const enc = new TextEncoder();
+    const message = (i: number) => ({ data: enc.encode(JSON.stringify({ id: `e${i}`, ts: 0, payload: { type: "chat", text: `m${i}` } })), entryId: `e${i}` });
+    await runInDurableObject(E.THREADS.get(E.THREADS.idFromName(`fanout-stall-${Date.now()}`)), async (_a, state) => {
+      const log = new StreamLog(state.storage);
+      log.create("thread-stall", { contentType: "application/json", ttlSeconds: null, expiresAt: null, closed: false }, []);
+      const ctx = { getWebSockets: () => [stalled, reading] } as unknown as DurableObjectState;
+      const fanout = new Fanout(ctx, log, { stalledAfterMs: 300 });
+      for (const s of [stalled, reading]) s.serializeAttachment({ seq: 0 });
+      for (let i = 1; i <= 3; i++) {
+        const out = log.append({ messages: [message(i)] });
+        if (out.kind !== "appended") throw new Error(out.kind);
+        fanout.deliver(out.fresh, out.fresh.map((m) => ({ offset: `o${m.seq}`, id: `e${m.seq}`, payload: { type: "chat", text: `m${m.seq}` } })) as never);
+      }
+      const deadline = Date.now() + 5000;
+      while (stalled.closed === null && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    });
+    expect(stalled.sent).toEqual([]);
+    expect(stalled.closed).toEqual({ code: 1013, reason: "subscriber too slow: reconnect from your last offset" });
+    expect(reading.sent.map((f) => JSON.parse(f).id)).toEqual(["e1", "e2", "e3"]);
+    expect(reading.closed).toBeNull();
   });
 });

@@ -6,8 +6,12 @@ import { WaitHub } from "../../streams/wait-hub";
 import { toEntryWithOffset } from "../../threads/entries";
 import { logEvent } from "../../domain/log-event";
 
-/** `expiresAtMs`: when the token that opened the socket expires; nothing is sent past it. */
-type SocketState = { seq: number; expiresAtMs?: number };
+/**
+ * `expiresAtMs`: when the token that opened the socket expires; nothing is sent past it.
+ * `heldSinceMs`: since when a full send buffer has held the socket back without it reading any of it.
+ * `closing`: the actor closed it; it gets nothing more while its close completes.
+ */
+type SocketState = { seq: number; expiresAtMs?: number; heldSinceMs?: number; closing?: true };
 
 /** The close a subscriber gets once its token has expired: reconnect with a fresh token. */
 export const TOKEN_EXPIRED_CLOSE = { code: 4001, reason: "token expired" } as const;
@@ -18,6 +22,12 @@ export const TOKEN_EXPIRED_CLOSE = { code: 4001, reason: "token expired" } as co
  * reader that never reads (or a catch-up of a long thread) would otherwise fill without bound.
  */
 export const SUBSCRIBER_BUFFER_BYTES = 4 * 1024 * 1024;
+/**
+ * A subscriber held back this long without reading anything is closed (it reconnects from its last
+ * offset): otherwise a reader that never reads would keep its thread's actor from ever hibernating.
+ */
+export const SUBSCRIBER_STALLED_AFTER_MS = 60_000;
+export const STALLED_CLOSE = { code: 1013, reason: "subscriber too slow: reconnect from your last offset" } as const;
 /** How often, at first, a subscriber held back by a full buffer is looked at again (doubling to the max). */
 const CATCH_UP_RETRY_MS = 50;
 const CATCH_UP_RETRY_MAX_MS = 2_000;
@@ -29,7 +39,11 @@ const CATCH_UP_RETRY_MAX_MS = 2_000;
 export class Fanout {
   readonly hub = new WaitHub();
 
-  constructor(private readonly ctx: DurableObjectState, private readonly log: StreamLog) {}
+  private readonly stalledAfterMs: number;
+
+  constructor(private readonly ctx: DurableObjectState, private readonly log: StreamLog, opts: { stalledAfterMs?: number } = {}) {
+    this.stalledAfterMs = opts.stalledAfterMs ?? SUBSCRIBER_STALLED_AFTER_MS;
+  }
 
   private catchUpTimer: ReturnType<typeof setTimeout> | null = null;
   private catchUpDelayMs = CATCH_UP_RETRY_MS;
@@ -68,7 +82,7 @@ export class Fanout {
     const frames = entries.map((e) => JSON.stringify(e));
     for (const ws of sockets) {
       const state = (ws.deserializeAttachment() as SocketState | null) ?? { seq: 0 };
-      if (state.seq >= lastSeq) continue;
+      if (state.seq >= lastSeq || state.closing) continue;
       if (this.closedForExpiry(ws, state)) continue;
       try {
         if (state.seq === firstSeq - 1 && !this.isFull(ws)) {
@@ -111,6 +125,7 @@ export class Fanout {
 
   /** Sends from the log after `state.seq` until the tail or a full send buffer; a socket left behind is caught up later. */
   private sendFrom(ws: WebSocket, state: SocketState): void {
+    const from = state.seq;
     let behind = false;
     for (;;) {
       if (this.isFull(ws)) {
@@ -125,6 +140,8 @@ export class Fanout {
       }
       if (page.upToDate && state.seq >= this.log.tailSeq()) break;
     }
+    if (!behind) delete state.heldSinceMs;
+    else if (state.seq > from || state.heldSinceMs === undefined) state.heldSinceMs = Date.now();
     ws.serializeAttachment(state);
     if (behind) this.scheduleCatchUp();
   }
@@ -149,7 +166,7 @@ export class Fanout {
     let moved = false;
     for (const ws of this.ctx.getWebSockets()) {
       const state = (ws.deserializeAttachment() as SocketState | null) ?? { seq: 0 };
-      if (state.seq >= tail || this.closedForExpiry(ws, state)) continue;
+      if (state.seq >= tail || state.closing || this.closedForExpiry(ws, state)) continue;
       const before = state.seq;
       try {
         this.sendFrom(ws, state);
@@ -159,6 +176,13 @@ export class Fanout {
         continue;
       }
       if (state.seq > before) moved = true;
+      if (state.heldSinceMs !== undefined && Date.now() - state.heldSinceMs >= this.stalledAfterMs) {
+        logEvent("subscriber_closed", { reason: "stalled", seq: state.seq, heldMs: Date.now() - state.heldSinceMs }, "warn");
+        state.closing = true;
+        ws.serializeAttachment(state);
+        try { ws.close(STALLED_CLOSE.code, STALLED_CLOSE.reason); } catch { /* already closing */ }
+        continue;
+      }
       if (state.seq < tail) lagging = true;
     }
     // A reader that reads again is served at once; one that does not is looked at less and less often.
