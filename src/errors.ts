@@ -58,6 +58,9 @@ export class ApiError extends Error {
 export const SECURITY_HEADERS: Record<string, string> = {
   "x-content-type-options": "nosniff",
   "cross-origin-resource-policy": "cross-origin",
+  // Every answer is a house's own data, fetched with its token: no browser or proxy cache keeps it
+  // (a response that means otherwise, an SSE stream's no-cache, says so itself).
+  "cache-control": "no-store",
 };
 
 export function errorResponse(err: unknown): Response {

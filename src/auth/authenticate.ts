@@ -1,3 +1,4 @@
+import { decodeJwt } from "jose";
 import { ApiError } from "../errors";
 import { READ_ONLY_ROLES, verifyToken, type TokenClaims } from "./tokens";
 
@@ -30,6 +31,17 @@ export async function authenticate(request: Request, secret: string | undefined,
   const token = tokenFromRequest(request, allowQuery);
   if (!token) throw new ApiError("unauthorized", "missing bearer token");
   return verifyToken(secret, token);
+}
+
+/**
+ * As authenticate, with the moment the token stops being valid: a WebSocket outlives its
+ * handshake, and what it delivers must stop when the token that opened it expires.
+ */
+export async function authenticateUntil(request: Request, secret: string | undefined, allowQuery = false): Promise<{ claims: TokenClaims; expiresAtMs: number }> {
+  const claims = await authenticate(request, secret, allowQuery);
+  // Verified just above, which requires `exp`.
+  const { exp } = decodeJwt(tokenFromRequest(request, allowQuery)!);
+  return { claims, expiresAtMs: (exp as number) * 1000 };
 }
 
 export function requireHouse(claims: TokenClaims): asserts claims is Extract<TokenClaims, { kind: "house" }> {

@@ -1,6 +1,6 @@
 import { ApiError } from "../errors";
 import type { Env } from "../env";
-import { authenticate, canWrite } from "../auth/authenticate";
+import { authenticateUntil, canWrite } from "../auth/authenticate";
 import { STREAM_TOKEN_RENEWAL_SPAN_SECONDS, mintRunToken, mintStreamToken, streamTokenTtlSeconds, type TokenClaims } from "../auth/tokens";
 import { json } from "../errors";
 import { unwrapRpc } from "../actors/rpc";
@@ -43,7 +43,7 @@ export async function streamRoute(request: Request, env: Env, prefix: string, ur
   if (name !== null && (name === "__ds" || name.startsWith("__ds/"))) return subscriptionsRoute(request, env, name, `${url.origin}${prefix.replace(/\/$/, "")}`);
 
   // The token first, as on every route: a client without a valid one learns that, not what is wrong with the name.
-  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  const { claims, expiresAtMs } = await authenticateUntil(request, env.THREADBOX_TOKEN_SECRET);
   if (name === null) throw new ApiError("bad_request", "stream name is not valid percent-encoding");
   if (!NAME_PATTERN.test(name) || name.includes("..")) throw new ApiError("bad_request", "invalid stream name");
   // Refuse a declared oversize body here: streaming megabytes into the actor only to reject
@@ -53,7 +53,7 @@ export async function streamRoute(request: Request, env: Env, prefix: string, ur
   }
   const renewal = TOKEN_RENEWAL.exec(name);
   if (renewal) return renewStreamToken(request, env, claims, renewal[1]);
-  const auth = { houseId: claims.houseId, canWrite: canWrite(claims), ...writerFor(claims) };
+  const auth = { houseId: claims.houseId, canWrite: canWrite(claims), tokenExpiresAtMs: expiresAtMs, ...writerFor(claims) };
   const threadMatch = THREAD_STREAM.exec(name);
   const forkedFrom = request.method === "PUT" ? request.headers.get(FORK_HEADERS.from) : null;
   if (threadMatch && forkedFrom !== null) throw new ApiError("bad_request", "a thread's stream cannot be created as a fork");

@@ -4,7 +4,7 @@ import { modelNameSchema } from "../agents";
 import { ApiError, json, SECURITY_HEADERS } from "../errors";
 import type { Env } from "../env";
 import { nonBlankText, THREAD_STATUSES } from "../entries/schema";
-import { assertThreadAccess, authenticate, BEARER_PROTOCOL_PREFIX, canWrite, houseWriter, requireHouse } from "../auth/authenticate";
+import { assertThreadAccess, authenticate, authenticateUntil, BEARER_PROTOCOL_PREFIX, canWrite, houseWriter, requireHouse } from "../auth/authenticate";
 import { initialDispatchConfig } from "../dispatch/config";
 import { idSchema, mintStreamToken, STREAM_SCOPES, streamTokenTtlSeconds, type HouseClaims, type TokenClaims } from "../auth/tokens";
 import { authorFor, writerFor } from "../threads/entries";
@@ -185,13 +185,14 @@ export async function mintThreadTokenRoute(request: Request, env: Env, id: strin
 
 export async function subscribeRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
   // Checked before the upgrade: a bad token never gets a socket.
-  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET, true);
+  const { claims, expiresAtMs } = await authenticateUntil(request, env.THREADBOX_TOKEN_SECRET, true);
   const threadId = threadIdParam(id);
   assertThreadAccess(claims, claims.houseId, threadId, false);
   if (request.headers.get("upgrade")?.toLowerCase() !== "websocket") {
     throw new ApiError("upgrade_required", "this route needs a WebSocket upgrade");
   }
-  return forwardToActor(withoutBearerProtocols(request), threadStub(env, threadId), { houseId: claims.houseId, canWrite: false, subject: claims.subject, mayAuthorAsOthers: false, mayNameBox: false }, { kind: "thread", threadId }, "/subscribe");
+  const auth: ActorAuth = { houseId: claims.houseId, canWrite: false, subject: claims.subject, mayAuthorAsOthers: false, mayNameBox: false, tokenExpiresAtMs: expiresAtMs };
+  return forwardToActor(withoutBearerProtocols(request), threadStub(env, threadId), auth, { kind: "thread", threadId }, "/subscribe");
 }
 
 /**

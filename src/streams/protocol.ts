@@ -20,7 +20,7 @@ export const H = {
 export const CORS_HEADERS: Record<string, string> = {
   "access-control-allow-origin": "*",
   "access-control-expose-headers":
-    "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, Stream-Expires-At, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, etag, content-type, location, Allow, Idempotent-Replayed, Folder-Version, Content-Disposition",
+    "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, Stream-Expires-At, Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, etag, content-type, location, Allow, Idempotent-Replayed, Folder-Version, Content-Disposition",
 };
 
 /** What a browser's preflight (OPTIONS) needs on top: only there do methods, headers and max-age mean anything. */

@@ -32,6 +32,8 @@ export interface StreamHost {
   onDelete?(): void;
   /** Plain streams only (threads are not forkable): see fork.ts. */
   readonly fork?: ForkHost;
+  /** When the reader's token expires: an SSE response, which outlives the token check, ends there. */
+  readonly readableUntilMs?: number;
 }
 
 /** A plain stream's view of forking, for the current request. */
@@ -326,11 +328,13 @@ async function handleAppend(request: Request, host: StreamHost, auth: StreamRequ
       outcome = host.log.append({ messages: [], producer, close }, undefined, meta); // closed / duplicate-of-close verdict only
     } else {
       const messages = host.prepareAppend(body, meta, auth);
-      if (messages === null) {
+      if (messages === null && producer === undefined && streamSeq === undefined) {
         // Nothing durable to write (a heartbeat): acknowledge with the current tail.
         return new Response(null, { status: 204, headers: headers({ [H.offset]: formatOffset(meta.tailSeq) }) });
       }
-      outcome = host.log.append({ messages, producer, close, streamSeq }, undefined, meta);
+      // A producer's (or Stream-Seq's) request is sequenced even when it stores nothing: an
+      // acknowledged seq that was never recorded would make the producer's next one a "gap".
+      outcome = host.log.append({ messages: messages ?? [], producer, close, streamSeq }, undefined, meta);
     }
   }
   return appendResponse(host, outcome, producer);
@@ -499,9 +503,12 @@ function sseResponse(request: Request, host: StreamHost, initialMeta: StreamMeta
     }
   };
 
+  // The token was checked once, when the response began; the stream ends when it expires, and the
+  // client reconnects from its last control event with a token that is checked again.
+  const until = host.readableUntilMs ?? Infinity;
   const loop = async () => {
     let seq = startSeq;
-    while (connected) {
+    while (connected && Date.now() < until) {
       const page = await readPage(host, seq);
       const meta = host.log.meta();
       if (!meta) break;
@@ -531,8 +538,8 @@ function sseResponse(request: Request, host: StreamHost, initialMeta: StreamMeta
       await write(out);
       if (meta.closed && atTail) break;
       if (!atTail) continue;
-      const r = await host.hub.wait(host.longPollTimeoutMs, request.signal);
-      if (r === "timeout" && connected) {
+      const r = await host.hub.wait(Math.min(host.longPollTimeoutMs, until - Date.now()), request.signal);
+      if (r === "timeout" && connected && Date.now() < until) {
         const after = host.log.meta();
         if (after && after.tailSeq === seq && !after.closed) {
           await write(`event: control\n${sseData(JSON.stringify({ streamNextOffset: formatOffset(seq), streamCursor: responseCursor(cursor), upToDate: true }))}`);

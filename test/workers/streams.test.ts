@@ -86,6 +86,30 @@ describe("Durable Streams on a thread", () => {
     expect(texts).toEqual(["once", "two"]);
   });
 
+  it("a producer's heartbeat-only POST takes its seq: the next seq is accepted, a stale epoch is fenced", async () => {
+    const token = await houseToken();
+    const t = await createThread(token);
+    const st = await streamToken("house-a", t.id);
+    const path = `/api/stream/thread-${t.id}`;
+    const beat = { payload: { type: "signal.heartbeat" } };
+    const hb = await call(path, { method: "POST", token: st, json: beat, headers: producer("p-hb", 0, 0) });
+    expect(hb.status).toBe(200);
+    expect(hb.headers.get("Producer-Seq")).toBe("0");
+    const next = await call(path, { method: "POST", token: st, json: chat("after the beat"), headers: producer("p-hb", 0, 1) });
+    expect(next.status, await next.clone().text()).toBe(200);
+    const again = await call(path, { method: "POST", token: st, json: beat, headers: producer("p-hb", 0, 1) });
+    expect(again.status).toBe(204);
+    const gap = await call(path, { method: "POST", token: st, json: beat, headers: producer("p-hb", 0, 7) });
+    expect(gap.status).toBe(409);
+    expect(gap.headers.get("Producer-Expected-Seq")).toBe("2");
+    expect((await call(path, { method: "POST", token: st, json: chat("new epoch"), headers: producer("p-hb", 1, 0) })).status).toBe(200);
+    const zombie = await call(path, { method: "POST", token: st, json: beat, headers: producer("p-hb", 0, 2) });
+    expect(zombie.status).toBe(403);
+    expect(zombie.headers.get("Producer-Epoch")).toBe("1");
+    const texts = (await readAll(token, t.id)).entries.map((e) => (e.payload as unknown as { text: string }).text);
+    expect(texts).toEqual(["after the beat", "new epoch"]);
+  });
+
   it("heartbeats refresh liveness without growing the log", async () => {
     const token = await houseToken();
     const t = await createThread(token);
@@ -120,6 +144,54 @@ describe("Durable Streams on a thread", () => {
     const idle = await call(`${path}?offset=${next}&live=long-poll`, { token });
     expect(idle.status).toBe(204);
     expect(idle.headers.get("Stream-Up-To-Date")).toBe("true");
+  });
+
+  it("a thread's contents are never stored by a browser or proxy cache: every read says Cache-Control: no-store", async () => {
+    const token = await houseToken();
+    const t = await createThread(token);
+    const path = `/api/stream/thread-${t.id}`;
+    await call(path, { method: "POST", token, json: chat("private") });
+    const catchUp = await call(`${path}?offset=-1`, { token });
+    expect(catchUp.status).toBe(200);
+    const next = catchUp.headers.get("Stream-Next-Offset")!;
+    const idle = await call(`${path}?offset=${next}&live=long-poll`, { token });
+    expect(idle.status).toBe(204);
+    const entries = await call(`/api/threads/${t.id}/entries?offset=-1`, { token });
+    const ndjson = await call(`/api/threads/${t.id}/entries?offset=-1`, { token, headers: { accept: "application/x-ndjson" } });
+    const row = await call(`/api/threads/${t.id}`, { token });
+    for (const [what, r] of Object.entries({ catchUp, idle, entries, ndjson, row })) {
+      expect(r.status, what).toBeLessThan(300);
+      expect(r.headers.get("cache-control"), what).toContain("no-store");
+    }
+  });
+
+  it("an SSE read ends when its token expires, delivering nothing appended after that", async () => {
+    const token = await houseToken();
+    const t = await createThread(token);
+    const path = `/api/stream/thread-${t.id}`;
+    await call(path, { method: "POST", token, json: chat("before") });
+    const short = await streamToken("house-a", t.id, "stream:read", 2);
+    const res = await call(`${path}?offset=-1&live=sse`, { token: short });
+    expect(res.status).toBe(200);
+    const reader = res.body!.getReader();
+    const dec = new TextDecoder();
+    let text = "";
+    const started = Date.now();
+    const ended = (async () => {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) return true;
+        text += dec.decode(value);
+      }
+    })();
+    await new Promise((r) => setTimeout(r, 2100));
+    await call(path, { method: "POST", token, json: chat("after expiry") });
+    const outcome = await Promise.race([ended, new Promise((r) => setTimeout(() => r("still open"), 3000))]);
+    await reader.cancel().catch(() => {});
+    expect(outcome).toBe(true);
+    expect(Date.now() - started).toBeLessThan(4000);
+    expect(text).toContain('"text":"before"');
+    expect(text).not.toContain("after expiry");
   });
 
   it("SSE delivers catch-up then live data with control events", async () => {
@@ -165,6 +237,20 @@ describe("plain streams", () => {
     const readA = await call("/v1/stream/foo?offset=-1", { token: a });
     expect(await readA.json()).toEqual([{ from: "a" }]);
     expect((await call("/api/stream/foo?offset=-1")).status).toBe(401);
+  });
+
+  it("a binary stream's SSE read lets a cross-origin browser client see that its data is base64", async () => {
+    const a = await houseToken("house-sse-bin");
+    await call("/api/stream/bin", { method: "PUT", token: a, headers: { "content-type": "application/octet-stream" } });
+    await call("/api/stream/bin", { method: "POST", token: a, body: new Uint8Array([0, 255, 10, 13]), headers: { "content-type": "application/octet-stream" } });
+    const ac = new AbortController();
+    const r = await call("/api/stream/bin?offset=-1&live=sse", { token: a, signal: ac.signal, headers: { origin: "https://app.example" } });
+    expect(r.headers.get("Stream-SSE-Data-Encoding")).toBe("base64");
+    // A browser hands a cross-origin script only the headers named here: without it, base64 text reads as the bytes.
+    const exposed = (r.headers.get("access-control-expose-headers") ?? "").toLowerCase().split(/,\s*/);
+    ac.abort();
+    await r.body?.cancel().catch(() => {});
+    expect(exposed).toContain("stream-sse-data-encoding");
   });
 
   it("rejects an oversize append with 413 and keeps the stream unchanged", async () => {

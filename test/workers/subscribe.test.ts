@@ -9,7 +9,8 @@ async function connect(threadId: string, token: string, offset = "-1", via: "que
   const headers: Record<string, string> = { upgrade: "websocket" };
   if (via === "protocol") headers["sec-websocket-protocol"] = `bearer.${token}`;
   const res = await SELF.fetch(url, { headers });
-  if (res.status !== 101) return { status: res.status, ws: null, got: [] as Msg[], waitFor: async () => {} };
+  const closed: { code: number; reason: string }[] = [];
+  if (res.status !== 101) return { status: res.status, ws: null, got: [] as Msg[], closed, waitFor: async () => {} };
   const ws = res.webSocket!;
   const got: Msg[] = [];
   const waiters: (() => void)[] = [];
@@ -17,6 +18,7 @@ async function connect(threadId: string, token: string, offset = "-1", via: "que
     got.push(JSON.parse(e.data as string));
     waiters.splice(0).forEach((w) => w());
   });
+  ws.addEventListener("close", (e) => { closed.push({ code: e.code, reason: e.reason }); });
   ws.accept();
   const waitFor = async (n: number) => {
     const deadline = Date.now() + 5000;
@@ -25,7 +27,7 @@ async function connect(threadId: string, token: string, offset = "-1", via: "que
       await new Promise<void>((r) => { waiters.push(r); setTimeout(r, 100); });
     }
   };
-  return { status: 101, ws, got, waitFor };
+  return { status: 101, ws, got, closed, waitFor };
 }
 
 const texts = (msgs: Msg[]) => msgs.map((m) => m.payload.text);
@@ -91,13 +93,40 @@ describe("WebSocket subscriptions", () => {
   });
 });
 
+describe("a subscriber whose token expires while subscribed", () => {
+  it("gets nothing more: the next entry closes its socket with 4001 instead, and so does a ping", async () => {
+    const token = await houseToken();
+    const t = await createThread(token);
+    const [a, b] = [await streamToken("house-a", t.id, "stream:read", 2), await streamToken("house-a", t.id, "stream:read", 2)];
+    const live = await connect(t.id, a);
+    const pinger = await connect(t.id, b, "-1", "protocol");
+    const watcher = await connect(t.id, token);
+    await post(token, t.id, chat("while valid"));
+    for (const s of [live, pinger, watcher]) await s.waitFor(1);
+    await new Promise((r) => setTimeout(r, 2100));
+    // The HTTP read with the same token is refused by now.
+    expect((await call(`/api/stream/thread-${t.id}?offset=-1`, { token: a })).status).toBe(401);
+    pinger.ws!.send("ping");
+    await post(token, t.id, chat("after expiry"));
+    await watcher.waitFor(2);
+    const deadline = Date.now() + 3000;
+    while ((live.closed.length === 0 || pinger.closed.length === 0) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect(texts(live.got)).toEqual(["while valid"]);
+    expect(live.closed).toEqual([{ code: 4001, reason: "token expired" }]);
+    expect(pinger.got.map((m) => m.payload?.text ?? m)).toEqual(["while valid"]);
+    expect(pinger.closed).toEqual([{ code: 4001, reason: "token expired" }]);
+    expect(texts(watcher.got)).toEqual(["while valid", "after expiry"]);
+    watcher.ws!.close(1000, "done");
+  });
+});
+
 describe("a subscriber whose socket refuses a send", () => {
   it("is closed (1011) so it reconnects from its last offset; the other subscribers still get every entry", async () => {
     const { runInDurableObject, env } = await import("cloudflare:test");
     const { Fanout } = await import("../../src/actors/thread/fanout");
     const { StreamLog } = await import("../../src/streams/log");
     const E = env as unknown as { THREADS: DurableObjectNamespace };
-    // workerd shows no send buffer: a consumer too slow or gone is seen only when send() throws.
+    // A socket whose send() throws (gone, or refusing more) is closed; the others are not held up.
     const fake = (fails: boolean) => {
       const sock = {
         sent: [] as string[], closed: null as null | { code: number; reason: string }, attachment: { seq: 0 } as unknown,
@@ -121,5 +150,48 @@ describe("a subscriber whose socket refuses a send", () => {
     expect(slow.closed).toEqual({ code: 1011, reason: "send failed" });
     expect(ok.sent.map((f) => JSON.parse(f).id)).toEqual(["e1", "e2"]);
     expect(ok.attachment).toEqual({ seq: 2 });
+  });
+});
+
+describe("a subscriber that never reads", () => {
+  it("is held back at a full send buffer, then closed (1013) once it has read nothing for a while; a reading one gets everything", async () => {
+    const { runInDurableObject, env } = await import("cloudflare:test");
+    const { Fanout, SUBSCRIBER_BUFFER_BYTES } = await import("../../src/actors/thread/fanout");
+    const { StreamLog } = await import("../../src/streams/log");
+    const E = env as unknown as { THREADS: DurableObjectNamespace };
+    // bufferedAmount is what workerd reports as still unsent; the stalled socket's never goes down.
+    const fake = (stalled: boolean) => {
+      const sock = {
+        sent: [] as string[], closed: null as null | { code: number; reason: string }, attachment: null as unknown,
+        bufferedAmount: stalled ? SUBSCRIBER_BUFFER_BYTES : 0,
+        send(f: string) { sock.sent.push(f); },
+        close(code: number, reason: string) { sock.closed = { code, reason }; },
+        serializeAttachment(a: unknown) { sock.attachment = structuredClone(a); },
+        deserializeAttachment() { return sock.attachment; },
+      };
+      return sock;
+    };
+    const stalled = fake(true);
+    const reading = fake(false);
+    const enc = new TextEncoder();
+    const message = (i: number) => ({ data: enc.encode(JSON.stringify({ id: `e${i}`, ts: 0, payload: { type: "chat", text: `m${i}` } })), entryId: `e${i}` });
+    await runInDurableObject(E.THREADS.get(E.THREADS.idFromName(`fanout-stall-${Date.now()}`)), async (_a, state) => {
+      const log = new StreamLog(state.storage);
+      log.create("thread-stall", { contentType: "application/json", ttlSeconds: null, expiresAt: null, closed: false }, []);
+      const ctx = { getWebSockets: () => [stalled, reading] } as unknown as DurableObjectState;
+      const fanout = new Fanout(ctx, log, { stalledAfterMs: 300 });
+      for (const s of [stalled, reading]) s.serializeAttachment({ seq: 0 });
+      for (let i = 1; i <= 3; i++) {
+        const out = log.append({ messages: [message(i)] });
+        if (out.kind !== "appended") throw new Error(out.kind);
+        fanout.deliver(out.fresh, out.fresh.map((m) => ({ offset: `o${m.seq}`, id: `e${m.seq}`, payload: { type: "chat", text: `m${m.seq}` } })) as never);
+      }
+      const deadline = Date.now() + 5000;
+      while (stalled.closed === null && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    });
+    expect(stalled.sent).toEqual([]);
+    expect(stalled.closed).toEqual({ code: 1013, reason: "subscriber too slow: reconnect from your last offset" });
+    expect(reading.sent.map((f) => JSON.parse(f).id)).toEqual(["e1", "e2", "e3"]);
+    expect(reading.closed).toBeNull();
   });
 });

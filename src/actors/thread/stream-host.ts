@@ -14,6 +14,8 @@ export type StreamRequestOptions = {
   writer: EntryWriter;
   /** Plain streams only: how this request may fork (threads are not forkable). */
   fork?: ForkHost;
+  /** When the client's token expires: a live read (SSE) ends there. */
+  readableUntilMs?: number;
 };
 
 /** How a stream's owner turns an append body into messages and reacts to what was appended. */
@@ -30,19 +32,19 @@ export const plainStreamPolicy: AppendPolicy = {
   afterAppend: () => {},
 };
 
-type StreamAuth = { canWrite: boolean } & EntryWriter;
+type StreamAuth = { canWrite: boolean; tokenExpiresAtMs?: number } & EntryWriter;
 
 /** What the worker sent minus what is not about writing: every writer field passes on, a new one included. */
-const writerOf = ({ canWrite: _canWrite, houseId: _houseId, ...writer }: StreamAuth & { houseId?: string }): EntryWriter => writer;
+const writerOf = ({ canWrite: _canWrite, houseId: _houseId, tokenExpiresAtMs: _until, ...writer }: StreamAuth & { houseId?: string }): EntryWriter => writer;
 
 export const threadStreamOptions = (threadId: string, auth: StreamAuth): StreamRequestOptions => ({
   streamName: `thread-${threadId}`, allowCreate: false, allowDelete: false, allowClose: false,
-  canWrite: auth.canWrite, writer: writerOf(auth),
+  canWrite: auth.canWrite, writer: writerOf(auth), readableUntilMs: auth.tokenExpiresAtMs,
 });
 
 export const plainStreamOptions = (name: string, auth: StreamAuth, fork: ForkHost): StreamRequestOptions => ({
   streamName: name, allowCreate: true, allowDelete: true, allowClose: true, fork,
-  canWrite: auth.canWrite, writer: writerOf(auth),
+  canWrite: auth.canWrite, writer: writerOf(auth), readableUntilMs: auth.tokenExpiresAtMs,
 });
 
 /** Serves one Durable Streams request; the host is built for this request only, never shared. */
@@ -58,6 +60,7 @@ export function serveStream(request: Request, store: StreamStore, policy: Append
     prepareAppend: (body, meta, writer) => policy.prepareAppend(body, meta, writer),
     afterAppend: (appended) => policy.afterAppend(appended),
     fork: options.fork,
+    readableUntilMs: options.readableUntilMs,
   };
   return handleStreamHttp(request, host, { canWrite: options.canWrite, ...options.writer });
 }

@@ -58,7 +58,11 @@ export const THREAD_ACTOR_SCHEMA_VERSION = "v3";
 export const THREAD_ACTOR_SCHEMAS: Schema[] = [STREAM_LOG_SCHEMA, THREAD_ROW_SCHEMA, OUTBOX_SCHEMA, DEADLINES_SCHEMA];
 
 /** Sent by the worker (never by a client: actors are not reachable from outside). */
-export type ActorAuth = { houseId: string; canWrite: boolean } & EntryWriter;
+/**
+ * `tokenExpiresAtMs`: when the client's token expires. A WebSocket or an SSE response outlives
+ * the request that checked the token, and must not deliver past that moment.
+ */
+export type ActorAuth = { houseId: string; canWrite: boolean; tokenExpiresAtMs?: number } & EntryWriter;
 export type StreamTarget = { kind: "thread"; threadId: string } | { kind: "plain"; name: string; forkSource?: ForkSource };
 
 export const AUTH_HEADER = "x-threadbox-auth";
@@ -235,7 +239,7 @@ export class ThreadActor extends DurableObject<Env> {
       const store = { log: this.log, hub: this.fanout.hub, longPollTimeoutMs: this.longPollTimeoutMs };
       if (target.kind === "plain") return await this.plain.serve(request, auth, target, store);
       this.requireThread(auth.houseId);
-      if (isPath(request.url, SUBSCRIBE_PATH)) return this.fanout.subscribe(request);
+      if (isPath(request.url, SUBSCRIBE_PATH)) return this.fanout.subscribe(request, auth.tokenExpiresAtMs);
       const response = await serveStream(request, store, this.threadPolicy, threadStreamOptions(target.threadId, auth));
       // Heartbeats and ordinary entries only push the silence deadline later: an alarm already
       // set fires early, finds nothing due and re-arms itself. Only state changes need settling.
