@@ -119,11 +119,16 @@ export function mintRunToken(
 }
 
 export async function verifyToken(secret: string | undefined, token: string): Promise<TokenClaims> {
+  return (await verifyTokenUntil(secret, token)).claims;
+}
+
+/** As verifyToken, with when the token expires (what a long-lived read must stop at). */
+export async function verifyTokenUntil(secret: string | undefined, token: string): Promise<{ claims: TokenClaims; expiresAtMs: number }> {
   const key = await cryptoKey(secret);
   const cacheKey = `${secret}\u0000${token}`;
   const hit = verifiedCache.get(cacheKey);
   if (hit) {
-    if (Date.now() < hit.expMs) return hit.claims;
+    if (Date.now() < hit.expMs) return { claims: hit.claims, expiresAtMs: hit.expMs };
     verifiedCache.delete(cacheKey);
   }
   let payload: Record<string, unknown>;
@@ -143,9 +148,9 @@ export async function verifyToken(secret: string | undefined, token: string): Pr
       kind: "stream", houseId: c.house, threadId: c.thread, subject: c.sub, scope: c.scope, ...(c.run ? { runId: c.run } : {}),
       firstMintedAt: c.first ?? (typeof payload.iat === "number" ? payload.iat : 0),
     };
-  if (typeof payload.exp === "number") {
-    if (verifiedCache.size >= VERIFIED_CACHE_MAX) verifiedCache.delete(verifiedCache.keys().next().value!);
-    verifiedCache.set(cacheKey, { claims, expMs: payload.exp * 1000 });
-  }
-  return claims;
+  // jwtVerify required `exp`.
+  const expiresAtMs = (payload.exp as number) * 1000;
+  if (verifiedCache.size >= VERIFIED_CACHE_MAX) verifiedCache.delete(verifiedCache.keys().next().value!);
+  verifiedCache.set(cacheKey, { claims, expMs: expiresAtMs });
+  return { claims, expiresAtMs };
 }
