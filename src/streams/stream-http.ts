@@ -115,9 +115,14 @@ function formatBody(meta: StreamMeta, messages: StoredMessage[]): Uint8Array {
   return out;
 }
 
-function etagFor(name: string, start: string, end: string, closed: boolean): string {
+/**
+ * A page's validator: its stream, its bounds, and what its headers say of the tail. A page that
+ * stays the same while the log grows past it (a full page) must not keep the "up to date" of the
+ * time it was the tail, which a 304 would hand back.
+ */
+function etagFor(name: string, start: string, end: string, closed: boolean, upToDate: boolean): string {
   const b64 = btoa(String.fromCharCode(...new TextEncoder().encode(name)));
-  return `"${b64}:${start}:${end}${closed ? ":c" : ""}"`;
+  return `"${b64}:${start}:${end}${upToDate ? ":u" : ""}${closed ? ":c" : ""}"`;
 }
 
 export async function handleStreamHttp(request: Request, host: StreamHost, auth: StreamRequestAuth): Promise<Response> {
@@ -277,7 +282,7 @@ function handleHead(host: StreamHost): Response {
       [H.closed]: meta.closed ? "true" : undefined,
       [H.ttl]: meta.ttlSeconds !== null ? String(meta.ttlSeconds) : undefined,
       [H.expiresAt]: meta.expiresAt ?? undefined,
-      etag: etagFor(host.streamName, "-1", tail, meta.closed),
+      etag: etagFor(host.streamName, "-1", tail, meta.closed, true),
     }),
   });
 }
@@ -458,7 +463,7 @@ function pageResponse(
   const next = formatOffset(lastSeq);
   const atTail = lastSeq >= meta.tailSeq;
   const closedAtTail = meta.closed && atTail && upToDate;
-  const etag = etagFor(host.streamName, rawOffset ?? "-1", next, closedAtTail);
+  const etag = etagFor(host.streamName, rawOffset ?? "-1", next, closedAtTail, upToDate && atTail);
   if (request.headers.get("if-none-match") === etag) {
     return new Response(null, { status: 304, headers: headers({ etag }) });
   }

@@ -224,6 +224,25 @@ describe("Durable Streams on a thread", () => {
 });
 
 describe("plain streams", () => {
+  it("a page's ETag changes once the page is no longer the tail: a 304 never brings back a stale Stream-Up-To-Date", async () => {
+    const token = await houseToken("house-etag-tail");
+    const path = "/api/stream/etag-tail";
+    expect((await call(path, { method: "PUT", token, headers: { "content-type": "application/json" } })).status).toBe(201);
+    // Four ~1 MB messages fill a read page (4 MiB); a fifth does not fit in it.
+    const big = (c: string) => ({ method: "POST", token, body: JSON.stringify(c.repeat(1_000_000)), headers: { "content-type": "application/json" } });
+    for (const c of "abcd") expect((await call(path, big(c))).status).toBe(204);
+    const first = await call(`${path}?offset=-1`, { token });
+    await first.arrayBuffer();
+    expect(first.headers.get("Stream-Up-To-Date")).toBe("true");
+    const etag = first.headers.get("etag")!;
+    expect((await call(path, big("e"))).status).toBe(204);
+    const again = await call(`${path}?offset=-1`, { token, headers: { "if-none-match": etag } });
+    await again.arrayBuffer();
+    // The same page (it still ends at the fourth message), but no longer up to date.
+    expect([again.status, again.headers.get("Stream-Next-Offset"), again.headers.get("Stream-Up-To-Date")])
+      .toEqual([200, first.headers.get("Stream-Next-Offset"), null]);
+  });
+
   it("are namespaced by house: two houses' `foo` are different streams", async () => {
     const a = await houseToken("house-p1");
     const b = await houseToken("house-p2");
