@@ -9,6 +9,7 @@ import { CliError } from "./errors.mjs";
 const RECONNECT_MIN_MS = 250;
 const RECONNECT_MAX_MS = 5_000;
 const PING_EVERY_MS = 15_000;
+const CLOSE_TIMEOUT_MS = 500;
 /** The close the server sends once the token that opened the socket has expired (see the subscribe route). */
 const TOKEN_EXPIRED = 4001;
 
@@ -65,7 +66,9 @@ export function subscribe(target, threadId, opts) {
     // The server never echoes the token, so a protocol it can select is offered with it; without one
     // the handshake selects nothing and the client refuses the socket.
     // A handshake nobody answers (the network went while reconnecting) would wait for ever.
-    const ws = new WebSocket(wsUrl(), ["threadbox", `bearer.${target.token}`], { handshakeTimeout: 2 * (opts.pingEveryMs ?? PING_EVERY_MS) });
+    // Once close frames have gone both ways the socket is done, however long the server (wrangler
+    // dev: 10 s) keeps the TCP connection after it: a 4001 or 1013 is acted on at once.
+    const ws = new WebSocket(wsUrl(), ["threadbox", `bearer.${target.token}`], { handshakeTimeout: 2 * (opts.pingEveryMs ?? PING_EVERY_MS), closeTimeout: CLOSE_TIMEOUT_MS });
     socket = ws;
     // The server answers "ping" with a pong; a link that says nothing for a whole interval after
     // one is dead, even though no close ever comes. Its socket is dropped and a new one asked for.
