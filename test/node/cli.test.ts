@@ -382,6 +382,30 @@ describe("a token the server no longer takes", () => {
       code: 2, out: ["cli-user: before"], err: `error unauthorized: token expired: sign in again: ${fromEnv}\n`,
     });
   }, 30_000);
+
+  it("chat still reading its input ends as soon as the server closes its subscription for an expired token, not when the input ends", async (ctx) => {
+    if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip(); // a server without bots
+    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
+    const child = spawn(process.execPath, [CLI, "chat", "demo", "--json"], {
+      env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: tempDir("tb-cfg-"), THREADBOX_URL: worker.url, THREADBOX_TOKEN: await tokenFor(5) },
+      stdio: ["pipe", "pipe", "pipe"],
+    });
+    let out = "";
+    let err = "";
+    child.stdout.on("data", (d) => (out += d));
+    child.stderr.on("data", (d) => (err += d));
+    const closed = new Promise<number | null>((r) => child.on("close", r));
+    child.stdin.write("hello\n"); // and the input stays open, as at a terminal
+    for (let i = 0; i < 200 && !out.includes("threadId"); i++) await new Promise((r) => setTimeout(r, 50));
+    const threadId = JSON.parse(out.split("\n")[0]).threadId as string;
+    await new Promise((r) => setTimeout(r, 6_000)); // the token has expired
+    await appendEntries(threadId, [{ type: "pi.custom", text: "the server closes the socket instead of sending this" }]);
+    const code = await Promise.race([closed, new Promise<string>((r) => setTimeout(() => r("still running"), 4_000))]);
+    if (code === "still running") child.kill("SIGKILL");
+    expect({ code, err: err.trim() && JSON.parse(err.trim()) }).toEqual({
+      code: 2, err: { error: { code: "unauthorized", message: `token expired: sign in again: ${fromEnv}` } },
+    });
+  }, 30_000);
 });
 
 describe("an empty thread id", () => {
