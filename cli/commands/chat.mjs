@@ -174,7 +174,12 @@ export function registerChat(program, ctxOf, setExit) {
           maybeFinish();
         },
       });
-      sub.done.catch((err) => finish(err));
+      sub.done.catch((err) => {
+        finish(err);
+        // The conversation cannot go on (a token expired, the thread gone): said now, not once
+        // the person at the prompt types again or the input ends.
+        rl.close();
+      });
 
       const lines = async function* () {
         if (first !== undefined) yield first;

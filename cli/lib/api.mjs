@@ -64,6 +64,7 @@ export function createApi(target, opts = {}) {
     }
     if (!res.ok) {
       const e = parsed?.error;
+      if (res.status === 401 && e?.code === "unauthorized") throw refusedToken(target, e.message ?? "");
       if (typeof e?.code === "string") throw new CliError(e.code, e.message ?? "", { status: res.status, details: e.details });
       // Threadbox answers every refusal with {"error":{code,message}}: a 4xx of another shape comes
       // from something else at that URL (another port of `npm run dev`, another API); a 5xx of another
@@ -121,6 +122,20 @@ export function missingField(method, path, answer) {
     if (type === "array" ? !Array.isArray(v) : typeof v !== type) return `${type === "array" ? "an array" : "a string"} ${key}`;
   }
   return null;
+}
+
+/**
+ * The server no longer takes the token (expired, signed with a rotated secret, malformed): the
+ * API's message alone ("token expired") does not say what to do, and no retry will help.
+ * @param {{ url: string, tokenFrom?: "THREADBOX_TOKEN" | "login" }} target
+ */
+export function refusedToken(target, message) {
+  const how = target.tokenFrom === "THREADBOX_TOKEN"
+    ? "set THREADBOX_TOKEN to a fresh token (or unset it and run `threadbox login`)"
+    : target.tokenFrom === "login"
+      ? "run `threadbox login` with a fresh sign-in link (under npm run dev: cat .wrangler/sign-in-link)"
+      : "get a fresh token or sign-in link (under npm run dev: cat .wrangler/sign-in-link)";
+  return new CliError("unauthorized", `${message || "the server refused the token"}: sign in again: ${how}`, { status: 401 });
 }
 
 /** The error for a URL whose server answers, but not as a threadbox server does. */

@@ -105,8 +105,9 @@ function httpUrl(text) {
 }
 
 /**
- * The server and token to use.
- * @returns {{ url: string, token: string }}
+ * The server and token to use; `tokenFrom` says where the token came from, so a refusal of it can
+ * say how to replace it.
+ * @returns {{ url: string, token: string, tokenFrom: "THREADBOX_TOKEN" | "login" }}
  */
 export function resolveTarget(opts = {}, env = process.env, config = undefined) {
   // The stored file is read only when the flags and environment leave something to find there: a
@@ -118,7 +119,7 @@ export function resolveTarget(opts = {}, env = process.env, config = undefined) 
   if (!token) {
     throw new CliError("not_logged_in", "no token: run `threadbox login` (npm run dev prints the line) or set THREADBOX_TOKEN");
   }
-  return { url, token };
+  return { url, token, tokenFrom: env.THREADBOX_TOKEN ? "THREADBOX_TOKEN" : "login" };
 }
 
 /**

@@ -3,12 +3,15 @@
 // the last offset seen after a drop, so no entry is missed or shown twice. A drop the socket is
 // never told of (a network gone, a laptop asleep) shows as a ping left unanswered.
 import WebSocket from "ws";
-import { notThreadbox, requestTimeoutMs } from "./api.mjs";
+import { notThreadbox, refusedToken, requestTimeoutMs } from "./api.mjs";
 import { CliError } from "./errors.mjs";
 
 const RECONNECT_MIN_MS = 250;
 const RECONNECT_MAX_MS = 5_000;
 const PING_EVERY_MS = 15_000;
+const CLOSE_TIMEOUT_MS = 500;
+/** The close the server sends once the token that opened the socket has expired (see the subscribe route). */
+const TOKEN_EXPIRED = 4001;
 
 /**
  * @param {{ url: string, token: string }} target
@@ -49,6 +52,7 @@ export function subscribe(target, threadId, opts) {
     const tail = r.headers.get("stream-next-offset");
     if (r.ok && tail) offset = tail;
     else if (r.ok) throw notThreadbox(target.url, `the thread's stream answered ${r.status} without its offset`);
+    else if (r.status === 401) throw refusedToken(target, "");
     else if (r.status >= 400 && r.status < 500) throw new CliError(r.status === 404 ? "not_found" : `http_${r.status}`, r.status === 404 ? "thread not found" : `the thread's tail could not be read (${r.status})`, { status: r.status });
     else throw new Error(`HEAD ${r.status}`);
   };
@@ -62,7 +66,9 @@ export function subscribe(target, threadId, opts) {
     // The server never echoes the token, so a protocol it can select is offered with it; without one
     // the handshake selects nothing and the client refuses the socket.
     // A handshake nobody answers (the network went while reconnecting) would wait for ever.
-    const ws = new WebSocket(wsUrl(), ["threadbox", `bearer.${target.token}`], { handshakeTimeout: 2 * (opts.pingEveryMs ?? PING_EVERY_MS) });
+    // Once close frames have gone both ways the socket is done, however long the server (wrangler
+    // dev: 10 s) keeps the TCP connection after it: a 4001 or 1013 is acted on at once.
+    const ws = new WebSocket(wsUrl(), ["threadbox", `bearer.${target.token}`], { handshakeTimeout: 2 * (opts.pingEveryMs ?? PING_EVERY_MS), closeTimeout: CLOSE_TIMEOUT_MS });
     socket = ws;
     // The server answers "ping" with a pong; a link that says nothing for a whole interval after
     // one is dead, even though no close ever comes. Its socket is dropped and a new one asked for.
@@ -102,7 +108,10 @@ export function subscribe(target, threadId, opts) {
         let e;
         try { e = JSON.parse(body).error; } catch { e = null; }
         const status = res.statusCode ?? 0;
-        if (status >= 400 && status < 500) {
+        if (status === 401 && e?.code === "unauthorized") {
+          fail(refusedToken(target, e.message ?? ""));
+          ws.terminate();
+        } else if (status >= 400 && status < 500) {
           fail(new CliError(e?.code ?? `http_${status}`, e?.message ?? body.slice(0, 200), { status, details: e?.details }));
           ws.terminate();
         } else if (status >= 200 && status < 400) {
@@ -117,9 +126,13 @@ export function subscribe(target, threadId, opts) {
       });
     });
     ws.on("error", () => { /* a close follows; retry there */ });
-    ws.on("close", () => {
+    ws.on("close", (code, reason) => {
       clearInterval(pinger);
-      if (socket === ws) retry();
+      if (socket !== ws) return;
+      // Reconnecting with the same token would only be refused: the user has to sign in again.
+      // What arrived before the close is shown first.
+      if (code === TOKEN_EXPIRED) queue.then(() => fail(refusedToken(target, String(reason) || "token expired")));
+      else retry();
     });
   };
 

@@ -33,8 +33,8 @@ describe("config", () => {
     expect(configPath({ APPDATA: "C:/Users/u/AppData/Roaming" }, "win32")).toMatch(/AppData\/Roaming\/threadbox\/config\.json$/);
     expect(configPath({ THREADBOX_CONFIG: "/etc/tb.json" }, "linux")).toBe("/etc/tb.json");
     const stored = { url: "http://stored:1", token: "stored-token" };
-    expect(resolveTarget({}, {}, stored)).toEqual({ url: "http://stored:1", token: "stored-token" });
-    expect(resolveTarget({}, { THREADBOX_URL: "http://env:2/", THREADBOX_TOKEN: "env-token" }, stored)).toEqual({ url: "http://env:2", token: "env-token" });
+    expect(resolveTarget({}, {}, stored)).toEqual({ url: "http://stored:1", token: "stored-token", tokenFrom: "login" });
+    expect(resolveTarget({}, { THREADBOX_URL: "http://env:2/", THREADBOX_TOKEN: "env-token" }, stored)).toEqual({ url: "http://env:2", token: "env-token", tokenFrom: "THREADBOX_TOKEN" });
     expect(resolveTarget({ url: "http://flag:3" }, { THREADBOX_URL: "http://env:2" }, stored).url).toBe("http://flag:3");
     expect(() => resolveTarget({}, {}, {})).toThrow(/threadbox login/);
   });

@@ -336,6 +336,78 @@ describe("threads, new, post", () => {
   });
 });
 
+describe("a token the server no longer takes", () => {
+  /** An owner token of the test house that expires `seconds` from now. */
+  async function tokenFor(seconds: number) {
+    const { SignJWT } = await import("jose");
+    return new SignJWT({ kind: "house", house: "house-cli", role: "owner" }).setProtectedHeader({ alg: "HS256" })
+      .setIssuer("threadbox").setSubject("cli-user").setIssuedAt().setExpirationTime(Math.floor(Date.now() / 1000) + seconds)
+      .sign(new TextEncoder().encode("test-token-secret-0123456789abcdef"));
+  }
+  const fromEnv = "set THREADBOX_TOKEN to a fresh token (or unset it and run `threadbox login`)";
+
+  it("an expired token says to sign in again, for a token from THREADBOX_TOKEN or from the stored login; --json keeps the code", async () => {
+    const expired = await tokenFor(-10);
+    const env = { THREADBOX_URL: worker.url, THREADBOX_TOKEN: expired };
+    expect(await cli(["threads"], { env })).toEqual({ code: 2, stdout: "", stderr: `error unauthorized: token expired: sign in again: ${fromEnv}\n` });
+    const json = await cli(["threads", "--json"], { env });
+    expect([json.code, JSON.parse(json.stderr)]).toEqual([2, { error: { code: "unauthorized", message: `token expired: sign in again: ${fromEnv}` } }]);
+    const config = tempDir("tb-login-");
+    mkdirSync(join(config, "threadbox"));
+    writeFileSync(join(config, "threadbox", "config.json"), JSON.stringify({ url: worker.url, token: expired }), { mode: 0o600 });
+    const stored = await cli(["tail", "th_any"], { config });
+    expect([stored.code, stored.stderr]).toEqual([2, "error unauthorized: token expired: sign in again: run `threadbox login` with a fresh sign-in link (under npm run dev: cat .wrangler/sign-in-link)\n"]);
+  });
+
+  it("tail whose token expires while it follows (the server closes with 4001) ends at once with that error, after what it was sent, without reconnecting", async () => {
+    const threadId = (await ok(["new", "expiring"])).stdout.trim();
+    await appendEntries(threadId, [{ type: "chat", text: "before" }]);
+    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
+    const child = spawn(process.execPath, [CLI, "tail", threadId], {
+      env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: tempDir("tb-cfg-"), THREADBOX_URL: worker.url, THREADBOX_TOKEN: await tokenFor(4) },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "";
+    let err = "";
+    child.stdout.on("data", (d) => (out += d));
+    child.stderr.on("data", (d) => (err += d));
+    const closed = new Promise<number | null>((r) => child.on("close", r));
+    for (let i = 0; i < 200 && !out.includes("before"); i++) await new Promise((r) => setTimeout(r, 50));
+    await new Promise((r) => setTimeout(r, 5_000)); // the token has expired; the socket is still open
+    await appendEntries(threadId, [{ type: "chat", text: "after" }]); // the server closes instead of sending it
+    // Said once the server's close frame is in, not when the server gets round to ending the TCP connection (10 s under wrangler dev).
+    const code = await Promise.race([closed, new Promise<string>((r) => setTimeout(() => r("still running"), 4_000))]);
+    if (code === "still running") child.kill("SIGKILL");
+    expect({ code, out: out.trim().split("\n").map((l) => l.replace(/^\S+ /, "")), err }).toEqual({
+      code: 2, out: ["cli-user: before"], err: `error unauthorized: token expired: sign in again: ${fromEnv}\n`,
+    });
+  }, 30_000);
+
+  it("chat still reading its input ends as soon as the server closes its subscription for an expired token, not when the input ends", async (ctx) => {
+    if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip(); // a server without bots
+    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
+    const child = spawn(process.execPath, [CLI, "chat", "demo", "--json"], {
+      env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: tempDir("tb-cfg-"), THREADBOX_URL: worker.url, THREADBOX_TOKEN: await tokenFor(5) },
+      stdio: ["pipe", "pipe", "pipe"],
+    });
+    let out = "";
+    let err = "";
+    child.stdout.on("data", (d) => (out += d));
+    child.stderr.on("data", (d) => (err += d));
+    const closed = new Promise<number | null>((r) => child.on("close", r));
+    child.stdin.write("hello\n"); // and the input stays open, as at a terminal
+    for (let i = 0; i < 200 && !out.includes("threadId"); i++) await new Promise((r) => setTimeout(r, 50));
+    const threadId = JSON.parse(out.split("\n")[0]).threadId as string;
+    await new Promise((r) => setTimeout(r, 6_000)); // the token has expired
+    await appendEntries(threadId, [{ type: "pi.custom", text: "the server closes the socket instead of sending this" }]);
+    const code = await Promise.race([closed, new Promise<string>((r) => setTimeout(() => r("still running"), 4_000))]);
+    if (code === "still running") child.kill("SIGKILL");
+    expect({ code, err: err.trim() && JSON.parse(err.trim()) }).toEqual({
+      code: 2, err: { error: { code: "unauthorized", message: `token expired: sign in again: ${fromEnv}` } },
+    });
+  }, 30_000);
+});
+
 describe("an empty thread id", () => {
   it("every command taking a thread id refuses an empty or blank one as a usage error before asking the server", async () => {
     const usage = "error usage: the thread id is empty (did the command that gave it fail?)\n";
