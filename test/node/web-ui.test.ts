@@ -291,6 +291,53 @@ describe("signing in", () => {
     await context.close();
   });
 
+  /** A tab in the background: its lists are not polled, so only the thread's socket can notice a refused token. */
+  const inBackground = (context: BrowserContext) =>
+    context.addInitScript(() => Object.defineProperty(document, "visibilityState", { get: () => "hidden" }));
+
+  it("a thread's socket closed because its token expired (4001) leads back to sign-in, not to reconnecting for ever", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "socket outlived its token" } })).body;
+    const context = await signedInForSeconds(3);
+    await inBackground(context);
+    const page = await context.newPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector(".link-state[data-link=live]");
+    await page.fill("textarea[name=message]", "typed before it expired");
+    await page.waitForFunction((exp) => Date.now() > exp, (Math.floor(Date.now() / 1000) + 4) * 1000, { timeout: 10_000 });
+    const sockets: string[] = [];
+    page.on("websocket", (ws) => sockets.push(ws.url()));
+    // The server checks the socket's token on the next entry it sends it, and closes it with 4001.
+    await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text: "after expiry" } } });
+    await page.waitForSelector("form.signin .error >> text=That token was not accepted", { timeout: 5_000 });
+    await page.waitForTimeout(1_500);
+    expect(sockets).toEqual([]); // the expired token is not tried again
+    await page.fill("textarea[name=token]", token);
+    await page.click("form.signin button[type=submit]");
+    await page.waitForSelector(".link-state[data-link=live]");
+    expect(await page.inputValue("textarea[name=message]")).toBe("typed before it expired");
+    await page.waitForSelector("li.bubble >> text=after expiry");
+    await context.close();
+  });
+
+  it("a reconnect the server refuses (401: the token expired while the network was down) leads back to sign-in", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "reconnect with an expired token" } })).body;
+    const context = await signedInForSeconds(3);
+    await inBackground(context);
+    const page = await context.newPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector(".link-state[data-link=live]");
+    await context.setOffline(true);
+    await page.waitForSelector(".link-state[data-link=reconnecting]");
+    await page.waitForFunction((exp) => Date.now() > exp, (Math.floor(Date.now() / 1000) + 4) * 1000, { timeout: 10_000 });
+    const sockets: string[] = [];
+    page.on("websocket", (ws) => sockets.push(ws.url()));
+    await context.setOffline(false);
+    await page.waitForSelector("form.signin .error >> text=That token was not accepted", { timeout: 5_000 });
+    await page.waitForTimeout(1_500);
+    expect(sockets.length).toBe(1); // the one refused attempt, not a loop of them
+    await context.close();
+  });
+
   it("an unknown thread says so once: no socket, no polling, no console errors", async () => {
     const { context, page } = await signedInPage();
     const errors: string[] = [];
@@ -1093,7 +1140,7 @@ describe("reconnecting", () => {
     await context.close();
   });
 
-  it("after a dropped socket, resumes from its last offset: no gap, no duplicate", async () => {
+  it("after a dropped socket (or one closed with 1013), resumes from its last offset: no gap, no duplicate", async () => {
     const thread = (await api("/api/threads", { method: "POST", json: { title: "flaky network" } })).body;
     const post = (text: string) => api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text } } });
     const { context, page } = await signedInPage();
@@ -1116,7 +1163,8 @@ describe("reconnecting", () => {
     seen = (await entries(thread.id)).map((e) => JSON.stringify(e));
     let release!: () => void;
     hold = new Promise((r) => { release = r; });
-    await routes[0].close({ code: 4001, reason: "network dropped" });
+    // What the server sends a subscriber it held back too long: reconnect from the last offset.
+    await routes[0].close({ code: 1013, reason: "subscriber too slow: reconnect from your last offset" });
     for (const t of ["four", "five", "six"]) await post(t); // written while the page is cut off
     release();
 

@@ -45,6 +45,9 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
         }, 16);
       },
       onState: setLink,
+      onTokenExpired: () => session.api.refuse(),
+      // A 401 there ends the session (the Api's onUnauthorized); other failures are retried anyway.
+      onFailedToOpen: () => { session.api.thread(id).catch(() => {}); },
     }).start();
     return () => { sub.close(); clearTimeout(flush); };
   }, [id, session.token, session.ended, readable]);
