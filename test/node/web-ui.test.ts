@@ -1291,3 +1291,49 @@ describe("layout under load", () => {
     await context.close();
   });
 });
+
+describe("entries the UI does not expect", () => {
+  it("a malformed or unknown entry is shown as what it is, without breaking the page or the entries after it", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "odd entries" } })).body;
+    const odd = [
+      { type: "pi.assistant", text: "round with odd calls", toolCalls: [null, 5, "x", { id: { no: 1 }, name: ["n"] }] },
+      { type: "pi.tool_call", toolCallId: "e1", name: "edit", args: { path: "a.txt", edits: [null, 3] } },
+      { type: "pi.tool_call", toolCallId: "e2", name: "write", args: null },
+      { type: "pi.tool_result", toolCallId: { x: 1 }, output: null },
+      { type: "signal.exec.output", execId: 7, text: { not: "text" } },
+      { type: "artifact.folder", runId: "odd", status: "failed", folders: "not-a-list", error: { code: 1 } },
+      { type: "artifact.files", runId: "odd", files: [null, 4, { path: { x: 1 }, status: ["a"], size: { b: 1 }, omitted: 5, content: { c: 1 } }] },
+      { type: "artifact.diff", runId: "odd", diff: { d: 1 }, status: 3 },
+      { type: "pi.something_new", whatever: [1, 2, 3] },
+      { type: "signal.something_new", reason: { r: 1 } },
+    ];
+    // A run's token, as its box writes with: artifacts and run signals are a run's to write.
+    const { SignJWT } = await import("jose");
+    const runToken = await new SignJWT({ kind: "stream", house: "house-ui", thread: thread.id, scope: "stream:write", run: "odd" })
+      .setProtectedHeader({ alg: "HS256" }).setIssuer("threadbox").setSubject("ui-user").setIssuedAt().setExpirationTime("10m")
+      .sign(new TextEncoder().encode("test-token-secret-0123456789abcdef"));
+    for (const payload of odd) {
+      const r = await fetch(`${worker.url}/api/threads/${thread.id}/entries`, {
+        method: "POST", headers: { authorization: `Bearer ${runToken}`, "content-type": "application/json" }, body: JSON.stringify({ payload }),
+      });
+      expect([payload.type, r.status]).toEqual([payload.type, 201]);
+    }
+    await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text: "still here after them" } } });
+    const { context, page } = await signedInPage();
+    const errors: string[] = [];
+    page.on("pageerror", (e) => errors.push(e.message));
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector("li.bubble >> text=still here after them", { timeout: 10_000 });
+    await page.waitForSelector("li.bubble >> text=round with odd calls");
+    expect(errors).toEqual([]);
+    // Named for what they are, not dumped nor shown as "[object Object]".
+    await page.waitForSelector("li[data-kind='pi.something_new']");
+    await page.waitForSelector("li[data-kind='signal.something_new']");
+    expect(await page.textContent("ol.timeline")).not.toContain("[object Object]");
+    // And it stays live.
+    await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text: "and live" } } });
+    await page.waitForSelector("li.bubble >> text=and live");
+    expect(errors).toEqual([]);
+    await context.close();
+  });
+});
