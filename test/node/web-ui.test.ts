@@ -1222,6 +1222,42 @@ describe("layout under load", () => {
     await context.close();
   });
 
+  it("a thread of thousands of entries opens at its newest quickly, stays live, and shows earlier ones on request (keyboard too)", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "thousands" } })).body;
+    const N = 6000;
+    for (let b = 0; b < N; b += 500) {
+      const batch = Array.from({ length: 500 }, (_, j) => {
+        const i = b + j;
+        return i % 3 === 0 ? { payload: { type: "chat", text: `entry number ${i}` } }
+          : i % 3 === 1 ? { payload: { type: "pi.tool_call", toolCallId: `c${i}`, name: "bash", args: { command: `echo ${i}` } } }
+          : { payload: { type: "pi.tool_result", toolCallId: `c${i - 1}`, name: "bash", output: `out ${i}\n`.repeat(20), isError: false } };
+      });
+      expect((await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: batch })).status).toBe(201);
+    }
+    const { context, page } = await signedInPage();
+    const opened = Date.now();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector(`li.bubble >> text=entry number ${N - 3}`, { timeout: 30_000 });
+    await page.waitForFunction(lastBubbleInView, undefined, { timeout: 5_000 });
+    const openMs = Date.now() - opened;
+    // Not every one of the 4,000 items is drawn (nor drawn again on each arrival).
+    const drawn = await page.$$eval("ol.timeline > li", (els) => els.length);
+    expect(drawn).toBeLessThanOrEqual(600);
+    expect(openMs).toBeLessThan(20_000);
+    await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text: "one more live" } } });
+    await page.waitForSelector("li.bubble >> text=one more live", { timeout: 5_000 });
+    await page.waitForFunction(lastBubbleInView, undefined, { timeout: 5_000 });
+    // The earliest entry is there for whoever asks, from the keyboard as well.
+    await page.focus("button.show-earlier");
+    while (await page.$("button.show-earlier")) {
+      await page.keyboard.press("Enter");
+      await page.waitForTimeout(50);
+    }
+    await page.waitForSelector("li.bubble >> text='entry number 0'");
+    expect((await bubbles(page)).length).toBe(N / 3 + 1);
+    await context.close();
+  }, 120_000);
+
   it("a phone-width screen keeps every link and a run's wide files inside the page; a tool's non-text output is shown as JSON", async () => {
     const thread = (await api("/api/threads", { method: "POST", json: { title: "narrow" } })).body;
     const wide = Array.from({ length: 50 }, (_, i) => `${i} ${"x".repeat(600)}`).join("\n");

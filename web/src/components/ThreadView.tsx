@@ -128,7 +128,7 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
         </div>
       </header>
       <ErrorNote error={thread.error ?? actionError} />
-      <Timeline items={items} empty={emptyHint(t, agents.data, session.readOnly)} />
+      <Timeline items={items} empty={emptyHint(t, agents.data, session.readOnly)} following={() => following.current} />
       <div ref={bottom} />
       <ReadOnlyNote session={session} cannot="post, delegate, interrupt, stop or resume a run" />
       {(t?.status === "completed" || t?.status === "failed") && !session.readOnly && (

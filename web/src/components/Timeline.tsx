@@ -139,12 +139,43 @@ class ItemBoundary extends Component<{ item: TimelineItem; children: ComponentCh
   }
 }
 
+/** How many of a thread's newest items are drawn at first; earlier ones a page at a time. */
+export const TIMELINE_PAGE = 500;
+
 /** `empty`: what an empty thread says instead of the default (who answers a message here). */
-export function Timeline({ items, empty }: { items: TimelineItem[]; empty?: ComponentChildren }) {
+/** `following`: whether the page keeps the newest entry in view (the reader has not scrolled up). */
+export function Timeline({ items, empty, following = () => true }: { items: TimelineItem[]; empty?: ComponentChildren; following?: () => boolean }) {
+  // How many items at the top are not drawn. Until the reader asks for earlier ones, only the newest
+  // TIMELINE_PAGE are: drawing a thread of thousands of entries again on every batch took seconds
+  // per batch, and its DOM hundreds of MB. The window moves on with new items only while the page
+  // follows them (under a reader who scrolled up, nothing is taken away); once earlier ones are
+  // asked for, it starts where it was put.
+  const [start, setStart] = useState<number | null>(null);
+  const sliding = useRef(0);
+  if (following()) sliding.current = Math.max(sliding.current, items.length - TIMELINE_PAGE);
+  const hidden = start ?? sliding.current;
+  const earlier = useRef<HTMLButtonElement>(null);
   if (items.length === 0) return <p class="empty">{empty ?? "Nothing here yet: post a message or delegate a task below."}</p>;
+  const showEarlier = () => {
+    const anchor = earlier.current?.parentElement?.nextElementSibling;
+    const before = anchor?.getBoundingClientRect().top;
+    setStart(Math.max(0, hidden - TIMELINE_PAGE));
+    // What was read stays where it was on screen; the earlier entries appear above it.
+    setTimeout(() => {
+      if (anchor && before !== undefined) scrollBy(0, anchor.getBoundingClientRect().top - before);
+      earlier.current?.focus();
+    }, 0);
+  };
   return (
     <ol class="timeline">
-      {items.map((item) => <ItemBoundary key={item.key} item={item}><Row item={item} /></ItemBoundary>)}
+      {hidden > 0 && (
+        <li class="earlier">
+          <button type="button" ref={earlier} class="link show-earlier" onClick={showEarlier}>
+            Show earlier entries ({hidden.toLocaleString()} not shown)
+          </button>
+        </li>
+      )}
+      {(hidden ? items.slice(hidden) : items).map((item) => <ItemBoundary key={item.key} item={item}><Row item={item} /></ItemBoundary>)}
     </ol>
   );
 }
