@@ -1373,3 +1373,43 @@ describe("entries the UI does not expect", () => {
     await context.close();
   });
 });
+
+describe("long lines", () => {
+  it("an unbroken line in an error, a signal's reason, a tool's name or a file's path stays inside a phone-width page", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "long lines" } })).body;
+    const long = "x".repeat(3000);
+    const { SignJWT } = await import("jose");
+    const runToken = await new SignJWT({ kind: "stream", house: "house-ui", thread: thread.id, scope: "stream:write", run: "rl" })
+      .setProtectedHeader({ alg: "HS256" }).setIssuer("threadbox").setSubject("ui-user").setIssuedAt().setExpirationTime("10m")
+      .sign(new TextEncoder().encode("test-token-secret-0123456789abcdef"));
+    for (const payload of [
+      { type: "pi.error", message: `failed: ${long}` },
+      { type: "signal.run.something", reason: long.slice(0, 500) },
+      { type: "pi.tool_call", toolCallId: "l1", name: `tool_${long.slice(0, 300)}`, args: { command: long } },
+      { type: "pi.tool_result", toolCallId: "l1", output: long, isError: false },
+      { type: "artifact.files", runId: "rl", files: [{ path: `dir/${long.slice(0, 500)}.txt`, status: "added", size: 1 }] },
+      { type: "chat", text: `see ${long}` },
+    ]) {
+      const r = await fetch(`${worker.url}/api/threads/${thread.id}/entries`, {
+        method: "POST", headers: { authorization: `Bearer ${payload.type === "artifact.files" ? runToken : token}`, "content-type": "application/json" }, body: JSON.stringify({ payload }),
+      });
+      expect([payload.type, r.status]).toEqual([payload.type, 201]);
+    }
+    const context = await browser.newContext({ viewport: { width: 375, height: 740 } });
+    await context.addInitScript((t) => localStorage.setItem("threadbox.token", t), token);
+    const page = await context.newPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector("[data-kind=artifacts]");
+    await page.waitForSelector("li.bubble >> text=see");
+    await page.click("details.tool summary");
+    // Each thing in the timeline that reaches past the screen (a scrolling box may hold more, within the screen).
+    const wide = await page.evaluate(() => [...document.querySelectorAll("ol.timeline *")]
+      .filter((el) => !el.closest("pre, .diff, .tool-summary")
+        && (el.getBoundingClientRect().right > innerWidth + 1 || (getComputedStyle(el).overflowX === "visible" && el.scrollWidth > el.clientWidth + 1)))
+      .map((el) => `${el.tagName.toLowerCase()}.${el.className}`));
+    await page.screenshot({ path: join(OUT_DIR, "long-lines.png") });
+    expect(wide).toEqual([]);
+    expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(375);
+    await context.close();
+  });
+});
