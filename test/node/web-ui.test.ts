@@ -1413,3 +1413,54 @@ describe("long lines", () => {
     await context.close();
   });
 });
+
+describe("markup in what others wrote", () => {
+  it("HTML and script in titles, chat, tool output, file names, environment and bot names are shown as text, never run", async () => {
+    const evil = (tag: string) => `<img src=x onerror="window.__xss=(window.__xss||[]).concat('${tag}')"><script>window.__xss=(window.__xss||[]).concat('${tag}-script')</script>`;
+    const thread = (await api("/api/threads", { method: "POST", json: { title: evil("title") } })).body;
+    const env = await api("/api/environments", { method: "POST", json: { name: `e-${Date.now().toString(36)}`, env: { NOTE: evil("env-var") } } });
+    const bot = await api("/api/agents", { method: "POST", json: { name: evil("bot-name"), handle: `xss${Date.now().toString(36)}`, model: "openai/x", systemPrompt: evil("prompt") } });
+    expect([env.status, bot.status]).toEqual([201, 201]);
+    const { SignJWT } = await import("jose");
+    const runToken = await new SignJWT({ kind: "stream", house: "house-ui", thread: thread.id, scope: "stream:write", run: "rx" })
+      .setProtectedHeader({ alg: "HS256" }).setIssuer("threadbox").setSubject("ui-user").setIssuedAt().setExpirationTime("10m")
+      .sign(new TextEncoder().encode("test-token-secret-0123456789abcdef"));
+    for (const payload of [
+      { type: "chat", text: evil("chat") },
+      { type: "pi.tool_call", toolCallId: "x1", name: evil("tool-name"), args: { command: evil("args") } },
+      { type: "pi.tool_result", toolCallId: "x1", output: evil("output"), isError: true },
+      { type: "pi.error", message: evil("error") },
+      { type: "signal.exec.output", execId: "x2", text: evil("exec") },
+      { type: "artifact.files", runId: "rx", files: [{ path: evil("path"), status: "added", size: 1, content: evil("content") }] },
+      { type: "artifact.diff", runId: "rx", status: "ok", diff: `+++ b/${evil("diff")}\n@@ -0,0 +1 @@\n+${evil("diff-line")}\n` },
+    ]) {
+      const r = await fetch(`${worker.url}/api/threads/${thread.id}/entries`, {
+        method: "POST", headers: { authorization: `Bearer ${payload.type.startsWith("artifact.") ? runToken : token}`, "content-type": "application/json" }, body: JSON.stringify({ payload }),
+      });
+      expect([payload.type, r.status]).toEqual([payload.type, 201]);
+    }
+    const { context, page } = await signedInPage();
+    for (const path of [`/threads/${thread.id}`, "/", "/environments", "/bots", "/sandboxes"]) {
+      await page.goto(`${worker.url}${path}`);
+      await page.waitForLoadState("networkidle");
+      if (path.startsWith("/threads/")) {
+        await page.waitForSelector("[data-kind=artifacts]");
+        for (const d of await page.$$("details.tool")) await d.evaluate((el) => { (el as HTMLDetailsElement).open = true; });
+        expect(await page.textContent("li.bubble .bubble-text")).toContain("<img src=x");
+      }
+      // An API error message that quotes what was sent: a refused bot handle.
+      if (path === "/bots") {
+        await page.fill("form.bot-form input[name=name]", evil("form"));
+        await page.fill("form.bot-form input[name=model]", evil("model"));
+        await page.fill("form.bot-form input[name=handle]", "ok-handle");
+        await page.click("form.bot-form button[type=submit]");
+        await page.waitForTimeout(500);
+      }
+      expect([path, await page.evaluate(() => (window as any).__xss ?? [])]).toEqual([path, []]);
+      expect([path, await page.$$eval("img", (els) => els.length)]).toEqual([path, 0]);
+    }
+    await context.close();
+    if (bot.status === 201) await api(`/api/agents/${bot.body.id}`, { method: "DELETE" });
+    if (env.status === 201) await api(`/api/environments/${env.body.id}`, { method: "DELETE" });
+  });
+});
