@@ -651,6 +651,35 @@ describe("bots and @mentions", () => {
     expect(await page.inputValue("textarea[name=message]")).toBe("please @demo look");
     await context.close();
   });
+
+  it("the mention list follows the caret: moved out of a mention by the keyboard, Enter sends; the picked bot is announced", async () => {
+    if ((await api("/api/agents")).status === 404) return;
+    const handle = `caret${Date.now().toString(36)}`;
+    const bot = await api("/api/agents", { method: "POST", json: { name: "Caret bot", handle, model: "local/scripted-model" } });
+    expect(bot.status).toBe(201);
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "caret" } })).body;
+    const { context, page } = await signedInPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector(".link-state[data-link=live]");
+    await page.click("textarea[name=message]");
+    await page.keyboard.type(`ask @${handle.slice(0, 4)}`);
+    await page.waitForSelector(`ul.mentions >> text=@${handle}`);
+    // The message box names the list and the option Enter would take.
+    const [controls, active] = await page.$eval("textarea[name=message]", (el) => [el.getAttribute("aria-controls"), el.getAttribute("aria-activedescendant")]);
+    expect(await page.$eval(`#${controls}`, (el) => el.getAttribute("role"))).toBe("listbox");
+    expect(await page.$eval(`#${active}`, (el) => el.textContent)).toContain(`@${handle}`);
+    await page.keyboard.press("Home");
+    await page.waitForSelector("ul.mentions", { state: "detached", timeout: 2_000 });
+    await page.keyboard.press("Enter");
+    await page.waitForSelector(`li.bubble >> text=ask @${handle.slice(0, 4)}`);
+    expect(await page.inputValue("textarea[name=message]")).toBe("");
+    // Back into a mention with the keyboard, the list comes back.
+    await page.keyboard.type(`hi @${handle.slice(0, 3)} there`);
+    for (let i = 0; i < " there".length; i++) await page.keyboard.press("ArrowLeft");
+    await page.waitForSelector(`ul.mentions >> text=@${handle}`);
+    await context.close();
+    await api(`/api/agents/${bot.body.id}`, { method: "DELETE" });
+  });
 });
 
 describe("bots and environments made elsewhere", () => {
