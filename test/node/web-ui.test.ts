@@ -1493,3 +1493,20 @@ describe("markup in what others wrote", () => {
     if (env.status === 201) await api(`/api/environments/${env.body.id}`, { method: "DELETE" });
   });
 });
+
+describe("keyboard and screen reader", () => {
+  it("every field and picker has a name a screen reader can say (not only a placeholder)", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "names" } })).body;
+    const { context, page } = await signedInPage();
+    const unnamed: string[] = [];
+    for (const path of ["/", `/threads/${thread.id}`, "/environments", "/bots"]) {
+      await page.goto(`${worker.url}${path}`);
+      await page.waitForLoadState("networkidle");
+      unnamed.push(...await page.$$eval("input:not([type=hidden]), select, textarea", (els, p) => els
+        .filter((el) => !(el as HTMLInputElement).labels?.length && !el.getAttribute("aria-label") && !el.getAttribute("aria-labelledby") && !el.getAttribute("title"))
+        .map((el) => `${p} ${el.tagName.toLowerCase()}[name=${el.getAttribute("name")}]`), path));
+    }
+    expect(unnamed).toEqual([]);
+    await context.close();
+  });
+});

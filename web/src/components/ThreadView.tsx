@@ -133,7 +133,7 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
       <ReadOnlyNote session={session} cannot="post, delegate, interrupt, stop or resume a run" />
       {(t?.status === "completed" || t?.status === "failed") && !session.readOnly && (
         <form class="card row" onSubmit={(e) => { e.preventDefault(); act(() => session.api.resume(id, resumeText.trim())).then((ok) => ok && setResumeText("")); }}>
-          <input name="resume" placeholder="Tell the agent what to do next, then resume the run" value={resumeText} onInput={(e) => setResumeText(e.currentTarget.value)} />
+          <input name="resume" aria-label="Message to resume the run with" placeholder="Tell the agent what to do next, then resume the run" value={resumeText} onInput={(e) => setResumeText(e.currentTarget.value)} />
           <button type="submit" disabled={acting || !resumeText.trim()}>Resume</button>
         </form>
       )}
