@@ -291,6 +291,53 @@ describe("signing in", () => {
     await context.close();
   });
 
+  /** A tab in the background: its lists are not polled, so only the thread's socket can notice a refused token. */
+  const inBackground = (context: BrowserContext) =>
+    context.addInitScript(() => Object.defineProperty(document, "visibilityState", { get: () => "hidden" }));
+
+  it("a thread's socket closed because its token expired (4001) leads back to sign-in, not to reconnecting for ever", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "socket outlived its token" } })).body;
+    const context = await signedInForSeconds(3);
+    await inBackground(context);
+    const page = await context.newPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector(".link-state[data-link=live]");
+    await page.fill("textarea[name=message]", "typed before it expired");
+    await page.waitForFunction((exp) => Date.now() > exp, (Math.floor(Date.now() / 1000) + 4) * 1000, { timeout: 10_000 });
+    const sockets: string[] = [];
+    page.on("websocket", (ws) => sockets.push(ws.url()));
+    // The server checks the socket's token on the next entry it sends it, and closes it with 4001.
+    await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text: "after expiry" } } });
+    await page.waitForSelector("form.signin .error >> text=That token was not accepted", { timeout: 5_000 });
+    await page.waitForTimeout(1_500);
+    expect(sockets).toEqual([]); // the expired token is not tried again
+    await page.fill("textarea[name=token]", token);
+    await page.click("form.signin button[type=submit]");
+    await page.waitForSelector(".link-state[data-link=live]");
+    expect(await page.inputValue("textarea[name=message]")).toBe("typed before it expired");
+    await page.waitForSelector("li.bubble >> text=after expiry");
+    await context.close();
+  });
+
+  it("a reconnect the server refuses (401: the token expired while the network was down) leads back to sign-in", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "reconnect with an expired token" } })).body;
+    const context = await signedInForSeconds(3);
+    await inBackground(context);
+    const page = await context.newPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector(".link-state[data-link=live]");
+    await context.setOffline(true);
+    await page.waitForSelector(".link-state[data-link=reconnecting]");
+    await page.waitForFunction((exp) => Date.now() > exp, (Math.floor(Date.now() / 1000) + 4) * 1000, { timeout: 10_000 });
+    const sockets: string[] = [];
+    page.on("websocket", (ws) => sockets.push(ws.url()));
+    await context.setOffline(false);
+    await page.waitForSelector("form.signin .error >> text=That token was not accepted", { timeout: 5_000 });
+    await page.waitForTimeout(1_500);
+    expect(sockets.length).toBe(1); // the one refused attempt, not a loop of them
+    await context.close();
+  });
+
   it("an unknown thread says so once: no socket, no polling, no console errors", async () => {
     const { context, page } = await signedInPage();
     const errors: string[] = [];
@@ -603,6 +650,35 @@ describe("bots and @mentions", () => {
     await page.keyboard.type("look");
     expect(await page.inputValue("textarea[name=message]")).toBe("please @demo look");
     await context.close();
+  });
+
+  it("the mention list follows the caret: moved out of a mention by the keyboard, Enter sends; the picked bot is announced", async () => {
+    if ((await api("/api/agents")).status === 404) return;
+    const handle = `caret${Date.now().toString(36)}`;
+    const bot = await api("/api/agents", { method: "POST", json: { name: "Caret bot", handle, model: "local/scripted-model" } });
+    expect(bot.status).toBe(201);
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "caret" } })).body;
+    const { context, page } = await signedInPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector(".link-state[data-link=live]");
+    await page.click("textarea[name=message]");
+    await page.keyboard.type(`ask @${handle.slice(0, 4)}`);
+    await page.waitForSelector(`ul.mentions >> text=@${handle}`);
+    // The message box names the list and the option Enter would take.
+    const [controls, active] = await page.$eval("textarea[name=message]", (el) => [el.getAttribute("aria-controls"), el.getAttribute("aria-activedescendant")]);
+    expect(await page.$eval(`#${controls}`, (el) => el.getAttribute("role"))).toBe("listbox");
+    expect(await page.$eval(`#${active}`, (el) => el.textContent)).toContain(`@${handle}`);
+    await page.keyboard.press("Home");
+    await page.waitForSelector("ul.mentions", { state: "detached", timeout: 2_000 });
+    await page.keyboard.press("Enter");
+    await page.waitForSelector(`li.bubble >> text=ask @${handle.slice(0, 4)}`);
+    expect(await page.inputValue("textarea[name=message]")).toBe("");
+    // Back into a mention with the keyboard, the list comes back.
+    await page.keyboard.type(`hi @${handle.slice(0, 3)} there`);
+    for (let i = 0; i < " there".length; i++) await page.keyboard.press("ArrowLeft");
+    await page.waitForSelector(`ul.mentions >> text=@${handle}`);
+    await context.close();
+    await api(`/api/agents/${bot.body.id}`, { method: "DELETE" });
   });
 });
 
@@ -1093,7 +1169,7 @@ describe("reconnecting", () => {
     await context.close();
   });
 
-  it("after a dropped socket, resumes from its last offset: no gap, no duplicate", async () => {
+  it("after a dropped socket (or one closed with 1013), resumes from its last offset: no gap, no duplicate", async () => {
     const thread = (await api("/api/threads", { method: "POST", json: { title: "flaky network" } })).body;
     const post = (text: string) => api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text } } });
     const { context, page } = await signedInPage();
@@ -1116,7 +1192,8 @@ describe("reconnecting", () => {
     seen = (await entries(thread.id)).map((e) => JSON.stringify(e));
     let release!: () => void;
     hold = new Promise((r) => { release = r; });
-    await routes[0].close({ code: 4001, reason: "network dropped" });
+    // What the server sends a subscriber it held back too long: reconnect from the last offset.
+    await routes[0].close({ code: 1013, reason: "subscriber too slow: reconnect from your last offset" });
     for (const t of ["four", "five", "six"]) await post(t); // written while the page is cut off
     release();
 
@@ -1173,6 +1250,42 @@ describe("layout under load", () => {
     await page.waitForFunction(lastBubbleInView, undefined, { timeout: 5_000 });
     await context.close();
   });
+
+  it("a thread of thousands of entries opens at its newest quickly, stays live, and shows earlier ones on request (keyboard too)", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "thousands" } })).body;
+    const N = 6000;
+    for (let b = 0; b < N; b += 500) {
+      const batch = Array.from({ length: 500 }, (_, j) => {
+        const i = b + j;
+        return i % 3 === 0 ? { payload: { type: "chat", text: `entry number ${i}` } }
+          : i % 3 === 1 ? { payload: { type: "pi.tool_call", toolCallId: `c${i}`, name: "bash", args: { command: `echo ${i}` } } }
+          : { payload: { type: "pi.tool_result", toolCallId: `c${i - 1}`, name: "bash", output: `out ${i}\n`.repeat(20), isError: false } };
+      });
+      expect((await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: batch })).status).toBe(201);
+    }
+    const { context, page } = await signedInPage();
+    const opened = Date.now();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector(`li.bubble >> text=entry number ${N - 3}`, { timeout: 30_000 });
+    await page.waitForFunction(lastBubbleInView, undefined, { timeout: 5_000 });
+    const openMs = Date.now() - opened;
+    // Not every one of the 4,000 items is drawn (nor drawn again on each arrival).
+    const drawn = await page.$$eval("ol.timeline > li", (els) => els.length);
+    expect(drawn).toBeLessThanOrEqual(600);
+    expect(openMs).toBeLessThan(20_000);
+    await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text: "one more live" } } });
+    await page.waitForSelector("li.bubble >> text=one more live", { timeout: 5_000 });
+    await page.waitForFunction(lastBubbleInView, undefined, { timeout: 5_000 });
+    // The earliest entry is there for whoever asks, from the keyboard as well.
+    await page.focus("button.show-earlier");
+    while (await page.$("button.show-earlier")) {
+      await page.keyboard.press("Enter");
+      await page.waitForTimeout(50);
+    }
+    await page.waitForSelector("li.bubble >> text='entry number 0'");
+    expect((await bubbles(page)).length).toBe(N / 3 + 1);
+    await context.close();
+  }, 120_000);
 
   it("a phone-width screen keeps every link and a run's wide files inside the page; a tool's non-text output is shown as JSON", async () => {
     const thread = (await api("/api/threads", { method: "POST", json: { title: "narrow" } })).body;
@@ -1240,6 +1353,160 @@ describe("layout under load", () => {
     await page.click("text=Show older threads");
     await page.waitForSelector("text=fake 1001");
     expect(await page.$("text=Show older threads")).toBeNull();
+    await context.close();
+  });
+});
+
+describe("entries the UI does not expect", () => {
+  it("a malformed or unknown entry is shown as what it is, without breaking the page or the entries after it", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "odd entries" } })).body;
+    const odd = [
+      { type: "pi.assistant", text: "round with odd calls", toolCalls: [null, 5, "x", { id: { no: 1 }, name: ["n"] }] },
+      { type: "pi.tool_call", toolCallId: "e1", name: "edit", args: { path: "a.txt", edits: [null, 3] } },
+      { type: "pi.tool_call", toolCallId: "e2", name: "write", args: null },
+      { type: "pi.tool_result", toolCallId: { x: 1 }, output: null },
+      { type: "signal.exec.output", execId: 7, text: { not: "text" } },
+      { type: "artifact.folder", runId: "odd", status: "failed", folders: "not-a-list", error: { code: 1 } },
+      { type: "artifact.files", runId: "odd", files: [null, 4, { path: { x: 1 }, status: ["a"], size: { b: 1 }, omitted: 5, content: { c: 1 } }] },
+      { type: "artifact.diff", runId: "odd", diff: { d: 1 }, status: 3 },
+      { type: "pi.something_new", whatever: [1, 2, 3] },
+      { type: "signal.something_new", reason: { r: 1 } },
+    ];
+    // A run's token, as its box writes with: artifacts and run signals are a run's to write.
+    const { SignJWT } = await import("jose");
+    const runToken = await new SignJWT({ kind: "stream", house: "house-ui", thread: thread.id, scope: "stream:write", run: "odd" })
+      .setProtectedHeader({ alg: "HS256" }).setIssuer("threadbox").setSubject("ui-user").setIssuedAt().setExpirationTime("10m")
+      .sign(new TextEncoder().encode("test-token-secret-0123456789abcdef"));
+    for (const payload of odd) {
+      const r = await fetch(`${worker.url}/api/threads/${thread.id}/entries`, {
+        method: "POST", headers: { authorization: `Bearer ${runToken}`, "content-type": "application/json" }, body: JSON.stringify({ payload }),
+      });
+      expect([payload.type, r.status]).toEqual([payload.type, 201]);
+    }
+    await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text: "still here after them" } } });
+    const { context, page } = await signedInPage();
+    const errors: string[] = [];
+    page.on("pageerror", (e) => errors.push(e.message));
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector("li.bubble >> text=still here after them", { timeout: 10_000 });
+    await page.waitForSelector("li.bubble >> text=round with odd calls");
+    expect(errors).toEqual([]);
+    // Named for what they are, not dumped nor shown as "[object Object]".
+    await page.waitForSelector("li[data-kind='pi.something_new']");
+    await page.waitForSelector("li[data-kind='signal.something_new']");
+    expect(await page.textContent("ol.timeline")).not.toContain("[object Object]");
+    // And it stays live.
+    await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text: "and live" } } });
+    await page.waitForSelector("li.bubble >> text=and live");
+    expect(errors).toEqual([]);
+    await context.close();
+  });
+});
+
+describe("long lines", () => {
+  it("an unbroken line in an error, a signal's reason, a tool's name or a file's path stays inside a phone-width page", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "long lines" } })).body;
+    const long = "x".repeat(3000);
+    const { SignJWT } = await import("jose");
+    const runToken = await new SignJWT({ kind: "stream", house: "house-ui", thread: thread.id, scope: "stream:write", run: "rl" })
+      .setProtectedHeader({ alg: "HS256" }).setIssuer("threadbox").setSubject("ui-user").setIssuedAt().setExpirationTime("10m")
+      .sign(new TextEncoder().encode("test-token-secret-0123456789abcdef"));
+    for (const payload of [
+      { type: "pi.error", message: `failed: ${long}` },
+      { type: "signal.run.something", reason: long.slice(0, 500) },
+      { type: "pi.tool_call", toolCallId: "l1", name: `tool_${long.slice(0, 300)}`, args: { command: long } },
+      { type: "pi.tool_result", toolCallId: "l1", output: long, isError: false },
+      { type: "artifact.files", runId: "rl", files: [{ path: `dir/${long.slice(0, 500)}.txt`, status: "added", size: 1 }] },
+      { type: "chat", text: `see ${long}` },
+    ]) {
+      const r = await fetch(`${worker.url}/api/threads/${thread.id}/entries`, {
+        method: "POST", headers: { authorization: `Bearer ${payload.type === "artifact.files" ? runToken : token}`, "content-type": "application/json" }, body: JSON.stringify({ payload }),
+      });
+      expect([payload.type, r.status]).toEqual([payload.type, 201]);
+    }
+    const context = await browser.newContext({ viewport: { width: 375, height: 740 } });
+    await context.addInitScript((t) => localStorage.setItem("threadbox.token", t), token);
+    const page = await context.newPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector("[data-kind=artifacts]");
+    await page.waitForSelector("li.bubble >> text=see");
+    await page.click("details.tool summary");
+    // Each thing in the timeline that reaches past the screen (a scrolling box may hold more, within the screen).
+    const wide = await page.evaluate(() => [...document.querySelectorAll("ol.timeline *")]
+      .filter((el) => !el.closest("pre, .diff, .tool-summary")
+        && (el.getBoundingClientRect().right > innerWidth + 1 || (getComputedStyle(el).overflowX === "visible" && el.scrollWidth > el.clientWidth + 1)))
+      .map((el) => `${el.tagName.toLowerCase()}.${el.className}`));
+    await page.screenshot({ path: join(OUT_DIR, "long-lines.png") });
+    expect(wide).toEqual([]);
+    expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(375);
+    await context.close();
+  });
+});
+
+describe("markup in what others wrote", () => {
+  it("HTML and script in titles, chat, tool output, file names, environment and bot names are shown as text, never run", async () => {
+    const evil = (tag: string) => `<img src=x onerror="window.__xss=(window.__xss||[]).concat('${tag}')"><script>window.__xss=(window.__xss||[]).concat('${tag}-script')</script>`;
+    const thread = (await api("/api/threads", { method: "POST", json: { title: evil("title") } })).body;
+    const env = await api("/api/environments", { method: "POST", json: { name: `e-${Date.now().toString(36)}`, env: { NOTE: evil("env-var") } } });
+    const bot = await api("/api/agents", { method: "POST", json: { name: evil("bot-name"), handle: `xss${Date.now().toString(36)}`, model: "openai/x", systemPrompt: evil("prompt") } });
+    expect([env.status, bot.status]).toEqual([201, 201]);
+    const { SignJWT } = await import("jose");
+    const runToken = await new SignJWT({ kind: "stream", house: "house-ui", thread: thread.id, scope: "stream:write", run: "rx" })
+      .setProtectedHeader({ alg: "HS256" }).setIssuer("threadbox").setSubject("ui-user").setIssuedAt().setExpirationTime("10m")
+      .sign(new TextEncoder().encode("test-token-secret-0123456789abcdef"));
+    for (const payload of [
+      { type: "chat", text: evil("chat") },
+      { type: "pi.tool_call", toolCallId: "x1", name: evil("tool-name"), args: { command: evil("args") } },
+      { type: "pi.tool_result", toolCallId: "x1", output: evil("output"), isError: true },
+      { type: "pi.error", message: evil("error") },
+      { type: "signal.exec.output", execId: "x2", text: evil("exec") },
+      { type: "artifact.files", runId: "rx", files: [{ path: evil("path"), status: "added", size: 1, content: evil("content") }] },
+      { type: "artifact.diff", runId: "rx", status: "ok", diff: `+++ b/${evil("diff")}\n@@ -0,0 +1 @@\n+${evil("diff-line")}\n` },
+    ]) {
+      const r = await fetch(`${worker.url}/api/threads/${thread.id}/entries`, {
+        method: "POST", headers: { authorization: `Bearer ${payload.type.startsWith("artifact.") ? runToken : token}`, "content-type": "application/json" }, body: JSON.stringify({ payload }),
+      });
+      expect([payload.type, r.status]).toEqual([payload.type, 201]);
+    }
+    const { context, page } = await signedInPage();
+    for (const path of [`/threads/${thread.id}`, "/", "/environments", "/bots", "/sandboxes"]) {
+      await page.goto(`${worker.url}${path}`);
+      await page.waitForLoadState("networkidle");
+      if (path.startsWith("/threads/")) {
+        await page.waitForSelector("[data-kind=artifacts]");
+        for (const d of await page.$$("details.tool")) await d.evaluate((el) => { (el as HTMLDetailsElement).open = true; });
+        expect(await page.textContent("li.bubble .bubble-text")).toContain("<img src=x");
+      }
+      // An API error message that quotes what was sent: a refused bot handle.
+      if (path === "/bots") {
+        await page.fill("form.bot-form input[name=name]", evil("form"));
+        await page.fill("form.bot-form input[name=model]", evil("model"));
+        await page.fill("form.bot-form input[name=handle]", "ok-handle");
+        await page.click("form.bot-form button[type=submit]");
+        await page.waitForTimeout(500);
+      }
+      expect([path, await page.evaluate(() => (window as any).__xss ?? [])]).toEqual([path, []]);
+      expect([path, await page.$$eval("img", (els) => els.length)]).toEqual([path, 0]);
+    }
+    await context.close();
+    if (bot.status === 201) await api(`/api/agents/${bot.body.id}`, { method: "DELETE" });
+    if (env.status === 201) await api(`/api/environments/${env.body.id}`, { method: "DELETE" });
+  });
+});
+
+describe("keyboard and screen reader", () => {
+  it("every field and picker has a name a screen reader can say (not only a placeholder)", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "names" } })).body;
+    const { context, page } = await signedInPage();
+    const unnamed: string[] = [];
+    for (const path of ["/", `/threads/${thread.id}`, "/environments", "/bots"]) {
+      await page.goto(`${worker.url}${path}`);
+      await page.waitForLoadState("networkidle");
+      unnamed.push(...await page.$$eval("input:not([type=hidden]), select, textarea", (els, p) => els
+        .filter((el) => !(el as HTMLInputElement).labels?.length && !el.getAttribute("aria-label") && !el.getAttribute("aria-labelledby") && !el.getAttribute("title"))
+        .map((el) => `${p} ${el.tagName.toLowerCase()}[name=${el.getAttribute("name")}]`), path));
+    }
+    expect(unnamed).toEqual([]);
     await context.close();
   });
 });

@@ -105,12 +105,20 @@ export function Composer({ session, threadId, agents, onMention }: { session: Se
       send();
     }
   };
+  // Moving the caret (arrows, Home, End) changes no text, yet may leave the mention or enter one:
+  // the list follows the caret, or Enter would "choose" a bot where no mention is and send nothing.
+  const onKeyUp = (e: KeyboardEvent) => {
+    if (e.isComposing) return;
+    if (matches.length > 0 && (e.key === "ArrowDown" || e.key === "ArrowUp")) return;
+    if (/^(Arrow|Home$|End$|Page)/.test(e.key)) update(e.currentTarget as HTMLTextAreaElement);
+  };
+  const listId = `mentions-${threadId}`;
   return (
     <form class="composer card" onSubmit={(e) => { e.preventDefault(); send(); }}>
       {matches.length > 0 && (
-        <ul class="mentions" role="listbox">
+        <ul class="mentions" role="listbox" id={listId} aria-label="bots to mention">
           {matches.map((a, i) => (
-            <li key={a.id} role="option" aria-selected={i === pick} class={i === pick ? "picked" : ""} onMouseDown={(e) => { e.preventDefault(); choose(a.handle); }}>
+            <li key={a.id} id={`${listId}-${i}`} role="option" aria-selected={i === pick} class={i === pick ? "picked" : ""} onMouseDown={(e) => { e.preventDefault(); choose(a.handle); }}>
               <b>@{a.handle}</b> <span class="muted">{a.name} · {a.model}</span>
             </li>
           ))}
@@ -122,7 +130,10 @@ export function Composer({ session, threadId, agents, onMention }: { session: Se
         </ul>
       )}
       <textarea ref={box} name="message" aria-label="Message" rows={2} placeholder={agents.length ? "Message… (@ to mention a bot)" : "Message…"}
-        value={text} onInput={(e) => update(e.currentTarget)} onKeyDown={onKeyDown} onClick={(e) => update(e.currentTarget)} />
+        value={text} onInput={(e) => update(e.currentTarget)} onKeyDown={onKeyDown} onKeyUp={onKeyUp} onClick={(e) => update(e.currentTarget)}
+        // A screen reader hears the list open and which bot Enter or Tab would pick.
+        aria-autocomplete="list" aria-controls={matches.length > 0 ? listId : undefined}
+        aria-activedescendant={matches.length > 0 ? `${listId}-${Math.min(pick, matches.length - 1)}` : undefined} />
       <button type="submit" disabled={!text.trim()}>Send</button>
       <ErrorNote error={error} />
     </form>

@@ -31,7 +31,7 @@ export function DelegateForm({ session, threadId, defaultEnvironmentId, onStarte
   return (
     <form class="card row delegate" onSubmit={submit}>
       <input name="task" aria-label="Task for a coding agent" placeholder="Delegate a task to a coding agent, e.g. write hello.txt containing hi" value={task} onInput={(e) => setTask(e.currentTarget.value)} />
-      <select name="environment" value={environmentId} onFocus={envs.reload} onChange={(e) => setEnvironmentId(e.currentTarget.value)}>
+      <select name="environment" aria-label="Environment of the delegated run" value={environmentId} onFocus={envs.reload} onChange={(e) => setEnvironmentId(e.currentTarget.value)}>
         <option value="">{defaultEnvironmentId ? "thread's environment" : "no environment (pick one)"}</option>
         {envs.data?.map((env, _i, all) => <option key={env.id} value={env.id}>{environmentLabel(env, all)}</option>)}
       </select>

@@ -22,8 +22,8 @@ function SecretRows({ secrets, onChange }: { secrets: Secret[]; onChange: (next:
     <>
       {secrets.map((s, i) => (
         <div class="row" key={i}>
-          <input name={`secret-name-${i}`} placeholder="NAME" value={s.name} onInput={(e) => set(i, { name: e.currentTarget.value })} />
-          <input name={`secret-value-${i}`} type="password" autocomplete="off" placeholder="value" value={s.value} onInput={(e) => set(i, { value: e.currentTarget.value })} />
+          <input name={`secret-name-${i}`} aria-label={`Secret ${i + 1} name`} placeholder="NAME" value={s.name} onInput={(e) => set(i, { name: e.currentTarget.value })} />
+          <input name={`secret-value-${i}`} aria-label={`Secret ${i + 1} value`} type="password" autocomplete="off" placeholder="value" value={s.value} onInput={(e) => set(i, { value: e.currentTarget.value })} />
         </div>
       ))}
       <button type="button" class="link" onClick={() => onChange([...secrets, { name: "", value: "" }])}>+ another secret</button>

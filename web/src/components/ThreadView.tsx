@@ -45,6 +45,9 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
         }, 16);
       },
       onState: setLink,
+      onTokenExpired: () => session.api.refuse(),
+      // A 401 there ends the session (the Api's onUnauthorized); other failures are retried anyway.
+      onFailedToOpen: () => { session.api.thread(id).catch(() => {}); },
     }).start();
     return () => { sub.close(); clearTimeout(flush); };
   }, [id, session.token, session.ended, readable]);
@@ -125,12 +128,12 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
         </div>
       </header>
       <ErrorNote error={thread.error ?? actionError} />
-      <Timeline items={items} empty={emptyHint(t, agents.data, session.readOnly)} />
+      <Timeline items={items} empty={emptyHint(t, agents.data, session.readOnly)} following={() => following.current} />
       <div ref={bottom} />
       <ReadOnlyNote session={session} cannot="post, delegate, interrupt, stop or resume a run" />
       {(t?.status === "completed" || t?.status === "failed") && !session.readOnly && (
         <form class="card row" onSubmit={(e) => { e.preventDefault(); act(() => session.api.resume(id, resumeText.trim())).then((ok) => ok && setResumeText("")); }}>
-          <input name="resume" placeholder="Tell the agent what to do next, then resume the run" value={resumeText} onInput={(e) => setResumeText(e.currentTarget.value)} />
+          <input name="resume" aria-label="Message to resume the run with" placeholder="Tell the agent what to do next, then resume the run" value={resumeText} onInput={(e) => setResumeText(e.currentTarget.value)} />
           <button type="submit" disabled={acting || !resumeText.trim()}>Resume</button>
         </form>
       )}

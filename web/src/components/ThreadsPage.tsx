@@ -84,8 +84,8 @@ export function ThreadsPage({ session }: { session: Session }) {
     <section>
       <ReadOnlyNote session={session} cannot="start a thread" />
       {!session.readOnly && <form class="card row" onSubmit={create}>
-        <input name="title" placeholder="New thread title" value={title} onInput={(e) => setTitle(e.currentTarget.value)} />
-        <select name="environment" value={environmentId} onFocus={envs.reload} onChange={(e) => setPicked(e.currentTarget.value)}>
+        <input name="title" aria-label="New thread title" placeholder="New thread title" value={title} onInput={(e) => setTitle(e.currentTarget.value)} />
+        <select name="environment" aria-label="Environment of the new thread" value={environmentId} onFocus={envs.reload} onChange={(e) => setPicked(e.currentTarget.value)}>
           <option value="">no environment</option>
           {envs.data?.map((env, _i, all) => <option key={env.id} value={env.id}>{environmentLabel(env, all)}</option>)}
         </select>

@@ -1,4 +1,4 @@
-import type { ComponentChildren } from "preact";
+import { Component, type ComponentChildren } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
 import { toolNotRun, type ArtifactItem, type TimelineItem, type ToolItem } from "../lib/timeline";
 import { chatPreview } from "../lib/fold";
@@ -121,48 +121,99 @@ function ChatText({ text: raw }: { text: string }) {
   );
 }
 
+/** One item that fails to render is named in its place; the rest of the thread is still shown. */
+class ItemBoundary extends Component<{ item: TimelineItem; children: ComponentChildren }, { failed: boolean }> {
+  state = { failed: false };
+  static getDerivedStateFromError() {
+    return { failed: true };
+  }
+  render() {
+    if (!this.state.failed) return this.props.children;
+    const { item } = this.props;
+    const entry = item.kind === "tool" ? item.call ?? item.result : item.kind === "child" ? undefined : item.entry;
+    return (
+      <li class="mark mark-bad" data-offset={entry?.offset} data-kind={entry?.payload.type}>
+        <span class="dot" /> {entry ? `${entry.payload.type} (an entry this page cannot show)` : "a child thread this page cannot show"}
+      </li>
+    );
+  }
+}
+
+/** How many of a thread's newest items are drawn at first; earlier ones a page at a time. */
+export const TIMELINE_PAGE = 500;
+
 /** `empty`: what an empty thread says instead of the default (who answers a message here). */
-export function Timeline({ items, empty }: { items: TimelineItem[]; empty?: ComponentChildren }) {
+/** `following`: whether the page keeps the newest entry in view (the reader has not scrolled up). */
+export function Timeline({ items, empty, following = () => true }: { items: TimelineItem[]; empty?: ComponentChildren; following?: () => boolean }) {
+  // How many items at the top are not drawn. Until the reader asks for earlier ones, only the newest
+  // TIMELINE_PAGE are: drawing a thread of thousands of entries again on every batch took seconds
+  // per batch, and its DOM hundreds of MB. The window moves on with new items only while the page
+  // follows them (under a reader who scrolled up, nothing is taken away); once earlier ones are
+  // asked for, it starts where it was put.
+  const [start, setStart] = useState<number | null>(null);
+  const sliding = useRef(0);
+  if (following()) sliding.current = Math.max(sliding.current, items.length - TIMELINE_PAGE);
+  const hidden = start ?? sliding.current;
+  const earlier = useRef<HTMLButtonElement>(null);
   if (items.length === 0) return <p class="empty">{empty ?? "Nothing here yet: post a message or delegate a task below."}</p>;
+  const showEarlier = () => {
+    const anchor = earlier.current?.parentElement?.nextElementSibling;
+    const before = anchor?.getBoundingClientRect().top;
+    setStart(Math.max(0, hidden - TIMELINE_PAGE));
+    // What was read stays where it was on screen; the earlier entries appear above it.
+    setTimeout(() => {
+      if (anchor && before !== undefined) scrollBy(0, anchor.getBoundingClientRect().top - before);
+      earlier.current?.focus();
+    }, 0);
+  };
   return (
     <ol class="timeline">
-      {items.map((item) => {
-        switch (item.kind) {
-          case "chat":
-            return (
-              <li key={item.key} class={`bubble bubble-${item.role}${item.childOutcome?.failed ? " bubble-failed" : ""}`} data-offset={item.entry.offset} data-kind="chat"
-                data-outcome={item.childOutcome ? (item.childOutcome.failed ? "failed" : "completed") : undefined}>
-                <div class="bubble-head">
-                  <b>{item.author}</b>
-                  {item.childOutcome?.failed && <> <span class="outcome">{item.childOutcome.status}{item.childOutcome.reason ? ` (${item.childOutcome.reason})` : ""}</span></>}
-                  {item.childThreadId && <> <Link href={`/threads/${item.childThreadId}`}>open</Link></>}
-                  {" "}<Time ts={item.entry.ts} />
-                </div>
-                <ChatText text={item.text} />
-              </li>
-            );
-          case "tool":
-            return <li key={item.key} class="tool-item"><ToolCall item={item} /></li>;
-          case "signal":
-            return (
-              <li key={item.key} class={`mark mark-${item.tone}`} data-offset={item.entry.offset} data-kind={item.entry.payload.type}>
-                <span class="dot" /> {item.label}
-                {item.childThreadId && <> · <Link href={`/threads/${item.childThreadId}`}>open</Link></>}
-                {" "}<Time ts={item.entry.ts} />
-              </li>
-            );
-          case "artifact":
-            return <li key={item.key} class="artifact-item" data-offset={item.entry.offset}><Artifacts item={item} /></li>;
-          case "child":
-            return (
-              <li key={item.key} class="child card" data-child-id={item.thread.id}>
-                <span class="muted">child thread</span>
-                <Link href={`/threads/${item.thread.id}`}><bdi>{item.thread.title || item.thread.id}</bdi></Link>
-                <StatusBadge status={item.thread.status} reason={item.thread.reason} />
-              </li>
-            );
-        }
-      })}
+      {hidden > 0 && (
+        <li class="earlier">
+          <button type="button" ref={earlier} class="link show-earlier" onClick={showEarlier}>
+            Show earlier entries ({hidden.toLocaleString()} not shown)
+          </button>
+        </li>
+      )}
+      {(hidden ? items.slice(hidden) : items).map((item) => <ItemBoundary key={item.key} item={item}><Row item={item} /></ItemBoundary>)}
     </ol>
   );
+}
+
+function Row({ item }: { item: TimelineItem }) {
+  switch (item.kind) {
+    case "chat":
+      return (
+        <li key={item.key} class={`bubble bubble-${item.role}${item.childOutcome?.failed ? " bubble-failed" : ""}`} data-offset={item.entry.offset} data-kind="chat"
+          data-outcome={item.childOutcome ? (item.childOutcome.failed ? "failed" : "completed") : undefined}>
+          <div class="bubble-head">
+            <b>{item.author}</b>
+            {item.childOutcome?.failed && <> <span class="outcome">{item.childOutcome.status}{item.childOutcome.reason ? ` (${item.childOutcome.reason})` : ""}</span></>}
+            {item.childThreadId && <> <Link href={`/threads/${item.childThreadId}`}>open</Link></>}
+            {" "}<Time ts={item.entry.ts} />
+          </div>
+          <ChatText text={item.text} />
+        </li>
+      );
+    case "tool":
+      return <li key={item.key} class="tool-item"><ToolCall item={item} /></li>;
+    case "signal":
+      return (
+        <li key={item.key} class={`mark mark-${item.tone}`} data-offset={item.entry.offset} data-kind={item.entry.payload.type}>
+          <span class="dot" /> {item.label}
+          {item.childThreadId && <> · <Link href={`/threads/${item.childThreadId}`}>open</Link></>}
+          {" "}<Time ts={item.entry.ts} />
+        </li>
+      );
+    case "artifact":
+      return <li key={item.key} class="artifact-item" data-offset={item.entry.offset}><Artifacts item={item} /></li>;
+    case "child":
+      return (
+        <li key={item.key} class="child card" data-child-id={item.thread.id}>
+          <span class="muted">child thread</span>
+          <Link href={`/threads/${item.thread.id}`}><bdi>{item.thread.title || item.thread.id}</bdi></Link>
+          <StatusBadge status={item.thread.status} reason={item.thread.reason} />
+        </li>
+      );
+  }
 }

@@ -45,6 +45,13 @@ export class Api {
   /** `onUnauthorized` runs when the server refuses the token (expired, revoked): the app signs out. */
   constructor(private readonly token: string, private readonly onUnauthorized: () => void = () => {}, private readonly base = "") {}
 
+  /** The token was refused outside a request (a WebSocket closed for its expiry): as for a 401. */
+  refuse(): void {
+    if (this.refused) return;
+    this.refused = true;
+    this.onUnauthorized();
+  }
+
   async request<T>(method: string, path: string, body?: unknown): Promise<T> {
     if (this.refused) throw new ApiError(401, "unauthorized", "the server refused this token: sign in again");
     let res: Response;
@@ -59,10 +66,7 @@ export class Api {
     }
     const text = await res.text();
     const data = text ? safeJson(text) : null;
-    if (res.status === 401) {
-      this.refused = true;
-      this.onUnauthorized();
-    }
+    if (res.status === 401) this.refuse();
     if (!res.ok) {
       const err = (data as { error?: { code?: string; message?: string; details?: unknown } } | null)?.error;
       throw new ApiError(res.status, err?.code ?? `http_${res.status}`, err?.message ?? res.statusText, err?.details);

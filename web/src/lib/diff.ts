@@ -32,6 +32,7 @@ export function diffOfToolCall(name: string, args: unknown): DiffLine[] | null {
     const edits = Array.isArray(a.edits) ? a.edits : [a];
     const out: DiffLine[] = [{ kind: "file", text: `--- ${path}` }, { kind: "file", text: `+++ ${path}` }];
     for (const e of edits as Record<string, unknown>[]) {
+      if (!e || typeof e !== "object") return null;
       const oldText = e.oldText ?? e.old_string;
       const newText = e.newText ?? e.new_string;
       if (typeof oldText !== "string" || typeof newText !== "string") return null;

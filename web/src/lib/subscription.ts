@@ -15,7 +15,20 @@ export type SubscriptionOptions = {
   onState?(state: LinkState): void;
   /** Liveness check of a quiet socket (a dropped network often never closes it). */
   pingEveryMs?: number;
+  /**
+   * The server closed the socket because its token expired (4001): trying again with the same
+   * token is refused for good, so the subscription ends and the token must be replaced.
+   */
+  onTokenExpired?(): void;
+  /**
+   * A socket closed before it opened. A browser hides why (a refused token's 401 looks like a
+   * network failure), so the caller may ask the server over HTTP, where a 401 can be seen.
+   */
+  onFailedToOpen?(): void;
 };
+
+/** Close codes the server sends (src/actors/thread/fanout.ts). */
+export const TOKEN_EXPIRED = 4001;
 
 const MAX_RETRY_MS = 5000;
 
@@ -60,7 +73,7 @@ export class ThreadSubscription {
   private readonly onOffline = () => {
     const ws = this.ws;
     if (!ws) return;
-    ws.close(4001, "offline");
+    ws.close(4000, "offline");
     this.drop(ws);
   };
 
@@ -91,7 +104,9 @@ export class ThreadSubscription {
     // The server echoes the first subprotocol; the second carries the token (never the URL).
     const ws = new WebSocket(subscribeUrl(origin, this.opts.threadId, this.last), ["threadbox", `bearer.${this.opts.token}`]);
     this.ws = ws;
+    let opened = false;
     ws.onopen = () => {
+      opened = true;
       this.retryMs = 250;
       this.heardSincePing = true;
       this.opts.onState?.("live");
@@ -111,7 +126,17 @@ export class ThreadSubscription {
       this.last = entry.offset;
       this.opts.onEntry(entry);
     };
-    ws.onclose = () => this.drop(ws);
+    ws.onclose = (ev) => {
+      if (this.ws !== ws) return;
+      if (ev.code === TOKEN_EXPIRED) {
+        this.close();
+        this.opts.onTokenExpired?.();
+        return;
+      }
+      // Any other close (1013 for a reader held back too long included) resumes from the last offset.
+      if (!opened) this.opts.onFailedToOpen?.();
+      this.drop(ws);
+    };
   }
 
   /** Forget a socket (closed, or silent) and reconnect from the last offset seen. */

@@ -110,6 +110,15 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
   };
   for (const entry of entries) {
     placeChildrenBefore(entry.ts);
+    try {
+      foldEntry(entry);
+    } catch {
+      // Any writer may put any fields on a pi.*, signal.* or artifact.* entry: one this code cannot
+      // read is named, and the rest of the thread is still shown.
+      items.push({ kind: "signal", key: entry.offset, entry, label: `${entry.payload.type} (an entry this page cannot show)`, tone: "bad" });
+    }
+  }
+  function foldEntry(entry: Entry): void {
     const p = entry.payload;
     const key = entry.offset;
     if (p.type === "chat") {
@@ -136,7 +145,8 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
       }
       // A bot's round names its tool calls itself; a box's agent posts a pi.tool_call for each.
       for (const c of Array.isArray(p.toolCalls) ? (p.toolCalls as { id?: unknown; name?: unknown; args?: unknown }[]) : []) {
-        const id = String(c.id ?? "");
+        if (!c || typeof c !== "object") continue;
+        const id = typeof c.id === "string" ? c.id : "";
         if (id) called(toolCard(id, `${key}:${id}`, String(c.name ?? "tool")), entry, c.name, c.args);
       }
     } else if (p.type === "pi.tool_call" || p.type === "pi.tool_result") {
@@ -163,7 +173,7 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
         item = toolCard(id, key, "command");
         item.liveOnly = true;
       }
-      item.live = (item.live ?? "") + (p.truncated ? "\n[more output not shown live]\n" : String(p.text ?? ""));
+      item.live = (item.live ?? "") + (p.truncated ? "\n[more output not shown live]\n" : typeof p.text === "string" ? p.text : "");
     } else if (p.type === "artifact.files" || p.type === "artifact.diff") {
       const runId = String(p.runId ?? "");
       // One card per run: its diff and its file list arrive as two entries.
@@ -172,14 +182,14 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
         card = { kind: "artifact", key, entry, runId };
         items.push(card);
       }
-      if (p.type === "artifact.files") card.files = Array.isArray(p.files) ? (p.files as ArtifactFile[]) : [];
-      else card.diff = { status: String(p.status ?? ""), text: String(p.diff ?? ""), truncated: p.truncated === true, stream: typeof p.stream === "string" ? p.stream : undefined };
+      if (p.type === "artifact.files") card.files = Array.isArray(p.files) ? p.files.filter((f) => f && typeof f === "object").map(artifactFile) : [];
+      else card.diff = { status: typeof p.status === "string" ? p.status : "", text: typeof p.diff === "string" ? p.diff : "", truncated: p.truncated === true, stream: typeof p.stream === "string" ? p.stream : undefined };
     } else if (p.type === "artifact.folder") {
       const folder = p.status === "failed" ? (Array.isArray(p.folders) ? p.folders.join(", ") : "") : String(p.folder ?? "");
-      const label = p.status === "synced" ? `folder ${folder} saved as version ${p.version}` : p.status === "unchanged" ? `folder ${folder} unchanged` : `folder sync failed (${folder}): ${p.error ?? "unknown"}`;
+      const label = p.status === "synced" ? `folder ${folder} saved as version ${p.version}` : p.status === "unchanged" ? `folder ${folder} unchanged` : `folder sync failed (${folder}): ${typeof p.error === "string" ? p.error : "unknown"}`;
       items.push({ kind: "signal", key, entry, label, tone: p.status === "failed" ? "bad" : p.status === "synced" ? "good" : "info" });
     } else if (p.type === "pi.error") {
-      items.push({ kind: "signal", key, entry, label: `error: ${p.message ?? "unknown"}`, tone: "bad" });
+      items.push({ kind: "signal", key, entry, label: `error: ${typeof p.message === "string" ? p.message : "unknown"}`, tone: "bad" });
     } else if (p.type.startsWith("signal.")) {
       // A run that ended leaves no call of it running: one without a result was cut short.
       if (p.type === "signal.thread.status_changed" && p.status !== "running") {
@@ -203,6 +213,18 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
   }
   placeChildrenBefore(Infinity);
   return items;
+}
+
+/** A file of an `artifact.files` entry with the fields the page shows, of the types it shows them as. */
+function artifactFile(raw: Record<string, unknown>): ArtifactFile {
+  return {
+    path: typeof raw.path === "string" ? raw.path : "(no path)",
+    status: typeof raw.status === "string" ? raw.status : "changed",
+    size: typeof raw.size === "number" ? raw.size : 0,
+    ...(raw.binary === true ? { binary: true } : {}),
+    ...(typeof raw.content === "string" ? { content: raw.content } : {}),
+    ...(typeof raw.omitted === "string" ? { omitted: raw.omitted } : {}),
+  };
 }
 
 /** Adds entries to an offset-ordered list, keeping one copy of each offset. */
