@@ -412,7 +412,11 @@ describe("a delegated run, watched live", () => {
     const write = await page.waitForSelector("details.tool[data-tool=write]");
     expect(await write.textContent()).toContain("hello.txt");
     await page.waitForSelector("details.tool[data-tool=write].tool-done");
+    // A card shows that it opens, and whether it is open.
+    const marker = () => page.$eval("details.tool[data-tool=write] summary", (el) => getComputedStyle(el, "::before").content);
+    expect(await marker()).toBe('"\u25B8"');
     await page.click("details.tool[data-tool=write] summary");
+    expect(await marker()).toBe('"\u25BE"');
     expect(await page.textContent("details.tool[data-tool=write] .diff .d-add")).toBe("+hi");
     await page.waitForSelector("details.tool[data-tool=bash].tool-done");
     await page.click("details.tool[data-tool=bash] summary");
