@@ -12,7 +12,8 @@ function readJsonFile(path, what) {
   try {
     return JSON.parse(readFileSync(path, "utf8"));
   } catch (err) {
-    throw new CliError("bad_request", `${what} ${path}: ${err.code === "ENOENT" ? "no such file" : err.message}`);
+    // A mistake on the command line, said on one line (a parse error quotes the file, newlines and all).
+    throw new CliError("usage", `${what} ${path}: ${err.code === "ENOENT" ? "no such file" : err.message.replace(/\s+/g, " ")}`);
   }
 }
 

@@ -5,6 +5,7 @@ import { spawn } from "node:child_process";
 import { createServer as createHttpServer, type Server as HttpServer } from "node:http";
 import { createServer, type Server, type Socket } from "node:net";
 import type { AddressInfo } from "node:net";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ROOT } from "../../scripts/lib/wrangler-dev.mjs";
 import { tempDirs } from "../support/temp-dirs";
@@ -123,6 +124,17 @@ describe("numeric options", () => {
     for (const [args, message] of cases) {
       const r = await cli([...args], { THREADBOX_URL: url });
       expect({ args, code: r.code, stdout: r.stdout, stderr: r.stderr }).toEqual({ args, code: 2, stdout: "", stderr: `error usage: ${message}\n` });
+    }
+    // A file option that cannot be read as JSON is a usage error too, said on one line.
+    const notJson = join(tempDir("threadbox-cli-file-"), "models.json");
+    writeFileSync(notJson, "vm\n");
+    const files = [
+      [["env", "add", "e2", "--pi-models", notJson], `--pi-models ${notJson}: Unexpected token 'v', "vm " is not valid JSON`],
+      [["env", "add", "e2", "--pi-models", `${notJson}.missing`], `--pi-models ${notJson}.missing: no such file`],
+    ] as const;
+    for (const [args, message] of files) {
+      const r = await cli([...args], { THREADBOX_URL: url, THREADBOX_TOKEN: "t" });
+      expect({ args, code: r.code, stderr: r.stderr }).toEqual({ args, code: 2, stderr: `error usage: ${message}\n` });
     }
     const json = await cli(["threads", "--limit", "abc", "--json"], { THREADBOX_URL: url });
     expect([json.code, JSON.parse(json.stderr)]).toEqual([2, { error: { code: "usage", message: "--limit abc is not a whole number from 1 to 1000" } }]);
