@@ -381,6 +381,36 @@ describe("runner + mirror with the real pi", () => {
     }
   });
 
+  it("pi frozen mid-run: the heartbeat stops with it, so the thread's silence alarm can settle the run", async () => {
+    const model = await startModelServer([{ hang: true }]);
+    const heartbeats = async (id: string) =>
+      ((await readThread(`${streamBase}/thread-${id}`, undefined)) as any[]).filter((e) => e.payload?.type === "signal.heartbeat").length;
+    let pids: number[] = [];
+    try {
+      const threadId = await newThread();
+      const { child, done } = startRunner({ threadId, model, prompt: "think" });
+      const t0 = Date.now();
+      while (model.requests.length === 0 && Date.now() - t0 < 20_000) await new Promise((r) => setTimeout(r, 50));
+      expect(model.requests.length).toBe(1);
+      pids = execFileSync("ps", ["-o", "pid=", "--ppid", String(child.pid)], { encoding: "utf8" })
+        .split("\n").map((s) => Number(s.trim())).filter(Boolean);
+      expect(pids.length).toBeGreaterThan(0);
+      // A pi whose event loop no longer runs (here: stopped) does no work and posts nothing.
+      for (const pid of pids) process.kill(pid, "SIGSTOP");
+      await new Promise((r) => setTimeout(r, 1_000));
+      const before = await heartbeats(threadId);
+      await new Promise((r) => setTimeout(r, 2_500)); // 5 beats at THREADBOX_HEARTBEAT_MS=500
+      expect(await heartbeats(threadId)).toBe(before);
+      for (const pid of pids) process.kill(pid, "SIGCONT");
+      pids = [];
+      child.kill("SIGTERM");
+      await done;
+    } finally {
+      for (const pid of pids) try { process.kill(pid, "SIGCONT"); } catch { /* gone */ }
+      await model.close();
+    }
+  });
+
   it("the runaway guard ends a hung pi: SIGTERM, then pi_failed", async () => {
     const model = await startModelServer([{ hang: true }]);
     try {
