@@ -381,6 +381,33 @@ describe("runner + mirror with the real pi", () => {
     }
   });
 
+  it("a tool call that writes megabytes: its entries land cut to a size the thread takes, say so, and the run completes", async () => {
+    const content = `${"0123456789abcdef".repeat(64)}\n`.repeat(2048); // 2 MiB + 2 KiB
+    const model = await startModelServer([
+      { toolCalls: [{ name: "write", arguments: { path: "big.txt", content } }] },
+      { text: "Wrote it." },
+    ]);
+    try {
+      const threadId = await newThread();
+      const { done } = startRunner({ threadId, model, prompt: "write a big file" });
+      const run = await done;
+      expect(run.code).toBe(0);
+      expect(readFileSync(join(run.cwd, "big.txt"), "utf8")).toBe(content);
+      const es = await entriesOf(threadId);
+      expect(types(es)).toEqual(["pi.user", "pi.assistant", "pi.tool_call", "pi.tool_result", "pi.assistant", "status:completed"]);
+      // The worker refuses a body over 1 MiB: an entry that large would never reach the thread.
+      for (const e of es) expect(Buffer.byteLength(JSON.stringify(e))).toBeLessThan(1024 * 1024);
+      const call = es.find((e) => e.payload.type === "pi.tool_call")!;
+      expect(call.payload.truncated).toBe(true);
+      expect(call.payload.args.path).toBe("big.txt");
+      expect(call.payload.args.content.startsWith("0123456789abcdef")).toBe(true);
+      expect(call.payload.args.content).toMatch(/cut by threadbox: \d+ of 2099200 characters\]$/);
+      expect(es[1].payload.truncated).toBe(true);
+    } finally {
+      await model.close();
+    }
+  });
+
   it("pi frozen mid-run: the heartbeat stops with it, so the thread's silence alarm can settle the run", async () => {
     const model = await startModelServer([{ hang: true }]);
     const heartbeats = async (id: string) =>
