@@ -542,6 +542,36 @@ describe("long runs", () => {
     expect(es.some((e) => e.payload.type === "pi.assistant" && e.payload.text === "Done after a long tool call.")).toBe(true);
     expect(statuses(es).filter((s) => s !== "running")).toEqual(["completed"]);
   });
+
+  it("a message posted after the run's first stream token expired still reaches pi, once: the runner's thread watch reads with the renewed token", async () => {
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    model.push(
+      { toolCalls: [{ name: "bash", arguments: { command: "sleep 12; echo slept" } }] },
+      { text: "Done, message read.", until: held },
+    );
+    const envId = await environment();
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const childId = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "outlive the token, then listen" } })).body.childThreadId as string;
+    await waitFor("pi's tool call", async () => (await entries(childId)).some((e) => e.payload.type === "pi.tool_call"), 30_000);
+    // STREAM_TOKEN_TTL_SECONDS is 8 here: by now the token the run started with has expired.
+    await new Promise((r) => setTimeout(r, 9_000));
+    const before = model.requests.length;
+    const posted = await api(`/api/threads/${childId}/entries`, { method: "POST", json: { payload: { type: "chat", text: "LATE: mention the token" } } });
+    expect(posted.status).toBe(201);
+    const chatId = posted.body.entries[0].id as string;
+    await waitFor("the message to be delivered", async () => (await entries(childId)).some((e) => e.payload.type === "signal.run.message_delivered" && e.payload.entryId === chatId), 20_000);
+    release();
+    const child = await settled(childId);
+    expect(child.status).toBe("completed");
+    const es = await entries(childId);
+    expect(es.filter((e) => e.payload.type === "signal.run.message_delivered" && e.payload.entryId === chatId)).toHaveLength(1);
+    expect(es.filter((e) => e.payload.type === "pi.user" && e.payload.text === "LATE: mention the token")).toHaveLength(1);
+    expect(model.requests.slice(before).some((r) => JSON.stringify(r.body.messages).includes("LATE: mention the token"))).toBe(true);
+    const ids = es.map((e) => e.id);
+    expect(new Set(ids).size).toBe(ids.length);
+    expect(statuses(es).filter((s) => s !== "running")).toEqual(["completed"]);
+  });
 });
 
 describe("an environment's workspace", () => {
