@@ -18,6 +18,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { constants as osConstants, homedir } from "node:os";
 import { join } from "node:path";
+import { StringDecoder } from "node:string_decoder";
 import { parseArgs } from "node:util";
 import { getCodingAgent } from "../sandbox/harness/index";
 import { finishedSignalId } from "../sandbox/harness/pi";
@@ -51,9 +52,11 @@ function randomId(): string {
 
 function splitLines(onLine: (line: string) => void) {
   let buf = "";
+  // A pipe read can end inside a character's UTF-8 bytes: decoding each read alone would garble it.
+  const decoder = new StringDecoder("utf8");
   return {
     push(chunk: Buffer | string) {
-      buf += chunk.toString();
+      buf += typeof chunk === "string" ? chunk : decoder.write(chunk);
       let i: number;
       while ((i = buf.indexOf("\n")) >= 0) {
         const line = buf.slice(0, i).replace(/\r$/, "");
@@ -62,6 +65,7 @@ function splitLines(onLine: (line: string) => void) {
       }
     },
     end() {
+      buf += decoder.end();
       if (buf.trim()) onLine(buf);
       buf = "";
     },

@@ -278,6 +278,32 @@ describe("runner + mirror with the real pi", () => {
     }
   });
 
+  it("resume on the same box with another model: pi continues its own session file and asks the new model", async () => {
+    const model = await startModelServer([{ text: "First answer." }, { text: "Second answer." }]);
+    try {
+      const threadId = await newThread();
+      const adir = agentDir(model);
+      const models = JSON.parse(readFileSync(join(adir, "models.json"), "utf8"));
+      models.providers.local.models.push({ id: "other-model" });
+      writeFileSync(join(adir, "models.json"), JSON.stringify(models));
+      const cwd = mkdtempSync(join(tmp, "work-"));
+      const first = await startRunner({ threadId, model, prompt: "remember PLUM", cwd, agentDir: adir }).done;
+      expect(first.code, first.stderr).toBe(0);
+      const sessionsDir = join(adir, "sessions");
+      const files = readdirSync(sessionsDir, { recursive: true }).map(String).filter((f) => f.endsWith(".jsonl"));
+      expect(files).toHaveLength(1);
+      const second = await startRunner({ threadId, model, prompt: "which word?", cwd, agentDir: adir, session: join(sessionsDir, files[0]), runnerArgs: ["--model", "local/other-model"] }).done;
+      expect(second.code, second.stderr).toBe(0);
+      expect(model.requests.map((r: any) => r.body.model)).toEqual(["scripted-model", "other-model"]);
+      expect(JSON.stringify(model.requests[1].messages)).toContain("remember PLUM");
+      const es = await entriesOf(threadId);
+      expect(es.filter((e) => e.payload.type === "pi.assistant").map((e) => [e.payload.text, e.payload.model])).toEqual([["First answer.", "scripted-model"], ["Second answer.", "other-model"]]);
+      expectNoDuplicateIds(es);
+    } finally {
+      await model.close();
+    }
+  });
+
   it("model error: the mirror posts pi_failed and the runner does not post a second one", async () => {
     const model = await startModelServer([{ error: 500, message: "upstream exploded" }]);
     try {
@@ -733,7 +759,7 @@ describe("the thread unreachable when the run ends", () => {
 describe("runner with harnesses that do not mirror themselves (recorded output)", () => {
   function fakeHarness(fixture: string, exitCode: number, before = ""): string {
     const file = join(mkdtempSync(join(tmp, "bin-")), "fake-harness");
-    writeFileSync(file, `#!/bin/sh\n${before}cat '${join(ROOT, "test/fixtures", fixture)}'\nexit ${exitCode}\n`, { mode: 0o755 });
+    writeFileSync(file, `#!/bin/sh\n${before}cat '${fixture.startsWith("/") ? fixture : join(ROOT, "test/fixtures", fixture)}'\nexit ${exitCode}\n`, { mode: 0o755 });
     return file;
   }
   async function runWith(harness: string, fixture: string, exitCode: number, before = "") {
@@ -863,6 +889,25 @@ cat '${join(ROOT, "test/fixtures/claude-code-stream-json-success.jsonl")}'
     expect(es[0].id).toBe(`${threadId}:h:r1:0`);
     expect(es[8].id).toBe(`${threadId}:finished:r1`);
     expectNoDuplicateIds(es);
+  });
+
+  it("output whose multi-byte characters fall across the pipe's reads reaches the thread intact", async () => {
+    const text = "price: 5€, or 4£";
+    const dir = mkdtempSync(join(tmp, "fixture-"));
+    const all = Buffer.from([
+      { type: "thread.started", thread_id: "t-utf8" },
+      { type: "turn.started" },
+      { type: "item.completed", item: { id: "item_0", type: "agent_message", text } },
+      { type: "turn.completed", usage: { input_tokens: 1, cached_input_tokens: 0, output_tokens: 1 } },
+    ].map((r) => JSON.stringify(r)).join("\n") + "\n");
+    // The harness writes its output in two parts, the first ending inside the 3 bytes of "€".
+    const cut = all.indexOf(Buffer.from("€")) + 1;
+    writeFileSync(join(dir, "head"), all.subarray(0, cut));
+    writeFileSync(join(dir, "tail"), all.subarray(cut));
+    const { code, es } = await runWith("codex", join(dir, "tail"), 0, `cat '${join(dir, "head")}'; sleep 0.5\n`);
+    expect(code).toBe(0);
+    expect(es.find((e) => e.payload.type === "pi.assistant")!.payload.text).toBe(text);
+    expect(types(es).at(-1)).toBe("status:completed");
   });
 
   it("a harness that exits leaving a process behind that holds its output still ends the run", async () => {
