@@ -2,7 +2,7 @@
 // host (real @daytonaio/sdk client in the worker), the real pi CLI in a box, and a scripted
 // OpenAI-compatible model server standing in for the LLM provider.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { execFile, execSync } from "node:child_process";
+import { execFile, execFileSync, execSync } from "node:child_process";
 import { promisify } from "node:util";
 import { existsSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -334,6 +334,37 @@ describe("delegate a task to pi in a box", () => {
     expect(child.detail).toMatch(new RegExp(`^box ${running.boxId} (confirmed dead by two probes|is dead: )`));
     expect(child.detail).not.toMatch(/no heartbeat/);
     expect(statuses(await entries(childId)).filter((s) => s !== "running")).toEqual(["pi_session_orphaned"]);
+  });
+
+  it("pi frozen mid-run on a live box: it falls silent, and the silence alarm ends the run as orphaned", async () => {
+    model.push({ hang: true });
+    const requestsBefore = model.requests.length;
+    const childId = await delegateChild("hang");
+    await waitFor("pi to be at work", async () => (await entries(childId)).some((e) => e.payload.type === "pi.user") && model.requests.length > requestsBefore);
+    // pi is the runner's child.
+    const runnerPid = readdirSync("/proc").filter((d) => /^\d+$/.test(d)).find((pid) => {
+      try {
+        return readFileSync(`/proc/${pid}/environ`, "utf8").includes(`THREADBOX_THREAD_ID=${childId}\0`) && readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0")[1]?.endsWith("runner.mjs");
+      } catch {
+        return false;
+      }
+    });
+    expect(runnerPid).toBeTruthy();
+    const piPids = execFileSync("ps", ["-o", "pid=", "--ppid", runnerPid!], { encoding: "utf8" }).split("\n").map((l) => Number(l.trim())).filter(Boolean);
+    expect(piPids.length).toBeGreaterThan(0);
+    // Its event loop no longer runs (here: stopped); the box and the runner stay alive.
+    for (const pid of piPids) process.kill(pid, "SIGSTOP");
+    try {
+      const child = await waitFor("the run to settle", async () => {
+        const t = (await api(`/api/threads/${childId}`)).body;
+        return t.status === "failed" ? t : null;
+      }, 30_000);
+      expect([child.status, child.reason]).toEqual(["failed", "pi_session_orphaned"]);
+      expect(child.detail).toMatch(/no heartbeat/);
+    } finally {
+      for (const pid of piPids) try { process.kill(pid, "SIGCONT"); } catch { /* gone */ }
+      killProcessesOfThread(childId);
+    }
   });
 
   it("pi killed with SIGKILL: the runner posts pi_failed", async () => {
