@@ -9,14 +9,16 @@
  * SIGTERM, then SIGKILL after THREADBOX_KILL_GRACE_MS), forwards SIGTERM/SIGINT/SIGHUP to the
  * harness, and on exit reads the thread back, runs decideOutcome and posts the finished-signal
  * unless one is already there. Harnesses that do not mirror themselves (claude-code, codex) have
- * their stdout parsed and posted by the runner. The runner posts a heartbeat for every harness.
+ * their stdout parsed and posted by the runner. The runner posts the heartbeat for every harness,
+ * except while a mirroring harness's mirror beats itself (so a frozen pi falls silent).
  * Exits with the harness's exit code (128 + signal number when it was killed).
  */
 import { createHash, randomUUID } from "node:crypto";
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { constants as osConstants, homedir } from "node:os";
 import { join } from "node:path";
+import { StringDecoder } from "node:string_decoder";
 import { parseArgs } from "node:util";
 import { getCodingAgent } from "../sandbox/harness/index";
 import { finishedSignalId } from "../sandbox/harness/pi";
@@ -50,9 +52,11 @@ function randomId(): string {
 
 function splitLines(onLine: (line: string) => void) {
   let buf = "";
+  // A pipe read can end inside a character's UTF-8 bytes: decoding each read alone would garble it.
+  const decoder = new StringDecoder("utf8");
   return {
     push(chunk: Buffer | string) {
-      buf += chunk.toString();
+      buf += typeof chunk === "string" ? chunk : decoder.write(chunk);
       let i: number;
       while ((i = buf.indexOf("\n")) >= 0) {
         const line = buf.slice(0, i).replace(/\r$/, "");
@@ -61,6 +65,7 @@ function splitLines(onLine: (line: string) => void) {
       }
     },
     end() {
+      buf += decoder.end();
       if (buf.trim()) onLine(buf);
       buf = "";
     },
@@ -182,6 +187,8 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   const stderrTail = new StderrTail();
   let child!: ChildProcess;
   let exited = false;
+  /** The harness's mirror took its token, so it beats from inside the harness from now on. */
+  let mirrorBeats = false;
   const spawnHarness = (argv: string[], env: Record<string, string>) => {
     exited = false;
     // The mirror (in pi) posts too: it gets the token as a file it removes once read. A harness
@@ -192,9 +199,13 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
       env: { ...process.env, ...env, THREADBOX_RUN_ID: runId, ...(handed ? { [BOX_ENV.streamTokenFile]: handed.path } : {}) },
       stdio: [interactive ? "pipe" : "ignore", "pipe", "pipe"],
     });
+    mirrorBeats = false;
     // pi writes nothing to stdout before its extensions are loaded: a mirror that failed to load
     // must not leave the file for the tools that run next.
-    if (handed) child.stdout!.once("data", () => handed.remove());
+    if (handed) child.stdout!.once("data", () => {
+      mirrorBeats = !existsSync(handed.path);
+      handed.remove();
+    });
     child.stdout!.on("data", (d) => lines.push(d));
     child.stderr!.on("data", (d) => {
       stderrTail.push(d);
@@ -301,11 +312,14 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
     notes.stop();
   };
 
-  // The runner beats for every harness: a mirroring harness (pi) beats too once its session has
-  // started, but its start can take long on a loaded box and must not look like silence.
+  // The runner beats while the harness cannot: a mirroring harness's start can take long on a
+  // loaded box and must not look like silence. Once its mirror is up the beat is the harness's own,
+  // so a harness that hangs falls silent and the thread's silence alarm settles the run.
   let heartbeat: ReturnType<typeof setInterval> | undefined;
   if (cfg.heartbeatMs > 0) {
-    const beat = () => void postHeartbeat(url, tokens.current(), Math.min(cfg.heartbeatMs, 5_000));
+    const beat = () => {
+      if (!mirrorBeats) void postHeartbeat(url, tokens.current(), Math.min(cfg.heartbeatMs, 5_000));
+    };
     beat();
     heartbeat = setInterval(beat, cfg.heartbeatMs);
   }

@@ -5,9 +5,9 @@
  * - append() never blocks: entries queue in order.
  * - One POST in flight at a time. A batch, once sent, is frozen (same body, same seq) until the
  *   server acknowledges it, so a retry after a lost response is a duplicate the server drops.
+ * - An entry over MAX_ENTRY_BYTES is cut down to it (bound-entry.ts) before it is queued.
  * - A batch stays within the worker's append limit (MAX_APPEND_BYTES): the worker refuses a larger
- *   body whole, which would drop entries that each fit. Only an entry over the limit by itself is
- *   sent alone and refused.
+ *   body whole, which would drop entries that each fit.
  * - Network errors, timeouts, 5xx, 404, 408, 429, 401, 403 (non-fencing) -> retry with backoff.
  *   400/413/other 4xx -> seq is not consumed; a batch of several entries is sent again in halves
  *   until the refused entry is alone, and that one is dropped (logged with the worker's answer).
@@ -17,6 +17,7 @@
  */
 import { backoffDelayMs } from "../domain/backoff";
 import { MAX_APPEND_BYTES } from "../streams/protocol";
+import { boundEntry } from "./bound-entry";
 
 export interface StreamWriterOptions {
   /** full stream URL: <THREADBOX_STREAM_URL>/thread-<id> */
@@ -86,7 +87,7 @@ export class StreamWriter {
 
   append(...entries: WireEntry[]): void {
     if (this.stopped) return;
-    this.queue.push(...entries);
+    this.queue.push(...entries.map((e) => boundEntry(e)));
     if (!this.running) void this.loop();
   }
 

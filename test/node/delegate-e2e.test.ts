@@ -2,7 +2,7 @@
 // host (real @daytonaio/sdk client in the worker), the real pi CLI in a box, and a scripted
 // OpenAI-compatible model server standing in for the LLM provider.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { execFile, execSync } from "node:child_process";
+import { execFile, execFileSync, execSync } from "node:child_process";
 import { promisify } from "node:util";
 import { existsSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -336,6 +336,37 @@ describe("delegate a task to pi in a box", () => {
     expect(statuses(await entries(childId)).filter((s) => s !== "running")).toEqual(["pi_session_orphaned"]);
   });
 
+  it("pi frozen mid-run on a live box: it falls silent, and the silence alarm ends the run as orphaned", async () => {
+    model.push({ hang: true });
+    const requestsBefore = model.requests.length;
+    const childId = await delegateChild("hang");
+    await waitFor("pi to be at work", async () => (await entries(childId)).some((e) => e.payload.type === "pi.user") && model.requests.length > requestsBefore);
+    // pi is the runner's child.
+    const runnerPid = readdirSync("/proc").filter((d) => /^\d+$/.test(d)).find((pid) => {
+      try {
+        return readFileSync(`/proc/${pid}/environ`, "utf8").includes(`THREADBOX_THREAD_ID=${childId}\0`) && readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0")[1]?.endsWith("runner.mjs");
+      } catch {
+        return false;
+      }
+    });
+    expect(runnerPid).toBeTruthy();
+    const piPids = execFileSync("ps", ["-o", "pid=", "--ppid", runnerPid!], { encoding: "utf8" }).split("\n").map((l) => Number(l.trim())).filter(Boolean);
+    expect(piPids.length).toBeGreaterThan(0);
+    // Its event loop no longer runs (here: stopped); the box and the runner stay alive.
+    for (const pid of piPids) process.kill(pid, "SIGSTOP");
+    try {
+      const child = await waitFor("the run to settle", async () => {
+        const t = (await api(`/api/threads/${childId}`)).body;
+        return t.status === "failed" ? t : null;
+      }, 30_000);
+      expect([child.status, child.reason]).toEqual(["failed", "pi_session_orphaned"]);
+      expect(child.detail).toMatch(/no heartbeat/);
+    } finally {
+      for (const pid of piPids) try { process.kill(pid, "SIGCONT"); } catch { /* gone */ }
+      killProcessesOfThread(childId);
+    }
+  });
+
   it("pi killed with SIGKILL: the runner posts pi_failed", async () => {
     model.push({ hang: true });
     const envId = await environment();
@@ -540,6 +571,36 @@ describe("long runs", () => {
     const es = await entries(childId);
     expect(JSON.stringify(es.find((e) => e.payload.type === "pi.tool_result")!.payload)).toContain("slept");
     expect(es.some((e) => e.payload.type === "pi.assistant" && e.payload.text === "Done after a long tool call.")).toBe(true);
+    expect(statuses(es).filter((s) => s !== "running")).toEqual(["completed"]);
+  });
+
+  it("a message posted after the run's first stream token expired still reaches pi, once: the runner's thread watch reads with the renewed token", async () => {
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    model.push(
+      { toolCalls: [{ name: "bash", arguments: { command: "sleep 12; echo slept" } }] },
+      { text: "Done, message read.", until: held },
+    );
+    const envId = await environment();
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const childId = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "outlive the token, then listen" } })).body.childThreadId as string;
+    await waitFor("pi's tool call", async () => (await entries(childId)).some((e) => e.payload.type === "pi.tool_call"), 30_000);
+    // STREAM_TOKEN_TTL_SECONDS is 8 here: by now the token the run started with has expired.
+    await new Promise((r) => setTimeout(r, 9_000));
+    const before = model.requests.length;
+    const posted = await api(`/api/threads/${childId}/entries`, { method: "POST", json: { payload: { type: "chat", text: "LATE: mention the token" } } });
+    expect(posted.status).toBe(201);
+    const chatId = posted.body.entries[0].id as string;
+    await waitFor("the message to be delivered", async () => (await entries(childId)).some((e) => e.payload.type === "signal.run.message_delivered" && e.payload.entryId === chatId), 20_000);
+    release();
+    const child = await settled(childId);
+    expect(child.status).toBe("completed");
+    const es = await entries(childId);
+    expect(es.filter((e) => e.payload.type === "signal.run.message_delivered" && e.payload.entryId === chatId)).toHaveLength(1);
+    expect(es.filter((e) => e.payload.type === "pi.user" && e.payload.text === "LATE: mention the token")).toHaveLength(1);
+    expect(model.requests.slice(before).some((r) => JSON.stringify(r.body.messages).includes("LATE: mention the token"))).toBe(true);
+    const ids = es.map((e) => e.id);
+    expect(new Set(ids).size).toBe(ids.length);
     expect(statuses(es).filter((s) => s !== "running")).toEqual(["completed"]);
   });
 });

@@ -278,6 +278,32 @@ describe("runner + mirror with the real pi", () => {
     }
   });
 
+  it("resume on the same box with another model: pi continues its own session file and asks the new model", async () => {
+    const model = await startModelServer([{ text: "First answer." }, { text: "Second answer." }]);
+    try {
+      const threadId = await newThread();
+      const adir = agentDir(model);
+      const models = JSON.parse(readFileSync(join(adir, "models.json"), "utf8"));
+      models.providers.local.models.push({ id: "other-model" });
+      writeFileSync(join(adir, "models.json"), JSON.stringify(models));
+      const cwd = mkdtempSync(join(tmp, "work-"));
+      const first = await startRunner({ threadId, model, prompt: "remember PLUM", cwd, agentDir: adir }).done;
+      expect(first.code, first.stderr).toBe(0);
+      const sessionsDir = join(adir, "sessions");
+      const files = readdirSync(sessionsDir, { recursive: true }).map(String).filter((f) => f.endsWith(".jsonl"));
+      expect(files).toHaveLength(1);
+      const second = await startRunner({ threadId, model, prompt: "which word?", cwd, agentDir: adir, session: join(sessionsDir, files[0]), runnerArgs: ["--model", "local/other-model"] }).done;
+      expect(second.code, second.stderr).toBe(0);
+      expect(model.requests.map((r: any) => r.body.model)).toEqual(["scripted-model", "other-model"]);
+      expect(JSON.stringify(model.requests[1].messages)).toContain("remember PLUM");
+      const es = await entriesOf(threadId);
+      expect(es.filter((e) => e.payload.type === "pi.assistant").map((e) => [e.payload.text, e.payload.model])).toEqual([["First answer.", "scripted-model"], ["Second answer.", "other-model"]]);
+      expectNoDuplicateIds(es);
+    } finally {
+      await model.close();
+    }
+  });
+
   it("model error: the mirror posts pi_failed and the runner does not post a second one", async () => {
     const model = await startModelServer([{ error: 500, message: "upstream exploded" }]);
     try {
@@ -377,6 +403,63 @@ describe("runner + mirror with the real pi", () => {
       expect(types(es)).toEqual(["pi.user", "status:stopped"]);
       expect(run.stderr).toContain("harness exited: code=143");
     } finally {
+      await model.close();
+    }
+  });
+
+  it("a tool call that writes megabytes: its entries land cut to a size the thread takes, say so, and the run completes", async () => {
+    const content = `${"0123456789abcdef".repeat(64)}\n`.repeat(2048); // 2 MiB + 2 KiB
+    const model = await startModelServer([
+      { toolCalls: [{ name: "write", arguments: { path: "big.txt", content } }] },
+      { text: "Wrote it." },
+    ]);
+    try {
+      const threadId = await newThread();
+      const { done } = startRunner({ threadId, model, prompt: "write a big file" });
+      const run = await done;
+      expect(run.code).toBe(0);
+      expect(readFileSync(join(run.cwd, "big.txt"), "utf8")).toBe(content);
+      const es = await entriesOf(threadId);
+      expect(types(es)).toEqual(["pi.user", "pi.assistant", "pi.tool_call", "pi.tool_result", "pi.assistant", "status:completed"]);
+      // The worker refuses a body over 1 MiB: an entry that large would never reach the thread.
+      for (const e of es) expect(Buffer.byteLength(JSON.stringify(e))).toBeLessThan(1024 * 1024);
+      const call = es.find((e) => e.payload.type === "pi.tool_call")!;
+      expect(call.payload.truncated).toBe(true);
+      expect(call.payload.args.path).toBe("big.txt");
+      expect(call.payload.args.content.startsWith("0123456789abcdef")).toBe(true);
+      expect(call.payload.args.content).toMatch(/cut by threadbox: \d+ of 2099200 characters\]$/);
+      expect(es[1].payload.truncated).toBe(true);
+    } finally {
+      await model.close();
+    }
+  });
+
+  it("pi frozen mid-run: the heartbeat stops with it, so the thread's silence alarm can settle the run", async () => {
+    const model = await startModelServer([{ hang: true }]);
+    const heartbeats = async (id: string) =>
+      ((await readThread(`${streamBase}/thread-${id}`, undefined)) as any[]).filter((e) => e.payload?.type === "signal.heartbeat").length;
+    let pids: number[] = [];
+    try {
+      const threadId = await newThread();
+      const { child, done } = startRunner({ threadId, model, prompt: "think" });
+      const t0 = Date.now();
+      while (model.requests.length === 0 && Date.now() - t0 < 20_000) await new Promise((r) => setTimeout(r, 50));
+      expect(model.requests.length).toBe(1);
+      pids = execFileSync("ps", ["-o", "pid=", "--ppid", String(child.pid)], { encoding: "utf8" })
+        .split("\n").map((s) => Number(s.trim())).filter(Boolean);
+      expect(pids.length).toBeGreaterThan(0);
+      // A pi whose event loop no longer runs (here: stopped) does no work and posts nothing.
+      for (const pid of pids) process.kill(pid, "SIGSTOP");
+      await new Promise((r) => setTimeout(r, 1_000));
+      const before = await heartbeats(threadId);
+      await new Promise((r) => setTimeout(r, 2_500)); // 5 beats at THREADBOX_HEARTBEAT_MS=500
+      expect(await heartbeats(threadId)).toBe(before);
+      for (const pid of pids) process.kill(pid, "SIGCONT");
+      pids = [];
+      child.kill("SIGTERM");
+      await done;
+    } finally {
+      for (const pid of pids) try { process.kill(pid, "SIGCONT"); } catch { /* gone */ }
       await model.close();
     }
   });
@@ -676,7 +759,7 @@ describe("the thread unreachable when the run ends", () => {
 describe("runner with harnesses that do not mirror themselves (recorded output)", () => {
   function fakeHarness(fixture: string, exitCode: number, before = ""): string {
     const file = join(mkdtempSync(join(tmp, "bin-")), "fake-harness");
-    writeFileSync(file, `#!/bin/sh\n${before}cat '${join(ROOT, "test/fixtures", fixture)}'\nexit ${exitCode}\n`, { mode: 0o755 });
+    writeFileSync(file, `#!/bin/sh\n${before}cat '${fixture.startsWith("/") ? fixture : join(ROOT, "test/fixtures", fixture)}'\nexit ${exitCode}\n`, { mode: 0o755 });
     return file;
   }
   async function runWith(harness: string, fixture: string, exitCode: number, before = "") {
@@ -806,6 +889,25 @@ cat '${join(ROOT, "test/fixtures/claude-code-stream-json-success.jsonl")}'
     expect(es[0].id).toBe(`${threadId}:h:r1:0`);
     expect(es[8].id).toBe(`${threadId}:finished:r1`);
     expectNoDuplicateIds(es);
+  });
+
+  it("output whose multi-byte characters fall across the pipe's reads reaches the thread intact", async () => {
+    const text = "price: 5€, or 4£";
+    const dir = mkdtempSync(join(tmp, "fixture-"));
+    const all = Buffer.from([
+      { type: "thread.started", thread_id: "t-utf8" },
+      { type: "turn.started" },
+      { type: "item.completed", item: { id: "item_0", type: "agent_message", text } },
+      { type: "turn.completed", usage: { input_tokens: 1, cached_input_tokens: 0, output_tokens: 1 } },
+    ].map((r) => JSON.stringify(r)).join("\n") + "\n");
+    // The harness writes its output in two parts, the first ending inside the 3 bytes of "€".
+    const cut = all.indexOf(Buffer.from("€")) + 1;
+    writeFileSync(join(dir, "head"), all.subarray(0, cut));
+    writeFileSync(join(dir, "tail"), all.subarray(cut));
+    const { code, es } = await runWith("codex", join(dir, "tail"), 0, `cat '${join(dir, "head")}'; sleep 0.5\n`);
+    expect(code).toBe(0);
+    expect(es.find((e) => e.payload.type === "pi.assistant")!.payload.text).toBe(text);
+    expect(types(es).at(-1)).toBe("status:completed");
   });
 
   it("a harness that exits leaving a process behind that holds its output still ends the run", async () => {

@@ -97,3 +97,23 @@ describe("StreamWriter", () => {
     expect((await readThread(url, undefined)).map((x) => x.id)).toEqual(["e1", "e2"]);
   });
 });
+
+describe("an entry over the size the box posts", () => {
+  it("lands cut, not dropped: its long strings cut to one length (the text and its raw copy keep the same part), short ones and signatures whole", async () => {
+    const url = await newStream();
+    const long = "é".repeat(300_000);
+    const signature = "s".repeat(5_000);
+    const w = new StreamWriter({ url, producerId: "p-big", log: () => {} });
+    w.append({ id: "big", payload: { type: "pi.assistant", text: long, stopReason: "stop", raw: { role: "assistant", content: [{ type: "thinking", thinking: "t", thinkingSignature: signature }, { type: "text", text: long }] } } });
+    expect(await w.flush(10_000)).toBe(true);
+    const [e] = (await readThread(url, undefined)) as any[];
+    expect(Buffer.byteLength(JSON.stringify(e))).toBeLessThanOrEqual(256 * 1024);
+    expect(e.payload.type).toBe("pi.assistant");
+    expect(e.payload.truncated).toBe(true);
+    expect(e.payload.text).toMatch(/^é+\n…\[cut by threadbox: \d+ of 300000 characters\]$/);
+    expect(e.payload.raw.content[1].text).toBe(e.payload.text);
+    expect(e.payload.raw.content[0].thinkingSignature).toBe(signature);
+    // cut to what fits, not far below it
+    expect(Buffer.byteLength(JSON.stringify(e))).toBeGreaterThan(250 * 1024);
+  });
+});

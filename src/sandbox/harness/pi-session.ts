@@ -19,7 +19,8 @@
  * prompt/tool-loadout messages (pi writes a fresh one on the next request), compaction and
  * branch summaries, custom entries, thinking-level changes, images and tool `details`,
  * per-message usage of assistants mirrored without `raw`, entries of other harnesses' native
- * formats beyond text/tool calls, and the original entry ids and session id.
+ * formats beyond text/tool calls, the original entry ids and session id, and the part of any
+ * entry over 256 KiB that the box cut (src/runner/bound-entry.ts).
  */
 import type { ThreadEntry } from "./types";
 import { EMPTY_USAGE } from "../../domain/pi-usage";
