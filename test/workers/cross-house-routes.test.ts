@@ -1,12 +1,15 @@
 import { beforeAll, describe, expect, it } from "vitest";
-import { SELF } from "cloudflare:test";
-import { BASE, call, createThread, houseToken, streamToken } from "./helpers";
+import { SELF, env } from "cloudflare:test";
+import { BASE, call, createThread, houseToken, runToken, streamToken } from "./helpers";
+import { mintHouseToken } from "../../src/auth/tokens";
 import { tarArchive } from "../support/tar";
 
 /**
- * Every route of the README's API table, called by another house against house `xh`'s things.
- * Each row must answer 404 (or the caller's own, empty, list; or create only in the caller's own
- * house), leak none of xh's data, and change nothing in xh.
+ * Every route of the README's API table, called by another house against house `xh`'s things
+ * (and with xh's own token once it has expired). Each row must answer 404 (or the caller's own,
+ * empty, list; or create only in the caller's own house; or 401 for the expired token), leak
+ * none of xh's data nor echo a token, and change nothing in xh. The same routes with every
+ * credential of the house itself: credential-routes.test.ts.
  *
  * To cover a new route, add a row to ROWS.
  */
@@ -22,7 +25,11 @@ type Owner = {
   signingKid: string;
 };
 /** The attacker's own thread and environment: rows that name xh's things in a body send them there. */
-type Attacker = { house: string; token: string; streamTokenForOwnersThread: string; streamName: string; threadId: string; environmentId: string };
+type Attacker = {
+  house: string; token: string; streamTokenForOwnersThread: string; runTokenForOwnersThread: string; streamName: string; threadId: string; environmentId: string;
+  /** House xh's own owner token, expired: it names nothing any more. */
+  expiredOwnerToken: string;
+};
 
 type Expect =
   /** `code` when the route answers in its own protocol's codes (subscriptions: upper case). */
@@ -39,7 +46,7 @@ type Row = {
   body?: (o: Owner) => unknown;
   headers?: Record<string, string>;
   /** Which credential the attacker uses; its house token unless said otherwise. */
-  as?: "house" | "stream";
+  as?: Credential;
   expect: Expect;
   /** xh's thing is named in the body (so the body must be parsed to find it). */
   targetInBody?: boolean;
@@ -50,11 +57,17 @@ type Row = {
   callersOwnNamespace?: boolean;
 };
 
+/**
+ * house: the attacker's own house token; stream/run: a stream token (and a run's token, naming
+ * a run) of the attacker's house that names xh's thread; expired: xh's own owner token, expired.
+ */
+type Credential = "house" | "stream" | "run" | "expired";
+
 const json = { "content-type": "application/json" };
 const chatBody = () => ({ id: "xh-attack", payload: { type: "chat", text: "injected" } });
 
 
-const streamMethods = (label: string, path: (o: Owner, a: Attacker) => string, as: "house" | "stream"): Row[] => [
+const streamMethods = (label: string, path: (o: Owner, a: Attacker) => string, as: Credential): Row[] => [
   { name: `${label} GET`, method: "GET", path: (o, a) => `${path(o, a)}?offset=-1`, as, expect: { status: 404 } },
   { name: `${label} GET long-poll`, method: "GET", path: (o, a) => `${path(o, a)}?offset=-1&live=long-poll`, as, expect: { status: 404 } },
   { name: `${label} GET sse`, method: "GET", path: (o, a) => `${path(o, a)}?offset=-1&live=sse`, as, expect: { status: 404 } },
@@ -83,10 +96,19 @@ const ROWS: Row[] = [
   { name: "POST /api/threads/:id/resume", method: "POST", path: (o) => `/api/threads/${o.threadId}/resume`, body: () => ({ message: "again" }), headers: json, expect: { status: 404 } },
   { name: "POST /api/threads/:id/stop", method: "POST", path: (o) => `/api/threads/${o.threadId}/stop`, expect: { status: 404 } },
   { name: "POST /api/threads/:id/interrupt", method: "POST", path: (o) => `/api/threads/${o.threadId}/interrupt`, expect: { status: 404 } },
+  { name: "POST /api/threads/:id/entries (run token)", method: "POST", path: (o) => `/api/threads/${o.threadId}/entries`, body: chatBody, headers: json, as: "run", expect: { status: 404 } },
+  { name: "GET /api/threads/:id (expired token of xh)", method: "GET", path: (o) => `/api/threads/${o.threadId}`, as: "expired", expect: { status: 401 } },
+  { name: "GET /api/threads/:id/entries (expired token of xh)", method: "GET", path: (o) => `/api/threads/${o.threadId}/entries?offset=-1`, as: "expired", expect: { status: 401 } },
+  { name: "POST /api/threads/:id/entries (expired token of xh)", method: "POST", path: (o) => `/api/threads/${o.threadId}/entries`, body: chatBody, headers: json, as: "expired", expect: { status: 401 } },
+  { name: "GET /api/threads/:id/subscribe (expired token of xh)", method: "GET", path: (o) => `/api/threads/${o.threadId}/subscribe?offset=-1`, headers: { upgrade: "websocket" }, as: "expired", expect: { status: 401 } },
+  { name: "GET /api/threads/:id/config (stream token)", method: "GET", path: (o) => `/api/threads/${o.threadId}/config`, as: "stream", expect: { status: 404 } },
+  { name: "GET /api/threads/:id/dispatch (stream token)", method: "GET", path: (o) => `/api/threads/${o.threadId}/dispatch`, as: "stream", expect: { status: 404 } },
+  { name: "GET /api/threads/:id/artifacts (run token)", method: "GET", path: (o) => `/api/threads/${o.threadId}/artifacts`, as: "run", expect: { status: 404 } },
 
   // environments
   { name: "GET /api/environments", method: "GET", path: () => "/api/environments", expect: { ownList: "environments" } },
   { name: "GET /api/environments/:id", method: "GET", path: (o) => `/api/environments/${o.environmentId}`, expect: { status: 404 } },
+  { name: "GET /api/environments/:id (expired token of xh)", method: "GET", path: (o) => `/api/environments/${o.environmentId}`, as: "expired", expect: { status: 401 } },
   { name: "PATCH /api/environments/:id", method: "PATCH", path: (o) => `/api/environments/${o.environmentId}`, body: () => ({ name: "taken over" }), headers: json, expect: { status: 404 } },
   { name: "POST /api/environments/:id/exec", method: "POST", path: (o) => `/api/environments/${o.environmentId}/exec`, body: () => ({ command: "cat /etc/passwd" }), headers: json, expect: { status: 404 } },
   { name: "POST /api/threads (environmentId = xh environment)", method: "POST", path: () => "/api/threads", body: (o) => ({ environmentId: o.environmentId }), headers: json, expect: { status: 404 }, targetInBody: true },
@@ -97,6 +119,8 @@ const ROWS: Row[] = [
   { name: "GET /api/sandboxes", method: "GET", path: () => "/api/sandboxes", expect: { ownList: "sandboxes" } },
   { name: "GET /api/sandboxes?state=live", method: "GET", path: () => "/api/sandboxes?state=live", expect: { ownList: "sandboxes" } },
   { name: "GET /api/sandboxes/:id", method: "GET", path: (o) => `/api/sandboxes/${o.boxId}`, expect: { status: 404 } },
+  // The actors that watch for a box whose create got no answer are named so; they hold no box.
+  { name: "GET /api/sandboxes/:id (a late-box watch actor's name)", method: "GET", path: () => "/api/sandboxes/late-box:test:xh", expect: { status: 404 } },
   { name: "GET /api/sandboxes/:id/ports/:port/preview", method: "GET", path: (o) => `/api/sandboxes/${o.boxId}/ports/3000/preview`, expect: { status: 404 } },
   { name: "DELETE /api/sandboxes/:id", method: "DELETE", path: (o) => `/api/sandboxes/${o.boxId}`, expect: { status: 404 } },
   { name: "DELETE /api/sandboxes/:id?force=true", method: "DELETE", path: (o) => `/api/sandboxes/${o.boxId}?force=true`, expect: { status: 404 } },
@@ -107,6 +131,10 @@ const ROWS: Row[] = [
   ...streamMethods("/api/stream/thread-<id>", (o) => `/api/stream/thread-${o.threadId}`, "house"),
   ...streamMethods("/v1/stream/thread-<id>", (o) => `/v1/stream/thread-${o.threadId}`, "house"),
   ...streamMethods("/api/stream/thread-<id> (stream token)", (o) => `/api/stream/thread-${o.threadId}`, "stream"),
+  ...streamMethods("/v1/stream/thread-<id> (run token)", (o) => `/v1/stream/thread-${o.threadId}`, "run"),
+  { name: "/api/stream/thread-<id> GET (expired token of xh)", method: "GET", path: (o) => `/api/stream/thread-${o.threadId}?offset=-1`, as: "expired", expect: { status: 401 } },
+  { name: "/api/stream/thread-<id> GET sse (expired token of xh)", method: "GET", path: (o) => `/api/stream/thread-${o.threadId}?offset=-1&live=sse`, as: "expired", expect: { status: 401 } },
+  { name: "POST /api/stream/thread-<id>/token (run token)", method: "POST", path: (o) => `/api/stream/thread-${o.threadId}/token`, as: "run", expect: { status: 404 } },
   { name: "POST /api/stream/thread-<id>/token (house token)", method: "POST", path: (o) => `/api/stream/thread-${o.threadId}/token`, expect: { status: 403 } },
   { name: "POST /api/stream/thread-<id>/token (stream token)", method: "POST", path: (o) => `/api/stream/thread-${o.threadId}/token`, as: "stream", expect: { status: 404 } },
 
@@ -116,6 +144,11 @@ const ROWS: Row[] = [
   { name: "/api/stream/<xh's own name> GET", method: "GET", path: (o) => `/api/stream/${o.streamName}?offset=-1`, expect: { status: 404 } },
   { name: "/api/stream/<xh's own name> POST", method: "POST", path: (o) => `/api/stream/${o.streamName}`, body: () => "x", headers: { "content-type": "text/plain" }, expect: { status: 404 } },
   { name: "/api/stream/<name> with a stream token", method: "GET", path: (o) => `/api/stream/${o.streamName}?offset=-1`, as: "stream", expect: { status: 403 } },
+  { name: "/api/stream/<xh's own name> GET (expired token of xh)", method: "GET", path: (o) => `/api/stream/${o.streamName}?offset=-1`, as: "expired", expect: { status: 401 } },
+  // A fork's source is looked up in the caller's house: xh's stream of that name is not there.
+  { name: "PUT /api/stream/<new> forked from xh's stream", method: "PUT", path: () => "/api/stream/mallory-fork", headers: { "content-type": "text/plain", "stream-forked-from": "/v1/stream/eng:payroll" }, expect: { status: 404 } },
+  { name: "PUT /api/stream/<new> forked from xh's stream (full URL)", method: "PUT", path: () => "/api/stream/mallory-fork", headers: { "content-type": "text/plain", "stream-forked-from": `${BASE}/api/stream/eng:payroll` }, expect: { status: 404 } },
+  { name: "PUT /api/stream/thread-<id>/artifacts/<run>/diff (run token)", method: "PUT", path: (o) => `/api/stream/thread-${o.threadId}/artifacts/r1/diff`, headers: { "content-type": "text/plain" }, as: "run", expect: { status: 404 } },
   // Last among plain streams: creates the attacker's own stream of that name, leaving xh's alone.
   { name: "/api/stream/<name> PUT", method: "PUT", path: (_o, a) => `/api/stream/${a.streamName}`, headers: { "content-type": "text/plain" }, expect: { ownStatus: 201 } },
 
@@ -135,6 +168,8 @@ const ROWS: Row[] = [
   { name: "POST /api/environments/:id/folders", method: "POST", path: (o) => `/api/environments/${o.environmentId}/folders?name=xh-docs`, body: () => "not an archive", headers: { "content-type": "application/x-tar" }, expect: { status: 404 } },
   { name: "GET /api/environments/:id/folders", method: "GET", path: (o) => `/api/environments/${o.environmentId}/folders`, expect: { status: 404 } },
   { name: "GET /api/environments/:id/folders/:name", method: "GET", path: (o) => `/api/environments/${o.environmentId}/folders/xh-docs`, expect: { status: 404 } },
+  { name: "GET /api/environments/:id/folders/:name?version=1", method: "GET", path: (o) => `/api/environments/${o.environmentId}/folders/xh-docs?version=1`, expect: { status: 404 } },
+  { name: "GET /api/environments/:id/folders/:name (expired token of xh)", method: "GET", path: (o) => `/api/environments/${o.environmentId}/folders/xh-docs`, as: "expired", expect: { status: 401 } },
   { name: "DELETE /api/environments/:id", method: "DELETE", path: (o) => `/api/environments/${o.environmentId}`, expect: { status: 404 } },
 
   // webhook subscriptions (the protocol's reserved __ds/ paths): xh's subscription by its id
@@ -150,6 +185,8 @@ const ROWS: Row[] = [
   { name: "POST /v1/stream/__ds/subscriptions/:id/release (house token)", method: "POST", path: () => `/v1/stream/__ds/subscriptions/${SUBSCRIPTION}/release`, body: () => ({ wake_id: "w", generation: 1, acks: [], done: true }), headers: json, expect: { status: 401, code: "TOKEN_INVALID" } },
   { name: "DELETE /v1/stream/__ds/subscriptions/:id", method: "DELETE", path: () => `/v1/stream/__ds/subscriptions/${SUBSCRIPTION}`, expect: { status: 404, code: "SUBSCRIPTION_NOT_FOUND" } },
   { name: "GET /v1/stream/__ds/subscriptions/:id (stream token)", method: "GET", path: () => `/v1/stream/__ds/subscriptions/${SUBSCRIPTION}`, as: "stream", expect: { status: 403 } },
+  { name: "GET /v1/stream/__ds/subscriptions/:id (expired token of xh)", method: "GET", path: () => `/v1/stream/__ds/subscriptions/${SUBSCRIPTION}`, as: "expired", expect: { status: 401 } },
+  { name: "GET /v1/stream/__ds/jwks.json (expired token of xh)", method: "GET", path: () => "/v1/stream/__ds/jwks.json", as: "expired", expect: { status: 401 } },
   // Last among subscriptions: creates the attacker's own subscription of that id, leaving xh's alone.
   { name: "PUT /v1/stream/__ds/subscriptions/:id", method: "PUT", path: () => `/v1/stream/__ds/subscriptions/${SUBSCRIPTION}`, body: () => ({ type: "webhook", pattern: "**", webhook: { url: "https://example.com/mallory" } }), headers: json, expect: { ownStatus: 201 } },
 
@@ -248,6 +285,8 @@ describe.each(ATTACKERS)("another house ($house) against house xh", ({ house, st
       environmentId: ((await ownEnv.json()) as { id: string }).id,
       // A validly signed token of the attacker's house that names xh's thread: still nothing.
       streamTokenForOwnersThread: await streamToken(house, owner.threadId, "stream:write"),
+      runTokenForOwnersThread: await runToken(house, owner.threadId, "r1", "mallory"),
+      expiredOwnerToken: (await mintHouseToken((env as unknown as { THREADBOX_TOKEN_SECRET: string }).THREADBOX_TOKEN_SECRET, OWNER_HOUSE, "xh-alice", "owner", 60, Date.now() - 3_600_000)).token,
       streamName,
     };
     baseline = await snapshot(owner);
@@ -255,7 +294,8 @@ describe.each(ATTACKERS)("another house ($house) against house xh", ({ house, st
 
   it.for(ROWS)("$name", async (row) => {
     const headers = new Headers(row.headers);
-    headers.set("authorization", `Bearer ${row.as === "stream" ? attacker.streamTokenForOwnersThread : attacker.token}`);
+    const credential = { house: attacker.token, stream: attacker.streamTokenForOwnersThread, run: attacker.runTokenForOwnersThread, expired: attacker.expiredOwnerToken }[row.as ?? "house"];
+    headers.set("authorization", `Bearer ${credential}`);
     const rawBody = row.body?.(owner);
     const init: RequestInit = { method: row.method, headers };
     if (rawBody !== undefined) init.body = typeof rawBody === "string" ? rawBody : JSON.stringify(rawBody);
@@ -265,7 +305,7 @@ describe.each(ATTACKERS)("another house ($house) against house xh", ({ house, st
 
     if ("status" in row.expect) {
       expect(res.status).toBe(row.expect.status);
-      const code = row.expect.code ?? (row.expect.status === 404 ? "not_found" : "forbidden");
+      const code = row.expect.code ?? { 401: "unauthorized", 403: "forbidden", 404: "not_found" }[row.expect.status];
       if (row.method !== "HEAD") expect(JSON.parse(text).error.code).toBe(code);
     } else if ("ownList" in row.expect) {
       expect(res.status).toBe(200);
@@ -284,7 +324,8 @@ describe.each(ATTACKERS)("another house ($house) against house xh", ({ house, st
     }
 
     // Nothing of xh's comes back...
-    const mustNotLeak = [SECRET, STREAM_TEXT, "xh private", "xh-alice", SUBSCRIPTION_URL, owner.signingKid];
+    // Nor is a credential echoed.
+    const mustNotLeak = [SECRET, STREAM_TEXT, "xh private", "xh-alice", SUBSCRIPTION_URL, owner.signingKid, credential, owner.token];
     if (!("ownStatus" in row.expect)) mustNotLeak.push(owner.threadId, owner.environmentId, owner.boxId);
     for (const secret of mustNotLeak) expect(text).not.toContain(secret);
     for (const [, value] of res.headers) for (const secret of mustNotLeak) expect(value).not.toContain(secret);
