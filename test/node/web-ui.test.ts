@@ -308,7 +308,7 @@ describe("signing in", () => {
     page.on("websocket", (ws) => sockets.push(ws.url()));
     // The server checks the socket's token on the next entry it sends it, and closes it with 4001.
     await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text: "after expiry" } } });
-    await page.waitForSelector("form.signin .error >> text=That token was not accepted", { timeout: 5_000 });
+    await page.waitForSelector("form.signin .error >> text=That token was not accepted", { timeout: 15_000 });
     await page.waitForTimeout(1_500);
     expect(sockets).toEqual([]); // the expired token is not tried again
     await page.fill("textarea[name=token]", token);
@@ -332,7 +332,7 @@ describe("signing in", () => {
     const sockets: string[] = [];
     page.on("websocket", (ws) => sockets.push(ws.url()));
     await context.setOffline(false);
-    await page.waitForSelector("form.signin .error >> text=That token was not accepted", { timeout: 5_000 });
+    await page.waitForSelector("form.signin .error >> text=That token was not accepted", { timeout: 15_000 });
     await page.waitForTimeout(1_500);
     expect(sockets.length).toBe(1); // the one refused attempt, not a loop of them
     await context.close();

@@ -78,7 +78,14 @@ export class ThreadSubscription {
   };
 
   private readonly onOnline = () => {
-    if (this.closed || this.ws) return;
+    if (this.closed || this.ws?.readyState === WebSocket.OPEN) return;
+    // A try begun while offline is bound to fail, and its failure would wait out the backoff.
+    const pending = this.ws;
+    if (pending) {
+      this.ws = null;
+      pending.onclose = null;
+      pending.close(4000, "back online");
+    }
     clearTimeout(this.retryTimer);
     this.retryMs = 250;
     this.connect("reconnecting");
