@@ -1021,3 +1021,24 @@ async function readEvery(token: string, threadId: string): Promise<Entry[]> {
     offset = page.nextOffset;
   }
 }
+
+describe("dispatch: messages that arrive while a bot's turn runs", () => {
+  it("the bot's next turn waits for its answer and sees it: the earlier message is not answered again", async () => {
+    const { token, model, bot, t } = await botThread("house-dispatch-queue", { name: "Bot", handle: "bot" }, [{ text: "answer to one", held: true }]);
+    model.push({ text: "answer to two" });
+    await post(token, t.id, chat("@bot one", "m1"));
+    const deadline = Date.now() + 10_000;
+    while ((await model.requests()).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect((await model.requests()).length).toBe(1);
+    await post(token, t.id, chat("@bot two", "m2"));
+    // The second message is decided while the first answer is held; its turn must not run beside it.
+    await waitForDecision(token, t.id, (d) => d.agentId === bot.id && d.triggerEntryId === "m2" && d.reason === "mentioned");
+    await new Promise((r) => setTimeout(r, 500));
+    expect((await model.requests()).length).toBe(1);
+    await model.release();
+    const es = await waitForEntries(token, t.id, (es) => chatsBy(es, bot.id).length === 2, "both answers");
+    expect(chatsBy(es, bot.id).map((e) => [e.payload.triggerEntryId, e.payload.text])).toEqual([["m1", "answer to one"], ["m2", "answer to two"]]);
+    const second = (await model.requests())[1].body.messages.filter((m: any) => m.role !== "system").map((m: any) => [m.role, typeof m.content === "string" ? m.content : JSON.stringify(m.content)]);
+    expect(second.slice(-3)).toEqual([["user", expect.stringContaining("@bot one")], ["assistant", expect.stringContaining("answer to one")], ["user", expect.stringContaining("@bot two")]]);
+  }, 30_000);
+});
