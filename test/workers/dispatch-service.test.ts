@@ -1042,3 +1042,19 @@ describe("dispatch: messages that arrive while a bot's turn runs", () => {
     expect(second.slice(-3)).toEqual([["user", expect.stringContaining("@bot one")], ["assistant", expect.stringContaining("answer to one")], ["user", expect.stringContaining("@bot two")]]);
   }, 30_000);
 });
+
+describe("dispatch: the context a turn sends", () => {
+  it("is bounded however long the chats before it are: the newest are kept, and the message it answers", async () => {
+    const { token, model, bot, t } = await botThread("house-dispatch-context", { name: "Bot", handle: "bot" }, [{ text: "read it" }]);
+    // 39 pasted documents of 200,000 characters each: 7.8 million characters, past any model's window.
+    for (let i = 0; i < 39; i++) expect((await post(token, t.id, chat(`doc ${i} ${"x".repeat(200_000)}`, `doc-${i}`))).status).toBe(201);
+    await post(token, t.id, chat(`@bot summarize ${"y".repeat(150_000)} END-OF-ASK`, "ask"));
+    // The thread is past one read page: the answer's own trigger decision says it was posted.
+    await waitForDecision(token, t.id, (d) => d.agentId === bot.id && d.reason === "author");
+    const messages = (await model.requests())[0].body.messages as { role: string; content: unknown }[];
+    const sent = messages.map((m) => (typeof m.content === "string" ? m.content : JSON.stringify(m.content)));
+    expect(sent.join("").length).toBeLessThanOrEqual(400_000);
+    expect(sent.at(-1)).toContain("@bot summarize");
+    expect(sent.some((s) => s.includes("doc 38 "))).toBe(true);
+  }, 90_000);
+});

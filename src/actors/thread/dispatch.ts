@@ -654,10 +654,19 @@ export class DispatchService {
       if (e.authorId !== agent.id || typeof answers !== "string" || answers === turn.triggerEntryId || !shown.has(answers)) continue;
       later.set(answers, [...(later.get(answers) ?? []), e]);
     }
-    return chats.flatMap((e) => [e, ...(later.get(e.id) ?? [])]).map((e) => {
-      const text = String(e.payload.text ?? "");
-      return e.authorId === agent.id ? { role: "assistant" as const, text } : { role: "user" as const, text, authorId: e.authorId ?? "someone" };
-    });
+    const ordered = chats.flatMap((e) => [e, ...(later.get(e.id) ?? [])]);
+    // A chat may hold a megabyte: forty pasted documents would be a request no model takes, and
+    // every turn of the thread would fail on it. The newest are kept, each cut, within a budget.
+    const out: LoopMessage[] = [];
+    let left = MAX_HISTORY_CHARS;
+    for (let i = ordered.length - 1; i >= 0; i--) {
+      const e = ordered[i];
+      const text = capText(String(e.payload.text ?? ""), e.id === turn.triggerEntryId ? MAX_BOT_TEXT_CHARS : MAX_HISTORY_CHAT_CHARS);
+      if (text.length > left && out.length > 0) break;
+      left -= text.length;
+      out.push(e.authorId === agent.id ? { role: "assistant" as const, text } : { role: "user" as const, text, authorId: e.authorId ?? "someone" });
+    }
+    return out.reverse();
   }
 
   private toolContext(row: ThreadRow, agent: Agent, turn: TurnRow, environmentId: string | null, progress: LoopMessage[]): ToolContext {
@@ -689,9 +698,14 @@ function agentCacheOf(version: number, candidates: Candidate[], loadedAt: number
  */
 export const MAX_BOT_TEXT_CHARS = 100_000;
 
-function capText(text: string): string {
-  if (text.length <= MAX_BOT_TEXT_CHARS) return text;
-  return `${text.slice(0, MAX_BOT_TEXT_CHARS)}\n[cut: ${text.length - MAX_BOT_TEXT_CHARS} more characters]`;
+/** The most of one earlier chat a turn shows its model (the message it answers: MAX_BOT_TEXT_CHARS). */
+export const MAX_HISTORY_CHAT_CHARS = 20_000;
+/** The most of the conversation a turn shows its model: about 50,000 tokens, within any current model's window. */
+export const MAX_HISTORY_CHARS = 200_000;
+
+function capText(text: string, max = MAX_BOT_TEXT_CHARS): string {
+  if (text.length <= max) return text;
+  return `${text.slice(0, max)}\n[cut: ${text.length - max} more characters]`;
 }
 
 /**
