@@ -1043,6 +1043,23 @@ describe("dispatch: messages that arrive while a bot's turn runs", () => {
   }, 30_000);
 });
 
+describe("dispatch: a queued message and an eviction", () => {
+  it("the turn cut off is resumed first, then the queued one: each message answered once, in order", async () => {
+    const { token, model, bot, t } = await botThread("house-dispatch-queue-evict", { name: "Bot", handle: "bot" }, [{ hang: true }]);
+    model.push({ text: "answer to one" }, { text: "answer to two" });
+    await post(token, t.id, chat("@bot one", "m1"));
+    const deadline = Date.now() + 10_000;
+    while ((await model.requests()).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    await post(token, t.id, chat("@bot two", "m2"));
+    await waitForDecision(token, t.id, (d) => d.agentId === bot.id && d.triggerEntryId === "m2" && d.reason === "mentioned");
+    await abortAllDurableObjects();
+    const es = await waitForEntries(token, t.id, (es) => chatsBy(es, bot.id).length === 2, "both answers");
+    expect(chatsBy(es, bot.id).map((e) => [e.payload.triggerEntryId, e.payload.text])).toEqual([["m1", "answer to one"], ["m2", "answer to two"]]);
+    expect(await model.requests()).toHaveLength(3);
+    expect(es.filter((e) => e.payload.type === "signal.dispatch.error")).toEqual([]);
+  }, 60_000);
+});
+
 describe("dispatch: the context a turn sends", () => {
   it("is bounded however long the chats before it are: the newest are kept, and the message it answers", async () => {
     const { token, model, bot, t } = await botThread("house-dispatch-context", { name: "Bot", handle: "bot" }, [{ text: "read it" }]);
