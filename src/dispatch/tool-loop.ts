@@ -43,6 +43,8 @@ export const DEFAULT_MAX_MALFORMED_ROUNDS = 3;
  * is broken or abused, and its round ends the turn with nothing of it run.
  */
 export const DEFAULT_MAX_TOOL_CALLS_PER_ROUND = 32;
+/** Ends an answer the model's output limit cut off (stop reason `length`). */
+export const OUTPUT_LIMIT_NOTE = "[cut: the model reached its output limit]";
 export const DEFAULT_REQUEST_TIMEOUT_MS = 120_000;
 export const DEFAULT_RETRIES = 2;
 export const DEFAULT_RETRY_BASE_DELAY_MS = 500;
@@ -170,7 +172,9 @@ export async function runToolLoop(opts: {
     if (!call.ok) return { ok: false, reason: call.reason, rounds: round - 1 };
 
     const message = call.message;
-    const text = textOf(message);
+    const said = textOf(message);
+    // Stopped by its output limit mid-answer: posted as it is, the cut would read as the whole answer.
+    const text = message.stopReason === "length" && said !== "" ? `${said}\n${OUTPUT_LIMIT_NOTE}` : said;
     const calls = message.content
       .map((c, index) => ({ c, index }))
       .filter((x): x is { c: ToolCall; index: number } => x.c.type === "toolCall");

@@ -1021,3 +1021,57 @@ async function readEvery(token: string, threadId: string): Promise<Entry[]> {
     offset = page.nextOffset;
   }
 }
+
+describe("dispatch: messages that arrive while a bot's turn runs", () => {
+  it("the bot's next turn waits for its answer and sees it: the earlier message is not answered again", async () => {
+    const { token, model, bot, t } = await botThread("house-dispatch-queue", { name: "Bot", handle: "bot" }, [{ text: "answer to one", held: true }]);
+    model.push({ text: "answer to two" });
+    await post(token, t.id, chat("@bot one", "m1"));
+    const deadline = Date.now() + 10_000;
+    while ((await model.requests()).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect((await model.requests()).length).toBe(1);
+    await post(token, t.id, chat("@bot two", "m2"));
+    // The second message is decided while the first answer is held; its turn must not run beside it.
+    await waitForDecision(token, t.id, (d) => d.agentId === bot.id && d.triggerEntryId === "m2" && d.reason === "mentioned");
+    await new Promise((r) => setTimeout(r, 500));
+    expect((await model.requests()).length).toBe(1);
+    await model.release();
+    const es = await waitForEntries(token, t.id, (es) => chatsBy(es, bot.id).length === 2, "both answers");
+    expect(chatsBy(es, bot.id).map((e) => [e.payload.triggerEntryId, e.payload.text])).toEqual([["m1", "answer to one"], ["m2", "answer to two"]]);
+    const second = (await model.requests())[1].body.messages.filter((m: any) => m.role !== "system").map((m: any) => [m.role, typeof m.content === "string" ? m.content : JSON.stringify(m.content)]);
+    expect(second.slice(-3)).toEqual([["user", expect.stringContaining("@bot one")], ["assistant", expect.stringContaining("answer to one")], ["user", expect.stringContaining("@bot two")]]);
+  }, 30_000);
+});
+
+describe("dispatch: a queued message and an eviction", () => {
+  it("the turn cut off is resumed first, then the queued one: each message answered once, in order", async () => {
+    const { token, model, bot, t } = await botThread("house-dispatch-queue-evict", { name: "Bot", handle: "bot" }, [{ hang: true }]);
+    model.push({ text: "answer to one" }, { text: "answer to two" });
+    await post(token, t.id, chat("@bot one", "m1"));
+    const deadline = Date.now() + 10_000;
+    while ((await model.requests()).length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    await post(token, t.id, chat("@bot two", "m2"));
+    await waitForDecision(token, t.id, (d) => d.agentId === bot.id && d.triggerEntryId === "m2" && d.reason === "mentioned");
+    await abortAllDurableObjects();
+    const es = await waitForEntries(token, t.id, (es) => chatsBy(es, bot.id).length === 2, "both answers");
+    expect(chatsBy(es, bot.id).map((e) => [e.payload.triggerEntryId, e.payload.text])).toEqual([["m1", "answer to one"], ["m2", "answer to two"]]);
+    expect(await model.requests()).toHaveLength(3);
+    expect(es.filter((e) => e.payload.type === "signal.dispatch.error")).toEqual([]);
+  }, 60_000);
+});
+
+describe("dispatch: the context a turn sends", () => {
+  it("is bounded however long the chats before it are: the newest are kept, and the message it answers", async () => {
+    const { token, model, bot, t } = await botThread("house-dispatch-context", { name: "Bot", handle: "bot" }, [{ text: "read it" }]);
+    // 39 pasted documents of 200,000 characters each: 7.8 million characters, past any model's window.
+    for (let i = 0; i < 39; i++) expect((await post(token, t.id, chat(`doc ${i} ${"x".repeat(200_000)}`, `doc-${i}`))).status).toBe(201);
+    await post(token, t.id, chat(`@bot summarize ${"y".repeat(150_000)} END-OF-ASK`, "ask"));
+    // The thread is past one read page: the answer's own trigger decision says it was posted.
+    await waitForDecision(token, t.id, (d) => d.agentId === bot.id && d.reason === "author");
+    const messages = (await model.requests())[0].body.messages as { role: string; content: unknown }[];
+    const sent = messages.map((m) => (typeof m.content === "string" ? m.content : JSON.stringify(m.content)));
+    expect(sent.join("").length).toBeLessThanOrEqual(400_000);
+    expect(sent.at(-1)).toContain("@bot summarize");
+    expect(sent.some((s) => s.includes("doc 38 "))).toBe(true);
+  }, 90_000);
+});

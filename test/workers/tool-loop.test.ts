@@ -20,6 +20,17 @@ function echoTool(calls: Record<string, unknown>[] = []): ToolSpec {
 const fast = { retryBaseDelayMs: 5 };
 
 describe.each<ModelApi>(["openai-completions", "anthropic-messages"])("runToolLoop over %s", (api) => {
+  it("an answer the model's output limit cut off says so: it is not posted as if it were whole", async () => {
+    const s = await scriptModel([{ text: "The three steps are: first, open the", finishReason: "length" }]);
+    const events: LoopEvent[] = [];
+    const r = await runToolLoop({ model: scriptedModel(api, s), systemPrompt: "", messages: [{ role: "user", text: "explain" }], tools: [], onEvent: async (e) => void events.push(e) });
+    expect(r.ok).toBe(true);
+    const text = r.ok ? r.finalText : "";
+    expect(text.startsWith("The three steps are: first, open the")).toBe(true);
+    expect(text).toMatch(/\[cut: the model reached its output limit\]$/);
+    expect(events[0]).toMatchObject({ kind: "assistant", text, stopReason: "length" });
+  });
+
   it("returns the model's text when it calls no tool, having sent the prompt, history, tools and key", async () => {
     const s = await scriptModel([{ text: "Hello Alice." }]);
     const events: LoopEvent[] = [];

@@ -126,7 +126,8 @@ export const DISPATCH_ROUNDS_SCHEMA: Schema = {
  * replayed step is deduplicated by the log instead of posted twice.
  */
 export class DispatchService {
-  private readonly active = new Set<string>();
+  /** The turns this incarnation is running, by id: the bot each runs for. */
+  private readonly active = new Map<string, string>();
   /** The secret values of each running turn's environment, which its failure reasons must not show. */
   private readonly turnSecrets = new Map<string, string[]>();
   private readonly llm: { runToolLoop: typeof runToolLoop; askGate: typeof askGate };
@@ -287,11 +288,9 @@ export class DispatchService {
     if (sql.exec(`select 1 from dispatch_triggers limit 1`).toArray().length > 0) return this.ports.now();
     // A turn this incarnation is running is not due, whatever its lease says (a model call may
     // outlast it): only a turn nobody runs (its incarnation died) is resumed at its lease's end.
+    // A bot's later turns wait for its running one, which re-arms the alarm when it ends.
     let at: number | null = null;
-    for (const r of sql.exec(`select id, case when state = 'running' then updated_at + ? else run_at end as at
-      from dispatch_turns where state in ('gate', 'pending', 'running')`, this.leaseMs).toArray()) {
-      if (!this.active.has(r.id as string)) at = Math.min(at ?? Infinity, r.at as number);
-    }
+    for (const t of this.nextTurns()) at = Math.min(at ?? Infinity, dueAt(t, this.leaseMs));
     // A turn running beside the alarm is not an event of the actor: a thread that gets nothing
     // else while its bot waits minutes on a model would be evicted for inactivity, cutting the
     // call off. An alarm every TURN_KEEPALIVE_MS keeps it alive until the turn ends (and, never
@@ -304,9 +303,7 @@ export class DispatchService {
   async onAlarm(): Promise<void> {
     await this.decidePending();
     const now = this.ports.now();
-    const due = this.turns(`state in ('gate', 'pending') and run_at <= ?`, now)
-      .concat(this.turns(`state = 'running' and updated_at + ? <= ?`, this.leaseMs, now))
-      .filter((t) => !this.active.has(t.id));
+    const due = this.nextTurns().filter((t) => dueAt(t, this.leaseMs) <= now);
     const runs = due.map((t) => this.runTurn(t));
     if (!this.ports.background) {
       await Promise.all(runs);
@@ -387,9 +384,24 @@ export class DispatchService {
     }));
   }
 
-  private turns(where: string, ...args: unknown[]): TurnRow[] {
+  /**
+   * The turn each bot may run next in this thread, for bots with none running here: one cut off
+   * by a restart first, else the one for the oldest message. A bot answers one message at a time,
+   * so its next turn sees its answer to the one before (run side by side, both would answer the
+   * earlier message, and the answers could land out of order).
+   */
+  private nextTurns(): TurnRow[] {
+    const busy = new Set(this.active.values());
+    const next = new Map<string, TurnRow>();
+    for (const t of this.turns(`state in ('gate', 'pending', 'running')`, [], `(state = 'running') desc, trigger_seq, run_at`)) {
+      if (!busy.has(t.agentId) && !next.has(t.agentId)) next.set(t.agentId, t);
+    }
+    return [...next.values()];
+  }
+
+  private turns(where: string, args: unknown[] = [], order = "run_at"): TurnRow[] {
     if (!this.turnTables.exists()) return [];
-    return this.ports.sql.exec(`select * from dispatch_turns where ${where} order by run_at`, ...args).toArray().map((r) => ({
+    return this.ports.sql.exec(`select * from dispatch_turns where ${where} order by ${order}`, ...args).toArray().map((r) => ({
       id: r.id as string, agentId: r.agent_id as string, triggerEntryId: r.trigger_entry_id as string, triggerSeq: r.trigger_seq as number,
       depth: r.depth as number, state: r.state as TurnState, runAt: r.run_at as number, attempts: r.attempts as number,
       updatedAt: r.updated_at as number,
@@ -422,7 +434,7 @@ export class DispatchService {
   // ---- one turn ----
 
   private async runTurn(turn: TurnRow): Promise<void> {
-    this.active.add(turn.id);
+    this.active.set(turn.id, turn.agentId);
     // What the turn was doing when something of ours threw: its failure names that, not the model.
     let doing: TurnStep = "setup";
     try {
@@ -629,11 +641,32 @@ export class DispatchService {
   /** The conversation up to the trigger, as the bot sees it: its own replies as its turns. */
   private history(agent: Agent, turn: TurnRow): LoopMessage[] {
     // A text that merely quotes `"chat"` is a candidate too: the parsed type decides.
-    const chats = this.ports.recentChats(RECENT_CHAT * 2, turn.triggerSeq, HISTORY_SCAN_ENTRIES).map(toEntryWithOffset).filter((e) => e.payload.type === "chat");
-    return chats.slice(-RECENT_CHAT).map((e) => {
-      const text = String(e.payload.text ?? "");
-      return e.authorId === agent.id ? { role: "assistant" as const, text } : { role: "user" as const, text, authorId: e.authorId ?? "someone" };
-    });
+    const chatsOf = (ms: StoredMessage[]) => ms.map(toEntryWithOffset).filter((e) => e.payload.type === "chat");
+    const chats = chatsOf(this.ports.recentChats(RECENT_CHAT * 2, turn.triggerSeq, HISTORY_SCAN_ENTRIES)).slice(-RECENT_CHAT);
+    // The bot answers one message at a time: its answers to messages before this one may have
+    // been written after this one arrived. Each goes right after the message it answers, or the
+    // model would see those messages unanswered and answer them again.
+    const shown = new Set(chats.map((e) => e.id));
+    const later = new Map<string, Entry[]>();
+    const after = this.ports.recentChats(RECENT_CHAT * 2, Number.MAX_SAFE_INTEGER, HISTORY_SCAN_ENTRIES).filter((m) => m.seq > turn.triggerSeq);
+    for (const e of chatsOf(after)) {
+      const answers = e.payload.triggerEntryId;
+      if (e.authorId !== agent.id || typeof answers !== "string" || answers === turn.triggerEntryId || !shown.has(answers)) continue;
+      later.set(answers, [...(later.get(answers) ?? []), e]);
+    }
+    const ordered = chats.flatMap((e) => [e, ...(later.get(e.id) ?? [])]);
+    // A chat may hold a megabyte: forty pasted documents would be a request no model takes, and
+    // every turn of the thread would fail on it. The newest are kept, each cut, within a budget.
+    const out: LoopMessage[] = [];
+    let left = MAX_HISTORY_CHARS;
+    for (let i = ordered.length - 1; i >= 0; i--) {
+      const e = ordered[i];
+      const text = capText(String(e.payload.text ?? ""), e.id === turn.triggerEntryId ? MAX_BOT_TEXT_CHARS : MAX_HISTORY_CHAT_CHARS);
+      if (text.length > left && out.length > 0) break;
+      left -= text.length;
+      out.push(e.authorId === agent.id ? { role: "assistant" as const, text } : { role: "user" as const, text, authorId: e.authorId ?? "someone" });
+    }
+    return out.reverse();
   }
 
   private toolContext(row: ThreadRow, agent: Agent, turn: TurnRow, environmentId: string | null, progress: LoopMessage[]): ToolContext {
@@ -650,6 +683,11 @@ export class DispatchService {
   }
 }
 
+/** When a turn nobody runs is due: a running one (its incarnation died) at its lease's end. */
+function dueAt(t: TurnRow, leaseMs: number): number {
+  return t.state === "running" ? t.updatedAt + leaseMs : t.runAt;
+}
+
 function agentCacheOf(version: number, candidates: Candidate[], loadedAt: number) {
   return { version, candidates, ids: new Set(candidates.map((a) => a.id)), loadedAt };
 }
@@ -660,9 +698,14 @@ function agentCacheOf(version: number, candidates: Candidate[], loadedAt: number
  */
 export const MAX_BOT_TEXT_CHARS = 100_000;
 
-function capText(text: string): string {
-  if (text.length <= MAX_BOT_TEXT_CHARS) return text;
-  return `${text.slice(0, MAX_BOT_TEXT_CHARS)}\n[cut: ${text.length - MAX_BOT_TEXT_CHARS} more characters]`;
+/** The most of one earlier chat a turn shows its model (the message it answers: MAX_BOT_TEXT_CHARS). */
+export const MAX_HISTORY_CHAT_CHARS = 20_000;
+/** The most of the conversation a turn shows its model: about 50,000 tokens, within any current model's window. */
+export const MAX_HISTORY_CHARS = 200_000;
+
+function capText(text: string, max = MAX_BOT_TEXT_CHARS): string {
+  if (text.length <= max) return text;
+  return `${text.slice(0, max)}\n[cut: ${text.length - max} more characters]`;
 }
 
 /**
