@@ -65,12 +65,15 @@ function oneLine(text: string, max = 500): string {
   return t.length > max ? `${t.slice(0, max)}…` : t;
 }
 
-function retryAfterMs(headers: Headers | undefined): number | undefined {
+/** How long a provider asks to be left alone: `retry-after-ms`, or `retry-after` in seconds or as an HTTP date. */
+export function retryAfterMs(headers: Headers | undefined, nowMs = Date.now()): number | undefined {
   const ms = headers?.get("retry-after-ms");
   if (ms && Number.isFinite(Number(ms))) return Number(ms);
-  const s = headers?.get("retry-after");
-  if (s && Number.isFinite(Number(s))) return Number(s) * 1000;
-  return undefined;
+  const s = headers?.get("retry-after")?.trim();
+  if (!s) return undefined;
+  if (Number.isFinite(Number(s))) return Number(s) * 1000;
+  const at = Date.parse(s);
+  return Number.isNaN(at) ? undefined : Math.max(0, at - nowMs);
 }
 
 function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> {

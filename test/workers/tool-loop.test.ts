@@ -2,6 +2,7 @@
 import { env, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { ModelApi } from "../../src/dispatch/models";
+import { retryAfterMs } from "../../src/dispatch/model-call";
 import { DEFAULT_MAX_TOOL_CALLS_PER_ROUND, runToolLoop, type LoopEvent, type ToolSpec } from "../../src/dispatch/tool-loop";
 import { received, SCRIPTED_KEY, scriptedModel, scriptModel } from "./model-script";
 
@@ -215,6 +216,16 @@ describe.each<ModelApi>(["openai-completions", "anthropic-messages"])("runToolLo
     const r = await runToolLoop({ model: scriptedModel(api, s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast });
     expect(r).toEqual({ ok: true, finalText: "after the limit", rounds: 1 });
     expect(await s.requests()).toHaveLength(2);
+  });
+
+  it("reads a provider's Retry-After in seconds or as an HTTP date", () => {
+    const now = Date.parse("2026-11-27T06:00:00Z");
+    const wait = (h: Record<string, string>) => retryAfterMs(new Headers(h), now);
+    expect(wait({ "retry-after": "7" })).toBe(7_000);
+    expect(wait({ "retry-after": "Fri, 27 Nov 2026 06:00:30 GMT" })).toBe(30_000);
+    expect(wait({ "retry-after": "Fri, 27 Nov 2026 05:59:00 GMT" })).toBe(0);
+    expect(wait({ "retry-after-ms": "250", "retry-after": "7" })).toBe(250);
+    expect(wait({ "retry-after": "soon" })).toBeUndefined();
   });
 
   it("ends ok:false after bounded retries when the API keeps failing, without leaking the key", async () => {
