@@ -1,5 +1,5 @@
 import { ApiError } from "../errors";
-import { READ_ONLY_ROLES, verifyToken, verifyTokenUntil, type TokenClaims } from "./tokens";
+import { READ_ONLY_ROLES, verifyTokenUntil, type TokenClaims } from "./tokens";
 
 export const BEARER_PROTOCOL_PREFIX = "bearer.";
 
@@ -27,9 +27,7 @@ export function tokenFromRequest(request: Request, allowQuery: boolean): string 
 }
 
 export async function authenticate(request: Request, secret: string | undefined, allowQuery = false): Promise<TokenClaims> {
-  const token = tokenFromRequest(request, allowQuery);
-  if (!token) throw new ApiError("unauthorized", "missing bearer token");
-  return verifyToken(secret, token);
+  return (await authenticateUntil(request, secret, allowQuery)).claims;
 }
 
 /**

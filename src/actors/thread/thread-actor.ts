@@ -57,8 +57,8 @@ export const THREAD_ACTOR_SCHEMA_VERSION = "v3";
  */
 export const THREAD_ACTOR_SCHEMAS: Schema[] = [STREAM_LOG_SCHEMA, THREAD_ROW_SCHEMA, OUTBOX_SCHEMA, DEADLINES_SCHEMA];
 
-/** Sent by the worker (never by a client: actors are not reachable from outside). */
 /**
+ * Sent by the worker (never by a client: actors are not reachable from outside).
  * `tokenExpiresAtMs`: when the client's token expires. A WebSocket or an SSE response outlives
  * the request that checked the token, and must not deliver past that moment.
  */
