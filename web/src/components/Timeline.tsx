@@ -1,6 +1,6 @@
 import { Component, type ComponentChildren } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
-import { toolNotRun, type ArtifactItem, type TimelineItem, type ToolItem } from "../lib/timeline";
+import { toolNotRun, unshownEntryLabel, type ArtifactItem, type TimelineItem, type ToolItem } from "../lib/timeline";
 import { chatPreview } from "../lib/fold";
 import { diffOfToolCall, looksLikeDiff, parseUnifiedDiff, type DiffLine } from "../lib/diff";
 import { Link, StatusBadge } from "./common";
@@ -133,7 +133,7 @@ class ItemBoundary extends Component<{ item: TimelineItem; children: ComponentCh
     const entry = item.kind === "tool" ? item.call ?? item.result : item.kind === "child" ? undefined : item.entry;
     return (
       <li class="mark mark-bad" data-offset={entry?.offset} data-kind={entry?.payload.type}>
-        <span class="dot" /> {entry ? `${entry.payload.type} (an entry this page cannot show)` : "a child thread this page cannot show"}
+        <span class="dot" /> {entry ? unshownEntryLabel(entry.payload.type) : "a child thread this page cannot show"}
       </li>
     );
   }
@@ -142,8 +142,10 @@ class ItemBoundary extends Component<{ item: TimelineItem; children: ComponentCh
 /** How many of a thread's newest items are drawn at first; earlier ones a page at a time. */
 export const TIMELINE_PAGE = 500;
 
-/** `empty`: what an empty thread says instead of the default (who answers a message here). */
-/** `following`: whether the page keeps the newest entry in view (the reader has not scrolled up). */
+/**
+ * `empty`: what an empty thread says instead of the default (who answers a message here).
+ * `following`: whether the page keeps the newest entry in view (the reader has not scrolled up).
+ */
 export function Timeline({ items, empty, following = () => true }: { items: TimelineItem[]; empty?: ComponentChildren; following?: () => boolean }) {
   // How many items at the top are not drawn. Until the reader asks for earlier ones, only the newest
   // TIMELINE_PAGE are: drawing a thread of thousands of entries again on every batch took seconds
@@ -184,7 +186,7 @@ function Row({ item }: { item: TimelineItem }) {
   switch (item.kind) {
     case "chat":
       return (
-        <li key={item.key} class={`bubble bubble-${item.role}${item.childOutcome?.failed ? " bubble-failed" : ""}`} data-offset={item.entry.offset} data-kind="chat"
+        <li class={`bubble bubble-${item.role}${item.childOutcome?.failed ? " bubble-failed" : ""}`} data-offset={item.entry.offset} data-kind="chat"
           data-outcome={item.childOutcome ? (item.childOutcome.failed ? "failed" : "completed") : undefined}>
           <div class="bubble-head">
             <b>{item.author}</b>
@@ -196,20 +198,20 @@ function Row({ item }: { item: TimelineItem }) {
         </li>
       );
     case "tool":
-      return <li key={item.key} class="tool-item"><ToolCall item={item} /></li>;
+      return <li class="tool-item"><ToolCall item={item} /></li>;
     case "signal":
       return (
-        <li key={item.key} class={`mark mark-${item.tone}`} data-offset={item.entry.offset} data-kind={item.entry.payload.type}>
+        <li class={`mark mark-${item.tone}`} data-offset={item.entry.offset} data-kind={item.entry.payload.type}>
           <span class="dot" /> {item.label}
           {item.childThreadId && <> · <Link href={`/threads/${item.childThreadId}`}>open</Link></>}
           {" "}<Time ts={item.entry.ts} />
         </li>
       );
     case "artifact":
-      return <li key={item.key} class="artifact-item" data-offset={item.entry.offset}><Artifacts item={item} /></li>;
+      return <li class="artifact-item" data-offset={item.entry.offset}><Artifacts item={item} /></li>;
     case "child":
       return (
-        <li key={item.key} class="child card" data-child-id={item.thread.id}>
+        <li class="child card" data-child-id={item.thread.id}>
           <span class="muted">child thread</span>
           <Link href={`/threads/${item.thread.id}`}><bdi>{item.thread.title || item.thread.id}</bdi></Link>
           <StatusBadge status={item.thread.status} reason={item.thread.reason} />

@@ -115,7 +115,7 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
     } catch {
       // Any writer may put any fields on a pi.*, signal.* or artifact.* entry: one this code cannot
       // read is named, and the rest of the thread is still shown.
-      items.push({ kind: "signal", key: entry.offset, entry, label: `${entry.payload.type} (an entry this page cannot show)`, tone: "bad" });
+      items.push({ kind: "signal", key: entry.offset, entry, label: unshownEntryLabel(entry.payload.type), tone: "bad" });
     }
   }
   function foldEntry(entry: Entry): void {
@@ -213,6 +213,11 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
   }
   placeChildrenBefore(Infinity);
   return items;
+}
+
+/** What stands in the timeline for an entry the page cannot read or draw. */
+export function unshownEntryLabel(type: string): string {
+  return `${type} (an entry this page cannot show)`;
 }
 
 /** A file of an `artifact.files` entry with the fields the page shows, of the types it shows them as. */
