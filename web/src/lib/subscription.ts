@@ -70,6 +70,9 @@ export class ThreadSubscription {
     return this;
   }
 
+  /** Tries begun while the browser was offline: bound to fail, so coming online replaces them. */
+  private readonly triedOffline = new WeakSet<WebSocket>();
+
   private readonly onOffline = () => {
     const ws = this.ws;
     if (!ws) return;
@@ -79,8 +82,10 @@ export class ThreadSubscription {
 
   private readonly onOnline = () => {
     if (this.closed || this.ws?.readyState === WebSocket.OPEN) return;
-    // A try begun while offline is bound to fail, and its failure would wait out the backoff.
+    // A try begun while offline is bound to fail, and its failure would wait out the backoff. One
+    // begun since (its timer fired as the network came back) is left to finish.
     const pending = this.ws;
+    if (pending && !this.triedOffline.has(pending)) return;
     if (pending) {
       this.ws = null;
       pending.onclose = null;
@@ -110,6 +115,7 @@ export class ThreadSubscription {
     const origin = this.opts.origin ?? location.origin;
     // The server echoes the first subprotocol; the second carries the token (never the URL).
     const ws = new WebSocket(subscribeUrl(origin, this.opts.threadId, this.last), ["threadbox", `bearer.${this.opts.token}`]);
+    if (typeof navigator !== "undefined" && navigator.onLine === false) this.triedOffline.add(ws);
     this.ws = ws;
     let opened = false;
     ws.onopen = () => {
