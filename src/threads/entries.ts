@@ -6,7 +6,7 @@ import type { NewMessage, StoredMessage } from "../streams/log";
 import { formatOffset } from "../streams/protocol";
 import { STATUS_CHANGED } from "../domain/statuses";
 import { passesForControlPlane } from "../domain/reserved-name";
-import { MESSAGE_DELIVERED } from "../runner/steering";
+import { INTERRUPT, MESSAGE_DELIVERED } from "../runner/steering";
 
 /** Stateless, so one serves every call. */
 const UTF8_ENCODER = new TextEncoder();
@@ -28,11 +28,18 @@ export const BOT_ROLE = "bot";
  */
 /** `runId`: the run whose box holds this token, the one writer of that run's artifacts. */
 /** `isBot`: a bot's own identity (its tools write through the client path), the one writer of its live command output. */
-export type EntryWriter = { subject: string; mayAuthorAsOthers: boolean; mayNameBox: boolean; runId?: string; isBot?: boolean };
+/**
+ * `mayInterrupt`: the writer may abort a running agent's turn (`signal.run.interrupt`), as
+ * `POST /api/threads/:id/interrupt` lets a house writer do. A stream token may not: the agent in a
+ * box holds one, and a stopped run's box (whose token lives on for hours) could otherwise abort
+ * the turns of the thread's next run.
+ */
+export type EntryWriter = { subject: string; mayAuthorAsOthers: boolean; mayNameBox: boolean; mayInterrupt?: boolean; runId?: string; isBot?: boolean };
 
 export function writerFor(claims: { kind: "house"; subject: string; role: string } | { kind: "stream"; subject: string; runId?: string }): EntryWriter {
   return {
     subject: claims.subject, mayAuthorAsOthers: claims.kind === "house" && claims.role === AUTHOR_AS_OTHERS_ROLE, mayNameBox: claims.kind === "house",
+    ...(claims.kind === "house" ? { mayInterrupt: true } : {}),
     ...(claims.kind === "stream" && claims.runId ? { runId: claims.runId } : {}),
     ...(claims.kind === "house" && claims.role === BOT_ROLE ? { isBot: true } : {}),
   };
@@ -109,6 +116,9 @@ function assertWritable(payload: { type: string; [k: string]: unknown }, writer:
   // call ids show on the thread, so another bot could do that too.
   if (id !== undefined && id.startsWith("exec:") && !(writer.isBot && id.startsWith(`exec:${writer.subject}:`))) {
     throw new ApiError("forbidden", "ids of the form exec:<bot>:… are kept for that bot's live command output");
+  }
+  if (payload.type === INTERRUPT && !writer.mayInterrupt) {
+    throw new ApiError("forbidden", `${INTERRUPT} entries are written with a house token only (POST /api/threads/:id/interrupt)`);
   }
   const boxId = id === undefined ? null : RUN_BOX_ID.exec(id);
   if (boxId) {
