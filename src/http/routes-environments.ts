@@ -166,7 +166,8 @@ function liveOutputTo(env: Env, t: LiveTarget): LiveOutput {
     t.execId,
     async (payloads) => {
       const raw = payloads.map((payload) => ({ id: `${t.idPrefix ?? t.execId}:out:${n++}`, payload }));
-      await unwrapRpc(stub.appendEntries(t.claims.houseId, raw, writerFor(t.claims)));
+      // Only this command writes under its execId (see assertWritable in threads/entries.ts).
+      await unwrapRpc(stub.appendEntries(t.claims.houseId, raw, { ...writerFor(t.claims), execId: t.execId }));
     },
     (err) => logEvent("exec_output_post_failed", { threadId: t.threadId, execId: t.execId, error: errorMessage(err) }, "warn"),
   );

@@ -199,9 +199,9 @@ describe("entries the thread acts on are the control plane's own", () => {
     const stream = await streamPost(run, t.id, { ...output("forged\n"), id: "exec:ag_coder:turn_abc:call_1:out:2" });
     expect(stream.status).toBe(403);
     await stream.body?.cancel();
-    // The exec route's own ids (exec_<id>:out:<n>) are another form, written by the caller.
+    // The exec route's own ids (exec_<id>:out:<n>) are that command's alone (live-exec-output.test.ts).
     const own = await post(token, t.id, { id: "exec_123:out:0", payload: { type: "signal.exec.output", execId: "exec_123", stream: "stdout", text: "mine\n" } });
-    expect(own.status).toBe(201);
+    expect(own.status).toBe(403);
     await own.body?.cancel();
   });
 
