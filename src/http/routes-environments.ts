@@ -24,11 +24,11 @@ export async function createEnvironmentRoute(request: Request, env: Env): Promis
   requireHouse(claims);
   if (!canWrite(claims) || claims.role === "bot") throw new ApiError("forbidden", "only owners and members configure environments");
   const input = await readBody(request, environmentInputSchema);
-  const e: Environment = { ...input, id: input.id ?? newId("env_"), houseId: claims.houseId, createdAt: new Date().toISOString() };
+  const e = { ...input, id: input.id ?? newId("env_"), houseId: claims.houseId };
   const { environment: stored, retiredBoxId } = (await unwrapRpc(houseStub(env, claims.houseId).putEnvironment(e))) as StoredEnvironment;
   if (retiredBoxId) await retireSharedBox(env, claims.houseId, e.id, retiredBoxId);
   await pruneSharedBox(env, claims.houseId, stored);
-  return json(publicEnvironment(e), 201, { location: `/api/environments/${e.id}` });
+  return json(publicEnvironment(stored), 201, { location: `/api/environments/${e.id}` });
 }
 
 const patchBodySchema = recordSchema(z.string(), z.unknown());

@@ -21,6 +21,29 @@ describe("environments", () => {
     expect(JSON.stringify(await noName.json())).toContain('"path":"name"');
   });
 
+  it("a create-or-replace onto an existing id keeps its createdAt; updatedAt moves with each replace and PATCH", async () => {
+    const token = await houseToken("house-env-dates");
+    type Dated = { createdAt: string; updatedAt: string; name: string };
+    const put = async (name: string) => {
+      const r = await call("/api/environments", { method: "POST", token, json: { id: "env_dated", name } });
+      expect(r.status).toBe(201);
+      return (await r.json()) as Dated;
+    };
+    const first = await put("one");
+    await new Promise((r) => setTimeout(r, 5));
+    const replaced = await put("two");
+    expect(replaced.name).toBe("two");
+    expect(replaced.createdAt).toBe(first.createdAt);
+    expect(first.updatedAt).toBe(first.createdAt);
+    expect(Date.parse(replaced.updatedAt)).toBeGreaterThan(Date.parse(first.createdAt));
+    const read = (await (await call("/api/environments/env_dated", { token })).json()) as Dated;
+    expect(read).toMatchObject({ createdAt: first.createdAt, updatedAt: replaced.updatedAt });
+    await new Promise((r) => setTimeout(r, 5));
+    const patched = (await (await call("/api/environments/env_dated", { method: "PATCH", token, json: { name: "three" } })).json()) as Dated;
+    expect(patched.createdAt).toBe(first.createdAt);
+    expect(Date.parse(patched.updatedAt)).toBeGreaterThan(Date.parse(replaced.updatedAt));
+  });
+
   it("PATCHes cannot add up to an environment larger than one create may send: 413, and the environment stays as it was", async () => {
     const token = await houseToken("house-env-grow");
     const created = await call("/api/environments", { method: "POST", token, json: { name: "big", files: [{ path: "data.txt", content: "d".repeat(300 * 1024) }] } });
