@@ -108,6 +108,35 @@ describe("environments", () => {
     expect((t as unknown as { environmentId: string }).environmentId).toBe(created.id);
   });
 
+  it("a child of a thread whose environment was deleted is refused as a thread naming a missing environment is, unless it names another", async () => {
+    const token = await houseToken("house-env-child");
+    const made = async (name: string) => ((await (await call("/api/environments", { method: "POST", token, json: { name } })).json()) as { id: string }).id;
+    const gone = await made("gone");
+    const parent = await createThread(token, { environmentId: gone });
+    // A child inherits a live environment.
+    const child = await call("/api/threads", { method: "POST", token, json: { parent: { kind: "thread", id: parent.id } } });
+    expect(child.status).toBe(201);
+    expect(((await child.json()) as { environmentId: string }).environmentId).toBe(gone);
+    expect((await call(`/api/environments/${gone}`, { method: "DELETE", token })).status).toBe(204);
+    // Named outright, a missing environment is a 404 ...
+    const named = await call("/api/threads", { method: "POST", token, json: { environmentId: gone } });
+    expect(named.status).toBe(404);
+    expect(await errorCode(named)).toBe("not_found");
+    // ... and so is one the child would inherit, saying whose it was.
+    const orphan = await call("/api/threads", { method: "POST", token, json: { parent: { kind: "thread", id: parent.id } } });
+    expect(orphan.status).toBe(404);
+    const body = (await orphan.json()) as { error: { code: string; message: string } };
+    expect(body.error.code).toBe("not_found");
+    expect(body.error.message).toBe(`environment ${gone} of parent thread ${parent.id} no longer exists: name another environmentId`);
+    // Naming another environment makes the child.
+    const other = await made("other");
+    const moved = await call("/api/threads", { method: "POST", token, json: { parent: { kind: "thread", id: parent.id }, environmentId: other } });
+    expect(moved.status).toBe(201);
+    expect(((await moved.json()) as { environmentId: string }).environmentId).toBe(other);
+    const children = (await (await call(`/api/threads?parent=${parent.id}`, { token })).json()) as { threads: { environmentId: string }[] };
+    expect(children.threads.map((t) => t.environmentId).sort()).toEqual([gone, other].sort());
+  });
+
   it("rejects bad environment input", async () => {
     const token = await houseToken("house-env");
     const bad = [
