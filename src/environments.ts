@@ -113,11 +113,12 @@ export const environmentInputSchema = z.object({
 });
 
 export type EnvironmentInput = z.output<typeof environmentInputSchema>;
-export type Environment = EnvironmentInput & { id: string; houseId: string; createdAt: string; sharedBoxId?: string };
+/** `updatedAt`: the last create-or-replace or PATCH (absent on environments stored before it was kept: `createdAt` then). */
+export type Environment = EnvironmentInput & { id: string; houseId: string; createdAt: string; updatedAt?: string; sharedBoxId?: string };
 
 export function publicEnvironment(e: Environment) {
   const { secrets, files, ...rest } = e;
-  return { ...rest, files: publicFiles(files), secretNames: Object.keys(secrets ?? {}).sort() };
+  return { ...rest, updatedAt: e.updatedAt ?? e.createdAt, files: publicFiles(files), secretNames: Object.keys(secrets ?? {}).sort() };
 }
 
 const secretsPatchSchema = recordSchema(z.string(), z.unknown());
@@ -129,7 +130,7 @@ const secretsPatchSchema = recordSchema(z.string(), z.unknown());
  */
 export function applyEnvironmentPatch(current: Environment, patch: Record<string, unknown>): Environment {
   if ("id" in patch && patch.id !== current.id) throw new ApiError("validation_failed", "id cannot be changed", [{ path: "id", message: "cannot be changed" }]);
-  const { houseId, createdAt, sharedBoxId, id: _id, ...stored } = current;
+  const { houseId, createdAt, updatedAt: _updated, sharedBoxId, id: _id, ...stored } = current;
   const merged: Record<string, unknown> = { ...stored, ...patch };
   for (const [k, v] of Object.entries(patch)) if (v === null && k !== "secrets") delete merged[k];
   // A sensitive file is shown without its content, so a list sent back as read keeps the content

@@ -10,6 +10,8 @@ import { unwrapRpc } from "../actors/rpc";
 const artifactsQuery = z.object({
   runId: idSchema.optional(),
   limit: queryInt(1, 200).default(50),
+  /** The `offset` of the last artifact of the page before: the next page lists older ones. */
+  before: z.string().max(64).optional(),
 }).strict();
 
 /** What the thread's runs left behind (`artifact.diff`, `artifact.files`), newest first. */
@@ -19,6 +21,6 @@ export async function listArtifactsRoute(request: Request, env: Env, id: string 
   if (!parsedId.success) throw new ApiError("not_found", "thread not found");
   const threadId = parsedId.data;
   assertThreadAccess(claims, claims.houseId, threadId, false);
-  const q = parseQuery(request, artifactsQuery, "query: runId is an id, limit an integer from 1 to 200");
-  return json(await unwrapRpc(threadStub(env, threadId).listArtifacts(claims.houseId, q.runId ?? null, q.limit)));
+  const q = parseQuery(request, artifactsQuery, "query: runId is an id, limit an integer from 1 to 200, before an artifact's offset");
+  return json(await unwrapRpc(threadStub(env, threadId).listArtifacts(claims.houseId, q.runId ?? null, q.limit, q.before ?? null)));
 }

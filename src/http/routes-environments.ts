@@ -24,11 +24,11 @@ export async function createEnvironmentRoute(request: Request, env: Env): Promis
   requireHouse(claims);
   if (!canWrite(claims) || claims.role === "bot") throw new ApiError("forbidden", "only owners and members configure environments");
   const input = await readBody(request, environmentInputSchema);
-  const e: Environment = { ...input, id: input.id ?? newId("env_"), houseId: claims.houseId, createdAt: new Date().toISOString() };
+  const e = { ...input, id: input.id ?? newId("env_"), houseId: claims.houseId };
   const { environment: stored, retiredBoxId } = (await unwrapRpc(houseStub(env, claims.houseId).putEnvironment(e))) as StoredEnvironment;
   if (retiredBoxId) await retireSharedBox(env, claims.houseId, e.id, retiredBoxId);
   await pruneSharedBox(env, claims.houseId, stored);
-  return json(publicEnvironment(e), 201, { location: `/api/environments/${e.id}` });
+  return json(publicEnvironment(stored), 201, { location: `/api/environments/${e.id}` });
 }
 
 const patchBodySchema = recordSchema(z.string(), z.unknown());
@@ -166,7 +166,8 @@ function liveOutputTo(env: Env, t: LiveTarget): LiveOutput {
     t.execId,
     async (payloads) => {
       const raw = payloads.map((payload) => ({ id: `${t.idPrefix ?? t.execId}:out:${n++}`, payload }));
-      await unwrapRpc(stub.appendEntries(t.claims.houseId, raw, writerFor(t.claims)));
+      // Only this command writes under its execId (see assertWritable in threads/entries.ts).
+      await unwrapRpc(stub.appendEntries(t.claims.houseId, raw, { ...writerFor(t.claims), execId: t.execId }));
     },
     (err) => logEvent("exec_output_post_failed", { threadId: t.threadId, execId: t.execId, error: errorMessage(err) }, "warn"),
   );

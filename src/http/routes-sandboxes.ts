@@ -12,6 +12,9 @@ import { houseStub, newId, sandboxStub } from "./actors";
 import { readOptionalBody } from "./body";
 import { unwrapRpc } from "../actors/rpc";
 import { createBox } from "../actors/sandbox/late-box";
+import type { BoxView } from "../actors/sandbox/sandbox-actor";
+import { idempotencyKey, idempotentBoxId, requestFingerprint as idempotentFingerprint } from "../threads/idempotency";
+import { errorMessage, logEvent } from "../domain/log-event";
 
 const listSchema = z.object({
   state: z.enum(["provisioning", "live", "dead", "deleted"]).optional(),
@@ -52,6 +55,16 @@ export async function createSandboxRoute(request: Request, env: Env): Promise<Re
     await loadEnvironment(env, claims.houseId, body.environmentId);
     labels[LABEL_ENVIRONMENT] = body.environmentId;
   }
+  // With an Idempotency-Key the box's id derives from it: a retry finds the box the first request made.
+  const key = idempotencyKey(request);
+  const requestFingerprint = key === null ? undefined : await idempotentFingerprint(body);
+  const boxId = key === null ? newId("box_") : await idempotentBoxId(claims.houseId, claims.subject, key);
+  const stub = sandboxStub(env, boxId);
+  const replayed = (view: BoxView) => json(view, 200, { location: `/api/sandboxes/${boxId}`, "idempotent-replayed": "true" });
+  if (requestFingerprint) {
+    const earlier = await unwrapRpc(stub.replayedCreate(claims.houseId, requestFingerprint));
+    if (earlier) return replayed(earlier);
+  }
   let info;
   try {
     info = await createBox(env, claims.houseId, body.provider, {
@@ -61,11 +74,24 @@ export async function createSandboxRoute(request: Request, env: Env): Promise<Re
   } catch (err) {
     throw providerApiError(err);
   }
-  const boxId = newId("box_");
-  const view = await unwrapRpc(sandboxStub(env, boxId).register({
-    boxId, houseId: claims.houseId, provider: body.provider, providerRef: info.ref, ephemeral: body.ephemeral, labels: { ...info.labels, ...labels },
-    deleteIfUnused: true,
-  }));
+  // A request with the same key that ran beside this one registered its box first: that box is
+  // the answer (or, for another body, the 409), and the one made here goes.
+  const dropMine = () => providerFor(env, body.provider).delete(info.ref).catch((err) =>
+    logEvent("duplicate_box_delete_failed", { houseId: claims.houseId, boxId, providerRef: info.ref, error: errorMessage(err) }, "warn"));
+  let view: BoxView;
+  try {
+    view = await unwrapRpc(stub.register({
+      boxId, houseId: claims.houseId, provider: body.provider, providerRef: info.ref, ephemeral: body.ephemeral, labels: { ...info.labels, ...labels },
+      deleteIfUnused: true, ...(requestFingerprint ? { requestFingerprint } : {}),
+    }));
+  } catch (err) {
+    if (requestFingerprint && err instanceof ApiError && err.code === "conflict") await dropMine();
+    throw err;
+  }
+  if (view.providerRef !== info.ref) {
+    await dropMine();
+    return replayed(view);
+  }
   return json(view, 201, { location: `/api/sandboxes/${boxId}` });
 }
 

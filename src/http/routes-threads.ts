@@ -79,7 +79,17 @@ export async function createThread(env: Env, claims: HouseClaims, body: CreateTh
   if (parent.kind === "thread") {
     // A child inherits its parent's environment; the parent must be in the same house.
     const parentRow = await unwrapRpc(threadStub(env, parent.id!).getThread(claims.houseId));
-    environmentId = environmentId ?? parentRow.environmentId;
+    // An environment deleted since the parent was made is refused as any missing one is: a child
+    // carrying its id would only fail later, at its first run or command.
+    if (environmentId === null && parentRow.environmentId !== null) {
+      environmentId = parentRow.environmentId;
+      await loadEnvironment(env, claims.houseId, environmentId).catch((err) => {
+        if (err instanceof ApiError && err.code === "not_found") {
+          throw new ApiError("not_found", `environment ${environmentId} of parent thread ${parent.id} no longer exists: name another environmentId`);
+        }
+        throw err;
+      });
+    }
   }
   if (parent.kind === "agent" && !(await unwrapRpc(houseStub(env, claims.houseId).getAgent(parent.id!)))) {
     throw new ApiError("not_found", "agent not found");

@@ -6,7 +6,10 @@ import type { NewMessage, StoredMessage } from "../streams/log";
 import { formatOffset } from "../streams/protocol";
 import { STATUS_CHANGED } from "../domain/statuses";
 import { passesForControlPlane } from "../domain/reserved-name";
-import { MESSAGE_DELIVERED } from "../runner/steering";
+import { INTERRUPT, MESSAGE_DELIVERED } from "../runner/steering";
+
+/** A command's live output (an exec with a threadId, a bot's run_command, a box's running tool call). */
+const EXEC_OUTPUT = "signal.exec.output";
 
 /** Stateless, so one serves every call. */
 const UTF8_ENCODER = new TextEncoder();
@@ -28,15 +31,26 @@ export const BOT_ROLE = "bot";
  */
 /** `runId`: the run whose box holds this token, the one writer of that run's artifacts. */
 /** `isBot`: a bot's own identity (its tools write through the client path), the one writer of its live command output. */
-export type EntryWriter = { subject: string; mayAuthorAsOthers: boolean; mayNameBox: boolean; runId?: string; isBot?: boolean };
+/**
+ * `mayInterrupt`: the writer may abort a running agent's turn (`signal.run.interrupt`), as
+ * `POST /api/threads/:id/interrupt` lets a house writer do. A stream token may not: the agent in a
+ * box holds one, and a stopped run's box (whose token lives on for hours) could otherwise abort
+ * the turns of the thread's next run.
+ */
+/** `execId`: set only by `POST /api/environments/:id/exec` for the command it runs, the one writer of that command's output. */
+export type EntryWriter = { subject: string; mayAuthorAsOthers: boolean; mayNameBox: boolean; mayInterrupt?: boolean; runId?: string; isBot?: boolean; execId?: string };
 
 export function writerFor(claims: { kind: "house"; subject: string; role: string } | { kind: "stream"; subject: string; runId?: string }): EntryWriter {
   return {
     subject: claims.subject, mayAuthorAsOthers: claims.kind === "house" && claims.role === AUTHOR_AS_OTHERS_ROLE, mayNameBox: claims.kind === "house",
+    ...(claims.kind === "house" ? { mayInterrupt: true } : {}),
     ...(claims.kind === "stream" && claims.runId ? { runId: claims.runId } : {}),
     ...(claims.kind === "house" && claims.role === BOT_ROLE ? { isBot: true } : {}),
   };
 }
+
+/** The exec ids `POST /api/environments/:id/exec` mints (`exec_<hex>`): the command's card is found by it. */
+export const EXEC_ROUTE_ID = /^exec_/;
 
 /**
  * The ids a run's box writes under: `<thread>:finished:<runId>`, `<thread>:stderr:<runId>`,
@@ -109,6 +123,18 @@ function assertWritable(payload: { type: string; [k: string]: unknown }, writer:
   // call ids show on the thread, so another bot could do that too.
   if (id !== undefined && id.startsWith("exec:") && !(writer.isBot && id.startsWith(`exec:${writer.subject}:`))) {
     throw new ApiError("forbidden", "ids of the form exec:<bot>:… are kept for that bot's live command output");
+  }
+  if (payload.type === INTERRUPT && !writer.mayInterrupt) {
+    throw new ApiError("forbidden", `${INTERRUPT} entries are written with a house token only (POST /api/threads/:id/interrupt)`);
+  }
+  // A command run through the exec route is shown on a card of its own, found by its execId, and
+  // its output entries are written under ids that start with it: output posted under that execId,
+  // or under one of those ids first, by anyone else would stand in the command's card as its output.
+  if (payload.type === EXEC_OUTPUT && typeof payload.execId === "string" && EXEC_ROUTE_ID.test(payload.execId) && payload.execId !== writer.execId) {
+    throw new ApiError("forbidden", "output of a command run through POST /api/environments/:id/exec (execId exec_…) is written by that command only");
+  }
+  if (id !== undefined && EXEC_ROUTE_ID.test(id) && (writer.execId === undefined || !id.startsWith(`${writer.execId}:`))) {
+    throw new ApiError("forbidden", "ids of the form exec_… are kept for the output of a command run through POST /api/environments/:id/exec");
   }
   const boxId = id === undefined ? null : RUN_BOX_ID.exec(id);
   if (boxId) {

@@ -24,6 +24,11 @@ export async function idempotentThreadId(houseId: string, subject: string, key: 
   return `th_${(await sha256Hex(JSON.stringify(["thread", houseId, subject, key]))).slice(0, 24)}`;
 }
 
+/** A retried `POST /api/sandboxes` reaches the same box actor, which holds the box the first one made. */
+export async function idempotentBoxId(houseId: string, subject: string, key: string): Promise<string> {
+  return `box_${(await sha256Hex(JSON.stringify(["sandbox", houseId, subject, key]))).slice(0, 24)}`;
+}
+
 /**
  * The child thread and run a delegation with an Idempotency-Key makes: the same on a retry, so
  * the retry finds them instead of starting a second child (a run id, shaped like a UUID).

@@ -27,6 +27,39 @@ describe("GET /api/threads/:id/artifacts", () => {
     expect(limited.artifacts).toHaveLength(1);
   });
 
+  it("pages past the limit: before=<offset of the last artifact you got> lists the older ones, until none are left", async () => {
+    const house = "house-art-pages";
+    const token = await houseToken(house);
+    const t = await createThread(token, {});
+    // One run's box posts 250 artifacts, more than one page holds (limit at most 200).
+    const run = await runToken(house, t.id, "runP");
+    expect((await post(run, t.id, { id: "claim:runP", payload: { type: "signal.thread.status_changed", status: "running", runId: "runP" } })).status).toBe(201);
+    const many = Array.from({ length: 250 }, (_, i) => ({
+      id: `${t.id}:artifacts:runP:files-${String(i).padStart(3, "0")}`,
+      payload: { type: "artifact.files", runId: "runP", files: [{ path: `f${i}.txt`, status: "added", size: 1, binary: false, content: "x" }], truncated: false },
+    }));
+    expect((await post(run, t.id, many)).status).toBe(201);
+    type Page = { artifacts: { id: string; offset: string }[] };
+    const seen: string[] = [];
+    let before: string | undefined;
+    for (let pages = 0; pages < 10; pages++) {
+      const r = await call(`/api/threads/${t.id}/artifacts?runId=runP&limit=200${before ? `&before=${before}` : ""}`, { token });
+      expect(r.status).toBe(200);
+      const page = (await r.json()) as Page;
+      if (page.artifacts.length === 0) break;
+      seen.push(...page.artifacts.map((a) => a.id));
+      before = page.artifacts[page.artifacts.length - 1].offset;
+    }
+    expect(seen).toEqual(many.map((m) => m.id).reverse());
+    // Without a runId too, and a cursor that is no offset is a 400.
+    const first = (await (await call(`/api/threads/${t.id}/artifacts?limit=200`, { token })).json()) as Page;
+    const rest = (await (await call(`/api/threads/${t.id}/artifacts?limit=200&before=${first.artifacts[199].offset}`, { token })).json()) as Page;
+    expect([...first.artifacts, ...rest.artifacts].map((a) => a.id)).toEqual(many.map((m) => m.id).reverse());
+    const bad = await call(`/api/threads/${t.id}/artifacts?before=yesterday`, { token });
+    expect(bad.status).toBe(400);
+    expect(await errorCode(bad)).toBe("invalid_offset");
+  });
+
   it("a runId the thread has no run of is a 404; a run that left nothing is an empty list", async () => {
     const house = "house-art-norun";
     const token = await houseToken(house);

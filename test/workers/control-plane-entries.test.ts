@@ -158,6 +158,29 @@ describe("entries the thread acts on are the control plane's own", () => {
     await own.body?.cancel();
   });
 
+  it("only a house writer interrupts a run, on both write paths, as POST /interrupt: a stream token (what a box holds) cannot", async () => {
+    const house = "house-cp-interrupt";
+    const token = await houseToken(house);
+    const t = await createThread(token);
+    const runId = "run-int";
+    const interrupt = (id: string) => ({ id, payload: { type: "signal.run.interrupt", runId } });
+    for (const [name, w] of [["a run's token", await runToken(house, t.id, runId)], ["a stream token", await streamToken(house, t.id)]] as const) {
+      expect((await call(`/api/threads/${t.id}/interrupt`, { method: "POST", token: w })).status, `${name} on the route`).toBe(403);
+      const rest = await post(w, t.id, interrupt(`i-rest-${name}`));
+      expect(rest.status, `${name} on the REST path`).toBe(403);
+      expect(await errorCode(rest)).toBe("forbidden");
+      const stream = await streamPost(w, t.id, interrupt(`i-stream-${name}`));
+      expect(stream.status, `${name} on the stream path`).toBe(403);
+      await stream.body?.cancel();
+    }
+    // A house writer may, on either path, as it may call the route.
+    expect((await post(token, t.id, interrupt("i-house-rest"))).status).toBe(201);
+    const byHouse = await streamPost(token, t.id, interrupt("i-house-stream"));
+    expect(byHouse.status).toBe(204);
+    const ids = (await readAll(token, t.id)).entries.filter((e) => e.payload.type === "signal.run.interrupt").map((e) => e.id);
+    expect(ids).toEqual(["i-house-rest", "i-house-stream"]);
+  });
+
   it("a client cannot write under the ids of a bot's live command output (exec:<bot>:<turn>:<call>:out:<n>), nor another bot", async () => {
     const token = await houseToken("house-cp-exec-ids");
     const t = await createThread(token);
@@ -176,9 +199,9 @@ describe("entries the thread acts on are the control plane's own", () => {
     const stream = await streamPost(run, t.id, { ...output("forged\n"), id: "exec:ag_coder:turn_abc:call_1:out:2" });
     expect(stream.status).toBe(403);
     await stream.body?.cancel();
-    // The exec route's own ids (exec_<id>:out:<n>) are another form, written by the caller.
+    // The exec route's own ids (exec_<id>:out:<n>) are that command's alone (live-exec-output.test.ts).
     const own = await post(token, t.id, { id: "exec_123:out:0", payload: { type: "signal.exec.output", execId: "exec_123", stream: "stdout", text: "mine\n" } });
-    expect(own.status).toBe(201);
+    expect(own.status).toBe(403);
     await own.body?.cancel();
   });
 

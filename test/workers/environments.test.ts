@@ -21,6 +21,29 @@ describe("environments", () => {
     expect(JSON.stringify(await noName.json())).toContain('"path":"name"');
   });
 
+  it("a create-or-replace onto an existing id keeps its createdAt; updatedAt moves with each replace and PATCH", async () => {
+    const token = await houseToken("house-env-dates");
+    type Dated = { createdAt: string; updatedAt: string; name: string };
+    const put = async (name: string) => {
+      const r = await call("/api/environments", { method: "POST", token, json: { id: "env_dated", name } });
+      expect(r.status).toBe(201);
+      return (await r.json()) as Dated;
+    };
+    const first = await put("one");
+    await new Promise((r) => setTimeout(r, 5));
+    const replaced = await put("two");
+    expect(replaced.name).toBe("two");
+    expect(replaced.createdAt).toBe(first.createdAt);
+    expect(first.updatedAt).toBe(first.createdAt);
+    expect(Date.parse(replaced.updatedAt)).toBeGreaterThan(Date.parse(first.createdAt));
+    const read = (await (await call("/api/environments/env_dated", { token })).json()) as Dated;
+    expect(read).toMatchObject({ createdAt: first.createdAt, updatedAt: replaced.updatedAt });
+    await new Promise((r) => setTimeout(r, 5));
+    const patched = (await (await call("/api/environments/env_dated", { method: "PATCH", token, json: { name: "three" } })).json()) as Dated;
+    expect(patched.createdAt).toBe(first.createdAt);
+    expect(Date.parse(patched.updatedAt)).toBeGreaterThan(Date.parse(replaced.updatedAt));
+  });
+
   it("PATCHes cannot add up to an environment larger than one create may send: 413, and the environment stays as it was", async () => {
     const token = await houseToken("house-env-grow");
     const created = await call("/api/environments", { method: "POST", token, json: { name: "big", files: [{ path: "data.txt", content: "d".repeat(300 * 1024) }] } });
@@ -83,6 +106,35 @@ describe("environments", () => {
     // A thread created in the environment records it; a delegated child would inherit it.
     const t = await createThread(token, { environmentId: created.id });
     expect((t as unknown as { environmentId: string }).environmentId).toBe(created.id);
+  });
+
+  it("a child of a thread whose environment was deleted is refused as a thread naming a missing environment is, unless it names another", async () => {
+    const token = await houseToken("house-env-child");
+    const made = async (name: string) => ((await (await call("/api/environments", { method: "POST", token, json: { name } })).json()) as { id: string }).id;
+    const gone = await made("gone");
+    const parent = await createThread(token, { environmentId: gone });
+    // A child inherits a live environment.
+    const child = await call("/api/threads", { method: "POST", token, json: { parent: { kind: "thread", id: parent.id } } });
+    expect(child.status).toBe(201);
+    expect(((await child.json()) as { environmentId: string }).environmentId).toBe(gone);
+    expect((await call(`/api/environments/${gone}`, { method: "DELETE", token })).status).toBe(204);
+    // Named outright, a missing environment is a 404 ...
+    const named = await call("/api/threads", { method: "POST", token, json: { environmentId: gone } });
+    expect(named.status).toBe(404);
+    expect(await errorCode(named)).toBe("not_found");
+    // ... and so is one the child would inherit, saying whose it was.
+    const orphan = await call("/api/threads", { method: "POST", token, json: { parent: { kind: "thread", id: parent.id } } });
+    expect(orphan.status).toBe(404);
+    const body = (await orphan.json()) as { error: { code: string; message: string } };
+    expect(body.error.code).toBe("not_found");
+    expect(body.error.message).toBe(`environment ${gone} of parent thread ${parent.id} no longer exists: name another environmentId`);
+    // Naming another environment makes the child.
+    const other = await made("other");
+    const moved = await call("/api/threads", { method: "POST", token, json: { parent: { kind: "thread", id: parent.id }, environmentId: other } });
+    expect(moved.status).toBe(201);
+    expect(((await moved.json()) as { environmentId: string }).environmentId).toBe(other);
+    const children = (await (await call(`/api/threads?parent=${parent.id}`, { token })).json()) as { threads: { environmentId: string }[] };
+    expect(children.threads.map((t) => t.environmentId).sort()).toEqual([gone, other].sort());
   });
 
   it("rejects bad environment input", async () => {

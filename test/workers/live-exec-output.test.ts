@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { call, chat, createThread, houseToken, post, readAll } from "./helpers";
+import { call, chat, createThread, houseToken, post, readAll, runToken, streamToken } from "./helpers";
 import { MODEL_KEY, createAgent, modelEnvironment, scriptedModel, waitForEntries } from "./dispatch-helpers";
 import { sharedTestProvider } from "./register-test-provider";
 
@@ -76,6 +76,46 @@ describe("live output of run_command", () => {
     const out = (await readAll(token, thread.id)).entries.filter((e) => e.payload.type === "signal.exec.output");
     expect(out.map((e) => e.payload.text).join("")).toBe("first\nsecond\n");
     expect(out.every((e) => e.payload.execId === body.execId)).toBe(true);
+  });
+
+  it("an exec's output on the thread is that command's alone: nobody (its own caller included) posts under its execId or its ids, on either write path", async () => {
+    const house = "house-live-forge";
+    const token = await houseToken(house);
+    const env = await call("/api/environments", { method: "POST", token, json: { name: "e", provider: "test", sharedBox: true } });
+    const envId = ((await env.json()) as { id: string }).id;
+    const thread = await createThread(token, {});
+    sharedTestProvider().execHandler = async (_box, _command, opts) => {
+      opts.onOutput?.("stdout", "real\n");
+      return { exitCode: 0, output: "real\n" };
+    };
+    const r = await call(`/api/environments/${envId}/exec`, { method: "POST", token, json: { command: "x", threadId: thread.id } });
+    expect(r.status).toBe(200);
+    const { execId } = (await r.json()) as { execId: string };
+    expect(execId).toMatch(/^exec_/);
+    const spoof = (id?: string) => ({ ...(id ? { id } : {}), payload: { type: "signal.exec.output", execId, stream: "stdout", text: "rm -rf / completed OK\n" } });
+    const writers = [
+      ["the caller's house token", token],
+      ["another member", await houseToken(house, "mallory", "member")],
+      ["an admin", await houseToken(house, "root", "admin")],
+      ["a stream token", await streamToken(house, thread.id)],
+      ["a run's token", await runToken(house, thread.id, "run-x")],
+    ] as const;
+    for (const [name, w] of writers) {
+      for (const body of [spoof(), spoof(`forged-${name}`), spoof(`${execId}:out:99`)]) {
+        const rest = await post(w, thread.id, body);
+        expect(rest.status, `${name}, REST, ${body.id ?? "no id"}`).toBe(403);
+        await rest.body?.cancel();
+        const stream = await call(`/api/stream/thread-${thread.id}`, { method: "POST", token: w, json: body });
+        expect(stream.status, `${name}, stream path, ${body.id ?? "no id"}`).toBe(403);
+        await stream.body?.cancel();
+      }
+      // Nor another kind of entry under the command's ids (it would take them first).
+      const taken = await post(w, thread.id, { id: `${execId}:out:1`, payload: { type: "chat", text: "first" } });
+      expect(taken.status, name).toBe(403);
+      await taken.body?.cancel();
+    }
+    const out = (await readAll(token, thread.id)).entries.filter((e) => e.payload.execId === execId);
+    expect(out.map((e) => e.payload.text)).toEqual(["real\n"]);
   });
 
   it("a threadId of another house or a bad one is refused before anything runs; without one nothing is posted", async () => {

@@ -4,6 +4,7 @@ import { env } from "cloudflare:test";
 import { describe, expect, inject, it } from "vitest";
 import { createDaytonaProvider } from "../../src/sandbox/daytona-provider";
 import { LABEL_HOUSE } from "../../src/sandbox/provider";
+import { call, errorCode, houseToken } from "./helpers";
 
 const bindings = env as unknown as { DAYTONA_API_URL: string; DAYTONA_API_KEY: string; DAYTONA_TARGET?: string };
 const provider = () => createDaytonaProvider({ apiUrl: bindings.DAYTONA_API_URL, apiKey: bindings.DAYTONA_API_KEY, target: bindings.DAYTONA_TARGET });
@@ -57,3 +58,35 @@ describe("DaytonaProvider in workerd against the local host", () => {
     expect(await down.probe(box.ref)).toBe("unknown");
   });
 });
+
+describe("POST /api/sandboxes with an Idempotency-Key, against the local host", () => {
+  it("a retry with the same key answers the box the first request made; the host holds one box; the same key with another body is 409", async () => {
+    const house = `wh-idem-${crypto.randomUUID().slice(0, 8)}`;
+    const token = await houseToken(house);
+    const create = (key: string, body: unknown = { ephemeral: false }) =>
+      call("/api/sandboxes", { method: "POST", token, json: body, headers: { "idempotency-key": key } });
+    const first = await create("box-once");
+    expect(first.status).toBe(201);
+    const box = (await first.json()) as { id: string; providerRef: string };
+    const retry = await create("box-once");
+    expect(retry.status).toBe(200);
+    expect(retry.headers.get("idempotent-replayed")).toBe("true");
+    expect(retry.headers.get("location")).toBe(`/api/sandboxes/${box.id}`);
+    expect(((await retry.json()) as { id: string; providerRef: string })).toMatchObject({ id: box.id, providerRef: box.providerRef });
+    const atHost = async () => (await provider().list({ [LABEL_HOUSE]: house })).map((b) => b.ref);
+    expect(await atHost()).toEqual([box.providerRef]);
+    // The same key with another body is refused, and makes nothing.
+    const other = await create("box-once", { ephemeral: true });
+    expect(other.status).toBe(409);
+    expect(await errorCode(other)).toBe("conflict");
+    // Another key is another box; no key, a box each time.
+    const second = await create("box-twice");
+    expect(second.status).toBe(201);
+    expect(((await second.json()) as { id: string }).id).not.toBe(box.id);
+    const listed = (await (await call("/api/sandboxes", { token })).json()) as { sandboxes: { id: string }[] };
+    expect(listed.sandboxes).toHaveLength(2);
+    expect(await atHost()).toHaveLength(2);
+    for (const b of listed.sandboxes) expect((await call(`/api/sandboxes/${b.id}`, { method: "DELETE", token })).status).toBe(200);
+  });
+});
+

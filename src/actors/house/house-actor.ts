@@ -65,7 +65,7 @@ export type ThreadFilter = { parentKind?: string; parentId?: string; status?: Th
 export class HouseActor extends DurableObject<Env> {
   private readonly subscriptions: SubscriptionService;
 
-  constructor(ctx: DurableObjectState, env: Env, clock: Clock = systemClock) {
+  constructor(ctx: DurableObjectState, env: Env, private readonly clock: Clock = systemClock) {
     super(ctx, env);
     ctx.storage.sql.exec(`create table if not exists threads (
       id text primary key, parent_kind text not null, parent_id text, status text not null, reason text,
@@ -222,10 +222,13 @@ export class HouseActor extends DurableObject<Env> {
    * (claimSharedBox), not part of what a client sends: a replace or a PATCH keeps it, so the box
    * is neither forgotten (and leaked, as nothing reaps a shared box) nor doubled.
    */
-  async putEnvironment(e: Environment) {
+  /** Creates or replaces an environment, dated here: a replace keeps the createdAt it was first made with. */
+  async putEnvironment(e: Omit<Environment, "createdAt" | "updatedAt">) {
     return settle(() => this.ctx.storage.transactionSync(() => {
       const { sharedBoxId: _sent, ...config } = e;
-      return this.storeKeepingSharedBox(config, this.getEnvironmentSync(e.id)?.sharedBoxId);
+      const existing = this.getEnvironmentSync(e.id);
+      const at = new Date(this.clock.now()).toISOString();
+      return this.storeKeepingSharedBox({ ...config, createdAt: existing?.createdAt ?? at, updatedAt: at }, existing?.sharedBoxId);
     }));
   }
 
@@ -235,7 +238,7 @@ export class HouseActor extends DurableObject<Env> {
       const current = this.getEnvironmentSync(id);
       if (!current) throw new ApiError("not_found", "environment not found");
       const { sharedBoxId: kept, ...next } = applyEnvironmentPatch(current, patch);
-      return this.storeKeepingSharedBox(next, kept);
+      return this.storeKeepingSharedBox({ ...next, updatedAt: new Date(this.clock.now()).toISOString() }, kept);
     }));
   }
 

@@ -27,6 +27,8 @@ export type RegisterBoxInput = {
    * gone unused for the stopped-box grace period (a run attached meanwhile cancels that).
    */
   deleteIfUnused?: boolean;
+  /** What a `POST /api/sandboxes` with an Idempotency-Key asked for: a retry of it gets this box. */
+  requestFingerprint?: string;
 };
 
 export type BoxView = {
@@ -90,6 +92,7 @@ export class SandboxActor extends DurableObject<Env> {
     // Set while a box whose run ended waits for its runner to exit (see holdForRunner).
     addColumnIfMissing(sql, "box", "drain_handle", "text");
     addColumnIfMissing(sql, "box", "drain_until", "integer");
+    addColumnIfMissing(sql, "box", "request_fingerprint", "text");
     this.lateBox = new LateBoxWatch({
       sql,
       now: () => this.clock.now(),
@@ -123,6 +126,7 @@ export class SandboxActor extends DurableObject<Env> {
           input.boxId, input.houseId, input.provider, input.providerRef, input.ephemeral ? 1 : 0, input.state ?? "live",
           JSON.stringify(input.labels), crypto.randomUUID(), now, now,
         );
+        if (input.requestFingerprint) this.ctx.storage.sql.exec(`update box set request_fingerprint = ? where id = 1`, input.requestFingerprint);
         if (input.ephemeral && input.deleteIfUnused) {
           this.ctx.storage.sql.exec(`update box set next_delete_at = ? where id = 1`, now + this.stoppedBoxGraceMs());
           await this.recomputeAlarm();
@@ -131,9 +135,28 @@ export class SandboxActor extends DurableObject<Env> {
         // of it at the box's next change (its run attaching). Failing here would fail the launch
         // that made the box before the box is its run's, and nothing would ever reap it.
         await this.syncIndex().catch((err) => logEvent("box_index_sync_failed", { boxId: input.boxId, error: errorMessage(err) }, "warn"));
+      } else if (input.requestFingerprint) {
+        this.assertSameRequest(input.requestFingerprint);
       }
       return this.viewOf(input.houseId);
     });
+  }
+
+  /**
+   * The box an earlier `POST /api/sandboxes` with the same Idempotency-Key made (its id derives
+   * from the key), or null when none did; the same key with another body is a 409.
+   */
+  async replayedCreate(houseId: string, requestFingerprint: string) {
+    return settle(() => {
+      if (!this.row()) return null;
+      this.requireRow(houseId);
+      this.assertSameRequest(requestFingerprint);
+      return this.viewOf(houseId);
+    });
+  }
+
+  private assertSameRequest(requestFingerprint: string): void {
+    if (this.row()!.request_fingerprint !== requestFingerprint) throw new ApiError("conflict", "this Idempotency-Key was used for a different request");
   }
 
   private viewOf(houseId: string): BoxView {

@@ -527,15 +527,18 @@ export class ThreadActor extends DurableObject<Env> {
   }
 
   /** A run's artifacts (`artifact.*` entries, newest first), found by the ids the runner gives them. */
-  async listArtifacts(houseId: string, runId: string | null, limit: number) {
+  /** `before`: an artifact's offset; only older ones are listed (the next page of a long list). */
+  async listArtifacts(houseId: string, runId: string | null, limit: number, before: string | null = null) {
     return settle(() => {
       const row = this.requireThread(houseId);
+      const bound = before === null ? null : parseOffset(before);
+      const beforeSeq = bound === null || bound.kind === "now" ? Number.MAX_SAFE_INTEGER : bound.seq;
       const prefix = `${row.id}:artifacts:${runId === null ? "" : `${runId}:`}`;
       // The ids starting with `prefix`, as a range of the entry-id index: a LIKE pattern this long
       // is more than the runtime's SQLite takes ("LIKE or GLOB pattern too complex").
       const upper = prefix.slice(0, -1) + String.fromCharCode(prefix.charCodeAt(prefix.length - 1) + 1);
       const found: EntryWithOffset[] = [];
-      const cursor = this.ctx.storage.sql.exec(`select seq, data, entry_id from messages where entry_id >= ? and entry_id < ? order by seq desc`, prefix, upper);
+      const cursor = this.ctx.storage.sql.exec(`select seq, data, entry_id from messages where entry_id >= ? and entry_id < ? and seq < ? order by seq desc`, prefix, upper, beforeSeq);
       for (const r of cursor) {
         const e = toEntryWithOffset(storedMessage(r));
         if (e.payload.type.startsWith("artifact.")) found.push(e);
