@@ -4,7 +4,7 @@ import type { Env } from "../env";
 import type { Entry } from "../entries/schema";
 import type { Environment } from "../environments";
 import { mintRunToken, streamTokenTtlSeconds } from "../auth/tokens";
-import { codexMcpToml, egressSettings, piTools, providerVolumes, repoPath, skillFile, type PermissionMode, type Plugins, type RepositorySpec } from "../workspace/box-config";
+import { CODEX_CONFIG_DIR, codexMcpToml, egressSettings, piTools, providerVolumes, repoPath, skillFile, type PermissionMode, type Plugins, type RepositorySpec } from "../workspace/box-config";
 import { LABEL_RUN, type DetachedHandle, type SandboxProvider } from "../sandbox/provider";
 import { classifySandboxState } from "../sandbox/state";
 import { packageInstallCommands, packageList, parseInstalled } from "../workspace/packages";
@@ -297,7 +297,7 @@ async function startRunner(
     const servers = withSecrets(plugins.mcpServers, environment?.secrets ?? {});
     // Claude Code reads project-scoped servers from the working directory's .mcp.json; Codex from its config.
     if (spec.harness === "claude-code") put(managedKey.mcp("claude-code"), `${cwd}/.mcp.json`, JSON.stringify({ mcpServers: servers }, null, 2));
-    if (spec.harness === "codex") put(managedKey.mcp("codex"), ".codex/config.toml", codexMcpToml(servers));
+    if (spec.harness === "codex") put(managedKey.mcp("codex"), `${CODEX_CONFIG_DIR}/config.toml`, codexMcpToml(servers));
   }
   if (spec.harness === "pi") {
     harnessEnv.PI_CODING_AGENT_DIR = `${home}/${PI_AGENT_DIR}`;

@@ -81,6 +81,9 @@ export function volumeHomePath(p: string): string {
   return rel.split("/").filter((seg) => seg !== "" && seg !== ".").join("/");
 }
 
+/** Codex's config directory, HOME-relative: its config.toml gets the MCP servers, secrets resolved. */
+export const CODEX_CONFIG_DIR = ".codex";
+
 /**
  * Where a volume may not go: HOME itself (every box of the environment would share one home),
  * threadbox's own files, and the runs' working directory, which a launch clears and fills (a
@@ -95,13 +98,16 @@ function volumePathProblem(p: string): string | null {
   for (const reserved of [BOX_DIR, WORK_DIR]) {
     if (rel === reserved || rel.startsWith(`${reserved}/`)) return `not at or inside ${reserved}/ (${reserved === WORK_DIR ? "the runs' working directory, which each launch clears and fills" : "threadbox's own files"})`;
   }
+  // A volume outlives the box: config a launch writes with secrets filled in would stay on it,
+  // for every later box of the environment and after the secret is changed or removed.
+  if (rel === CODEX_CONFIG_DIR) return `not at ${CODEX_CONFIG_DIR}/ (a launch writes Codex's config.toml there with the MCP servers' secrets filled in; a volume would keep them)`;
   return null;
 }
 
 /** A volume of the house, mounted into every box of the environment; it outlives boxes and environments. */
 export const volumeSchema = z.object({
   name: z.string().regex(/^[a-z0-9][a-z0-9-]{0,39}$/, "volume names are 1-40 chars of [a-z0-9-]"),
-  /** HOME-relative (e.g. `memory`), or absolute under /home/daytona/; not HOME itself, `work/` or `.threadbox/`. */
+  /** HOME-relative (e.g. `memory`), or absolute under /home/daytona/; not HOME itself, `work/`, `.threadbox/` or `.codex`. */
   path: z.string().min(1).max(300).superRefine((p, ctx) => {
     const problem = volumePathProblem(p);
     if (problem) ctx.addIssue({ code: "custom", message: problem });

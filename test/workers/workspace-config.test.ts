@@ -154,6 +154,12 @@ describe("environment workspace fields", () => {
       expect(JSON.stringify(r.body)).toContain("volumes.0.path");
     }
     expect((await createEnv(token, { volumes: [{ name: "a", path: "memory" }, { name: "b", path: "/home/daytona/memory" }] })).status).toBe(400);
+    // Codex's config directory gets the MCP servers' secrets written in by each launch: a volume there would keep them past the box.
+    for (const path of [".codex", "./.codex/", "/home/daytona/.codex"]) {
+      const r = await createEnv(token, { volumes: [{ name: "m", path }] });
+      expect([path, r.status]).toEqual([path, 400]);
+      expect(r.body.error.details).toEqual([{ path: "volumes.0.path", message: "not at .codex/ (a launch writes Codex's config.toml there with the MCP servers' secrets filled in; a volume would keep them)" }]);
+    }
     // Other spellings of a directory below HOME are that directory.
     for (const path of ["memory/", "./memory", "notes//memory"]) expect([path, (await createEnv(token, { volumes: [{ name: "m", path }] })).status]).toEqual([path, 201]);
     expect((await createEnv(token, { volumes: [{ name: "a", path: "memory/" }, { name: "b", path: "./memory" }] })).status).toBe(400);
