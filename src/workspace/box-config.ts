@@ -317,8 +317,10 @@ const hostSchema = z.string().regex(/^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9
 
 /**
  * What a box may reach: everything (`open`, the default), nothing but its thread stream (`deny`),
- * or the stream plus listed hosts (`{allow}`). The older `{blockAll, domainAllowList}` form is
- * passed to the provider with the stream's host added when it blocks: a box always reaches its stream.
+ * or the stream plus listed hosts (`{allow}`). The older `{blockAll, domainAllowList}` form means
+ * what Daytona makes of it: a non-empty `domainAllowList` is an allow-list whatever `blockAll`
+ * says (only the listed domains are reachable), `blockAll: true` without one is `deny`, and
+ * neither is `open`.
  */
 export const egressSchema = z.union([
   z.literal("open"),
@@ -331,7 +333,9 @@ export type Egress = z.infer<typeof egressSchema>;
 /** The provider's egress settings for a box whose runs write to `streamUrl`: the stream is always allowed. */
 export function egressSettings(egress: Egress | undefined, streamUrl: string | undefined): { blockAll?: boolean; domainAllowList?: string[] } | undefined {
   if (egress === undefined || egress === "open") return undefined;
-  if (typeof egress === "object" && !("allow" in egress) && !egress.blockAll) return egress;
+  // Open unless it blocks or lists hosts. A list closes the box on Daytona and on the local host
+  // alike, so the stream goes on it below, as for `{allow}`.
+  if (typeof egress === "object" && !("allow" in egress) && !egress.blockAll && !egress.domainAllowList?.length) return egress;
   let stream: string[] = [];
   try {
     if (streamUrl) stream = [new URL(streamUrl).host];

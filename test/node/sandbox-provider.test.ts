@@ -371,6 +371,34 @@ describe("DaytonaProvider on the local host", () => {
     }
   });
 
+  it("the older egress form with blockAll false and a domainAllowList is an allow-list that keeps the stream reachable, as on Daytona", async () => {
+    const { egressSettings } = await import("../../src/workspace/box-config");
+    const serve = (text: string) => new Promise<http.Server>((resolve) => {
+      const srv = http.createServer((_q, r) => r.end(text));
+      srv.listen(0, "127.0.0.1", () => resolve(srv));
+    });
+    const listed = await serve("listed-answer");
+    const stream = await serve("stream-answer");
+    const other = await serve("must-not-see");
+    const portOf = (srv: http.Server) => (srv.address() as { port: number }).port;
+    try {
+      // What a launch asks the provider for: Daytona reads a domainAllowList as the only hosts
+      // reachable, whatever networkBlockAll says; the local host closes such a box too.
+      const egress = egressSettings({ blockAll: false, domainAllowList: [`127.0.0.1:${portOf(listed)}`] }, `http://127.0.0.1:${portOf(stream)}/api/threads`);
+      const box = await provider.create({ labels: { house: house() }, ephemeral: true, egress });
+      const fetchFrom = (port: number) => `curl -s -m 3 http://127.0.0.1:${port}/ || echo BLOCKED`;
+      try {
+        expect((await provider.exec(box.ref, fetchFrom(portOf(listed)))).output).toBe("listed-answer");
+        expect((await provider.exec(box.ref, fetchFrom(portOf(stream)))).output).toBe("stream-answer");
+        expect((await provider.exec(box.ref, fetchFrom(portOf(other)))).output.trim()).toBe("BLOCKED");
+      } finally {
+        await provider.delete(box.ref);
+      }
+    } finally {
+      for (const srv of [listed, stream, other]) srv.close();
+    }
+  });
+
   it("a clone of a repository that is not there fails as not found, saying git's words and not blaming DAYTONA_API_URL", async () => {
     // git says "does not appear to be a git repository" for a missing file:// or path repository;
     // the toolbox answers 404 GIT_REPO_NOT_FOUND, which names what is missing.

@@ -328,6 +328,8 @@ describe("environment workspace fields", () => {
     expect(egressSettings({ blockAll: true }, "http://127.0.0.1:8787/api/stream")).toEqual({ blockAll: true, domainAllowList: ["127.0.0.1:8787"] });
     expect(egressSettings({ blockAll: true, domainAllowList: ["pypi.org"] }, "https://x.supabase.co/f")).toEqual({ blockAll: true, domainAllowList: ["pypi.org", "x.supabase.co"] });
     expect(egressSettings({ blockAll: false }, "https://x.supabase.co/f")).toEqual({ blockAll: false });
+    // A list closes the box whatever blockAll says (Daytona's reading, and the local host's): the stream goes on it.
+    expect(egressSettings({ blockAll: false, domainAllowList: ["pypi.org"] }, "https://x.supabase.co/f")).toEqual({ blockAll: true, domainAllowList: ["pypi.org", "x.supabase.co"] });
   });
 
   it("PATCH updates what it names: secrets merge (null removes), files are replaced; the same checks as create", async () => {
