@@ -15,7 +15,7 @@ import { harnessBoxSource } from "../sandbox/snapshot";
 import { mirrorNextIndex, parseMirrorEntryId, rebuildPiSession, runnerLaunch, type HarnessName } from "../sandbox/harness";
 import { BUNDLES } from "../runner/bundles.generated";
 import type { ThreadRow } from "./thread-row";
-import { shq } from "../domain/shell";
+import { fetchRefSteps, shq } from "../domain/shell";
 import { gitCredentialEnv } from "../domain/git-credentials.mjs";
 import { folderMaxBytes, type CopiedFolder } from "../workspace/folders";
 import { copyFoldersIn } from "../workspace/folder-sync";
@@ -466,7 +466,7 @@ async function reconcileCheckout(provider: SandboxProvider, ref: string, home: s
   // since the clone (or another delegate's repo at this path) is fetched from, not the old one.
   const origin = `(git remote set-url origin ${shq(r.url)} 2>/dev/null || git remote add origin ${shq(r.url)})`;
   const update = r.reset ? resetSteps(r) : r.ref
-    ? [`git fetch --quiet origin`, `git checkout --quiet ${shq(r.ref)}`]
+    ? [fetchRefSteps(r.ref, r.url, r.depth), `git checkout --quiet --detach "$c"`]
     : r.branch
       ? [`git fetch --quiet origin ${shq(r.branch)}`, `(git checkout --quiet ${shq(r.branch)} 2>/dev/null || git checkout --quiet -b ${shq(r.branch)} FETCH_HEAD)`, `git merge --ff-only --quiet FETCH_HEAD`]
       : [...defaultBranchSteps(), `(git checkout --quiet "$b" 2>/dev/null || git checkout --quiet -b "$b" "origin/$b")`, `git merge --ff-only --quiet "origin/$b"`];
@@ -480,7 +480,7 @@ async function reconcileCheckout(provider: SandboxProvider, ref: string, home: s
 /** `reset: true`: the checkout becomes exactly the wanted commit; local changes and untracked files go. */
 function resetSteps(r: RepositorySpec): string[] {
   const checkout = r.ref
-    ? [`git fetch --quiet origin`, `git checkout --quiet --force ${shq(r.ref)}`]
+    ? [fetchRefSteps(r.ref, r.url, r.depth), `git checkout --quiet --force --detach "$c"`]
     : r.branch
       ? [`git fetch --quiet origin ${shq(r.branch)}`, `git checkout --quiet --force -B ${shq(r.branch)} FETCH_HEAD`]
       : [...defaultBranchSteps(), `git checkout --quiet --force -B "$b" "origin/$b"`];

@@ -169,8 +169,11 @@ export const branchNameSchema = z.string().min(1).max(200).refine(
 export const repositorySchema = z.object({
   url: repositoryUrlSchema,
   branch: branchNameSchema.optional(),
-  /** A commit to check out. */
-  ref: z.string().regex(/^[0-9a-fA-F]{7,40}$/, "a commit id").optional(),
+  /** A commit (its id, or a prefix of 7 or more digits), branch or tag to check out, detached. */
+  ref: z.string().min(1).max(200).refine(
+    (ref) => /^[0-9a-fA-F]{7,40}$/.test(ref) || branchNameSchema.safeParse(ref).success,
+    "a commit id, or a branch or tag name (no leading -, no spaces, control characters, ~ ^ : ? * [ \\, .. or @{)",
+  ).optional(),
   depth: z.number().int().min(1).max(100_000).optional(),
   /** Where in the working directory (default: the repository's name). */
   path: workspacePathSchema.optional(),

@@ -866,6 +866,34 @@ describe("a shared box pinned to a commit, then unpinned", () => {
   });
 });
 
+describe("a repository at a tag, as deep as asked", () => {
+  it("a run finds the tag checked out though it is no branch's tip; on a shared box the next run finds the new tag, fetched in place", async () => {
+    const origin = tempDir("tb-tag-");
+    const git = (cmd: string) => execSync(`git -c user.email=t@t -c user.name=t ${cmd}`, { cwd: origin, stdio: "pipe", encoding: "utf8" });
+    git("init -q -b main");
+    for (const v of ["v1", "v2", "v3"]) {
+      writeFileSync(join(origin, "VERSION"), `${v}\n`);
+      git("add VERSION");
+      git(`commit -q -m ${v}`);
+      if (v !== "v3") git(`tag ${v}`);
+    }
+    const look = { toolCalls: [{ name: "bash", arguments: { command: "cat VERSION; git rev-list --count HEAD" } }] };
+    model.push(look, { text: "Saw one." }, look, { text: "Saw two." });
+    const envId = await environment();
+    const repo = (ref: string) => ({ boxMode: "shared", repositories: [{ url: `file://${origin}`, path: "app", ref, depth: 1 }] });
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: repo("v1") })).status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const seen = async (task: string) => {
+      const child = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task } })).body.childThreadId as string;
+      expect((await settled(child)).status).toBe("completed");
+      return String((await entries(child)).find((e) => e.payload.type === "pi.tool_result")!.payload.output).trim().split("\n");
+    };
+    expect(await seen("which version")).toEqual(["v1", "1"]);
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: repo("v2") })).status).toBe(200);
+    expect((await seen("which version now"))[0]).toBe("v2");
+  });
+});
+
 describe("a shared box and the environment's files", () => {
   it("what the environment no longer puts there leaves the box: a sensitive file taken out is gone for run_command at once, a file whose place moved is gone after the next run", async () => {
     const origin = tempDir("tb-managed-");

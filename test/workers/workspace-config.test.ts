@@ -196,7 +196,9 @@ describe("environment workspace fields", () => {
       [{ url: "https://git.example/a.git", credentialsUsername: "bot" }],
       [{ url: "https://git.example/a.git" }, { url: "https://other.example/a" }],
       [{ url: "not a url" }],
-      [{ url: "https://git.example/a.git", ref: "main" }],
+      // A ref is a commit id, a branch or a tag: one git would read as an option is none.
+      [{ url: "https://git.example/a.git", ref: "--upload-pack=touch /tmp/pwned" }],
+      [{ url: "https://git.example/a.git", ref: "v1 2" }],
       // A shared box fetches `origin <branch>`: git would read this one as an option and run the command.
       [{ url: "https://git.example/a.git", branch: "--upload-pack=touch /tmp/pwned" }],
       [{ url: "https://git.example/a.git", branch: "has space" }],
@@ -213,6 +215,7 @@ describe("environment workspace fields", () => {
       repositories: [
         { url: "https://git.example/org/app.git", branch: "release/v1.2_rc-1", credentialsSecret: "GIT_TOKEN" },
         { url: "file:///srv/libs/shared", path: "libs/shared", ref: "abc1234", depth: 1 },
+        { url: "https://git.example/org/docs.git", ref: "v2.1.0", depth: 1 },
       ],
     });
     expect(created.status).toBe(201);
@@ -221,6 +224,7 @@ describe("environment workspace fields", () => {
     expect(launched.payload.repositories).toEqual([
       { url: "https://git.example/org/app.git", path: "app", branch: "release/v1.2_rc-1" },
       { url: "file:///srv/libs/shared", path: "libs/shared", ref: "abc1234" },
+      { url: "https://git.example/org/docs.git", path: "docs", ref: "v2.1.0" },
     ]);
     const provider = sharedTestProvider();
     const [box] = await provider.list({ [LABEL_RUN]: runId });
@@ -228,6 +232,7 @@ describe("environment workspace fields", () => {
     expect(clones).toEqual([
       expect.objectContaining({ url: "https://git.example/org/app.git", path: "work/app", branch: "release/v1.2_rc-1", username: "x-access-token", password: "ghp-secret-token-1" }),
       expect.objectContaining({ url: "file:///srv/libs/shared", path: "work/libs/shared", commit: "abc1234", depth: 1 }),
+      expect.objectContaining({ url: "https://git.example/org/docs.git", path: "work/docs", commit: "v2.1.0", depth: 1 }),
     ]);
     expect(clones[1].password).toBeUndefined();
     expect(JSON.stringify((await readAll(token, childThreadId)).entries)).not.toContain("ghp-secret-token-1");
