@@ -4,7 +4,7 @@ import type { Env } from "../env";
 import type { Entry } from "../entries/schema";
 import type { Environment } from "../environments";
 import { mintRunToken, streamTokenTtlSeconds } from "../auth/tokens";
-import { CODEX_CONFIG_DIR, codexMcpToml, egressSettings, piTools, providerVolumes, repoPath, skillFile, type PermissionMode, type Plugins, type RepositorySpec } from "../workspace/box-config";
+import { CODEX_CONFIG_DIR, codexMcpToml, delegateRepoPath, egressSettings, piTools, providerVolumes, repoPath, skillFile, type PermissionMode, type Plugins, type RepositorySpec } from "../workspace/box-config";
 import { LABEL_RUN, type DetachedHandle, type SandboxProvider } from "../sandbox/provider";
 import { classifySandboxState } from "../sandbox/state";
 import { packageInstallCommands, packageList, parseInstalled } from "../workspace/packages";
@@ -239,7 +239,9 @@ async function startRunner(
 
   const home = await provider.homeDir(ref);
   // The delegate's own repository replaces the environment's list for this run.
-  const repos: RepositorySpec[] = spec.repo ? [{ url: spec.repo, branch: spec.branch, path: "repo" }] : (environment?.repositories ?? []);
+  const repos: RepositorySpec[] = spec.repo
+    ? [{ url: spec.repo, branch: spec.branch, path: delegateRepoPath(spec.repo, spec.branch, progress.shared === true) }]
+    : (environment?.repositories ?? []);
   // The run's directory will hold its stream token until the runner takes it: the box user's alone.
   await provider.exec(ref, `mkdir -p ${shq(WORK_DIR)} ${shq(runDir(spec.runId))} && chmod 700 ${shq(runDir(spec.runId))}`, { cwd: home });
   if (repos.length > 0 && !progress.cloned) {
@@ -463,7 +465,7 @@ async function reconcileCheckout(provider: SandboxProvider, ref: string, home: s
     return;
   }
   // The checkout's origin is where the environment says the repository is now: a URL changed
-  // since the clone (or another delegate's repo at this path) is fetched from, not the old one.
+  // since the clone is fetched from, not the old one.
   const origin = `(git remote set-url origin ${shq(r.url)} 2>/dev/null || git remote add origin ${shq(r.url)})`;
   const update = r.reset ? resetSteps(r) : r.ref
     ? [fetchRefSteps(r.ref, r.url, r.depth), `git checkout --quiet --detach "$c"`]

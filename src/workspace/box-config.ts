@@ -217,6 +217,15 @@ export function repoPath(r: Pick<RepositorySpec, "url" | "path">): string {
   return last.replace(/\.git$/, "") || "repo";
 }
 
+/**
+ * Where a delegate's own repository goes in the working directory: `repo` on a box of its own; on
+ * a shared box one checkout per repository and branch, so a delegate of another repository (or
+ * branch) does not turn a checkout another run is working in to its own.
+ */
+export function delegateRepoPath(url: string, branch: string | undefined, shared: boolean): string {
+  return shared ? `repo-${fnv1a(`${url}\0${branch ?? ""}`)}` : "repo";
+}
+
 /** Agent Skills names: lowercase words joined by single hyphens, at most 64 characters. */
 const pluginNameSchema = z.string().max(64).regex(/^[a-z0-9]+(-[a-z0-9]+)*$/, "lowercase letters, digits and single hyphens");
 const envNameSchema = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/);

@@ -1046,16 +1046,55 @@ describe("two runs at once on a shared box, in different working directories", (
     const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
     const delegate = async (extra: object) => (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "look", ...extra } })).body.childThreadId as string;
     const sh = async (command: string) => String((await api(`/api/environments/${envId}/exec`, { method: "POST", json: { command } })).body.output);
-    // Its working directory is work/app; the delegate's own repository makes another's work/repo.
+    // Its working directory is work/app; the delegate's own repository makes another's work/repo-<hash>.
     const first = await delegate({});
     try {
       await waitFor("the first run to ask its model", async () => model.requests.length > before);
       expect((await settled(await delegate({ repo: `file://${origin}` }))).status).toBe("completed");
-      expect(await sh("ls work/app/notes.txt work/repo/notes.txt 2>&1")).toBe("work/app/notes.txt\nwork/repo/notes.txt\n");
+      expect(await sh("ls work/app/notes.txt work/repo-*/notes.txt 2>&1")).toMatch(/^work\/app\/notes\.txt\nwork\/repo-[0-9a-f]{8}\/notes\.txt\n$/);
     } finally {
       release();
     }
     expect((await settled(first)).status).toBe("completed");
+  });
+});
+
+describe("delegates of different repositories on one shared box", () => {
+  it("each gets a checkout of its own: the second does not turn the first's checkout to its repository while the first works there", async () => {
+    const origins = ["alpha", "beta"].map((name) => {
+      const dir = tempDir(`tb-two-repos-${name}-`);
+      execSync(`git init -q -b main && echo ${name} > WHICH && git add . && git -c user.email=t@t -c user.name=t commit -qm ${name}`, { cwd: dir, stdio: "pipe", shell: "/bin/bash" });
+      return dir;
+    });
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    const before = model.requests.length;
+    model.push(
+      { toolCalls: [{ name: "bash", arguments: { command: "cat WHICH; basename $(pwd)" } }], until: held },
+      { toolCalls: [{ name: "bash", arguments: { command: "cat WHICH; basename $(pwd)" } }] },
+      { text: "Beta done." },
+      { text: "Alpha done." },
+    );
+    const envId = await environment();
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { boxMode: "shared" } })).status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const delegate = async (origin: string) => (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "which", repo: `file://${origin}` } })).body.childThreadId as string;
+    const output = async (id: string) => String((await entries(id)).find((e) => e.payload.type === "pi.tool_result")!.payload.output).trim().split("\n");
+    const alpha = await delegate(origins[0]);
+    let beta: string;
+    try {
+      await waitFor("the alpha run to ask its model", async () => model.requests.length > before);
+      beta = await delegate(origins[1]);
+      expect((await settled(beta)).status).toBe("completed");
+    } finally {
+      release();
+    }
+    expect((await settled(alpha)).status).toBe("completed");
+    const [alphaSaw, betaSaw] = [await output(alpha), await output(beta)];
+    expect(alphaSaw[0]).toBe("alpha");
+    expect(betaSaw[0]).toBe("beta");
+    expect(alphaSaw[1]).toMatch(/^repo-[0-9a-f]{8}$/);
+    expect(betaSaw[1]).not.toBe(alphaSaw[1]);
   });
 });
 
