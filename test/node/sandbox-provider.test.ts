@@ -459,6 +459,9 @@ describe("DaytonaProvider on the local host", () => {
     const h = house();
     const err = await provider.create({ labels: { house: h, thread: "t-broken" }, ephemeral: true, snapshot: snap }).catch((e) => e);
     expect(err).toBeInstanceOf(ProviderError);
+    // Why it failed, without where the host keeps its snapshots and boxes.
+    expect(err.message).toContain(`<host>/snapshots/${snap}`);
+    expect(err.message).not.toContain(host.root);
     expect(await provider.list({ [LABEL_HOUSE]: h })).toEqual([]);
     // Deleted already: nothing is left to look for.
     expect(err.lateBoxName).toBeUndefined();
