@@ -228,12 +228,15 @@ export class DaytonaProvider implements SandboxProvider {
       throw toProviderError(err, "upload");
     }
     // Verify: sizes as seen inside the box, one round trip for all files.
-    const check = items.map((i) => `wc -c < ${shQuote(i.destination)} 2>/dev/null || echo -1`).join("; ");
+    // Grouped: the shell's own complaint about a path it cannot open (a file where a directory
+    // should be) comes before a redirection on the command itself applies.
+    const check = items.map((i) => `{ wc -c < ${shQuote(i.destination)}; } 2>/dev/null || echo -1`).join("; ");
     const r = await this.exec(ref, check);
     const sizes = r.output.trim().split(/\s+/).map(Number);
     items.forEach((i, n) => {
       if (sizes[n] !== i.size) {
-        throw new ProviderError("unavailable", `upload of ${i.destination} not confirmed (expected ${i.size} bytes, box has ${sizes[n]})`);
+        const has = sizes[n] === -1 ? "no file there" : `${sizes[n]} bytes`;
+        throw new ProviderError("unavailable", `upload of ${i.destination} not confirmed (expected ${i.size} bytes, the box has ${has})`);
       }
     });
   }

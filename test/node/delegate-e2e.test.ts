@@ -1059,6 +1059,21 @@ describe("two runs at once on a shared box, in different working directories", (
   });
 });
 
+describe("a launch whose upload the box did not take", () => {
+  it("fails saying the file is not there, not with a size read from the shell's complaint", async () => {
+    const origin = tempDir("tb-upload-clash-");
+    // The checkout has a file where the environment's file needs a directory.
+    execSync("git init -q -b main && echo x > conf && git add . && git -c user.email=t@t -c user.name=t commit -qm x", { cwd: origin, stdio: "pipe", shell: "/bin/bash" });
+    const envId = await environment();
+    const json = { repositories: [{ url: `file://${origin}`, branch: "main", path: "app" }], files: [{ path: "conf/a.json", content: "{}" }] };
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json })).status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const child = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "anything" } })).body.childThreadId as string;
+    const row = await settled(child);
+    expect([row.status, row.detail]).toEqual(["failed", "launch failed: upload of work/app/conf/a.json not confirmed (expected 2 bytes, the box has no file there)"]);
+  });
+});
+
 describe("delegates of different repositories on one shared box", () => {
   it("each gets a checkout of its own: the second does not turn the first's checkout to its repository while the first works there", async () => {
     const origins = ["alpha", "beta"].map((name) => {
