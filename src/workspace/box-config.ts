@@ -144,11 +144,15 @@ function fnv1a(s: string): string {
   return h.toString(16).padStart(8, "0");
 }
 
-/** A repository URL a box may clone: no credentials in it (they would end up in logs, process lists and entries: they go in a secret instead). */
+/**
+ * A repository URL a box may clone: no credentials in it (they would end up in logs, process lists
+ * and entries: they go in a secret instead). An ssh URL's user (`ssh://git@host/…`) is the account
+ * the key logs in as, no secret: it may be given, a password may not.
+ */
 export const repositoryUrlSchema = z.string().min(1).max(2000).refine((u) => {
   try {
     const parsed = new URL(u);
-    return ["https:", "http:", "git:", "ssh:", "file:"].includes(parsed.protocol) && parsed.username === "" && parsed.password === "";
+    return ["https:", "http:", "git:", "ssh:", "file:"].includes(parsed.protocol) && (parsed.username === "" || parsed.protocol === "ssh:") && parsed.password === "";
   } catch {
     return false;
   }

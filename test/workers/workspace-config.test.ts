@@ -191,6 +191,9 @@ describe("environment workspace fields", () => {
     const token = await houseToken("house-ws-repos");
     for (const repositories of [
       [{ url: "https://user:pw@git.example/a.git" }],
+      [{ url: "https://ghp-token@git.example/a.git" }],
+      [{ url: "ssh://git:pw@git.example/a.git" }],
+      [{ url: "ext::sh -c touch% /tmp/pwned" }],
       [{ url: "https://git.example/a.git", credentialsSecret: "MISSING" }],
       // A user name without a secret would be dropped: the clone would go without credentials.
       [{ url: "https://git.example/a.git", credentialsUsername: "bot" }],
@@ -235,6 +238,8 @@ describe("environment workspace fields", () => {
       expect.objectContaining({ url: "https://git.example/org/docs.git", path: "work/docs", commit: "v2.1.0", depth: 1 }),
     ]);
     expect(clones[1].password).toBeUndefined();
+    // An ssh URL names the account its key logs in as: no secret, and what ssh URLs of most hosts carry.
+    expect((await createEnv(token, { repositories: [{ url: "ssh://git@git.example/org/app.git" }] })).status).toBe(201);
     expect(JSON.stringify((await readAll(token, childThreadId)).entries)).not.toContain("ghp-secret-token-1");
   });
 
