@@ -147,16 +147,19 @@ function fnv1a(s: string): string {
 /**
  * A repository URL a box may clone: no credentials in it (they would end up in logs, process lists
  * and entries: they go in a secret instead). An ssh URL's user (`ssh://git@host/…`) is the account
- * the key logs in as, no secret: it may be given, a password may not.
+ * the key logs in as, no secret: it may be given, a password may not. Nor a query string or a
+ * fragment: git appends its own paths to the URL, so it cannot clone through one, and what they
+ * hold (`?private_token=…`) would be shown wherever the URL is.
  */
 export const repositoryUrlSchema = z.string().min(1).max(2000).refine((u) => {
   try {
     const parsed = new URL(u);
-    return ["https:", "http:", "git:", "ssh:", "file:"].includes(parsed.protocol) && (parsed.username === "" || parsed.protocol === "ssh:") && parsed.password === "";
+    return ["https:", "http:", "git:", "ssh:", "file:"].includes(parsed.protocol) && (parsed.username === "" || parsed.protocol === "ssh:") && parsed.password === ""
+      && !u.includes("?") && !u.includes("#");
   } catch {
     return false;
   }
-}, "an http(s), git, ssh or file URL without credentials in it (name a secret in credentialsSecret)");
+}, "an http(s), git, ssh or file URL without credentials, a query string or a fragment in it (name a secret in credentialsSecret)");
 
 /**
  * A branch name git itself would take (`git check-ref-format --branch`'s rules). The name is an

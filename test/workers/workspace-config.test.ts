@@ -194,6 +194,9 @@ describe("environment workspace fields", () => {
       [{ url: "https://ghp-token@git.example/a.git" }],
       [{ url: "ssh://git:pw@git.example/a.git" }],
       [{ url: "ext::sh -c touch% /tmp/pwned" }],
+      // Git cannot clone through a query string, and a token in one would be shown wherever the URL is.
+      [{ url: "https://git.example/a.git?private_token=glpat-secret" }],
+      [{ url: "https://git.example/a.git#glpat-secret" }],
       [{ url: "https://git.example/a.git", credentialsSecret: "MISSING" }],
       // A user name without a secret would be dropped: the clone would go without credentials.
       [{ url: "https://git.example/a.git", credentialsUsername: "bot" }],
