@@ -21,6 +21,7 @@ export class Box {
     this.id = randomUUID();
     this.hostId = hostId;
     this.marker = `${hostId}/${this.id}`;
+    this.root = root;
     this.dir = path.join(root, "boxes", this.id);
     this.home = path.join(this.dir, "home");
     this.meta = path.join(this.dir, "meta");
@@ -75,9 +76,40 @@ export class Box {
       this.setState("started");
     } catch (err) {
       if (this.destroyed) return;
-      this.errorReason = String(err?.message ?? err);
+      this.errorReason = this.hideHostPaths(String(err?.message ?? err));
       this.setState("error");
     }
+  }
+
+  /**
+   * A message as the box's client may see it: the host's paths of the box's files put as the box
+   * knows them (HOME as `~`, a volume as its mount), any other path under the host's root hidden.
+   * The host's directory layout, and where on the machine it keeps boxes, is none of the client's.
+   */
+  hideHostPaths(text) {
+    const pairs = [
+      ...this.mounts.map((m) => [m.hostDir, `~/${m.homePath}`]),
+      [this.home, "~"],
+      [path.join(this.dir, "tmp"), "$TMPDIR"],
+      [this.dir, "<box>"],
+      [this.root, "<host>"],
+    ];
+    // Symlinked temp dirs (macOS /var -> /private/var): messages may give either spelling.
+    const all = pairs.flatMap(([host, shown]) => {
+      let real = host;
+      try {
+        real = fs.realpathSync(host);
+      } catch {
+        /* not there (any more) */
+      }
+      return real === host ? [[host, shown]] : [[host, shown], [real, shown]];
+    });
+    all.sort((a, b) => b[0].length - a[0].length);
+    let out = text;
+    // Whole path components only: a root of /srv/sbh says nothing of /srv/sbh2.
+    const escape = (p) => p.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+    for (const [host, shown] of all) if (host.length > 1) out = out.replace(new RegExp(`${escape(host)}(?![^/\\s'"\`:;,)\\]])`, "g"), shown);
+    return out;
   }
 
   setState(state) {

@@ -91,7 +91,10 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
       const box = boxes.get(parts[1]);
       if (!api.isAuthorized(req, url, box)) throw new HostError(401, "Unauthorized");
       if (!box) throw new HostError(404, `sandbox ${parts[1]} not found`);
-      return handleToolbox(req, res, url, box, parts.slice(2));
+      return await handleToolbox(req, res, url, box, parts.slice(2)).catch((err) => {
+        if (typeof err?.message === "string") err.message = box.hideHostPaths(err.message);
+        throw err;
+      });
     }
     if (url.pathname === "/health") return sendJson(res, 200, { ok: true });
     throw new HostError(404, `no route for ${req.method} ${url.pathname}`);
@@ -500,7 +503,7 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
       } catch (err) {
         const status = err instanceof HostError ? err.status : 500;
         // Name the box path, not the host path, in the message.
-        const message = err.fsCode === "ENOENT" ? `file ${src} not found` : err.message;
+        const message = err.fsCode === "ENOENT" ? `file ${src} not found` : box.hideHostPaths(err.message);
         error = errorBody(status, message, { code: err.code, source: "DAYTONA_DAEMON", method: "POST", path: "/files/bulk-download" });
       }
       const field = error ? "error" : "file";

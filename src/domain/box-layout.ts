@@ -6,7 +6,10 @@
 export const BOX_DIR = ".threadbox";
 export const RUNNER_PATH = `${BOX_DIR}/runner.mjs`;
 export const MIRROR_PATH = `${BOX_DIR}/mirror.mjs`;
-/** The harness's working directory; a cloned repository goes to `${WORK_DIR}/repo`. */
+/**
+ * The harness's working directory; a delegate's repository goes to `${WORK_DIR}/repo` (on a shared
+ * box `${WORK_DIR}/repo-<hash of URL and branch>`), an environment's to `${WORK_DIR}/<its path>`.
+ */
 export const WORK_DIR = "work";
 /** pi's config dir (models.json, settings.json, sessions) inside the box. */
 export const PI_AGENT_DIR = `${BOX_DIR}/pi-agent`;

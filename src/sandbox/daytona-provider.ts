@@ -7,6 +7,8 @@
 import { Daytona, type Sandbox } from "@daytonaio/sdk";
 import { ProviderError, toProviderError } from "./errors";
 import { errorMessage, logEvent } from "../domain/log-event";
+import { gitCredentialEnv } from "../domain/git-credentials.mjs";
+import { fetchRefSteps } from "../domain/shell";
 import { classifySandboxState, type Liveness } from "./state";
 import { backoffDelayMs } from "../domain/backoff";
 import {
@@ -226,12 +228,15 @@ export class DaytonaProvider implements SandboxProvider {
       throw toProviderError(err, "upload");
     }
     // Verify: sizes as seen inside the box, one round trip for all files.
-    const check = items.map((i) => `wc -c < ${shQuote(i.destination)} 2>/dev/null || echo -1`).join("; ");
+    // Grouped: the shell's own complaint about a path it cannot open (a file where a directory
+    // should be) comes before a redirection on the command itself applies.
+    const check = items.map((i) => `{ wc -c < ${shQuote(i.destination)}; } 2>/dev/null || echo -1`).join("; ");
     const r = await this.exec(ref, check);
     const sizes = r.output.trim().split(/\s+/).map(Number);
     items.forEach((i, n) => {
       if (sizes[n] !== i.size) {
-        throw new ProviderError("unavailable", `upload of ${i.destination} not confirmed (expected ${i.size} bytes, box has ${sizes[n]})`);
+        const has = sizes[n] === -1 ? "no file there" : `${sizes[n]} bytes`;
+        throw new ProviderError("unavailable", `upload of ${i.destination} not confirmed (expected ${i.size} bytes, the box has ${has})`);
       }
     });
   }
@@ -247,11 +252,32 @@ export class DaytonaProvider implements SandboxProvider {
   }
 
   async clone(ref: string, opts: CloneOptions): Promise<void> {
+    // The toolbox clones a branch tip and then checks a commit out of what it cloned: a tag or a
+    // branch name is no commit id to it, and a commit below a shallow clone's depth is not there.
+    if (opts.commit) return this.cloneAt(ref, opts, opts.commit);
     const sb = await this.handle(ref);
     try {
       await sb.git.clone(opts.url, opts.path, opts.branch, opts.commit, opts.username, opts.password, undefined, opts.depth);
     } catch (err) {
       throw toProviderError(err, `clone ${opts.url}`);
+    }
+  }
+
+  /** A checkout of one commit, branch or tag, fetched by name (as deep as `depth` asks), detached. */
+  private async cloneAt(ref: string, opts: CloneOptions, at: string): Promise<void> {
+    const command = [
+      `git init --quiet ${shQuote(opts.path)} >/dev/null`,
+      `cd ${shQuote(opts.path)}`,
+      `git remote add origin ${shQuote(opts.url)}`,
+      fetchRefSteps(at, opts.url, opts.depth),
+      `git checkout --quiet --detach "$c"`,
+    ].join(" && ");
+    // As with the toolbox's clone, the credentials serve this command only and stay out of the checkout.
+    const env = opts.password ? gitCredentialEnv(opts.username || "x-access-token", opts.password) : { GIT_TERMINAL_PROMPT: "0" };
+    const r = await this.exec(ref, command, { env, timeoutSec: 600 });
+    if (r.exitCode !== 0) {
+      const missing = /does not appear to be a git repository|not found|does not exist|couldn't find remote ref/i.test(r.output);
+      throw new ProviderError(missing ? "not_found" : "bad_request", `clone ${opts.url} at ${at} failed (exit ${r.exitCode}): ${r.output.trim().slice(-1000)}`);
     }
   }
 

@@ -111,6 +111,7 @@ export interface CloneOptions {
   /** Destination directory, HOME-relative. */
   path: string;
   branch?: string;
+  /** A commit id, branch or tag to check out (detached) instead of the branch's tip. */
   commit?: string;
   depth?: number;
   username?: string;

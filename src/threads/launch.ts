@@ -4,7 +4,7 @@ import type { Env } from "../env";
 import type { Entry } from "../entries/schema";
 import type { Environment } from "../environments";
 import { mintRunToken, streamTokenTtlSeconds } from "../auth/tokens";
-import { codexMcpToml, egressSettings, piTools, providerVolumes, repoPath, skillFile, type PermissionMode, type Plugins, type RepositorySpec } from "../workspace/box-config";
+import { CODEX_CONFIG_DIR, codexMcpToml, delegateRepoPath, egressSettings, piTools, providerVolumes, repoPath, skillFile, type PermissionMode, type Plugins, type RepositorySpec } from "../workspace/box-config";
 import { LABEL_RUN, type DetachedHandle, type SandboxProvider } from "../sandbox/provider";
 import { classifySandboxState } from "../sandbox/state";
 import { packageInstallCommands, packageList, parseInstalled } from "../workspace/packages";
@@ -15,7 +15,7 @@ import { harnessBoxSource } from "../sandbox/snapshot";
 import { mirrorNextIndex, parseMirrorEntryId, rebuildPiSession, runnerLaunch, type HarnessName } from "../sandbox/harness";
 import { BUNDLES } from "../runner/bundles.generated";
 import type { ThreadRow } from "./thread-row";
-import { shq } from "../domain/shell";
+import { fetchRefSteps, shq } from "../domain/shell";
 import { gitCredentialEnv } from "../domain/git-credentials.mjs";
 import { folderMaxBytes, type CopiedFolder } from "../workspace/folders";
 import { copyFoldersIn } from "../workspace/folder-sync";
@@ -239,7 +239,9 @@ async function startRunner(
 
   const home = await provider.homeDir(ref);
   // The delegate's own repository replaces the environment's list for this run.
-  const repos: RepositorySpec[] = spec.repo ? [{ url: spec.repo, branch: spec.branch, path: "repo" }] : (environment?.repositories ?? []);
+  const repos: RepositorySpec[] = spec.repo
+    ? [{ url: spec.repo, branch: spec.branch, path: delegateRepoPath(spec.repo, spec.branch, progress.shared === true) }]
+    : (environment?.repositories ?? []);
   // The run's directory will hold its stream token until the runner takes it: the box user's alone.
   await provider.exec(ref, `mkdir -p ${shq(WORK_DIR)} ${shq(runDir(spec.runId))} && chmod 700 ${shq(runDir(spec.runId))}`, { cwd: home });
   if (repos.length > 0 && !progress.cloned) {
@@ -297,7 +299,7 @@ async function startRunner(
     const servers = withSecrets(plugins.mcpServers, environment?.secrets ?? {});
     // Claude Code reads project-scoped servers from the working directory's .mcp.json; Codex from its config.
     if (spec.harness === "claude-code") put(managedKey.mcp("claude-code"), `${cwd}/.mcp.json`, JSON.stringify({ mcpServers: servers }, null, 2));
-    if (spec.harness === "codex") put(managedKey.mcp("codex"), ".codex/config.toml", codexMcpToml(servers));
+    if (spec.harness === "codex") put(managedKey.mcp("codex"), `${CODEX_CONFIG_DIR}/config.toml`, codexMcpToml(servers));
   }
   if (spec.harness === "pi") {
     harnessEnv.PI_CODING_AGENT_DIR = `${home}/${PI_AGENT_DIR}`;
@@ -463,10 +465,10 @@ async function reconcileCheckout(provider: SandboxProvider, ref: string, home: s
     return;
   }
   // The checkout's origin is where the environment says the repository is now: a URL changed
-  // since the clone (or another delegate's repo at this path) is fetched from, not the old one.
+  // since the clone is fetched from, not the old one.
   const origin = `(git remote set-url origin ${shq(r.url)} 2>/dev/null || git remote add origin ${shq(r.url)})`;
   const update = r.reset ? resetSteps(r) : r.ref
-    ? [`git fetch --quiet origin`, `git checkout --quiet ${shq(r.ref)}`]
+    ? [fetchRefSteps(r.ref, r.url, r.depth), `git checkout --quiet --detach "$c"`]
     : r.branch
       ? [`git fetch --quiet origin ${shq(r.branch)}`, `(git checkout --quiet ${shq(r.branch)} 2>/dev/null || git checkout --quiet -b ${shq(r.branch)} FETCH_HEAD)`, `git merge --ff-only --quiet FETCH_HEAD`]
       : [...defaultBranchSteps(), `(git checkout --quiet "$b" 2>/dev/null || git checkout --quiet -b "$b" "origin/$b")`, `git merge --ff-only --quiet "origin/$b"`];
@@ -480,7 +482,7 @@ async function reconcileCheckout(provider: SandboxProvider, ref: string, home: s
 /** `reset: true`: the checkout becomes exactly the wanted commit; local changes and untracked files go. */
 function resetSteps(r: RepositorySpec): string[] {
   const checkout = r.ref
-    ? [`git fetch --quiet origin`, `git checkout --quiet --force ${shq(r.ref)}`]
+    ? [fetchRefSteps(r.ref, r.url, r.depth), `git checkout --quiet --force --detach "$c"`]
     : r.branch
       ? [`git fetch --quiet origin ${shq(r.branch)}`, `git checkout --quiet --force -B ${shq(r.branch)} FETCH_HEAD`]
       : [...defaultBranchSteps(), `git checkout --quiet --force -B "$b" "origin/$b"`];

@@ -81,6 +81,9 @@ export function volumeHomePath(p: string): string {
   return rel.split("/").filter((seg) => seg !== "" && seg !== ".").join("/");
 }
 
+/** Codex's config directory, HOME-relative: its config.toml gets the MCP servers, secrets resolved. */
+export const CODEX_CONFIG_DIR = ".codex";
+
 /**
  * Where a volume may not go: HOME itself (every box of the environment would share one home),
  * threadbox's own files, and the runs' working directory, which a launch clears and fills (a
@@ -95,13 +98,16 @@ function volumePathProblem(p: string): string | null {
   for (const reserved of [BOX_DIR, WORK_DIR]) {
     if (rel === reserved || rel.startsWith(`${reserved}/`)) return `not at or inside ${reserved}/ (${reserved === WORK_DIR ? "the runs' working directory, which each launch clears and fills" : "threadbox's own files"})`;
   }
+  // A volume outlives the box: config a launch writes with secrets filled in would stay on it,
+  // for every later box of the environment and after the secret is changed or removed.
+  if (rel === CODEX_CONFIG_DIR) return `not at ${CODEX_CONFIG_DIR}/ (a launch writes Codex's config.toml there with the MCP servers' secrets filled in; a volume would keep them)`;
   return null;
 }
 
 /** A volume of the house, mounted into every box of the environment; it outlives boxes and environments. */
 export const volumeSchema = z.object({
   name: z.string().regex(/^[a-z0-9][a-z0-9-]{0,39}$/, "volume names are 1-40 chars of [a-z0-9-]"),
-  /** HOME-relative (e.g. `memory`), or absolute under /home/daytona/; not HOME itself, `work/` or `.threadbox/`. */
+  /** HOME-relative (e.g. `memory`), or absolute under /home/daytona/; not HOME itself, `work/`, `.threadbox/` or `.codex`. */
   path: z.string().min(1).max(300).superRefine((p, ctx) => {
     const problem = volumePathProblem(p);
     if (problem) ctx.addIssue({ code: "custom", message: problem });
@@ -138,15 +144,22 @@ function fnv1a(s: string): string {
   return h.toString(16).padStart(8, "0");
 }
 
-/** A repository URL a box may clone: no credentials in it (they would end up in logs, process lists and entries: they go in a secret instead). */
+/**
+ * A repository URL a box may clone: no credentials in it (they would end up in logs, process lists
+ * and entries: they go in a secret instead). An ssh URL's user (`ssh://git@host/…`) is the account
+ * the key logs in as, no secret: it may be given, a password may not. Nor a query string or a
+ * fragment: git appends its own paths to the URL, so it cannot clone through one, and what they
+ * hold (`?private_token=…`) would be shown wherever the URL is.
+ */
 export const repositoryUrlSchema = z.string().min(1).max(2000).refine((u) => {
   try {
     const parsed = new URL(u);
-    return ["https:", "http:", "git:", "ssh:", "file:"].includes(parsed.protocol) && parsed.username === "" && parsed.password === "";
+    return ["https:", "http:", "git:", "ssh:", "file:"].includes(parsed.protocol) && (parsed.username === "" || parsed.protocol === "ssh:") && parsed.password === ""
+      && !u.includes("?") && !u.includes("#");
   } catch {
     return false;
   }
-}, "an http(s), git, ssh or file URL without credentials in it (name a secret in credentialsSecret)");
+}, "an http(s), git, ssh or file URL without credentials, a query string or a fragment in it (name a secret in credentialsSecret)");
 
 /**
  * A branch name git itself would take (`git check-ref-format --branch`'s rules). The name is an
@@ -163,8 +176,11 @@ export const branchNameSchema = z.string().min(1).max(200).refine(
 export const repositorySchema = z.object({
   url: repositoryUrlSchema,
   branch: branchNameSchema.optional(),
-  /** A commit to check out. */
-  ref: z.string().regex(/^[0-9a-fA-F]{7,40}$/, "a commit id").optional(),
+  /** A commit (its id, or a prefix of 7 or more digits), branch or tag to check out, detached. */
+  ref: z.string().min(1).max(200).refine(
+    (ref) => /^[0-9a-fA-F]{7,40}$/.test(ref) || branchNameSchema.safeParse(ref).success,
+    "a commit id, or a branch or tag name (no leading -, no spaces, control characters, ~ ^ : ? * [ \\, .. or @{)",
+  ).optional(),
   depth: z.number().int().min(1).max(100_000).optional(),
   /** Where in the working directory (default: the repository's name). */
   path: workspacePathSchema.optional(),
@@ -206,6 +222,15 @@ export function repoPath(r: Pick<RepositorySpec, "url" | "path">): string {
   if (r.path) return r.path;
   const last = r.url.replace(/\/+$/, "").split("/").pop() ?? "repo";
   return last.replace(/\.git$/, "") || "repo";
+}
+
+/**
+ * Where a delegate's own repository goes in the working directory: `repo` on a box of its own; on
+ * a shared box one checkout per repository and branch, so a delegate of another repository (or
+ * branch) does not turn a checkout another run is working in to its own.
+ */
+export function delegateRepoPath(url: string, branch: string | undefined, shared: boolean): string {
+  return shared ? `repo-${fnv1a(`${url}\0${branch ?? ""}`)}` : "repo";
 }
 
 /** Agent Skills names: lowercase words joined by single hyphens, at most 64 characters. */
@@ -311,8 +336,10 @@ const hostSchema = z.string().regex(/^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9
 
 /**
  * What a box may reach: everything (`open`, the default), nothing but its thread stream (`deny`),
- * or the stream plus listed hosts (`{allow}`). The older `{blockAll, domainAllowList}` form is
- * passed to the provider with the stream's host added when it blocks: a box always reaches its stream.
+ * or the stream plus listed hosts (`{allow}`). The older `{blockAll, domainAllowList}` form means
+ * what Daytona makes of it: a non-empty `domainAllowList` is an allow-list whatever `blockAll`
+ * says (only the listed domains are reachable), `blockAll: true` without one is `deny`, and
+ * neither is `open`.
  */
 export const egressSchema = z.union([
   z.literal("open"),
@@ -325,7 +352,9 @@ export type Egress = z.infer<typeof egressSchema>;
 /** The provider's egress settings for a box whose runs write to `streamUrl`: the stream is always allowed. */
 export function egressSettings(egress: Egress | undefined, streamUrl: string | undefined): { blockAll?: boolean; domainAllowList?: string[] } | undefined {
   if (egress === undefined || egress === "open") return undefined;
-  if (typeof egress === "object" && !("allow" in egress) && !egress.blockAll) return egress;
+  // Open unless it blocks or lists hosts. A list closes the box on Daytona and on the local host
+  // alike, so the stream goes on it below, as for `{allow}`.
+  if (typeof egress === "object" && !("allow" in egress) && !egress.blockAll && !egress.domainAllowList?.length) return egress;
   let stream: string[] = [];
   try {
     if (streamUrl) stream = [new URL(streamUrl).host];

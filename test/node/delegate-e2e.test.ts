@@ -866,6 +866,34 @@ describe("a shared box pinned to a commit, then unpinned", () => {
   });
 });
 
+describe("a repository at a tag, as deep as asked", () => {
+  it("a run finds the tag checked out though it is no branch's tip; on a shared box the next run finds the new tag, fetched in place", async () => {
+    const origin = tempDir("tb-tag-");
+    const git = (cmd: string) => execSync(`git -c user.email=t@t -c user.name=t ${cmd}`, { cwd: origin, stdio: "pipe", encoding: "utf8" });
+    git("init -q -b main");
+    for (const v of ["v1", "v2", "v3"]) {
+      writeFileSync(join(origin, "VERSION"), `${v}\n`);
+      git("add VERSION");
+      git(`commit -q -m ${v}`);
+      if (v !== "v3") git(`tag ${v}`);
+    }
+    const look = { toolCalls: [{ name: "bash", arguments: { command: "cat VERSION; git rev-list --count HEAD" } }] };
+    model.push(look, { text: "Saw one." }, look, { text: "Saw two." });
+    const envId = await environment();
+    const repo = (ref: string) => ({ boxMode: "shared", repositories: [{ url: `file://${origin}`, path: "app", ref, depth: 1 }] });
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: repo("v1") })).status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const seen = async (task: string) => {
+      const child = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task } })).body.childThreadId as string;
+      expect((await settled(child)).status).toBe("completed");
+      return String((await entries(child)).find((e) => e.payload.type === "pi.tool_result")!.payload.output).trim().split("\n");
+    };
+    expect(await seen("which version")).toEqual(["v1", "1"]);
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: repo("v2") })).status).toBe(200);
+    expect((await seen("which version now"))[0]).toBe("v2");
+  });
+});
+
 describe("a shared box and the environment's files", () => {
   it("what the environment no longer puts there leaves the box: a sensitive file taken out is gone for run_command at once, a file whose place moved is gone after the next run", async () => {
     const origin = tempDir("tb-managed-");
@@ -1018,16 +1046,70 @@ describe("two runs at once on a shared box, in different working directories", (
     const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
     const delegate = async (extra: object) => (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "look", ...extra } })).body.childThreadId as string;
     const sh = async (command: string) => String((await api(`/api/environments/${envId}/exec`, { method: "POST", json: { command } })).body.output);
-    // Its working directory is work/app; the delegate's own repository makes another's work/repo.
+    // Its working directory is work/app; the delegate's own repository makes another's work/repo-<hash>.
     const first = await delegate({});
     try {
       await waitFor("the first run to ask its model", async () => model.requests.length > before);
       expect((await settled(await delegate({ repo: `file://${origin}` }))).status).toBe("completed");
-      expect(await sh("ls work/app/notes.txt work/repo/notes.txt 2>&1")).toBe("work/app/notes.txt\nwork/repo/notes.txt\n");
+      expect(await sh("ls work/app/notes.txt work/repo-*/notes.txt 2>&1")).toMatch(/^work\/app\/notes\.txt\nwork\/repo-[0-9a-f]{8}\/notes\.txt\n$/);
     } finally {
       release();
     }
     expect((await settled(first)).status).toBe("completed");
+  });
+});
+
+describe("a launch whose upload the box did not take", () => {
+  it("fails saying the file is not there, not with a size read from the shell's complaint", async () => {
+    const origin = tempDir("tb-upload-clash-");
+    // The checkout has a file where the environment's file needs a directory.
+    execSync("git init -q -b main && echo x > conf && git add . && git -c user.email=t@t -c user.name=t commit -qm x", { cwd: origin, stdio: "pipe", shell: "/bin/bash" });
+    const envId = await environment();
+    const json = { repositories: [{ url: `file://${origin}`, branch: "main", path: "app" }], files: [{ path: "conf/a.json", content: "{}" }] };
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json })).status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const child = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "anything" } })).body.childThreadId as string;
+    const row = await settled(child);
+    expect([row.status, row.detail]).toEqual(["failed", "launch failed: upload of work/app/conf/a.json not confirmed (expected 2 bytes, the box has no file there)"]);
+  });
+});
+
+describe("delegates of different repositories on one shared box", () => {
+  it("each gets a checkout of its own: the second does not turn the first's checkout to its repository while the first works there", async () => {
+    const origins = ["alpha", "beta"].map((name) => {
+      const dir = tempDir(`tb-two-repos-${name}-`);
+      execSync(`git init -q -b main && echo ${name} > WHICH && git add . && git -c user.email=t@t -c user.name=t commit -qm ${name}`, { cwd: dir, stdio: "pipe", shell: "/bin/bash" });
+      return dir;
+    });
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    const before = model.requests.length;
+    model.push(
+      { toolCalls: [{ name: "bash", arguments: { command: "cat WHICH; basename $(pwd)" } }], until: held },
+      { toolCalls: [{ name: "bash", arguments: { command: "cat WHICH; basename $(pwd)" } }] },
+      { text: "Beta done." },
+      { text: "Alpha done." },
+    );
+    const envId = await environment();
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { boxMode: "shared" } })).status).toBe(200);
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const delegate = async (origin: string) => (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "which", repo: `file://${origin}` } })).body.childThreadId as string;
+    const output = async (id: string) => String((await entries(id)).find((e) => e.payload.type === "pi.tool_result")!.payload.output).trim().split("\n");
+    const alpha = await delegate(origins[0]);
+    let beta: string;
+    try {
+      await waitFor("the alpha run to ask its model", async () => model.requests.length > before);
+      beta = await delegate(origins[1]);
+      expect((await settled(beta)).status).toBe("completed");
+    } finally {
+      release();
+    }
+    expect((await settled(alpha)).status).toBe("completed");
+    const [alphaSaw, betaSaw] = [await output(alpha), await output(beta)];
+    expect(alphaSaw[0]).toBe("alpha");
+    expect(betaSaw[0]).toBe("beta");
+    expect(alphaSaw[1]).toMatch(/^repo-[0-9a-f]{8}$/);
+    expect(betaSaw[1]).not.toBe(alphaSaw[1]);
   });
 });
 

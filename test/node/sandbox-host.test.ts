@@ -452,6 +452,9 @@ describe("host responses match Daytona's OpenAPI schemas", () => {
     const uf = await call("POST", `${t}/files/bulk-upload`, underFile);
     expect(uf.status).toBe(400);
     v.toolbox("ErrorResponse", uf.json);
+    // The box's paths as the box knows them: where the host keeps boxes is not the client's to see.
+    expect((uf.json as { message: string }).message).toContain("~/f/one.txt");
+    expect(JSON.stringify(uf.json)).not.toContain(host.root);
     // A link in the box to a host path that does not exist yet: a write through it would create it.
     const hostTarget = path.join(tempDir("tb-host-outside-"), "planted.txt");
     expect((await call("POST", `${t}/process/execute`, { command: `ln -s ${hostTarget} dangling && ln -s loop1 loop2 && ln -s loop2 loop1` })).status).toBe(200);
@@ -470,6 +473,12 @@ describe("host responses match Daytona's OpenAPI schemas", () => {
 
     const repo = makeRepo();
     expect((await call("POST", `${t}/git/clone`, { url: repo, path: "r" })).status).toBe(200);
+    const again = await call("POST", `${t}/git/clone`, { url: repo, path: "r" });
+    expect(again.status).toBe(400);
+    expect((again.json as { message: string }).message).toContain("destination path '~/r' already exists");
+    expect(JSON.stringify(again.json)).not.toContain(host.root);
+    const missingCwd = await call("POST", `${t}/process/execute`, { command: "pwd", cwd: `${(((await call("GET", `${t}/user-home-dir`)).json) as { dir: string }).dir}/nowhere` });
+    expect([missingCwd.status, (missingCwd.json as { message: string }).message]).toEqual([404, "file ~/nowhere not found"]);
     const bad = await call("POST", `${t}/git/clone`, { url: "/nonexistent/repo", path: "r2" });
     expect(bad.status).toBe(404);
     expectSpec("toolbox", "/git/clone", "POST", bad);

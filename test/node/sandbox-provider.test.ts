@@ -371,6 +371,68 @@ describe("DaytonaProvider on the local host", () => {
     }
   });
 
+  it("the older egress form with blockAll false and a domainAllowList is an allow-list that keeps the stream reachable, as on Daytona", async () => {
+    const { egressSettings } = await import("../../src/workspace/box-config");
+    const serve = (text: string) => new Promise<http.Server>((resolve) => {
+      const srv = http.createServer((_q, r) => r.end(text));
+      srv.listen(0, "127.0.0.1", () => resolve(srv));
+    });
+    const listed = await serve("listed-answer");
+    const stream = await serve("stream-answer");
+    const other = await serve("must-not-see");
+    const portOf = (srv: http.Server) => (srv.address() as { port: number }).port;
+    try {
+      // What a launch asks the provider for: Daytona reads a domainAllowList as the only hosts
+      // reachable, whatever networkBlockAll says; the local host closes such a box too.
+      const egress = egressSettings({ blockAll: false, domainAllowList: [`127.0.0.1:${portOf(listed)}`] }, `http://127.0.0.1:${portOf(stream)}/api/threads`);
+      const box = await provider.create({ labels: { house: house() }, ephemeral: true, egress });
+      const fetchFrom = (port: number) => `curl -s -m 3 http://127.0.0.1:${port}/ || echo BLOCKED`;
+      try {
+        expect((await provider.exec(box.ref, fetchFrom(portOf(listed)))).output).toBe("listed-answer");
+        expect((await provider.exec(box.ref, fetchFrom(portOf(stream)))).output).toBe("stream-answer");
+        expect((await provider.exec(box.ref, fetchFrom(portOf(other)))).output.trim()).toBe("BLOCKED");
+      } finally {
+        await provider.delete(box.ref);
+      }
+    } finally {
+      for (const srv of [listed, stream, other]) srv.close();
+    }
+  });
+
+  it("a clone at a ref with a depth checks out a branch, a tag or a commit (full or short id) that is no tip of the default branch", async () => {
+    const repo = tempDir("prov-refs-");
+    const git = (...args: string[]) => execFileSync("git", ["-c", "user.email=t@t", "-c", "user.name=t", ...args], { cwd: repo, encoding: "utf8" }).trim();
+    git("init", "-q", "-b", "main");
+    const commit = (text: string) => {
+      fs.writeFileSync(path.join(repo, "f.txt"), `${text}\n`);
+      git("add", "f.txt");
+      git("commit", "-q", "-m", text);
+      return git("rev-parse", "HEAD");
+    };
+    commit("one");
+    git("tag", "-a", "v1", "-m", "release one");
+    const two = commit("two");
+    commit("three");
+    git("checkout", "-q", "-b", "feature", "v1");
+    commit("feature");
+    git("checkout", "-q", "main");
+    const box = await provider.create({ labels: { house: house(), thread: "t-refs" }, ephemeral: true });
+    try {
+      for (const [at, want, count] of [["feature", "feature", "1"], ["v1", "one", "1"], [two, "two", "1"], [two.slice(0, 9), "two", "2"]] as const) {
+        const dest = `r-${at.slice(0, 12)}`;
+        await provider.clone(box.ref, { url: `file://${repo}`, path: dest, commit: at, depth: 1 });
+        const seen = (await provider.exec(box.ref, `cat f.txt && git rev-list --count HEAD && git status --porcelain | wc -l`, { cwd: dest })).output.trim().split("\n");
+        // A name is fetched as deep as asked; a short id is looked up in the whole history.
+        expect([at, ...seen]).toEqual([at, want, count, "0"]);
+      }
+      const err = (await provider.clone(box.ref, { url: `file://${repo}`, path: "r-none", commit: "no-such-ref", depth: 1 }).catch((e) => e)) as ProviderError;
+      expect(err).toBeInstanceOf(ProviderError);
+      expect([err.code, err.message]).toEqual(["not_found", expect.stringContaining("no commit, branch or tag no-such-ref in file://")]);
+    } finally {
+      await provider.delete(box.ref);
+    }
+  });
+
   it("a clone of a repository that is not there fails as not found, saying git's words and not blaming DAYTONA_API_URL", async () => {
     // git says "does not appear to be a git repository" for a missing file:// or path repository;
     // the toolbox answers 404 GIT_REPO_NOT_FOUND, which names what is missing.
@@ -397,6 +459,9 @@ describe("DaytonaProvider on the local host", () => {
     const h = house();
     const err = await provider.create({ labels: { house: h, thread: "t-broken" }, ephemeral: true, snapshot: snap }).catch((e) => e);
     expect(err).toBeInstanceOf(ProviderError);
+    // Why it failed, without where the host keeps its snapshots and boxes.
+    expect(err.message).toContain(`<host>/snapshots/${snap}`);
+    expect(err.message).not.toContain(host.root);
     expect(await provider.list({ [LABEL_HOUSE]: h })).toEqual([]);
     // Deleted already: nothing is left to look for.
     expect(err.lateBoxName).toBeUndefined();

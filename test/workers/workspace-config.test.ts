@@ -154,6 +154,12 @@ describe("environment workspace fields", () => {
       expect(JSON.stringify(r.body)).toContain("volumes.0.path");
     }
     expect((await createEnv(token, { volumes: [{ name: "a", path: "memory" }, { name: "b", path: "/home/daytona/memory" }] })).status).toBe(400);
+    // Codex's config directory gets the MCP servers' secrets written in by each launch: a volume there would keep them past the box.
+    for (const path of [".codex", "./.codex/", "/home/daytona/.codex"]) {
+      const r = await createEnv(token, { volumes: [{ name: "m", path }] });
+      expect([path, r.status]).toEqual([path, 400]);
+      expect(r.body.error.details).toEqual([{ path: "volumes.0.path", message: "not at .codex/ (a launch writes Codex's config.toml there with the MCP servers' secrets filled in; a volume would keep them)" }]);
+    }
     // Other spellings of a directory below HOME are that directory.
     for (const path of ["memory/", "./memory", "notes//memory"]) expect([path, (await createEnv(token, { volumes: [{ name: "m", path }] })).status]).toEqual([path, 201]);
     expect((await createEnv(token, { volumes: [{ name: "a", path: "memory/" }, { name: "b", path: "./memory" }] })).status).toBe(400);
@@ -185,12 +191,20 @@ describe("environment workspace fields", () => {
     const token = await houseToken("house-ws-repos");
     for (const repositories of [
       [{ url: "https://user:pw@git.example/a.git" }],
+      [{ url: "https://ghp-token@git.example/a.git" }],
+      [{ url: "ssh://git:pw@git.example/a.git" }],
+      [{ url: "ext::sh -c touch% /tmp/pwned" }],
+      // Git cannot clone through a query string, and a token in one would be shown wherever the URL is.
+      [{ url: "https://git.example/a.git?private_token=glpat-secret" }],
+      [{ url: "https://git.example/a.git#glpat-secret" }],
       [{ url: "https://git.example/a.git", credentialsSecret: "MISSING" }],
       // A user name without a secret would be dropped: the clone would go without credentials.
       [{ url: "https://git.example/a.git", credentialsUsername: "bot" }],
       [{ url: "https://git.example/a.git" }, { url: "https://other.example/a" }],
       [{ url: "not a url" }],
-      [{ url: "https://git.example/a.git", ref: "main" }],
+      // A ref is a commit id, a branch or a tag: one git would read as an option is none.
+      [{ url: "https://git.example/a.git", ref: "--upload-pack=touch /tmp/pwned" }],
+      [{ url: "https://git.example/a.git", ref: "v1 2" }],
       // A shared box fetches `origin <branch>`: git would read this one as an option and run the command.
       [{ url: "https://git.example/a.git", branch: "--upload-pack=touch /tmp/pwned" }],
       [{ url: "https://git.example/a.git", branch: "has space" }],
@@ -207,6 +221,7 @@ describe("environment workspace fields", () => {
       repositories: [
         { url: "https://git.example/org/app.git", branch: "release/v1.2_rc-1", credentialsSecret: "GIT_TOKEN" },
         { url: "file:///srv/libs/shared", path: "libs/shared", ref: "abc1234", depth: 1 },
+        { url: "https://git.example/org/docs.git", ref: "v2.1.0", depth: 1 },
       ],
     });
     expect(created.status).toBe(201);
@@ -215,6 +230,7 @@ describe("environment workspace fields", () => {
     expect(launched.payload.repositories).toEqual([
       { url: "https://git.example/org/app.git", path: "app", branch: "release/v1.2_rc-1" },
       { url: "file:///srv/libs/shared", path: "libs/shared", ref: "abc1234" },
+      { url: "https://git.example/org/docs.git", path: "docs", ref: "v2.1.0" },
     ]);
     const provider = sharedTestProvider();
     const [box] = await provider.list({ [LABEL_RUN]: runId });
@@ -222,8 +238,11 @@ describe("environment workspace fields", () => {
     expect(clones).toEqual([
       expect.objectContaining({ url: "https://git.example/org/app.git", path: "work/app", branch: "release/v1.2_rc-1", username: "x-access-token", password: "ghp-secret-token-1" }),
       expect.objectContaining({ url: "file:///srv/libs/shared", path: "work/libs/shared", commit: "abc1234", depth: 1 }),
+      expect.objectContaining({ url: "https://git.example/org/docs.git", path: "work/docs", commit: "v2.1.0", depth: 1 }),
     ]);
     expect(clones[1].password).toBeUndefined();
+    // An ssh URL names the account its key logs in as: no secret, and what ssh URLs of most hosts carry.
+    expect((await createEnv(token, { repositories: [{ url: "ssh://git@git.example/org/app.git" }] })).status).toBe(201);
     expect(JSON.stringify((await readAll(token, childThreadId)).entries)).not.toContain("ghp-secret-token-1");
   });
 
@@ -322,6 +341,8 @@ describe("environment workspace fields", () => {
     expect(egressSettings({ blockAll: true }, "http://127.0.0.1:8787/api/stream")).toEqual({ blockAll: true, domainAllowList: ["127.0.0.1:8787"] });
     expect(egressSettings({ blockAll: true, domainAllowList: ["pypi.org"] }, "https://x.supabase.co/f")).toEqual({ blockAll: true, domainAllowList: ["pypi.org", "x.supabase.co"] });
     expect(egressSettings({ blockAll: false }, "https://x.supabase.co/f")).toEqual({ blockAll: false });
+    // A list closes the box whatever blockAll says (Daytona's reading, and the local host's): the stream goes on it.
+    expect(egressSettings({ blockAll: false, domainAllowList: ["pypi.org"] }, "https://x.supabase.co/f")).toEqual({ blockAll: true, domainAllowList: ["pypi.org", "x.supabase.co"] });
   });
 
   it("PATCH updates what it names: secrets merge (null removes), files are replaced; the same checks as create", async () => {
