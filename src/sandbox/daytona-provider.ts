@@ -82,7 +82,10 @@ export class DaytonaProvider implements SandboxProvider {
       autoStopInterval: autoStopMinutes(opts.runawayGuardMs, opts.autoStopBufferMinutes),
       // -1 = never auto-delete. 0 would delete the box the moment it stops.
       autoDeleteInterval: -1,
-      networkBlockAll: egress.blockAll,
+      // A domain allow-list is already default-deny on Daytona, and `networkBlockAll` beside an
+      // allow-list takes precedence over it there: sent together, the box could not even reach its
+      // thread's stream.
+      networkBlockAll: egress.domainAllowList?.length || egress.networkAllowList?.length ? undefined : egress.blockAll,
       domainAllowList: egress.domainAllowList?.join(","),
       networkAllowList: egress.networkAllowList?.join(","),
       outboundProxyUrl: egress.outboundProxyUrl,

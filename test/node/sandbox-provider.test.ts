@@ -347,6 +347,10 @@ describe("DaytonaProvider on the local host", () => {
     const portOf = (srv: import("node:http").Server) => (srv.address() as { port: number }).port;
     try {
       const box = await provider.create({ labels: { house: house() }, ephemeral: true, egress: { blockAll: true, domainAllowList: [`127.0.0.1:${portOf(allowed)}`] } });
+      // What Daytona is asked for: the allow-list alone (default-deny), never networkBlockAll beside
+      // it, which Daytona lets win over the list.
+      const asked = await (await fetch(`${host.apiUrl}/sandbox/${box.ref}`, { headers: { authorization: `Bearer ${KEY}` } })).json() as { networkBlockAll: boolean; domainAllowList?: string };
+      expect([asked.networkBlockAll, asked.domainAllowList]).toEqual([false, `127.0.0.1:${portOf(allowed)}`]);
       const fetchFrom = (port: number) => `curl -s -m 3 http://127.0.0.1:${port}/ || echo BLOCKED`;
       expect((await provider.exec(box.ref, fetchFrom(portOf(allowed)))).output).toBe("allowed-answer");
       expect((await provider.exec(box.ref, fetchFrom(portOf(other)))).output.trim()).toBe("BLOCKED");
