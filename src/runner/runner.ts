@@ -6,7 +6,8 @@
  *        [--cwd dir] [--bin <harness binary>] [--no-finish] [-- extra harness args]
  *
  * It starts the harness, owns its exit code, enforces the runaway guard (THREADBOX_RUNAWAY_MS:
- * SIGTERM, then SIGKILL after THREADBOX_KILL_GRACE_MS), forwards SIGTERM/SIGINT/SIGHUP to the
+ * SIGTERM, then SIGKILL after THREADBOX_KILL_GRACE_MS) and the start window of a mirroring
+ * harness (THREADBOX_START_TIMEOUT_MS: no output by then, stopped the same way), forwards SIGTERM/SIGINT/SIGHUP to the
  * harness, and on exit reads the thread back, runs decideOutcome and posts the finished-signal
  * unless one is already there. Harnesses that do not mirror themselves (claude-code, codex) have
  * their stdout parsed and posted by the runner. When the harness has ended, whatever it started is
@@ -193,6 +194,8 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   const harnessMark = randomId();
   /** The process groups of the harnesses started (each is its group's leader). */
   const groups: number[] = [];
+  /** A harness that mirrors itself has written its first output (its extensions are loaded). */
+  let harnessStarted = false;
   /** The harness's mirror took its token, so it beats from inside the harness from now on. */
   let mirrorBeats = false;
   const spawnHarness = (argv: string[], env: Record<string, string>) => {
@@ -208,6 +211,9 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
       detached: true,
     });
     if (child.pid) groups.push(child.pid);
+    child.stdout!.once("data", () => {
+      harnessStarted = true;
+    });
     mirrorBeats = false;
     // pi writes nothing to stdout before its extensions are loaded: a mirror that failed to load
     // must not leave the file for the tools that run next.
@@ -353,6 +359,17 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
     log(`runaway guard (${cfg.runawayMs} ms): stopping the harness`);
     terminate();
   }, Math.min(cfg.runawayMs, 2 ** 31 - 1));
+  // A pi stuck before it loads its mirror would keep the runner's beat, and so the run, alive
+  // until the runaway guard: with no output within the start window it is stopped instead.
+  let startTimedOut = false;
+  const startTimer = agent.mirrorsItself && cfg.startTimeoutMs > 0
+    ? setTimeout(() => {
+      if (harnessStarted || exited) return;
+      startTimedOut = true;
+      log(`${agent.name} wrote nothing within ${cfg.startTimeoutMs} ms of its start (THREADBOX_START_TIMEOUT_MS): stopping it`);
+      terminate();
+    }, Math.min(cfg.startTimeoutMs, 2 ** 31 - 1))
+    : undefined;
   const onSignal = (sig: NodeJS.Signals) => {
     log(`${sig}: stopping the harness`);
     stopRequested = true;
@@ -380,6 +397,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   if (left) log(`killed ${left} process(es) ${agent.name} left running`);
   if (watch && !(await watch.stop(WATCH_STOP_GRACE_MS))) log("the thread watch did not stop in time; going on");
   clearTimeout(runawayTimer);
+  clearTimeout(startTimer);
   if (killTimer) clearTimeout(killTimer);
   if (exitTimer) clearTimeout(exitTimer);
   if (heartbeat) clearInterval(heartbeat);
@@ -424,6 +442,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
     signal,
     stopRequested,
     runaway,
+    ...(startTimedOut ? { startTimeoutMs: cfg.startTimeoutMs } : {}),
     ...(idleAfterInterruptMs !== undefined ? { idleAfterInterruptMs } : {}),
     signalId,
     runId: cfg.runId,

@@ -516,6 +516,33 @@ describe("runner + mirror with the real pi", () => {
     }
   });
 
+  it("a pi that never gets as far as its mirror is stopped after THREADBOX_START_TIMEOUT_MS, not beaten for until the runaway guard", async () => {
+    const model = await startModelServer([{ text: "never asked" }]);
+    // A harness that hangs before writing anything, as pi stuck before its extensions load.
+    const bin = join(mkdtempSync(join(tmp, "stuck-pi-")), "pi");
+    writeFileSync(bin, "#!/bin/sh\nexec sleep 600\n", { mode: 0o755 });
+    try {
+      const threadId = await newThread();
+      const t0 = Date.now();
+      const { child, done } = startRunner({ threadId, model, prompt: "hello", runnerArgs: ["--bin", bin], env: { THREADBOX_START_TIMEOUT_MS: "1500" } });
+      const run = await Promise.race([done, new Promise<null>((r) => setTimeout(() => r(null), 20_000))]);
+      if (!run) {
+        // The runner stops the stuck harness with it (SIGTERM is a stop).
+        child.kill("SIGTERM");
+        await done;
+      }
+      expect(run, "the runner was still running 20 s after a 1.5 s start timeout").not.toBeNull();
+      expect(Date.now() - t0).toBeGreaterThan(1_400);
+      expect(run!.code).toBe(143);
+      const es = await entriesOf(threadId);
+      expect(types(es)).toEqual(["status:pi_failed"]);
+      expect(es[0].payload.reason).toContain("the harness did not start: no output within 1500 ms (THREADBOX_START_TIMEOUT_MS)");
+      expect(model.requests).toHaveLength(0);
+    } finally {
+      await model.close();
+    }
+  });
+
   it("pi that finished its work but hangs on the way out is terminated after a grace period; the run still completes", async () => {
     const model = await startModelServer([{ text: "Finished." }]);
     try {
