@@ -11,14 +11,18 @@ import { shq } from "../domain/shell";
  */
 export const OUTPUT_KEEP_BYTES = 256 * 1024;
 
+/** Seconds the filters may take to finish once the command has exited. */
+const CLOSE_GRACE_S = 2;
+
 /**
  * `command` run with each of its output streams passed through a filter that keeps the stream's
  * first and last `keep` bytes; the bytes between are dropped, and in their place the filter writes
  * one line naming `nonce` and how many it dropped. Only a stream longer than 2 × `keep` is cut,
- * so a shorter output comes back byte for byte. The exit code is the command's. Needs bash and
- * coreutils (`head -c` reading no further than it keeps, as GNU's does; `stdbuf` so the head
- * streams as it comes), `mktemp`, `mkfifo`. Where the filter cannot set up (no writable temp dir)
- * the stream passes whole.
+ * so a shorter output comes back byte for byte. The exit code is the command's. What a process
+ * the command left running writes after it exited may come after the answer, or not at all.
+ * Needs bash and coreutils (`head -c` reading no further than it keeps, as GNU's does; `stdbuf`
+ * so the head streams as it comes), `mktemp`, `mkfifo`. Where the filters cannot be set up (no
+ * writable temp dir) the output passes whole.
  */
 export function boundedCommand(command: string, nonce: string, keep = OUTPUT_KEEP_BYTES): string {
   const k = Math.max(1, Math.floor(keep));
@@ -38,9 +42,21 @@ export function boundedCommand(command: string, nonce: string, keep = OUTPUT_KEE
     '  rm -rf "$d"',
     "}",
   ].join("\n");
-  // stderr through its own filter back to stderr, stdout through another: the two stay apart for
-  // a caller that streams them separately.
-  return `${cut}\n{ bash -c ${shq(command)} 2>&1 1>&3 3>&- | __tb_cut >&2 3>&-; exit "\${PIPESTATUS[0]}"; } 3>&1 | __tb_cut\nexit "\${PIPESTATUS[0]}"\n`;
+  // stdout and stderr each through a filter of its own, so a caller that streams them gets them
+  // apart. The command ends when it exits, not when the last holder of its output lets go (a
+  // server it started in the background): the filters get `CLOSE_GRACE_S` to finish, then they
+  // are left to drain whatever that holder writes, as the box's own output would have taken it.
+  const body = [
+    `if ! o=$(mktemp -d 2>/dev/null) || ! mkfifo "$o/1" "$o/2" 2>/dev/null; then [ -n "$o" ] && rm -rf "$o"; exec bash -c ${shq(command)}; fi`,
+    '__tb_cut <"$o/1" & f1=$!',
+    '__tb_cut <"$o/2" >&2 & f2=$!',
+    `bash -c ${shq(command)} >"$o/1" 2>"$o/2"`,
+    "rc=$?",
+    `for _ in $(seq ${CLOSE_GRACE_S * 20}); do { kill -0 "$f1" || kill -0 "$f2"; } 2>/dev/null || break; sleep 0.05; done`,
+    'rm -rf "$o"',
+    'exit "$rc"',
+  ].join("\n");
+  return `${cut}\n${body}\n`;
 }
 
 /** A fresh marker for one command's cuts: the command's own output cannot guess it. */

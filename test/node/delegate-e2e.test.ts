@@ -1424,6 +1424,16 @@ describe("run_command", () => {
     expect([after.status, after.body.output, after.body.truncated]).toEqual([200, "fine\n", undefined]);
   }, 180_000);
 
+  it("a command that leaves a process holding its output answers once it exits, also streamed to a thread (the output cut keeps no one waiting for it)", async () => {
+    const e = (await api("/api/environments", { method: "POST", json: { name: "background", sharedBox: true } })).body;
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "background" } })).body;
+    const t0 = Date.now();
+    const r = await api(`/api/environments/${e.id}/exec`, { method: "POST", json: { command: "sleep 30 & echo $! > bg.pid; echo started", threadId: thread.id, timeoutSec: 60 } });
+    expect([r.status, r.body.exitCode, r.body.output]).toEqual([200, 0, "started\n"]);
+    expect(Date.now() - t0).toBeLessThan(15_000);
+    await api(`/api/environments/${e.id}/exec`, { method: "POST", json: { command: "kill $(cat bg.pid)" } });
+  }, 90_000);
+
   it("a shared box the provider stopped for idleness (Daytona's auto-stop) is started again: the next command runs on it, its files kept", async () => {
     const e = (await api("/api/environments", { method: "POST", json: { name: "dozing", sharedBox: true } })).body;
     const r1 = await api(`/api/environments/${e.id}/exec`, { method: "POST", json: { command: "echo kept > note.txt" } });
