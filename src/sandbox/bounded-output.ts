@@ -52,7 +52,7 @@ export function boundedCommand(command: string, nonce: string, keep = OUTPUT_KEE
     '__tb_cut <"$o/2" >&2 & f2=$!',
     `bash -c ${shq(command)} >"$o/1" 2>"$o/2"`,
     "rc=$?",
-    `for _ in $(seq ${CLOSE_GRACE_S * 20}); do { kill -0 "$f1" || kill -0 "$f2"; } 2>/dev/null || break; sleep 0.05; done`,
+    `for ((i = 0; i < ${CLOSE_GRACE_S * 20}; i++)); do { kill -0 "$f1" || kill -0 "$f2"; } 2>/dev/null || break; sleep 0.05; done`,
     'rm -rf "$o"',
     'exit "$rc"',
   ].join("\n");
