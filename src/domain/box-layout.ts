@@ -43,6 +43,7 @@ export const BOX_ENV = {
   mirrorNextIndex: "THREADBOX_MIRROR_NEXT_INDEX",
   heartbeatMs: "THREADBOX_HEARTBEAT_MS",
   runawayMs: "THREADBOX_RUNAWAY_MS",
+  startTimeoutMs: "THREADBOX_START_TIMEOUT_MS",
   idleAfterInterruptMs: "THREADBOX_IDLE_AFTER_INTERRUPT_MS",
   killGraceMs: "THREADBOX_KILL_GRACE_MS",
   flushTimeoutMs: "THREADBOX_FLUSH_TIMEOUT_MS",

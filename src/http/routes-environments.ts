@@ -16,6 +16,8 @@ import { unwrapRpc } from "../actors/rpc";
 import { providerFor } from "../sandbox/providers";
 import { providerApiError } from "../sandbox/api-errors";
 import { ProviderError } from "../sandbox/errors";
+import { OUTPUT_KEEP_BYTES } from "../sandbox/bounded-output";
+import type { ExecResult as ProviderExecResult } from "../sandbox/provider";
 import { readBody } from "./body";
 import { managedKeys, readManagedFiles, updateManagedFiles } from "../workspace/managed-files";
 
@@ -154,7 +156,16 @@ export const execSchema = z.object({
  * to the caller, and from a bot to a model), and what the box holds of them is redacted.
  */
 export type ExecBody = z.infer<typeof execSchema>;
-export type ExecResult = { boxId: string; exitCode: number; output: string; execId?: string };
+export type ExecResult = {
+  boxId: string; exitCode: number; output: string; execId?: string;
+  /** The box cut the middle out of a long output (`OUTPUT_KEEP_BYTES`); `omittedBytes` of it are not here. */
+  truncated?: true; omittedBytes?: number;
+};
+
+/** The answer's view of a provider's result: its output redacted, a cut marked. */
+function resultOf(boxId: string, r: ProviderExecResult, redact: (s: string) => string): ExecResult {
+  return { boxId, exitCode: r.exitCode, output: redact(r.output), ...(r.omittedBytes ? { truncated: true as const, omittedBytes: r.omittedBytes } : {}) };
+}
 
 /** Where a command's live output goes: a thread of the caller's house, written as the caller. */
 type LiveTarget = { threadId: string; claims: HouseClaims; execId: string; idPrefix?: string };
@@ -244,18 +255,18 @@ async function execOn(env: Env, box: { id: string; providerRef: string }, e: Env
 
 async function execOnHeld(env: Env, box: { id: string; providerRef: string }, e: Environment, body: ExecBody, live?: LiveTarget): Promise<ExecResult> {
   const provider = providerFor(env, e.provider);
-  const opts = { cwd: body.cwd, env: e.env, timeoutSec: body.timeoutSec };
+  const opts = { cwd: body.cwd, env: e.env, timeoutSec: body.timeoutSec, keepOutputBytes: OUTPUT_KEEP_BYTES };
   const forms = boxSecretForms(e);
   const redact = redactorFor(forms);
   if (!live) {
     const r = await provider.exec(box.providerRef, body.command, opts);
-    return { boxId: box.id, exitCode: r.exitCode, output: redact(r.output) };
+    return resultOf(box.id, r, redact);
   }
   const out = liveOutputTo(env, live);
   const feed = new RedactedFeed(forms, (stream, text) => out.push(stream, text));
   try {
     const r = await provider.execStreaming(box.providerRef, body.command, { ...opts, onOutput: (stream, text) => feed.write(stream, text) });
-    return { boxId: box.id, exitCode: r.exitCode, output: redact(r.output), execId: live.execId };
+    return { ...resultOf(box.id, r, redact), execId: live.execId };
   } finally {
     feed.end();
     await out.end();

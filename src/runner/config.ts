@@ -10,6 +10,8 @@ export interface BoxConfig {
   mirrorNextIndex?: number;
   heartbeatMs: number;
   runawayMs: number;
+  /** how long a mirroring harness may take to write its first output before it is stopped; 0: no limit */
+  startTimeoutMs: number;
   /** how long pi, interrupted and waiting for what to do instead, waits for a message before the run ends as stopped; 0: for ever */
   idleAfterInterruptMs: number;
   /** SIGTERM -> SIGKILL grace, ms */
@@ -24,6 +26,7 @@ export interface BoxConfig {
 
 export const THREE_DAYS_MS = 3 * 24 * 60 * 60 * 1000;
 export const THIRTY_MINUTES_MS = 30 * 60 * 1000;
+export const FIVE_MINUTES_MS = 5 * 60 * 1000;
 
 function num(v: string | undefined, dflt: number): number {
   if (v === undefined || v === "") return dflt;
@@ -49,6 +52,9 @@ export function readBoxConfig(env: Record<string, string | undefined>, token: st
     mirrorNextIndex: nextIdx !== undefined && nextIdx !== "" && Number.isInteger(Number(nextIdx)) ? Number(nextIdx) : undefined,
     heartbeatMs: num(env[BOX_ENV.heartbeatMs], 5_000),
     runawayMs: num(env[BOX_ENV.runawayMs], THREE_DAYS_MS),
+    // pi loads its extensions within seconds; minutes of nothing on a loaded box is a pi stuck
+    // before its mirror could beat, not a slow one.
+    startTimeoutMs: num(env[BOX_ENV.startTimeoutMs], FIVE_MINUTES_MS),
     idleAfterInterruptMs: num(env[BOX_ENV.idleAfterInterruptMs], THIRTY_MINUTES_MS),
     killGraceMs: num(env[BOX_ENV.killGraceMs], 10_000),
     // How long the end of a run waits for an unreachable thread (a worker deploy or restart, a

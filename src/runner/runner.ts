@@ -6,10 +6,12 @@
  *        [--cwd dir] [--bin <harness binary>] [--no-finish] [-- extra harness args]
  *
  * It starts the harness, owns its exit code, enforces the runaway guard (THREADBOX_RUNAWAY_MS:
- * SIGTERM, then SIGKILL after THREADBOX_KILL_GRACE_MS), forwards SIGTERM/SIGINT/SIGHUP to the
+ * SIGTERM, then SIGKILL after THREADBOX_KILL_GRACE_MS) and the start window of a mirroring
+ * harness (THREADBOX_START_TIMEOUT_MS: no output by then, stopped the same way), forwards SIGTERM/SIGINT/SIGHUP to the
  * harness, and on exit reads the thread back, runs decideOutcome and posts the finished-signal
  * unless one is already there. Harnesses that do not mirror themselves (claude-code, codex) have
- * their stdout parsed and posted by the runner. The runner posts the heartbeat for every harness,
+ * their stdout parsed and posted by the runner. When the harness has ended, whatever it started is
+ * killed (leftovers.ts). The runner posts the heartbeat for every harness,
  * except while a mirroring harness's mirror beats itself (so a frozen pi falls silent).
  * Exits with the harness's exit code (128 + signal number when it was killed).
  */
@@ -39,6 +41,7 @@ import { artifactEntries, artifactStreamName, MAX_INLINE_DIFF_BYTES, writeDiffSt
 import { backoffDelayMs } from "../domain/backoff";
 import { MAX_ENTRY_ID_LENGTH } from "../domain/entry-ids";
 import { boundedReason } from "../domain/statuses";
+import { HARNESS_MARK_ENV, killLeftovers, signalGroup } from "./leftovers";
 
 /** How long a harness's output may stay open after it exited (a child it left behind holds it). */
 const HARNESS_CLOSE_GRACE_MS = 2_000;
@@ -187,6 +190,12 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   const stderrTail = new StderrTail();
   let child!: ChildProcess;
   let exited = false;
+  /** In the environment of the harness and of all it starts, so what it leaves can be found. */
+  const harnessMark = randomId();
+  /** The process groups of the harnesses started (each is its group's leader). */
+  const groups: number[] = [];
+  /** A harness that mirrors itself has written its first output (its extensions are loaded). */
+  let harnessStarted = false;
   /** The harness's mirror took its token, so it beats from inside the harness from now on. */
   let mirrorBeats = false;
   const spawnHarness = (argv: string[], env: Record<string, string>) => {
@@ -196,8 +205,14 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
     const handed = agent.mirrorsItself ? handOverToken(tokens.current()) : undefined;
     child = spawn(bin, argv.slice(1), {
       cwd: workDir,
-      env: { ...process.env, ...env, THREADBOX_RUN_ID: runId, ...(handed ? { [BOX_ENV.streamTokenFile]: handed.path } : {}) },
+      env: { ...process.env, ...env, THREADBOX_RUN_ID: runId, [HARNESS_MARK_ENV]: harnessMark, ...(handed ? { [BOX_ENV.streamTokenFile]: handed.path } : {}) },
       stdio: [interactive ? "pipe" : "ignore", "pipe", "pipe"],
+      // Its own process group: a stop reaches the harness and what runs in its group with it.
+      detached: true,
+    });
+    if (child.pid) groups.push(child.pid);
+    child.stdout!.once("data", () => {
+      harnessStarted = true;
     });
     mirrorBeats = false;
     // pi writes nothing to stdout before its extensions are loaded: a mirror that failed to load
@@ -329,12 +344,12 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   let killTimer: ReturnType<typeof setTimeout> | undefined;
   const terminate = () => {
     if (exited) return;
-    child.kill("SIGTERM");
+    if (!signalGroup(child.pid, "SIGTERM")) child.kill("SIGTERM");
     if (!killTimer) {
       killTimer = setTimeout(() => {
         if (!exited) {
           log("harness ignored SIGTERM; SIGKILL");
-          child.kill("SIGKILL");
+          if (!signalGroup(child.pid, "SIGKILL")) child.kill("SIGKILL");
         }
       }, cfg.killGraceMs);
     }
@@ -344,6 +359,17 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
     log(`runaway guard (${cfg.runawayMs} ms): stopping the harness`);
     terminate();
   }, Math.min(cfg.runawayMs, 2 ** 31 - 1));
+  // A pi stuck before it loads its mirror would keep the runner's beat, and so the run, alive
+  // until the runaway guard: with no output within the start window it is stopped instead.
+  let startTimedOut = false;
+  const startTimer = agent.mirrorsItself && cfg.startTimeoutMs > 0
+    ? setTimeout(() => {
+      if (harnessStarted || exited) return;
+      startTimedOut = true;
+      log(`${agent.name} wrote nothing within ${cfg.startTimeoutMs} ms of its start (THREADBOX_START_TIMEOUT_MS): stopping it`);
+      terminate();
+    }, Math.min(cfg.startTimeoutMs, 2 ** 31 - 1))
+    : undefined;
   const onSignal = (sig: NodeJS.Signals) => {
     log(`${sig}: stopping the harness`);
     stopRequested = true;
@@ -366,8 +392,12 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
     ({ code, signal } = await spawnHarness(next.argv, next.env));
   }
   exited = true;
+  // Nothing the harness started outlives the run: a shared box would keep it for ever.
+  const left = killLeftovers(harnessMark, groups);
+  if (left) log(`killed ${left} process(es) ${agent.name} left running`);
   if (watch && !(await watch.stop(WATCH_STOP_GRACE_MS))) log("the thread watch did not stop in time; going on");
   clearTimeout(runawayTimer);
+  clearTimeout(startTimer);
   if (killTimer) clearTimeout(killTimer);
   if (exitTimer) clearTimeout(exitTimer);
   if (heartbeat) clearInterval(heartbeat);
@@ -412,6 +442,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
     signal,
     stopRequested,
     runaway,
+    ...(startTimedOut ? { startTimeoutMs: cfg.startTimeoutMs } : {}),
     ...(idleAfterInterruptMs !== undefined ? { idleAfterInterruptMs } : {}),
     signalId,
     runId: cfg.runId,

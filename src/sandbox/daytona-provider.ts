@@ -10,6 +10,7 @@ import { errorMessage, logEvent } from "../domain/log-event";
 import { gitCredentialEnv } from "../domain/git-credentials.mjs";
 import { fetchRefSteps } from "../domain/shell";
 import { classifySandboxState, type Liveness } from "./state";
+import { boundedCommand, cutNonce, readBoundedOutput } from "./bounded-output";
 import { backoffDelayMs } from "../domain/backoff";
 import {
   autoStopMinutes,
@@ -207,10 +208,13 @@ export class DaytonaProvider implements SandboxProvider {
 
   async exec(ref: string, command: string, opts: ExecOptions = {}): Promise<ExecResult> {
     const sb = await this.handle(ref);
+    const nonce = opts.keepOutputBytes ? cutNonce() : undefined;
+    const run = nonce ? boundedCommand(command, nonce, opts.keepOutputBytes) : command;
     try {
       // bash -c: the Daytona daemon does not run /process/execute through a shell.
-      const r = await sb.process.executeCommand(`bash -c ${shQuote(command)}`, opts.cwd, opts.env, opts.timeoutSec);
-      return { exitCode: r.exitCode ?? -1, output: r.result ?? "" };
+      const r = await sb.process.executeCommand(`bash -c ${shQuote(run)}`, opts.cwd, opts.env, opts.timeoutSec);
+      const output = r.result ?? "";
+      return { exitCode: r.exitCode ?? -1, ...(nonce ? readBoundedOutput(output, nonce) : { output }) };
     } catch (err) {
       throw toProviderError(err, "exec");
     }
@@ -303,7 +307,11 @@ export class DaytonaProvider implements SandboxProvider {
     // the command failing with exit 1; on the local host one outside the box is entered): the box
     // is asked first, so a cwd it refuses is refused here as `exec` refuses it.
     if (opts.cwd) await this.exec(ref, "true", { cwd: opts.cwd, timeoutSec });
-    const h = await this.startDetached(ref, command, { cwd: opts.cwd, env: opts.env });
+    // The live stream's chunks carry a cut's raw marker, but only past the first 2 × keep bytes of
+    // a stream, far beyond what the live output posts of one command (live-output.ts).
+    const nonce = opts.keepOutputBytes ? cutNonce() : undefined;
+    const run = nonce ? boundedCommand(command, nonce, opts.keepOutputBytes) : command;
+    const h = await this.startDetached(ref, run, { cwd: opts.cwd, env: opts.env });
     let timer: ReturnType<typeof setTimeout> | undefined;
     try {
       const followed = this.followDetached(h, { onStdout: (t) => opts.onOutput("stdout", t), onStderr: (t) => opts.onOutput("stderr", t) });
@@ -318,7 +326,7 @@ export class DaytonaProvider implements SandboxProvider {
         status = await this.detachedStatus(h);
       }
       const logs = await this.detachedLogs(h);
-      return { exitCode: status.exitCode ?? -1, output: logs.output };
+      return { exitCode: status.exitCode ?? -1, ...(nonce ? readBoundedOutput(logs.output, nonce) : { output: logs.output }) };
     } finally {
       clearTimeout(timer);
       await this.killDetached(h).catch((err) => logEvent("exec_session_cleanup_failed", { ref, error: errorMessage(err) }, "warn"));

@@ -16,7 +16,7 @@ export const DEFAULT_LIVE_OUTPUT_LIMITS: LiveOutputLimits = { maxEntries: 200, m
  * Turns a command's output chunks into bounded, line-buffered thread entries while it runs:
  * complete lines are posted at most every `flushMs` (one entry per stream per flush), a partial
  * line waits for its newline or the end. Past `maxEntries` or `maxBytes` one marker entry says
- * so and nothing more is posted (the command's final result still carries its whole output).
+ * so and nothing more is posted (the command's final result still carries its output).
  * Posts run one after another, in order; a failed post is reported and never stops the command.
  */
 export class LiveOutput {

@@ -85,6 +85,11 @@ export interface ExecOptions {
   env?: Record<string, string>;
   /** Server-side timeout in seconds (0 or absent = provider default). */
   timeoutSec?: number;
+  /**
+   * Each of stdout and stderr keeps only its first and last this many bytes, cut in the box
+   * (bounded-output.ts); absent: the whole output.
+   */
+  keepOutputBytes?: number;
 }
 
 export type OutputStream = "stdout" | "stderr";
@@ -98,6 +103,8 @@ export interface ExecResult {
   exitCode: number;
   /** stdout and stderr combined, as the toolbox returns them. */
   output: string;
+  /** Bytes `keepOutputBytes` cut out of the output (absent when nothing was). */
+  omittedBytes?: number;
 }
 
 export interface FileUpload {

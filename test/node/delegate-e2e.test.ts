@@ -1479,6 +1479,43 @@ describe("run_command", () => {
     }
   });
 
+  it("a command printing 50 MB answers with its first and last 256 KiB per stream, marked cut, in the box: plain and streamed to a thread", async () => {
+    const e = (await api("/api/environments", { method: "POST", json: { name: "loud", sharedBox: true } })).body;
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "loud output" } })).body;
+    const MiB = 1024 * 1024;
+    // 50 MiB on stdout (a head line, x's, a tail line), 1 MiB of y's on stderr, then exit 3.
+    const command = `echo HEAD-LINE; head -c ${50 * MiB} /dev/zero | tr '\\0' x; echo; echo TAIL-LINE; head -c ${MiB} /dev/zero | tr '\\0' y >&2; exit 3`;
+    for (const json of [{ command }, { command, threadId: thread.id }]) {
+      const r = await api(`/api/environments/${e.id}/exec`, { method: "POST", json: { ...json, timeoutSec: 120 } });
+      expect([r.status, r.body.exitCode, r.body.truncated]).toEqual([200, 3, true]);
+      const out = String(r.body.output);
+      // stdout: 10 + 50 MiB + 1 + 10 bytes; stderr: 1 MiB. Each keeps 2 × 256 KiB.
+      expect(r.body.omittedBytes).toBe((50 * MiB + 21 - 512 * 1024) + (MiB - 512 * 1024));
+      expect(out.length).toBeLessThan(MiB + 200);
+      expect(out.startsWith("HEAD-LINE\nxxx") || out.startsWith("yyy")).toBe(true);
+      expect(out).toContain("HEAD-LINE\n");
+      expect(out).toContain("xxx\nTAIL-LINE\n");
+      expect(out.match(/…\[cut by threadbox: \d+ bytes\]…/g)).toHaveLength(2);
+      expect(out).not.toMatch(/tb-cut-/);
+    }
+    const live = (await entries(thread.id)).filter((x) => x.payload.type === "signal.exec.output");
+    expect(live.some((x) => x.payload.truncated)).toBe(true);
+    expect(live.some((x) => String(x.payload.text).includes("tb-cut-"))).toBe(false);
+    // The worker is still there, and a short output comes back as it is.
+    const after = await api(`/api/environments/${e.id}/exec`, { method: "POST", json: { command: "echo fine" } });
+    expect([after.status, after.body.output, after.body.truncated]).toEqual([200, "fine\n", undefined]);
+  }, 180_000);
+
+  it("a command that leaves a process holding its output answers once it exits, also streamed to a thread (the output cut keeps no one waiting for it)", async () => {
+    const e = (await api("/api/environments", { method: "POST", json: { name: "background", sharedBox: true } })).body;
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "background" } })).body;
+    const t0 = Date.now();
+    const r = await api(`/api/environments/${e.id}/exec`, { method: "POST", json: { command: "sleep 30 & echo $! > bg.pid; echo started", threadId: thread.id, timeoutSec: 60 } });
+    expect([r.status, r.body.exitCode, r.body.output]).toEqual([200, 0, "started\n"]);
+    expect(Date.now() - t0).toBeLessThan(15_000);
+    await api(`/api/environments/${e.id}/exec`, { method: "POST", json: { command: "kill $(cat bg.pid)" } });
+  }, 90_000);
+
   it("a shared box the provider stopped for idleness (Daytona's auto-stop) is started again: the next command runs on it, its files kept", async () => {
     const e = (await api("/api/environments", { method: "POST", json: { name: "dozing", sharedBox: true } })).body;
     const r1 = await api(`/api/environments/${e.id}/exec`, { method: "POST", json: { command: "echo kept > note.txt" } });

@@ -479,6 +479,70 @@ describe("runner + mirror with the real pi", () => {
     }
   });
 
+  /** Live processes whose command line has `marker` (zombies, already dead, excluded). */
+  const processesWith = (marker: string) => readdirSync("/proc").filter((d) => /^\d+$/.test(d)).filter((pid) => {
+    try {
+      return readFileSync(`/proc/${pid}/cmdline`, "utf8").includes(marker) && !/^\S+ \S+ Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8").replace(/\(.*\)/, "x"));
+    } catch {
+      return false;
+    }
+  });
+  /** A bash tool call that leaves a process running after the call (pi starts each command in its own session). */
+  const leaveBehind = (marker: string): ScriptStep => ({ toolCalls: [{ name: "bash", arguments: { command: `nohup sleep ${marker} >/dev/null 2>&1 & echo started` } }] });
+
+  it("a process a tool left running does not outlive the run: gone once the run completes, is stopped, or pi is killed", async () => {
+    for (const ending of ["completes", "stopped", "pi killed"] as const) {
+      const marker = `1000.${process.pid}${Date.now() % 100000}`;
+      const model = await startModelServer([leaveBehind(marker), ending === "completes" ? { text: "Left it running." } : { hang: true }]);
+      try {
+        const threadId = await newThread();
+        const { child, done } = startRunner({ threadId, model, prompt: "start something in the background" });
+        const t0 = Date.now();
+        while ((model.requests.length < 2 || processesWith(marker).length === 0) && Date.now() - t0 < 20_000) await new Promise((r) => setTimeout(r, 50));
+        expect(processesWith(marker)).toHaveLength(1);
+        if (ending === "pi killed") {
+          const pids = execFileSync("ps", ["-o", "pid=", "--ppid", String(child.pid)], { encoding: "utf8" }).split("\n").map((x) => Number(x.trim())).filter(Boolean);
+          for (const pid of pids) process.kill(pid, "SIGKILL");
+        }
+        if (ending === "stopped") child.kill("SIGTERM");
+        const run = await done;
+        expect(run.code).toBe({ completes: 0, stopped: 143, "pi killed": 137 }[ending]);
+        expect([ending, processesWith(marker)]).toEqual([ending, []]);
+        expect(run.stderr).toContain("process(es) pi left running");
+      } finally {
+        for (const pid of processesWith(marker)) try { process.kill(Number(pid), "SIGKILL"); } catch { /* gone */ }
+        await model.close();
+      }
+    }
+  });
+
+  it("a pi that never gets as far as its mirror is stopped after THREADBOX_START_TIMEOUT_MS, not beaten for until the runaway guard", async () => {
+    const model = await startModelServer([{ text: "never asked" }]);
+    // A harness that hangs before writing anything, as pi stuck before its extensions load.
+    const bin = join(mkdtempSync(join(tmp, "stuck-pi-")), "pi");
+    writeFileSync(bin, "#!/bin/sh\nexec sleep 600\n", { mode: 0o755 });
+    try {
+      const threadId = await newThread();
+      const t0 = Date.now();
+      const { child, done } = startRunner({ threadId, model, prompt: "hello", runnerArgs: ["--bin", bin], env: { THREADBOX_START_TIMEOUT_MS: "1500" } });
+      const run = await Promise.race([done, new Promise<null>((r) => setTimeout(() => r(null), 20_000))]);
+      if (!run) {
+        // The runner stops the stuck harness with it (SIGTERM is a stop).
+        child.kill("SIGTERM");
+        await done;
+      }
+      expect(run, "the runner was still running 20 s after a 1.5 s start timeout").not.toBeNull();
+      expect(Date.now() - t0).toBeGreaterThan(1_400);
+      expect(run!.code).toBe(143);
+      const es = await entriesOf(threadId);
+      expect(types(es)).toEqual(["status:pi_failed"]);
+      expect(es[0].payload.reason).toContain("the harness did not start: no output within 1500 ms (THREADBOX_START_TIMEOUT_MS)");
+      expect(model.requests).toHaveLength(0);
+    } finally {
+      await model.close();
+    }
+  });
+
   it("pi that finished its work but hangs on the way out is terminated after a grace period; the run still completes", async () => {
     const model = await startModelServer([{ text: "Finished." }]);
     try {

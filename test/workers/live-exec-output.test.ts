@@ -41,6 +41,32 @@ describe("live output of run_command", () => {
     expect(es.filter((e) => e.payload.type === "chat" && e.authorId === coder.id)).toHaveLength(1);
   });
 
+  it("a long output is asked to be cut in the box; what the box cut is marked in the answer and named in the bot's tool result", async () => {
+    const token = await houseToken("house-live-cut");
+    const asked: (number | undefined)[] = [];
+    const cut = `${"a".repeat(100)}\n…[cut by threadbox: 52428800 bytes]…\n${"z".repeat(100)}\n`;
+    sharedTestProvider().execHandler = (_box, _command, opts) => {
+      asked.push(opts.keepOutputBytes);
+      return { exitCode: 0, output: cut, omittedBytes: 52428800 };
+    };
+    const env = await call("/api/environments", { method: "POST", token, json: { name: "e", provider: "test", sharedBox: true } });
+    const envId = ((await env.json()) as { id: string }).id;
+    const r = await call(`/api/environments/${envId}/exec`, { method: "POST", token, json: { command: "loud" } });
+    expect(await r.json()).toMatchObject({ exitCode: 0, output: cut, truncated: true, omittedBytes: 52428800 });
+    const model = await scriptedModel([
+      { toolCalls: [{ id: "call-cut", name: "run_command", arguments: { command: "loud" } }] },
+      { text: "Loud." },
+    ]);
+    const menv = await modelEnvironment(token, model.baseUrl);
+    const coder = await createAgent(token, { name: "Coder", handle: "coder" });
+    const thread = await createThread(token, { environmentId: menv });
+    await post(token, thread.id, chat("@coder run it"));
+    const es = await waitForEntries(token, thread.id, (es) => es.some((e) => e.payload.type === "chat" && e.authorId === coder.id), "the reply");
+    const result = es.find((e) => e.payload.type === "pi.tool_result");
+    expect(String(result?.payload.output)).toBe(`exit code 0 (52428800 bytes cut from the middle of its output)\n${cut}`);
+    expect(asked).toEqual([256 * 1024, 256 * 1024]);
+  });
+
   it("POST /api/environments/:id/exec with a threadId: output arrives on the thread while the command runs", async () => {
     const token = await houseToken("house-live-2");
     const env = await call("/api/environments", { method: "POST", token, json: { name: "e", provider: "test", sharedBox: true } });

@@ -27,7 +27,9 @@ export function sandboxTools(ctx: ToolContext): ToolSpec[] {
       const r = await runInEnvironment(ctx.env, ctx.claims, ctx.environmentId, args, {
         threadId: ctx.threadId, execId: call.toolCallId, idPrefix: `exec:${ctx.claims.subject}:${ctx.turnId}:${call.toolCallId}`,
       });
-      return `exit code ${r.exitCode}\n${r.output}`;
+      // The model sees the head of this (defineTool's cut): the box's own cut, further on, is named up front.
+      const cut = r.omittedBytes ? ` (${r.omittedBytes} bytes cut from the middle of its output)` : "";
+      return `exit code ${r.exitCode}${cut}\n${r.output}`;
     },
   });
   const delegate = defineTool({

@@ -9,7 +9,7 @@
  *   2. exit 0 and the last assistant stopped with "stop" -> completed
  *   3. last assistant stopReason "error"                 -> pi_failed (its errorMessage, the provider's words)
  *   4. a pi.error after the last assistant               -> pi_failed (its message)
- *   5. the runaway guard fired                           -> pi_failed
+ *   5. the runaway guard fired, or the harness wrote nothing by THREADBOX_START_TIMEOUT_MS -> pi_failed
  *   6. the runner was asked to stop                      -> stopped
  *   7. killed by a signal / non-zero exit                -> pi_failed
  *   8. no assistant message at all                       -> pi_failed
@@ -117,6 +117,7 @@ export function decideOutcome(
   if (stopReason === "error") return out("pi_failed", modelErrorReason(String(last?.errorMessage || "model error")));
   if (laterError) return out("pi_failed", String(laterError.payload.message || "harness error"));
   if (ctx.runaway) return out("pi_failed", "runaway guard: the harness ran past THREADBOX_RUNAWAY_MS");
+  if (ctx.startTimeoutMs !== undefined) return out("pi_failed", `the harness did not start: no output within ${formatWait(ctx.startTimeoutMs)} (THREADBOX_START_TIMEOUT_MS)`);
   if (ctx.stopRequested) return out("stopped", "stopped by request");
   if (exitCode === null) return out("pi_failed", `harness killed by signal ${ctx.signal ?? "unknown"}`);
   if (exitCode !== 0) return out("pi_failed", `harness exited with code ${exitCode}`);

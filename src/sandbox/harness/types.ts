@@ -111,6 +111,8 @@ export interface OutcomeContext {
   stopRequested?: boolean;
   /** the runaway guard fired */
   runaway?: boolean;
+  /** the harness wrote nothing (its mirror never loaded) this long after its start and was stopped (ms) */
+  startTimeoutMs?: number;
   /** the harness, interrupted, got no message for this long and the run was ended (ms) */
   idleAfterInterruptMs?: number;
   /** id for the finished-signal entry (deterministic per run, so the mirror and runner share it) */
