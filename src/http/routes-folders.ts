@@ -54,7 +54,11 @@ export async function uploadFolderRoute(request: Request, env: Env, id: string |
   // A plain upload's name is checked before its body is read; a multipart one may carry it inside.
   if (!multipart || queryName !== null) folderName(queryName);
   const maxBytes = folderMaxBytes(env);
-  let bytes = await readBoundedBody(request, multipart ? maxBytes + MULTIPART_SLACK_BYTES : maxBytes);
+  let bytes = await readBoundedBody(request, multipart ? maxBytes + MULTIPART_SLACK_BYTES : maxBytes).catch((err) => {
+    // The limit a client can act on is the archive's, not the multipart framing's allowance.
+    if (multipart && err instanceof ApiError && err.code === "payload_too_large") throw new ApiError("payload_too_large", `the archive is larger than ${maxBytes} bytes`);
+    throw err;
+  });
   let formName: string | null = null;
   if (multipart) ({ bytes, name: formName } = await multipartArchive(bytes, contentType, maxBytes));
   const name = folderName(queryName ?? formName);
