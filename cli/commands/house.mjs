@@ -23,9 +23,9 @@ function readJsonFile(path, what) {
  */
 export async function secretValue(name, env = process.env, stdin = process.stdin) {
   if (env[name]) return env[name];
-  if (!stdin.isTTY) throw new CliError("bad_request", `secret ${name}: set it in the environment (${name}=… threadbox env add …) or run in a terminal to be asked`);
+  if (!stdin.isTTY) throw new CliError("usage", `secret ${name}: set it in the environment (${name}=… threadbox env add …) or run in a terminal to be asked`);
   const v = await promptHidden(`${name}: `);
-  if (!v) throw new CliError("bad_request", `secret ${name} is empty`);
+  if (!v) throw new CliError("usage", `secret ${name} is empty`);
   return v;
 }
 
@@ -39,10 +39,13 @@ export async function environmentBody(name, opts, readSecret = secretValue) {
   const env = {};
   for (const kv of opts.var ?? []) {
     const i = kv.indexOf("=");
-    if (i < 1) throw new CliError("bad_request", `--var ${kv}: use KEY=VALUE`);
+    if (i < 1) throw new CliError("usage", `--var ${kv}: use KEY=VALUE`);
     env[kv.slice(0, i)] = kv.slice(i + 1);
   }
   if (Object.keys(env).length) body.env = env;
+  // Checked before any secret is asked for: nobody should type a key only to be told the command was wrong.
+  const [provider, ...rest] = String(opts.model ?? "").split("/");
+  if (opts.baseUrl && (!provider || !rest.length)) throw new CliError("usage", "--base-url needs --model provider/model-id");
   const secretNames = [...(opts.secret ?? []), ...(opts.apiKeySecret && !(opts.secret ?? []).includes(opts.apiKeySecret) ? [opts.apiKeySecret] : [])];
   if (secretNames.length) {
     body.secrets = {};
@@ -52,8 +55,6 @@ export async function environmentBody(name, opts, readSecret = secretValue) {
   if (opts.piSettings) body.piSettings = readJsonFile(opts.piSettings, "--pi-settings");
   if (opts.baseUrl) {
     // One OpenAI-compatible provider named by --model's provider part, its key read from a secret.
-    const [provider, ...rest] = String(opts.model ?? "").split("/");
-    if (!provider || !rest.length) throw new CliError("bad_request", "--base-url needs --model provider/model-id");
     const keySecret = opts.apiKeySecret ?? secretNames[0];
     body.piModels = {
       providers: {

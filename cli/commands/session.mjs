@@ -11,7 +11,7 @@ async function tokenFor(linkToken, opts) {
   if (opts.tokenStdin) return (await readStdin()).trim();
   if (process.env.THREADBOX_TOKEN) return process.env.THREADBOX_TOKEN;
   if (process.stdin.isTTY) return (await promptHidden("house token: ")).trim();
-  throw new CliError("bad_request", "no token: pass a sign-in link (URL#token=…), --token-stdin, or THREADBOX_TOKEN");
+  throw new CliError("usage", "no token: pass a sign-in link (URL#token=…), --token-stdin, or THREADBOX_TOKEN");
 }
 
 export function registerSession(program, ctxOf) {
@@ -34,7 +34,7 @@ export function registerSession(program, ctxOf) {
       const url = parsed.url ?? serverUrl(ctx.globals.url ? ["--url", ctx.globals.url] : process.env.THREADBOX_URL ? ["THREADBOX_URL", process.env.THREADBOX_URL]
         : stored.url ? [`the url stored in ${path}`, stored.url] : ["the default", DEFAULT_URL]);
       const token = await tokenFor(parsed.token, opts);
-      if (!token) throw new CliError("bad_request", "empty token");
+      if (!token) throw new CliError("usage", "empty token");
       // A token is kept only once the server accepts it (and answers as threadbox does: the client checks that).
       await ctx.wait(`checking the token with ${url}`, () => createApi({ url, token }).get("/api/threads?limit=1"));
       saveConfig({ ...stored, url, token }, path);

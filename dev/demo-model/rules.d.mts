@@ -14,4 +14,5 @@ export function messageText(message: unknown): string;
 export function offeredTools(body: unknown): Set<string>;
 export function parseRequest(text: string): DemoRequest;
 export function toolCallFor(request: DemoRequest, tools: Set<string>, body: unknown): DemoToolCall | null;
+export function gateAnswer(messages: unknown[]): "YES" | "NO" | null;
 export function decideReply(body: unknown): DemoReply;

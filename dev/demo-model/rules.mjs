@@ -127,6 +127,25 @@ export function summarise(toolMessages, callsById) {
 }
 
 /**
+ * An ambient bot's gate ("should BOT reply now? Reply YES or NO", src/dispatch/gate.ts) sends the
+ * conversation as "author: text" lines. Its answer is YES when the latest message is one of the
+ * phrasings above (the bot could act on it), else NO; without this the help text would read as
+ * "no", and an ambient bot on the demo model would never answer. Returns null for any other request.
+ */
+export function gateAnswer(messages) {
+  const lastUser = [...messages].reverse().find((m) => m.role === "user");
+  const text = messageText(lastUser);
+  const m = /^Conversation \(oldest first\):\n([\s\S]*)\n\nShould [\s\S]{1,200} reply now\? Reply YES or NO\.\s*$/.exec(text);
+  if (!m) return null;
+  // The latest message starts at the last line shaped "author: …" (a message may span lines).
+  const lines = m[1].split("\n");
+  let i = lines.length - 1;
+  while (i > 0 && !/^[^\s:][^:\n]{0,199}: /.test(lines[i])) i--;
+  const latest = lines.slice(i).join("\n").replace(/^[^:\n]{1,200}: /, "");
+  return parseRequest(latest).kind === "help" ? "NO" : "YES";
+}
+
+/**
  * The whole decision for one chat-completions request.
  * @returns {{ text?: string, toolCalls?: {name: string, arguments: object}[] } | { error: number, message: string }}
  */
@@ -140,6 +159,8 @@ export function decideReply(body) {
     const callsById = new Map((messages[i]?.tool_calls ?? []).map((c) => [c.id, c]));
     return { text: summarise(messages.slice(i + 1), callsById) };
   }
+  const gate = gateAnswer(messages);
+  if (gate) return { text: gate };
   const lastUser = [...messages].reverse().find((m) => m.role === "user");
   const request = parseRequest(messageText(lastUser));
   if (request.kind === "fail") return { error: 500, message: `demo model failure: ${request.reason}` };

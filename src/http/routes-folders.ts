@@ -16,14 +16,52 @@ function folderName(raw: string | null | undefined): string {
   return raw;
 }
 
-/** `POST /api/environments/:id/folders?name=<folder>`: the body is a tar, tar.gz or zip archive. */
+/** Room for a multipart body's boundaries and part headers around an archive of the largest size. */
+const MULTIPART_SLACK_BYTES = 64 * 1024;
+
+/**
+ * The one file of a `multipart/form-data` upload (what `curl -F file=@a.tgz` and a browser form
+ * send), and its `name` field when it has one.
+ */
+async function multipartArchive(bytes: Uint8Array, contentType: string, maxBytes: number): Promise<{ bytes: Uint8Array; name: string | null }> {
+  let form: FormData;
+  try {
+    form = await new Response(bytes, { headers: { "content-type": contentType } }).formData();
+  } catch {
+    throw new ApiError("validation_failed", "the multipart/form-data body cannot be read");
+  }
+  const files = [...form.values()].filter((v): v is File => typeof v !== "string");
+  if (files.length !== 1) throw new ApiError("validation_failed", `a multipart upload carries one file, the archive (this one has ${files.length})`);
+  const archive = new Uint8Array(await files[0]!.arrayBuffer());
+  if (archive.byteLength > maxBytes) throw new ApiError("payload_too_large", `the archive is larger than ${maxBytes} bytes`);
+  const name = form.get("name");
+  return { bytes: archive, name: typeof name === "string" ? name : null };
+}
+
+/**
+ * `POST /api/environments/:id/folders?name=<folder>`: the body is a tar, tar.gz or zip archive,
+ * or a multipart/form-data body with the archive as its one file (the name then may also come
+ * from a `name` field).
+ */
 export async function uploadFolderRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
   const { claims, environment } = await environmentForCaller(request, env, id);
   if (!canWrite(claims) || claims.role === "bot") throw new ApiError("forbidden", "only owners and members upload folders");
   const url = new URL(request.url);
   assertNoRepeatedQuery(url);
-  const name = folderName(url.searchParams.get("name"));
-  const bytes = await readBoundedBody(request, folderMaxBytes(env));
+  const contentType = request.headers.get("content-type") ?? "";
+  const multipart = /^multipart\/form-data\s*(;|$)/i.test(contentType);
+  const queryName = url.searchParams.get("name");
+  // A plain upload's name is checked before its body is read; a multipart one may carry it inside.
+  if (!multipart || queryName !== null) folderName(queryName);
+  const maxBytes = folderMaxBytes(env);
+  let bytes = await readBoundedBody(request, multipart ? maxBytes + MULTIPART_SLACK_BYTES : maxBytes).catch((err) => {
+    // The limit a client can act on is the archive's, not the multipart framing's allowance.
+    if (multipart && err instanceof ApiError && err.code === "payload_too_large") throw new ApiError("payload_too_large", `the archive is larger than ${maxBytes} bytes`);
+    throw err;
+  });
+  let formName: string | null = null;
+  if (multipart) ({ bytes, name: formName } = await multipartArchive(bytes, contentType, maxBytes));
+  const name = folderName(queryName ?? formName);
   if (bytes.byteLength === 0) throw new ApiError("validation_failed", "the body is empty: send a tar, tar.gz or zip archive");
   const version = await storeFolderVersion(env, claims.houseId, environment.id, name, bytes, { createdBy: claims.subject });
   return json(version, 201, { location: `/api/environments/${environment.id}/folders/${name}?version=${version.version}` });

@@ -18,5 +18,11 @@ export function providerApiError(err: unknown, opts: { timeoutSec?: number; clie
   if ((err.code === "bad_request" || err.code === "not_found") && opts.clientInput) {
     return new ApiError("bad_request", `the sandbox refused the request: check ${opts.clientInput}`);
   }
+  // The box's settings were refused (say, an egress allow-list the local host cannot enforce):
+  // the caller can act on that only by reading why, which the box's own launch also shows.
+  if (err.code === "bad_request" && err.createRefused) {
+    const why = err.message.length > 1000 ? `${err.message.slice(0, 1000)}…` : err.message;
+    return new ApiError("bad_request", `the sandbox provider refused to create the box: ${why}`);
+  }
   return new ApiError("provider_unavailable", `sandbox provider: ${err.code}`);
 }

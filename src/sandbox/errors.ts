@@ -11,6 +11,11 @@ export class ProviderError extends Error {
    * delete when the create gave up. Whoever called the create has it deleted once it appears.
    */
   lateBoxName?: string;
+  /**
+   * The provider refused to create a box with the settings it was given (an image, snapshot or
+   * egress it does not take): the environment's settings are at fault, not the provider.
+   */
+  createRefused?: boolean;
   constructor(code: ProviderErrorCode, message: string, opts: { status?: number; cause?: unknown; lateBoxName?: string } = {}) {
     super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
     this.name = "ProviderError";

@@ -318,7 +318,8 @@ export class TestSandboxProvider implements SandboxProvider {
   private enter(op: string, ref?: string, args?: unknown): void {
     this.calls.push({ op, ref, args });
     if (this.unreachable) throw new ProviderError("unavailable", `provider unreachable (${op})`);
-    const house = ref ? this.boxes.get(ref)?.labels[LABEL_HOUSE] : undefined;
+    // A create has no box yet: its house is the one it labels the new box with.
+    const house = ref ? this.boxes.get(ref)?.labels[LABEL_HOUSE] : op === "create" ? (args as CreateBoxOptions | undefined)?.labels.house : undefined;
     const failing = this.failingOps.find((f) => f.op === op && f.house === house);
     if (failing) throw new ProviderError(failing.code, failing.message);
   }

@@ -136,6 +136,20 @@ describe("numeric options", () => {
       const r = await cli([...args], { THREADBOX_URL: url, THREADBOX_TOKEN: "t" });
       expect({ args, code: r.code, stderr: r.stderr }).toEqual({ args, code: 2, stderr: `error usage: ${message}\n` });
     }
+    // Other mistakes on the command line are the CLI's usage error too, not an API code such as
+    // bad_request, which would read as the server's refusal (README: "a usage mistake is code usage").
+    const mistakes = [
+      [["env", "add", "e3", "--var", "novalue"], { THREADBOX_TOKEN: "t" }, "--var novalue: use KEY=VALUE"],
+      [["env", "add", "e3", "--base-url", "http://127.0.0.1:1/v1", "--secret", "TB_CLI_UNSET_KEY"], { THREADBOX_TOKEN: "t" }, "--base-url needs --model provider/model-id"],
+      [["env", "add", "e3", "--secret", "TB_CLI_UNSET_KEY"], { THREADBOX_TOKEN: "t" }, "secret TB_CLI_UNSET_KEY: set it in the environment (TB_CLI_UNSET_KEY=… threadbox env add …) or run in a terminal to be asked"],
+      [["login", url], { THREADBOX_TOKEN: "" }, "no token: pass a sign-in link (URL#token=…), --token-stdin, or THREADBOX_TOKEN"],
+    ] as const;
+    for (const [args, env, message] of mistakes) {
+      const r = await cli([...args], { THREADBOX_URL: url, ...env });
+      expect({ args, code: r.code, stderr: r.stderr }).toEqual({ args, code: 2, stderr: `error usage: ${message}\n` });
+      const j = await cli([...args, "--json"], { THREADBOX_URL: url, ...env });
+      expect({ args, code: j.code, stderr: j.stderr }).toEqual({ args, code: 2, stderr: JSON.stringify({ error: { code: "usage", message } }) + "\n" });
+    }
     const json = await cli(["threads", "--limit", "abc", "--json"], { THREADBOX_URL: url });
     expect([json.code, JSON.parse(json.stderr)]).toEqual([2, { error: { code: "usage", message: "--limit abc is not a whole number from 1 to 1000" } }]);
     expect(asked).toEqual([]);

@@ -261,7 +261,7 @@ describe("prompts that do not echo", () => {
     expect(secret.output).not.toMatch(/Warning|await|error/);
     const empty = atTerminal(["login", "http://127.0.0.1:9"], "house token: ", "\\x04");
     expect(empty.code).toBe(2);
-    expect(empty.output).toContain("error bad_request: empty token");
+    expect(empty.output).toContain("error usage: empty token");
   });
 });
 
@@ -971,7 +971,7 @@ describe("house configuration", () => {
     expect(listed.stdout).toMatch(/cli-env .*secrets: CLI_TEST_KEY/);
     expect(listed.stdout + r.stdout).not.toContain("sk-cli-secret-value");
     const missing = await cli(["env", "add", "x", "--secret", "CLI_UNSET_KEY"], { env: as() });
-    expect([missing.code, missing.stderr]).toEqual([2, expect.stringContaining("error bad_request: secret CLI_UNSET_KEY: set it in the environment")]);
+    expect([missing.code, missing.stderr]).toEqual([2, expect.stringContaining("error usage: secret CLI_UNSET_KEY: set it in the environment")]);
   });
 
   it("the dev seed is idempotent: a second run adds no second demo environment", async () => {

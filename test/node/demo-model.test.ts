@@ -7,6 +7,8 @@ import { join } from "node:path";
 import { startDemoModel } from "../../dev/demo-model/server.mjs";
 import { decideReply, HELP_TEXT, parseRequest } from "../../dev/demo-model/rules.mjs";
 import { ROOT } from "../../scripts/lib/wrangler-dev.mjs";
+import { askGate } from "../../src/dispatch/gate";
+import { resolveModel } from "../../src/dispatch/models";
 import { tempDirs } from "../support/temp-dirs";
 
 const tempDir = tempDirs();
@@ -75,6 +77,20 @@ describe("demo model server", () => {
     expect(j.choices[0].message.tool_calls[0].function).toEqual({ name: "bash", arguments: JSON.stringify({ command: "pwd" }) });
     const models: any = await (await fetch(`${model.baseUrl}/models`)).json();
     expect(models.data.map((m: any) => m.id)).toEqual(["demo"]);
+  });
+
+  it("answers an ambient bot's gate YES for a phrasing it acts on and NO for other chat, through the real gate", async () => {
+    const resolved = resolveModel("demo/demo", { providers: { demo: { baseUrl: model.baseUrl, api: "openai-completions", apiKey: "demo-no-key", models: [{ id: "demo" }] } } }, {});
+    if (!resolved.ok) throw new Error(resolved.reason);
+    const ask = (recent: { role: "user" | "assistant"; text: string; authorId?: string }[]) =>
+      askGate({ model: resolved.model, botName: "helper", botInstructions: "You help.", recent, requestTimeoutMs: 5_000 });
+    expect(await ask([{ role: "user", authorId: "dev-user", text: "write hello.txt containing hi" }])).toMatchObject({ reply: true });
+    expect(await ask([
+      { role: "user", authorId: "dev-user", text: "hello, anyone\nthere?" },
+      { role: "assistant", text: "yes" },
+      { role: "user", authorId: "dev-user", text: "@helper run echo 1\nand more" },
+    ])).toMatchObject({ reply: true });
+    expect(await ask([{ role: "user", authorId: "dev-user", text: "run ls" }, { role: "user", authorId: "ann", text: "what a nice day" }])).toMatchObject({ reply: false });
   });
 
   it("refuses bad requests with OpenAI-style errors, not a crash", async () => {

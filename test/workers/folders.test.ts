@@ -73,6 +73,35 @@ describe("environment folders: upload, versions, download", () => {
     expect((await call(`/api/environments/${e.id}/folders/gzipped`, { token })).headers.get("content-type")).toBe("application/gzip");
   });
 
+  it("a multipart/form-data upload (curl -F, a browser form) stores its one file; the name from the query or a name field", async () => {
+    const token = await houseToken("house-folders-multipart");
+    const e = (await createEnv(token)).body;
+    const tar = tarArchive({ "notes/todo.txt": "one\n" });
+    const form = (fields: Record<string, string>, files: Uint8Array[]) => {
+      const f = new FormData();
+      for (const [k, v] of Object.entries(fields)) f.append(k, v);
+      files.forEach((bytes, i) => f.append(`file${i}`, new Blob([bytes]), `a${i}.tar`));
+      return f;
+    };
+    const byQuery = await call(`/api/environments/${e.id}/folders?name=notes`, { method: "POST", token, body: form({}, [tar]) });
+    expect(byQuery.status).toBe(201);
+    expect(await byQuery.json()).toMatchObject({ name: "notes", version: 1, format: "tar", bytes: tar.byteLength, sha256: await sha256(tar) });
+    const byField = await call(`/api/environments/${e.id}/folders`, { method: "POST", token, body: form({ name: "notes" }, [tar]) });
+    expect(byField.status).toBe(201);
+    expect(await byField.json()).toMatchObject({ name: "notes", version: 2 });
+    expect(new Uint8Array(await (await call(`/api/environments/${e.id}/folders/notes`, { token })).arrayBuffer())).toEqual(tar);
+    // Just over the limit, and far over it (past the room left for the multipart framing): the limit named is the archive's.
+    for (const size of [2_000_001, 2_200_000]) {
+      const tooBig = await call(`/api/environments/${e.id}/folders?name=big`, { method: "POST", token, body: form({}, [new Uint8Array(size)]) });
+      expect([size, tooBig.status, await tooBig.json()]).toEqual([size, 413, { error: { code: "payload_too_large", message: "the archive is larger than 2000000 bytes" } }]);
+    }
+    for (const [what, body] of [["no name", form({}, [tar])], ["two files", form({ name: "x" }, [tar, tar])], ["no file", form({ name: "x" }, [])], ["not an archive", form({ name: "x" }, [new TextEncoder().encode("text")])]] as const) {
+      const r = await call(`/api/environments/${e.id}/folders`, { method: "POST", token, body });
+      expect(r.status, what).toBe(400);
+      expect(await errorCode(r), what).toBe("validation_failed");
+    }
+  });
+
   it("refuses bad uploads with clear 4xx answers, an oversize one while it is still arriving", async () => {
     const token = await houseToken("house-folders-bad");
     const e = (await createEnv(token)).body;

@@ -28,9 +28,11 @@ export function lateBoxWatchId(provider: string, name: string): string {
  * it), by an actor that looks for it for `LATE_BOX_WATCH_MS`; nobody else ever learns of such a box.
  */
 export async function createBox(env: Env, houseId: string, providerName: string, opts: CreateBoxOptions): Promise<BoxInfo> {
+  const provider = providerFor(env, providerName);
   try {
-    return await providerFor(env, providerName).create(opts);
+    return await provider.create(opts);
   } catch (err) {
+    if (err instanceof ProviderError && err.code === "bad_request") err.createRefused = true;
     if (err instanceof ProviderError && err.lateBoxName) {
       const name = err.lateBoxName;
       await unwrapRpc(sandboxStub(env, lateBoxWatchId(providerName, name)).watchLateBox(houseId, providerName, name)).catch((watchErr) =>
