@@ -6,6 +6,7 @@ import { authenticate, houseWriter, requireHouse } from "../auth/authenticate";
 import { idSchema } from "../auth/tokens";
 import { LABEL_EPHEMERAL, LABEL_ENVIRONMENT, LABEL_HOUSE } from "../sandbox/provider";
 import { loadEnvironment } from "./routes-environments";
+import { sharedBoxSpec } from "../workspace/shared-box";
 import { providerFor, providerNameSchema } from "../sandbox/providers";
 import { providerApiError } from "../sandbox/api-errors";
 import { houseStub, newId, sandboxStub } from "./actors";
@@ -51,8 +52,12 @@ export async function createSandboxRoute(request: Request, env: Env): Promise<Re
   // An unknown or unconfigured provider is refused before anything is looked up.
   providerFor(env, body.provider);
   const labels: Record<string, string> = { [LABEL_HOUSE]: claims.houseId, [LABEL_EPHEMERAL]: String(body.ephemeral) };
+  // A box made for an environment is made as the environment's own boxes are: its egress (an
+  // allow-list, a closed network) and volumes hold here too, and its snapshot or image unless the
+  // body names another.
+  let spec: ReturnType<typeof sharedBoxSpec> | undefined;
   if (body.environmentId) {
-    await loadEnvironment(env, claims.houseId, body.environmentId);
+    spec = sharedBoxSpec(env, claims.houseId, await loadEnvironment(env, claims.houseId, body.environmentId));
     labels[LABEL_ENVIRONMENT] = body.environmentId;
   }
   // With an Idempotency-Key the box's id derives from it: a retry finds the box the first request made.
@@ -69,7 +74,8 @@ export async function createSandboxRoute(request: Request, env: Env): Promise<Re
   try {
     info = await createBox(env, claims.houseId, body.provider, {
       labels: { house: claims.houseId, environment: body.environmentId }, ephemeral: body.ephemeral,
-      snapshot: body.snapshot, image: body.image,
+      snapshot: body.snapshot ?? spec?.snapshot, image: body.image ?? spec?.image,
+      egress: spec?.egress, volumes: spec?.volumes,
     });
   } catch (err) {
     throw providerApiError(err);

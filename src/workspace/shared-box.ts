@@ -59,8 +59,8 @@ export async function ensureSharedBox(env: Env, houseId: string, e: Environment)
   return { id: view.id, providerRef: view.providerRef, created: true };
 }
 
-/** What the provider creates an environment's shared box with. */
-function sharedBoxSpec(env: Env, houseId: string, e: Environment) {
+/** What the provider creates an environment's boxes with: what a box keeps from its creation. */
+export function sharedBoxSpec(env: Env, houseId: string, e: Environment) {
   return { snapshot: e.snapshot, image: e.image, egress: egressSettings(e.egress, env.THREADBOX_STREAM_URL), volumes: providerVolumes(houseId, e.volumes) };
 }
 
