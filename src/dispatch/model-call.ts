@@ -104,6 +104,7 @@ async function attempt(o: ModelCallOptions): Promise<Attempt> {
   let status: number | undefined;
   let responseHeaders: Headers | undefined;
   let networkError = false;
+  let bodyEnded = false;
   const noteFailure = () => {
     if (!ctl.signal.aborted) networkError = true;
   };
@@ -123,8 +124,10 @@ async function attempt(o: ModelCallOptions): Promise<Attempt> {
       async pull(c) {
         try {
           const { done, value } = await reader.read();
-          if (done) c.close();
-          else c.enqueue(value);
+          if (done) {
+            bodyEnded = true;
+            c.close();
+          } else c.enqueue(value);
         } catch (err) {
           noteFailure();
           c.error(err);
@@ -168,6 +171,11 @@ async function attempt(o: ModelCallOptions): Promise<Attempt> {
       const retryable = status === 429 || status >= 500;
       return { ok: false, retryable, reason: `the model API answered HTTP ${status}: ${providerErrorText(detail, status)}`, retryAfterMs: retryAfterMs(responseHeaders) };
     }
+    // A connection closed in order before the answer's finish reason (a proxy or the provider
+    // ending the stream early) is as transient as one that broke: the part received is no answer.
+    if (bodyEnded && failure?.rawStopReason === undefined) {
+      return { ok: false, retryable: true, reason: "the model API's answer ended before it was finished (no finish reason)" };
+    }
     if (networkError) {
       const where = status === undefined ? `could not reach the model API at ${o.model.baseUrl}` : "the model API connection broke mid-answer";
       return { ok: false, retryable: true, reason: `${where}: ${detail}` };
@@ -179,7 +187,7 @@ async function attempt(o: ModelCallOptions): Promise<Attempt> {
   }
 }
 
-/** Calls the model; retries 429/5xx/network failures `retries` times with exponential backoff. */
+/** Calls the model; retries 429/5xx/network failures and answers cut short `retries` times with exponential backoff. */
 export async function callModel(o: ModelCallOptions): Promise<ModelCallResult> {
   for (let n = 0; ; n++) {
     const r = await attempt(o);

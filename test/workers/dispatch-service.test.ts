@@ -101,6 +101,19 @@ describe("dispatch: a bot's turn", () => {
     expect(later.filter((e) => e.payload.type === "signal.dispatch.error")).toHaveLength(1);
   }, 60_000);
 
+  it("a model whose every answer stops before its finish reason: retried, then one signal.dispatch.error, and no partial answer posted", async () => {
+    const { token, model, bot, t } = await botThread("house-turn-cut-short", { name: "Bot", handle: "bot" });
+    await model.push(...Array.from({ length: 6 }, () => ({ text: "half of an answer that never ends", endAfterChunks: 2 })));
+    await post(token, t.id, chat("@bot hello", "ask-cut"));
+    const es = await waitForEntries(token, t.id, (es) => es.some((e) => e.payload.type === "signal.dispatch.error"), "the error");
+    const errors = es.filter((e) => e.payload.type === "signal.dispatch.error");
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toMatchObject({ authorId: bot.id, payload: { triggerEntryId: "ask-cut" } });
+    expect(String(errors[0].payload.reason)).toBe("the model API's answer ended before it was finished (no finish reason) (after 3 attempts)");
+    expect(es.filter((e) => e.authorId === bot.id && e.payload.type !== "signal.dispatch.error")).toEqual([]);
+    expect(await model.requests()).toHaveLength(3);
+  }, 30_000);
+
   it("no model resolvable: the turn ends with a signal.dispatch.error saying so, and never calls a model", async () => {
     const token = await houseToken("house-turn-nomodel");
     const bot = await createAgent(token, { name: "Bot", handle: "bot", model: "nowhere/model-x" });

@@ -254,6 +254,26 @@ describe.each<ModelApi>(["openai-completions", "anthropic-messages"])("runToolLo
     expect(await s.requests()).toHaveLength(3);
   });
 
+  it("retries an answer whose stream ends cleanly before its finish reason, and posts only the whole answer", async () => {
+    // Cut after the text began (openai: role + one piece; anthropic: start, ping, block start, one piece).
+    const s = await scriptModel([{ text: "the first half of a long answer", endAfterChunks: api === "anthropic-messages" ? 4 : 2 }, { text: "whole answer" }]);
+    const events: LoopEvent[] = [];
+    const r = await runToolLoop({ model: scriptedModel(api, s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async (e) => void events.push(e), ...fast });
+    expect(r).toEqual({ ok: true, finalText: "whole answer", rounds: 1 });
+    expect(events).toEqual([{ kind: "assistant", text: "whole answer", toolCalls: [], stopReason: "stop" }]);
+    expect(await s.requests()).toHaveLength(2);
+  });
+
+  it("ends ok:false, saying the answer was cut short, when every stream ends before its finish reason", async () => {
+    const s = await scriptModel([], { text: "never finished", endAfterChunks: 1 });
+    const events: LoopEvent[] = [];
+    const r = await runToolLoop({ model: scriptedModel(api, s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async (e) => void events.push(e), retries: 2, ...fast });
+    expect(r).toMatchObject({ ok: false, rounds: 0 });
+    expect(!r.ok && r.reason).toBe("the model API's answer ended before it was finished (no finish reason) (after 3 attempts)");
+    expect(events).toEqual([]);
+    expect(await s.requests()).toHaveLength(3);
+  });
+
   it("ends ok:false when the connection keeps dropping", async () => {
     const s = await scriptModel([], { drop: true });
     const r = await runToolLoop({ model: scriptedModel(api, s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, retries: 1, ...fast });
