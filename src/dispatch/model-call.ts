@@ -7,7 +7,7 @@ import { stream as streamAnthropic } from "@earendil-works/pi-ai/api/anthropic-m
 import { stream as streamOpenAI } from "@earendil-works/pi-ai/api/openai-completions";
 import type { AssistantMessage, Context, Message, Model, Tool } from "@earendil-works/pi-ai";
 import { normalizeContext } from "@earendil-works/pi-ai/utils/transcript";
-import type { ModelApi, ResolvedModel } from "./models";
+import { DEFAULT_IDLE_TIMEOUT_MS, type ModelApi, type ResolvedModel } from "./models";
 import { redactValues } from "../domain/secret-forms";
 import { providerErrorText } from "./provider-error";
 
@@ -98,6 +98,22 @@ async function attempt(o: ModelCallOptions): Promise<Attempt> {
   }, o.requestTimeoutMs);
   const onOuterAbort = () => ctl.abort();
   o.signal?.addEventListener("abort", onOuterAbort, { once: true });
+  // Timed only while a byte is awaited from the provider (the headers, then each read of the
+  // body), not while the caller takes its time with what came.
+  const idleMs = o.model.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
+  let idle = false;
+  let idleTimer: ReturnType<typeof setTimeout> | undefined;
+  let bodyReader: ReadableStreamDefaultReader<Uint8Array> | undefined;
+  const awaitBytes = () => {
+    clearTimeout(idleTimer);
+    idleTimer = setTimeout(() => {
+      idle = true;
+      ctl.abort();
+      // An abort need not end a read the body already waits on.
+      bodyReader?.cancel().catch(() => {});
+    }, idleMs);
+  };
+  const gotBytes = () => clearTimeout(idleTimer);
 
   // The SDKs fold the HTTP status into a message; observing fetch (and the body it streams)
   // tells status and network failure apart without parsing provider prose.
@@ -110,25 +126,32 @@ async function attempt(o: ModelCallOptions): Promise<Attempt> {
   };
   const observingFetch = async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
     let res: Response;
+    awaitBytes();
     try {
       res = await fetch(input, init);
     } catch (err) {
       noteFailure();
       throw err;
+    } finally {
+      gotBytes();
     }
     status = res.status;
     responseHeaders = res.headers;
     if (!res.body) return res;
     const reader = res.body.getReader();
+    bodyReader = reader;
     const body = new ReadableStream<Uint8Array>({
       async pull(c) {
+        awaitBytes();
         try {
           const { done, value } = await reader.read();
+          gotBytes();
           if (done) {
             bodyEnded = true;
             c.close();
           } else c.enqueue(value);
         } catch (err) {
+          gotBytes();
           noteFailure();
           c.error(err);
         }
@@ -166,6 +189,7 @@ async function attempt(o: ModelCallOptions): Promise<Attempt> {
 
     const detail = oneLine(redactSecrets(failure?.errorMessage ?? "no answer", o.model));
     if (o.signal?.aborted) return { ok: false, retryable: false, reason: "the turn was cancelled" };
+    if (idle) return { ok: false, retryable: true, reason: `the model API sent nothing for ${idleMs} ms (idle timeout)` };
     if (timedOut) return { ok: false, retryable: false, reason: `the model did not answer within ${o.requestTimeoutMs} ms (timeout)` };
     if (status !== undefined && status >= 400) {
       const retryable = status === 429 || status >= 500;
@@ -183,11 +207,12 @@ async function attempt(o: ModelCallOptions): Promise<Attempt> {
     return { ok: false, retryable: false, reason: `the model call failed: ${detail}` };
   } finally {
     clearTimeout(timer);
+    gotBytes();
     o.signal?.removeEventListener("abort", onOuterAbort);
   }
 }
 
-/** Calls the model; retries 429/5xx/network failures and answers cut short `retries` times with exponential backoff. */
+/** Calls the model; retries 429/5xx/network failures, answers cut short and idle timeouts `retries` times with exponential backoff. */
 export async function callModel(o: ModelCallOptions): Promise<ModelCallResult> {
   for (let n = 0; ; n++) {
     const r = await attempt(o);

@@ -525,6 +525,28 @@ describe("dispatch: turns that take long", () => {
     expect(chatsBy(es, fast.id)[0].payload.text).toBe("quick answer");
   }, 30_000);
 
+  it("a model that goes silent is given up after its idleTimeoutMs: the bot's next message is answered without waiting out the call", async () => {
+    const token = await houseToken("house-dispatch-idle");
+    const model = await scriptedModel([
+      { text: "never finished", stallAfterChunks: 1 },
+      { hang: true },
+      { text: "never finished either", stallAfterChunks: 0 },
+      { text: "second answer" },
+    ]);
+    const envId = await modelEnvironment(token, model.baseUrl, {
+      piModels: { providers: { local: { baseUrl: model.baseUrl, api: "openai-completions", apiKey: "$MODEL_KEY", idleTimeoutMs: 300, models: [{ id: "scripted-model" }] } } },
+    });
+    const bot = await createAgent(token, { name: "Bot", handle: "bot", environmentId: envId });
+    const t = await createThread(token, { environmentId: envId });
+    await post(token, t.id, chat("@bot first", "first"));
+    await post(token, t.id, chat("@bot second", "second"));
+    const es = await waitForEntries(token, t.id, (es) => chatsBy(es, bot.id).length === 1, "the answer to the second message", 15_000);
+    expect(chatsBy(es, bot.id)[0].payload).toMatchObject({ text: "second answer", triggerEntryId: "second" });
+    const errors = es.filter((e) => e.payload.type === "signal.dispatch.error");
+    expect(errors.map((e) => [e.payload.triggerEntryId, e.payload.reason])).toEqual([["first", "the model API sent nothing for 300 ms (idle timeout) (after 3 attempts)"]]);
+    expect(await model.requests()).toHaveLength(4);
+  }, 30_000);
+
   it("while a turn waits on its model the thread's alarm keeps coming: an idle actor would be evicted mid-call", async () => {
     const token = await houseToken("house-dispatch-keepalive");
     const model = await scriptedModel([{ hang: true }]);

@@ -313,6 +313,32 @@ describe.each<ModelApi>(["openai-completions", "anthropic-messages"])("runToolLo
     expect(await s.requests()).toHaveLength(2);
   });
 
+  it("gives up a call that receives nothing for the model's idleTimeoutMs (no headers, or nothing after them) and retries it", async () => {
+    const s = await scriptModel([{ hang: true }, { text: "never finished", stallAfterChunks: 2 }, { text: "answered at last" }]);
+    const events: LoopEvent[] = [];
+    const started = Date.now();
+    const r = await runToolLoop({ model: scriptedModel(api, s, { idleTimeoutMs: 300 }), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async (e) => void events.push(e), ...fast });
+    expect(r).toEqual({ ok: true, finalText: "answered at last", rounds: 1 });
+    expect(events).toEqual([{ kind: "assistant", text: "answered at last", toolCalls: [], stopReason: "stop" }]);
+    expect(await s.requests()).toHaveLength(3);
+    // Not the per-call timeout (120 s): two idle periods and the backoff.
+    expect(Date.now() - started).toBeLessThan(10_000);
+  });
+
+  it("ends ok:false with an idle-timeout reason when the model keeps going silent after its headers", async () => {
+    const s = await scriptModel([], { text: "never finished", stallAfterChunks: 0 });
+    const r = await runToolLoop({ model: scriptedModel(api, s, { idleTimeoutMs: 200 }), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, retries: 1, ...fast });
+    expect(r).toEqual({ ok: false, reason: "the model API sent nothing for 200 ms (idle timeout) (after 2 attempts)", rounds: 0 });
+    expect(await s.requests()).toHaveLength(2);
+  });
+
+  it("a model slower than its idle timeout in all but its gaps is not cut off", async () => {
+    const s = await scriptModel([{ text: "slow but steady answer", chunkDelayMs: 150 }]);
+    const r = await runToolLoop({ model: scriptedModel(api, s, { idleTimeoutMs: 1_000 }), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast });
+    expect(r).toEqual({ ok: true, finalText: "slow but steady answer", rounds: 1 });
+    expect(await s.requests()).toHaveLength(1);
+  });
+
   it("stops after maxRounds when the model never stops calling tools", async () => {
     const s = await scriptModel([], { toolCalls: [{ name: "echo", arguments: { text: "again" } }] });
     const calls: Record<string, unknown>[] = [];
