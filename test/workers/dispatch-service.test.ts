@@ -836,6 +836,45 @@ describe("dispatch: durable turns", () => {
     expect(new Set(es.map((e) => e.id)).size).toBe(es.length);
   }, 60_000);
 
+  it("a turn resumed after an eviction keeps the model and instructions it began with; the bot's next turn has the new ones", async () => {
+    const token = await houseToken("house-evict-settings");
+    sharedTestProvider().execHandler = (_box, command) => ({ exitCode: 0, output: `did ${command}` });
+    const model = await scriptedModel([
+      { toolCalls: [{ id: "s1", name: "run_command", arguments: { command: "echo step-one" } }] },
+      { hang: true },
+      { text: "Finished as I began." },
+      { text: "Answered as I am now." },
+    ]);
+    const envId = await modelEnvironment(token, model.baseUrl, {
+      piModels: { providers: { local: { baseUrl: model.baseUrl, api: "openai-completions", apiKey: "$MODEL_KEY", models: [{ id: "scripted-model" }, { id: "other-model" }] } } },
+    });
+    const bot = await createAgent(token, { name: "Bot", handle: "bot", systemPrompt: "OLD instructions." });
+    const thread = await createThread(token, { environmentId: envId });
+    await post(token, thread.id, chat("@bot do the steps", "steps"));
+    const deadline = Date.now() + 20_000;
+    while ((await model.requests()).length < 2) {
+      if (Date.now() > deadline) throw new Error("second model call never came");
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const patched = await call(`/api/agents/${bot.id}`, { method: "PATCH", token, json: { systemPrompt: "NEW instructions.", model: "local/other-model" } });
+    expect(patched.status).toBe(200);
+    await abortAllDurableObjects();
+
+    await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).length === 1, "the resumed reply");
+    const resumed = (await model.requests())[2];
+    expect(resumed.body.model).toBe("scripted-model");
+    expect(JSON.stringify(resumed.body.messages)).toContain("OLD instructions.");
+    expect(JSON.stringify(resumed.body.messages)).not.toContain("NEW instructions.");
+
+    await post(token, thread.id, chat("@bot again", "again"));
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).length === 2, "the next reply");
+    expect(chatsBy(es, bot.id).map((e) => e.payload.text)).toEqual(["Finished as I began.", "Answered as I am now."]);
+    const next = (await model.requests())[3];
+    expect(next.body.model).toBe("other-model");
+    expect(JSON.stringify(next.body.messages)).toContain("NEW instructions.");
+    expect(es.filter((e) => e.payload.type === "signal.dispatch.error")).toHaveLength(0);
+  }, 60_000);
+
   it("a turn an older actor began (its rounds in one progress value) resumes from those rounds", async () => {
     const { token, model, bot, t } = await botThread("house-evict-legacy", { name: "Old", handle: "old" });
     sharedTestProvider().execHandler = (_box, command) => ({ exitCode: 0, output: `did ${command}` });
