@@ -9,7 +9,7 @@ import type { AssistantMessage, Context, Message, Model, Tool } from "@earendil-
 import { normalizeContext } from "@earendil-works/pi-ai/utils/transcript";
 import { DEFAULT_IDLE_TIMEOUT_MS, type ModelApi, type ResolvedModel } from "./models";
 import { redactValues } from "../domain/secret-forms";
-import { providerErrorText } from "./provider-error";
+import { providerErrorText, streamedError } from "./provider-error";
 
 export type ModelCallOptions = {
   model: ResolvedModel;
@@ -37,6 +37,8 @@ type Attempt =
   | { ok: false; retryable: boolean; reason: string; retryAfterMs?: number };
 
 const RETRY_DELAY_CAP_MS = 10_000;
+/** The error types of a provider's error event that say "not now" rather than "not this request". */
+const TRANSIENT_STREAM_ERRORS = new Set(["overloaded_error", "api_error", "rate_limit_error"]);
 
 export function toPiModel(m: ResolvedModel): Model<ModelApi> {
   return {
@@ -194,6 +196,18 @@ async function attempt(o: ModelCallOptions): Promise<Attempt> {
     if (status !== undefined && status >= 400) {
       const retryable = status === 429 || status >= 500;
       return { ok: false, retryable, reason: `the model API answered HTTP ${status}: ${providerErrorText(detail, status)}`, retryAfterMs: retryAfterMs(responseHeaders) };
+    }
+    // A page or a whole JSON body where a stream was asked for (a baseUrl that is not the API's, a
+    // proxy's error page): asking again gets the same.
+    const contentType = responseHeaders?.get("content-type");
+    if (contentType && !/event-stream/i.test(contentType)) {
+      return { ok: false, retryable: false, reason: `the model API answered HTTP ${status} with ${oneLine(contentType, 100)}, not an event stream (is the provider's baseUrl its API's?)` };
+    }
+    // An error the provider sent as an event of the stream, after its 200 (Anthropic's
+    // `overloaded_error` under load): a passing one is retried as its HTTP status would be.
+    const streamed = streamedError(redactSecrets(failure?.errorMessage ?? "", o.model));
+    if (streamed) {
+      return { ok: false, retryable: TRANSIENT_STREAM_ERRORS.has(streamed.type), reason: `the model API reported an error mid-answer (${streamed.type}): ${oneLine(streamed.message)}` };
     }
     // A connection closed in order before the answer's finish reason (a proxy or the provider
     // ending the stream early) is as transient as one that broke: the part received is no answer.

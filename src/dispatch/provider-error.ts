@@ -37,3 +37,20 @@ export function modelErrorReason(message: string): string {
   const said = providerErrorText(message, Number(status));
   return said.startsWith("{") ? message : `the model API answered HTTP ${status}: ${said}`;
 }
+
+/** An error event of a provider's stream as the client library passes it on (`{"type":"error","error":{type, message}}`), if that is what `text` is. */
+export function streamedError(text: string): { type: string; message: string } | null {
+  if (!text.startsWith("{")) return null;
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    return null;
+  }
+  if (typeof body !== "object" || body === null || (body as Record<string, unknown>).type !== "error") return null;
+  const e = (body as Record<string, unknown>).error;
+  if (typeof e !== "object" || e === null) return null;
+  const { type, message } = e as Record<string, unknown>;
+  if (typeof type !== "string" || !type) return null;
+  return { type, message: typeof message === "string" && message.trim() ? message.trim() : type };
+}

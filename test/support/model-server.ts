@@ -63,7 +63,9 @@ export type ScriptStep =
   /** hang: accept the request and never answer (until the client goes away or the server closes) */
   | { hang: true }
   /** drop: cut the connection without answering (a network failure) */
-  | { drop: true };
+  | { drop: true }
+  /** raw: answer with this body verbatim (a provider or proxy sending what no client expects) */
+  | { raw: string; status?: number; contentType?: string };
 
 export type ModelApiKind = "openai-completions" | "anthropic-messages";
 
@@ -402,6 +404,11 @@ export async function startModelServer(
     if ("hang" in step) {
       open.add(res);
       res.on("close", () => open.delete(res));
+      return;
+    }
+    if ("raw" in step) {
+      res.writeHead(step.status ?? 200, { "content-type": step.contentType ?? "text/event-stream" });
+      res.end(step.raw);
       return;
     }
     if ("error" in step) {

@@ -282,6 +282,15 @@ describe.each<ModelApi>(["openai-completions", "anthropic-messages"])("runToolLo
     expect(await s.requests()).toHaveLength(2);
   });
 
+  it("an answer that is a page or a whole JSON body, not the event stream asked for, fails at once saying so", async () => {
+    for (const [raw, contentType] of [["<html><body>Welcome to our site</body></html>", "text/html; charset=utf-8"], ['{"id":"x","choices":[]}', "application/json"]]) {
+      const s = await scriptModel([{ raw, contentType }, { text: "not asked" }]);
+      const r = await runToolLoop({ model: scriptedModel(api, s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast });
+      expect(r).toEqual({ ok: false, reason: `the model API answered HTTP 200 with ${contentType}, not an event stream (is the provider's baseUrl its API's?)`, rounds: 0 });
+      expect(await s.requests()).toHaveLength(1);
+    }
+  });
+
   it("does not retry a client error (400)", async () => {
     const s = await scriptModel([{ error: 400, message: "bad request body" }, { text: "never" }]);
     const r = await runToolLoop({ model: scriptedModel(api, s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast });
@@ -408,5 +417,18 @@ describe.each<ModelApi>(["openai-completions", "anthropic-messages"])("runToolLo
     });
     expect(r.result).toEqual({ ok: true, finalText: "done in DO", rounds: 2 });
     expect(r.events[1]).toMatchObject({ kind: "tool_result", output: "echo: in a DO" });
+  });
+});
+
+describe("runToolLoop over anthropic-messages: the stream's error events", () => {
+  it("an error event in the stream says the provider's words; an overloaded provider is retried, a refused request is not", async () => {
+    const event = (type: string, message: string) => `event: error\ndata: ${JSON.stringify({ type: "error", error: { type, message } })}\n\n`;
+    const s = await scriptModel([{ raw: event("overloaded_error", "Overloaded") }, { text: "after the load" }]);
+    const r = await runToolLoop({ model: scriptedModel("anthropic-messages", s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast });
+    expect(r).toEqual({ ok: true, finalText: "after the load", rounds: 1 });
+    const refused = await scriptModel([{ raw: event("invalid_request_error", `prompt too long for key ${SCRIPTED_KEY}`) }, { text: "not asked" }]);
+    const r2 = await runToolLoop({ model: scriptedModel("anthropic-messages", refused), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast });
+    expect(r2).toEqual({ ok: false, reason: "the model API reported an error mid-answer (invalid_request_error): prompt too long for key [redacted]", rounds: 0 });
+    expect(await refused.requests()).toHaveLength(1);
   });
 });
