@@ -5,7 +5,7 @@ import type { Environment } from "../../environments";
 import type { StoredMessage } from "../../streams/log";
 import type { ThreadRow } from "../../threads/thread-row";
 import { DEFAULT_DISPATCH_CONFIG, mergeDispatchConfig, type DispatchConfig, type ThreadConfigPatch } from "../../dispatch/config";
-import { afterGate, effectiveMode, entryDepth, isTriggerable, selectResponders, type Candidate, type Decision, type DecisionReason, type Trigger } from "../../dispatch/selection";
+import { afterGate, effectiveMode, entryDepth, isTriggerable, mayMention, selectResponders, type Candidate, type Decision, type DecisionReason, type Trigger } from "../../dispatch/selection";
 import { resolveModel, type PiModelsConfig, type ResolvedModel } from "../../dispatch/models";
 import { runToolLoop, type LoopEvent, type LoopMessage, type LoopResult, type ToolSpec } from "../../dispatch/tool-loop";
 import { askGate } from "../../dispatch/gate";
@@ -245,7 +245,7 @@ export class DispatchService {
     const text = String(e.payload.text ?? "");
     const mentions = mentionList(e.payload.mentions);
     // A bot's own message gets a recorded "author" decision, and any `@` may name somebody.
-    if (text.includes("@") || (mentions?.length ?? 0) > 0 || (e.authorId !== undefined && cache.ids.has(e.authorId))) return false;
+    if (mayMention(text) || (mentions?.length ?? 0) > 0 || (e.authorId !== undefined && cache.ids.has(e.authorId))) return false;
     cache.mentionOnly ??= cache.candidates.every((a) => effectiveMode(a, this.config()) === "mention");
     return cache.mentionOnly;
   }
