@@ -9,7 +9,7 @@ import type { AssistantMessage, Context, Message, Model, Tool } from "@earendil-
 import { normalizeContext } from "@earendil-works/pi-ai/utils/transcript";
 import { DEFAULT_IDLE_TIMEOUT_MS, type ModelApi, type ResolvedModel } from "./models";
 import { redactValues } from "../domain/secret-forms";
-import { providerErrorText, streamedError } from "./provider-error";
+import { providerErrorText, streamProblem } from "./provider-error";
 
 export type ModelCallOptions = {
   model: ResolvedModel;
@@ -37,8 +37,8 @@ type Attempt =
   | { ok: false; retryable: boolean; reason: string; retryAfterMs?: number };
 
 const RETRY_DELAY_CAP_MS = 10_000;
-/** The error types of a provider's error event that say "not now" rather than "not this request". */
-const TRANSIENT_STREAM_ERRORS = new Set(["overloaded_error", "api_error", "rate_limit_error"]);
+/** How much of a stream's end is kept to tell what went wrong in it. */
+const STREAM_TAIL_CHARS = 8_192;
 
 export function toPiModel(m: ResolvedModel): Model<ModelApi> {
   return {
@@ -123,6 +123,10 @@ async function attempt(o: ModelCallOptions): Promise<Attempt> {
   let responseHeaders: Headers | undefined;
   let networkError = false;
   let bodyEnded = false;
+  // The end of the stream's text: the client library's error names no event, this shows it.
+  let tail = "";
+  let tailCut = false;
+  const decoder = new TextDecoder();
   const noteFailure = () => {
     if (!ctl.signal.aborted) networkError = true;
   };
@@ -151,7 +155,14 @@ async function attempt(o: ModelCallOptions): Promise<Attempt> {
           if (done) {
             bodyEnded = true;
             c.close();
-          } else c.enqueue(value);
+          } else {
+            tail += decoder.decode(value, { stream: true });
+            if (tail.length > STREAM_TAIL_CHARS) {
+              tail = tail.slice(-STREAM_TAIL_CHARS);
+              tailCut = true;
+            }
+            c.enqueue(value);
+          }
         } catch (err) {
           gotBytes();
           noteFailure();
@@ -205,9 +216,13 @@ async function attempt(o: ModelCallOptions): Promise<Attempt> {
     }
     // An error the provider sent as an event of the stream, after its 200 (Anthropic's
     // `overloaded_error` under load): a passing one is retried as its HTTP status would be.
-    const streamed = streamedError(redactSecrets(failure?.errorMessage ?? "", o.model));
-    if (streamed) {
-      return { ok: false, retryable: TRANSIENT_STREAM_ERRORS.has(streamed.type), reason: `the model API reported an error mid-answer (${streamed.type}): ${oneLine(streamed.message)}` };
+    const problem = networkError ? null : streamProblem(failure?.errorMessage ?? "", tail, tailCut);
+    if (problem?.kind === "error") {
+      const said = oneLine(redactSecrets(problem.message, o.model));
+      return { ok: false, retryable: problem.transient, reason: `the model API reported an error mid-answer (${oneLine(redactSecrets(problem.type, o.model), 100)}): ${said}` };
+    }
+    if (problem?.kind === "not_json") {
+      return { ok: false, retryable: false, reason: `the model API sent a stream event that is not JSON: ${oneLine(redactSecrets(problem.line, o.model), 200)}` };
     }
     // A connection closed in order before the answer's finish reason (a proxy or the provider
     // ending the stream early) is as transient as one that broke: the part received is no answer.

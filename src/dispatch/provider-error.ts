@@ -38,19 +38,55 @@ export function modelErrorReason(message: string): string {
   return said.startsWith("{") ? message : `the model API answered HTTP ${status}: ${said}`;
 }
 
-/** An error event of a provider's stream as the client library passes it on (`{"type":"error","error":{type, message}}`), if that is what `text` is. */
-export function streamedError(text: string): { type: string; message: string } | null {
-  if (!text.startsWith("{")) return null;
-  let body: unknown;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    return null;
+/** The error types a provider's error event names that say "not now" rather than "not this request". */
+const TRANSIENT_TYPES = new Set(["overloaded_error", "api_error", "rate_limit_error", "server_error"]);
+
+/** What went wrong inside a stream that began well (HTTP 200), as its events say. */
+export type StreamProblem = { kind: "error"; type: string; message: string; transient: boolean } | { kind: "not_json"; line: string };
+
+/**
+ * An error event (Anthropic's `{"type":"error","error":{type, message}}`, as its client passes it
+ * on in `failureText`; OpenAI-compatible servers' `data: {"error":{message, type?, code?}}`), or a
+ * `data:` line that is not JSON, in `streamTail` (the end of the stream's text; `cut`: its first
+ * line may be partial).
+ */
+export function streamProblem(failureText: string, streamTail: string, cut: boolean): StreamProblem | null {
+  const fromFailure = failureText.startsWith("{") ? errorEventOf(parseJson(failureText)) : null;
+  if (fromFailure) return fromFailure;
+  const lines = streamTail.split(/\r?\n/);
+  lines.pop(); // not ended by a newline: it may be partial
+  if (cut) lines.shift();
+  let notJson: StreamProblem | null = null;
+  for (const line of lines) {
+    const m = /^data:\s?(.*)$/.exec(line);
+    if (!m || m[1].trim() === "[DONE]" || m[1].trim() === "") continue;
+    const body = parseJson(m[1]);
+    if (body === undefined) {
+      notJson ??= { kind: "not_json", line: m[1] };
+      continue;
+    }
+    const e = errorEventOf(body);
+    if (e) return e;
   }
-  if (typeof body !== "object" || body === null || (body as Record<string, unknown>).type !== "error") return null;
+  return notJson;
+}
+
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+function errorEventOf(body: unknown): StreamProblem | null {
+  if (typeof body !== "object" || body === null) return null;
   const e = (body as Record<string, unknown>).error;
   if (typeof e !== "object" || e === null) return null;
-  const { type, message } = e as Record<string, unknown>;
-  if (typeof type !== "string" || !type) return null;
-  return { type, message: typeof message === "string" && message.trim() ? message.trim() : type };
+  const { type, code, message } = e as Record<string, unknown>;
+  const numeric = typeof code === "number" ? code : typeof code === "string" && /^\d{3}$/.test(code) ? Number(code) : undefined;
+  const named = typeof type === "string" && type ? type : numeric !== undefined ? `code ${numeric}` : typeof code === "string" && code ? code : "error";
+  const said = typeof message === "string" && message.trim() ? message.trim() : named;
+  const transient = TRANSIENT_TYPES.has(named) || (numeric !== undefined && (numeric === 429 || numeric >= 500));
+  return { kind: "error", type: named, message: said, transient };
 }

@@ -432,3 +432,27 @@ describe("runToolLoop over anthropic-messages: the stream's error events", () =>
     expect(await refused.requests()).toHaveLength(1);
   });
 });
+
+describe("runToolLoop over openai-completions: the stream's error events", () => {
+  it("an OpenAI-style error event in the stream says the provider's words; a server error is retried, another is not", async () => {
+    const event = (error: Record<string, unknown>) => `data: ${JSON.stringify({ error })}\n\n`;
+    const s = await scriptModel([{ raw: event({ message: "upstream timed out", code: 502 }) }, { text: "after the glitch" }]);
+    const r = await runToolLoop({ model: scriptedModel("openai-completions", s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast });
+    expect(r).toEqual({ ok: true, finalText: "after the glitch", rounds: 1 });
+    const refused = await scriptModel([{ raw: event({ message: `context too long for ${SCRIPTED_KEY}`, type: "invalid_request_error" }) }, { text: "not asked" }]);
+    const r2 = await runToolLoop({ model: scriptedModel("openai-completions", refused), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast });
+    expect(r2).toEqual({ ok: false, reason: "the model API reported an error mid-answer (invalid_request_error): context too long for [redacted]", rounds: 0 });
+    expect(await refused.requests()).toHaveLength(1);
+    // A provider echoing the key anywhere in its error is scrubbed there too.
+    const echoing = await scriptModel([{ raw: event({ message: "no", type: `key_${SCRIPTED_KEY}_refused` }) }]);
+    const r3 = await runToolLoop({ model: scriptedModel("openai-completions", echoing), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast });
+    expect(r3).toEqual({ ok: false, reason: "the model API reported an error mid-answer (key_[redacted]_refused): no", rounds: 0 });
+  });
+
+  it("a stream event that is not JSON fails the call saying so", async () => {
+    const s = await scriptModel([{ raw: `data: {"id":"c","choices":[]}\n\ndata: <html>oops ${SCRIPTED_KEY}\n\n` }, { text: "not asked" }]);
+    const r = await runToolLoop({ model: scriptedModel("openai-completions", s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast });
+    expect(r).toEqual({ ok: false, reason: "the model API sent a stream event that is not JSON: <html>oops [redacted]", rounds: 0 });
+    expect(await s.requests()).toHaveLength(1);
+  });
+});
