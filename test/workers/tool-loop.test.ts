@@ -449,6 +449,14 @@ describe("runToolLoop over openai-completions: the stream's error events", () =>
     expect(r3).toEqual({ ok: false, reason: "the model API reported an error mid-answer (key_[redacted]_refused): no", rounds: 0 });
   });
 
+  it("a server configured as sending no finish reason (compat.supportsFinishReason false) is taken at its stream's end", async () => {
+    // role + three pieces of text, then the end: no finish reason, no usage, no [DONE]
+    const s = await scriptModel([{ text: "all of it", endAfterChunks: 4 }]);
+    const r = await runToolLoop({ model: scriptedModel("openai-completions", s, { compat: { supportsFinishReason: false } }), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast });
+    expect(r).toEqual({ ok: true, finalText: "all of it", rounds: 1 });
+    expect(await s.requests()).toHaveLength(1);
+  });
+
   it("a stream event that is not JSON fails the call saying so", async () => {
     const s = await scriptModel([{ raw: `data: {"id":"c","choices":[]}\n\ndata: <html>oops ${SCRIPTED_KEY}\n\n` }, { text: "not asked" }]);
     const r = await runToolLoop({ model: scriptedModel("openai-completions", s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast });
