@@ -32,6 +32,12 @@ describe.each<ModelApi>(["openai-completions", "anthropic-messages"])("runToolLo
     expect(events[0]).toMatchObject({ kind: "assistant", text, stopReason: "length" });
   });
 
+  it("an output limit reached before any answer (a reasoning model thinking it away) fails saying so, not as an empty answer", async () => {
+    const s = await scriptModel([{ text: "", finishReason: "length" }]);
+    const r = await runToolLoop({ model: scriptedModel(api, s, { maxTokens: 1024 }), systemPrompt: "", messages: [{ role: "user", text: "explain" }], tools: [], onEvent: async () => {} });
+    expect(r).toEqual({ ok: false, reason: "the model reached its output limit (maxTokens 1024) before it wrote an answer; give the model a higher maxTokens in piModels", rounds: 1 });
+  });
+
   it("returns the model's text when it calls no tool, having sent the prompt, history, tools and key", async () => {
     const s = await scriptModel([{ text: "Hello Alice." }]);
     const events: LoopEvent[] = [];
