@@ -5,6 +5,8 @@
  */
 export function providerErrorText(detail: string, status: number): string {
   const rest = detail.replace(new RegExp(`^${status}\\b:?\\s*`), "");
+  // A proxy's or gateway's error page (nginx, a CDN): its title says it, its markup says nothing.
+  if (/^\s*<(!doctype|html|head|body)\b/i.test(rest)) return pageText(rest);
   if (!rest.startsWith("{")) return rest || detail;
   let body: unknown;
   try {
@@ -14,6 +16,13 @@ export function providerErrorText(detail: string, status: number): string {
   }
   const said = messageOf(body);
   return said ?? rest;
+}
+
+function pageText(html: string): string {
+  const title = /<title[^>]*>([^<]*)</i.exec(html)?.[1]?.replace(/\s+/g, " ").trim();
+  if (title) return `${title} (an HTML page)`;
+  const text = html.replace(/<(script|style)\b[\s\S]*?(<\/\1>|$)/gi, " ").replace(/<[^>]*>?/g, " ").replace(/\s+/g, " ").trim();
+  return text ? `${text} (an HTML page)` : "an HTML page";
 }
 
 function messageOf(body: unknown): string | null {

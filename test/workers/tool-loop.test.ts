@@ -297,6 +297,13 @@ describe.each<ModelApi>(["openai-completions", "anthropic-messages"])("runToolLo
     }
   });
 
+  it("a gateway's HTML error page is told by its title, and retried as its 5xx", async () => {
+    const page = "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n";
+    const s = await scriptModel([], { raw: page, status: 502, contentType: "text/html" });
+    const r = await runToolLoop({ model: scriptedModel(api, s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, retries: 1, ...fast });
+    expect(r).toEqual({ ok: false, reason: "the model API answered HTTP 502: 502 Bad Gateway (an HTML page) (after 2 attempts)", rounds: 0 });
+  });
+
   it("does not retry a client error (400)", async () => {
     const s = await scriptModel([{ error: 400, message: "bad request body" }, { text: "never" }]);
     const r = await runToolLoop({ model: scriptedModel(api, s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast });
