@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { idSchema } from "./auth/tokens";
+import { nonBlankText } from "./entries/schema";
 
 export const TRIGGER_MODES = ["mention", "ambient", "always"] as const;
 export type TriggerMode = (typeof TRIGGER_MODES)[number];
@@ -16,7 +17,8 @@ export const modelRefSchema = z.string().min(3).max(200).regex(/^[^/\s]+\/\S+$/,
 export const modelNameSchema = z.string().min(1).max(200).regex(/^[^\s\x00-\x1f\x7f]+$/, "a model name has no spaces, line breaks or control characters");
 
 const fields = {
-  name: z.string().min(1).max(200),
+  // What the bot's model is told it is called, and what people see next to its messages.
+  name: nonBlankText(200, "a bot's name"),
   handle: handleSchema,
   model: modelRefSchema,
   systemPrompt: z.string().max(50_000).optional(),

@@ -7,9 +7,9 @@ import { stream as streamAnthropic } from "@earendil-works/pi-ai/api/anthropic-m
 import { stream as streamOpenAI } from "@earendil-works/pi-ai/api/openai-completions";
 import type { AssistantMessage, Context, Message, Model, Tool } from "@earendil-works/pi-ai";
 import { normalizeContext } from "@earendil-works/pi-ai/utils/transcript";
-import type { ModelApi, ResolvedModel } from "./models";
+import { DEFAULT_IDLE_TIMEOUT_MS, type ModelApi, type ResolvedModel } from "./models";
 import { redactValues } from "../domain/secret-forms";
-import { providerErrorText } from "./provider-error";
+import { providerErrorText, streamProblem } from "./provider-error";
 
 export type ModelCallOptions = {
   model: ResolvedModel;
@@ -37,6 +37,8 @@ type Attempt =
   | { ok: false; retryable: boolean; reason: string; retryAfterMs?: number };
 
 const RETRY_DELAY_CAP_MS = 10_000;
+/** How much of a stream's end is kept to tell what went wrong in it. */
+const STREAM_TAIL_CHARS = 8_192;
 
 export function toPiModel(m: ResolvedModel): Model<ModelApi> {
   return {
@@ -98,34 +100,71 @@ async function attempt(o: ModelCallOptions): Promise<Attempt> {
   }, o.requestTimeoutMs);
   const onOuterAbort = () => ctl.abort();
   o.signal?.addEventListener("abort", onOuterAbort, { once: true });
+  // Timed only while a byte is awaited from the provider (the headers, then each read of the
+  // body), not while the caller takes its time with what came.
+  const idleMs = o.model.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
+  let idle = false;
+  let idleTimer: ReturnType<typeof setTimeout> | undefined;
+  let bodyReader: ReadableStreamDefaultReader<Uint8Array> | undefined;
+  const awaitBytes = () => {
+    clearTimeout(idleTimer);
+    idleTimer = setTimeout(() => {
+      idle = true;
+      ctl.abort();
+      // An abort need not end a read the body already waits on.
+      bodyReader?.cancel().catch(() => {});
+    }, idleMs);
+  };
+  const gotBytes = () => clearTimeout(idleTimer);
 
   // The SDKs fold the HTTP status into a message; observing fetch (and the body it streams)
   // tells status and network failure apart without parsing provider prose.
   let status: number | undefined;
   let responseHeaders: Headers | undefined;
   let networkError = false;
+  let bodyEnded = false;
+  // The end of the stream's text: the client library's error names no event, this shows it.
+  let tail = "";
+  let tailCut = false;
+  const decoder = new TextDecoder();
   const noteFailure = () => {
     if (!ctl.signal.aborted) networkError = true;
   };
   const observingFetch = async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
     let res: Response;
+    awaitBytes();
     try {
       res = await fetch(input, init);
     } catch (err) {
       noteFailure();
       throw err;
+    } finally {
+      gotBytes();
     }
     status = res.status;
     responseHeaders = res.headers;
     if (!res.body) return res;
     const reader = res.body.getReader();
+    bodyReader = reader;
     const body = new ReadableStream<Uint8Array>({
       async pull(c) {
+        awaitBytes();
         try {
           const { done, value } = await reader.read();
-          if (done) c.close();
-          else c.enqueue(value);
+          gotBytes();
+          if (done) {
+            bodyEnded = true;
+            c.close();
+          } else {
+            tail += decoder.decode(value, { stream: true });
+            if (tail.length > STREAM_TAIL_CHARS) {
+              tail = tail.slice(-STREAM_TAIL_CHARS);
+              tailCut = true;
+            }
+            c.enqueue(value);
+          }
         } catch (err) {
+          gotBytes();
           noteFailure();
           c.error(err);
         }
@@ -163,10 +202,32 @@ async function attempt(o: ModelCallOptions): Promise<Attempt> {
 
     const detail = oneLine(redactSecrets(failure?.errorMessage ?? "no answer", o.model));
     if (o.signal?.aborted) return { ok: false, retryable: false, reason: "the turn was cancelled" };
+    if (idle) return { ok: false, retryable: true, reason: `the model API sent nothing for ${idleMs} ms (idle timeout)` };
     if (timedOut) return { ok: false, retryable: false, reason: `the model did not answer within ${o.requestTimeoutMs} ms (timeout)` };
     if (status !== undefined && status >= 400) {
       const retryable = status === 429 || status >= 500;
       return { ok: false, retryable, reason: `the model API answered HTTP ${status}: ${providerErrorText(detail, status)}`, retryAfterMs: retryAfterMs(responseHeaders) };
+    }
+    // A page or a whole JSON body where a stream was asked for (a baseUrl that is not the API's, a
+    // proxy's error page): asking again gets the same.
+    const contentType = responseHeaders?.get("content-type");
+    if (contentType && !/event-stream/i.test(contentType)) {
+      return { ok: false, retryable: false, reason: `the model API answered HTTP ${status} with ${oneLine(contentType, 100)}, not an event stream (is the provider's baseUrl its API's?)` };
+    }
+    // An error the provider sent as an event of the stream, after its 200 (Anthropic's
+    // `overloaded_error` under load): a passing one is retried as its HTTP status would be.
+    const problem = networkError ? null : streamProblem(failure?.errorMessage ?? "", tail, tailCut);
+    if (problem?.kind === "error") {
+      const said = oneLine(redactSecrets(problem.message, o.model));
+      return { ok: false, retryable: problem.transient, reason: `the model API reported an error mid-answer (${oneLine(redactSecrets(problem.type, o.model), 100)}): ${said}` };
+    }
+    if (problem?.kind === "not_json") {
+      return { ok: false, retryable: false, reason: `the model API sent a stream event that is not JSON: ${oneLine(redactSecrets(problem.line, o.model), 200)}` };
+    }
+    // A connection closed in order before the answer's finish reason (a proxy or the provider
+    // ending the stream early) is as transient as one that broke: the part received is no answer.
+    if (bodyEnded && failure?.rawStopReason === undefined) {
+      return { ok: false, retryable: true, reason: "the model API's answer ended before it was finished (no finish reason)" };
     }
     if (networkError) {
       const where = status === undefined ? `could not reach the model API at ${o.model.baseUrl}` : "the model API connection broke mid-answer";
@@ -175,11 +236,12 @@ async function attempt(o: ModelCallOptions): Promise<Attempt> {
     return { ok: false, retryable: false, reason: `the model call failed: ${detail}` };
   } finally {
     clearTimeout(timer);
+    gotBytes();
     o.signal?.removeEventListener("abort", onOuterAbort);
   }
 }
 
-/** Calls the model; retries 429/5xx/network failures `retries` times with exponential backoff. */
+/** Calls the model; retries 429/5xx/network failures, answers cut short and idle timeouts `retries` times with exponential backoff. */
 export async function callModel(o: ModelCallOptions): Promise<ModelCallResult> {
   for (let n = 0; ; n++) {
     const r = await attempt(o);

@@ -26,6 +26,8 @@ export type ResolvedModel = {
   input: ("text" | "image")[];
   cost: { input: number; output: number; cacheRead: number; cacheWrite: number };
   compat?: Record<string, unknown>;
+  /** How long a call may receive nothing (no headers, no bytes) before it is given up and retried. */
+  idleTimeoutMs?: number;
 };
 
 export type PiModelsConfig = {
@@ -36,6 +38,7 @@ export type PiModelsConfig = {
       api?: string;
       apiKey?: string;
       headers?: Record<string, string>;
+      idleTimeoutMs?: number;
       models?: { id: string; [k: string]: unknown }[];
     }
   >;
@@ -50,6 +53,13 @@ const DEFAULT_BASE_URL: Record<ModelApi, string> = {
 };
 
 const DEFAULT_CONTEXT_WINDOW = 128_000;
+/**
+ * A model that sends nothing for this long has most likely hung; a bot answers one message at a
+ * time, so its later messages would wait out the whole call. A model that thinks in silence for
+ * longer (some reasoning models stream nothing until they answer) needs `idleTimeoutMs` set.
+ */
+export const DEFAULT_IDLE_TIMEOUT_MS = 60_000;
+export const MAX_IDLE_TIMEOUT_MS = 86_400_000;
 const DEFAULT_MAX_TOKENS = 8_192;
 
 const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
@@ -221,6 +231,8 @@ export function resolveModel(
       input,
       cost: costOf(m.cost),
       ...(compat ? { compat } : {}),
+      // A timer's delay past 2^31 - 1 ms fires at once.
+      idleTimeoutMs: Math.min(MAX_IDLE_TIMEOUT_MS, positiveInt(m.idleTimeoutMs, positiveInt(p.idleTimeoutMs, DEFAULT_IDLE_TIMEOUT_MS))),
     },
   };
 }

@@ -58,13 +58,19 @@ export function mentionedHandles(text: string, explicit: string[] = [], known?: 
     out.add(bare);
     out.add(bare.toLowerCase());
   }
-  for (const m of text.matchAll(MENTION)) {
+  // An input method in full-width mode writes `＠ｃｏｄｅｒ`: the same mention to a reader.
+  for (const m of text.normalize("NFKC").matchAll(MENTION)) {
     const written = m[1].toLowerCase();
     const trimmed = written.replace(/[-_]+$/, "");
     const handle = trimmed === "" || known?.has(written) ? written : trimmed;
     if (handle.length <= MAX_HANDLE) out.add(handle);
   }
   return out;
+}
+
+/** Whether a text may hold a mention at all (an `@`, or a character that reads as one). */
+export function mayMention(text: string): boolean {
+  return /[@\uFF20\uFE6B]/.test(text);
 }
 
 export function isBot(authorId: string | null, agents: Candidate[]): boolean {

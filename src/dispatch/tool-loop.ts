@@ -190,6 +190,10 @@ export async function runToolLoop(opts: {
       toolCalls: calls.map(({ c }) => ({ id: c.id, name: c.name, args: isPlainObject(c.arguments) ? c.arguments : {} })),
       stopReason: message.stopReason,
     });
+    if (calls.length === 0 && message.stopReason === "length" && said.trim() === "") {
+      // A reasoning model may spend its whole output limit thinking: "empty" would hide why.
+      return { ok: false, reason: `the model reached its output limit (maxTokens ${opts.model.maxTokens}) before it wrote an answer; give the model a higher maxTokens in piModels`, rounds: round };
+    }
     if (calls.length === 0) return { ok: true, finalText: text, rounds: round };
 
     let malformed: string | null = null;

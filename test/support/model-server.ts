@@ -54,12 +54,18 @@ export type ScriptStep =
       usage?: { prompt_tokens: number; completion_tokens: number };
       /** streamed answers only: cut the connection after this many SSE events (a network failure mid-stream) */
       dropAfterChunks?: number;
+      /** streamed answers only: end the response cleanly after this many SSE events, before the finish reason (a stream cut short without a network error) */
+      endAfterChunks?: number;
+      /** streamed answers only: after this many SSE events send nothing more, keeping the connection open (a model that hangs mid-answer; 0: after the headers) */
+      stallAfterChunks?: number;
     }
   | { error: number; message?: string; delayMs?: number; headers?: Record<string, string> }
   /** hang: accept the request and never answer (until the client goes away or the server closes) */
   | { hang: true }
   /** drop: cut the connection without answering (a network failure) */
-  | { drop: true };
+  | { drop: true }
+  /** raw: answer with this body verbatim (a provider or proxy sending what no client expects) */
+  | { raw: string; status?: number; contentType?: string };
 
 export type ModelApiKind = "openai-completions" | "anthropic-messages";
 
@@ -134,10 +140,25 @@ class Dropped extends Error {}
 function eventBudget(res: ServerResponse, step: TextStep) {
   let sent = 0;
   return async () => {
-    if (step.dropAfterChunks !== undefined && sent++ >= step.dropAfterChunks) {
+    const n = sent++;
+    if (step.dropAfterChunks !== undefined && n >= step.dropAfterChunks) {
       // let the head and the events already written reach the client, so the cut is mid-answer
       await new Promise<void>((resolve) => res.write("", () => resolve()));
       res.socket?.destroy();
+      throw new Dropped();
+    }
+    if (step.endAfterChunks !== undefined && n >= step.endAfterChunks) {
+      await new Promise<void>((resolve) => res.end(() => resolve()));
+      throw new Dropped();
+    }
+    if (step.stallAfterChunks !== undefined && n >= step.stallAfterChunks) {
+      res.flushHeaders();
+      await new Promise<void>((resolve) => res.write("", () => resolve()));
+      // held until the client goes away or the server closes
+      await new Promise<void>((resolve) => {
+        if (res.destroyed) return resolve();
+        res.on("close", () => resolve());
+      });
       throw new Dropped();
     }
   };
@@ -383,6 +404,11 @@ export async function startModelServer(
     if ("hang" in step) {
       open.add(res);
       res.on("close", () => open.delete(res));
+      return;
+    }
+    if ("raw" in step) {
+      res.writeHead(step.status ?? 200, { "content-type": step.contentType ?? "text/event-stream" });
+      res.end(step.raw);
       return;
     }
     if ("error" in step) {

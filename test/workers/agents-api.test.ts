@@ -49,7 +49,7 @@ describe("agents API", () => {
     for (const body of [
       { ...base, handle: "Coder" }, { ...base, handle: "has space" }, { ...base, handle: "" },
       { ...base, model: "no-slash" }, { ...base, tools: ["rm_rf"] }, { ...base, tools: ["run_command", "run_command"] },
-      { ...base, triggerMode: "sometimes" }, { ...base, extra: 1 },
+      { ...base, triggerMode: "sometimes" }, { ...base, extra: 1 }, { ...base, name: "" }, { ...base, name: " \n\t " },
       { name: "x", handle: "x" },
     ]) {
       const r = await call("/api/agents", { method: "POST", token, json: body });
@@ -60,6 +60,7 @@ describe("agents API", () => {
     expect([bad.status, await errorCode(bad)]).toEqual([400, "invalid_json"]);
     const created = (await (await call("/api/agents", { method: "POST", token, json: base })).json()) as { id: string };
     expect((await call(`/api/agents/${created.id}`, { method: "PATCH", token, json: { handle: "UPPER" } })).status).toBe(400);
+    expect((await call(`/api/agents/${created.id}`, { method: "PATCH", token, json: { name: "   " } })).status).toBe(400);
   });
 
   it("tokens: none -> 401, reader cannot write, stream tokens are refused, houses are isolated", async () => {

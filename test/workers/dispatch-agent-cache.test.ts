@@ -53,6 +53,12 @@ describe("dispatch: the thread's cached agent set follows the house", () => {
     await waitForEntries(token, thread.id, (es) => chatsBy(es, quiet.id).length === 2, "quiet's second reply");
   });
 
+  it("a mention written full-width (an input method's ＠ｑｕｉｅｔ) wakes the bot, with the set cached", async () => {
+    const { token, thread, quiet } = await warmThread("house-agent-cache-fullwidth");
+    await post(token, thread.id, chat("＠ｑｕｉｅｔ、もう一度お願いします"));
+    await waitForEntries(token, thread.id, (es) => chatsBy(es, quiet.id).length === 2, "quiet's second reply");
+  });
+
   it("a handle created after the thread cached the set is recognised at once", async () => {
     const { token, thread, envId } = await warmThread("house-agent-cache-handle");
     const late = await createAgent(token, { name: "Late", handle: "late", environmentId: envId });

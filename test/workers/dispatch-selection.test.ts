@@ -132,6 +132,10 @@ describe("selection", () => {
 
   it("in scripts written without spaces between words (Chinese, Japanese), a mention needs none around it either", () => {
     expect([...mentionedHandles("请@coder帮我写个文件")]).toEqual(["coder"]);
+    // An input method in full-width mode writes the sign and the letters full-width.
+    expect([...mentionedHandles("＠coder 見て、＠ｓｂ、お願い。﹫Ｃｏｄｅｒ")]).toEqual(["coder", "sb"]);
+    expect([...mentionedHandles("x＠coder.io ＠＠sb")]).toEqual([]);
+    expect(pick({ text: "＠ｃｏｄｅｒさん、これを見て" }, [coder]).ag_coder.reason).toBe("mentioned");
     expect([...mentionedHandles("@coderさん、これを見て。@sbにも")]).toEqual(["coder", "sb"]);
     expect([...mentionedHandles("コーダー@coder")]).toEqual(["coder"]);
     // Other letters still make it a word or an address.

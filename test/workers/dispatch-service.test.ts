@@ -101,6 +101,19 @@ describe("dispatch: a bot's turn", () => {
     expect(later.filter((e) => e.payload.type === "signal.dispatch.error")).toHaveLength(1);
   }, 60_000);
 
+  it("a model whose every answer stops before its finish reason: retried, then one signal.dispatch.error, and no partial answer posted", async () => {
+    const { token, model, bot, t } = await botThread("house-turn-cut-short", { name: "Bot", handle: "bot" });
+    await model.push(...Array.from({ length: 6 }, () => ({ text: "half of an answer that never ends", endAfterChunks: 2 })));
+    await post(token, t.id, chat("@bot hello", "ask-cut"));
+    const es = await waitForEntries(token, t.id, (es) => es.some((e) => e.payload.type === "signal.dispatch.error"), "the error");
+    const errors = es.filter((e) => e.payload.type === "signal.dispatch.error");
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toMatchObject({ authorId: bot.id, payload: { triggerEntryId: "ask-cut" } });
+    expect(String(errors[0].payload.reason)).toBe("the model API's answer ended before it was finished (no finish reason) (after 3 attempts)");
+    expect(es.filter((e) => e.authorId === bot.id && e.payload.type !== "signal.dispatch.error")).toEqual([]);
+    expect(await model.requests()).toHaveLength(3);
+  }, 30_000);
+
   it("no model resolvable: the turn ends with a signal.dispatch.error saying so, and never calls a model", async () => {
     const token = await houseToken("house-turn-nomodel");
     const bot = await createAgent(token, { name: "Bot", handle: "bot", model: "nowhere/model-x" });
@@ -512,6 +525,28 @@ describe("dispatch: turns that take long", () => {
     expect(chatsBy(es, fast.id)[0].payload.text).toBe("quick answer");
   }, 30_000);
 
+  it("a model that goes silent is given up after its idleTimeoutMs: the bot's next message is answered without waiting out the call", async () => {
+    const token = await houseToken("house-dispatch-idle");
+    const model = await scriptedModel([
+      { text: "never finished", stallAfterChunks: 1 },
+      { hang: true },
+      { text: "never finished either", stallAfterChunks: 0 },
+      { text: "second answer" },
+    ]);
+    const envId = await modelEnvironment(token, model.baseUrl, {
+      piModels: { providers: { local: { baseUrl: model.baseUrl, api: "openai-completions", apiKey: "$MODEL_KEY", idleTimeoutMs: 300, models: [{ id: "scripted-model" }] } } },
+    });
+    const bot = await createAgent(token, { name: "Bot", handle: "bot", environmentId: envId });
+    const t = await createThread(token, { environmentId: envId });
+    await post(token, t.id, chat("@bot first", "first"));
+    await post(token, t.id, chat("@bot second", "second"));
+    const es = await waitForEntries(token, t.id, (es) => chatsBy(es, bot.id).length === 1, "the answer to the second message", 15_000);
+    expect(chatsBy(es, bot.id)[0].payload).toMatchObject({ text: "second answer", triggerEntryId: "second" });
+    const errors = es.filter((e) => e.payload.type === "signal.dispatch.error");
+    expect(errors.map((e) => [e.payload.triggerEntryId, e.payload.reason])).toEqual([["first", "the model API sent nothing for 300 ms (idle timeout) (after 3 attempts)"]]);
+    expect(await model.requests()).toHaveLength(4);
+  }, 30_000);
+
   it("while a turn waits on its model the thread's alarm keeps coming: an idle actor would be evicted mid-call", async () => {
     const token = await houseToken("house-dispatch-keepalive");
     const model = await scriptedModel([{ hang: true }]);
@@ -799,6 +834,45 @@ describe("dispatch: durable turns", () => {
     expect(JSON.stringify(reqs[2].body.messages)).toContain("did echo step-one");
     expect(es.filter((e) => e.payload.type === "signal.dispatch.error")).toHaveLength(0);
     expect(new Set(es.map((e) => e.id)).size).toBe(es.length);
+  }, 60_000);
+
+  it("a turn resumed after an eviction keeps the model and instructions it began with; the bot's next turn has the new ones", async () => {
+    const token = await houseToken("house-evict-settings");
+    sharedTestProvider().execHandler = (_box, command) => ({ exitCode: 0, output: `did ${command}` });
+    const model = await scriptedModel([
+      { toolCalls: [{ id: "s1", name: "run_command", arguments: { command: "echo step-one" } }] },
+      { hang: true },
+      { text: "Finished as I began." },
+      { text: "Answered as I am now." },
+    ]);
+    const envId = await modelEnvironment(token, model.baseUrl, {
+      piModels: { providers: { local: { baseUrl: model.baseUrl, api: "openai-completions", apiKey: "$MODEL_KEY", models: [{ id: "scripted-model" }, { id: "other-model" }] } } },
+    });
+    const bot = await createAgent(token, { name: "Bot", handle: "bot", systemPrompt: "OLD instructions." });
+    const thread = await createThread(token, { environmentId: envId });
+    await post(token, thread.id, chat("@bot do the steps", "steps"));
+    const deadline = Date.now() + 20_000;
+    while ((await model.requests()).length < 2) {
+      if (Date.now() > deadline) throw new Error("second model call never came");
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const patched = await call(`/api/agents/${bot.id}`, { method: "PATCH", token, json: { systemPrompt: "NEW instructions.", model: "local/other-model" } });
+    expect(patched.status).toBe(200);
+    await abortAllDurableObjects();
+
+    await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).length === 1, "the resumed reply");
+    const resumed = (await model.requests())[2];
+    expect(resumed.body.model).toBe("scripted-model");
+    expect(JSON.stringify(resumed.body.messages)).toContain("OLD instructions.");
+    expect(JSON.stringify(resumed.body.messages)).not.toContain("NEW instructions.");
+
+    await post(token, thread.id, chat("@bot again", "again"));
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).length === 2, "the next reply");
+    expect(chatsBy(es, bot.id).map((e) => e.payload.text)).toEqual(["Finished as I began.", "Answered as I am now."]);
+    const next = (await model.requests())[3];
+    expect(next.body.model).toBe("other-model");
+    expect(JSON.stringify(next.body.messages)).toContain("NEW instructions.");
+    expect(es.filter((e) => e.payload.type === "signal.dispatch.error")).toHaveLength(0);
   }, 60_000);
 
   it("a turn an older actor began (its rounds in one progress value) resumes from those rounds", async () => {

@@ -37,7 +37,7 @@ export async function scriptModel(script: ScriptStep[], fallback?: ScriptStep): 
 }
 
 /** The model a bot would get from an environment pointing at the scripted server, through resolveModel. */
-export function scriptedModel(api: ModelApi, s: ScriptedModel): ResolvedModel {
+export function scriptedModel(api: ModelApi, s: ScriptedModel, modelEntry: Record<string, unknown> = {}): ResolvedModel {
   const r = resolveModel(
     "scripted/test-model",
     {
@@ -46,7 +46,7 @@ export function scriptedModel(api: ModelApi, s: ScriptedModel): ResolvedModel {
           baseUrl: api === "anthropic-messages" ? s.anthropicBaseUrl : s.openaiBaseUrl,
           api,
           apiKey: "$SCRIPTED_KEY",
-          models: [{ id: "test-model" }],
+          models: [{ id: "test-model", ...modelEntry }],
         },
       },
     },

@@ -67,6 +67,21 @@ describe("resolveModel", () => {
     expect(resolveModel("local/other", piModels, {})).toMatchObject({ ok: true, model: { api: "anthropic-messages", baseUrl: "http://127.0.0.1:9090" } });
   });
 
+  it("reads idleTimeoutMs from the model entry, else its provider, else 60 s; a value that is not a positive integer is the default", () => {
+    const cfg = (provider: Record<string, unknown>, model: Record<string, unknown> = {}): PiModelsConfig =>
+      ({ providers: { p: { baseUrl: "http://127.0.0.1:1/v1", api: "openai-completions", apiKey: "k", ...provider, models: [{ id: "m", ...model }] } } });
+    const idle = (c: PiModelsConfig) => {
+      const r = resolveModel("p/m", c, {});
+      return r.ok ? r.model.idleTimeoutMs : r.reason;
+    };
+    expect(idle(cfg({}))).toBe(60_000);
+    expect(idle(cfg({ idleTimeoutMs: 180_000 }))).toBe(180_000);
+    expect(idle(cfg({ idleTimeoutMs: 180_000 }, { idleTimeoutMs: 5_000 }))).toBe(5_000);
+    expect(idle(cfg({ idleTimeoutMs: "90s" }))).toBe(60_000);
+    expect(idle(cfg({ idleTimeoutMs: -1 }))).toBe(60_000);
+    expect(idle(cfg({ idleTimeoutMs: 1e15 }))).toBe(86_400_000);
+  });
+
   it("keeps slashes in the model id (provider is the first segment)", () => {
     const cfg = { providers: { or: { baseUrl: "https://openrouter.ai/api/v1", api: "openai-completions", apiKey: "k", models: [{ id: "meta/llama-3" }] } } };
     expect(resolveModel("or/meta/llama-3", cfg, {})).toMatchObject({ ok: true, model: { provider: "or", modelId: "meta/llama-3" } });

@@ -32,6 +32,12 @@ describe.each<ModelApi>(["openai-completions", "anthropic-messages"])("runToolLo
     expect(events[0]).toMatchObject({ kind: "assistant", text, stopReason: "length" });
   });
 
+  it("an output limit reached before any answer (a reasoning model thinking it away) fails saying so, not as an empty answer", async () => {
+    const s = await scriptModel([{ text: "", finishReason: "length" }]);
+    const r = await runToolLoop({ model: scriptedModel(api, s, { maxTokens: 1024 }), systemPrompt: "", messages: [{ role: "user", text: "explain" }], tools: [], onEvent: async () => {} });
+    expect(r).toEqual({ ok: false, reason: "the model reached its output limit (maxTokens 1024) before it wrote an answer; give the model a higher maxTokens in piModels", rounds: 1 });
+  });
+
   it("returns the model's text when it calls no tool, having sent the prompt, history, tools and key", async () => {
     const s = await scriptModel([{ text: "Hello Alice." }]);
     const events: LoopEvent[] = [];
@@ -254,12 +260,48 @@ describe.each<ModelApi>(["openai-completions", "anthropic-messages"])("runToolLo
     expect(await s.requests()).toHaveLength(3);
   });
 
+  it("retries an answer whose stream ends cleanly before its finish reason, and posts only the whole answer", async () => {
+    // Cut after the text began (openai: role + one piece; anthropic: start, ping, block start, one piece).
+    const s = await scriptModel([{ text: "the first half of a long answer", endAfterChunks: api === "anthropic-messages" ? 4 : 2 }, { text: "whole answer" }]);
+    const events: LoopEvent[] = [];
+    const r = await runToolLoop({ model: scriptedModel(api, s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async (e) => void events.push(e), ...fast });
+    expect(r).toEqual({ ok: true, finalText: "whole answer", rounds: 1 });
+    expect(events).toEqual([{ kind: "assistant", text: "whole answer", toolCalls: [], stopReason: "stop" }]);
+    expect(await s.requests()).toHaveLength(2);
+  });
+
+  it("ends ok:false, saying the answer was cut short, when every stream ends before its finish reason", async () => {
+    const s = await scriptModel([], { text: "never finished", endAfterChunks: 1 });
+    const events: LoopEvent[] = [];
+    const r = await runToolLoop({ model: scriptedModel(api, s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async (e) => void events.push(e), retries: 2, ...fast });
+    expect(r).toMatchObject({ ok: false, rounds: 0 });
+    expect(!r.ok && r.reason).toBe("the model API's answer ended before it was finished (no finish reason) (after 3 attempts)");
+    expect(events).toEqual([]);
+    expect(await s.requests()).toHaveLength(3);
+  });
+
   it("ends ok:false when the connection keeps dropping", async () => {
     const s = await scriptModel([], { drop: true });
     const r = await runToolLoop({ model: scriptedModel(api, s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, retries: 1, ...fast });
     expect(r).toMatchObject({ ok: false, rounds: 0 });
     expect(!r.ok && r.reason).toMatch(/could not reach the model API.*after 2 attempts/);
     expect(await s.requests()).toHaveLength(2);
+  });
+
+  it("an answer that is a page or a whole JSON body, not the event stream asked for, fails at once saying so", async () => {
+    for (const [raw, contentType] of [["<html><body>Welcome to our site</body></html>", "text/html; charset=utf-8"], ['{"id":"x","choices":[]}', "application/json"]]) {
+      const s = await scriptModel([{ raw, contentType }, { text: "not asked" }]);
+      const r = await runToolLoop({ model: scriptedModel(api, s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast });
+      expect(r).toEqual({ ok: false, reason: `the model API answered HTTP 200 with ${contentType}, not an event stream (is the provider's baseUrl its API's?)`, rounds: 0 });
+      expect(await s.requests()).toHaveLength(1);
+    }
+  });
+
+  it("a gateway's HTML error page is told by its title, and retried as its 5xx", async () => {
+    const page = "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n";
+    const s = await scriptModel([], { raw: page, status: 502, contentType: "text/html" });
+    const r = await runToolLoop({ model: scriptedModel(api, s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, retries: 1, ...fast });
+    expect(r).toEqual({ ok: false, reason: "the model API answered HTTP 502: 502 Bad Gateway (an HTML page) (after 2 attempts)", rounds: 0 });
   });
 
   it("does not retry a client error (400)", async () => {
@@ -291,6 +333,32 @@ describe.each<ModelApi>(["openai-completions", "anthropic-messages"])("runToolLo
     // the first round was persisted before the hang
     expect(events.map((e) => e.kind)).toEqual(["assistant", "tool_result"]);
     expect(await s.requests()).toHaveLength(2);
+  });
+
+  it("gives up a call that receives nothing for the model's idleTimeoutMs (no headers, or nothing after them) and retries it", async () => {
+    const s = await scriptModel([{ hang: true }, { text: "never finished", stallAfterChunks: 2 }, { text: "answered at last" }]);
+    const events: LoopEvent[] = [];
+    const started = Date.now();
+    const r = await runToolLoop({ model: scriptedModel(api, s, { idleTimeoutMs: 300 }), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async (e) => void events.push(e), ...fast });
+    expect(r).toEqual({ ok: true, finalText: "answered at last", rounds: 1 });
+    expect(events).toEqual([{ kind: "assistant", text: "answered at last", toolCalls: [], stopReason: "stop" }]);
+    expect(await s.requests()).toHaveLength(3);
+    // Not the per-call timeout (120 s): two idle periods and the backoff.
+    expect(Date.now() - started).toBeLessThan(10_000);
+  });
+
+  it("ends ok:false with an idle-timeout reason when the model keeps going silent after its headers", async () => {
+    const s = await scriptModel([], { text: "never finished", stallAfterChunks: 0 });
+    const r = await runToolLoop({ model: scriptedModel(api, s, { idleTimeoutMs: 200 }), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, retries: 1, ...fast });
+    expect(r).toEqual({ ok: false, reason: "the model API sent nothing for 200 ms (idle timeout) (after 2 attempts)", rounds: 0 });
+    expect(await s.requests()).toHaveLength(2);
+  });
+
+  it("a model slower than its idle timeout in all but its gaps is not cut off", async () => {
+    const s = await scriptModel([{ text: "slow but steady answer", chunkDelayMs: 150 }]);
+    const r = await runToolLoop({ model: scriptedModel(api, s, { idleTimeoutMs: 1_000 }), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast });
+    expect(r).toEqual({ ok: true, finalText: "slow but steady answer", rounds: 1 });
+    expect(await s.requests()).toHaveLength(1);
   });
 
   it("stops after maxRounds when the model never stops calling tools", async () => {
@@ -362,5 +430,50 @@ describe.each<ModelApi>(["openai-completions", "anthropic-messages"])("runToolLo
     });
     expect(r.result).toEqual({ ok: true, finalText: "done in DO", rounds: 2 });
     expect(r.events[1]).toMatchObject({ kind: "tool_result", output: "echo: in a DO" });
+  });
+});
+
+describe("runToolLoop over anthropic-messages: the stream's error events", () => {
+  it("an error event in the stream says the provider's words; an overloaded provider is retried, a refused request is not", async () => {
+    const event = (type: string, message: string) => `event: error\ndata: ${JSON.stringify({ type: "error", error: { type, message } })}\n\n`;
+    const s = await scriptModel([{ raw: event("overloaded_error", "Overloaded") }, { text: "after the load" }]);
+    const r = await runToolLoop({ model: scriptedModel("anthropic-messages", s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast });
+    expect(r).toEqual({ ok: true, finalText: "after the load", rounds: 1 });
+    const refused = await scriptModel([{ raw: event("invalid_request_error", `prompt too long for key ${SCRIPTED_KEY}`) }, { text: "not asked" }]);
+    const r2 = await runToolLoop({ model: scriptedModel("anthropic-messages", refused), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast });
+    expect(r2).toEqual({ ok: false, reason: "the model API reported an error mid-answer (invalid_request_error): prompt too long for key [redacted]", rounds: 0 });
+    expect(await refused.requests()).toHaveLength(1);
+  });
+});
+
+describe("runToolLoop over openai-completions: the stream's error events", () => {
+  it("an OpenAI-style error event in the stream says the provider's words; a server error is retried, another is not", async () => {
+    const event = (error: Record<string, unknown>) => `data: ${JSON.stringify({ error })}\n\n`;
+    const s = await scriptModel([{ raw: event({ message: "upstream timed out", code: 502 }) }, { text: "after the glitch" }]);
+    const r = await runToolLoop({ model: scriptedModel("openai-completions", s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast });
+    expect(r).toEqual({ ok: true, finalText: "after the glitch", rounds: 1 });
+    const refused = await scriptModel([{ raw: event({ message: `context too long for ${SCRIPTED_KEY}`, type: "invalid_request_error" }) }, { text: "not asked" }]);
+    const r2 = await runToolLoop({ model: scriptedModel("openai-completions", refused), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast });
+    expect(r2).toEqual({ ok: false, reason: "the model API reported an error mid-answer (invalid_request_error): context too long for [redacted]", rounds: 0 });
+    expect(await refused.requests()).toHaveLength(1);
+    // A provider echoing the key anywhere in its error is scrubbed there too.
+    const echoing = await scriptModel([{ raw: event({ message: "no", type: `key_${SCRIPTED_KEY}_refused` }) }]);
+    const r3 = await runToolLoop({ model: scriptedModel("openai-completions", echoing), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast });
+    expect(r3).toEqual({ ok: false, reason: "the model API reported an error mid-answer (key_[redacted]_refused): no", rounds: 0 });
+  });
+
+  it("a server configured as sending no finish reason (compat.supportsFinishReason false) is taken at its stream's end", async () => {
+    // role + three pieces of text, then the end: no finish reason, no usage, no [DONE]
+    const s = await scriptModel([{ text: "all of it", endAfterChunks: 4 }]);
+    const r = await runToolLoop({ model: scriptedModel("openai-completions", s, { compat: { supportsFinishReason: false } }), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast });
+    expect(r).toEqual({ ok: true, finalText: "all of it", rounds: 1 });
+    expect(await s.requests()).toHaveLength(1);
+  });
+
+  it("a stream event that is not JSON fails the call saying so", async () => {
+    const s = await scriptModel([{ raw: `data: {"id":"c","choices":[]}\n\ndata: <html>oops ${SCRIPTED_KEY}\n\n` }, { text: "not asked" }]);
+    const r = await runToolLoop({ model: scriptedModel("openai-completions", s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast });
+    expect(r).toEqual({ ok: false, reason: "the model API sent a stream event that is not JSON: <html>oops [redacted]", rounds: 0 });
+    expect(await s.requests()).toHaveLength(1);
   });
 });

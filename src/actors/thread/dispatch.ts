@@ -5,7 +5,7 @@ import type { Environment } from "../../environments";
 import type { StoredMessage } from "../../streams/log";
 import type { ThreadRow } from "../../threads/thread-row";
 import { DEFAULT_DISPATCH_CONFIG, mergeDispatchConfig, type DispatchConfig, type ThreadConfigPatch } from "../../dispatch/config";
-import { afterGate, effectiveMode, entryDepth, isTriggerable, selectResponders, type Candidate, type Decision, type DecisionReason, type Trigger } from "../../dispatch/selection";
+import { afterGate, effectiveMode, entryDepth, isTriggerable, mayMention, selectResponders, type Candidate, type Decision, type DecisionReason, type Trigger } from "../../dispatch/selection";
 import { resolveModel, type PiModelsConfig, type ResolvedModel } from "../../dispatch/models";
 import { runToolLoop, type LoopEvent, type LoopMessage, type LoopResult, type ToolSpec } from "../../dispatch/tool-loop";
 import { askGate } from "../../dispatch/gate";
@@ -118,6 +118,23 @@ export const DISPATCH_ROUNDS_SCHEMA: Schema = {
       turn_id text not null, idx integer not null, body text not null, primary key (turn_id, idx))`,
 };
 
+/** The bot's model, instructions and environment as a running turn began with them, kept across restarts. */
+export const DISPATCH_SETTINGS_SCHEMA: Schema = {
+  name: "dispatch_turn_settings",
+  ddl: `create table if not exists dispatch_turn_settings (turn_id text primary key, body text not null)`,
+};
+
+type TurnSettings = Pick<Agent, "name" | "handle" | "model"> & { systemPrompt: string | null; environmentId: string | null };
+
+function withSettings(current: Agent, began: TurnSettings): Agent {
+  const { systemPrompt, environmentId, ...rest } = current;
+  return {
+    ...rest, name: began.name, handle: began.handle, model: began.model,
+    ...(began.systemPrompt !== null ? { systemPrompt: began.systemPrompt } : {}),
+    ...(began.environmentId !== null ? { environmentId: began.environmentId } : {}),
+  };
+}
+
 /**
  * Bots reacting to chat, inside the ThreadActor. A chat entry becomes a trigger in the same
  * transaction that appends it; the actor's alarm turns triggers into decisions and turns, and
@@ -142,6 +159,7 @@ export class DispatchService {
   private readonly agentsTable: LazySchema;
   private readonly turnTables: LazySchema;
   private readonly roundsTable: LazySchema;
+  private readonly settingsTable: LazySchema;
 
   constructor(private readonly ports: DispatchPorts) {
     const sql = ports.sql;
@@ -152,6 +170,7 @@ export class DispatchService {
     this.agentsTable = new LazySchema(sql, DISPATCH_AGENTS_SCHEMA);
     this.turnTables = new LazySchema(sql, DISPATCH_TURNS_SCHEMA);
     this.roundsTable = new LazySchema(sql, DISPATCH_ROUNDS_SCHEMA);
+    this.settingsTable = new LazySchema(sql, DISPATCH_SETTINGS_SCHEMA);
   }
 
   // ---- config ----
@@ -226,7 +245,7 @@ export class DispatchService {
     const text = String(e.payload.text ?? "");
     const mentions = mentionList(e.payload.mentions);
     // A bot's own message gets a recorded "author" decision, and any `@` may name somebody.
-    if (text.includes("@") || (mentions?.length ?? 0) > 0 || (e.authorId !== undefined && cache.ids.has(e.authorId))) return false;
+    if (mayMention(text) || (mentions?.length ?? 0) > 0 || (e.authorId !== undefined && cache.ids.has(e.authorId))) return false;
     cache.mentionOnly ??= cache.candidates.every((a) => effectiveMode(a, this.config()) === "mention");
     return cache.mentionOnly;
   }
@@ -417,7 +436,21 @@ export class DispatchService {
     if (patch.state === "done" || patch.state === "failed") {
       this.ports.sql.exec(`update dispatch_turns set progress = '[]' where id = ? and progress != '[]'`, id);
       if (this.roundsTable.exists()) this.ports.sql.exec(`delete from dispatch_turn_rounds where turn_id = ?`, id);
+      if (this.settingsTable.exists()) this.ports.sql.exec(`delete from dispatch_turn_settings where turn_id = ?`, id);
     }
+  }
+
+  private keepSettings(turnId: string, agent: Agent): void {
+    this.settingsTable.ensure();
+    const kept: TurnSettings = { name: agent.name, handle: agent.handle, model: agent.model, systemPrompt: agent.systemPrompt ?? null, environmentId: agent.environmentId ?? null };
+    this.ports.sql.exec(`insert into dispatch_turn_settings (turn_id, body) values (?, ?) on conflict do update set body = excluded.body`, turnId, JSON.stringify(kept));
+  }
+
+  /** The bot's settings as the turn began (none for a turn an older actor began). */
+  private settingsOf(turnId: string): TurnSettings | null {
+    if (!this.settingsTable.exists()) return null;
+    const r = this.ports.sql.exec(`select body from dispatch_turn_settings where turn_id = ?`, turnId).toArray()[0];
+    return r ? (JSON.parse(r.body as string) as TurnSettings) : null;
   }
 
   /** The rounds a turn has written so far, oldest first. */
@@ -447,11 +480,16 @@ export class DispatchService {
       const row = this.ports.thread();
       doing = "house";
       const house = this.ports.house(row.houseId);
-      const agent = await house.getAgent(turn.agentId);
-      if (!agent) {
+      const current = await house.getAgent(turn.agentId);
+      if (!current) {
         this.drop(turn, "agent was deleted");
         return;
       }
+      // A turn resumed after a restart answers as the bot it began as: a model or instructions
+      // edited meanwhile would take over half-way through its rounds. Its tools are the bot's
+      // current ones, as between rounds (a tool taken away must act no more).
+      const began = resumed ? this.settingsOf(turn.id) : null;
+      const agent: Agent = began ? withSettings(current, began) : current;
       const environmentId = agent.environmentId ?? row.environmentId;
       const environment = environmentId ? await house.getEnvironment(environmentId) : null;
       this.turnSecrets.set(turn.id, Object.values(environment?.secrets ?? {}));
@@ -492,6 +530,7 @@ export class DispatchService {
 
       const model = resolve(agent.model);
       if (!model.ok) return this.fail(turn, model.reason);
+      if (!resumed) this.keepSettings(turn.id, agent);
       this.setTurn(turn.id, { state: "running", attempts });
       // If this incarnation dies mid-turn, the lease deadline wakes the next one to resume.
       await this.ports.rearm();
