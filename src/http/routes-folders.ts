@@ -20,10 +20,41 @@ function folderName(raw: string | null | undefined): string {
 const MULTIPART_SLACK_BYTES = 64 * 1024;
 
 /**
+ * The parts a multipart upload may have: the archive, a name field and a few a form adds. The
+ * runtime's parser makes an object of every part, and a body of the largest size cut into tiny
+ * fields is hundreds of thousands of them, several times the body's size in memory (a Worker has 128 MB).
+ */
+const MULTIPART_MAX_PARTS = 16;
+
+/**
+ * How many parts a multipart body has, counted by its delimiter lines (a boundary never occurs in
+ * a part's content) up to `stopAt`. A boundary holds no CR, so each CR is looked at once.
+ */
+function multipartParts(bytes: Uint8Array, contentType: string, stopAt: number): number {
+  const m = /;\s*boundary=(?:"([^"]+)"|([^;\s]+))/i.exec(contentType);
+  if (!m) return 0;
+  const delimiter = new TextEncoder().encode(`--${m[1] ?? m[2]}`);
+  const at = (i: number) => {
+    if (i + delimiter.length > bytes.length) return false;
+    for (let j = 0; j < delimiter.length; j++) if (bytes[i + j] !== delimiter[j]) return false;
+    return true;
+  };
+  let found = at(0) ? 1 : 0;
+  for (let i = bytes.indexOf(13); i !== -1 && found <= stopAt; i = bytes.indexOf(13, i + 1)) {
+    if (bytes[i + 1] === 10 && at(i + 2)) found++;
+  }
+  // The closing delimiter ends the last part and starts none.
+  return Math.max(0, found - 1);
+}
+
+/**
  * The one file of a `multipart/form-data` upload (what `curl -F file=@a.tgz` and a browser form
  * send), and its `name` field when it has one.
  */
 async function multipartArchive(bytes: Uint8Array, contentType: string, maxBytes: number): Promise<{ bytes: Uint8Array; name: string | null }> {
+  if (multipartParts(bytes, contentType, MULTIPART_MAX_PARTS + 1) > MULTIPART_MAX_PARTS) {
+    throw new ApiError("validation_failed", `a multipart upload has at most ${MULTIPART_MAX_PARTS} parts: the archive and its name`);
+  }
   let form: FormData;
   try {
     form = await new Response(bytes, { headers: { "content-type": contentType } }).formData();

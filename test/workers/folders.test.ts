@@ -102,6 +102,24 @@ describe("environment folders: upload, versions, download", () => {
     }
   });
 
+  it("a multipart upload of the archive among thousands of tiny fields is refused before the form is parsed", async () => {
+    const token = await houseToken("house-folders-multipart-parts");
+    const e = (await createEnv(token)).body;
+    const tar = tarArchive({ "notes/todo.txt": "one\n" });
+    const f = new FormData();
+    f.append("name", "notes");
+    f.append("file", new Blob([tar]), "a.tar");
+    for (let i = 0; i < 20_000; i++) f.append("f", "x");
+    const r = await call(`/api/environments/${e.id}/folders`, { method: "POST", token, body: f });
+    expect([r.status, await r.json()]).toEqual([400, { error: { code: "validation_failed", message: "a multipart upload has at most 16 parts: the archive and its name" } }]);
+    // A form with a few fields besides the archive is still taken.
+    const few = new FormData();
+    for (let i = 0; i < 14; i++) few.append(`extra${i}`, "x");
+    few.append("name", "notes");
+    few.append("file", new Blob([tar]), "a.tar");
+    expect((await call(`/api/environments/${e.id}/folders`, { method: "POST", token, body: few })).status).toBe(201);
+  });
+
   it("refuses bad uploads with clear 4xx answers, an oversize one while it is still arriving", async () => {
     const token = await houseToken("house-folders-bad");
     const e = (await createEnv(token)).body;
