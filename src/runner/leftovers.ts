@@ -42,15 +42,35 @@ export function markedPids(mark: string): number[] {
   return out;
 }
 
+/** The process group `pid` is in (undefined when it is gone, or without procfs). */
+function groupOf(pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "latin1");
+    // pid (comm) state ppid pgrp …: the command name may hold spaces and parentheses.
+    const pgrp = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[2]);
+    return Number.isInteger(pgrp) ? pgrp : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /**
- * SIGKILLs the harness's groups and every process with the mark, again while new ones turn up (a
- * loop that forks as it is killed); returns how many were found.
+ * SIGKILLs the harnesses' groups and every process with the mark, again while new ones turn up (a
+ * loop that forks as it is killed); returns how many were found. `groups`: those of the run's
+ * harnesses in the order they started, the last one's harness just exited. An earlier one's
+ * harness exited before, perhaps long ago: once its group emptied, the id was free to be taken
+ * again (by another run's harness, or a command of one in a session of its own, on a shared box),
+ * so it is signalled only while a process in it carries the mark.
  */
 export function killLeftovers(mark: string, groups: number[]): number {
-  for (const pid of groups) signalGroup(pid, "SIGKILL");
+  const marked = markedPids(mark);
+  const ours = new Set(marked.map(groupOf));
+  const last = groups.at(-1);
+  for (const pid of groups.slice(0, -1)) if (pid !== last && ours.has(pid)) signalGroup(pid, "SIGKILL");
+  signalGroup(last, "SIGKILL");
   const found = new Set<number>();
   for (let round = 0; round < 5; round++) {
-    const pids = markedPids(mark);
+    const pids = round === 0 ? marked : markedPids(mark);
     if (pids.length === 0) break;
     for (const pid of pids) {
       found.add(pid);
