@@ -59,7 +59,12 @@ export function boundedCommand(command: string, nonce: string, keep = OUTPUT_KEE
   return `${cut}\n${body}\n`;
 }
 
-/** A fresh marker for one command's cuts: the command's own output cannot guess it. */
+/**
+ * A fresh marker for one command's cuts: no output has it by chance (a log of an earlier answer,
+ * a file that quotes one). A command out to fake a cut can find it (it runs as the filters' user,
+ * and the marker is on their command line); what it fakes is then only its own answer's account
+ * of its own output.
+ */
 export function cutNonce(): string {
   return `tb-cut-${crypto.randomUUID().replace(/-/g, "")}`;
 }
