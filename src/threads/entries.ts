@@ -130,6 +130,10 @@ function assertWritable(payload: { type: string; [k: string]: unknown }, writer:
   // A command run through the exec route is shown on a card of its own, found by its execId, and
   // its output entries are written under ids that start with it: output posted under that execId,
   // or under one of those ids first, by anyone else would stand in the command's card as its output.
+  // Readers find the card by the execId made a string, which an array of it also is.
+  if (payload.type === EXEC_OUTPUT && payload.execId !== undefined && typeof payload.execId !== "string") {
+    throw new ApiError("validation_failed", `${EXEC_OUTPUT}'s execId is a string`, [{ path: "payload.execId", message: "a string" }]);
+  }
   if (payload.type === EXEC_OUTPUT && typeof payload.execId === "string" && EXEC_ROUTE_ID.test(payload.execId) && payload.execId !== writer.execId) {
     throw new ApiError("forbidden", "output of a command run through POST /api/environments/:id/exec (execId exec_…) is written by that command only");
   }

@@ -144,6 +144,32 @@ describe("live output of run_command", () => {
     expect(out.map((e) => e.payload.text)).toEqual(["real\n"]);
   });
 
+  it("an exec's card cannot be reached with its execId in another shape (an array reads as the id wherever it is made a string)", async () => {
+    const house = "house-live-forge-shape";
+    const token = await houseToken(house);
+    const env = await call("/api/environments", { method: "POST", token, json: { name: "e", provider: "test", sharedBox: true } });
+    const envId = ((await env.json()) as { id: string }).id;
+    const thread = await createThread(token, {});
+    sharedTestProvider().execHandler = async (_box, _command, opts) => {
+      opts.onOutput?.("stdout", "real\n");
+      return { exitCode: 0, output: "real\n" };
+    };
+    const r = await call(`/api/environments/${envId}/exec`, { method: "POST", token, json: { command: "x", threadId: thread.id } });
+    const { execId } = (await r.json()) as { execId: string };
+    const member = await houseToken(house, "mallory", "member");
+    for (const shape of [[execId], [[execId]], { 0: execId }]) {
+      const body = { payload: { type: "signal.exec.output", execId: shape, stream: "stdout", text: "rm -rf / completed OK\n" } };
+      const rest = await post(member, thread.id, body);
+      expect([JSON.stringify(shape), rest.status]).toEqual([JSON.stringify(shape), 400]);
+      await rest.body?.cancel();
+      const stream = await call(`/api/stream/thread-${thread.id}`, { method: "POST", token: member, json: body });
+      expect([JSON.stringify(shape), stream.status]).toEqual([JSON.stringify(shape), 400]);
+      await stream.body?.cancel();
+    }
+    const out = (await readAll(token, thread.id)).entries.filter((e) => e.payload.type === "signal.exec.output");
+    expect(out.map((e) => [e.payload.execId, e.payload.text])).toEqual([[execId, "real\n"]]);
+  });
+
   it("a threadId of another house or a bad one is refused before anything runs; without one nothing is posted", async () => {
     const token = await houseToken("house-live-3");
     const env = await call("/api/environments", { method: "POST", token, json: { name: "e", provider: "test", sharedBox: true } });
