@@ -26,25 +26,49 @@ const MULTIPART_SLACK_BYTES = 64 * 1024;
  */
 const MULTIPART_MAX_PARTS = 16;
 
+const TOKEN = "[!#$%&'*+.^_`|~0-9A-Za-z-]+";
+const MEDIA_PARAM = new RegExp(`^;\\s*(${TOKEN})=(${TOKEN}|"[^"\\\\]*")\\s*`);
+
+/**
+ * The boundary of a `multipart/form-data` content type, or null unless it names exactly one in
+ * plain `name=value` parameters (quoted without escapes). Anything looser could be read as
+ * another boundary by the runtime's parser than by the count of parts below.
+ */
+function multipartBoundary(contentType: string): string | null {
+  let rest = contentType.replace(/^multipart\/form-data\s*/i, "");
+  const found: string[] = [];
+  while (rest !== "") {
+    const m = MEDIA_PARAM.exec(rest);
+    if (!m) {
+      if (!/^;\s*$/.test(rest)) return null;
+      break;
+    }
+    if (m[1]!.toLowerCase() === "boundary") found.push(m[2]!.replace(/^"(.*)"$/, "$1"));
+    rest = rest.slice(m[0].length);
+  }
+  return found.length === 1 && found[0] !== "" ? found[0]! : null;
+}
+
 /**
  * How many parts a multipart body has, counted by its delimiter lines (a boundary never occurs in
- * a part's content) up to `stopAt`. A boundary holds no CR, so each CR is looked at once.
+ * a part's content; the runtime's parser takes a line ended by LF alone too) up to `stopAt`; null
+ * when the body does not begin with its first delimiter. A boundary holds no LF, so each LF is
+ * looked at once.
  */
-function multipartParts(bytes: Uint8Array, contentType: string, stopAt: number): number {
-  const m = /;\s*boundary=(?:"([^"]+)"|([^;\s]+))/i.exec(contentType);
-  if (!m) return 0;
-  const delimiter = new TextEncoder().encode(`--${m[1] ?? m[2]}`);
+function multipartParts(bytes: Uint8Array, boundary: string, stopAt: number): number | null {
+  const delimiter = new TextEncoder().encode(`--${boundary}`);
   const at = (i: number) => {
     if (i + delimiter.length > bytes.length) return false;
     for (let j = 0; j < delimiter.length; j++) if (bytes[i + j] !== delimiter[j]) return false;
     return true;
   };
-  let found = at(0) ? 1 : 0;
-  for (let i = bytes.indexOf(13); i !== -1 && found <= stopAt; i = bytes.indexOf(13, i + 1)) {
-    if (bytes[i + 1] === 10 && at(i + 2)) found++;
+  if (!at(0)) return null;
+  let found = 1;
+  for (let i = bytes.indexOf(10); i !== -1 && found <= stopAt; i = bytes.indexOf(10, i + 1)) {
+    if (at(i + 1)) found++;
   }
   // The closing delimiter ends the last part and starts none.
-  return Math.max(0, found - 1);
+  return found - 1;
 }
 
 /**
@@ -52,7 +76,10 @@ function multipartParts(bytes: Uint8Array, contentType: string, stopAt: number):
  * send), and its `name` field when it has one.
  */
 async function multipartArchive(bytes: Uint8Array, contentType: string, maxBytes: number): Promise<{ bytes: Uint8Array; name: string | null }> {
-  if (multipartParts(bytes, contentType, MULTIPART_MAX_PARTS + 1) > MULTIPART_MAX_PARTS) {
+  const boundary = multipartBoundary(contentType);
+  const parts = boundary === null ? null : multipartParts(bytes, boundary, MULTIPART_MAX_PARTS + 1);
+  if (parts === null) throw new ApiError("validation_failed", "the multipart/form-data body cannot be read: it begins with the one boundary its content type names");
+  if (parts > MULTIPART_MAX_PARTS) {
     throw new ApiError("validation_failed", `a multipart upload has at most ${MULTIPART_MAX_PARTS} parts: the archive and its name`);
   }
   let form: FormData;

@@ -112,6 +112,28 @@ describe("environment folders: upload, versions, download", () => {
     for (let i = 0; i < 20_000; i++) f.append("f", "x");
     const r = await call(`/api/environments/${e.id}/folders`, { method: "POST", token, body: f });
     expect([r.status, await r.json()]).toEqual([400, { error: { code: "validation_failed", message: "a multipart upload has at most 16 parts: the archive and its name" } }]);
+    // Nor past the count: parts on lines ended by LF alone (the runtime's parser takes them), or a
+    // content type whose boundary could be read two ways.
+    const lf = (boundary: string, n: number) => {
+      const text = (t: string) => new TextEncoder().encode(t);
+      const fields = Array.from({ length: n }, (_, i) => `--${boundary}\nContent-Disposition: form-data; name="f${i}"\n\nx\n`).join("");
+      const head = text(`${fields}--${boundary}\nContent-Disposition: form-data; name="file"; filename="a.tar"\nContent-Type: application/x-tar\n\n`);
+      const tail = text(`\n--${boundary}--\n`);
+      const out = new Uint8Array(head.length + tar.length + tail.length);
+      out.set(head);
+      out.set(tar, head.length);
+      out.set(tail, head.length + tar.length);
+      return out;
+    };
+    for (const [what, contentType, body] of [
+      ["LF lines", "multipart/form-data; boundary=XyZ", lf("XyZ", 20_000)],
+      ["a boundary inside a quoted parameter", 'multipart/form-data; x="; boundary=AAA"; boundary=XyZ', lf("XyZ", 100)],
+      ["an escaped boundary", 'multipart/form-data; boundary="X\\yZ"', lf("XyZ", 100)],
+      ["two boundaries", "multipart/form-data; boundary=XyZ; boundary=AAA", lf("XyZ", 100)],
+    ] as const) {
+      const r = await call(`/api/environments/${e.id}/folders?name=notes`, { method: "POST", token, body, headers: { "content-type": contentType } });
+      expect([what, r.status, await errorCode(r)]).toEqual([what, 400, "validation_failed"]);
+    }
     // A form with a few fields besides the archive is still taken.
     const few = new FormData();
     for (let i = 0; i < 14; i++) few.append(`extra${i}`, "x");
