@@ -493,13 +493,18 @@ describe("runner + mirror with the real pi", () => {
   it("a process a tool left running does not outlive the run: gone once the run completes, is stopped, or pi is killed", async () => {
     for (const ending of ["completes", "stopped", "pi killed"] as const) {
       const marker = `1000.${process.pid}${Date.now() % 100000}`;
-      const model = await startModelServer([leaveBehind(marker), ending === "completes" ? { text: "Left it running." } : { hang: true }]);
+      // The run's last answer waits until the test has seen the process: a run that completed
+      // (and killed it) before the first look would leave nothing to see.
+      let seen!: () => void;
+      const until = new Promise<void>((r) => { seen = r; });
+      const model = await startModelServer([leaveBehind(marker), ending === "completes" ? { text: "Left it running.", until } : { hang: true }]);
       try {
         const threadId = await newThread();
         const { child, done } = startRunner({ threadId, model, prompt: "start something in the background" });
         const t0 = Date.now();
-        while ((model.requests.length < 2 || processesWith(marker).length === 0) && Date.now() - t0 < 20_000) await new Promise((r) => setTimeout(r, 50));
+        while ((model.requests.length < 2 || processesWith(marker).length === 0) && Date.now() - t0 < 30_000) await new Promise((r) => setTimeout(r, 50));
         expect(processesWith(marker)).toHaveLength(1);
+        seen();
         if (ending === "pi killed") {
           const pids = execFileSync("ps", ["-o", "pid=", "--ppid", String(child.pid)], { encoding: "utf8" }).split("\n").map((x) => Number(x.trim())).filter(Boolean);
           for (const pid of pids) process.kill(pid, "SIGKILL");
@@ -514,7 +519,7 @@ describe("runner + mirror with the real pi", () => {
         await model.close();
       }
     }
-  });
+  }, 180_000);
 
   it("a pi that never gets as far as its mirror is stopped after THREADBOX_START_TIMEOUT_MS, not beaten for until the runaway guard", async () => {
     const model = await startModelServer([{ text: "never asked" }]);
