@@ -149,12 +149,14 @@ function fnv1a(s: string): string {
  * and entries: they go in a secret instead). An ssh URL's user (`ssh://git@host/…`) is the account
  * the key logs in as, no secret: it may be given, a password may not. Nor a query string or a
  * fragment: git appends its own paths to the URL, so it cannot clone through one, and what they
- * hold (`?private_token=…`) would be shown wherever the URL is.
+ * hold (`?private_token=…`) would be shown wherever the URL is. A user or host starting with `-`
+ * would reach ssh as an option (`-oProxyCommand=…`).
  */
 export const repositoryUrlSchema = z.string().min(1).max(2000).refine((u) => {
   try {
     const parsed = new URL(u);
     return ["https:", "http:", "git:", "ssh:", "file:"].includes(parsed.protocol) && (parsed.username === "" || parsed.protocol === "ssh:") && parsed.password === ""
+      && !parsed.username.startsWith("-") && !parsed.hostname.startsWith("-")
       && !u.includes("?") && !u.includes("#");
   } catch {
     return false;

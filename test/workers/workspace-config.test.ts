@@ -243,6 +243,10 @@ describe("environment workspace fields", () => {
     expect(clones[1].password).toBeUndefined();
     // An ssh URL names the account its key logs in as: no secret, and what ssh URLs of most hosts carry.
     expect((await createEnv(token, { repositories: [{ url: "ssh://git@git.example/org/app.git" }] })).status).toBe(201);
+    // A user or host that ssh would read as an option is not.
+    for (const url of ["ssh://-oProxyCommand=touch%20pwned@git.example/a.git", "ssh://-oProxyCommand=x/a.git"]) {
+      expect([url, (await createEnv(token, { repositories: [{ url }] })).status]).toEqual([url, 400]);
+    }
     expect(JSON.stringify((await readAll(token, childThreadId)).entries)).not.toContain("ghp-secret-token-1");
   });
 
