@@ -108,7 +108,7 @@ export class Box {
     let out = text;
     // Whole path components only: a root of /srv/sbh says nothing of /srv/sbh2.
     const escape = (p) => p.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
-    for (const [host, shown] of all) if (host.length > 1) out = out.replace(new RegExp(`${escape(host)}(?![^/\\s'"\`:;,)\\]])`, "g"), shown);
+    for (const [host, shown] of all) if (host.length > 1) out = out.replace(new RegExp(`${escape(host)}(?![^/\\s'"\`:;,)\\]])`, "g"), () => shown);
     return out;
   }
 
