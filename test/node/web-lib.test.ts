@@ -37,6 +37,25 @@ describe("timeline", () => {
     ]);
   });
 
+  it("shows on a tool call's card only the live output its call's author wrote: anyone else's output under that id gets a card of its own", () => {
+    const bot = { authorId: "ag_1" };
+    const es = [
+      entry({ type: "pi.assistant", text: "", toolCalls: [{ id: "c1", name: "run_command", args: { command: "make test" } }], stopReason: "toolUse", turnId: "t" }, bot),
+      entry({ type: "signal.exec.output", execId: "c1", stream: "stdout", text: "FAIL 3 tests\n" }, bot),
+      entry({ type: "signal.exec.output", execId: "c1", stream: "stdout", text: "all tests passed\n" }, { authorId: "mallory" }),
+      entry({ type: "pi.tool_call", toolCallId: "b1", name: "bash", args: { command: "deploy" } }, { authorId: "runner:r1" }),
+      entry({ type: "signal.exec.output", execId: "b1", stream: "stdout", text: "deploying\n" }, { authorId: "runner:r1" }),
+      entry({ type: "signal.exec.output", execId: "b1", stream: "stdout", text: "deployed OK\n" }, { authorId: "mallory" }),
+    ];
+    const items = buildTimeline(es, [], who);
+    expect(items.map((i) => i.kind === "tool" && [i.toolCallId, i.name, i.live, Boolean(i.liveOnly), i.call?.authorId])).toEqual([
+      ["c1", "run_command", "FAIL 3 tests\n", false, "ag_1"],
+      ["c1", "command", "all tests passed\n", true, undefined],
+      ["b1", "bash", "deploying\n", false, "runner:r1"],
+      ["b1", "command", "deployed OK\n", true, undefined],
+    ]);
+  });
+
   it("folds a run's artifact entries into one card per run", () => {
     const es = [
       entry({ type: "artifact.diff", runId: "r1", status: " M a.txt\n", diff: "--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-x\n+y\n", truncated: false, bytes: 40 }),

@@ -168,9 +168,14 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
       // A command's output while it runs: on its tool call's card, or a card of its own (an exec
       // started through the API with a threadId).
       const id = String(p.execId ?? "");
-      let item = tools.get(id);
+      // Call ids show on the thread: output from anyone but the call's own author is not what that
+      // call printed, and gets a card of its own.
+      const call = tools.get(id)?.call;
+      const cardId = call && call.authorId !== entry.authorId ? `${id}\u0000${entry.authorId ?? ""}` : id;
+      let item = tools.get(cardId);
       if (!item) {
-        item = toolCard(id, key, "command");
+        item = toolCard(cardId, key, "command");
+        item.toolCallId = id;
         item.liveOnly = true;
       }
       item.live = (item.live ?? "") + (p.truncated ? "\n[more output not shown live]\n" : typeof p.text === "string" ? p.text : "");
