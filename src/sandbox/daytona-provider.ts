@@ -240,12 +240,29 @@ export class DaytonaProvider implements SandboxProvider {
     const check = items.map((i) => `{ wc -c < ${shQuote(i.destination)}; } 2>/dev/null || echo -1`).join("; ");
     const r = await this.exec(ref, check);
     const sizes = r.output.trim().split(/\s+/).map(Number);
-    items.forEach((i, n) => {
-      if (sizes[n] !== i.size) {
-        const has = sizes[n] === -1 ? "no file there" : `${sizes[n]} bytes`;
-        throw new ProviderError("unavailable", `upload of ${i.destination} not confirmed (expected ${i.size} bytes, the box has ${has})`);
-      }
-    });
+    for (const [n, i] of items.entries()) {
+      if (sizes[n] === i.size) continue;
+      // The SDK in workerd does not read the upload's answer: a path the box cannot hold (a file
+      // where the path needs a directory) shows only here, and no retry would change it.
+      const clash = await this.pathClash(ref, i.destination);
+      if (clash) throw new ProviderError("conflict", `upload of ${i.destination} failed: ${clash}`);
+      const has = sizes[n] === -1 ? "no file there" : `${sizes[n]} bytes`;
+      throw new ProviderError("unavailable", `upload of ${i.destination} not confirmed (expected ${i.size} bytes, the box has ${has})`);
+    }
+  }
+
+  /** Why the box cannot hold a file at `path`, if its own files are in the way. */
+  private async pathClash(ref: string, path: string): Promise<string | null> {
+    const parts = path.split("/");
+    const parents = parts.slice(0, -1).map((_, k) => parts.slice(0, k + 1).join("/")).filter((p) => p !== "");
+    const probe = [
+      ...parents.map((p) => `if [ -e ${shQuote(p)} ] && [ ! -d ${shQuote(p)} ]; then echo ${shQuote(`F ${p}`)}; exit 0; fi`),
+      `if [ -d ${shQuote(path)} ]; then echo D; fi`,
+    ].join("; ");
+    const out = (await this.exec(ref, probe).catch(() => ({ output: "" }))).output.trim();
+    if (out.startsWith("F ")) return `${out.slice(2)} is a file in the box, not a directory`;
+    if (out === "D") return `${path} is a directory in the box, not a file`;
+    return null;
   }
 
   async download(ref: string, path: string): Promise<Uint8Array> {

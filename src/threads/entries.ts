@@ -10,6 +10,7 @@ import { INTERRUPT, MESSAGE_DELIVERED } from "../runner/steering";
 
 /** A command's live output (an exec with a threadId, a bot's run_command, a box's running tool call). */
 const EXEC_OUTPUT = "signal.exec.output";
+const TOOL_CALL = "pi.tool_call";
 
 /** Stateless, so one serves every call. */
 const UTF8_ENCODER = new TextEncoder();
@@ -47,6 +48,18 @@ export function writerFor(claims: { kind: "house"; subject: string; role: string
     ...(claims.kind === "stream" && claims.runId ? { runId: claims.runId } : {}),
     ...(claims.kind === "house" && claims.role === BOT_ROLE ? { isBot: true } : {}),
   };
+}
+
+/**
+ * The tool calls each writer posted on a thread (`pi.tool_call`), by the key `toolCallWriterKey`
+ * gives: only the writer that posted a call may post its live output. Kept by the thread, since a
+ * call's output comes long after the call (a command runs for minutes).
+ */
+export type ToolCallWriters = { has(callId: string, writer: string): boolean; add(callIds: Iterable<[callId: string, writer: string]>): void };
+
+/** A run's box by its run (its token is renewed, its subject is the thread's brain); anyone else by subject. */
+export function toolCallWriterKey(writer: EntryWriter): string {
+  return writer.runId !== undefined ? `run:${writer.runId}` : `${writer.isBot ? "bot" : "who"}:${writer.subject}`;
 }
 
 /** The exec ids `POST /api/environments/:id/exec` mints (`exec_<hex>`): the command's card is found by it. */
@@ -92,7 +105,7 @@ function isRunsOwnStart(id: string, writer: EntryWriter): boolean {
 export const CONTROL_PLANE_TYPES: ReadonlySet<string> = new Set(["signal.thread.box_assigned", "signal.thread.child_finished", "signal.run.launched"]);
 
 /** A 403 for an entry this writer may not write, whatever its author. */
-function assertWritable(payload: { type: string; [k: string]: unknown }, writer: EntryWriter, id?: string): void {
+function assertWritable(payload: { type: string; [k: string]: unknown }, writer: EntryWriter, id: string | undefined, ownsCall: (callId: string) => boolean): void {
   if (CONTROL_PLANE_TYPES.has(payload.type)) throw new ApiError("forbidden", `${payload.type} entries are written by the control plane only`);
   // A child's result on its parent: readers (the UI, the CLI) show it as the child's answer.
   if (payload.type === "chat" && payload.origin === "child_finished") throw new ApiError("forbidden", "a child's result is written by the control plane only");
@@ -137,6 +150,13 @@ function assertWritable(payload: { type: string; [k: string]: unknown }, writer:
   if (payload.type === EXEC_OUTPUT && typeof payload.execId === "string" && EXEC_ROUTE_ID.test(payload.execId) && payload.execId !== writer.execId) {
     throw new ApiError("forbidden", "output of a command run through POST /api/environments/:id/exec (execId exec_…) is written by that command only");
   }
+  // Any other execId is a tool call's id, and its output is shown on that call's card. Call ids
+  // show on the thread: output from anyone but the call's own writer (the bot for its run_command,
+  // which writes with the call's execId; the run's box for its agent's calls) would stand in the
+  // card as what the command printed.
+  if (payload.type === EXEC_OUTPUT && !(writer.execId !== undefined ? payload.execId === writer.execId : typeof payload.execId === "string" && ownsCall(payload.execId))) {
+    throw new ApiError("forbidden", "a tool call's live output (signal.exec.output) is written only by the writer that posted that call (pi.tool_call) on this thread");
+  }
   if (id !== undefined && EXEC_ROUTE_ID.test(id) && (writer.execId === undefined || !id.startsWith(`${writer.execId}:`))) {
     throw new ApiError("forbidden", "ids of the form exec_… are kept for the output of a command run through POST /api/environments/:id/exec");
   }
@@ -172,14 +192,22 @@ export type PreparedEntries = { messages: NewMessage[]; entries: Entry[]; heartb
  */
 const entryListSchema = z.array(entryInputSchema);
 
-export function prepareEntries(raw: unknown, writer: EntryWriter, nowMs: number): PreparedEntries {
+export function prepareEntries(raw: unknown, writer: EntryWriter, nowMs: number, calls: ToolCallWriters): PreparedEntries {
   const list = Array.isArray(raw) ? raw : [raw];
   if (list.length === 0) throw new ApiError("bad_request", "empty arrays are not allowed");
   if (list.length > MAX_ENTRIES_PER_POST) throw new ApiError("payload_too_large", `at most ${MAX_ENTRIES_PER_POST} entries per write`);
   const parsed = entryListSchema.safeParse(list);
   if (!parsed.success) throw new ApiError("validation_failed", "invalid entry", formatZodError(parsed.error));
   const authors = parsed.data.map((input) => authorFor(input.authorId, writer));
-  for (const input of parsed.data) assertWritable(input.payload, writer, input.id);
+  const key = toolCallWriterKey(writer);
+  // A call and its output may come in one write.
+  const posted = new Set<string>();
+  const ownsCall = (callId: string) => posted.has(callId) || calls.has(callId, key);
+  for (const input of parsed.data) {
+    assertWritable(input.payload, writer, input.id, ownsCall);
+    if (input.payload.type === TOOL_CALL && typeof input.payload.toolCallId === "string") posted.add(input.payload.toolCallId);
+  }
+  if (posted.size > 0) calls.add([...posted].map((c) => [c, key]));
   const out: PreparedEntries = { messages: [], entries: [], heartbeats: 0 };
   const seen = new Set<string>();
   parsed.data.forEach((input, i) => {

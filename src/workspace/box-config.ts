@@ -15,7 +15,8 @@ import { BOX_DIR, WORK_DIR } from "../domain/box-layout";
 export const workspacePathSchema = z.string().min(1).max(500).refine(
   (p) => !p.startsWith("/") && !p.includes("\0") && !p.split("/").some((seg) => seg === ".." || seg === "." || seg === ""),
   "a relative path inside the working directory (no leading /, no . or .. segments, no empty segments)",
-);
+  // Nothing here expands `~`: `~/.bashrc` would be written as work/~/.bashrc, not into HOME.
+).refine((p) => p !== "~" && !p.startsWith("~/"), "a path relative to the working directory (work/): ~ is not the home directory here");
 
 /** Below the 1 MiB request body limit, so the whole environment still fits one request. */
 export const MAX_FILES_BYTES = 512 * 1024;
@@ -347,7 +348,7 @@ export const egressSchema = z.union([
   z.literal("open"),
   z.literal("deny"),
   z.object({ allow: z.array(hostSchema).min(1).max(100) }).strict(),
-  z.object({ blockAll: z.boolean().optional(), domainAllowList: z.array(z.string().max(253)).max(100).optional() }).strict(),
+  z.object({ blockAll: z.boolean().optional(), domainAllowList: z.array(hostSchema).max(100).optional() }).strict(),
 ]);
 export type Egress = z.infer<typeof egressSchema>;
 

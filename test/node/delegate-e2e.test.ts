@@ -1060,17 +1060,23 @@ describe("two runs at once on a shared box, in different working directories", (
 });
 
 describe("a launch whose upload the box did not take", () => {
-  it("fails saying the file is not there, not with a size read from the shell's complaint", async () => {
+  it("fails once, naming the path of the box in the way, not as an upload the provider did not confirm", async () => {
     const origin = tempDir("tb-upload-clash-");
-    // The checkout has a file where the environment's file needs a directory.
-    execSync("git init -q -b main && echo x > conf && git add . && git -c user.email=t@t -c user.name=t commit -qm x", { cwd: origin, stdio: "pipe", shell: "/bin/bash" });
+    // The checkout has a file where the environment's file needs a directory, and a directory where one needs a file.
+    execSync("git init -q -b main && echo x > conf && mkdir lib && echo x > lib/x.txt && git add . && git -c user.email=t@t -c user.name=t commit -qm x", { cwd: origin, stdio: "pipe", shell: "/bin/bash" });
     const envId = await environment();
     const json = { repositories: [{ url: `file://${origin}`, branch: "main", path: "app" }], files: [{ path: "conf/a.json", content: "{}" }] };
     expect((await api(`/api/environments/${envId}`, { method: "PATCH", json })).status).toBe(200);
     const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
     const child = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "anything" } })).body.childThreadId as string;
     const row = await settled(child);
-    expect([row.status, row.detail]).toEqual(["failed", "launch failed: upload of work/app/conf/a.json not confirmed (expected 2 bytes, the box has no file there)"]);
+    expect([row.status, row.detail]).toEqual(["failed", "launch failed: upload of work/app/conf/a.json failed: work/app/conf is a file in the box, not a directory"]);
+    // One end, no retry: the launch's failure and nothing after it.
+    const ends = (await entries(child)).filter((e) => e.payload.type === "signal.thread.status_changed" && e.payload.status !== "running");
+    expect(ends.map((e) => e.payload.reason)).toEqual([row.detail]);
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { files: [{ path: "lib", content: "{}" }] } })).status).toBe(200);
+    const second = await settled((await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "anything" } })).body.childThreadId as string);
+    expect([second.status, second.detail]).toEqual(["failed", "launch failed: upload of work/app/lib failed: work/app/lib is a directory in the box, not a file"]);
   });
 });
 

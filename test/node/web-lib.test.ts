@@ -37,6 +37,28 @@ describe("timeline", () => {
     ]);
   });
 
+  it("shows on a tool call's card only what its call's author wrote: anyone else's output, call or result under that id gets a card of its own", () => {
+    const bot = { authorId: "ag_1" };
+    const mallory = { authorId: "mallory" };
+    const es = [
+      entry({ type: "pi.assistant", text: "", toolCalls: [{ id: "c1", name: "run_command", args: { command: "make test" } }], stopReason: "toolUse", turnId: "t" }, bot),
+      entry({ type: "signal.exec.output", execId: "c1", stream: "stdout", text: "FAIL 3 tests\n" }, bot),
+      entry({ type: "signal.exec.output", execId: "c1", stream: "stdout", text: "all tests passed\n" }, mallory),
+      entry({ type: "pi.tool_call", toolCallId: "b1", name: "bash", args: { command: "deploy" } }, { authorId: "runner:r1" }),
+      entry({ type: "signal.exec.output", execId: "b1", stream: "stdout", text: "deploying\n" }, { authorId: "runner:r1" }),
+      entry({ type: "pi.tool_call", toolCallId: "b1", name: "bash", args: { command: "echo harmless" } }, mallory),
+      entry({ type: "signal.exec.output", execId: "b1", stream: "stdout", text: "deployed OK\n" }, mallory),
+      entry({ type: "pi.tool_result", toolCallId: "b1", name: "bash", output: "deployed OK\n", isError: false }, mallory),
+    ];
+    const items = buildTimeline(es, [], who);
+    expect(items.map((i) => i.kind === "tool" && [i.toolCallId, i.name, i.args, i.live, Boolean(i.liveOnly), i.call?.authorId, i.result?.payload.output])).toEqual([
+      ["c1", "run_command", { command: "make test" }, "FAIL 3 tests\n", false, "ag_1", undefined],
+      ["c1", "command", undefined, "all tests passed\n", true, undefined, undefined],
+      ["b1", "bash", { command: "deploy" }, "deploying\n", false, "runner:r1", undefined],
+      ["b1", "bash", { command: "echo harmless" }, "deployed OK\n", false, "mallory", "deployed OK\n"],
+    ]);
+  });
+
   it("folds a run's artifact entries into one card per run", () => {
     const es = [
       entry({ type: "artifact.diff", runId: "r1", status: " M a.txt\n", diff: "--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-x\n+y\n", truncated: false, bytes: 40 }),

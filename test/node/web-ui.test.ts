@@ -1369,7 +1369,8 @@ describe("entries the UI does not expect", () => {
       { type: "pi.tool_call", toolCallId: "e1", name: "edit", args: { path: "a.txt", edits: [null, 3] } },
       { type: "pi.tool_call", toolCallId: "e2", name: "write", args: null },
       { type: "pi.tool_result", toolCallId: { x: 1 }, output: null },
-      { type: "signal.exec.output", execId: 7, text: { not: "text" } },
+      // (output under the run's own call: only the writer of a call may post its output)
+      { type: "signal.exec.output", execId: "e1", text: { not: "text" } },
       { type: "artifact.folder", runId: "odd", status: "failed", folders: "not-a-list", error: { code: 1 } },
       { type: "artifact.files", runId: "odd", files: [null, 4, { path: { x: 1 }, status: ["a"], size: { b: 1 }, omitted: 5, content: { c: 1 } }] },
       { type: "artifact.diff", runId: "odd", diff: { d: 1 }, status: 3 },
@@ -1463,7 +1464,7 @@ describe("markup in what others wrote", () => {
       { type: "pi.tool_call", toolCallId: "x1", name: evil("tool-name"), args: { command: evil("args") } },
       { type: "pi.tool_result", toolCallId: "x1", output: evil("output"), isError: true },
       { type: "pi.error", message: evil("error") },
-      { type: "signal.exec.output", execId: "x2", text: evil("exec") },
+      { type: "signal.exec.output", execId: "x1", text: evil("exec") },
       { type: "artifact.files", runId: "rx", files: [{ path: evil("path"), status: "added", size: 1, content: evil("content") }] },
       { type: "artifact.diff", runId: "rx", status: "ok", diff: `+++ b/${evil("diff")}\n@@ -0,0 +1 @@\n+${evil("diff-line")}\n` },
     ]) {

@@ -186,7 +186,8 @@ describe("entries the thread acts on are the control plane's own", () => {
     const t = await createThread(token);
     const run = await streamToken("house-cp-exec-ids", t.id);
     const id = "exec:ag_coder:turn_abc:call_1:out:0";
-    const output = (text: string) => ({ id, payload: { type: "signal.exec.output", execId: "call_1", stream: "stdout", text } });
+    // Any entry under such an id: who may write a call's output at all is live-exec-output.test.ts's.
+    const output = (text: string) => ({ id, payload: { type: "chat", text } });
     const otherBot = await post(await houseToken("house-cp-exec-ids", "ag_other", "bot"), t.id, output("forged by another bot\n"));
     expect(otherBot.status).toBe(403);
     await otherBot.body?.cancel();

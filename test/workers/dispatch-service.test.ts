@@ -256,7 +256,8 @@ describe("dispatch: a bot's turn", () => {
     await post(token, thread.id, chat("the secret word is PINEAPPLE", "word"));
     // One run_command streams up to 200 output entries; a run on the thread writes many pi.* rounds.
     const burst = Array.from({ length: 300 }, (_, i) => ({ id: `out-${i}`, payload: { type: "signal.exec.output", execId: "x", stream: "stdout", text: `line ${i}\n` } }));
-    expect((await post(token, thread.id, burst)).status).toBe(201);
+    const call = { id: "call-x", payload: { type: "pi.tool_call", toolCallId: "x", name: "bash", args: { command: "build" } } };
+    expect((await post(token, thread.id, [call, ...burst])).status).toBe(201);
     await post(token, thread.id, chat("@bot what was the secret word?", "ask"));
     await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).length === 1);
     const sent = JSON.stringify((await model.requests())[0].body.messages);

@@ -289,6 +289,17 @@ describe("environment workspace fields", () => {
     expect(patched.status).toBe(400);
   });
 
+  it("files: a path under ~ is a 400 saying paths are relative to the working directory, not written to work/~/", async () => {
+    const token = await houseToken("house-ws-files-tilde");
+    for (const path of ["~/.bashrc", "~", "~/a/b.txt"]) {
+      const r = await createEnv(token, { files: [{ path, content: "x" }] });
+      expect(r.status, path).toBe(400);
+      expect(r.body.error.details.map((d: { message: string }) => d.message), path).toEqual(["a path relative to the working directory (work/): ~ is not the home directory here"]);
+    }
+    // A tilde elsewhere in a name is a plain character.
+    expect((await createEnv(token, { files: [{ path: "notes/~draft.txt", content: "x" }, { path: "a~b", content: "y" }] })).status).toBe(201);
+  });
+
   it("plugins: pi skills and extensions go to pi's agent directory; MCP servers to Claude Code's .mcp.json with secrets filled in the box only", async () => {
     const token = await houseToken("house-ws-plugins");
     for (const plugins of [
@@ -329,10 +340,12 @@ describe("environment workspace fields", () => {
   it("egress: open, deny or an allow-list, always with the thread stream; bad hosts are refused", async () => {
     const token = await houseToken("house-ws-egress");
     // No such port: the local host's bridge for it failed in every command of the box, with a stack trace in its output.
-    for (const egress of ["closed", { allow: [] }, { allow: ["bad host"] }, { allow: ["a.example"], extra: 1 }, { allow: ["127.0.0.1:99999"] }, { allow: ["localhost:0"] }]) {
+    for (const egress of ["closed", { allow: [] }, { allow: ["bad host"] }, { allow: ["a.example"], extra: 1 }, { allow: ["127.0.0.1:99999"] }, { allow: ["localhost:0"] },
+      // The older form's entries are hosts too: Daytona takes the list comma-joined, so a comma or a newline would smuggle in more.
+      { domainAllowList: ["a\nb"] }, { domainAllowList: ["a,b"] }, { blockAll: true, domainAllowList: ["bad host"] }, { domainAllowList: [""] }, { domainAllowList: ["pypi.org", " "] }, { domainAllowList: ["127.0.0.1:99999"] }]) {
       expect((await createEnv(token, { egress })).status, JSON.stringify(egress)).toBe(400);
     }
-    for (const egress of ["open", "deny", { allow: ["api.anthropic.com", "127.0.0.1:8080"] }, { blockAll: true }]) {
+    for (const egress of ["open", "deny", { allow: ["api.anthropic.com", "127.0.0.1:8080"] }, { blockAll: true }, { blockAll: false, domainAllowList: ["pypi.org", "127.0.0.1:8080"] }, { domainAllowList: [] }]) {
       const r = await createEnv(token, { egress });
       expect(r.status, JSON.stringify(egress)).toBe(201);
       expect(r.body.egress).toEqual(egress);

@@ -5,7 +5,7 @@ import { intVar, type Env } from "../../env";
 import type { Entry, EntryWithOffset } from "../../entries/schema";
 import { STREAM_LOG_SCHEMA, StreamLog, storedMessage, type NewMessage, type StoredMessage } from "../../streams/log";
 import { formatOffset, parseOffset, MAX_READ_BYTES } from "../../streams/protocol";
-import { parseJsonBody, prepareEntries, toEntryWithOffset, type EntryWriter } from "../../threads/entries";
+import { parseJsonBody, prepareEntries, toEntryWithOffset, type EntryWriter, type ToolCallWriters } from "../../threads/entries";
 import type { LaunchSpec } from "../../threads/launch";
 import { LaunchProgressStore, type LaunchStep } from "../../threads/launch-progress";
 import { claimedSettings, settingsOfClaim } from "../../threads/run-settings";
@@ -42,6 +42,11 @@ const ALARM_RETRY_BASE_MS = 2_000;
 /** ...up to this. */
 const ALARM_RETRY_MAX_MS = 60_000;
 
+/** Which writer posted which tool call (see ToolCallWriters): most threads have none. */
+const TOOL_CALL_WRITERS_SCHEMA: Schema = {
+  name: "tool_call_writers",
+  ddl: `create table if not exists tool_call_writers (call_id text not null, writer text not null, primary key (call_id, writer)) without rowid`,
+};
 const CREATE_REQUEST_SCHEMA: Schema = { name: "create_request", ddl: `create table if not exists create_request (id integer primary key check (id = 1), fingerprint text not null)` };
 
 /**
@@ -127,6 +132,7 @@ export class ThreadActor extends DurableObject<Env> {
   private readonly threadPolicy: AppendPolicy;
   private knownThread = false;
   private readonly createRequest: LazySchema;
+  private readonly toolCalls: ToolCallWriters;
   protected readonly plain: PlainStreamHost;
 
   constructor(ctx: DurableObjectState, env: Env, clock: Clock = systemClock) {
@@ -135,6 +141,14 @@ export class ThreadActor extends DurableObject<Env> {
     // Every store's tables in one batch for a new actor; one marker read for an existing one.
     prepareSchemas(sql, THREAD_ACTOR_SCHEMA_VERSION, THREAD_ACTOR_SCHEMAS);
     this.createRequest = new LazySchema(sql, CREATE_REQUEST_SCHEMA);
+    const toolCallTable = new LazySchema(sql, TOOL_CALL_WRITERS_SCHEMA);
+    this.toolCalls = {
+      has: (callId, writer) => toolCallTable.exists() && sql.exec(`select 1 from tool_call_writers where call_id = ? and writer = ?`, callId, writer).toArray().length > 0,
+      add: (pairs) => {
+        toolCallTable.ensure();
+        for (const [callId, writer] of pairs) sql.exec(`insert or ignore into tool_call_writers (call_id, writer) values (?, ?)`, callId, writer);
+      },
+    };
     this.clock = clock;
     this.log = new StreamLog(ctx.storage);
     this.rows = new ThreadRowStore(sql);
@@ -213,7 +227,7 @@ export class ThreadActor extends DurableObject<Env> {
     this.slowKinds = (Object.keys(this.executors) as OutboxKind[]).filter((k) => (this.executors[k] as { slow?: boolean }).slow === true);
     this.threadPolicy = {
       prepareAppend: (body, _meta, writer) => {
-        const prepared = prepareEntries(parseJsonBody(body), writer, this.clock.now());
+        const prepared = prepareEntries(parseJsonBody(body), writer, this.clock.now(), this.toolCalls);
         if (prepared.heartbeats > 0) this.lifecycle.recordLiveness();
         return prepared.messages.length === 0 ? null : prepared.messages;
       },
@@ -501,7 +515,7 @@ export class ThreadActor extends DurableObject<Env> {
   async appendEntries(houseId: string, raw: unknown, writer: EntryWriter) {
     return settle(async () => {
       this.requireThread(houseId);
-      const prepared = prepareEntries(raw, writer, this.clock.now());
+      const prepared = prepareEntries(raw, writer, this.clock.now(), this.toolCalls);
       if (prepared.heartbeats > 0) this.lifecycle.recordLiveness();
       if (prepared.messages.length === 0) return { entries: [], nextOffset: this.log.formatTail() };
       const outcome = this.appendMessages(prepared.messages);

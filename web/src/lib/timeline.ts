@@ -88,12 +88,21 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
       items.push({ kind: "child", key: `child:${thread.id}`, thread });
     }
   };
-  /** The card of one tool call, made by whichever of its entries comes first. */
-  const toolCard = (id: string, key: string, name: string): ToolItem => {
-    let item = tools.get(id);
+  /** Who wrote the entry that made each card (a call, its result and its output share one writer). */
+  const cardAuthors = new Map<ToolItem, string | undefined>();
+  /**
+   * The card of one tool call, made by whichever of its entries comes first. Call ids show on
+   * the thread: an entry by another author than the card's (a call, result or output under that
+   * id) is not that call's, and gets a card of its own.
+   */
+  const toolCard = (id: string, key: string, name: string, entry: Entry): ToolItem => {
+    const first = tools.get(id);
+    const cardId = first && cardAuthors.get(first) !== entry.authorId ? `${id}\u0000${entry.authorId ?? ""}` : id;
+    let item = tools.get(cardId);
     if (!item) {
       item = { kind: "tool", key, toolCallId: id, name, args: undefined };
-      tools.set(id, item);
+      tools.set(cardId, item);
+      cardAuthors.set(item, entry.authorId);
       items.push(item);
     }
     return item;
@@ -147,12 +156,12 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
       for (const c of Array.isArray(p.toolCalls) ? (p.toolCalls as { id?: unknown; name?: unknown; args?: unknown }[]) : []) {
         if (!c || typeof c !== "object") continue;
         const id = typeof c.id === "string" ? c.id : "";
-        if (id) called(toolCard(id, `${key}:${id}`, String(c.name ?? "tool")), entry, c.name, c.args);
+        if (id) called(toolCard(id, `${key}:${id}`, String(c.name ?? "tool"), entry), entry, c.name, c.args);
       }
     } else if (p.type === "pi.tool_call" || p.type === "pi.tool_result") {
       const id = String(p.toolCallId ?? entry.id);
       const name = p.name ?? p.toolName;
-      const item = toolCard(id, key, String(name ?? "tool"));
+      const item = toolCard(id, key, String(name ?? "tool"), entry);
       if (p.type === "pi.tool_call") called(item, entry, name, p.args);
       else {
         item.result = entry;
@@ -168,11 +177,9 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
       // A command's output while it runs: on its tool call's card, or a card of its own (an exec
       // started through the API with a threadId).
       const id = String(p.execId ?? "");
-      let item = tools.get(id);
-      if (!item) {
-        item = toolCard(id, key, "command");
-        item.liveOnly = true;
-      }
+      const known = tools.size;
+      const item = toolCard(id, key, "command", entry);
+      if (tools.size > known) item.liveOnly = true;
       item.live = (item.live ?? "") + (p.truncated ? "\n[more output not shown live]\n" : typeof p.text === "string" ? p.text : "");
     } else if (p.type === "artifact.files" || p.type === "artifact.diff") {
       const runId = String(p.runId ?? "");
