@@ -37,6 +37,15 @@ describe("timeline", () => {
     ]);
   });
 
+  it("an output entry whose execId is not a string lands on no card (an array would read as the id it holds)", () => {
+    const es = [
+      entry({ type: "signal.exec.output", execId: "exec_1", stream: "stdout", text: "real\n" }),
+      entry({ type: "signal.exec.output", execId: ["exec_1"], stream: "stdout", text: "forged\n" }),
+    ];
+    const items = buildTimeline(es, [], who);
+    expect(items.map((i) => (i.kind === "tool" ? ["tool", i.toolCallId, i.live] : [i.kind]))).toEqual([["tool", "exec_1", "real\n"], ["signal"]]);
+  });
+
   it("shows on a tool call's card only what its call's author wrote: anyone else's output, call or result under that id gets a card of its own", () => {
     const bot = { authorId: "ag_1" };
     const mallory = { authorId: "mallory" };

@@ -176,7 +176,13 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
     } else if (p.type === "signal.exec.output") {
       // A command's output while it runs: on its tool call's card, or a card of its own (an exec
       // started through the API with a threadId).
-      const id = String(p.execId ?? "");
+      // Only a string names a card: the server refuses any other execId, but an entry stored before
+      // it did (`["exec_1"]` reads as `exec_1` once made a string) must not land on that card.
+      if (typeof p.execId !== "string" || p.execId === "") {
+        items.push({ kind: "signal", key, entry, label: unshownEntryLabel(p.type), tone: "bad" });
+        return;
+      }
+      const id = p.execId;
       const known = tools.size;
       const item = toolCard(id, key, "command", entry);
       if (tools.size > known) item.liveOnly = true;
