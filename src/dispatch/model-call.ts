@@ -203,7 +203,7 @@ async function attempt(o: ModelCallOptions): Promise<Attempt> {
     const detail = oneLine(redactSecrets(failure?.errorMessage ?? "no answer", o.model));
     if (o.signal?.aborted) return { ok: false, retryable: false, reason: "the turn was cancelled" };
     if (idle) return { ok: false, retryable: true, reason: `the model API sent nothing for ${idleMs} ms (idle timeout)` };
-    if (timedOut) return { ok: false, retryable: false, reason: `the model did not answer within ${o.requestTimeoutMs} ms (timeout)` };
+    if (timedOut) return { ok: false, retryable: false, reason: `the model did not finish its answer within ${o.requestTimeoutMs} ms (timeout)` };
     if (status !== undefined && status >= 400) {
       const retryable = status === 429 || status >= 500;
       return { ok: false, retryable, reason: `the model API answered HTTP ${status}: ${providerErrorText(detail, status)}`, retryAfterMs: retryAfterMs(responseHeaders) };

@@ -28,6 +28,8 @@ export type ResolvedModel = {
   compat?: Record<string, unknown>;
   /** How long a call may receive nothing (no headers, no bytes) before it is given up and retried. */
   idleTimeoutMs?: number;
+  /** How long a whole call may take, streaming or not, before it is given up (not retried). */
+  requestTimeoutMs?: number;
 };
 
 export type PiModelsConfig = {
@@ -39,6 +41,7 @@ export type PiModelsConfig = {
       apiKey?: string;
       headers?: Record<string, string>;
       idleTimeoutMs?: number;
+      requestTimeoutMs?: number;
       models?: { id: string; [k: string]: unknown }[];
     }
   >;
@@ -60,6 +63,12 @@ const DEFAULT_CONTEXT_WINDOW = 128_000;
  */
 export const DEFAULT_IDLE_TIMEOUT_MS = 60_000;
 export const MAX_IDLE_TIMEOUT_MS = 86_400_000;
+/**
+ * A hung model is caught by the idle timeout; this only bounds one that keeps sending and never
+ * finishes. A steady answer may take long: a slow local model, extended thinking, a whole file
+ * written as a tool call's argument (8,192 tokens at 5 tokens a second is 27 minutes).
+ */
+export const DEFAULT_REQUEST_TIMEOUT_MS = 1_800_000;
 const DEFAULT_MAX_TOKENS = 8_192;
 
 const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
@@ -233,6 +242,7 @@ export function resolveModel(
       ...(compat ? { compat } : {}),
       // A timer's delay past 2^31 - 1 ms fires at once.
       idleTimeoutMs: Math.min(MAX_IDLE_TIMEOUT_MS, positiveInt(m.idleTimeoutMs, positiveInt(p.idleTimeoutMs, DEFAULT_IDLE_TIMEOUT_MS))),
+      requestTimeoutMs: Math.min(MAX_IDLE_TIMEOUT_MS, positiveInt(m.requestTimeoutMs, positiveInt(p.requestTimeoutMs, DEFAULT_REQUEST_TIMEOUT_MS))),
     },
   };
 }

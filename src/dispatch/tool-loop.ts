@@ -6,7 +6,7 @@
 import type { AssistantMessage, Message, Tool, ToolCall } from "@earendil-works/pi-ai";
 import { validateToolArguments } from "@earendil-works/pi-ai/utils/validation";
 import { callModel, redactSecrets } from "./model-call";
-import type { ResolvedModel } from "./models";
+import { DEFAULT_REQUEST_TIMEOUT_MS, type ResolvedModel } from "./models";
 import { EMPTY_USAGE } from "../domain/pi-usage";
 
 export type ToolSpec = {
@@ -45,7 +45,7 @@ export const DEFAULT_MAX_MALFORMED_ROUNDS = 3;
 export const DEFAULT_MAX_TOOL_CALLS_PER_ROUND = 32;
 /** Ends an answer the model's output limit cut off (stop reason `length`). */
 export const OUTPUT_LIMIT_NOTE = "[cut: the model reached its output limit]";
-export const DEFAULT_REQUEST_TIMEOUT_MS = 120_000;
+export { DEFAULT_REQUEST_TIMEOUT_MS };
 export const DEFAULT_RETRIES = 2;
 export const DEFAULT_RETRY_BASE_DELAY_MS = 500;
 
@@ -144,6 +144,7 @@ export async function runToolLoop(opts: {
   maxRounds?: number;
   maxMalformedRounds?: number;
   maxToolCallsPerRound?: number;
+  /** Default: the model's `requestTimeoutMs`. */
   requestTimeoutMs?: number;
   retries?: number;
   /** first retry waits about this long, doubling each time */
@@ -164,7 +165,7 @@ export async function runToolLoop(opts: {
       systemPrompt: promptNow(),
       messages: history,
       tools: offered.map(toPiTool),
-      requestTimeoutMs: opts.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS,
+      requestTimeoutMs: opts.requestTimeoutMs ?? opts.model.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS,
       retries: opts.retries ?? DEFAULT_RETRIES,
       retryBaseDelayMs: opts.retryBaseDelayMs ?? DEFAULT_RETRY_BASE_DELAY_MS,
       signal,

@@ -47,6 +47,8 @@ export type ScriptStep =
       delayMs?: number;
       /** delay between chunks, ms */
       chunkDelayMs?: number;
+      /** streamed answers only: how many chunks the text, and each tool call's arguments, are sent in (default 3 and 2) */
+      chunks?: number;
       /** answer only once this settles: a test holds the model until it has seen what it waits for */
       until?: Promise<unknown>;
       /** answer only once the session is released (POST /__sessions/:id/release): `until` for tests that script over HTTP */
@@ -223,11 +225,11 @@ async function answerOpenAI(res: ServerResponse, body: any, step: TextStep, n: n
   });
 
   await send(chunk({ role: "assistant", content: "" }));
-  for (const p of pieces(step.text ?? "", 3)) await send(chunk({ content: p }));
+  for (const p of pieces(step.text ?? "", step.chunks ?? 3)) await send(chunk({ content: p }));
   for (let i = 0; i < toolCalls.length; i++) {
     const tc = toolCalls[i];
     await send(chunk({ tool_calls: [{ index: i, id: tc.id, type: "function", function: { name: tc.name, arguments: "" } }] }));
-    for (const p of pieces(tc.args, 2)) await send(chunk({ tool_calls: [{ index: i, function: { arguments: p } }] }));
+    for (const p of pieces(tc.args, step.chunks ?? 2)) await send(chunk({ tool_calls: [{ index: i, function: { arguments: p } }] }));
   }
   await send(chunk({}, finish));
   await send({ id, object: "chat.completion.chunk", created, model: modelName, choices: [], usage });
@@ -297,13 +299,13 @@ async function answerAnthropic(res: ServerResponse, body: any, step: TextStep, n
   let index = 0;
   if (step.text) {
     await send("content_block_start", { index, content_block: { type: "text", text: "" } });
-    for (const p of pieces(step.text, 3)) await send("content_block_delta", { index, delta: { type: "text_delta", text: p } });
+    for (const p of pieces(step.text, step.chunks ?? 3)) await send("content_block_delta", { index, delta: { type: "text_delta", text: p } });
     await send("content_block_stop", { index });
     index++;
   }
   for (const tc of toolCalls) {
     await send("content_block_start", { index, content_block: { type: "tool_use", id: tc.id, name: tc.name, input: {} } });
-    for (const p of pieces(tc.args, 2)) await send("content_block_delta", { index, delta: { type: "input_json_delta", partial_json: p } });
+    for (const p of pieces(tc.args, step.chunks ?? 2)) await send("content_block_delta", { index, delta: { type: "input_json_delta", partial_json: p } });
     await send("content_block_stop", { index });
     index++;
   }

@@ -548,6 +548,47 @@ describe("dispatch: turns that take long", () => {
     expect(await model.requests()).toHaveLength(4);
   }, 30_000);
 
+  // The turn's lease is 1.5 s here (DISPATCH_TURN_LEASE_MS), 60 s deployed; the old whole-call cap
+  // was twice a lease. Scaled alike, this answer streams for over four leases, twice the old cap.
+  it("a model that streams steadily for longer than several leases answers once, in one call and one attempt", async () => {
+    const token = await houseToken("house-dispatch-long-stream");
+    const text = "a long answer streamed one small piece at a time, steadily.";
+    const model = await scriptedModel([{ text, chunks: text.length, chunkDelayMs: 150 }]);
+    const envId = await modelEnvironment(token, model.baseUrl, {
+      piModels: { providers: { local: { baseUrl: model.baseUrl, api: "openai-completions", apiKey: "$MODEL_KEY", idleTimeoutMs: 1_000, requestTimeoutMs: 30_000, models: [{ id: "scripted-model" }] } } },
+    });
+    const bot = await createAgent(token, { name: "Writer", handle: "writer", environmentId: envId });
+    const t = await createThread(token, { environmentId: envId });
+    const started = Date.now();
+    await post(token, t.id, chat("@writer write it all", "ask"));
+    const es = await waitForEntries(token, t.id, (es) => chatsBy(es, bot.id).length > 0 || es.some((e) => e.payload.type === "signal.dispatch.error"), "the answer", 25_000);
+    expect(Date.now() - started).toBeGreaterThan(6_000);
+    expect(es.filter((e) => e.payload.type === "signal.dispatch.error")).toEqual([]);
+    expect(chatsBy(es, bot.id).map((e) => e.payload.text)).toEqual([text]);
+    // Not resumed by a later alarm as if its incarnation had died: that would ask the model again.
+    expect(await model.requests()).toHaveLength(1);
+    const stub = E.THREADS.get(E.THREADS.idFromName(`thread:${t.id}`));
+    const turns = await runInDurableObject(stub, (_a: ThreadActor, state: DurableObjectState) =>
+      state.storage.sql.exec(`select state, attempts from dispatch_turns`).toArray());
+    expect(turns).toEqual([{ state: "done", attempts: 1 }]);
+  }, 40_000);
+
+  it("a model's requestTimeoutMs bounds its whole call, however steadily it streams, and is not retried", async () => {
+    const token = await houseToken("house-dispatch-request-timeout");
+    const text = "an answer that takes longer than the model may take.";
+    const model = await scriptedModel([{ text, chunks: text.length, chunkDelayMs: 150 }]);
+    const envId = await modelEnvironment(token, model.baseUrl, {
+      piModels: { providers: { local: { baseUrl: model.baseUrl, api: "openai-completions", apiKey: "$MODEL_KEY", requestTimeoutMs: 60_000, models: [{ id: "scripted-model", requestTimeoutMs: 1_000 }] } } },
+    });
+    const bot = await createAgent(token, { name: "Writer", handle: "writer", environmentId: envId });
+    const t = await createThread(token, { environmentId: envId });
+    await post(token, t.id, chat("@writer write it all", "ask"));
+    const es = await waitForEntries(token, t.id, (es) => es.some((e) => e.payload.type === "signal.dispatch.error") || chatsBy(es, bot.id).length > 0, "the failure", 20_000);
+    expect(chatsBy(es, bot.id)).toEqual([]);
+    expect(es.filter((e) => e.payload.type === "signal.dispatch.error").map((e) => e.payload.reason)).toEqual(["the model did not finish its answer within 1000 ms (timeout)"]);
+    expect(await model.requests()).toHaveLength(1);
+  }, 30_000);
+
   it("while a turn waits on its model the thread's alarm keeps coming: an idle actor would be evicted mid-call", async () => {
     const token = await houseToken("house-dispatch-keepalive");
     const model = await scriptedModel([{ hang: true }]);

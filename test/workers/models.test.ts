@@ -82,6 +82,21 @@ describe("resolveModel", () => {
     expect(idle(cfg({ idleTimeoutMs: 1e15 }))).toBe(86_400_000);
   });
 
+  it("reads requestTimeoutMs from the model entry, else its provider, else 30 minutes; a value that is not a positive integer is the default", () => {
+    const cfg = (provider: Record<string, unknown>, model: Record<string, unknown> = {}): PiModelsConfig =>
+      ({ providers: { p: { baseUrl: "http://127.0.0.1:1/v1", api: "openai-completions", apiKey: "k", ...provider, models: [{ id: "m", ...model }] } } });
+    const whole = (c: PiModelsConfig) => {
+      const r = resolveModel("p/m", c, {});
+      return r.ok ? r.model.requestTimeoutMs : r.reason;
+    };
+    expect(whole(cfg({}))).toBe(1_800_000);
+    expect(whole(cfg({ requestTimeoutMs: 3_600_000 }))).toBe(3_600_000);
+    expect(whole(cfg({ requestTimeoutMs: 3_600_000 }, { requestTimeoutMs: 300_000 }))).toBe(300_000);
+    expect(whole(cfg({ requestTimeoutMs: "1h" }))).toBe(1_800_000);
+    expect(whole(cfg({ requestTimeoutMs: 0 }))).toBe(1_800_000);
+    expect(whole(cfg({ requestTimeoutMs: 1e15 }))).toBe(86_400_000);
+  });
+
   it("keeps slashes in the model id (provider is the first segment)", () => {
     const cfg = { providers: { or: { baseUrl: "https://openrouter.ai/api/v1", api: "openai-completions", apiKey: "k", models: [{ id: "meta/llama-3" }] } } };
     expect(resolveModel("or/meta/llama-3", cfg, {})).toMatchObject({ ok: true, model: { provider: "or", modelId: "meta/llama-3" } });

@@ -343,7 +343,7 @@ describe.each<ModelApi>(["openai-completions", "anthropic-messages"])("runToolLo
     expect(r).toEqual({ ok: true, finalText: "answered at last", rounds: 1 });
     expect(events).toEqual([{ kind: "assistant", text: "answered at last", toolCalls: [], stopReason: "stop" }]);
     expect(await s.requests()).toHaveLength(3);
-    // Not the per-call timeout (120 s): two idle periods and the backoff.
+    // Not the per-call timeout (30 minutes): two idle periods and the backoff.
     expect(Date.now() - started).toBeLessThan(10_000);
   });
 
