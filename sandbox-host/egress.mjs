@@ -29,6 +29,9 @@ export function egressPolicy(spec) {
   const ports = [];
   for (const entry of list) {
     const m = /^(127\.0\.0\.1|localhost):(\d{1,5})$/.exec(entry);
+    if (!m && entry.startsWith("*.")) {
+      throw new HostError(400, `this host enforces egress by loopback host:port only; it cannot allow ${entry}: a wildcard domain is enforced by Daytona alone (use an open network, or Daytona)`);
+    }
     if (!m) throw new HostError(400, `this host enforces egress by loopback host:port only; it cannot allow ${entry} (use an open network, or Daytona)`);
     if (Number(m[2]) < 1 || Number(m[2]) > 65535) throw new HostError(400, `this host cannot allow ${entry}: a port is 1 to 65535`);
     ports.push(Number(m[2]));

@@ -331,11 +331,26 @@ export function codexMcpToml(servers: Plugins["mcpServers"]): string {
   }).join("\n\n") + "\n";
 }
 
-const hostSchema = z.string().regex(/^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?(:\d{1,5})?$/, "a host name or host:port")
-  .refine((h) => {
-    const port = /:(\d+)$/.exec(h)?.[1];
-    return port === undefined || (Number(port) >= 1 && Number(port) <= 65535);
-  }, "a port from 1 to 65535");
+const LABEL = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+const DOMAIN = new RegExp(`^(?=.{1,253}$)${LABEL}(?:\\.${LABEL})*$`);
+
+/**
+ * An allow-list entry: a host, `host:port`, or a wildcard domain (`*.example.com`: its
+ * subdomains, as Daytona's domainAllowList takes them). The local host allows only loopback
+ * `host:port` entries and refuses the rest at create.
+ */
+const hostSchema = z.string().superRefine((h, ctx) => {
+  const wildcard = h.startsWith("*.");
+  const rest = wildcard ? h.slice(2) : h;
+  const m = /^([\s\S]*?)(?::(\d{1,5}))?$/.exec(rest)!;
+  if (wildcard && m[2] !== undefined) {
+    ctx.addIssue({ code: "custom", message: "a wildcard domain (*.example.com) takes no port" });
+  } else if (!DOMAIN.test(m[1])) {
+    ctx.addIssue({ code: "custom", message: "a host name, host:port, or a wildcard domain (one leading *. label, then a domain: *.example.com)" });
+  } else if (m[2] !== undefined && (Number(m[2]) < 1 || Number(m[2]) > 65535)) {
+    ctx.addIssue({ code: "custom", message: "a port from 1 to 65535" });
+  }
+});
 
 /**
  * What a box may reach: everything (`open`, the default), nothing but its thread stream (`deny`),
@@ -344,13 +359,21 @@ const hostSchema = z.string().regex(/^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9
  * says (only the listed domains are reachable), `blockAll: true` without one is `deny`, and
  * neither is `open`.
  */
-export const egressSchema = z.union([
+const allowForm = z.object({ allow: z.array(hostSchema).min(1).max(100) }).strict();
+const egressForms = z.union([
   z.literal("open"),
   z.literal("deny"),
-  z.object({ allow: z.array(hostSchema).min(1).max(100) }).strict(),
+  allowForm,
   z.object({ blockAll: z.boolean().optional(), domainAllowList: z.array(hostSchema).max(100).optional() }).strict(),
 ]);
-export type Egress = z.infer<typeof egressSchema>;
+export type Egress = z.infer<typeof egressForms>;
+// An object with `allow` is that form: checked as it, a bad entry is named at its place, where the
+// union would only say that the value is none of the forms.
+export const egressSchema = z.custom<Egress>().superRefine((v, ctx) => {
+  const form = typeof v === "object" && v !== null && "allow" in v ? allowForm : egressForms;
+  const r = form.safeParse(v);
+  for (const issue of r.error?.issues ?? []) ctx.addIssue({ ...issue } as Parameters<typeof ctx.addIssue>[0]);
+});
 
 /** The provider's egress settings for a box whose runs write to `streamUrl`: the stream is always allowed. */
 export function egressSettings(egress: Egress | undefined, streamUrl: string | undefined): { blockAll?: boolean; domainAllowList?: string[] } | undefined {

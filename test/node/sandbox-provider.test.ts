@@ -369,6 +369,9 @@ describe("DaytonaProvider on the local host", () => {
       for (const entry of ["127.0.0.1:99999", "localhost:0"]) {
         await expect(provider.create({ labels: { house: house() }, ephemeral: true, egress: { blockAll: true, domainAllowList: [entry] } }), entry).rejects.toMatchObject({ code: "bad_request", message: expect.stringContaining(`cannot allow ${entry}`) });
       }
+      // A wildcard domain, which environments accept for Daytona, is as unenforceable here.
+      await expect(provider.create({ labels: { house: house() }, ephemeral: true, egress: { blockAll: true, domainAllowList: ["*.example.com", `127.0.0.1:${portOf(allowed)}`] } }))
+        .rejects.toMatchObject({ code: "bad_request", message: expect.stringContaining("cannot allow *.example.com: a wildcard domain is enforced by Daytona alone") });
     } finally {
       allowed.close();
       other.close();

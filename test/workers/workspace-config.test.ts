@@ -342,10 +342,21 @@ describe("environment workspace fields", () => {
     // No such port: the local host's bridge for it failed in every command of the box, with a stack trace in its output.
     for (const egress of ["closed", { allow: [] }, { allow: ["bad host"] }, { allow: ["a.example"], extra: 1 }, { allow: ["127.0.0.1:99999"] }, { allow: ["localhost:0"] },
       // The older form's entries are hosts too: Daytona takes the list comma-joined, so a comma or a newline would smuggle in more.
-      { domainAllowList: ["a\nb"] }, { domainAllowList: ["a,b"] }, { blockAll: true, domainAllowList: ["bad host"] }, { domainAllowList: [""] }, { domainAllowList: ["pypi.org", " "] }, { domainAllowList: ["127.0.0.1:99999"] }]) {
-      expect((await createEnv(token, { egress })).status, JSON.stringify(egress)).toBe(400);
+      { domainAllowList: ["a\nb"] }, { domainAllowList: ["a,b"] }, { blockAll: true, domainAllowList: ["bad host"] }, { domainAllowList: [""] }, { domainAllowList: ["pypi.org", " "] }, { domainAllowList: ["127.0.0.1:99999"] },
+      // A wildcard is one leading `*.` label, then a domain: anything else is no pattern Daytona documents.
+      ...["*", "*.", "*example.com", "**.example.com", "*.*.example.com", "a.*.example.com", "example.*", "*.example.com:443", "*.-a.example.com", "*.a..example.com", "*.example.com*"]
+        .flatMap((h) => [{ allow: [h] }, { domainAllowList: [h] }])]) {
+      const r = await createEnv(token, { egress });
+      expect(r.status, JSON.stringify(egress)).toBe(400);
+      if (JSON.stringify(egress).includes("*")) expect(JSON.stringify(r.body), JSON.stringify(egress)).toContain("wildcard domain");
     }
-    for (const egress of ["open", "deny", { allow: ["api.anthropic.com", "127.0.0.1:8080"] }, { blockAll: true }, { blockAll: false, domainAllowList: ["pypi.org", "127.0.0.1:8080"] }, { domainAllowList: [] }]) {
+    // The bad entry is named at its place, not as an egress that is none of the forms.
+    expect((await createEnv(token, { egress: { allow: ["api.example.com", "*.*.example.com"] } })).body).toMatchObject({
+      error: { details: [{ path: "egress.allow.1", message: expect.stringContaining("a wildcard domain (one leading *. label, then a domain") }] },
+    });
+    for (const egress of ["open", "deny", { allow: ["api.anthropic.com", "127.0.0.1:8080"] }, { blockAll: true }, { blockAll: false, domainAllowList: ["pypi.org", "127.0.0.1:8080"] }, { domainAllowList: [] },
+      // Daytona's domainAllowList takes wildcard domains.
+      { allow: ["*.example.com", "api.example.com"] }, { domainAllowList: ["*.daytona.io"] }, { blockAll: true, domainAllowList: ["*.pypi.org", "pypi.org"] }]) {
       const r = await createEnv(token, { egress });
       expect(r.status, JSON.stringify(egress)).toBe(201);
       expect(r.body.egress).toEqual(egress);
@@ -360,6 +371,7 @@ describe("environment workspace fields", () => {
     expect(egressSettings({ blockAll: false }, "https://x.supabase.co/f")).toEqual({ blockAll: false });
     // A list closes the box whatever blockAll says (Daytona's reading, and the local host's): the stream goes on it.
     expect(egressSettings({ blockAll: false, domainAllowList: ["pypi.org"] }, "https://x.supabase.co/f")).toEqual({ blockAll: true, domainAllowList: ["pypi.org", "x.supabase.co"] });
+    expect(egressSettings({ allow: ["*.example.com"] }, "https://x.supabase.co/f")).toEqual({ blockAll: true, domainAllowList: ["*.example.com", "x.supabase.co"] });
   });
 
   it("PATCH updates what it names: secrets merge (null removes), files are replaced; the same checks as create", async () => {
