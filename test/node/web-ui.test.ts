@@ -1515,3 +1515,31 @@ describe("keyboard and screen reader", () => {
     await context.close();
   });
 });
+
+describe("a bot whose model fails", () => {
+  it("a model that goes silent, or ends its answer early, is shown as the bot's failed turn with the reason in words", async () => {
+    if ((await api("/api/agents")).status === 404) return;
+    const env = (await api("/api/environments", {
+      method: "POST",
+      json: {
+        name: "ui-idle-model", secrets: { SCRIPTED_MODEL_KEY: MODEL_SECRET },
+        piModels: { providers: { local: { baseUrl: model.baseUrl, api: "openai-completions", apiKey: "$SCRIPTED_MODEL_KEY", idleTimeoutMs: 300, models: [{ id: "scripted-model" }] } } },
+      },
+    })).body;
+    await api("/api/agents", { method: "POST", json: { name: "Sleepy", handle: "sleepy", model: "local/scripted-model", tools: [], environmentId: env.id } });
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "silent model", environmentId: env.id } })).body;
+    const { context, page } = await signedInPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector(".link-state[data-link=live]");
+    model.push({ hang: true }, { hang: true }, { hang: true });
+    await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text: "@sleepy are you there?" } } });
+    const idle = await page.waitForSelector("li.mark-bad[data-kind='signal.dispatch.error']", { timeout: 60_000 });
+    expect(await idle.textContent()).toMatch(/^ @sleepy's turn failed \(the model API sent nothing for 300 ms \(idle timeout\) \(after 3 attempts\)\) /);
+    model.push({ text: "half an answer", endAfterChunks: 1 }, { text: "half an answer", endAfterChunks: 1 }, { text: "half an answer", endAfterChunks: 1 });
+    await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text: "@sleepy try again" } } });
+    const cut = await page.waitForSelector("li.mark-bad[data-kind='signal.dispatch.error'] >> nth=1", { timeout: 60_000 });
+    expect(await cut.textContent()).toContain("the model API's answer ended before it was finished (no finish reason) (after 3 attempts)");
+    await page.screenshot({ path: join(OUT_DIR, "bot-failed.png") });
+    await context.close();
+  });
+});
