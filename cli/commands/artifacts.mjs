@@ -1,7 +1,8 @@
 // artifacts <thread>: what the thread's runs left behind — changed files (small text inlined) and,
 // for a git checkout, status and diff — read from the thread, so it works after the box is gone.
-import { intArg, paths, threadIdArg } from "../lib/api.mjs";
+import { idArg, intArg, paths, threadIdArg } from "../lib/api.mjs";
 import { printable, printableLine, safe } from "../lib/render.mjs";
+import { colourEnabled, palette } from "../lib/term.mjs";
 
 const isRecord = (v) => typeof v === "object" && v !== null && !Array.isArray(v);
 
@@ -9,8 +10,11 @@ const isRecord = (v) => typeof v === "object" && v !== null && !Array.isArray(v)
  * Human-readable text of artifact entries, newest run first (pure). Artifact payloads are not
  * checked by the server (any writer of the thread may write one): a malformed one is named, not fatal.
  */
-export function renderArtifacts(artifacts, { full = false, runId = undefined, c = { gray: (s) => s, bold: (s) => s } } = {}) {
-  if (!Array.isArray(artifacts) || artifacts.length === 0) return runId === undefined ? "no artifacts on this thread" : safe`no artifacts from run ${runId}`;
+export function renderArtifacts(artifacts, { full = false, runId = undefined, before = undefined, c = { gray: (s) => s, bold: (s) => s } } = {}) {
+  if (!Array.isArray(artifacts) || artifacts.length === 0) {
+    const none = runId === undefined ? "no artifacts on this thread" : safe`no artifacts from run ${runId}`;
+    return before === undefined ? none : `${none} before offset ${printableLine(before)}`;
+  }
   const out = [];
   for (const a of artifacts) {
     const p = isRecord(a?.payload) ? a.payload : {};
@@ -45,6 +49,16 @@ export function renderArtifacts(artifacts, { full = false, runId = undefined, c 
   return out.join("\n");
 }
 
+/** The `before` of the next page when this page of `limit` is full (a shorter page is the last), else null (pure). */
+export function olderPage(artifacts, limit) {
+  if (!Array.isArray(artifacts) || artifacts.length < limit) return null;
+  const offset = artifacts.at(-1)?.offset;
+  return typeof offset === "string" && offset ? offset : null;
+}
+
+/** A word the shell reads back as itself: a run id or offset from the server is quoted unless plain. */
+const shellWord = (w) => (/^[A-Za-z0-9_@%+=:,./-]+$/.test(w) ? w : `'${printableLine(w).replace(/'/g, "'\\''")}'`);
+
 export function registerArtifacts(program, ctxOf) {
   program
     .command("artifacts")
@@ -53,11 +67,19 @@ export function registerArtifacts(program, ctxOf) {
     .option("--run <runId>", "only this run")
     .option("--full", "print file contents and the whole inline diff")
     .option("--limit <n>", "at most this many artifact entries (1–200)", intArg("--limit", 1, 200), 50)
+    .option("--before <offset>", "only artifacts older than this offset (the next page: the offset the previous page named)", idArg("--before offset"))
     .action(async (threadId, opts, cmd) => {
       const ctx = ctxOf(cmd);
       const q = new URLSearchParams({ limit: String(opts.limit) });
       if (opts.run) q.set("runId", opts.run);
+      if (opts.before) q.set("before", opts.before);
       const r = await ctx.api().get(`${paths.threadAction(threadId, "artifacts")}?${q}`);
-      ctx.print(r, () => renderArtifacts(r.artifacts, { full: Boolean(opts.full), runId: opts.run, c: ctx.c }));
+      ctx.print(r, () => renderArtifacts(r.artifacts, { full: Boolean(opts.full), runId: opts.run, before: opts.before, c: ctx.c }));
+      // A full page may not be the last: without this the older artifacts are silently not there.
+      const next = olderPage(r.artifacts, opts.limit);
+      if (next && !ctx.json) {
+        const args = [threadId, ...(opts.run ? ["--run", opts.run] : []), ...(opts.limit !== 50 ? ["--limit", String(opts.limit)] : []), "--before", next];
+        process.stderr.write(`${palette(colourEnabled(process.stderr)).gray(`older artifacts may follow: threadbox artifacts ${args.map(shellWord).join(" ")}`)}\n`);
+      }
     });
 }

@@ -575,6 +575,28 @@ describe("artifacts a run's box wrote", () => {
     const r = await cli(["artifacts", threadId], { env: as() });
     expect([r.code, r.stdout, r.stderr]).toEqual([0, "run r1: artifact.files entry without a file list, skipped\n", ""]);
   });
+
+  it("a thread with more artifacts than a page: the full page names the command for the older ones, which lists them", async () => {
+    const threadId = (await ok(["new", "many runs"])).stdout.trim();
+    const { mintRunToken } = await import("../../src/auth/tokens");
+    for (const runId of ["r1", "r2", "r3"]) {
+      const runToken = (await mintRunToken("test-token-secret-0123456789abcdef", "house-cli", threadId, runId, "cli-user")).token;
+      const w = await fetch(`${worker.url}/api/threads/${threadId}/entries`, {
+        method: "POST", headers: { authorization: `Bearer ${runToken}`, "content-type": "application/json" },
+        body: JSON.stringify({ id: `${threadId}:artifacts:${runId}:files`, payload: { type: "artifact.files", runId, files: [{ path: `${runId}.txt`, status: "added", size: 1 }] } }),
+      });
+      expect(w.ok).toBe(true);
+    }
+    const first = await cli(["artifacts", threadId, "--limit", "2"], { env: as() });
+    expect([first.code, first.stdout.match(/^run \w+/gm)]).toEqual([0, ["run r3", "run r2"]]);
+    const hint = /^older artifacts may follow: threadbox (artifacts .* --before (\S+))\n$/.exec(first.stderr);
+    expect(hint, first.stderr).not.toBeNull();
+    const next = await cli(hint![1].split(" "), { env: as() });
+    expect([next.code, next.stdout.match(/^run \w+/gm), next.stderr]).toEqual([0, ["run r1"], ""]);
+    // Past the oldest, it says so instead of "no artifacts on this thread".
+    const past = (await cli(["artifacts", threadId, "--before", JSON.parse((await ok(["artifacts", threadId, "--json"])).stdout).artifacts.at(-1).offset], { env: as() }));
+    expect([past.code, past.stdout.startsWith("no artifacts on this thread before offset "), past.stderr]).toEqual([0, true, ""]);
+  });
 });
 
 describe("what the server sends cannot drive the terminal", () => {

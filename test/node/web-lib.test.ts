@@ -109,8 +109,10 @@ describe("timeline", () => {
       ["tool", "delegate_task", { task: "write a.txt" }, '{"childThreadId":"th_c"}', undefined, false],
       ["tool", "run_command", { command: "ls" }, "a.txt\n", "a.txt\n", false],
       ["chat", "@demo", "Done."],
-      ["signal", ["bot turn failed (the model API answered HTTP 500)", "bad"]],
+      ["signal", ["@demo's turn failed (the model API answered HTTP 500)", "bad"]],
     ]);
+    // A bot the page does not know (deleted since) is still a bot whose turn failed.
+    expect(buildTimeline(es.slice(-1), [], { bots: new Map() }).map((i) => i.kind === "signal" && i.label)).toEqual(["bot turn failed (the model API answered HTTP 500)"]);
   });
 
   it("puts a delegated child right after the call that started it, and marks calls a run's end cut short", () => {

@@ -3,7 +3,7 @@
 // serves the built UI as static assets; the local sandbox host runs the real pi in a box, and
 // a scripted OpenAI-compatible model stands in for the LLM provider.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { copyFileSync, mkdirSync, readFileSync, readdirSync } from "node:fs";
+import { copyFileSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Browser, BrowserContext, Page, WebSocketRoute } from "playwright-core";
 import { startSandboxHost } from "../../sandbox-host/server.mjs";
@@ -1512,6 +1512,69 @@ describe("keyboard and screen reader", () => {
         .map((el) => `${p} ${el.tagName.toLowerCase()}[name=${el.getAttribute("name")}]`), path));
     }
     expect(unnamed).toEqual([]);
+    await context.close();
+  });
+});
+
+describe("a bot's command, watched live", () => {
+  it("a real bot's run_command shows its output live on its one card, which turns done with the result", async () => {
+    if ((await api("/api/agents")).status === 404) return;
+    const env = (await api("/api/environments", {
+      method: "POST",
+      json: {
+        name: "ui-bot-box", sharedBox: true, secrets: { SCRIPTED_MODEL_KEY: MODEL_SECRET },
+        piModels: { providers: { local: { baseUrl: model.baseUrl, api: "openai-completions", apiKey: "$SCRIPTED_MODEL_KEY", models: [{ id: "scripted-model" }] } } },
+      },
+    })).body;
+    const bot = (await api("/api/agents", { method: "POST", json: { name: "Runner", handle: "runner", model: "local/scripted-model", tools: ["run_command"], environmentId: env.id } })).body;
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "bot command", environmentId: env.id } })).body;
+    // The command prints, then waits for the test to have seen that line on the page.
+    const flag = `/tmp/ui-bot-live-${Date.now()}`;
+    model.push(
+      { toolCalls: [{ id: "rc1", name: "run_command", arguments: { command: `echo first-line; for i in $(seq 1 300); do [ -e ${flag} ] && break; sleep 0.1; done; echo second-line` } }] },
+      { text: "The command printed two lines." },
+    );
+    const { context, page } = await signedInPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector(".link-state[data-link=live]");
+    await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text: "@runner print two lines" } } });
+    await page.waitForSelector("details.tool[data-tool=run_command].tool-running[open] pre.output.live >> text=first-line", { timeout: 60_000 });
+    writeFileSync(flag, "");
+    await page.waitForSelector("details.tool[data-tool=run_command].tool-done", { timeout: 60_000 });
+    await page.waitForSelector(`li.bubble-bot >> text=The command printed two lines.`);
+    // One card for the call: its arguments, live output and result, none split off as another command.
+    expect(await page.$$eval("details.tool", (els) => els.map((el) => el.getAttribute("data-tool")))).toEqual(["run_command"]);
+    expect(await page.textContent("details.tool[data-tool=run_command] pre.output")).toContain("second-line");
+    const es = await entries(thread.id);
+    expect(new Set(es.filter((e) => e.payload.type === "signal.exec.output").map((e) => e.authorId))).toEqual(new Set([bot.id]));
+    await context.close();
+  });
+});
+
+describe("a bot whose model fails", () => {
+  it("a model that goes silent, or ends its answer early, is shown as the bot's failed turn with the reason in words", async () => {
+    if ((await api("/api/agents")).status === 404) return;
+    const env = (await api("/api/environments", {
+      method: "POST",
+      json: {
+        name: "ui-idle-model", secrets: { SCRIPTED_MODEL_KEY: MODEL_SECRET },
+        piModels: { providers: { local: { baseUrl: model.baseUrl, api: "openai-completions", apiKey: "$SCRIPTED_MODEL_KEY", idleTimeoutMs: 300, models: [{ id: "scripted-model" }] } } },
+      },
+    })).body;
+    await api("/api/agents", { method: "POST", json: { name: "Sleepy", handle: "sleepy", model: "local/scripted-model", tools: [], environmentId: env.id } });
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "silent model", environmentId: env.id } })).body;
+    const { context, page } = await signedInPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector(".link-state[data-link=live]");
+    model.push({ hang: true }, { hang: true }, { hang: true });
+    await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text: "@sleepy are you there?" } } });
+    const idle = await page.waitForSelector("li.mark-bad[data-kind='signal.dispatch.error']", { timeout: 60_000 });
+    expect(await idle.textContent()).toMatch(/^ @sleepy's turn failed \(the model API sent nothing for 300 ms \(idle timeout\) \(after 3 attempts\)\) /);
+    model.push({ text: "half an answer", endAfterChunks: 1 }, { text: "half an answer", endAfterChunks: 1 }, { text: "half an answer", endAfterChunks: 1 });
+    await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text: "@sleepy try again" } } });
+    const cut = await page.waitForSelector("li.mark-bad[data-kind='signal.dispatch.error'] >> nth=1", { timeout: 60_000 });
+    expect(await cut.textContent()).toContain("the model API's answer ended before it was finished (no finish reason) (after 3 attempts)");
+    await page.screenshot({ path: join(OUT_DIR, "bot-failed.png") });
     await context.close();
   });
 });

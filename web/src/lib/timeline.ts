@@ -219,7 +219,11 @@ export function buildTimeline(entries: Entry[], children: ThreadSummary[], who: 
         lastOutcome.set(childThreadId, outcome);
         if (entry.id.startsWith("child_finished:")) outcomes.set(entry.id.slice("child_finished:".length), outcome);
       }
-      items.push({ kind: "signal", key, entry, ...signalLabel(p), childThreadId });
+      const mark = signalLabel(p);
+      // Several bots may answer in one thread: a failed turn says whose it was (its writer, which no one else can be).
+      const bot = p.type === "signal.dispatch.error" && entry.authorId ? who.bots.get(entry.authorId) : undefined;
+      if (bot) mark.label = `@${bot}'s turn failed${typeof p.reason === "string" && p.reason ? ` (${p.reason})` : ""}`;
+      items.push({ kind: "signal", key, entry, ...mark, childThreadId });
     } else {
       items.push({ kind: "signal", key, entry, label: p.type, tone: "info" });
     }
