@@ -460,6 +460,35 @@ describe("kill -9 of npm run serve", () => {
   }, 90_000);
 });
 
+describe("kill -9 of the npm run serve process alone", () => {
+  it("leaves its workerd serving; a second npm run serve on that state refuses to start and names the pid to stop", async () => {
+    const t = (await api("/api/threads", { method: "POST", json: {} })).body;
+    const workerdPid = Number(/plain workerd \(pid (\d+)/.exec(server!.output())![1]);
+    process.kill(server!.child.pid!, "SIGKILL");
+    await server!.exited;
+    // It serves on: the process was not what was killed.
+    expect((await api(`/api/threads/${t.id}`)).status).toBe(200);
+    const other = await freePort();
+    const second = spawn(process.execPath, [join(tree.dir, "scripts", "serve.mjs"), "--no-build"], {
+      cwd: tree.dir, detached: true, env: { ...process.env, PATH: nodePath(), NO_COLOR: "1", ...env, PORT: String(other) },
+    });
+    let out = "";
+    second.stdout.on("data", (d) => { out += d; });
+    second.stderr.on("data", (d) => { out += d; });
+    const code = await new Promise((r) => {
+      const timer = setTimeout(() => { out += "[still running after 30 s: killed]"; process.kill(-second.pid!, "SIGKILL"); }, 30_000);
+      second.on("exit", (c, sig) => { clearTimeout(timer); r(c ?? sig); });
+    });
+    try { process.kill(workerdPid, 0); } catch { throw new Error(`the first workerd is gone: ${out}`); }
+    expect([code, out]).toEqual([1, `npm run serve: the state directory ${env.THREADBOX_STATE_DIR} is in use by workerd (pid ${workerdPid}): another npm run serve, or one left serving when its npm run serve was killed alone; stop it (kill ${workerdPid}) first, or set THREADBOX_STATE_DIR to another directory\n`]);
+    // Once it is stopped, the state serves again, nothing lost.
+    process.kill(workerdPid, "SIGKILL");
+    await waitFor("the orphaned workerd to go", async () => { try { process.kill(workerdPid, 0); return false; } catch { return true; } }, 10_000);
+    server = await serve(["--no-build"]);
+    expect((await api(`/api/threads/${t.id}`)).body.id).toBe(t.id);
+  }, 90_000);
+});
+
 describe("a restart of the local sandbox host", () => {
   async function restartHost() {
     const { port: hostPort, root } = host;
