@@ -183,9 +183,9 @@ describe("kill -9 of npm run serve", () => {
     await new Promise((r) => setTimeout(r, 4000));
     const final = await entries(t.id);
     expect(final.filter((e) => e.payload.type === "signal.dispatch.error")).toHaveLength(1);
-    expect(errors[0].payload).toBeTruthy();
-    const state = (await api(`/api/threads/${t.id}/dispatch`)).body;
-    expect(JSON.stringify(state)).not.toMatch(/"(running|thinking|in_flight)"/);
+    expect(JSON.stringify(errors[0].payload)).toContain("bad request from the model");
+    expect(chatsBy(final, bot.id)).toEqual([]);
+    expect(botModel.requests.length - before).toBe(2);
     await api(`/api/agents/${bot.id}`, { method: "DELETE" });
   }, 90_000);
 
@@ -318,7 +318,7 @@ describe("kill -9 of npm run serve", () => {
 
   it("right after a stop of a running run: its processes still end after the restart", async () => {
     const before = piModel.requests.length;
-    piModel.push({ toolCalls: [{ name: "bash", arguments: { command: "sleep 120" } }] }, { text: "never" });
+    piModel.push({ toolCalls: [{ name: "bash", arguments: { command: "sleep 120" } }] }); // stopped before it asks again: no step of its is left for the next test
     const { childId } = await delegate("sleep");
     await waitFor("pi's command running", async () => piModel.requests.length > before + 0 && (await entries(childId)).some((e) => e.payload.type === "pi.tool_call"), 60_000);
     const box = (await api(`/api/threads/${childId}`)).body.boxId as string;
@@ -498,7 +498,7 @@ describe("a restart of the local sandbox host", () => {
 
   it("under a running delegated run: the run fails as orphaned with a reason, the parent hears once, no box is left", async () => {
     const before = piModel.requests.length;
-    piModel.push({ hang: true }, { text: "never" });
+    piModel.push({ hang: true });
     const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
     const childId = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "wait" } })).body.childThreadId as string;
     await waitFor("pi's model call", async () => piModel.requests.length > before, 60_000);
