@@ -62,7 +62,13 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
   const server = http.createServer((req, res) => {
     handle(req, res).catch((err) => sendError(res, req, err));
   });
+  // Upgraded sockets (a followed command's log) are no longer the HTTP server's connections:
+  // closeAllConnections() leaves them open, and server.close() would wait for each followed
+  // command to end before the host stops and kills its boxes.
+  const upgraded = new Set();
   server.on("upgrade", (req, socket, head) => {
+    upgraded.add(socket);
+    socket.on("close", () => upgraded.delete(socket));
     try {
       handleUpgrade(req, socket, head);
     } catch (err) {
@@ -538,6 +544,7 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
     boxes,
     async close() {
       server.closeAllConnections?.();
+      for (const socket of upgraded) socket.destroy();
       await new Promise((r) => server.close(() => r()));
       await Promise.all([...boxes.values()].map((b) => b.destroy().catch(() => {})));
       boxes.clear();

@@ -8,7 +8,7 @@ import { join, resolve } from "node:path";
 import { ROOT } from "./lib/wrangler-dev.mjs";
 import { busyPortsMessage, envPort } from "./lib/ports.mjs";
 import { parseVars } from "./lib/vars-file.mjs";
-import { createVarsFile, gitWouldTrack, localUrls, makeDir, parseOutbound, scanBundle, startServe } from "./lib/serve.mjs";
+import { createVarsFile, gitWouldTrack, localUrls, makeDir, parseOutbound, scanBundle, startServe, stateDirInUse } from "./lib/serve.mjs";
 
 const port = envPort("PORT", 8787, "npm run serve");
 const host = process.env.HOST?.trim() || "127.0.0.1";
@@ -23,6 +23,11 @@ function fail(message) {
   console.error(`npm run serve: ${message}`);
   process.exit(1);
 }
+
+// Before the port: a workerd left serving this state (its npm run serve killed alone) holds the
+// port too, and "port in use" alone would not say what to stop.
+const inUse = stateDirInUse(stateDir);
+if (inUse) fail(inUse);
 
 const busy = await busyPortsMessage([{ port, envVar: "PORT", what: "threadbox" }], "npm run serve", host, "HOST");
 if (busy) {

@@ -219,6 +219,47 @@ export function localUrls({ host, port, sandboxHostPort }) {
   return { streamUrl: `http://${hostPart}:${port}/api/stream`, daytonaApiUrl: `http://127.0.0.1:${sandboxHostPort}/api` };
 }
 
+/** Where a running server notes its workerd's pid, in the state directory it serves. */
+export function statePidFile(stateDir) {
+  return join(stateDir, ".workerd.pid");
+}
+
+/**
+ * Why `stateDir` cannot be served now (a workerd still serves it), or null. Two processes on one state directory
+ * would each hold their own copy of an actor over the same SQLite files; and a workerd outlives an
+ * `npm run serve` killed alone (kill -9 of its pid), serving on. A pid file left by one that died
+ * names a process that is gone, or one that is no workerd (its pid reused): neither counts.
+ */
+export function stateDirInUse(stateDir) {
+  const pid = workerdServing(stateDir);
+  return pid === null ? null
+    : `the state directory ${stateDir} is in use by workerd (pid ${pid}): another npm run serve, or one left serving when its npm run serve was killed alone; stop it (kill ${pid}) first, or set THREADBOX_STATE_DIR to another directory`;
+}
+
+/** The pid of a workerd still serving `stateDir`, or null. */
+export function workerdServing(stateDir) {
+  let pid;
+  try {
+    pid = Number(readFileSync(statePidFile(stateDir), "utf8").trim());
+  } catch {
+    return null;
+  }
+  if (!Number.isInteger(pid) || pid <= 0) return null;
+  try {
+    process.kill(pid, 0);
+  } catch (err) {
+    if (err?.code !== "EPERM") return null;
+  }
+  let command = "";
+  try {
+    command = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+  } catch {
+    // No procfs (macOS): ps says what runs under that pid.
+    command = spawnSync("ps", ["-p", String(pid), "-o", "command="], { encoding: "utf8" }).stdout ?? "";
+  }
+  return command.includes("workerd") ? pid : null;
+}
+
 /**
  * `mkdir -p`, one directory at a time. Node's own recursive mkdir never returns for a path it
  * cannot make under /proc (mkdir answers ENOENT there although the parent exists, and Node walks
@@ -285,11 +326,15 @@ export async function startServe(o) {
   const configFile = join(o.buildDir, "workerd.capnp");
   writeFileSync(configFile, config);
 
+  const pidFile = statePidFile(stateDir);
+  const inUse = stateDirInUse(stateDir);
+  if (inUse) throw new Error(inUse);
   const child = spawn(workerdBinary(cwd), ["serve", configFile, ...(o.workerdArgs ?? [])], {
     cwd: o.buildDir,
     env: { ...process.env, ...values },
     stdio: o.stdio === "inherit" ? "inherit" : ["ignore", "pipe", "pipe"],
   });
+  if (child.pid) writeFileSync(pidFile, `${child.pid}\n`);
   let output = "";
   child.stdout?.on("data", (d) => { output = (output + d).slice(-20_000); });
   child.stderr?.on("data", (d) => { output = (output + d).slice(-20_000); });
@@ -314,6 +359,9 @@ export async function startServe(o) {
       const timer = setTimeout(() => child.kill("SIGKILL"), 5000);
       await exited;
       clearTimeout(timer);
+      try {
+        if (readFileSync(pidFile, "utf8").trim() === String(child.pid)) rmSync(pidFile, { force: true });
+      } catch { /* already gone */ }
     },
   };
 }

@@ -580,6 +580,24 @@ describe("DaytonaProvider on the local host", () => {
     expect(err.lateBoxName).toBeUndefined();
   });
 
+  it("a host stopped while a command's output is followed stops at once: the command ends and the follower hears of it", async () => {
+    const other = await startSandboxHost({ port: 0, apiKey: KEY });
+    const p = createDaytonaProvider({ apiUrl: other.apiUrl, apiKey: KEY });
+    const box = await p.create({ labels: { house: house() }, ephemeral: true });
+    const marker = other.boxes.get(box.ref)!.marker;
+    let seen = "";
+    const followed = p.execStreaming(box.ref, "echo started; sleep 30; echo finished", { timeoutSec: 60, onOutput: (_s, t) => { seen += t; } }).then(() => "answered", (e) => e);
+    for (let i = 0; i < 100 && !seen.includes("started"); i++) await new Promise((r) => setTimeout(r, 50));
+    expect(seen).toBe("started\n");
+    const stopping = Date.now();
+    await other.close();
+    expect(Date.now() - stopping).toBeLessThan(5_000);
+    expect(findMarkedPids(marker)).toEqual([]);
+    expect(await followed).toMatchObject({ code: expect.stringMatching(/unavailable|not_found/) });
+    expect(Date.now() - stopping).toBeLessThan(5_000);
+    expect(seen).toBe("started\n");
+  });
+
   it("wrong API key -> unauthorized", async () => {
     const p = createDaytonaProvider({ apiUrl: host.apiUrl, apiKey: "wrong" });
     await expect(p.list({})).rejects.toMatchObject({ code: "unauthorized" });
