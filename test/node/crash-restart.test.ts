@@ -12,6 +12,7 @@ import { freePort, nodePath } from "../../scripts/lib/wrangler-dev.mjs";
 import { freshTree } from "../support/fresh-tree";
 import { startModelServer, type ModelServer } from "../support/model-server";
 import { jsonApi } from "../support/json-api";
+import { botsAndBoxesEnvironment } from "../support/bots-and-boxes-env";
 
 const ADMIN = "crash-admin-secret-4f1c9e";
 const TOKEN_SECRET = "crash-token-secret-0123456789abcdef";
@@ -118,20 +119,7 @@ beforeAll(async () => {
   token = ((await r.json()) as { token: string }).token;
   const made = await api("/api/environments", {
     method: "POST",
-    json: {
-      name: "crash",
-      env: { PI_OFFLINE: "1", THREADBOX_HEARTBEAT_MS: "500" },
-      secrets: { BOT_KEY, PI_KEY },
-      piModels: {
-        providers: {
-          bots: { baseUrl: botModel.baseUrl, api: "openai-completions", apiKey: "$BOT_KEY", models: [{ id: "bot-model" }] },
-          local: { baseUrl: piModel.baseUrl, api: "openai-completions", apiKey: "$PI_KEY", models: [{ id: "scripted-model" }] },
-        },
-      },
-      piSettings: { retry: { enabled: false } },
-      model: "local/scripted-model",
-      provider: "daytona",
-    },
+    json: botsAndBoxesEnvironment({ name: "crash", botBaseUrl: botModel.baseUrl, piBaseUrl: piModel.baseUrl, botKey: BOT_KEY, piKey: PI_KEY }),
   });
   expect(made.status).toBe(201);
   envId = made.body.id;

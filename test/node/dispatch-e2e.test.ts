@@ -7,6 +7,7 @@ import { startSandboxHost } from "../../sandbox-host/server.mjs";
 import { freePort, startWorker } from "../../scripts/lib/wrangler-dev.mjs";
 import { startModelServer, type ModelServer } from "../support/model-server";
 import { jsonApi } from "../support/json-api";
+import { botsAndBoxesEnvironment } from "../support/bots-and-boxes-env";
 
 const SANDBOX_KEY = "e2e-dispatch-sandbox-key";
 const BOT_KEY = "sk-bot-secret-value";
@@ -39,23 +40,10 @@ async function waitFor<T>(what: string, fn: () => Promise<T | null | undefined |
 const chatsBy = (es: Entry[], author: string) => es.filter((e) => e.payload.type === "chat" && e.authorId === author);
 
 async function environment(): Promise<string> {
+  // One provider config serves the bots (in the worker) and pi (in boxes).
   const r = await api("/api/environments", {
     method: "POST",
-    json: {
-      name: "bots-and-boxes",
-      env: { PI_OFFLINE: "1", THREADBOX_HEARTBEAT_MS: "500" },
-      secrets: { BOT_KEY, PI_KEY },
-      // One provider config serves the bots (in the worker) and pi (in boxes).
-      piModels: {
-        providers: {
-          bots: { baseUrl: botModel.baseUrl, api: "openai-completions", apiKey: "$BOT_KEY", models: [{ id: "bot-model" }] },
-          local: { baseUrl: piModel.baseUrl, api: "openai-completions", apiKey: "$PI_KEY", models: [{ id: "scripted-model" }] },
-        },
-      },
-      piSettings: { retry: { enabled: false } },
-      model: "local/scripted-model",
-      provider: "daytona",
-    },
+    json: botsAndBoxesEnvironment({ name: "bots-and-boxes", botBaseUrl: botModel.baseUrl, piBaseUrl: piModel.baseUrl, botKey: BOT_KEY, piKey: PI_KEY }),
   });
   expect(r.status).toBe(201);
   return r.body.id as string;
