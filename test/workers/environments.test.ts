@@ -1,4 +1,6 @@
 import { describe, expect, it, vi } from "vitest";
+import { env, runInDurableObject } from "cloudflare:test";
+import type { HouseActor } from "./test-worker";
 import { call, createThread, errorCode, houseToken } from "./helpers";
 import { sharedTestProvider } from "./register-test-provider";
 import { ProviderError } from "../../src/sandbox/errors";
@@ -241,6 +243,38 @@ describe("run_command on an environment's shared box", () => {
     const boxes = ((await (await call("/api/sandboxes", { token })).json()) as { sandboxes: { state: string; labels: Record<string, string> }[] }).sandboxes;
     expect(boxes.filter((b) => b.labels["threadbox.environment"] === "env_gone" && b.state !== "deleted")).toEqual([]);
     expect((await provider.list({ "threadbox.house": "house-env-deleted-mid-create" })).filter((b) => b.state !== "destroyed")).toEqual([]);
+  });
+
+  it("an environment deleted while a first command makes its shared box (the delete read it before the box was claimed): the new box is deleted too, not left running for an environment that is gone", async () => {
+    const houseId = "house-env-deleted-mid-claim";
+    const token = await houseToken(houseId);
+    const provider = sharedTestProvider();
+    provider.execHandler = () => ({ exitCode: 0, output: "ran" });
+    expect((await call("/api/environments", { method: "POST", token, json: { id: "env_claim", name: "shared", provider: "test", sharedBox: true } })).status).toBe(201);
+    const houses = (env as unknown as { HOUSES: DurableObjectNamespace<HouseActor> }).HOUSES;
+    const house = houses.get(houses.idFromName(houseId));
+    let entered!: () => void;
+    const reached = new Promise<void>((r) => { entered = r; });
+    let release!: () => void;
+    const gate = new Promise<void>((r) => { release = r; });
+    // The DELETE has read the environment (no shared box yet) and is on its way to forgetting it.
+    await runInDurableObject(house, (h: HouseActor) => h.holdNextFolderVersionList(entered, gate));
+    const deleting = call("/api/environments/env_claim", { method: "DELETE", token });
+    try {
+      await reached;
+      const r = await call("/api/environments/env_claim/exec", { method: "POST", token, json: { command: "echo hi" } });
+      expect(r.status).toBe(200);
+    } finally {
+      release();
+    }
+    expect((await deleting).status).toBe(204);
+    expect((await call("/api/environments/env_claim", { token })).status).toBe(404);
+    await vi.waitFor(async () => {
+      expect((await provider.list({ "threadbox.house": houseId })).filter((b) => b.state !== "destroyed")).toEqual([]);
+    });
+    const boxes = ((await (await call("/api/sandboxes", { token })).json()) as { sandboxes: { state: string; labels: Record<string, string> }[] }).sandboxes;
+    expect(boxes.filter((b) => b.labels["threadbox.environment"] === "env_claim" && b.state !== "deleted")).toEqual([]);
+    provider.execHandler = () => ({ exitCode: 0, output: "" });
   });
 
   it("a command still running on the shared box is not cut off when a change replaces the box: the old box goes once the command is done", async () => {

@@ -266,6 +266,26 @@ export class HouseActor extends ProductionHouseActor {
     return super.upsertBox(box);
   }
 
+  private folderListHold: { entered: () => void; gate: Promise<void> } | null = null;
+
+  /**
+   * The next list of an environment's folder versions (a DELETE of the environment reads it between
+   * deleting the shared box and forgetting the environment) calls `entered`, then waits for `gate`.
+   */
+  holdNextFolderVersionList(entered: () => void, gate: Promise<void>): void {
+    this.folderListHold = { entered, gate };
+  }
+
+  override async listFolderVersions(environmentId: string) {
+    const hold = this.folderListHold;
+    if (hold) {
+      this.folderListHold = null;
+      hold.entered();
+      await hold.gate;
+    }
+    return super.listFolderVersions(environmentId);
+  }
+
   override async upsertThread(t: ThreadSummary) {
     if (this.failingThreadUpserts > 0) {
       this.failingThreadUpserts--;
