@@ -264,6 +264,28 @@ describe("an environment deleted right after a run started in its shared box", (
   }, 30_000);
 });
 
+describe("a run whose environment is deleted after its request was checked and before its launch", () => {
+  it("fails visibly naming the environment: it is not launched without the environment (on another provider, without its egress rules, secrets or model)", async () => {
+    const houseId = "house-env-deleted-before-launch";
+    const { token, t, stub, environmentId } = await launchableThread(houseId, undefined, { egress: "deny", model: "local/m" });
+    // The delegate or resume route found the environment; the DELETE lands before the run is claimed.
+    expect((await call(`/api/environments/${environmentId}`, { method: "DELETE", token })).status).toBe(204);
+    const { runId } = await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", model: "local/m", resume: false, authorId: "alice" }));
+    await vi.waitFor(async () => {
+      const row = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string };
+      expect(row.status).toBe("failed");
+    }, { timeout: 20_000, interval: 100 });
+    const row = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { reason: string; detail: string };
+    expect(row.reason).toBe("pi_failed");
+    expect(row.detail).toBe(`launch failed: environment ${environmentId} of this thread no longer exists`);
+    const es = (await readAll(token, t.id)).entries;
+    expect(es.filter((e) => e.payload.type === "signal.run.launched" || e.payload.type === "signal.thread.box_assigned")).toEqual([]);
+    const listed = (await (await call("/api/sandboxes", { token })).json()) as { sandboxes: unknown[] };
+    expect(listed.sandboxes).toEqual([]);
+    expect(await sharedTestProvider().list({ [LABEL_RUN]: runId })).toEqual([]);
+  }, 30_000);
+});
+
 describe("a shared box whose environment changed its egress while a run works on it", () => {
   it("is replaced for what comes next, but kept for the running run: only then is it reaped as an ephemeral box", async () => {
     const houseId = "house-respec-running";

@@ -53,6 +53,9 @@ export async function launch(spec: LaunchSpec, p: LauncherPorts): Promise<void> 
   if (!current()) return abandon(spec, p); // stopped or settled before the launch got its turn
   const environment = row.environmentId ? ((await unwrapRpc(houseStub(p.env, row.houseId).getEnvironment(row.environmentId))) as Environment | null) : null;
   try {
+    // Deleted after the request that started the run found it: launched without it, the run would
+    // go to the default provider with none of its egress rules, secrets, files or models.
+    if (row.environmentId && !environment) throw new Error(`environment ${row.environmentId} of this thread no longer exists`);
     await launchRun(spec, launchDeps(spec, p, row, environment, current, ended));
   } catch (err) {
     if (!(err instanceof LaunchSuperseded)) {
