@@ -119,6 +119,23 @@ export class ThreadActor extends ProductionThreadActor {
   private boxDiedDelayMs = 0;
 
   /** Telling this thread its box died takes `ms` from now on (a box's force delete waits on it). */
+  private tailHold: { entered: () => void; gate: Promise<void> } | null = null;
+
+  /** The next ask for this plain stream's tail (a subscription linking it) calls `entered`, then waits for `gate`. */
+  holdNextSubscriptionTail(entered: () => void, gate: Promise<void>): void {
+    this.tailHold = { entered, gate };
+  }
+
+  override async subscriptionTail(houseId: string) {
+    const hold = this.tailHold;
+    if (hold) {
+      this.tailHold = null;
+      hold.entered();
+      await hold.gate;
+    }
+    return super.subscriptionTail(houseId);
+  }
+
   delayBoxDied(ms: number): void {
     this.boxDiedDelayMs = ms;
   }
