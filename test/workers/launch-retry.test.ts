@@ -317,6 +317,43 @@ describe("a shared box whose environment changed its egress while a run works on
   }, 30_000);
 });
 
+describe("a run of a shared-box environment whose box is replaced between the launch picking it and holding it", () => {
+  it("goes on on the environment's new box: it does not fail because the box it picked is being deleted", async () => {
+    const houseId = "house-shared-box-replaced-mid-pick";
+    const { token, t, stub, environmentId } = await launchableThread(houseId, () => {}, { boxMode: "shared" });
+    const provider = sharedTestProvider();
+    const exec = async () => (await (await call(`/api/environments/${environmentId}/exec`, { method: "POST", token, json: { command: "true" } })).json()) as { boxId: string };
+    const old = (await exec()).boxId;
+    const ensureStarted = provider.ensureStarted;
+    let replaced: string | null = null;
+    // The launch has found the environment's box live; before it holds it, a change to the
+    // environment and a command make a new box, and the old one is retired (deleted at once).
+    provider.ensureStarted = async function (this: typeof provider, ref) {
+      if (provider.boxes.get(ref)?.labels["threadbox.house"] === houseId) {
+        provider.ensureStarted = ensureStarted;
+        expect((await call(`/api/environments/${environmentId}`, { method: "PATCH", token, json: { image: "other:2" } })).status).toBe(200);
+        replaced = (await exec()).boxId;
+      }
+      return ensureStarted.call(this, ref);
+    };
+    try {
+      await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+      await vi.waitFor(async () => {
+        const es = (await readAll(token, t.id)).entries;
+        expect(es.some((e) => e.payload.type === "signal.run.launched" || (e.payload.type === "signal.thread.status_changed" && e.payload.status !== "running"))).toBe(true);
+      }, { timeout: 15_000, interval: 100 });
+    } finally {
+      provider.ensureStarted = ensureStarted;
+    }
+    expect(replaced).not.toBeNull();
+    expect(replaced).not.toBe(old);
+    const row = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string; detail: string | null };
+    expect(row).toMatchObject({ status: "running" });
+    const launched = (await readAll(token, t.id)).entries.find((e) => e.payload.type === "signal.run.launched")!;
+    expect(launched.payload.boxId).toBe(replaced);
+  }, 30_000);
+});
+
 describe("a run whose actor dies right after its start is committed", () => {
   it("still launches: the alarm was armed with the start, and a retry with the same run finds it", async () => {
     const houseId = "house-crash-after-start";

@@ -182,8 +182,13 @@ function launchDeps(spec: LaunchSpec, p: LauncherPorts, row: ThreadRow, environm
       p.append({ id: `launched:${spec.runId}`, ts: p.now(), authorId: "threadbox", payload: { type: "signal.run.launched", runId: spec.runId, harness: spec.harness, ...info } });
     },
     alive: p.alive,
-    sharedBox: () => ensureSharedBox(p.env, row.houseId, environment!),
+    // The environment as stored now: a box picked again replaces one that a change to it retired.
+    sharedBox: async () => ensureSharedBox(p.env, row.houseId, (await currentEnvironment(p, row)) ?? environment!),
     otherRunsOnBox: async (boxId) => (await unwrapRpc(sandboxStub(p.env, boxId).runsOfOtherThreads(row.houseId, row.id))) === true,
-    currentEnvironment: async () => row.environmentId ? ((await unwrapRpc(houseStub(p.env, row.houseId).getEnvironment(row.environmentId))) as Environment | null) : null,
+    currentEnvironment: () => currentEnvironment(p, row),
   };
+}
+
+async function currentEnvironment(p: LauncherPorts, row: ThreadRow): Promise<Environment | null> {
+  return row.environmentId ? ((await unwrapRpc(houseStub(p.env, row.houseId).getEnvironment(row.environmentId))) as Environment | null) : null;
 }
