@@ -277,6 +277,36 @@ describe("run_command on an environment's shared box", () => {
     provider.execHandler = () => ({ exitCode: 0, output: "" });
   });
 
+  it("an environment that stops keeping a shared box (sharedBox: false) while a first command makes one: the command is refused as on such an environment, and the new box is deleted, not kept live and unused", async () => {
+    const houseId = "house-env-unshared-mid-create";
+    const token = await houseToken(houseId);
+    const provider = sharedTestProvider();
+    provider.execHandler = () => ({ exitCode: 0, output: "ran" });
+    expect((await call("/api/environments", { method: "POST", token, json: { id: "env_unshared", name: "shared", provider: "test", sharedBox: true } })).status).toBe(201);
+    const create = provider.create;
+    // The change lands while the provider makes the box (a real create takes seconds).
+    provider.create = async function (this: typeof provider, opts) {
+      provider.create = create;
+      expect((await call("/api/environments/env_unshared", { method: "PATCH", token, json: { sharedBox: false } })).status).toBe(200);
+      return create.call(this, opts);
+    };
+    try {
+      const r = await call("/api/environments/env_unshared/exec", { method: "POST", token, json: { command: "echo hi" } });
+      expect(r.status).toBe(409);
+      expect(await errorCode(r)).toBe("conflict");
+    } finally {
+      provider.create = create;
+    }
+    await vi.waitFor(async () => {
+      expect((await provider.list({ "threadbox.house": houseId })).filter((b) => b.state !== "destroyed")).toEqual([]);
+    });
+    // Turned on again, the environment makes its box afresh.
+    expect((await call("/api/environments/env_unshared", { method: "PATCH", token, json: { sharedBox: true } })).status).toBe(200);
+    expect((await call("/api/environments/env_unshared/exec", { method: "POST", token, json: { command: "echo hi" } })).status).toBe(200);
+    expect((await provider.list({ "threadbox.house": houseId })).filter((b) => b.state !== "destroyed")).toHaveLength(1);
+    provider.execHandler = () => ({ exitCode: 0, output: "" });
+  });
+
   it("a command still running on the shared box is not cut off when a change replaces the box: the old box goes once the command is done", async () => {
     const token = await houseToken("house-env-exec-held");
     const provider = sharedTestProvider();

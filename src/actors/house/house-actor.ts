@@ -292,6 +292,8 @@ export class HouseActor extends DurableObject<Env> {
   private claimSharedBoxSync(environmentId: string, boxId: string, replace: string | null): string | null {
     const e = this.getEnvironmentSync(environmentId);
     if (!e) return null;
+    // Turned off while the box was made: recorded, it would stay live with nothing to use or reap it.
+    if (!e.sharedBox) throw new ApiError("conflict", "this environment keeps no shared box (set sharedBox: true)");
     if (e.sharedBoxId && e.sharedBoxId !== replace) return e.sharedBoxId;
     this.putEnvironmentSync({ ...e, sharedBoxId: boxId });
     return boxId;
