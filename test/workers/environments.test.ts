@@ -443,6 +443,39 @@ describe("DELETE /api/environments/:id", () => {
     provider.execHandler = () => ({ exitCode: 0, output: "" });
   });
 
+  it("while a command runs on the shared box: the environment's DELETE and the box's plain DELETE are a 409 and the command finishes; after it, the delete goes through", async () => {
+    const token = await houseToken("house-env-del-exec");
+    const provider = sharedTestProvider();
+    let release!: () => void;
+    const held = new Promise<void>((r) => { release = r; });
+    provider.execHandler = async (_box, command) => {
+      if (command === "long-del") await held;
+      return { exitCode: 0, output: command };
+    };
+    try {
+      expect((await call("/api/environments", { method: "POST", token, json: { id: "env_del_exec", name: "s", provider: "test", sharedBox: true } })).status).toBe(201);
+      const exec = (command: string) => call("/api/environments/env_del_exec/exec", { method: "POST", token, json: { command } });
+      const boxId = ((await (await exec("warm")).json()) as { boxId: string }).boxId;
+      const long = exec("long-del");
+      await vi.waitFor(() => expect(provider.calls.filter((c) => c.op === "exec" && (c.args as { command: string }).command === "long-del")).toHaveLength(1));
+      const refused = await call("/api/environments/env_del_exec", { method: "DELETE", token });
+      expect(refused.status).toBe(409);
+      expect(await errorCode(refused)).toBe("conflict");
+      expect((await call(`/api/sandboxes/${boxId}`, { method: "DELETE", token })).status).toBe(409);
+      expect(((await (await call(`/api/sandboxes/${boxId}`, { token })).json()) as { state: string }).state).toBe("live");
+      expect((await call("/api/environments/env_del_exec", { token })).status).toBe(200);
+      release();
+      const done = await long;
+      expect(done.status).toBe(200);
+      expect(await done.json()).toMatchObject({ boxId, exitCode: 0, output: "long-del" });
+      expect((await call("/api/environments/env_del_exec", { method: "DELETE", token })).status).toBe(204);
+      expect(((await (await call(`/api/sandboxes/${boxId}`, { token })).json()) as { state: string }).state).toBe("deleted");
+    } finally {
+      release();
+      provider.execHandler = () => ({ exitCode: 0, output: "" });
+    }
+  });
+
   it("PATCHes at once all take effect (secrets merge by name), and a PATCH after a DELETE is a 404 that brings nothing back", async () => {
     const token = await houseToken("house-env-patch-race");
     const { id } = (await (await call("/api/environments", { method: "POST", token, json: { name: "race" } })).json()) as { id: string };
