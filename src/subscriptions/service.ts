@@ -78,6 +78,7 @@ export class SubscriptionService {
       id, input.type, input.pattern ?? null, input.webhook?.url ?? null, input.wake_stream ?? null, input.lease_ttl_ms,
       input.description ?? null, new Date(this.p.now()).toISOString(), key, base,
     );
+    const created = this.row(id)!;
     const linked = new Set(input.streams);
     if (input.pattern) for (const path of this.knownStreams()) if (globMatch(input.pattern, path)) linked.add(path);
     // Streams that exist now are linked at their tail: a subscription sees what comes after it.
@@ -87,7 +88,8 @@ export class SubscriptionService {
       if (tail !== null) await this.tellLinked(houseId, path);
     }
     if (input.type === "webhook") await this.signingKey();
-    return { status: 201, body: await this.serialize(houseId, this.row(id)!) };
+    // A DELETE may have come while the streams were linked: this create still happened, before it.
+    return { status: 201, body: await this.serialize(houseId, this.row(id) ?? created) };
   }
 
   async get(houseId: string, id: string): Promise<SubResult> {
@@ -171,7 +173,9 @@ export class SubscriptionService {
     const pending = [...links.values()].find(hasPending);
     if (!pending) return err(409, "NO_PENDING_WORK", "Subscription has no pending work");
     if (!r.wake_id) await this.createWake(houseId, id, pending.path, links);
-    r = this.row(id)!;
+    const now = this.row(id);
+    if (!now) return NOT_FOUND; // deleted while its links were read
+    r = now;
     const token = await mintCallbackToken(this.p.secret, houseId, id, r.generation, this.p.now());
     this.p.sql.exec(`update subscriptions set holder = ?, token = ?, lease_expires_at = ? where id = ?`, worker, token, this.p.now() + r.lease_ttl_ms, id);
     await this.rearm();
@@ -253,7 +257,8 @@ export class SubscriptionService {
 
   /** A new wake: the generation moves on (fencing every older token); a webhook is delivered by the alarm. */
   private async createWake(houseId: string, id: string, triggeredBy: string, links: Map<string, LinkView>): Promise<void> {
-    const r = this.row(id)!;
+    const r = this.row(id);
+    if (!r) return; // deleted while its links were read
     const generation = r.generation + 1;
     const wakeId = `w_${[...crypto.getRandomValues(new Uint8Array(12))].map((b) => b.toString(16).padStart(2, "0")).join("")}`;
     const snapshot = JSON.stringify(Object.fromEntries([...links.values()].map((l) => [l.path, l.tail])));
@@ -328,12 +333,17 @@ export class SubscriptionService {
     await this.p.setAlarm(at ?? null);
   }
 
+  /**
+   * Links a stream to a subscription that still exists: one deleted while a tail was asked for
+   * would keep the link, and a later subscription of that id would be woken by its stream.
+   */
   private link(id: string, rawPath: string, kind: "explicit" | "glob", acked: string): void {
     const path = normalizePath(rawPath);
     this.p.sql.exec(
-      `insert into subscription_links (subscription_id, path, explicit, glob, acked) values (?, ?, ?, ?, ?)
+      `insert into subscription_links (subscription_id, path, explicit, glob, acked)
+       select ?, ?, ?, ?, ? where exists (select 1 from subscriptions where id = ?)
        on conflict(subscription_id, path) do update set explicit = max(explicit, excluded.explicit), glob = max(glob, excluded.glob)`,
-      id, path, kind === "explicit" ? 1 : 0, kind === "glob" ? 1 : 0, acked,
+      id, path, kind === "explicit" ? 1 : 0, kind === "glob" ? 1 : 0, acked, id,
     );
   }
 

@@ -141,13 +141,19 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
     const live = await deps.boxIsLive(previousBox);
     // Held from now on: neither an idle reap nor a plain delete takes it from under this launch.
     // One that went away meanwhile is not reused: a fresh box follows.
-    if (live && (await deps.reserveBox(previousBox).then(() => true, (err) => { if (err instanceof ApiError && err.code === "conflict") return false; throw err; }))) {
+    if (live && (await reserveUnlessGoing(deps, previousBox))) {
       progress = await deps.saveProgress({ boxId: previousBox, providerRef: live.providerRef, sameBox: true });
     }
   }
   if (!progress.boxId && shared) {
-    await deps.reserveBox(shared.id);
-    progress = await deps.saveProgress({ boxId: shared.id, providerRef: shared.providerRef, sameBox: true, shared: true, sharedCreated: shared.created });
+    // The box picked may have been replaced since (a change to the environment, a delete) and be
+    // going: the environment's box as it is now takes the run.
+    let box = shared;
+    for (let tries = 1; !(await reserveUnlessGoing(deps, box.id)); tries++) {
+      if (tries >= SHARED_BOX_PICKS) throw new Error(`the environment's shared box was replaced ${tries} times while this run launched`);
+      box = await deps.sharedBox();
+    }
+    progress = await deps.saveProgress({ boxId: box.id, providerRef: box.providerRef, sameBox: true, shared: true, sharedCreated: box.created });
   }
   if (!progress.boxId) {
     // A box an earlier attempt of this launch made (it may have died before recording it).
@@ -208,6 +214,17 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
     ...(deps.environment?.plugins
       ? { plugins: { skills: deps.environment.plugins.skills.map((x) => x.name), extensions: deps.environment.plugins.extensions.map((x) => x.name), mcpServers: Object.keys(deps.environment.plugins.mcpServers) } }
       : {}),
+  });
+}
+
+/** Picks of an environment's shared box a launch makes before giving up, each one found going. */
+const SHARED_BOX_PICKS = 3;
+
+/** Holds `boxId` for the launch; false when the box is going (being deleted, or gone). */
+async function reserveUnlessGoing(deps: Pick<LaunchDeps, "reserveBox">, boxId: string): Promise<boolean> {
+  return deps.reserveBox(boxId).then(() => true, (err) => {
+    if (err instanceof ApiError && err.code === "conflict") return false;
+    throw err;
   });
 }
 

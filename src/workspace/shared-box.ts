@@ -42,11 +42,18 @@ export async function ensureSharedBox(env: Env, houseId: string, e: Environment)
   const view = await unwrapRpc(sandboxStub(env, boxId).register({
     boxId, houseId, provider: e.provider, providerRef: info.ref, ephemeral: false, labels: info.labels,
   }));
-  const winner = (await unwrapRpc(houseStub(env, houseId).claimSharedBox(e.id, boxId, e.sharedBoxId ?? null))) as string | null;
+  // The environment deleted, or keeping no shared box any more, while its box was made: no
+  // environment will ever use or delete this box, and a shared box is never reaped.
+  const orphan = () => unwrapRpc(sandboxStub(env, boxId).destroy(houseId, true)).catch((err) => logEvent("shared_box_orphan_delete_failed", { environmentId: e.id, boxId, error: errorMessage(err) }, "warn"));
+  let winner: string | null;
+  try {
+    winner = (await unwrapRpc(houseStub(env, houseId).claimSharedBox(e.id, boxId, e.sharedBoxId ?? null))) as string | null;
+  } catch (err) {
+    if (err instanceof ApiError && err.code === "conflict") await orphan();
+    throw err;
+  }
   if (winner === null) {
-    // The environment was deleted while its box was made: no environment will ever use or delete
-    // this box, and a shared box is never reaped.
-    await unwrapRpc(sandboxStub(env, boxId).destroy(houseId, true)).catch((err) => logEvent("shared_box_orphan_delete_failed", { environmentId: e.id, boxId, error: errorMessage(err) }, "warn"));
+    await orphan();
     throw new ApiError("not_found", "environment not found");
   }
   if (winner !== boxId) {

@@ -1,4 +1,6 @@
 import { describe, expect, it, vi } from "vitest";
+import { env, runInDurableObject } from "cloudflare:test";
+import type { HouseActor } from "./test-worker";
 import { call, createThread, errorCode, houseToken } from "./helpers";
 import { sharedTestProvider } from "./register-test-provider";
 import { ProviderError } from "../../src/sandbox/errors";
@@ -243,6 +245,68 @@ describe("run_command on an environment's shared box", () => {
     expect((await provider.list({ "threadbox.house": "house-env-deleted-mid-create" })).filter((b) => b.state !== "destroyed")).toEqual([]);
   });
 
+  it("an environment deleted while a first command makes its shared box (the delete read it before the box was claimed): the new box is deleted too, not left running for an environment that is gone", async () => {
+    const houseId = "house-env-deleted-mid-claim";
+    const token = await houseToken(houseId);
+    const provider = sharedTestProvider();
+    provider.execHandler = () => ({ exitCode: 0, output: "ran" });
+    expect((await call("/api/environments", { method: "POST", token, json: { id: "env_claim", name: "shared", provider: "test", sharedBox: true } })).status).toBe(201);
+    const houses = (env as unknown as { HOUSES: DurableObjectNamespace<HouseActor> }).HOUSES;
+    const house = houses.get(houses.idFromName(houseId));
+    let entered!: () => void;
+    const reached = new Promise<void>((r) => { entered = r; });
+    let release!: () => void;
+    const gate = new Promise<void>((r) => { release = r; });
+    // The DELETE has read the environment (no shared box yet) and is on its way to forgetting it.
+    await runInDurableObject(house, (h: HouseActor) => h.holdNextFolderVersionList(entered, gate));
+    const deleting = call("/api/environments/env_claim", { method: "DELETE", token });
+    try {
+      await reached;
+      const r = await call("/api/environments/env_claim/exec", { method: "POST", token, json: { command: "echo hi" } });
+      expect(r.status).toBe(200);
+    } finally {
+      release();
+    }
+    expect((await deleting).status).toBe(204);
+    expect((await call("/api/environments/env_claim", { token })).status).toBe(404);
+    await vi.waitFor(async () => {
+      expect((await provider.list({ "threadbox.house": houseId })).filter((b) => b.state !== "destroyed")).toEqual([]);
+    });
+    const boxes = ((await (await call("/api/sandboxes", { token })).json()) as { sandboxes: { state: string; labels: Record<string, string> }[] }).sandboxes;
+    expect(boxes.filter((b) => b.labels["threadbox.environment"] === "env_claim" && b.state !== "deleted")).toEqual([]);
+    provider.execHandler = () => ({ exitCode: 0, output: "" });
+  });
+
+  it("an environment that stops keeping a shared box (sharedBox: false) while a first command makes one: the command is refused as on such an environment, and the new box is deleted, not kept live and unused", async () => {
+    const houseId = "house-env-unshared-mid-create";
+    const token = await houseToken(houseId);
+    const provider = sharedTestProvider();
+    provider.execHandler = () => ({ exitCode: 0, output: "ran" });
+    expect((await call("/api/environments", { method: "POST", token, json: { id: "env_unshared", name: "shared", provider: "test", sharedBox: true } })).status).toBe(201);
+    const create = provider.create;
+    // The change lands while the provider makes the box (a real create takes seconds).
+    provider.create = async function (this: typeof provider, opts) {
+      provider.create = create;
+      expect((await call("/api/environments/env_unshared", { method: "PATCH", token, json: { sharedBox: false } })).status).toBe(200);
+      return create.call(this, opts);
+    };
+    try {
+      const r = await call("/api/environments/env_unshared/exec", { method: "POST", token, json: { command: "echo hi" } });
+      expect(r.status).toBe(409);
+      expect(await errorCode(r)).toBe("conflict");
+    } finally {
+      provider.create = create;
+    }
+    await vi.waitFor(async () => {
+      expect((await provider.list({ "threadbox.house": houseId })).filter((b) => b.state !== "destroyed")).toEqual([]);
+    });
+    // Turned on again, the environment makes its box afresh.
+    expect((await call("/api/environments/env_unshared", { method: "PATCH", token, json: { sharedBox: true } })).status).toBe(200);
+    expect((await call("/api/environments/env_unshared/exec", { method: "POST", token, json: { command: "echo hi" } })).status).toBe(200);
+    expect((await provider.list({ "threadbox.house": houseId })).filter((b) => b.state !== "destroyed")).toHaveLength(1);
+    provider.execHandler = () => ({ exitCode: 0, output: "" });
+  });
+
   it("a command still running on the shared box is not cut off when a change replaces the box: the old box goes once the command is done", async () => {
     const token = await houseToken("house-env-exec-held");
     const provider = sharedTestProvider();
@@ -377,6 +441,39 @@ describe("DELETE /api/environments/:id", () => {
     expect((await call(`/api/environments/${e.id}`, { method: "DELETE", token })).status).toBe(404);
     expect((await call(`/api/threads`, { method: "POST", token, json: { environmentId: e.id } })).status).toBe(404);
     provider.execHandler = () => ({ exitCode: 0, output: "" });
+  });
+
+  it("while a command runs on the shared box: the environment's DELETE and the box's plain DELETE are a 409 and the command finishes; after it, the delete goes through", async () => {
+    const token = await houseToken("house-env-del-exec");
+    const provider = sharedTestProvider();
+    let release!: () => void;
+    const held = new Promise<void>((r) => { release = r; });
+    provider.execHandler = async (_box, command) => {
+      if (command === "long-del") await held;
+      return { exitCode: 0, output: command };
+    };
+    try {
+      expect((await call("/api/environments", { method: "POST", token, json: { id: "env_del_exec", name: "s", provider: "test", sharedBox: true } })).status).toBe(201);
+      const exec = (command: string) => call("/api/environments/env_del_exec/exec", { method: "POST", token, json: { command } });
+      const boxId = ((await (await exec("warm")).json()) as { boxId: string }).boxId;
+      const long = exec("long-del");
+      await vi.waitFor(() => expect(provider.calls.filter((c) => c.op === "exec" && (c.args as { command: string }).command === "long-del")).toHaveLength(1));
+      const refused = await call("/api/environments/env_del_exec", { method: "DELETE", token });
+      expect(refused.status).toBe(409);
+      expect(await errorCode(refused)).toBe("conflict");
+      expect((await call(`/api/sandboxes/${boxId}`, { method: "DELETE", token })).status).toBe(409);
+      expect(((await (await call(`/api/sandboxes/${boxId}`, { token })).json()) as { state: string }).state).toBe("live");
+      expect((await call("/api/environments/env_del_exec", { token })).status).toBe(200);
+      release();
+      const done = await long;
+      expect(done.status).toBe(200);
+      expect(await done.json()).toMatchObject({ boxId, exitCode: 0, output: "long-del" });
+      expect((await call("/api/environments/env_del_exec", { method: "DELETE", token })).status).toBe(204);
+      expect(((await (await call(`/api/sandboxes/${boxId}`, { token })).json()) as { state: string }).state).toBe("deleted");
+    } finally {
+      release();
+      provider.execHandler = () => ({ exitCode: 0, output: "" });
+    }
   });
 
   it("PATCHes at once all take effect (secrets merge by name), and a PATCH after a DELETE is a 404 that brings nothing back", async () => {

@@ -264,6 +264,28 @@ describe("an environment deleted right after a run started in its shared box", (
   }, 30_000);
 });
 
+describe("a run whose environment is deleted after its request was checked and before its launch", () => {
+  it("fails visibly naming the environment: it is not launched without the environment (on another provider, without its egress rules, secrets or model)", async () => {
+    const houseId = "house-env-deleted-before-launch";
+    const { token, t, stub, environmentId } = await launchableThread(houseId, undefined, { egress: "deny", model: "local/m" });
+    // The delegate or resume route found the environment; the DELETE lands before the run is claimed.
+    expect((await call(`/api/environments/${environmentId}`, { method: "DELETE", token })).status).toBe(204);
+    const { runId } = await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", model: "local/m", resume: false, authorId: "alice" }));
+    await vi.waitFor(async () => {
+      const row = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string };
+      expect(row.status).toBe("failed");
+    }, { timeout: 20_000, interval: 100 });
+    const row = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { reason: string; detail: string };
+    expect(row.reason).toBe("pi_failed");
+    expect(row.detail).toBe(`launch failed: environment ${environmentId} of this thread no longer exists`);
+    const es = (await readAll(token, t.id)).entries;
+    expect(es.filter((e) => e.payload.type === "signal.run.launched" || e.payload.type === "signal.thread.box_assigned")).toEqual([]);
+    const listed = (await (await call("/api/sandboxes", { token })).json()) as { sandboxes: unknown[] };
+    expect(listed.sandboxes).toEqual([]);
+    expect(await sharedTestProvider().list({ [LABEL_RUN]: runId })).toEqual([]);
+  }, 30_000);
+});
+
 describe("a shared box whose environment changed its egress while a run works on it", () => {
   it("is replaced for what comes next, but kept for the running run: only then is it reaped as an ephemeral box", async () => {
     const houseId = "house-respec-running";
@@ -292,6 +314,43 @@ describe("a shared box whose environment changed its egress while a run works on
     expect([launched.payload.boxId === old, launched.payload.boxId]).toEqual([false, current]);
     // It waits out the stopped-box grace as any kept ephemeral box does, and is reaped then.
     expect(await box(old)).toMatchObject({ ephemeral: true, threads: [] });
+  }, 30_000);
+});
+
+describe("a run of a shared-box environment whose box is replaced between the launch picking it and holding it", () => {
+  it("goes on on the environment's new box: it does not fail because the box it picked is being deleted", async () => {
+    const houseId = "house-shared-box-replaced-mid-pick";
+    const { token, t, stub, environmentId } = await launchableThread(houseId, () => {}, { boxMode: "shared" });
+    const provider = sharedTestProvider();
+    const exec = async () => (await (await call(`/api/environments/${environmentId}/exec`, { method: "POST", token, json: { command: "true" } })).json()) as { boxId: string };
+    const old = (await exec()).boxId;
+    const ensureStarted = provider.ensureStarted;
+    let replaced: string | null = null;
+    // The launch has found the environment's box live; before it holds it, a change to the
+    // environment and a command make a new box, and the old one is retired (deleted at once).
+    provider.ensureStarted = async function (this: typeof provider, ref) {
+      if (provider.boxes.get(ref)?.labels["threadbox.house"] === houseId) {
+        provider.ensureStarted = ensureStarted;
+        expect((await call(`/api/environments/${environmentId}`, { method: "PATCH", token, json: { image: "other:2" } })).status).toBe(200);
+        replaced = (await exec()).boxId;
+      }
+      return ensureStarted.call(this, ref);
+    };
+    try {
+      await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+      await vi.waitFor(async () => {
+        const es = (await readAll(token, t.id)).entries;
+        expect(es.some((e) => e.payload.type === "signal.run.launched" || (e.payload.type === "signal.thread.status_changed" && e.payload.status !== "running"))).toBe(true);
+      }, { timeout: 15_000, interval: 100 });
+    } finally {
+      provider.ensureStarted = ensureStarted;
+    }
+    expect(replaced).not.toBeNull();
+    expect(replaced).not.toBe(old);
+    const row = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string; detail: string | null };
+    expect(row).toMatchObject({ status: "running" });
+    const launched = (await readAll(token, t.id)).entries.find((e) => e.payload.type === "signal.run.launched")!;
+    expect(launched.payload.boxId).toBe(replaced);
   }, 30_000);
 });
 

@@ -119,6 +119,23 @@ export class ThreadActor extends ProductionThreadActor {
   private boxDiedDelayMs = 0;
 
   /** Telling this thread its box died takes `ms` from now on (a box's force delete waits on it). */
+  private tailHold: { entered: () => void; gate: Promise<void> } | null = null;
+
+  /** The next ask for this plain stream's tail (a subscription linking it) calls `entered`, then waits for `gate`. */
+  holdNextSubscriptionTail(entered: () => void, gate: Promise<void>): void {
+    this.tailHold = { entered, gate };
+  }
+
+  override async subscriptionTail(houseId: string) {
+    const hold = this.tailHold;
+    if (hold) {
+      this.tailHold = null;
+      hold.entered();
+      await hold.gate;
+    }
+    return super.subscriptionTail(houseId);
+  }
+
   delayBoxDied(ms: number): void {
     this.boxDiedDelayMs = ms;
   }
@@ -264,6 +281,26 @@ export class HouseActor extends ProductionHouseActor {
       throw new Error("house index unavailable (test)");
     }
     return super.upsertBox(box);
+  }
+
+  private folderListHold: { entered: () => void; gate: Promise<void> } | null = null;
+
+  /**
+   * The next list of an environment's folder versions (a DELETE of the environment reads it between
+   * deleting the shared box and forgetting the environment) calls `entered`, then waits for `gate`.
+   */
+  holdNextFolderVersionList(entered: () => void, gate: Promise<void>): void {
+    this.folderListHold = { entered, gate };
+  }
+
+  override async listFolderVersions(environmentId: string) {
+    const hold = this.folderListHold;
+    if (hold) {
+      this.folderListHold = null;
+      hold.entered();
+      await hold.gate;
+    }
+    return super.listFolderVersions(environmentId);
   }
 
   override async upsertThread(t: ThreadSummary) {

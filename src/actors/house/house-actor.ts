@@ -254,14 +254,17 @@ export class HouseActor extends DurableObject<Env> {
 
   /**
    * Forgets an environment and its folders' version index; volumes and threads are not its to delete.
-   * Answers the archive streams of the versions it dropped: the caller deletes those.
+   * Answers the archive streams of the versions it dropped and the shared box it had at the last
+   * moment (a first command may have claimed one after the caller read the environment): the
+   * caller deletes those.
    */
   async deleteEnvironment(id: string) {
     return settle(() => this.ctx.storage.transactionSync(() => {
       const archiveStreams = this.folderVersionsSync(id).map((v) => v.stream);
+      const sharedBoxId = this.getEnvironmentSync(id)?.sharedBoxId ?? null;
       this.ctx.storage.sql.exec(`delete from environments where id = ?`, id);
       this.ctx.storage.sql.exec(`delete from folder_versions where environment_id = ?`, id);
-      return { archiveStreams };
+      return { archiveStreams, sharedBoxId };
     }));
   }
 
@@ -289,6 +292,8 @@ export class HouseActor extends DurableObject<Env> {
   private claimSharedBoxSync(environmentId: string, boxId: string, replace: string | null): string | null {
     const e = this.getEnvironmentSync(environmentId);
     if (!e) return null;
+    // Turned off while the box was made: recorded, it would stay live with nothing to use or reap it.
+    if (!e.sharedBox) throw new ApiError("conflict", "this environment keeps no shared box (set sharedBox: true)");
     if (e.sharedBoxId && e.sharedBoxId !== replace) return e.sharedBoxId;
     this.putEnvironmentSync({ ...e, sharedBoxId: boxId });
     return boxId;

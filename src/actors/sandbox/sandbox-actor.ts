@@ -347,7 +347,10 @@ export class SandboxActor extends DurableObject<Env> {
     });
   }
 
-  /** Explicit delete. Refused while threads run on the box unless forced (which orphans them). */
+  /**
+   * Explicit delete. Refused while threads run on the box or a command runs there (the box would
+   * go from under it: killed, its output lost) unless forced (which orphans the threads).
+   */
   async destroy(houseId: string, force: boolean) {
     return settle(async () => {
       const row = this.requireRow(houseId);
@@ -357,6 +360,7 @@ export class SandboxActor extends DurableObject<Env> {
         return threads;
       };
       running();
+      if (!force && row.state === "live" && this.execsUntil() !== null) throw new ApiError("conflict", "a command is running on this box (wait for it to end, or delete with force=true)");
       // From here on a launch cannot reserve it: the checks below wait on other actors.
       this.deleting = true;
       try {

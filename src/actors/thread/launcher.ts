@@ -53,6 +53,9 @@ export async function launch(spec: LaunchSpec, p: LauncherPorts): Promise<void> 
   if (!current()) return abandon(spec, p); // stopped or settled before the launch got its turn
   const environment = row.environmentId ? ((await unwrapRpc(houseStub(p.env, row.houseId).getEnvironment(row.environmentId))) as Environment | null) : null;
   try {
+    // Deleted after the request that started the run found it: launched without it, the run would
+    // go to the default provider with none of its egress rules, secrets, files or models.
+    if (row.environmentId && !environment) throw new Error(`environment ${row.environmentId} of this thread no longer exists`);
     await launchRun(spec, launchDeps(spec, p, row, environment, current, ended));
   } catch (err) {
     if (!(err instanceof LaunchSuperseded)) {
@@ -179,8 +182,13 @@ function launchDeps(spec: LaunchSpec, p: LauncherPorts, row: ThreadRow, environm
       p.append({ id: `launched:${spec.runId}`, ts: p.now(), authorId: "threadbox", payload: { type: "signal.run.launched", runId: spec.runId, harness: spec.harness, ...info } });
     },
     alive: p.alive,
-    sharedBox: () => ensureSharedBox(p.env, row.houseId, environment!),
+    // The environment as stored now: a box picked again replaces one that a change to it retired.
+    sharedBox: async () => ensureSharedBox(p.env, row.houseId, (await currentEnvironment(p, row)) ?? environment!),
     otherRunsOnBox: async (boxId) => (await unwrapRpc(sandboxStub(p.env, boxId).runsOfOtherThreads(row.houseId, row.id))) === true,
-    currentEnvironment: async () => row.environmentId ? ((await unwrapRpc(houseStub(p.env, row.houseId).getEnvironment(row.environmentId))) as Environment | null) : null,
+    currentEnvironment: () => currentEnvironment(p, row),
   };
+}
+
+async function currentEnvironment(p: LauncherPorts, row: ThreadRow): Promise<Environment | null> {
+  return row.environmentId ? ((await unwrapRpc(houseStub(p.env, row.houseId).getEnvironment(row.environmentId))) as Environment | null) : null;
 }
