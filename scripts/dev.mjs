@@ -3,7 +3,7 @@
 // the URL and a dev house token. Also starts the offline demo model and seeds the dev house
 // with an environment and a bot that use it (scripts/lib/seed-dev.mjs).
 import { spawn } from "node:child_process";
-import { chmodSync, copyFileSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { chmodSync, copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { OFFLINE_WRANGLER_ENV, ROOT, localTracingEnv, nodePath, waitForHttp } from "./lib/wrangler-dev.mjs";
 import { busyPortsMessage, envPort } from "./lib/ports.mjs";
@@ -11,11 +11,19 @@ import { readVarsFile } from "./lib/vars-file.mjs";
 import { startSandboxHost } from "../sandbox-host/server.mjs";
 import { startDemoModel } from "../dev/demo-model/server.mjs";
 import { seedDevHouse } from "./lib/seed-dev.mjs";
+import { DEV_PID_FILE, devInUse } from "./lib/dev-pid.mjs";
 import { SIGN_IN_LINK_FILE, devBanner, signInLink } from "./lib/dev-banner.mjs";
 
 const port = envPort("PORT", 8787, "npm run dev");
 const sandboxPort = envPort("SANDBOX_HOST_PORT", 3986, "npm run dev");
 const demoModelPort = envPort("DEMO_MODEL_PORT", 3987, "npm run dev");
+// Before the ports: a wrangler dev left running holds the port too, and "port in use" alone would
+// not say what to stop.
+const inUse = devInUse(ROOT);
+if (inUse) {
+  console.error(inUse);
+  process.exit(1);
+}
 const busy = await busyPortsMessage([
   { port, envVar: "PORT", what: "the worker" },
   { port: sandboxPort, envVar: "SANDBOX_HOST_PORT", what: "the local sandbox host" },
@@ -58,15 +66,43 @@ const args = [join(ROOT, "node_modules", "wrangler", "bin", "wrangler.js"), "dev
   // The local host is the default provider; the worker reaches it and boxes reach the worker over loopback.
   "--var", `DAYTONA_API_URL:${host.apiUrl}`, "--var", `DAYTONA_API_KEY:${sandboxKey}`,
   "--var", `THREADBOX_STREAM_URL:${vars.THREADBOX_STREAM_URL?.includes("127.0.0.1:8787") ? `${url}/api/stream` : vars.THREADBOX_STREAM_URL ?? `${url}/api/stream`}`];
-const wrangler = spawn(process.execPath, args, { cwd: ROOT, stdio: "inherit", env: { ...localTracingEnv(), ...process.env, ...OFFLINE_WRANGLER_ENV, PATH: nodePath() } });
+// wrangler and its workerd run in a group of their own under a tether holding a pipe from this
+// process: if this process dies (kill -9 included) they stop too, instead of serving on without
+// the sandbox host and demo model that died with it. A terminal's Ctrl-C reaches them through stop().
+const wrangler = spawn(process.execPath, [join(ROOT, "scripts", "lib", "tether.mjs"), process.execPath, ...args], {
+  cwd: ROOT, detached: true, stdio: ["pipe", "inherit", "inherit"],
+  env: { ...localTracingEnv(), ...process.env, ...OFFLINE_WRANGLER_ENV, PATH: nodePath() },
+});
+const pidFile = join(ROOT, DEV_PID_FILE);
+mkdirSync(join(ROOT, ".wrangler"), { recursive: true });
+writeFileSync(pidFile, `${wrangler.pid}\n`);
+function groupAlive() {
+  try {
+    process.kill(-wrangler.pid, 0);
+    return true;
+  } catch (err) {
+    return err?.code === "EPERM";
+  }
+}
 
 let stopping = false;
 async function stop(code = 0) {
   if (stopping) return;
   stopping = true;
-  wrangler.kill("SIGTERM");
+  const exited = wrangler.exitCode !== null || wrangler.signalCode !== null ? Promise.resolve() : new Promise((r) => wrangler.once("exit", r));
+  // The group, not the tether alone: a tether killed by itself would leave wrangler serving.
+  try { process.kill(-wrangler.pid, "SIGTERM"); } catch { /* gone */ }
   await host.close().catch(() => {});
   await demoModel.close().catch(() => {});
+  await exited;
+  for (let i = 0; i < 60 && groupAlive(); i++) await new Promise((r) => setTimeout(r, 100));
+  if (groupAlive()) {
+    try { process.kill(-wrangler.pid, "SIGKILL"); } catch { /* gone */ }
+  }
+  // Left in place while the group runs, so that the next start names it.
+  try {
+    if (!groupAlive() && readFileSync(pidFile, "utf8").trim() === String(wrangler.pid)) rmSync(pidFile, { force: true });
+  } catch { /* already gone */ }
   process.exit(code);
 }
 process.on("SIGINT", () => stop(0));

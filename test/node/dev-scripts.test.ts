@@ -176,9 +176,11 @@ describe("npm run dev with a real provider key in .dev.vars", () => {
     const dev = run("dev.mjs", { PORT: String(port), SANDBOX_HOST_PORT: String(await freePort()), DEMO_MODEL_PORT: String(await freePort()) });
     try {
       await until("npm run dev", () => dev.output().includes("threadbox is running"), dev.child, dev.exited);
-      // every process npm run dev started is in its process group (it was spawned detached)
+      // every process npm run dev started is in its process group (it was spawned detached), or
+      // in the one its wrangler dev runs in
+      const groups = [String(dev.child.pid), readFileSync(join(tree.dir, ".wrangler", "dev.pid"), "utf8").trim()];
       const group = readdirSync("/proc").filter((p) => /^\d+$/.test(p)).filter((p) => {
-        try { return readFileSync(`/proc/${p}/stat`, "utf8").split(") ")[1]!.split(" ")[2] === String(dev.child.pid); } catch { return false; }
+        try { return groups.includes(readFileSync(`/proc/${p}/stat`, "utf8").split(") ")[1]!.split(" ")[2]!); } catch { return false; }
       });
       const cmdlines = group.map((p) => { try { return readFileSync(`/proc/${p}/cmdline`, "utf8").replace(/\0/g, " "); } catch { return ""; } });
       expect(cmdlines.some((c) => c.includes("wrangler"))).toBe(true);
@@ -192,6 +194,71 @@ describe("npm run dev with a real provider key in .dev.vars", () => {
     } finally {
       await stopGroup(dev.child, dev.exited);
       rmSync(join(tree.dir, ".dev.vars"), { force: true });
+    }
+  }, 240_000);
+});
+
+describe("npm run dev killed with kill -9", () => {
+  async function health(port: number): Promise<boolean> {
+    return fetch(`http://127.0.0.1:${port}/health`, { signal: AbortSignal.timeout(2000) }).then((r) => r.ok, () => false);
+  }
+  async function waitFor(what: string, check: () => Promise<boolean>, ms: number) {
+    const deadline = Date.now() + ms;
+    while (!(await check())) {
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+  async function ports() {
+    return { PORT: String(await freePort()), SANDBOX_HOST_PORT: String(await freePort()), DEMO_MODEL_PORT: String(await freePort()) };
+  }
+
+  it("takes its wrangler dev and workerd with it, so a restart on the same ports serves again", async () => {
+    const env = await ports();
+    const port = Number(env.PORT);
+    const first = run("dev.mjs", env);
+    await until("npm run dev", () => first.output().includes("threadbox is running"), first.child, first.exited);
+    // the script's own process alone, as `kill -9 <pid of node scripts/dev.mjs>` does
+    process.kill(first.child.pid!, "SIGKILL");
+    await first.exited;
+    let second: ReturnType<typeof run> | undefined;
+    try {
+      await waitFor("the worker to stop answering once npm run dev is gone", async () => !(await health(port)), 20_000);
+      second = run("dev.mjs", env);
+      await until("npm run dev, started again", () => second!.output().includes("threadbox is running"), second.child, second.exited);
+      expect(await health(port)).toBe(true);
+    } finally {
+      if (second) await stopGroup(second.child, second.exited);
+      await stopGroup(first.child, first.exited);
+    }
+  }, 240_000);
+
+  it("with its wrangler dev left running, a restart names that process group instead of a busy port", async () => {
+    const env = await ports();
+    const port = Number(env.PORT);
+    const first = run("dev.mjs", env);
+    await until("npm run dev", () => first.output().includes("threadbox is running"), first.child, first.exited);
+    const pgid = Number(readFileSync(join(tree.dir, ".wrangler", "dev.pid"), "utf8").trim());
+    // npm run dev and the tether that would stop wrangler, both killed at once: wrangler serves on
+    process.kill(first.child.pid!, "SIGKILL");
+    process.kill(pgid, "SIGKILL");
+    await first.exited;
+    try {
+      expect(await health(port)).toBe(true);
+      for (const again of [env, { ...env, PORT: String(await freePort()) }]) {
+        const second = run("dev.mjs", again);
+        expect([await second.exited, second.output()]).toEqual([1,
+          `npm run dev: a wrangler dev of this checkout still serves .wrangler/state (process group ${pgid}): another npm run dev, or one left running when its npm run dev was killed; stop it (kill -- -${pgid}) first\n`]);
+      }
+    } finally {
+      try { process.kill(-pgid, "SIGKILL"); } catch { /* gone */ }
+    }
+    await waitFor("the left wrangler dev to go", async () => !(await health(port)), 20_000);
+    const third = run("dev.mjs", env);
+    try {
+      await until("npm run dev, started again", () => third.output().includes("threadbox is running"), third.child, third.exited);
+    } finally {
+      await stopGroup(third.child, third.exited);
     }
   }, 240_000);
 });
