@@ -6,6 +6,7 @@ import { callModel } from "./model-call";
 import type { ResolvedModel } from "./models";
 import type { LoopMessage } from "./tool-loop";
 
+/** A YES or NO is a few tokens: a gate slower than this holds up the bot's answer for nothing. */
 export const DEFAULT_GATE_TIMEOUT_MS = 30_000;
 const GATE_RETRIES = 1;
 const GATE_MAX_TOKENS = 16;
@@ -34,6 +35,18 @@ function transcript(recent: LoopMessage[], botName: string): string {
   return lines.join("\n");
 }
 
+/**
+ * The gate's whole-call limit: the model's own `requestTimeoutMs` where its environment sets one
+ * (a slow local model may need more than the default to say YES); where only `idleTimeoutMs` is
+ * set (a model that thinks in silence), that long to start plus the default to answer. The idle
+ * timeout itself is the model's, as for any call.
+ */
+export function gateTimeoutMs(model: ResolvedModel): number {
+  if (model.configuredTimeouts?.request && model.requestTimeoutMs) return model.requestTimeoutMs;
+  if (model.configuredTimeouts?.idle && model.idleTimeoutMs) return model.idleTimeoutMs + DEFAULT_GATE_TIMEOUT_MS;
+  return DEFAULT_GATE_TIMEOUT_MS;
+}
+
 export async function askGate(opts: {
   model: ResolvedModel;
   botName: string;
@@ -53,7 +66,7 @@ export async function askGate(opts: {
     systemPrompt,
     messages: [{ role: "user", content: question, timestamp: Date.now() }],
     maxTokens: GATE_MAX_TOKENS,
-    requestTimeoutMs: opts.requestTimeoutMs ?? DEFAULT_GATE_TIMEOUT_MS,
+    requestTimeoutMs: opts.requestTimeoutMs ?? gateTimeoutMs(opts.model),
     retries: GATE_RETRIES,
     retryBaseDelayMs: 250,
   });

@@ -30,6 +30,11 @@ export type ResolvedModel = {
   idleTimeoutMs?: number;
   /** How long a whole call may take, streaming or not, before it is given up (not retried). */
   requestTimeoutMs?: number;
+  /**
+   * Which of the two the environment set rather than left to the defaults: an ambient bot's gate
+   * has its own short default whole-call limit, which only a configured value replaces.
+   */
+  configuredTimeouts?: { idle: boolean; request: boolean };
 };
 
 export type PiModelsConfig = {
@@ -243,6 +248,10 @@ export function resolveModel(
       // A timer's delay past 2^31 - 1 ms fires at once.
       idleTimeoutMs: Math.min(MAX_IDLE_TIMEOUT_MS, positiveInt(m.idleTimeoutMs, positiveInt(p.idleTimeoutMs, DEFAULT_IDLE_TIMEOUT_MS))),
       requestTimeoutMs: Math.min(MAX_IDLE_TIMEOUT_MS, positiveInt(m.requestTimeoutMs, positiveInt(p.requestTimeoutMs, DEFAULT_REQUEST_TIMEOUT_MS))),
+      configuredTimeouts: {
+        idle: positiveInt(m.idleTimeoutMs, positiveInt(p.idleTimeoutMs, 0)) > 0,
+        request: positiveInt(m.requestTimeoutMs, positiveInt(p.requestTimeoutMs, 0)) > 0,
+      },
     },
   };
 }

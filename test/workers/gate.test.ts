@@ -1,6 +1,6 @@
 // The ambient gate: a one-shot YES/NO completion against the scripted model server.
 import { describe, expect, it } from "vitest";
-import { askGate, parseGateAnswer } from "../../src/dispatch/gate";
+import { askGate, gateTimeoutMs, parseGateAnswer } from "../../src/dispatch/gate";
 import type { ModelApi } from "../../src/dispatch/models";
 import { received, SCRIPTED_KEY, scriptedModel, scriptModel } from "./model-script";
 
@@ -75,5 +75,44 @@ describe.each<ModelApi>(["openai-completions", "anthropic-messages"])("askGate o
     const r = await askGate({ model: scriptedModel(api, s), botName: "helper", botInstructions: "", recent, requestTimeoutMs: 200 });
     expect(r.reply).toBe(false);
     expect(r.reason).toMatch(/gate failed: .*timeout/);
+  });
+});
+
+describe("the gate's time limits, from the environment's piModels", () => {
+  const recent = [{ role: "user" as const, text: "@helper are you there?", authorId: "alice" }];
+  const steadyYes = "YES, the latest message asks for helper.";
+
+  it("a configured requestTimeoutMs replaces the gate's 30 s: a slow model that streams steadily for longer is heard", async () => {
+    // ~32 s of steady streaming, a chunk every 800 ms: well within its idle timeout, past 30 s
+    const s = await scriptModel([{ text: steadyYes, chunks: 40, chunkDelayMs: 800 }]);
+    const model = scriptedModel("openai-completions", s, { requestTimeoutMs: 60_000, idleTimeoutMs: 5_000 });
+    const started = Date.now();
+    const r = await askGate({ model, botName: "helper", botInstructions: "", recent });
+    expect(r).toEqual({ reply: true, reason: "gate said yes" });
+    expect(Date.now() - started).toBeGreaterThan(30_000);
+  }, 60_000);
+
+  it("a configured requestTimeoutMs shorter than 30 s bounds the gate", async () => {
+    const s = await scriptModel([{ text: steadyYes, chunks: 20, chunkDelayMs: 100 }]);
+    const r = await askGate({ model: scriptedModel("openai-completions", s, { requestTimeoutMs: 500 }), botName: "helper", botInstructions: "", recent });
+    expect(r).toEqual({ reply: false, reason: "gate failed: the model did not finish its answer within 500 ms (timeout)", failed: true });
+  });
+
+  it("a model that hangs fails the gate by its configured idle timeout, long before its configured requestTimeoutMs", async () => {
+    const s = await scriptModel([], { hang: true });
+    const started = Date.now();
+    const r = await askGate({ model: scriptedModel("openai-completions", s, { requestTimeoutMs: 60_000, idleTimeoutMs: 300 }), botName: "helper", botInstructions: "", recent });
+    expect(r.reply).toBe(false);
+    expect(r.reason).toMatch(/^gate failed: .*idle timeout/);
+    expect(Date.now() - started).toBeLessThan(10_000);
+  }, 20_000);
+
+  it("takes the model's requestTimeoutMs when set, else its idleTimeoutMs plus 30 s when that is set, else 30 s", async () => {
+    const s = await scriptModel([]);
+    const limit = (entry: Record<string, unknown>) => gateTimeoutMs(scriptedModel("openai-completions", s, entry));
+    expect(limit({})).toBe(30_000);
+    expect(limit({ requestTimeoutMs: 120_000 })).toBe(120_000);
+    expect(limit({ requestTimeoutMs: 5_000, idleTimeoutMs: 1_000 })).toBe(5_000);
+    expect(limit({ idleTimeoutMs: 90_000 })).toBe(120_000);
   });
 });
