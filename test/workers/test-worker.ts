@@ -333,6 +333,21 @@ export class SandboxActor extends ProductionSandboxActor {
     this.failingRegisters = count;
   }
 
+  private failingViews = 0;
+
+  /** The next `count` reads of this box's view fail (the actor unreachable for a moment). */
+  failViews(count: number): void {
+    this.failingViews = count;
+  }
+
+  override async view(houseId: string) {
+    if (this.failingViews > 0) {
+      this.failingViews--;
+      throw new Error("box actor unavailable (test)");
+    }
+    return super.view(houseId);
+  }
+
   override async register(input: RegisterBoxInput) {
     if (this.failingRegisters > 0) {
       this.failingRegisters--;
