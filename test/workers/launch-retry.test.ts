@@ -747,3 +747,38 @@ describe("a launch that fails between making its box and assigning it to the run
     await expectLaunchFailed(token, t.id, runId, "box actor unavailable (test)");
   }, 30_000);
 });
+
+describe("a shared box retired while a launch holds it, the launch then failing before the box is the run's", () => {
+  it("is deleted once that run has failed: it is no longer the environment's box, and nothing else would ever delete it", async () => {
+    const houseId = "house-retired-reserved-launch-fails";
+    const { token, t, stub, environmentId } = await launchableThread(houseId, (a) => a.failLaunchAt("box_chosen"), { boxMode: "shared" });
+    const provider = sharedTestProvider();
+    const exec = async () => ((await (await call(`/api/environments/${environmentId}/exec`, { method: "POST", token, json: { command: "true" } })).json()) as { boxId: string }).boxId;
+    const old = await exec();
+    const oldRef = ((await (await call(`/api/sandboxes/${old}`, { token })).json()) as { providerRef: string }).providerRef;
+    let entered!: () => void;
+    const reached = new Promise<void>((r) => { entered = r; });
+    let release!: () => void;
+    const gate = new Promise<void>((r) => { release = r; });
+    await runInDurableObject(boxStub(old), (b: SandboxActor) => b.holdNextReserve(entered, gate));
+    const { runId } = await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+    try {
+      // The launch holds the box; a change to the environment and a command replace it meanwhile.
+      await reached;
+      expect((await call(`/api/environments/${environmentId}`, { method: "PATCH", token, json: { image: "other:2" } })).status).toBe(200);
+      expect(await exec()).not.toBe(old);
+    } finally {
+      release();
+    }
+    await vi.waitFor(async () => {
+      const row = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string; detail: string };
+      expect([row.status, row.detail]).toEqual(["failed", "launch failed: launch step after box_chosen failed (test)"]);
+    }, { timeout: 15_000, interval: 100 });
+    const es = (await readAll(token, t.id)).entries;
+    expect(es.filter((e) => e.payload.type === "signal.thread.box_assigned" && e.payload.runId === runId)).toEqual([]);
+    await vi.waitFor(async () => {
+      expect(((await (await call(`/api/sandboxes/${old}`, { token })).json()) as { state: string }).state).toBe("deleted");
+    }, { timeout: 10_000, interval: 100 });
+    expect(provider.boxes.has(oldRef)).toBe(false);
+  }, 30_000);
+});
