@@ -782,3 +782,23 @@ describe("a shared box retired while a launch holds it, the launch then failing 
     expect(provider.boxes.has(oldRef)).toBe(false);
   }, 30_000);
 });
+
+describe("a resume whose launch fails after picking the box its stopped run kept, before that box is the run's", () => {
+  it("leaves that box waiting out the stop's grace, not kept for good", async () => {
+    const houseId = "house-resume-fails-before-assign";
+    const { token, t, stub } = await launchableThread(houseId);
+    await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+    await launchedOnce(token, t.id, 1);
+    const kept = ((await (await call(`/api/threads/${t.id}/stop`, { method: "POST", token })).json()) as { boxId: string }).boxId;
+    await vi.waitFor(async () => expect(((await (await call(`/api/sandboxes/${kept}`, { token })).json()) as { threads: string[] }).threads).toEqual([]), { timeout: 10_000, interval: 100 });
+    await runInDurableObject(stub, (a: ThreadActor) => a.failLaunchAt("box_chosen"));
+    await unwrapRpc(stub.startRun(houseId, { task: "again", harness: "pi", resume: true, authorId: "alice" }));
+    await vi.waitFor(async () => {
+      const row = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string; detail: string };
+      expect([row.status, row.detail]).toEqual(["failed", "launch failed: launch step after box_chosen failed (test)"]);
+      expect(await runInDurableObject(stub, (a: ThreadActor) => a.testOutboxKeys())).toEqual([]);
+    }, { timeout: 15_000, interval: 100 });
+    expect(((await (await call(`/api/sandboxes/${kept}`, { token })).json()) as { state: string }).state).toBe("live");
+    expect(await runInDurableObject(boxStub(kept), (_a: SandboxActor, state) => state.storage.getAlarm())).not.toBeNull();
+  }, 30_000);
+});
