@@ -802,3 +802,35 @@ describe("a resume whose launch fails after picking the box its stopped run kept
     expect(await runInDurableObject(boxStub(kept), (_a: SandboxActor, state) => state.storage.getAlarm())).not.toBeNull();
   }, 30_000);
 });
+
+describe("a launch that died right after making its box, retried after its environment was deleted", () => {
+  it("fails naming the environment and deletes that box at the provider that made it: the box was never registered, so only the launch knows of it", async () => {
+    const houseId = "house-crash-then-env-deleted";
+    const { token, t, stub, environmentId } = await launchableThread(houseId, (a) => a.crashLaunchAt("box_created"));
+    const provider = sharedTestProvider();
+    const create = provider.create;
+    // The environment goes while the provider makes the box (a real create takes seconds); the
+    // attempt then dies before it records the box, and its retry finds the environment gone.
+    provider.create = async function (this: typeof provider, opts) {
+      if (opts.labels.house === houseId) {
+        provider.create = create;
+        expect((await call(`/api/environments/${environmentId}`, { method: "DELETE", token })).status).toBe(204);
+      }
+      return create.call(this, opts);
+    };
+    let runId: string;
+    try {
+      ({ runId } = await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" })));
+      await vi.waitFor(async () => {
+        const row = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string; detail: string };
+        expect([row.status, row.detail]).toEqual(["failed", `launch failed: environment ${environmentId} of this thread no longer exists`]);
+        // A fresh stub: the one that saw the crash stays broken.
+        expect(await runInDurableObject(threadStub(t.id), (a: ThreadActor) => a.testOutboxKeys())).toEqual([]);
+      }, { timeout: 20_000, interval: 100 });
+    } finally {
+      provider.create = create;
+    }
+    expect(provider.calls.filter((c) => c.op === "create" && JSON.stringify(c.args).includes(runId))).toHaveLength(1);
+    expect(await provider.list({ [LABEL_RUN]: runId })).toEqual([]);
+  }, 30_000);
+});
