@@ -10,6 +10,11 @@ export const LAUNCH_PROGRESS_SCHEMA: Schema = { name: "launch_progress", ddl: `c
  * runner. Keyed by run id.
  */
 export type LaunchProgress = {
+  /**
+   * The provider the run's own box is made at, recorded before it is made: a retry, or the release
+   * of a box an attempt made and never recorded, goes there even once the environment is gone.
+   */
+  provider?: string;
   /** The provider's box for this run (found by its run label, or created). */
   providerRef?: string;
   /** The box actor registered for it (deterministic per run: launchBoxId). */

@@ -128,10 +128,10 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
   const { env, row, environment } = deps;
   // Checked before any box exists: a runner without a reachable stream URL could never report.
   if (!env.THREADBOX_STREAM_URL) throw new Error("THREADBOX_STREAM_URL is not configured (the stream-proxy URL boxes write to)");
-  const providerName = environment?.provider ?? "daytona";
+  let progress = deps.progress();
+  const providerName = progress.provider ?? environment?.provider ?? "daytona";
   const provider: SandboxProvider = providerFor(env, providerName);
 
-  let progress = deps.progress();
   // A shared environment's runs all go to its one long-lived box; a resume, too: a box that was
   // the environment's before (its settings changed since) is not taken up again.
   const shared = !progress.boxId && environment?.boxMode === "shared" ? await deps.sharedBox() : null;
@@ -156,6 +156,7 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
     progress = await deps.saveProgress({ boxId: box.id, providerRef: box.providerRef, sameBox: true, shared: true, sharedCreated: box.created });
   }
   if (!progress.boxId) {
+    if (!progress.provider) progress = await deps.saveProgress({ provider: providerName });
     // A box an earlier attempt of this launch made (it may have died before recording it).
     const earlier = (await provider.list({ [LABEL_RUN]: spec.runId })).find((b) => classifySandboxState(b) !== "dead");
     const defaults = harnessBoxSource(env);

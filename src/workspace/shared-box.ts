@@ -62,7 +62,9 @@ export async function ensureSharedBox(env: Env, houseId: string, e: Environment)
     const other = await unwrapRpc(sandboxStub(env, winner).view(houseId));
     return { id: other.id, providerRef: other.providerRef, created: false };
   }
-  if (stale && current) await retireSharedBox(env, houseId, e.id, current.id);
+  // Whatever made it replaced (stale, gone, or only unreadable for a moment, and then still live
+  // at the provider), the box the environment had is no longer its box: nothing would delete it.
+  if (e.sharedBoxId) await retireSharedBox(env, houseId, e.id, e.sharedBoxId);
   return { id: view.id, providerRef: view.providerRef, created: true };
 }
 

@@ -1,6 +1,6 @@
 import { describe, expect, it, vi } from "vitest";
 import { env, runInDurableObject } from "cloudflare:test";
-import type { HouseActor } from "./test-worker";
+import type { HouseActor, SandboxActor } from "./test-worker";
 import { call, createThread, errorCode, houseToken } from "./helpers";
 import { sharedTestProvider } from "./register-test-provider";
 import { ProviderError } from "../../src/sandbox/errors";
@@ -337,6 +337,26 @@ describe("run_command on an environment's shared box", () => {
       release();
       provider.execHandler = () => ({ exitCode: 0, output: "" });
     }
+  });
+
+  it("a shared box that could not be read for a moment is replaced, and the old one is deleted, not left live at the provider with nothing to use or reap it", async () => {
+    const houseId = "house-env-unreadable-box";
+    const token = await houseToken(houseId);
+    const provider = sharedTestProvider();
+    provider.execHandler = () => ({ exitCode: 0, output: "ok" });
+    expect((await call("/api/environments", { method: "POST", token, json: { id: "env_unreadable", name: "s", provider: "test", sharedBox: true } })).status).toBe(201);
+    const exec = async () => ((await (await call("/api/environments/env_unreadable/exec", { method: "POST", token, json: { command: "true" } })).json()) as { boxId: string }).boxId;
+    const first = await exec();
+    const sandboxes = (env as unknown as { SANDBOXES: DurableObjectNamespace<SandboxActor> }).SANDBOXES;
+    await runInDurableObject(sandboxes.get(sandboxes.idFromName(first)), (b: SandboxActor) => b.failViews(1));
+    const second = await exec();
+    expect(second).not.toBe(first);
+    expect(await exec()).toBe(second);
+    await vi.waitFor(async () => {
+      expect(((await (await call(`/api/sandboxes/${first}`, { token })).json()) as { state: string }).state).toBe("deleted");
+    });
+    expect((await provider.list({ "threadbox.house": houseId })).filter((b) => b.state !== "destroyed")).toHaveLength(1);
+    provider.execHandler = () => ({ exitCode: 0, output: "" });
   });
 
   it("replacing the environment (POST with its id) or patching it keeps its shared box: no second box, none left behind", async () => {

@@ -747,3 +747,90 @@ describe("a launch that fails between making its box and assigning it to the run
     await expectLaunchFailed(token, t.id, runId, "box actor unavailable (test)");
   }, 30_000);
 });
+
+describe("a shared box retired while a launch holds it, the launch then failing before the box is the run's", () => {
+  it("is deleted once that run has failed: it is no longer the environment's box, and nothing else would ever delete it", async () => {
+    const houseId = "house-retired-reserved-launch-fails";
+    const { token, t, stub, environmentId } = await launchableThread(houseId, (a) => a.failLaunchAt("box_chosen"), { boxMode: "shared" });
+    const provider = sharedTestProvider();
+    const exec = async () => ((await (await call(`/api/environments/${environmentId}/exec`, { method: "POST", token, json: { command: "true" } })).json()) as { boxId: string }).boxId;
+    const old = await exec();
+    const oldRef = ((await (await call(`/api/sandboxes/${old}`, { token })).json()) as { providerRef: string }).providerRef;
+    let entered!: () => void;
+    const reached = new Promise<void>((r) => { entered = r; });
+    let release!: () => void;
+    const gate = new Promise<void>((r) => { release = r; });
+    await runInDurableObject(boxStub(old), (b: SandboxActor) => b.holdNextReserve(entered, gate));
+    const { runId } = await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+    try {
+      // The launch holds the box; a change to the environment and a command replace it meanwhile.
+      await reached;
+      expect((await call(`/api/environments/${environmentId}`, { method: "PATCH", token, json: { image: "other:2" } })).status).toBe(200);
+      expect(await exec()).not.toBe(old);
+    } finally {
+      release();
+    }
+    await vi.waitFor(async () => {
+      const row = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string; detail: string };
+      expect([row.status, row.detail]).toEqual(["failed", "launch failed: launch step after box_chosen failed (test)"]);
+    }, { timeout: 15_000, interval: 100 });
+    const es = (await readAll(token, t.id)).entries;
+    expect(es.filter((e) => e.payload.type === "signal.thread.box_assigned" && e.payload.runId === runId)).toEqual([]);
+    await vi.waitFor(async () => {
+      expect(((await (await call(`/api/sandboxes/${old}`, { token })).json()) as { state: string }).state).toBe("deleted");
+    }, { timeout: 10_000, interval: 100 });
+    expect(provider.boxes.has(oldRef)).toBe(false);
+  }, 30_000);
+});
+
+describe("a resume whose launch fails after picking the box its stopped run kept, before that box is the run's", () => {
+  it("leaves that box waiting out the stop's grace, not kept for good", async () => {
+    const houseId = "house-resume-fails-before-assign";
+    const { token, t, stub } = await launchableThread(houseId);
+    await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+    await launchedOnce(token, t.id, 1);
+    const kept = ((await (await call(`/api/threads/${t.id}/stop`, { method: "POST", token })).json()) as { boxId: string }).boxId;
+    await vi.waitFor(async () => expect(((await (await call(`/api/sandboxes/${kept}`, { token })).json()) as { threads: string[] }).threads).toEqual([]), { timeout: 10_000, interval: 100 });
+    await runInDurableObject(stub, (a: ThreadActor) => a.failLaunchAt("box_chosen"));
+    await unwrapRpc(stub.startRun(houseId, { task: "again", harness: "pi", resume: true, authorId: "alice" }));
+    await vi.waitFor(async () => {
+      const row = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string; detail: string };
+      expect([row.status, row.detail]).toEqual(["failed", "launch failed: launch step after box_chosen failed (test)"]);
+      expect(await runInDurableObject(stub, (a: ThreadActor) => a.testOutboxKeys())).toEqual([]);
+    }, { timeout: 15_000, interval: 100 });
+    expect(((await (await call(`/api/sandboxes/${kept}`, { token })).json()) as { state: string }).state).toBe("live");
+    expect(await runInDurableObject(boxStub(kept), (_a: SandboxActor, state) => state.storage.getAlarm())).not.toBeNull();
+  }, 30_000);
+});
+
+describe("a launch that died right after making its box, retried after its environment was deleted", () => {
+  it("fails naming the environment and deletes that box at the provider that made it: the box was never registered, so only the launch knows of it", async () => {
+    const houseId = "house-crash-then-env-deleted";
+    const { token, t, stub, environmentId } = await launchableThread(houseId, (a) => a.crashLaunchAt("box_created"));
+    const provider = sharedTestProvider();
+    const create = provider.create;
+    // The environment goes while the provider makes the box (a real create takes seconds); the
+    // attempt then dies before it records the box, and its retry finds the environment gone.
+    provider.create = async function (this: typeof provider, opts) {
+      if (opts.labels.house === houseId) {
+        provider.create = create;
+        expect((await call(`/api/environments/${environmentId}`, { method: "DELETE", token })).status).toBe(204);
+      }
+      return create.call(this, opts);
+    };
+    let runId: string;
+    try {
+      ({ runId } = await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" })));
+      await vi.waitFor(async () => {
+        const row = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string; detail: string };
+        expect([row.status, row.detail]).toEqual(["failed", `launch failed: environment ${environmentId} of this thread no longer exists`]);
+        // A fresh stub: the one that saw the crash stays broken.
+        expect(await runInDurableObject(threadStub(t.id), (a: ThreadActor) => a.testOutboxKeys())).toEqual([]);
+      }, { timeout: 20_000, interval: 100 });
+    } finally {
+      provider.create = create;
+    }
+    expect(provider.calls.filter((c) => c.op === "create" && JSON.stringify(c.args).includes(runId))).toHaveLength(1);
+    expect(await provider.list({ [LABEL_RUN]: runId })).toEqual([]);
+  }, 30_000);
+});

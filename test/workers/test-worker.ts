@@ -63,6 +63,13 @@ export class ThreadActor extends ProductionThreadActor {
     this.crashAtLaunchStep = step;
   }
 
+  private failAtLaunchStep: LaunchStep | null = null;
+
+  /** The next launch fails for good at `step`, as a step whose call fails does (the run fails). */
+  failLaunchAt(step: LaunchStep): void {
+    this.failAtLaunchStep = step;
+  }
+
   /** The run is stopped (as by POST /stop) when its launch reaches `step`. */
   stopLaunchAt(step: LaunchStep): void {
     this.stopAtLaunchStep = step;
@@ -162,6 +169,10 @@ export class ThreadActor extends ProductionThreadActor {
         // In the same turn as the stop: the resume has claimed the thread before the launch looks again.
         void this.startRun(houseId, { task: "go on", harness: "pi", resume: true, authorId: "alice" });
       }
+    }
+    if (this.failAtLaunchStep === step) {
+      this.failAtLaunchStep = null;
+      throw new Error(`launch step after ${step} failed (test)`);
     }
     if (this.crashAtLaunchStep !== step) return;
     this.crashAtLaunchStep = null;
@@ -331,6 +342,39 @@ export class SandboxActor extends ProductionSandboxActor {
   /** The next `count` registers of this box fail before anything is written (the actor unreachable). */
   failRegisters(count: number): void {
     this.failingRegisters = count;
+  }
+
+  private reserveHold: { entered: () => void; gate: Promise<void> } | null = null;
+
+  /** The next reserve of this box, once recorded, calls `entered`, then waits for `gate` before it answers. */
+  holdNextReserve(entered: () => void, gate: Promise<void>): void {
+    this.reserveHold = { entered, gate };
+  }
+
+  override async reserve(houseId: string, threadId: string, runId: string) {
+    const answer = await super.reserve(houseId, threadId, runId);
+    const hold = this.reserveHold;
+    if (hold) {
+      this.reserveHold = null;
+      hold.entered();
+      await hold.gate;
+    }
+    return answer;
+  }
+
+  private failingViews = 0;
+
+  /** The next `count` reads of this box's view fail (the actor unreachable for a moment). */
+  failViews(count: number): void {
+    this.failingViews = count;
+  }
+
+  override async view(houseId: string) {
+    if (this.failingViews > 0) {
+      this.failingViews--;
+      throw new Error("box actor unavailable (test)");
+    }
+    return super.view(houseId);
   }
 
   override async register(input: RegisterBoxInput) {

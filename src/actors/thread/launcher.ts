@@ -1,7 +1,7 @@
 import type { Env } from "../../env";
 import type { Entry } from "../../entries/schema";
 import type { Environment } from "../../environments";
-import type { DetachedHandle } from "../../sandbox/provider";
+import { LABEL_RUN, type DetachedHandle } from "../../sandbox/provider";
 import { ensureSharedBox } from "../../workspace/shared-box";
 import { LaunchSuperseded, launchRun, type LaunchDeps, type LaunchSpec } from "../../threads/launch";
 import type { ThreadRow } from "../../threads/thread-row";
@@ -72,10 +72,11 @@ export async function launch(spec: LaunchSpec, p: LauncherPorts): Promise<void> 
  * end releases only the box the thread names, so this one is deleted here. A box the run reuses (a
  * resume's, a shared one) is not the launch's to delete.
  */
-async function releaseUnassignedBox(spec: LaunchSpec, p: LauncherPorts, providerName: string): Promise<void> {
+async function releaseUnassignedBox(spec: LaunchSpec, p: LauncherPorts, fallbackProvider: string): Promise<void> {
   const progress = p.progress.get(spec.runId);
   const row = p.row();
-  if (!progress.providerRef || progress.sameBox === true) return;
+  // Neither a provider nor a box recorded: the launch made no box of its own.
+  if ((!progress.provider && !progress.providerRef) || progress.sameBox === true) return;
   const boxId = progress.boxId ?? launchBoxId(spec.runId);
   if (assignedToRun(spec, p, boxId)) return;
   try {
@@ -84,9 +85,15 @@ async function releaseUnassignedBox(spec: LaunchSpec, p: LauncherPorts, provider
     } catch (err) {
       if (!(err instanceof ApiError) || err.code !== "not_found") throw err;
       // Never registered: only the provider knows of it (a box already gone counts as deleted).
-      await providerFor(p.env, providerName).delete(progress.providerRef).catch((e) => {
-        if (!(e instanceof ProviderError) || e.code !== "not_found") throw e;
-      });
+      // An attempt that died right after making it did not record it either: its run label tells.
+      // The provider the launch recorded, not the environment's: that may be gone, or changed.
+      const provider = providerFor(p.env, progress.provider ?? fallbackProvider);
+      const refs = progress.providerRef ? [progress.providerRef] : (await provider.list({ [LABEL_RUN]: spec.runId })).map((b) => b.ref);
+      for (const ref of refs) {
+        await provider.delete(ref).catch((e) => {
+          if (!(e instanceof ProviderError) || e.code !== "not_found") throw e;
+        });
+      }
     }
   } catch (err) {
     logEvent("launch_box_release_failed", { threadId: row.id, runId: spec.runId, boxId, error: errorMessage(err) }, "warn");

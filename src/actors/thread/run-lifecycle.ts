@@ -24,6 +24,8 @@ export type RunLifecyclePorts = {
   owesFolderSync(runId: string): boolean;
   /** Whether run `runId`'s launch (still under way) took the box the thread's previous run kept: a resume's, not a shared box. */
   launchOnKeptBox(runId: string): boolean;
+  /** The box run `runId`'s launch (still under way) holds and did not make: a resume's, or a shared one; null if none. */
+  launchHeldBox(runId: string): string | null;
   /** Appends a finished-signal written by the control plane (deduped by id). */
   appendSystemSignal(id: string, status: string, reason: string): void;
 };
@@ -170,11 +172,16 @@ export class RunLifecycle {
     if (row.boxId && row.runId && this.p.owesFolderSync(row.runId)) {
       outbox.enqueue(`sync_folders:${runKey}`, "sync_folders", { boxId: row.boxId, runId: row.runId }, now);
     }
-    if (row.boxId) {
+    // The box the launch held but had not assigned yet (it failed or was stopped in between) is
+    // released as the thread's box is: the hold puts off the box's reap (a retired shared box's
+    // delete waits for it), and nothing else would ever reap it.
+    const held = row.runId ? this.p.launchHeldBox(row.runId) : null;
+    for (const boxId of new Set([row.boxId, held])) {
+      if (!boxId) continue;
       // A stopped run keeps its box a while, to resume there. So does a resume whose launch failed
       // on the box a stop kept: it ran nothing there, and a later resume can still go on there.
       const keepBox = row.statusReason === "stopped" || (signal.id === `launch_failed:${row.runId}` && this.p.launchOnKeptBox(row.runId!));
-      outbox.enqueue(`detach:${row.boxId}:${runKey}`, "detach", { boxId: row.boxId, keepBox }, now);
+      outbox.enqueue(`detach:${boxId}:${runKey}`, "detach", { boxId, keepBox }, now);
     }
     if (row.parent.kind === "thread" && row.parent.id) {
       outbox.enqueue(`notify_parent:${runKey}`, "notify_parent", {

@@ -182,6 +182,10 @@ export class ThreadActor extends DurableObject<Env> {
         const progress = this.launchProgress.get(runId);
         return progress.sameBox === true && progress.shared !== true;
       },
+      launchHeldBox: (runId) => {
+        const progress = this.launchProgress.get(runId);
+        return progress.sameBox === true && progress.boxId ? progress.boxId : null;
+      },
       appendSystemSignal: (id, status, reason) => this.appendSystemSignal(id, status, reason),
     });
     this.deadlines = new Deadlines(ctx.storage, () => clock.now());
