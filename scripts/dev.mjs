@@ -19,7 +19,7 @@ const sandboxPort = envPort("SANDBOX_HOST_PORT", 3986, "npm run dev");
 const demoModelPort = envPort("DEMO_MODEL_PORT", 3987, "npm run dev");
 // Before the ports: a wrangler dev left running holds the port too, and "port in use" alone would
 // not say what to stop.
-const inUse = devInUse(ROOT);
+const inUse = await devInUse(ROOT);
 if (inUse) {
   console.error(inUse);
   process.exit(1);

@@ -49,9 +49,28 @@ export function devGroupServing(root) {
   return groupCommands(pgid).some((c) => /wrangler|workerd/.test(c)) ? pgid : null;
 }
 
-/** Why npm run dev cannot start now (a wrangler dev of this checkout still runs), or null. */
-export function devInUse(root) {
-  const pgid = devGroupServing(root);
+/** True while process `pid` exists. */
+function alive(pid) {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return err?.code === "EPERM";
+  }
+}
+
+/**
+ * Why npm run dev cannot start now (a wrangler dev of this checkout still runs), or null. A group
+ * whose tether (its leader) still lives may be on its way out (its npm run dev just died, and the
+ * tether is stopping it, which takes up to a few seconds after the port closes): it gets
+ * `graceMs` to go before it counts. A group without its tether was left running, and counts at once.
+ */
+export async function devInUse(root, graceMs = 8000) {
+  let pgid = devGroupServing(root);
+  for (const t0 = Date.now(); pgid !== null && alive(pgid) && Date.now() - t0 < graceMs;) {
+    await new Promise((r) => setTimeout(r, 200));
+    pgid = devGroupServing(root);
+  }
   return pgid === null ? null
     : `npm run dev: a wrangler dev of this checkout still serves .wrangler/state (process group ${pgid}): another npm run dev, or one left running when its npm run dev was killed; stop it (kill -- -${pgid}) first`;
 }
