@@ -222,6 +222,9 @@ export function resolveModel(
     };
   }
 
+  // What the environment sets (0 when it sets nothing valid): the model's entry, else its provider's.
+  const idleSet = positiveInt(m.idleTimeoutMs, positiveInt(p.idleTimeoutMs, 0));
+  const requestSet = positiveInt(m.requestTimeoutMs, positiveInt(p.requestTimeoutMs, 0));
   const compat = isRecord(m.compat) ? m.compat : isRecord((p as Record<string, unknown>).compat) ? ((p as Record<string, unknown>).compat as Record<string, unknown>) : undefined;
   const input = Array.isArray(m.input) && m.input.every((x) => x === "text" || x === "image") && m.input.length
     ? (m.input as ("text" | "image")[])
@@ -246,12 +249,9 @@ export function resolveModel(
       cost: costOf(m.cost),
       ...(compat ? { compat } : {}),
       // A timer's delay past 2^31 - 1 ms fires at once.
-      idleTimeoutMs: Math.min(MAX_IDLE_TIMEOUT_MS, positiveInt(m.idleTimeoutMs, positiveInt(p.idleTimeoutMs, DEFAULT_IDLE_TIMEOUT_MS))),
-      requestTimeoutMs: Math.min(MAX_IDLE_TIMEOUT_MS, positiveInt(m.requestTimeoutMs, positiveInt(p.requestTimeoutMs, DEFAULT_REQUEST_TIMEOUT_MS))),
-      configuredTimeouts: {
-        idle: positiveInt(m.idleTimeoutMs, positiveInt(p.idleTimeoutMs, 0)) > 0,
-        request: positiveInt(m.requestTimeoutMs, positiveInt(p.requestTimeoutMs, 0)) > 0,
-      },
+      idleTimeoutMs: Math.min(MAX_IDLE_TIMEOUT_MS, idleSet || DEFAULT_IDLE_TIMEOUT_MS),
+      requestTimeoutMs: Math.min(MAX_IDLE_TIMEOUT_MS, requestSet || DEFAULT_REQUEST_TIMEOUT_MS),
+      configuredTimeouts: { idle: idleSet > 0, request: requestSet > 0 },
     },
   };
 }
