@@ -3,7 +3,7 @@
 // the URL and a dev house token. Also starts the offline demo model and seeds the dev house
 // with an environment and a bot that use it (scripts/lib/seed-dev.mjs).
 import { spawn } from "node:child_process";
-import { chmodSync, copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, copyFileSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { OFFLINE_WRANGLER_ENV, ROOT, localTracingEnv, nodePath, waitForHttp } from "./lib/wrangler-dev.mjs";
 import { busyPortsMessage, envPort } from "./lib/ports.mjs";
@@ -12,6 +12,7 @@ import { startSandboxHost } from "../sandbox-host/server.mjs";
 import { startDemoModel } from "../dev/demo-model/server.mjs";
 import { seedDevHouse } from "./lib/seed-dev.mjs";
 import { DEV_PID_FILE, devInUse } from "./lib/dev-pid.mjs";
+import { alive, removePidFileOf } from "./lib/pid-file.mjs";
 import { SIGN_IN_LINK_FILE, devBanner, signInLink } from "./lib/dev-banner.mjs";
 
 const port = envPort("PORT", 8787, "npm run dev");
@@ -76,14 +77,7 @@ const wrangler = spawn(process.execPath, [join(ROOT, "scripts", "lib", "tether.m
 const pidFile = join(ROOT, DEV_PID_FILE);
 mkdirSync(join(ROOT, ".wrangler"), { recursive: true });
 writeFileSync(pidFile, `${wrangler.pid}\n`);
-function groupAlive() {
-  try {
-    process.kill(-wrangler.pid, 0);
-    return true;
-  } catch (err) {
-    return err?.code === "EPERM";
-  }
-}
+const groupAlive = () => alive(-wrangler.pid);
 
 let stopping = false;
 async function stop(code = 0) {
@@ -100,9 +94,7 @@ async function stop(code = 0) {
     try { process.kill(-wrangler.pid, "SIGKILL"); } catch { /* gone */ }
   }
   // Left in place while the group runs, so that the next start names it.
-  try {
-    if (!groupAlive() && readFileSync(pidFile, "utf8").trim() === String(wrangler.pid)) rmSync(pidFile, { force: true });
-  } catch { /* already gone */ }
+  if (!groupAlive()) removePidFileOf(pidFile, wrangler.pid);
   process.exit(code);
 }
 process.on("SIGINT", () => stop(0));

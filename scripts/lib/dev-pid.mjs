@@ -3,6 +3,7 @@
 // this checkout still serving .wrangler/state is named, rather than a bare "port in use" or a
 // second wrangler dev on the same state.
 import { readFileSync, readdirSync } from "node:fs";
+import { alive, readPidFile } from "./pid-file.mjs";
 import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 
@@ -10,11 +11,7 @@ export const DEV_PID_FILE = join(".wrangler", "dev.pid");
 
 /** The commands of the processes in process group `pgid` (none when it is gone). */
 function groupCommands(pgid) {
-  try {
-    process.kill(-pgid, 0);
-  } catch (err) {
-    if (err?.code !== "EPERM") return [];
-  }
+  if (!alive(-pgid)) return [];
   try {
     return readdirSync("/proc").filter((p) => /^\d+$/.test(p)).flatMap((p) => {
       try {
@@ -39,24 +36,9 @@ function groupCommands(pgid) {
  * does not count.
  */
 export function devGroupServing(root) {
-  let pgid;
-  try {
-    pgid = Number(readFileSync(join(root, DEV_PID_FILE), "utf8").trim());
-  } catch {
-    return null;
-  }
-  if (!Number.isInteger(pgid) || pgid <= 1) return null;
+  const pgid = readPidFile(join(root, DEV_PID_FILE));
+  if (pgid === null || pgid <= 1) return null;
   return groupCommands(pgid).some((c) => /wrangler|workerd/.test(c)) ? pgid : null;
-}
-
-/** True while process `pid` exists. */
-function alive(pid) {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return err?.code === "EPERM";
-  }
 }
 
 /**

@@ -10,6 +10,7 @@ import { dirname, extname, isAbsolute, join, relative, resolve } from "node:path
 import { fileURLToPath } from "node:url";
 import { ROOT, nodePath, waitForHttp } from "./wrangler-dev.mjs";
 import { parseVars } from "./vars-file.mjs";
+import { alive, readPidFile, removePidFileOf } from "./pid-file.mjs";
 
 /** The workerd binary of the installed wrangler (the one `wrangler dev` runs). */
 export function workerdBinary(cwd = ROOT) {
@@ -238,18 +239,8 @@ export function stateDirInUse(stateDir) {
 
 /** The pid of a workerd still serving `stateDir`, or null. */
 export function workerdServing(stateDir) {
-  let pid;
-  try {
-    pid = Number(readFileSync(statePidFile(stateDir), "utf8").trim());
-  } catch {
-    return null;
-  }
-  if (!Number.isInteger(pid) || pid <= 0) return null;
-  try {
-    process.kill(pid, 0);
-  } catch (err) {
-    if (err?.code !== "EPERM") return null;
-  }
+  const pid = readPidFile(statePidFile(stateDir));
+  if (pid === null || pid <= 0 || !alive(pid)) return null;
   let command = "";
   try {
     command = readFileSync(`/proc/${pid}/cmdline`, "utf8");
@@ -359,9 +350,7 @@ export async function startServe(o) {
       const timer = setTimeout(() => child.kill("SIGKILL"), 5000);
       await exited;
       clearTimeout(timer);
-      try {
-        if (readFileSync(pidFile, "utf8").trim() === String(child.pid)) rmSync(pidFile, { force: true });
-      } catch { /* already gone */ }
+      removePidFileOf(pidFile, child.pid);
     },
   };
 }
