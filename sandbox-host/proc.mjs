@@ -1,6 +1,7 @@
 // Process helpers shared by boxes and sessions.
 import fs from "node:fs";
 import path from "node:path";
+import { pidsWithEnv } from "../src/domain/proc-env.mjs";
 
 /** Env var stamped on every box process so delete can find escaped ones via /proc. */
 export const BOX_MARKER_VAR = "SANDBOX_HOST_BOX";
@@ -35,27 +36,8 @@ export function findPidsOfBox(boxId) {
 }
 
 function scanMarkers(matches) {
-  let entries;
-  try {
-    entries = fs.readdirSync("/proc");
-  } catch {
-    return []; // no procfs (macOS): only process-group kill applies
-  }
-  const prefix = `${BOX_MARKER_VAR}=`;
-  const out = [];
-  for (const e of entries) {
-    if (!/^\d+$/.test(e)) continue;
-    const pid = Number(e);
-    if (pid === process.pid) continue;
-    try {
-      const vars = fs.readFileSync(`/proc/${pid}/environ`, "latin1").split("\0");
-      const marked = vars.find((v) => v.startsWith(prefix));
-      if (marked !== undefined && matches(marked.slice(prefix.length))) out.push(pid);
-    } catch {
-      /* exited or not ours */
-    }
-  }
-  return out;
+  // no procfs (macOS): none, and only process-group kill applies
+  return pidsWithEnv(BOX_MARKER_VAR, matches);
 }
 
 

@@ -5,7 +5,8 @@
  * So the runner names the harness with a mark in its environment, which every process it starts
  * inherits, and finds them by it (the local sandbox host finds a box's processes the same way).
  */
-import { readdirSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
+import { pidsWithEnv } from "../domain/proc-env.mjs";
 
 /** The environment variable that carries a run's mark into the harness and all it starts. */
 export const HARNESS_MARK_ENV = "THREADBOX_HARNESS_MARK";
@@ -23,23 +24,7 @@ export function signalGroup(pid: number | undefined, signal: NodeJS.Signals): bo
 
 /** The pids whose environment carries `${HARNESS_MARK_ENV}=mark` (none without procfs). */
 export function markedPids(mark: string): number[] {
-  let entries: string[];
-  try {
-    entries = readdirSync("/proc");
-  } catch {
-    return [];
-  }
-  const wanted = `${HARNESS_MARK_ENV}=${mark}`;
-  const out: number[] = [];
-  for (const e of entries) {
-    if (!/^\d+$/.test(e) || Number(e) === process.pid) continue;
-    try {
-      if (readFileSync(`/proc/${e}/environ`, "latin1").split("\0").includes(wanted)) out.push(Number(e));
-    } catch {
-      // exited meanwhile, or another user's
-    }
-  }
-  return out;
+  return pidsWithEnv(HARNESS_MARK_ENV, (value) => value === mark);
 }
 
 /** The process group `pid` is in (undefined when it is gone, or without procfs). */

@@ -1,0 +1,1 @@
+export function pidsWithEnv(name: string, matches: (value: string) => boolean): number[];
