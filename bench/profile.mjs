@@ -6,6 +6,7 @@
 //
 //   npm run bench:profile -- --load=single --count=5000
 //   npm run bench:profile -- --load=threads --count=300 --entries=20
+//   npm run bench:profile -- --load=stream-appends --count=300 --entries=20   (the same on plain streams)
 //   npm run bench:profile -- --load=batched --count=300
 //   npm run bench:profile -- --load=longpoll --count=200
 //   npm run bench:profile -- --load=ws --count=200
@@ -23,13 +24,13 @@ const flags = Object.fromEntries(process.argv.slice(2).filter((a) => a.startsWit
   const [k, ...v] = a.slice(2).split("=");
   return [k, v.length ? v.join("=") : "true"];
 }));
-const LOADS = ["single", "batched", "threads", "thread-appends", "longpoll", "ws", "catchup"];
+const LOADS = ["single", "batched", "threads", "thread-appends", "stream-appends", "longpoll", "ws", "catchup"];
 const load = flags.load ?? "single";
 if (!LOADS.includes(load)) {
   console.error(`--load must be one of ${LOADS.join(", ")}`);
   process.exit(2);
 }
-const count = Number(flags.count ?? { single: 5000, batched: 300, threads: 300, "thread-appends": 300, longpoll: 200, ws: 200, catchup: 10 }[load]);
+const count = Number(flags.count ?? { single: 5000, batched: 300, threads: 300, "thread-appends": 300, "stream-appends": 300, longpoll: 200, ws: 200, catchup: 10 }[load]);
 const entries = Number(flags.entries ?? 20);
 const top = Number(flags.top ?? 25);
 
@@ -114,10 +115,12 @@ const body = () => JSON.stringify(JSON.parse(paddedJson({ t: Date.now() }, 100))
 
 /** What a load needs in place before the profile starts (catchup: a stream of `--entries` entries, default 100000). */
 async function prepare(target) {
-  if (load === "thread-appends") {
-    // Created before the profile starts: the profile shows the appends alone.
+  if (load === "thread-appends" || load === "stream-appends") {
+    // Created before the profile starts: the profile shows the appends alone. stream-appends is
+    // the same load on plain streams: beside thread-appends it tells what the thread path costs.
     const names = [];
-    await pool(count, 32, async (i) => { names[i] = await target.createThread(i); });
+    const stamp = Date.now();
+    await pool(count, 32, async (i) => { names[i] = load === "thread-appends" ? await target.createThread(i) : await target.createStream(`profile-many-${stamp}-${i}`); });
     return names;
   }
   if (load !== "catchup") return null;
@@ -139,7 +142,7 @@ async function drive(target, token, prepared) {
     await pool(count, load === "batched" ? 4 : 16, async () => lat.push(await target.append(name, batch ?? body())));
     return { unit: load === "batched" ? "POSTs of 100" : "appends", done: count, lat };
   }
-  if (load === "threads" || load === "thread-appends") {
+  if (load === "threads" || load === "thread-appends" || load === "stream-appends") {
     // Shaped like bench #5: threads created 32 at a time, then each thread's appends in order, 64 threads at once.
     const names = prepared ?? [];
     if (!prepared) await pool(count, 32, async (i) => { names[i] = await target.createThread(i); });
@@ -149,7 +152,7 @@ async function drive(target, token, prepared) {
         lat.push(await target.append(names[i], JSON.stringify({ payload: { type: "chat", text: `thread ${i} entry ${j} ${"x".repeat(40)}` } })));
       }
     });
-    if (prepared) return { unit: `threads (created before the profile) x ${entries} appends each`, done: count, lat };
+    if (prepared) return { unit: `${load === "stream-appends" ? "plain streams" : "threads"} (created before the profile) x ${entries} appends each`, done: count, lat };
     return { unit: `threads created, then ${entries} appends each (appends alone: ${((performance.now() - createdAt) / 1000).toFixed(2)} s)`, done: count, lat };
   }
   if (load === "catchup") {
