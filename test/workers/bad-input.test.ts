@@ -433,6 +433,9 @@ describe("entry ts", () => {
     expect((await post(token, t.id, { ...chat("ms"), ts: 1_700_000_000_000 })).status).toBe(201);
     await expectError(await post(token, t.id, { ...chat("bad"), ts: "yesterday" }), 400, "validation_failed");
     await expectError(await post(token, t.id, { ...chat("no zone"), ts: "2026-11-22" }), 400, "validation_failed");
+    // The message says which forms ts takes, not zod's "Invalid input".
+    const bad = (await (await post(token, t.id, { ...chat("bad"), ts: "yesterday" })).json()) as { error: { details: { path: string; message: string }[] } };
+    expect(bad.error.details).toEqual([{ path: "0.ts", message: 'ts is epoch milliseconds (a whole number from 0 to 8.64e15) or an ISO-8601 date-time with a zone (2026-11-22T04:00:00Z, 2026-11-22T06:00:00+02:00); got "yesterday"' }]);
     // Past what a Date holds, every reader's conversion would fail (the CLI's tail did).
     await expectError(await post(token, t.id, { ...chat("too late"), ts: 8_640_000_000_000_001 }), 400, "validation_failed");
     expect((await post(token, t.id, { ...chat("last ms"), ts: 8_640_000_000_000_000 })).status).toBe(201);
