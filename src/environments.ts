@@ -162,12 +162,39 @@ export function applyEnvironmentPatch(current: Environment, patch: Record<string
   if (patch.boxMode === "ephemeral" && !("sharedBox" in patch)) merged.sharedBox = current.sharedBox;
   if (patch.boxMode === "shared" && !("sharedBox" in patch)) delete merged.sharedBox;
   const parsed = environmentInputSchema.safeParse(merged);
-  if (!parsed.success) throw new ApiError("validation_failed", "invalid environment", formatZodError(parsed.error));
+  const data = parsed.success ? parsed.data : keepingStoredProblems(stored, patch, merged, parsed.error);
   // Each PATCH body is capped, but what they add up to is not: PATCHes one after another would
   // grow an environment past what its house stores in one row, and every box's env and files with it.
-  const bytes = new TextEncoder().encode(JSON.stringify(parsed.data)).byteLength;
+  const bytes = new TextEncoder().encode(JSON.stringify(data)).byteLength;
   if (bytes > MAX_JSON_BODY_BYTES) {
     throw new ApiError("payload_too_large", `the environment would be ${bytes} bytes after this PATCH; at most ${MAX_JSON_BODY_BYTES}, what one create may send: remove or shorten something first`);
   }
-  return { ...parsed.data, id: current.id, houseId, createdAt, ...(sharedBoxId ? { sharedBoxId } : {}) };
+  return { ...data, id: current.id, houseId, createdAt, ...(sharedBoxId ? { sharedBoxId } : {}) };
+}
+
+/**
+ * A PATCH's result refused only for values an older version stored and this PATCH leaves alone
+ * (a model name with a space, a file under ~, a comma-joined allow-list...): those are not the
+ * caller's to fix now, so they are kept as they are and the rest is validated as any PATCH. A
+ * problem the PATCH brings in, or a field it sends, is its 400; stored values that cannot be
+ * kept beside the PATCH are a 400 naming them, to be replaced in the same PATCH.
+ */
+function keepingStoredProblems(stored: Record<string, unknown>, patch: Record<string, unknown>, merged: Record<string, unknown>, error: z.ZodError): EnvironmentInput {
+  const problems = formatZodError(error);
+  const before = environmentInputSchema.safeParse(stored);
+  const storedProblems = new Set(before.success ? [] : formatZodError(before.error).map((d) => `${d.path}\0${d.message}`));
+  const field = (path: string) => path.split(".")[0];
+  const left = (d: { path: string; message: string }) => field(d.path) !== "" && !Object.hasOwn(patch, field(d.path)) && storedProblems.has(`${d.path}\0${d.message}`);
+  const brought = problems.filter((d) => !left(d));
+  if (brought.length > 0) throw new ApiError("validation_failed", "invalid environment", brought);
+  const kept = [...new Set(problems.map((d) => field(d.path)))];
+  const rest = environmentInputSchema.safeParse(Object.fromEntries(Object.entries(merged).filter(([k]) => !kept.includes(k))));
+  if (!rest.success) {
+    throw new ApiError(
+      "validation_failed",
+      `this environment holds values an older version accepted and this one refuses (${kept.join(", ")}): send valid ones in this PATCH, or null to clear them`,
+      problems.map((d) => ({ ...d, message: `stored by an older version: ${d.message}` })),
+    );
+  }
+  return { ...rest.data, ...Object.fromEntries(kept.map((k) => [k, stored[k]])) } as EnvironmentInput;
 }

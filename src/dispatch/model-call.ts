@@ -217,12 +217,19 @@ async function attempt(o: ModelCallOptions): Promise<Attempt> {
     // An error the provider sent as an event of the stream, after its 200 (Anthropic's
     // `overloaded_error` under load): a passing one is retried as its HTTP status would be.
     const problem = networkError ? null : streamProblem(failure?.errorMessage ?? "", tail, tailCut);
+    // `finish_reason: "error"` is how a router (OpenRouter) says the provider behind it failed
+    // mid-answer: as passing as a 5xx, unless the error it names is a 4xx (this request's fault).
+    const upstreamFailed = failure?.rawStopReason === "error";
     if (problem?.kind === "error") {
       const said = oneLine(redactSecrets(problem.message, o.model));
-      return { ok: false, retryable: problem.transient, reason: `the model API reported an error mid-answer (${oneLine(redactSecrets(problem.type, o.model), 100)}): ${said}` };
+      const retryable = problem.transient || (upstreamFailed && !/^code 4\d\d$/.test(problem.type));
+      return { ok: false, retryable, reason: `the model API reported an error mid-answer (${oneLine(redactSecrets(problem.type, o.model), 100)}): ${said}` };
     }
     if (problem?.kind === "not_json") {
       return { ok: false, retryable: false, reason: `the model API sent a stream event that is not JSON: ${oneLine(redactSecrets(problem.line, o.model), 200)}` };
+    }
+    if (upstreamFailed) {
+      return { ok: false, retryable: true, reason: 'the model API ended its answer with finish_reason "error" (its upstream provider failed mid-answer)' };
     }
     // A connection closed in order before the answer's finish reason (a proxy or the provider
     // ending the stream early) is as transient as one that broke: the part received is no answer.
@@ -241,7 +248,7 @@ async function attempt(o: ModelCallOptions): Promise<Attempt> {
   }
 }
 
-/** Calls the model; retries 429/5xx/network failures, answers cut short and idle timeouts `retries` times with exponential backoff. */
+/** Calls the model; retries 429/5xx/network failures, answers cut short or ended by `finish_reason: "error"`, and idle timeouts `retries` times with exponential backoff. */
 export async function callModel(o: ModelCallOptions): Promise<ModelCallResult> {
   for (let n = 0; ; n++) {
     const r = await attempt(o);

@@ -59,7 +59,12 @@ export const MAX_DATE_MS = 8.64e15;
 export const entryTsSchema = z.union([
   z.number().int().nonnegative().max(MAX_DATE_MS, "a time a Date can hold (at most 8.64e15 ms)"),
   z.iso.datetime({ offset: true }).transform((s) => Date.parse(s)).pipe(z.number().int().nonnegative().max(MAX_DATE_MS)),
-]);
+], {
+  // The union's own "Invalid input" says neither form.
+  error: (iss) => iss.code === "invalid_union"
+    ? `ts is epoch milliseconds (a whole number from 0 to 8.64e15) or an ISO-8601 date-time with a zone (2026-11-22T04:00:00Z, 2026-11-22T06:00:00+02:00); got ${typeof iss.input === "string" ? JSON.stringify(iss.input.slice(0, 40)) : typeof iss.input === "number" || iss.input === null ? String(iss.input) : typeof iss.input}`
+    : undefined,
+});
 
 /** Reserved for entries the control plane writes itself; never accepted from a client. */
 export const SYSTEM_AUTHOR = "threadbox";

@@ -27,8 +27,17 @@ export function assertNoRepeatedQuery(url: URL): void {
  */
 export function parseQuery<T extends z.ZodType>(request: Request, schema: T, summary: string): z.infer<T> {
   const parsed = schema.safeParse(Object.fromEntries(new URL(request.url).searchParams));
-  if (!parsed.success) throw new ApiError("validation_failed", summary, formatZodError(parsed.error));
+  if (!parsed.success) {
+    // A route's schema is strict: a misspelt filter (`statuss=`) is refused, not ignored with the whole list as its answer.
+    const details = formatZodError(parsed.error).map((d) => d.message === "unknown field" ? { ...d, message: "unknown query parameter" } : d);
+    throw new ApiError("validation_failed", summary, details);
+  }
   return parsed.data;
+}
+
+/** For a route that takes no query parameters: one given is a mistake (a filter it does not have), not ignored. */
+export function assertNoQuery(request: Request, route: string): void {
+  parseQuery(request, z.object({}).strict(), `${route} takes no query parameters`);
 }
 
 /**

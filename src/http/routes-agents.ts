@@ -6,6 +6,7 @@ import { AGENT_ID_PREFIX, agentInputSchema, agentPatchSchema, type Agent, type A
 import { houseStub, newId } from "./actors";
 import { unwrapRpc } from "../actors/rpc";
 import { readBody } from "./body";
+import { assertNoQuery } from "./query";
 import { loadEnvironment } from "./routes-environments";
 
 /** The one way an agent is made: the route and the `create_agent` tool both come here. */
@@ -32,6 +33,7 @@ export async function createAgentRoute(request: Request, env: Env): Promise<Resp
 export async function listAgentsRoute(request: Request, env: Env): Promise<Response> {
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
   requireHouse(claims);
+  assertNoQuery(request, "GET /api/agents");
   return json({ agents: await unwrapRpc(houseStub(env, claims.houseId).listAgents()) });
 }
 

@@ -33,13 +33,13 @@ export async function patchThreadConfigRoute(request: Request, env: Env, id: str
   return json(await unwrapRpc(threadStub(env, threadId).patchDispatchConfig(claims.houseId, patch)));
 }
 
-const decisionsQuery = z.object({ limit: queryInt(1, 500).default(100) });
+const decisionsQuery = z.object({ limit: queryInt(1, 500).default(100) }).strict();
 
 /** Why each bot did or did not answer each recent chat entry, newest first. */
 export async function dispatchDecisionsRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
   const threadId = threadIdParam(id);
   assertThreadAccess(claims, claims.houseId, threadId, false);
-  const q = parseQuery(request, decisionsQuery, "limit must be an integer from 1 to 500");
+  const q = parseQuery(request, decisionsQuery, "query: limit is an integer from 1 to 500");
   return json(await unwrapRpc(threadStub(env, threadId).dispatchDecisions(claims.houseId, q.limit)));
 }

@@ -19,6 +19,7 @@ import { ProviderError } from "../sandbox/errors";
 import { OUTPUT_KEEP_BYTES } from "../sandbox/bounded-output";
 import type { ExecResult as ProviderExecResult } from "../sandbox/provider";
 import { readBody } from "./body";
+import { assertNoQuery } from "./query";
 import { managedKeys, readManagedFiles, updateManagedFiles } from "../workspace/managed-files";
 
 export async function createEnvironmentRoute(request: Request, env: Env): Promise<Response> {
@@ -124,6 +125,7 @@ export async function deleteEnvironmentRoute(request: Request, env: Env, id: str
 export async function listEnvironmentsRoute(request: Request, env: Env): Promise<Response> {
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
   requireHouse(claims);
+  assertNoQuery(request, "GET /api/environments");
   const list = (await unwrapRpc(houseStub(env, claims.houseId).listEnvironments())) as Environment[];
   return json({ environments: list.map(publicEnvironment) });
 }

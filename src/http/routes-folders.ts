@@ -4,7 +4,7 @@ import { canWrite } from "../auth/authenticate";
 import type { FolderVersion } from "../actors/house/house-actor";
 import { houseStub } from "./actors";
 import { unwrapRpc } from "../actors/rpc";
-import { assertNoRepeatedQuery } from "./query";
+import { assertNoQuery, assertNoRepeatedQuery } from "./query";
 import { readBoundedBody } from "./bounded-body";
 import { environmentForCaller } from "./routes-environments";
 import { ARCHIVE_CONTENT_TYPES, FOLDER_NAME, folderMaxBytes } from "../workspace/folders";
@@ -128,6 +128,7 @@ export async function uploadFolderRoute(request: Request, env: Env, id: string |
 /** `GET /api/environments/:id/folders`: every folder with its versions, oldest first. */
 export async function listFoldersRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
   const { claims, environment } = await environmentForCaller(request, env, id);
+  assertNoQuery(request, "GET /api/environments/:id/folders");
   const versions = await unwrapRpc(houseStub(env, claims.houseId).listFolderVersions(environment.id));
   const byName = new Map<string, FolderVersion[]>();
   for (const v of versions) byName.set(v.name, [...(byName.get(v.name) ?? []), v]);

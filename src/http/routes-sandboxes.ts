@@ -20,7 +20,7 @@ import { errorMessage, logEvent } from "../domain/log-event";
 const listSchema = z.object({
   state: z.enum(["provisioning", "live", "dead", "deleted"]).optional(),
   ephemeral: z.enum(["true", "false"]).optional(),
-});
+}).strict();
 
 const createSchema = z.object({
   provider: providerNameSchema.default("daytona"),
@@ -39,7 +39,7 @@ async function houseClaims(request: Request, env: Env, write: boolean) {
 
 export async function listSandboxesRoute(request: Request, env: Env): Promise<Response> {
   const claims = await houseClaims(request, env, false);
-  const q = parseQuery(request, listSchema, "state must be provisioning|live|dead|deleted, ephemeral true|false");
+  const q = parseQuery(request, listSchema, "query: state is provisioning|live|dead|deleted, ephemeral true|false");
   const ephemeral = q.ephemeral === undefined ? undefined : q.ephemeral === "true";
   const boxes = await unwrapRpc(houseStub(env, claims.houseId).listBoxes({ state: q.state, ephemeral }));
   return json({ sandboxes: boxes });

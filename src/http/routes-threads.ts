@@ -33,7 +33,7 @@ export const createThreadSchema = z.object({
 const tokenSchema = z.object({ scope: z.enum(STREAM_SCOPES).default("stream:write") }).strict();
 
 /** The offset is the log's to judge (`invalid_offset`); only the limit is checked here. */
-const entriesQuery = z.object({ limit: queryInt(1, 10_000).default(1000), offset: z.string().optional() });
+const entriesQuery = z.object({ limit: queryInt(1, 10_000).default(1000), offset: z.string().optional() }).strict();
 
 const listSchema = z.object({
   // Empty is refused, not taken as no filter: a client that lost the id would list the whole house.
@@ -51,7 +51,7 @@ const listSchema = z.object({
     .refine((s) => /^\d{4}-/.test(s), { message: "before must fall within years 0000-9999 (UTC)" })
     .optional(),
   beforeId: z.string().max(64).optional(),
-}).refine((q) => q.beforeId === undefined || q.before !== undefined, { message: "beforeId needs before (the createdAt of that thread)", path: ["beforeId"] });
+}).strict().refine((q) => q.beforeId === undefined || q.before !== undefined, { message: "beforeId needs before (the createdAt of that thread)", path: ["beforeId"] });
 
 /**
  * Authorization before validation: another house's thread answers 404 before its body is read.
@@ -124,7 +124,7 @@ export async function getThreadRoute(request: Request, env: Env, id: string | un
 export async function listThreadsRoute(request: Request, env: Env): Promise<Response> {
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
   requireHouse(claims);
-  const q = parseQuery(request, listSchema, "invalid query");
+  const q = parseQuery(request, listSchema, "query: parent is a thread id or none, parentKind none|agent|thread, status idle|running|completed|failed, limit an integer from 1 to 1000, before an ISO-8601 date-time, beforeId (with before) a thread id");
   let parentKind = q.parentKind;
   let parentId: string | undefined;
   if (q.parent === "none") {
@@ -171,7 +171,7 @@ export async function readEntriesRoute(request: Request, env: Env, id: string | 
   const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
   const threadId = threadIdParam(id);
   assertThreadAccess(claims, claims.houseId, threadId, false);
-  const { limit, offset } = parseQuery(request, entriesQuery, "limit must be an integer from 1 to 10000");
+  const { limit, offset } = parseQuery(request, entriesQuery, "query: offset is -1, 0, now or an offset returned by the server, limit an integer from 1 to 10000 (long-poll and SSE reads are on /api/stream/thread-<id>)");
   const page = (await unwrapRpc(threadStub(env, threadId).readEntries(claims.houseId, offset ?? null, limit))) as EntriesPage;
   const headers = { "Stream-Next-Offset": page.nextOffset, ...(page.upToDate ? { "Stream-Up-To-Date": "true" } : {}) };
   if (prefersNdjson(request.headers.get("accept"))) {

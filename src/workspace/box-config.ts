@@ -279,6 +279,24 @@ export function launchedPackages(command: string, args: string[] = []): string[]
   return packages;
 }
 
+/**
+ * What a value was, for a message that says what was sent: short, and on one line. `echo: false`
+ * names an object's fields only (an MCP server's env may hold a key given in place of `$NAME`).
+ */
+function sentValue(v: unknown, echo: boolean): string {
+  if (v === undefined) return "nothing";
+  if (Array.isArray(v)) return "an array";
+  if (!echo && typeof v === "object" && v !== null) return Object.keys(v).length ? `an object of ${Object.keys(v).slice(0, 10).join(", ")}` : "{}";
+  if (!echo && typeof v === "string") return "a string";
+  const text = JSON.stringify(v) ?? String(v);
+  return text.length > 80 ? `${text.slice(0, 77)}...` : text;
+}
+
+/** A union's own message ("Invalid input") says nothing of what it takes: this one says both. */
+function unionMessage(forms: string, echo: boolean) {
+  return (iss: { code?: string; input?: unknown }) => iss.code === "invalid_union" ? `${forms}; got ${sentValue(iss.input, echo)}` : undefined;
+}
+
 export const mcpServerSchema = z.union([
   z.object({ command: z.string().min(1).max(500), args: z.array(z.string().max(2000)).max(50).optional(), env: recordSchema(envNameSchema, z.string().max(10_000)).optional() }).strict()
     .refine((srv) => {
@@ -287,7 +305,7 @@ export const mcpServerSchema = z.union([
     }, "a server fetched from a registry (npx, bunx, pnpx, uvx, pipx) names an exact version: pkg@1.2.3 or pkg==1.2.3"),
   // Claude Code and Codex speak MCP over HTTP(S) only: another scheme would fail in the box, at run time.
   z.object({ type: z.enum(["http", "sse"]).default("http"), url: z.string().url().max(2000).refine((u) => /^https?:\/\//i.test(u), "an http or https URL") }).strict(),
-]);
+], { error: unionMessage('an MCP server is {"command": "...", "args"?: [...], "env"?: {...}} (run in the box) or {"url": "https://...", "type"?: "http" | "sse"}', false) });
 
 /**
  * What a harness loads besides its own defaults: pi skills (instructions the model loads when a
@@ -365,7 +383,7 @@ const egressForms = z.union([
   z.literal("deny"),
   allowForm,
   z.object({ blockAll: z.boolean().optional(), domainAllowList: z.array(hostSchema).max(100).optional() }).strict(),
-]);
+], { error: unionMessage('egress must be "open" (the default), "deny", or {"allow": ["host", ...]} (the older {"blockAll"?: boolean, "domainAllowList"?: ["host", ...]} is read too)', true) });
 export type Egress = z.infer<typeof egressForms>;
 // An object with `allow` is that form: checked as it, a bad entry is named at its place, where the
 // union would only say that the value is none of the forms.

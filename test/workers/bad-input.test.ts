@@ -356,6 +356,30 @@ describe("query strings and charsets", () => {
     expect([idem.status, error.details?.map((d) => d.path)]).toEqual([400, ["Idempotency-Key"]]);
   });
 
+  it("an unknown query parameter on a list route is a 400 naming it and what the route takes, not ignored (a misspelt filter listed everything)", async () => {
+    const token = await houseToken("house-query-unknown");
+    const t = await createThread(token);
+    const envId = ((await (await call("/api/environments", { method: "POST", token, json: { name: "q" } })).json()) as { id: string }).id;
+    const cases: [string, string, string][] = [
+      ["/api/threads?statuss=running", "statuss", "query: parent is a thread id or none, parentKind none|agent|thread, status idle|running|completed|failed, limit an integer from 1 to 1000, before an ISO-8601 date-time, beforeId (with before) a thread id"],
+      [`/api/threads/${t.id}/entries?offst=now`, "offst", "query: offset is -1, 0, now or an offset returned by the server, limit an integer from 1 to 10000 (long-poll and SSE reads are on /api/stream/thread-<id>)"],
+      [`/api/threads/${t.id}/entries?offset=-1&live=long-poll`, "live", "query: offset is -1, 0, now or an offset returned by the server, limit an integer from 1 to 10000 (long-poll and SSE reads are on /api/stream/thread-<id>)"],
+      [`/api/threads/${t.id}/dispatch?lmit=5`, "lmit", "query: limit is an integer from 1 to 500"],
+      ["/api/sandboxes?status=live", "status", "query: state is provisioning|live|dead|deleted, ephemeral true|false"],
+      ["/api/environments?limit=abc", "limit", "GET /api/environments takes no query parameters"],
+      ["/api/agents?limit=-1", "limit", "GET /api/agents takes no query parameters"],
+      [`/api/environments/${envId}/folders?limit=1e9`, "limit", "GET /api/environments/:id/folders takes no query parameters"],
+    ];
+    for (const [path, param, message] of cases) {
+      const r = await call(path, { token });
+      expect({ path, status: r.status, body: await r.json() }).toEqual({ path, status: 400, body: { error: { code: "validation_failed", message, details: [{ path: param, message: "unknown query parameter" }] } } });
+    }
+    // What the routes do take still works.
+    for (const path of ["/api/threads?status=running&limit=5", `/api/threads/${t.id}/entries?offset=-1&limit=5`, `/api/threads/${t.id}/dispatch?limit=5`, "/api/sandboxes?state=live", "/api/environments", "/api/agents", `/api/environments/${envId}/folders`]) {
+      expect({ path, status: (await call(path, { token })).status }).toEqual({ path, status: 200 });
+    }
+  });
+
   it("a POST whose body is all optional may send none at all; a body without a type is still 415", async () => {
     const token = await houseToken("house-no-body");
     const created = await call("/api/threads", { method: "POST", token });
@@ -433,6 +457,9 @@ describe("entry ts", () => {
     expect((await post(token, t.id, { ...chat("ms"), ts: 1_700_000_000_000 })).status).toBe(201);
     await expectError(await post(token, t.id, { ...chat("bad"), ts: "yesterday" }), 400, "validation_failed");
     await expectError(await post(token, t.id, { ...chat("no zone"), ts: "2026-11-22" }), 400, "validation_failed");
+    // The message says which forms ts takes, not zod's "Invalid input".
+    const bad = (await (await post(token, t.id, { ...chat("bad"), ts: "yesterday" })).json()) as { error: { details: { path: string; message: string }[] } };
+    expect(bad.error.details).toEqual([{ path: "0.ts", message: 'ts is epoch milliseconds (a whole number from 0 to 8.64e15) or an ISO-8601 date-time with a zone (2026-11-22T04:00:00Z, 2026-11-22T06:00:00+02:00); got "yesterday"' }]);
     // Past what a Date holds, every reader's conversion would fail (the CLI's tail did).
     await expectError(await post(token, t.id, { ...chat("too late"), ts: 8_640_000_000_000_001 }), 400, "validation_failed");
     expect((await post(token, t.id, { ...chat("last ms"), ts: 8_640_000_000_000_000 })).status).toBe(201);

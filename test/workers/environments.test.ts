@@ -552,4 +552,43 @@ describe("an environment's box mode and shared box", () => {
     expect(back.status).toBe(200);
     expect(((await back.json()) as { sharedBox: boolean }).sharedBox).toBe(true);
   });
+
+  it("an environment stored by an older version with values refused now: a PATCH that leaves them alone succeeds and keeps them; one that sends a bad value is told which", async () => {
+    const houseId = "house-env-legacy";
+    const token = await houseToken(houseId);
+    expect((await call("/api/environments", { method: "POST", token, json: { id: "env_old", name: "old", model: "local/m", egress: "deny" } })).status).toBe(201);
+    const houses = (env as unknown as { HOUSES: DurableObjectNamespace<HouseActor> }).HOUSES;
+    // What earlier releases accepted: a model name with a space, a comma-joined allow-list, a file under ~.
+    const legacy = { model: "local/my model", egress: { domainAllowList: ["pypi.org,evil.example"] }, files: [{ path: "~/.bashrc", content: "x" }] };
+    await runInDurableObject(houses.get(houses.idFromName(houseId)), (_h: HouseActor, state) => {
+      const row = state.storage.sql.exec(`select body from environments where id = 'env_old'`).one();
+      state.storage.sql.exec(`update environments set body = ? where id = 'env_old'`, JSON.stringify({ ...JSON.parse(row.body as string), ...legacy }));
+    });
+    const renamed = await call("/api/environments/env_old", { method: "PATCH", token, json: { name: "renamed", env: { A: "1" } } });
+    expect(renamed.status).toBe(200);
+    expect(await renamed.json()).toMatchObject({ name: "renamed", env: { A: "1" }, model: "local/my model", egress: legacy.egress, files: [{ path: "~/.bashrc" }] });
+    // A bad value sent in the PATCH is the caller's to fix, and named as before.
+    const bad = await call("/api/environments/env_old", { method: "PATCH", token, json: { model: "still bad" } });
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as { error: { code: string; details: { path: string }[] } }).error).toMatchObject({ code: "validation_failed", details: [{ path: "model" }] });
+    // Sending a valid value replaces the stored one.
+    const fixed = await call("/api/environments/env_old", { method: "PATCH", token, json: { model: "local/m", egress: "deny", files: [] } });
+    expect(fixed.status).toBe(200);
+    expect(await fixed.json()).toMatchObject({ model: "local/m", egress: "deny", files: [] });
+    // A stored value another field depends on (a secret with a NUL byte that a repository names) cannot be
+    // kept aside: the 400 names it as stored and says how to fix it.
+    await runInDurableObject(houses.get(houses.idFromName(houseId)), (_h: HouseActor, state) => {
+      const row = state.storage.sql.exec(`select body from environments where id = 'env_old'`).one();
+      const old = { secrets: { GIT_TOKEN: "a\0b" }, repositories: [{ url: "https://git.example/a.git", credentialsSecret: "GIT_TOKEN" }] };
+      state.storage.sql.exec(`update environments set body = ? where id = 'env_old'`, JSON.stringify({ ...JSON.parse(row.body as string), ...old }));
+    });
+    const tied = await call("/api/environments/env_old", { method: "PATCH", token, json: { name: "again" } });
+    expect(tied.status).toBe(400);
+    expect(((await tied.json()) as { error: unknown }).error).toEqual({
+      code: "validation_failed",
+      message: "this environment holds values an older version accepted and this one refuses (secrets): send valid ones in this PATCH, or null to clear them",
+      details: [{ path: "secrets.GIT_TOKEN", message: "stored by an older version: an environment variable's value cannot contain a NUL byte" }],
+    });
+    expect((await call("/api/environments/env_old", { method: "PATCH", token, json: { name: "again", secrets: { GIT_TOKEN: "fine" } } })).status).toBe(200);
+  });
 });

@@ -462,6 +462,24 @@ describe("runToolLoop over openai-completions: the stream's error events", () =>
     expect(r3).toEqual({ ok: false, reason: "the model API reported an error mid-answer (key_[redacted]_refused): no", rounds: 0 });
   });
 
+  it("finish_reason \"error\" (OpenRouter's mark of an upstream provider failing mid-answer) is retried; when retries run out the failure says what the provider did", async () => {
+    const chunk = (delta: Record<string, unknown>, finish: string | null, extra: Record<string, unknown> = {}) =>
+      `data: ${JSON.stringify({ id: "c", object: "chat.completion.chunk", created: 1, model: "m", choices: [{ index: 0, delta, finish_reason: finish }], ...extra })}\n\n`;
+    const broke = chunk({ role: "assistant", content: "Half an ans" }, null) + chunk({ content: "" }, "error") + "data: [DONE]\n\n";
+    const s = await scriptModel([{ raw: broke, contentType: "text/event-stream" }, { text: "the whole answer" }]);
+    const r = await runToolLoop({ model: scriptedModel("openai-completions", s), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast });
+    expect(r).toEqual({ ok: true, finalText: "the whole answer", rounds: 1 });
+    expect(await s.requests()).toHaveLength(2);
+    // An error object whose code names no known transient kind is still the upstream's failure.
+    const named = chunk({ content: "" }, "error", { error: { code: "provider_unavailable", message: "Upstream provider went away" } }) + "data: [DONE]\n\n";
+    const out = await scriptModel([{ raw: broke, contentType: "text/event-stream" }, { raw: named, contentType: "text/event-stream" }]);
+    const r2 = await runToolLoop({ model: scriptedModel("openai-completions", out), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast, retries: 1 });
+    expect(r2).toEqual({ ok: false, reason: "the model API reported an error mid-answer (provider_unavailable): Upstream provider went away (after 2 attempts)", rounds: 0 });
+    const bare = await scriptModel([{ raw: broke, contentType: "text/event-stream" }, { raw: broke, contentType: "text/event-stream" }]);
+    const r3 = await runToolLoop({ model: scriptedModel("openai-completions", bare), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, ...fast, retries: 1 });
+    expect(r3).toEqual({ ok: false, reason: "the model API ended its answer with finish_reason \"error\" (its upstream provider failed mid-answer) (after 2 attempts)", rounds: 0 });
+  });
+
   it("a server configured as sending no finish reason (compat.supportsFinishReason false) is taken at its stream's end", async () => {
     // role + three pieces of text, then the end: no finish reason, no usage, no [DONE]
     const s = await scriptModel([{ text: "all of it", endAfterChunks: 4 }]);

@@ -313,6 +313,12 @@ describe("environment workspace fields", () => {
     ]) {
       expect((await createEnv(token, { plugins })).status, JSON.stringify(plugins)).toBe(400);
     }
+    // A server of neither form is told both forms (naming the fields sent, never their values), not zod's "Invalid input".
+    const neither = await createEnv(token, { plugins: { mcpServers: { docs: { cmd: "docs-mcp", env: { API_KEY: "sk-not-echoed" } } } } });
+    expect([neither.status, neither.body.error.code, neither.body.error.details]).toEqual([400, "validation_failed", [{
+      path: "plugins.mcpServers.docs",
+      message: 'an MCP server is {"command": "...", "args"?: [...], "env"?: {...}} (run in the box) or {"url": "https://...", "type"?: "http" | "sse"}; got an object of cmd, env',
+    }]]);
     const created = await createEnv(token, {
       harness: "claude-code",
       secrets: { DOCS_KEY: "docs-secret-value" },
@@ -349,6 +355,12 @@ describe("environment workspace fields", () => {
       const r = await createEnv(token, { egress });
       expect(r.status, JSON.stringify(egress)).toBe(400);
       if (JSON.stringify(egress).includes("*")) expect(JSON.stringify(r.body), JSON.stringify(egress)).toContain("wildcard domain");
+    }
+    // A value of none of the forms is told which forms there are, not zod's "Invalid input".
+    const forms = 'egress must be "open" (the default), "deny", or {"allow": ["host", ...]} (the older {"blockAll"?: boolean, "domainAllowList"?: ["host", ...]} is read too)';
+    for (const [egress, got] of [["allow", '"allow"'], [["example.com"], "an array"], [{ blockAll: "yes" }, '{"blockAll":"yes"}'], [5, "5"]] as const) {
+      const r = await createEnv(token, { egress });
+      expect([r.status, r.body.error.code, r.body.error.details], JSON.stringify(egress)).toEqual([400, "validation_failed", [{ path: "egress", message: `${forms}; got ${got}` }]]);
     }
     // The bad entry is named at its place, not as an egress that is none of the forms.
     expect((await createEnv(token, { egress: { allow: ["api.example.com", "*.*.example.com"] } })).body).toMatchObject({
