@@ -1,6 +1,6 @@
 import { Router } from "itty-router";
 import { headOf } from "./http/head";
-import { ApiError, errorResponse, json } from "./errors";
+import { ApiError, errorResponse, json, SECURITY_HEADERS } from "./errors";
 import type { Env } from "./env";
 import { assertAdminSecret, mintTokenRoute } from "./http/routes-admin";
 import {
@@ -19,11 +19,18 @@ import { CORS_HEADERS, CORS_PREFLIGHT_HEADERS } from "./streams/protocol";
 import { assertNoRepeatedQuery, hasRepeatedQuery } from "./http/query";
 import { authenticate } from "./auth/authenticate";
 
-/** Every answer carries CORS headers (stream answers already do, from the actor). */
+/**
+ * Every answer carries CORS headers and the security headers (no-store, nosniff): stream answers
+ * already do, from the actor; a route's own answer (a folder archive, a 204) may not.
+ */
 function withCors(res: Response): Response {
-  if (res.status === 101 || res.headers.has("access-control-allow-origin")) return res;
+  if (res.status === 101) return res;
+  const cors = !res.headers.has("access-control-allow-origin");
+  const security = Object.keys(SECURITY_HEADERS).filter((k) => !res.headers.has(k));
+  if (!cors && security.length === 0) return res;
   const out = new Response(res.body, res);
-  for (const [k, v] of Object.entries(CORS_HEADERS)) out.headers.set(k, v);
+  if (cors) for (const [k, v] of Object.entries(CORS_HEADERS)) out.headers.set(k, v);
+  for (const k of security) out.headers.set(k, SECURITY_HEADERS[k]);
   return out;
 }
 
