@@ -122,7 +122,11 @@ describe("threads", () => {
     expect(await ids("2026-01-01T00:00:00Z")).toEqual([]); // whole seconds: 00:00:00.500 is after it
     expect(await ids("2026-01-01T01:00:00.600+01:00")).toEqual([early.id]); // another zone, the same instant as 00:00:00.600Z
     expect(await ids("2026-01-01T00:00:01.000Z")).toEqual([early.id]);
-    for (const bad of ["1767225600000", "2026-01-01", "yesterday"]) {
+    // `…+01:00` typed into the URL as it is: its `+` arrives as a space.
+    const typed = await call(`/api/threads?before=2026-01-01T01:00:00.600+01:00`, { token });
+    expect(typed.status).toBe(200);
+    expect(((await typed.json()) as { threads: { id: string }[] }).threads.map((t) => t.id)).toEqual([early.id]);
+    for (const bad of ["1767225600000", "2026-01-01", "yesterday", "2026-01-01T01:00:00 x1:00"]) {
       const r = await call(`/api/threads?before=${encodeURIComponent(bad)}`, { token });
       expect([bad, r.status]).toEqual([bad, 400]);
       expect(((await r.json()) as { error: { details: { path: string }[] } }).error.details[0]!.path).toBe("before");
