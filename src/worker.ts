@@ -86,11 +86,17 @@ const ROUTES: [Method, string, RouteHandler][] = [
 
 /** A path pattern's matcher: `:name` is one non-empty path segment. */
 const patternOf = (path: string) => new RegExp(`^${path.replace(/:[a-z]+/g, "[^/]+")}$`);
-const ROUTE_PATTERNS = ROUTES.map(([method, path]) => ({ method, pattern: patternOf(path) }));
+const ROUTE_PATTERNS = ROUTES.map(([method, path]) => ({ method, path, pattern: patternOf(path) }));
+/**
+ * Paths a route names word for word (`/api/sandboxes/reconcile`): such a path is that route's
+ * only, never an `:id` of a route beside it (a GET of it is a 405, not a 404 for a box "reconcile").
+ */
+const LITERAL_PATHS = new Set(ROUTES.filter(([, path]) => !path.includes(":")).map(([, path]) => path));
 
 /** The methods a path is served with (empty for a path no route has). */
 function allowedMethods(pathname: string): string[] {
-  const methods: string[] = ROUTE_PATTERNS.filter((r) => r.pattern.test(pathname)).map((r) => r.method);
+  const literal = LITERAL_PATHS.has(pathname);
+  const methods: string[] = ROUTE_PATTERNS.filter((r) => (literal ? r.path === pathname : r.pattern.test(pathname))).map((r) => r.method);
   return methods.includes("GET") ? [...methods, "HEAD"] : methods;
 }
 
@@ -98,7 +104,9 @@ const router = Router<Req, [Env, ExecutionContext]>();
 // Bearer tokens, never cookies: any origin may call the API, preflights included.
 router.options("*", () => new Response(null, { status: 204, headers: CORS_PREFLIGHT_HEADERS }));
 for (const [method, path, handler] of ROUTES) {
+  const withParams = path.includes(":");
   router.all(path, async (req: Req, env: Env) => {
+    if (withParams && LITERAL_PATHS.has(new URL(req.url).pathname)) return undefined;
     if (req.method === method) return handler(req, env);
     if (method === "GET" && req.method === "HEAD") {
       // An upgrade would open a socket (and send it the whole log) only to drop it.
