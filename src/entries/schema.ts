@@ -59,7 +59,7 @@ export const MAX_DATE_MS = 8.64e15;
 export const entryTsSchema = z.union([
   z.number().int().nonnegative().max(MAX_DATE_MS, "a time a Date can hold (at most 8.64e15 ms)"),
   z.iso.datetime({ offset: true }).transform((s) => Date.parse(s)).pipe(z.number().int().nonnegative().max(MAX_DATE_MS)),
-]);
+], { error: "ts is epoch milliseconds (an integer from 0 to 8.64e15) or an ISO-8601 date-time with a zone, such as 2026-11-22T04:00:00Z" });
 
 /** Reserved for entries the control plane writes itself; never accepted from a client. */
 export const SYSTEM_AUTHOR = "threadbox";

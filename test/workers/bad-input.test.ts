@@ -443,6 +443,20 @@ describe("entry ts", () => {
       ["iso", Date.parse(iso)], ["offset", Date.parse(iso)], ["ms", 1_700_000_000_000], ["last ms", 8_640_000_000_000_000], ["stream iso", Date.parse(iso)],
     ]);
   });
+
+  it("a ts of neither form is refused saying what ts takes, not a bare \"Invalid input\"", async () => {
+    const token = await houseToken("house-ts-message");
+    const t = await createThread(token);
+    for (const ts of ["yesterday", "1700000000000", 1.5, true, "2026-11-22T04:00Z"]) {
+      const r = await post(token, t.id, { ...chat("bad"), ts });
+      expect(r.status).toBe(400);
+      const { error } = (await r.json()) as { error: { code: string; details: { path: string; message: string }[] } };
+      expect({ ts, code: error.code, details: error.details }).toEqual({
+        ts, code: "validation_failed",
+        details: [{ path: "0.ts", message: "ts is epoch milliseconds (an integer from 0 to 8.64e15) or an ISO-8601 date-time with a zone, such as 2026-11-22T04:00:00Z" }],
+      });
+    }
+  });
 });
 
 describe("text that says nothing", () => {
