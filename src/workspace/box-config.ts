@@ -365,7 +365,7 @@ const egressForms = z.union([
   z.literal("deny"),
   allowForm,
   z.object({ blockAll: z.boolean().optional(), domainAllowList: z.array(hostSchema).max(100).optional() }).strict(),
-]);
+], { error: 'egress is "open", "deny", {allow: [host, …]} or the older {blockAll?, domainAllowList?}' });
 export type Egress = z.infer<typeof egressForms>;
 // An object with `allow` is that form: checked as it, a bad entry is named at its place, where the
 // union would only say that the value is none of the forms.

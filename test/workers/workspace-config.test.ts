@@ -350,6 +350,12 @@ describe("environment workspace fields", () => {
       expect(r.status, JSON.stringify(egress)).toBe(400);
       if (JSON.stringify(egress).includes("*")) expect(JSON.stringify(r.body), JSON.stringify(egress)).toContain("wildcard domain");
     }
+    // A value that is none of the forms says which forms there are.
+    for (const egress of ["closed", 5, { blockAll: "yes" }]) {
+      expect((await createEnv(token, { egress })).body, JSON.stringify(egress)).toMatchObject({
+        error: { details: [{ path: "egress", message: 'egress is "open", "deny", {allow: [host, …]} or the older {blockAll?, domainAllowList?}' }] },
+      });
+    }
     // The bad entry is named at its place, not as an egress that is none of the forms.
     expect((await createEnv(token, { egress: { allow: ["api.example.com", "*.*.example.com"] } })).body).toMatchObject({
       error: { details: [{ path: "egress.allow.1", message: expect.stringContaining("a wildcard domain (one leading *. label, then a domain") }] },
