@@ -287,7 +287,7 @@ export const mcpServerSchema = z.union([
     }, "a server fetched from a registry (npx, bunx, pnpx, uvx, pipx) names an exact version: pkg@1.2.3 or pkg==1.2.3"),
   // Claude Code and Codex speak MCP over HTTP(S) only: another scheme would fail in the box, at run time.
   z.object({ type: z.enum(["http", "sse"]).default("http"), url: z.string().url().max(2000).refine((u) => /^https?:\/\//i.test(u), "an http or https URL") }).strict(),
-]);
+], { error: "an MCP server is {command, args?, env?} (started in the box) or {type?: \"http\"|\"sse\", url}" });
 
 /**
  * What a harness loads besides its own defaults: pi skills (instructions the model loads when a

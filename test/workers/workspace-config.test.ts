@@ -313,6 +313,12 @@ describe("environment workspace fields", () => {
     ]) {
       expect((await createEnv(token, { plugins })).status, JSON.stringify(plugins)).toBe(400);
     }
+    // A server of neither form says which forms there are.
+    for (const server of [5, { foo: 1 }]) {
+      expect((await createEnv(token, { plugins: { mcpServers: { docs: server } } })).body, JSON.stringify(server)).toMatchObject({
+        error: { details: [{ path: "plugins.mcpServers.docs", message: 'an MCP server is {command, args?, env?} (started in the box) or {type?: "http"|"sse", url}' }] },
+      });
+    }
     const created = await createEnv(token, {
       harness: "claude-code",
       secrets: { DOCS_KEY: "docs-secret-value" },
