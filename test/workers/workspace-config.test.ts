@@ -313,6 +313,14 @@ describe("environment workspace fields", () => {
     ]) {
       expect((await createEnv(token, { plugins })).status, JSON.stringify(plugins)).toBe(400);
     }
+    // A key that is not a name says what a name is (not zod's "Invalid key in record").
+    for (const [body, path, message] of [
+      [{ env: { "1BAD": "x" } }, "env.1BAD", "env var names are [A-Za-z_][A-Za-z0-9_]*"],
+      [{ secrets: { "a-b": "xxxxxxxx" } }, "secrets.a-b", "env var names are [A-Za-z_][A-Za-z0-9_]*"],
+      [{ plugins: { mcpServers: { "no spaces": { url: "https://docs.example/mcp" } } } }, "plugins.mcpServers.no spaces", "an MCP server's name is 1-64 characters of [A-Za-z0-9_-]"],
+    ] as const) {
+      expect((await createEnv(token, body)).body, path).toMatchObject({ error: { details: [{ path, message }] } });
+    }
     // A server of neither form says which forms there are.
     for (const server of [5, { foo: 1 }]) {
       expect((await createEnv(token, { plugins: { mcpServers: { docs: server } } })).body, JSON.stringify(server)).toMatchObject({
