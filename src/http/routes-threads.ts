@@ -101,7 +101,7 @@ export async function createThread(env: Env, claims: HouseClaims, body: CreateTh
   return unwrapRpc(threadStub(env, id).createThread({
     id, houseId: claims.houseId, parent: parentRef, environmentId,
     // A run's box writes as the brain: naming one is authoring as it, so the authorship rule applies.
-    title: body.title ?? null, brainId: body.brainId === undefined ? null : authorFor(body.brainId, writerFor(claims)), createdBy: claims.subject,
+    title: body.title ?? null, brainId: body.brainId === undefined ? null : authorFor(body.brainId, writerFor(claims), "brainId"), createdBy: claims.subject,
     requestFingerprint: idem ? await requestFingerprint(body) : null,
     dispatchConfig: initialDispatchConfig(parentRef),
   }));

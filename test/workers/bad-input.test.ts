@@ -298,6 +298,11 @@ describe("who a run writes as", () => {
     await expectError(await create(admin, "threadbox"), 403, "forbidden");
     expect((await create(member, "alice")).status).toBe(201);
     expect((await create(admin, "bot-7")).status).toBe(201);
+    // The refusal names the field the caller sent, not authorId.
+    expect(((await (await create(member, "ceo")).json()) as { error: { message: string } }).error.message)
+      .toBe("this token writes entries as alice; only the admin role may set another brainId");
+    expect(((await (await create(admin, "threadbox")).json()) as { error: { message: string } }).error.message)
+      .toBe("brainId threadbox (in any spelling that looks like it) is reserved for the control plane");
     const mint = await call("/api/admin/tokens", { method: "POST", headers: { authorization: "Bearer test-admin-secret" }, json: { houseId: "house-author-3", subject: "threadbox" } });
     await expectError(mint, 400, "validation_failed");
   });
