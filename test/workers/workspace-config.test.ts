@@ -416,6 +416,9 @@ describe("environment workspace fields", () => {
     for (const files of [[{ path: "other.txt", sensitive: true }], [{ path: "k.txt" }], [{ path: "k.txt", sensitive: false }]]) {
       expect((await call(`/api/environments/${id}`, { method: "PATCH", token, json: { files } })).status, JSON.stringify(files)).toBe(400);
     }
+    // A sensitive file with nothing stored to keep says so, not that its content is "expected string".
+    const nothingKept = await call(`/api/environments/${id}`, { method: "PATCH", token, json: { files: [{ path: "k.txt", sensitive: true }, { path: "other.txt", sensitive: true }] } });
+    expect(((await nothingKept.json()) as any).error.details).toEqual([{ path: "files.1.content", message: "no sensitive file is stored at other.txt to keep: send its content" }]);
     await call(`/api/environments/${id}`, { method: "PATCH", token, json: { boxMode: "ephemeral", sharedBox: false } });
     const { runId } = await delegateAndLaunch(token, id, { task: "read the key" });
     const provider = sharedTestProvider();
