@@ -23,6 +23,9 @@ describe("admin tokens", () => {
     expect(await errorCode(bad)).toBe("validation_failed");
     const badRole = await call("/api/admin/tokens", { method: "POST", headers: { authorization: `Bearer ${ADMIN}` }, json: { houseId: "h1", subject: "u1", role: "Not A Role" } });
     expect(badRole.status).toBe(400);
+    // A role starting with a digit is refused saying that a role starts with a letter.
+    const digitRole = await call("/api/admin/tokens", { method: "POST", headers: { authorization: `Bearer ${ADMIN}` }, json: { houseId: "h1", subject: "u1", role: "1abc" } });
+    expect(((await digitRole.json()) as { error: { details: unknown } }).error.details).toEqual([{ path: "role", message: "role is 1-40 chars of [a-z0-9_-], starting with a letter" }]);
     const mint = async (role: string) => ((await (await call("/api/admin/tokens", { method: "POST", headers: { authorization: `Bearer ${ADMIN}` }, json: { houseId: "h1", subject: "u2", role } })).json()) as { token: string }).token;
     expect((await call("/api/threads", { method: "POST", token: await mint("admin"), json: {} })).status).toBe(201);
     const viewer = await mint("viewer");
