@@ -188,7 +188,7 @@ export const repositorySchema = z.object({
   /** Where in the working directory (default: the repository's name). */
   path: workspacePathSchema.optional(),
   /** The name of one of the environment's secrets: the password/token for the clone. */
-  credentialsSecret: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/).optional(),
+  credentialsSecret: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "credentialsSecret names one of the environment's secrets ([A-Za-z_][A-Za-z0-9_]*)").optional(),
   /** The user name sent with that secret (default `x-access-token`, what GitHub and most hosts take with a token). */
   credentialsUsername: z.string().min(1).max(200).optional(),
   /**

@@ -318,6 +318,7 @@ describe("environment workspace fields", () => {
       [{ env: { "1BAD": "x" } }, "env.1BAD", "env var names are [A-Za-z_][A-Za-z0-9_]*"],
       [{ secrets: { "a-b": "xxxxxxxx" } }, "secrets.a-b", "env var names are [A-Za-z_][A-Za-z0-9_]*"],
       [{ plugins: { mcpServers: { "no spaces": { url: "https://docs.example/mcp" } } } }, "plugins.mcpServers.no spaces", "an MCP server's name is 1-64 characters of [A-Za-z0-9_-]"],
+      [{ repositories: [{ url: "https://git.example/app.git", credentialsSecret: "GIT-TOKEN" }] }, "repositories.0.credentialsSecret", "credentialsSecret names one of the environment's secrets ([A-Za-z_][A-Za-z0-9_]*)"],
     ] as const) {
       expect((await createEnv(token, body)).body, path).toMatchObject({ error: { details: [{ path, message }] } });
     }
