@@ -122,6 +122,21 @@ describe("a host that is not this machine's is named as such, not as a busy port
     }
   }, 30_000);
 
+  it("a taken SANDBOX_HOST_PORT is named with a free one to use, not a Node stack", async () => {
+    const busy = createServer();
+    await new Promise<void>((r) => busy.listen(0, "127.0.0.1", () => r()));
+    const port = (busy.address() as { port: number }).port;
+    try {
+      const r = await run("../sandbox-host/main.mjs", { SANDBOX_HOST_PORT: String(port) });
+      expect(r.code).toBe(1);
+      expect(r.out).toContain(`port ${port} (the local sandbox host) is already in use on 127.0.0.1`);
+      expect(r.out).toMatch(/SANDBOX_HOST_PORT=\d+ npm run sandbox-host/);
+      expect(r.out).not.toMatch(/\n\s+at |EADDRINUSE/);
+    } finally {
+      busy.close();
+    }
+  }, 30_000);
+
   it("a taken STREAM_PROXY_PORT is named with a free one to use, not a Deno and Node stack", async () => {
     const busy = createServer();
     await new Promise<void>((r) => busy.listen(0, "127.0.0.1", () => r()));
