@@ -19,7 +19,7 @@ afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 
 const VARS = ["PORT", "HOST", "SANDBOX_HOST_PORT", "DEMO_MODEL_PORT", "STREAM_PROXY_PORT", "STREAM_PROXY_HOSTNAME"];
 
-async function run(script: string, env: Record<string, string>): Promise<{ code: number | string; out: string }> {
+async function run(script: string, env: Record<string, string>, args: string[] = []): Promise<{ code: number | string; out: string }> {
   const childEnv: NodeJS.ProcessEnv = {
     ...process.env,
     NO_COLOR: "1",
@@ -29,7 +29,7 @@ async function run(script: string, env: Record<string, string>): Promise<{ code:
   };
   for (const k of VARS) delete childEnv[k];
   Object.assign(childEnv, env);
-  const child = spawn(process.execPath, [join(ROOT, "scripts", script)], { cwd: ROOT, env: childEnv, detached: true });
+  const child = spawn(process.execPath, [join(ROOT, "scripts", script), ...args], { cwd: ROOT, env: childEnv, detached: true });
   let out = "";
   child.stdout!.on("data", (d) => (out += d));
   child.stderr!.on("data", (d) => (out += d));
@@ -48,6 +48,15 @@ function expectOneLine(out: string) {
   expect(out).not.toMatch(/\n\s+at |ERR_SOCKET_BAD_PORT|RangeError|NaN/);
   expect(out.trim().split("\n")).toHaveLength(1);
 }
+
+describe("an argument npm run serve does not take", () => {
+  it("npm run serve -- --nobuild is refused, not dropped (which would build after all)", async () => {
+    const r = await run("serve.mjs", { PORT: String(await freePort()), HOST: "127.0.0.1" }, ["--nobuild"]);
+    expect(r.code).toBe(1);
+    expect(r.out.trim()).toBe("npm run serve: unknown argument --nobuild (it takes --no-build)");
+    expectOneLine(r.out);
+  });
+});
 
 describe("a port variable that is not a port", () => {
   for (const bad of ["abc", "99999", "-1", "80.5"]) {
