@@ -1,9 +1,16 @@
 #!/usr/bin/env node
 // `npm run sandbox-host`: the local Daytona-compatible host on its own.
 import { startSandboxHost } from "./server.mjs";
-import { envPort } from "../scripts/lib/ports.mjs";
+import { busyPortsMessage, envPort } from "../scripts/lib/ports.mjs";
 
 const port = envPort("SANDBOX_HOST_PORT", 3986, "npm run sandbox-host");
+// A taken port is said as such, with a free one to use, before anything starts: not a Node stack
+// trace from listen, with a temporary root made for nothing.
+const busy = await busyPortsMessage([{ port, envVar: "SANDBOX_HOST_PORT", what: "the local sandbox host" }], "npm run sandbox-host");
+if (busy) {
+  console.error(busy);
+  process.exit(1);
+}
 // The same development default as .dev.vars.example's DAYTONA_API_KEY, so `npm run dev` and a
 // host started alone agree; set SANDBOX_HOST_API_KEY for anything but a laptop.
 const apiKey = process.env.SANDBOX_HOST_API_KEY || "dev-sandbox-key";

@@ -30,6 +30,21 @@ export async function loadSandboxModules() {
  * DAYTONA_* from the environment, else from `.dev.vars` (the file `npm run dev` and wrangler
  * read); `--local` starts an in-process sandbox host instead.
  */
+/**
+ * Refuses an option the script does not take (exit 2, naming the ones it does): a typo such as
+ * `--enviroment` would otherwise be dropped and the script go on doing something else.
+ * @param {string[]} argv @param {string[]} flags @param {string[]} withValue options followed by a value
+ */
+export function refuseUnknownOptions(argv, command, flags, withValue = []) {
+  for (let i = 0; i < argv.length; i++) {
+    if (withValue.includes(argv[i])) { i++; continue; }
+    if (flags.includes(argv[i])) continue;
+    const takes = [...flags, ...withValue.map((o) => `${o} <value>`)].join(", ");
+    console.error(`${command}: unknown argument ${argv[i]} (it takes ${takes})`);
+    process.exit(2);
+  }
+}
+
 export async function resolveTarget(argv) {
   if (argv.includes("--local")) {
     const { startSandboxHost } = await import("../sandbox-host/server.mjs");

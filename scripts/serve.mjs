@@ -24,6 +24,10 @@ function fail(message) {
   process.exit(1);
 }
 
+// A typo (`--nobuild`) would otherwise be dropped, and the bundle built after all.
+const unknown = process.argv.slice(2).find((a) => a !== "--no-build");
+if (unknown !== undefined) fail(`unknown argument ${unknown} (it takes --no-build)`);
+
 // Before the port: a workerd left serving this state (its npm run serve killed alone) holds the
 // port too, and "port in use" alone would not say what to stop.
 const inUse = stateDirInUse(stateDir);

@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 // `npm run smoke [-- --local]`: checks credentials, create, exec, upload, delete against the
 // configured provider (DAYTONA_API_URL / DAYTONA_API_KEY / DAYTONA_TARGET) and prints a verdict.
-import { loadSandboxModules, resolveTarget } from "./sandbox-lib.mjs";
+import { loadSandboxModules, refuseUnknownOptions, resolveTarget } from "./sandbox-lib.mjs";
 
+refuseUnknownOptions(process.argv.slice(2), "smoke", ["--local"]);
 const target = await resolveTarget(process.argv.slice(2));
 const { createDaytonaProvider } = await loadSandboxModules();
 console.log(`smoke: provider ${target.label}${target.target ? ` (target ${target.target})` : ""}`);

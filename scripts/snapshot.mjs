@@ -8,10 +8,11 @@
 // the host's own toolchain. The command says so instead of pretending.
 import { createHash } from "node:crypto";
 import { Daytona, Image } from "@daytonaio/sdk";
-import { loadSandboxModules, resolveTarget } from "./sandbox-lib.mjs";
+import { loadSandboxModules, refuseUnknownOptions, resolveTarget } from "./sandbox-lib.mjs";
 import { resolveTarget as resolveThreadbox } from "../cli/lib/config.mjs";
 
 const argv = process.argv.slice(2);
+refuseUnknownOptions(argv, "snapshot", ["--refresh", "--local"], ["--environment"]);
 const envFlag = argv.indexOf("--environment");
 const environmentId = envFlag >= 0 ? argv[envFlag + 1] : null;
 if (envFlag >= 0 && (!environmentId || environmentId.startsWith("--"))) {

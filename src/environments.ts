@@ -136,10 +136,15 @@ export function applyEnvironmentPatch(current: Environment, patch: Record<string
   // A sensitive file is shown without its content, so a list sent back as read keeps the content
   // stored at that path: adding or removing one file does not mean sending every secret one again.
   if (Array.isArray(patch.files)) {
-    merged.files = patch.files.map((f: unknown) => {
+    merged.files = patch.files.map((f: unknown, i: number) => {
       if (!f || typeof f !== "object" || Array.isArray(f) || "content" in f) return f;
       const given = f as { path?: unknown; sensitive?: unknown };
       const kept = given.sensitive === true ? current.files?.find((c) => c.sensitive && c.path === given.path) : undefined;
+      if (!kept && given.sensitive === true && typeof given.path === "string") {
+        // Not "content: expected string": the caller sent the file as GET shows a kept one.
+        const message = `no sensitive file is stored at ${given.path} to keep: send its content`;
+        throw new ApiError("validation_failed", "invalid environment", [{ path: `files.${i}.content`, message }]);
+      }
       return kept ? { ...given, content: kept.content } : f;
     });
   }

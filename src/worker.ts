@@ -1,6 +1,6 @@
 import { Router } from "itty-router";
 import { headOf } from "./http/head";
-import { ApiError, errorResponse, json } from "./errors";
+import { ApiError, errorResponse, json, SECURITY_HEADERS } from "./errors";
 import type { Env } from "./env";
 import { assertAdminSecret, mintTokenRoute } from "./http/routes-admin";
 import {
@@ -19,11 +19,18 @@ import { CORS_HEADERS, CORS_PREFLIGHT_HEADERS } from "./streams/protocol";
 import { assertNoRepeatedQuery, hasRepeatedQuery } from "./http/query";
 import { authenticate } from "./auth/authenticate";
 
-/** Every answer carries CORS headers (stream answers already do, from the actor). */
+/**
+ * Every answer carries CORS headers and the security headers (no-store, nosniff): stream answers
+ * already do, from the actor; a route's own answer (a folder archive, a 204) may not.
+ */
 function withCors(res: Response): Response {
-  if (res.status === 101 || res.headers.has("access-control-allow-origin")) return res;
+  if (res.status === 101) return res;
+  const cors = !res.headers.has("access-control-allow-origin");
+  const security = Object.keys(SECURITY_HEADERS).filter((k) => !res.headers.has(k));
+  if (!cors && security.length === 0) return res;
   const out = new Response(res.body, res);
-  for (const [k, v] of Object.entries(CORS_HEADERS)) out.headers.set(k, v);
+  if (cors) for (const [k, v] of Object.entries(CORS_HEADERS)) out.headers.set(k, v);
+  for (const k of security) out.headers.set(k, SECURITY_HEADERS[k]);
   return out;
 }
 
@@ -79,11 +86,17 @@ const ROUTES: [Method, string, RouteHandler][] = [
 
 /** A path pattern's matcher: `:name` is one non-empty path segment. */
 const patternOf = (path: string) => new RegExp(`^${path.replace(/:[a-z]+/g, "[^/]+")}$`);
-const ROUTE_PATTERNS = ROUTES.map(([method, path]) => ({ method, pattern: patternOf(path) }));
+const ROUTE_PATTERNS = ROUTES.map(([method, path]) => ({ method, path, pattern: patternOf(path) }));
+/**
+ * Paths a route names word for word (`/api/sandboxes/reconcile`): such a path is that route's
+ * only, never an `:id` of a route beside it (a GET of it is a 405, not a 404 for a box "reconcile").
+ */
+const LITERAL_PATHS = new Set(ROUTES.filter(([, path]) => !path.includes(":")).map(([, path]) => path));
 
 /** The methods a path is served with (empty for a path no route has). */
 function allowedMethods(pathname: string): string[] {
-  const methods: string[] = ROUTE_PATTERNS.filter((r) => r.pattern.test(pathname)).map((r) => r.method);
+  const literal = LITERAL_PATHS.has(pathname);
+  const methods: string[] = ROUTE_PATTERNS.filter((r) => (literal ? r.path === pathname : r.pattern.test(pathname))).map((r) => r.method);
   return methods.includes("GET") ? [...methods, "HEAD"] : methods;
 }
 
@@ -91,7 +104,9 @@ const router = Router<Req, [Env, ExecutionContext]>();
 // Bearer tokens, never cookies: any origin may call the API, preflights included.
 router.options("*", () => new Response(null, { status: 204, headers: CORS_PREFLIGHT_HEADERS }));
 for (const [method, path, handler] of ROUTES) {
+  const withParams = path.includes(":");
   router.all(path, async (req: Req, env: Env) => {
+    if (withParams && LITERAL_PATHS.has(new URL(req.url).pathname)) return undefined;
     if (req.method === method) return handler(req, env);
     if (method === "GET" && req.method === "HEAD") {
       // An upgrade would open a socket (and send it the whole log) only to drop it.

@@ -64,7 +64,7 @@ export function registerArtifacts(program, ctxOf) {
     .command("artifacts")
     .description("what a thread's runs produced (files, git status and diff), kept on the thread after the box is gone")
     .argument("<thread>", "thread id", threadIdArg)
-    .option("--run <runId>", "only this run")
+    .option("--run <runId>", "only this run", idArg("--run id"))
     .option("--full", "print file contents and the whole inline diff")
     .option("--limit <n>", "at most this many artifact entries (1–200)", intArg("--limit", 1, 200), 50)
     .option("--before <offset>", "only artifacts older than this offset (the next page: the offset the previous page named)", idArg("--before offset"))

@@ -1,7 +1,7 @@
 // sandboxes, envs / env add, agents / agent add: the house's configuration.
 import { readFileSync } from "node:fs";
 import { Option } from "commander";
-import { idArg, intArg, resolveEnvironment } from "../lib/api.mjs";
+import { envArg, idArg, intArg, resolveEnvironment } from "../lib/api.mjs";
 import { CliError } from "../lib/errors.mjs";
 import { agentLine, environmentLine, printableLine, safe, sandboxLine } from "../lib/render.mjs";
 import { promptHidden } from "../lib/term.mjs";
@@ -153,7 +153,7 @@ export function registerHouse(program, ctxOf) {
     .option("--system-prompt <text>", "its system prompt")
     .addOption(new Option("--trigger-mode <mode>", "when it answers").choices(["mention", "ambient", "always"]))
     .option("--tools <names>", "comma-separated tools it may use, e.g. delegate_task,run_command")
-    .option("--env <environment>", "environment (id or name) for its work")
+    .option("--env <environment>", "environment (id or name) for its work", envArg)
     .action(async (handle, opts, cmd) => {
       const ctx = ctxOf(cmd);
       const api = ctx.api();

@@ -1,7 +1,7 @@
 // threads, new, post, tail, delegate, stop, resume.
 import { randomUUID } from "node:crypto";
 import { Option } from "commander";
-import { intArg, paths, resolveEnvironment, threadIdArg } from "../lib/api.mjs";
+import { envArg, intArg, paths, resolveEnvironment, threadIdArg } from "../lib/api.mjs";
 import { CliError, EXIT } from "../lib/errors.mjs";
 import { followThread } from "../lib/follow.mjs";
 import { printableLine, safe, threadLine, threadTree } from "../lib/render.mjs";
@@ -42,7 +42,7 @@ export function registerThreads(program, ctxOf, setExit) {
     .command("new")
     .description("create a thread; prints its id")
     .argument("[title]", "title of the thread")
-    .option("--env <environment>", "environment (id or name) its runs use")
+    .option("--env <environment>", "environment (id or name) its runs use", envArg)
     .option("--parent <thread>", "make it a child of this thread", threadIdArg)
     .action(async (title, opts, cmd) => {
       const ctx = ctxOf(cmd);
@@ -88,7 +88,7 @@ export function registerThreads(program, ctxOf, setExit) {
     .argument("<thread>", "parent thread id", threadIdArg)
     .argument("<task>", "what the agent should do, or - for stdin")
     .option("--watch", "follow the child thread until its run ends; exit 0 completed, 1 failed")
-    .option("--env <environment>", "environment (id or name); default: the parent's")
+    .option("--env <environment>", "environment (id or name); default: the parent's", envArg)
     .option("--model <provider/model>", "model for pi, e.g. openai/gpt-4.1-mini")
     .addOption(new Option("--harness <harness>", "coding agent").choices(["pi", "claude-code", "codex"]))
     .option("--repo <url>", "git repository to clone into the box")

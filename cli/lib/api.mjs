@@ -151,6 +151,8 @@ export const idArg = (what) => (value) => {
   return value;
 };
 export const threadIdArg = idArg("thread id");
+/** `--env ""` (a `$(…)` that failed) would otherwise quietly mean "no environment". */
+export const envArg = idArg("environment");
 
 /**
  * Commander's parser for a whole-number option or argument in [min, max] (the API's range for it):

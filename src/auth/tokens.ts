@@ -8,7 +8,7 @@ import { intVar } from "../env";
  * environments. Any other role name is accepted and acts as a member.
  */
 export const READ_ONLY_ROLES: readonly string[] = ["reader", "viewer"];
-export const roleSchema = z.string().regex(/^[a-z][a-z0-9_-]{0,39}$/, "role is 1-40 chars of [a-z0-9_-]");
+export const roleSchema = z.string().regex(/^[a-z][a-z0-9_-]{0,39}$/, "role is 1-40 chars of [a-z0-9_-], starting with a letter");
 export type Role = string;
 export const STREAM_SCOPES = ["stream:write", "stream:read"] as const;
 export type StreamScope = (typeof STREAM_SCOPES)[number];

@@ -46,9 +46,11 @@ const listSchema = z.object({
   // nothing (epoch milliseconds would compare below every date) or the wrong threads. A zone offset
   // can carry a 9999 or 0000 date out of four-digit years, where toISOString writes a signed
   // six-digit year that sorts below every stored date.
-  before: z.iso.datetime({ offset: true })
+  // A `+01:00` zone written into the URL as it is arrives as ` 01:00` (a `+` in a query string is
+  // a space): nothing else can put a space there, so it is read back as the `+` it was.
+  before: z.preprocess((v) => (typeof v === "string" ? v.replace(/(T[\d:.]+) (\d{2}:?\d{2})$/, "$1+$2") : v), z.iso.datetime({ offset: true })
     .transform((s) => new Date(s).toISOString())
-    .refine((s) => /^\d{4}-/.test(s), { message: "before must fall within years 0000-9999 (UTC)" })
+    .refine((s) => /^\d{4}-/.test(s), { message: "before must fall within years 0000-9999 (UTC)" }))
     .optional(),
   beforeId: z.string().max(64).optional(),
 }).strict().refine((q) => q.beforeId === undefined || q.before !== undefined, { message: "beforeId needs before (the createdAt of that thread)", path: ["beforeId"] });
@@ -99,7 +101,7 @@ export async function createThread(env: Env, claims: HouseClaims, body: CreateTh
   return unwrapRpc(threadStub(env, id).createThread({
     id, houseId: claims.houseId, parent: parentRef, environmentId,
     // A run's box writes as the brain: naming one is authoring as it, so the authorship rule applies.
-    title: body.title ?? null, brainId: body.brainId === undefined ? null : authorFor(body.brainId, writerFor(claims)), createdBy: claims.subject,
+    title: body.title ?? null, brainId: body.brainId === undefined ? null : authorFor(body.brainId, writerFor(claims), "brainId"), createdBy: claims.subject,
     requestFingerprint: idem ? await requestFingerprint(body) : null,
     dispatchConfig: initialDispatchConfig(parentRef),
   }));

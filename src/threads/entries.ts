@@ -175,11 +175,11 @@ function assertWritable(payload: { type: string; [k: string]: unknown }, writer:
 }
 
 /** The author an entry is stored with, or a 403 if this writer may not claim it. */
-export function authorFor(requested: string | undefined, writer: EntryWriter): string {
+export function authorFor(requested: string | undefined, writer: EntryWriter, field: "authorId" | "brainId" = "authorId"): string {
   if (requested === undefined || requested === writer.subject) return writer.subject;
-  if (passesForControlPlane(requested)) throw new ApiError("forbidden", `authorId ${SYSTEM_AUTHOR} (in any spelling that looks like it) is reserved for the control plane`);
+  if (passesForControlPlane(requested)) throw new ApiError("forbidden", `${field} ${SYSTEM_AUTHOR} (in any spelling that looks like it) is reserved for the control plane`);
   if (!writer.mayAuthorAsOthers) {
-    throw new ApiError("forbidden", `this token writes entries as ${writer.subject}; only the ${AUTHOR_AS_OTHERS_ROLE} role may set another authorId`);
+    throw new ApiError("forbidden", `this token writes entries as ${writer.subject}; only the ${AUTHOR_AS_OTHERS_ROLE} role may set another ${field}`);
   }
   return requested;
 }

@@ -188,7 +188,7 @@ export const repositorySchema = z.object({
   /** Where in the working directory (default: the repository's name). */
   path: workspacePathSchema.optional(),
   /** The name of one of the environment's secrets: the password/token for the clone. */
-  credentialsSecret: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/).optional(),
+  credentialsSecret: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "credentialsSecret names one of the environment's secrets ([A-Za-z_][A-Za-z0-9_]*)").optional(),
   /** The user name sent with that secret (default `x-access-token`, what GitHub and most hosts take with a token). */
   credentialsUsername: z.string().min(1).max(200).optional(),
   /**
@@ -238,7 +238,7 @@ export function delegateRepoPath(url: string, branch: string | undefined, shared
 
 /** Agent Skills names: lowercase words joined by single hyphens, at most 64 characters. */
 const pluginNameSchema = z.string().max(64).regex(/^[a-z0-9]+(-[a-z0-9]+)*$/, "lowercase letters, digits and single hyphens");
-const envNameSchema = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/);
+const envNameSchema = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "env var names are [A-Za-z_][A-Za-z0-9_]*");
 
 /** Launchers that fetch the server from a registry when it starts: what they fetch must be pinned. */
 const REGISTRY_LAUNCHERS = new Set(["npx", "bunx", "pnpx", "uvx", "pipx"]);
@@ -319,7 +319,7 @@ export const pluginsSchema = z.object({
     instructions: z.string().max(64 * 1024),
   }).strict()).max(50).default([]),
   extensions: z.array(z.object({ name: pluginNameSchema, source: z.string().min(1).max(256 * 1024) }).strict()).max(20).default([]),
-  mcpServers: recordSchema(z.string().regex(/^[A-Za-z0-9_-]{1,64}$/), mcpServerSchema).default({}),
+  mcpServers: recordSchema(z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, "an MCP server's name is 1-64 characters of [A-Za-z0-9_-]"), mcpServerSchema).default({}),
 }).strict().superRefine((p, ctx) => {
   for (const [what, list] of [["skill", p.skills], ["extension", p.extensions]] as const) {
     const names = list.map((x) => x.name);

@@ -423,6 +423,18 @@ describe("an empty thread id", () => {
     expect([json.code, JSON.parse(json.stderr)]).toEqual([2, { error: { code: "usage", message: "the thread id is empty (did the command that gave it fail?)" } }]);
   });
 
+  it("an empty --env or --run (a $(…) that failed) is a usage error, not a thread without an environment or an empty list", async () => {
+    for (const [args, what] of [
+      [["new", "x", "--env", ""], "environment"],
+      [["delegate", "th_x", "task", "--env", " "], "environment"],
+      [["agent", "add", "emptyenv", "--model", "demo/demo", "--env", ""], "environment"],
+      [["artifacts", "th_x", "--run", ""], "--run id"],
+    ] as const) {
+      const r = await cli([...args], { env: as() });
+      expect({ args, code: r.code, stdout: r.stdout, stderr: r.stderr }).toEqual({ args, code: 2, stdout: "", stderr: `error usage: the ${what} is empty (did the command that gave it fail?)\n` });
+    }
+  });
+
   it("post, delegate and resume refuse a blank text (an unset \"$VAR\", an empty pipe) instead of posting an empty chat or starting a run on nothing", async () => {
     const thread = (await ok(["new", "blank texts", "--env", "demo"])).stdout.trim();
     for (const [args, stdin, message] of [

@@ -271,6 +271,18 @@ describe("npm run dev killed with kill -9", () => {
   }, 240_000);
 });
 
+describe("npm run smoke and npm run snapshot", () => {
+  it("refuse an argument they do not take (a typo) instead of dropping it and going on", async () => {
+    for (const [script, args, line] of [
+      ["smoke.mjs", ["--locl"], "smoke: unknown argument --locl (it takes --local)\n"],
+      ["snapshot.mjs", ["--enviroment", "env_x"], "snapshot: unknown argument --enviroment (it takes --refresh, --local, --environment <value>)\n"],
+    ] as const) {
+      const r = run(script, {}, [...args]);
+      expect({ script, code: await r.exited, output: r.output() }).toEqual({ script, code: 2, output: line });
+    }
+  });
+});
+
 describe("npm run smoke", () => {
   it("reads the provider from .dev.vars, as npm run dev does", async () => {
     const key = "smoke-dev-vars-key";

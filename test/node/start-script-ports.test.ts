@@ -19,7 +19,7 @@ afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 
 const VARS = ["PORT", "HOST", "SANDBOX_HOST_PORT", "DEMO_MODEL_PORT", "STREAM_PROXY_PORT", "STREAM_PROXY_HOSTNAME"];
 
-async function run(script: string, env: Record<string, string>): Promise<{ code: number | string; out: string }> {
+async function run(script: string, env: Record<string, string>, args: string[] = []): Promise<{ code: number | string; out: string }> {
   const childEnv: NodeJS.ProcessEnv = {
     ...process.env,
     NO_COLOR: "1",
@@ -29,7 +29,7 @@ async function run(script: string, env: Record<string, string>): Promise<{ code:
   };
   for (const k of VARS) delete childEnv[k];
   Object.assign(childEnv, env);
-  const child = spawn(process.execPath, [join(ROOT, "scripts", script)], { cwd: ROOT, env: childEnv, detached: true });
+  const child = spawn(process.execPath, [join(ROOT, "scripts", script), ...args], { cwd: ROOT, env: childEnv, detached: true });
   let out = "";
   child.stdout!.on("data", (d) => (out += d));
   child.stderr!.on("data", (d) => (out += d));
@@ -48,6 +48,15 @@ function expectOneLine(out: string) {
   expect(out).not.toMatch(/\n\s+at |ERR_SOCKET_BAD_PORT|RangeError|NaN/);
   expect(out.trim().split("\n")).toHaveLength(1);
 }
+
+describe("an argument npm run serve does not take", () => {
+  it("npm run serve -- --nobuild is refused, not dropped (which would build after all)", async () => {
+    const r = await run("serve.mjs", { PORT: String(await freePort()), HOST: "127.0.0.1" }, ["--nobuild"]);
+    expect(r.code).toBe(1);
+    expect(r.out.trim()).toBe("npm run serve: unknown argument --nobuild (it takes --no-build)");
+    expectOneLine(r.out);
+  });
+});
 
 describe("a port variable that is not a port", () => {
   for (const bad of ["abc", "99999", "-1", "80.5"]) {
@@ -117,6 +126,21 @@ describe("a host that is not this machine's is named as such, not as a busy port
       const serve = await run("serve.mjs", { PORT: String(taken), HOST: "127.0.0.1" });
       expect(serve.code).toBe(1);
       expect(serve.out).toMatch(/\n  HOST=127\.0\.0\.1 PORT=\d+ npm run serve\n/);
+    } finally {
+      busy.close();
+    }
+  }, 30_000);
+
+  it("a taken SANDBOX_HOST_PORT is named with a free one to use, not a Node stack", async () => {
+    const busy = createServer();
+    await new Promise<void>((r) => busy.listen(0, "127.0.0.1", () => r()));
+    const port = (busy.address() as { port: number }).port;
+    try {
+      const r = await run("../sandbox-host/main.mjs", { SANDBOX_HOST_PORT: String(port) });
+      expect(r.code).toBe(1);
+      expect(r.out).toContain(`port ${port} (the local sandbox host) is already in use on 127.0.0.1`);
+      expect(r.out).toMatch(/SANDBOX_HOST_PORT=\d+ npm run sandbox-host/);
+      expect(r.out).not.toMatch(/\n\s+at |EADDRINUSE/);
     } finally {
       busy.close();
     }

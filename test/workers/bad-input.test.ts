@@ -298,6 +298,11 @@ describe("who a run writes as", () => {
     await expectError(await create(admin, "threadbox"), 403, "forbidden");
     expect((await create(member, "alice")).status).toBe(201);
     expect((await create(admin, "bot-7")).status).toBe(201);
+    // The refusal names the field the caller sent, not authorId.
+    expect(((await (await create(member, "ceo")).json()) as { error: { message: string } }).error.message)
+      .toBe("this token writes entries as alice; only the admin role may set another brainId");
+    expect(((await (await create(admin, "threadbox")).json()) as { error: { message: string } }).error.message)
+      .toBe("brainId threadbox (in any spelling that looks like it) is reserved for the control plane");
     const mint = await call("/api/admin/tokens", { method: "POST", headers: { authorization: "Bearer test-admin-secret" }, json: { houseId: "house-author-3", subject: "threadbox" } });
     await expectError(mint, 400, "validation_failed");
   });
@@ -469,6 +474,20 @@ describe("entry ts", () => {
     expect(all.entries.map((e) => [e.payload.text, (e as unknown as { ts: unknown }).ts])).toEqual([
       ["iso", Date.parse(iso)], ["offset", Date.parse(iso)], ["ms", 1_700_000_000_000], ["last ms", 8_640_000_000_000_000], ["stream iso", Date.parse(iso)],
     ]);
+  });
+
+  it("a ts of neither form is refused saying what ts takes, not a bare \"Invalid input\"", async () => {
+    const token = await houseToken("house-ts-message");
+    const t = await createThread(token);
+    for (const ts of ["yesterday", "1700000000000", 1.5, true, "2026-11-22T04:00Z"]) {
+      const r = await post(token, t.id, { ...chat("bad"), ts });
+      expect(r.status).toBe(400);
+      const { error } = (await r.json()) as { error: { code: string; details: { path: string; message: string }[] } };
+      expect({ ts, code: error.code, details: error.details }).toEqual({
+        ts, code: "validation_failed",
+        details: [{ path: "0.ts", message: `ts is epoch milliseconds (a whole number from 0 to 8.64e15) or an ISO-8601 date-time with a zone (2026-11-22T04:00:00Z, 2026-11-22T06:00:00+02:00); got ${typeof ts === "string" ? JSON.stringify(ts) : typeof ts === "number" ? String(ts) : typeof ts}` }],
+      });
+    }
   });
 });
 

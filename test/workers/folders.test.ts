@@ -53,6 +53,21 @@ describe("environment folders: upload, versions, download", () => {
     expect((await call(`/api/environments/${e.id}/folders/notes?version=abc`, { token })).status).toBe(400);
   });
 
+  it("a downloaded archive, like every API answer, is kept by no cache and not sniffed", async () => {
+    const token = await houseToken("house-folders-cache");
+    const e = (await createEnv(token)).body;
+    expect((await upload(token, e.id, "notes", tarArchive({ "a.txt": "private\n" }))).status).toBe(201);
+    const got = await call(`/api/environments/${e.id}/folders/notes`, { token });
+    const head = await call(`/api/environments/${e.id}/folders/notes`, { method: "HEAD", token });
+    const deleted = await call(`/api/environments/${e.id}`, { method: "DELETE", token });
+    expect(deleted.status).toBe(204);
+    for (const [what, r] of Object.entries({ got, head, deleted })) {
+      expect(r.status, what).toBeLessThan(300);
+      expect(r.headers.get("cache-control"), what).toBe("no-store");
+      expect(r.headers.get("x-content-type-options"), what).toBe("nosniff");
+    }
+  });
+
   it("an archive larger than one stored chunk comes back byte for byte; zip and tar.gz are recognized by their bytes", async () => {
     const token = await houseToken("house-folders-big");
     const e = (await createEnv(token)).body;

@@ -23,6 +23,9 @@ describe("admin tokens", () => {
     expect(await errorCode(bad)).toBe("validation_failed");
     const badRole = await call("/api/admin/tokens", { method: "POST", headers: { authorization: `Bearer ${ADMIN}` }, json: { houseId: "h1", subject: "u1", role: "Not A Role" } });
     expect(badRole.status).toBe(400);
+    // A role starting with a digit is refused saying that a role starts with a letter.
+    const digitRole = await call("/api/admin/tokens", { method: "POST", headers: { authorization: `Bearer ${ADMIN}` }, json: { houseId: "h1", subject: "u1", role: "1abc" } });
+    expect(((await digitRole.json()) as { error: { details: unknown } }).error.details).toEqual([{ path: "role", message: "role is 1-40 chars of [a-z0-9_-], starting with a letter" }]);
     const mint = async (role: string) => ((await (await call("/api/admin/tokens", { method: "POST", headers: { authorization: `Bearer ${ADMIN}` }, json: { houseId: "h1", subject: "u2", role } })).json()) as { token: string }).token;
     expect((await call("/api/threads", { method: "POST", token: await mint("admin"), json: {} })).status).toBe(201);
     const viewer = await mint("viewer");
@@ -122,7 +125,11 @@ describe("threads", () => {
     expect(await ids("2026-01-01T00:00:00Z")).toEqual([]); // whole seconds: 00:00:00.500 is after it
     expect(await ids("2026-01-01T01:00:00.600+01:00")).toEqual([early.id]); // another zone, the same instant as 00:00:00.600Z
     expect(await ids("2026-01-01T00:00:01.000Z")).toEqual([early.id]);
-    for (const bad of ["1767225600000", "2026-01-01", "yesterday"]) {
+    // `…+01:00` typed into the URL as it is: its `+` arrives as a space.
+    const typed = await call(`/api/threads?before=2026-01-01T01:00:00.600+01:00`, { token });
+    expect(typed.status).toBe(200);
+    expect(((await typed.json()) as { threads: { id: string }[] }).threads.map((t) => t.id)).toEqual([early.id]);
+    for (const bad of ["1767225600000", "2026-01-01", "yesterday", "2026-01-01T01:00:00 x1:00"]) {
       const r = await call(`/api/threads?before=${encodeURIComponent(bad)}`, { token });
       expect([bad, r.status]).toEqual([bad, 400]);
       expect(((await r.json()) as { error: { details: { path: string }[] } }).error.details[0]!.path).toBe("before");

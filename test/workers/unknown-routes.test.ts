@@ -61,6 +61,23 @@ describe("a path that matches no route", () => {
   });
 });
 
+describe("a path a route names word for word", () => {
+  it("is that route's only: GET or DELETE /api/sandboxes/reconcile is a 405 (Allow: POST), not a 404 for a box called reconcile", async () => {
+    const token = await houseToken("house-405-reconcile");
+    for (const method of ["GET", "DELETE", "HEAD"]) {
+      const r = await call("/api/sandboxes/reconcile", { method, token });
+      expect({ method, status: r.status, allow: r.headers.get("allow") }).toEqual({ method, status: 405, allow: "POST, OPTIONS" });
+      await r.body?.cancel();
+    }
+    const post = await call("/api/sandboxes/reconcile", { method: "POST", token });
+    expect(post.status).toBe(200);
+    expect(await post.json()).toEqual({ probed: 0, dead: [], results: [] });
+    const box = await call("/api/sandboxes/box_nope", { token });
+    expect(box.status).toBe(404);
+    await box.body?.cancel();
+  });
+});
+
 describe("405 under the stream base", () => {
   it("a thread's log, a stream token's renewal and the __ds routes answer a wrong method with Allow, after the token check", async () => {
     const token = await houseToken("house-405-streams");

@@ -319,6 +319,15 @@ describe("environment workspace fields", () => {
       path: "plugins.mcpServers.docs",
       message: 'an MCP server is {"command": "...", "args"?: [...], "env"?: {...}} (run in the box) or {"url": "https://...", "type"?: "http" | "sse"}; got an object of cmd, env',
     }]]);
+    // A key that is not a name says what a name is (not zod's "Invalid key in record").
+    for (const [body, path, message] of [
+      [{ env: { "1BAD": "x" } }, "env.1BAD", "env var names are [A-Za-z_][A-Za-z0-9_]*"],
+      [{ secrets: { "a-b": "xxxxxxxx" } }, "secrets.a-b", "env var names are [A-Za-z_][A-Za-z0-9_]*"],
+      [{ plugins: { mcpServers: { "no spaces": { url: "https://docs.example/mcp" } } } }, "plugins.mcpServers.no spaces", "an MCP server's name is 1-64 characters of [A-Za-z0-9_-]"],
+      [{ repositories: [{ url: "https://git.example/app.git", credentialsSecret: "GIT-TOKEN" }] }, "repositories.0.credentialsSecret", "credentialsSecret names one of the environment's secrets ([A-Za-z_][A-Za-z0-9_]*)"],
+    ] as const) {
+      expect((await createEnv(token, body)).body, path).toMatchObject({ error: { details: [{ path, message }] } });
+    }
     const created = await createEnv(token, {
       harness: "claude-code",
       secrets: { DOCS_KEY: "docs-secret-value" },
@@ -408,6 +417,9 @@ describe("environment workspace fields", () => {
     for (const files of [[{ path: "other.txt", sensitive: true }], [{ path: "k.txt" }], [{ path: "k.txt", sensitive: false }]]) {
       expect((await call(`/api/environments/${id}`, { method: "PATCH", token, json: { files } })).status, JSON.stringify(files)).toBe(400);
     }
+    // A sensitive file with nothing stored to keep says so, not that its content is "expected string".
+    const nothingKept = await call(`/api/environments/${id}`, { method: "PATCH", token, json: { files: [{ path: "k.txt", sensitive: true }, { path: "other.txt", sensitive: true }] } });
+    expect(((await nothingKept.json()) as any).error.details).toEqual([{ path: "files.1.content", message: "no sensitive file is stored at other.txt to keep: send its content" }]);
     await call(`/api/environments/${id}`, { method: "PATCH", token, json: { boxMode: "ephemeral", sharedBox: false } });
     const { runId } = await delegateAndLaunch(token, id, { task: "read the key" });
     const provider = sharedTestProvider();
