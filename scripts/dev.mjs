@@ -38,6 +38,8 @@ if (busy) {
 const devVarsPath = join(ROOT, ".dev.vars");
 if (!existsSync(devVarsPath)) {
   copyFileSync(join(ROOT, ".dev.vars.example"), devVarsPath);
+  // It is where a real DAYTONA_API_KEY or model key goes next: readable by its owner alone.
+  chmodSync(devVarsPath, 0o600);
   console.log("created .dev.vars from .dev.vars.example");
 }
 const vars = readVarsFile(devVarsPath);

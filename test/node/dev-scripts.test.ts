@@ -70,6 +70,19 @@ describe("npm run dev", () => {
     }
   }, 60_000);
 
+  it("creates .dev.vars, where provider and model keys go, readable by its owner alone", async () => {
+    const devVars = join(tree.dir, ".dev.vars");
+    rmSync(devVars, { force: true });
+    const dev = run("dev.mjs", { PORT: String(await freePort()), SANDBOX_HOST_PORT: String(await freePort()), DEMO_MODEL_PORT: String(await freePort()) });
+    try {
+      await until("created .dev.vars", () => dev.output().includes("created .dev.vars from .dev.vars.example"), dev.child, dev.exited);
+      expect((statSync(devVars).mode & 0o777).toString(8)).toBe("600");
+    } finally {
+      await stopGroup(dev.child, dev.exited);
+      rmSync(devVars, { force: true });
+    }
+  }, 60_000);
+
   it("on a busy sandbox host port names that one and SANDBOX_HOST_PORT", async () => {
     const busy = await occupy();
     try {
