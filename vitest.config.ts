@@ -68,6 +68,10 @@ export default defineConfig({
           // Not vitest's 5 s: on a loaded 2-core machine a test of many requests (the 1 MiB route
           // checks, a launch) takes 4 s and more, and the waits inside tests run up to 20 s.
           testTimeout: 30_000,
+          // Two files at a time, not vitest's default of one per core but one (a 2-core machine gets
+          // 1): a file spends most of its wall time starting its own workerd and waiting on timers and
+          // I/O, not on CPU. Each file has its own Miniflare (own storage), so files stay independent.
+          maxWorkers: 2,
           globalSetup: ["test/workers/sandbox-provider.setup.ts", "test/workers/model-server.setup.ts"],
           // The in-memory sandbox provider "test" exists only in this configuration.
           setupFiles: ["test/workers/register-test-provider.ts"],

@@ -41,10 +41,10 @@ function transcript(recent: LoopMessage[], botName: string): string {
  * set (a model that thinks in silence), that long to start plus the default to answer. The idle
  * timeout itself is the model's, as for any call.
  */
-export function gateTimeoutMs(model: ResolvedModel): number {
+export function gateTimeoutMs(model: ResolvedModel, defaultMs = DEFAULT_GATE_TIMEOUT_MS): number {
   if (model.configuredTimeouts?.request && model.requestTimeoutMs) return model.requestTimeoutMs;
-  if (model.configuredTimeouts?.idle && model.idleTimeoutMs) return model.idleTimeoutMs + DEFAULT_GATE_TIMEOUT_MS;
-  return DEFAULT_GATE_TIMEOUT_MS;
+  if (model.configuredTimeouts?.idle && model.idleTimeoutMs) return model.idleTimeoutMs + defaultMs;
+  return defaultMs;
 }
 
 export async function askGate(opts: {
@@ -53,6 +53,8 @@ export async function askGate(opts: {
   botInstructions: string;
   recent: LoopMessage[];
   requestTimeoutMs?: number;
+  /** The default in gateTimeoutMs: DEFAULT_GATE_TIMEOUT_MS; a test gives a short one so as not to outwait 30 s. */
+  defaultTimeoutMs?: number;
 }): Promise<{ reply: boolean; reason: string; failed?: boolean }> {
   const systemPrompt =
     `You decide whether the chat participant "${opts.botName}" should reply to the latest message of a conversation. ` +
@@ -66,7 +68,7 @@ export async function askGate(opts: {
     systemPrompt,
     messages: [{ role: "user", content: question, timestamp: Date.now() }],
     maxTokens: GATE_MAX_TOKENS,
-    requestTimeoutMs: opts.requestTimeoutMs ?? gateTimeoutMs(opts.model),
+    requestTimeoutMs: opts.requestTimeoutMs ?? gateTimeoutMs(opts.model, opts.defaultTimeoutMs),
     retries: GATE_RETRIES,
     retryBaseDelayMs: 250,
   });

@@ -82,15 +82,22 @@ describe("the gate's time limits, from the environment's piModels", () => {
   const recent = [{ role: "user" as const, text: "@helper are you there?", authorId: "alice" }];
   const steadyYes = "YES, the latest message asks for helper.";
 
-  it("a configured requestTimeoutMs replaces the gate's 30 s: a slow model that streams steadily for longer is heard", async () => {
-    // ~32 s of steady streaming, a chunk every 800 ms: well within its idle timeout, past 30 s
-    const s = await scriptModel([{ text: steadyYes, chunks: 40, chunkDelayMs: 800 }]);
+  it("a configured requestTimeoutMs replaces the gate's default: a slow model that streams steadily for longer is heard", async () => {
+    // The default is 30 s (the last test); askGate is given 2 s here, so as not to outwait 30 s.
+    // ~3.8 s of steady streaming, a chunk every 200 ms: well within its idle timeout, past the default.
+    const defaultTimeoutMs = 2_000;
+    const slowYes = { text: steadyYes, chunks: 16, chunkDelayMs: 200 };
+    const s = await scriptModel([slowYes]);
     const model = scriptedModel("openai-completions", s, { requestTimeoutMs: 60_000, idleTimeoutMs: 5_000 });
     const started = Date.now();
-    const r = await askGate({ model, botName: "helper", botInstructions: "", recent });
+    const r = await askGate({ model, botName: "helper", botInstructions: "", recent, defaultTimeoutMs });
     expect(r).toEqual({ reply: true, reason: "gate said yes" });
-    expect(Date.now() - started).toBeGreaterThan(30_000);
-  }, 60_000);
+    expect(Date.now() - started).toBeGreaterThan(defaultTimeoutMs);
+    // Without the setting, the same stream is cut at that default: it is what the setting replaced.
+    const unset = await scriptModel([slowYes]);
+    const cut = await askGate({ model: scriptedModel("openai-completions", unset), botName: "helper", botInstructions: "", recent, defaultTimeoutMs });
+    expect(cut).toEqual({ reply: false, reason: `gate failed: the model did not finish its answer within ${defaultTimeoutMs} ms (timeout)`, failed: true });
+  }, 30_000);
 
   it("a configured requestTimeoutMs shorter than 30 s bounds the gate", async () => {
     const s = await scriptModel([{ text: steadyYes, chunks: 20, chunkDelayMs: 100 }]);
@@ -114,5 +121,8 @@ describe("the gate's time limits, from the environment's piModels", () => {
     expect(limit({ requestTimeoutMs: 120_000 })).toBe(120_000);
     expect(limit({ requestTimeoutMs: 5_000, idleTimeoutMs: 1_000 })).toBe(5_000);
     expect(limit({ idleTimeoutMs: 90_000 })).toBe(120_000);
+    // askGate's defaultTimeoutMs (a test's short default) stands where 30 s would.
+    expect(gateTimeoutMs(scriptedModel("openai-completions", s), 2_000)).toBe(2_000);
+    expect(gateTimeoutMs(scriptedModel("openai-completions", s, { idleTimeoutMs: 90_000 }), 2_000)).toBe(92_000);
   });
 });
