@@ -39,11 +39,11 @@ export function redactValues(text: string, values: readonly (string | null | und
   return redactText(text, redactionList(values.filter((v): v is string => !!v), 4));
 }
 
-/** The length of the longest end of `text` that begins one of `secrets` (and is not all of it). */
-export function partialSecretAtEnd(text: string, secrets: readonly string[]): number {
+/** The length of the longest end of `text` that begins one of `secrets` (and is not all of it), `min` characters or more. */
+export function partialSecretAtEnd(text: string, secrets: readonly string[], min = 1): number {
   let longest = 0;
   for (const secret of secrets) {
-    for (let k = Math.min(secret.length - 1, text.length); k > longest; k--) {
+    for (let k = Math.min(secret.length - 1, text.length); k > longest && k >= min; k--) {
       if (text.endsWith(secret.slice(0, k))) {
         longest = k;
         break;
@@ -51,4 +51,45 @@ export function partialSecretAtEnd(text: string, secrets: readonly string[]): nu
     }
   }
   return longest;
+}
+
+/** The length of the longest start of `text` that ends one of `secrets` (and is not all of it), `min` characters or more. */
+export function partialSecretAtStart(text: string, secrets: readonly string[], min = 1): number {
+  let longest = 0;
+  for (const secret of secrets) {
+    for (let k = Math.min(secret.length - 1, text.length); k > longest && k >= min; k--) {
+      if (text.startsWith(secret.slice(secret.length - k))) {
+        longest = k;
+        break;
+      }
+    }
+  }
+  return longest;
+}
+
+/**
+ * What a cut may leave of a secret and still be redacted: a shorter piece says next to nothing of
+ * the secret, and matches ordinary text too often.
+ */
+export const MIN_CUT_PIECE_LENGTH = 4;
+
+/**
+ * `text`, a piece of a longer text that was cut before it could be redacted (`cut.start`: what
+ * came before it is gone; `cut.end`: what came after), redacted. A cut through a secret leaves a
+ * piece of it that is no longer the secret, so the list does not find it: what is left of one at
+ * a cut edge (its end at the start, its beginning at the end) is `[redacted]` too. Wherever a text
+ * is cut before it is shown, redact it first and cut after; this is for cuts made where the
+ * secrets are not known (a byte window kept as output comes, a box cutting a command's output).
+ */
+export function redactCutText(text: string, list: readonly string[], cut: { start?: boolean; end?: boolean }): string {
+  let out = redactText(text, list);
+  if (cut.start) {
+    const k = partialSecretAtStart(out, list, MIN_CUT_PIECE_LENGTH);
+    if (k > 0) out = `[redacted]${out.slice(k)}`;
+  }
+  if (cut.end) {
+    const k = partialSecretAtEnd(out, list, MIN_CUT_PIECE_LENGTH);
+    if (k > 0) out = `${out.slice(0, out.length - k)}[redacted]`;
+  }
+  return out;
 }

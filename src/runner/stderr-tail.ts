@@ -2,7 +2,8 @@
  * The last bytes a harness wrote to stderr, kept so a failed run can say why on the thread (the
  * box's log goes away with the box). Bounded, and scrubbed of secret values before it leaves.
  */
-import { redactionList, redactText } from "./redact";
+import { redactionList } from "./redact";
+import { redactCutText } from "../domain/secret-forms";
 
 export const STDERR_TAIL_BYTES = 4096;
 
@@ -22,9 +23,12 @@ export class StderrTail {
     this.buf = over > 0 ? next.subarray(over) : next;
   }
 
-  /** The tail as text (a split UTF-8 sequence at its start dropped), secrets replaced. */
+  /**
+   * The tail as text (a split UTF-8 sequence at its start dropped), secrets replaced. The bytes
+   * before it were dropped unredacted: a secret they cut through leaves its end at the start.
+   */
   text(secrets: string[]): { text: string; truncated: boolean } {
-    const text = redactText(this.buf.toString("utf8").replace(/^\uFFFD+/, ""), redactionList(secrets));
+    const text = redactCutText(this.buf.toString("utf8").replace(/^\uFFFD+/, ""), redactionList(secrets), { start: this.dropped > 0 });
     return { text, truncated: this.dropped > 0 };
   }
 }

@@ -885,6 +885,32 @@ describe("runner with harnesses that do not mirror themselves (recorded output)"
     expect(finished.map((e) => [e.payload.status, e.payload.reason])).toEqual([["pi_failed", "harness exited with code 3: fatal: cannot reach the model"]]);
   });
 
+  it("a secret the stderr tail's window cuts through: what is left of it at the tail's start is redacted too", async () => {
+    const threadId = await newThread();
+    const secret = "hunter2-but-much-longer-secret";
+    const bin = join(mkdtempSync(join(tmp, "bin-")), "cut-secret-harness");
+    // The secret, then exactly enough bytes that the 4096-byte tail begins 12 characters before its end.
+    writeFileSync(bin, `#!/bin/sh\nprintf 'key=%s' "$PLAIN_NAMED_SECRET" >&2\nhead -c 4074 /dev/zero | tr '\\0' x >&2\necho >&2\necho "fatal: x" >&2\nexit 3\n`, { mode: 0o755 });
+    const child = spawn(process.execPath, [RUNNER, "--harness", "codex", "--bin", bin, "--prompt", "task"], {
+      cwd: tmp,
+      stdio: ["ignore", "ignore", "pipe"],
+      env: {
+        ...process.env,
+        THREADBOX_THREAD_ID: threadId,
+        THREADBOX_STREAM_URL: streamBase,
+        THREADBOX_STREAM_TOKEN_FILE: tokenFile("test-token"),
+        THREADBOX_RUN_ID: "r-stderr-cut",
+        PLAIN_NAMED_SECRET: secret,
+        THREADBOX_SECRET_NAMES: "PLAIN_NAMED_SECRET",
+      },
+    });
+    expect(await new Promise<number | null>((r) => child.on("close", r))).toBe(3);
+    const tail = (await entriesOf(threadId)).find((e) => e.payload.type === "signal.run.stderr")!;
+    expect(tail.payload.truncated).toBe(true);
+    expect(tail.payload.text).not.toContain(secret.slice(-12));
+    expect(tail.payload.text).toMatch(/^\[redacted\]x+\nfatal: x\n$/);
+  });
+
   it("a failure reason already near the length limit stays within it once the stderr line is added", async () => {
     const threadId = await newThread();
     const dir = mkdtempSync(join(tmp, "bin-"));
