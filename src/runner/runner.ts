@@ -153,12 +153,15 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   const parser = agent.createParser();
   let n = 0;
   const onEntries = (entries: ThreadEntry[]) => {
-    for (const e of entries) {
+    for (const raw of entries) {
+      // Redacted as it comes, the runner's own view too: the run's failure reason quotes it cut to
+      // a bound, and a cut through a secret leaves a piece of it no redaction after could find.
+      const e = redactDeep(raw, redactions);
       local.push(e);
       if (harnessWriter) {
         const w: WireEntry = { ...(e as WireEntry), id: `${cfg.threadId}:h:${runId}:${n++}`, ts: e.ts ?? Date.now() };
         if (cfg.authorId) w.authorId = cfg.authorId;
-        harnessWriter.append(redactDeep(w, redactions));
+        harnessWriter.append(w);
       }
     }
   };
@@ -468,7 +471,7 @@ export async function main(argv: string[] = process.argv.slice(2)): Promise<numb
   }
   if (outcome.entries.length || failureEntries.length) {
     const writer = new StreamWriter({ url, token: () => tokens.current(), producerId: `runner-${runId}-${randomId()}`, log });
-    // The reason may quote the harness's own words, read from its output before they were redacted.
+    // The reason may quote the harness's stderr line, added after the outcome was decided.
     writer.append(...failureEntries, ...outcome.entries.map((e) => withBoundedReason(redactDeep({ ...(e as WireEntry), ts: Date.now() }, redactions))));
     const ok = await writer.flush(Math.max(cfg.flushTimeoutMs, deadline - Date.now()));
     writer.stop();

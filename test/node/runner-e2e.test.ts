@@ -1039,6 +1039,28 @@ console.log(JSON.stringify({ type: "result", subtype: "success", is_error: true,
     expect(JSON.stringify(es)).not.toContain("sk-model-key-789");
   });
 
+  it("a harness's long error whose secret the reason's length limit cuts through: no piece of it is in the reason", async () => {
+    const threadId = await newThread();
+    const key = "sk-model-key-0123456789abcdef";
+    const bin = join(mkdtempSync(join(tmp, "bin-")), "fake-claude-long");
+    // "claude-code success: API Error: 401 " is 36 characters: the key begins 12 before the reason's cut at MAX_REASON_LENGTH - 1.
+    writeFileSync(bin, `#!/bin/sh\nnode -e '
+const text = "API Error: 401 " + "y".repeat(${MAX_REASON_LENGTH - 1 - 12 - 36}) + process.env.MODEL_KEY + " was refused";
+console.log(JSON.stringify({ type: "assistant", message: { role: "assistant", stop_reason: "stop_sequence", content: [{ type: "text", text }] } }));
+console.log(JSON.stringify({ type: "result", subtype: "success", is_error: true, result: text }));'\n`, { mode: 0o755 });
+    const child = spawn(process.execPath, [RUNNER, "--harness", "claude-code", "--bin", bin, "--prompt", "task"], {
+      cwd: tmp,
+      stdio: ["ignore", "ignore", "pipe"],
+      env: { ...process.env, THREADBOX_THREAD_ID: threadId, THREADBOX_STREAM_URL: streamBase, THREADBOX_STREAM_TOKEN_FILE: tokenFile("test-token"), THREADBOX_RUN_ID: "r-secret-cut", MODEL_KEY: key, THREADBOX_SECRET_NAMES: "MODEL_KEY" },
+    });
+    expect(await new Promise<number | null>((r) => child.on("close", r))).toBe(0);
+    const es = await entriesOf(threadId);
+    expect(types(es)).toEqual(["pi.assistant", "pi.error", "status:pi_failed"]);
+    expect(es[2].payload.reason.length).toBeLessThanOrEqual(MAX_REASON_LENGTH);
+    expect(es[2].payload.reason).toMatch(/^claude-code success: API Error: 401 y+\[redacted\]/);
+    expect(JSON.stringify(es)).not.toContain(key.slice(0, 12));
+  });
+
   it("claude-code: an error result -> pi_failed", async () => {
     const { code, es } = await runWith("claude-code", "claude-code-stream-json-max-turns.jsonl", 0);
     expect(code).toBe(0);
