@@ -5,7 +5,7 @@
 import { readFileSync } from "node:fs";
 import { isAbsolute, join, normalize } from "node:path";
 import { BOX_ENV } from "../domain/box-layout";
-import { MIN_BOX_SECRET_LENGTH, redactionList as formsOf, redactText, sensitiveContentValues } from "../domain/secret-forms";
+import { MIN_BOX_SECRET_LENGTH, redactCutText, redactionList as formsOf, redactText, sensitiveContentValues } from "../domain/secret-forms";
 
 export { redactText };
 
@@ -52,11 +52,25 @@ export function redactionList(values: string[], minLength = MIN_REDACTED_LENGTH)
   return formsOf(values, minLength);
 }
 
-/** Every string in `value` (an entry about to be posted) with the listed values replaced. */
+/**
+ * How pi-ai ends a model provider's error body it cut to 4000 characters (its utils/error-body.js):
+ * the body was cut before anything could redact it, so what precedes the marker may be the
+ * beginning of a secret the body quoted.
+ */
+const PI_AI_CUT = /\.\.\. \[truncated \d+ chars\]/;
+
+/** `text` with the listed values replaced, and what a cut pi-ai made left of one before its marker. */
+export function redactBoxText(text: string, list: readonly string[]): string {
+  const pieces = text.split(new RegExp(`(${PI_AI_CUT.source})`));
+  if (pieces.length === 1) return redactText(text, list);
+  return pieces.map((p, i) => (i % 2 === 1 ? p : redactCutText(p, list, { end: i < pieces.length - 1 }))).join("");
+}
+
+/** Every string in `value` (an entry about to be posted) with the listed values replaced (see redactBoxText). */
 export function redactDeep<T>(value: T, list: string[]): T {
   if (list.length === 0) return value;
   const walk = (v: unknown): unknown => {
-    if (typeof v === "string") return redactText(v, list);
+    if (typeof v === "string") return redactBoxText(v, list);
     if (Array.isArray(v)) return v.map(walk);
     if (v && typeof v === "object") return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, walk(x)]));
     return v;

@@ -321,6 +321,23 @@ describe("runner + mirror with the real pi", () => {
     }
   });
 
+  it("a model error body pi-ai cut through a secret: what is left of it before pi-ai's cut marker is redacted, in the entry and the reason", async () => {
+    const key = "sk-gateway-key-0123456789abcdef";
+    // pi-ai keeps the first 4000 characters of the error body ({"message":"… is its first 12): the key begins 12 before the cut.
+    const model = await startModelServer([{ error: 500, message: `${"y".repeat(4000 - 12 - 12)}${key} was refused ${"z".repeat(100)}` }]);
+    try {
+      const threadId = await newThread();
+      await startRunner({ threadId, model, prompt: "do it", env: { GATEWAY_KEY: key, THREADBOX_SECRET_NAMES: "GATEWAY_KEY" } }).done;
+      const es = await entriesOf(threadId);
+      expect(types(es)).toEqual(["pi.user", "pi.assistant", "status:pi_failed"]);
+      expect(es[1].payload.errorMessage).toMatch(/y\[redacted\]\.\.\. \[truncated \d+ chars\]$/);
+      expect(es[2].payload.reason).toMatch(/y\[redacted\]\.\.\. \[truncated \d+ chars\]/);
+      expect(JSON.stringify(es)).not.toContain(key.slice(0, 12));
+    } finally {
+      await model.close();
+    }
+  });
+
   it("pi without an API key: the run fails with pi's own message on the thread, not a bare exit code", async () => {
     const model = await startModelServer([]);
     try {
