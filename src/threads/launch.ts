@@ -22,6 +22,7 @@ import { copyFoldersIn } from "../workspace/folder-sync";
 import { MANAGED_FILES, managedFileContent, managedKey, managedKeys, readManagedFiles, updateManagedFiles, type ManagedFile } from "../workspace/managed-files";
 import { BOX_DIR, BOX_ENV, PI_AGENT_DIR, WORK_DIR, runDir } from "../domain/box-layout";
 import { STATUS_CHANGED } from "../domain/statuses";
+import { lastWords } from "../workspace/output-redaction";
 
 export type LaunchSpec = {
   runId: string;
@@ -239,8 +240,9 @@ async function startRunner(
   if (check.exitCode !== 0) {
     const installed = await provider.exec(ref, plan0.install.command, { timeoutSec: 900 });
     // The installer's last words say why (no network, a registry refusing, a full disk); without
-    // them the run's reason names only an exit code. No secret is in this command's environment.
-    if (installed.exitCode !== 0) throw new Error(`installing ${spec.harness} failed (exit ${installed.exitCode}): ${installed.output.trim().slice(-500)}`);
+    // them the run's reason names only an exit code. No secret is in this command's environment;
+    // what the box holds of them (a shared box keeps what runs left) is redacted before the cut.
+    if (installed.exitCode !== 0) throw new Error(`installing ${spec.harness} failed (exit ${installed.exitCode}): ${lastWords(installed.output, 500, environment)}`);
   }
   deps.alive();
   if (environment?.packages && !progress.packagesInstalled) {
@@ -248,7 +250,7 @@ async function startRunner(
     const installed: string[] = [];
     for (const step of packageInstallCommands(environment.packages)) {
       const out = await provider.exec(ref, step.command, { timeoutSec: 900 });
-      if (out.exitCode !== 0) throw new Error(`installing the environment's ${step.manager} packages failed (exit ${out.exitCode}): ${out.output.trim().slice(-500)}`);
+      if (out.exitCode !== 0) throw new Error(`installing the environment's ${step.manager} packages failed (exit ${out.exitCode}): ${lastWords(out.output, 500, environment)}`);
       installed.push(...parseInstalled(out.output));
       deps.alive();
     }
@@ -494,7 +496,7 @@ async function reconcileCheckout(provider: SandboxProvider, ref: string, home: s
   const creds = cloneOptions(r, dest, environment);
   const env = creds.password ? gitCredentialEnv(creds.username ?? "x-access-token", creds.password) : { GIT_TERMINAL_PROMPT: "0" };
   const out = await provider.exec(ref, [origin, ...update].join(" && "), { cwd: `${home}/${dest}`, timeoutSec: 600, env });
-  if (out.exitCode !== 0) throw new Error(`updating ${repoPath(r)} in place failed (exit ${out.exitCode}): ${out.output.trim().slice(-500)}`);
+  if (out.exitCode !== 0) throw new Error(`updating ${repoPath(r)} in place failed (exit ${out.exitCode}): ${lastWords(out.output, 500, environment)}`);
 }
 
 /** `reset: true`: the checkout becomes exactly the wanted commit; local changes and untracked files go. */

@@ -11,6 +11,7 @@ import { runDir } from "../domain/box-layout";
 import { shq } from "../domain/shell";
 import { extractCommand, folderMaxBytes, folderSource, shadowCommand, sniffArchive, type CopiedFolder } from "./folders";
 import { environmentFilePathsWithin, environmentFilesWithin, folderDigest, packChangedFolders, type FolderBox } from "./folder-pack";
+import { lastWords } from "./output-redaction";
 
 export { packChangedFolders, type FolderBox, type SyncedFolder } from "./folder-pack";
 
@@ -45,7 +46,7 @@ export async function copyFoldersIn(env: Env, box: FolderBox, houseId: string, e
     await box.provider.upload(box.ref, [{ path: archive, content: bytes }]);
     const dest = `${cwd}/${spec.path}`;
     const out = await box.provider.exec(box.ref, `${extractCommand(archive, dest, format)} && rm -f ${shq(archive)}`, { cwd: box.home, timeoutSec: 600 });
-    if (out.exitCode !== 0) throw new Error(`unpacking folder ${spec.source} into ${spec.path} failed (exit ${out.exitCode}): ${out.output.trim().slice(-300)}`);
+    if (out.exitCode !== 0) throw new Error(`unpacking folder ${spec.source} into ${spec.path} failed (exit ${out.exitCode}): ${lastWords(out.output, 300, environment)}`);
     // The environment's files are written after the folders: one inside a readwrite folder is the
     // environment's (a sensitive one included), not the folder's, and must not go back into it.
     const exclude = [...spec.exclude, ...environmentFilesWithin(environment, spec.path)];
@@ -56,7 +57,7 @@ export async function copyFoldersIn(env: Env, box: FolderBox, houseId: string, e
       if (shadowed.length > 0) {
         entry.shadow = `${runDir(runId)}/folders/${i}.shadow`;
         const kept = await box.provider.exec(box.ref, shadowCommand(dest, shadowed, entry.shadow), { cwd: box.home, timeoutSec: 600 });
-        if (kept.exitCode !== 0) throw new Error(`keeping folder ${spec.source}'s own files aside failed (exit ${kept.exitCode}): ${kept.output.trim().slice(-300)}`);
+        if (kept.exitCode !== 0) throw new Error(`keeping folder ${spec.source}'s own files aside failed (exit ${kept.exitCode}): ${lastWords(kept.output, 300, environment)}`);
       }
       entry.digest = await folderDigest(box, dest, exclude, `${runDir(runId)}/folders/${i}.digest.tar`, entry.shadow);
     }

@@ -22,6 +22,14 @@ export function redactorFor(forms: readonly string[]): (text: string) => string 
 }
 
 /**
+ * The last `max` characters of a step's output, as a failure's reason quotes them: redacted before
+ * it is cut, since a cut through a secret leaves a piece of it that no redaction after recognises.
+ */
+export function lastWords(output: string, max: number, e: { secrets?: Record<string, string>; files?: WorkspaceFile[] } | null): string {
+  return redactorFor(e ? boxSecretForms(e) : [])(output.trim()).slice(-max);
+}
+
+/**
  * Passes a command's output on as it arrives, redacted. Output comes in chunks cut anywhere (and
  * a line too long for one entry is cut again further on), so a secret can arrive in two pieces
  * that are each harmless alone: an end that could begin a secret is held back until the rest

@@ -175,6 +175,26 @@ describe("launch failures end the run visibly and release the box", () => {
     }
   }, 30_000);
 
+  it("an installer's output cut to its last words through a secret: no piece of the secret is in the reason", async () => {
+    const secret = "npm-registry-token-4242-abcdefgh";
+    const provider = sharedTestProvider();
+    const previous = provider.execHandler;
+    // The reason quotes the output's last 500 characters: they begin 12 characters before the secret's end.
+    provider.execHandler = (box, command, opts) => {
+      const house = provider.boxes.get(box.ref)?.labels["threadbox.house"];
+      if (house === "house-launch-install-cut" && command.includes("npm install -g --no-audit")) return { exitCode: 1, output: `npm ERR! 403 Forbidden - token ${secret}${"x".repeat(488)}` };
+      return previous(box, command, opts);
+    };
+    try {
+      const { token, threadId, runId } = await launchIn("house-launch-install-cut", {}, { packages: { npm: ["private-package"] }, secrets: { NPM_TOKEN: secret } });
+      await expectLaunchFailed(token, threadId, runId, `[redacted]${"x".repeat(488)}`);
+      const shown = JSON.stringify((await readAll(token, threadId)).entries) + JSON.stringify(await (await call(`/api/threads/${threadId}`, { token })).json());
+      expect(shown).not.toContain(secret.slice(-12));
+    } finally {
+      provider.execHandler = previous;
+    }
+  }, 30_000);
+
   it("the clone fails", async () => {
     sharedTestProvider().failOn("clone", "house-launch-clone", "clone https://example.invalid/repo.git: repository not found");
     const { token, threadId, runId } = await launchIn("house-launch-clone", { repo: "https://example.invalid/repo.git" });
