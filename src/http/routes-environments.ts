@@ -8,7 +8,7 @@ import { environmentInputSchema, publicEnvironment, type Environment } from "../
 import { houseStub, newId, sandboxStub, threadStub } from "./actors";
 import { LiveOutput } from "../sandbox/live-output";
 import { ensureSharedBox, retireSharedBox, sharedBoxView } from "../workspace/shared-box";
-import { boxSecretForms, RedactedFeed, redactorFor } from "../workspace/output-redaction";
+import { boxSecretForms, RedactedFeed, redactBoundedOutput } from "../workspace/output-redaction";
 import { deleteArchive } from "../workspace/folder-store";
 import { writerFor } from "../threads/entries";
 import { errorMessage, logEvent } from "../domain/log-event";
@@ -167,9 +167,9 @@ export type ExecResult = {
   truncated?: true; omittedBytes?: number;
 };
 
-/** The answer's view of a provider's result: its output redacted, a cut marked. */
-function resultOf(boxId: string, r: ProviderExecResult, redact: (s: string) => string): ExecResult {
-  return { boxId, exitCode: r.exitCode, output: redact(r.output), ...(r.omittedBytes ? { truncated: true as const, omittedBytes: r.omittedBytes } : {}) };
+/** The answer's view of a provider's result: its output redacted (what a cut left of a secret too), a cut marked. */
+function resultOf(boxId: string, r: ProviderExecResult, forms: readonly string[]): ExecResult {
+  return { boxId, exitCode: r.exitCode, output: redactBoundedOutput(r.output, forms), ...(r.omittedBytes ? { truncated: true as const, omittedBytes: r.omittedBytes } : {}) };
 }
 
 /** Where a command's live output goes: a thread of the caller's house, written as the caller. */
@@ -262,16 +262,15 @@ async function execOnHeld(env: Env, box: { id: string; providerRef: string }, e:
   const provider = providerFor(env, e.provider);
   const opts = { cwd: body.cwd, env: e.env, timeoutSec: body.timeoutSec, keepOutputBytes: OUTPUT_KEEP_BYTES };
   const forms = boxSecretForms(e);
-  const redact = redactorFor(forms);
   if (!live) {
     const r = await provider.exec(box.providerRef, body.command, opts);
-    return resultOf(box.id, r, redact);
+    return resultOf(box.id, r, forms);
   }
   const out = liveOutputTo(env, live);
   const feed = new RedactedFeed(forms, (stream, text) => out.push(stream, text));
   try {
     const r = await provider.execStreaming(box.providerRef, body.command, { ...opts, onOutput: (stream, text) => feed.write(stream, text) });
-    return { ...resultOf(box.id, r, redact), execId: live.execId };
+    return { ...resultOf(box.id, r, forms), execId: live.execId };
   } finally {
     feed.end();
     await out.end();

@@ -69,6 +69,9 @@ export function cutNonce(): string {
   return `tb-cut-${crypto.randomUUID().replace(/-/g, "")}`;
 }
 
+/** The line `readBoundedOutput` puts where the box cut bytes out of an output. */
+export const CUT_LINE = /\n…\[cut by threadbox: \d+ bytes\]…\n/;
+
 /**
  * The output of a `boundedCommand` with its cut markers made readable, and how many bytes the
  * cuts dropped (undefined when nothing was cut).

@@ -1,6 +1,7 @@
 import type { WorkspaceFile } from "./box-config";
 import type { OutputStream } from "../sandbox/provider";
-import { MIN_BOX_SECRET_LENGTH, partialSecretAtEnd, redactionList, redactText, sensitiveContentValues } from "../domain/secret-forms";
+import { MIN_BOX_SECRET_LENGTH, partialSecretAtEnd, redactCutText, redactionList, redactText, sensitiveContentValues } from "../domain/secret-forms";
+import { CUT_LINE } from "../sandbox/bounded-output";
 
 /**
  * What a command's output may show once it leaves a box through the control plane (an exec
@@ -27,6 +28,17 @@ export function redactorFor(forms: readonly string[]): (text: string) => string 
  */
 export function lastWords(output: string, max: number, e: { secrets?: Record<string, string>; files?: WorkspaceFile[] } | null): string {
   return redactorFor(e ? boxSecretForms(e) : [])(output.trim()).slice(-max);
+}
+
+/**
+ * A command's output as an answer shows it, redacted. The box cut the middle out of a long output
+ * (bounded-output.ts) before it could be redacted: a secret the cut went through leaves its
+ * beginning before the cut line and its end after it, and those pieces are redacted too.
+ */
+export function redactBoundedOutput(output: string, forms: readonly string[]): string {
+  if (forms.length === 0) return output;
+  const pieces = output.split(new RegExp(`(${CUT_LINE.source})`));
+  return pieces.map((p, i) => (i % 2 === 1 ? p : redactCutText(p, forms, { start: i > 0, end: i < pieces.length - 1 }))).join("");
 }
 
 /**

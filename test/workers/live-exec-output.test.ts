@@ -83,6 +83,33 @@ describe("live output of run_command", () => {
     expect(asked).toEqual([256 * 1024, 256 * 1024]);
   });
 
+  it("a secret the box's cut went through: its pieces either side of the cut line are redacted, in the answer and in the bot's tool result", async () => {
+    const token = await houseToken("house-live-cut-secret");
+    // The box kept the first and the last bytes of a long output: the cut fell inside the secret.
+    const cut = `${"a".repeat(100)} key=${MODEL_KEY.slice(0, 12)}\n…[cut by threadbox: 52428800 bytes]…\n${MODEL_KEY.slice(12)} end\n`;
+    // Live, a command streams its beginning only: the thread's live output stops at 64 KiB, long before the box's cut.
+    sharedTestProvider().execHandler = (_box, _command, opts) => {
+      opts.onOutput?.("stdout", "started\n");
+      return { exitCode: 0, output: cut, omittedBytes: 52428800 };
+    };
+    const model = await scriptedModel([
+      { toolCalls: [{ id: "call-cut-secret", name: "run_command", arguments: { command: "loud" } }] },
+      { text: "Loud." },
+    ]);
+    const menv = await modelEnvironment(token, model.baseUrl);
+    const r = await call(`/api/environments/${menv}/exec`, { method: "POST", token, json: { command: "loud" } });
+    expect(((await r.json()) as { output: string }).output).toBe(`${"a".repeat(100)} key=[redacted]\n…[cut by threadbox: 52428800 bytes]…\n[redacted] end\n`);
+    const coder = await createAgent(token, { name: "Coder", handle: "coder" });
+    const thread = await createThread(token, { environmentId: menv });
+    await post(token, thread.id, chat("@coder run it"));
+    const es = await waitForEntries(token, thread.id, (es) => es.some((e) => e.payload.type === "chat" && e.authorId === coder.id), "the reply");
+    const result = String(es.find((e) => e.payload.type === "pi.tool_result")?.payload.output);
+    expect(result).toContain("key=[redacted]\n…[cut by threadbox: 52428800 bytes]…\n[redacted] end");
+    // What the model was sent (the tool result) holds no piece of the secret either.
+    const shown = JSON.stringify(es) + JSON.stringify((await model.requests()).map((q) => q.messages));
+    for (const piece of [MODEL_KEY.slice(0, 12), MODEL_KEY.slice(12)]) expect(shown).not.toContain(piece);
+  });
+
   it("POST /api/environments/:id/exec with a threadId: output arrives on the thread while the command runs", async () => {
     const token = await houseToken("house-live-2");
     const env = await call("/api/environments", { method: "POST", token, json: { name: "e", provider: "test", sharedBox: true } });
