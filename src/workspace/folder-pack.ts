@@ -8,7 +8,13 @@ import { runDir } from "../domain/box-layout";
 import { shq } from "../domain/shell";
 import { digestCommand, type CopiedFolder } from "./folders";
 
-export type FolderBox = { provider: SandboxProvider; ref: string; home: string };
+/** `redact`: what the box's words in a failure must not show (the environment's secrets, sensitive files). */
+export type FolderBox = { provider: SandboxProvider; ref: string; home: string; redact?: (text: string) => string };
+
+/** The last `max` characters of a command's output, redacted before the cut. */
+function lastWordsOf(box: FolderBox, output: string, max: number): string {
+  return (box.redact ?? ((t: string) => t))(output.trim()).slice(-max);
+}
 
 /** Exclude patterns (tar member names, globs escaped) for the environment's files that land inside `folderPath`. */
 export function environmentFilesWithin(environment: Pick<Environment, "files">, folderPath: string): string[] {
@@ -32,7 +38,7 @@ export async function folderDigest(box: FolderBox, dir: string, exclude: string[
 async function runForDigest(box: FolderBox, dir: string, command: string): Promise<string> {
   const out = await box.provider.exec(box.ref, command, { cwd: box.home, timeoutSec: 600 });
   const digest = out.output.trim().split("\n").pop() ?? "";
-  if (out.exitCode !== 0 || !/^[0-9a-f]{64}$/.test(digest)) throw new Error(`reading folder ${dir} failed (exit ${out.exitCode}): ${out.output.trim().slice(-300)}`);
+  if (out.exitCode !== 0 || !/^[0-9a-f]{64}$/.test(digest)) throw new Error(`reading folder ${dir} failed (exit ${out.exitCode}): ${lastWordsOf(box, out.output, 300)}`);
   return digest;
 }
 
@@ -60,7 +66,7 @@ export async function packChangedFolders(box: FolderBox, folders: CopiedFolder[]
     // Gzipped without a name or time (`-n`); what counts against the limit is what is stored, as
     // for an upload (many small files take 512-byte tar blocks each, which gzip takes back).
     const packed = await box.provider.exec(box.ref, `gzip -n -c ${shq(tar)} > ${shq(scratch)} && rm -f ${shq(tar)} && wc -c < ${shq(scratch)}`, { cwd: box.home, timeoutSec: 600 });
-    if (packed.exitCode !== 0) throw new Error(`packing folder ${f.source} failed (exit ${packed.exitCode}): ${packed.output.trim().slice(-300)}`);
+    if (packed.exitCode !== 0) throw new Error(`packing folder ${f.source} failed (exit ${packed.exitCode}): ${lastWordsOf(box, packed.output, 300)}`);
     const size = Number(packed.output.trim().split("\n").pop());
     if (size > maxBytes) throw new Error(`folder ${f.source} packs to ${size} bytes, more than the ${maxBytes} a folder may hold`);
     const archive = await box.provider.download(box.ref, scratch);

@@ -11,7 +11,7 @@ import { runDir } from "../domain/box-layout";
 import { shq } from "../domain/shell";
 import { extractCommand, folderMaxBytes, folderSource, shadowCommand, sniffArchive, type CopiedFolder } from "./folders";
 import { environmentFilePathsWithin, environmentFilesWithin, folderDigest, packChangedFolders, type FolderBox } from "./folder-pack";
-import { lastWords } from "./output-redaction";
+import { boxSecretForms, lastWords, redactorFor } from "./output-redaction";
 
 export { packChangedFolders, type FolderBox, type SyncedFolder } from "./folder-pack";
 
@@ -20,7 +20,8 @@ export { packChangedFolders, type FolderBox, type SyncedFolder } from "./folder-
  * Copies the environment's folders into the working directory `cwd` (replacing what a shared box
  * held there) and returns what went in; readwrite ones carry the digest sync-back compares with.
  */
-export async function copyFoldersIn(env: Env, box: FolderBox, houseId: string, environment: Environment, cwd: string, runId: string, maxBytes: number): Promise<CopiedFolder[]> {
+export async function copyFoldersIn(env: Env, given: FolderBox, houseId: string, environment: Environment, cwd: string, runId: string, maxBytes: number): Promise<CopiedFolder[]> {
+  const box: FolderBox = { ...given, redact: redactorFor(boxSecretForms(environment)) };
   const copied: CopiedFolder[] = [];
   for (const [i, spec] of (environment.folders ?? []).entries()) {
     const source = folderSource(spec.source);
@@ -77,12 +78,15 @@ export async function syncFoldersAfterRun(env: Env, t: FolderSyncTarget, append:
   const entry = (suffix: string, payload: Record<string, unknown>): Entry => ({
     id: `${t.threadId}:artifacts:${t.runId}:${suffix}`, ts: nowMs(), authorId: "threadbox", payload: { type: "artifact.folder", runId: t.runId, ...payload },
   });
+  // The box's words in a failure may quote what it holds of the environment's secrets and sensitive files.
+  let redact = (text: string) => text;
   try {
     const environment = (await unwrapRpc(houseStub(env, t.houseId).getEnvironment(t.environmentId))) as Environment | null;
     if (!environment) throw new Error(`environment ${t.environmentId} no longer exists`);
+    redact = redactorFor(boxSecretForms(environment));
     const view = await unwrapRpc(sandboxStub(env, t.boxId).view(t.houseId));
     const provider = providerFor(env, view.provider);
-    const box: FolderBox = { provider, ref: view.providerRef, home: await provider.homeDir(view.providerRef) };
+    const box: FolderBox = { provider, ref: view.providerRef, home: await provider.homeDir(view.providerRef), redact };
     const results = await packChangedFolders(box, t.folders, t.runId, folderMaxBytes(env));
     for (const [i, r] of results.entries()) {
       if (r.outcome === "unchanged") {
@@ -98,8 +102,9 @@ export async function syncFoldersAfterRun(env: Env, t: FolderSyncTarget, append:
       }));
     }
   } catch (err) {
-    logEvent("folder_sync_failed", { threadId: t.threadId, runId: t.runId, error: errorMessage(err) }, "warn");
-    append(entry("folders-failed", { status: "failed", folders: t.folders.filter((f) => f.access === "readwrite").map((f) => f.source), error: errorMessage(err).slice(0, 500) }));
+    const message = redact(errorMessage(err));
+    logEvent("folder_sync_failed", { threadId: t.threadId, runId: t.runId, error: message }, "warn");
+    append(entry("folders-failed", { status: "failed", folders: t.folders.filter((f) => f.access === "readwrite").map((f) => f.source), error: message.slice(0, 500) }));
   }
 }
 

@@ -689,6 +689,46 @@ describe("a run that ends before its launch has recorded its runner (a very fast
   }, 30_000);
 });
 
+describe("a readwrite folder whose sync-back fails", () => {
+  it("the failed artifact.folder entry quotes the box's words with the environment's secrets redacted, also where they were cut", async () => {
+    const houseId = "house-sync-fails-secret";
+    const secret = "folder-sync-secret-0123456789";
+    const { token, t, environmentId } = await launchableThread(houseId, () => {}, { folders: [{ source: "notes", path: "notes", access: "readwrite" }], secrets: { SYNC_TOKEN: secret } });
+    const up = await call(`/api/environments/${environmentId}/folders?name=notes`, { method: "POST", token, body: tarArchive({ "todo.txt": "old" }), headers: { "content-type": "application/x-tar" } });
+    expect(up.status).toBe(201);
+    const provider = sharedTestProvider();
+    const previous = provider.execHandler;
+    const lastLine = `\ntar: ${secret}: Cannot stat`;
+    // Copy-in reads the folder fine; reading it back after the run fails, the box's last words quoting the
+    // secret whole and, 300 characters from their end, cut through it (12 of its characters left).
+    provider.execHandler = (b, command, opts) => /\.digest\.tar/.test(command) ? { exitCode: 0, output: `${"a".repeat(64)}\n` }
+      : /\.sync\.tar/.test(command) ? { exitCode: 2, output: `tar: ${secret}${"x".repeat(300 - 12 - lastLine.length)}${lastLine}\n` }
+      : previous(b, command, opts);
+    let runId = "";
+    provider.afterStartDetached = async (handle, opts) => {
+      if (opts.env?.THREADBOX_THREAD_ID !== t.id) return;
+      runId = opts.env.THREADBOX_RUN_ID;
+      const r = await post(await runToken(houseId, t.id, runId), t.id, { payload: { type: "signal.thread.status_changed", status: "completed", reason: "done", runId } });
+      expect(r.status).toBe(201);
+      provider.finishDetached(handle, 0);
+    };
+    try {
+      await unwrapRpc(threadStub(t.id).startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+      const failed = await vi.waitFor(async () => {
+        const e = (await readAll(token, t.id)).entries.find((x) => x.payload.type === "artifact.folder" && x.payload.status === "failed");
+        expect(e).toBeDefined();
+        return e!;
+      }, { timeout: 15_000, interval: 100 });
+      expect(failed.payload.runId).toBe(runId);
+      expect(String(failed.payload.error)).toMatch(/^reading folder work\/notes failed \(exit 2\): (tar: )?\[redacted\]x+\ntar: \[redacted\]: Cannot stat$/);
+      expect(JSON.stringify((await readAll(token, t.id)).entries)).not.toContain(secret.slice(-12));
+    } finally {
+      provider.afterStartDetached = null;
+      provider.execHandler = previous;
+    }
+  }, 30_000);
+});
+
 describe("a resume whose launch fails on the box its stopped run kept", () => {
   it("leaves that box kept as the stop did (deleted only once the grace is over): a later resume still goes on there", async () => {
     const houseId = "house-resume-fails-on-kept-box";
