@@ -139,6 +139,27 @@ describe("environments", () => {
     expect(children.threads.map((t) => t.environmentId).sort()).toEqual([gone, other].sort());
   });
 
+  it("delegating from a thread whose environment was deleted says which environment and what to do, and makes no child", async () => {
+    const token = await houseToken("house-env-delegate");
+    const made = async (name: string) => ((await (await call("/api/environments", { method: "POST", token, json: { name, model: "local/m" } })).json()) as { id: string }).id;
+    const gone = await made("gone");
+    const parent = await createThread(token, { environmentId: gone });
+    expect((await call(`/api/environments/${gone}`, { method: "DELETE", token })).status).toBe(204);
+    const r = await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "write a.txt", model: "local/m" } });
+    expect(r.status).toBe(404);
+    expect(((await r.json()) as { error: { code: string; message: string } }).error).toEqual({
+      code: "not_found",
+      message: `environment ${gone} of parent thread ${parent.id} no longer exists: name another environmentId`,
+    });
+    const children = (await (await call(`/api/threads?parent=${parent.id}`, { token })).json()) as { threads: unknown[] };
+    expect(children.threads).toEqual([]);
+    // Resuming the thread itself has no other environment to go to: said so.
+    const resumed = await call(`/api/threads/${parent.id}/resume`, { method: "POST", token, json: { message: "go on" } });
+    expect(resumed.status).toBe(404);
+    expect(((await resumed.json()) as { error: { message: string } }).error.message)
+      .toBe(`environment ${gone} of thread ${parent.id} no longer exists: the thread cannot run again; delegate the task anew from a thread with another environment`);
+  });
+
   it("rejects bad environment input", async () => {
     const token = await houseToken("house-env");
     const bad = [
