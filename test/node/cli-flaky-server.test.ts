@@ -1,0 +1,62 @@
+// The CLI's follow against a stand-in server that misbehaves on cue: no worker needed, so the
+// exact moment of a failure can be chosen (the server going away just as a run ends, another
+// server's page answering the WebSocket upgrade).
+import { afterEach, describe, expect, it } from "vitest";
+import { spawn } from "node:child_process";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { join } from "node:path";
+// @ts-expect-error ws ships without type declarations (and @types/ws is not installed)
+import { WebSocketServer } from "ws";
+import { ROOT } from "../../scripts/lib/wrangler-dev.mjs";
+// @ts-expect-error plain JS module without declarations
+import { subscribe } from "../../cli/lib/subscribe.mjs";
+import { tempDirs } from "../support/temp-dirs";
+
+const tempDir = tempDirs();
+const CLI = join(ROOT, "cli", "threadbox.mjs");
+const servers: Server[] = [];
+
+afterEach(async () => {
+  for (const s of servers.splice(0)) {
+    s.closeAllConnections();
+    await new Promise((r) => s.close(r));
+  }
+});
+
+async function listen(handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<{ server: Server; url: string }> {
+  const server = createServer(handler);
+  servers.push(server);
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
+}
+
+function runCli(args: string[], url: string, timeoutMs = 20_000): Promise<{ code: number | null | string; stdout: string; stderr: string }> {
+  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
+  const child = spawn(process.execPath, [CLI, ...args], {
+    env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: tempDir("tb-cfg-"), THREADBOX_URL: url, THREADBOX_TOKEN: "a.b.c" },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (d) => (stdout += d));
+  child.stderr.on("data", (d) => (stderr += d));
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => { child.kill("SIGKILL"); resolve({ code: "still running", stdout, stderr }); }, timeoutMs);
+    child.on("close", (code) => { clearTimeout(timer); resolve({ code, stdout, stderr }); });
+  });
+}
+
+describe("a WebSocket upgrade answered by another server's page", () => {
+  it("is not_threadbox naming the status and content type, not the page's HTML as the message", async () => {
+    const { url } = await listen((_req, res) => {
+      res.writeHead(404, { "content-type": "text/html" }).end("<!doctype html><html><body><h1>Not Found</h1><p>nginx</p></body></html>");
+    });
+    const sub = subscribe({ url, token: "a.b.c" }, "th_x", { offset: "-1", onEntry: () => {} });
+    const err = await sub.done.then(() => null, (e: any) => e);
+    expect({ code: err?.code, message: err?.message }).toEqual({
+      code: "not_threadbox",
+      message: `${url} is not a threadbox API (the WebSocket upgrade was answered 404 text/html): check the URL`,
+    });
+  });
+});
