@@ -47,6 +47,37 @@ function runCli(args: string[], url: string, timeoutMs = 20_000): Promise<{ code
   });
 }
 
+describe("tail --until-done against a server that goes away as the run ends", () => {
+  it("asks again how the run ended, instead of exiting 2 with the proxy's 502", async () => {
+    const threadId = "th_flaky";
+    let status = "running";
+    let refusals = 0;
+    const { server, url } = await listen((req, res) => {
+      if (req.url === `/api/threads/${threadId}`) {
+        // The run's end reached the socket; the next reads of the row meet a proxy whose server is restarting.
+        if (status === "completed" && refusals < 2) {
+          refusals++;
+          res.writeHead(502, { "content-type": "text/html" }).end("<html><body><h1>502 Bad Gateway</h1></body></html>");
+          return;
+        }
+        res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ id: threadId, status, runId: "run_1", reason: null }));
+        return;
+      }
+      res.writeHead(404, { "content-type": "application/json" }).end(JSON.stringify({ error: { code: "not_found", message: "no such route" } }));
+    });
+    const wss = new WebSocketServer({ server, handleProtocols: () => "threadbox" });
+    wss.on("connection", (ws: { send(data: string): void }) => {
+      ws.send(JSON.stringify({ offset: "0000000000000001_0000000000000000", id: "e1", ts: 1, payload: { type: "chat", text: "working" } }));
+      status = "completed";
+      ws.send(JSON.stringify({ offset: "0000000000000002_0000000000000000", id: "e2", ts: 2, payload: { type: "signal.thread.status_changed", status: "completed", runId: "run_1" } }));
+    });
+    const r = await runCli(["tail", threadId, "--until-done", "--json"], url);
+    wss.close();
+    expect({ code: r.code, ids: r.stdout.trim().split("\n").map((l) => JSON.parse(l).id), stderr: r.stderr }).toEqual({ code: 0, ids: ["e1", "e2"], stderr: "" });
+    expect(refusals).toBe(2);
+  });
+});
+
 describe("a WebSocket upgrade answered by another server's page", () => {
   it("is not_threadbox naming the status and content type, not the page's HTML as the message", async () => {
     const { url } = await listen((_req, res) => {
