@@ -889,6 +889,40 @@ describe("chat with a bot", () => {
     expect(JSON.parse(stderr.trim())).toEqual({ error: { code: "bot_failed", message: expect.stringMatching(/^@demo could not answer: .*demo model failure: the first message breaks.* \(thread th_\S+\)$/) } });
   });
 
+  it("a message typed while the server is unreachable (a restart, a network drop) is sent once it is back, once, and answered", async (ctx) => {
+    if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip();
+    const proxy = await startPausableProxy(worker.port);
+    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
+    const child = spawn(process.execPath, [CLI, "chat", "@demo", "--reply-timeout", "120", "--json"], {
+      env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: tempDir("tb-cfg-"), THREADBOX_URL: `http://127.0.0.1:${proxy.port}`, THREADBOX_TOKEN: token },
+      stdio: ["pipe", "pipe", "pipe"],
+    });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d) => (stdout += d));
+    child.stderr.on("data", (d) => (stderr += d));
+    const closed = new Promise<number | null>((resolve) => child.on("close", resolve));
+    const answers = () => stdout.trim().split("\n").filter(Boolean).map((l) => JSON.parse(l)).filter((e) => e.payload?.type === "chat" && e.authorId !== "cli-user");
+    try {
+      child.stdin.write("hello there\n");
+      for (let i = 0; i < 600 && answers().length < 1; i++) await new Promise((r) => setTimeout(r, 50));
+      expect(answers()).toHaveLength(1);
+      proxy.pause(); // connections are reset and refused: the socket drops, and the next post cannot get through
+      child.stdin.end("and hello again\n");
+      await new Promise((r) => setTimeout(r, 1_500));
+      proxy.resume();
+      const code = await Promise.race([closed, new Promise<string>((r) => setTimeout(() => r("still running"), 60_000))]);
+      if (code === "still running") child.kill("SIGKILL");
+      expect({ code, stderr }).toEqual({ code: 0, stderr: "" });
+    } finally {
+      await proxy.close();
+    }
+    const threadId = JSON.parse(stdout.split("\n")[0]).threadId as string;
+    const mine = (await api(`/api/threads/${threadId}/entries?offset=-1`)).entries.filter((e: any) => e.payload.type === "chat" && e.authorId === "cli-user");
+    expect(mine.map((e: any) => e.payload.text)).toEqual(["hello there", "and hello again"]);
+    expect(answers().map((e) => e.payload.triggerEntryId).sort()).toEqual(mine.map((e: any) => e.id).sort());
+  }, 120_000);
+
   it("Ctrl-C while chat waits (for the bot's answer, or for input) exits 130 as tail --until-done does, a SIGTERM 143, not killed by the signal", async (ctx) => {
     if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip();
     const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
