@@ -28,7 +28,7 @@ const isTimeout = (err) => err?.name === "TimeoutError" || err?.cause?.name === 
  */
 export function createApi(target, opts = {}) {
   const timeoutMs = opts.timeoutMs ?? requestTimeoutMs();
-  async function request(method, path, body) {
+  async function request(method, path, body, extraHeaders = {}) {
     const asked = `${method} ${path.replace(/\?.*$/, "")}`;
     // One deadline for the request and the reading of its answer: a server can stall in either.
     const signal = AbortSignal.timeout(timeoutMs);
@@ -41,6 +41,7 @@ export function createApi(target, opts = {}) {
           authorization: `Bearer ${target.token}`,
           accept: "application/json",
           ...(body !== undefined ? { "content-type": "application/json" } : {}),
+          ...extraHeaders,
         },
         body: body !== undefined ? JSON.stringify(body) : undefined,
       });
@@ -83,7 +84,8 @@ export function createApi(target, opts = {}) {
   return {
     target,
     get: (path) => request("GET", path),
-    post: (path, body = {}) => request("POST", path, body),
+    /** `opts.headers`: more request headers (an `Idempotency-Key`). */
+    post: (path, body = {}, opts = {}) => request("POST", path, body, opts.headers),
     patch: (path, body) => request("PATCH", path, body),
     del: (path) => request("DELETE", path),
   };
