@@ -764,6 +764,54 @@ describe("tail over a flaky connection", () => {
     expect(child.exitCode).toBe(0); // Ctrl-C ends a plain tail cleanly
   });
 
+  it("a drop in the middle of a long thread's catch-up resumes from the last entry printed: all 5000 once, in order", async () => {
+    const proxy = await startPausableProxy(worker.port);
+    const threadId = (await ok(["new", "long and flaky"])).stdout.trim();
+    // 5 MB in all: a catch-up that takes a while, for the drop to land inside it
+    for (let b = 0; b < 10; b++) {
+      const r = await fetch(`${worker.url}/api/threads/${threadId}/entries`, {
+        method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+        body: JSON.stringify(Array.from({ length: 500 }, (_, i) => ({ id: `l${b * 500 + i}`, payload: { type: "chat", text: `line ${b * 500 + i} ${"x".repeat(1000)}` } }))),
+      });
+      expect(r.status).toBe(201);
+    }
+    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
+    const child = spawn(process.execPath, [CLI, "tail", threadId, "--json"], {
+      env: { ...base, THREADBOX_URL: `http://127.0.0.1:${proxy.port}`, THREADBOX_TOKEN: token, XDG_CONFIG_HOME: tempDir("tb-cfg-") },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "";
+    let err = "";
+    child.stdout.on("data", (d) => (out += d));
+    child.stderr.on("data", (d) => (err += d));
+    const exited = new Promise((r) => child.on("close", r));
+    const ids = () => out.split("\n").filter(Boolean).map((l) => JSON.parse(l).id as string);
+    const until = async (n: number) => {
+      for (let i = 0; ids().length < n; i++) {
+        if (i > 1200) throw new Error(`tail saw only ${ids().length}`);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    };
+    try {
+      await until(300);
+      proxy.pause(); // mid catch-up
+      await appendEntries(threadId, [{ type: "chat", text: "during" }]);
+      await new Promise((r) => setTimeout(r, 500));
+      const cut = ids().length;
+      proxy.resume();
+      await until(5001);
+      await new Promise((r) => setTimeout(r, 300));
+      const seen = ids();
+      expect({ cut: cut < 5000, n: seen.length, unique: new Set(seen).size, first5000: seen.slice(0, 5000).join() === Array.from({ length: 5000 }, (_, i) => `l${i}`).join(), err })
+        .toEqual({ cut: true, n: 5001, unique: 5001, first5000: true, err: "" });
+      expect(JSON.parse(out.trim().split("\n").at(-1)!).payload.text).toBe("during");
+    } finally {
+      child.kill("SIGINT");
+      await exited;
+      await proxy.close();
+    }
+  }, 90_000);
+
   it("a connection that goes silent without closing (a dropped network) is noticed by an unanswered ping and resumed from the last offset", async () => {
     const proxy = await startPausableProxy(worker.port);
     const threadId = (await ok(["new", "silent link"])).stdout.trim();
