@@ -348,6 +348,16 @@ describe("kill -9 of npm run serve", () => {
     await noLeak(parentId);
   }, 180_000);
 
+  it("the server down for 30 s, twice ORPHAN_SILENCE_MS (15 s here), while pi works: the run is not called dead at the restart; it completes, and delegate --watch exits 0", async () => {
+    const { code, err, printed, childId, parentId } = await watchedThroughOutage(30_000);
+    const es = await entries(childId);
+    const row = (await api(`/api/threads/${childId}`)).body;
+    expect({ code, err, status: row.status, reason: row.reason }).toEqual({ code: 0, err: "", status: "completed", reason: "completed" });
+    expect(printed).toEqual(es.map((e) => e.id));
+    expect(es.filter((e) => e.payload.type === "pi.tool_result")).toHaveLength(2);
+    await noLeak(parentId);
+  }, 180_000);
+
   it("right after a run completed: its box still goes after the restart", async () => {
     piModel.push({ text: "Nothing to do." });
     const { parentId, childId } = await delegate("say hi");
