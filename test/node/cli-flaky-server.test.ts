@@ -91,3 +91,29 @@ describe("a WebSocket upgrade answered by another server's page", () => {
     });
   });
 });
+
+describe("a WebSocket upgrade answered 502 by a proxy while the server restarts", () => {
+  it("is retried with backoff, saying so, and the entries come once it is back", async () => {
+    let refusals = 0;
+    const { server, url } = await listen((_req, res) => res.writeHead(404).end());
+    // Before the WebSocket server sees it: the first two upgrades meet the proxy's error page.
+    server.prependListener("upgrade", (_req: IncomingMessage, socket: import("node:net").Socket) => {
+      if (refusals >= 2) return;
+      refusals++;
+      socket.end("HTTP/1.1 502 Bad Gateway\r\ncontent-type: text/html\r\ncontent-length: 13\r\nconnection: close\r\n\r\n<h1>502</h1>\n");
+    });
+    const wss = new WebSocketServer({ noServer: true, handleProtocols: () => "threadbox" });
+    server.on("upgrade", (req: IncomingMessage, socket: import("node:net").Socket, head: Buffer) => {
+      if (socket.destroyed || socket.writableEnded) return;
+      wss.handleUpgrade(req, socket, head, (ws: { send(data: string): void }) => ws.send(JSON.stringify({ offset: "0000000000000001_0000000000000000", id: "e1", ts: 1, payload: { type: "chat", text: "back" } })));
+    });
+    const delays: number[] = [];
+    const seen: string[] = [];
+    const sub = subscribe({ url, token: "a.b.c" }, "th_x", { offset: "-1", onEntry: (e: any) => { seen.push(e.id); }, onReconnecting: (ms: number) => delays.push(ms) });
+    for (let i = 0; i < 100 && seen.length === 0; i++) await new Promise((r) => setTimeout(r, 50));
+    sub.close();
+    await sub.done;
+    wss.close();
+    expect({ seen, refusals, delays }).toEqual({ seen: ["e1"], refusals: 2, delays: [250, 500] });
+  });
+});
