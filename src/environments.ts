@@ -14,6 +14,59 @@ import { allowedToolsSchema, boxModeSchema, egressSchema, filesSchema, permissio
 const envVarValue = z.string().max(10_000).refine((v) => !v.includes("\0"), "an environment variable's value cannot contain a NUL byte");
 const envVarName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "env var names are [A-Za-z_][A-Za-z0-9_]*");
 
+const isPlainObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+const kindOf = (v: unknown) => (Array.isArray(v) ? "an array" : v === null ? "null" : typeof v === "object" ? "an object" : `a ${typeof v}`);
+const PI_MODELS_EXAMPLE = '{"providers": {"local": {"baseUrl": "http://127.0.0.1:8080/v1", "api": "openai-completions", "apiKey": "$LOCAL_KEY", "models": [{"id": "my-model"}]}}}';
+
+/**
+ * The first thing in `piModels` that pi cannot read as its models.json, or null. pi checks the file
+ * against its own schema (pi-coding-agent's core/model-config.js: `providers` an object of provider
+ * objects by name, their `models` an array of objects with an `id`) and refuses a file of another
+ * shape whole: no custom provider at all, said only inside the box, where the run then fails on
+ * its model. Fields pi does not know (the bots' `idleTimeoutMs`, say) pass, as pi lets them.
+ */
+export function piModelsProblem(v: Record<string, unknown>): { path: (string | number)[]; message: string } | null {
+  if (!("providers" in v)) return { path: ["providers"], message: `pi's models.json needs "providers", an object of providers by name: ${PI_MODELS_EXAMPLE}` };
+  const providers = v.providers;
+  if (!isPlainObject(providers)) {
+    return { path: ["providers"], message: `"providers" is ${kindOf(providers)}; pi's models.json wants an object of providers by name (pi would refuse the whole file): ${PI_MODELS_EXAMPLE}` };
+  }
+  const nonEmptyString = (x: unknown) => typeof x === "string" && x.length > 0;
+  const stringMap = (x: unknown) => isPlainObject(x) && Object.values(x).every((h) => typeof h === "string");
+  for (const [name, provider] of Object.entries(providers)) {
+    const at = ["providers", name];
+    if (!isPlainObject(provider)) return { path: at, message: `provider ${name} is ${kindOf(provider)}; pi wants an object such as {"baseUrl": "…", "api": "openai-completions", "models": [{"id": "…"}]}` };
+    for (const key of ["name", "baseUrl", "apiKey", "api"]) {
+      if (key in provider && !nonEmptyString(provider[key])) return { path: [...at, key], message: `${key} of provider ${name} is ${kindOf(provider[key])}; pi wants a string that is not empty` };
+    }
+    if ("headers" in provider && !stringMap(provider.headers)) return { path: [...at, "headers"], message: `headers of provider ${name} must be an object of strings by header name` };
+    if ("authHeader" in provider && typeof provider.authHeader !== "boolean") return { path: [...at, "authHeader"], message: `authHeader of provider ${name} must be true or false` };
+    if ("modelOverrides" in provider && !(isPlainObject(provider.modelOverrides) && Object.values(provider.modelOverrides).every(isPlainObject))) {
+      return { path: [...at, "modelOverrides"], message: `modelOverrides of provider ${name} must be an object of overrides by model id` };
+    }
+    if (!("models" in provider)) continue;
+    const models = provider.models;
+    if (!Array.isArray(models)) return { path: [...at, "models"], message: `models of provider ${name} is ${kindOf(models)}; pi wants an array of models, e.g. [{"id": "my-model"}]` };
+    for (const [i, m] of models.entries()) {
+      const mat = [...at, "models", i];
+      if (!isPlainObject(m)) return { path: mat, message: `model ${i} of provider ${name} is ${kindOf(m)}; pi wants an object with an "id"` };
+      if (!nonEmptyString(m.id)) return { path: [...mat, "id"], message: `model ${i} of provider ${name} needs an "id", a string that is not empty (what "model": "${name}/<id>" names)` };
+      for (const key of ["name", "api", "baseUrl"]) {
+        if (key in m && !nonEmptyString(m[key])) return { path: [...mat, key], message: `${key} of model ${m.id} is ${kindOf(m[key])}; pi wants a string that is not empty` };
+      }
+      for (const key of ["contextWindow", "maxTokens"]) {
+        if (key in m && typeof m[key] !== "number") return { path: [...mat, key], message: `${key} of model ${m.id} is ${kindOf(m[key])}; pi wants a number` };
+      }
+      if ("reasoning" in m && typeof m.reasoning !== "boolean") return { path: [...mat, "reasoning"], message: `reasoning of model ${m.id} must be true or false` };
+      if ("input" in m && !(Array.isArray(m.input) && m.input.every((x) => x === "text" || x === "image"))) {
+        return { path: [...mat, "input"], message: `input of model ${m.id} must be an array of "text" and "image"` };
+      }
+      if ("headers" in m && !stringMap(m.headers)) return { path: [...mat, "headers"], message: `headers of model ${m.id} must be an object of strings by header name` };
+    }
+  }
+  return null;
+}
+
 /** A house's configuration that gives a thread's bots hands: where boxes run and what they get. */
 export const environmentInputSchema = z.object({
   id: idSchema.optional(),
@@ -45,8 +98,11 @@ export const environmentInputSchema = z.object({
   plugins: pluginsSchema.optional(),
   /** Installed at box start when the box lacks them (checked per package); the launch entry lists what was. */
   packages: packagesSchema.optional(),
-  /** pi's models.json for boxes of this environment (providers, base URLs, models). */
-  piModels: recordSchema(z.string(), z.unknown()).optional(),
+  /** pi's models.json for boxes of this environment (providers, base URLs, models); a shape pi cannot read is refused here. */
+  piModels: recordSchema(z.string(), z.unknown()).superRefine((v, ctx) => {
+    const problem = piModelsProblem(v);
+    if (problem) ctx.addIssue({ code: "custom", path: problem.path, message: problem.message });
+  }).optional(),
   /** pi's settings.json for boxes of this environment. */
   piSettings: recordSchema(z.string(), z.unknown()).optional(),
   /** Default model for runs, e.g. `local/scripted` (pi `--model`). */

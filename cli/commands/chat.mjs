@@ -4,10 +4,10 @@
 // the child runs those answers started), then exits.
 import { randomUUID } from "node:crypto";
 import { createInterface } from "node:readline";
-import { paths, resolveAgent, threadIdArg } from "../lib/api.mjs";
+import { paths, resolveAgent, retrying, threadIdArg } from "../lib/api.mjs";
 import { tokenClaims } from "../lib/config.mjs";
 import { CliError, EXIT } from "../lib/errors.mjs";
-import { renderEntry, safe } from "../lib/render.mjs";
+import { printableLine, renderEntry, safe } from "../lib/render.mjs";
 import { subscribe } from "../lib/subscribe.mjs";
 import { createSpinner } from "../lib/term.mjs";
 
@@ -161,7 +161,8 @@ export function registerChat(program, ctxOf, setExit) {
 
       const sub = subscribe(api.target, thread.id, {
         offset: start,
-        onReconnecting: (ms) => spinner.print(c.gray(`connection lost, reconnecting in ${ms} ms`), process.stderr),
+        // With --json, stderr holds JSON errors only (as for tail): the notice is for people.
+        onReconnecting: (ms) => { if (!json) spinner.print(c.gray(`connection lost, reconnecting in ${ms} ms`), process.stderr); },
         onEntry(entry) {
           progress = advance(progress, entry, me);
           if (answered(progress)) spinner.stop();
@@ -190,7 +191,11 @@ export function registerChat(program, ctxOf, setExit) {
         const text = line.trim();
         if (!text) continue;
         const id = `cli-${randomUUID()}`;
-        const r = await api.post(paths.threadAction(thread.id, "entries"), { id, payload: { type: "chat", text } });
+        // Typed while the server restarts or the network is down: sent again, under the same id (the
+        // server keeps it once), instead of ending the conversation.
+        const r = await retrying(() => api.post(paths.threadAction(thread.id, "entries"), { id, payload: { type: "chat", text } }), {
+          onRetry: (ms, err) => { if (!json) spinner.print(c.gray(`${printableLine(err.message)}: sending the message again in ${ms} ms`), process.stderr); },
+        });
         progress = onPosted(progress, r.entries[0].offset, id);
         if (!json && !answered(progress)) spinner.start(safe`@${bot.handle} is thinking`);
       }

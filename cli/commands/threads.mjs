@@ -1,7 +1,7 @@
 // threads, new, post, tail, delegate, stop, resume.
 import { randomUUID } from "node:crypto";
 import { Option } from "commander";
-import { envArg, intArg, paths, resolveEnvironment, threadIdArg } from "../lib/api.mjs";
+import { envArg, intArg, paths, resolveEnvironment, retrying, threadIdArg } from "../lib/api.mjs";
 import { CliError, EXIT } from "../lib/errors.mjs";
 import { followThread } from "../lib/follow.mjs";
 import { printableLine, safe, threadLine, threadTree } from "../lib/render.mjs";
@@ -101,7 +101,13 @@ export function registerThreads(program, ctxOf, setExit) {
       const body = { task: await textArg(task, "task") };
       for (const k of ["model", "harness", "repo", "branch", "title"]) if (opts[k]) body[k] = opts[k];
       if (environmentId) body.environmentId = environmentId;
-      const r = await ctx.wait("delegating", () => api.post(paths.threadAction(threadId, "delegate"), body));
+      // A request the server may have taken before it went away (a restart, a network drop) is
+      // asked again under the same Idempotency-Key: the server answers with the child it made, so
+      // a retry never starts a second run.
+      const key = `cli-${randomUUID()}`;
+      const r = await ctx.wait("delegating", () => retrying(() => api.post(paths.threadAction(threadId, "delegate"), body, { headers: { "idempotency-key": key } }), {
+        onRetry: (ms, err) => { if (!ctx.json) process.stderr.write(`${process.stderr.isTTY ? "\r\x1b[2K" : ""}${ctx.c.gray(`${printableLine(err.message)}: asking again in ${ms} ms (same Idempotency-Key: one child at most)`)}\n`); },
+      }));
       if (!opts.watch) return ctx.print(r, () => printableLine(r.childThreadId));
       // with --json the first line is the delegate answer, then one line per entry
       if (ctx.json) process.stdout.write(`${JSON.stringify(r)}\n`);

@@ -28,7 +28,7 @@ const isTimeout = (err) => err?.name === "TimeoutError" || err?.cause?.name === 
  */
 export function createApi(target, opts = {}) {
   const timeoutMs = opts.timeoutMs ?? requestTimeoutMs();
-  async function request(method, path, body) {
+  async function request(method, path, body, extraHeaders = {}) {
     const asked = `${method} ${path.replace(/\?.*$/, "")}`;
     // One deadline for the request and the reading of its answer: a server can stall in either.
     const signal = AbortSignal.timeout(timeoutMs);
@@ -41,6 +41,7 @@ export function createApi(target, opts = {}) {
           authorization: `Bearer ${target.token}`,
           accept: "application/json",
           ...(body !== undefined ? { "content-type": "application/json" } : {}),
+          ...extraHeaders,
         },
         body: body !== undefined ? JSON.stringify(body) : undefined,
       });
@@ -83,7 +84,8 @@ export function createApi(target, opts = {}) {
   return {
     target,
     get: (path) => request("GET", path),
-    post: (path, body = {}) => request("POST", path, body),
+    /** `opts.headers`: more request headers (an `Idempotency-Key`). */
+    post: (path, body = {}, opts = {}) => request("POST", path, body, opts.headers),
     patch: (path, body) => request("PATCH", path, body),
     del: (path) => request("DELETE", path),
   };
@@ -136,6 +138,36 @@ export function refusedToken(target, message) {
       ? "run `threadbox login` with a fresh sign-in link (under npm run dev: cat .wrangler/sign-in-link)"
       : "get a fresh token or sign-in link (under npm run dev: cat .wrangler/sign-in-link)";
   return new CliError("unauthorized", `${message || "the server refused the token"}: sign in again: ${how}`, { status: 401 });
+}
+
+/** How long a request that is safe to repeat is asked again while the server is away (a restart, a network drop). */
+export const RETRY_FOR_MS = 60_000;
+
+/**
+ * An error a moment later may not repeat: the server could not be reached or broke off (a restart,
+ * a network drop), or a proxy in front of it answered 502, 503 or 504 while it was away (not
+ * threadbox's own JSON error: that one is the server's answer, said as it is).
+ */
+export const isTransient = (err) => err instanceof CliError
+  && (err.code === "unreachable" || ([502, 503, 504].includes(err.status) && err.code === `http_${err.status}`));
+
+/**
+ * Runs `fn` (a request that is safe to repeat: a GET, or a write carrying its entry's id, which the
+ * server keeps once) again after a transient error, with backoff, for up to `forMs`; `onRetry(ms,
+ * err)` is told before each wait. Any other error, or one past the window, is thrown.
+ */
+export async function retrying(fn, { forMs = RETRY_FOR_MS, onRetry } = {}) {
+  const deadline = Date.now() + forMs;
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await fn();
+    } catch (err) {
+      const delay = Math.min(5_000, 250 * 2 ** attempt);
+      if (!isTransient(err) || Date.now() + delay > deadline) throw err;
+      onRetry?.(delay, err);
+      await new Promise((r) => setTimeout(r, delay));
+    }
+  }
 }
 
 /** The error for a URL whose server answers, but not as a threadbox server does. */

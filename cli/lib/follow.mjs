@@ -1,6 +1,6 @@
 // Prints a thread's entries as they arrive; with `untilDone`, ends when the thread's run ends and
 // says how it ended.
-import { paths } from "./api.mjs";
+import { paths, retrying } from "./api.mjs";
 import { EXIT } from "./errors.mjs";
 import { printableLine, renderEntry, safe } from "./render.mjs";
 import { subscribe } from "./subscribe.mjs";
@@ -75,7 +75,10 @@ export async function followThread(opts) {
       }
       if (untilDone && mayEndRun(entry)) {
         // Replayed signals of earlier runs end nothing: the row says whether a run is still going.
-        const row = finishedRow(await api.get(paths.thread(threadId)));
+        // The run has ended: a server restarting right then is waited for, not reported as the outcome.
+        const row = finishedRow(await retrying(() => api.get(paths.thread(threadId)), {
+          onRetry: (ms, err) => { if (!json) spinner.print(c.gray(`${printableLine(err.message)}: asking how the run ended again in ${ms} ms`), process.stderr); },
+        }));
         if (row && endsLastRun(entry, row)) {
           finalRow = row;
           sub.close();

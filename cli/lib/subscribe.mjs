@@ -111,8 +111,13 @@ export function subscribe(target, threadId, opts) {
         if (status === 401 && e?.code === "unauthorized") {
           fail(refusedToken(target, e.message ?? ""));
           ws.terminate();
+        } else if (status >= 400 && status < 500 && typeof e?.code === "string") {
+          fail(new CliError(e.code, e.message ?? "", { status, details: e.details }));
+          ws.terminate();
         } else if (status >= 400 && status < 500) {
-          fail(new CliError(e?.code ?? `http_${status}`, e?.message ?? body.slice(0, 200), { status, details: e?.details }));
+          // Threadbox refuses with its JSON error: a page (another server now at that URL, a proxy's
+          // login form) is not the message, and asking again will not make it threadbox.
+          fail(notThreadbox(target.url, `the WebSocket upgrade was answered ${status} ${res.headers["content-type"] ?? "without a content type"}`));
           ws.terminate();
         } else if (status >= 200 && status < 400) {
           // A page or a redirect instead of a WebSocket: not a threadbox server there, and asking again will not make it one.

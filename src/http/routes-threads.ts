@@ -309,7 +309,14 @@ export type DelegateBody = z.infer<typeof delegateSchema>;
  */
 export async function delegateTask(env: Env, claims: HouseClaims, parent: { id: string; environmentId: string | null }, body: DelegateBody, idem?: { key: string }) {
   const environmentId = body.environmentId ?? parent.environmentId;
-  const environment = await runEnvironment(env, claims.houseId, environmentId ?? null);
+  // An environment deleted since the parent was made: say whose it was and what to do, as a child
+  // thread made with POST /api/threads is told, not a bare "environment not found".
+  const environment = await runEnvironment(env, claims.houseId, environmentId ?? null).catch((err) => {
+    if (body.environmentId === undefined && err instanceof ApiError && err.code === "not_found") {
+      throw new ApiError("not_found", `environment ${environmentId} of parent thread ${parent.id} no longer exists: name another environmentId`);
+    }
+    throw err;
+  });
   const harness = body.harness ?? environment?.harness ?? "pi";
   requireModel(harness, body.model, environment);
   // With an Idempotency-Key, a retry names the same child and run: it finds them, and a retry
@@ -349,7 +356,12 @@ export async function resumeRoute(request: Request, env: Env, id: string | undef
   const threadId = threadIdParam(id);
   const row = await unwrapRpc(threadStub(env, threadId).getThread(claims.houseId));
   const body = await readBody(request, resumeSchema);
-  const environment = await runEnvironment(env, claims.houseId, row.environmentId);
+  const environment = await runEnvironment(env, claims.houseId, row.environmentId).catch((err) => {
+    if (err instanceof ApiError && err.code === "not_found") {
+      throw new ApiError("not_found", `environment ${row.environmentId} of thread ${threadId} no longer exists: the thread cannot run again; delegate the task anew from a thread with another environment`);
+    }
+    throw err;
+  });
   // The run goes on as it was started: its harness, and what its request chose over the environment.
   const previous = await unwrapRpc(threadStub(env, threadId).lastRunSettings(claims.houseId));
   const harness = previous.harness ?? environment?.harness ?? "pi";

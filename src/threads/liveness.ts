@@ -9,11 +9,24 @@ export type ProbeVerdict = "live" | "dead" | "unknown";
 
 export const DEAD_CONFIRMATIONS = 2;
 
-/** When each liveness check of a running thread is next due. Not running -> nothing is due. */
-export function livenessDeadlines(row: ThreadRow, probe: ProbeState, cfg: LivenessConfig): { silenceAt: number | null; probeAt: number | null } {
+/**
+ * An alarm that runs this long after the silence deadline it was set for did not run on time: the
+ * server was down (or could not run it). The boxes were not heard because nobody listened; they
+ * keep their entries and retry, so they get one grace to get through before the run is called dead.
+ */
+export const LATE_ALARM_MS = 5_000;
+
+/** That grace: long enough for a box's writer (backoff up to 5 s) and heartbeat to get through. */
+export const silenceGraceMs = (cfg: LivenessConfig) => Math.min(cfg.orphanSilenceMs, 60_000);
+
+/**
+ * When each liveness check of a running thread is next due. Not running -> nothing is due.
+ * `graceUntil`: a grace given to a silence found late (see LATE_ALARM_MS) puts its check off until then.
+ */
+export function livenessDeadlines(row: ThreadRow, probe: ProbeState, cfg: LivenessConfig, graceUntil: number | null = null): { silenceAt: number | null; probeAt: number | null } {
   if (row.status !== "running") return { silenceAt: null, probeAt: null };
   const lastLife = Math.max(row.lastLivenessAt ?? 0, row.runStartedAt ?? 0);
-  const silenceAt = lastLife + cfg.orphanSilenceMs;
+  const silenceAt = Math.max(lastLife + cfg.orphanSilenceMs, graceUntil ?? 0);
   if (!row.boxId) return { silenceAt, probeAt: null };
   const since = probe.lastProbeAt ?? row.runStartedAt ?? lastLife;
   const wait = probe.deadStreak > 0 ? cfg.probeConfirmMs : cfg.probeIntervalMs;
@@ -23,13 +36,19 @@ export function livenessDeadlines(row: ThreadRow, probe: ProbeState, cfg: Livene
 export type LivenessDecision =
   | { kind: "none" }
   | { kind: "orphan"; reason: string }
+  /** The silence was found late (the server was away): check again at `until` before calling the run dead. */
+  | { kind: "grace"; until: number }
   | { kind: "probe" };
 
 /** Given the row and the clock, what the alarm should do now. Silence wins over probing. */
-export function decideLiveness(row: ThreadRow, probe: ProbeState, cfg: LivenessConfig, nowMs: number): LivenessDecision {
-  const { silenceAt, probeAt } = livenessDeadlines(row, probe, cfg);
+export function decideLiveness(row: ThreadRow, probe: ProbeState, cfg: LivenessConfig, nowMs: number, graceUntil: number | null = null): LivenessDecision {
+  const { silenceAt, probeAt } = livenessDeadlines(row, probe, cfg, graceUntil);
   if (silenceAt !== null && nowMs >= silenceAt) {
-    const silentS = Math.round((nowMs - Math.max(row.lastLivenessAt ?? 0, row.runStartedAt ?? 0)) / 1000);
+    const lastLife = Math.max(row.lastLivenessAt ?? 0, row.runStartedAt ?? 0);
+    const due = lastLife + cfg.orphanSilenceMs;
+    // Once per silence: a grace given for an earlier one (the run was heard since) does not count.
+    if (nowMs - due > LATE_ALARM_MS && (graceUntil === null || graceUntil < due)) return { kind: "grace", until: nowMs + silenceGraceMs(cfg) };
+    const silentS = Math.round((nowMs - lastLife) / 1000);
     return { kind: "orphan", reason: `no heartbeat or entry for ${silentS}s (threshold ${Math.round(cfg.orphanSilenceMs / 1000)}s)` };
   }
   if (probeAt !== null && nowMs >= probeAt) return { kind: "probe" };

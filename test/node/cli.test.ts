@@ -676,6 +676,41 @@ describe("output that cannot be written", () => {
   });
 });
 
+describe("delegate while the connection drops", () => {
+  it("a delegate whose answer is lost is asked again under the same Idempotency-Key: one child, and its id is printed", async () => {
+    const parent = (await ok(["new", "lost answer", "--env", "demo"])).stdout.trim();
+    // In front of the worker: the first delegate reaches it, and its answer is cut off (a restart, a dropped network).
+    let cut = 0;
+    const keys: (string | null)[] = [];
+    const front = createServer(async (req, res) => {
+      const chunks: Buffer[] = [];
+      for await (const c of req) chunks.push(c as Buffer);
+      const headers = Object.fromEntries(Object.entries(req.headers).filter(([k]) => !["host", "connection", "content-length"].includes(k))) as Record<string, string>;
+      const r = await fetch(`${worker.url}${req.url}`, { method: req.method, headers, body: chunks.length ? Buffer.concat(chunks) : undefined });
+      const body = Buffer.from(await r.arrayBuffer());
+      if (req.method === "POST" && req.url?.endsWith("/delegate")) {
+        keys.push(req.headers["idempotency-key"] as string ?? null);
+        if (cut++ === 0) {
+          req.socket.destroy();
+          return;
+        }
+      }
+      res.writeHead(r.status, { "content-type": r.headers.get("content-type") ?? "application/json" }).end(body);
+    });
+    await new Promise<void>((r) => front.listen(0, "127.0.0.1", r));
+    try {
+      const r = await cli(["delegate", parent, "write a.txt containing b"], { env: { THREADBOX_URL: `http://127.0.0.1:${(front.address() as AddressInfo).port}`, THREADBOX_TOKEN: token }, timeoutMs: 60_000 });
+      const children = (await api(`/api/threads?parent=${parent}`)).threads.map((t: any) => t.id);
+      expect({ code: r.code, stdout: r.stdout, children, sameKey: keys.length === 2 && keys[0] !== null && keys[0] === keys[1] })
+        .toEqual({ code: 0, stdout: `${children[0]}\n`, children: [expect.stringMatching(/^th_/)], sameKey: true });
+      expect(r.stderr).toMatch(/asking again in \d+ ms \(same Idempotency-Key: one child at most\)/);
+    } finally {
+      front.closeAllConnections();
+      await new Promise((r) => front.close(r));
+    }
+  }, 90_000);
+});
+
 describe("tail over a flaky connection", () => {
   /** `threadbox tail <new thread> --json ...args` through a proxy the test can cut; `post` writes a chat with that id. */
   async function tailThroughProxy(title: string, args: string[], before: string[] = []) {
@@ -728,6 +763,54 @@ describe("tail over a flaky connection", () => {
     }
     expect(child.exitCode).toBe(0); // Ctrl-C ends a plain tail cleanly
   });
+
+  it("a drop in the middle of a long thread's catch-up resumes from the last entry printed: all 5000 once, in order", async () => {
+    const proxy = await startPausableProxy(worker.port);
+    const threadId = (await ok(["new", "long and flaky"])).stdout.trim();
+    // 5 MB in all: a catch-up that takes a while, for the drop to land inside it
+    for (let b = 0; b < 10; b++) {
+      const r = await fetch(`${worker.url}/api/threads/${threadId}/entries`, {
+        method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+        body: JSON.stringify(Array.from({ length: 500 }, (_, i) => ({ id: `l${b * 500 + i}`, payload: { type: "chat", text: `line ${b * 500 + i} ${"x".repeat(1000)}` } }))),
+      });
+      expect(r.status).toBe(201);
+    }
+    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
+    const child = spawn(process.execPath, [CLI, "tail", threadId, "--json"], {
+      env: { ...base, THREADBOX_URL: `http://127.0.0.1:${proxy.port}`, THREADBOX_TOKEN: token, XDG_CONFIG_HOME: tempDir("tb-cfg-") },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "";
+    let err = "";
+    child.stdout.on("data", (d) => (out += d));
+    child.stderr.on("data", (d) => (err += d));
+    const exited = new Promise((r) => child.on("close", r));
+    const ids = () => out.split("\n").filter(Boolean).map((l) => JSON.parse(l).id as string);
+    const until = async (n: number) => {
+      for (let i = 0; ids().length < n; i++) {
+        if (i > 1200) throw new Error(`tail saw only ${ids().length}`);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    };
+    try {
+      await until(300);
+      proxy.pause(); // mid catch-up
+      await appendEntries(threadId, [{ type: "chat", text: "during" }]);
+      await new Promise((r) => setTimeout(r, 500));
+      const cut = ids().length;
+      proxy.resume();
+      await until(5001);
+      await new Promise((r) => setTimeout(r, 300));
+      const seen = ids();
+      expect({ cut: cut < 5000, n: seen.length, unique: new Set(seen).size, first5000: seen.slice(0, 5000).join() === Array.from({ length: 5000 }, (_, i) => `l${i}`).join(), err })
+        .toEqual({ cut: true, n: 5001, unique: 5001, first5000: true, err: "" });
+      expect(JSON.parse(out.trim().split("\n").at(-1)!).payload.text).toBe("during");
+    } finally {
+      child.kill("SIGINT");
+      await exited;
+      await proxy.close();
+    }
+  }, 90_000);
 
   it("a connection that goes silent without closing (a dropped network) is noticed by an unanswered ping and resumed from the last offset", async () => {
     const proxy = await startPausableProxy(worker.port);
@@ -888,6 +971,40 @@ describe("chat with a bot", () => {
     expect(code).toBe(2);
     expect(JSON.parse(stderr.trim())).toEqual({ error: { code: "bot_failed", message: expect.stringMatching(/^@demo could not answer: .*demo model failure: the first message breaks.* \(thread th_\S+\)$/) } });
   });
+
+  it("a message typed while the server is unreachable (a restart, a network drop) is sent once it is back, once, and answered", async (ctx) => {
+    if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip();
+    const proxy = await startPausableProxy(worker.port);
+    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
+    const child = spawn(process.execPath, [CLI, "chat", "@demo", "--reply-timeout", "120", "--json"], {
+      env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: tempDir("tb-cfg-"), THREADBOX_URL: `http://127.0.0.1:${proxy.port}`, THREADBOX_TOKEN: token },
+      stdio: ["pipe", "pipe", "pipe"],
+    });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d) => (stdout += d));
+    child.stderr.on("data", (d) => (stderr += d));
+    const closed = new Promise<number | null>((resolve) => child.on("close", resolve));
+    const answers = () => stdout.trim().split("\n").filter(Boolean).map((l) => JSON.parse(l)).filter((e) => e.payload?.type === "chat" && e.authorId !== "cli-user");
+    try {
+      child.stdin.write("hello there\n");
+      for (let i = 0; i < 600 && answers().length < 1; i++) await new Promise((r) => setTimeout(r, 50));
+      expect(answers()).toHaveLength(1);
+      proxy.pause(); // connections are reset and refused: the socket drops, and the next post cannot get through
+      child.stdin.end("and hello again\n");
+      await new Promise((r) => setTimeout(r, 1_500));
+      proxy.resume();
+      const code = await Promise.race([closed, new Promise<string>((r) => setTimeout(() => r("still running"), 60_000))]);
+      if (code === "still running") child.kill("SIGKILL");
+      expect({ code, stderr }).toEqual({ code: 0, stderr: "" });
+    } finally {
+      await proxy.close();
+    }
+    const threadId = JSON.parse(stdout.split("\n")[0]).threadId as string;
+    const mine = (await api(`/api/threads/${threadId}/entries?offset=-1`)).entries.filter((e: any) => e.payload.type === "chat" && e.authorId === "cli-user");
+    expect(mine.map((e: any) => e.payload.text)).toEqual(["hello there", "and hello again"]);
+    expect(answers().map((e) => e.payload.triggerEntryId).sort()).toEqual(mine.map((e: any) => e.id).sort());
+  }, 120_000);
 
   it("Ctrl-C while chat waits (for the bot's answer, or for input) exits 130 as tail --until-done does, a SIGTERM 143, not killed by the signal", async (ctx) => {
     if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip();

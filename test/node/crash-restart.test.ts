@@ -296,6 +296,68 @@ describe("kill -9 of npm run serve", () => {
     await noLeak(parentId);
   }, 120_000);
 
+  /**
+   * `threadbox delegate --watch --json` on a new parent, pi held on its model; the server is killed
+   * and stays down `downMs` while pi goes on (its entries wait in the box), then comes back.
+   */
+  async function watchedThroughOutage(downMs: number) {
+    let release!: () => void;
+    const held = new Promise<void>((r) => { release = r; });
+    const before = piModel.requests.length;
+    piModel.push(
+      { toolCalls: [{ name: "bash", arguments: { command: "printf hi > hello.txt" } }], until: held },
+      { toolCalls: [{ name: "bash", arguments: { command: "cat hello.txt" } }] },
+      { text: "Wrote hello.txt while the server was away." },
+    );
+    const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
+    const cli = spawn(process.execPath, [join(tree.dir, "cli", "threadbox.mjs"), "--json", "delegate", parent.id, "write hello.txt containing hi", "--watch"], {
+      env: { ...process.env, THREADBOX_URL: url(), THREADBOX_TOKEN: token, THREADBOX_CONFIG: join(tempDir("threadbox-crash-cli-"), "config.json") },
+    });
+    let out = "";
+    let err = "";
+    cli.stdout.on("data", (d) => { out += d; });
+    cli.stderr.on("data", (d) => { err += d; });
+    const exited = new Promise<number | null>((r) => cli.on("close", r));
+    try {
+      await waitFor("pi's model call", async () => piModel.requests.length > before, 60_000);
+      await server!.crash();
+      release(); // pi goes on while the server is down: the mirror keeps its entries until it is back
+      await new Promise((r) => setTimeout(r, downMs));
+      server = await serve(["--no-build"]);
+      const code = await Promise.race([exited, new Promise<string>((r) => setTimeout(() => r("still running"), 90_000))]);
+      const lines = out.split("\n").filter(Boolean).map((l) => JSON.parse(l));
+      const childId = lines[0].childThreadId as string;
+      return { code, err, printed: lines.slice(1).map((e) => e.id as string), childId, parentId: parent.id as string };
+    } finally {
+      cli.kill("SIGKILL");
+    }
+  }
+
+  it("with threadbox delegate --watch following, the server down for 8 s while pi works: it exits 0 once the run completes, every entry printed once, in order", async () => {
+    const { code, err, printed, childId, parentId } = await watchedThroughOutage(8_000);
+    const es = await entries(childId);
+    expect({ code, err }).toEqual({ code: 0, err: "" });
+    expect(printed).toEqual(es.map((e) => e.id));
+    // What pi did while the server was away reached the thread, in the order pi did it.
+    const steps = es.filter((e) => e.payload.type === "pi.tool_call" || e.payload.type === "pi.tool_result")
+      .map((e) => `${e.payload.type === "pi.tool_call" ? "call" : "result"} ${e.payload.type === "pi.tool_call" ? e.payload.args?.command : e.payload.name ?? ""}`);
+    expect(steps).toEqual(["call printf hi > hello.txt", "result bash", "call cat hello.txt", "result bash"]);
+    const last = es.filter((e) => e.payload.type.startsWith("pi.")).at(-1)!;
+    expect([last.payload.type, JSON.stringify(last.payload).includes("while the server was away")]).toEqual(["pi.assistant", true]);
+    expect((await api(`/api/threads/${childId}`)).body.status).toBe("completed");
+    await noLeak(parentId);
+  }, 180_000);
+
+  it("the server down for 30 s, twice ORPHAN_SILENCE_MS (15 s here), while pi works: the run is not called dead at the restart; it completes, and delegate --watch exits 0", async () => {
+    const { code, err, printed, childId, parentId } = await watchedThroughOutage(30_000);
+    const es = await entries(childId);
+    const row = (await api(`/api/threads/${childId}`)).body;
+    expect({ code, err, status: row.status, reason: row.reason }).toEqual({ code: 0, err: "", status: "completed", reason: "completed" });
+    expect(printed).toEqual(es.map((e) => e.id));
+    expect(es.filter((e) => e.payload.type === "pi.tool_result")).toHaveLength(2);
+    await noLeak(parentId);
+  }, 180_000);
+
   it("right after a run completed: its box still goes after the restart", async () => {
     piModel.push({ text: "Nothing to do." });
     const { parentId, childId } = await delegate("say hi");

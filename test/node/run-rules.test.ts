@@ -1,6 +1,6 @@
 // Pure decision rules of the run lifecycle, without a runtime.
 import { describe, expect, it } from "vitest";
-import { decideLiveness, foldProbe, livenessDeadlines, type LivenessConfig, type ProbeState } from "../../src/threads/liveness";
+import { decideLiveness, foldProbe, LATE_ALARM_MS, livenessDeadlines, silenceGraceMs, type LivenessConfig, type ProbeState } from "../../src/threads/liveness";
 import { decideDetail, decideSignal, isTerminal } from "../../src/threads/run-rules";
 import { boxAlarmDecision, deleteRetryDelayMs, releaseDecision, shouldReap, tokenCleanupScript } from "../../src/actors/sandbox/sandbox-decisions";
 import type { ThreadRow } from "../../src/threads/thread-row";
@@ -33,6 +33,25 @@ describe("liveness", () => {
     const alive = row({ lastLivenessAt: T0 + 200_000 });
     expect(decideLiveness(alive, { lastProbeAt: T0 + 380_000, deadStreak: 0 }, cfg, T0 + 400_000)).toEqual({ kind: "none" });
     expect(decideLiveness(alive, noProbe, cfg, T0 + 500_000).kind).toBe("orphan");
+  });
+
+  it("a silence found late (the alarm ran well past its deadline: the server was away) gets one grace before the run is orphaned", () => {
+    const due = T0 + cfg.orphanSilenceMs;
+    // On time (within LATE_ALARM_MS): orphaned at once, as always.
+    expect(decideLiveness(row(), noProbe, cfg, due + LATE_ALARM_MS).kind).toBe("orphan");
+    // Late: a grace of min(silence, 60 s), after which the check is due again.
+    const late = decideLiveness(row(), noProbe, cfg, due + 120_000);
+    expect(late).toEqual({ kind: "grace", until: due + 120_000 + silenceGraceMs(cfg) });
+    const until = (late as { until: number }).until;
+    expect(livenessDeadlines(row(), noProbe, cfg, until).silenceAt).toBe(until);
+    expect(decideLiveness(row(), noProbe, cfg, until - 1, until).kind).not.toBe("orphan");
+    // Still silent when the grace ends: orphaned, however late that alarm runs.
+    expect(decideLiveness(row(), noProbe, cfg, until + 30_000, until).kind).toBe("orphan");
+    // Heard in the grace: the next silence is judged afresh, with a grace of its own if found late again.
+    const heard = row({ lastLivenessAt: until - 1_000 });
+    expect(decideLiveness(heard, noProbe, cfg, until, until).kind).not.toBe("orphan");
+    expect(decideLiveness(heard, noProbe, cfg, until - 1_000 + cfg.orphanSilenceMs + 120_000, until).kind).toBe("grace");
+    expect(silenceGraceMs({ ...cfg, orphanSilenceMs: 15_000 })).toBe(15_000);
   });
 
   it("probes every interval, and sooner to confirm a first dead answer; never without a box", () => {

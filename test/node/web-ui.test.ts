@@ -563,6 +563,37 @@ describe("the composer", () => {
     await context.close();
   });
 
+  it("a message that gets no answer (the server restarting, a dropped network) is sent again under its id: on the thread once, nothing put back", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "lost answers" } })).body;
+    const { context, page } = await signedInPage();
+    const ids: string[] = [];
+    await page.route(`**/api/threads/${thread.id}/entries`, async (route) => {
+      if (route.request().method() !== "POST") return route.continue();
+      ids.push(JSON.parse(route.request().postData()!).id);
+      if (ids.length === 1) {
+        await route.fetch(); // the server takes it, and its answer never reaches the page
+        return route.abort("connectionreset");
+      }
+      if (ids.length === 2) return route.abort("connectionrefused"); // the server is restarting
+      await route.continue();
+    });
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector(".link-state[data-link=live]");
+    await page.click("textarea[name=message]");
+    await page.keyboard.type("only once");
+    await page.keyboard.press("Enter");
+    await page.waitForSelector("li.bubble >> text=only once");
+    await page.waitForFunction(() => !document.querySelector("form.composer .outbox li"), undefined, { timeout: 10_000 });
+    expect({
+      posts: ids.length,
+      sameId: new Set(ids).size === 1,
+      box: await page.inputValue("textarea[name=message]"),
+      error: await page.$eval("form.composer", (f) => f.querySelector(".error")?.textContent ?? null),
+      texts: (await entries(thread.id)).map((e) => e.payload.text),
+    }).toEqual({ posts: 3, sameId: true, box: "", error: null, texts: ["only once"] });
+    await context.close();
+  });
+
   it("Enter while a message is on its way queues the next one: the box empties, the queue shows, and they arrive in order", async () => {
     const thread = (await api("/api/threads", { method: "POST", json: { title: "queued" } })).body;
     const { context, page } = await signedInPage();

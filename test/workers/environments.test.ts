@@ -139,6 +139,27 @@ describe("environments", () => {
     expect(children.threads.map((t) => t.environmentId).sort()).toEqual([gone, other].sort());
   });
 
+  it("delegating from a thread whose environment was deleted says which environment and what to do, and makes no child", async () => {
+    const token = await houseToken("house-env-delegate");
+    const made = async (name: string) => ((await (await call("/api/environments", { method: "POST", token, json: { name, model: "local/m" } })).json()) as { id: string }).id;
+    const gone = await made("gone");
+    const parent = await createThread(token, { environmentId: gone });
+    expect((await call(`/api/environments/${gone}`, { method: "DELETE", token })).status).toBe(204);
+    const r = await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "write a.txt", model: "local/m" } });
+    expect(r.status).toBe(404);
+    expect(((await r.json()) as { error: { code: string; message: string } }).error).toEqual({
+      code: "not_found",
+      message: `environment ${gone} of parent thread ${parent.id} no longer exists: name another environmentId`,
+    });
+    const children = (await (await call(`/api/threads?parent=${parent.id}`, { token })).json()) as { threads: unknown[] };
+    expect(children.threads).toEqual([]);
+    // Resuming the thread itself has no other environment to go to: said so.
+    const resumed = await call(`/api/threads/${parent.id}/resume`, { method: "POST", token, json: { message: "go on" } });
+    expect(resumed.status).toBe(404);
+    expect(((await resumed.json()) as { error: { message: string } }).error.message)
+      .toBe(`environment ${gone} of thread ${parent.id} no longer exists: the thread cannot run again; delegate the task anew from a thread with another environment`);
+  });
+
   it("rejects bad environment input", async () => {
     const token = await houseToken("house-env");
     const bad = [
@@ -155,6 +176,36 @@ describe("environments", () => {
     const reader = await houseToken("house-env", "rita", "reader");
     expect((await call("/api/environments", { method: "POST", token: reader, json: { name: "x" } })).status).toBe(403);
     expect((await call("/api/environments/nope", { token })).status).toBe(404);
+  });
+
+  it("refuses a piModels pi cannot read as its models.json with a 400 naming the field; PATCH too", async () => {
+    const token = await houseToken("house-env-pimodels");
+    const refused = async (method: string, path: string, json: unknown) => {
+      const r = await call(path, { method, token, json });
+      const body = (await r.json()) as { error: { code: string; details?: { path: string; message: string }[] } };
+      return { status: r.status, code: body.error?.code, details: body.error?.details?.map((d) => [d.path, d.message]) };
+    };
+    const cases: [unknown, string, RegExp][] = [
+      [{ providers: [] }, "piModels.providers", /"providers" is an array; pi's models.json wants an object of providers by name/],
+      [{}, "piModels.providers", /needs "providers"/],
+      [{ providers: { local: [] } }, "piModels.providers.local", /provider local is an array/],
+      [{ providers: { local: { baseUrl: "http://x/v1", models: { id: "m" } } } }, "piModels.providers.local.models", /models of provider local is an object; pi wants an array/],
+      [{ providers: { local: { models: [{ name: "m" }] } } }, "piModels.providers.local.models.0.id", /needs an "id"/],
+      [{ providers: { local: { apiKey: 42, models: [{ id: "m" }] } } }, "piModels.providers.local.apiKey", /apiKey of provider local is a number/],
+    ];
+    for (const [piModels, path, message] of cases) {
+      const r = await refused("POST", "/api/environments", { name: "p", piModels });
+      expect(r.status, JSON.stringify(piModels)).toBe(400);
+      expect(r.code).toBe("validation_failed");
+      expect(r.details?.map(([p]) => p)).toEqual([path]);
+      expect(r.details?.[0][1]).toMatch(message);
+    }
+    // What pi reads (extra fields such as the bots' idleTimeoutMs included) is taken, on a create and a PATCH.
+    const ok = await call("/api/environments", { method: "POST", token, json: { name: "ok", piModels: { providers: { local: { baseUrl: "http://x/v1", api: "openai-completions", idleTimeoutMs: 5000, models: [{ id: "m", contextWindow: 8000 }] } } } } });
+    expect(ok.status).toBe(201);
+    const { id } = (await ok.json()) as { id: string };
+    const patched = await refused("PATCH", `/api/environments/${id}`, { piModels: { providers: [] } });
+    expect([patched.status, patched.details?.map(([p]) => p)]).toEqual([400, ["piModels.providers"]]);
   });
 
   it("delegate refuses an unknown environment and a missing task without creating a child", async () => {

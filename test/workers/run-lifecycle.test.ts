@@ -65,7 +65,7 @@ describe("run state machine", () => {
     await claim(token, t.id); // claimed, then not a single mirror entry
     await advance(t.id, SILENCE_MS - 10_000);
     expect((await row(token, t.id)).status).toBe("running");
-    await advance(t.id, 20_000);
+    await advance(t.id, 11_000); // the alarm runs on time, a second past the threshold
     const r = await row(token, t.id);
     expect(r.status).toBe("failed");
     expect(r.reason).toBe("pi_session_orphaned");
@@ -73,6 +73,26 @@ describe("run state machine", () => {
     // The alarm running again does not write a second finished-signal.
     await advance(t.id, SILENCE_MS);
     expect(await statusSignals(token, t.id)).toEqual(["running", "pi_session_orphaned"]);
+  });
+
+  it("a silence found by an alarm that ran late (the server was down) gets one grace: a box heard in it keeps its run, one still silent is orphaned after it", async () => {
+    const token = await houseToken("house-run-late");
+    const heard = await createThread(token);
+    const silent = await createThread(token);
+    for (const t of [heard, silent]) {
+      await claim(token, t.id);
+      // The server was down from the claim until 2 minutes past the threshold: its alarm runs that late.
+      await advance(t.id, SILENCE_MS + 120_000);
+      expect((await row(token, t.id)).status).toBe("running");
+    }
+    // The box gets through once the server is back (its writer retries every few seconds).
+    const hb = await call(`/api/stream/thread-${heard.id}`, { method: "POST", token, json: { payload: { type: "signal.heartbeat" } } });
+    expect(hb.status).toBe(204);
+    for (const t of [heard, silent]) await advance(t.id, 61_000);
+    expect((await row(token, heard.id)).status).toBe("running");
+    const r = await row(token, silent.id);
+    expect([r.status, r.reason]).toEqual(["failed", "pi_session_orphaned"]);
+    expect(await statusSignals(token, silent.id)).toEqual(["running", "pi_session_orphaned"]);
   });
 
   it("a silent run's leftover processes on a live box are ended before the box is released", async () => {

@@ -30,6 +30,12 @@ export type RunLifecyclePorts = {
   appendSystemSignal(id: string, status: string, reason: string): void;
 };
 
+/** The grace a silence found late was given (see LATE_ALARM_MS in threads/liveness.ts). */
+export const SILENCE_GRACE_SCHEMA: Schema = {
+  name: "silence_grace",
+  ddl: `create table if not exists silence_grace (id integer primary key check (id = 1), until integer not null)`,
+};
+
 /** Far below any silence timeout, so skipping writes inside it never orphans a live run. */
 const LIVENESS_WRITE_GRANULARITY_MS = 500;
 
@@ -49,9 +55,12 @@ export class RunLifecycle {
 
   /** Only a run whose box is probed has probe state. */
   private readonly probeTable: LazySchema;
+  /** Only a run whose silence was found late has one. */
+  private readonly graceTable: LazySchema;
 
   constructor(private readonly p: RunLifecyclePorts) {
     this.probeTable = new LazySchema(p.sql, PROBE_SCHEMA);
+    this.graceTable = new LazySchema(p.sql, SILENCE_GRACE_SCHEMA);
   }
 
   /** A heartbeat (or a live command's output): the box is alive. A burst needs one write, not one each. */
@@ -87,7 +96,14 @@ export class RunLifecycle {
     const { rows, outbox, config } = this.p;
     const row = rows.get();
     if (!row) return;
-    const decision = decideLiveness(row, this.probeState(), config, this.p.clock.now());
+    const decision = decideLiveness(row, this.probeState(), config, this.p.clock.now(), this.graceUntil());
+    if (decision.kind === "grace") {
+      // The server was away (its alarm ran late): the box's silence may be the server's own.
+      this.graceTable.ensure();
+      this.p.sql.exec(`insert into silence_grace (id, until) values (1, ?) on conflict(id) do update set until = excluded.until`, decision.until);
+      logEvent("silence_grace", { threadId: row.id, runId: row.runId, lastLivenessAt: row.lastLivenessAt, until: decision.until });
+      return;
+    }
     if (decision.kind === "orphan") {
       this.p.appendSystemSignal(`orphan:${row.runStartedAt ?? 0}`, "pi_session_orphaned", decision.reason);
       return;
@@ -122,7 +138,7 @@ export class RunLifecycle {
 
   private deadlines() {
     const row = this.p.rows.get();
-    return row ? livenessDeadlines(row, this.probeState(), this.p.config) : null;
+    return row ? livenessDeadlines(row, this.probeState(), this.p.config, this.graceUntil()) : null;
   }
 
   private apply(entry: Entry): void {
@@ -152,6 +168,7 @@ export class RunLifecycle {
     const after = rows.get()!;
     if (patch.status === "running") {
       if (this.probeTable.exists()) this.p.sql.exec(`delete from probe_state`);
+      if (this.graceTable.exists()) this.p.sql.exec(`delete from silence_grace`);
       // Only a claim that names its box attaches it here; the row may still hold the previous
       // run's box (a resume), which this run may not use: its launch assigns the box it gets.
       if (typeof patch.boxId === "string") outbox.enqueue(`attach:${patch.boxId}:${after.runStartedAt}`, "attach", { boxId: patch.boxId }, now);
@@ -198,6 +215,11 @@ export class RunLifecycle {
     const recent = this.p.log.lastMessages(200).map(toEntryWithOffset).reverse();
     const last = recent.find((e) => e.payload.type === "pi.assistant" && typeof e.payload.text === "string" && e.payload.text !== "");
     return (last?.payload.text as string | undefined) ?? `Task ${row.id} completed.`;
+  }
+
+  private graceUntil(): number | null {
+    if (!this.graceTable.exists()) return null;
+    return (this.p.sql.exec(`select until from silence_grace where id = 1`).toArray()[0]?.until as number | undefined) ?? null;
   }
 
   private probeState(): ProbeState {

@@ -11,6 +11,18 @@ const oneLine = (m: string) => {
   return first.length > 120 || first !== m ? `${first.slice(0, 120)}…` : first;
 };
 
+/** How long a message is sent again while the server cannot be reached (a restart, a network drop) before it is put back. */
+const RESEND_FOR_MS = 60_000;
+/**
+ * No answer from threadbox about the message (the network failed, or a proxy in front answered
+ * 502–504 while the server was away): it may or may not have been taken, so it is sent again under
+ * its id. Threadbox's own refusals (its JSON error) are its answer and put the message back.
+ */
+const transient = (err: unknown) => err instanceof ApiError
+  && (err.status === 0 || ([502, 503, 504].includes(err.status) && err.code === `http_${err.status}`));
+
+type Outgoing = { id: string; text: string };
+
 /** Posts chat to the thread; `@` opens a list of the house's bots to mention. */
 /** `onMention`: an `@` was just typed; the list of bots may be older than a bot made since. */
 export function Composer({ session, threadId, agents, onMention }: { session: Session; threadId: string; agents: Agent[]; onMention?: () => void }) {
@@ -20,8 +32,10 @@ export function Composer({ session, threadId, agents, onMention }: { session: Se
   const [error, setError] = useState<ApiError | null>(null);
   // Messages sent but not yet taken by the server, oldest first: Enter while one is on its way
   // queues the next, as a chat does, and the queue goes out in order, one at a time.
-  const outbox = useRef<string[]>([]);
-  const [pending, setPending] = useState<string[]>([]);
+  // Each keeps its entry id across retries: one the server took before its answer was lost is not posted twice.
+  const outbox = useRef<Outgoing[]>([]);
+  const [pending, setPending] = useState<Outgoing[]>([]);
+  const [unreachable, setUnreachable] = useState(false);
   const draining = useRef(false);
   // The queue outlives the render that started it: it posts with the session of now (one signed in again).
   const latest = useRef(session);
@@ -53,7 +67,7 @@ export function Composer({ session, threadId, agents, onMention }: { session: Se
     // The box empties at once, so what is typed while the message is on its way is the next message.
     setText("");
     setQuery(null);
-    outbox.current = [...outbox.current, body];
+    outbox.current = [...outbox.current, { id: `ui-${crypto.randomUUID()}`, text: body }];
     setPending(outbox.current);
     if (!draining.current) void drain();
   };
@@ -61,17 +75,33 @@ export function Composer({ session, threadId, agents, onMention }: { session: Se
     draining.current = true;
     try {
       while (outbox.current.length > 0) {
+        const first = outbox.current[0];
         try {
-          await latest.current.api.post(threadId, outbox.current[0]);
+          // A server restarting or a network gone: the message stays queued and is sent again, under
+          // the same id, until it is taken or the window ends.
+          const until = Date.now() + RESEND_FOR_MS;
+          for (let attempt = 0; ; attempt++) {
+            try {
+              await latest.current.api.post(threadId, first.text, first.id);
+              break;
+            } catch (err) {
+              const delay = Math.min(5_000, 250 * 2 ** attempt);
+              if (!transient(err) || Date.now() + delay > until) throw err;
+              setUnreachable(true);
+              await new Promise((r) => setTimeout(r, delay));
+            }
+          }
         } catch (err) {
           // Nothing after a refused message is sent (it would arrive out of order): the refused one
           // and those queued behind it go back in front of what is being typed.
-          const back = outbox.current.join("\n");
+          const back = outbox.current.map((m) => m.text).join("\n");
           outbox.current = [];
           setPending([]);
           setText((typed) => (typed.trim() ? `${back}\n${typed}` : back));
           setError(err as ApiError);
           return;
+        } finally {
+          setUnreachable(false);
         }
         outbox.current = outbox.current.slice(1);
         setPending(outbox.current);
@@ -126,7 +156,7 @@ export function Composer({ session, threadId, agents, onMention }: { session: Se
       )}
       {pending.length > 0 && (
         <ul class="outbox muted" aria-live="polite">
-          {pending.map((m, i) => <li key={i} class="sending">{i === 0 ? "Sending" : "Queued"}: {oneLine(m)}</li>)}
+          {pending.map((m, i) => <li key={m.id} class="sending">{i === 0 ? (unreachable ? "Sending (the server cannot be reached: trying again)" : "Sending") : "Queued"}: {oneLine(m.text)}</li>)}
         </ul>
       )}
       <textarea ref={box} name="message" aria-label="Message" rows={2} placeholder={agents.length ? "Message… (@ to mention a bot)" : "Message…"}

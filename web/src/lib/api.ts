@@ -77,8 +77,9 @@ export class Api {
   threads = (q = "limit=500") => this.request<{ threads: ThreadSummary[] }>("GET", `/api/threads?${q}`).then((r) => r.threads);
   thread = (id: string) => this.request<Thread>("GET", `/api/threads/${enc(id)}`);
   createThread = (body: { title?: string; environmentId?: string; parent?: ParentRef }) => this.request<Thread>("POST", "/api/threads", body);
-  post = (id: string, text: string) =>
-    this.request("POST", `/api/threads/${enc(id)}/entries`, { id: `ui-${crypto.randomUUID()}`, payload: { type: "chat", text } });
+  /** `entryId`: the same id sent again (a retry after a lost answer) is kept once by the server. */
+  post = (id: string, text: string, entryId = `ui-${crypto.randomUUID()}`) =>
+    this.request("POST", `/api/threads/${enc(id)}/entries`, { id: entryId, payload: { type: "chat", text } });
   delegate = (id: string, body: { task: string; environmentId?: string }) =>
     this.request<{ childThreadId: string }>("POST", `/api/threads/${enc(id)}/delegate`, body);
   stop = (id: string) => this.request<Thread>("POST", `/api/threads/${enc(id)}/stop`);

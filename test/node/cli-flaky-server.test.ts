@@ -1,0 +1,119 @@
+// The CLI's follow against a stand-in server that misbehaves on cue: no worker needed, so the
+// exact moment of a failure can be chosen (the server going away just as a run ends, another
+// server's page answering the WebSocket upgrade).
+import { afterEach, describe, expect, it } from "vitest";
+import { spawn } from "node:child_process";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { join } from "node:path";
+// @ts-expect-error ws ships without type declarations (and @types/ws is not installed)
+import { WebSocketServer } from "ws";
+import { ROOT } from "../../scripts/lib/wrangler-dev.mjs";
+// @ts-expect-error plain JS module without declarations
+import { subscribe } from "../../cli/lib/subscribe.mjs";
+import { tempDirs } from "../support/temp-dirs";
+
+const tempDir = tempDirs();
+const CLI = join(ROOT, "cli", "threadbox.mjs");
+const servers: Server[] = [];
+
+afterEach(async () => {
+  for (const s of servers.splice(0)) {
+    s.closeAllConnections();
+    await new Promise((r) => s.close(r));
+  }
+});
+
+async function listen(handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<{ server: Server; url: string }> {
+  const server = createServer(handler);
+  servers.push(server);
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
+}
+
+function runCli(args: string[], url: string, timeoutMs = 20_000): Promise<{ code: number | null | string; stdout: string; stderr: string }> {
+  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
+  const child = spawn(process.execPath, [CLI, ...args], {
+    env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: tempDir("tb-cfg-"), THREADBOX_URL: url, THREADBOX_TOKEN: "a.b.c" },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (d) => (stdout += d));
+  child.stderr.on("data", (d) => (stderr += d));
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => { child.kill("SIGKILL"); resolve({ code: "still running", stdout, stderr }); }, timeoutMs);
+    child.on("close", (code) => { clearTimeout(timer); resolve({ code, stdout, stderr }); });
+  });
+}
+
+describe("tail --until-done against a server that goes away as the run ends", () => {
+  it("asks again how the run ended, instead of exiting 2 with the proxy's 502", async () => {
+    const threadId = "th_flaky";
+    let status = "running";
+    let refusals = 0;
+    const { server, url } = await listen((req, res) => {
+      if (req.url === `/api/threads/${threadId}`) {
+        // The run's end reached the socket; the next reads of the row meet a proxy whose server is restarting.
+        if (status === "completed" && refusals < 2) {
+          refusals++;
+          res.writeHead(502, { "content-type": "text/html" }).end("<html><body><h1>502 Bad Gateway</h1></body></html>");
+          return;
+        }
+        res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ id: threadId, status, runId: "run_1", reason: null }));
+        return;
+      }
+      res.writeHead(404, { "content-type": "application/json" }).end(JSON.stringify({ error: { code: "not_found", message: "no such route" } }));
+    });
+    const wss = new WebSocketServer({ server, handleProtocols: () => "threadbox" });
+    wss.on("connection", (ws: { send(data: string): void }) => {
+      ws.send(JSON.stringify({ offset: "0000000000000001_0000000000000000", id: "e1", ts: 1, payload: { type: "chat", text: "working" } }));
+      status = "completed";
+      ws.send(JSON.stringify({ offset: "0000000000000002_0000000000000000", id: "e2", ts: 2, payload: { type: "signal.thread.status_changed", status: "completed", runId: "run_1" } }));
+    });
+    const r = await runCli(["tail", threadId, "--until-done", "--json"], url);
+    wss.close();
+    expect({ code: r.code, ids: r.stdout.trim().split("\n").map((l) => JSON.parse(l).id), stderr: r.stderr }).toEqual({ code: 0, ids: ["e1", "e2"], stderr: "" });
+    expect(refusals).toBe(2);
+  });
+});
+
+describe("a WebSocket upgrade answered by another server's page", () => {
+  it("is not_threadbox naming the status and content type, not the page's HTML as the message", async () => {
+    const { url } = await listen((_req, res) => {
+      res.writeHead(404, { "content-type": "text/html" }).end("<!doctype html><html><body><h1>Not Found</h1><p>nginx</p></body></html>");
+    });
+    const sub = subscribe({ url, token: "a.b.c" }, "th_x", { offset: "-1", onEntry: () => {} });
+    const err = await sub.done.then(() => null, (e: any) => e);
+    expect({ code: err?.code, message: err?.message }).toEqual({
+      code: "not_threadbox",
+      message: `${url} is not a threadbox API (the WebSocket upgrade was answered 404 text/html): check the URL`,
+    });
+  });
+});
+
+describe("a WebSocket upgrade answered 502 by a proxy while the server restarts", () => {
+  it("is retried with backoff, saying so, and the entries come once it is back", async () => {
+    let refusals = 0;
+    const { server, url } = await listen((_req, res) => res.writeHead(404).end());
+    // Before the WebSocket server sees it: the first two upgrades meet the proxy's error page.
+    server.prependListener("upgrade", (_req: IncomingMessage, socket: import("node:net").Socket) => {
+      if (refusals >= 2) return;
+      refusals++;
+      socket.end("HTTP/1.1 502 Bad Gateway\r\ncontent-type: text/html\r\ncontent-length: 13\r\nconnection: close\r\n\r\n<h1>502</h1>\n");
+    });
+    const wss = new WebSocketServer({ noServer: true, handleProtocols: () => "threadbox" });
+    server.on("upgrade", (req: IncomingMessage, socket: import("node:net").Socket, head: Buffer) => {
+      if (socket.destroyed || socket.writableEnded) return;
+      wss.handleUpgrade(req, socket, head, (ws: { send(data: string): void }) => ws.send(JSON.stringify({ offset: "0000000000000001_0000000000000000", id: "e1", ts: 1, payload: { type: "chat", text: "back" } })));
+    });
+    const delays: number[] = [];
+    const seen: string[] = [];
+    const sub = subscribe({ url, token: "a.b.c" }, "th_x", { offset: "-1", onEntry: (e: any) => { seen.push(e.id); }, onReconnecting: (ms: number) => delays.push(ms) });
+    for (let i = 0; i < 100 && seen.length === 0; i++) await new Promise((r) => setTimeout(r, 50));
+    sub.close();
+    await sub.done;
+    wss.close();
+    expect({ seen, refusals, delays }).toEqual({ seen: ["e1"], refusals: 2, delays: [250, 500] });
+  });
+});
