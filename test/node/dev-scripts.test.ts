@@ -260,9 +260,10 @@ describe("npm run dev killed with kill -9", () => {
     const first = run("dev.mjs", env);
     await until("npm run dev", () => first.output().includes("threadbox is running"), first.child, first.exited);
     const pgid = Number(readFileSync(join(tree.dir, ".wrangler", "dev.pid"), "utf8").trim());
-    // npm run dev and the tether that would stop wrangler, both killed at once: wrangler serves on
-    process.kill(first.child.pid!, "SIGKILL");
+    // npm run dev and the tether that would stop wrangler, both killed at once: wrangler serves on.
+    // The tether first: killed second, it could see npm run dev's pipe close and stop the group.
     process.kill(pgid, "SIGKILL");
+    process.kill(first.child.pid!, "SIGKILL");
     await first.exited;
     try {
       expect(await health(port)).toBe(true);
