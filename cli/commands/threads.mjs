@@ -20,6 +20,14 @@ const textArg = async (text, what) => {
   return value;
 };
 
+/**
+ * `retrying`'s notice for a write asked again after its answer was lost (a restart, a network
+ * drop): for people only, so with --json stderr keeps JSON errors alone.
+ */
+const retryNotice = (ctx, what) => (ms, err) => {
+  if (!ctx.json) process.stderr.write(`${process.stderr.isTTY ? "\r\x1b[2K" : ""}${ctx.c.gray(`${printableLine(err.message)}: ${what(ms)}`)}\n`);
+};
+
 export function registerThreads(program, ctxOf, setExit) {
   program
     .command("threads")
@@ -106,7 +114,7 @@ export function registerThreads(program, ctxOf, setExit) {
       // a retry never starts a second run.
       const key = `cli-${randomUUID()}`;
       const r = await ctx.wait("delegating", () => retrying(() => api.post(paths.threadAction(threadId, "delegate"), body, { headers: { "idempotency-key": key } }), {
-        onRetry: (ms, err) => { if (!ctx.json) process.stderr.write(`${process.stderr.isTTY ? "\r\x1b[2K" : ""}${ctx.c.gray(`${printableLine(err.message)}: asking again in ${ms} ms (same Idempotency-Key: one child at most)`)}\n`); },
+        onRetry: retryNotice(ctx, (ms) => `asking again in ${ms} ms (same Idempotency-Key: one child at most)`),
       }));
       if (!opts.watch) return ctx.print(r, () => printableLine(r.childThreadId));
       // with --json the first line is the delegate answer, then one line per entry
@@ -148,8 +156,15 @@ export function registerThreads(program, ctxOf, setExit) {
       const api = ctx.api();
       const body = { message: await textArg(message, "message"), ...(opts.model ? { model: opts.model } : {}) };
       // Where the log ends before this run: watching from there shows the whole run, even a quick one.
-      const before = opts.watch ? (await api.get(`${paths.threadAction(threadId, "entries")}?offset=now&limit=1`)).nextOffset : undefined;
-      const r = await ctx.wait("resuming", () => api.post(paths.threadAction(threadId, "resume"), body));
+      const before = opts.watch
+        ? (await retrying(() => api.get(`${paths.threadAction(threadId, "entries")}?offset=now&limit=1`), { onRetry: retryNotice(ctx, (ms) => `asking again in ${ms} ms`) })).nextOffset
+        : undefined;
+      // Asked again under the same Idempotency-Key when the answer is lost: the server answers with
+      // the run the first request started, so a retry never starts a second run.
+      const key = `cli-${randomUUID()}`;
+      const r = await ctx.wait("resuming", () => retrying(() => api.post(paths.threadAction(threadId, "resume"), body, { headers: { "idempotency-key": key } }), {
+        onRetry: retryNotice(ctx, (ms) => `asking again in ${ms} ms (same Idempotency-Key: one run at most)`),
+      }));
       if (!opts.watch) return ctx.print(r, () => safe`${r.threadId} ${r.status} (run ${r.runId})`);
       setExit(EXIT.interrupted); // until the run's end is known
       setExit(await followThread({ api, threadId, untilDone: true, offset: before, json: ctx.json, c: ctx.c }));

@@ -711,6 +711,58 @@ describe("delegate while the connection drops", () => {
   }, 90_000);
 });
 
+describe("new, post and resume while the connection drops", () => {
+  /**
+   * In front of the worker: the first POST to a path `route` matches reaches the worker, and its
+   * answer is cut off (a restart, a dropped network); later ones pass. Records each one's Idempotency-Key.
+   */
+  async function frontCuttingFirst(route: RegExp) {
+    let cut = 0;
+    const keys: (string | null)[] = [];
+    const front = createServer(async (req, res) => {
+      const chunks: Buffer[] = [];
+      for await (const c of req) chunks.push(c as Buffer);
+      const headers = Object.fromEntries(Object.entries(req.headers).filter(([k]) => !["host", "connection", "content-length"].includes(k))) as Record<string, string>;
+      const r = await fetch(`${worker.url}${req.url}`, { method: req.method, headers, body: chunks.length ? Buffer.concat(chunks) : undefined });
+      const body = Buffer.from(await r.arrayBuffer());
+      if (req.method === "POST" && route.test(req.url ?? "")) {
+        keys.push(req.headers["idempotency-key"] as string ?? null);
+        if (cut++ === 0) {
+          req.socket.destroy();
+          return;
+        }
+      }
+      res.writeHead(r.status, { "content-type": r.headers.get("content-type") ?? "application/json" }).end(body);
+    });
+    await new Promise<void>((r) => front.listen(0, "127.0.0.1", r));
+    return {
+      env: { THREADBOX_URL: `http://127.0.0.1:${(front.address() as AddressInfo).port}`, THREADBOX_TOKEN: token },
+      keys,
+      sameKey: () => keys.length === 2 && keys[0] !== null && keys[0] === keys[1],
+      close: async () => {
+        front.closeAllConnections();
+        await new Promise((r) => front.close(r));
+      },
+    };
+  }
+
+  it("a resume whose answer is lost is asked again under the same Idempotency-Key: one run, and it is printed", async () => {
+    const parent = (await ok(["new", "lost resume", "--env", "demo"])).stdout.trim();
+    const child = (await ok(["delegate", parent, "fail: first run"])).stdout.trim();
+    expect((await cli(["tail", child, "--until-done"], { env: as(), timeoutMs: 60_000 })).code).toBe(1);
+    const front = await frontCuttingFirst(/\/resume$/);
+    try {
+      const r = await cli(["resume", child, "fail: second run"], { env: front.env, timeoutMs: 60_000 });
+      const claims = (await api(`/api/threads/${child}/entries`)).entries.filter((e: any) => e.id.startsWith("claim:")).map((e: any) => e.payload.runId);
+      expect({ code: r.code, claims: claims.length, sameKey: front.sameKey() }).toEqual({ code: 0, claims: 2, sameKey: true });
+      expect(r.stdout).toMatch(new RegExp(`^${child} (running|completed|failed) \\(run ${claims[1]}\\)\n$`));
+      expect(r.stderr).toMatch(/asking again in \d+ ms \(same Idempotency-Key: one run at most\)/);
+    } finally {
+      await front.close();
+    }
+  }, 120_000);
+});
+
 describe("tail over a flaky connection", () => {
   /** `threadbox tail <new thread> --json ...args` through a proxy the test can cut; `post` writes a chat with that id. */
   async function tailThroughProxy(title: string, args: string[], before: string[] = []) {
