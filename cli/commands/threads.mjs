@@ -55,13 +55,18 @@ export function registerThreads(program, ctxOf, setExit) {
     .action(async (title, opts, cmd) => {
       const ctx = ctxOf(cmd);
       const api = ctx.api();
-      const environmentId = await resolveEnvironment(api, opts.env);
+      const environmentId = await retrying(() => resolveEnvironment(api, opts.env), { onRetry: retryNotice(ctx, (ms) => `asking again in ${ms} ms`) });
       const body = {
         ...(title ? { title } : {}),
         ...(environmentId ? { environmentId } : {}),
         ...(opts.parent ? { parent: { kind: "thread", id: opts.parent } } : {}),
       };
-      const row = await ctx.wait("creating thread", () => api.post("/api/threads", body));
+      // Asked again under the same Idempotency-Key when the answer is lost: the server answers with
+      // the thread the first request made, so a retry never makes a second one.
+      const key = `cli-${randomUUID()}`;
+      const row = await ctx.wait("creating thread", () => retrying(() => api.post("/api/threads", body, { headers: { "idempotency-key": key } }), {
+        onRetry: retryNotice(ctx, (ms) => `asking again in ${ms} ms (same Idempotency-Key: one thread at most)`),
+      }));
       ctx.print(row, () => printableLine(row.id));
     });
 
@@ -105,7 +110,7 @@ export function registerThreads(program, ctxOf, setExit) {
     .action(async (threadId, task, opts, cmd) => {
       const ctx = ctxOf(cmd);
       const api = ctx.api();
-      const environmentId = await resolveEnvironment(api, opts.env);
+      const environmentId = await retrying(() => resolveEnvironment(api, opts.env), { onRetry: retryNotice(ctx, (ms) => `asking again in ${ms} ms`) });
       const body = { task: await textArg(task, "task") };
       for (const k of ["model", "harness", "repo", "branch", "title"]) if (opts[k]) body[k] = opts[k];
       if (environmentId) body.environmentId = environmentId;

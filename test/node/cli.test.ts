@@ -746,6 +746,20 @@ describe("new, post and resume while the connection drops", () => {
     };
   }
 
+  it("a new whose answer is lost is asked again under the same Idempotency-Key: one thread, and its id is printed", async () => {
+    const front = await frontCuttingFirst(/^\/api\/threads$/);
+    const title = `lost new ${Date.now()}`;
+    try {
+      const r = await cli(["new", title, "--env", "demo"], { env: front.env, timeoutMs: 60_000 });
+      const made = (await api("/api/threads?limit=1000")).threads.filter((t: any) => t.title === title).map((t: any) => t.id);
+      expect({ code: r.code, stdout: r.stdout, made, sameKey: front.sameKey() })
+        .toEqual({ code: 0, stdout: `${made[0]}\n`, made: [expect.stringMatching(/^th_/)], sameKey: true });
+      expect(r.stderr).toMatch(/asking again in \d+ ms \(same Idempotency-Key: one thread at most\)/);
+    } finally {
+      await front.close();
+    }
+  }, 90_000);
+
   it("a resume whose answer is lost is asked again under the same Idempotency-Key: one run, and it is printed", async () => {
     const parent = (await ok(["new", "lost resume", "--env", "demo"])).stdout.trim();
     const child = (await ok(["delegate", parent, "fail: first run"])).stdout.trim();
