@@ -79,8 +79,14 @@ export function registerThreads(program, ctxOf, setExit) {
     .action(async (threadId, text, opts, cmd) => {
       const ctx = ctxOf(cmd);
       const envelope = { id: opts.id ?? `cli-${randomUUID()}`, payload: { type: "chat", text: await textArg(text, "message") } };
-      const r = await ctx.wait("posting", () => ctx.api().post(paths.threadAction(threadId, "entries"), envelope));
-      ctx.print(r, () => safe`posted ${r.entries[0].id} at offset ${r.entries[0].offset}` + (r.entries[0].duplicate ? " (already there)" : ""));
+      // Sent again under the same entry id when the answer is lost: the thread keeps an id once.
+      let retried = false;
+      const r = await ctx.wait("posting", () => retrying(() => ctx.api().post(paths.threadAction(threadId, "entries"), envelope), {
+        onRetry: (ms, err) => { retried = true; retryNotice(ctx, (d) => `sending again in ${d} ms (same entry id: posted once)`)(ms, err); },
+      }));
+      // A duplicate of an id this command made up can only be its own first try, whose answer was lost.
+      const already = r.entries[0].duplicate && !(retried && opts.id === undefined);
+      ctx.print(r, () => safe`posted ${r.entries[0].id} at offset ${r.entries[0].offset}` + (already ? " (already there)" : ""));
     });
 
   program

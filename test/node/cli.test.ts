@@ -760,6 +760,20 @@ describe("new, post and resume while the connection drops", () => {
     }
   }, 90_000);
 
+  it("a post whose answer is lost is sent again under the same entry id: the thread holds it once, and it is not called already there", async () => {
+    const thread = (await ok(["new", "lost post"])).stdout.trim();
+    const front = await frontCuttingFirst(/\/entries$/);
+    try {
+      const r = await cli(["post", thread, "only once"], { env: front.env, timeoutMs: 60_000 });
+      const chats = (await api(`/api/threads/${thread}/entries`)).entries.filter((e: any) => e.payload.type === "chat");
+      expect({ code: r.code, stdout: r.stdout, chats: chats.map((e: any) => e.payload.text) })
+        .toEqual({ code: 0, stdout: `posted ${chats[0]?.id} at offset ${chats[0]?.offset}\n`, chats: ["only once"] });
+      expect(r.stderr).toMatch(/sending again in \d+ ms \(same entry id: posted once\)/);
+    } finally {
+      await front.close();
+    }
+  }, 90_000);
+
   it("a resume whose answer is lost is asked again under the same Idempotency-Key: one run, and it is printed", async () => {
     const parent = (await ok(["new", "lost resume", "--env", "demo"])).stdout.trim();
     const child = (await ok(["delegate", parent, "fail: first run"])).stdout.trim();
