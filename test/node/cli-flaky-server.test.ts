@@ -117,3 +117,37 @@ describe("a WebSocket upgrade answered 502 by a proxy while the server restarts"
     expect({ seen, refusals, delays }).toEqual({ seen: ["e1"], refusals: 2, delays: [250, 500] });
   });
 });
+
+describe("new, post and resume while the server cannot be reached yet (a restart)", () => {
+  it("each asks again until the server is back, then prints its answer; new and resume under the key they first sent", async () => {
+    const cases = [
+      { args: ["new", "t"], path: "/api/threads", status: 201, answer: { id: "th_new", status: "idle" }, out: "th_new\n", keyed: true },
+      { args: ["post", "th_x", "hi", "--id", "e_1"], path: "/api/threads/th_x/entries", status: 201, answer: { entries: [{ id: "e_1", offset: "0000000000000001_0000000000000000", duplicate: false }], nextOffset: "0000000000000001_0000000000000000" }, out: "posted e_1 at offset 0000000000000001_0000000000000000\n", keyed: false },
+      { args: ["resume", "th_x", "again"], path: "/api/threads/th_x/resume", status: 202, answer: { threadId: "th_x", runId: "run_2", status: "running" }, out: "th_x running (run run_2)\n", keyed: true },
+    ];
+    for (const c of cases) {
+      // A port nothing listens on yet: the server comes up on it a moment after the command starts.
+      const probe = createServer();
+      await new Promise<void>((r) => probe.listen(0, "127.0.0.1", r));
+      const port = (probe.address() as AddressInfo).port;
+      await new Promise((r) => probe.close(r));
+      const asked: { method?: string; url?: string; key: string | null; body: string }[] = [];
+      const running = runCli(c.args, `http://127.0.0.1:${port}`);
+      await new Promise((r) => setTimeout(r, 700));
+      const server = createServer(async (req, res) => {
+        let body = "";
+        for await (const chunk of req) body += chunk;
+        asked.push({ method: req.method, url: req.url, key: (req.headers["idempotency-key"] as string | undefined) ?? null, body });
+        res.writeHead(c.status, { "content-type": "application/json" }).end(JSON.stringify(c.answer));
+      });
+      servers.push(server);
+      await new Promise<void>((r) => server.listen(port, "127.0.0.1", r));
+      const r = await running;
+      expect({ args: c.args, code: r.code, stdout: r.stdout, asked: asked.map((a) => `${a.method} ${a.url}`) })
+        .toEqual({ args: c.args, code: 0, stdout: c.out, asked: [`POST ${c.path}`] });
+      expect(asked[0]!.key === null).toBe(!c.keyed);
+      if (c.args[0] === "post") expect(JSON.parse(asked[0]!.body).id).toBe("e_1");
+      expect(r.stderr).toMatch(/cannot reach http:\/\/127\.0\.0\.1:\d+: ECONNREFUSED: (asking|sending) again in \d+ ms/);
+    }
+  });
+});
