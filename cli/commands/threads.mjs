@@ -132,7 +132,7 @@ export function registerThreads(program, ctxOf, setExit) {
       if (ctx.json) process.stdout.write(`${JSON.stringify(r)}\n`);
       else process.stderr.write(`${ctx.c.gray(safe`child thread ${r.childThreadId}, run ${r.runId}`)}\n`);
       setExit(EXIT.interrupted); // until the run's end is known
-      setExit(await followThread({ api, threadId: r.childThreadId, untilDone: true, json: ctx.json, c: ctx.c }));
+      setExit(await followThread({ api, threadId: r.childThreadId, untilDone: true, json: ctx.json, c: ctx.c, askAgain: true }));
     });
 
   program
@@ -178,6 +178,6 @@ export function registerThreads(program, ctxOf, setExit) {
       }));
       if (!opts.watch) return ctx.print(r, () => safe`${r.threadId} ${r.status} (run ${r.runId})`);
       setExit(EXIT.interrupted); // until the run's end is known
-      setExit(await followThread({ api, threadId, untilDone: true, offset: before, json: ctx.json, c: ctx.c }));
+      setExit(await followThread({ api, threadId, untilDone: true, offset: before, json: ctx.json, c: ctx.c, askAgain: true }));
     });
 }

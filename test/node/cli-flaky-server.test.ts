@@ -151,3 +151,45 @@ describe("new, post and resume while the server cannot be reached yet (a restart
     }
   });
 });
+
+describe("resume --watch while the server restarts", () => {
+  it("asks again for where the log ends, for the resume (under one Idempotency-Key) and for the thread row, then follows the run to its end", async () => {
+    const threadId = "th_watch";
+    const html502 = (res: ServerResponse) => res.writeHead(502, { "content-type": "text/html" }).end("<h1>502 Bad Gateway</h1>");
+    let status = "failed";
+    const seen = { entries: 0, resume: 0, row: 0 };
+    const keys: (string | null)[] = [];
+    const { server, url } = await listen(async (req, res) => {
+      for await (const _ of req) { /* the body */ }
+      if (req.url === `/api/threads/${threadId}/entries?offset=now&limit=1`) {
+        if (seen.entries++ === 0) return html502(res);
+        res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ entries: [], nextOffset: "0000000000000004_0000000000000000", upToDate: true }));
+        return;
+      }
+      if (req.method === "POST" && req.url === `/api/threads/${threadId}/resume`) {
+        keys.push((req.headers["idempotency-key"] as string | undefined) ?? null);
+        status = "running";
+        // The run starts; its answer is lost.
+        if (seen.resume++ === 0) return void req.socket.destroy();
+        res.writeHead(202, { "content-type": "application/json" }).end(JSON.stringify({ threadId, runId: "run_2", status: "running" }));
+        return;
+      }
+      if (req.url === `/api/threads/${threadId}`) {
+        if (seen.row++ === 0) return html502(res);
+        res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ id: threadId, status, runId: "run_2", reason: null }));
+        return;
+      }
+      res.writeHead(404, { "content-type": "application/json" }).end(JSON.stringify({ error: { code: "not_found", message: "no such route" } }));
+    });
+    const wss = new WebSocketServer({ server, handleProtocols: () => "threadbox" });
+    wss.on("connection", (ws: { send(data: string): void }) => {
+      ws.send(JSON.stringify({ offset: "0000000000000005_0000000000000000", id: "claim:run_2", ts: 5, payload: { type: "signal.thread.status_changed", status: "running", runId: "run_2" } }));
+      status = "completed";
+      ws.send(JSON.stringify({ offset: "0000000000000006_0000000000000000", id: "done", ts: 6, payload: { type: "signal.thread.status_changed", status: "completed", runId: "run_2" } }));
+    });
+    const r = await runCli(["resume", threadId, "again", "--watch", "--json"], url);
+    wss.close();
+    expect({ code: r.code, ids: r.stdout.split("\n").filter(Boolean).map((l) => JSON.parse(l).id), stderr: r.stderr, seen, sameKey: keys.length === 2 && keys[0] !== null && keys[0] === keys[1] })
+      .toEqual({ code: 0, ids: ["claim:run_2", "done"], stderr: "", seen: { entries: 2, resume: 2, row: 3 }, sameKey: true });
+  });
+});
