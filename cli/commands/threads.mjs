@@ -20,6 +20,14 @@ const textArg = async (text, what) => {
   return value;
 };
 
+/**
+ * `retrying`'s notice for a write asked again after its answer was lost (a restart, a network
+ * drop): for people only, so with --json stderr keeps JSON errors alone.
+ */
+const retryNotice = (ctx, what) => (ms, err) => {
+  if (!ctx.json) process.stderr.write(`${process.stderr.isTTY ? "\r\x1b[2K" : ""}${ctx.c.gray(`${printableLine(err.message)}: ${what(ms)}`)}\n`);
+};
+
 export function registerThreads(program, ctxOf, setExit) {
   program
     .command("threads")
@@ -47,13 +55,18 @@ export function registerThreads(program, ctxOf, setExit) {
     .action(async (title, opts, cmd) => {
       const ctx = ctxOf(cmd);
       const api = ctx.api();
-      const environmentId = await resolveEnvironment(api, opts.env);
+      const environmentId = await retrying(() => resolveEnvironment(api, opts.env), { onRetry: retryNotice(ctx, (ms) => `asking again in ${ms} ms`) });
       const body = {
         ...(title ? { title } : {}),
         ...(environmentId ? { environmentId } : {}),
         ...(opts.parent ? { parent: { kind: "thread", id: opts.parent } } : {}),
       };
-      const row = await ctx.wait("creating thread", () => api.post("/api/threads", body));
+      // Asked again under the same Idempotency-Key when the answer is lost: the server answers with
+      // the thread the first request made, so a retry never makes a second one.
+      const key = `cli-${randomUUID()}`;
+      const row = await ctx.wait("creating thread", () => retrying(() => api.post("/api/threads", body, { headers: { "idempotency-key": key } }), {
+        onRetry: retryNotice(ctx, (ms) => `asking again in ${ms} ms (same Idempotency-Key: one thread at most)`),
+      }));
       ctx.print(row, () => printableLine(row.id));
     });
 
@@ -66,8 +79,14 @@ export function registerThreads(program, ctxOf, setExit) {
     .action(async (threadId, text, opts, cmd) => {
       const ctx = ctxOf(cmd);
       const envelope = { id: opts.id ?? `cli-${randomUUID()}`, payload: { type: "chat", text: await textArg(text, "message") } };
-      const r = await ctx.wait("posting", () => ctx.api().post(paths.threadAction(threadId, "entries"), envelope));
-      ctx.print(r, () => safe`posted ${r.entries[0].id} at offset ${r.entries[0].offset}` + (r.entries[0].duplicate ? " (already there)" : ""));
+      // Sent again under the same entry id when the answer is lost: the thread keeps an id once.
+      let retried = false;
+      const r = await ctx.wait("posting", () => retrying(() => ctx.api().post(paths.threadAction(threadId, "entries"), envelope), {
+        onRetry: (ms, err) => { retried = true; retryNotice(ctx, (d) => `sending again in ${d} ms (same entry id: posted once)`)(ms, err); },
+      }));
+      // A duplicate of an id this command made up can only be its own first try, whose answer was lost.
+      const already = r.entries[0].duplicate && !(retried && opts.id === undefined);
+      ctx.print(r, () => safe`posted ${r.entries[0].id} at offset ${r.entries[0].offset}` + (already ? " (already there)" : ""));
     });
 
   program
@@ -97,7 +116,7 @@ export function registerThreads(program, ctxOf, setExit) {
     .action(async (threadId, task, opts, cmd) => {
       const ctx = ctxOf(cmd);
       const api = ctx.api();
-      const environmentId = await resolveEnvironment(api, opts.env);
+      const environmentId = await retrying(() => resolveEnvironment(api, opts.env), { onRetry: retryNotice(ctx, (ms) => `asking again in ${ms} ms`) });
       const body = { task: await textArg(task, "task") };
       for (const k of ["model", "harness", "repo", "branch", "title"]) if (opts[k]) body[k] = opts[k];
       if (environmentId) body.environmentId = environmentId;
@@ -106,14 +125,14 @@ export function registerThreads(program, ctxOf, setExit) {
       // a retry never starts a second run.
       const key = `cli-${randomUUID()}`;
       const r = await ctx.wait("delegating", () => retrying(() => api.post(paths.threadAction(threadId, "delegate"), body, { headers: { "idempotency-key": key } }), {
-        onRetry: (ms, err) => { if (!ctx.json) process.stderr.write(`${process.stderr.isTTY ? "\r\x1b[2K" : ""}${ctx.c.gray(`${printableLine(err.message)}: asking again in ${ms} ms (same Idempotency-Key: one child at most)`)}\n`); },
+        onRetry: retryNotice(ctx, (ms) => `asking again in ${ms} ms (same Idempotency-Key: one child at most)`),
       }));
       if (!opts.watch) return ctx.print(r, () => printableLine(r.childThreadId));
       // with --json the first line is the delegate answer, then one line per entry
       if (ctx.json) process.stdout.write(`${JSON.stringify(r)}\n`);
       else process.stderr.write(`${ctx.c.gray(safe`child thread ${r.childThreadId}, run ${r.runId}`)}\n`);
       setExit(EXIT.interrupted); // until the run's end is known
-      setExit(await followThread({ api, threadId: r.childThreadId, untilDone: true, json: ctx.json, c: ctx.c }));
+      setExit(await followThread({ api, threadId: r.childThreadId, untilDone: true, json: ctx.json, c: ctx.c, askAgain: true }));
     });
 
   program
@@ -148,10 +167,17 @@ export function registerThreads(program, ctxOf, setExit) {
       const api = ctx.api();
       const body = { message: await textArg(message, "message"), ...(opts.model ? { model: opts.model } : {}) };
       // Where the log ends before this run: watching from there shows the whole run, even a quick one.
-      const before = opts.watch ? (await api.get(`${paths.threadAction(threadId, "entries")}?offset=now&limit=1`)).nextOffset : undefined;
-      const r = await ctx.wait("resuming", () => api.post(paths.threadAction(threadId, "resume"), body));
+      const before = opts.watch
+        ? (await retrying(() => api.get(`${paths.threadAction(threadId, "entries")}?offset=now&limit=1`), { onRetry: retryNotice(ctx, (ms) => `asking again in ${ms} ms`) })).nextOffset
+        : undefined;
+      // Asked again under the same Idempotency-Key when the answer is lost: the server answers with
+      // the run the first request started, so a retry never starts a second run.
+      const key = `cli-${randomUUID()}`;
+      const r = await ctx.wait("resuming", () => retrying(() => api.post(paths.threadAction(threadId, "resume"), body, { headers: { "idempotency-key": key } }), {
+        onRetry: retryNotice(ctx, (ms) => `asking again in ${ms} ms (same Idempotency-Key: one run at most)`),
+      }));
       if (!opts.watch) return ctx.print(r, () => safe`${r.threadId} ${r.status} (run ${r.runId})`);
       setExit(EXIT.interrupted); // until the run's end is known
-      setExit(await followThread({ api, threadId, untilDone: true, offset: before, json: ctx.json, c: ctx.c }));
+      setExit(await followThread({ api, threadId, untilDone: true, offset: before, json: ctx.json, c: ctx.c, askAgain: true }));
     });
 }

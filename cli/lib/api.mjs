@@ -152,8 +152,8 @@ export const isTransient = (err) => err instanceof CliError
   && (err.code === "unreachable" || ([502, 503, 504].includes(err.status) && err.code === `http_${err.status}`));
 
 /**
- * Runs `fn` (a request that is safe to repeat: a GET, or a write carrying its entry's id, which the
- * server keeps once) again after a transient error, with backoff, for up to `forMs`; `onRetry(ms,
+ * Runs `fn` (a request that is safe to repeat: a GET, a write carrying its entry's id, which the
+ * server keeps once, or one carrying an Idempotency-Key) again after a transient error, with backoff, for up to `forMs`; `onRetry(ms,
  * err)` is told before each wait. Any other error, or one past the window, is thrown.
  */
 export async function retrying(fn, { forMs = RETRY_FOR_MS, onRetry } = {}) {

@@ -46,16 +46,21 @@ export const exitCodeFor = (row) => (row.status === "completed" ? EXIT.ok : EXIT
 
 /**
  * @param {{ api: ReturnType<import("./api.mjs").createApi>, threadId: string, untilDone: boolean, offset?: string,
- *           json: boolean, c: ReturnType<import("./term.mjs").palette>, names?: Map<string, string> }} opts
+ *           json: boolean, c: ReturnType<import("./term.mjs").palette>, names?: Map<string, string>, askAgain?: boolean }} opts
  * @returns {Promise<number>} the exit code
  */
 export async function followThread(opts) {
   const { api, threadId, untilDone, json, c } = opts;
-  const first = await api.get(paths.thread(threadId)); // a missing thread is a clear not_found before any socket
+  // After a run was started (`resume --watch`, `delegate --watch`) a server away right then is waited
+  // for, as the start was: the run goes on, and giving up would leave it unwatched.
+  const read = (path) => (opts.askAgain
+    ? retrying(() => api.get(path), { onRetry: (ms, err) => { if (!json) process.stderr.write(`${c.gray(`${printableLine(err.message)}: asking again in ${ms} ms`)}\n`); } })
+    : api.get(path));
+  const first = await read(paths.thread(threadId)); // a missing thread is a clear not_found before any socket
   // A thread whose last run has ended: what follows `offset` up to the log's end may not hold that
   // run's finished-signal (`--from now`, or an offset past it), so the end of the log ends the wait.
   const ended = untilDone ? finishedRow(first) : null;
-  const end = ended ? (await api.get(`${paths.threadAction(threadId, "entries")}?offset=now&limit=1`)).nextOffset : null;
+  const end = ended ? (await read(`${paths.threadAction(threadId, "entries")}?offset=now&limit=1`)).nextOffset : null;
   const offset = opts.offset ?? "-1";
   // Offsets are fixed-width digits, so they compare as strings.
   const atEnd = (o) => typeof end === "string" && (o === "now" || (typeof o === "string" && /^\d+_\d+$/.test(o) && o.length === end.length && o >= end));

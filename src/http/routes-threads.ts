@@ -13,7 +13,7 @@ import { houseStub, newId, threadStub } from "./actors";
 import { allowedToolsSchema, branchNameSchema, permissionModeSchema, repositoryUrlSchema } from "../workspace/box-config";
 import { ACTOR_ORIGIN, AUTH_HEADER, TARGET_HEADER, type ActorAuth, type StreamTarget } from "../actors/thread/thread-actor";
 import { unwrapRpc } from "../actors/rpc";
-import { idempotencyKey, idempotentDelegation, idempotentThreadId, requestFingerprint } from "../threads/idempotency";
+import { idempotencyKey, idempotentDelegation, idempotentResumeRunId, idempotentThreadId, requestFingerprint } from "../threads/idempotency";
 import type { EntryWithOffset } from "../entries/schema";
 import type { Environment } from "../environments";
 import { loadEnvironment } from "./routes-environments";
@@ -356,6 +356,7 @@ export async function resumeRoute(request: Request, env: Env, id: string | undef
   const threadId = threadIdParam(id);
   const row = await unwrapRpc(threadStub(env, threadId).getThread(claims.houseId));
   const body = await readBody(request, resumeSchema);
+  const key = idempotencyKey(request);
   const environment = await runEnvironment(env, claims.houseId, row.environmentId).catch((err) => {
     if (err instanceof ApiError && err.code === "not_found") {
       throw new ApiError("not_found", `environment ${row.environmentId} of thread ${threadId} no longer exists: the thread cannot run again; delegate the task anew from a thread with another environment`);
@@ -368,10 +369,14 @@ export async function resumeRoute(request: Request, env: Env, id: string | undef
   const model = body.model ?? previous.model;
   // A thread with nothing to resume gets its 409 from the actor first.
   if (row.status === "completed" || row.status === "failed") requireModel(harness, model, environment);
-  const { runId, status } = await unwrapRpc(threadStub(env, threadId).startRun(claims.houseId, {
+  // With an Idempotency-Key the run's id derives from it: a retry finds the run the first request
+  // started (even once it has ended or a later run followed it) and starts nothing more.
+  const idem = key === null ? {} : { runId: await idempotentResumeRunId(claims.houseId, claims.subject, threadId, key), requestFingerprint: await requestFingerprint(body) };
+  const { runId, status, replayed } = await unwrapRpc(threadStub(env, threadId).startRun(claims.houseId, {
     task: body.message, harness, model, authorId: claims.subject, resume: true,
     ...(previous.permissionMode ? { permissionMode: previous.permissionMode } : {}),
     ...(previous.allowedTools ? { allowedTools: previous.allowedTools } : {}),
+    ...idem,
   }));
-  return json({ threadId, runId, status }, 202);
+  return json({ threadId, runId, status }, 202, replayed ? { "idempotent-replayed": "true" } : {});
 }

@@ -38,6 +38,15 @@ export async function idempotentDelegation(houseId: string, subject: string, par
   return { childId: `th_${h.slice(0, 24)}`, runId: `${h.slice(24, 32)}-${h.slice(32, 36)}-${h.slice(36, 40)}-${h.slice(40, 44)}-${h.slice(44, 56)}` };
 }
 
+/**
+ * The run a resume with an Idempotency-Key starts: the same on a retry, so the retry finds the run
+ * the first request started (its claim is on the log) instead of starting another.
+ */
+export async function idempotentResumeRunId(houseId: string, subject: string, threadId: string, key: string): Promise<string> {
+  const h = await sha256Hex(JSON.stringify(["resume", houseId, subject, threadId, key]));
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20, 32)}`;
+}
+
 /** What the first request asked for; the same key with another body is refused, not replayed. */
 export function requestFingerprint(body: unknown): Promise<string> {
   return sha256Hex(JSON.stringify(body));

@@ -117,3 +117,79 @@ describe("a WebSocket upgrade answered 502 by a proxy while the server restarts"
     expect({ seen, refusals, delays }).toEqual({ seen: ["e1"], refusals: 2, delays: [250, 500] });
   });
 });
+
+describe("new, post and resume while the server cannot be reached yet (a restart)", () => {
+  it("each asks again until the server is back, then prints its answer; new and resume under the key they first sent", async () => {
+    const cases = [
+      { args: ["new", "t"], path: "/api/threads", status: 201, answer: { id: "th_new", status: "idle" }, out: "th_new\n", keyed: true },
+      { args: ["post", "th_x", "hi", "--id", "e_1"], path: "/api/threads/th_x/entries", status: 201, answer: { entries: [{ id: "e_1", offset: "0000000000000001_0000000000000000", duplicate: false }], nextOffset: "0000000000000001_0000000000000000" }, out: "posted e_1 at offset 0000000000000001_0000000000000000\n", keyed: false },
+      { args: ["resume", "th_x", "again"], path: "/api/threads/th_x/resume", status: 202, answer: { threadId: "th_x", runId: "run_2", status: "running" }, out: "th_x running (run run_2)\n", keyed: true },
+    ];
+    for (const c of cases) {
+      // A port nothing listens on yet: the server comes up on it a moment after the command starts.
+      const probe = createServer();
+      await new Promise<void>((r) => probe.listen(0, "127.0.0.1", r));
+      const port = (probe.address() as AddressInfo).port;
+      await new Promise((r) => probe.close(r));
+      const asked: { method?: string; url?: string; key: string | null; body: string }[] = [];
+      const running = runCli(c.args, `http://127.0.0.1:${port}`);
+      await new Promise((r) => setTimeout(r, 700));
+      const server = createServer(async (req, res) => {
+        let body = "";
+        for await (const chunk of req) body += chunk;
+        asked.push({ method: req.method, url: req.url, key: (req.headers["idempotency-key"] as string | undefined) ?? null, body });
+        res.writeHead(c.status, { "content-type": "application/json" }).end(JSON.stringify(c.answer));
+      });
+      servers.push(server);
+      await new Promise<void>((r) => server.listen(port, "127.0.0.1", r));
+      const r = await running;
+      expect({ args: c.args, code: r.code, stdout: r.stdout, asked: asked.map((a) => `${a.method} ${a.url}`) })
+        .toEqual({ args: c.args, code: 0, stdout: c.out, asked: [`POST ${c.path}`] });
+      expect(asked[0]!.key === null).toBe(!c.keyed);
+      if (c.args[0] === "post") expect(JSON.parse(asked[0]!.body).id).toBe("e_1");
+      expect(r.stderr).toMatch(/cannot reach http:\/\/127\.0\.0\.1:\d+: ECONNREFUSED: (asking|sending) again in \d+ ms/);
+    }
+  });
+});
+
+describe("resume --watch while the server restarts", () => {
+  it("asks again for where the log ends, for the resume (under one Idempotency-Key) and for the thread row, then follows the run to its end", async () => {
+    const threadId = "th_watch";
+    const html502 = (res: ServerResponse) => res.writeHead(502, { "content-type": "text/html" }).end("<h1>502 Bad Gateway</h1>");
+    let status = "failed";
+    const seen = { entries: 0, resume: 0, row: 0 };
+    const keys: (string | null)[] = [];
+    const { server, url } = await listen(async (req, res) => {
+      for await (const _ of req) { /* the body */ }
+      if (req.url === `/api/threads/${threadId}/entries?offset=now&limit=1`) {
+        if (seen.entries++ === 0) return html502(res);
+        res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ entries: [], nextOffset: "0000000000000004_0000000000000000", upToDate: true }));
+        return;
+      }
+      if (req.method === "POST" && req.url === `/api/threads/${threadId}/resume`) {
+        keys.push((req.headers["idempotency-key"] as string | undefined) ?? null);
+        status = "running";
+        // The run starts; its answer is lost.
+        if (seen.resume++ === 0) return void req.socket.destroy();
+        res.writeHead(202, { "content-type": "application/json" }).end(JSON.stringify({ threadId, runId: "run_2", status: "running" }));
+        return;
+      }
+      if (req.url === `/api/threads/${threadId}`) {
+        if (seen.row++ === 0) return html502(res);
+        res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ id: threadId, status, runId: "run_2", reason: null }));
+        return;
+      }
+      res.writeHead(404, { "content-type": "application/json" }).end(JSON.stringify({ error: { code: "not_found", message: "no such route" } }));
+    });
+    const wss = new WebSocketServer({ server, handleProtocols: () => "threadbox" });
+    wss.on("connection", (ws: { send(data: string): void }) => {
+      ws.send(JSON.stringify({ offset: "0000000000000005_0000000000000000", id: "claim:run_2", ts: 5, payload: { type: "signal.thread.status_changed", status: "running", runId: "run_2" } }));
+      status = "completed";
+      ws.send(JSON.stringify({ offset: "0000000000000006_0000000000000000", id: "done", ts: 6, payload: { type: "signal.thread.status_changed", status: "completed", runId: "run_2" } }));
+    });
+    const r = await runCli(["resume", threadId, "again", "--watch", "--json"], url);
+    wss.close();
+    expect({ code: r.code, ids: r.stdout.split("\n").filter(Boolean).map((l) => JSON.parse(l).id), stderr: r.stderr, seen, sameKey: keys.length === 2 && keys[0] !== null && keys[0] === keys[1] })
+      .toEqual({ code: 0, ids: ["claim:run_2", "done"], stderr: "", seen: { entries: 2, resume: 2, row: 3 }, sameKey: true });
+  });
+});

@@ -711,6 +711,86 @@ describe("delegate while the connection drops", () => {
   }, 90_000);
 });
 
+describe("new, post and resume while the connection drops", () => {
+  /**
+   * In front of the worker: the first POST to a path `route` matches reaches the worker, and its
+   * answer is cut off (a restart, a dropped network); later ones pass. Records each one's Idempotency-Key.
+   */
+  async function frontCuttingFirst(route: RegExp) {
+    let cut = 0;
+    const keys: (string | null)[] = [];
+    const front = createServer(async (req, res) => {
+      const chunks: Buffer[] = [];
+      for await (const c of req) chunks.push(c as Buffer);
+      const headers = Object.fromEntries(Object.entries(req.headers).filter(([k]) => !["host", "connection", "content-length"].includes(k))) as Record<string, string>;
+      const r = await fetch(`${worker.url}${req.url}`, { method: req.method, headers, body: chunks.length ? Buffer.concat(chunks) : undefined });
+      const body = Buffer.from(await r.arrayBuffer());
+      if (req.method === "POST" && route.test(req.url ?? "")) {
+        keys.push(req.headers["idempotency-key"] as string ?? null);
+        if (cut++ === 0) {
+          req.socket.destroy();
+          return;
+        }
+      }
+      res.writeHead(r.status, { "content-type": r.headers.get("content-type") ?? "application/json" }).end(body);
+    });
+    await new Promise<void>((r) => front.listen(0, "127.0.0.1", r));
+    return {
+      env: { THREADBOX_URL: `http://127.0.0.1:${(front.address() as AddressInfo).port}`, THREADBOX_TOKEN: token },
+      keys,
+      sameKey: () => keys.length === 2 && keys[0] !== null && keys[0] === keys[1],
+      close: async () => {
+        front.closeAllConnections();
+        await new Promise((r) => front.close(r));
+      },
+    };
+  }
+
+  it("a new whose answer is lost is asked again under the same Idempotency-Key: one thread, and its id is printed", async () => {
+    const front = await frontCuttingFirst(/^\/api\/threads$/);
+    const title = `lost new ${Date.now()}`;
+    try {
+      const r = await cli(["new", title, "--env", "demo"], { env: front.env, timeoutMs: 60_000 });
+      const made = (await api("/api/threads?limit=1000")).threads.filter((t: any) => t.title === title).map((t: any) => t.id);
+      expect({ code: r.code, stdout: r.stdout, made, sameKey: front.sameKey() })
+        .toEqual({ code: 0, stdout: `${made[0]}\n`, made: [expect.stringMatching(/^th_/)], sameKey: true });
+      expect(r.stderr).toMatch(/asking again in \d+ ms \(same Idempotency-Key: one thread at most\)/);
+    } finally {
+      await front.close();
+    }
+  }, 90_000);
+
+  it("a post whose answer is lost is sent again under the same entry id: the thread holds it once, and it is not called already there", async () => {
+    const thread = (await ok(["new", "lost post"])).stdout.trim();
+    const front = await frontCuttingFirst(/\/entries$/);
+    try {
+      const r = await cli(["post", thread, "only once"], { env: front.env, timeoutMs: 60_000 });
+      const chats = (await api(`/api/threads/${thread}/entries`)).entries.filter((e: any) => e.payload.type === "chat");
+      expect({ code: r.code, stdout: r.stdout, chats: chats.map((e: any) => e.payload.text) })
+        .toEqual({ code: 0, stdout: `posted ${chats[0]?.id} at offset ${chats[0]?.offset}\n`, chats: ["only once"] });
+      expect(r.stderr).toMatch(/sending again in \d+ ms \(same entry id: posted once\)/);
+    } finally {
+      await front.close();
+    }
+  }, 90_000);
+
+  it("a resume whose answer is lost is asked again under the same Idempotency-Key: one run, and it is printed", async () => {
+    const parent = (await ok(["new", "lost resume", "--env", "demo"])).stdout.trim();
+    const child = (await ok(["delegate", parent, "fail: first run"])).stdout.trim();
+    expect((await cli(["tail", child, "--until-done"], { env: as(), timeoutMs: 60_000 })).code).toBe(1);
+    const front = await frontCuttingFirst(/\/resume$/);
+    try {
+      const r = await cli(["resume", child, "fail: second run"], { env: front.env, timeoutMs: 60_000 });
+      const claims = (await api(`/api/threads/${child}/entries`)).entries.filter((e: any) => e.id.startsWith("claim:")).map((e: any) => e.payload.runId);
+      expect({ code: r.code, claims: claims.length, sameKey: front.sameKey() }).toEqual({ code: 0, claims: 2, sameKey: true });
+      expect(r.stdout).toMatch(new RegExp(`^${child} (running|completed|failed) \\(run ${claims[1]}\\)\n$`));
+      expect(r.stderr).toMatch(/asking again in \d+ ms \(same Idempotency-Key: one run at most\)/);
+    } finally {
+      await front.close();
+    }
+  }, 120_000);
+});
+
 describe("tail over a flaky connection", () => {
   /** `threadbox tail <new thread> --json ...args` through a proxy the test can cut; `post` writes a chat with that id. */
   async function tailThroughProxy(title: string, args: string[], before: string[] = []) {

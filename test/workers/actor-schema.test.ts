@@ -18,7 +18,7 @@ describe("a thread actor's tables", () => {
       for (const table of ["stream_meta", "messages", "thread_row", "outbox", "deadlines", `schema_${THREAD_ACTOR_SCHEMA_VERSION}`]) {
         expect(names, table).toContain(table);
       }
-      for (const table of ["producers", "stream_fork", "launch_progress", "probe_state", "dispatch_turns", "dispatch_config", "stream_owner", "create_request"]) {
+      for (const table of ["producers", "stream_fork", "launch_progress", "probe_state", "dispatch_turns", "dispatch_config", "stream_owner", "create_request", "run_request"]) {
         expect(names, table).not.toContain(table);
       }
       expect(columns(state.storage.sql, "thread_row")).toContain("run_id");

@@ -747,6 +747,46 @@ describe("launch", () => {
     expect((await readAll(token, a.childThreadId)).entries.filter((e) => e.id.startsWith("claim:")).length).toBe(claimsBefore);
   });
 
+  it("resume with an Idempotency-Key: a retry answers the run the first one started and starts nothing more; the key with another message is a 409; without a key, nothing changes", async () => {
+    const token = await houseToken("house-resume-idem");
+    const envRes = await call("/api/environments", { method: "POST", token, json: { name: "t", provider: "test" } });
+    const envId = ((await envRes.json()) as { id: string }).id;
+    const parent = await createThread(token, { environmentId: envId });
+    const d = (await (await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "do it", model: "local/m" } })).json()) as { childThreadId: string; runId: string };
+    const child = d.childThreadId;
+    // Each run ends at once here (its launch fails: no stream URL).
+    const settled = () => vi.waitFor(async () => expect((await row(token, child)).status).not.toBe("running"), { timeout: 10_000, interval: 100 });
+    const claims = async () => (await readAll(token, child)).entries.filter((e) => e.id.startsWith("claim:")).map((e) => e.id);
+    const resume = (message: string, key?: string) =>
+      call(`/api/threads/${child}/resume`, { method: "POST", token, json: { message }, headers: key === undefined ? {} : { "idempotency-key": key } });
+    await settled();
+    const first = await resume("again", "k-r1");
+    expect([first.status, first.headers.get("idempotent-replayed")]).toEqual([202, null]);
+    const a = (await first.json()) as { threadId: string; runId: string; status: string };
+    expect(a).toMatchObject({ threadId: child, status: "running" });
+    // Retried (its answer was lost) while the run may still go on: the same run, never a 409 "already running".
+    const again = await resume("again", "k-r1");
+    expect([again.status, again.headers.get("idempotent-replayed")]).toEqual([202, "true"]);
+    expect(await again.json()).toMatchObject({ threadId: child, runId: a.runId });
+    await settled();
+    // Retried after that run ended: still a replay, and no third run.
+    const late = await resume("again", "k-r1");
+    expect([late.status, late.headers.get("idempotent-replayed")]).toEqual([202, "true"]);
+    expect(((await late.json()) as { runId: string }).runId).toBe(a.runId);
+    expect(await claims()).toEqual([`claim:${d.runId}`, `claim:${a.runId}`]);
+    // The same key with another message is refused, as for delegate and POST /api/threads.
+    const other = await resume("something else", "k-r1");
+    expect([other.status, await errorCode(other)]).toEqual([409, "conflict"]);
+    expect(await claims()).toHaveLength(2);
+    // Without a key: a new run each time, as before.
+    const plain = await resume("once more");
+    expect([plain.status, plain.headers.get("idempotent-replayed")]).toEqual([202, null]);
+    const p = (await plain.json()) as { runId: string };
+    expect(p.runId).not.toBe(a.runId);
+    expect(await claims()).toEqual([`claim:${d.runId}`, `claim:${a.runId}`, `claim:${p.runId}`]);
+    await settled();
+  });
+
   it("a launch that cannot start settles the run visibly (pi_failed with the reason), creating no box", async () => {
     const token = await houseToken("house-launch");
     const envRes = await call("/api/environments", { method: "POST", token, json: { name: "t", provider: "test" } });

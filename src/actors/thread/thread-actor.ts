@@ -48,6 +48,8 @@ const TOOL_CALL_WRITERS_SCHEMA: Schema = {
   ddl: `create table if not exists tool_call_writers (call_id text not null, writer text not null, primary key (call_id, writer)) without rowid`,
 };
 const CREATE_REQUEST_SCHEMA: Schema = { name: "create_request", ddl: `create table if not exists create_request (id integer primary key check (id = 1), fingerprint text not null)` };
+/** What a resume with an Idempotency-Key asked for, by the run it started: the same key with another request is refused. */
+const RUN_REQUEST_SCHEMA: Schema = { name: "run_request", ddl: `create table if not exists run_request (run_id text primary key, fingerprint text not null) without rowid` };
 
 /**
  * Bump when any of these schemas changes: an actor whose marker is older runs them (and their
@@ -76,7 +78,11 @@ export const TARGET_HEADER = "x-threadbox-target";
 export const ACTOR_ORIGIN = "https://actor";
 const SUBSCRIBE_PATH = `${ACTOR_ORIGIN}/subscribe`;
 
-export type RunStart = Omit<LaunchSpec, "runId" | "resumeBoxId"> & { authorId: string; resume: boolean; runId?: string };
+/**
+ * `runId`: named by a request with an Idempotency-Key, so its retry finds the run; `requestFingerprint`:
+ * what that request asked for (a resume's), kept with the run so the key with another request is refused.
+ */
+export type RunStart = Omit<LaunchSpec, "runId" | "resumeBoxId"> & { authorId: string; resume: boolean; runId?: string; requestFingerprint?: string };
 
 export type CreateThreadInput = {
   id: string;
@@ -132,6 +138,7 @@ export class ThreadActor extends DurableObject<Env> {
   private readonly threadPolicy: AppendPolicy;
   private knownThread = false;
   private readonly createRequest: LazySchema;
+  private readonly runRequest: LazySchema;
   private readonly toolCalls: ToolCallWriters;
   protected readonly plain: PlainStreamHost;
 
@@ -141,6 +148,7 @@ export class ThreadActor extends DurableObject<Env> {
     // Every store's tables in one batch for a new actor; one marker read for an existing one.
     prepareSchemas(sql, THREAD_ACTOR_SCHEMA_VERSION, THREAD_ACTOR_SCHEMAS);
     this.createRequest = new LazySchema(sql, CREATE_REQUEST_SCHEMA);
+    this.runRequest = new LazySchema(sql, RUN_REQUEST_SCHEMA);
     const toolCallTable = new LazySchema(sql, TOOL_CALL_WRITERS_SCHEMA);
     this.toolCalls = {
       has: (callId, writer) => toolCallTable.exists() && sql.exec(`select 1 from tool_call_writers where call_id = ? and writer = ?`, callId, writer).toArray().length > 0,
@@ -355,7 +363,12 @@ export class ThreadActor extends DurableObject<Env> {
     const row = this.requireThread(houseId);
     // A retried request that names its run (an Idempotency-Key) finds the run it started, even
     // once later runs (a resume) followed it: its claim is on the log.
-    if (spec.runId !== undefined && (row.runId === spec.runId || this.entryById(`claim:${spec.runId}`) !== null)) return { runId: spec.runId, replayed: true };
+    if (spec.runId !== undefined && (row.runId === spec.runId || this.entryById(`claim:${spec.runId}`) !== null)) {
+      if (spec.requestFingerprint !== undefined && this.runRequestFingerprint(spec.runId) !== spec.requestFingerprint) {
+        throw new ApiError("conflict", "this Idempotency-Key was used for a different request");
+      }
+      return { runId: spec.runId, replayed: true };
+    }
     if (row.status === "running") throw new ApiError("conflict", "thread is already running");
     if (spec.resume && row.status === "idle") throw new ApiError("conflict", "thread has no finished run to resume");
     const runId = spec.runId ?? crypto.randomUUID();
@@ -363,7 +376,11 @@ export class ThreadActor extends DurableObject<Env> {
     const prompt: Entry = { id: `prompt:${runId}`, ts: now, authorId: spec.authorId, payload: { type: "chat", text: spec.task, origin: spec.resume ? "resume" : "task", runId, dispatch: false } };
     const claim: Entry = { id: `claim:${runId}`, ts: now, authorId: "threadbox", payload: { type: STATUS_CHANGED, status: "running", reason: "launching", runId, ...claimedSettings(spec) } };
     this.appendInternal([prompt, claim]);
-    const { authorId: _author, runId: _named, ...launchSpec } = spec;
+    if (spec.requestFingerprint !== undefined) {
+      this.runRequest.ensure();
+      this.ctx.storage.sql.exec(`insert or replace into run_request (run_id, fingerprint) values (?, ?)`, runId, spec.requestFingerprint);
+    }
+    const { authorId: _author, runId: _named, requestFingerprint: _asked, ...launchSpec } = spec;
     // The claim takes the previous run's box off the row; a resume may go on on it.
     const resumeBoxId = spec.resume && row.boxId ? row.boxId : undefined;
     this.outbox.enqueue(`launch:${runId}`, "launch", { ...launchSpec, runId, ...(resumeBoxId ? { resumeBoxId } : {}) }, now);
@@ -619,6 +636,12 @@ export class ThreadActor extends DurableObject<Env> {
     if (!input.requestFingerprint || existing.houseId !== input.houseId) throw new ApiError("conflict", "thread already exists");
     if (stored !== input.requestFingerprint) throw new ApiError("conflict", "this Idempotency-Key was used for a different request");
     return existing;
+  }
+
+  /** What the request that started this run asked for, when it came with an Idempotency-Key. */
+  private runRequestFingerprint(runId: string): string | undefined {
+    if (!this.runRequest.exists()) return undefined;
+    return this.ctx.storage.sql.exec(`select fingerprint from run_request where run_id = ?`, runId).toArray()[0]?.fingerprint as string | undefined;
   }
 
   private requireThread(houseId: string): ThreadRow {
