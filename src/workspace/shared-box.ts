@@ -81,11 +81,19 @@ async function specKey(provider: string, spec: ReturnType<typeof sharedBoxSpec>)
 
 /**
  * A box the environment no longer keeps as its shared one: reaped as an ephemeral box is, now if
- * nothing runs on it, else when its last run ends (a failure is logged; its actor retries deletes).
+ * nothing runs on it, else when its last run ends. Its actor retries a delete the provider fails
+ * until the provider confirms; a retire that does not reach the actor is retried by the house's
+ * alarm (the house recorded it when it let the box go), so a failure here is only logged.
  */
 export async function retireSharedBox(env: Env, houseId: string, environmentId: string, boxId: string): Promise<void> {
-  await unwrapRpc(sandboxStub(env, boxId).retire(houseId)).catch((err) =>
-    logEvent("shared_box_retire_failed", { environmentId, boxId, error: errorMessage(err) }, "warn"));
+  try {
+    await unwrapRpc(sandboxStub(env, boxId).retire(houseId));
+  } catch (err) {
+    logEvent("shared_box_retire_failed", { environmentId, boxId, retriedBy: "house alarm", error: errorMessage(err) }, "warn");
+    return;
+  }
+  await unwrapRpc(houseStub(env, houseId).boxRetired(boxId)).catch((err) =>
+    logEvent("shared_box_retire_unrecorded", { environmentId, boxId, error: errorMessage(err) }, "warn"));
 }
 
 /** The environment's shared box as its actor sees it; null when it has none or the box cannot be read (logged). */

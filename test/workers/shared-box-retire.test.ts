@@ -3,13 +3,14 @@
 // still uses the box, the box's actor evicted meanwhile.
 import { describe, expect, it } from "vitest";
 import { env, evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
-import type { SandboxActor, ThreadActor } from "./test-worker";
+import type { HouseActor, SandboxActor, ThreadActor } from "./test-worker";
 import { call, createThread, houseToken, post } from "./helpers";
 import { sharedTestProvider } from "./register-test-provider";
 import { unwrapRpc } from "../../src/actors/rpc";
 import { DELETE_BACKOFF_MAX_MS } from "../../src/actors/sandbox/sandbox-decisions";
 
-const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor>; SANDBOXES: DurableObjectNamespace<SandboxActor> };
+const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor>; SANDBOXES: DurableObjectNamespace<SandboxActor>; HOUSES: DurableObjectNamespace<HouseActor> };
+const houseStub = (id: string) => E.HOUSES.get(E.HOUSES.idFromName(id));
 const boxStub = (id: string) => E.SANDBOXES.get(E.SANDBOXES.idFromName(id));
 const threadStub = (id: string) => E.THREADS.get(E.THREADS.idFromName(`thread:${id}`));
 
@@ -39,6 +40,16 @@ async function listed(token: string, id: string): Promise<string | undefined> {
 async function alarmAfter(boxId: string, ms: number): Promise<boolean> {
   await runInDurableObject(boxStub(boxId), (a: SandboxActor) => { a.advanceClock(ms); });
   return runDurableObjectAlarm(boxStub(boxId));
+}
+
+/** Runs the house's alarm as if `ms` had passed since now; false when it has none. */
+async function houseAlarmAfter(houseId: string, ms: number): Promise<boolean> {
+  await runInDurableObject(houseStub(houseId), (h: HouseActor) => { h.advanceClock(ms); });
+  return runDurableObjectAlarm(houseStub(houseId));
+}
+
+async function retirementsPending(houseId: string): Promise<string[]> {
+  return runInDurableObject(houseStub(houseId), (_h, state) => state.storage.sql.exec(`select box_id from box_retirements`).toArray().map((r) => r.box_id as string));
 }
 
 async function liveAtProvider(houseId: string): Promise<string[]> {
@@ -111,6 +122,38 @@ describe("a retired shared box", () => {
     expect((await post(token, t.id, { payload: { type: "signal.thread.status_changed", status: "completed", runId: "run-on-box" } })).status).toBe(201);
     await unwrapRpc(boxStub(boxId).detach(houseId, t.id));
     expect((await box(token, boxId)).state).toBe("deleted");
+    expect(await liveAtProvider(houseId)).toEqual([]);
+  });
+
+  it("whose retire does not reach its actor is retried by the house's alarm, across an eviction of the house, until the box is deleted", async () => {
+    const houseId = "house-retire-unreached";
+    const { token, boxId, ref } = await environmentWithSharedBox(houseId, "env_retire_unreached");
+    // The route's retire and the house's first retry both fail before the box actor writes anything.
+    await runInDurableObject(boxStub(boxId), (a: SandboxActor) => { a.failRetires(2); });
+    expect((await call("/api/environments/env_retire_unreached", { method: "PATCH", token, json: { sharedBox: false } })).status).toBe(200);
+    expect((await box(token, boxId)).state).toBe("live");
+    expect(await liveAtProvider(houseId)).toEqual([ref]);
+    await evictDurableObject(houseStub(houseId));
+    expect(await houseAlarmAfter(houseId, 60 * 60_000)).toBe(true);
+    expect((await box(token, boxId)).state).toBe("live");
+    expect(await houseAlarmAfter(houseId, 60 * 60_000)).toBe(true);
+    expect((await box(token, boxId)).state).toBe("deleted");
+    expect(await listed(token, boxId)).toBe("deleted");
+    expect(await liveAtProvider(houseId)).toEqual([]);
+    expect(await retirementsPending(houseId)).toEqual([]);
+    expect(await runDurableObjectAlarm(houseStub(houseId))).toBe(false);
+  });
+
+  it("that its retire reached at once leaves the house nothing to retry (also when the environment is deleted)", async () => {
+    const houseId = "house-retire-recorded";
+    const { token, boxId } = await environmentWithSharedBox(houseId, "env_retire_recorded");
+    expect((await call("/api/environments/env_retire_recorded", { method: "PATCH", token, json: { sharedBox: false } })).status).toBe(200);
+    expect((await box(token, boxId)).state).toBe("deleted");
+    expect(await retirementsPending(houseId)).toEqual([]);
+    const again = await environmentWithSharedBox(houseId, "env_retire_deleted");
+    expect((await call("/api/environments/env_retire_deleted", { method: "DELETE", token })).status).toBe(204);
+    expect((await box(token, again.boxId)).state).toBe("deleted");
+    expect(await retirementsPending(houseId)).toEqual([]);
     expect(await liveAtProvider(houseId)).toEqual([]);
   });
 });

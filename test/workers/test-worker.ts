@@ -243,6 +243,19 @@ export class ThreadActor extends ProductionThreadActor {
 
 /** The house index, with a switch that makes its next thread updates fail (an index outage). */
 export class HouseActor extends ProductionHouseActor {
+  private readonly testClock: ShiftedClock;
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    const clock = new ShiftedClock();
+    super(ctx, env, clock);
+    this.testClock = clock;
+  }
+
+  /** Moves this house's clock forward (its alarm's deadlines come due without waiting). */
+  advanceClock(ms: number): void {
+    this.testClock.skewMs += ms;
+  }
+
   private failingThreadUpserts = 0;
 
   failThreadUpserts(count: number): void {
@@ -360,6 +373,21 @@ export class SandboxActor extends ProductionSandboxActor {
       await hold.gate;
     }
     return answer;
+  }
+
+  private failingRetires = 0;
+
+  /** The next `count` retires of this box fail before anything is written (the actor unreachable). */
+  failRetires(count: number): void {
+    this.failingRetires = count;
+  }
+
+  override async retire(houseId: string) {
+    if (this.failingRetires > 0) {
+      this.failingRetires--;
+      throw new Error("box actor unavailable (test)");
+    }
+    return super.retire(houseId);
   }
 
   private failingViews = 0;
