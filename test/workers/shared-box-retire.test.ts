@@ -156,4 +156,50 @@ describe("a retired shared box", () => {
     expect(await retirementsPending(houseId)).toEqual([]);
     expect(await liveAtProvider(houseId)).toEqual([]);
   });
+
+  it("made for an environment deleted while it was made, whose delete does not reach its actor, is retried by the house's alarm until it is deleted", async () => {
+    const houseId = "house-orphan-unreached";
+    const token = await houseToken(houseId);
+    const provider = sharedTestProvider();
+    provider.execHandler = () => ({ exitCode: 0, output: "ok" });
+    expect((await call("/api/environments", { method: "POST", token, json: { id: "env_orphan", name: "s", provider: "test", sharedBox: true } })).status).toBe(201);
+    const create = provider.create;
+    // The delete lands while the provider makes the box; the box's actor is then unreachable once.
+    provider.create = async function (this: typeof provider, opts) {
+      provider.create = create;
+      expect((await call("/api/environments/env_orphan", { method: "DELETE", token })).status).toBe(204);
+      await runInDurableObject(boxStub("any-box"), (a: SandboxActor) => { a.failDeletesOfAnyBox(1); });
+      return create.call(this, opts);
+    };
+    try {
+      expect((await call("/api/environments/env_orphan/exec", { method: "POST", token, json: { command: "true" } })).status).toBe(404);
+    } finally {
+      provider.create = create;
+      await runInDurableObject(boxStub("any-box"), (a: SandboxActor) => { a.failDeletesOfAnyBox(0); });
+    }
+    expect(await liveAtProvider(houseId)).toHaveLength(1);
+    await evictDurableObject(houseStub(houseId));
+    expect(await houseAlarmAfter(houseId, 60 * 60_000)).toBe(true);
+    expect(await liveAtProvider(houseId)).toEqual([]);
+    const { sandboxes } = (await (await call("/api/sandboxes", { token })).json()) as { sandboxes: BoxView[] };
+    expect(sandboxes.map((b) => b.state)).toEqual(["deleted"]);
+    expect(await retirementsPending(houseId)).toEqual([]);
+  });
+
+  it("made for an environment whose box actor cannot register it is deleted at the provider, not left live with no actor to reap it", async () => {
+    const houseId = "house-shared-register-fails";
+    const token = await houseToken(houseId);
+    sharedTestProvider().execHandler = () => ({ exitCode: 0, output: "ok" });
+    expect((await call("/api/environments", { method: "POST", token, json: { id: "env_unregistered", name: "s", provider: "test", sharedBox: true } })).status).toBe(201);
+    await runInDurableObject(boxStub("any-box"), (a: SandboxActor) => { a.failRegistersOfAnyBox(1); });
+    try {
+      expect((await call("/api/environments/env_unregistered/exec", { method: "POST", token, json: { command: "true" } })).status).toBeGreaterThanOrEqual(500);
+    } finally {
+      await runInDurableObject(boxStub("any-box"), (a: SandboxActor) => { a.failRegistersOfAnyBox(0); });
+    }
+    expect(await liveAtProvider(houseId)).toEqual([]);
+    // The next command makes the box afresh.
+    expect((await call("/api/environments/env_unregistered/exec", { method: "POST", token, json: { command: "true" } })).status).toBe(200);
+    expect(await liveAtProvider(houseId)).toHaveLength(1);
+  });
 });

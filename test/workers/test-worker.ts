@@ -383,11 +383,30 @@ export class SandboxActor extends ProductionSandboxActor {
   }
 
   override async retire(houseId: string) {
-    if (this.failingRetires > 0) {
-      this.failingRetires--;
+    if (this.failingRetires > 0 || SandboxActor.failingDeletesOfAnyBox > 0) {
+      if (this.failingRetires > 0) this.failingRetires--;
+      else SandboxActor.failingDeletesOfAnyBox--;
       throw new Error("box actor unavailable (test)");
     }
     return super.retire(houseId);
+  }
+
+  private static failingDeletesOfAnyBox = 0;
+
+  /**
+   * The next `count` retires or deletes (`destroy`) of any box fail before anything is written (its
+   * actor unreachable): for a box whose id a test cannot know in advance.
+   */
+  failDeletesOfAnyBox(count: number): void {
+    SandboxActor.failingDeletesOfAnyBox = count;
+  }
+
+  override async destroy(houseId: string, force: boolean) {
+    if (SandboxActor.failingDeletesOfAnyBox > 0) {
+      SandboxActor.failingDeletesOfAnyBox--;
+      throw new Error("box actor unavailable (test)");
+    }
+    return super.destroy(houseId, force);
   }
 
   private failingViews = 0;
@@ -405,9 +424,17 @@ export class SandboxActor extends ProductionSandboxActor {
     return super.view(houseId);
   }
 
+  private static failingRegistersOfAnyBox = 0;
+
+  /** The next `count` registers of any box fail before anything is written (for a box whose id a test cannot know). */
+  failRegistersOfAnyBox(count: number): void {
+    SandboxActor.failingRegistersOfAnyBox = count;
+  }
+
   override async register(input: RegisterBoxInput) {
-    if (this.failingRegisters > 0) {
-      this.failingRegisters--;
+    if (this.failingRegisters > 0 || SandboxActor.failingRegistersOfAnyBox > 0) {
+      if (this.failingRegisters > 0) this.failingRegisters--;
+      else SandboxActor.failingRegistersOfAnyBox--;
       throw new Error("box actor unavailable (test)");
     }
     return super.register(input);

@@ -177,10 +177,10 @@ export class HouseActor extends DurableObject<Env> {
    * Records, in the transaction that lets the box go, that it is to be retired: if the caller's
    * retire does not reach the box, the alarm retries it (a shared box is never reaped otherwise).
    */
-  private retireLater(e: Environment, boxId: string): void {
+  private retireLater(houseId: string, environmentId: string, boxId: string): void {
     this.ctx.storage.sql.exec(
       `insert into box_retirements (box_id, house_id, environment_id, next_at) values (?, ?, ?, ?) on conflict(box_id) do nothing`,
-      boxId, e.houseId, e.id, this.clock.now() + RETIRE_RETRY_FIRST_MS,
+      boxId, houseId, environmentId, this.clock.now() + RETIRE_RETRY_FIRST_MS,
     );
   }
 
@@ -331,7 +331,7 @@ export class HouseActor extends DurableObject<Env> {
     const environment = kept && e.sharedBox ? { ...e, sharedBoxId: kept } : e;
     this.putEnvironmentSync(environment);
     const retiredBoxId = kept && !e.sharedBox ? kept : null;
-    if (retiredBoxId) this.retireLater(e, retiredBoxId);
+    if (retiredBoxId) this.retireLater(e.houseId, e.id, retiredBoxId);
     return { environment, retiredBoxId };
   }
 
@@ -347,7 +347,7 @@ export class HouseActor extends DurableObject<Env> {
         const archiveStreams = this.folderVersionsSync(id).map((v) => v.stream);
         const e = this.getEnvironmentSync(id);
         const sharedBoxId = e?.sharedBoxId ?? null;
-        if (e && sharedBoxId) this.retireLater(e, sharedBoxId);
+        if (e && sharedBoxId) this.retireLater(e.houseId, e.id, sharedBoxId);
         this.ctx.storage.sql.exec(`delete from environments where id = ?`, id);
         this.ctx.storage.sql.exec(`delete from folder_versions where environment_id = ?`, id);
         return { archiveStreams, sharedBoxId };
@@ -374,24 +374,29 @@ export class HouseActor extends DurableObject<Env> {
    * The environment's shared box: the first registered box wins, so two concurrent first
    * commands cannot leave two shared boxes behind (the loser deletes its own).
    */
-  async claimSharedBox(environmentId: string, boxId: string, replace: string | null) {
+  async claimSharedBox(houseId: string, environmentId: string, boxId: string, replace: string | null) {
     return settle(async () => {
-      const winner = this.ctx.storage.transactionSync(() => this.claimSharedBoxSync(environmentId, boxId, replace));
-      if (winner === boxId && replace) await this.armForRetirements();
-      return winner;
+      const claim = this.ctx.storage.transactionSync(() => this.claimSharedBoxSync(houseId, environmentId, boxId, replace));
+      // The box the claim lets go (the one offered, when it is not taken; the one it replaces) is the caller's to retire.
+      if (claim.winner !== boxId || replace) await this.armForRetirements();
+      // Turned off while the box was made: recorded, it would stay live with nothing to use or reap it.
+      if (claim.refused) throw new ApiError("conflict", "this environment keeps no shared box (set sharedBox: true)");
+      return claim.winner;
     });
   }
 
-  private claimSharedBoxSync(environmentId: string, boxId: string, replace: string | null): string | null {
+  private claimSharedBoxSync(houseId: string, environmentId: string, boxId: string, replace: string | null): { winner: string | null; refused?: true } {
     const e = this.getEnvironmentSync(environmentId);
-    if (!e) return null;
-    // Turned off while the box was made: recorded, it would stay live with nothing to use or reap it.
-    if (!e.sharedBox) throw new ApiError("conflict", "this environment keeps no shared box (set sharedBox: true)");
-    if (e.sharedBoxId && e.sharedBoxId !== replace) return e.sharedBoxId;
+    if (!e || !e.sharedBox || (e.sharedBoxId && e.sharedBoxId !== replace)) {
+      // Not taken (the environment is gone, keeps no shared box, or another box won): no environment
+      // will use or delete the box offered, so it is to be retired as one let go is.
+      this.retireLater(houseId, environmentId, boxId);
+      return !e ? { winner: null } : !e.sharedBox ? { winner: null, refused: true } : { winner: e.sharedBoxId! };
+    }
     this.putEnvironmentSync({ ...e, sharedBoxId: boxId });
     // The box it replaces is the environment's no more: the caller retires it.
-    if (e.sharedBoxId && e.sharedBoxId !== boxId) this.retireLater(e, e.sharedBoxId);
-    return boxId;
+    if (e.sharedBoxId && e.sharedBoxId !== boxId) this.retireLater(houseId, e.id, e.sharedBoxId);
+    return { winner: boxId };
   }
 
   async listEnvironments() {
