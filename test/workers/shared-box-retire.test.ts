@@ -202,4 +202,17 @@ describe("a retired shared box", () => {
     expect((await call("/api/environments/env_unregistered/exec", { method: "POST", token, json: { command: "true" } })).status).toBe(200);
     expect(await liveAtProvider(houseId)).toHaveLength(1);
   });
+
+  it("deleted while the house's index could not be told: the house's retry of the retire puts GET /api/sandboxes right", async () => {
+    const houseId = "house-retire-index-down";
+    const { token, boxId } = await environmentWithSharedBox(houseId, "env_retire_index");
+    await runInDurableObject(houseStub(houseId), (h: HouseActor) => { h.failBoxUpserts(1); });
+    expect((await call("/api/environments/env_retire_index", { method: "PATCH", token, json: { sharedBox: false } })).status).toBe(200);
+    expect((await box(token, boxId)).state).toBe("deleted");
+    expect(await liveAtProvider(houseId)).toEqual([]);
+    expect(await listed(token, boxId)).toBe("live"); // the index missed it
+    expect(await houseAlarmAfter(houseId, 60 * 60_000)).toBe(true);
+    expect(await listed(token, boxId)).toBe("deleted");
+    expect(await retirementsPending(houseId)).toEqual([]);
+  });
 });

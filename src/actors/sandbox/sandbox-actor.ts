@@ -349,8 +349,10 @@ export class SandboxActor extends DurableObject<Env> {
           await this.recomputeAlarm();
           if (!this.deleting) await this.dueDelete();
         }
-        await this.syncIndex();
       }
+      // Also for a box already gone: a retire tried again (the index was not reached the first
+      // time) puts the house's listing right.
+      await this.syncIndex();
       return this.viewOf(houseId);
     });
   }
