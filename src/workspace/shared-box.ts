@@ -56,7 +56,7 @@ export async function ensureSharedBox(env: Env, houseId: string, e: Environment)
   const letGo = () => retireSharedBox(env, houseId, e.id, boxId);
   let winner: string | null;
   try {
-    winner = (await unwrapRpc(houseStub(env, houseId).claimSharedBox(houseId, e.id, boxId, e.sharedBoxId ?? null))) as string | null;
+    winner = (await unwrapRpc(houseStub(env, houseId).claimSharedBox(e.id, boxId, e.sharedBoxId ?? null, houseId))) as string | null;
   } catch (err) {
     // Refused, or the house not reached (then nothing recorded it: this is the one try).
     await letGo();

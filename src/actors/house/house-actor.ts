@@ -374,9 +374,9 @@ export class HouseActor extends DurableObject<Env> {
    * The environment's shared box: the first registered box wins, so two concurrent first
    * commands cannot leave two shared boxes behind (the loser deletes its own).
    */
-  async claimSharedBox(houseId: string, environmentId: string, boxId: string, replace: string | null) {
+  async claimSharedBox(environmentId: string, boxId: string, replace: string | null, houseId?: string) {
     return settle(async () => {
-      const claim = this.ctx.storage.transactionSync(() => this.claimSharedBoxSync(houseId, environmentId, boxId, replace));
+      const claim = this.ctx.storage.transactionSync(() => this.claimSharedBoxSync(environmentId, boxId, replace, houseId));
       // The box the claim lets go (the one offered, when it is not taken; the one it replaces) is the caller's to retire.
       if (claim.winner !== boxId || replace) await this.armForRetirements();
       // Turned off while the box was made: recorded, it would stay live with nothing to use or reap it.
@@ -385,17 +385,19 @@ export class HouseActor extends DurableObject<Env> {
     });
   }
 
-  private claimSharedBoxSync(houseId: string, environmentId: string, boxId: string, replace: string | null): { winner: string | null; refused?: true } {
+  private claimSharedBoxSync(environmentId: string, boxId: string, replace: string | null, houseId: string | undefined): { winner: string | null; refused?: true } {
     const e = this.getEnvironmentSync(environmentId);
     if (!e || !e.sharedBox || (e.sharedBoxId && e.sharedBoxId !== replace)) {
       // Not taken (the environment is gone, keeps no shared box, or another box won): no environment
-      // will use or delete the box offered, so it is to be retired as one let go is.
-      this.retireLater(houseId, environmentId, boxId);
+      // will use or delete the box offered, so it is to be retired as one let go is. (A caller older
+      // than this rule sends no house id; it deletes the box itself.)
+      const house = e?.houseId ?? houseId;
+      if (house) this.retireLater(house, environmentId, boxId);
       return !e ? { winner: null } : !e.sharedBox ? { winner: null, refused: true } : { winner: e.sharedBoxId! };
     }
     this.putEnvironmentSync({ ...e, sharedBoxId: boxId });
     // The box it replaces is the environment's no more: the caller retires it.
-    if (e.sharedBoxId && e.sharedBoxId !== boxId) this.retireLater(houseId, e.id, e.sharedBoxId);
+    if (e.sharedBoxId && e.sharedBoxId !== boxId) this.retireLater(e.houseId, e.id, e.sharedBoxId);
     return { winner: boxId };
   }
 
