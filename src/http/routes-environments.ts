@@ -118,7 +118,8 @@ export async function deleteEnvironmentRoute(request: Request, env: Env, id: str
   for (const stream of archiveStreams) if (!deleted.has(stream)) await deleteArchive(env, claims.houseId, stream);
   // A shared box claimed while this delete went on: no environment will use or delete it, and a
   // shared box is never reaped, so it goes as a retired one does (once its command or run ends).
-  if (sharedBoxId && sharedBoxId !== e.sharedBoxId) await retireSharedBox(env, claims.houseId, e.id, sharedBoxId);
+  // The one deleted above is retired too: a no-op that tells the house it has nothing left to retry.
+  if (sharedBoxId) await retireSharedBox(env, claims.houseId, e.id, sharedBoxId);
   return new Response(null, { status: 204 });
 }
 

@@ -12,10 +12,9 @@ import { providerApiError } from "../sandbox/api-errors";
 import { houseStub, newId, sandboxStub } from "./actors";
 import { readOptionalBody } from "./body";
 import { unwrapRpc } from "../actors/rpc";
-import { createBox } from "../actors/sandbox/late-box";
+import { createBox, deleteUnregisteredBox } from "../actors/sandbox/late-box";
 import type { BoxView } from "../actors/sandbox/sandbox-actor";
 import { idempotencyKey, idempotentBoxId, requestFingerprint as idempotentFingerprint } from "../threads/idempotency";
-import { errorMessage, logEvent } from "../domain/log-event";
 
 const listSchema = z.object({
   state: z.enum(["provisioning", "live", "dead", "deleted"]).optional(),
@@ -82,8 +81,8 @@ export async function createSandboxRoute(request: Request, env: Env): Promise<Re
   }
   // A request with the same key that ran beside this one registered its box first: that box is
   // the answer (or, for another body, the 409), and the one made here goes.
-  const dropMine = () => providerFor(env, body.provider).delete(info.ref).catch((err) =>
-    logEvent("duplicate_box_delete_failed", { houseId: claims.houseId, boxId, providerRef: info.ref, error: errorMessage(err) }, "warn"));
+  // No box actor has it: a delete the provider fails is retried by a watch of it.
+  const dropMine = () => deleteUnregisteredBox(env, claims.houseId, body.provider, info.ref);
   let view: BoxView;
   try {
     view = await unwrapRpc(stub.register({

@@ -9,7 +9,7 @@ import { newId } from "../http/actors";
 import { egressSettings, providerVolumes } from "./box-config";
 import { LABEL_SPEC } from "../sandbox/provider";
 import { errorMessage, logEvent } from "../domain/log-event";
-import { createBox } from "../actors/sandbox/late-box";
+import { createBox, deleteUnregisteredBox } from "../actors/sandbox/late-box";
 
 /**
  * The environment's one long-lived box (`boxMode: "shared"`): created on first use, then used by
@@ -39,26 +39,35 @@ export async function ensureSharedBox(env: Env, houseId: string, e: Environment)
   }
   const info = await createBox(env, houseId, e.provider, { labels: { house: houseId, environment: e.id, spec: key }, ephemeral: false, env: e.env, ...spec });
   const boxId = newId("box_");
-  const view = await unwrapRpc(sandboxStub(env, boxId).register({
-    boxId, houseId, provider: e.provider, providerRef: info.ref, ephemeral: false, labels: info.labels,
-  }));
-  // The environment deleted, or keeping no shared box any more, while its box was made: no
-  // environment will ever use or delete this box, and a shared box is never reaped.
-  const orphan = () => unwrapRpc(sandboxStub(env, boxId).destroy(houseId, true)).catch((err) => logEvent("shared_box_orphan_delete_failed", { environmentId: e.id, boxId, error: errorMessage(err) }, "warn"));
+  let view;
+  try {
+    view = await unwrapRpc(sandboxStub(env, boxId).register({
+      boxId, houseId, provider: e.provider, providerRef: info.ref, ephemeral: false, labels: info.labels,
+    }));
+  } catch (err) {
+    // No actor has the box: nothing else would ever delete it.
+    await deleteUnregisteredBox(env, houseId, e.provider, info.ref);
+    throw err;
+  }
+  // The environment deleted, or keeping no shared box any more, while its box was made, or another
+  // first use's box won: no environment will ever use or delete this box, and a shared box is never
+  // reaped. It is retired (deleted now: nothing runs on it); the house, which recorded that when it
+  // did not take the box, retries a retire that does not reach the box.
+  const letGo = () => retireSharedBox(env, houseId, e.id, boxId);
   let winner: string | null;
   try {
-    winner = (await unwrapRpc(houseStub(env, houseId).claimSharedBox(e.id, boxId, e.sharedBoxId ?? null))) as string | null;
+    winner = (await unwrapRpc(houseStub(env, houseId).claimSharedBox(e.id, boxId, e.sharedBoxId ?? null, houseId))) as string | null;
   } catch (err) {
-    if (err instanceof ApiError && err.code === "conflict") await orphan();
+    // Refused, or the house not reached (then nothing recorded it: this is the one try).
+    await letGo();
     throw err;
   }
   if (winner === null) {
-    await orphan();
+    await letGo();
     throw new ApiError("not_found", "environment not found");
   }
   if (winner !== boxId) {
-    // The box actor keeps retrying a failed delete by alarm; the log says this one lost the race.
-    await unwrapRpc(sandboxStub(env, boxId).destroy(houseId, true)).catch((err) => logEvent("shared_box_loser_delete_failed", { environmentId: e.id, boxId, error: errorMessage(err) }, "warn"));
+    await letGo();
     const other = await unwrapRpc(sandboxStub(env, winner).view(houseId));
     return { id: other.id, providerRef: other.providerRef, created: false };
   }
@@ -81,11 +90,19 @@ async function specKey(provider: string, spec: ReturnType<typeof sharedBoxSpec>)
 
 /**
  * A box the environment no longer keeps as its shared one: reaped as an ephemeral box is, now if
- * nothing runs on it, else when its last run ends (a failure is logged; its actor retries deletes).
+ * nothing runs on it, else when its last run ends. Its actor retries a delete the provider fails
+ * until the provider confirms; a retire that does not reach the actor is retried by the house's
+ * alarm (the house recorded it when it let the box go), so a failure here is only logged.
  */
 export async function retireSharedBox(env: Env, houseId: string, environmentId: string, boxId: string): Promise<void> {
-  await unwrapRpc(sandboxStub(env, boxId).retire(houseId)).catch((err) =>
-    logEvent("shared_box_retire_failed", { environmentId, boxId, error: errorMessage(err) }, "warn"));
+  try {
+    await unwrapRpc(sandboxStub(env, boxId).retire(houseId));
+  } catch (err) {
+    logEvent("shared_box_retire_failed", { environmentId, boxId, retriedBy: "house alarm", error: errorMessage(err) }, "warn");
+    return;
+  }
+  await unwrapRpc(houseStub(env, houseId).boxRetired(boxId)).catch((err) =>
+    logEvent("shared_box_retire_unrecorded", { environmentId, boxId, error: errorMessage(err) }, "warn"));
 }
 
 /** The environment's shared box as its actor sees it; null when it has none or the box cannot be read (logged). */

@@ -7,6 +7,7 @@ import { sharedTestProvider } from "./register-test-provider";
 import { LABEL_RUN } from "../../src/sandbox/provider";
 import { unwrapRpc } from "../../src/actors/rpc";
 import { launchBoxId, type LaunchStep } from "../../src/threads/launch-progress";
+import { lateBoxWatchId } from "../../src/actors/sandbox/late-box";
 import { idempotentDelegation } from "../../src/threads/idempotency";
 import { tarArchive } from "../support/tar";
 import { call, createThread, houseToken, post, readAll, runToken } from "./helpers";
@@ -805,6 +806,28 @@ describe("a launch that fails between making its box and assigning it to the run
     await runInDurableObject(boxStub(launchBoxId(runId)), (a: SandboxActor) => a.failRegisters(1));
     await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice", runId }));
     await expectLaunchFailed(token, t.id, runId, "box actor unavailable (test)");
+  }, 30_000);
+
+  it("a box whose delete the provider then fails is not left live: a watch of it retries the delete until the provider confirms", async () => {
+    const houseId = "house-register-fails-delete-fails";
+    const { token, t, stub } = await launchableThread(houseId);
+    const provider = sharedTestProvider();
+    const runId = crypto.randomUUID();
+    await runInDurableObject(boxStub(launchBoxId(runId)), (a: SandboxActor) => a.failRegisters(1));
+    provider.failDeletes(2, "unavailable");
+    await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice", runId }));
+    await vi.waitFor(async () => {
+      expect(((await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string }).status).toBe("failed");
+    }, { timeout: 10_000 });
+    const [made] = await provider.list({ [LABEL_RUN]: runId });
+    expect(made).toBeDefined(); // its delete failed: still there
+    const watch = boxStub(lateBoxWatchId("test", made.ref));
+    for (let look = 1; look <= 2; look++) {
+      await runInDurableObject(watch, (a: SandboxActor) => { a.advanceClock(10 * 60_000); });
+      expect(await runDurableObjectAlarm(watch), `look ${look}`).toBe(true);
+    }
+    expect(await provider.list({ [LABEL_RUN]: runId })).toEqual([]);
+    expect(await runDurableObjectAlarm(watch)).toBe(false);
   }, 30_000);
 });
 

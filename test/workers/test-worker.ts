@@ -243,6 +243,19 @@ export class ThreadActor extends ProductionThreadActor {
 
 /** The house index, with a switch that makes its next thread updates fail (an index outage). */
 export class HouseActor extends ProductionHouseActor {
+  private readonly testClock: ShiftedClock;
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    const clock = new ShiftedClock();
+    super(ctx, env, clock);
+    this.testClock = clock;
+  }
+
+  /** Moves this house's clock forward (its alarm's deadlines come due without waiting). */
+  advanceClock(ms: number): void {
+    this.testClock.skewMs += ms;
+  }
+
   private failingThreadUpserts = 0;
 
   failThreadUpserts(count: number): void {
@@ -362,6 +375,40 @@ export class SandboxActor extends ProductionSandboxActor {
     return answer;
   }
 
+  private failingRetires = 0;
+
+  /** The next `count` retires of this box fail before anything is written (the actor unreachable). */
+  failRetires(count: number): void {
+    this.failingRetires = count;
+  }
+
+  override async retire(houseId: string) {
+    if (this.failingRetires > 0 || SandboxActor.failingDeletesOfAnyBox > 0) {
+      if (this.failingRetires > 0) this.failingRetires--;
+      else SandboxActor.failingDeletesOfAnyBox--;
+      throw new Error("box actor unavailable (test)");
+    }
+    return super.retire(houseId);
+  }
+
+  private static failingDeletesOfAnyBox = 0;
+
+  /**
+   * The next `count` retires or deletes (`destroy`) of any box fail before anything is written (its
+   * actor unreachable): for a box whose id a test cannot know in advance.
+   */
+  failDeletesOfAnyBox(count: number): void {
+    SandboxActor.failingDeletesOfAnyBox = count;
+  }
+
+  override async destroy(houseId: string, force: boolean) {
+    if (SandboxActor.failingDeletesOfAnyBox > 0) {
+      SandboxActor.failingDeletesOfAnyBox--;
+      throw new Error("box actor unavailable (test)");
+    }
+    return super.destroy(houseId, force);
+  }
+
   private failingViews = 0;
 
   /** The next `count` reads of this box's view fail (the actor unreachable for a moment). */
@@ -377,9 +424,17 @@ export class SandboxActor extends ProductionSandboxActor {
     return super.view(houseId);
   }
 
+  private static failingRegistersOfAnyBox = 0;
+
+  /** The next `count` registers of any box fail before anything is written (for a box whose id a test cannot know). */
+  failRegistersOfAnyBox(count: number): void {
+    SandboxActor.failingRegistersOfAnyBox = count;
+  }
+
   override async register(input: RegisterBoxInput) {
-    if (this.failingRegisters > 0) {
-      this.failingRegisters--;
+    if (this.failingRegisters > 0 || SandboxActor.failingRegistersOfAnyBox > 0) {
+      if (this.failingRegisters > 0) this.failingRegisters--;
+      else SandboxActor.failingRegistersOfAnyBox--;
       throw new Error("box actor unavailable (test)");
     }
     return super.register(input);

@@ -8,11 +8,12 @@ import { settle, unwrapRpc } from "../rpc";
 import { applyAgentPatch, type Agent, type AgentPatch } from "../../agents";
 import type { Candidate } from "../../dispatch/selection";
 import { ApiError } from "../../errors";
-import { plainStreamStub, threadStub } from "../stubs";
+import { plainStreamStub, sandboxStub, threadStub } from "../stubs";
 import { SubscriptionService, type SubResult } from "../../subscriptions/service";
 import type { AckRequest, SubscriptionInput } from "../../subscriptions/rules";
 import { plainStreamRequest } from "../../streams/internal-request";
-import { logEvent } from "../../domain/log-event";
+import { errorMessage, logEvent } from "../../domain/log-event";
+import { backoffDelayMs } from "../../domain/backoff";
 import { systemClock, type Clock } from "../clock";
 
 export type ThreadSummary = {
@@ -54,6 +55,13 @@ export type SubscriptionOp =
 
 const WEBHOOK_TIMEOUT_MS = 10_000;
 
+/**
+ * A shared box the house let go is retired by the caller at once; the house's alarm retries one
+ * that could not be (its actor unreachable) this long after, then with backoff up to the maximum.
+ */
+const RETIRE_RETRY_FIRST_MS = 30_000;
+const RETIRE_RETRY_MAX_MS = 10 * 60_000;
+
 /** `before` (a `createdAt`) with `beforeId` resumes a listing after that thread, including threads made in the same millisecond. */
 export type ThreadFilter = { parentKind?: string; parentId?: string; status?: ThreadStatus; environmentId?: string; limit: number; before?: string; beforeId?: string };
 
@@ -81,6 +89,11 @@ export class HouseActor extends DurableObject<Env> {
       environment_id text not null, name text not null, version integer not null, body text not null,
       primary key (environment_id, name, version))`);
     ctx.storage.sql.exec(`create table if not exists house_meta (id integer primary key check (id = 1), house_id text not null)`);
+    // Shared boxes no environment keeps any more, until their box actor has taken the retire (see retireLater).
+    ctx.storage.sql.exec(`create table if not exists box_retirements (
+      box_id text primary key, house_id text not null, environment_id text not null, attempts integer not null default 0, next_at integer not null)`);
+    // When each user of the one alarm wants it (the subscriptions); the retirements' own times are in their table.
+    ctx.storage.sql.exec(`create table if not exists alarm_wants (owner text primary key, at integer not null)`);
     this.subscriptions = new SubscriptionService({
       sql: ctx.storage.sql,
       now: () => clock.now(),
@@ -100,8 +113,9 @@ export class HouseActor extends DurableObject<Env> {
       },
       linked: (_houseId, path) => plainStreamStub(env, _houseId, path).subscriptionsChanged(),
       setAlarm: async (at) => {
-        if (at === null) await ctx.storage.deleteAlarm();
-        else await ctx.storage.setAlarm(at);
+        if (at === null) ctx.storage.sql.exec(`delete from alarm_wants where owner = 'subscriptions'`);
+        else ctx.storage.sql.exec(`insert into alarm_wants (owner, at) values ('subscriptions', ?) on conflict(owner) do update set at = excluded.at`, at);
+        await this.armAlarm();
       },
       log: (event, fields) => logEvent(event, fields, "warn"),
     });
@@ -146,6 +160,65 @@ export class HouseActor extends DurableObject<Env> {
   async alarm(): Promise<void> {
     const houseId = this.ctx.storage.sql.exec(`select house_id from house_meta where id = 1`).toArray()[0]?.house_id as string | undefined;
     if (houseId) await this.subscriptions.alarm(houseId);
+    await this.retryRetirements();
+    await this.armAlarm();
+  }
+
+  /** The one alarm, at the earliest time one of its users wants it. */
+  private async armAlarm(): Promise<void> {
+    const at = this.ctx.storage.sql.exec(
+      `select min(at) as at from (select at from alarm_wants union all select next_at as at from box_retirements)`,
+    ).toArray()[0]?.at as number | null | undefined;
+    if (at == null) await this.ctx.storage.deleteAlarm();
+    else await this.ctx.storage.setAlarm(at);
+  }
+
+  /**
+   * Records, in the transaction that lets the box go, that it is to be retired: if the caller's
+   * retire does not reach the box, the alarm retries it (a shared box is never reaped otherwise).
+   */
+  private retireLater(houseId: string, environmentId: string, boxId: string): void {
+    this.ctx.storage.sql.exec(
+      `insert into box_retirements (box_id, house_id, environment_id, next_at) values (?, ?, ?, ?) on conflict(box_id) do nothing`,
+      boxId, houseId, environmentId, this.clock.now() + RETIRE_RETRY_FIRST_MS,
+    );
+  }
+
+  /** Arms the alarm for the retirements just recorded, never later than it was. */
+  private async armForRetirements(): Promise<void> {
+    const at = this.ctx.storage.sql.exec(`select min(next_at) as at from box_retirements`).toArray()[0]?.at as number | null | undefined;
+    if (at == null) return;
+    const current = await this.ctx.storage.getAlarm();
+    if (current === null || current > at) await this.ctx.storage.setAlarm(at);
+  }
+
+  /** The box's actor has taken the retire (it deletes the box from now on, retrying until the provider confirms). */
+  async boxRetired(boxId: string) {
+    return settle(() => {
+      this.ctx.storage.sql.exec(`delete from box_retirements where box_id = ?`, boxId);
+    });
+  }
+
+  private async retryRetirements(): Promise<void> {
+    const now = this.clock.now();
+    const due = this.ctx.storage.sql.exec(`select * from box_retirements where next_at <= ?`, now).toArray();
+    for (const r of due) {
+      const boxId = r.box_id as string;
+      try {
+        await unwrapRpc(sandboxStub(this.env, boxId).retire(r.house_id as string));
+        this.ctx.storage.sql.exec(`delete from box_retirements where box_id = ?`, boxId);
+      } catch (err) {
+        // A box its actor does not know (never registered, or of no such house) has nothing to retire.
+        if (err instanceof ApiError && err.code === "not_found") {
+          this.ctx.storage.sql.exec(`delete from box_retirements where box_id = ?`, boxId);
+          continue;
+        }
+        const attempts = (r.attempts as number) + 1;
+        const at = this.clock.now() + backoffDelayMs(attempts, RETIRE_RETRY_FIRST_MS, RETIRE_RETRY_MAX_MS);
+        logEvent("shared_box_retire_failed", { environmentId: r.environment_id, boxId, attempts, retryAt: at, error: errorMessage(err) }, "warn");
+        this.ctx.storage.sql.exec(`update box_retirements set attempts = ?, next_at = ? where box_id = ?`, attempts, at, boxId);
+      }
+    }
   }
 
   private rememberHouse(houseId: string): void {
@@ -224,22 +297,30 @@ export class HouseActor extends DurableObject<Env> {
    */
   /** Creates or replaces an environment, dated here: a replace keeps the createdAt it was first made with. */
   async putEnvironment(e: Omit<Environment, "createdAt" | "updatedAt">) {
-    return settle(() => this.ctx.storage.transactionSync(() => {
-      const { sharedBoxId: _sent, ...config } = e;
-      const existing = this.getEnvironmentSync(e.id);
-      const at = new Date(this.clock.now()).toISOString();
-      return this.storeKeepingSharedBox({ ...config, createdAt: existing?.createdAt ?? at, updatedAt: at }, existing?.sharedBoxId);
-    }));
+    return settle(async () => {
+      const stored = this.ctx.storage.transactionSync(() => {
+        const { sharedBoxId: _sent, ...config } = e;
+        const existing = this.getEnvironmentSync(e.id);
+        const at = new Date(this.clock.now()).toISOString();
+        return this.storeKeepingSharedBox({ ...config, createdAt: existing?.createdAt ?? at, updatedAt: at }, existing?.sharedBoxId);
+      });
+      if (stored.retiredBoxId) await this.armForRetirements();
+      return stored;
+    });
   }
 
   /** Applies a PATCH to the environment as it is now, in one step: 404 once it is deleted. */
   async patchEnvironment(id: string, patch: Record<string, unknown>) {
-    return settle(() => this.ctx.storage.transactionSync(() => {
-      const current = this.getEnvironmentSync(id);
-      if (!current) throw new ApiError("not_found", "environment not found");
-      const { sharedBoxId: kept, ...next } = applyEnvironmentPatch(current, patch);
-      return this.storeKeepingSharedBox({ ...next, updatedAt: new Date(this.clock.now()).toISOString() }, kept);
-    }));
+    return settle(async () => {
+      const stored = this.ctx.storage.transactionSync(() => {
+        const current = this.getEnvironmentSync(id);
+        if (!current) throw new ApiError("not_found", "environment not found");
+        const { sharedBoxId: kept, ...next } = applyEnvironmentPatch(current, patch);
+        return this.storeKeepingSharedBox({ ...next, updatedAt: new Date(this.clock.now()).toISOString() }, kept);
+      });
+      if (stored.retiredBoxId) await this.armForRetirements();
+      return stored;
+    });
   }
 
   /**
@@ -249,7 +330,9 @@ export class HouseActor extends DurableObject<Env> {
   private storeKeepingSharedBox(e: Environment, kept: string | undefined): { environment: Environment; retiredBoxId: string | null } {
     const environment = kept && e.sharedBox ? { ...e, sharedBoxId: kept } : e;
     this.putEnvironmentSync(environment);
-    return { environment, retiredBoxId: kept && !e.sharedBox ? kept : null };
+    const retiredBoxId = kept && !e.sharedBox ? kept : null;
+    if (retiredBoxId) this.retireLater(e.houseId, e.id, retiredBoxId);
+    return { environment, retiredBoxId };
   }
 
   /**
@@ -259,13 +342,19 @@ export class HouseActor extends DurableObject<Env> {
    * caller deletes those.
    */
   async deleteEnvironment(id: string) {
-    return settle(() => this.ctx.storage.transactionSync(() => {
-      const archiveStreams = this.folderVersionsSync(id).map((v) => v.stream);
-      const sharedBoxId = this.getEnvironmentSync(id)?.sharedBoxId ?? null;
-      this.ctx.storage.sql.exec(`delete from environments where id = ?`, id);
-      this.ctx.storage.sql.exec(`delete from folder_versions where environment_id = ?`, id);
-      return { archiveStreams, sharedBoxId };
-    }));
+    return settle(async () => {
+      const deleted = this.ctx.storage.transactionSync(() => {
+        const archiveStreams = this.folderVersionsSync(id).map((v) => v.stream);
+        const e = this.getEnvironmentSync(id);
+        const sharedBoxId = e?.sharedBoxId ?? null;
+        if (e && sharedBoxId) this.retireLater(e.houseId, e.id, sharedBoxId);
+        this.ctx.storage.sql.exec(`delete from environments where id = ?`, id);
+        this.ctx.storage.sql.exec(`delete from folder_versions where environment_id = ?`, id);
+        return { archiveStreams, sharedBoxId };
+      });
+      if (deleted.sharedBoxId) await this.armForRetirements();
+      return deleted;
+    });
   }
 
   private putEnvironmentSync(e: Environment): void {
@@ -285,18 +374,31 @@ export class HouseActor extends DurableObject<Env> {
    * The environment's shared box: the first registered box wins, so two concurrent first
    * commands cannot leave two shared boxes behind (the loser deletes its own).
    */
-  async claimSharedBox(environmentId: string, boxId: string, replace: string | null) {
-    return settle(() => this.claimSharedBoxSync(environmentId, boxId, replace));
+  async claimSharedBox(environmentId: string, boxId: string, replace: string | null, houseId?: string) {
+    return settle(async () => {
+      const claim = this.ctx.storage.transactionSync(() => this.claimSharedBoxSync(environmentId, boxId, replace, houseId));
+      // The box the claim lets go (the one offered, when it is not taken; the one it replaces) is the caller's to retire.
+      if (claim.winner !== boxId || replace) await this.armForRetirements();
+      // Turned off while the box was made: recorded, it would stay live with nothing to use or reap it.
+      if (claim.refused) throw new ApiError("conflict", "this environment keeps no shared box (set sharedBox: true)");
+      return claim.winner;
+    });
   }
 
-  private claimSharedBoxSync(environmentId: string, boxId: string, replace: string | null): string | null {
+  private claimSharedBoxSync(environmentId: string, boxId: string, replace: string | null, houseId: string | undefined): { winner: string | null; refused?: true } {
     const e = this.getEnvironmentSync(environmentId);
-    if (!e) return null;
-    // Turned off while the box was made: recorded, it would stay live with nothing to use or reap it.
-    if (!e.sharedBox) throw new ApiError("conflict", "this environment keeps no shared box (set sharedBox: true)");
-    if (e.sharedBoxId && e.sharedBoxId !== replace) return e.sharedBoxId;
+    if (!e || !e.sharedBox || (e.sharedBoxId && e.sharedBoxId !== replace)) {
+      // Not taken (the environment is gone, keeps no shared box, or another box won): no environment
+      // will use or delete the box offered, so it is to be retired as one let go is. (A caller older
+      // than this rule sends no house id; it deletes the box itself.)
+      const house = e?.houseId ?? houseId;
+      if (house) this.retireLater(house, environmentId, boxId);
+      return !e ? { winner: null } : !e.sharedBox ? { winner: null, refused: true } : { winner: e.sharedBoxId! };
+    }
     this.putEnvironmentSync({ ...e, sharedBoxId: boxId });
-    return boxId;
+    // The box it replaces is the environment's no more: the caller retires it.
+    if (e.sharedBoxId && e.sharedBoxId !== boxId) this.retireLater(e.houseId, e.id, e.sharedBoxId);
+    return { winner: boxId };
   }
 
   async listEnvironments() {

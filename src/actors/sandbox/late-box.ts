@@ -42,6 +42,22 @@ export async function createBox(env: Env, houseId: string, providerName: string,
   }
 }
 
+/**
+ * Deletes a box no box actor has (made by this code, then found not needed): now, or, when the
+ * provider fails that, by a watch of it that retries with backoff until the provider confirms.
+ */
+export async function deleteUnregisteredBox(env: Env, houseId: string, providerName: string, ref: string): Promise<void> {
+  try {
+    await providerFor(env, providerName).delete(ref);
+    return;
+  } catch (err) {
+    if (err instanceof ProviderError && err.code === "not_found") return;
+    logEvent("unregistered_box_delete_failed", { houseId, provider: providerName, ref, retriedBy: "late-box watch", error: errorMessage(err) }, "warn");
+  }
+  await unwrapRpc(sandboxStub(env, lateBoxWatchId(providerName, ref)).watchLateBox(houseId, providerName, ref)).catch((watchErr) =>
+    logEvent("late_box_watch_failed", { houseId, provider: providerName, name: ref, error: errorMessage(watchErr) }, "error"));
+}
+
 export const LATE_BOX_SCHEMA: Schema = {
   name: "late_box",
   ddl: `create table if not exists late_box (
@@ -85,7 +101,10 @@ export class LateBoxWatch {
     return r ? { houseId: r.house_id as string, provider: r.provider as string, name: r.name as string, until: r.until as number, nextAt: r.next_at as number } : null;
   }
 
-  /** One look: a box of that name is deleted and the watch ends; none yet, it looks again later. */
+  /**
+   * One look: a box of that name is deleted and the watch ends; none yet, it looks again later. A
+   * box found whose delete fails keeps the watch going (it is there, billed) for another watch period.
+   */
   async alarm(): Promise<void> {
     const r = this.row();
     if (!r) return;
@@ -94,6 +113,7 @@ export class LateBoxWatch {
     const provider = this.p.provider(r.provider as string);
     try {
       await provider.get(name);
+      this.p.sql.exec(`update late_box set until = max(until, ?) where id = 1`, this.p.now() + LATE_BOX_WATCH_MS);
       await provider.delete(name);
       logEvent("late_box_deleted", fields, "warn");
       return this.end();
@@ -101,7 +121,7 @@ export class LateBoxWatch {
       if (!(err instanceof ProviderError && err.code === "not_found")) logEvent("late_box_look_failed", { ...fields, error: errorMessage(err) }, "warn");
     }
     const now = this.p.now();
-    const until = r.until as number;
+    const until = this.row()!.until as number;
     if (now >= until) {
       logEvent("late_box_watch_ended", fields);
       return this.end();

@@ -339,10 +339,20 @@ export class SandboxActor extends DurableObject<Env> {
     return settle(async () => {
       const r = this.requireRow(houseId);
       if (r.state !== "dead" && r.state !== "deleted") {
-        this.ctx.storage.sql.exec(`update box set ephemeral = 1, updated_at = ? where id = 1`, this.clock.now());
-        if (this.threadIds().length === 0 && !this.deleting) await this.deleteUnlessInUse(houseId);
-        await this.syncIndex();
+        const now = this.clock.now();
+        this.ctx.storage.sql.exec(`update box set ephemeral = 1, updated_at = ? where id = 1`, now);
+        if (this.threadIds().length === 0) {
+          // A pending delete, with its alarm, before anything that can fail: a retire cut short (a
+          // thread that cannot be asked whether its launch uses the box, an eviction) is carried
+          // out by the alarm, which retries until the provider confirms the box gone.
+          this.ctx.storage.sql.exec(`update box set next_delete_at = coalesce(next_delete_at, ?) where id = 1`, now);
+          await this.recomputeAlarm();
+          if (!this.deleting) await this.dueDelete();
+        }
       }
+      // Also for a box already gone: a retire tried again (the index was not reached the first
+      // time) puts the house's listing right.
+      await this.syncIndex();
       return this.viewOf(houseId);
     });
   }
@@ -431,29 +441,37 @@ export class SandboxActor extends DurableObject<Env> {
       this.clock.now(),
     );
     if (decision === "cancel") this.ctx.storage.sql.exec(`update box set next_delete_at = null, drain_handle = null, drain_until = null where id = 1`);
-    else if (decision === "delete") {
-      // Decided: a launch asking for it from now on is told it is going (it takes a fresh box).
-      this.deleting = true;
-      try {
-        // A launch picked it before: it is in use, not idle.
-        const execsUntil = this.execsUntil();
-        if (await this.reservedByCurrentRun(r.house_id as string)) this.ctx.storage.sql.exec(`update box set next_delete_at = null, drain_handle = null, drain_until = null where id = 1`);
-        else if (execsUntil !== null) this.ctx.storage.sql.exec(`update box set next_delete_at = ? where id = 1`, execsUntil);
-        else if (!(await this.stillDraining())) await this.deleteNow();
-        this.failedDeleteChecks = 0;
-      } catch (err) {
-        // A thread that cannot be asked now whether its launch uses the box is asked again later:
-        // an alarm that throws is given up by the runtime after a few tries, and the box leaked.
-        this.failedDeleteChecks++;
-        const at = this.clock.now() + deleteRetryDelayMs(this.failedDeleteChecks);
-        logEvent("box_delete_check_failed", { boxId: r.box_id, retryAt: at, error: errorMessage(err) }, "warn");
-        this.ctx.storage.sql.exec(`update box set next_delete_at = ? where id = 1`, at);
-      } finally {
-        this.deleting = false;
-      }
-    }
+    else if (decision === "delete") await this.dueDelete();
     await this.recomputeAlarm();
     await this.syncIndex();
+  }
+
+  /**
+   * A pending delete that is due: carried out unless the box is in use (a launch reserved it, a
+   * command or a runner is still on it). Never throws: a check that fails is tried again later.
+   */
+  private async dueDelete(): Promise<void> {
+    const r = this.row()!;
+    // Decided: a launch asking for it from now on is told it is going (it takes a fresh box).
+    this.deleting = true;
+    try {
+      // A launch picked it before: it is in use, not idle.
+      const execsUntil = this.execsUntil();
+      if (await this.reservedByCurrentRun(r.house_id as string)) this.ctx.storage.sql.exec(`update box set next_delete_at = null, drain_handle = null, drain_until = null where id = 1`);
+      else if (execsUntil !== null) this.ctx.storage.sql.exec(`update box set next_delete_at = ? where id = 1`, execsUntil);
+      else if (!(await this.stillDraining())) await this.deleteNow();
+      this.failedDeleteChecks = 0;
+    } catch (err) {
+      // A thread that cannot be asked now whether its launch uses the box is asked again later:
+      // an alarm that throws is given up by the runtime after a few tries, and the box leaked.
+      this.failedDeleteChecks++;
+      const at = this.clock.now() + deleteRetryDelayMs(this.failedDeleteChecks);
+      logEvent("box_delete_check_failed", { boxId: r.box_id, retryAt: at, error: errorMessage(err) }, "warn");
+      this.ctx.storage.sql.exec(`update box set next_delete_at = ? where id = 1`, at);
+    } finally {
+      this.deleting = false;
+    }
+    await this.recomputeAlarm();
   }
 
   async view(houseId: string) {

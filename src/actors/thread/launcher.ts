@@ -8,10 +8,10 @@ import type { ThreadRow } from "../../threads/thread-row";
 import { isTerminal } from "../../threads/run-rules";
 import { launchBoxId, type LaunchProgressStore, type LaunchStep } from "../../threads/launch-progress";
 import { ApiError } from "../../errors";
-import { ProviderError } from "../../sandbox/errors";
 import { providerFor } from "../../sandbox/providers";
 import { unwrapRpc } from "../rpc";
 import { houseStub, sandboxStub } from "../stubs";
+import { deleteUnregisteredBox } from "../sandbox/late-box";
 import { errorMessage, logEvent } from "../../domain/log-event";
 import { boxSecretForms, redactorFor } from "../../workspace/output-redaction";
 
@@ -87,13 +87,10 @@ async function releaseUnassignedBox(spec: LaunchSpec, p: LauncherPorts, fallback
       // Never registered: only the provider knows of it (a box already gone counts as deleted).
       // An attempt that died right after making it did not record it either: its run label tells.
       // The provider the launch recorded, not the environment's: that may be gone, or changed.
-      const provider = providerFor(p.env, progress.provider ?? fallbackProvider);
-      const refs = progress.providerRef ? [progress.providerRef] : (await provider.list({ [LABEL_RUN]: spec.runId })).map((b) => b.ref);
-      for (const ref of refs) {
-        await provider.delete(ref).catch((e) => {
-          if (!(e instanceof ProviderError) || e.code !== "not_found") throw e;
-        });
-      }
+      const providerName = progress.provider ?? fallbackProvider;
+      const refs = progress.providerRef ? [progress.providerRef] : (await providerFor(p.env, providerName).list({ [LABEL_RUN]: spec.runId })).map((b) => b.ref);
+      // No box actor retries these deletes: a watch of the box does, when the provider fails one now.
+      for (const ref of refs) await deleteUnregisteredBox(p.env, row.houseId, providerName, ref);
     }
   } catch (err) {
     logEvent("launch_box_release_failed", { threadId: row.id, runId: spec.runId, boxId, error: errorMessage(err) }, "warn");
