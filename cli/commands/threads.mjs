@@ -28,6 +28,20 @@ const retryNotice = (ctx, what) => (ms, err) => {
   if (!ctx.json) process.stderr.write(`${process.stderr.isTTY ? "\r\x1b[2K" : ""}${ctx.c.gray(`${printableLine(err.message)}: ${what(ms)}`)}\n`);
 };
 
+/** A read (or a lookup) asked again while the server is away. */
+const askAgain = (ctx, fn) => retrying(fn, { onRetry: retryNotice(ctx, (ms) => `asking again in ${ms} ms`) });
+
+/**
+ * A POST that makes one thing (a thread, a child, a run), asked again under one Idempotency-Key when
+ * its answer is lost: the server answers with what the first request made, so a retry never makes a second.
+ */
+function postOnce(ctx, api, path, body, made) {
+  const key = `cli-${randomUUID()}`;
+  return retrying(() => api.post(path, body, { headers: { "idempotency-key": key } }), {
+    onRetry: retryNotice(ctx, (ms) => `asking again in ${ms} ms (same Idempotency-Key: one ${made} at most)`),
+  });
+}
+
 export function registerThreads(program, ctxOf, setExit) {
   program
     .command("threads")
@@ -55,18 +69,13 @@ export function registerThreads(program, ctxOf, setExit) {
     .action(async (title, opts, cmd) => {
       const ctx = ctxOf(cmd);
       const api = ctx.api();
-      const environmentId = await retrying(() => resolveEnvironment(api, opts.env), { onRetry: retryNotice(ctx, (ms) => `asking again in ${ms} ms`) });
+      const environmentId = await askAgain(ctx, () => resolveEnvironment(api, opts.env));
       const body = {
         ...(title ? { title } : {}),
         ...(environmentId ? { environmentId } : {}),
         ...(opts.parent ? { parent: { kind: "thread", id: opts.parent } } : {}),
       };
-      // Asked again under the same Idempotency-Key when the answer is lost: the server answers with
-      // the thread the first request made, so a retry never makes a second one.
-      const key = `cli-${randomUUID()}`;
-      const row = await ctx.wait("creating thread", () => retrying(() => api.post("/api/threads", body, { headers: { "idempotency-key": key } }), {
-        onRetry: retryNotice(ctx, (ms) => `asking again in ${ms} ms (same Idempotency-Key: one thread at most)`),
-      }));
+      const row = await ctx.wait("creating thread", () => postOnce(ctx, api, "/api/threads", body, "thread"));
       ctx.print(row, () => printableLine(row.id));
     });
 
@@ -116,17 +125,11 @@ export function registerThreads(program, ctxOf, setExit) {
     .action(async (threadId, task, opts, cmd) => {
       const ctx = ctxOf(cmd);
       const api = ctx.api();
-      const environmentId = await retrying(() => resolveEnvironment(api, opts.env), { onRetry: retryNotice(ctx, (ms) => `asking again in ${ms} ms`) });
+      const environmentId = await askAgain(ctx, () => resolveEnvironment(api, opts.env));
       const body = { task: await textArg(task, "task") };
       for (const k of ["model", "harness", "repo", "branch", "title"]) if (opts[k]) body[k] = opts[k];
       if (environmentId) body.environmentId = environmentId;
-      // A request the server may have taken before it went away (a restart, a network drop) is
-      // asked again under the same Idempotency-Key: the server answers with the child it made, so
-      // a retry never starts a second run.
-      const key = `cli-${randomUUID()}`;
-      const r = await ctx.wait("delegating", () => retrying(() => api.post(paths.threadAction(threadId, "delegate"), body, { headers: { "idempotency-key": key } }), {
-        onRetry: retryNotice(ctx, (ms) => `asking again in ${ms} ms (same Idempotency-Key: one child at most)`),
-      }));
+      const r = await ctx.wait("delegating", () => postOnce(ctx, api, paths.threadAction(threadId, "delegate"), body, "child"));
       if (!opts.watch) return ctx.print(r, () => printableLine(r.childThreadId));
       // with --json the first line is the delegate answer, then one line per entry
       if (ctx.json) process.stdout.write(`${JSON.stringify(r)}\n`);
@@ -168,14 +171,9 @@ export function registerThreads(program, ctxOf, setExit) {
       const body = { message: await textArg(message, "message"), ...(opts.model ? { model: opts.model } : {}) };
       // Where the log ends before this run: watching from there shows the whole run, even a quick one.
       const before = opts.watch
-        ? (await retrying(() => api.get(`${paths.threadAction(threadId, "entries")}?offset=now&limit=1`), { onRetry: retryNotice(ctx, (ms) => `asking again in ${ms} ms`) })).nextOffset
+        ? (await askAgain(ctx, () => api.get(`${paths.threadAction(threadId, "entries")}?offset=now&limit=1`))).nextOffset
         : undefined;
-      // Asked again under the same Idempotency-Key when the answer is lost: the server answers with
-      // the run the first request started, so a retry never starts a second run.
-      const key = `cli-${randomUUID()}`;
-      const r = await ctx.wait("resuming", () => retrying(() => api.post(paths.threadAction(threadId, "resume"), body, { headers: { "idempotency-key": key } }), {
-        onRetry: retryNotice(ctx, (ms) => `asking again in ${ms} ms (same Idempotency-Key: one run at most)`),
-      }));
+      const r = await ctx.wait("resuming", () => postOnce(ctx, api, paths.threadAction(threadId, "resume"), body, "run"));
       if (!opts.watch) return ctx.print(r, () => safe`${r.threadId} ${r.status} (run ${r.runId})`);
       setExit(EXIT.interrupted); // until the run's end is known
       setExit(await followThread({ api, threadId, untilDone: true, offset: before, json: ctx.json, c: ctx.c, askAgain: true }));
