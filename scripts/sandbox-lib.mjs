@@ -27,10 +27,6 @@ export async function loadSandboxModules() {
 }
 
 /**
- * DAYTONA_* from the environment, else from `.dev.vars` (the file `npm run dev` and wrangler
- * read); `--local` starts an in-process sandbox host instead.
- */
-/**
  * Refuses an option the script does not take (exit 2, naming the ones it does): a typo such as
  * `--enviroment` would otherwise be dropped and the script go on doing something else.
  * @param {string[]} argv @param {string[]} flags @param {string[]} withValue options followed by a value
@@ -45,6 +41,10 @@ export function refuseUnknownOptions(argv, command, flags, withValue = []) {
   }
 }
 
+/**
+ * DAYTONA_* from the environment, else from `.dev.vars` (the file `npm run dev` and wrangler
+ * read); `--local` starts an in-process sandbox host instead.
+ */
 export async function resolveTarget(argv) {
   if (argv.includes("--local")) {
     const { startSandboxHost } = await import("../sandbox-host/server.mjs");
