@@ -71,6 +71,16 @@ export function threadIdParam(raw: string | undefined): string {
 
 export type CreateThreadBody = z.infer<typeof createThreadSchema>;
 
+/** A 404 said again as `message` (what is missing, and what to do); any other error as it is. */
+const notFoundAs = (message: string) => (err: unknown): never => {
+  if (err instanceof ApiError && err.code === "not_found") throw new ApiError("not_found", message);
+  throw err;
+};
+
+/** A child's environment, taken from its parent, deleted since the parent was made. */
+const goneParentEnvironment = (environmentId: string | null, parentId: string) =>
+  `environment ${environmentId} of parent thread ${parentId} no longer exists: name another environmentId`;
+
 /** The one way a thread is made: the route and the `create_thread` tool (as the bot) both come here. */
 export async function createThread(env: Env, claims: HouseClaims, body: CreateThreadBody, idem?: { key: string }) {
   const parent = body.parent ?? { kind: "none" as const };
@@ -85,12 +95,7 @@ export async function createThread(env: Env, claims: HouseClaims, body: CreateTh
     // carrying its id would only fail later, at its first run or command.
     if (environmentId === null && parentRow.environmentId !== null) {
       environmentId = parentRow.environmentId;
-      await loadEnvironment(env, claims.houseId, environmentId).catch((err) => {
-        if (err instanceof ApiError && err.code === "not_found") {
-          throw new ApiError("not_found", `environment ${environmentId} of parent thread ${parent.id} no longer exists: name another environmentId`);
-        }
-        throw err;
-      });
+      await loadEnvironment(env, claims.houseId, environmentId).catch(notFoundAs(goneParentEnvironment(environmentId, parent.id!)));
     }
   }
   if (parent.kind === "agent" && !(await unwrapRpc(houseStub(env, claims.houseId).getAgent(parent.id!)))) {
@@ -311,12 +316,8 @@ export async function delegateTask(env: Env, claims: HouseClaims, parent: { id: 
   const environmentId = body.environmentId ?? parent.environmentId;
   // An environment deleted since the parent was made: say whose it was and what to do, as a child
   // thread made with POST /api/threads is told, not a bare "environment not found".
-  const environment = await runEnvironment(env, claims.houseId, environmentId ?? null).catch((err) => {
-    if (body.environmentId === undefined && err instanceof ApiError && err.code === "not_found") {
-      throw new ApiError("not_found", `environment ${environmentId} of parent thread ${parent.id} no longer exists: name another environmentId`);
-    }
-    throw err;
-  });
+  const loading = runEnvironment(env, claims.houseId, environmentId ?? null);
+  const environment = await (body.environmentId === undefined ? loading.catch(notFoundAs(goneParentEnvironment(environmentId, parent.id))) : loading);
   const harness = body.harness ?? environment?.harness ?? "pi";
   requireModel(harness, body.model, environment);
   // With an Idempotency-Key, a retry names the same child and run: it finds them, and a retry
@@ -357,12 +358,9 @@ export async function resumeRoute(request: Request, env: Env, id: string | undef
   const row = await unwrapRpc(threadStub(env, threadId).getThread(claims.houseId));
   const body = await readBody(request, resumeSchema);
   const key = idempotencyKey(request);
-  const environment = await runEnvironment(env, claims.houseId, row.environmentId).catch((err) => {
-    if (err instanceof ApiError && err.code === "not_found") {
-      throw new ApiError("not_found", `environment ${row.environmentId} of thread ${threadId} no longer exists: the thread cannot run again; delegate the task anew from a thread with another environment`);
-    }
-    throw err;
-  });
+  const environment = await runEnvironment(env, claims.houseId, row.environmentId).catch(notFoundAs(
+    `environment ${row.environmentId} of thread ${threadId} no longer exists: the thread cannot run again; delegate the task anew from a thread with another environment`,
+  ));
   // The run goes on as it was started: its harness, and what its request chose over the environment.
   const previous = await unwrapRpc(threadStub(env, threadId).lastRunSettings(claims.houseId));
   const harness = previous.harness ?? environment?.harness ?? "pi";
