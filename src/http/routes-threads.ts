@@ -266,14 +266,15 @@ export const BRANCH_NEEDS_REPO = "branch needs repo: it names a branch of the re
 
 /**
  * What a `delegate_task` call may pass too: the same checks as the route's, so neither path lets
- * more through. `environmentId` is here because the route's error for a parent whose environment
- * was deleted names it as the fix: a bot must be able to follow.
+ * more through. `model` and `environmentId` are here because the route's errors name them as the
+ * fix (a run without a model, a parent whose environment was deleted): a bot must be able to follow.
  */
 export const delegateTaskFields = {
   task: nonBlankText(200_000, "task"),
   repo: repositoryUrlSchema.optional(),
   branch: branchNameSchema.optional(),
   harness: z.enum(["pi", "claude-code", "codex"]).optional(),
+  model: modelNameSchema.optional(),
   environmentId: idSchema.optional(),
 };
 
@@ -282,7 +283,6 @@ export const branchNeedsRepo = <T extends { repo?: string; branch?: string }>(s:
 
 export const delegateSchema = branchNeedsRepo(z.object({
   ...delegateTaskFields,
-  model: modelNameSchema.optional(),
   title: z.string().max(500).optional(),
   /** This run's, instead of the environment's. */
   permissionMode: permissionModeSchema.optional(),

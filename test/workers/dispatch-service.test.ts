@@ -279,7 +279,7 @@ describe("dispatch: a bot's turn", () => {
   });
 });
 
-describe("dispatch: delegate_task names the environment its run uses, as POST /delegate does", () => {
+describe("dispatch: delegate_task names the environment and model its run uses, as POST /delegate does", () => {
   const envOf = async (token: string, body: Record<string, unknown>) => {
     const r = await call("/api/environments", { method: "POST", token, json: { provider: "test", ...body } });
     if (r.status !== 201) throw new Error(`environment: ${r.status} ${await r.text()}`);
@@ -389,6 +389,27 @@ describe("dispatch: delegate_task names the environment its run uses, as POST /d
     expect(ambiguous).toContain(a);
     expect(ambiguous).toContain(b);
     expect(await childrenOf(token, thread.id)).toEqual([]);
+  });
+
+  it("an environment without a default model: the bot is told to pass model, passes it, and the child's run uses it", async () => {
+    const token = await houseToken("house-delegate-model");
+    const model = await scriptedModel([
+      { toolCalls: [{ id: "d1", name: "delegate_task", arguments: { task: "fix it" } }] },
+      { toolCalls: [{ id: "d2", name: "delegate_task", arguments: { task: "fix it", model: "local/scripted-model" } }] },
+      { text: "Delegated." },
+    ]);
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Bot", handle: "bot" });
+    const thread = await createThread(token, { environmentId: envId });
+    await post(token, thread.id, chat("@bot fix it"));
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).some((e) => e.payload.text === "Delegated."), "the reply");
+    const results = toolResults(es);
+    expect(results[0]).toEqual([true, expect.stringContaining(`validation_failed: no model for this run: environment ${envId} has no default model; pass "model"`)]);
+    expect(results[1]).toEqual([false, expect.stringContaining("childThreadId")]);
+    const childId = JSON.parse(String(results[1][1])).childThreadId as string;
+    // The run's claim records what it runs with.
+    const claim = (await readAll(token, childId)).entries.find((e) => e.id.startsWith("claim:"))!;
+    expect(claim.payload).toMatchObject({ model: "local/scripted-model" });
   });
 });
 

@@ -43,6 +43,7 @@ export function sandboxTools(ctx: ToolContext): ToolSpec[] {
         repo: { type: "string", description: "git URL to clone first (optional)" },
         branch: { type: "string", description: "branch of repo to check out (only with repo)" },
         harness: { type: "string", enum: ["pi", "claude-code", "codex"] },
+        model: { type: "string", description: "model the coding agent runs, e.g. provider/modelId (default: the environment's model)" },
         environmentId: { type: "string", description: "id of an environment of this house to run the job in instead of this thread's (needed when this thread has none, or its environment was deleted)" },
         environmentName: { type: "string", description: "the same as environmentId, by the environment's name (give one of the two)" },
       },
