@@ -67,10 +67,13 @@ export function piModelsProblem(v: Record<string, unknown>): { path: (string | n
   return null;
 }
 
+/** What people call an environment; not unique in a house (an id is). */
+export const environmentNameSchema = z.string().min(1).max(200);
+
 /** A house's configuration that gives a thread's bots hands: where boxes run and what they get. */
 export const environmentInputSchema = z.object({
   id: idSchema.optional(),
-  name: z.string().min(1).max(200),
+  name: environmentNameSchema,
   runtime: z.literal("daytona").default("daytona"),
   provider: providerNameSchema.default("daytona"),
   snapshot: z.string().max(200).optional(),

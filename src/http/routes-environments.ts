@@ -197,6 +197,17 @@ export async function loadEnvironment(env: Env, houseId: string, environmentId: 
   return e;
 }
 
+/**
+ * The id of the one environment of the caller's house called `name`. Only the house's own are
+ * looked at, so another house's environment of that name is missing here as any unknown name is.
+ */
+export async function environmentIdNamed(env: Env, houseId: string, name: string): Promise<string> {
+  const named = ((await unwrapRpc(houseStub(env, houseId).listEnvironments())) as Environment[]).filter((e) => e.name === name);
+  if (named.length === 0) throw new ApiError("not_found", `no environment named ${JSON.stringify(name)} in this house`);
+  if (named.length > 1) throw new ApiError("conflict", `${named.length} environments are named ${JSON.stringify(name)}: name one by environmentId (${named.map((e) => e.id).join(", ")})`);
+  return named[0].id;
+}
+
 async function runOnSharedBox(env: Env, houseId: string, e: Environment, body: ExecBody, live?: LiveTarget): Promise<ExecResult> {
   if (!e.sharedBox) throw new ApiError("conflict", "this environment keeps no shared box (set sharedBox: true)");
   const box = await ensureSharedBox(env, houseId, e).catch((err) => { throw providerApiError(err); });

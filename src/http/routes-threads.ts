@@ -264,12 +264,18 @@ export async function interruptThreadRoute(request: Request, env: Env, id: strin
 /** A branch is checked out of the repository a run clones: without one it would be dropped unsaid. */
 export const BRANCH_NEEDS_REPO = "branch needs repo: it names a branch of the repository the run clones";
 
-/** What a `delegate_task` call may pass too: the same checks as the route's, so neither path lets more through. */
+/**
+ * What a `delegate_task` call may pass too: the same checks as the route's, so neither path lets
+ * more through. `model` and `environmentId` are here because the route's errors name them as the
+ * fix (a run without a model, a parent whose environment was deleted): a bot must be able to follow.
+ */
 export const delegateTaskFields = {
   task: nonBlankText(200_000, "task"),
   repo: repositoryUrlSchema.optional(),
   branch: branchNameSchema.optional(),
   harness: z.enum(["pi", "claude-code", "codex"]).optional(),
+  model: modelNameSchema.optional(),
+  environmentId: idSchema.optional(),
 };
 
 export const branchNeedsRepo = <T extends { repo?: string; branch?: string }>(s: z.ZodType<T>) =>
@@ -277,8 +283,6 @@ export const branchNeedsRepo = <T extends { repo?: string; branch?: string }>(s:
 
 export const delegateSchema = branchNeedsRepo(z.object({
   ...delegateTaskFields,
-  model: modelNameSchema.optional(),
-  environmentId: idSchema.optional(),
   title: z.string().max(500).optional(),
   /** This run's, instead of the environment's. */
   permissionMode: permissionModeSchema.optional(),

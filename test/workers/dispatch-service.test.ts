@@ -2,6 +2,7 @@ import { describe, expect, it, vi } from "vitest";
 import { call, chat, createThread, houseToken, post, readAll, streamToken } from "./helpers";
 import { createAgent, decisions, MODEL_KEY, modelEnvironment, scriptedModel, botThread, waitForEntries, type Step } from "./dispatch-helpers";
 import { sharedTestProvider } from "./register-test-provider";
+import { LABEL_ENVIRONMENT, LABEL_THREAD } from "../../src/sandbox/provider";
 import { abortAllDurableObjects, env, runInDurableObject } from "cloudflare:test";
 import { boundedRound, closeInterruptedCalls, MAX_BOT_TEXT_CHARS, MAX_ROUND_TOOL_ARGS_CHARS, TURN_KEEPALIVE_MS } from "../../src/actors/thread/dispatch";
 import { DEFAULT_MAX_TOOL_CALLS_PER_ROUND } from "../../src/dispatch/tool-loop";
@@ -275,6 +276,140 @@ describe("dispatch: a bot's turn", () => {
     await post(token, thread.id, chat("@bot hi"));
     await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).length === 1);
     expect((await model.requests())[0].body.tools.map((t: any) => t.function.name)).toEqual(["list_threads"]);
+  });
+});
+
+describe("dispatch: delegate_task names the environment and model its run uses, as POST /delegate does", () => {
+  const envOf = async (token: string, body: Record<string, unknown>) => {
+    const r = await call("/api/environments", { method: "POST", token, json: { provider: "test", ...body } });
+    if (r.status !== 201) throw new Error(`environment: ${r.status} ${await r.text()}`);
+    return ((await r.json()) as { id: string }).id;
+  };
+  const toolResults = (es: { authorId?: string; payload: Record<string, unknown> }[]) =>
+    es.filter((e) => e.payload.type === "pi.tool_result").map((e) => [e.payload.isError, String(e.payload.output)]);
+  const childrenOf = async (token: string, threadId: string) =>
+    ((await (await call(`/api/threads?parent=${threadId}`, { token })).json()) as { threads: { id: string; environmentId: string | null; createdAt: string }[] }).threads;
+
+  it("a thread whose environment was deleted: the bot is told to name another, names it by id or by name, and the child runs in it", async () => {
+    const token = await houseToken("house-delegate-env");
+    const model = await scriptedModel();
+    // The bot's model comes from an environment of its own; the thread's is deleted under it.
+    const botEnv = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Bot", handle: "bot", environmentId: botEnv });
+    const gone = await envOf(token, { name: "gone", model: "local/m" });
+    const other = await envOf(token, { name: "other", model: "local/m", env: { WHICH: "other" } });
+    const thread = await createThread(token, { environmentId: gone });
+    expect((await call(`/api/environments/${gone}`, { method: "DELETE", token })).status).toBe(204);
+    // The bot's children can launch (their ids are not known before the calls make them).
+    await runInDurableObject(E.THREADS.get(E.THREADS.idFromName(`thread:${thread.id}`)), (a: ThreadActor) => a.setChildTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" }));
+    await model.push(
+      { toolCalls: [{ id: "d1", name: "delegate_task", arguments: { task: "fix it" } }] },
+      { toolCalls: [{ id: "d2", name: "delegate_task", arguments: { task: "fix it", environmentId: other } }] },
+      { toolCalls: [{ id: "d3", name: "delegate_task", arguments: { task: "and test it", environmentName: "other" } }] },
+      { text: "Delegated twice." },
+    );
+    await post(token, thread.id, chat("@bot fix it"));
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).some((e) => e.payload.text === "Delegated twice."), "the reply");
+    const results = toolResults(es);
+    expect(results[0]).toEqual([true, `not_found: environment ${gone} of parent thread ${thread.id} no longer exists: name another environmentId`]);
+    expect(results.slice(1).map(([isError]) => isError)).toEqual([false, false]);
+    const made = results.slice(1).map(([, out]) => JSON.parse(out as string).childThreadId as string);
+    const children = await childrenOf(token, thread.id);
+    expect(children.map((c) => c.id).sort()).toEqual([...made].sort());
+    expect(children.map((c) => c.environmentId)).toEqual([other, other]);
+    // The run launched on a box of that environment: its labels and its env vars.
+    for (const childId of made) {
+      await vi.waitFor(async () => {
+        expect((await readAll(token, childId)).entries.some((e) => e.payload.type === "signal.run.launched")).toBe(true);
+      }, { timeout: 15_000, interval: 100 });
+      const box = [...sharedTestProvider().boxes.values()].find((b) => b.labels[LABEL_THREAD] === childId)!;
+      expect(box.labels[LABEL_ENVIRONMENT]).toBe(other);
+      expect(box.create.env).toMatchObject({ WHICH: "other" });
+    }
+  });
+
+  it("another house's environment, by id or by name, is the not-found result a missing one is: the model reads it, no child is made", async () => {
+    const token = await houseToken("house-delegate-own");
+    const foreignToken = await houseToken("house-delegate-foreign");
+    const foreign = await envOf(foreignToken, { name: "theirs", model: "local/m" });
+    const missing = "env_doesnotexist";
+    const model = await scriptedModel([
+      { toolCalls: [
+        { id: "d1", name: "delegate_task", arguments: { task: "fix it", environmentId: foreign } },
+        { id: "d2", name: "delegate_task", arguments: { task: "fix it", environmentId: missing } },
+        { id: "d3", name: "delegate_task", arguments: { task: "fix it", environmentName: "theirs" } },
+        { id: "d4", name: "delegate_task", arguments: { task: "fix it", environmentName: "nobody-has-this" } },
+      ] },
+      { text: "No such environment." },
+    ]);
+    const envId = await modelEnvironment(token, model.baseUrl, { model: "local/scripted-model" });
+    const bot = await createAgent(token, { name: "Bot", handle: "bot" });
+    const thread = await createThread(token, { environmentId: envId });
+    await post(token, thread.id, chat("@bot delegate over there"));
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).length >= 1, "the reply");
+    // What POST /delegate answers for the other house's id, word for word.
+    const http = (await (await call(`/api/threads/${thread.id}/delegate`, { method: "POST", token, json: { task: "fix it", environmentId: foreign } })).json()) as { error: { code: string; message: string } };
+    expect(toolResults(es)).toEqual([
+      [true, `${http.error.code}: ${http.error.message}`],
+      [true, "not_found: environment not found"],
+      [true, 'not_found: no environment named "theirs" in this house'],
+      [true, 'not_found: no environment named "nobody-has-this" in this house'],
+    ]);
+    expect(http.error.code).toBe("not_found");
+    const seen = JSON.stringify((await model.requests())[1].body.messages);
+    expect(seen).toContain("environment not found");
+    expect(seen).toContain('no environment named \\"theirs\\" in this house');
+    expect(await childrenOf(token, thread.id)).toEqual([]);
+  });
+
+  it("an unknown name, a name two environments share, or both an id and a name: an error result the bot reads, and no child", async () => {
+    const token = await houseToken("house-delegate-names");
+    const a = await envOf(token, { name: "twin", model: "local/m" });
+    const b = await envOf(token, { name: "twin", model: "local/m" });
+    const model = await scriptedModel();
+    const envId = await modelEnvironment(token, model.baseUrl, { model: "local/scripted-model" });
+    await model.push(
+      { toolCalls: [
+        { id: "d1", name: "delegate_task", arguments: { task: "fix it", environmentName: "tw1n" } },
+        { id: "d2", name: "delegate_task", arguments: { task: "fix it", environmentName: "twin" } },
+        { id: "d3", name: "delegate_task", arguments: { task: "fix it", environmentId: a, environmentName: "twin" } },
+      ] },
+      { text: "Which one?" },
+    );
+    const bot = await createAgent(token, { name: "Bot", handle: "bot" });
+    const thread = await createThread(token, { environmentId: envId });
+    await post(token, thread.id, chat("@bot delegate to twin"));
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).length >= 1, "the reply");
+    expect(toolResults(es)).toEqual([
+      [true, 'not_found: no environment named "tw1n" in this house'],
+      [true, expect.stringMatching(/^conflict: 2 environments are named "twin": name one by environmentId \(/)],
+      [true, "invalid arguments: environmentName: give environmentId or environmentName, not both"],
+    ]);
+    const ambiguous = String(toolResults(es)[1][1]);
+    expect(ambiguous).toContain(a);
+    expect(ambiguous).toContain(b);
+    expect(await childrenOf(token, thread.id)).toEqual([]);
+  });
+
+  it("an environment without a default model: the bot is told to pass model, passes it, and the child's run uses it", async () => {
+    const token = await houseToken("house-delegate-model");
+    const model = await scriptedModel([
+      { toolCalls: [{ id: "d1", name: "delegate_task", arguments: { task: "fix it" } }] },
+      { toolCalls: [{ id: "d2", name: "delegate_task", arguments: { task: "fix it", model: "local/scripted-model" } }] },
+      { text: "Delegated." },
+    ]);
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Bot", handle: "bot" });
+    const thread = await createThread(token, { environmentId: envId });
+    await post(token, thread.id, chat("@bot fix it"));
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).some((e) => e.payload.text === "Delegated."), "the reply");
+    const results = toolResults(es);
+    expect(results[0]).toEqual([true, expect.stringContaining(`validation_failed: no model for this run: environment ${envId} has no default model; pass "model"`)]);
+    expect(results[1]).toEqual([false, expect.stringContaining("childThreadId")]);
+    const childId = JSON.parse(String(results[1][1])).childThreadId as string;
+    // The run's claim records what it runs with.
+    const claim = (await readAll(token, childId)).entries.find((e) => e.id.startsWith("claim:"))!;
+    expect(claim.payload).toMatchObject({ model: "local/scripted-model" });
   });
 });
 

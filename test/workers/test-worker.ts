@@ -9,6 +9,7 @@ import type { ThreadSummary } from "../../src/actors/house/house-actor";
 import type { BoxView, RegisterBoxInput } from "../../src/actors/sandbox/sandbox-actor";
 import type { Clock } from "../../src/actors/clock";
 import type { OutboxKind, OutboxPayloads } from "../../src/actors/thread/outbox";
+import type { CreateThreadInput } from "../../src/actors/thread/thread-actor";
 import type { Env } from "../../src/env";
 import { launchBoxId, type LaunchStep } from "../../src/threads/launch-progress";
 import { sandboxStub } from "../../src/actors/stubs";
@@ -34,6 +35,9 @@ function envWithOverrides(ctx: DurableObjectState, env: Env): Env {
   return { ...env, ...Object.fromEntries(rows.map((r) => [r.name as string, r.value as string])) };
 }
 
+/** Env vars a thread's children start with (a bot's delegate makes children whose ids a test cannot know first), by parent id. */
+const childTestEnv = new Map<string, Record<string, string>>();
+
 export class ThreadActor extends ProductionThreadActor {
   private readonly testClock: ShiftedClock;
   private crashAtLaunchStep: LaunchStep | null = null;
@@ -56,6 +60,17 @@ export class ThreadActor extends ProductionThreadActor {
       this.ctx.storage.sql.exec(`insert into test_env (name, value) values (?, ?) on conflict(name) do update set value = excluded.value`, name, value);
     }
     Object.assign(this.env, vars);
+  }
+
+  /** Threads made from now on as children of this one get `vars` (as by setTestEnv) before their first run launches. */
+  setChildTestEnv(vars: Record<string, string>): void {
+    childTestEnv.set(this.rows.get()!.id, vars);
+  }
+
+  override async createThread(input: CreateThreadInput) {
+    const vars = input.parent.kind === "thread" && input.parent.id ? childTestEnv.get(input.parent.id) : undefined;
+    if (vars) this.setTestEnv(vars);
+    return super.createThread(input);
   }
 
   /** The next launch dies at `step`, as a crashed or evicted alarm would: the actor is reset. */

@@ -1,5 +1,6 @@
 import { z } from "zod";
-import { commandSchema, cwdSchema, previewInEnvironment, runInEnvironment } from "../../http/routes-environments";
+import { commandSchema, cwdSchema, environmentIdNamed, previewInEnvironment, runInEnvironment } from "../../http/routes-environments";
+import { environmentNameSchema } from "../../environments";
 import { branchNeedsRepo, delegateTask, delegateTaskFields } from "../../http/routes-threads";
 import { defineTool, type ToolContext } from "./context";
 import type { ToolSpec } from "../tool-loop";
@@ -34,7 +35,7 @@ export function sandboxTools(ctx: ToolContext): ToolSpec[] {
   });
   const delegate = defineTool({
     name: "delegate_task",
-    description: "Hand a multi-step coding job to a coding agent running in a sandbox, on a child thread. Returns the child thread id at once; when the job ends, its result is posted here.",
+    description: "Hand a multi-step coding job to a coding agent running in a sandbox, on a child thread. The agent's box comes from this thread's environment, or from the one environmentId or environmentName names. Returns the child thread id at once; when the job ends, its result is posted here.",
     parameters: {
       type: "object",
       properties: {
@@ -42,14 +43,20 @@ export function sandboxTools(ctx: ToolContext): ToolSpec[] {
         repo: { type: "string", description: "git URL to clone first (optional)" },
         branch: { type: "string", description: "branch of repo to check out (only with repo)" },
         harness: { type: "string", enum: ["pi", "claude-code", "codex"] },
+        model: { type: "string", description: "model the coding agent runs, e.g. provider/modelId (default: the environment's model)" },
+        environmentId: { type: "string", description: "id of an environment of this house to run the job in instead of this thread's (needed when this thread has none, or its environment was deleted)" },
+        environmentName: { type: "string", description: "the same as environmentId, by the environment's name (give one of the two)" },
       },
       required: ["task"],
       additionalProperties: false,
     },
-    args: branchNeedsRepo(z.object(delegateTaskFields).strict()),
-    async run(args) {
-      if (!ctx.environmentId) return NO_SANDBOX;
-      const r = await delegateTask(ctx.env, ctx.claims, { id: ctx.threadId, environmentId: ctx.environmentId }, args);
+    args: branchNeedsRepo(z.object({ ...delegateTaskFields, environmentName: environmentNameSchema.optional() }).strict()
+      .refine((a) => a.environmentId === undefined || a.environmentName === undefined, { message: "give environmentId or environmentName, not both", path: ["environmentName"] })),
+    async run({ environmentName, ...args }) {
+      // A name is only a way to say an id: what follows checks the id as POST /delegate does.
+      const environmentId = environmentName === undefined ? args.environmentId : await environmentIdNamed(ctx.env, ctx.claims.houseId, environmentName);
+      if (!ctx.environmentId && environmentId === undefined) return NO_SANDBOX;
+      const r = await delegateTask(ctx.env, ctx.claims, { id: ctx.threadId, environmentId: ctx.environmentId }, { ...args, environmentId });
       return JSON.stringify({ childThreadId: r.childThreadId, status: r.status, note: "the result will be posted on this thread when the job ends" });
     },
   });
