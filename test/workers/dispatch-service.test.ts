@@ -277,6 +277,23 @@ describe("dispatch: a bot's turn", () => {
     await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).length === 1);
     expect((await model.requests())[0].body.tools.map((t: any) => t.function.name)).toEqual(["list_threads"]);
   });
+
+  it("create_agent takes every field POST /api/agents does: a bot can make an ambient bot with its own gate model", async () => {
+    const token = await houseToken("house-turn-create-agent");
+    const model = await scriptedModel([
+      { toolCalls: [{ id: "a1", name: "create_agent", arguments: { name: "Watcher", handle: "watcher", model: "local/scripted-model", triggerMode: "ambient", gateModel: "local/scripted-gate" } }] },
+      { text: "Made it." },
+    ]);
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Bot", handle: "bot" });
+    const thread = await createThread(token, { environmentId: envId });
+    await post(token, thread.id, chat("@bot make a watcher"));
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).length === 1);
+    const result = es.find((e) => e.authorId === bot.id && e.payload.type === "pi.tool_result");
+    expect(result?.payload.isError ?? false).toBe(false);
+    const agents = (await (await call("/api/agents", { token })).json()) as { agents: Array<{ handle: string; gateModel?: string; triggerMode: string }> };
+    expect(agents.agents.find((a) => a.handle === "watcher")).toMatchObject({ triggerMode: "ambient", gateModel: "local/scripted-gate" });
+  });
 });
 
 describe("dispatch: delegate_task names the environment and model its run uses, as POST /delegate does", () => {

@@ -18,6 +18,7 @@ export function agentTools(ctx: ToolContext): ToolSpec[] {
         triggerMode: { type: "string", enum: [...TRIGGER_MODES] },
         tools: { type: "array", items: { type: "string", enum: [...TOOL_NAMES] } },
         environmentId: { type: "string" },
+        gateModel: { type: "string", description: "provider/modelId of a cheap model that decides, for an ambient bot, whether to reply; default: model" },
       },
       required: ["name", "handle", "model"],
       additionalProperties: false,
