@@ -236,7 +236,7 @@ describe("a shared box whose claim does not reach the house", () => {
     return { token, boxId: sandboxes[0].id };
   }
 
-  it("nor its retire the box's actor (both unreachable at once) is retired by the box itself once it finds the environment does not name it", async () => {
+  it("nor its retire the box's actor (both unreachable at once) is retired by the box itself once it finds the environment does not name it, across an eviction", async () => {
     const houseId = "house-claim-unreached";
     const { token, boxId } = await claimUnreached(houseId, "env_claim_unreached", (h) => h.failClaims(1));
     expect(await retirementsPending(houseId)).toEqual([]); // the house never heard of it
@@ -244,6 +244,8 @@ describe("a shared box whose claim does not reach the house", () => {
     await runInDurableObject(houseStub(houseId), (h: HouseActor) => { h.failEnvironmentReads(1); });
     expect(await alarmAfter(boxId, 60 * 60_000)).toBe(true);
     expect((await box(token, boxId)).state).toBe("live");
+    // What it is to ask is stored with the box: an eviction loses nothing.
+    await evictDurableObject(boxStub(boxId));
     expect(await alarmAfter(boxId, 2 * 60 * 60_000)).toBe(true);
     expect((await box(token, boxId)).state).toBe("deleted");
     expect(await listed(token, boxId)).toBe("deleted");
