@@ -42,7 +42,7 @@ export async function ensureSharedBox(env: Env, houseId: string, e: Environment)
   let view;
   try {
     view = await unwrapRpc(sandboxStub(env, boxId).register({
-      boxId, houseId, provider: e.provider, providerRef: info.ref, ephemeral: false, labels: info.labels,
+      boxId, houseId, provider: e.provider, providerRef: info.ref, ephemeral: false, labels: info.labels, claimFor: e.id,
     }));
   } catch (err) {
     // No actor has the box: nothing else would ever delete it.
@@ -53,13 +53,14 @@ export async function ensureSharedBox(env: Env, houseId: string, e: Environment)
   // first use's box won: no environment will ever use or delete this box, and a shared box is never
   // reaped. It is retired (deleted now: nothing runs on it); the house, which recorded that when it
   // did not take the box, retries a retire that does not reach the box.
-  const letGo = () => retireSharedBox(env, houseId, e.id, boxId);
+  const letGo = (retriedBy?: string) => retireSharedBox(env, houseId, e.id, boxId, retriedBy);
   let winner: string | null;
   try {
     winner = (await unwrapRpc(houseStub(env, houseId).claimSharedBox(e.id, boxId, e.sharedBoxId ?? null, houseId))) as string | null;
   } catch (err) {
-    // Refused, or the house not reached (then nothing recorded it: this is the one try).
-    await letGo();
+    // Refused, or the house not reached: then nothing recorded it, and a retire that does not reach
+    // the box either is carried out by the box itself, whose claim was never confirmed (see claimFor).
+    await letGo(err instanceof ApiError ? undefined : "the box's claim check");
     throw err;
   }
   if (winner === null) {
@@ -73,6 +74,9 @@ export async function ensureSharedBox(env: Env, houseId: string, e: Environment)
   }
   // Whatever made it replaced (stale, gone, or only unreadable for a moment, and then still live
   // at the provider), the box the environment had is no longer its box: nothing would delete it.
+  // Taken: the box need not ask the house about its claim (it asks later if this is not heard).
+  await unwrapRpc(sandboxStub(env, boxId).claimed(houseId)).catch((err) =>
+    logEvent("shared_box_claim_unconfirmed", { environmentId: e.id, boxId, checkedBy: "the box's claim check", error: errorMessage(err) }, "warn"));
   if (e.sharedBoxId) await retireSharedBox(env, houseId, e.id, e.sharedBoxId);
   return { id: view.id, providerRef: view.providerRef, created: true };
 }
@@ -94,11 +98,11 @@ async function specKey(provider: string, spec: ReturnType<typeof sharedBoxSpec>)
  * until the provider confirms; a retire that does not reach the actor is retried by the house's
  * alarm (the house recorded it when it let the box go), so a failure here is only logged.
  */
-export async function retireSharedBox(env: Env, houseId: string, environmentId: string, boxId: string): Promise<void> {
+export async function retireSharedBox(env: Env, houseId: string, environmentId: string, boxId: string, retriedBy = "house alarm"): Promise<void> {
   try {
     await unwrapRpc(sandboxStub(env, boxId).retire(houseId));
   } catch (err) {
-    logEvent("shared_box_retire_failed", { environmentId, boxId, retriedBy: "house alarm", error: errorMessage(err) }, "warn");
+    logEvent("shared_box_retire_failed", { environmentId, boxId, retriedBy, error: errorMessage(err) }, "warn");
     return;
   }
   await unwrapRpc(houseStub(env, houseId).boxRetired(boxId)).catch((err) =>

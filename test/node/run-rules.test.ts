@@ -2,7 +2,7 @@
 import { describe, expect, it } from "vitest";
 import { decideLiveness, foldProbe, LATE_ALARM_MS, livenessDeadlines, silenceGraceMs, type LivenessConfig, type ProbeState } from "../../src/threads/liveness";
 import { decideDetail, decideSignal, isTerminal } from "../../src/threads/run-rules";
-import { boxAlarmDecision, deleteRetryDelayMs, releaseDecision, shouldReap, tokenCleanupScript } from "../../src/actors/sandbox/sandbox-decisions";
+import { boxAlarmDecision, claimCheckDecision, deleteRetryDelayMs, releaseDecision, shouldReap, tokenCleanupScript } from "../../src/actors/sandbox/sandbox-decisions";
 import type { ThreadRow } from "../../src/threads/thread-row";
 import { getCodingAgent } from "../../src/sandbox/harness";
 
@@ -155,6 +155,13 @@ describe("box reaping", () => {
     expect(releaseDecision({ runnerRunning: true, drainUntilMs: 60_000 }, 59_999)).toBe("wait");
     expect(releaseDecision({ runnerRunning: true, drainUntilMs: 60_000 }, 60_000)).toBe("delete");
     expect(releaseDecision({ runnerRunning: false, drainUntilMs: 60_000 }, 1_000)).toBe("delete");
+  });
+
+  it("keeps a shared box whose claim was not confirmed only while its environment names it", () => {
+    expect(claimCheckDecision({ sharedBoxId: "box_a" }, "box_a")).toBe("keep");
+    expect(claimCheckDecision({ sharedBoxId: "box_b" }, "box_a")).toBe("retire");
+    expect(claimCheckDecision({}, "box_a")).toBe("retire");
+    expect(claimCheckDecision(null, "box_a")).toBe("retire");
   });
 
   it("backs off delete retries exponentially up to a cap", () => {

@@ -917,3 +917,46 @@ describe("a launch that died right after making its box, retried after its envir
     expect(await provider.list({ [LABEL_RUN]: runId })).toEqual([]);
   }, 30_000);
 });
+
+describe("a launch's box whose release does not reach the box's actor", () => {
+  /**
+   * The launch of a fresh box ends without its run (`arrange` stops it or fails it before the box is
+   * assigned) while every delete of a box fails (its actor unreachable); then the actor answers again.
+   * The thread's clock runs an hour ahead, so its alarms come only when the test runs them.
+   */
+  async function releaseUnreached(houseId: string, arrange: (a: ThreadActor) => void) {
+    const provider = sharedTestProvider();
+    const { token, t, stub, runId } = await startLaunch(houseId, (a) => {
+      a.advanceClock(60 * 60_000);
+      arrange(a);
+    });
+    await runInDurableObject(boxStub("any-box"), (a: SandboxActor) => a.failDeletesOfAnyBox(1_000));
+    try {
+      expect(await runDurableObjectAlarm(stub)).toBe(true); // the launch
+      const row = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string };
+      expect(row.status).toBe("failed");
+      expect((await runInDurableObject(stub, (a: ThreadActor) => a.testOutboxKeys())).filter((k) => k.startsWith("launch:"))).toEqual([]);
+      // The launch is over and its box's actor was not reached: the box is still live.
+      expect(await provider.list({ [LABEL_RUN]: runId })).toHaveLength(1);
+      expect(((await (await call(`/api/sandboxes/${launchBoxId(runId)}`, { token })).json()) as { state: string }).state).toBe("live");
+      // Still unreachable at the next alarm: asked again later.
+      expect(await runDurableObjectAlarm(stub)).toBe(true);
+      expect(await provider.list({ [LABEL_RUN]: runId })).toHaveLength(1);
+    } finally {
+      await runInDurableObject(boxStub("any-box"), (a: SandboxActor) => a.failDeletesOfAnyBox(0));
+    }
+    await runInDurableObject(stub, (a: ThreadActor) => a.advanceClock(60 * 60_000));
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await provider.list({ [LABEL_RUN]: runId })).toEqual([]);
+    expect(((await (await call(`/api/sandboxes/${launchBoxId(runId)}`, { token })).json()) as { state: string }).state).toBe("deleted");
+    expect(await runInDurableObject(stub, (a: ThreadActor) => a.testOutboxKeys())).toEqual([]);
+  }
+
+  it("stopped before the box was assigned: the thread's alarm asks again until the box is deleted", async () => {
+    await releaseUnreached("house-abandon-unreached", (a) => a.stopLaunchAt("box_registered"));
+  }, 30_000);
+
+  it("failed before the box was assigned: the thread's alarm asks again until the box is deleted", async () => {
+    await releaseUnreached("house-release-unreached", (a) => a.failLaunchAt("box_chosen"));
+  }, 30_000);
+});

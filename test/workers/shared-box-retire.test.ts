@@ -216,3 +216,60 @@ describe("a retired shared box", () => {
     expect(await retirementsPending(houseId)).toEqual([]);
   });
 });
+
+describe("a shared box whose claim does not reach the house", () => {
+  /** A first command of `envId` whose claim of the box it made meets `houseFails`, while the box's actor cannot be asked to retire it. */
+  async function claimUnreached(houseId: string, envId: string, houseFails: (h: HouseActor) => void) {
+    const token = await houseToken(houseId);
+    sharedTestProvider().execHandler = () => ({ exitCode: 0, output: "ok" });
+    expect((await call("/api/environments", { method: "POST", token, json: { id: envId, name: "s", provider: "test", sharedBox: true } })).status).toBe(201);
+    await runInDurableObject(houseStub(houseId), houseFails);
+    await runInDurableObject(boxStub("any-box"), (a: SandboxActor) => { a.failDeletesOfAnyBox(1); });
+    try {
+      expect((await call(`/api/environments/${envId}/exec`, { method: "POST", token, json: { command: "true" } })).status).toBeGreaterThanOrEqual(500);
+    } finally {
+      await runInDurableObject(boxStub("any-box"), (a: SandboxActor) => { a.failDeletesOfAnyBox(0); });
+    }
+    const { sandboxes } = (await (await call("/api/sandboxes", { token })).json()) as { sandboxes: BoxView[] };
+    expect(sandboxes).toHaveLength(1);
+    expect(await liveAtProvider(houseId)).toEqual([sandboxes[0].providerRef]);
+    return { token, boxId: sandboxes[0].id };
+  }
+
+  it("nor its retire the box's actor (both unreachable at once) is retired by the box itself once it finds the environment does not name it, across an eviction", async () => {
+    const houseId = "house-claim-unreached";
+    const { token, boxId } = await claimUnreached(houseId, "env_claim_unreached", (h) => h.failClaims(1));
+    expect(await retirementsPending(houseId)).toEqual([]); // the house never heard of it
+    // The house cannot be asked at the box's first look either: it looks again later.
+    await runInDurableObject(houseStub(houseId), (h: HouseActor) => { h.failEnvironmentReads(1); });
+    expect(await alarmAfter(boxId, 60 * 60_000)).toBe(true);
+    expect((await box(token, boxId)).state).toBe("live");
+    // What it is to ask is stored with the box: an eviction loses nothing.
+    await evictDurableObject(boxStub(boxId));
+    expect(await alarmAfter(boxId, 2 * 60 * 60_000)).toBe(true);
+    expect((await box(token, boxId)).state).toBe("deleted");
+    expect(await listed(token, boxId)).toBe("deleted");
+    expect(await liveAtProvider(houseId)).toEqual([]);
+    expect(await runDurableObjectAlarm(boxStub(boxId))).toBe(false);
+    // The next command makes the environment's box afresh.
+    expect((await call("/api/environments/env_claim_unreached/exec", { method: "POST", token, json: { command: "true" } })).status).toBe(200);
+    expect(await liveAtProvider(houseId)).toHaveLength(1);
+  });
+
+  it("that the house took (only its answer was lost) is kept by the box's look: it stays the environment's box", async () => {
+    const houseId = "house-claim-answer-lost";
+    const { token, boxId } = await claimUnreached(houseId, "env_claim_lost", (h) => h.loseClaimAnswers(1));
+    expect(await alarmAfter(boxId, 60 * 60_000)).toBe(true);
+    expect((await box(token, boxId)).state).toBe("live");
+    expect(await runDurableObjectAlarm(boxStub(boxId))).toBe(false); // nothing more to ask
+    const r = await call("/api/environments/env_claim_lost/exec", { method: "POST", token, json: { command: "true" } });
+    expect(r.status).toBe(200);
+    expect(((await r.json()) as { boxId: string }).boxId).toBe(boxId);
+  });
+
+  it("that the house took at once leaves the box nothing to ask", async () => {
+    const houseId = "house-claim-confirmed";
+    const { boxId } = await environmentWithSharedBox(houseId, "env_claim_confirmed");
+    expect(await runDurableObjectAlarm(boxStub(boxId))).toBe(false);
+  });
+});

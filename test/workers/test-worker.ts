@@ -342,6 +342,47 @@ export class HouseActor extends ProductionHouseActor {
     return super.listFolderVersions(environmentId);
   }
 
+  private failingEnvironmentReads = 0;
+
+  /** The next `count` reads of one environment fail (the house unreachable). */
+  failEnvironmentReads(count: number): void {
+    this.failingEnvironmentReads = count;
+  }
+
+  override async getEnvironment(id: string) {
+    if (this.failingEnvironmentReads > 0) {
+      this.failingEnvironmentReads--;
+      throw new Error("house unavailable (test)");
+    }
+    return super.getEnvironment(id);
+  }
+
+  private failingClaims = 0;
+  private losingClaimAnswers = 0;
+
+  /** The next `count` claims of a shared box fail before anything is recorded (the house unreachable). */
+  failClaims(count: number): void {
+    this.failingClaims = count;
+  }
+
+  /** The next `count` claims of a shared box are recorded, and then their answer is lost (the caller sees a failure). */
+  loseClaimAnswers(count: number): void {
+    this.losingClaimAnswers = count;
+  }
+
+  override async claimSharedBox(environmentId: string, boxId: string, replace: string | null, houseId?: string) {
+    if (this.failingClaims > 0) {
+      this.failingClaims--;
+      throw new Error("house unavailable (test)");
+    }
+    const answer = await super.claimSharedBox(environmentId, boxId, replace, houseId);
+    if (this.losingClaimAnswers > 0) {
+      this.losingClaimAnswers--;
+      throw new Error("house answer lost (test)");
+    }
+    return answer;
+  }
+
   override async upsertThread(t: ThreadSummary) {
     if (this.failingThreadUpserts > 0) {
       this.failingThreadUpserts--;

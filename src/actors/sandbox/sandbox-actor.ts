@@ -9,10 +9,12 @@ import { foldProbe, type ProbeVerdict } from "../../threads/liveness";
 import { settle, unwrapRpc } from "../rpc";
 import { houseStub, threadStub } from "../stubs";
 import { errorMessage, logEvent } from "../../domain/log-event";
-import { boxAlarmDecision, deleteRetryDelayMs, releaseDecision, RUNNER_DRAIN_POLL_MS, shouldReap, stopScript, tokenCleanupScript, type BoxState } from "./sandbox-decisions";
+import { boxAlarmDecision, claimCheckDecision, deleteRetryDelayMs, releaseDecision, RUNNER_DRAIN_POLL_MS, shouldReap, stopScript, tokenCleanupScript, type BoxState } from "./sandbox-decisions";
 import { systemClock, type Clock } from "../clock";
 import { addColumnIfMissing } from "../../domain/sql-schema";
 import { LateBoxWatch } from "./late-box";
+import { backoffDelayMs } from "../../domain/backoff";
+import type { Environment } from "../../environments";
 
 export type RegisterBoxInput = {
   boxId: string;
@@ -29,6 +31,13 @@ export type RegisterBoxInput = {
   deleteIfUnused?: boolean;
   /** What a `POST /api/sandboxes` with an Idempotency-Key asked for: a retry of it gets this box. */
   requestFingerprint?: string;
+  /**
+   * The environment a shared box is made for, which has not taken it yet (claimSharedBox): until
+   * the box is told it was taken (`claimed`), its alarm asks the house whether the environment names
+   * it, and retires it if not. A box whose claim and retire both fail (the house and the box's
+   * actor unreachable at once) is then not left live with nothing to reap it.
+   */
+  claimFor?: string;
 };
 
 export type BoxView = {
@@ -54,6 +63,13 @@ function stopScriptFor(threadId: string, signal: "TERM" | "KILL"): string {
   return script;
 }
 
+/**
+ * When a shared box not yet known to be taken first asks the house about its claim: later than the
+ * claim that follows its register takes, which would otherwise be raced. Then with backoff.
+ */
+const CLAIM_CHECK_MS = 10 * 60_000;
+const CLAIM_CHECK_MAX_MS = 60 * 60_000;
+
 /** How long past its own timeout a command holds the box (the provider's answer may come late). */
 const EXEC_LEASE_MARGIN_S = 60;
 
@@ -71,6 +87,8 @@ export class SandboxActor extends DurableObject<Env> {
   private deletingAtProvider = false;
   /** Due deletes in a row whose checks failed: the next waits longer. */
   private failedDeleteChecks = 0;
+  /** Claim checks in a row that could not reach the house: the next waits longer. */
+  private failedClaimChecks = 0;
   /** Only in an actor named by lateBoxWatchId, which has no box row. */
   private readonly lateBox: LateBoxWatch;
 
@@ -93,6 +111,9 @@ export class SandboxActor extends DurableObject<Env> {
     addColumnIfMissing(sql, "box", "drain_handle", "text");
     addColumnIfMissing(sql, "box", "drain_until", "integer");
     addColumnIfMissing(sql, "box", "request_fingerprint", "text");
+    // A shared box its environment has not been seen to take (see RegisterBoxInput.claimFor).
+    addColumnIfMissing(sql, "box", "claim_environment_id", "text");
+    addColumnIfMissing(sql, "box", "claim_check_at", "integer");
     this.lateBox = new LateBoxWatch({
       sql,
       now: () => this.clock.now(),
@@ -129,6 +150,10 @@ export class SandboxActor extends DurableObject<Env> {
         if (input.requestFingerprint) this.ctx.storage.sql.exec(`update box set request_fingerprint = ? where id = 1`, input.requestFingerprint);
         if (input.ephemeral && input.deleteIfUnused) {
           this.ctx.storage.sql.exec(`update box set next_delete_at = ? where id = 1`, now + this.stoppedBoxGraceMs());
+          await this.recomputeAlarm();
+        }
+        if (input.claimFor) {
+          this.ctx.storage.sql.exec(`update box set claim_environment_id = ?, claim_check_at = ? where id = 1`, input.claimFor, now + CLAIM_CHECK_MS);
           await this.recomputeAlarm();
         }
         // The box is registered once its row is written: an index that cannot be told now learns
@@ -337,24 +362,68 @@ export class SandboxActor extends DurableObject<Env> {
    */
   async retire(houseId: string) {
     return settle(async () => {
-      const r = this.requireRow(houseId);
-      if (r.state !== "dead" && r.state !== "deleted") {
-        const now = this.clock.now();
-        this.ctx.storage.sql.exec(`update box set ephemeral = 1, updated_at = ? where id = 1`, now);
-        if (this.threadIds().length === 0) {
-          // A pending delete, with its alarm, before anything that can fail: a retire cut short (a
-          // thread that cannot be asked whether its launch uses the box, an eviction) is carried
-          // out by the alarm, which retries until the provider confirms the box gone.
-          this.ctx.storage.sql.exec(`update box set next_delete_at = coalesce(next_delete_at, ?) where id = 1`, now);
-          await this.recomputeAlarm();
-          if (!this.deleting) await this.dueDelete();
-        }
-      }
+      this.requireRow(houseId);
+      await this.retireNow();
       // Also for a box already gone: a retire tried again (the index was not reached the first
       // time) puts the house's listing right.
       await this.syncIndex();
       return this.viewOf(houseId);
     });
+  }
+
+  private async retireNow(): Promise<void> {
+    const r = this.row()!;
+    // Retired, it is no environment's box whatever its claim: nothing is left to ask the house.
+    this.ctx.storage.sql.exec(`update box set claim_environment_id = null, claim_check_at = null where id = 1`);
+    if (r.state !== "dead" && r.state !== "deleted") {
+      const now = this.clock.now();
+      this.ctx.storage.sql.exec(`update box set ephemeral = 1, updated_at = ? where id = 1`, now);
+      if (this.threadIds().length === 0) {
+        // A pending delete, with its alarm, before anything that can fail: a retire cut short (a
+        // thread that cannot be asked whether its launch uses the box, an eviction) is carried
+        // out by the alarm, which retries until the provider confirms the box gone.
+        this.ctx.storage.sql.exec(`update box set next_delete_at = coalesce(next_delete_at, ?) where id = 1`, now);
+        await this.recomputeAlarm();
+        if (!this.deleting) await this.dueDelete();
+        return;
+      }
+    }
+    await this.recomputeAlarm();
+  }
+
+  /** The house took this box as its environment's shared box (see RegisterBoxInput.claimFor). */
+  async claimed(houseId: string) {
+    return settle(async () => {
+      this.requireRow(houseId);
+      this.ctx.storage.sql.exec(`update box set claim_environment_id = null, claim_check_at = null where id = 1`);
+      await this.recomputeAlarm();
+    });
+  }
+
+  /**
+   * A shared box not known to be taken: kept when its environment names it, else retired (no
+   * environment would use or delete it, and a shared box is never reaped). A house that cannot be
+   * asked now is asked again later.
+   */
+  private async checkClaim(): Promise<void> {
+    const r = this.row()!;
+    const environmentId = r.claim_environment_id as string;
+    try {
+      const e = (await unwrapRpc(houseStub(this.env, r.house_id as string).getEnvironment(environmentId))) as Environment | null;
+      this.failedClaimChecks = 0;
+      if (claimCheckDecision(e, r.box_id as string) === "keep") {
+        this.ctx.storage.sql.exec(`update box set claim_environment_id = null, claim_check_at = null where id = 1`);
+      } else {
+        logEvent("shared_box_unclaimed", { boxId: r.box_id, environmentId, environmentNames: e?.sharedBoxId ?? null }, "warn");
+        await this.retireNow();
+      }
+    } catch (err) {
+      this.failedClaimChecks++;
+      const at = this.clock.now() + backoffDelayMs(this.failedClaimChecks, CLAIM_CHECK_MS, CLAIM_CHECK_MAX_MS);
+      logEvent("shared_box_claim_check_failed", { boxId: r.box_id, environmentId, retryAt: at, error: errorMessage(err) }, "warn");
+      this.ctx.storage.sql.exec(`update box set claim_check_at = ? where id = 1`, at);
+    }
+    await this.recomputeAlarm();
   }
 
   /**
@@ -442,6 +511,8 @@ export class SandboxActor extends DurableObject<Env> {
     );
     if (decision === "cancel") this.ctx.storage.sql.exec(`update box set next_delete_at = null, drain_handle = null, drain_until = null where id = 1`);
     else if (decision === "delete") await this.dueDelete();
+    const claimCheckAt = this.row()!.claim_check_at as number | null;
+    if (claimCheckAt !== null && claimCheckAt <= this.clock.now()) await this.checkClaim();
     await this.recomputeAlarm();
     await this.syncIndex();
   }
@@ -660,14 +731,15 @@ export class SandboxActor extends DurableObject<Env> {
     await this.recomputeAlarm();
   }
 
-  /** The only deadline of a box is a pending delete retry; the alarm always mirrors it. */
   private stoppedBoxGraceMs(): number {
     return intVar(this.env, "STOPPED_BOX_GRACE_MS", 15 * 60_000);
   }
 
+  /** A box's deadlines are a pending delete (or its retry) and a claim check; the alarm always mirrors the earlier. */
   private async recomputeAlarm(): Promise<void> {
-    const at = this.row()?.next_delete_at as number | null | undefined;
-    if (at) await this.ctx.storage.setAlarm(at);
+    const r = this.row();
+    const due = [r?.next_delete_at, r?.claim_check_at].filter((at): at is number => typeof at === "number");
+    if (due.length > 0) await this.ctx.storage.setAlarm(Math.min(...due));
     else await this.ctx.storage.deleteAlarm();
   }
 

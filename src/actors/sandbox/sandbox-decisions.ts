@@ -24,6 +24,14 @@ export function boxAlarmDecision(box: { state: BoxState; nextDeleteAt: number | 
 }
 
 /**
+ * A shared box whose claim was not confirmed is its environment's when the environment (as the
+ * house has it) names it; otherwise nothing will ever use or delete it, and it is retired.
+ */
+export function claimCheckDecision(environment: { sharedBoxId?: string } | null, boxId: string): "keep" | "retire" {
+  return environment?.sharedBoxId === boxId ? "keep" : "retire";
+}
+
+/**
  * A box whose run has ended is held while its runner is still in it (it posts what the run left
  * after a failure the mirror already reported), but never past `drainUntilMs`.
  */

@@ -35,6 +35,8 @@ export type LauncherPorts = {
   persist(): Promise<void>;
   /** A test seam between launch steps; production passes a no-op. */
   checkpoint(step: LaunchStep): void;
+  /** Owes the release of a box the launch no longer uses (see LaunchBoxRelease), then tries it now. */
+  releaseBox(release: LaunchBoxRelease): Promise<void>;
 };
 
 /** The launch outbox item: wires threads/launch.ts to the box and house actors and the thread log. */
@@ -74,27 +76,12 @@ export async function launch(spec: LaunchSpec, p: LauncherPorts): Promise<void> 
  */
 async function releaseUnassignedBox(spec: LaunchSpec, p: LauncherPorts, fallbackProvider: string): Promise<void> {
   const progress = p.progress.get(spec.runId);
-  const row = p.row();
   // Neither a provider nor a box recorded: the launch made no box of its own.
   if ((!progress.provider && !progress.providerRef) || progress.sameBox === true) return;
   const boxId = progress.boxId ?? launchBoxId(spec.runId);
   if (assignedToRun(spec, p, boxId)) return;
-  try {
-    try {
-      await unwrapRpc(sandboxStub(p.env, boxId).destroy(row.houseId, true));
-    } catch (err) {
-      if (!(err instanceof ApiError) || err.code !== "not_found") throw err;
-      // Never registered: only the provider knows of it (a box already gone counts as deleted).
-      // An attempt that died right after making it did not record it either: its run label tells.
-      // The provider the launch recorded, not the environment's: that may be gone, or changed.
-      const providerName = progress.provider ?? fallbackProvider;
-      const refs = progress.providerRef ? [progress.providerRef] : (await providerFor(p.env, providerName).list({ [LABEL_RUN]: spec.runId })).map((b) => b.ref);
-      // No box actor retries these deletes: a watch of the box does, when the provider fails one now.
-      for (const ref of refs) await deleteUnregisteredBox(p.env, row.houseId, providerName, ref);
-    }
-  } catch (err) {
-    logEvent("launch_box_release_failed", { threadId: row.id, runId: spec.runId, boxId, error: errorMessage(err) }, "warn");
-  }
+  // The provider the launch recorded, not the environment's: that may be gone, or changed.
+  await p.releaseBox({ runId: spec.runId, boxId, box: "delete", provider: progress.provider ?? fallbackProvider, ...(progress.providerRef ? { providerRef: progress.providerRef } : {}) });
 }
 
 /**
@@ -128,17 +115,63 @@ function assignedToRun(spec: LaunchSpec, p: LauncherPorts, boxId: string): boole
 async function abandon(spec: LaunchSpec, p: LauncherPorts): Promise<void> {
   const progress = p.progress.get(spec.runId);
   if (!progress.boxId) return;
-  const row = p.row();
-  const box = sandboxStub(p.env, progress.boxId);
+  const box = progress.sameBox !== true && !assignedToRun(spec, p, progress.boxId) ? "delete" : "keep";
+  const where = box === "delete" && progress.provider ? { provider: progress.provider, ...(progress.providerRef ? { providerRef: progress.providerRef } : {}) } : {};
+  await p.releaseBox({ runId: spec.runId, boxId: progress.boxId, box, ...where, ...(progress.handle ? { handle: progress.handle } : {}) });
+}
+
+/**
+ * What a launch that ends without its run owes the box it took (see `abandon`,
+ * `releaseUnassignedBox`). Owed in the thread's outbox before it is first tried, so a box actor
+ * that cannot be reached then (evicted, overloaded) is asked again by the thread's alarm until it
+ * confirms: nothing else knows of a launch's fresh box to reap it.
+ */
+export type LaunchBoxRelease = {
+  runId: string;
+  boxId: string;
+  /** `delete`: a box the thread never learned of; `keep`: detached and kept, as a stopped run's box is. */
+  box: "delete" | "keep";
+  /** The launch's runner, ended first (the box may not know its handle yet). */
+  handle?: DetachedHandle;
+  /** Where a box that was never registered is deleted: its ref, or else the boxes with the run's label. */
+  provider?: string;
+  providerRef?: string;
+};
+
+/** The outbox key of a launch's release of its box: one per run. */
+export function launchBoxReleaseKey(runId: string): string {
+  return `release_box:${runId}`;
+}
+
+/**
+ * Carries out a release; throws (to be tried again) while the box's actor or the provider cannot
+ * be reached. Done again after a partial try, it does nothing twice: a box already detached or
+ * deleted, or one never registered and already gone at the provider, counts as released.
+ */
+export async function releaseLaunchBox(env: Env, houseId: string, threadId: string, r: LaunchBoxRelease): Promise<void> {
+  const box = sandboxStub(env, r.boxId);
   try {
-    if (progress.handle) {
-      await unwrapRpc(box.attach(row.houseId, row.id, progress.handle as DetachedHandle));
-      await unwrapRpc(box.stopRun(row.houseId, row.id, spec.runId));
+    if (r.handle) {
+      let attached = true;
+      try {
+        await unwrapRpc(box.attach(houseId, threadId, r.handle));
+      } catch (err) {
+        // A box going or gone has no runner left to stop.
+        if (!(err instanceof ApiError) || err.code !== "conflict") throw err;
+        attached = false;
+      }
+      if (attached) await unwrapRpc(box.stopRun(houseId, threadId, r.runId));
     }
-    if (progress.sameBox !== true && !assignedToRun(spec, p, progress.boxId)) await unwrapRpc(box.destroy(row.houseId, true));
-    else await unwrapRpc(box.detach(row.houseId, row.id, { keepBox: true }));
+    if (r.box === "delete") await unwrapRpc(box.destroy(houseId, true));
+    else await unwrapRpc(box.detach(houseId, threadId, { keepBox: true }));
   } catch (err) {
-    logEvent("launch_abandon_failed", { threadId: row.id, runId: spec.runId, boxId: progress.boxId, error: errorMessage(err) }, "warn");
+    if (!(err instanceof ApiError) || err.code !== "not_found") throw err;
+    if (r.box === "keep" || !r.provider) return;
+    // Never registered: only the provider knows of it (a box already gone counts as deleted).
+    // An attempt that died right after making it did not record it either: its run label tells.
+    const refs = r.providerRef ? [r.providerRef] : (await providerFor(env, r.provider).list({ [LABEL_RUN]: r.runId })).map((b) => b.ref);
+    // No box actor retries these deletes: a watch of the box does, when the provider fails one now.
+    for (const ref of refs) await deleteUnregisteredBox(env, houseId, r.provider, ref);
   }
 }
 

@@ -1,6 +1,6 @@
 import type { Env } from "../../env";
 import type { Entry, EntryWithOffset } from "../../entries/schema";
-import { logEvent } from "../../domain/log-event";
+import { errorMessage, logEvent } from "../../domain/log-event";
 import { ApiError } from "../../errors";
 import type { LaunchProgressStore, LaunchStep } from "../../threads/launch-progress";
 import { publicThread, type ThreadRow } from "../../threads/thread-row";
@@ -9,8 +9,8 @@ import { readwriteFolders, syncFoldersAfterRun } from "../../workspace/folder-sy
 import type { ThreadSummary } from "../house/house-actor";
 import { unwrapRpc } from "../rpc";
 import { houseStub, sandboxStub, threadStub } from "../stubs";
-import { launch } from "./launcher";
-import type { OutboxExecutors } from "./outbox";
+import { launch, launchBoxReleaseKey, releaseLaunchBox, type LaunchBoxRelease } from "./launcher";
+import type { Outbox, OutboxExecutors } from "./outbox";
 
 /** What the executors need from the thread that owes the items. */
 export type ThreadOutboxPorts = {
@@ -28,6 +28,7 @@ export type ThreadOutboxPorts = {
   persist(): Promise<void>;
   checkpoint(step: LaunchStep): void;
   primeAgents(set: { version: number; candidates: Candidate[] }): void;
+  outbox: Outbox;
 };
 
 /** One executor per kind of item a thread owes other actors (see outbox.ts). */
@@ -43,6 +44,20 @@ export function threadOutboxExecutors(p: ThreadOutboxPorts): OutboxExecutors {
     if (r.status !== "running" || r.boxId !== boxId) return false;
     logEvent("box_call_skipped", { threadId: r.id, boxId, kind, reason: "the thread's next run is on this box" });
     return true;
+  };
+  /**
+   * Owed before it is tried: a box actor that cannot be reached now is asked again by the alarm
+   * (the launch item that decided it is done once this returns).
+   */
+  const releaseBoxNow = async (release: LaunchBoxRelease): Promise<void> => {
+    const key = launchBoxReleaseKey(release.runId);
+    p.outbox.enqueue(key, "release_launch_box", release, p.now());
+    try {
+      await releaseLaunchBox(env, row().houseId, row().id, release);
+      p.outbox.done(key);
+    } catch (err) {
+      logEvent("launch_box_release_failed", { threadId: row().id, runId: release.runId, boxId: release.boxId, retriedBy: "thread alarm", error: errorMessage(err) }, "warn");
+    }
   };
   return {
     attach: {
@@ -97,6 +112,7 @@ export function threadOutboxExecutors(p: ThreadOutboxPorts): OutboxExecutors {
           progress: p.launchProgress,
           persist: p.persist,
           checkpoint: p.checkpoint,
+          releaseBox: (release) => releaseBoxNow(release),
         });
         p.launchProgress.clear(spec.runId);
       },
@@ -107,6 +123,14 @@ export function threadOutboxExecutors(p: ThreadOutboxPorts): OutboxExecutors {
         // Before the progress goes: the run's end reads which box the launch took.
         if (row().status === "running") p.appendFailure(`launch_failed:${spec.runId}`, `launch failed: ${message}`, spec.runId);
         p.launchProgress.clear(spec.runId);
+      },
+    },
+    // Stopping a runner takes its grace period: only the alarm retries it.
+    release_launch_box: {
+      slow: true,
+      run: async (x) => {
+        if (nextRunOn(x.boxId, "release_launch_box")) return;
+        await releaseLaunchBox(env, row().houseId, row().id, x);
       },
     },
     notify_parent: {

@@ -1,4 +1,5 @@
 import type { LaunchSpec } from "../../threads/launch";
+import type { LaunchBoxRelease } from "./launcher";
 import { backoffDelayMs } from "../../domain/backoff";
 import { ensureSchema, type Schema } from "../../domain/sql-schema";
 
@@ -15,6 +16,8 @@ export type OutboxPayloads = {
   /** Readwrite folders the run changed become new versions (before `detach` releases the box). */
   sync_folders: { boxId: string; runId: string };
   launch: LaunchSpec;
+  /** A launch that ended without its run releases the box it took (owed before its first try). */
+  release_launch_box: LaunchBoxRelease;
   notify_parent: { parentId: string; runKey: number; status: string; reason: string | null; resultText: string; brainId: string | null };
   /** The house index is told the row as it is when the item runs, so one pending item is enough. */
   sync_index: Record<string, never>;

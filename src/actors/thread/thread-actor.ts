@@ -740,6 +740,7 @@ export class ThreadActor extends DurableObject<Env> {
       persist: () => this.ctx.storage.sync(),
       checkpoint: (step) => this.launchCheckpoint(step),
       primeAgents: (set) => this.dispatch.primeAgents(set),
+      outbox: this.outbox,
     });
   }
 }
