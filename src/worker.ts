@@ -84,6 +84,13 @@ const ROUTES: [Method, string, RouteHandler][] = [
   ["DELETE", "/api/sandboxes/:id", (req, env) => deleteSandboxRoute(req, env, req.params.id)],
 ];
 
+/**
+ * The path as the router matches it, which takes any number of trailing slashes: the checks made
+ * beside it (which token a route takes, which methods a path has) must read it the same way.
+ */
+const routePath = (pathname: string) => pathname.replace(/(.)\/+$/, "$1");
+const ADMIN_PATH = "/api/admin/tokens";
+
 /** A path pattern's matcher: `:name` is one non-empty path segment. */
 const patternOf = (path: string) => new RegExp(`^${path.replace(/:[a-z]+/g, "[^/]+")}$`);
 const ROUTE_PATTERNS = ROUTES.map(([method, path]) => ({ method, path, pattern: patternOf(path) }));
@@ -106,7 +113,7 @@ router.options("*", () => new Response(null, { status: 204, headers: CORS_PREFLI
 for (const [method, path, handler] of ROUTES) {
   const withParams = path.includes(":");
   router.all(path, async (req: Req, env: Env) => {
-    if (withParams && LITERAL_PATHS.has(new URL(req.url).pathname)) return undefined;
+    if (withParams && LITERAL_PATHS.has(routePath(new URL(req.url).pathname))) return undefined;
     if (req.method === method) return handler(req, env);
     if (method === "GET" && req.method === "HEAD") {
       // An upgrade would open a socket (and send it the whole log) only to drop it.
@@ -120,10 +127,11 @@ router
   .all("/api/stream/*", async (req, env) => withPublicLocation(await streamRoute(req, env, "/api/stream/").catch(errorResponse), req))
   .all("/v1/stream/*", async (req, env) => withPublicLocation(await streamRoute(req, env, "/v1/stream/").catch(errorResponse), req))
   .all("*", async (req, env) => {
-    const { pathname } = new URL(req.url);
+    const raw = new URL(req.url).pathname;
+    const pathname = routePath(raw);
     // A token problem is reported as such even on a wrong path or method, so a client never
     // chases a 404 or 405 that is really a 401. Minting tokens takes the admin secret instead.
-    if (/^\/(api|v1)\//.test(pathname) && pathname !== "/api/admin/tokens") await authenticate(req, env.THREADBOX_TOKEN_SECRET);
+    if (/^\/(api|v1)\//.test(raw) && pathname !== ADMIN_PATH) await authenticate(req, env.THREADBOX_TOKEN_SECRET);
     const allowed = allowedMethods(pathname);
     if (allowed.length > 0) {
       throw new ApiError("method_not_allowed", `${req.method} is not allowed here: use ${allowed.join(" or ")}`, undefined, { allow: [...allowed, "OPTIONS"].join(", ") });
@@ -143,7 +151,7 @@ const SUBSCRIBE_PATH = patternOf("/api/threads/:id/subscribe");
 async function credentialsProblem(request: Request, env: Env, url: URL): Promise<Response | undefined> {
   const { pathname } = url;
   if (!/^\/(api|v1)\//.test(pathname)) return undefined;
-  if (pathname === "/api/admin/tokens") {
+  if (routePath(pathname) === ADMIN_PATH) {
     assertAdminSecret(request, env);
     return undefined;
   }
@@ -160,7 +168,7 @@ async function credentialsProblem(request: Request, env: Env, url: URL): Promise
       return caller instanceof Response ? caller : undefined;
     }
   }
-  await authenticate(request, env.THREADBOX_TOKEN_SECRET, SUBSCRIBE_PATH.test(pathname));
+  await authenticate(request, env.THREADBOX_TOKEN_SECRET, SUBSCRIBE_PATH.test(routePath(pathname)));
   return undefined;
 }
 

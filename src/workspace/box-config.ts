@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { z } from "zod";
 import { recordSchema } from "../domain/record-schema";
 import { BOX_DIR, WORK_DIR } from "../domain/box-layout";
@@ -132,13 +133,31 @@ export const volumesSchema = z.array(volumeSchema).max(10).superRefine((vs, ctx)
  * two houses' `memory` volumes are two volumes.
  */
 export function providerVolumes(houseId: string, volumes: VolumeSpec[] | undefined): { name: string; mountPath: string }[] {
+  const owner = volumeOwner(houseId);
   return (volumes ?? []).map((v) => ({
-    name: `tb-${houseId.toLowerCase().replace(/[^a-z0-9-]/g, "-").slice(0, 40)}-${fnv1a(houseId)}-${v.name}`,
+    name: `${owner}-${v.name}`,
     mountPath: `/home/daytona/${volumeHomePath(v.path)}`,
   }));
 }
 
-/** A short stable hash, so houses whose ids differ only in characters the name cannot hold stay apart. */
+/** A house id a volume name holds as it is: no two such ids give the same name. */
+const NAME_SAFE_HOUSE = /^[a-z0-9-]{1,40}$/;
+
+/**
+ * A house id the name can hold as it is stays in it whole (beside the hash such names always
+ * carried, so its volumes keep their names). Any other id is shown lossily (lower case, other
+ * characters as `-`, cut at 30), which a 32-bit hash beside it did not make safe: another house
+ * could pick an id with the same shown part and the same hash in seconds, and mount this house's
+ * volumes. Such ids are named by a SHA-256 prefix under a prefix of their own (`tbx-`), which no
+ * name-safe id's `tb-` name can equal; the total length stays what it was.
+ */
+function volumeOwner(houseId: string): string {
+  if (NAME_SAFE_HOUSE.test(houseId)) return `tb-${houseId}-${fnv1a(houseId)}`;
+  const shown = houseId.toLowerCase().replace(/[^a-z0-9-]/g, "-").slice(0, 30);
+  return `tbx-${shown}-${createHash("sha256").update(houseId).digest("hex").slice(0, 16)}`;
+}
+
+/** The hash name-safe house ids' volume names have always carried. */
 function fnv1a(s: string): string {
   let h = 0x811c9dc5;
   for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193) >>> 0;

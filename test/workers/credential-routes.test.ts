@@ -1,6 +1,7 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import { SELF, env } from "cloudflare:test";
 import { BASE, call, createThread, houseToken, runToken, streamToken } from "./helpers";
+import { SignJWT } from "jose";
 import { mintHouseToken, mintStreamToken } from "../../src/auth/tokens";
 import { tarArchive } from "../support/tar";
 
@@ -17,7 +18,13 @@ import { tarArchive } from "../support/tar";
 const HOUSE = "creds";
 const SECRET = "sk-creds-never-leaks";
 
-const CREDENTIALS = ["owner", "member", "admin", "reader", "viewer", "bot", "streamWrite", "streamRead", "run", "none", "expired", "expiredStream"] as const;
+const CREDENTIALS = [
+  "owner", "member", "admin", "reader", "viewer", "bot", "streamWrite", "streamRead", "run", "none", "expired", "expiredStream",
+  // Not a token of the house, whatever it claims: each is a 401 with code unauthorized on every route.
+  "forged", "algNone", "noExp", "wrongIssuer", "unknownKind", "malformed", "emptyBearer", "basicScheme",
+  // The owner's own token where only the subscribe route looks for one: anywhere else it is no token.
+  "ownerInQuery",
+] as const;
 type Credential = (typeof CREDENTIALS)[number];
 
 /**
@@ -29,8 +36,9 @@ type Credential = (typeof CREDENTIALS)[number];
  * - threadWrite: houseWrite, and a stream:write or run token of that thread
  * - streamRenew: a stream or run token of that thread (the token renewal)
  * - runOnly: the token of that run (its artifact streams)
+ * - nobody: no credential (a thread's parent or child renewing the thread's stream token)
  */
-type Who = "houseRead" | "houseWrite" | "configure" | "threadRead" | "threadWrite" | "streamRenew" | "runOnly";
+type Who = "houseRead" | "houseWrite" | "configure" | "threadRead" | "threadWrite" | "streamRenew" | "runOnly" | "nobody";
 
 const HOUSE_READERS: Credential[] = ["owner", "member", "admin", "reader", "viewer", "bot"];
 const HOUSE_WRITERS: Credential[] = ["owner", "member", "admin", "bot"];
@@ -42,9 +50,14 @@ const ALLOWED: Record<Who, Credential[]> = {
   threadWrite: [...HOUSE_WRITERS, "streamWrite", "run"],
   streamRenew: ["streamWrite", "streamRead", "run"],
   runOnly: ["run"],
+  nobody: [],
 };
 
-type House = { thread: string; other: string; environment: string; box: string; agent: string; run: string };
+/** `thread` is a child of `parent` and the parent of `child`: a stream token of `thread` reaches neither. */
+/** Credentials that are no valid token: a 401 wherever they go. */
+const UNAUTHENTICATED: Credential[] = ["none", "expired", "expiredStream", "forged", "algNone", "noExp", "wrongIssuer", "unknownKind", "malformed", "emptyBearer", "basicScheme"];
+
+type House = { thread: string; other: string; parent: string; child: string; environment: string; box: string; agent: string; run: string };
 type Row = {
   name: string;
   method: "GET" | "POST" | "PUT" | "PATCH" | "DELETE" | "HEAD";
@@ -86,6 +99,18 @@ const ROWS: Row[] = [
   { name: "GET /api/threads/:id/dispatch (another thread)", method: "GET", path: (h) => `/api/threads/${h.other}/dispatch`, who: "houseRead" },
   { name: "GET /api/threads/:id/artifacts", method: "GET", path: (h) => `/api/threads/${h.thread}/artifacts`, who: "threadRead" },
   { name: "GET /api/threads/:id/artifacts (another thread)", method: "GET", path: (h) => `/api/threads/${h.other}/artifacts`, who: "houseRead" },
+  // A thread's stream token reaches neither its parent nor its child.
+  ...(["parent", "child"] as const).flatMap((rel): Row[] => [
+    { name: `GET /api/threads/:id (its ${rel})`, method: "GET", path: (h) => `/api/threads/${h[rel]}`, who: "houseRead" },
+    { name: `POST /api/threads/:id/entries (its ${rel})`, method: "POST", path: (h) => `/api/threads/${h[rel]}/entries`, body: chat, who: "houseWrite" },
+    { name: `GET /api/threads/:id/entries (its ${rel})`, method: "GET", path: (h) => `/api/threads/${h[rel]}/entries?offset=-1`, who: "houseRead" },
+    { name: `GET /api/threads/:id/subscribe (its ${rel})`, method: "GET", path: (h) => `/api/threads/${h[rel]}/subscribe?offset=-1`, headers: { upgrade: "websocket" }, who: "houseRead" },
+    { name: `GET /api/threads/:id/artifacts (its ${rel})`, method: "GET", path: (h) => `/api/threads/${h[rel]}/artifacts`, who: "houseRead" },
+    { name: `GET /api/stream/thread-<id> long-poll (its ${rel})`, method: "GET", path: (h) => `/api/stream/thread-${h[rel]}?offset=-1&live=long-poll`, who: "houseRead" },
+    { name: `POST /v1/stream/thread-<id> (its ${rel})`, method: "POST", path: (h) => `/v1/stream/thread-${h[rel]}`, body: chat, who: "houseWrite" },
+    { name: `POST /api/stream/thread-<id>/token (its ${rel})`, method: "POST", path: (h) => `/api/stream/thread-${h[rel]}/token`, who: "nobody" },
+    { name: `PUT /api/stream/thread-<id>/artifacts/<run>/diff (its ${rel})`, method: "PUT", path: (h) => `/api/stream/thread-${h[rel]}/artifacts/${h.run}/diff`, body: () => "", who: "nobody" },
+  ]),
 
   // agents
   { name: "POST /api/agents", method: "POST", path: () => "/api/agents", body: () => ({ name: "helper", handle: `helper-${handles++}`, model: "local/m" }), who: "houseWrite" },
@@ -153,7 +178,9 @@ describe("every credential of a house against its own routes", () => {
 
   beforeAll(async () => {
     const owner = await houseToken(HOUSE, "olivia", "owner");
-    const thread = await createThread(owner, { title: "the thread" });
+    const parent = await createThread(owner, { title: "the thread's parent" });
+    const thread = await createThread(owner, { title: "the thread", parent: { kind: "thread", id: parent.id } });
+    const child = await createThread(owner, { title: "the thread's child", parent: { kind: "thread", id: thread.id } });
     const other = await createThread(owner, { title: "another thread" });
     const e = await call("/api/environments", { method: "POST", token: owner, json: { name: "env", provider: "test", sharedBox: true, secrets: { API_KEY: SECRET } } });
     expect(e.status).toBe(201);
@@ -164,11 +191,16 @@ describe("every credential of a house against its own routes", () => {
     expect(agent.status).toBe(201);
     expect((await call("/api/stream/wakes", { method: "PUT", token: owner, headers: { "content-type": "application/json" } })).status).toBe(201);
     house = {
-      thread: thread.id, other: other.id, environment, run: "run-1",
+      thread: thread.id, other: other.id, parent: parent.id, child: child.id, environment, run: "run-1",
       box: ((await box.json()) as { id: string }).id, agent: ((await agent.json()) as { id: string }).id,
     };
     const secret = (env as unknown as { THREADBOX_TOKEN_SECRET: string }).THREADBOX_TOKEN_SECRET;
     const anHourAgo = Date.now() - 3_600_000;
+    const now = Math.floor(Date.now() / 1000);
+    const b64url = (o: unknown) => btoa(JSON.stringify(o)).replace(/=+$/, "").replace(/\+/g, "-").replace(/\//g, "_");
+    // Signed with the worker's own secret, but not a token it mints.
+    const signed = (claims: Record<string, unknown>, set: (j: SignJWT) => SignJWT) =>
+      set(new SignJWT(claims).setProtectedHeader({ alg: "HS256", typ: "JWT" }).setSubject("olivia")).sign(new TextEncoder().encode(secret));
     tokens = {
       owner,
       member: await houseToken(HOUSE, "mia", "member"),
@@ -182,6 +214,15 @@ describe("every credential of a house against its own routes", () => {
       none: null,
       expired: (await mintHouseToken(secret, HOUSE, "olivia", "owner", 60, anHourAgo)).token,
       expiredStream: (await mintStreamToken(secret, HOUSE, thread.id, "stream:write", "olivia", 60, anHourAgo)).token,
+      forged: (await mintHouseToken("not-the-worker-secret-0123456789", HOUSE, "olivia", "owner")).token,
+      algNone: `${b64url({ alg: "none", typ: "JWT" })}.${b64url({ kind: "house", house: HOUSE, sub: "olivia", role: "owner", iss: "threadbox", exp: now + 3600 })}.`,
+      noExp: await signed({ kind: "house", house: HOUSE, role: "owner" }, (j) => j.setIssuer("threadbox")),
+      wrongIssuer: await signed({ kind: "house", house: HOUSE, role: "owner" }, (j) => j.setIssuer("someone-else").setExpirationTime(now + 3600)),
+      unknownKind: await signed({ kind: "admin", house: HOUSE, role: "owner" }, (j) => j.setIssuer("threadbox").setExpirationTime(now + 3600)),
+      malformed: "not-a-token",
+      emptyBearer: "",
+      basicScheme: owner,
+      ownerInQuery: owner,
     };
   });
 
@@ -194,7 +235,11 @@ describe("every credential of a house against its own routes", () => {
     for (const who of order) {
       const headers = new Headers(row.headers);
       const token = tokens[who];
-      if (token) headers.set("authorization", `Bearer ${token}`);
+      let path = row.path(house);
+      if (who === "ownerInQuery") path += `${path.includes("?") ? "&" : "?"}token=${token}`;
+      else if (who === "basicScheme") headers.set("authorization", `Basic ${token}`);
+      else if (who === "emptyBearer") headers.set("authorization", "Bearer ");
+      else if (token) headers.set("authorization", `Bearer ${token}`);
       const raw = row.body?.(house);
       let body: BodyInit | undefined;
       if (raw === "tar") {
@@ -207,19 +252,21 @@ describe("every credential of a house against its own routes", () => {
         body = JSON.stringify(raw);
         for (const [k, v] of Object.entries(json)) headers.set(k, v);
       }
-      const res = await SELF.fetch(`${BASE}${row.path(house)}`, { method: row.method, headers, body });
+      const res = await SELF.fetch(`${BASE}${path}`, { method: row.method, headers, body });
       if (res.webSocket) {
         res.webSocket.accept();
         res.webSocket.close();
       }
       const text = row.method === "HEAD" ? "" : res.headers.get("content-type")?.startsWith("application/x-tar") ? "" : await res.text();
       seen[who] = res.status;
-      want[who] = who === "none" || who === "expired" || who === "expiredStream" ? 401 : allowed.includes(who) ? "ok" : 403;
+      const subscribe = /\/subscribe\?/.test(row.path(house));
+      want[who] = who === "ownerInQuery" ? (!subscribe ? 401 : allowed.includes("owner") ? "ok" : 403)
+        : UNAUTHENTICATED.includes(who) ? 401 : allowed.includes(who) ? "ok" : 403;
       if (want[who] !== "ok" && row.method !== "HEAD") {
         expect({ who, code: JSON.parse(text).error.code }).toEqual({ who, code: want[who] === 401 ? "unauthorized" : "forbidden" });
       }
       // No answer names a credential (the caller's own or anyone's) or a secret value.
-      const mustNotLeak = [SECRET, ...Object.values(tokens).filter((t): t is string => t !== null)];
+      const mustNotLeak = [SECRET, ...Object.values(tokens).filter((t): t is string => !!t)];
       for (const s of mustNotLeak) {
         expect(text, `${who}: body`).not.toContain(s);
         for (const [name, value] of res.headers) expect(value, `${who}: ${name}`).not.toContain(s);

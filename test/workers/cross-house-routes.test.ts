@@ -33,7 +33,7 @@ type Attacker = {
 
 type Expect =
   /** `code` when the route answers in its own protocol's codes (subscriptions: upper case). */
-  | { status: 404 | 403 | 401; code?: string }
+  | { status: 404 | 403 | 401 | 400; code?: string }
   /** The caller's own list (none of xh's things in it): `key` holds the list. */
   | { ownList: string }
   /** Succeeds, but only in the caller's own house (xh is checked unchanged). */
@@ -47,6 +47,8 @@ type Row = {
   headers?: Record<string, string>;
   /** Which credential the attacker uses; its house token unless said otherwise. */
   as?: Credential;
+  /** Where the credential goes: the Authorization header unless said otherwise (the subscribe route also takes the others). */
+  tokenIn?: "query" | "protocol";
   expect: Expect;
   /** xh's thing is named in the body (so the body must be parsed to find it). */
   targetInBody?: boolean;
@@ -104,6 +106,35 @@ const ROWS: Row[] = [
   { name: "GET /api/threads/:id/config (stream token)", method: "GET", path: (o) => `/api/threads/${o.threadId}/config`, as: "stream", expect: { status: 404 } },
   { name: "GET /api/threads/:id/dispatch (stream token)", method: "GET", path: (o) => `/api/threads/${o.threadId}/dispatch`, as: "stream", expect: { status: 404 } },
   { name: "GET /api/threads/:id/artifacts (run token)", method: "GET", path: (o) => `/api/threads/${o.threadId}/artifacts`, as: "run", expect: { status: 404 } },
+
+  // Path tricks that might reach xh's thread under another spelling: each is xh's thread (404 as a
+  // missing one), or no thread at all.
+  { name: "GET /api/threads/:id/ (trailing slash)", method: "GET", path: (o) => `/api/threads/${o.threadId}/`, expect: { status: 404 } },
+  { name: "GET /api/threads/:id/entries/ (trailing slash)", method: "GET", path: (o) => `/api/threads/${o.threadId}/entries/?offset=-1`, expect: { status: 404 } },
+  { name: "GET /api/threads/:id (upper case)", method: "GET", path: (o) => `/api/threads/${o.threadId.toUpperCase()}`, expect: { status: 404 } },
+  { name: "GET /api/threads/:id (percent-encoded)", method: "GET", path: (o) => `/api/threads/${o.threadId.replace("_", "%5F")}/entries?offset=-1`, expect: { status: 404 } },
+  { name: "GET /api/threads/:id (double-encoded)", method: "GET", path: (o) => `/api/threads/${o.threadId.replace("_", "%255F")}/entries?offset=-1`, expect: { status: 404 } },
+  { name: "GET /api/threads/<own>%2F..%2F<xh>/entries (encoded dot segments)", method: "GET", path: (o, a) => `/api/threads/${a.threadId}%2F..%2F${o.threadId}/entries?offset=-1`, expect: { status: 404 } },
+  { name: "GET /api/threads/<own>/../<xh>/entries (dot segments)", method: "GET", path: (o, a) => `/api/threads/${a.threadId}/%2e%2e/${o.threadId}/entries?offset=-1`, expect: { status: 404 } },
+  { name: "POST /api/threads/<own>/entries/../../<xh>/entries", method: "POST", path: (o, a) => `/api/threads/${a.threadId}/entries/../../${o.threadId}/entries`, body: chatBody, headers: json, expect: { status: 404 } },
+  { name: "GET /api/threads/:id/subscribe/ (trailing slash)", method: "GET", path: (o) => `/api/threads/${o.threadId}/subscribe/?offset=-1`, headers: { upgrade: "websocket" }, expect: { status: 404 } },
+  { name: "GET /api/threads/<own>%2F..%2F<xh>/subscribe", method: "GET", path: (o, a) => `/api/threads/${a.threadId}%2F..%2F${o.threadId}/subscribe?offset=-1`, headers: { upgrade: "websocket" }, expect: { status: 404 } },
+  { name: "GET /api/threads/:id/subscribe (?token=)", method: "GET", path: (o) => `/api/threads/${o.threadId}/subscribe?offset=-1`, headers: { upgrade: "websocket" }, tokenIn: "query", expect: { status: 404 } },
+  { name: "GET /api/threads/:id/subscribe (bearer subprotocol)", method: "GET", path: (o) => `/api/threads/${o.threadId}/subscribe?offset=-1`, headers: { upgrade: "websocket" }, tokenIn: "protocol", expect: { status: 404 } },
+  { name: "GET /api/threads/:id/subscribe (stream token in ?token=)", method: "GET", path: (o) => `/api/threads/${o.threadId}/subscribe?offset=-1`, headers: { upgrade: "websocket" }, as: "stream", tokenIn: "query", expect: { status: 404 } },
+  { name: "GET /api/threads/:id/subscribe (expired token of xh in ?token=)", method: "GET", path: (o) => `/api/threads/${o.threadId}/subscribe?offset=-1`, headers: { upgrade: "websocket" }, as: "expired", tokenIn: "query", expect: { status: 401 } },
+  // The token goes in the Authorization header everywhere else: one in the query is no token.
+  { name: "GET /api/threads/:id (?token=)", method: "GET", path: (o) => `/api/threads/${o.threadId}`, tokenIn: "query", expect: { status: 401 } },
+  { name: "/api/stream/thread-<id> GET (?token=)", method: "GET", path: (o) => `/api/stream/thread-${o.threadId}?offset=-1&live=long-poll`, tokenIn: "query", expect: { status: 401 } },
+  { name: "/v1/stream/%74hread-<id> GET (an encoded letter)", method: "GET", path: (o) => `/v1/stream/%74hread-${o.threadId}?offset=-1`, expect: { status: 404 } },
+  { name: "/v1/stream/thread%2D<id> GET long-poll (an encoded dash)", method: "GET", path: (o) => `/v1/stream/thread%2D${o.threadId}?offset=-1&live=long-poll`, expect: { status: 404 } },
+  { name: "/v1/stream/thread-<id>/ GET (trailing slash: a plain stream of the caller's)", method: "GET", path: (o) => `/v1/stream/thread-${o.threadId}/?offset=-1`, expect: { status: 404 } },
+  { name: "/v1/stream/THREAD-<id> GET sse (upper case: a plain stream of the caller's)", method: "GET", path: (o) => `/v1/stream/THREAD-${o.threadId}?offset=-1&live=sse`, expect: { status: 404 } },
+  { name: "/v1/stream/<own>%2F..%2Fthread-<id> GET (encoded dot segments)", method: "GET", path: (o, a) => `/v1/stream/${a.streamName}%2F..%2Fthread-${o.threadId}?offset=-1`, expect: { status: 400 } },
+  { name: "/v1/stream/thread-<own>/%2e%2e/thread-<id> GET long-poll (dot segments)", method: "GET", path: (o, a) => `/v1/stream/thread-${a.threadId}/%2e%2e/thread-${o.threadId}?offset=-1&live=long-poll`, expect: { status: 404 } },
+  { name: "/v1/stream/thread-%2574h... GET (double-encoded)", method: "GET", path: (o) => `/v1/stream/thread-${o.threadId.replace("_", "%255F")}?offset=-1`, expect: { status: 400 } },
+  { name: "/v1/stream/thread-<id> POST (run token, encoded slash to artifacts)", method: "POST", path: (o) => `/v1/stream/thread-${o.threadId}%2Fartifacts%2Fr1%2Fdiff`, body: () => "x", headers: { "content-type": "text/plain" }, as: "run", expect: { status: 404 } },
+  { name: "/v1/stream/__ds/subscriptions/:id GET (encoded __ds)", method: "GET", path: () => `/v1/stream/%5F%5Fds/subscriptions/${SUBSCRIPTION}`, expect: { status: 404, code: "SUBSCRIPTION_NOT_FOUND" } },
 
   // environments
   { name: "GET /api/environments", method: "GET", path: () => "/api/environments", expect: { ownList: "environments" } },
@@ -199,6 +230,8 @@ const SECRET = "sk-xh-never-leaks";
 const STREAM_TEXT = "xh-salary-data";
 const SUBSCRIPTION = "xh-sub";
 const SUBSCRIPTION_URL = "https://example.com/xh-private-hook";
+/** An id of the shape the server gives that names nothing anywhere. */
+const ghostId = (prefix: string) => prefix + crypto.randomUUID().replaceAll("-", "").slice(0, 24);
 
 /** Everything house xh can see; compared before and after each row. */
 async function snapshot(o: Owner): Promise<string> {
@@ -292,20 +325,30 @@ describe.each(ATTACKERS)("another house ($house) against house xh", ({ house, st
     baseline = await snapshot(owner);
   });
 
-  it.for(ROWS)("$name", async (row) => {
+  /** Sends `row` as the attacker, naming `o`'s things (xh's own, or ones that exist nowhere). */
+  const send = async (row: Row, o: Owner, a: Attacker) => {
     const headers = new Headers(row.headers);
-    const credential = { house: attacker.token, stream: attacker.streamTokenForOwnersThread, run: attacker.runTokenForOwnersThread, expired: attacker.expiredOwnerToken }[row.as ?? "house"];
-    headers.set("authorization", `Bearer ${credential}`);
-    const rawBody = row.body?.(owner);
+    const credential = { house: a.token, stream: a.streamTokenForOwnersThread, run: a.runTokenForOwnersThread, expired: a.expiredOwnerToken }[row.as ?? "house"];
+    let path = row.path(o, a);
+    if (row.tokenIn === "query") path += `${path.includes("?") ? "&" : "?"}token=${credential}`;
+    else if (row.tokenIn === "protocol") headers.set("sec-websocket-protocol", `threadbox, bearer.${credential}`);
+    else headers.set("authorization", `Bearer ${credential}`);
+    const rawBody = row.body?.(o);
     const init: RequestInit = { method: row.method, headers };
     if (rawBody !== undefined) init.body = typeof rawBody === "string" ? rawBody : JSON.stringify(rawBody);
-    const res = await SELF.fetch(`${BASE}${row.path(owner, attacker)}`, init);
+    const res = await SELF.fetch(`${BASE}${path}`, init);
     const text = row.method === "HEAD" ? "" : await res.text();
     if (res.webSocket) res.webSocket.accept();
+    return { res, text, headers, credential };
+  };
+
+  it.for(ROWS)("$name", async (row) => {
+    const sent = await send(row, owner, attacker);
+    const { res, text, headers, credential } = sent;
 
     if ("status" in row.expect) {
       expect(res.status).toBe(row.expect.status);
-      const code = row.expect.code ?? { 401: "unauthorized", 403: "forbidden", 404: "not_found" }[row.expect.status];
+      const code = row.expect.code ?? { 400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found" }[row.expect.status];
       if (row.method !== "HEAD") expect(JSON.parse(text).error.code).toBe(code);
     } else if ("ownList" in row.expect) {
       expect(res.status).toBe(200);
@@ -321,6 +364,24 @@ describe.each(ATTACKERS)("another house ($house) against house xh", ({ house, st
         expect({ garbage, status: bad.status }).toEqual({ garbage, status: row.expect.status });
         await bad.body?.cancel();
       }
+    }
+
+    // xh's things answer exactly as things that exist nowhere: status, body and headers alike
+    // (ids aside), so a refusal tells the attacker nothing about what xh has.
+    if ("status" in row.expect) {
+      const ghost: Owner = { ...owner, threadId: ghostId("th_"), environmentId: ghostId("env_"), boxId: ghostId("box_"), agentId: ghostId("ag_"), streamName: "nobody:has-this" };
+      const ghostAttacker: Attacker = {
+        ...attacker,
+        streamTokenForOwnersThread: await streamToken(attacker.house, ghost.threadId, "stream:write"),
+        runTokenForOwnersThread: await runToken(attacker.house, ghost.threadId, "r1", "mallory"),
+      };
+      const missing = await send(row, ghost, ghostAttacker);
+      const ids = (o: Owner) => [[o.threadId, "<thread>"], [o.environmentId, "<environment>"], [o.boxId, "<box>"], [o.agentId!, "<agent>"], [o.streamName, "<stream>"]] as const;
+      const seen = (r: Awaited<ReturnType<typeof send>>, o: Owner) => {
+        const plain = (v: string) => ids(o).reduce((t, [id, name]) => t.replaceAll(id, name), v);
+        return { status: r.res.status, body: plain(r.text), headers: [...r.res.headers].filter(([k]) => k !== "date").map(([k, v]) => [k, plain(v)]) };
+      };
+      expect(seen(sent, owner)).toEqual(seen(missing, ghost));
     }
 
     // Nothing of xh's comes back...

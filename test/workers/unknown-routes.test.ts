@@ -178,3 +178,32 @@ describe("405 under the stream base", () => {
     expect(preflight.status).toBe(204);
   });
 });
+
+describe("a path with trailing slashes", () => {
+  // The router serves `/api/threads/:id/subscribe/` as `/api/threads/:id/subscribe`: every check
+  // made before or beside it must read the path the same way, or a valid credential in its right
+  // place is answered as no credential at all.
+  it("is the route's path to the token check too: its own credential is taken there, and the query then judged", async () => {
+    const token = await houseToken("house-trailing-slash");
+    const t = await createThread(token);
+    for (const slashes of ["/", "//"]) {
+      const served = await call(`/api/threads/${t.id}/subscribe${slashes}?offset=-1&token=${token}`, { headers: { upgrade: "websocket" } });
+      expect(served.status).toBe(101);
+      served.webSocket!.accept();
+      served.webSocket!.close();
+      const repeated = await call(`/api/threads/${t.id}/subscribe${slashes}?offset=-1&offset=0&token=${token}`, { headers: { upgrade: "websocket" } });
+      expect([slashes, repeated.status, ((await repeated.json()) as { error: { code: string } }).error.code]).toEqual([slashes, 400, "invalid_offset"]);
+      const mint = await call(`/api/admin/tokens${slashes}?a=1&a=2`, { method: "POST", token: "test-admin-secret", json: { houseId: "h", subject: "s" } });
+      expect([slashes, mint.status, ((await mint.json()) as { error: { code: string } }).error.code]).toEqual([slashes, 400, "bad_request"]);
+      const get = await call(`/api/admin/tokens${slashes}`, { token: "test-admin-secret" });
+      expect([slashes, get.status, get.headers.get("allow")]).toEqual([slashes, 405, "POST, OPTIONS"]);
+      await get.body?.cancel();
+      const reconcile = await call(`/api/sandboxes/reconcile${slashes}`, { token });
+      expect([slashes, reconcile.status, reconcile.headers.get("allow")]).toEqual([slashes, 405, "POST, OPTIONS"]);
+      await reconcile.body?.cancel();
+    }
+    const minted = await call("/api/admin/tokens/", { method: "POST", token: "test-admin-secret", json: { houseId: "h", subject: "s" } });
+    expect(minted.status).toBe(201);
+    await minted.body?.cancel();
+  });
+});

@@ -185,6 +185,26 @@ describe("environment workspace fields", () => {
     expect(names).toHaveLength(2);
     expect(names[0]!.mountPath).toBe("/home/daytona/memory");
     expect(names[0]!.name).not.toBe(names[1]!.name);
+    // A house id the name can hold as it is keeps the name it always had: its volume's data stays where it was.
+    expect(names.map((n) => n!.name)).toContain("tb-house-ws-vol-9bd7b7ec-memory");
+  });
+
+  it("volumes: a house id chosen to give another house's volume name (same readable part, same 32-bit hash) gets a volume of its own", async () => {
+    // Found by brute force in about a second: both ids read as acme-corporation-engineering-department-
+    // in the name (lower case, first 40 characters), and FNV-1a gives both e1c4a9e4.
+    const [victim, attacker] = ["acme-corporation-engineering-department-42", "ACME-corporation-engineering-department-CMTztD"];
+    for (const house of [victim, attacker]) {
+      const token = await houseToken(house);
+      const e = await createEnv(token, { volumes: [{ name: "memory", path: "memory" }], sharedBox: true });
+      expect(e.status).toBe(201);
+      expect((await call(`/api/environments/${e.body.id}/exec`, { method: "POST", token, json: { command: "true" } })).status).toBe(200);
+    }
+    const volumeOf = (house: string) => sharedTestProvider().calls
+      .filter((c) => c.op === "create" && JSON.stringify(c.args).includes(JSON.stringify(house)))
+      .map((c) => (c.args as { volumes?: { name: string }[] }).volumes?.[0]?.name);
+    const [mine, theirs] = [volumeOf(victim), volumeOf(attacker)];
+    expect([mine.length, theirs.length]).toEqual([1, 1]);
+    expect(theirs[0]).not.toBe(mine[0]);
   });
 
   it("repositories: each cloned into the working directory, credentials from a named secret that no entry ever shows", async () => {
