@@ -135,7 +135,7 @@ export function registerThreads(program, ctxOf, setExit) {
       if (ctx.json) process.stdout.write(`${JSON.stringify(r)}\n`);
       else process.stderr.write(`${ctx.c.gray(safe`child thread ${r.childThreadId}, run ${r.runId}`)}\n`);
       setExit(EXIT.interrupted); // until the run's end is known
-      setExit(await followThread({ api, threadId: r.childThreadId, untilDone: true, json: ctx.json, c: ctx.c, askAgain: true }));
+      setExit(await followThread({ api, threadId: r.childThreadId, untilDone: true, json: ctx.json, c: ctx.c }));
     });
 
   program
@@ -176,6 +176,6 @@ export function registerThreads(program, ctxOf, setExit) {
       const r = await ctx.wait("resuming", () => postOnce(ctx, api, paths.threadAction(threadId, "resume"), body, "run"));
       if (!opts.watch) return ctx.print(r, () => safe`${r.threadId} ${r.status} (run ${r.runId})`);
       setExit(EXIT.interrupted); // until the run's end is known
-      setExit(await followThread({ api, threadId, untilDone: true, offset: before, json: ctx.json, c: ctx.c, askAgain: true }));
+      setExit(await followThread({ api, threadId, untilDone: true, offset: before, json: ctx.json, c: ctx.c }));
     });
 }

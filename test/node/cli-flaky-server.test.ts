@@ -31,16 +31,24 @@ async function listen(handler: (req: IncomingMessage, res: ServerResponse) => vo
   return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
 }
 
-function runCli(args: string[], url: string, timeoutMs = 20_000): Promise<{ code: number | null | string; stdout: string; stderr: string }> {
+/**
+ * Runs the CLI to its end (killed after `timeoutMs`: code "still running"). `input` is its stdin
+ * (none by default); `env` adds to its environment; `until` sends it a SIGINT once stdout holds that text.
+ */
+function runCli(args: string[], url: string, timeoutMs = 20_000, opts: { input?: string; env?: Record<string, string>; until?: string } = {}): Promise<{ code: number | null | string; stdout: string; stderr: string }> {
   const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
   const child = spawn(process.execPath, [CLI, ...args], {
-    env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: tempDir("tb-cfg-"), THREADBOX_URL: url, THREADBOX_TOKEN: "a.b.c" },
-    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: tempDir("tb-cfg-"), THREADBOX_URL: url, THREADBOX_TOKEN: "a.b.c", ...opts.env },
+    stdio: [opts.input === undefined ? "ignore" : "pipe", "pipe", "pipe"],
   });
+  if (opts.input !== undefined) child.stdin!.end(opts.input);
   let stdout = "";
   let stderr = "";
-  child.stdout.on("data", (d) => (stdout += d));
-  child.stderr.on("data", (d) => (stderr += d));
+  child.stdout!.on("data", (d) => {
+    stdout += d;
+    if (opts.until !== undefined && stdout.includes(opts.until)) child.kill("SIGINT");
+  });
+  child.stderr!.on("data", (d) => (stderr += d));
   return new Promise((resolve) => {
     const timer = setTimeout(() => { child.kill("SIGKILL"); resolve({ code: "still running", stdout, stderr }); }, timeoutMs);
     child.on("close", (code) => { clearTimeout(timer); resolve({ code, stdout, stderr }); });
@@ -191,5 +199,36 @@ describe("resume --watch while the server restarts", () => {
     wss.close();
     expect({ code: r.code, ids: r.stdout.split("\n").filter(Boolean).map((l) => JSON.parse(l).id), stderr: r.stderr, seen, sameKey: keys.length === 2 && keys[0] !== null && keys[0] === keys[1] })
       .toEqual({ code: 0, ids: ["claim:run_2", "done"], stderr: "", seen: { entries: 2, resume: 2, row: 3 }, sameKey: true });
+  });
+});
+
+/** stdout's lines, each parsed as JSON where it is JSON: a failure shows what was printed instead. */
+const lines = (out: string) => out.split("\n").filter(Boolean).map((l) => { try { return JSON.parse(l); } catch { return l; } });
+
+describe("a plain tail started while the server restarts", () => {
+  it("asks again for the thread row (saying so, but not with --json) and then follows the thread", async () => {
+    const threadId = "th_plain";
+    let refusals = 0;
+    const { server, url } = await listen((req, res) => {
+      if (req.url === `/api/threads/${threadId}`) {
+        // A proxy in front answers for the server while it restarts.
+        if (refusals++ % 2 === 0) return void res.writeHead(502, { "content-type": "text/html" }).end("<h1>502 Bad Gateway</h1>");
+        res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ id: threadId, status: "idle", runId: null, reason: null }));
+        return;
+      }
+      res.writeHead(404, { "content-type": "application/json" }).end(JSON.stringify({ error: { code: "not_found", message: "no such route" } }));
+    });
+    const wss = new WebSocketServer({ server, handleProtocols: () => "threadbox" });
+    wss.on("connection", (ws: { send(data: string): void }) => {
+      ws.send(JSON.stringify({ offset: "0000000000000001_0000000000000000", id: "e1", ts: 1, payload: { type: "chat", text: "still here" } }));
+    });
+    const json = await runCli(["tail", threadId, "--json"], url, 20_000, { until: "\n" });
+    const human = await runCli(["tail", threadId], url, 20_000, { until: "still here" });
+    wss.close();
+    expect({ code: json.code, ids: lines(json.stdout).map((l) => l.id), stderr: json.stderr })
+      .toEqual({ code: 0, ids: ["e1"], stderr: "" });
+    expect({ code: human.code, stdout: human.stdout }).toEqual({ code: 0, stdout: expect.stringContaining("still here") });
+    expect(human.stderr).toMatch(/Bad Gateway from http:\/\/127\.0\.0\.1:\d+ \(GET \/api\/threads\/th_plain answered 502 text\/html, not the API's JSON error\): asking again in 250 ms/);
+    expect(refusals).toBe(4);
   });
 });
