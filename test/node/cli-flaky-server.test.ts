@@ -232,3 +232,53 @@ describe("a plain tail started while the server restarts", () => {
     expect(refusals).toBe(4);
   });
 });
+
+describe("chat whose DM thread's answer is lost (a restart just then)", () => {
+  it("asks again under the same Idempotency-Key: one thread, and the conversation goes on", async () => {
+    const me = "cli-user";
+    const token = `a.${Buffer.from(JSON.stringify({ sub: me })).toString("base64url")}.c`;
+    const creates: { key: string | null; body: any }[] = [];
+    const log: object[] = [];
+    const sockets = new Set<{ send(data: string): void }>();
+    const append = (entry: object) => {
+      log.push(entry);
+      for (const ws of sockets) ws.send(JSON.stringify(entry));
+    };
+    const offset = (n: number) => `${String(n).padStart(16, "0")}_0000000000000000`;
+    const { server, url } = await listen(async (req, res) => {
+      let body = "";
+      for await (const chunk of req) body += chunk;
+      const json = (status: number, answer: unknown) => res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(answer));
+      if (req.method === "GET" && req.url === "/api/agents") return json(200, { agents: [{ id: "ag_1", handle: "demo", name: "Demo", model: "m", environmentId: "env_1" }] });
+      if (req.method === "POST" && req.url === "/api/threads") {
+        creates.push({ key: (req.headers["idempotency-key"] as string | undefined) ?? null, body: JSON.parse(body) });
+        // The thread is made; its answer never arrives.
+        if (creates.length === 1) return void req.socket.destroy();
+        return json(200, { id: "th_dm", status: "idle", parent: { kind: "agent", id: "ag_1" } });
+      }
+      if (req.method === "POST" && req.url === "/api/threads/th_dm/entries") {
+        const envelope = JSON.parse(body);
+        const posted = { offset: offset(log.length + 1), id: envelope.id, ts: 1, authorId: me, payload: envelope.payload };
+        append(posted);
+        json(201, { entries: [{ id: posted.id, offset: posted.offset, duplicate: false }], nextOffset: posted.offset });
+        append({ offset: offset(log.length + 1), id: "answer", ts: 2, authorId: "ag_1", payload: { type: "chat", text: "hello back", triggerEntryId: envelope.id } });
+        return;
+      }
+      json(404, { error: { code: "not_found", message: "no such route" } });
+    });
+    const wss = new WebSocketServer({ server, handleProtocols: () => "threadbox" });
+    wss.on("connection", (ws: { send(data: string): void; on(event: string, fn: () => void): void }) => {
+      for (const entry of log) ws.send(JSON.stringify(entry));
+      sockets.add(ws);
+      ws.on("close", () => sockets.delete(ws));
+    });
+    const r = await runCli(["chat", "@demo", "--json"], url, 20_000, { input: "hi\n", env: { THREADBOX_TOKEN: token } });
+    wss.close();
+    expect({ code: r.code, stderr: r.stderr, lines: lines(r.stdout) }).toEqual({
+      code: 0, stderr: "",
+      lines: [{ threadId: "th_dm", bot: { id: "ag_1", handle: "demo" } }, expect.objectContaining({ id: "answer", payload: expect.objectContaining({ text: "hello back" }) })],
+    });
+    expect({ creates: creates.length, sameKey: creates.length === 2 && creates[0]!.key !== null && creates[0]!.key === creates[1]!.key, body: creates.at(-1)?.body })
+      .toEqual({ creates: 2, sameKey: true, body: { title: "chat with @demo", parent: { kind: "agent", id: "ag_1" }, environmentId: "env_1" } });
+  });
+});
