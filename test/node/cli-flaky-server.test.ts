@@ -282,3 +282,41 @@ describe("chat whose DM thread's answer is lost (a restart just then)", () => {
       .toEqual({ creates: 2, sameKey: true, body: { title: "chat with @demo", parent: { kind: "agent", id: "ag_1" }, environmentId: "env_1" } });
   });
 });
+
+describe("a request that gets no answer within THREADBOX_TIMEOUT (a server stalled while it restarts)", () => {
+  it("is asked again when it is safe to repeat: a GET, a POST under its Idempotency-Key, a post under its entry id", async () => {
+    const seen: { method?: string; url?: string; key: string | null; body: string }[] = [];
+    const count = (method: string, url: string) => seen.filter((s) => s.method === method && s.url === url).length;
+    const { url } = await listen(async (req, res) => {
+      let body = "";
+      for await (const chunk of req) body += chunk;
+      seen.push({ method: req.method, url: req.url, key: (req.headers["idempotency-key"] as string | undefined) ?? null, body });
+      const json = (status: number, answer: unknown) => res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(answer));
+      // Each request's first try is taken and never answered.
+      if (count(req.method!, req.url!) === 1) return;
+      if (req.url === "/api/environments") return json(200, { environments: [{ id: "env_1", name: "demo" }] });
+      if (req.url === "/api/threads") return json(200, { id: "th_new", status: "idle" });
+      if (req.url === "/api/threads/th_x/entries") return json(201, { entries: [{ id: "e_1", offset: "0000000000000001_0000000000000000", duplicate: true }], nextOffset: "0000000000000001_0000000000000000" });
+      json(404, { error: { code: "not_found", message: "no such route" } });
+    });
+    const env = { THREADBOX_TIMEOUT: "1" };
+    const made = await runCli(["new", "t", "--env", "demo"], url, 30_000, { env });
+    const posted = await runCli(["post", "th_x", "hi", "--id", "e_1", "--json"], url, 30_000, { env });
+    const threads = seen.filter((s) => s.url === "/api/threads");
+    const posts = seen.filter((s) => s.url === "/api/threads/th_x/entries");
+    expect({
+      made: [made.code, made.stdout], posted: [posted.code, (() => { try { return JSON.parse(posted.stdout).entries[0].id; } catch { return posted.stdout; } })(), posted.stderr],
+      environments: count("GET", "/api/environments") >= 2, threads: threads.length >= 2, oneKey: threads.length > 0 && threads[0]!.key !== null && threads.every((t) => t.key === threads[0]!.key),
+      posts: posts.length >= 2, oneId: posts.every((p) => JSON.parse(p.body).id === "e_1"),
+    }).toEqual({ made: [0, "th_new\n"], posted: [0, "e_1", ""], environments: true, threads: true, oneKey: true, posts: true, oneId: true });
+    expect(made.stderr).toMatch(/no answer from http:\/\/127\.0\.0\.1:\d+ within 1 s \(POST \/api\/threads\).*: asking again in \d+ ms \(same Idempotency-Key: one thread at most\)/);
+  });
+
+  it("is not asked again when sending it again could do it twice (a stop)", async () => {
+    let stops = 0;
+    const { url } = await listen((req) => { if (req.url === "/api/threads/th_x/stop") stops++; });
+    const r = await runCli(["stop", "th_x"], url, 30_000, { env: { THREADBOX_TIMEOUT: "1" } });
+    expect({ code: r.code, stops, stderr: r.stderr })
+      .toEqual({ code: 2, stops: 1, stderr: expect.stringMatching(/^error timeout: no answer from http:\/\/127\.0\.0\.1:\d+ within 1 s \(POST \/api\/threads\/th_x\/stop\)/) });
+  });
+});
