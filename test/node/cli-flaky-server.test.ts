@@ -33,9 +33,10 @@ async function listen(handler: (req: IncomingMessage, res: ServerResponse) => vo
 
 /**
  * Runs the CLI to its end (killed after `timeoutMs`: code "still running"). `input` is its stdin
- * (none by default); `env` adds to its environment; `until` sends it a SIGINT once stdout holds that text.
+ * (none by default); `env` adds to its environment; `until` sends it a SIGINT once stdout holds that text;
+ * `onStderr` is told all of stderr so far, as it grows.
  */
-function runCli(args: string[], url: string, timeoutMs = 20_000, opts: { input?: string; env?: Record<string, string>; until?: string } = {}): Promise<{ code: number | null | string; stdout: string; stderr: string }> {
+function runCli(args: string[], url: string, timeoutMs = 20_000, opts: { input?: string; env?: Record<string, string>; until?: string; onStderr?: (stderr: string) => void } = {}): Promise<{ code: number | null | string; stdout: string; stderr: string }> {
   const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
   const child = spawn(process.execPath, [CLI, ...args], {
     env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: tempDir("tb-cfg-"), THREADBOX_URL: url, THREADBOX_TOKEN: "a.b.c", ...opts.env },
@@ -48,7 +49,10 @@ function runCli(args: string[], url: string, timeoutMs = 20_000, opts: { input?:
     stdout += d;
     if (opts.until !== undefined && stdout.includes(opts.until)) child.kill("SIGINT");
   });
-  child.stderr!.on("data", (d) => (stderr += d));
+  child.stderr!.on("data", (d) => {
+    stderr += d;
+    opts.onStderr?.(stderr);
+  });
   return new Promise((resolve) => {
     const timer = setTimeout(() => { child.kill("SIGKILL"); resolve({ code: "still running", stdout, stderr }); }, timeoutMs);
     child.on("close", (code) => { clearTimeout(timer); resolve({ code, stdout, stderr }); });
@@ -140,8 +144,11 @@ describe("new, post and resume while the server cannot be reached yet (a restart
       const port = (probe.address() as AddressInfo).port;
       await new Promise((r) => probe.close(r));
       const asked: { method?: string; url?: string; key: string | null; body: string }[] = [];
-      const running = runCli(c.args, `http://127.0.0.1:${port}`);
-      await new Promise((r) => setTimeout(r, 700));
+      // The server comes up once the command has been refused and said it asks again.
+      let refused!: () => void;
+      const wasRefused = new Promise<void>((r) => { refused = r; });
+      const running = runCli(c.args, `http://127.0.0.1:${port}`, 20_000, { onStderr: (err) => { if (/ECONNREFUSED: (asking|sending) again/.test(err)) refused(); } });
+      await wasRefused;
       const server = createServer(async (req, res) => {
         let body = "";
         for await (const chunk of req) body += chunk;
