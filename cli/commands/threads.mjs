@@ -2,6 +2,7 @@
 import { randomUUID } from "node:crypto";
 import { Option } from "commander";
 import { envArg, intArg, paths, resolveEnvironment, retrying, threadIdArg } from "../lib/api.mjs";
+import { askAgain, postOnce, retryNotice } from "../lib/ask-again.mjs";
 import { CliError, EXIT } from "../lib/errors.mjs";
 import { followThread } from "../lib/follow.mjs";
 import { printableLine, safe, threadLine, threadTree } from "../lib/render.mjs";
@@ -19,28 +20,6 @@ const textArg = async (text, what) => {
   if (!value.trim()) throw new CliError("usage", `the ${what} is empty${text === "-" ? " (nothing on stdin)" : ""}`);
   return value;
 };
-
-/**
- * `retrying`'s notice for a write asked again after its answer was lost (a restart, a network
- * drop): for people only, so with --json stderr keeps JSON errors alone.
- */
-const retryNotice = (ctx, what) => (ms, err) => {
-  if (!ctx.json) process.stderr.write(`${process.stderr.isTTY ? "\r\x1b[2K" : ""}${ctx.c.gray(`${printableLine(err.message)}: ${what(ms)}`)}\n`);
-};
-
-/** A read (or a lookup) asked again while the server is away. */
-const askAgain = (ctx, fn) => retrying(fn, { onRetry: retryNotice(ctx, (ms) => `asking again in ${ms} ms`) });
-
-/**
- * A POST that makes one thing (a thread, a child, a run), asked again under one Idempotency-Key when
- * its answer is lost: the server answers with what the first request made, so a retry never makes a second.
- */
-function postOnce(ctx, api, path, body, made) {
-  const key = `cli-${randomUUID()}`;
-  return retrying(() => api.post(path, body, { headers: { "idempotency-key": key } }), {
-    onRetry: retryNotice(ctx, (ms) => `asking again in ${ms} ms (same Idempotency-Key: one ${made} at most)`),
-  });
-}
 
 export function registerThreads(program, ctxOf, setExit) {
   program
@@ -135,7 +114,7 @@ export function registerThreads(program, ctxOf, setExit) {
       if (ctx.json) process.stdout.write(`${JSON.stringify(r)}\n`);
       else process.stderr.write(`${ctx.c.gray(safe`child thread ${r.childThreadId}, run ${r.runId}`)}\n`);
       setExit(EXIT.interrupted); // until the run's end is known
-      setExit(await followThread({ api, threadId: r.childThreadId, untilDone: true, json: ctx.json, c: ctx.c, askAgain: true }));
+      setExit(await followThread({ api, threadId: r.childThreadId, untilDone: true, json: ctx.json, c: ctx.c }));
     });
 
   program
@@ -176,6 +155,6 @@ export function registerThreads(program, ctxOf, setExit) {
       const r = await ctx.wait("resuming", () => postOnce(ctx, api, paths.threadAction(threadId, "resume"), body, "run"));
       if (!opts.watch) return ctx.print(r, () => safe`${r.threadId} ${r.status} (run ${r.runId})`);
       setExit(EXIT.interrupted); // until the run's end is known
-      setExit(await followThread({ api, threadId, untilDone: true, offset: before, json: ctx.json, c: ctx.c, askAgain: true }));
+      setExit(await followThread({ api, threadId, untilDone: true, offset: before, json: ctx.json, c: ctx.c }));
     });
 }

@@ -16,9 +16,26 @@ export function requestTimeoutMs(env = process.env) {
   return n * 1000;
 }
 
-/** The error for a request that got no answer in time; `what` names the request. */
-export const timedOut = (url, what, ms) =>
-  new CliError("timeout", `no answer from ${url} within ${ms / 1000} s (${what}): the server took the connection but did not reply; THREADBOX_TIMEOUT=SECONDS waits longer`);
+/**
+ * The error for a request that got no answer in time; `what` names the request, `repeatable` says
+ * whether it may be sent again as it was (`safeToRepeat`).
+ */
+export const timedOut = (url, what, ms, repeatable = false) =>
+  new CliError("timeout", `no answer from ${url} within ${ms / 1000} s (${what}): the server took the connection but did not reply; THREADBOX_TIMEOUT=SECONDS waits longer`, { repeatable });
+
+/**
+ * Whether a request that got no answer may be sent again as it was: the server may have done it
+ * already. A GET changes nothing; a POST carrying an Idempotency-Key, or writing entries that each
+ * carry their id, is answered with what the first one did. Anything else (a stop, a PATCH) is not.
+ */
+export function safeToRepeat(method, path, body, headers = {}) {
+  if (method === "GET") return true;
+  if (method !== "POST") return false;
+  if (Object.keys(headers).some((h) => h.toLowerCase() === "idempotency-key")) return true;
+  if (!/^\/api\/threads\/[^/?]+\/entries$/.test(path)) return false;
+  const envelopes = Array.isArray(body) ? body : [body];
+  return envelopes.length > 0 && envelopes.every((e) => typeof e?.id === "string" && e.id !== "");
+}
 
 const isTimeout = (err) => err?.name === "TimeoutError" || err?.cause?.name === "TimeoutError";
 
@@ -32,6 +49,7 @@ export function createApi(target, opts = {}) {
     const asked = `${method} ${path.replace(/\?.*$/, "")}`;
     // One deadline for the request and the reading of its answer: a server can stall in either.
     const signal = AbortSignal.timeout(timeoutMs);
+    const late = () => timedOut(target.url, asked, timeoutMs, safeToRepeat(method, path, body, extraHeaders));
     let res;
     try {
       res = await fetch(`${target.url}${path}`, {
@@ -46,14 +64,14 @@ export function createApi(target, opts = {}) {
         body: body !== undefined ? JSON.stringify(body) : undefined,
       });
     } catch (err) {
-      if (isTimeout(err)) throw timedOut(target.url, asked, timeoutMs);
+      if (isTimeout(err)) throw late();
       throw new CliError("unreachable", `cannot reach ${target.url}: ${err?.cause?.code ?? err?.message ?? err}`);
     }
     let text;
     try {
       text = await res.text();
     } catch (err) {
-      if (isTimeout(err)) throw timedOut(target.url, asked, timeoutMs);
+      if (isTimeout(err)) throw late();
       throw new CliError("unreachable", `${asked}: the connection to ${target.url} broke during the answer (${err?.cause?.code ?? err?.message ?? err})`);
     }
     let parsed = null;
@@ -145,11 +163,13 @@ export const RETRY_FOR_MS = 60_000;
 
 /**
  * An error a moment later may not repeat: the server could not be reached or broke off (a restart,
- * a network drop), or a proxy in front of it answered 502, 503 or 504 while it was away (not
- * threadbox's own JSON error: that one is the server's answer, said as it is).
+ * a network drop), a proxy in front of it answered 502, 503 or 504 while it was away (not
+ * threadbox's own JSON error: that one is the server's answer, said as it is), or a request safe to
+ * send again got no answer within THREADBOX_TIMEOUT (a server restarting under it).
  */
 export const isTransient = (err) => err instanceof CliError
-  && (err.code === "unreachable" || ([502, 503, 504].includes(err.status) && err.code === `http_${err.status}`));
+  && (err.code === "unreachable" || ([502, 503, 504].includes(err.status) && err.code === `http_${err.status}`)
+    || (err.code === "timeout" && err.repeatable));
 
 /**
  * Runs `fn` (a request that is safe to repeat: a GET, a write carrying its entry's id, which the

@@ -3,13 +3,15 @@ export class CliError extends Error {
   /**
    * @param {string} code
    * @param {string} message
-   * @param {{ status?: number, details?: unknown }} [extra]
+   * @param {{ status?: number, details?: unknown, repeatable?: boolean }} [extra] `repeatable`: the
+   *   request that got no answer may be sent again as it was (see `safeToRepeat` in api.mjs)
    */
   constructor(code, message, extra = {}) {
     super(message);
     this.code = code;
     this.status = extra.status;
     this.details = extra.details;
+    this.repeatable = extra.repeatable === true;
   }
 }
 

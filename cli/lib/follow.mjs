@@ -46,16 +46,17 @@ export const exitCodeFor = (row) => (row.status === "completed" ? EXIT.ok : EXIT
 
 /**
  * @param {{ api: ReturnType<import("./api.mjs").createApi>, threadId: string, untilDone: boolean, offset?: string,
- *           json: boolean, c: ReturnType<import("./term.mjs").palette>, names?: Map<string, string>, askAgain?: boolean }} opts
+ *           json: boolean, c: ReturnType<import("./term.mjs").palette>, names?: Map<string, string> }} opts
  * @returns {Promise<number>} the exit code
  */
 export async function followThread(opts) {
   const { api, threadId, untilDone, json, c } = opts;
-  // After a run was started (`resume --watch`, `delegate --watch`) a server away right then is waited
-  // for, as the start was: the run goes on, and giving up would leave it unwatched.
-  const read = (path) => (opts.askAgain
-    ? retrying(() => api.get(path), { onRetry: (ms, err) => { if (!json) process.stderr.write(`${c.gray(`${printableLine(err.message)}: asking again in ${ms} ms`)}\n`); } })
-    : api.get(path));
+  // A server away right then (a restart) is waited for, as the socket's reconnects wait for it: a
+  // plain tail started during a deploy, or a run just started by `resume --watch` or `delegate
+  // --watch`, would otherwise be left unwatched. With --json stderr keeps JSON errors alone.
+  const read = (path) => retrying(() => api.get(path), {
+    onRetry: (ms, err) => { if (!json) process.stderr.write(`${c.gray(`${printableLine(err.message)}: asking again in ${ms} ms`)}\n`); },
+  });
   const first = await read(paths.thread(threadId)); // a missing thread is a clear not_found before any socket
   // A thread whose last run has ended: what follows `offset` up to the log's end may not hold that
   // run's finished-signal (`--from now`, or an offset past it), so the end of the log ends the wait.

@@ -31,16 +31,28 @@ async function listen(handler: (req: IncomingMessage, res: ServerResponse) => vo
   return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
 }
 
-function runCli(args: string[], url: string, timeoutMs = 20_000): Promise<{ code: number | null | string; stdout: string; stderr: string }> {
+/**
+ * Runs the CLI to its end (killed after `timeoutMs`: code "still running"). `input` is its stdin
+ * (none by default); `env` adds to its environment; `until` sends it a SIGINT once stdout holds that text;
+ * `onStderr` is told all of stderr so far, as it grows.
+ */
+function runCli(args: string[], url: string, timeoutMs = 20_000, opts: { input?: string; env?: Record<string, string>; until?: string; onStderr?: (stderr: string) => void } = {}): Promise<{ code: number | null | string; stdout: string; stderr: string }> {
   const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
   const child = spawn(process.execPath, [CLI, ...args], {
-    env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: tempDir("tb-cfg-"), THREADBOX_URL: url, THREADBOX_TOKEN: "a.b.c" },
-    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: tempDir("tb-cfg-"), THREADBOX_URL: url, THREADBOX_TOKEN: "a.b.c", ...opts.env },
+    stdio: [opts.input === undefined ? "ignore" : "pipe", "pipe", "pipe"],
   });
+  if (opts.input !== undefined) child.stdin!.end(opts.input);
   let stdout = "";
   let stderr = "";
-  child.stdout.on("data", (d) => (stdout += d));
-  child.stderr.on("data", (d) => (stderr += d));
+  child.stdout!.on("data", (d) => {
+    stdout += d;
+    if (opts.until !== undefined && stdout.includes(opts.until)) child.kill("SIGINT");
+  });
+  child.stderr!.on("data", (d) => {
+    stderr += d;
+    opts.onStderr?.(stderr);
+  });
   return new Promise((resolve) => {
     const timer = setTimeout(() => { child.kill("SIGKILL"); resolve({ code: "still running", stdout, stderr }); }, timeoutMs);
     child.on("close", (code) => { clearTimeout(timer); resolve({ code, stdout, stderr }); });
@@ -132,8 +144,11 @@ describe("new, post and resume while the server cannot be reached yet (a restart
       const port = (probe.address() as AddressInfo).port;
       await new Promise((r) => probe.close(r));
       const asked: { method?: string; url?: string; key: string | null; body: string }[] = [];
-      const running = runCli(c.args, `http://127.0.0.1:${port}`);
-      await new Promise((r) => setTimeout(r, 700));
+      // The server comes up once the command has been refused and said it asks again.
+      let refused!: () => void;
+      const wasRefused = new Promise<void>((r) => { refused = r; });
+      const running = runCli(c.args, `http://127.0.0.1:${port}`, 20_000, { onStderr: (err) => { if (/ECONNREFUSED: (asking|sending) again/.test(err)) refused(); } });
+      await wasRefused;
       const server = createServer(async (req, res) => {
         let body = "";
         for await (const chunk of req) body += chunk;
@@ -191,5 +206,124 @@ describe("resume --watch while the server restarts", () => {
     wss.close();
     expect({ code: r.code, ids: r.stdout.split("\n").filter(Boolean).map((l) => JSON.parse(l).id), stderr: r.stderr, seen, sameKey: keys.length === 2 && keys[0] !== null && keys[0] === keys[1] })
       .toEqual({ code: 0, ids: ["claim:run_2", "done"], stderr: "", seen: { entries: 2, resume: 2, row: 3 }, sameKey: true });
+  });
+});
+
+/** stdout's lines, each parsed as JSON where it is JSON: a failure shows what was printed instead. */
+const lines = (out: string) => out.split("\n").filter(Boolean).map((l) => { try { return JSON.parse(l); } catch { return l; } });
+
+describe("a plain tail started while the server restarts", () => {
+  it("asks again for the thread row (saying so, but not with --json) and then follows the thread", async () => {
+    const threadId = "th_plain";
+    let refusals = 0;
+    const { server, url } = await listen((req, res) => {
+      if (req.url === `/api/threads/${threadId}`) {
+        // A proxy in front answers for the server while it restarts.
+        if (refusals++ % 2 === 0) return void res.writeHead(502, { "content-type": "text/html" }).end("<h1>502 Bad Gateway</h1>");
+        res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ id: threadId, status: "idle", runId: null, reason: null }));
+        return;
+      }
+      res.writeHead(404, { "content-type": "application/json" }).end(JSON.stringify({ error: { code: "not_found", message: "no such route" } }));
+    });
+    const wss = new WebSocketServer({ server, handleProtocols: () => "threadbox" });
+    wss.on("connection", (ws: { send(data: string): void }) => {
+      ws.send(JSON.stringify({ offset: "0000000000000001_0000000000000000", id: "e1", ts: 1, payload: { type: "chat", text: "still here" } }));
+    });
+    const json = await runCli(["tail", threadId, "--json"], url, 20_000, { until: "\n" });
+    const human = await runCli(["tail", threadId], url, 20_000, { until: "still here" });
+    wss.close();
+    expect({ code: json.code, ids: lines(json.stdout).map((l) => l.id), stderr: json.stderr })
+      .toEqual({ code: 0, ids: ["e1"], stderr: "" });
+    expect({ code: human.code, stdout: human.stdout }).toEqual({ code: 0, stdout: expect.stringContaining("still here") });
+    expect(human.stderr).toMatch(/Bad Gateway from http:\/\/127\.0\.0\.1:\d+ \(GET \/api\/threads\/th_plain answered 502 text\/html, not the API's JSON error\): asking again in 250 ms/);
+    expect(refusals).toBe(4);
+  });
+});
+
+describe("chat whose DM thread's answer is lost (a restart just then)", () => {
+  it("asks again under the same Idempotency-Key: one thread, and the conversation goes on", async () => {
+    const me = "cli-user";
+    const token = `a.${Buffer.from(JSON.stringify({ sub: me })).toString("base64url")}.c`;
+    const creates: { key: string | null; body: any }[] = [];
+    const log: object[] = [];
+    const sockets = new Set<{ send(data: string): void }>();
+    const append = (entry: object) => {
+      log.push(entry);
+      for (const ws of sockets) ws.send(JSON.stringify(entry));
+    };
+    const offset = (n: number) => `${String(n).padStart(16, "0")}_0000000000000000`;
+    const { server, url } = await listen(async (req, res) => {
+      let body = "";
+      for await (const chunk of req) body += chunk;
+      const json = (status: number, answer: unknown) => res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(answer));
+      if (req.method === "GET" && req.url === "/api/agents") return json(200, { agents: [{ id: "ag_1", handle: "demo", name: "Demo", model: "m", environmentId: "env_1" }] });
+      if (req.method === "POST" && req.url === "/api/threads") {
+        creates.push({ key: (req.headers["idempotency-key"] as string | undefined) ?? null, body: JSON.parse(body) });
+        // The thread is made; its answer never arrives.
+        if (creates.length === 1) return void req.socket.destroy();
+        return json(200, { id: "th_dm", status: "idle", parent: { kind: "agent", id: "ag_1" } });
+      }
+      if (req.method === "POST" && req.url === "/api/threads/th_dm/entries") {
+        const envelope = JSON.parse(body);
+        const posted = { offset: offset(log.length + 1), id: envelope.id, ts: 1, authorId: me, payload: envelope.payload };
+        append(posted);
+        json(201, { entries: [{ id: posted.id, offset: posted.offset, duplicate: false }], nextOffset: posted.offset });
+        append({ offset: offset(log.length + 1), id: "answer", ts: 2, authorId: "ag_1", payload: { type: "chat", text: "hello back", triggerEntryId: envelope.id } });
+        return;
+      }
+      json(404, { error: { code: "not_found", message: "no such route" } });
+    });
+    const wss = new WebSocketServer({ server, handleProtocols: () => "threadbox" });
+    wss.on("connection", (ws: { send(data: string): void; on(event: string, fn: () => void): void }) => {
+      for (const entry of log) ws.send(JSON.stringify(entry));
+      sockets.add(ws);
+      ws.on("close", () => sockets.delete(ws));
+    });
+    const r = await runCli(["chat", "@demo", "--json"], url, 20_000, { input: "hi\n", env: { THREADBOX_TOKEN: token } });
+    wss.close();
+    expect({ code: r.code, stderr: r.stderr, lines: lines(r.stdout) }).toEqual({
+      code: 0, stderr: "",
+      lines: [{ threadId: "th_dm", bot: { id: "ag_1", handle: "demo" } }, expect.objectContaining({ id: "answer", payload: expect.objectContaining({ text: "hello back" }) })],
+    });
+    expect({ creates: creates.length, sameKey: creates.length === 2 && creates[0]!.key !== null && creates[0]!.key === creates[1]!.key, body: creates.at(-1)?.body })
+      .toEqual({ creates: 2, sameKey: true, body: { title: "chat with @demo", parent: { kind: "agent", id: "ag_1" }, environmentId: "env_1" } });
+  });
+});
+
+describe("a request that gets no answer within THREADBOX_TIMEOUT (a server stalled while it restarts)", () => {
+  it("is asked again when it is safe to repeat: a GET, a POST under its Idempotency-Key, a post under its entry id", async () => {
+    const seen: { method?: string; url?: string; key: string | null; body: string }[] = [];
+    const count = (method: string, url: string) => seen.filter((s) => s.method === method && s.url === url).length;
+    const { url } = await listen(async (req, res) => {
+      let body = "";
+      for await (const chunk of req) body += chunk;
+      seen.push({ method: req.method, url: req.url, key: (req.headers["idempotency-key"] as string | undefined) ?? null, body });
+      const json = (status: number, answer: unknown) => res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(answer));
+      // Each request's first try is taken and never answered.
+      if (count(req.method!, req.url!) === 1) return;
+      if (req.url === "/api/environments") return json(200, { environments: [{ id: "env_1", name: "demo" }] });
+      if (req.url === "/api/threads") return json(200, { id: "th_new", status: "idle" });
+      if (req.url === "/api/threads/th_x/entries") return json(201, { entries: [{ id: "e_1", offset: "0000000000000001_0000000000000000", duplicate: true }], nextOffset: "0000000000000001_0000000000000000" });
+      json(404, { error: { code: "not_found", message: "no such route" } });
+    });
+    const env = { THREADBOX_TIMEOUT: "1" };
+    const made = await runCli(["new", "t", "--env", "demo"], url, 30_000, { env });
+    const posted = await runCli(["post", "th_x", "hi", "--id", "e_1", "--json"], url, 30_000, { env });
+    const threads = seen.filter((s) => s.url === "/api/threads");
+    const posts = seen.filter((s) => s.url === "/api/threads/th_x/entries");
+    expect({
+      made: [made.code, made.stdout], posted: [posted.code, (() => { try { return JSON.parse(posted.stdout).entries[0].id; } catch { return posted.stdout; } })(), posted.stderr],
+      environments: count("GET", "/api/environments") >= 2, threads: threads.length >= 2, oneKey: threads.length > 0 && threads[0]!.key !== null && threads.every((t) => t.key === threads[0]!.key),
+      posts: posts.length >= 2, oneId: posts.every((p) => JSON.parse(p.body).id === "e_1"),
+    }).toEqual({ made: [0, "th_new\n"], posted: [0, "e_1", ""], environments: true, threads: true, oneKey: true, posts: true, oneId: true });
+    expect(made.stderr).toMatch(/no answer from http:\/\/127\.0\.0\.1:\d+ within 1 s \(POST \/api\/threads\).*: asking again in \d+ ms \(same Idempotency-Key: one thread at most\)/);
+  });
+
+  it("is not asked again when sending it again could do it twice (a stop)", async () => {
+    let stops = 0;
+    const { url } = await listen((req) => { if (req.url === "/api/threads/th_x/stop") stops++; });
+    const r = await runCli(["stop", "th_x"], url, 30_000, { env: { THREADBOX_TIMEOUT: "1" } });
+    expect({ code: r.code, stops, stderr: r.stderr })
+      .toEqual({ code: 2, stops: 1, stderr: expect.stringMatching(/^error timeout: no answer from http:\/\/127\.0\.0\.1:\d+ within 1 s \(POST \/api\/threads\/th_x\/stop\)/) });
   });
 });

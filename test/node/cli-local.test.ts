@@ -61,11 +61,7 @@ describe("a server that never answers", () => {
   it("every request gives up after THREADBOX_TIMEOUT seconds: error timeout, exit 2, not a hang", async () => {
     const cases = [
       [["threads"], "GET /api/threads"],
-      [["new", "x"], "POST /api/threads"],
-      [["post", "th_x", "hi"], "POST /api/threads/th_x/entries"],
       [["stop", "th_x"], "POST /api/threads/th_x/stop"],
-      [["tail", "th_x", "--until-done"], "GET /api/threads/th_x"],
-      [["chat", "@demo"], "GET /api/agents"],
       [["login", silentUrl], "GET /api/threads"],
     ] as const;
     const runs = await Promise.all(cases.map(([args]) => cli([...args], { THREADBOX_URL: silentUrl, THREADBOX_TIMEOUT: "1" })));
@@ -78,6 +74,23 @@ describe("a server that never answers", () => {
       expect(r.ms).toBeLessThan(10_000);
     });
   });
+
+  it("a request a command asks again while the server is away, and safe to repeat, is asked again after each timeout until the 60 s are over, then it gives up the same way", async () => {
+    const cases = [
+      [["new", "x"], "POST /api/threads", "asking again in \\d+ ms \\(same Idempotency-Key: one thread at most\\)"],
+      [["post", "th_x", "hi"], "POST /api/threads/th_x/entries", "sending again in \\d+ ms \\(same entry id: posted once\\)"],
+      [["tail", "th_x", "--until-done"], "GET /api/threads/th_x", "asking again in \\d+ ms"],
+      [["chat", "@demo"], "GET /api/agents", "asking again in \\d+ ms"],
+    ] as const;
+    const runs = await Promise.all(cases.map(([args]) => cli([...args], { THREADBOX_URL: silentUrl, THREADBOX_TIMEOUT: "1" }, 100_000)));
+    runs.forEach((r, i) => {
+      const [args, asked, again] = cases[i];
+      const error = `error timeout: no answer from ${silentUrl} within 1 s (${asked}): the server took the connection but did not reply; THREADBOX_TIMEOUT=SECONDS waits longer`;
+      const lines = r.stderr.trimEnd().split("\n");
+      expect({ args, code: r.code, stdout: r.stdout, last: lines.at(-1), askedAgain: lines.length > 2 && lines.slice(0, -1).every((l) => l.startsWith(error.slice("error timeout: ".length)) && new RegExp(`: ${again}$`).test(l)) })
+        .toEqual({ args, code: 2, stdout: "", last: error, askedAgain: true });
+    });
+  }, 120_000);
 
   it("an answer whose body never comes times out too; with --json the error is JSON", async () => {
     const r = await cli(["threads", "--json"], { THREADBOX_URL: stallingUrl, THREADBOX_TIMEOUT: "0.5" });

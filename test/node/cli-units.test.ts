@@ -16,7 +16,7 @@ import { endsLastRun, finishedRow, mayEndRun } from "../../cli/lib/follow.mjs";
 // @ts-expect-error plain JS module without declarations
 import { renderArtifacts } from "../../cli/commands/artifacts.mjs";
 // @ts-expect-error a plain ES module without types
-import { missingField } from "../../cli/lib/api.mjs";
+import { isTransient, missingField, safeToRepeat, timedOut } from "../../cli/lib/api.mjs";
 
 const c = palette(false);
 
@@ -65,6 +65,29 @@ describe("answers the commands read", () => {
     expect(missingField("POST", "/api/threads/th_1/entries", { entries: "x" })).toBe("an array entries");
     expect(missingField("GET", "/api/threads/th_1/entries?offset=now&limit=1", { entries: [], nextOffset: "0_0" })).toBeNull();
     expect(missingField("DELETE", "/api/agents/ag_1", null)).toBeNull(); // routes no command reads are not checked
+  });
+});
+
+describe("requests asked again after no answer in time", () => {
+  it("a GET, a POST with an Idempotency-Key or entries that each carry an id may be sent again; anything else may not", () => {
+    const cases: [string, string, unknown, Record<string, string>, boolean][] = [
+      ["GET", "/api/threads/th_1", undefined, {}, true],
+      ["POST", "/api/threads", { title: "t" }, { "idempotency-key": "k" }, true],
+      ["POST", "/api/threads/th_1/resume", { message: "m" }, { "Idempotency-Key": "k" }, true],
+      ["POST", "/api/threads", { title: "t" }, {}, false],
+      ["POST", "/api/threads/th_1/entries", { id: "e_1", payload: { type: "chat", text: "x" } }, {}, true],
+      ["POST", "/api/threads/th_1/entries", [{ id: "e_1", payload: {} }, { id: "e_2", payload: {} }], {}, true],
+      ["POST", "/api/threads/th_1/entries", { payload: { type: "chat", text: "x" } }, {}, false],
+      ["POST", "/api/threads/th_1/entries", [{ id: "e_1", payload: {} }, { payload: {} }], {}, false],
+      ["POST", "/api/threads/th_1/entries", [], {}, false],
+      ["POST", "/api/threads/th_1/stop", {}, {}, false],
+      ["POST", "/api/threads/th_1/interrupt", {}, {}, false],
+      ["PATCH", "/api/agents/ag_1", { name: "n" }, { "idempotency-key": "k" }, false],
+      ["DELETE", "/api/environments/env_1", undefined, {}, false],
+    ];
+    expect(cases.map(([m, p, b, h]) => safeToRepeat(m, p, b, h))).toEqual(cases.map((x) => x[4]));
+    expect([isTransient(timedOut("http://x", "GET /api/threads", 1000, true)), isTransient(timedOut("http://x", "POST /api/threads/th_1/stop", 1000, false))])
+      .toEqual([true, false]);
   });
 });
 

@@ -12,6 +12,7 @@ import { environmentLabel } from "../../web/src/lib/labels";
 import { terminalText } from "../../web/src/lib/terminal";
 import { entryTime } from "../../web/src/lib/time";
 import { ApiError, errorText, type Entry, type ThreadSummary } from "../../web/src/lib/api";
+import { ActionKey } from "../../web/src/lib/retry";
 
 const off = (n: number) => `0000000000000000_${String(n).padStart(16, "0")}`;
 let seq = 0;
@@ -293,6 +294,27 @@ describe("errors", () => {
       .toBe("validation_failed: invalid request body (handle: handle is 1-40 chars of [a-z0-9_-]; top)");
     expect(errorText(new ApiError(409, "conflict", "handle @demo is taken in this house"))).toBe("conflict: handle @demo is taken in this house");
     expect(errorText(new ApiError(400, "validation_failed", "invalid", { issues: [] }))).toBe("validation_failed: invalid");
+  });
+});
+
+describe("a press's Idempotency-Key", () => {
+  it("stays with the press while the server has not answered it, and is new once it has (done or refused) or for another body", async () => {
+    const keys = new ActionKey(0); // no time to ask again: each press ends at its first failure
+    const sent: string[] = [];
+    const press = (body: unknown, outcome: "lost" | "done" | "refused") => keys.send(body, async (key) => {
+      sent.push(key);
+      if (outcome === "lost") throw new ApiError(0, "network_error", "the server cannot be reached");
+      if (outcome === "refused") throw new ApiError(409, "conflict", "already running");
+      return key;
+    }).catch((err: ApiError) => err.code);
+    const outcomes = [
+      await press({ message: "a" }, "lost"), await press({ message: "a" }, "lost"), await press({ message: "a" }, "done"),
+      await press({ message: "a" }, "lost"), await press({ message: "b" }, "refused"), await press({ message: "b" }, "done"),
+    ];
+    expect(outcomes.map((o) => (o.startsWith("ui-") ? "done" : o))).toEqual(["network_error", "network_error", "done", "network_error", "conflict", "done"]);
+    // the same key for the lost presses of "a" and the one that went through; new ones after it was done, for "b", and after the refusal
+    expect([sent[1] === sent[0], sent[2] === sent[0], sent[3] === sent[0], sent[4] === sent[3], sent[5] === sent[4], new Set(sent).size])
+      .toEqual([true, true, false, false, false, 4]);
   });
 });
 

@@ -757,7 +757,8 @@ describe("the first thread in a new house", () => {
     expect(await page.inputValue("form select[name=environment]")).toBe(demo.id);
     await page.fill("input[name=title]", "my first");
     await page.click("button:has-text('New thread')");
-    await page.waitForURL(/\/threads\/[^/]+$/);
+    // The thread opens, or an error is shown where it was asked for.
+    await page.waitForFunction(() => location.pathname.startsWith("/threads/") || document.querySelector(".error"));
     const made = decodeURIComponent(page.url().split("/threads/")[1]);
     expect((await api(`/api/threads/${made}`, { as: newcomer })).body.environmentId).toBe(demo.id);
     // "no environment" is still a choice, and stays chosen
@@ -840,6 +841,77 @@ describe("a button pressed twice", () => {
     await page.waitForTimeout(1000);
     const dms = (await api(`/api/threads?parentKind=agent&parent=${bot.id}&limit=10`)).body.threads;
     expect(dms).toHaveLength(1);
+    await context.close();
+  });
+});
+
+describe("an answer lost on its way back (a server restart, a dropped network)", () => {
+  /**
+   * The first POST to `url` reaches the server, and its answer never reaches the page; later ones
+   * pass. Returns each POST's Idempotency-Key as sent.
+   */
+  async function losingFirstAnswer(page: Page, url: string) {
+    const keys: (string | null)[] = [];
+    await page.route(url, async (route) => {
+      if (route.request().method() !== "POST") return route.continue();
+      keys.push((await route.request().headerValue("idempotency-key")) ?? null);
+      if (keys.length === 1) {
+        await route.fetch();
+        return route.abort("connectionreset");
+      }
+      await route.continue();
+    });
+    return { keys, sameKey: () => keys.length === 2 && keys[0] !== null && keys[0] === keys[1] };
+  }
+  const errors = (page: Page) => page.$$eval(".error", (els) => els.map((el) => el.textContent));
+
+  it("New thread is asked again under its Idempotency-Key: one thread, and the page opens it", async () => {
+    const { context, page } = await signedInPage();
+    const lost = await losingFirstAnswer(page, `${worker.url}/api/threads`);
+    await page.goto(`${worker.url}/`);
+    const title = `lost-new-${Date.now().toString(36)}`;
+    await page.fill("input[name=title]", title);
+    await page.click("button:has-text('New thread')");
+    // The thread opens, or an error is shown where it was asked for.
+    await page.waitForFunction(() => location.pathname.startsWith("/threads/") || document.querySelector(".error"));
+    const made = ((await api("/api/threads?limit=1000")).body.threads as { id: string; title: string }[]).filter((t) => t.title === title).map((t) => t.id);
+    expect({ made, opened: decodeURIComponent(page.url().split("/threads/")[1]), sameKey: lost.sameKey(), errors: await errors(page) })
+      .toEqual({ made: [made[0]], opened: made[0], sameKey: true, errors: [] });
+    await context.close();
+  });
+
+  it("Delegate and Resume are asked again under their Idempotency-Keys: one child, one run each", async () => {
+    const env = (await api("/api/environments", {
+      method: "POST",
+      json: {
+        name: "ui-lost-answer", env: { PI_OFFLINE: "1" }, secrets: { SCRIPTED_MODEL_KEY: MODEL_SECRET },
+        piModels: { providers: { local: { baseUrl: model.baseUrl, api: "openai-completions", apiKey: "$SCRIPTED_MODEL_KEY", models: [{ id: "scripted-model" }] } } },
+        piSettings: { retry: { enabled: false } }, model: "local/scripted-model",
+      },
+    })).body;
+    const parent = (await api("/api/threads", { method: "POST", json: { title: "lost delegate", environmentId: env.id } })).body;
+    const { context, page } = await signedInPage();
+    const delegated = await losingFirstAnswer(page, `${worker.url}/api/threads/${parent.id}/delegate`);
+    model.push({ text: "First run done." });
+    await page.goto(`${worker.url}/threads/${parent.id}`);
+    await page.fill("form.delegate input[name=task]", "say something");
+    await page.click("form.delegate button[type=submit]");
+    await page.waitForSelector("li.child[data-child-id], form.delegate .error");
+    const children = (await api(`/api/threads?parent=${parent.id}`)).body.threads.map((t: { id: string }) => t.id);
+    expect({ children: children.length, sameKey: delegated.sameKey(), errors: await errors(page) }).toEqual({ children: 1, sameKey: true, errors: [] });
+
+    const childId = children[0];
+    await page.goto(`${worker.url}/threads/${childId}`);
+    await page.waitForSelector(".thread-head [data-status=completed]");
+    const resumed = await losingFirstAnswer(page, `${worker.url}/api/threads/${childId}/resume`);
+    model.push({ text: "Second run done." });
+    await page.fill("input[name=resume]", "once more");
+    await page.click("button:has-text('Resume')");
+    await page.locator("li.bubble-agent", { hasText: "Second run done." }).or(page.locator("section.thread .error")).first().waitFor();
+    await page.waitForSelector(".thread-head [data-status=completed]");
+    const claims = (await entries(childId)).filter((e) => e.id.startsWith("claim:"));
+    expect({ claims: claims.length, sameKey: resumed.sameKey(), errors: await errors(page), box: await page.$("input[name=resume]") === null ? null : await page.inputValue("input[name=resume]") })
+      .toEqual({ claims: 2, sameKey: true, errors: [], box: "" });
     await context.close();
   });
 });

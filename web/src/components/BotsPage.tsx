@@ -1,9 +1,10 @@
-import { useState } from "preact/hooks";
+import { useRef, useState } from "preact/hooks";
 import type { Session } from "../app";
 import { ApiError, type Agent, type Environment } from "../lib/api";
 import { useHouseList } from "../lib/hooks";
 import { navigate } from "../lib/router";
-import { ErrorNote, ReadOnlyNote } from "./common";
+import { ActionKey } from "../lib/retry";
+import { ErrorNote, ReadOnlyNote, RetryingNote } from "./common";
 import { environmentLabel } from "../lib/labels";
 
 const TRIGGER_LABELS: Record<string, string> = { mention: "when @mentioned", ambient: "when it judges it should", always: "every message" };
@@ -92,6 +93,9 @@ function BotCard({ agent, session, envs, onChanged }: { agent: Agent; session: S
   const [error, setError] = useState<ApiError | string | null>(null);
   // One action at a time: two Messages at once each found no DM yet, and made two.
   const [busy, setBusy] = useState(false);
+  const [retrying, setRetrying] = useState(false);
+  // A new DM whose answer is lost is asked again under its key: one thread, however often it is sent.
+  const dmKey = useRef(new ActionKey());
   const act = async (fn: () => Promise<void>) => {
     if (busy) return;
     setBusy(true);
@@ -102,6 +106,7 @@ function BotCard({ agent, session, envs, onChanged }: { agent: Agent; session: S
       setError(err as ApiError);
     } finally {
       setBusy(false);
+      setRetrying(false);
     }
   };
   // A DM is a thread whose parent is the bot: it answers every message there without a mention.
@@ -113,10 +118,11 @@ function BotCard({ agent, session, envs, onChanged }: { agent: Agent; session: S
       setError(`No direct-message thread with @${agent.handle} yet, and this token is read-only (role ${session.role}): it cannot start one.`);
       return;
     }
-    const t = existing ?? await session.api.createThread({
-      title: `DM with @${agent.handle}`, parent: { kind: "agent", id: agent.id },
+    const body = {
+      title: `DM with @${agent.handle}`, parent: { kind: "agent" as const, id: agent.id },
       ...(agent.environmentId ? { environmentId: agent.environmentId } : {}),
-    });
+    };
+    const t = existing ?? await dmKey.current.send(body, (key) => session.api.createThread(body, key), () => setRetrying(true));
     navigate(`/threads/${t.id}`);
   });
   const remove = () => act(async () => {
@@ -147,6 +153,7 @@ function BotCard({ agent, session, envs, onChanged }: { agent: Agent; session: S
           <button type="button" class="link danger" onClick={remove}>Delete</button>
         </>}
       </div>
+      <RetryingNote retrying={retrying} />
       <ErrorNote error={error} />
     </li>
   );

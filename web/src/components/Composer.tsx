@@ -1,8 +1,9 @@
 import { useRef, useState } from "preact/hooks";
 import type { Session } from "../app";
 import type { Agent } from "../lib/api";
-import { ApiError } from "../lib/api";
+import type { ApiError } from "../lib/api";
 import { insertMention, mentionQuery } from "../lib/mentions";
+import { retrying } from "../lib/retry";
 import { ErrorNote } from "./common";
 
 /** A queued message as one short line. */
@@ -10,16 +11,6 @@ const oneLine = (m: string) => {
   const first = m.split("\n")[0];
   return first.length > 120 || first !== m ? `${first.slice(0, 120)}…` : first;
 };
-
-/** How long a message is sent again while the server cannot be reached (a restart, a network drop) before it is put back. */
-const RESEND_FOR_MS = 60_000;
-/**
- * No answer from threadbox about the message (the network failed, or a proxy in front answered
- * 502–504 while the server was away): it may or may not have been taken, so it is sent again under
- * its id. Threadbox's own refusals (its JSON error) are its answer and put the message back.
- */
-const transient = (err: unknown) => err instanceof ApiError
-  && (err.status === 0 || ([502, 503, 504].includes(err.status) && err.code === `http_${err.status}`));
 
 type Outgoing = { id: string; text: string };
 
@@ -78,19 +69,8 @@ export function Composer({ session, threadId, agents, onMention }: { session: Se
         const first = outbox.current[0];
         try {
           // A server restarting or a network gone: the message stays queued and is sent again, under
-          // the same id, until it is taken or the window ends.
-          const until = Date.now() + RESEND_FOR_MS;
-          for (let attempt = 0; ; attempt++) {
-            try {
-              await latest.current.api.post(threadId, first.text, first.id);
-              break;
-            } catch (err) {
-              const delay = Math.min(5_000, 250 * 2 ** attempt);
-              if (!transient(err) || Date.now() + delay > until) throw err;
-              setUnreachable(true);
-              await new Promise((r) => setTimeout(r, delay));
-            }
-          }
+          // the same id, until it is taken or the window ends (then it is put back).
+          await retrying(() => latest.current.api.post(threadId, first.text, first.id), { onRetry: () => setUnreachable(true) });
         } catch (err) {
           // Nothing after a refused message is sent (it would arrive out of order): the refused one
           // and those queued behind it go back in front of what is being typed.

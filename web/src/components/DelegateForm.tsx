@@ -1,8 +1,9 @@
-import { useState } from "preact/hooks";
+import { useRef, useState } from "preact/hooks";
 import type { Session } from "../app";
 import { ApiError } from "../lib/api";
 import { useHouseList } from "../lib/hooks";
-import { ErrorNote } from "./common";
+import { ActionKey } from "../lib/retry";
+import { ErrorNote, RetryingNote } from "./common";
 import { environmentLabel } from "../lib/labels";
 
 /** Hands a task to a coding agent in a fresh box: a child thread of this one. */
@@ -14,18 +15,23 @@ export function DelegateForm({ session, threadId, defaultEnvironmentId, onStarte
   const [environmentId, setEnvironmentId] = useState("");
   const [error, setError] = useState<ApiError | null>(null);
   const [busy, setBusy] = useState(false);
+  const [retrying, setRetrying] = useState(false);
+  // A lost answer is asked again under the delegation's key: one child, however often it is sent.
+  const keys = useRef(new ActionKey());
   const submit = async (e: Event) => {
     e.preventDefault();
     setBusy(true);
     setError(null);
     try {
-      const r = await session.api.delegate(threadId, { task: task.trim(), environmentId: environmentId || undefined });
+      const body = { task: task.trim(), environmentId: environmentId || undefined };
+      const r = await keys.current.send({ threadId, ...body }, (key) => session.api.delegate(threadId, body, key), () => setRetrying(true));
       setTask("");
       onStarted(r.childThreadId);
     } catch (err) {
       setError(err as ApiError);
     } finally {
       setBusy(false);
+      setRetrying(false);
     }
   };
   return (
@@ -37,6 +43,7 @@ export function DelegateForm({ session, threadId, defaultEnvironmentId, onStarte
       </select>
       {/* A thread without an environment has no model for the run to use: one must be picked. */}
       <button type="submit" disabled={busy || !task.trim() || (!defaultEnvironmentId && !environmentId)} title={!defaultEnvironmentId && !environmentId ? "pick an environment first" : undefined}>Delegate</button>
+      <RetryingNote retrying={retrying} />
       <ErrorNote error={error} />
     </form>
   );

@@ -5,7 +5,8 @@ import { ApiError } from "../lib/api";
 import { useHouseList, usePolled } from "../lib/hooks";
 import { ThreadSubscription, type LinkState } from "../lib/subscription";
 import { appendEntries, buildTimeline } from "../lib/timeline";
-import { ErrorNote, Link, ReadOnlyNote, StatusBadge } from "./common";
+import { ActionKey } from "../lib/retry";
+import { ErrorNote, Link, ReadOnlyNote, RetryingNote, StatusBadge } from "./common";
 import { Timeline } from "./Timeline";
 import { Composer } from "./Composer";
 import { DelegateForm } from "./DelegateForm";
@@ -76,6 +77,11 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
   // One action at a time, until the thread's new state is shown: a second click on Stop would
   // otherwise be refused ("not running") after the first one did it.
   const [acting, setActing] = useState(false);
+  const [retrying, setRetrying] = useState(false);
+  // A resume whose answer is lost is asked again under its key: one run, however often it is sent.
+  const resumeKey = useRef(new ActionKey());
+  const resume = (message: string) => resumeKey.current.send({ id, message }, (key) => session.api.resume(id, message, key), () => setRetrying(true))
+    .finally(() => setRetrying(false));
   const act = async (fn: () => Promise<unknown>): Promise<boolean> => {
     if (acting) return false;
     setActing(true);
@@ -132,9 +138,10 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
       <div ref={bottom} />
       <ReadOnlyNote session={session} cannot="post, delegate, interrupt, stop or resume a run" />
       {(t?.status === "completed" || t?.status === "failed") && !session.readOnly && (
-        <form class="card row" onSubmit={(e) => { e.preventDefault(); act(() => session.api.resume(id, resumeText.trim())).then((ok) => ok && setResumeText("")); }}>
+        <form class="card row" onSubmit={(e) => { e.preventDefault(); act(() => resume(resumeText.trim())).then((ok) => ok && setResumeText("")); }}>
           <input name="resume" aria-label="Message to resume the run with" placeholder="Tell the agent what to do next, then resume the run" value={resumeText} onInput={(e) => setResumeText(e.currentTarget.value)} />
           <button type="submit" disabled={acting || !resumeText.trim()}>Resume</button>
+          <RetryingNote retrying={retrying} />
         </form>
       )}
       {!session.readOnly && <>

@@ -1,10 +1,11 @@
-import { useState } from "preact/hooks";
+import { useRef, useState } from "preact/hooks";
 import type { Session } from "../app";
 import type { ThreadSummary } from "../lib/api";
 import { ApiError } from "../lib/api";
 import { useHouseList, usePolled } from "../lib/hooks";
 import { navigate } from "../lib/router";
-import { ErrorNote, Link, ReadOnlyNote, StatusBadge, ago } from "./common";
+import { ActionKey } from "../lib/retry";
+import { ErrorNote, Link, ReadOnlyNote, RetryingNote, StatusBadge, ago } from "./common";
 import { environmentLabel } from "../lib/labels";
 
 type Node = { thread: ThreadSummary; children: Node[] };
@@ -65,18 +66,23 @@ export function ThreadsPage({ session }: { session: Session }) {
 
   // One thread per press: a double click made two.
   const [creating, setCreating] = useState(false);
+  const [retrying, setRetrying] = useState(false);
+  // A lost answer is asked again under the press's key: one thread, however often it is sent.
+  const createKey = useRef(new ActionKey());
   const create = async (e: Event) => {
     e.preventDefault();
     if (creating) return;
     setCreating(true);
     setCreateError(null);
     try {
-      const t = await session.api.createThread({ title: title.trim() || undefined, environmentId: environmentId || undefined });
+      const body = { title: title.trim() || undefined, environmentId: environmentId || undefined };
+      const t = await createKey.current.send(body, (key) => session.api.createThread(body, key), () => setRetrying(true));
       navigate(`/threads/${t.id}`);
     } catch (err) {
       setCreateError(err as ApiError);
     } finally {
       setCreating(false);
+      setRetrying(false);
     }
   };
   const roots = data ? threadTree(data) : [];
@@ -90,6 +96,7 @@ export function ThreadsPage({ session }: { session: Session }) {
           {envs.data?.map((env, _i, all) => <option key={env.id} value={env.id}>{environmentLabel(env, all)}</option>)}
         </select>
         <button type="submit" disabled={creating}>New thread</button>
+        <RetryingNote retrying={retrying} />
       </form>}
       <ErrorNote error={createError ?? error ?? olderError} />
       <h2>Threads</h2>

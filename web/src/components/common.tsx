@@ -17,6 +17,12 @@ export function ErrorNote({ error }: { error: ApiError | string | null | undefin
   return <p class="error" role="alert">{text}</p>;
 }
 
+/** Said while a request that got no answer is sent again (the server restarting, the network gone). */
+export function RetryingNote({ retrying }: { retrying: boolean }) {
+  if (!retrying) return null;
+  return <p class="retrying muted" aria-live="polite">The server cannot be reached: trying again</p>;
+}
+
 /** Stands where a read-only token's missing forms and buttons would be: what it cannot do here, and why. */
 export function ReadOnlyNote({ session, cannot }: { session: Session; cannot: string }) {
   if (!session.readOnly) return null;

@@ -52,13 +52,14 @@ export class Api {
     this.onUnauthorized();
   }
 
-  async request<T>(method: string, path: string, body?: unknown): Promise<T> {
+  /** `headers`: more request headers (an `Idempotency-Key`). */
+  async request<T>(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<T> {
     if (this.refused) throw new ApiError(401, "unauthorized", "the server refused this token: sign in again");
     let res: Response;
     try {
       res = await fetch(this.base + path, {
         method,
-        headers: { authorization: `Bearer ${this.token}`, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
+        headers: { authorization: `Bearer ${this.token}`, ...(body !== undefined ? { "content-type": "application/json" } : {}), ...headers },
         body: body !== undefined ? JSON.stringify(body) : undefined,
       });
     } catch {
@@ -76,15 +77,17 @@ export class Api {
 
   threads = (q = "limit=500") => this.request<{ threads: ThreadSummary[] }>("GET", `/api/threads?${q}`).then((r) => r.threads);
   thread = (id: string) => this.request<Thread>("GET", `/api/threads/${enc(id)}`);
-  createThread = (body: { title?: string; environmentId?: string; parent?: ParentRef }) => this.request<Thread>("POST", "/api/threads", body);
+  /** `key`: an Idempotency-Key; the same key sent again (a retry after a lost answer) makes no second thread. */
+  createThread = (body: { title?: string; environmentId?: string; parent?: ParentRef }, key?: string) =>
+    this.request<Thread>("POST", "/api/threads", body, idempotent(key));
   /** `entryId`: the same id sent again (a retry after a lost answer) is kept once by the server. */
   post = (id: string, text: string, entryId = `ui-${crypto.randomUUID()}`) =>
     this.request("POST", `/api/threads/${enc(id)}/entries`, { id: entryId, payload: { type: "chat", text } });
-  delegate = (id: string, body: { task: string; environmentId?: string }) =>
-    this.request<{ childThreadId: string }>("POST", `/api/threads/${enc(id)}/delegate`, body);
+  delegate = (id: string, body: { task: string; environmentId?: string }, key?: string) =>
+    this.request<{ childThreadId: string }>("POST", `/api/threads/${enc(id)}/delegate`, body, idempotent(key));
   stop = (id: string) => this.request<Thread>("POST", `/api/threads/${enc(id)}/stop`);
   interrupt = (id: string) => this.request<{ threadId: string; runId: string | null; entryId: string }>("POST", `/api/threads/${enc(id)}/interrupt`);
-  resume = (id: string, message: string) => this.request("POST", `/api/threads/${enc(id)}/resume`, { message });
+  resume = (id: string, message: string, key?: string) => this.request("POST", `/api/threads/${enc(id)}/resume`, { message }, idempotent(key));
   environments = () => this.request<{ environments: Environment[] }>("GET", "/api/environments").then((r) => r.environments);
   createEnvironment = (body: Record<string, unknown>) => this.request<Environment>("POST", "/api/environments", body);
   updateEnvironment = (id: string, body: Record<string, unknown>) => this.request<Environment>("PATCH", `/api/environments/${enc(id)}`, body);
@@ -108,6 +111,7 @@ export class Api {
 }
 
 const enc = encodeURIComponent;
+const idempotent = (key: string | undefined): Record<string, string> => (key ? { "idempotency-key": key } : {});
 
 function safeJson(text: string): unknown {
   try {
