@@ -45,6 +45,7 @@ const isTimeout = (err) => err?.name === "TimeoutError" || err?.cause?.name === 
  */
 export function createApi(target, opts = {}) {
   const timeoutMs = opts.timeoutMs ?? requestTimeoutMs();
+  retryForMs(); // a bad THREADBOX_RETRY is a usage error before anything is sent, not at the first retry
   async function request(method, path, body, extraHeaders = {}) {
     const asked = `${method} ${path.replace(/\?.*$/, "")}`;
     // One deadline for the request and the reading of its answer: a server can stall in either.
@@ -162,6 +163,18 @@ export function refusedToken(target, message) {
 export const RETRY_FOR_MS = 60_000;
 
 /**
+ * `THREADBOX_RETRY` (seconds, default 60): a script that would rather fail at once than wait out a
+ * restart sets 0; an operator behind a slow deploy sets more.
+ */
+export function retryForMs(env = process.env) {
+  const raw = env.THREADBOX_RETRY;
+  if (raw === undefined || raw === "") return RETRY_FOR_MS;
+  const n = Number(raw);
+  if (!/^\s*\d+(\.\d+)?\s*$/.test(raw) || !(n >= 0)) throw new CliError("usage", `THREADBOX_RETRY ${raw} is not a number of seconds (0 or more)`);
+  return n * 1000;
+}
+
+/**
  * An error a moment later may not repeat: the server could not be reached or broke off (a restart,
  * a network drop), a proxy in front of it answered 502, 503 or 504 while it was away (not
  * threadbox's own JSON error: that one is the server's answer, said as it is), or a request safe to
@@ -176,7 +189,7 @@ export const isTransient = (err) => err instanceof CliError
  * server keeps once, or one carrying an Idempotency-Key) again after a transient error, with backoff, for up to `forMs`; `onRetry(ms,
  * err)` is told before each wait. Any other error, or one past the window, is thrown.
  */
-export async function retrying(fn, { forMs = RETRY_FOR_MS, onRetry } = {}) {
+export async function retrying(fn, { forMs = retryForMs(), onRetry } = {}) {
   const deadline = Date.now() + forMs;
   for (let attempt = 0; ; attempt++) {
     try {

@@ -75,14 +75,14 @@ describe("a server that never answers", () => {
     });
   });
 
-  it("a request a command asks again while the server is away, and safe to repeat, is asked again after each timeout until the 60 s are over, then it gives up the same way", async () => {
+  it("a request a command asks again while the server is away, and safe to repeat, is asked again after each timeout until THREADBOX_RETRY is over, then it gives up the same way", async () => {
     const cases = [
       [["new", "x"], "POST /api/threads", "asking again in \\d+ ms \\(same Idempotency-Key: one thread at most\\)"],
       [["post", "th_x", "hi"], "POST /api/threads/th_x/entries", "sending again in \\d+ ms \\(same entry id: posted once\\)"],
       [["tail", "th_x", "--until-done"], "GET /api/threads/th_x", "asking again in \\d+ ms"],
       [["chat", "@demo"], "GET /api/agents", "asking again in \\d+ ms"],
     ] as const;
-    const runs = await Promise.all(cases.map(([args]) => cli([...args], { THREADBOX_URL: silentUrl, THREADBOX_TIMEOUT: "1" }, 100_000)));
+    const runs = await Promise.all(cases.map(([args]) => cli([...args], { THREADBOX_URL: silentUrl, THREADBOX_TIMEOUT: "1", THREADBOX_RETRY: "4" }, 100_000)));
     runs.forEach((r, i) => {
       const [args, asked, again] = cases[i];
       const error = `error timeout: no answer from ${silentUrl} within 1 s (${asked}): the server took the connection but did not reply; THREADBOX_TIMEOUT=SECONDS waits longer`;
@@ -96,6 +96,21 @@ describe("a server that never answers", () => {
     const r = await cli(["threads", "--json"], { THREADBOX_URL: stallingUrl, THREADBOX_TIMEOUT: "0.5" });
     expect([r.code, r.stdout]).toEqual([2, ""]);
     expect(JSON.parse(r.stderr)).toEqual({ error: { code: "timeout", message: expect.stringContaining(`no answer from ${stallingUrl} within 0.5 s (GET /api/threads)`) } });
+  });
+
+  it("THREADBOX_RETRY=0 asks nothing again: the first timeout is the error", async () => {
+    const r = await cli(["new", "x"], { THREADBOX_URL: silentUrl, THREADBOX_TIMEOUT: "1", THREADBOX_RETRY: "0" });
+    expect({ code: r.code, stderr: r.stderr }).toEqual({
+      code: 2,
+      stderr: `error timeout: no answer from ${silentUrl} within 1 s (POST /api/threads): the server took the connection but did not reply; THREADBOX_TIMEOUT=SECONDS waits longer\n`,
+    });
+  });
+
+  it("a THREADBOX_RETRY that is not a number of seconds is a usage error before anything is sent", async () => {
+    for (const bad of ["abc", "-1", "1s"]) {
+      const r = await cli(["threads"], { THREADBOX_URL: silentUrl, THREADBOX_RETRY: bad });
+      expect({ bad, code: r.code, stderr: r.stderr }).toEqual({ bad, code: 2, stderr: `error usage: THREADBOX_RETRY ${bad} is not a number of seconds (0 or more)\n` });
+    }
   });
 
   it("a THREADBOX_TIMEOUT that is not a number of seconds is a usage error", async () => {
