@@ -1084,6 +1084,29 @@ describe("dispatch: a turn that fails on our side, not the model's", () => {
     expect(chatsBy(es, bot.id).map((e) => e.payload.text)).toEqual(["first answer"]);
   }, 30_000);
 
+  it("an internal error that quotes a secret of the environment is logged with it redacted", async () => {
+    const { token, bot, t, model } = await botThread("house-dispatch-store-fails-secret", { name: "Keeper", handle: "keeper" }, [{ text: "first answer" }]);
+    await post(token, t.id, chat("@keeper hello"));
+    await waitForEntries(token, t.id, (es) => chatsBy(es, bot.id).length === 1, "the first answer");
+    // The storage's own error quotes the secret, as an error carrying a provider's or a tool's text may.
+    const stub = E.THREADS.get(E.THREADS.idFromName(`thread:${t.id}`));
+    await runInDurableObject(stub, (_a: ThreadActor, state: DurableObjectState) => {
+      state.storage.sql.exec(`create trigger refuse_rounds before insert on dispatch_turn_rounds begin select raise(abort, 'refused ${MODEL_KEY}'); end`);
+    });
+    const logged = vi.spyOn(console, "error").mockImplementation(() => {});
+    try {
+      model.push({ text: "second answer" });
+      await post(token, t.id, chat("@keeper again"));
+      await failureOf(token, t.id);
+      const lines = logged.mock.calls.map((c) => c.map(String).join(" ")).filter((l) => l.includes("dispatch_turn_failed"));
+      expect(lines).toHaveLength(1);
+      expect(lines[0]).toContain("refused [redacted]");
+      expect(lines[0]).not.toContain(MODEL_KEY);
+    } finally {
+      logged.mockRestore();
+    }
+  }, 30_000);
+
   /** A bot whose model is answering its first round (held), with the house actor's stub. */
   async function turnWaitingOnModel(houseId: string) {
     const r = await botThread(houseId, { name: "Keeper", handle: "keeper" }, [

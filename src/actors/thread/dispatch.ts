@@ -651,11 +651,12 @@ export class DispatchService {
   /**
    * A turn ended by an error of the control plane's own (storage, the house, the tools), not of
    * the model: the thread is told what failed in words a user can act on; the error's own text
-   * (a SQLite code, a stack) goes to the log only.
+   * (a SQLite code, a stack) goes to the log only, redacted: it may quote a model provider's
+   * answer or a tool's result, and so any secret of the turn's environment.
    */
   private failInternally(turn: TurnRow, doing: TurnStep, err: unknown): void {
     const raw = errorMessage(err);
-    logEvent("dispatch_turn_failed", { turnId: turn.id, step: doing, error: raw }, "error");
+    logEvent("dispatch_turn_failed", { turnId: turn.id, step: doing, error: this.redacted(turn, raw) }, "error");
     this.fail(turn, internalFailureReason(doing, raw));
   }
 
