@@ -387,6 +387,29 @@ describe("dispatch: selection end to end", () => {
     expect(chatsBy((await readAll(token, thread.id)).entries, bot.id)).toEqual([]);
   }, 30_000);
 
+  it("a failed gate's or turn's detail cut short leaves no piece of a secret of the environment its model's key did not use", async () => {
+    const token = await houseToken("house-ambient-cut-secret");
+    const other = "pw-Q7zK9mV2rT8nB4xL6cJ1yH";
+    // A provider's error quoting another secret of the environment, over and over: every cut of it goes through one.
+    const model = await scriptedModel([], { error: 400, message: `bad request: ${`=${other}`.repeat(60)}` });
+    const envId = await modelEnvironment(token, model.baseUrl, { secrets: { MODEL_KEY, OTHER: other } });
+    const lurker = await createAgent(token, { name: "Lurker", handle: "lurker", triggerMode: "ambient" });
+    const thread = await createThread(token, { environmentId: envId });
+    await call(`/api/threads/${thread.id}/config`, { method: "PATCH", token, json: { dispatch: { ambientDelayMs: 0 } } });
+    await post(token, thread.id, chat("anyone?", "g1"));
+    const ds = await waitForDecision(token, thread.id, (d) => d.triggerEntryId === "g1" && d.agentId === lurker.id && d.verdict === "skip");
+    const gate = ds.find((d) => d.triggerEntryId === "g1" && d.agentId === lurker.id)!.detail!;
+    const coder = await createAgent(token, { name: "Coder", handle: "coder" });
+    await post(token, thread.id, chat("@coder hello", "m1"));
+    const es = await waitForEntries(token, thread.id, (es) => es.some((e) => e.payload.type === "signal.dispatch.error" && e.authorId === coder.id), "the failure");
+    const turn = es.find((e) => e.payload.type === "signal.dispatch.error" && e.authorId === coder.id)!.payload.reason as string;
+    for (const detail of [gate, turn]) {
+      expect(detail).toMatch(/HTTP 400: .*bad request: =\[redacted\]=\[redacted\]/);
+      const pieces = Array.from({ length: other.length - 3 }, (_, i) => other.slice(i, i + 4));
+      expect(pieces.filter((p) => detail.includes(p))).toEqual([]);
+    }
+  }, 30_000);
+
   it("ambient: a bot with no model for its gate posts nothing into a conversation nobody asked it into; named, it says why", async () => {
     const token = await houseToken("house-ambient-no-model");
     const bot = await createAgent(token, { name: "Lurker", handle: "lurker", triggerMode: "ambient" });
