@@ -22,7 +22,7 @@ import { copyFoldersIn } from "../workspace/folder-sync";
 import { MANAGED_FILES, managedFileContent, managedKey, managedKeys, readManagedFiles, updateManagedFiles, type ManagedFile } from "../workspace/managed-files";
 import { BOX_DIR, BOX_ENV, PI_AGENT_DIR, WORK_DIR, runDir } from "../domain/box-layout";
 import { STATUS_CHANGED } from "../domain/statuses";
-import { lastWords } from "../workspace/output-redaction";
+import { boxSecretForms, lastWords, redactorFor } from "../workspace/output-redaction";
 
 export type LaunchSpec = {
   runId: string;
@@ -468,6 +468,7 @@ function cloneOptions(r: RepositorySpec, dest: string, environment: Environment 
   return {
     url: r.url, path: dest, branch: r.branch, commit: r.ref, depth: r.depth,
     ...(password ? { username: r.credentialsUsername ?? "x-access-token", password } : {}),
+    ...(environment ? { redact: redactorFor(boxSecretForms(environment)) } : {}),
   };
 }
 
