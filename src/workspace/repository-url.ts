@@ -7,8 +7,11 @@
 
 const REDACTED = "[redacted]";
 
-/** `scheme://`, the user info before `@`, the rest of the authority and path, the query, the fragment. */
-const URL_PARTS = /^([A-Za-z][A-Za-z0-9+.-]*:\/\/)(?:([^/?#@]*)@)?([^?#]*)(?:\?([^#]*))?(?:#(.*))?$/s;
+/**
+ * `scheme://`, the user info (up to the authority's last `@`, as a URL parser reads it: a password
+ * may hold one), the rest of the authority and path, the query, the fragment.
+ */
+const URL_PARTS = /^([A-Za-z][A-Za-z0-9+.-]*:\/\/)(?:([^/?#]*)@)?([^?#]*)(?:\?([^#]*))?(?:#(.*))?$/s;
 
 type Parts = { scheme: string; user?: string; password?: string; rest: string; query?: string[]; fragment?: string };
 

@@ -4,6 +4,7 @@ import { sharedTestProvider } from "./register-test-provider";
 import { LABEL_RUN } from "../../src/sandbox/provider";
 import { env, runInDurableObject } from "cloudflare:test";
 import type { HouseActor } from "./test-worker";
+import { repositoryUrlSecrets, shownRepositoryUrl } from "../../src/workspace/repository-url";
 
 
 async function createEnv(token: string, body: Record<string, unknown>) {
@@ -513,5 +514,17 @@ describe("deleting an environment while a run uses its shared box", () => {
     expect((await call(`/api/environments/${e.body.id}`, { token })).status).toBe(200);
     expect(((await (await call(`/api/sandboxes/${boxId}`, { token })).json()) as { state: string }).state).toBe("live");
     expect(((await (await call(`/api/threads/${childThreadId}`, { token })).json()) as { status: string }).status).toBe("running");
+  });
+});
+
+describe("a stored repository URL as shown", () => {
+  it.each([
+    ["https://u:p@ss@host/a.git?x=1&tok#frag", "https://[redacted]:[redacted]@host/a.git?x=[redacted]&[redacted]#[redacted]", ["u", "p@ss", "1", "tok", "frag"]],
+    ["ssh://git@host/a.git", "ssh://git@host/a.git", []],
+    ["https://host/a.git", "https://host/a.git", []],
+    ["https://h/a?private_token=glpat%2Fabc", "https://h/a?private_token=[redacted]", ["glpat%2Fabc", "glpat/abc"]],
+  ])("%s -> %s", (url, shown, secrets) => {
+    expect(shownRepositoryUrl(url)).toBe(shown);
+    expect(repositoryUrlSecrets(url)).toEqual(secrets);
   });
 });
