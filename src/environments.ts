@@ -8,6 +8,7 @@ import { formatZodError } from "./entries/schema";
 import { providerNameSchema } from "./sandbox/providers";
 import { packagesSchema } from "./workspace/packages";
 import { foldersSchema } from "./workspace/folders";
+import { shownRepositoryUrl } from "./workspace/repository-url";
 import { allowedToolsSchema, boxModeSchema, egressSchema, filesSchema, permissionModeSchema, pluginsSchema, publicFiles, repoPath, repositoriesSchema, volumesSchema } from "./workspace/box-config";
 
 /** A process's environment cannot carry a NUL byte: every launch would fail on it. */
@@ -177,7 +178,10 @@ export type Environment = EnvironmentInput & { id: string; houseId: string; crea
 
 export function publicEnvironment(e: Environment) {
   const { secrets, files, ...rest } = e;
-  return { ...rest, updatedAt: e.updatedAt ?? e.createdAt, files: publicFiles(files), secretNames: Object.keys(secrets ?? {}).sort() };
+  return {
+    ...rest, updatedAt: e.updatedAt ?? e.createdAt, files: publicFiles(files), secretNames: Object.keys(secrets ?? {}).sort(),
+    ...(e.repositories ? { repositories: e.repositories.map((r) => ({ ...r, url: shownRepositoryUrl(r.url) })) } : {}),
+  };
 }
 
 const secretsPatchSchema = recordSchema(z.string(), z.unknown());

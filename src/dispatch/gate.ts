@@ -2,7 +2,7 @@
  * The cheap "should this bot reply?" question for ambient bots: one completion, no tools,
  * answered YES or NO. Anything else, or any failure, means "do not reply".
  */
-import { callModel } from "./model-call";
+import { callModel, redactSecrets } from "./model-call";
 import type { ResolvedModel } from "./models";
 import type { LoopMessage } from "./tool-loop";
 
@@ -78,6 +78,6 @@ export async function askGate(opts: {
     .map((c) => c.text)
     .join("");
   const reply = parseGateAnswer(answer);
-  if (reply === undefined) return { reply: false, reason: `gate answer unclear: "${answer.trim().slice(0, 80)}"` };
+  if (reply === undefined) return { reply: false, reason: `gate answer unclear: "${redactSecrets(answer.trim(), opts.model).slice(0, 80)}"` };
   return { reply, reason: reply ? "gate said yes" : "gate said no" };
 }

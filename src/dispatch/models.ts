@@ -17,7 +17,7 @@ export type ResolvedModel = {
   apiKey: string | undefined;
   /** may carry resolved secrets too: treat like apiKey */
   headers?: Record<string, string>;
-  /** every secret value the key and headers were built from, to scrub from errors */
+  /** every secret value to scrub from its errors: those the key and headers were built from (a bot's turn adds the rest of its environment's) */
   secretValues: string[];
   name: string;
   contextWindow: number;

@@ -28,7 +28,7 @@ import { readBoxConfig, type BoxConfig } from "./config";
 import { TokenKeeper, renewUrlFor } from "./token-keeper";
 import { takeStreamToken } from "./token-file";
 import { postHeartbeat, StreamWriter, threadStreamUrl, type WireEntry } from "./stream-writer";
-import { namedSecretValues, redactDeep, redactionList, sensitiveFilePaths, sensitiveValues } from "./redact";
+import { namedSecretValues, redactBoxText, redactDeep, redactionList, sensitiveFilePaths, sensitiveValues } from "./redact";
 import { DEFAULT_LIVE_TOOL_OUTPUT, LiveToolOutputs, partialSecretAtEnd, toolResultText } from "./live-tool-output";
 import { redactText } from "../domain/secret-forms";
 import { modelErrorReason } from "../dispatch/provider-error";
@@ -93,7 +93,9 @@ export default function threadboxMirror(pi: ExtensionAPI): void {
   const postFailureIfNeeded = () => {
     if (failurePosted || !writer || lastAssistant?.stopReason !== "error") return;
     failurePosted = true;
-    const reason = withModelUrl(modelErrorReason(lastAssistant.errorMessage || "model error"), lastAssistant.model, modelUrl);
+    // Redacted before finishedSignal cuts it to a reason's bound: pi-ai passes an error event's
+    // message on whole, and a cut through a secret leaves a piece no redaction after recognises.
+    const reason = redactBoxText(withModelUrl(modelErrorReason(lastAssistant.errorMessage || "model error"), lastAssistant.model, modelUrl), redactions);
     const entry = finishedSignal("pi_failed", reason, {
       signalId: finishedSignalId(cfg.threadId, runId ?? sessionId),
       runId: cfg.runId,

@@ -301,7 +301,7 @@ export class DaytonaProvider implements SandboxProvider {
     const r = await this.exec(ref, command, { env, timeoutSec: 600 });
     if (r.exitCode !== 0) {
       const missing = /does not appear to be a git repository|not found|does not exist|couldn't find remote ref/i.test(r.output);
-      throw new ProviderError(missing ? "not_found" : "bad_request", `clone ${opts.url} at ${at} failed (exit ${r.exitCode}): ${r.output.trim().slice(-1000)}`);
+      throw new ProviderError(missing ? "not_found" : "bad_request", `clone ${opts.url} at ${at} failed (exit ${r.exitCode}): ${(opts.redact ?? ((t: string) => t))(r.output.trim()).slice(-1000)}`);
     }
   }
 

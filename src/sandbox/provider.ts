@@ -123,6 +123,11 @@ export interface CloneOptions {
   depth?: number;
   username?: string;
   password?: string;
+  /**
+   * The caller's redaction, for git's words the provider quotes in a failed clone's error: it cuts
+   * them to their end, and a cut through a secret leaves a piece no redaction after recognises.
+   */
+  redact?: (text: string) => string;
 }
 
 export interface DetachedOptions {

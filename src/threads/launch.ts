@@ -22,7 +22,8 @@ import { copyFoldersIn } from "../workspace/folder-sync";
 import { MANAGED_FILES, managedFileContent, managedKey, managedKeys, readManagedFiles, updateManagedFiles, type ManagedFile } from "../workspace/managed-files";
 import { BOX_DIR, BOX_ENV, PI_AGENT_DIR, WORK_DIR, runDir } from "../domain/box-layout";
 import { STATUS_CHANGED } from "../domain/statuses";
-import { lastWords } from "../workspace/output-redaction";
+import { boxSecretForms, lastWords, redactorFor } from "../workspace/output-redaction";
+import { shownRepositoryUrl } from "../workspace/repository-url";
 
 export type LaunchSpec = {
   runId: string;
@@ -211,7 +212,7 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
       : {}),
     ...(progress.folders?.length ? { folders: progress.folders } : {}),
     ...(!spec.repo && deps.environment?.repositories?.length
-      ? { repositories: deps.environment.repositories.map((r) => ({ url: r.url, path: repoPath(r), ...(r.branch ? { branch: r.branch } : {}), ...(r.ref ? { ref: r.ref } : {}) })) }
+      ? { repositories: deps.environment.repositories.map((r) => ({ url: shownRepositoryUrl(r.url), path: repoPath(r), ...(r.branch ? { branch: r.branch } : {}), ...(r.ref ? { ref: r.ref } : {}) })) }
       : {}),
     ...(deps.environment?.plugins
       ? { plugins: { skills: deps.environment.plugins.skills.map((x) => x.name), extensions: deps.environment.plugins.extensions.map((x) => x.name), mcpServers: Object.keys(deps.environment.plugins.mcpServers) } }
@@ -468,6 +469,7 @@ function cloneOptions(r: RepositorySpec, dest: string, environment: Environment 
   return {
     url: r.url, path: dest, branch: r.branch, commit: r.ref, depth: r.depth,
     ...(password ? { username: r.credentialsUsername ?? "x-access-token", password } : {}),
+    ...(environment ? { redact: redactorFor(boxSecretForms(environment)) } : {}),
   };
 }
 

@@ -239,10 +239,13 @@ export const repositoriesSchema = z.array(repositorySchema).max(20).superRefine(
   }
 });
 
-/** Where a repository goes in the working directory. */
+/**
+ * Where a repository goes in the working directory. A query or fragment is no part of the name: a
+ * URL stored before they were refused would otherwise make its token the checkout's directory.
+ */
 export function repoPath(r: Pick<RepositorySpec, "url" | "path">): string {
   if (r.path) return r.path;
-  const last = r.url.replace(/\/+$/, "").split("/").pop() ?? "repo";
+  const last = r.url.replace(/[?#].*$/s, "").replace(/\/+$/, "").split("/").pop() ?? "repo";
   return last.replace(/\.git$/, "") || "repo";
 }
 

@@ -2,18 +2,22 @@ import type { WorkspaceFile } from "./box-config";
 import type { OutputStream } from "../sandbox/provider";
 import { MIN_BOX_SECRET_LENGTH, partialSecretAtEnd, redactCutText, redactionList, redactText, sensitiveContentValues } from "../domain/secret-forms";
 import { CUT_LINE } from "../sandbox/bounded-output";
+import { repositoryUrlSecrets } from "./repository-url";
 
 /**
  * What a command's output may show once it leaves a box through the control plane (an exec
  * answer, its live entries on a thread, a bot's tool result and so the bot's model). A shared box
  * holds what runs left there: the environment's files, a `sensitive` one included, and whatever a
  * harness wrote from its secrets (an MCP config, say). The runner and the mirror scrub what a run
- * posts by the same rule; this is that rule for the commands the control plane runs itself.
+ * posts by the same rule; this is that rule for the commands the control plane runs itself. A
+ * repository URL stored before credentials in one were refused holds them still (git quotes the
+ * URL it clones from, and the checkout's origin is that URL).
  */
-export function boxSecretForms(e: { secrets?: Record<string, string>; files?: WorkspaceFile[] }): string[] {
+export function boxSecretForms(e: { secrets?: Record<string, string>; files?: WorkspaceFile[]; repositories?: { url: string }[] }): string[] {
   const values = [
     ...Object.values(e.secrets ?? {}),
     ...(e.files ?? []).filter((f) => f.sensitive).flatMap((f) => sensitiveContentValues(f.content)),
+    ...(e.repositories ?? []).flatMap((r) => repositoryUrlSecrets(r.url)),
   ];
   return redactionList(values, MIN_BOX_SECRET_LENGTH);
 }
@@ -26,7 +30,7 @@ export function redactorFor(forms: readonly string[]): (text: string) => string 
  * The last `max` characters of a step's output, as a failure's reason quotes them: redacted before
  * it is cut, since a cut through a secret leaves a piece of it that no redaction after recognises.
  */
-export function lastWords(output: string, max: number, e: { secrets?: Record<string, string>; files?: WorkspaceFile[] } | null): string {
+export function lastWords(output: string, max: number, e: Parameters<typeof boxSecretForms>[0] | null): string {
   return redactorFor(e ? boxSecretForms(e) : [])(output.trim()).slice(-max);
 }
 

@@ -338,6 +338,26 @@ describe("runner + mirror with the real pi", () => {
     }
   });
 
+  it("a model error longer than a reason may be: the mirror redacts it before it cuts it to the bound", async () => {
+    const key = "sk-gateway-key-0123456789abcdef";
+    // An error event mid-stream: pi-ai passes its message on whole. The reason keeps 9,999
+    // characters: the key begins 8 before that.
+    const message = `${"y".repeat(9_999 - 8)}${key} was refused ${"z".repeat(100)}`;
+    const model = await startModelServer([{ raw: `data: ${JSON.stringify({ error: { message } })}\n\n`, contentType: "text/event-stream" }]);
+    try {
+      const threadId = await newThread();
+      await startRunner({ threadId, model, prompt: "do it", env: { GATEWAY_KEY: key, THREADBOX_SECRET_NAMES: "GATEWAY_KEY" } }).done;
+      const es = await entriesOf(threadId);
+      const finished = es.filter((e) => e.payload.type === "signal.thread.status_changed");
+      expect(finished.map((e) => e.payload.status)).toEqual(["pi_failed"]);
+      // The cut goes through the mark the key left.
+      expect(String(finished[0].payload.reason)).toMatch(/^y{9991}\[redacte…$/);
+      expect(JSON.stringify(es)).not.toContain(key.slice(0, 4));
+    } finally {
+      await model.close();
+    }
+  });
+
   it("pi without an API key: the run fails with pi's own message on the thread, not a bare exit code", async () => {
     const model = await startModelServer([]);
     try {

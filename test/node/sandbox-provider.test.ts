@@ -440,6 +440,28 @@ describe("DaytonaProvider on the local host", () => {
     }
   });
 
+  it("a failed clone's words are redacted by the caller's redaction before the provider cuts them to their end", async () => {
+    const secret = "tok-Q7zK9mV2rT8nB4xL6cJ1yH";
+    // What the launch does with the error after: redact the whole message.
+    const redact = (t: string) => t.split(secret).join("[redacted]");
+    const pieces = Array.from({ length: secret.length - 3 }, (_, i) => secret.slice(i, i + 4));
+    const box = await provider.create({ labels: { house: house(), thread: "t-clone-cut" }, ephemeral: true });
+    try {
+      // git's words end quoting the ref, longer than the words kept: the cut goes through one of
+      // its secrets, at one of two places 13 characters apart (one of them leaves 4 or more).
+      for (const pad of ["x", "x".repeat(14)]) {
+        const at = `${pad}${`=${secret}`.repeat(60)}`;
+        const err = (await provider.clone(box.ref, { url: "file:///nonexistent/cut.git", path: `cut-${pad.length}`, commit: at, redact }).catch((e) => e)) as ProviderError;
+        expect(err).toBeInstanceOf(ProviderError);
+        const shown = redact(err.message);
+        expect(shown).toMatch(/failed \(exit 1\): .*=\[redacted\]=\[redacted\]/s);
+        expect(pieces.filter((p) => shown.includes(p))).toEqual([]);
+      }
+    } finally {
+      await provider.delete(box.ref);
+    }
+  });
+
   it("a clone of a repository that is not there fails as not found, saying git's words and not blaming DAYTONA_API_URL", async () => {
     // git says "does not appear to be a git repository" for a missing file:// or path repository;
     // the toolbox answers 404 GIT_REPO_NOT_FOUND, which names what is missing.

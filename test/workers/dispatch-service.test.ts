@@ -539,6 +539,29 @@ describe("dispatch: selection end to end", () => {
     expect(chatsBy((await readAll(token, thread.id)).entries, bot.id)).toEqual([]);
   }, 30_000);
 
+  it("a failed gate's or turn's detail cut short leaves no piece of a secret of the environment its model's key did not use", async () => {
+    const token = await houseToken("house-ambient-cut-secret");
+    const other = "pw-Q7zK9mV2rT8nB4xL6cJ1yH";
+    // A provider's error quoting another secret of the environment, over and over: every cut of it goes through one.
+    const model = await scriptedModel([], { error: 400, message: `bad request: ${`=${other}`.repeat(60)}` });
+    const envId = await modelEnvironment(token, model.baseUrl, { secrets: { MODEL_KEY, OTHER: other } });
+    const lurker = await createAgent(token, { name: "Lurker", handle: "lurker", triggerMode: "ambient" });
+    const thread = await createThread(token, { environmentId: envId });
+    await call(`/api/threads/${thread.id}/config`, { method: "PATCH", token, json: { dispatch: { ambientDelayMs: 0 } } });
+    await post(token, thread.id, chat("anyone?", "g1"));
+    const ds = await waitForDecision(token, thread.id, (d) => d.triggerEntryId === "g1" && d.agentId === lurker.id && d.verdict === "skip");
+    const gate = ds.find((d) => d.triggerEntryId === "g1" && d.agentId === lurker.id)!.detail!;
+    const coder = await createAgent(token, { name: "Coder", handle: "coder" });
+    await post(token, thread.id, chat("@coder hello", "m1"));
+    const es = await waitForEntries(token, thread.id, (es) => es.some((e) => e.payload.type === "signal.dispatch.error" && e.authorId === coder.id), "the failure");
+    const turn = es.find((e) => e.payload.type === "signal.dispatch.error" && e.authorId === coder.id)!.payload.reason as string;
+    for (const detail of [gate, turn]) {
+      expect(detail).toMatch(/HTTP 400: .*bad request: =\[redacted\]=\[redacted\]/);
+      const pieces = Array.from({ length: other.length - 3 }, (_, i) => other.slice(i, i + 4));
+      expect(pieces.filter((p) => detail.includes(p))).toEqual([]);
+    }
+  }, 30_000);
+
   it("ambient: a bot with no model for its gate posts nothing into a conversation nobody asked it into; named, it says why", async () => {
     const token = await houseToken("house-ambient-no-model");
     const bot = await createAgent(token, { name: "Lurker", handle: "lurker", triggerMode: "ambient" });
@@ -1234,6 +1257,29 @@ describe("dispatch: a turn that fails on our side, not the model's", () => {
     expect(reason).toMatch(/could not be saved to the thread: it is too large to store/);
     expect(reason).not.toMatch(/model call failed|SQLITE|blob/i);
     expect(chatsBy(es, bot.id).map((e) => e.payload.text)).toEqual(["first answer"]);
+  }, 30_000);
+
+  it("an internal error that quotes a secret of the environment is logged with it redacted", async () => {
+    const { token, bot, t, model } = await botThread("house-dispatch-store-fails-secret", { name: "Keeper", handle: "keeper" }, [{ text: "first answer" }]);
+    await post(token, t.id, chat("@keeper hello"));
+    await waitForEntries(token, t.id, (es) => chatsBy(es, bot.id).length === 1, "the first answer");
+    // The storage's own error quotes the secret, as an error carrying a provider's or a tool's text may.
+    const stub = E.THREADS.get(E.THREADS.idFromName(`thread:${t.id}`));
+    await runInDurableObject(stub, (_a: ThreadActor, state: DurableObjectState) => {
+      state.storage.sql.exec(`create trigger refuse_rounds before insert on dispatch_turn_rounds begin select raise(abort, 'refused ${MODEL_KEY}'); end`);
+    });
+    const logged = vi.spyOn(console, "error").mockImplementation(() => {});
+    try {
+      model.push({ text: "second answer" });
+      await post(token, t.id, chat("@keeper again"));
+      await failureOf(token, t.id);
+      const lines = logged.mock.calls.map((c) => c.map(String).join(" ")).filter((l) => l.includes("dispatch_turn_failed"));
+      expect(lines).toHaveLength(1);
+      expect(lines[0]).toContain("refused [redacted]");
+      expect(lines[0]).not.toContain(MODEL_KEY);
+    } finally {
+      logged.mockRestore();
+    }
   }, 30_000);
 
   /** A bot whose model is answering its first round (held), with the house actor's stub. */

@@ -61,6 +61,14 @@ describe.each<ModelApi>(["openai-completions", "anthropic-messages"])("askGate o
     expect(r.reason).toMatch(/unclear.*Perhaps later/);
   });
 
+  it("an unclear answer is quoted cut short with no piece of a secret the cut went through", async () => {
+    // The key's first 10 characters fall within the 80 quoted.
+    const s = await scriptModel([{ text: `Perhaps ${"x".repeat(62)}${SCRIPTED_KEY} later` }]);
+    const r = await askGate({ model: scriptedModel(api, s), botName: "helper", botInstructions: "", recent });
+    expect(r.reason).toMatch(/unclear.*Perhaps x+\[redacted\]/);
+    expect(r.reason).not.toContain(SCRIPTED_KEY.slice(0, 6));
+  });
+
   it("says no reply when the model keeps failing, without leaking the key", async () => {
     const s = await scriptModel([], { error: 503, message: `bad key ${SCRIPTED_KEY}` });
     const r = await askGate({ model: scriptedModel(api, s), botName: "helper", botInstructions: "", recent });

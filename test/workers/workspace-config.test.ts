@@ -2,6 +2,9 @@ import { describe, expect, it, vi } from "vitest";
 import { call, delegateLaunchable, errorCode, houseToken, post, readAll } from "./helpers";
 import { sharedTestProvider } from "./register-test-provider";
 import { LABEL_RUN } from "../../src/sandbox/provider";
+import { env, runInDurableObject } from "cloudflare:test";
+import type { HouseActor } from "./test-worker";
+import { repositoryUrlSecrets, shownRepositoryUrl } from "../../src/workspace/repository-url";
 
 
 async function createEnv(token: string, body: Record<string, unknown>) {
@@ -270,6 +273,59 @@ describe("environment workspace fields", () => {
     expect(JSON.stringify((await readAll(token, childThreadId)).entries)).not.toContain("ghp-secret-token-1");
   });
 
+  it("repositories: a URL stored with credentials before they were refused is cloned as stored, and shown nowhere with them", async () => {
+    const houseId = "house-ws-stored-url";
+    const token = await houseToken(houseId);
+    const created = await createEnv(token, { repositories: [{ url: "https://git.example/org/app.git" }, { url: "ssh://git@git.example/org/lib.git", path: "lib" }] });
+    expect(created.status).toBe(201);
+    const password = "pw-Zx81kq3Hn";
+    const token2 = "glpat-Q7zK9mV2rT8nB4";
+    const stored = [
+      { url: `https://deploy:${password}@git.example/org/app.git?private_token=${token2}` },
+      { url: `ssh://git:${password}@git.example/org/lib.git`, path: "lib" },
+    ];
+    // As an older version stored it: the validation of today is not asked.
+    const houses = (env as unknown as { HOUSES: DurableObjectNamespace<HouseActor> }).HOUSES;
+    await runInDurableObject(houses.get(houses.idFromName(houseId)), (_h: HouseActor, state: DurableObjectState) => {
+      state.storage.sql.exec(`update environments set body = json_set(body, '$.repositories', json(?)) where id = ?`, JSON.stringify(stored), created.body.id);
+    });
+    const shown = [
+      { url: "https://[redacted]:[redacted]@git.example/org/app.git?private_token=[redacted]" },
+      { url: "ssh://git:[redacted]@git.example/org/lib.git", path: "lib" },
+    ];
+    const one = await call(`/api/environments/${created.body.id}`, { token });
+    expect(((await one.json()) as { repositories: unknown }).repositories).toEqual(shown);
+    const listed = (await (await call("/api/environments", { token })).json()) as { environments: { id: string; repositories: unknown }[] };
+    expect(listed.environments.find((e) => e.id === created.body.id)?.repositories).toEqual(shown);
+
+    const logged = [vi.spyOn(console, "log"), vi.spyOn(console, "warn"), vi.spyOn(console, "error")];
+    try {
+      const { childThreadId, runId, launched } = await delegateAndLaunch(token, created.body.id, { task: "build" });
+      expect(launched.payload.repositories).toEqual([{ url: shown[0].url, path: "app" }, { url: shown[1].url, path: "lib" }]);
+      // The box clones with the URL as stored.
+      const provider = sharedTestProvider();
+      const [box] = await provider.list({ [LABEL_RUN]: runId });
+      expect(provider.calls.filter((c) => c.op === "clone" && c.ref === box.ref).map((c) => (c.args as { url: string }).url)).toEqual(stored.map((r) => r.url));
+      expect(JSON.stringify((await readAll(token, childThreadId)).entries)).not.toMatch(new RegExp(`${password}|${token2}`));
+
+      // git quotes the URL it could not clone from.
+      provider.failOn("clone", houseId, `clone ${stored[0].url}: fatal: repository '${stored[0].url}/' not found`);
+      const failed = await delegateLaunchable(token, { id: (await (await call("/api/threads", { method: "POST", token, json: { environmentId: created.body.id } })).json() as { id: string }).id, houseId }, { task: "again" });
+      const row = await vi.waitFor(async () => {
+        const t = (await (await call(`/api/threads/${failed.childThreadId}`, { token })).json()) as { status: string; detail: string };
+        expect(t.status).toBe("failed");
+        return t;
+      }, { timeout: 15_000, interval: 100 });
+      expect(row.detail).toContain("fatal: repository 'https://[redacted]:[redacted]@git.example/org/app.git?private_token=[redacted]/' not found");
+      expect(JSON.stringify((await readAll(token, failed.childThreadId)).entries)).not.toMatch(new RegExp(`${password}|${token2}`));
+      const lines = logged.flatMap((s) => s.mock.calls.map((c) => c.map(String).join(" ")));
+      expect(lines.some((l) => l.includes("launch_failed"))).toBe(true);
+      expect(lines.filter((l) => l.includes(password) || l.includes(token2))).toEqual([]);
+    } finally {
+      for (const s of logged) s.mockRestore();
+    }
+  }, 60_000);
+
   it("repositories: one inside another's path is a 400, in either order (the outer's clone would remove the inner, or take it into its tree)", async () => {
     const token = await houseToken("house-ws-repos-nested");
     for (const repositories of [
@@ -478,5 +534,17 @@ describe("deleting an environment while a run uses its shared box", () => {
     expect((await call(`/api/environments/${e.body.id}`, { token })).status).toBe(200);
     expect(((await (await call(`/api/sandboxes/${boxId}`, { token })).json()) as { state: string }).state).toBe("live");
     expect(((await (await call(`/api/threads/${childThreadId}`, { token })).json()) as { status: string }).status).toBe("running");
+  });
+});
+
+describe("a stored repository URL as shown", () => {
+  it.each([
+    ["https://u:p@ss@host/a.git?x=1&tok#frag", "https://[redacted]:[redacted]@host/a.git?x=[redacted]&[redacted]#[redacted]", ["u", "p@ss", "1", "tok", "frag"]],
+    ["ssh://git@host/a.git", "ssh://git@host/a.git", []],
+    ["https://host/a.git", "https://host/a.git", []],
+    ["https://h/a?private_token=glpat%2Fabc", "https://h/a?private_token=[redacted]", ["glpat%2Fabc", "glpat/abc"]],
+  ])("%s -> %s", (url, shown, secrets) => {
+    expect(shownRepositoryUrl(url)).toBe(shown);
+    expect(repositoryUrlSecrets(url)).toEqual(secrets);
   });
 });

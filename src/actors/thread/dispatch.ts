@@ -501,7 +501,10 @@ export class DispatchService {
           return { ok: false as const, reason: `no model: this thread's environment ${environmentId} no longer exists, and bot @${agent.handle} has none of its own (give the bot an environment with piModels)` };
         }
         if (!environment) return { ok: false as const, reason: `no model: bot @${agent.handle} has no environment to resolve "${ref}" from (give the bot or the thread an environment with piModels)` };
-        return resolveModel(ref, (environment.piModels ?? null) as PiModelsConfig | null, environment.secrets ?? {});
+        const r = resolveModel(ref, (environment.piModels ?? null) as PiModelsConfig | null, environment.secrets ?? {});
+        // The model call cuts a provider's error to a line before this turn can redact it: it must
+        // know every secret of the environment, not only those its key and headers used.
+        return r.ok ? { ...r, model: { ...r.model, secretValues: [...r.model.secretValues, ...Object.values(environment.secrets ?? {})] } } : r;
       };
       doing = "setup";
       const history = this.history(agent, turn);
@@ -517,7 +520,7 @@ export class DispatchService {
         }
         const answer = await this.llm.askGate({ model: gateModel.model, botName: agent.name, botInstructions: agent.systemPrompt ?? "", recent: history });
         if (answer.failed) {
-          this.drop(turn, answer.reason.slice(0, 500));
+          this.endAsError(turn, this.redacted(turn, answer.reason).slice(0, 500));
           return;
         }
         const d = afterGate({ agentId: agent.id, verdict: "gate", reason: "ambient_wait", runAt: turn.runAt, depth: turn.depth }, answer.reply);
@@ -651,11 +654,12 @@ export class DispatchService {
   /**
    * A turn ended by an error of the control plane's own (storage, the house, the tools), not of
    * the model: the thread is told what failed in words a user can act on; the error's own text
-   * (a SQLite code, a stack) goes to the log only.
+   * (a SQLite code, a stack) goes to the log only, redacted: it may quote a model provider's
+   * answer or a tool's result, and so any secret of the turn's environment.
    */
   private failInternally(turn: TurnRow, doing: TurnStep, err: unknown): void {
     const raw = errorMessage(err);
-    logEvent("dispatch_turn_failed", { turnId: turn.id, step: doing, error: raw }, "error");
+    logEvent("dispatch_turn_failed", { turnId: turn.id, step: doing, error: this.redacted(turn, raw) }, "error");
     this.fail(turn, internalFailureReason(doing, raw));
   }
 
