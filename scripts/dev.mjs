@@ -14,6 +14,7 @@ import { seedDevHouse } from "./lib/seed-dev.mjs";
 import { DEV_PID_FILE, devInUse } from "./lib/dev-pid.mjs";
 import { alive, removePidFileOf } from "./lib/pid-file.mjs";
 import { SIGN_IN_LINK_FILE, devBanner, signInLink } from "./lib/dev-banner.mjs";
+import { forgetDevSandboxHost, recordDevSandboxHost } from "./lib/dev-sandbox-host.mjs";
 
 const port = envPort("PORT", 8787, "npm run dev");
 const sandboxPort = envPort("SANDBOX_HOST_PORT", 3986, "npm run dev");
@@ -57,6 +58,8 @@ for (const name of ["THREADBOX_ADMIN_SECRET", "THREADBOX_TOKEN_SECRET"]) {
 const sandboxKey = process.env.SANDBOX_HOST_API_KEY ?? "dev-sandbox-key";
 const sandboxRoot = process.env.SANDBOX_HOST_ROOT ?? join(ROOT, ".wrangler", "sandbox-host");
 const host = await startSandboxHost({ port: sandboxPort, apiKey: sandboxKey, root: sandboxRoot });
+mkdirSync(join(ROOT, ".wrangler"), { recursive: true });
+recordDevSandboxHost(ROOT, { apiUrl: host.apiUrl, apiKey: sandboxKey });
 const demoModel = await startDemoModel({ port: demoModelPort }).catch((err) => {
   if (err.code !== "EADDRINUSE") throw err;
   console.error(`port ${demoModelPort} (demo model) is in use: stop what holds it, or set DEMO_MODEL_PORT to a free port`);
@@ -88,6 +91,7 @@ async function stop(code = 0) {
   const exited = wrangler.exitCode !== null || wrangler.signalCode !== null ? Promise.resolve() : new Promise((r) => wrangler.once("exit", r));
   // The group, not the tether alone: a tether killed by itself would leave wrangler serving.
   try { process.kill(-wrangler.pid, "SIGTERM"); } catch { /* gone */ }
+  forgetDevSandboxHost(ROOT);
   await host.close().catch(() => {});
   await demoModel.close().catch(() => {});
   await exited;

@@ -5,6 +5,7 @@ import { build } from "esbuild";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { readVarsFile } from "./lib/vars-file.mjs";
+import { runningDevSandboxHost } from "./lib/dev-sandbox-host.mjs";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 
@@ -41,9 +42,40 @@ export function refuseUnknownOptions(argv, command, flags, withValue = []) {
   }
 }
 
+const LOOPBACK = new Set(["127.0.0.1", "localhost", "[::1]"]);
+
+function isLoopbackUrl(url) {
+  try {
+    return LOOPBACK.has(new URL(url).hostname);
+  } catch {
+    return false;
+  }
+}
+
 /**
- * DAYTONA_* from the environment, else from `.dev.vars` (the file `npm run dev` and wrangler
- * read); `--local` starts an in-process sandbox host instead.
+ * Which provider to check, and where that was read. The shell's DAYTONA_API_URL wins. Else, when
+ * .dev.vars names a local host (or none), the host of an npm run dev running in this checkout:
+ * that dev's worker uses the host it started, on its SANDBOX_HOST_PORT, never .dev.vars's
+ * DAYTONA_*, so .dev.vars's port may be another dev's or nobody's. Else .dev.vars. Pure.
+ * @param {{ env: Record<string, string | undefined>, file: Record<string, string>, devHost: { pid: number, apiUrl: string, apiKey: string } | null }} o
+ */
+export function chooseTarget({ env, file, devHost }) {
+  const pick = (name) => env[name] || file[name] || undefined;
+  const target = pick("DAYTONA_TARGET");
+  if (env.DAYTONA_API_URL) return { apiUrl: env.DAYTONA_API_URL, apiKey: pick("DAYTONA_API_KEY"), target, from: "from environment" };
+  const fileUrl = file.DAYTONA_API_URL;
+  const local = !fileUrl || isLoopbackUrl(fileUrl);
+  if (devHost && local) {
+    const differs = fileUrl && fileUrl !== devHost.apiUrl ? `; not .dev.vars's ${fileUrl}` : "";
+    return { apiUrl: devHost.apiUrl, apiKey: devHost.apiKey, target, from: `the sandbox host of the running npm run dev, pid ${devHost.pid}${differs}` };
+  }
+  const none = fileUrl && local ? "; no npm run dev of this checkout is running" : "";
+  return { apiUrl: fileUrl, apiKey: pick("DAYTONA_API_KEY"), target, from: `from .dev.vars${none}` };
+}
+
+/**
+ * DAYTONA_* from the environment, else the running npm run dev's sandbox host or `.dev.vars`
+ * (chooseTarget); `--local` starts an in-process sandbox host instead.
  */
 export async function resolveTarget(argv) {
   if (argv.includes("--local")) {
@@ -52,15 +84,11 @@ export async function resolveTarget(argv) {
     const host = await startSandboxHost({ port: 0, apiKey });
     return { apiUrl: host.apiUrl, apiKey, target: "local", close: () => host.close(), label: `in-process local host ${host.apiUrl}` };
   }
-  const file = readVarsFile(path.join(root, ".dev.vars"));
-  const pick = (name) => process.env[name] || file[name] || undefined;
-  const apiUrl = pick("DAYTONA_API_URL");
-  const apiKey = pick("DAYTONA_API_KEY");
+  const { apiUrl, apiKey, target, from } = chooseTarget({ env: process.env, file: readVarsFile(path.join(root, ".dev.vars")), devHost: runningDevSandboxHost(root) });
   if (!apiUrl || !apiKey) {
     console.error("DAYTONA_API_URL and DAYTONA_API_KEY must be set, in the environment or in .dev.vars (or pass --local to use an in-process local host).");
     console.error("For the local host: npm run sandbox-host, then DAYTONA_API_URL=http://127.0.0.1:3986/api DAYTONA_API_KEY=$SANDBOX_HOST_API_KEY");
     process.exit(2);
   }
-  const from = process.env.DAYTONA_API_URL ? "environment" : ".dev.vars";
-  return { apiUrl, apiKey, target: pick("DAYTONA_TARGET"), close: async () => {}, label: `${apiUrl} (from ${from})` };
+  return { apiUrl, apiKey, target, close: async () => {}, label: `${apiUrl} (${from})` };
 }

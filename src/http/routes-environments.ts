@@ -190,10 +190,13 @@ function liveOutputTo(env: Env, t: LiveTarget): LiveOutput {
   );
 }
 
-/** An environment of the caller's house; any other (another house's, a missing one) is the caller's 404. */
-export async function loadEnvironment(env: Env, houseId: string, environmentId: string): Promise<Environment> {
+/**
+ * An environment of the caller's house; any other (another house's, a missing one) is the caller's
+ * 404, said as `missing` (what is missing, and what to do).
+ */
+export async function loadEnvironment(env: Env, houseId: string, environmentId: string, missing = "environment not found"): Promise<Environment> {
   const e = (await unwrapRpc(houseStub(env, houseId).getEnvironment(environmentId))) as Environment | null;
-  if (!e) throw new ApiError("not_found", "environment not found");
+  if (!e) throw new ApiError("not_found", missing);
   return e;
 }
 
@@ -289,14 +292,17 @@ async function execOnHeld(env: Env, box: { id: string; providerRef: string }, e:
   }
 }
 
-/** The `run_command` tool comes here, with the bot's claims: the same checks as the route. */
-export async function runInEnvironment(env: Env, claims: HouseClaims, environmentId: string, body: ExecBody, live?: { threadId: string; execId: string; idPrefix?: string }): Promise<ExecResult> {
-  return runOnSharedBox(env, claims.houseId, await loadEnvironment(env, claims.houseId, environmentId), body, live && { ...live, claims });
+/**
+ * The `run_command` tool comes here, with the bot's claims: the same checks as the route. `missing`
+ * is what a 404 for the environment says (see loadEnvironment).
+ */
+export async function runInEnvironment(env: Env, claims: HouseClaims, environmentId: string, body: ExecBody, live?: { threadId: string; execId: string; idPrefix?: string }, missing?: string): Promise<ExecResult> {
+  return runOnSharedBox(env, claims.houseId, await loadEnvironment(env, claims.houseId, environmentId, missing), body, live && { ...live, claims });
 }
 
 /** A preview link to a port on the environment's shared box, if that box is up (it is never created for this). */
-export async function previewInEnvironment(env: Env, claims: HouseClaims, environmentId: string, port: number, expiresInSeconds: number) {
-  const e = await loadEnvironment(env, claims.houseId, environmentId);
+export async function previewInEnvironment(env: Env, claims: HouseClaims, environmentId: string, port: number, expiresInSeconds: number, missing?: string) {
+  const e = await loadEnvironment(env, claims.houseId, environmentId, missing);
   const view = await sharedBoxView(env, claims.houseId, e);
   if (!view || view.state !== "live") return null;
   return unwrapRpc(sandboxStub(env, view.id).previewLink(claims.houseId, port, expiresInSeconds));

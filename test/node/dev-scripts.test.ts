@@ -1,5 +1,5 @@
 // The start scripts as a newcomer meets them: `npm run dev` on a taken port, wrangler's local
-// tracing off by default, and `npm run smoke` reading the same .dev.vars as `npm run dev`.
+// tracing off by default, and `npm run smoke` reading the same .dev.vars as `npm run dev` (or the host a running one started).
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:net";
@@ -8,6 +8,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { freshTree } from "../support/fresh-tree";
 import { ROOT, freePort, nodePath } from "../../scripts/lib/wrangler-dev.mjs";
 import { startSandboxHost } from "../../sandbox-host/server.mjs";
+import { chooseTarget } from "../../scripts/sandbox-lib.mjs";
 
 const tree = freshTree();
 afterAll(() => tree.remove());
@@ -305,7 +306,7 @@ describe("npm run smoke", () => {
       writeFileSync(join(tree.dir, ".dev.vars"), `# the local host\nDAYTONA_API_URL=${host.apiUrl}\nDAYTONA_API_KEY="${key}"\nDAYTONA_TARGET=local\n`);
       const smoke = run("smoke.mjs", {});
       const code = await smoke.exited;
-      expect(smoke.output()).toContain(`provider ${host.apiUrl} (from .dev.vars)`);
+      expect(smoke.output()).toContain(`provider ${host.apiUrl} (from .dev.vars; no npm run dev of this checkout is running)`);
       expect(smoke.output()).toContain("VERDICT: PASS");
       expect(code).toBe(0);
 
@@ -323,4 +324,54 @@ describe("npm run smoke", () => {
       await host.close();
     }
   }, 120_000);
+
+  it("takes a running npm run dev's host only over a local host .dev.vars names: a real provider there, or the shell's, is checked as configured", () => {
+    const devHost = { pid: 4242, apiUrl: "http://127.0.0.1:3996/api", apiKey: "dev-key" };
+    const local = { DAYTONA_API_URL: "http://127.0.0.1:3986/api", DAYTONA_API_KEY: "dev-sandbox-key", DAYTONA_TARGET: "local" };
+    const real = { DAYTONA_API_URL: "https://app.daytona.io/api", DAYTONA_API_KEY: "dtn_real", DAYTONA_TARGET: "us" };
+    expect(chooseTarget({ env: {}, file: local, devHost })).toEqual({
+      apiUrl: devHost.apiUrl, apiKey: "dev-key", target: "local", from: "the sandbox host of the running npm run dev, pid 4242; not .dev.vars's http://127.0.0.1:3986/api",
+    });
+    expect(chooseTarget({ env: {}, file: {}, devHost })).toMatchObject({ apiUrl: devHost.apiUrl, from: "the sandbox host of the running npm run dev, pid 4242" });
+    expect(chooseTarget({ env: {}, file: real, devHost })).toEqual({ apiUrl: real.DAYTONA_API_URL, apiKey: "dtn_real", target: "us", from: "from .dev.vars" });
+    expect(chooseTarget({ env: { DAYTONA_API_URL: "http://127.0.0.1:1/api", DAYTONA_API_KEY: "k" }, file: local, devHost }))
+      .toEqual({ apiUrl: "http://127.0.0.1:1/api", apiKey: "k", target: "local", from: "from environment" });
+    expect(chooseTarget({ env: {}, file: local, devHost: null })).toMatchObject({ apiUrl: local.DAYTONA_API_URL, from: "from .dev.vars; no npm run dev of this checkout is running" });
+  });
+
+  it("alongside an npm run dev on another SANDBOX_HOST_PORT checks the host that dev runs, not .dev.vars's port", async () => {
+    rmSync(join(tree.dir, ".dev.vars"), { force: true });
+    const sandboxPort = await freePort();
+    const hostKey = "smoke-beside-dev-key";
+    const dev = run("dev.mjs", { PORT: String(await freePort()), SANDBOX_HOST_PORT: String(sandboxPort), DEMO_MODEL_PORT: String(await freePort()), SANDBOX_HOST_API_KEY: hostKey });
+    try {
+      await until("npm run dev", () => dev.output().includes("threadbox is running"), dev.child, dev.exited);
+      // Where dev notes its host: it holds the host's key, so its owner's alone.
+      const record = join(tree.dir, ".wrangler", "dev-sandbox-host.json");
+      expect(statSync(record).mode & 0o777).toBe(0o600);
+      // .dev.vars, as npm run dev created it, still names the default port 3986.
+      expect(readFileSync(join(tree.dir, ".dev.vars"), "utf8")).toContain("DAYTONA_API_URL=http://127.0.0.1:3986/api");
+      const smoke = run("smoke.mjs", {});
+      const code = await smoke.exited;
+      expect(smoke.output()).toContain(`smoke: provider http://127.0.0.1:${sandboxPort}/api (the sandbox host of the running npm run dev, pid ${dev.child.pid}; not .dev.vars's http://127.0.0.1:3986/api)`);
+      expect(smoke.output()).toContain("VERDICT: PASS");
+      expect(code).toBe(0);
+      // npm run snapshot picks its provider the same way.
+      const snapshot = run("snapshot.mjs", {});
+      expect(await snapshot.exited).toBe(0);
+      expect(snapshot.output()).toContain(` on http://127.0.0.1:${sandboxPort}/api (the sandbox host of the running npm run dev, pid ${dev.child.pid};`);
+      // The shell's DAYTONA_API_URL still wins over it.
+      const fromEnv = run("smoke.mjs", { DAYTONA_API_URL: `http://127.0.0.1:${sandboxPort}/api`, DAYTONA_API_KEY: "wrong-key" });
+      expect(await fromEnv.exited).toBe(1);
+      expect(fromEnv.output()).toContain("(from environment)");
+    } finally {
+      await stopGroup(dev.child, dev.exited);
+    }
+    // Once that dev is gone (its note with it), .dev.vars again, saying no npm run dev runs.
+    expect(readdirSync(join(tree.dir, ".wrangler"))).not.toContain("dev-sandbox-host.json");
+    const after = run("smoke.mjs", {});
+    await after.exited;
+    expect(after.output()).toContain("smoke: provider http://127.0.0.1:3986/api (from .dev.vars; no npm run dev of this checkout is running)");
+    rmSync(join(tree.dir, ".dev.vars"), { force: true });
+  }, 240_000);
 });

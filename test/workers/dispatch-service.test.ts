@@ -2,6 +2,7 @@ import { describe, expect, it, vi } from "vitest";
 import { call, chat, createThread, houseToken, post, readAll, streamToken } from "./helpers";
 import { createAgent, decisions, MODEL_KEY, modelEnvironment, scriptedModel, botThread, waitForEntries, type Step } from "./dispatch-helpers";
 import { sharedTestProvider } from "./register-test-provider";
+import { NO_SANDBOX } from "../../src/dispatch/tools/no-sandbox";
 import { LABEL_ENVIRONMENT, LABEL_THREAD } from "../../src/sandbox/provider";
 import { abortAllDurableObjects, env, runInDurableObject } from "cloudflare:test";
 import { boundedRound, closeInterruptedCalls, MAX_BOT_TEXT_CHARS, MAX_ROUND_TOOL_ARGS_CHARS, TURN_KEEPALIVE_MS } from "../../src/actors/thread/dispatch";
@@ -427,6 +428,158 @@ describe("dispatch: delegate_task names the environment and model its run uses, 
     // The run's claim records what it runs with.
     const claim = (await readAll(token, childId)).entries.find((e) => e.id.startsWith("claim:"))!;
     expect(claim.payload).toMatchObject({ model: "local/scripted-model" });
+  });
+});
+
+describe("dispatch: run_command and preview_link name the environment they work in, as delegate_task does", () => {
+  const envOf = async (token: string, body: Record<string, unknown>) => {
+    const r = await call("/api/environments", { method: "POST", token, json: { provider: "test", sharedBox: true, ...body } });
+    if (r.status !== 201) throw new Error(`environment: ${r.status} ${await r.text()}`);
+    return ((await r.json()) as { id: string }).id;
+  };
+  const toolResults = (es: { payload: Record<string, unknown> }[]) =>
+    es.filter((e) => e.payload.type === "pi.tool_result").map((e) => [e.payload.isError, String(e.payload.output)]);
+  /** The environment whose box a command ran on, by the box's labels. */
+  const environmentOfBox = (ref: string) => sharedTestProvider().boxes.get(ref)!.labels[LABEL_ENVIRONMENT];
+  const gone = (id: string) => `not_found: this thread's environment ${id} no longer exists: name another of this house's environments by environmentId or environmentName`;
+
+  it("a thread whose environment was deleted: run_command is told to name another, then runs on its shared box as POST /exec does (secrets redacted, output live on this thread)", async () => {
+    const token = await houseToken("house-run-named-env");
+    const model = await scriptedModel();
+    // The bot's model comes from an environment of its own; the thread's is deleted under it.
+    const botEnv = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Bot", handle: "bot", environmentId: botEnv });
+    const deleted = await envOf(token, { name: "deleted" });
+    const other = await envOf(token, { name: "other", env: { WHICH: "other" }, secrets: { OTHER_KEY: "sk-other-never-shown" } });
+    const thread = await createThread(token, { environmentId: deleted });
+    expect((await call(`/api/environments/${deleted}`, { method: "DELETE", token })).status).toBe(204);
+    const ranIn: string[] = [];
+    sharedTestProvider().execHandler = (box, command, opts) => {
+      ranIn.push(environmentOfBox(box.ref));
+      return { exitCode: 0, output: `ran ${command} in ${opts.env?.WHICH} with sk-other-never-shown` };
+    };
+    await model.push(
+      { toolCalls: [{ id: "r1", name: "run_command", arguments: { command: "ls" } }] },
+      { toolCalls: [{ id: "r2", name: "run_command", arguments: { command: "ls", environmentName: "other" } }] },
+      { toolCalls: [{ id: "r3", name: "run_command", arguments: { command: "ls", environmentId: other } }] },
+      { text: "Ran it there." },
+    );
+    await post(token, thread.id, chat("@bot ls"));
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).some((e) => e.payload.text === "Ran it there."), "the reply");
+    // What POST /api/environments/:id/exec answers for the same command, on the same box.
+    const http = (await (await call(`/api/environments/${other}/exec`, { method: "POST", token, json: { command: "ls" } })).json()) as { boxId: string; exitCode: number; output: string };
+    expect(http.output).toBe("ran ls in other with [redacted]");
+    expect(toolResults(es)).toEqual([
+      [true, gone(deleted)],
+      [false, `exit code ${http.exitCode}\n${http.output}`],
+      [false, `exit code ${http.exitCode}\n${http.output}`],
+    ]);
+    expect(ranIn).toEqual([other, other, other]);
+    // The model read the way on.
+    expect(JSON.stringify((await model.requests())[1].body.messages)).toContain(gone(deleted).replace("not_found: ", ""));
+    // Live output reached the bot's own thread, as the bot, redacted.
+    const live = es.filter((e) => e.payload.type === "signal.exec.output");
+    expect(live.map((e) => [e.payload.execId, e.authorId, e.payload.text])).toEqual([
+      ["r2", bot.id, "ran ls in other with [redacted]"],
+      ["r3", bot.id, "ran ls in other with [redacted]"],
+    ]);
+    expect(JSON.stringify(es)).not.toContain("sk-other-never-shown");
+    expect(JSON.stringify(await model.requests())).not.toContain("sk-other-never-shown");
+    // One shared box for the environment, the route's and the bot's alike.
+    expect([...sharedTestProvider().boxes.values()].filter((b) => b.labels[LABEL_ENVIRONMENT] === other)).toHaveLength(1);
+  });
+
+  it("a thread with no environment: the 'no sandbox' answer says an environment may be named, and naming one runs there", async () => {
+    const token = await houseToken("house-run-no-env");
+    const model = await scriptedModel([
+      { toolCalls: [{ id: "r1", name: "run_command", arguments: { command: "pwd" } }] },
+      { toolCalls: [{ id: "r2", name: "run_command", arguments: { command: "pwd", environmentName: "work" } }] },
+      { text: "Done." },
+    ]);
+    const botEnv = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Bot", handle: "bot", environmentId: botEnv });
+    const work = await envOf(token, { name: "work" });
+    const ranIn: string[] = [];
+    sharedTestProvider().execHandler = (box, command) => { ranIn.push(environmentOfBox(box.ref)); return { exitCode: 0, output: `ran ${command}` }; };
+    const thread = await createThread(token, {});
+    await post(token, thread.id, chat("@bot pwd"));
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).some((e) => e.payload.text === "Done."), "the reply");
+    expect(toolResults(es)).toEqual([[false, NO_SANDBOX], [false, "exit code 0\nran pwd"]]);
+    expect(NO_SANDBOX).toMatch(/^no sandbox is bound to this thread .*environmentId or environmentName/);
+    expect(ranIn).toEqual([work]);
+  });
+
+  it("another house's environment, by id or by name, is the not-found result a missing one is; a shared name is a conflict; both is invalid: nothing runs", async () => {
+    const token = await houseToken("house-run-own");
+    const foreignToken = await houseToken("house-run-foreign");
+    const foreign = await envOf(foreignToken, { name: "theirs" });
+    const a = await envOf(token, { name: "twin" });
+    const b = await envOf(token, { name: "twin" });
+    const ran: string[] = [];
+    sharedTestProvider().execHandler = (_box, command) => { ran.push(command); return { exitCode: 0, output: "" }; };
+    const model = await scriptedModel([
+      { toolCalls: [
+        { id: "r1", name: "run_command", arguments: { command: "ls", environmentId: foreign } },
+        { id: "r2", name: "run_command", arguments: { command: "ls", environmentId: "env_doesnotexist" } },
+        { id: "r3", name: "run_command", arguments: { command: "ls", environmentName: "theirs" } },
+        { id: "p1", name: "preview_link", arguments: { port: 8080, environmentId: foreign } },
+        { id: "p2", name: "preview_link", arguments: { port: 8080, environmentName: "theirs" } },
+        { id: "r4", name: "run_command", arguments: { command: "ls", environmentName: "twin" } },
+        { id: "r5", name: "run_command", arguments: { command: "ls", environmentId: a, environmentName: "twin" } },
+      ] },
+      { text: "Not there." },
+    ]);
+    const envId = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Bot", handle: "bot" });
+    const thread = await createThread(token, { environmentId: envId });
+    await post(token, thread.id, chat("@bot run it over there"));
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).length >= 1, "the reply");
+    // What POST /api/environments/:id/exec answers for the other house's id, word for word.
+    const http = (await (await call(`/api/environments/${foreign}/exec`, { method: "POST", token, json: { command: "ls" } })).json()) as { error: { code: string; message: string } };
+    expect(http.error).toMatchObject({ code: "not_found" });
+    const results = toolResults(es);
+    expect(results.slice(0, 5)).toEqual([
+      [true, `${http.error.code}: ${http.error.message}`],
+      [true, "not_found: environment not found"],
+      [true, 'not_found: no environment named "theirs" in this house'],
+      [true, `${http.error.code}: ${http.error.message}`],
+      [true, 'not_found: no environment named "theirs" in this house'],
+    ]);
+    expect(results[5]).toEqual([true, expect.stringMatching(/^conflict: 2 environments are named "twin": name one by environmentId \(/)]);
+    expect(results[5][1]).toContain(a);
+    expect(results[5][1]).toContain(b);
+    expect(results[6]).toEqual([true, "invalid arguments: environmentName: give environmentId or environmentName, not both"]);
+    expect(ran).toEqual([]);
+    expect([...sharedTestProvider().boxes.values()].filter((x) => [foreign, a, b].includes(x.labels[LABEL_ENVIRONMENT]))).toEqual([]);
+  });
+
+  it("preview_link by name: a link to the port on the named environment's shared box, once a command named it there", async () => {
+    const token = await houseToken("house-preview-named");
+    const model = await scriptedModel();
+    const botEnv = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Bot", handle: "bot", environmentId: botEnv });
+    const deleted = await envOf(token, { name: "deleted" });
+    const web = await envOf(token, { name: "web" });
+    const thread = await createThread(token, { environmentId: deleted });
+    expect((await call(`/api/environments/${deleted}`, { method: "DELETE", token })).status).toBe(204);
+    sharedTestProvider().execHandler = () => ({ exitCode: 0, output: "serving" });
+    await model.push(
+      { toolCalls: [{ id: "p0", name: "preview_link", arguments: { port: 8080 } }] },
+      { toolCalls: [{ id: "p1", name: "preview_link", arguments: { port: 8080, environmentName: "web" } }] },
+      { toolCalls: [{ id: "c1", name: "run_command", arguments: { command: "serve", environmentName: "web" } }] },
+      { toolCalls: [{ id: "p2", name: "preview_link", arguments: { port: 8080, expiresInSeconds: 600, environmentName: "web" } }] },
+      { text: "Open the link." },
+    );
+    await post(token, thread.id, chat("@bot serve it in web and give me a link"));
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).some((e) => e.payload.text === "Open the link."), "the reply");
+    const results = toolResults(es);
+    expect(results[0]).toEqual([true, gone(deleted)]);
+    expect(results[1]).toEqual([false, expect.stringMatching(/^that environment's sandbox box is not running yet: start the server with run_command naming the same environment first/)]);
+    expect(results[2]).toEqual([false, "exit code 0\nserving"]);
+    const link = JSON.parse(results[3][1] as string);
+    const box = [...sharedTestProvider().boxes.entries()].find(([, b]) => b.labels[LABEL_ENVIRONMENT] === web)!;
+    expect(link.url).toContain(`8080-tok${box[0]}8080`);
+    expect(link.port).toBe(8080);
   });
 });
 

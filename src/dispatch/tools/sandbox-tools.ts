@@ -1,33 +1,66 @@
 import { z } from "zod";
 import { commandSchema, cwdSchema, environmentIdNamed, previewInEnvironment, runInEnvironment } from "../../http/routes-environments";
 import { environmentNameSchema } from "../../environments";
+import { idSchema } from "../../auth/tokens";
 import { branchNeedsRepo, delegateTask, delegateTaskFields } from "../../http/routes-threads";
 import { defineTool, type ToolContext } from "./context";
 import type { ToolSpec } from "../tool-loop";
 import { NO_SANDBOX } from "./no-sandbox";
 
+/** A sandbox tool's way to work in another environment of the house than the thread's. */
+type EnvironmentChoice = { environmentId?: string; environmentName?: string };
+
+const environmentChoiceFields = { environmentId: idSchema.optional(), environmentName: environmentNameSchema.optional() };
+
+const oneEnvironment = <T extends EnvironmentChoice>(s: z.ZodType<T>) =>
+  s.refine((a) => a.environmentId === undefined || a.environmentName === undefined, { message: "give environmentId or environmentName, not both", path: ["environmentName"] });
+
+/** The JSON schema of the choice, for a tool that does `what` there. */
+const environmentChoiceProperties = (what: string) => ({
+  environmentId: { type: "string", description: `id of an environment of this house to ${what} instead of this thread's (needed when this thread has none, or its environment was deleted)` },
+  environmentName: { type: "string", description: "the same as environmentId, by the environment's name (give one of the two)" },
+});
+
+/**
+ * The id a call names, or undefined when it names none. A name is only a way to say an id, looked
+ * up among the house's environments only: what takes the id checks it as the routes do.
+ */
+async function namedEnvironmentId(ctx: ToolContext, choice: EnvironmentChoice): Promise<string | undefined> {
+  return choice.environmentName === undefined ? choice.environmentId : environmentIdNamed(ctx.env, ctx.claims.houseId, choice.environmentName);
+}
+
+/** Where run_command and preview_link work (the environment named, else the thread's), and what its 404 says; null for neither. */
+async function toolEnvironment(ctx: ToolContext, choice: EnvironmentChoice): Promise<{ id: string; missing?: string } | null> {
+  const named = await namedEnvironmentId(ctx, choice);
+  if (named !== undefined) return { id: named };
+  if (!ctx.environmentId) return null;
+  return { id: ctx.environmentId, missing: `this thread's environment ${ctx.environmentId} no longer exists: name another of this house's environments by environmentId or environmentName` };
+}
+
 /** The thread environment's hands: a synchronous shell, and a detached coding agent on a child thread. */
 export function sandboxTools(ctx: ToolContext): ToolSpec[] {
   const runCommand = defineTool({
     name: "run_command",
-    description: "Run a shell command on this thread's sandbox box and get its output (truncated to 16 KiB). For quick checks; use delegate_task for multi-step coding work.",
+    description: "Run a shell command on the shared sandbox box of this thread's environment, or of the one environmentId or environmentName names, and get its output (truncated to 16 KiB). For quick checks; use delegate_task for multi-step coding work.",
     parameters: {
       type: "object",
       properties: {
         command: { type: "string", description: "shell command" },
         cwd: { type: "string", description: "working directory (optional)" },
         timeoutSec: { type: "integer", minimum: 1, maximum: 3600, description: "default 120" },
+        ...environmentChoiceProperties("run the command in"),
       },
       required: ["command"],
       additionalProperties: false,
     },
-    args: z.object({ command: commandSchema, cwd: cwdSchema.optional(), timeoutSec: z.number().int().min(1).max(3600).default(120) }).strict(),
-    async run(args, _signal, call) {
-      if (!ctx.environmentId) return NO_SANDBOX;
-      // The output reaches the thread while the command runs, under the tool call's id.
-      const r = await runInEnvironment(ctx.env, ctx.claims, ctx.environmentId, args, {
+    args: oneEnvironment(z.object({ command: commandSchema, cwd: cwdSchema.optional(), timeoutSec: z.number().int().min(1).max(3600).default(120), ...environmentChoiceFields }).strict()),
+    async run({ environmentId, environmentName, ...args }, _signal, call) {
+      const target = await toolEnvironment(ctx, { environmentId, environmentName });
+      if (!target) return NO_SANDBOX;
+      // The output reaches this thread while the command runs (whichever environment's box runs it), under the tool call's id.
+      const r = await runInEnvironment(ctx.env, ctx.claims, target.id, args, {
         threadId: ctx.threadId, execId: call.toolCallId, idPrefix: `exec:${ctx.claims.subject}:${ctx.turnId}:${call.toolCallId}`,
-      });
+      }, target.missing);
       // The model sees the head of this (defineTool's cut): the box's own cut, further on, is named up front.
       const cut = r.omittedBytes ? ` (${r.omittedBytes} bytes cut from the middle of its output)` : "";
       return `exit code ${r.exitCode}${cut}\n${r.output}`;
@@ -44,17 +77,15 @@ export function sandboxTools(ctx: ToolContext): ToolSpec[] {
         branch: { type: "string", description: "branch of repo to check out (only with repo)" },
         harness: { type: "string", enum: ["pi", "claude-code", "codex"] },
         model: { type: "string", description: "model the coding agent runs, e.g. provider/modelId (default: the environment's model)" },
-        environmentId: { type: "string", description: "id of an environment of this house to run the job in instead of this thread's (needed when this thread has none, or its environment was deleted)" },
-        environmentName: { type: "string", description: "the same as environmentId, by the environment's name (give one of the two)" },
+        ...environmentChoiceProperties("run the job in"),
       },
       required: ["task"],
       additionalProperties: false,
     },
-    args: branchNeedsRepo(z.object({ ...delegateTaskFields, environmentName: environmentNameSchema.optional() }).strict()
-      .refine((a) => a.environmentId === undefined || a.environmentName === undefined, { message: "give environmentId or environmentName, not both", path: ["environmentName"] })),
+    args: branchNeedsRepo(oneEnvironment(z.object({ ...delegateTaskFields, ...environmentChoiceFields }).strict())),
     async run({ environmentName, ...args }) {
-      // A name is only a way to say an id: what follows checks the id as POST /delegate does.
-      const environmentId = environmentName === undefined ? args.environmentId : await environmentIdNamed(ctx.env, ctx.claims.houseId, environmentName);
+      // delegateTask checks the id as POST /delegate does.
+      const environmentId = await namedEnvironmentId(ctx, { environmentId: args.environmentId, environmentName });
       if (!ctx.environmentId && environmentId === undefined) return NO_SANDBOX;
       const r = await delegateTask(ctx.env, ctx.claims, { id: ctx.threadId, environmentId: ctx.environmentId }, { ...args, environmentId });
       return JSON.stringify({ childThreadId: r.childThreadId, status: r.status, note: "the result will be posted on this thread when the job ends" });
@@ -62,21 +93,27 @@ export function sandboxTools(ctx: ToolContext): ToolSpec[] {
   });
   const preview = defineTool({
     name: "preview_link",
-    description: "Get a URL that opens a port served inside this thread's sandbox box (e.g. a dev server started with run_command), to hand to the user. Valid for expiresInSeconds (default 3600) while the box lives.",
+    description: "Get a URL that opens a port served inside the shared sandbox box of this thread's environment, or of the one environmentId or environmentName names (e.g. a dev server started there with run_command), to hand to the user. Valid for expiresInSeconds (default 3600) while the box lives.",
     parameters: {
       type: "object",
       properties: {
         port: { type: "integer", minimum: 1, maximum: 65535 },
         expiresInSeconds: { type: "integer", minimum: 60, maximum: 86400 },
+        ...environmentChoiceProperties("open the port of"),
       },
       required: ["port"],
       additionalProperties: false,
     },
-    args: z.object({ port: z.number().int().min(1).max(65_535), expiresInSeconds: z.number().int().min(60).max(86_400).default(3_600) }).strict(),
-    async run(args) {
-      if (!ctx.environmentId) return NO_SANDBOX;
-      const link = await previewInEnvironment(ctx.env, ctx.claims, ctx.environmentId, args.port, args.expiresInSeconds);
-      if (!link) return "this thread's sandbox box is not running yet: start the server with run_command first, then ask for the link";
+    args: oneEnvironment(z.object({ port: z.number().int().min(1).max(65_535), expiresInSeconds: z.number().int().min(60).max(86_400).default(3_600), ...environmentChoiceFields }).strict()),
+    async run({ environmentId, environmentName, ...args }) {
+      const target = await toolEnvironment(ctx, { environmentId, environmentName });
+      if (!target) return NO_SANDBOX;
+      const link = await previewInEnvironment(ctx.env, ctx.claims, target.id, args.port, args.expiresInSeconds, target.missing);
+      if (!link) {
+        return target.missing
+          ? "this thread's sandbox box is not running yet: start the server with run_command first, then ask for the link"
+          : "that environment's sandbox box is not running yet: start the server with run_command naming the same environment first, then ask for the link";
+      }
       return JSON.stringify({ url: link.url, port: link.port, expiresAt: link.expiresAt });
     },
   });
