@@ -59,13 +59,16 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
   const bottom = useRef<HTMLDivElement>(null);
   const following = useRef(true);
   useEffect(() => {
-    // Only the reader scrolling up stops the following (a scroll of ours only ever goes down); by
-    // the time a scroll event comes, more entries may have made the page taller than "the bottom"
-    // it was measured against.
+    // Only the reader scrolling up stops the following; by the time a scroll event comes, more
+    // entries may have made the page taller than "the bottom" it was measured against. The end of
+    // the timeline in view is following: a scroll of ours goes up when the oldest items drawn are
+    // let go and were taller than the newest, and the composer below keeps that end above the
+    // page's bottom, so neither may read as the reader scrolling away.
     let lastY = scrollY;
     const onScroll = () => {
       if (scrollY < lastY) following.current = false;
-      if (innerHeight + scrollY >= document.body.scrollHeight - 80) following.current = true;
+      const end = bottom.current?.getBoundingClientRect().bottom;
+      if (innerHeight + scrollY >= document.body.scrollHeight - 80 || (end !== undefined && end <= innerHeight + 80)) following.current = true;
       lastY = scrollY;
     };
     addEventListener("scroll", onScroll, { passive: true });
