@@ -1322,6 +1322,35 @@ describe("layout under load", () => {
     await context.close();
   }, 120_000);
 
+  it("typing in the composer at the page's foot as entries arrive: it stays in view, the newest entries appear above it", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "typing while it runs" } })).body;
+    const batch = Array.from({ length: 300 }, (_, i) => ({ payload: { type: "chat", text: `entry number ${i}` } }));
+    expect((await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: batch })).status).toBe(201);
+    const { context, page } = await signedInPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector("li.bubble >> text=entry number 299");
+    await page.waitForFunction(lastBubbleInView, undefined, { timeout: 5_000 });
+    await page.focus("textarea[name=message]");
+    await page.keyboard.type("half a thought");
+    const composerInView = () => {
+      const r = document.querySelector("textarea[name=message]")!.getBoundingClientRect();
+      return r.top >= 0 && r.bottom <= innerHeight;
+    };
+    // Past the page's own scroll after an arrival (its effects run after a frame).
+    const settled = () => page.evaluate(async () => {
+      for (let i = 0; i < 3; i++) await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+    });
+    expect(await page.evaluate(composerInView)).toBe(true);
+    for (let i = 0; i < 3; i++) {
+      expect((await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text: `arrived ${i}` } } })).status).toBe(201);
+      await page.waitForSelector(`li.bubble >> text='arrived ${i}'`);
+      await settled();
+      expect([i, await page.evaluate(composerInView), await page.evaluate(lastBubbleInView)]).toEqual([i, true, true]);
+    }
+    expect(await page.inputValue("textarea[name=message]")).toBe("half a thought");
+    await context.close();
+  });
+
   it("a thread of thousands keeps following through catch-up and live batches: at most a page of items drawn, each entry once and in order", async () => {
     const thread = (await api("/api/threads", { method: "POST", json: { title: "thousands, tall and short" } })).body;
     // A coding agent's run: mostly calls and their output, and at the end tall answers. As short
