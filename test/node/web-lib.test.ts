@@ -1,7 +1,7 @@
 // The web UI's pure parts: how entries become a timeline, diffs, @mentions, the token link.
 import { describe, expect, it } from "vitest";
 import { readFileSync } from "node:fs";
-import { appendEntries, buildTimeline } from "../../web/src/lib/timeline";
+import { appendEntries, buildTimeline, sameItem } from "../../web/src/lib/timeline";
 import { diffOfToolCall, looksLikeDiff, parseUnifiedDiff } from "../../web/src/lib/diff";
 import { insertMention, mentionQuery } from "../../web/src/lib/mentions";
 import { isAfter } from "../../web/src/lib/subscription";
@@ -204,6 +204,36 @@ describe("timeline", () => {
     expect(items.map((i) => i.kind)).toEqual(["chat", "child", "signal", "signal"]);
     expect(items[2]).toMatchObject({ label: "child thread completed", tone: "good", childThreadId: "th_c" });
     expect(items[3]).toMatchObject({ label: "status: pi_failed (exit 1)", tone: "bad" });
+  });
+
+  it("an item built again from the same entries draws the same; one a later entry changed (a result, live output, a run's end, a child's outcome) does not", () => {
+    const es = [
+      entry({ type: "chat", text: "hi" }, { authorId: "ana" }),
+      entry({ type: "pi.tool_call", toolCallId: "r1", name: "bash", args: { command: "make" } }),
+      entry({ type: "signal.exec.output", execId: "r1", stream: "stdout", text: "cc\n" }),
+      entry({ type: "pi.tool_call", toolCallId: "r2", name: "bash", args: { command: "sleep 9" } }),
+      entry({ type: "signal.thread.child_finished", childThreadId: "th_c", status: "completed" }, { id: "child_finished:th_c:1" }),
+      entry({ type: "chat", text: "done", origin: "child_finished", childThreadId: "th_c" }, { id: "child_result:th_c:1", authorId: "ana" }),
+    ];
+    const child = { id: "th_k", parent: { kind: "thread", id: "th_p" }, createdAt: new Date(0).toISOString(), status: "running" } as ThreadSummary;
+    const before = buildTimeline(es, [child], who);
+    const byKey = (items: ReturnType<typeof buildTimeline>) => new Map(items.map((i) => [i.key, i]));
+    // Another batch, nothing new for these items: each is a new object that draws the same.
+    const again = buildTimeline([...es, entry({ type: "chat", text: "more" })], [{ ...child, parent: { ...child.parent } }], who);
+    for (const item of before) expect([item.key, sameItem(item, byKey(again).get(item.key)!)]).toEqual([item.key, true]);
+    // A result, more output, the run's end, and the child's new status each change the item they land on.
+    const later = [
+      entry({ type: "signal.exec.output", execId: "r1", stream: "stdout", text: "ld\n" }),
+      entry({ type: "pi.tool_result", toolCallId: "r1", name: "bash", output: "ok", isError: false }),
+      entry({ type: "signal.thread.status_changed", status: "failed", reason: "stopped" }),
+    ];
+    const after = byKey(buildTimeline([...es, ...later], [{ ...child, status: "completed" }], who));
+    const changed = before.filter((i) => !sameItem(i, after.get(i.key)!)).map((i) => (i.kind === "tool" ? `tool ${i.toolCallId}` : i.kind));
+    expect(changed).toEqual(["child", "tool r1", "tool r2"]);
+    // A child's result whose outcome changed (a later child_finished of its run) is drawn again.
+    const outcome = (status: string) => buildTimeline([entry({ type: "signal.thread.child_finished", childThreadId: "th_c", status }, { id: "child_finished:th_c:1" }), es[5]], [], who)[1];
+    expect(sameItem(outcome("completed"), outcome("completed"))).toBe(true);
+    expect(sameItem(outcome("completed"), outcome("failed"))).toBe(false);
   });
 
   it("appendEntries keeps one copy of each offset, in offset order", () => {

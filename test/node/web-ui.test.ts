@@ -1394,6 +1394,77 @@ describe("layout under load", () => {
     await context.close();
   }, 120_000);
 
+  it("typing in the composer at the page's foot as entries arrive: it stays in view, the newest entries appear above it", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "typing while it runs" } })).body;
+    const batch = Array.from({ length: 300 }, (_, i) => ({ payload: { type: "chat", text: `entry number ${i}` } }));
+    expect((await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: batch })).status).toBe(201);
+    const { context, page } = await signedInPage();
+    await page.goto(`${worker.url}/threads/${thread.id}`);
+    await page.waitForSelector("li.bubble >> text=entry number 299");
+    await page.waitForFunction(lastBubbleInView, undefined, { timeout: 5_000 });
+    await page.focus("textarea[name=message]");
+    await page.keyboard.type("half a thought");
+    const composerInView = () => {
+      const r = document.querySelector("textarea[name=message]")!.getBoundingClientRect();
+      return r.top >= 0 && r.bottom <= innerHeight;
+    };
+    // Past the page's own scroll after an arrival (its effects run after a frame).
+    const settled = () => page.evaluate(async () => {
+      for (let i = 0; i < 3; i++) await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+    });
+    expect(await page.evaluate(composerInView)).toBe(true);
+    for (let i = 0; i < 3; i++) {
+      expect((await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: { payload: { type: "chat", text: `arrived ${i}` } } })).status).toBe(201);
+      await page.waitForSelector(`li.bubble >> text='arrived ${i}'`);
+      await settled();
+      expect([i, await page.evaluate(composerInView), await page.evaluate(lastBubbleInView)]).toEqual([i, true, true]);
+    }
+    expect(await page.inputValue("textarea[name=message]")).toBe("half a thought");
+    await context.close();
+  });
+
+  it("a thread of thousands keeps following through catch-up and live batches: at most a page of items drawn, each entry once and in order", async () => {
+    const thread = (await api("/api/threads", { method: "POST", json: { title: "thousands, tall and short" } })).body;
+    // A coding agent's run: mostly calls and their output, and at the end tall answers. As short
+    // entries arrive, the tall ones drawn at the top are let go, and the end of the timeline moves up.
+    const N = 5000;
+    const tall = (i: number) => `tall answer ${i}\n${"a line of the answer\n".repeat(25)}`;
+    for (let b = 0; b < N; b += 500) {
+      const batch = Array.from({ length: 500 }, (_, j) => {
+        const i = b + j;
+        return i >= N - 600 ? { payload: { type: "chat", text: tall(i) } }
+          : i % 2 === 0 ? { payload: { type: "pi.tool_call", toolCallId: `c${i}`, name: "bash", args: { command: `echo ${i}` } } }
+          : { payload: { type: "pi.tool_result", toolCallId: `c${i - 1}`, name: "bash", output: `out ${i}\n`.repeat(10), isError: false } };
+      });
+      expect((await api(`/api/threads/${thread.id}/entries`, { method: "POST", json: batch })).status).toBe(201);
+    }
+    const { context, page } = await signedInPage();
+    const drawn = () => page.$$eval("ol.timeline > li:not(.earlier)", (els) => els.length);
+    const post = (texts: string[]) => api(`/api/threads/${thread.id}/entries`, { method: "POST", json: texts.map((text) => ({ payload: { type: "chat", text } })) });
+    // Some arrive while the page catches up, the rest once it has.
+    const opening = page.goto(`${worker.url}/threads/${thread.id}`);
+    for (let b = 0; b < 5; b++) expect((await post(Array.from({ length: 10 }, (_, j) => `during catch-up ${b * 10 + j}`))).status).toBe(201);
+    await opening;
+    await page.waitForSelector("li.bubble >> text='during catch-up 49'", { timeout: 60_000 });
+    for (let b = 0; b < 10; b++) {
+      expect((await post(Array.from({ length: 10 }, (_, j) => `live ${b * 10 + j}`))).status).toBe(201);
+      await page.waitForSelector(`li.bubble >> text='live ${b * 10 + 9}'`, { timeout: 30_000 });
+      await page.waitForFunction(lastBubbleInView, undefined, { timeout: 10_000 });
+      expect(await drawn()).toBeLessThanOrEqual(500);
+    }
+    // What is drawn is the thread's newest chats, each once, in order.
+    const chats = (await entries(thread.id)).filter((e) => e.payload.type === "chat").map((e) => [e.offset, String(e.payload.text)]);
+    const shown = await bubbles(page);
+    expect(shown.length).toBeGreaterThan(100);
+    expect(shown).toEqual(chats.slice(-shown.length));
+    // Earlier ones are there on request.
+    const firstShown = shown[0][0];
+    await page.click("button.show-earlier");
+    await page.waitForFunction((offset) => document.querySelector(`li.bubble[data-offset="${offset}"]`)?.previousElementSibling?.matches("li.bubble"), firstShown);
+    expect(await drawn()).toBeGreaterThan(500);
+    await context.close();
+  }, 180_000);
+
   it("a phone-width screen keeps every link and a run's wide files inside the page; a tool's non-text output is shown as JSON", async () => {
     const thread = (await api("/api/threads", { method: "POST", json: { title: "narrow" } })).body;
     const wide = Array.from({ length: 50 }, (_, i) => `${i} ${"x".repeat(600)}`).join("\n");

@@ -59,20 +59,33 @@ export function ThreadView({ id, session }: { id: string; session: Session }) {
   // Follow new entries while the reader is at the bottom; leave them be when they scrolled up.
   const bottom = useRef<HTMLDivElement>(null);
   const following = useRef(true);
+  // How far a following reader is from the page's bottom: kept as entries arrive, so a reader
+  // typing in the composer below the timeline keeps it in view, the newest entries appearing above it.
+  const fromBottom = useRef<number | null>(null);
   useEffect(() => {
-    // Only the reader scrolling up stops the following (a scroll of ours only ever goes down); by
-    // the time a scroll event comes, more entries may have made the page taller than "the bottom"
-    // it was measured against.
+    // Only the reader scrolling up stops the following; by the time a scroll event comes, more
+    // entries may have made the page taller than "the bottom" it was measured against. The end of
+    // the timeline in view is following: a scroll of ours goes up when the oldest items drawn are
+    // let go and were taller than the newest, and the composer below keeps that end above the
+    // page's bottom, so neither may read as the reader scrolling away.
     let lastY = scrollY;
     const onScroll = () => {
       if (scrollY < lastY) following.current = false;
-      if (innerHeight + scrollY >= document.body.scrollHeight - 80) following.current = true;
+      const end = bottom.current?.getBoundingClientRect().bottom;
+      const endInView = end !== undefined && end <= innerHeight + 80;
+      if (innerHeight + scrollY >= document.body.scrollHeight - 80 || endInView) following.current = true;
+      fromBottom.current = following.current && endInView ? document.body.scrollHeight - innerHeight - scrollY : null;
       lastY = scrollY;
     };
     addEventListener("scroll", onScroll, { passive: true });
     return () => removeEventListener("scroll", onScroll);
   }, []);
-  useEffect(() => { if (following.current) bottom.current?.scrollIntoView({ block: "end" }); }, [items.length]);
+  useEffect(() => {
+    if (!following.current) return;
+    if (fromBottom.current !== null) scrollTo(0, document.body.scrollHeight - innerHeight - fromBottom.current);
+    const end = bottom.current?.getBoundingClientRect().bottom;
+    if (fromBottom.current === null || (end !== undefined && end > innerHeight)) bottom.current?.scrollIntoView({ block: "end" });
+  }, [items.length]);
 
   // One action at a time, until the thread's new state is shown: a second click on Stop would
   // otherwise be refused ("not running") after the first one did it.

@@ -1,6 +1,6 @@
 import { Component, type ComponentChildren } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
-import { toolNotRun, unshownEntryLabel, type ArtifactItem, type TimelineItem, type ToolItem } from "../lib/timeline";
+import { sameItem, toolNotRun, unshownEntryLabel, type ArtifactItem, type TimelineItem, type ToolItem } from "../lib/timeline";
 import { chatPreview } from "../lib/fold";
 import { diffOfToolCall, looksLikeDiff, parseUnifiedDiff, type DiffLine } from "../lib/diff";
 import { Link, StatusBadge } from "./common";
@@ -157,6 +157,7 @@ export function Timeline({ items, empty, following = () => true }: { items: Time
   if (following()) sliding.current = Math.max(sliding.current, items.length - TIMELINE_PAGE);
   const hidden = start ?? sliding.current;
   const earlier = useRef<HTMLButtonElement>(null);
+  const day = new Date().toDateString();
   if (items.length === 0) return <p class="empty">{empty ?? "Nothing here yet: post a message or delegate a task below."}</p>;
   const showEarlier = () => {
     const anchor = earlier.current?.parentElement?.nextElementSibling;
@@ -177,12 +178,25 @@ export function Timeline({ items, empty, following = () => true }: { items: Time
           </button>
         </li>
       )}
-      {(hidden ? items.slice(hidden) : items).map((item) => <ItemBoundary key={item.key} item={item}><Row item={item} /></ItemBoundary>)}
+      {(hidden ? items.slice(hidden) : items).map((item) => <ItemBoundary key={item.key} item={item}><Row item={item} day={day} /></ItemBoundary>)}
     </ol>
   );
 }
 
-function Row({ item }: { item: TimelineItem }) {
+/**
+ * Each batch builds every item anew: a row whose item draws the same is left as it is, until the
+ * day changes (its time then shows its date).
+ */
+class Row extends Component<{ item: TimelineItem; day: string }> {
+  shouldComponentUpdate(next: { item: TimelineItem; day: string }) {
+    return next.day !== this.props.day || !sameItem(this.props.item, next.item);
+  }
+  render() {
+    return <RowOf item={this.props.item} />;
+  }
+}
+
+function RowOf({ item }: { item: TimelineItem }) {
   switch (item.kind) {
     case "chat":
       return (

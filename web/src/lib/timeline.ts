@@ -249,6 +249,25 @@ function artifactFile(raw: Record<string, unknown>): ArtifactFile {
   };
 }
 
+/**
+ * Whether two builds of an item draw the same. Every batch of entries builds the timeline anew, of
+ * the same entry objects: an item whose fields are the same values (the small objects and lists a
+ * build or a poll makes afresh, such as a child's outcome, a child thread or a run's files, compared
+ * by what they hold) need not be drawn again.
+ */
+export function sameItem(a: TimelineItem, b: TimelineItem): boolean {
+  return sameValue(a, b, 3);
+}
+
+function sameValue(a: unknown, b: unknown, depth: number): boolean {
+  if (a === b) return true;
+  if (depth === 0 || !a || !b || typeof a !== "object" || typeof b !== "object" || Array.isArray(a) !== Array.isArray(b)) return false;
+  const x = a as Record<string, unknown>;
+  const y = b as Record<string, unknown>;
+  const keys = Object.keys(x);
+  return keys.length === Object.keys(y).length && keys.every((k) => Object.hasOwn(y, k) && sameValue(x[k], y[k], depth - 1));
+}
+
 /** Adds entries to an offset-ordered list, keeping one copy of each offset. */
 export function appendEntries(list: Entry[], more: Entry[]): Entry[] {
   const last = list[list.length - 1]?.offset ?? "";
