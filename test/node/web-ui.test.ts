@@ -48,7 +48,7 @@ const api = jsonApi(() => ({ url: worker.url, token }));
 
 const entries = async (threadId: string): Promise<Entry[]> => (await api(`/api/threads/${threadId}/entries?offset=-1&limit=10000`)).body.entries;
 
-async function launchBrowser(): Promise<Browser> {
+async function launchBrowser(extraArgs: string[] = []): Promise<Browser> {
   // Without a Lambda-like environment the package does not unpack its bundled libraries.
   process.env.AWS_EXECUTION_ENV ??= "AWS_Lambda_nodejs22.x";
   const { default: sparticuz } = await import("@sparticuz/chromium");
@@ -57,7 +57,7 @@ async function launchBrowser(): Promise<Browser> {
     executablePath: await sparticuz.executablePath(),
     // The machine has no network beyond loopback: no background fetches that would only fail.
     // --single-process (meant for Lambda) takes the browser down with the first closed context.
-    args: [...sparticuz.args.filter((a) => a !== "--single-process"), "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"],
+    args: [...sparticuz.args.filter((a) => a !== "--single-process"), "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run", ...extraArgs],
     headless: true,
   });
 }
@@ -798,6 +798,35 @@ describe("an empty thread", () => {
     await expect.poll(() => direct.textContent()).toBe("Nothing here yet: every message here goes to @demo.");
     await context.close();
   });
+});
+
+describe("served over plain http at an address that is not loopback (HOST=0.0.0.0 npm run serve, reached by its LAN address)", () => {
+  it("New thread and the composer still work: the page is not a secure context, where crypto.randomUUID does not exist", async () => {
+    // A name that is not loopback makes the page an insecure context, as a LAN address over http does.
+    const lan = await launchBrowser(["--host-resolver-rules=MAP threadbox-lan.test 127.0.0.1"]);
+    try {
+      const context = await lan.newContext();
+      await context.addInitScript((t) => localStorage.setItem("threadbox.token", t), token);
+      const page = await context.newPage();
+      const origin = worker.url.replace("127.0.0.1", "threadbox-lan.test");
+      await page.goto(`${origin}/`);
+      expect(await page.evaluate(() => window.isSecureContext)).toBe(false);
+      const title = `lan-${Date.now().toString(36)}`;
+      await page.fill("input[name=title]", title);
+      await page.click("button:has-text('New thread')");
+      await page.waitForURL(/\/threads\/[^/]+$/);
+      await page.waitForSelector(".link-state[data-link=live]");
+      const threadId = new URL(page.url()).pathname.split("/").pop()!;
+      await page.click("textarea[name=message]");
+      await page.keyboard.type("hello from the LAN");
+      await page.keyboard.press("Enter");
+      await page.waitForSelector("li.bubble >> text=hello from the LAN");
+      expect((await entries(threadId)).filter((e) => e.payload.type === "chat").map((e) => e.payload.text)).toEqual(["hello from the LAN"]);
+      await context.close();
+    } finally {
+      await lan.close();
+    }
+  }, 60_000);
 });
 
 describe("a button pressed twice", () => {

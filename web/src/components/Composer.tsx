@@ -5,6 +5,7 @@ import type { ApiError } from "../lib/api";
 import { insertMention, mentionQuery } from "../lib/mentions";
 import { retrying } from "../lib/retry";
 import { ErrorNote } from "./common";
+import { randomId } from "../lib/ids";
 
 /** A queued message as one short line. */
 const oneLine = (m: string) => {
@@ -58,7 +59,7 @@ export function Composer({ session, threadId, agents, onMention }: { session: Se
     // The box empties at once, so what is typed while the message is on its way is the next message.
     setText("");
     setQuery(null);
-    outbox.current = [...outbox.current, { id: `ui-${crypto.randomUUID()}`, text: body }];
+    outbox.current = [...outbox.current, { id: randomId(), text: body }];
     setPending(outbox.current);
     if (!draining.current) void drain();
   };

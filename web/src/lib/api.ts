@@ -1,4 +1,5 @@
 // The public HTTP API of the same origin. Errors come back as {"error":{"code","message"}}.
+import { randomId } from "./ids";
 
 export type ThreadStatus = "idle" | "running" | "completed" | "failed";
 export type ParentRef = { kind: "none" | "agent" | "thread"; id: string | null };
@@ -81,7 +82,7 @@ export class Api {
   createThread = (body: { title?: string; environmentId?: string; parent?: ParentRef }, key?: string) =>
     this.request<Thread>("POST", "/api/threads", body, idempotent(key));
   /** `entryId`: the same id sent again (a retry after a lost answer) is kept once by the server. */
-  post = (id: string, text: string, entryId = `ui-${crypto.randomUUID()}`) =>
+  post = (id: string, text: string, entryId = randomId()) =>
     this.request("POST", `/api/threads/${enc(id)}/entries`, { id: entryId, payload: { type: "chat", text } });
   delegate = (id: string, body: { task: string; environmentId?: string }, key?: string) =>
     this.request<{ childThreadId: string }>("POST", `/api/threads/${enc(id)}/delegate`, body, idempotent(key));

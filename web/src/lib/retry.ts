@@ -1,6 +1,7 @@
 // Requests whose answer may have been lost (a server restart, a dropped network) sent again, so
 // that a lost answer neither loses the user's action nor does it twice.
 import { ApiError } from "./api";
+import { randomId } from "./ids";
 
 /** How long a request the server may not have answered is sent again before its error is shown. */
 export const RESEND_FOR_MS = 60_000;
@@ -46,7 +47,7 @@ export class ActionKey {
   /** Sends `body` under its action's key with `send`, asking again while no answer comes. */
   async send<T>(body: unknown, send: (key: string) => Promise<T>, onRetry?: () => void): Promise<T> {
     const text = JSON.stringify(body);
-    if (this.open?.body !== text) this.open = { body: text, key: `ui-${crypto.randomUUID()}` };
+    if (this.open?.body !== text) this.open = { body: text, key: randomId() };
     const { key } = this.open;
     try {
       const answer = await retrying(() => send(key), { forMs: this.forMs, onRetry });
