@@ -168,8 +168,10 @@ describe("login", () => {
       expect([o.code, o.stderr]).toEqual([2, `error not_threadbox: ${otherUrl} is not a threadbox API (GET /api/threads answered JSON without an array threads): check the URL\n`]);
       expect(existsSync(join(config, "threadbox", "config.json"))).toBe(false);
       // Every command reading it: the same error, never a TypeError's stack or a "no threads" that is not true.
-      for (const args of [["threads"], ["agents"], ["sandboxes"], ["new", "x"], ["post", "th_x", "hi"], ["artifacts", "th_x"]]) {
-        const c = await cli(args, { env: { THREADBOX_URL: otherUrl, THREADBOX_TOKEN: token } });
+      const commands = [["threads"], ["agents"], ["sandboxes"], ["new", "x"], ["post", "th_x", "hi"], ["artifacts", "th_x"]];
+      const results = await Promise.all(commands.map((args) => cli(args, { env: { THREADBOX_URL: otherUrl, THREADBOX_TOKEN: token } })));
+      for (const [i, args] of commands.entries()) {
+        const c = results[i];
         expect([c.code, c.stdout, c.stderr], args.join(" ")).toEqual([2, "", expect.stringMatching(/^error not_threadbox: .* answered JSON without .*: check the URL\n$/)]);
       }
     } finally {
@@ -345,6 +347,11 @@ describe("a token the server no longer takes", () => {
       .setIssuer("threadbox").setSubject("cli-user").setIssuedAt().setExpirationTime(Math.floor(Date.now() / 1000) + seconds)
       .sign(new TextEncoder().encode("test-token-secret-0123456789abcdef"));
   }
+  /** Resolves a second after `token` expired (its exp is in whole seconds), rather than a fixed while after it was used. */
+  const pastExpiry = (token: string) => {
+    const exp = (JSON.parse(Buffer.from(token.split(".")[1], "base64url").toString()) as { exp: number }).exp;
+    return new Promise((r) => setTimeout(r, Math.max(0, exp * 1000 + 1000 - Date.now())));
+  };
   const fromEnv = "set THREADBOX_TOKEN to a fresh token (or unset it and run `threadbox login`)";
 
   it("an expired token says to sign in again, for a token from THREADBOX_TOKEN or from the stored login; --json keeps the code", async () => {
@@ -364,8 +371,9 @@ describe("a token the server no longer takes", () => {
     const threadId = (await ok(["new", "expiring"])).stdout.trim();
     await appendEntries(threadId, [{ type: "chat", text: "before" }]);
     const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
+    const expiring = await tokenFor(4);
     const child = spawn(process.execPath, [CLI, "tail", threadId], {
-      env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: tempDir("tb-cfg-"), THREADBOX_URL: worker.url, THREADBOX_TOKEN: await tokenFor(4) },
+      env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: tempDir("tb-cfg-"), THREADBOX_URL: worker.url, THREADBOX_TOKEN: expiring },
       stdio: ["ignore", "pipe", "pipe"],
     });
     let out = "";
@@ -374,7 +382,7 @@ describe("a token the server no longer takes", () => {
     child.stderr.on("data", (d) => (err += d));
     const closed = new Promise<number | null>((r) => child.on("close", r));
     for (let i = 0; i < 200 && !out.includes("before"); i++) await new Promise((r) => setTimeout(r, 50));
-    await new Promise((r) => setTimeout(r, 5_000)); // the token has expired; the socket is still open
+    await pastExpiry(expiring); // the socket is still open
     await appendEntries(threadId, [{ type: "chat", text: "after" }]); // the server closes instead of sending it
     // Said once the server's close frame is in, not when the server gets round to ending the TCP connection (10 s under wrangler dev).
     const code = await Promise.race([closed, new Promise<string>((r) => setTimeout(() => r("still running"), 4_000))]);
@@ -387,8 +395,9 @@ describe("a token the server no longer takes", () => {
   it("chat still reading its input ends as soon as the server closes its subscription for an expired token, not when the input ends", async (ctx) => {
     if ((await fetch(`${worker.url}/api/agents`, { headers: { authorization: `Bearer ${token}` } })).status === 404) ctx.skip(); // a server without bots
     const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("THREADBOX_")));
+    const expiring = await tokenFor(5);
     const child = spawn(process.execPath, [CLI, "chat", "demo", "--json"], {
-      env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: tempDir("tb-cfg-"), THREADBOX_URL: worker.url, THREADBOX_TOKEN: await tokenFor(5) },
+      env: { ...base, NO_COLOR: "1", XDG_CONFIG_HOME: tempDir("tb-cfg-"), THREADBOX_URL: worker.url, THREADBOX_TOKEN: expiring },
       stdio: ["pipe", "pipe", "pipe"],
     });
     let out = "";
@@ -399,7 +408,7 @@ describe("a token the server no longer takes", () => {
     child.stdin.write("hello\n"); // and the input stays open, as at a terminal
     for (let i = 0; i < 200 && !out.includes("threadId"); i++) await new Promise((r) => setTimeout(r, 50));
     const threadId = JSON.parse(out.split("\n")[0]).threadId as string;
-    await new Promise((r) => setTimeout(r, 6_000)); // the token has expired
+    await pastExpiry(expiring);
     await appendEntries(threadId, [{ type: "pi.custom", text: "the server closes the socket instead of sending this" }]);
     const code = await Promise.race([closed, new Promise<string>((r) => setTimeout(() => r("still running"), 4_000))]);
     if (code === "still running") child.kill("SIGKILL");
@@ -414,24 +423,26 @@ describe("an empty thread id", () => {
     const usage = "error usage: the thread id is empty (did the command that gave it fail?)\n";
     const commands = [["tail", ""], ["tail", " ", "--until-done"], ["post", "", "hi"], ["delegate", "", "task"], ["stop", ""], ["interrupt", "\t"],
       ["resume", "", "more"], ["artifacts", ""], ["new", "x", "--parent", ""], ["chat", "@demo", "--thread", " "]];
-    for (const args of commands) {
-      const r = await cli(args, { env: as() });
+    // Independent processes: run side by side rather than one after another.
+    const [preview, json, ...results] = await Promise.all([["preview", "", "3000"], ["post", "", "hi", "--json"], ...commands].map((args) => cli(args, { env: as() })));
+    for (const [i, args] of commands.entries()) {
+      const r = results[i];
       expect({ args, code: r.code, stdout: r.stdout, stderr: r.stderr }).toEqual({ args, code: 2, stdout: "", stderr: usage });
     }
-    const preview = await cli(["preview", "", "3000"], { env: as() });
     expect([preview.code, preview.stderr]).toEqual([2, "error usage: the box or thread id is empty (did the command that gave it fail?)\n"]);
-    const json = await cli(["post", "", "hi", "--json"], { env: as() });
     expect([json.code, JSON.parse(json.stderr)]).toEqual([2, { error: { code: "usage", message: "the thread id is empty (did the command that gave it fail?)" } }]);
   });
 
   it("an empty --env or --run (a $(…) that failed) is a usage error, not a thread without an environment or an empty list", async () => {
-    for (const [args, what] of [
+    const cases = [
       [["new", "x", "--env", ""], "environment"],
       [["delegate", "th_x", "task", "--env", " "], "environment"],
       [["agent", "add", "emptyenv", "--model", "demo/demo", "--env", ""], "environment"],
       [["artifacts", "th_x", "--run", ""], "--run id"],
-    ] as const) {
-      const r = await cli([...args], { env: as() });
+    ] as const;
+    const results = await Promise.all(cases.map(([args]) => cli([...args], { env: as() })));
+    for (const [i, [args, what]] of cases.entries()) {
+      const r = results[i];
       expect({ args, code: r.code, stdout: r.stdout, stderr: r.stderr }).toEqual({ args, code: 2, stdout: "", stderr: `error usage: the ${what} is empty (did the command that gave it fail?)\n` });
     }
   });

@@ -2,7 +2,7 @@
 // SQLite files) is killed with SIGKILL at awkward moments and started again on the same state,
 // with the local sandbox host, real pi in boxes and scripted model servers around it.
 import { spawn } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -86,6 +86,12 @@ async function entries(threadId: string): Promise<Entry[]> {
 
 /** Boxes made for runs (a shared box of an environment stays by design). */
 const runBoxes = () => [...host.boxes.values()].filter((b) => (b as unknown as { spec: { labels?: Record<string, string> } }).spec.labels?.["threadbox.ephemeral"] === "true");
+
+/** What the runners of a box logged (each run's runner.log), as one text. */
+function runnerLogs(home: string): string {
+  const runs = join(home, ".threadbox", "runs");
+  return (existsSync(runs) ? readdirSync(runs) : []).map((r) => { try { return readFileSync(join(runs, r, "runner.log"), "utf8"); } catch { return ""; } }).join("");
+}
 
 const chatsBy = (es: Entry[], author: string) => es.filter((e) => e.payload.type === "chat" && e.authorId === author);
 
@@ -283,10 +289,13 @@ describe("kill -9 of npm run serve", () => {
     );
     const { parentId, childId } = await delegate("write hello.txt containing hi");
     await waitFor("pi's model call", async () => piModel.requests.length > before, 60_000);
+    const boxId = (await api(`/api/threads/${childId}`)).body.boxId as string;
+    const home = host.boxes.get((await api(`/api/sandboxes/${boxId}`)).body.providerRef)!.home;
     await server!.crash();
     release();
     await waitFor("pi's last model call", async () => piModel.requests.length >= before + 2, 30_000);
-    await new Promise((r) => setTimeout(r, 8000)); // the runner ends its run with nobody to tell
+    // pi ends its turn with nobody to tell: its last entries wait in the box.
+    await waitFor("pi to settle", async () => runnerLogs(home).includes("pi has settled with nothing waiting"), 30_000);
     server = await serve(["--no-build"]);
     const t = await settled(childId);
     expect([t.status, t.detail]).toEqual(["completed", expect.anything()]);
