@@ -300,12 +300,16 @@ export async function runInEnvironment(env: Env, claims: HouseClaims, environmen
   return runOnSharedBox(env, claims.houseId, await loadEnvironment(env, claims.houseId, environmentId, missing), body, live && { ...live, claims });
 }
 
-/** A preview link to a port on the environment's shared box, if that box is up (it is never created for this). */
+/**
+ * A preview link to a port on the environment's shared box, if that box is up (it is never created
+ * for this); else why not: the environment keeps no shared box at all, or its box is not made yet.
+ */
 export async function previewInEnvironment(env: Env, claims: HouseClaims, environmentId: string, port: number, expiresInSeconds: number, missing?: string) {
   const e = await loadEnvironment(env, claims.houseId, environmentId, missing);
+  if (!e.sharedBox) return { unavailable: "no_shared_box" as const };
   const view = await sharedBoxView(env, claims.houseId, e);
-  if (!view || view.state !== "live") return null;
-  return unwrapRpc(sandboxStub(env, view.id).previewLink(claims.houseId, port, expiresInSeconds));
+  if (!view || view.state !== "live") return { unavailable: "not_running" as const };
+  return { link: await unwrapRpc(sandboxStub(env, view.id).previewLink(claims.houseId, port, expiresInSeconds)) };
 }
 
 export async function execRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {

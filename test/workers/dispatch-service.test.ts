@@ -581,6 +581,31 @@ describe("dispatch: run_command and preview_link name the environment they work 
     expect(link.url).toContain(`8080-tok${box[0]}8080`);
     expect(link.port).toBe(8080);
   });
+
+  it("preview_link on an environment that keeps no shared box: told so, and that the user can give it one, not to wait for a box that never comes", async () => {
+    const token = await houseToken("house-preview-no-shared-box");
+    const model = await scriptedModel();
+    const botEnv = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Bot", handle: "bot", environmentId: botEnv });
+    const ephemeral = await envOf(token, { name: "ephemeral", sharedBox: false });
+    const thread = await createThread(token, { environmentId: ephemeral });
+    await model.push(
+      { toolCalls: [{ id: "p0", name: "preview_link", arguments: { port: 8080 } }] },
+      { toolCalls: [{ id: "p1", name: "preview_link", arguments: { port: 8080, environmentName: "ephemeral" } }] },
+      { text: "Ask for a shared box." },
+    );
+    await post(token, thread.id, chat("@bot give me a link to port 8080"));
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).some((e) => e.payload.text === "Ask for a shared box."), "the reply");
+    const results = toolResults(es);
+    expect(results).toHaveLength(2);
+    expect(results[0]).toEqual([false, expect.stringMatching(/^this thread's environment keeps no shared sandbox box/)]);
+    expect(results[1]).toEqual([false, expect.stringMatching(/^that environment keeps no shared sandbox box/)]);
+    for (const [, text] of results) {
+      expect(text).toContain(`sharedBox: true on environment ${ephemeral}`);
+      expect(text).not.toMatch(/not running yet/);
+    }
+    expect([...sharedTestProvider().boxes.values()].filter((x) => x.labels[LABEL_ENVIRONMENT] === ephemeral)).toEqual([]);
+  });
 });
 
 describe("dispatch: selection end to end", () => {

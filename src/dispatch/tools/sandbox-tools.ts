@@ -108,12 +108,18 @@ export function sandboxTools(ctx: ToolContext): ToolSpec[] {
     async run({ environmentId, environmentName, ...args }) {
       const target = await toolEnvironment(ctx, { environmentId, environmentName });
       if (!target) return NO_SANDBOX;
-      const link = await previewInEnvironment(ctx.env, ctx.claims, target.id, args.port, args.expiresInSeconds, target.missing);
-      if (!link) {
+      const r = await previewInEnvironment(ctx.env, ctx.claims, target.id, args.port, args.expiresInSeconds, target.missing);
+      const which = target.missing ? "this thread's environment" : "that environment";
+      // A bot cannot change an environment: only the user can give it a shared box.
+      if (r.unavailable === "no_shared_box") {
+        return `${which} keeps no shared sandbox box, so there is nothing to preview and none will start: tell the user, who can give it one by setting sharedBox: true on environment ${target.id} (bots cannot change environments)`;
+      }
+      if (r.unavailable === "not_running") {
         return target.missing
           ? "this thread's sandbox box is not running yet: start the server with run_command first, then ask for the link"
           : "that environment's sandbox box is not running yet: start the server with run_command naming the same environment first, then ask for the link";
       }
+      const { link } = r;
       return JSON.stringify({ url: link.url, port: link.port, expiresAt: link.expiresAt });
     },
   });
