@@ -5,7 +5,7 @@
 import { randomUUID } from "node:crypto";
 import { createInterface } from "node:readline";
 import { paths, resolveAgent, retrying, threadIdArg } from "../lib/api.mjs";
-import { askAgain, postOnce } from "../lib/ask-again.mjs";
+import { postOnce } from "../lib/ask-again.mjs";
 import { tokenClaims } from "../lib/config.mjs";
 import { CliError, EXIT } from "../lib/errors.mjs";
 import { printableLine, renderEntry, safe } from "../lib/render.mjs";
@@ -121,7 +121,7 @@ export function registerChat(program, ctxOf, setExit) {
       };
       process.once("SIGINT", stop(EXIT.interrupted));
       process.once("SIGTERM", stop(EXIT.terminated));
-      const bot = await ctx.wait(`finding @${botRef.replace(/^@/, "")}`, () => askAgain(ctx, () => resolveAgent(api, botRef)));
+      const bot = await ctx.wait(`finding @${botRef.replace(/^@/, "")}`, () => resolveAgent(api, botRef));
       const me = tokenClaims(api.target.token).sub;
       const names = new Map([[bot.id, `@${bot.handle}`]]);
       if (interrupted) return;
@@ -143,7 +143,7 @@ export function registerChat(program, ctxOf, setExit) {
       }
       // A restart just then is waited for: under one Idempotency-Key, so a lost answer opens one thread.
       const thread = opts.thread
-        ? await askAgain(ctx, () => dmThread(api, opts.thread, bot))
+        ? await dmThread(api, opts.thread, bot)
         : await ctx.wait("opening a DM thread", () => postOnce(ctx, api, "/api/threads", {
           title: `chat with @${bot.handle}`,
           parent: { kind: "agent", id: bot.id },
@@ -156,7 +156,7 @@ export function registerChat(program, ctxOf, setExit) {
       else process.stderr.write(c.gray(safe`thread ${thread.id} with @${bot.handle}` + `${interactive ? " — type a message, Ctrl-D to end" : ""}\n`));
 
       const spinner = createSpinner();
-      const start = opts.thread ? (await askAgain(ctx, () => api.get(`${paths.threadAction(thread.id, "entries")}?offset=now&limit=1`))).nextOffset : "-1";
+      const start = opts.thread ? (await api.get(`${paths.threadAction(thread.id, "entries")}?offset=now&limit=1`)).nextOffset : "-1";
       let progress = initialProgress();
       let inputDone = false;
       const maybeFinish = () => { if (inputDone && answered(progress)) finish(); };

@@ -1,5 +1,6 @@
 // login / logout: where the CLI keeps its server URL and house token.
 import { createApi } from "../lib/api.mjs";
+import { askingAgain } from "../lib/ask-again.mjs";
 import { configPath, DEFAULT_URL, loadConfig, parseSignInLink, removeConfig, saveConfig, serverUrl, tokenClaims } from "../lib/config.mjs";
 import { CliError } from "../lib/errors.mjs";
 import { safe } from "../lib/render.mjs";
@@ -36,7 +37,7 @@ export function registerSession(program, ctxOf) {
       const token = await tokenFor(parsed.token, opts);
       if (!token) throw new CliError("usage", "empty token");
       // A token is kept only once the server accepts it (and answers as threadbox does: the client checks that).
-      await ctx.wait(`checking the token with ${url}`, () => createApi({ url, token }).get("/api/threads?limit=1"));
+      await ctx.wait(`checking the token with ${url}`, () => createApi({ url, token }, { onRetry: askingAgain(ctx) }).get("/api/threads?limit=1"));
       saveConfig({ ...stored, url, token }, path);
       const claims = tokenClaims(token);
       ctx.print({ url, house: claims.house ?? null, subject: claims.sub ?? null, role: claims.role ?? null, config: path }, () =>

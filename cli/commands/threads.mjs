@@ -2,7 +2,7 @@
 import { randomUUID } from "node:crypto";
 import { Option } from "commander";
 import { envArg, intArg, paths, resolveEnvironment, retrying, threadIdArg } from "../lib/api.mjs";
-import { askAgain, postOnce, retryNotice } from "../lib/ask-again.mjs";
+import { postOnce, retryNotice } from "../lib/ask-again.mjs";
 import { CliError, EXIT } from "../lib/errors.mjs";
 import { followThread } from "../lib/follow.mjs";
 import { printableLine, safe, threadLine, threadTree } from "../lib/render.mjs";
@@ -48,7 +48,7 @@ export function registerThreads(program, ctxOf, setExit) {
     .action(async (title, opts, cmd) => {
       const ctx = ctxOf(cmd);
       const api = ctx.api();
-      const environmentId = await askAgain(ctx, () => resolveEnvironment(api, opts.env));
+      const environmentId = await resolveEnvironment(api, opts.env);
       const body = {
         ...(title ? { title } : {}),
         ...(environmentId ? { environmentId } : {}),
@@ -104,7 +104,7 @@ export function registerThreads(program, ctxOf, setExit) {
     .action(async (threadId, task, opts, cmd) => {
       const ctx = ctxOf(cmd);
       const api = ctx.api();
-      const environmentId = await askAgain(ctx, () => resolveEnvironment(api, opts.env));
+      const environmentId = await resolveEnvironment(api, opts.env);
       const body = { task: await textArg(task, "task") };
       for (const k of ["model", "harness", "repo", "branch", "title"]) if (opts[k]) body[k] = opts[k];
       if (environmentId) body.environmentId = environmentId;
@@ -150,7 +150,7 @@ export function registerThreads(program, ctxOf, setExit) {
       const body = { message: await textArg(message, "message"), ...(opts.model ? { model: opts.model } : {}) };
       // Where the log ends before this run: watching from there shows the whole run, even a quick one.
       const before = opts.watch
-        ? (await askAgain(ctx, () => api.get(`${paths.threadAction(threadId, "entries")}?offset=now&limit=1`))).nextOffset
+        ? (await api.get(`${paths.threadAction(threadId, "entries")}?offset=now&limit=1`)).nextOffset
         : undefined;
       const r = await ctx.wait("resuming", () => postOnce(ctx, api, paths.threadAction(threadId, "resume"), body, "run"));
       if (!opts.watch) return ctx.print(r, () => safe`${r.threadId} ${r.status} (run ${r.runId})`);

@@ -41,11 +41,12 @@ const isTimeout = (err) => err?.name === "TimeoutError" || err?.cause?.name === 
 
 /**
  * @param {{ url: string, token: string }} target
- * @param {{ timeoutMs?: number }} [opts]
+ * @param {{ timeoutMs?: number, onRetry?: (ms: number, err: CliError) => void }} [opts] `onRetry`:
+ *   told before a GET is asked again (see `get`)
  */
 export function createApi(target, opts = {}) {
   const timeoutMs = opts.timeoutMs ?? requestTimeoutMs();
-  retryForMs(); // a bad THREADBOX_RETRY is a usage error before anything is sent, not at the first retry
+  const retryMs = retryForMs(); // a bad THREADBOX_RETRY is a usage error before anything is sent, not at the first retry
   async function request(method, path, body, extraHeaders = {}) {
     const asked = `${method} ${path.replace(/\?.*$/, "")}`;
     // One deadline for the request and the reading of its answer: a server can stall in either.
@@ -102,7 +103,12 @@ export function createApi(target, opts = {}) {
   }
   return {
     target,
-    get: (path) => request("GET", path),
+    /**
+     * A GET changes nothing, so every one is asked again while the server is away (a restart, a
+     * proxy's 502): a command that only reads waits out a deploy like one that writes. `opts.onRetry`
+     * says so in this request's own words instead of the client's.
+     */
+    get: (path, { onRetry = opts.onRetry } = {}) => retrying(() => request("GET", path), { forMs: retryMs, onRetry }),
     /** `opts.headers`: more request headers (an `Idempotency-Key`). */
     post: (path, body = {}, opts = {}) => request("POST", path, body, opts.headers),
     patch: (path, body) => request("PATCH", path, body),

@@ -11,8 +11,8 @@ export const retryNotice = (ctx, what) => (ms, err) => {
   if (!ctx.json) process.stderr.write(`${process.stderr.isTTY ? "\r\x1b[2K" : ""}${ctx.c.gray(`${printableLine(err.message)}: ${what(ms)}`)}\n`);
 };
 
-/** A read (or a lookup) asked again while the server is away. */
-export const askAgain = (ctx, fn) => retrying(fn, { onRetry: retryNotice(ctx, (ms) => `asking again in ${ms} ms`) });
+/** The notice for a GET asked again while the server is away (the API client asks every GET again). */
+export const askingAgain = (ctx) => retryNotice(ctx, (ms) => `asking again in ${ms} ms`);
 
 /**
  * A POST that makes one thing (a thread, a child, a run), asked again under one Idempotency-Key when

@@ -1,6 +1,7 @@
 // What every command gets: the global options, the API client, colours, and one way to print a
 // result (JSON with --json, else the command's human lines).
 import { createApi } from "./api.mjs";
+import { askingAgain } from "./ask-again.mjs";
 import { resolveTarget } from "./config.mjs";
 import { colourEnabled, palette, withSpinner } from "./term.mjs";
 
@@ -9,13 +10,13 @@ export function createContext(globals) {
   const json = Boolean(globals.json);
   const c = palette(!json && colourEnabled(process.stdout));
   let api = null;
-  return {
+  const ctx = {
     json,
     c,
     globals,
-    /** The API client, resolved on first use (so `login` and `--help` need no token). */
+    /** The API client, resolved on first use (so `login` and `--help` need no token); its GETs asked again while the server is away, saying so. */
     api() {
-      api ??= createApi(resolveTarget({ url: globals.url }));
+      api ??= createApi(resolveTarget({ url: globals.url }), { onRetry: askingAgain(ctx) });
       return api;
     },
     /** Runs a request with a spinner (human mode only). */
@@ -37,4 +38,5 @@ export function createContext(globals) {
       if (text) process.stdout.write(`${text}\n`);
     },
   };
+  return ctx;
 }

@@ -1,6 +1,6 @@
 // Prints a thread's entries as they arrive; with `untilDone`, ends when the thread's run ends and
 // says how it ended.
-import { paths, retrying } from "./api.mjs";
+import { paths } from "./api.mjs";
 import { EXIT } from "./errors.mjs";
 import { printableLine, renderEntry, safe } from "./render.mjs";
 import { subscribe } from "./subscribe.mjs";
@@ -51,17 +51,14 @@ export const exitCodeFor = (row) => (row.status === "completed" ? EXIT.ok : EXIT
  */
 export async function followThread(opts) {
   const { api, threadId, untilDone, json, c } = opts;
-  // A server away right then (a restart) is waited for, as the socket's reconnects wait for it: a
-  // plain tail started during a deploy, or a run just started by `resume --watch` or `delegate
-  // --watch`, would otherwise be left unwatched. With --json stderr keeps JSON errors alone.
-  const read = (path) => retrying(() => api.get(path), {
-    onRetry: (ms, err) => { if (!json) process.stderr.write(`${c.gray(`${printableLine(err.message)}: asking again in ${ms} ms`)}\n`); },
-  });
-  const first = await read(paths.thread(threadId)); // a missing thread is a clear not_found before any socket
+  // A server away right then (a restart) is waited for, as the socket's reconnects wait for it (the
+  // client asks every GET again): a plain tail started during a deploy, or a run just started by
+  // `resume --watch` or `delegate --watch`, would otherwise be left unwatched.
+  const first = await api.get(paths.thread(threadId)); // a missing thread is a clear not_found before any socket
   // A thread whose last run has ended: what follows `offset` up to the log's end may not hold that
   // run's finished-signal (`--from now`, or an offset past it), so the end of the log ends the wait.
   const ended = untilDone ? finishedRow(first) : null;
-  const end = ended ? (await read(`${paths.threadAction(threadId, "entries")}?offset=now&limit=1`)).nextOffset : null;
+  const end = ended ? (await api.get(`${paths.threadAction(threadId, "entries")}?offset=now&limit=1`)).nextOffset : null;
   const offset = opts.offset ?? "-1";
   // Offsets are fixed-width digits, so they compare as strings.
   const atEnd = (o) => typeof end === "string" && (o === "now" || (typeof o === "string" && /^\d+_\d+$/.test(o) && o.length === end.length && o >= end));
@@ -82,7 +79,7 @@ export async function followThread(opts) {
       if (untilDone && mayEndRun(entry)) {
         // Replayed signals of earlier runs end nothing: the row says whether a run is still going.
         // The run has ended: a server restarting right then is waited for, not reported as the outcome.
-        const row = finishedRow(await retrying(() => api.get(paths.thread(threadId)), {
+        const row = finishedRow(await api.get(paths.thread(threadId), {
           onRetry: (ms, err) => { if (!json) spinner.print(c.gray(`${printableLine(err.message)}: asking how the run ended again in ${ms} ms`), process.stderr); },
         }));
         if (row && endsLastRun(entry, row)) {

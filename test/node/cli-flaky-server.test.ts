@@ -327,3 +327,126 @@ describe("a request that gets no answer within THREADBOX_TIMEOUT (a server stall
       .toEqual({ code: 2, stops: 1, stderr: expect.stringMatching(/^error timeout: no answer from http:\/\/127\.0\.0\.1:\d+ within 1 s \(POST \/api\/threads\/th_x\/stop\)/) });
   });
 });
+
+/** A port nothing listens on yet: a server can come up on it later. */
+async function freshPort(): Promise<number> {
+  const probe = createServer();
+  await new Promise<void>((r) => probe.listen(0, "127.0.0.1", r));
+  const port = (probe.address() as AddressInfo).port;
+  await new Promise((r) => probe.close(r));
+  return port;
+}
+
+/** A stand-in threadbox answering GETs by path (query left out), saying 404 as the API does to anything else; `asked` records each request. */
+function answering(routes: Record<string, unknown>, asked: string[], first?: (res: ServerResponse) => boolean) {
+  return async (req: IncomingMessage, res: ServerResponse) => {
+    for await (const _ of req) { /* the body */ }
+    asked.push(`${req.method} ${req.url}`);
+    if (first?.(res)) return;
+    const answer = req.method === "GET" ? routes[req.url!.replace(/\?.*$/, "")] : undefined;
+    if (answer === undefined) return void res.writeHead(404, { "content-type": "application/json" }).end(JSON.stringify({ error: { code: "not_found", message: "no such route" } }));
+    res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(answer));
+  };
+}
+
+describe("commands that only read, started while the server is away (a deploy's restart)", () => {
+  const preview = { url: "https://preview.example/p", port: 3000, boxId: "box_1", expiresAt: "2030-01-01T00:00:00.000Z" };
+  const routes = {
+    "/api/threads": { threads: [{ id: "th_1", status: "idle", title: "first" }] },
+    "/api/threads/th_x": { id: "th_x", status: "running", boxId: "box_1" },
+    "/api/threads/th_x/artifacts": { artifacts: [] },
+    "/api/sandboxes": { sandboxes: [{ id: "box_1", state: "live", threads: ["th_1"] }] },
+    "/api/sandboxes/box_1/ports/3000/preview": preview,
+    "/api/environments": { environments: [{ id: "env_1", name: "demo" }] },
+    "/api/agents": { agents: [{ id: "ag_1", handle: "demo", name: "Demo", model: "m/x" }] },
+  };
+  // Every command of cli/commands/ that sends only GETs; `url` stands for the server's URL.
+  const cases: { args: string[]; out: string | RegExp; json: (doc: any) => unknown; expected: unknown }[] = [
+    { args: ["threads"], out: "th_1  idle  first\n", json: (d) => d.threads.map((t: any) => t.id), expected: ["th_1"] },
+    { args: ["sandboxes"], out: "box_1  live  kept  threads: th_1\n", json: (d) => d.sandboxes.map((b: any) => b.id), expected: ["box_1"] },
+    { args: ["envs"], out: "env_1  demo  pi\n", json: (d) => d.environments.map((e: any) => e.id), expected: ["env_1"] },
+    { args: ["agents"], out: "@demo  Demo  model m/x  mention  tools: all  ag_1\n", json: (d) => d.agents.map((a: any) => a.handle), expected: ["demo"] },
+    { args: ["artifacts", "th_x"], out: "no artifacts on this thread\n", json: (d) => d.artifacts, expected: [] },
+    { args: ["preview", "th_x", "3000"], out: "https://preview.example/p\n", json: (d) => d.url, expected: preview.url },
+    { args: ["login", "url"], out: /^logged in to http:\/\/127\.0\.0\.1:\d+ \(saved in .+\)\n$/, json: (d) => d.subject, expected: null },
+  ];
+  const withUrl = (args: string[], url: string) => args.map((a) => (a === "url" ? url : a));
+
+  it("each asks again, saying so on stderr, and prints its answer once the server is back (exit 0)", async () => {
+    const runs = await Promise.all(cases.map(async (c) => {
+      const port = await freshPort();
+      const url = `http://127.0.0.1:${port}`;
+      let refused!: () => void;
+      const wasRefused = new Promise<void>((r) => { refused = r; });
+      const running = runCli(withUrl(c.args, url), url, 30_000, { onStderr: (err) => { if (/ECONNREFUSED: asking again in \d+ ms/.test(err)) refused(); } });
+      // The server comes up only once the command has been refused and said it asks again.
+      await Promise.race([wasRefused, running]);
+      const asked: string[] = [];
+      const server = createServer(answering(routes, asked));
+      servers.push(server);
+      await new Promise<void>((r) => server.listen(port, "127.0.0.1", r));
+      return { url, asked, r: await running };
+    }));
+    runs.forEach(({ url, asked, r }, i) => {
+      const c = cases[i]!;
+      expect({ args: c.args, code: r.code, stdout: r.stdout, get: asked.every((a) => a.startsWith("GET ")) })
+        .toEqual({ args: c.args, code: 0, stdout: typeof c.out === "string" ? c.out : expect.stringMatching(c.out), get: true });
+      expect(r.stderr, c.args.join(" ")).toContain(`cannot reach ${url}: ECONNREFUSED: asking again in 250 ms\n`);
+    });
+  }, 60_000);
+
+  it("with --json each asks again past a proxy's 502 with stderr left empty, and prints its JSON answer", async () => {
+    const runs = await Promise.all(cases.map(async (c) => {
+      const asked: string[] = [];
+      let refusals = 0;
+      const { url } = await listen(answering(routes, asked, (res) => {
+        if (refusals++ > 0) return false;
+        res.writeHead(502, { "content-type": "text/html" }).end("<h1>502 Bad Gateway</h1>");
+        return true;
+      }));
+      return { asked, r: await runCli([...withUrl(c.args, url), "--json"], url, 30_000) };
+    }));
+    runs.forEach(({ asked, r }, i) => {
+      const c = cases[i]!;
+      let answer: unknown = r.stdout;
+      try { answer = c.json(JSON.parse(r.stdout)); } catch { /* shown as printed */ }
+      expect({ args: c.args, code: r.code, answer, stderr: r.stderr, first: asked[0] === asked[1] })
+        .toEqual({ args: c.args, code: 0, answer: c.expected, stderr: "", first: true });
+    });
+  }, 60_000);
+
+  it("with THREADBOX_RETRY=0 each fails at once: exit 2, the server unreachable", async () => {
+    const runs = await Promise.all(cases.map(async (c) => {
+      const url = `http://127.0.0.1:${await freshPort()}`;
+      return { url, r: await runCli(withUrl(c.args, url), url, 30_000, { env: { THREADBOX_RETRY: "0" } }) };
+    }));
+    runs.forEach(({ url, r }, i) => {
+      expect({ args: cases[i]!.args, code: r.code, stdout: r.stdout, stderr: r.stderr })
+        .toEqual({ args: cases[i]!.args, code: 2, stdout: "", stderr: `error unreachable: cannot reach ${url}: ECONNREFUSED\n` });
+    });
+  }, 60_000);
+});
+
+describe("writes that could take effect twice, answered by a proxy's 502 (the server may have done them)", () => {
+  it("are sent once and fail with exit 2: stop, interrupt, env add, agent add", async () => {
+    const cases = [
+      { args: ["stop", "th_x"], sent: "POST /api/threads/th_x/stop" },
+      { args: ["interrupt", "th_x"], sent: "POST /api/threads/th_x/interrupt" },
+      { args: ["env", "add", "demo"], sent: "POST /api/environments" },
+      { args: ["agent", "add", "demo", "--model", "m/x"], sent: "POST /api/agents" },
+    ];
+    const runs = await Promise.all(cases.map(async (c) => {
+      const asked: string[] = [];
+      const { url } = await listen(answering({}, asked, (res) => {
+        res.writeHead(502, { "content-type": "text/html" }).end("<h1>502 Bad Gateway</h1>");
+        return true;
+      }));
+      return { url, asked, r: await runCli(c.args, url, 30_000) };
+    }));
+    runs.forEach(({ url, asked, r }, i) => {
+      const c = cases[i]!;
+      expect({ args: c.args, code: r.code, asked, stderr: r.stderr })
+        .toEqual({ args: c.args, code: 2, asked: [c.sent], stderr: `error http_502: Bad Gateway from ${url} (${c.sent} answered 502 text/html, not the API's JSON error)\n` });
+    });
+  });
+});

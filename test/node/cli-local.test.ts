@@ -64,7 +64,8 @@ describe("a server that never answers", () => {
       [["stop", "th_x"], "POST /api/threads/th_x/stop"],
       [["login", silentUrl], "GET /api/threads"],
     ] as const;
-    const runs = await Promise.all(cases.map(([args]) => cli([...args], { THREADBOX_URL: silentUrl, THREADBOX_TIMEOUT: "1" })));
+    // THREADBOX_RETRY=0: a GET is otherwise asked again after its timeout (the next case).
+    const runs = await Promise.all(cases.map(([args]) => cli([...args], { THREADBOX_URL: silentUrl, THREADBOX_TIMEOUT: "1", THREADBOX_RETRY: "0" })));
     runs.forEach((r, i) => {
       const [args, asked] = cases[i];
       expect({ args, code: r.code, stdout: r.stdout, stderr: r.stderr }).toEqual({
@@ -81,6 +82,8 @@ describe("a server that never answers", () => {
       [["post", "th_x", "hi"], "POST /api/threads/th_x/entries", "sending again in \\d+ ms \\(same entry id: posted once\\)"],
       [["tail", "th_x", "--until-done"], "GET /api/threads/th_x", "asking again in \\d+ ms"],
       [["chat", "@demo"], "GET /api/agents", "asking again in \\d+ ms"],
+      [["threads"], "GET /api/threads", "asking again in \\d+ ms"],
+      [["login", silentUrl], "GET /api/threads", "asking again in \\d+ ms"],
     ] as const;
     const runs = await Promise.all(cases.map(([args]) => cli([...args], { THREADBOX_URL: silentUrl, THREADBOX_TIMEOUT: "1", THREADBOX_RETRY: "4" }, 100_000)));
     runs.forEach((r, i) => {
@@ -93,7 +96,7 @@ describe("a server that never answers", () => {
   }, 120_000);
 
   it("an answer whose body never comes times out too; with --json the error is JSON", async () => {
-    const r = await cli(["threads", "--json"], { THREADBOX_URL: stallingUrl, THREADBOX_TIMEOUT: "0.5" });
+    const r = await cli(["threads", "--json"], { THREADBOX_URL: stallingUrl, THREADBOX_TIMEOUT: "0.5", THREADBOX_RETRY: "0" });
     expect([r.code, r.stdout]).toEqual([2, ""]);
     expect(JSON.parse(r.stderr)).toEqual({ error: { code: "timeout", message: expect.stringContaining(`no answer from ${stallingUrl} within 0.5 s (GET /api/threads)`) } });
   });

@@ -189,7 +189,7 @@ describe("login", () => {
       const o = await cli(["login", `${refusingUrl}/#token=${token}`], { config });
       expect([o.code, o.stderr]).toEqual([2, `error not_threadbox: ${refusingUrl} is not a threadbox API (GET /api/threads answered 404 JSON without an error code): check the URL\n`]);
       expect(existsSync(join(config, "threadbox", "config.json"))).toBe(false);
-      const proxied = await cli(["threads"], { env: { THREADBOX_URL: `${refusingUrl}/proxy`, THREADBOX_TOKEN: token } });
+      const proxied = await cli(["threads"], { env: { THREADBOX_URL: `${refusingUrl}/proxy`, THREADBOX_TOKEN: token, THREADBOX_RETRY: "0" } });
       expect([proxied.code, proxied.stderr]).toEqual([2, `error http_502: Bad Gateway from ${refusingUrl}/proxy (GET /api/threads answered 502 text/html, not the API's JSON error)\n`]);
     } finally {
       refusing.close();
@@ -301,7 +301,7 @@ describe("threads, new, post", () => {
     expect(JSON.parse(missing.stderr).error.code).toBe("not_found");
     const noEnv = await cli(["new", "x", "--env", "no-such-env"], { env: as() });
     expect([noEnv.code, noEnv.stderr.trim()]).toEqual([2, "error not_found: no environment with id or name no-such-env"]);
-    const down = await cli(["threads"], { env: { THREADBOX_URL: "http://127.0.0.1:9", THREADBOX_TOKEN: token } });
+    const down = await cli(["threads"], { env: { THREADBOX_URL: "http://127.0.0.1:9", THREADBOX_TOKEN: token, THREADBOX_RETRY: "0" } });
     expect(down.code).toBe(2);
     expect(down.stderr).toContain("error unreachable: cannot reach http://127.0.0.1:9");
   });
