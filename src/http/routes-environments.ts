@@ -211,8 +211,11 @@ export async function environmentIdNamed(env: Env, houseId: string, name: string
   return named[0].id;
 }
 
+/** What `exec` on an environment without a shared box answers: its reader can change the environment. */
+export const NO_SHARED_BOX = "this environment keeps no shared box (set sharedBox: true)";
+
 async function runOnSharedBox(env: Env, houseId: string, e: Environment, body: ExecBody, live?: LiveTarget): Promise<ExecResult> {
-  if (!e.sharedBox) throw new ApiError("conflict", "this environment keeps no shared box (set sharedBox: true)");
+  if (!e.sharedBox) throw new ApiError("conflict", NO_SHARED_BOX);
   const box = await ensureSharedBox(env, houseId, e).catch((err) => { throw providerApiError(err); });
   try {
     return await execOn(env, box, e, body, live);

@@ -606,6 +606,33 @@ describe("dispatch: run_command and preview_link name the environment they work 
     }
     expect([...sharedTestProvider().boxes.values()].filter((x) => x.labels[LABEL_ENVIRONMENT] === ephemeral)).toEqual([]);
   });
+
+  it("run_command on an environment that keeps no shared box: told that the user can give it one (a bot cannot) and that delegate_task still works there", async () => {
+    const token = await houseToken("house-run-no-shared-box");
+    const model = await scriptedModel();
+    const botEnv = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Bot", handle: "bot", environmentId: botEnv });
+    const ephemeral = await envOf(token, { name: "ephemeral", sharedBox: false });
+    const thread = await createThread(token, { environmentId: ephemeral });
+    await model.push(
+      { toolCalls: [{ id: "r0", name: "run_command", arguments: { command: "ls" } }] },
+      { toolCalls: [{ id: "r1", name: "run_command", arguments: { command: "ls", environmentName: "ephemeral" } }] },
+      { text: "Ask for a shared box." },
+    );
+    await post(token, thread.id, chat("@bot list the files"));
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).some((e) => e.payload.text === "Ask for a shared box."), "the reply");
+    const results = toolResults(es);
+    expect(results).toHaveLength(2);
+    expect(results[0]).toEqual([true, expect.stringMatching(/^conflict: this thread's environment keeps no shared sandbox box/)]);
+    expect(results[1]).toEqual([true, expect.stringMatching(/^conflict: that environment keeps no shared sandbox box/)]);
+    for (const [, text] of results) {
+      expect(text).toContain(`tell the user, who can give it one by setting sharedBox: true on environment ${ephemeral} (bots cannot change environments)`);
+      expect(text).toContain("delegate_task");
+    }
+    // The HTTP route's words are for a user, who can change the environment.
+    const r = await call(`/api/environments/${ephemeral}/exec`, { method: "POST", token, json: { command: "ls" } });
+    expect([r.status, ((await r.json()) as { error: { message: string } }).error.message]).toEqual([409, "this environment keeps no shared box (set sharedBox: true)"]);
+  });
 });
 
 describe("dispatch: selection end to end", () => {

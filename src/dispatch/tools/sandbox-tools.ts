@@ -1,5 +1,6 @@
 import { z } from "zod";
-import { commandSchema, cwdSchema, environmentIdNamed, previewInEnvironment, runInEnvironment } from "../../http/routes-environments";
+import { commandSchema, cwdSchema, environmentIdNamed, NO_SHARED_BOX, previewInEnvironment, runInEnvironment } from "../../http/routes-environments";
+import { ApiError } from "../../errors";
 import { environmentNameSchema } from "../../environments";
 import { idSchema } from "../../auth/tokens";
 import { branchNeedsRepo, delegateTask, delegateTaskFields } from "../../http/routes-threads";
@@ -60,7 +61,12 @@ export function sandboxTools(ctx: ToolContext): ToolSpec[] {
       // The output reaches this thread while the command runs (whichever environment's box runs it), under the tool call's id.
       const r = await runInEnvironment(ctx.env, ctx.claims, target.id, args, {
         threadId: ctx.threadId, execId: call.toolCallId, idPrefix: `exec:${ctx.claims.subject}:${ctx.turnId}:${call.toolCallId}`,
-      }, target.missing);
+      }, target.missing).catch((err) => {
+        // The route's answer tells a user to change the environment, which a bot cannot do.
+        if (!(err instanceof ApiError && err.code === "conflict" && err.publicMessage === NO_SHARED_BOX)) throw err;
+        const which = target.missing ? "this thread's environment" : "that environment";
+        throw new ApiError("conflict", `${which} keeps no shared sandbox box, so it runs no commands: tell the user, who can give it one by setting sharedBox: true on environment ${target.id} (bots cannot change environments); delegate_task still runs a job there, on a box of its own`);
+      });
       // The model sees the head of this (defineTool's cut): the box's own cut, further on, is named up front.
       const cut = r.omittedBytes ? ` (${r.omittedBytes} bytes cut from the middle of its output)` : "";
       return `exit code ${r.exitCode}${cut}\n${r.output}`;
