@@ -480,21 +480,6 @@ export class SandboxActor extends ProductionSandboxActor {
     return super.view(houseId);
   }
 
-  private static failingLateBoxWatches = 0;
-
-  /** The next `count` starts of a late box's watch, for any name, fail before anything is written (its actor unreachable). */
-  failLateBoxWatches(count: number): void {
-    SandboxActor.failingLateBoxWatches = count;
-  }
-
-  override async watchLateBox(houseId: string, provider: string, name: string) {
-    if (SandboxActor.failingLateBoxWatches > 0) {
-      SandboxActor.failingLateBoxWatches--;
-      throw new Error("late-box watch unavailable (test)");
-    }
-    return super.watchLateBox(houseId, provider, name);
-  }
-
   private static failingRegistersOfAnyBox = 0;
 
   /** The next `count` registers of any box fail before anything is written (for a box whose id a test cannot know). */
