@@ -29,6 +29,27 @@ class ShiftedClock implements Clock {
  * The actor's env with overrides a test stored in this actor (they survive a restart of the
  * actor, as a deployment's configuration would).
  */
+/** A test switch: the next `count` calls it guards fail (the callee unreachable for a moment). */
+class FailNext {
+  private left = 0;
+
+  arm(count: number): void {
+    this.left = count;
+  }
+
+  /** Whether this call fails; a call that does is counted off. */
+  take(): boolean {
+    if (this.left <= 0) return false;
+    this.left--;
+    return true;
+  }
+}
+
+/** Throws `message` when one of `switches`, asked in order, takes the call: only that one counts it. */
+function failIfArmed(message: string, ...switches: FailNext[]): void {
+  if (switches.some((s) => s.take())) throw new Error(message);
+}
+
 function envWithOverrides(ctx: DurableObjectState, env: Env): Env {
   ctx.storage.sql.exec(`create table if not exists test_env (name text primary key, value text not null)`);
   const rows = ctx.storage.sql.exec(`select name, value from test_env`).toArray();
@@ -271,54 +292,45 @@ export class HouseActor extends ProductionHouseActor {
     this.testClock.skewMs += ms;
   }
 
-  private failingThreadUpserts = 0;
+  private readonly threadUpsertFailures = new FailNext();
 
   failThreadUpserts(count: number): void {
-    this.failingThreadUpserts = count;
+    this.threadUpsertFailures.arm(count);
   }
 
-  private failingAgentSets = 0;
+  private readonly agentSetFailures = new FailNext();
 
   /** The next `count` reads of the house's agents fail (the house unreachable for a thread's bots). */
   failAgentSets(count: number): void {
-    this.failingAgentSets = count;
+    this.agentSetFailures.arm(count);
   }
 
   override async agentSet() {
-    if (this.failingAgentSets > 0) {
-      this.failingAgentSets--;
-      throw new Error("house unavailable (test)");
-    }
+    failIfArmed("house unavailable (test)", this.agentSetFailures);
     return super.agentSet();
   }
 
-  private failingAgentReads = 0;
+  private readonly agentReadFailures = new FailNext();
 
   /** The next `count` reads of one agent fail (the house unreachable while a bot's turn runs). */
   failAgentReads(count: number): void {
-    this.failingAgentReads = count;
+    this.agentReadFailures.arm(count);
   }
 
   override async getAgent(id: string) {
-    if (this.failingAgentReads > 0) {
-      this.failingAgentReads--;
-      throw new Error("house unavailable (test)");
-    }
+    failIfArmed("house unavailable (test)", this.agentReadFailures);
     return super.getAgent(id);
   }
 
-  private failingBoxUpserts = 0;
+  private readonly boxUpsertFailures = new FailNext();
 
   /** The next `count` box updates of the index fail (an index outage while a box registers). */
   failBoxUpserts(count: number): void {
-    this.failingBoxUpserts = count;
+    this.boxUpsertFailures.arm(count);
   }
 
   override async upsertBox(box: BoxView) {
-    if (this.failingBoxUpserts > 0) {
-      this.failingBoxUpserts--;
-      throw new Error("house index unavailable (test)");
-    }
+    failIfArmed("house index unavailable (test)", this.boxUpsertFailures);
     return super.upsertBox(box);
   }
 
@@ -342,52 +354,40 @@ export class HouseActor extends ProductionHouseActor {
     return super.listFolderVersions(environmentId);
   }
 
-  private failingEnvironmentReads = 0;
+  private readonly environmentReadFailures = new FailNext();
 
   /** The next `count` reads of one environment fail (the house unreachable). */
   failEnvironmentReads(count: number): void {
-    this.failingEnvironmentReads = count;
+    this.environmentReadFailures.arm(count);
   }
 
   override async getEnvironment(id: string) {
-    if (this.failingEnvironmentReads > 0) {
-      this.failingEnvironmentReads--;
-      throw new Error("house unavailable (test)");
-    }
+    failIfArmed("house unavailable (test)", this.environmentReadFailures);
     return super.getEnvironment(id);
   }
 
-  private failingClaims = 0;
-  private losingClaimAnswers = 0;
+  private readonly claimFailures = new FailNext();
+  private readonly lostClaimAnswers = new FailNext();
 
   /** The next `count` claims of a shared box fail before anything is recorded (the house unreachable). */
   failClaims(count: number): void {
-    this.failingClaims = count;
+    this.claimFailures.arm(count);
   }
 
   /** The next `count` claims of a shared box are recorded, and then their answer is lost (the caller sees a failure). */
   loseClaimAnswers(count: number): void {
-    this.losingClaimAnswers = count;
+    this.lostClaimAnswers.arm(count);
   }
 
   override async claimSharedBox(environmentId: string, boxId: string, replace: string | null, houseId?: string) {
-    if (this.failingClaims > 0) {
-      this.failingClaims--;
-      throw new Error("house unavailable (test)");
-    }
+    failIfArmed("house unavailable (test)", this.claimFailures);
     const answer = await super.claimSharedBox(environmentId, boxId, replace, houseId);
-    if (this.losingClaimAnswers > 0) {
-      this.losingClaimAnswers--;
-      throw new Error("house answer lost (test)");
-    }
+    failIfArmed("house answer lost (test)", this.lostClaimAnswers);
     return answer;
   }
 
   override async upsertThread(t: ThreadSummary) {
-    if (this.failingThreadUpserts > 0) {
-      this.failingThreadUpserts--;
-      throw new Error("house index unavailable (test)");
-    }
+    failIfArmed("house index unavailable (test)", this.threadUpsertFailures);
     return super.upsertThread(t);
   }
 }
@@ -406,11 +406,11 @@ export class SandboxActor extends ProductionSandboxActor {
     this.testClock.skewMs += ms;
   }
 
-  private failingRegisters = 0;
+  private readonly registerFailures = new FailNext();
 
   /** The next `count` registers of this box fail before anything is written (the actor unreachable). */
   failRegisters(count: number): void {
-    this.failingRegisters = count;
+    this.registerFailures.arm(count);
   }
 
   private reserveHold: { entered: () => void; gate: Promise<void> } | null = null;
@@ -431,68 +431,54 @@ export class SandboxActor extends ProductionSandboxActor {
     return answer;
   }
 
-  private failingRetires = 0;
+  private readonly retireFailures = new FailNext();
 
   /** The next `count` retires of this box fail before anything is written (the actor unreachable). */
   failRetires(count: number): void {
-    this.failingRetires = count;
+    this.retireFailures.arm(count);
   }
 
   override async retire(houseId: string) {
-    if (this.failingRetires > 0 || SandboxActor.failingDeletesOfAnyBox > 0) {
-      if (this.failingRetires > 0) this.failingRetires--;
-      else SandboxActor.failingDeletesOfAnyBox--;
-      throw new Error("box actor unavailable (test)");
-    }
+    failIfArmed("box actor unavailable (test)", this.retireFailures, SandboxActor.anyBoxDeleteFailures);
     return super.retire(houseId);
   }
 
-  private static failingDeletesOfAnyBox = 0;
+  private static readonly anyBoxDeleteFailures = new FailNext();
 
   /**
    * The next `count` retires or deletes (`destroy`) of any box fail before anything is written (its
    * actor unreachable): for a box whose id a test cannot know in advance.
    */
   failDeletesOfAnyBox(count: number): void {
-    SandboxActor.failingDeletesOfAnyBox = count;
+    SandboxActor.anyBoxDeleteFailures.arm(count);
   }
 
   override async destroy(houseId: string, force: boolean) {
-    if (SandboxActor.failingDeletesOfAnyBox > 0) {
-      SandboxActor.failingDeletesOfAnyBox--;
-      throw new Error("box actor unavailable (test)");
-    }
+    failIfArmed("box actor unavailable (test)", SandboxActor.anyBoxDeleteFailures);
     return super.destroy(houseId, force);
   }
 
-  private failingViews = 0;
+  private readonly viewFailures = new FailNext();
 
   /** The next `count` reads of this box's view fail (the actor unreachable for a moment). */
   failViews(count: number): void {
-    this.failingViews = count;
+    this.viewFailures.arm(count);
   }
 
   override async view(houseId: string) {
-    if (this.failingViews > 0) {
-      this.failingViews--;
-      throw new Error("box actor unavailable (test)");
-    }
+    failIfArmed("box actor unavailable (test)", this.viewFailures);
     return super.view(houseId);
   }
 
-  private static failingRegistersOfAnyBox = 0;
+  private static readonly anyBoxRegisterFailures = new FailNext();
 
   /** The next `count` registers of any box fail before anything is written (for a box whose id a test cannot know). */
   failRegistersOfAnyBox(count: number): void {
-    SandboxActor.failingRegistersOfAnyBox = count;
+    SandboxActor.anyBoxRegisterFailures.arm(count);
   }
 
   override async register(input: RegisterBoxInput) {
-    if (this.failingRegisters > 0 || SandboxActor.failingRegistersOfAnyBox > 0) {
-      if (this.failingRegisters > 0) this.failingRegisters--;
-      else SandboxActor.failingRegistersOfAnyBox--;
-      throw new Error("box actor unavailable (test)");
-    }
+    failIfArmed("box actor unavailable (test)", this.registerFailures, SandboxActor.anyBoxRegisterFailures);
     return super.register(input);
   }
 }
