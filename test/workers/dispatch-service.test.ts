@@ -11,6 +11,17 @@ import type { HouseActor, ThreadActor } from "./test-worker";
 
 const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor>; HOUSES: DurableObjectNamespace<HouseActor> };
 
+/** An environment on the test provider: `body`'s fields over that. */
+async function testEnvironment(token: string, body: Record<string, unknown>): Promise<string> {
+  const r = await call("/api/environments", { method: "POST", token, json: { provider: "test", ...body } });
+  if (r.status !== 201) throw new Error(`environment: ${r.status} ${await r.text()}`);
+  return ((await r.json()) as { id: string }).id;
+}
+
+/** The bot's tool results in `es`, as [isError, output]. */
+const toolResults = (es: { payload: Record<string, unknown> }[]) =>
+  es.filter((e) => e.payload.type === "pi.tool_result").map((e) => [e.payload.isError, String(e.payload.output)]);
+
 const chatsBy = <T extends { authorId?: string; payload: { type: string } }>(es: T[], author: string) => es.filter((e) => e.payload.type === "chat" && e.authorId === author);
 
 describe("dispatch: a bot's turn", () => {
@@ -298,13 +309,6 @@ describe("dispatch: a bot's turn", () => {
 });
 
 describe("dispatch: delegate_task names the environment and model its run uses, as POST /delegate does", () => {
-  const envOf = async (token: string, body: Record<string, unknown>) => {
-    const r = await call("/api/environments", { method: "POST", token, json: { provider: "test", ...body } });
-    if (r.status !== 201) throw new Error(`environment: ${r.status} ${await r.text()}`);
-    return ((await r.json()) as { id: string }).id;
-  };
-  const toolResults = (es: { authorId?: string; payload: Record<string, unknown> }[]) =>
-    es.filter((e) => e.payload.type === "pi.tool_result").map((e) => [e.payload.isError, String(e.payload.output)]);
   const childrenOf = async (token: string, threadId: string) =>
     ((await (await call(`/api/threads?parent=${threadId}`, { token })).json()) as { threads: { id: string; environmentId: string | null; createdAt: string }[] }).threads;
 
@@ -314,8 +318,8 @@ describe("dispatch: delegate_task names the environment and model its run uses, 
     // The bot's model comes from an environment of its own; the thread's is deleted under it.
     const botEnv = await modelEnvironment(token, model.baseUrl);
     const bot = await createAgent(token, { name: "Bot", handle: "bot", environmentId: botEnv });
-    const gone = await envOf(token, { name: "gone", model: "local/m" });
-    const other = await envOf(token, { name: "other", model: "local/m", env: { WHICH: "other" } });
+    const gone = await testEnvironment(token, { name: "gone", model: "local/m" });
+    const other = await testEnvironment(token, { name: "other", model: "local/m", env: { WHICH: "other" } });
     const thread = await createThread(token, { environmentId: gone });
     expect((await call(`/api/environments/${gone}`, { method: "DELETE", token })).status).toBe(204);
     // The bot's children can launch (their ids are not known before the calls make them).
@@ -349,7 +353,7 @@ describe("dispatch: delegate_task names the environment and model its run uses, 
   it("another house's environment, by id or by name, is the not-found result a missing one is: the model reads it, no child is made", async () => {
     const token = await houseToken("house-delegate-own");
     const foreignToken = await houseToken("house-delegate-foreign");
-    const foreign = await envOf(foreignToken, { name: "theirs", model: "local/m" });
+    const foreign = await testEnvironment(foreignToken, { name: "theirs", model: "local/m" });
     const missing = "env_doesnotexist";
     const model = await scriptedModel([
       { toolCalls: [
@@ -382,8 +386,8 @@ describe("dispatch: delegate_task names the environment and model its run uses, 
 
   it("an unknown name, a name two environments share, or both an id and a name: an error result the bot reads, and no child", async () => {
     const token = await houseToken("house-delegate-names");
-    const a = await envOf(token, { name: "twin", model: "local/m" });
-    const b = await envOf(token, { name: "twin", model: "local/m" });
+    const a = await testEnvironment(token, { name: "twin", model: "local/m" });
+    const b = await testEnvironment(token, { name: "twin", model: "local/m" });
     const model = await scriptedModel();
     const envId = await modelEnvironment(token, model.baseUrl, { model: "local/scripted-model" });
     await model.push(
@@ -432,13 +436,23 @@ describe("dispatch: delegate_task names the environment and model its run uses, 
 });
 
 describe("dispatch: run_command and preview_link name the environment they work in, as delegate_task does", () => {
-  const envOf = async (token: string, body: Record<string, unknown>) => {
-    const r = await call("/api/environments", { method: "POST", token, json: { provider: "test", sharedBox: true, ...body } });
-    if (r.status !== 201) throw new Error(`environment: ${r.status} ${await r.text()}`);
-    return ((await r.json()) as { id: string }).id;
+  const envOf = (token: string, body: Record<string, unknown>) => testEnvironment(token, { sharedBox: true, ...body });
+  /**
+   * A bot asked `ask` in a thread of an environment (named "ephemeral") that keeps no shared box,
+   * whose model makes `calls` and then says "Ask for a shared box.": that environment and the results.
+   */
+  const askWithoutSharedBox = async (houseId: string, ask: string, calls: Step[]) => {
+    const token = await houseToken(houseId);
+    const model = await scriptedModel();
+    const botEnv = await modelEnvironment(token, model.baseUrl);
+    const bot = await createAgent(token, { name: "Bot", handle: "bot", environmentId: botEnv });
+    const ephemeral = await envOf(token, { name: "ephemeral", sharedBox: false });
+    const thread = await createThread(token, { environmentId: ephemeral });
+    await model.push(...calls, { text: "Ask for a shared box." });
+    await post(token, thread.id, chat(ask));
+    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).some((e) => e.payload.text === "Ask for a shared box."), "the reply");
+    return { token, ephemeral, results: toolResults(es) };
   };
-  const toolResults = (es: { payload: Record<string, unknown> }[]) =>
-    es.filter((e) => e.payload.type === "pi.tool_result").map((e) => [e.payload.isError, String(e.payload.output)]);
   /** The environment whose box a command ran on, by the box's labels. */
   const environmentOfBox = (ref: string) => sharedTestProvider().boxes.get(ref)!.labels[LABEL_ENVIRONMENT];
   const gone = (id: string) => `not_found: this thread's environment ${id} no longer exists: name another of this house's environments by environmentId or environmentName`;
@@ -583,20 +597,10 @@ describe("dispatch: run_command and preview_link name the environment they work 
   });
 
   it("preview_link on an environment that keeps no shared box: told so, and that the user can give it one, not to wait for a box that never comes", async () => {
-    const token = await houseToken("house-preview-no-shared-box");
-    const model = await scriptedModel();
-    const botEnv = await modelEnvironment(token, model.baseUrl);
-    const bot = await createAgent(token, { name: "Bot", handle: "bot", environmentId: botEnv });
-    const ephemeral = await envOf(token, { name: "ephemeral", sharedBox: false });
-    const thread = await createThread(token, { environmentId: ephemeral });
-    await model.push(
+    const { ephemeral, results } = await askWithoutSharedBox("house-preview-no-shared-box", "@bot give me a link to port 8080", [
       { toolCalls: [{ id: "p0", name: "preview_link", arguments: { port: 8080 } }] },
       { toolCalls: [{ id: "p1", name: "preview_link", arguments: { port: 8080, environmentName: "ephemeral" } }] },
-      { text: "Ask for a shared box." },
-    );
-    await post(token, thread.id, chat("@bot give me a link to port 8080"));
-    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).some((e) => e.payload.text === "Ask for a shared box."), "the reply");
-    const results = toolResults(es);
+    ]);
     expect(results).toHaveLength(2);
     expect(results[0]).toEqual([false, expect.stringMatching(/^this thread's environment keeps no shared sandbox box/)]);
     expect(results[1]).toEqual([false, expect.stringMatching(/^that environment keeps no shared sandbox box/)]);
@@ -608,20 +612,10 @@ describe("dispatch: run_command and preview_link name the environment they work 
   });
 
   it("run_command on an environment that keeps no shared box: told that the user can give it one (a bot cannot) and that delegate_task still works there", async () => {
-    const token = await houseToken("house-run-no-shared-box");
-    const model = await scriptedModel();
-    const botEnv = await modelEnvironment(token, model.baseUrl);
-    const bot = await createAgent(token, { name: "Bot", handle: "bot", environmentId: botEnv });
-    const ephemeral = await envOf(token, { name: "ephemeral", sharedBox: false });
-    const thread = await createThread(token, { environmentId: ephemeral });
-    await model.push(
+    const { token, ephemeral, results } = await askWithoutSharedBox("house-run-no-shared-box", "@bot list the files", [
       { toolCalls: [{ id: "r0", name: "run_command", arguments: { command: "ls" } }] },
       { toolCalls: [{ id: "r1", name: "run_command", arguments: { command: "ls", environmentName: "ephemeral" } }] },
-      { text: "Ask for a shared box." },
-    );
-    await post(token, thread.id, chat("@bot list the files"));
-    const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).some((e) => e.payload.text === "Ask for a shared box."), "the reply");
-    const results = toolResults(es);
+    ]);
     expect(results).toHaveLength(2);
     expect(results[0]).toEqual([true, expect.stringMatching(/^conflict: this thread's environment keeps no shared sandbox box/)]);
     expect(results[1]).toEqual([true, expect.stringMatching(/^conflict: that environment keeps no shared sandbox box/)]);
