@@ -688,76 +688,58 @@ describe("output that cannot be written", () => {
   });
 });
 
+/**
+ * In front of the worker: the first POST to a path `route` matches reaches the worker, and its
+ * answer is cut off (a restart, a dropped network); later ones pass. Records each one's Idempotency-Key.
+ */
+async function frontCuttingFirst(route: RegExp) {
+  let cut = 0;
+  const keys: (string | null)[] = [];
+  const front = createServer(async (req, res) => {
+    const chunks: Buffer[] = [];
+    for await (const c of req) chunks.push(c as Buffer);
+    const headers = Object.fromEntries(Object.entries(req.headers).filter(([k]) => !["host", "connection", "content-length"].includes(k))) as Record<string, string>;
+    const r = await fetch(`${worker.url}${req.url}`, { method: req.method, headers, body: chunks.length ? Buffer.concat(chunks) : undefined });
+    const body = Buffer.from(await r.arrayBuffer());
+    if (req.method === "POST" && route.test(req.url ?? "")) {
+      keys.push(req.headers["idempotency-key"] as string ?? null);
+      if (cut++ === 0) {
+        req.socket.destroy();
+        return;
+      }
+    }
+    res.writeHead(r.status, { "content-type": r.headers.get("content-type") ?? "application/json" }).end(body);
+  });
+  await new Promise<void>((r) => front.listen(0, "127.0.0.1", r));
+  return {
+    env: { THREADBOX_URL: `http://127.0.0.1:${(front.address() as AddressInfo).port}`, THREADBOX_TOKEN: token },
+    keys,
+    sameKey: () => keys.length === 2 && keys[0] !== null && keys[0] === keys[1],
+    close: async () => {
+      front.closeAllConnections();
+      await new Promise((r) => front.close(r));
+    },
+  };
+}
+
 describe("delegate while the connection drops", () => {
   it("a delegate whose answer is lost is asked again under the same Idempotency-Key: one child, and its id is printed", async () => {
     const parent = (await ok(["new", "lost answer", "--env", "demo"])).stdout.trim();
-    // In front of the worker: the first delegate reaches it, and its answer is cut off (a restart, a dropped network).
-    let cut = 0;
-    const keys: (string | null)[] = [];
-    const front = createServer(async (req, res) => {
-      const chunks: Buffer[] = [];
-      for await (const c of req) chunks.push(c as Buffer);
-      const headers = Object.fromEntries(Object.entries(req.headers).filter(([k]) => !["host", "connection", "content-length"].includes(k))) as Record<string, string>;
-      const r = await fetch(`${worker.url}${req.url}`, { method: req.method, headers, body: chunks.length ? Buffer.concat(chunks) : undefined });
-      const body = Buffer.from(await r.arrayBuffer());
-      if (req.method === "POST" && req.url?.endsWith("/delegate")) {
-        keys.push(req.headers["idempotency-key"] as string ?? null);
-        if (cut++ === 0) {
-          req.socket.destroy();
-          return;
-        }
-      }
-      res.writeHead(r.status, { "content-type": r.headers.get("content-type") ?? "application/json" }).end(body);
-    });
-    await new Promise<void>((r) => front.listen(0, "127.0.0.1", r));
+    // The first delegate reaches the worker, and its answer is cut off (a restart, a dropped network).
+    const front = await frontCuttingFirst(/\/delegate$/);
     try {
-      const r = await cli(["delegate", parent, "write a.txt containing b"], { env: { THREADBOX_URL: `http://127.0.0.1:${(front.address() as AddressInfo).port}`, THREADBOX_TOKEN: token }, timeoutMs: 60_000 });
+      const r = await cli(["delegate", parent, "write a.txt containing b"], { env: front.env, timeoutMs: 60_000 });
       const children = (await api(`/api/threads?parent=${parent}`)).threads.map((t: any) => t.id);
-      expect({ code: r.code, stdout: r.stdout, children, sameKey: keys.length === 2 && keys[0] !== null && keys[0] === keys[1] })
+      expect({ code: r.code, stdout: r.stdout, children, sameKey: front.sameKey() })
         .toEqual({ code: 0, stdout: `${children[0]}\n`, children: [expect.stringMatching(/^th_/)], sameKey: true });
       expect(r.stderr).toMatch(/asking again in \d+ ms \(same Idempotency-Key: one child at most\)/);
     } finally {
-      front.closeAllConnections();
-      await new Promise((r) => front.close(r));
+      await front.close();
     }
   }, 90_000);
 });
 
 describe("new, post and resume while the connection drops", () => {
-  /**
-   * In front of the worker: the first POST to a path `route` matches reaches the worker, and its
-   * answer is cut off (a restart, a dropped network); later ones pass. Records each one's Idempotency-Key.
-   */
-  async function frontCuttingFirst(route: RegExp) {
-    let cut = 0;
-    const keys: (string | null)[] = [];
-    const front = createServer(async (req, res) => {
-      const chunks: Buffer[] = [];
-      for await (const c of req) chunks.push(c as Buffer);
-      const headers = Object.fromEntries(Object.entries(req.headers).filter(([k]) => !["host", "connection", "content-length"].includes(k))) as Record<string, string>;
-      const r = await fetch(`${worker.url}${req.url}`, { method: req.method, headers, body: chunks.length ? Buffer.concat(chunks) : undefined });
-      const body = Buffer.from(await r.arrayBuffer());
-      if (req.method === "POST" && route.test(req.url ?? "")) {
-        keys.push(req.headers["idempotency-key"] as string ?? null);
-        if (cut++ === 0) {
-          req.socket.destroy();
-          return;
-        }
-      }
-      res.writeHead(r.status, { "content-type": r.headers.get("content-type") ?? "application/json" }).end(body);
-    });
-    await new Promise<void>((r) => front.listen(0, "127.0.0.1", r));
-    return {
-      env: { THREADBOX_URL: `http://127.0.0.1:${(front.address() as AddressInfo).port}`, THREADBOX_TOKEN: token },
-      keys,
-      sameKey: () => keys.length === 2 && keys[0] !== null && keys[0] === keys[1],
-      close: async () => {
-        front.closeAllConnections();
-        await new Promise((r) => front.close(r));
-      },
-    };
-  }
-
   it("a new whose answer is lost is asked again under the same Idempotency-Key: one thread, and its id is printed", async () => {
     const front = await frontCuttingFirst(/^\/api\/threads$/);
     const title = `lost new ${Date.now()}`;
