@@ -868,23 +868,29 @@ describe("runner with harnesses that do not mirror themselves (recorded output)"
     writeFileSync(file, `#!/bin/sh\n${before}cat '${fixture.startsWith("/") ? fixture : join(ROOT, "test/fixtures", fixture)}'\nexit ${exitCode}\n`, { mode: 0o755 });
     return file;
   }
-  async function runWith(harness: string, fixture: string, exitCode: number, before = "") {
-    const threadId = await newThread();
-    const child = spawn(process.execPath, [RUNNER, "--harness", harness, "--bin", fakeHarness(fixture, exitCode, before), "--prompt", "task"], {
+  /** The runner started on `bin` for `threadId`, as a launch starts it: `closed` is its exit code, `stderr()` what it wrote so far. */
+  function startRunner(threadId: string, bin: string, o: { harness?: string; runId?: string; token?: string; env?: Record<string, string> } = {}) {
+    const child = spawn(process.execPath, [RUNNER, "--harness", o.harness ?? "codex", "--bin", bin, "--prompt", "task"], {
       cwd: tmp,
       stdio: ["ignore", "ignore", "pipe"],
       env: {
         ...process.env,
         THREADBOX_THREAD_ID: threadId,
         THREADBOX_STREAM_URL: streamBase,
-        THREADBOX_STREAM_TOKEN_FILE: tokenFile("test-token"),
-        THREADBOX_RUN_ID: "r1",
+        THREADBOX_STREAM_TOKEN_FILE: tokenFile(o.token ?? "test-token"),
+        THREADBOX_RUN_ID: o.runId ?? "r1",
+        ...o.env,
       },
     });
     let stderr = "";
     child.stderr!.on("data", (d) => (stderr += d));
-    const code = await new Promise<number | null>((r) => child.on("close", r));
-    return { threadId, code, stderr, es: await entriesOf(threadId) };
+    return { closed: new Promise<number | null>((r) => child.on("close", r)), stderr: () => stderr };
+  }
+  async function runWith(harness: string, fixture: string, exitCode: number, before = "") {
+    const threadId = await newThread();
+    const run = startRunner(threadId, fakeHarness(fixture, exitCode, before), { harness });
+    const code = await run.closed;
+    return { threadId, code, stderr: run.stderr(), es: await entriesOf(threadId) };
   }
 
   it("a failed harness's stderr tail goes on the thread: bounded, secrets redacted, no stream token to leak", async () => {
@@ -892,22 +898,11 @@ describe("runner with harnesses that do not mirror themselves (recorded output)"
     const bin = join(mkdtempSync(join(tmp, "bin-")), "noisy-harness");
     // Writes 10 KiB of noise, then the secrets it was given, then its last words; exits 3.
     writeFileSync(bin, `#!/bin/sh\nhead -c 10240 /dev/zero | tr '\\0' x >&2\necho >&2\necho "token=$THREADBOX_STREAM_TOKEN file=$(cat "$THREADBOX_STREAM_TOKEN_FILE" 2>/dev/null) key=$MODEL_KEY named=$PLAIN_NAMED_SECRET short=$SHORT" >&2\necho "fatal: cannot reach the model" >&2\nexit 3\n`, { mode: 0o755 });
-    const child = spawn(process.execPath, [RUNNER, "--harness", "codex", "--bin", bin, "--prompt", "task"], {
-      cwd: tmp,
-      stdio: ["ignore", "ignore", "pipe"],
-      env: {
-        ...process.env,
-        THREADBOX_THREAD_ID: threadId,
-        THREADBOX_STREAM_URL: streamBase,
-        THREADBOX_STREAM_TOKEN_FILE: tokenFile("stream-token-value-123"),
-        THREADBOX_RUN_ID: "r-stderr",
-        MODEL_KEY: "sk-model-key-456",
-        PLAIN_NAMED_SECRET: "hunter2-but-longer",
-        THREADBOX_SECRET_NAMES: "PLAIN_NAMED_SECRET",
-        SHORT: "abc",
-      },
-    });
-    const code = await new Promise<number | null>((r) => child.on("close", r));
+    const code = await startRunner(threadId, bin, {
+      runId: "r-stderr",
+      token: "stream-token-value-123",
+      env: { MODEL_KEY: "sk-model-key-456", PLAIN_NAMED_SECRET: "hunter2-but-longer", THREADBOX_SECRET_NAMES: "PLAIN_NAMED_SECRET", SHORT: "abc" },
+    }).closed;
     expect(code).toBe(3);
     const es = await entriesOf(threadId);
     const tail = es.find((e) => e.payload.type === "signal.run.stderr")!;
@@ -928,20 +923,7 @@ describe("runner with harnesses that do not mirror themselves (recorded output)"
     const bin = join(mkdtempSync(join(tmp, "bin-")), "cut-secret-harness");
     // The secret, then exactly enough bytes that the 4096-byte tail begins 12 characters before its end.
     writeFileSync(bin, `#!/bin/sh\nprintf 'key=%s' "$PLAIN_NAMED_SECRET" >&2\nhead -c 4074 /dev/zero | tr '\\0' x >&2\necho >&2\necho "fatal: x" >&2\nexit 3\n`, { mode: 0o755 });
-    const child = spawn(process.execPath, [RUNNER, "--harness", "codex", "--bin", bin, "--prompt", "task"], {
-      cwd: tmp,
-      stdio: ["ignore", "ignore", "pipe"],
-      env: {
-        ...process.env,
-        THREADBOX_THREAD_ID: threadId,
-        THREADBOX_STREAM_URL: streamBase,
-        THREADBOX_STREAM_TOKEN_FILE: tokenFile("test-token"),
-        THREADBOX_RUN_ID: "r-stderr-cut",
-        PLAIN_NAMED_SECRET: secret,
-        THREADBOX_SECRET_NAMES: "PLAIN_NAMED_SECRET",
-      },
-    });
-    expect(await new Promise<number | null>((r) => child.on("close", r))).toBe(3);
+    expect(await startRunner(threadId, bin, { runId: "r-stderr-cut", env: { PLAIN_NAMED_SECRET: secret, THREADBOX_SECRET_NAMES: "PLAIN_NAMED_SECRET" } }).closed).toBe(3);
     const tail = (await entriesOf(threadId)).find((e) => e.payload.type === "signal.run.stderr")!;
     expect(tail.payload.truncated).toBe(true);
     expect(tail.payload.text).not.toContain(secret.slice(-12));
@@ -956,12 +938,7 @@ describe("runner with harnesses that do not mirror themselves (recorded output)"
     writeFileSync(join(dir, "out.jsonl"), `${JSON.stringify({ type: "turn.failed", error: { message } })}\n`);
     const bin = join(dir, "long-reason-harness");
     writeFileSync(bin, `#!/bin/sh\ncat '${join(dir, "out.jsonl")}'\necho "fatal: the sub-agent failed" >&2\nexit 1\n`, { mode: 0o755 });
-    const child = spawn(process.execPath, [RUNNER, "--harness", "codex", "--bin", bin, "--prompt", "task"], {
-      cwd: tmp,
-      stdio: ["ignore", "ignore", "pipe"],
-      env: { ...process.env, THREADBOX_THREAD_ID: threadId, THREADBOX_STREAM_URL: streamBase, THREADBOX_STREAM_TOKEN_FILE: tokenFile("test-token"), THREADBOX_RUN_ID: "r-long" },
-    });
-    expect(await new Promise<number | null>((r) => child.on("close", r))).toBe(1);
+    expect(await startRunner(threadId, bin, { runId: "r-long" }).closed).toBe(1);
     const finished = (await entriesOf(threadId)).filter((e) => e.payload.type === "signal.thread.status_changed");
     expect(finished.map((e) => e.payload.status)).toEqual(["pi_failed"]);
     const reason: string = finished[0].payload.reason;
@@ -985,19 +962,12 @@ node -e 'require("fs").appendFileSync(process.argv[1], JSON.stringify(process.ar
 if [ ! -f '${go}' ]; then touch '${go}.started'; while [ ! -f '${go}' ]; do sleep 0.05; done; fi
 cat '${join(ROOT, "test/fixtures/claude-code-stream-json-success.jsonl")}'
 `, { mode: 0o755 });
-    const child = spawn(process.execPath, [RUNNER, "--harness", "claude-code", "--bin", bin, "--prompt", "task"], {
-      cwd: tmp,
-      stdio: ["ignore", "ignore", "pipe"],
-      env: { ...process.env, THREADBOX_THREAD_ID: threadId, THREADBOX_STREAM_URL: streamBase, THREADBOX_STREAM_TOKEN_FILE: tokenFile("test-token"), THREADBOX_RUN_ID: runId },
-    });
-    let stderr = "";
-    child.stderr!.on("data", (d) => (stderr += d));
-    const closed = new Promise<number | null>((r) => child.on("close", r));
+    const { closed, stderr } = startRunner(threadId, bin, { harness: "claude-code", runId });
     while (!existsSync(`${go}.started`)) await new Promise((r) => setTimeout(r, 20));
     await post(threadId, { id: "c-late", payload: { type: "chat", text: "please also add a test" } });
     // The first turn ends only once the runner has queued the message.
-    for (let i = 0; i < 200 && !stderr.includes("message c-late queued"); i++) await new Promise((r) => setTimeout(r, 50));
-    expect(stderr).toContain("message c-late queued");
+    for (let i = 0; i < 200 && !stderr().includes("message c-late queued"); i++) await new Promise((r) => setTimeout(r, 50));
+    expect(stderr()).toContain("message c-late queued");
     writeFileSync(go, "");
     expect(await closed).toBe(0);
     const argvs = readFileSync(calls, "utf8").trim().split("\n").map((l) => JSON.parse(l) as string[]);
@@ -1063,12 +1033,7 @@ cat '${join(ROOT, "test/fixtures/claude-code-stream-json-success.jsonl")}'
 const text = "API Error: 401 invalid x-api-key " + process.env.MODEL_KEY;
 console.log(JSON.stringify({ type: "assistant", message: { role: "assistant", stop_reason: "stop_sequence", content: [{ type: "text", text }] } }));
 console.log(JSON.stringify({ type: "result", subtype: "success", is_error: true, result: text }));'\n`, { mode: 0o755 });
-    const child = spawn(process.execPath, [RUNNER, "--harness", "claude-code", "--bin", bin, "--prompt", "task"], {
-      cwd: tmp,
-      stdio: ["ignore", "ignore", "pipe"],
-      env: { ...process.env, THREADBOX_THREAD_ID: threadId, THREADBOX_STREAM_URL: streamBase, THREADBOX_STREAM_TOKEN_FILE: tokenFile("test-token"), THREADBOX_RUN_ID: "r-secret", MODEL_KEY: "sk-model-key-789", THREADBOX_SECRET_NAMES: "MODEL_KEY" },
-    });
-    expect(await new Promise<number | null>((r) => child.on("close", r))).toBe(0);
+    expect(await startRunner(threadId, bin, { harness: "claude-code", runId: "r-secret", env: { MODEL_KEY: "sk-model-key-789", THREADBOX_SECRET_NAMES: "MODEL_KEY" } }).closed).toBe(0);
     const es = await entriesOf(threadId);
     expect(types(es)).toEqual(["pi.assistant", "pi.error", "status:pi_failed"]);
     expect(es[1].payload.message).toContain("invalid x-api-key [redacted]");
@@ -1085,12 +1050,7 @@ console.log(JSON.stringify({ type: "result", subtype: "success", is_error: true,
 const text = "API Error: 401 " + "y".repeat(${MAX_REASON_LENGTH - 1 - 12 - 36}) + process.env.MODEL_KEY + " was refused";
 console.log(JSON.stringify({ type: "assistant", message: { role: "assistant", stop_reason: "stop_sequence", content: [{ type: "text", text }] } }));
 console.log(JSON.stringify({ type: "result", subtype: "success", is_error: true, result: text }));'\n`, { mode: 0o755 });
-    const child = spawn(process.execPath, [RUNNER, "--harness", "claude-code", "--bin", bin, "--prompt", "task"], {
-      cwd: tmp,
-      stdio: ["ignore", "ignore", "pipe"],
-      env: { ...process.env, THREADBOX_THREAD_ID: threadId, THREADBOX_STREAM_URL: streamBase, THREADBOX_STREAM_TOKEN_FILE: tokenFile("test-token"), THREADBOX_RUN_ID: "r-secret-cut", MODEL_KEY: key, THREADBOX_SECRET_NAMES: "MODEL_KEY" },
-    });
-    expect(await new Promise<number | null>((r) => child.on("close", r))).toBe(0);
+    expect(await startRunner(threadId, bin, { harness: "claude-code", runId: "r-secret-cut", env: { MODEL_KEY: key, THREADBOX_SECRET_NAMES: "MODEL_KEY" } }).closed).toBe(0);
     const es = await entriesOf(threadId);
     expect(types(es)).toEqual(["pi.assistant", "pi.error", "status:pi_failed"]);
     expect(es[2].payload.reason.length).toBeLessThanOrEqual(MAX_REASON_LENGTH);
