@@ -1,6 +1,7 @@
 import { ApiError } from "../errors";
 import { ForkStore, type ForkRef } from "./fork-store";
-import { formatOffset, normalizeContentType } from "./protocol";
+import { formatOffset, isJsonContentType, normalizeContentType } from "./protocol";
+import { packRun, runCount, runLengths, runOffset, runStatements, unpackRun } from "./packed-runs";
 import { addColumnIfMissing, ensureSchema, LazySchema, type Schema } from "../domain/sql-schema";
 import { CommitGroup } from "./commit-group";
 
@@ -59,10 +60,13 @@ export const STREAM_LOG_SCHEMA: Schema = {
       ttl_seconds integer, expires_at text, created_at integer not null, last_access_at integer not null,
       closed integer not null default 0, closed_by text, last_stream_seq text, tail_seq integer not null default 0,
       deleted_at integer);
-    create table if not exists messages (seq integer primary key, data blob not null, entry_id text, ts integer not null);
+    create table if not exists messages (seq integer primary key, data blob not null, entry_id text, ts integer not null, lens blob);
     create unique index if not exists messages_entry_id on messages(entry_id) where entry_id is not null`,
-  // Logs created before forking existed lack the tombstone column.
-  migrate: (sql) => addColumnIfMissing(sql, "stream_meta", "deleted_at", "integer"),
+  // Logs created before forking existed lack the tombstone column; before packed runs, the lengths column.
+  migrate: (sql) => {
+    addColumnIfMissing(sql, "stream_meta", "deleted_at", "integer");
+    addColumnIfMissing(sql, "messages", "lens", "blob");
+  },
 };
 
 /** Idempotent producers' state: only streams written with Producer-* headers have it. */
@@ -96,6 +100,17 @@ export class StreamLog {
    * transaction of its own.
    */
   appendHookWrites: (messages: NewMessage[]) => boolean = () => this.onAppendInTransaction !== null;
+
+  /**
+   * Whether this log may store a run of id-less JSON messages as one packed row (packed-runs.ts).
+   * Only a plain stream's owner turns it on: a thread's log is read row by row by entry id and by
+   * content (lastMessages, lastContaining, the thread actor's own queries), which see no runs.
+   */
+  packsRuns: () => boolean = () => false;
+
+  private packs(contentType: string): boolean {
+    return isJsonContentType(contentType) && this.packsRuns();
+  }
 
   private get sql(): SqlStorage {
     return this.storage.sql;
@@ -204,7 +219,7 @@ export class StreamLog {
         name, opts.contentType, opts.ttlSeconds, opts.expiresAt, nowMs, nowMs, fork?.forkSeq ?? 0,
       );
       if (fork) this.forks.setRef(fork);
-      const { tail } = this.insertMessages(initial, fork?.forkSeq ?? 0, nowMs);
+      const { tail } = this.insertMessages(initial, fork?.forkSeq ?? 0, nowMs, this.packs(opts.contentType));
       this.sql.exec(`update stream_meta set tail_seq = ?, closed = ? where id = 1`, tail, opts.closed ? 1 : 0);
     });
     this.row = undefined;
@@ -231,15 +246,16 @@ export class StreamLog {
       throw new ApiError("sequence_conflict", `Stream-Seq ${req.streamSeq} is not above ${meta.lastStreamSeq}`);
     }
     let result: { appended: AppendedRef[]; fresh: StoredMessage[]; tail: number } = { appended: [], fresh: [], tail: meta.tailSeq };
-    if (this.isOneStatement(req, meta)) {
+    const pack = this.packs(meta.contentType);
+    if (this.isOneStatement(req, meta, pack)) {
       // One INSERT is atomic by itself: a savepoint around it would only cost time. The hook
       // has nothing to do here (isOneStatement asked it), so nothing can fail after the insert.
-      result = this.insertMessages(req.messages, meta.tailSeq, nowMs);
+      result = this.insertMessages(req.messages, meta.tailSeq, nowMs, pack);
       this.patchRow({ tailSeq: result.tail });
       return { kind: "appended", tailSeq: result.tail, appended: result.appended, fresh: result.fresh, closed: false };
     }
     this.storage.transactionSync(() => {
-      result = this.insertMessages(req.messages, meta.tailSeq, nowMs);
+      result = this.insertMessages(req.messages, meta.tailSeq, nowMs, pack);
       if (result.fresh.length > 0) this.onAppendInTransaction?.(result.fresh);
       if (req.producer) this.commitProducer(req.producer, nowMs);
       // At most one metadata write per append, and none for a plain append to a stream without a
@@ -261,14 +277,17 @@ export class StreamLog {
   }
 
   /**
-   * An append that writes exactly one statement: one message, or up to ROWS_PER_INSERT messages
-   * without entry ids; no producer state, no Stream-Seq, no close, no TTL bookkeeping, and no
-   * hook write for these messages.
+   * An append that writes exactly one statement: one message, or messages without entry ids that
+   * fit one packed row (`pack`) or one multi-row insert; no producer state, no Stream-Seq, no
+   * close, no TTL bookkeeping, and no hook write for these messages.
    */
-  private isOneStatement(req: AppendRequest, meta: StreamMeta): boolean {
+  private isOneStatement(req: AppendRequest, meta: StreamMeta, pack: boolean): boolean {
     if (req.producer || req.streamSeq !== undefined || req.close || meta.ttlSeconds !== null) return false;
-    if (req.messages.length === 0 || req.messages.length > ROWS_PER_INSERT) return false;
-    if (req.messages.length > 1) for (const m of req.messages) if ((m.entryId ?? null) !== null) return false;
+    if (req.messages.length === 0) return false;
+    if (req.messages.length > 1) {
+      for (const m of req.messages) if ((m.entryId ?? null) !== null) return false;
+      if (pack ? runStatements(req.messages) > 1 : req.messages.length > ROWS_PER_INSERT) return false;
+    }
     return !this.appendHookWrites(req.messages);
   }
 
@@ -302,22 +321,35 @@ export class StreamLog {
    */
   read(afterSeq: number, maxBytes: number, maxCount = 1_000_000, uptoSeq = Number.MAX_SAFE_INTEGER): { messages: StoredMessage[]; upToDate: boolean } {
     // A reader at the tail (every long-poll that re-arms) finds nothing: no query for that.
-    if (afterSeq >= this.tailSeq()) return { messages: [], upToDate: true };
-    const cursor = this.sql.exec(
-      `select seq, data, entry_id from messages where seq > ? and seq <= ? order by seq limit ?`, afterSeq, uptoSeq, maxCount + 1,
-    );
+    if (afterSeq >= this.tailSeq() || afterSeq >= uptoSeq) return { messages: [], upToDate: true };
     const messages: StoredMessage[] = [];
     let bytes = 0;
     let more = false;
-    // Rows as arrays, not objects: a catch-up read goes through many thousands of them.
-    for (const [rowSeq, rowData, rowEntryId] of cursor.raw()) {
-      const data = new Uint8Array(rowData as ArrayBuffer);
-      if (messages.length >= maxCount || (messages.length > 0 && bytes + data.byteLength > maxBytes)) {
+    const take = (m: StoredMessage): boolean => {
+      if (messages.length >= maxCount || (messages.length > 0 && bytes + m.data.byteLength > maxBytes)) {
         more = true;
-        break;
+        return false;
       }
-      messages.push({ seq: rowSeq as number, data, entryId: rowEntryId as string | null });
-      bytes += data.byteLength;
+      messages.push(m);
+      bytes += m.data.byteLength;
+      return true;
+    };
+    const takeRow = (row: SqlStorageValue[]): boolean => {
+      const [rowSeq, rowData, rowEntryId, rowLens] = row as [number, ArrayBuffer, string | null, ArrayBuffer | null];
+      if (rowLens === null) return take({ seq: rowSeq, data: new Uint8Array(rowData), entryId: rowEntryId });
+      for (const m of unpackRun(rowSeq, rowData, rowLens, afterSeq, uptoSeq)) if (!take(m)) return false;
+      return true;
+    };
+    // Every row holds at least one message, so maxCount + 1 rows are enough to know there is more.
+    const cursor = this.sql.exec(
+      `select seq, data, entry_id, lens from messages where seq > ? and seq <= ? order by seq limit ?`, afterSeq, uptoSeq, maxCount + 1,
+    );
+    // Rows as arrays, not objects: a catch-up read goes through many thousands of them.
+    for (const row of cursor.raw()) if (!takeRow(row)) break;
+    // A packed row that ends after uptoSeq may begin at or before it.
+    if (!more && uptoSeq < this.tailSeq()) {
+      const next = this.sql.exec(`select seq, data, entry_id, lens from messages where seq > ? order by seq limit 1`, uptoSeq).raw().next();
+      if (!next.done && next.value[3] !== null) takeRow(next.value);
     }
     return { messages, upToDate: !more };
   }
@@ -325,37 +357,66 @@ export class StreamLog {
   /**
    * A JSON stream's page of stored messages as the body a read sends (`[` + values joined by `,` +
    * `]`), built by SQLite: the same messages and bytes as `read` + joining them, without handing every
-   * row to JavaScript (what a catch-up read of a long log spends its time on). Same page rule as `read`:
-   * messages while they fit in `maxBytes`, always at least one.
+   * row to JavaScript (what a catch-up read of a long log spends its time on). Same page rule as `read`,
+   * by rows: rows while they fit in `maxBytes`, always at least one message. A packed row that begins
+   * at or before `afterSeq` gives the page its messages after it (cut by message if they alone are over).
    */
   readJoined(afterSeq: number, maxBytes: number): { body: Uint8Array; lastSeq: number; count: number; upToDate: boolean } {
     const tail = this.tailSeq();
     if (afterSeq >= tail) return { body: new TextEncoder().encode("[]"), lastSeq: afterSeq, count: 0, upToDate: true };
-    // The first message that no longer fits; everything before it is the page.
+    let head: Uint8Array | null = null;
+    let headCount = 0;
+    let from = afterSeq;
+    const first = this.sql.exec(`select seq, data, lens from messages where seq > ? order by seq limit 1`, afterSeq).raw().next();
+    if (!first.done && first.value[2] !== null) {
+      const [rowSeq, rowData, rowLens] = first.value as [number, ArrayBuffer, ArrayBuffer];
+      const firstSeq = rowSeq - runCount(rowLens) + 1;
+      if (firstSeq <= afterSeq) {
+        const start = runOffset(rowLens, afterSeq + 1 - firstSeq);
+        head = new Uint8Array(rowData, start);
+        headCount = rowSeq - afterSeq;
+        from = rowSeq;
+        if (head.byteLength > maxBytes) {
+          const page = this.read(afterSeq, maxBytes, Number.MAX_SAFE_INTEGER, rowSeq).messages;
+          const end = runOffset(rowLens, page[page.length - 1].seq + 1 - firstSeq) - 1;
+          const lastSeq = page[page.length - 1].seq;
+          return { body: bracketed([new Uint8Array(rowData, start, end - start)]), lastSeq, count: page.length, upToDate: lastSeq >= tail };
+        }
+      }
+    }
+    if (from >= tail) return { body: bracketed([head!]), lastSeq: from, count: headCount, upToDate: true };
+    const budget = maxBytes - (head?.byteLength ?? 0);
+    // The first row that no longer fits; every row before it is the page.
     const cut = this.sql.exec(
       `select seq, rn from (
          select seq, row_number() over w as rn, sum(length(cast(data as blob))) over w as run
          from messages where seq > ? window w as (order by seq rows between unbounded preceding and current row))
        where run > ? limit 1`,
-      afterSeq, maxBytes,
+      from, budget,
     ).toArray()[0] as { seq: number; rn: number } | undefined;
-    const upto = cut === undefined ? tail : cut.rn === 1 ? cut.seq : cut.seq - 1;
+    // Rows before the cut row (no row has a seq between theirs and its); a first row over the
+    // budget alone is the page only when nothing else is (at least one message).
+    const upto = cut === undefined ? tail : cut.rn > 1 ? cut.seq - 1 : head ? from : cut.seq;
+    if (upto <= from) return { body: bracketed([head!]), lastSeq: from, count: headCount, upToDate: false };
     const r = this.sql.exec(
-      `select count(*) as n, max(seq) as last, cast('[' || coalesce(group_concat(cast(data as text), ','), '') || ']' as blob) as body
-       from (select seq, data from messages where seq > ? and seq <= ? order by seq)`,
-      afterSeq, upto,
+      `select sum(coalesce(length(lens) / 4, 1)) as n, max(seq) as last, cast(coalesce(group_concat(cast(data as text), ','), '') as blob) as body
+       from (select seq, data, lens from messages where seq > ? and seq <= ? order by seq)`,
+      from, upto,
     ).one();
-    const lastSeq = (r.last as number | null) ?? afterSeq;
-    return { body: new Uint8Array(r.body as ArrayBuffer), lastSeq, count: r.n as number, upToDate: lastSeq >= tail };
+    const lastSeq = (r.last as number | null) ?? from;
+    const rest = new Uint8Array(r.body as ArrayBuffer);
+    return { body: bracketed(head ? [head, rest] : [rest]), lastSeq, count: headCount + ((r.n as number | null) ?? 0), upToDate: lastSeq >= tail };
   }
 
+  /** The last `count` messages of a thread's log, which holds no packed runs (see packsRuns). */
   lastMessages(count: number): StoredMessage[] {
     return this.sql.exec(`select seq, data, entry_id from messages order by seq desc limit ?`, count).toArray().reverse().map(storedMessage);
   }
 
   /**
    * The last `count` messages whose bytes contain `needle`, among the `scan` messages up to and
-   * including `upToSeq`, oldest first: SQLite looks through the rows, not JavaScript.
+   * including `upToSeq`, oldest first: SQLite looks through the rows, not JavaScript. For a
+   * thread's log, which holds no packed runs (see packsRuns).
    */
   lastContaining(needle: string, count: number, upToSeq: number, scan: number): StoredMessage[] {
     return this.sql
@@ -395,14 +456,29 @@ export class StreamLog {
     return formatOffset(this.tailSeq());
   }
 
-  private insertMessages(messages: NewMessage[], tailSeq: number, nowMs: number) {
+  private insertMessages(messages: NewMessage[], tailSeq: number, nowMs: number, pack: boolean) {
     const appended: AppendedRef[] = [];
     const fresh: StoredMessage[] = [];
     let seq = tailSeq;
-    // Messages without an entry id (plain streams) go in as multi-row inserts: one statement per
-    // run of up to ROWS_PER_INSERT instead of one per message.
+    // Messages without an entry id go in as packed runs (`pack`: a plain JSON stream's), or as
+    // multi-row inserts: one statement per run of up to ROWS_PER_INSERT instead of one per message.
     let pending: { seq: number; data: Uint8Array }[] = [];
     const flush = () => {
+      if (pack) {
+        let i = 0;
+        for (const n of runLengths(pending)) {
+          const run = pending.slice(i, (i += n));
+          const lastSeq = run[n - 1].seq;
+          if (n === 1) {
+            this.sql.exec(`insert into messages (seq, data, entry_id, ts) values (?, ?, null, ?)`, lastSeq, run[0].data, nowMs);
+          } else {
+            const packed = packRun(run);
+            this.sql.exec(`insert into messages (seq, data, entry_id, ts, lens) values (?, ?, null, ?, ?)`, lastSeq, packed.data, nowMs, packed.lens);
+          }
+        }
+        pending = [];
+        return;
+      }
       for (let i = 0; i < pending.length; i += ROWS_PER_INSERT) {
         const chunk = pending.slice(i, i + ROWS_PER_INSERT);
         // A run's seqs are consecutive: the first seq and the time are bound once, then each row's data.
@@ -502,6 +578,23 @@ function insertRows(n: number): string {
     rowPlaceholders.set(n, sql);
   }
   return sql;
+}
+
+/** `[` + the parts joined by `,` + `]`: a JSON read's body from joined messages. */
+function bracketed(parts: Uint8Array[]): Uint8Array {
+  const filled = parts.filter((p) => p.byteLength > 0);
+  let total = 2 + Math.max(0, filled.length - 1);
+  for (const p of filled) total += p.byteLength;
+  const out = new Uint8Array(total);
+  out[0] = 0x5b;
+  let at = 1;
+  filled.forEach((p, k) => {
+    if (k > 0) out[at++] = 0x2c;
+    out.set(p, at);
+    at += p.byteLength;
+  });
+  out[at] = 0x5d;
+  return out;
 }
 
 /** A `messages` row (`seq, data, entry_id`) as a stored message. */

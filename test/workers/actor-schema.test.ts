@@ -60,11 +60,12 @@ describe("a thread actor's tables", () => {
     await runInDurableObject(E.THREADS.get(E.THREADS.idFromName(`thread:${t.id}`)), (_a, state) => {
       const sql = state.storage.sql;
       // What an actor written by an older release looks like.
-      sql.exec(`drop table schema_${THREAD_ACTOR_SCHEMA_VERSION}; alter table thread_row drop column run_id; alter table stream_meta drop column deleted_at`);
+      sql.exec(`drop table schema_${THREAD_ACTOR_SCHEMA_VERSION}; alter table thread_row drop column run_id; alter table stream_meta drop column deleted_at; alter table messages drop column lens`);
       expect(columns(sql, "thread_row")).not.toContain("run_id");
       prepareSchemas(sql, THREAD_ACTOR_SCHEMA_VERSION, THREAD_ACTOR_SCHEMAS);
       expect(columns(sql, "thread_row")).toContain("run_id");
       expect(columns(sql, "stream_meta")).toContain("deleted_at");
+      expect(columns(sql, "messages")).toContain("lens");
       expect(tables(sql)).toContain(`schema_${THREAD_ACTOR_SCHEMA_VERSION}`);
       expect(sql.exec(`select title from thread_row`).one().title).toBe("old");
       expect(sql.exec(`select count(*) as n from messages`).one().n).toBe(1);

@@ -56,7 +56,7 @@ const RUN_REQUEST_SCHEMA: Schema = { name: "run_request", ddl: `create table if 
  * migrations) again. v3 left the lazy tables out; an older release, finding no marker of its own
  * on an actor made since, creates every table it expects, so going back a release stays safe.
  */
-export const THREAD_ACTOR_SCHEMA_VERSION = "v3";
+export const THREAD_ACTOR_SCHEMA_VERSION = "v4";
 /**
  * The tables every thread uses, created with its actor. The rest (forks, producer state, bots'
  * turns, launches, probes, a plain stream's owner, an idempotent create's fingerprint) are each
@@ -225,6 +225,7 @@ export class ThreadActor extends DurableObject<Env> {
       if (this.isThread() && this.dispatch.recordTriggers(fresh) > 0) this.triggersRecorded = true;
     };
     this.log.appendHookWrites = (messages) => this.isThread() && this.dispatch.wouldRecordTriggers(messages);
+    this.log.packsRuns = () => !this.isThread();
     this.appendHooks = [
       (entries) => this.lifecycle.onAppended(entries),
       (entries, appended) => this.fanout.deliver(appended, entries),
