@@ -78,7 +78,7 @@ const notFoundAs = (message: string) => (err: unknown): never => {
 };
 
 /** A child's environment, taken from its parent, deleted since the parent was made. */
-const goneParentEnvironment = (environmentId: string | null, parentId: string) =>
+export const goneParentEnvironment = (environmentId: string | null, parentId: string) =>
   `environment ${environmentId} of parent thread ${parentId} no longer exists: name another environmentId`;
 
 /** The one way a thread is made: the route and the `create_thread` tool (as the bot) both come here. */

@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { chosenEnvironmentId, commandSchema, cwdSchema, environmentChoiceFields, NO_SHARED_BOX, oneEnvironment, previewInEnvironment, runInEnvironment, type EnvironmentChoice } from "../../http/routes-environments";
 import { ApiError } from "../../errors";
-import { branchNeedsRepo, delegateTask, delegateTaskFields } from "../../http/routes-threads";
+import { branchNeedsRepo, delegateTask, delegateTaskFields, goneParentEnvironment } from "../../http/routes-threads";
 import { defineTool, type ToolContext } from "./context";
 import type { ToolSpec } from "../tool-loop";
 import { NO_SANDBOX } from "./no-sandbox";
@@ -12,12 +12,16 @@ const environmentChoiceProperties = (what: string) => ({
   environmentName: { type: "string", description: "the same as environmentId, by the environment's name (give one of the two)" },
 });
 
+/** What a tool says of this thread's environment deleted since: the tools take it by id or by name. */
+const goneThreadEnvironment = (environmentId: string) =>
+  `this thread's environment ${environmentId} no longer exists: name another of this house's environments by environmentId or environmentName`;
+
 /** Where run_command and preview_link work (the environment named, else the thread's), and what its 404 says; null for neither. */
 async function toolEnvironment(ctx: ToolContext, choice: EnvironmentChoice): Promise<{ id: string; missing?: string } | null> {
   const named = await chosenEnvironmentId(ctx.env, ctx.claims.houseId, choice);
   if (named !== undefined) return { id: named };
   if (!ctx.environmentId) return null;
-  return { id: ctx.environmentId, missing: `this thread's environment ${ctx.environmentId} no longer exists: name another of this house's environments by environmentId or environmentName` };
+  return { id: ctx.environmentId, missing: goneThreadEnvironment(ctx.environmentId) };
 }
 
 /** The thread environment's hands: a synchronous shell, and a detached coding agent on a child thread. */
@@ -74,7 +78,11 @@ export function sandboxTools(ctx: ToolContext): ToolSpec[] {
     async run(args) {
       if (!ctx.environmentId && args.environmentId === undefined && args.environmentName === undefined) return NO_SANDBOX;
       // delegateTask looks the name up and checks the environment as POST /delegate does.
-      const r = await delegateTask(ctx.env, ctx.claims, { id: ctx.threadId, environmentId: ctx.environmentId }, args);
+      const r = await delegateTask(ctx.env, ctx.claims, { id: ctx.threadId, environmentId: ctx.environmentId }, args).catch((err) => {
+        // The route's answer names only the id, and a thread's parent: the tool takes a name too.
+        if (!(err instanceof ApiError && err.code === "not_found" && ctx.environmentId && err.publicMessage === goneParentEnvironment(ctx.environmentId, ctx.threadId))) throw err;
+        throw new ApiError("not_found", goneThreadEnvironment(ctx.environmentId));
+      });
       return JSON.stringify({ childThreadId: r.childThreadId, status: r.status, note: "the result will be posted on this thread when the job ends" });
     },
   });
