@@ -8,7 +8,7 @@ import { formatZodError } from "./entries/schema";
 import { providerNameSchema } from "./sandbox/providers";
 import { packagesSchema } from "./workspace/packages";
 import { foldersSchema } from "./workspace/folders";
-import { shownRepositoryUrl } from "./workspace/repository-url";
+import { keptRepositoryUrls, shownRepositoryUrl } from "./workspace/repository-url";
 import { allowedToolsSchema, boxModeSchema, egressSchema, filesSchema, permissionModeSchema, pluginsSchema, publicFiles, repoPath, repositoriesSchema, volumesSchema } from "./workspace/box-config";
 
 /** A process's environment cannot carry a NUL byte: every launch would fail on it. */
@@ -211,6 +211,14 @@ export function applyEnvironmentPatch(current: Environment, patch: Record<string
       return kept ? { ...given, content: kept.content } : f;
     });
   }
+  // A URL stored with credentials before they were refused is shown redacted: the list sent back
+  // as read keeps it (validated without its credentials, stored as it was).
+  const givenRepositories: unknown[] = Array.isArray(patch.repositories) ? patch.repositories : [];
+  const { kept: keptUrls, check } = keptRepositoryUrls(
+    givenRepositories.map((r) => (isPlainObject(r) && typeof r.url === "string" ? r.url : undefined)),
+    (current.repositories ?? []).map((r) => r.url),
+  );
+  if (keptUrls.size > 0) merged.repositories = givenRepositories.map((r, i) => (keptUrls.has(i) ? { ...(r as object), url: check[i] } : r));
   if ("secrets" in patch) {
     if (patch.secrets === null || typeof patch.secrets !== "object" || Array.isArray(patch.secrets)) {
       throw new ApiError("validation_failed", "secrets must be an object (a null value removes that secret)", [{ path: "secrets", message: "an object of NAME: value (null removes one)" }]);
@@ -230,7 +238,8 @@ export function applyEnvironmentPatch(current: Environment, patch: Record<string
   if (patch.boxMode === "ephemeral" && !("sharedBox" in patch)) merged.sharedBox = current.sharedBox;
   if (patch.boxMode === "shared" && !("sharedBox" in patch)) delete merged.sharedBox;
   const parsed = environmentInputSchema.safeParse(merged);
-  const data = parsed.success ? parsed.data : keepingStoredProblems(stored, patch, merged, parsed.error);
+  const checked = parsed.success ? parsed.data : keepingStoredProblems(stored, patch, merged, parsed.error);
+  const data = keptUrls.size > 0 ? { ...checked, repositories: checked.repositories.map((r, i) => ({ ...r, url: keptUrls.get(i) ?? r.url })) } : checked;
   // Each PATCH body is capped, but what they add up to is not: PATCHes one after another would
   // grow an environment past what its house stores in one row, and every box's env and files with it.
   const bytes = new TextEncoder().encode(JSON.stringify(data)).byteLength;

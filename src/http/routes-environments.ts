@@ -4,7 +4,7 @@ import { ApiError, json } from "../errors";
 import type { Env } from "../env";
 import { authenticate, canWrite, houseWriter, requireHouse } from "../auth/authenticate";
 import { idSchema, type HouseClaims } from "../auth/tokens";
-import { environmentInputSchema, publicEnvironment, type Environment } from "../environments";
+import { environmentInputSchema, environmentNameSchema, publicEnvironment, type Environment } from "../environments";
 import { houseStub, newId, sandboxStub, threadStub } from "./actors";
 import { LiveOutput } from "../sandbox/live-output";
 import { ensureSharedBox, retireSharedBox, sharedBoxView } from "../workspace/shared-box";
@@ -209,6 +209,22 @@ export async function environmentIdNamed(env: Env, houseId: string, name: string
   if (named.length === 0) throw new ApiError("not_found", `no environment named ${JSON.stringify(name)} in this house`);
   if (named.length > 1) throw new ApiError("conflict", `${named.length} environments are named ${JSON.stringify(name)}: name one by environmentId (${named.map((e) => e.id).join(", ")})`);
   return named[0].id;
+}
+
+/** Another environment of the house than a thread's, for a delegate or a bot's tool: by id or by name. */
+export type EnvironmentChoice = { environmentId?: string; environmentName?: string };
+
+export const environmentChoiceFields = { environmentId: idSchema.optional(), environmentName: environmentNameSchema.optional() };
+
+export const oneEnvironment = <T extends EnvironmentChoice>(s: z.ZodType<T>) =>
+  s.refine((a) => a.environmentId === undefined || a.environmentName === undefined, { message: "give environmentId or environmentName, not both", path: ["environmentName"] });
+
+/**
+ * The id a choice names, or undefined when it names none. A name is only a way to say an id, looked
+ * up among the house's environments only: what takes the id checks it as for an id given.
+ */
+export async function chosenEnvironmentId(env: Env, houseId: string, choice: EnvironmentChoice): Promise<string | undefined> {
+  return choice.environmentName === undefined ? choice.environmentId : environmentIdNamed(env, houseId, choice.environmentName);
 }
 
 /** What `exec` on an environment without a shared box answers: its reader can change the environment. */

@@ -16,7 +16,7 @@ import { unwrapRpc } from "../actors/rpc";
 import { idempotencyKey, idempotentDelegation, idempotentResumeRunId, idempotentThreadId, requestFingerprint } from "../threads/idempotency";
 import type { EntryWithOffset } from "../entries/schema";
 import type { Environment } from "../environments";
-import { loadEnvironment } from "./routes-environments";
+import { chosenEnvironmentId, environmentChoiceFields, loadEnvironment, oneEnvironment } from "./routes-environments";
 import type { HarnessName } from "../sandbox/harness";
 
 type EntriesPage = { entries: EntryWithOffset[]; nextOffset: string; upToDate: boolean };
@@ -78,7 +78,7 @@ const notFoundAs = (message: string) => (err: unknown): never => {
 };
 
 /** A child's environment, taken from its parent, deleted since the parent was made. */
-const goneParentEnvironment = (environmentId: string | null, parentId: string) =>
+export const goneParentEnvironment = (environmentId: string | null, parentId: string) =>
   `environment ${environmentId} of parent thread ${parentId} no longer exists: name another environmentId`;
 
 /** The one way a thread is made: the route and the `create_thread` tool (as the bot) both come here. */
@@ -266,7 +266,7 @@ export const BRANCH_NEEDS_REPO = "branch needs repo: it names a branch of the re
 
 /**
  * What a `delegate_task` call may pass too: the same checks as the route's, so neither path lets
- * more through. `model` and `environmentId` are here because the route's errors name them as the
+ * more through. `model` and the environment are here because the route's errors name them as the
  * fix (a run without a model, a parent whose environment was deleted): a bot must be able to follow.
  */
 export const delegateTaskFields = {
@@ -275,19 +275,19 @@ export const delegateTaskFields = {
   branch: branchNameSchema.optional(),
   harness: z.enum(["pi", "claude-code", "codex"]).optional(),
   model: modelNameSchema.optional(),
-  environmentId: idSchema.optional(),
+  ...environmentChoiceFields,
 };
 
 export const branchNeedsRepo = <T extends { repo?: string; branch?: string }>(s: z.ZodType<T>) =>
   s.refine((b) => b.branch === undefined || b.repo !== undefined, { message: BRANCH_NEEDS_REPO, path: ["branch"] });
 
-export const delegateSchema = branchNeedsRepo(z.object({
+export const delegateSchema = branchNeedsRepo(oneEnvironment(z.object({
   ...delegateTaskFields,
   title: z.string().max(500).optional(),
   /** This run's, instead of the environment's. */
   permissionMode: permissionModeSchema.optional(),
   allowedTools: allowedToolsSchema.optional(),
-}).strict());
+}).strict()));
 
 const resumeSchema = z.object({
   message: nonBlankText(200_000, "message"),
@@ -317,11 +317,12 @@ export type DelegateBody = z.infer<typeof delegateSchema>;
  * and the result chat on the parent. The route and the `delegate_task` tool both come here.
  */
 export async function delegateTask(env: Env, claims: HouseClaims, parent: { id: string; environmentId: string | null }, body: DelegateBody, idem?: { key: string }) {
-  const environmentId = body.environmentId ?? parent.environmentId;
+  const chosen = await chosenEnvironmentId(env, claims.houseId, body);
+  const environmentId = chosen ?? parent.environmentId;
   // An environment deleted since the parent was made: say whose it was and what to do, as a child
   // thread made with POST /api/threads is told, not a bare "environment not found".
   const loading = runEnvironment(env, claims.houseId, environmentId ?? null);
-  const environment = await (body.environmentId === undefined ? loading.catch(notFoundAs(goneParentEnvironment(environmentId, parent.id))) : loading);
+  const environment = await (chosen === undefined ? loading.catch(notFoundAs(goneParentEnvironment(environmentId, parent.id))) : loading);
   const harness = body.harness ?? environment?.harness ?? "pi";
   requireModel(harness, body.model, environment);
   // With an Idempotency-Key, a retry names the same child and run: it finds them, and a retry

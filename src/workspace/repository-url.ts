@@ -71,3 +71,33 @@ export function repositoryUrlSecrets(url: string): string[] {
   });
   return [...new Set([...raw, ...decoded])];
 }
+
+/** `url` without what `repositoryUrlSecrets` would take from it (an ssh URL keeps its user). */
+function withoutCredentials(url: string): string {
+  const p = partsOf(url);
+  if (!p) return url;
+  const user = p.user !== undefined && !userIsSecret(p) && p.user !== "" ? `${p.user}@` : "";
+  return `${p.scheme}${user}${p.rest}`;
+}
+
+/**
+ * A repository list sent back as an environment's GET showed it: a URL equal to what is shown of
+ * a stored one with credentials stands for that stored URL, which a client cannot send (it is
+ * refused) and cannot read (it is shown redacted). `kept` maps a given index to the stored URL
+ * (the one at the same index first, else the one stored URL shown that way); `check` is the given
+ * URL in a form today's validation takes in its place. Anything else sent stays as sent, and a
+ * credential or `[redacted]` in it is refused as before.
+ */
+export function keptRepositoryUrls(given: readonly (string | undefined)[], stored: readonly string[]): { kept: Map<number, string>; check: (string | undefined)[] } {
+  const redacted = stored.map((url, i) => ({ url, i, shown: shownRepositoryUrl(url) })).filter((s) => s.shown !== s.url);
+  const kept = new Map<number, string>();
+  const check = given.map((url, i) => {
+    const same = url === undefined ? [] : redacted.filter((s) => s.shown === url);
+    const urls = new Set(same.map((s) => s.url));
+    const storedUrl = same.find((s) => s.i === i)?.url ?? (urls.size === 1 ? same[0].url : undefined);
+    if (storedUrl === undefined) return url;
+    kept.set(i, storedUrl);
+    return withoutCredentials(storedUrl);
+  });
+  return { kept, check };
+}

@@ -333,7 +333,8 @@ describe("dispatch: delegate_task names the environment and model its run uses, 
     await post(token, thread.id, chat("@bot fix it"));
     const es = await waitForEntries(token, thread.id, (es) => chatsBy(es, bot.id).some((e) => e.payload.text === "Delegated twice."), "the reply");
     const results = toolResults(es);
-    expect(results[0]).toEqual([true, `not_found: environment ${gone} of parent thread ${thread.id} no longer exists: name another environmentId`]);
+    // Not the route's words ("name another environmentId"): the tool takes a name too.
+    expect(results[0]).toEqual([true, `not_found: this thread's environment ${gone} no longer exists: name another of this house's environments by environmentId or environmentName`]);
     expect(results.slice(1).map(([isError]) => isError)).toEqual([false, false]);
     const made = results.slice(1).map(([, out]) => JSON.parse(out as string).childThreadId as string);
     const children = await childrenOf(token, thread.id);

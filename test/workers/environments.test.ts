@@ -160,6 +160,35 @@ describe("environments", () => {
       .toBe(`environment ${gone} of thread ${parent.id} no longer exists: the thread cannot run again; delegate the task anew from a thread with another environment`);
   });
 
+  it("delegating names another environment by environmentName as by environmentId; another house's name is a missing one; both at once is a 400", async () => {
+    const token = await houseToken("house-env-delegate-name");
+    const made = async (t: string, name: string) => ((await (await call("/api/environments", { method: "POST", token: t, json: { name, model: "local/m" } })).json()) as { id: string }).id;
+    const gone = await made(token, "gone");
+    const other = await made(token, "other");
+    await made(await houseToken("house-env-delegate-name-2"), "theirs");
+    const parent = await createThread(token, { environmentId: gone });
+    expect((await call(`/api/environments/${gone}`, { method: "DELETE", token })).status).toBe(204);
+    const delegate = (json: Record<string, unknown>) => call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "write a.txt", ...json } });
+
+    // The way on from a parent whose environment was deleted, by name.
+    const named = await delegate({ environmentName: "other" });
+    expect(named.status).toBe(202);
+    const { childThreadId } = (await named.json()) as { childThreadId: string };
+    expect(((await (await call(`/api/threads/${childThreadId}`, { token })).json()) as { environmentId: string }).environmentId).toBe(other);
+
+    // Another house's environment is not looked at: its name answers as a name no house has.
+    for (const name of ["theirs", "nobody-has-this"]) {
+      const r = await delegate({ environmentName: name });
+      expect(r.status).toBe(404);
+      expect(((await r.json()) as { error: unknown }).error).toEqual({ code: "not_found", message: `no environment named ${JSON.stringify(name)} in this house` });
+    }
+    const both = await delegate({ environmentId: other, environmentName: "other" });
+    expect(both.status).toBe(400);
+    expect(((await both.json()) as { error: unknown }).error).toMatchObject({ code: "validation_failed", details: [{ path: "environmentName", message: "give environmentId or environmentName, not both" }] });
+    const children = (await (await call(`/api/threads?parent=${parent.id}`, { token })).json()) as { threads: { id: string }[] };
+    expect(children.threads.map((t) => t.id)).toEqual([childThreadId]);
+  });
+
   it("rejects bad environment input", async () => {
     const token = await houseToken("house-env");
     const bad = [

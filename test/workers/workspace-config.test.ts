@@ -4,7 +4,7 @@ import { sharedTestProvider } from "./register-test-provider";
 import { LABEL_RUN } from "../../src/sandbox/provider";
 import { env, runInDurableObject } from "cloudflare:test";
 import type { HouseActor } from "./test-worker";
-import { repositoryUrlSecrets, shownRepositoryUrl } from "../../src/workspace/repository-url";
+import { keptRepositoryUrls, repositoryUrlSecrets, shownRepositoryUrl } from "../../src/workspace/repository-url";
 
 
 async function createEnv(token: string, body: Record<string, unknown>) {
@@ -326,6 +326,46 @@ describe("environment workspace fields", () => {
     }
   }, 60_000);
 
+  it("repositories: a list sent back as GET shows it keeps a URL stored with credentials; any other redacted or credentialed URL is a 400", async () => {
+    const houseId = "house-ws-stored-url-patch";
+    const token = await houseToken(houseId);
+    const created = await createEnv(token, { repositories: [{ url: "https://git.example/org/app.git" }, { url: "https://git.example/org/doc.git", path: "doc" }] });
+    expect(created.status).toBe(201);
+    const storedUrl = "https://deploy:pw-Hq7Lm2@git.example/org/app.git?private_token=glpat-Wc4Rt9";
+    const houses = (env as unknown as { HOUSES: DurableObjectNamespace<HouseActor> }).HOUSES;
+    const house = houses.get(houses.idFromName(houseId));
+    // As an older version stored it: the validation of today is not asked.
+    await runInDurableObject(house, (_h: HouseActor, state: DurableObjectState) => {
+      state.storage.sql.exec(`update environments set body = json_set(body, '$.repositories[0].url', ?) where id = ?`, storedUrl, created.body.id);
+    });
+    const storedRepositories = () => runInDurableObject(house, (_h: HouseActor, state: DurableObjectState) =>
+      JSON.parse(state.storage.sql.exec<{ r: string }>(`select json_extract(body, '$.repositories') as r from environments where id = ?`, created.body.id).one().r) as { url: string }[]);
+    const shown = ((await (await call(`/api/environments/${created.body.id}`, { token })).json()) as { repositories: { url: string; path?: string }[] }).repositories;
+    expect(shown[0].url).toBe("https://[redacted]:[redacted]@git.example/org/app.git?private_token=[redacted]");
+
+    // GET, change a field, send the list back: the stored URL stays, still shown redacted.
+    const patched = await call(`/api/environments/${created.body.id}`, { method: "PATCH", token, json: { name: "renamed", repositories: [{ ...shown[0], branch: "main" }, shown[1]] } });
+    expect(patched.status).toBe(200);
+    const body = (await patched.json()) as { name: string; repositories: unknown };
+    expect(body).toMatchObject({ name: "renamed", repositories: [{ url: shown[0].url, branch: "main" }, shown[1]] });
+    expect(JSON.stringify(body)).not.toMatch(/pw-Hq7Lm2|glpat-Wc4Rt9/);
+    expect((await storedRepositories()).map((r) => r.url)).toEqual([storedUrl, "https://git.example/org/doc.git"]);
+    // Moved to another place in the list, it is still the one stored URL shown that way.
+    expect((await call(`/api/environments/${created.body.id}`, { method: "PATCH", token, json: { repositories: [shown[1], shown[0]] } })).status).toBe(200);
+    expect((await storedRepositories()).map((r) => r.url)).toEqual(["https://git.example/org/doc.git", storedUrl]);
+
+    // Only what GET shows for a stored URL stands for it.
+    for (const url of [
+      "https://[redacted]:[redacted]@git.example/org/other.git?private_token=[redacted]",
+      "https://[redacted]@git.example/org/app.git?private_token=[redacted]",
+      "https://deploy:guess@git.example/org/app.git",
+    ]) {
+      const r = await call(`/api/environments/${created.body.id}`, { method: "PATCH", token, json: { repositories: [{ url }] } });
+      expect([url, r.status, await errorCode(r)]).toEqual([url, 400, "validation_failed"]);
+    }
+    expect((await storedRepositories()).map((r) => r.url)).toEqual(["https://git.example/org/doc.git", storedUrl]);
+  });
+
   it("repositories: one inside another's path is a 400, in either order (the outer's clone would remove the inner, or take it into its tree)", async () => {
     const token = await houseToken("house-ws-repos-nested");
     for (const repositories of [
@@ -546,5 +586,16 @@ describe("a stored repository URL as shown", () => {
   ])("%s -> %s", (url, shown, secrets) => {
     expect(shownRepositoryUrl(url)).toBe(shown);
     expect(repositoryUrlSecrets(url)).toEqual(secrets);
+  });
+
+  it("sent back, stands for the stored URL it shows: the same place's first, else the only one shown so", () => {
+    const a1 = "https://t1@h/a.git", a2 = "https://t2@h/a.git", lib = "ssh://git:pw@h/lib.git";
+    const shownA = "https://[redacted]@h/a.git";
+    expect(keptRepositoryUrls([shownA, shownA], [a1, a2])).toEqual({ kept: new Map([[0, a1], [1, a2]]), check: ["https://h/a.git", "https://h/a.git"] });
+    // Two stored URLs shown alike, neither at this place: which one it stands for is unknown, so it is taken as sent (and refused).
+    expect(keptRepositoryUrls(["x", "y", shownA], [a1, a2]).kept.size).toBe(0);
+    expect(keptRepositoryUrls(["ssh://git:[redacted]@h/lib.git", undefined], ["https://h/b.git", lib])).toEqual({ kept: new Map([[0, lib]]), check: ["ssh://git@h/lib.git", undefined] });
+    // A URL stored without credentials is shown as it is: nothing to keep.
+    expect(keptRepositoryUrls(["https://h/b.git"], ["https://h/b.git"]).kept.size).toBe(0);
   });
 });

@@ -2,6 +2,7 @@ import type { LaunchSpec } from "../../threads/launch";
 import type { LaunchBoxRelease } from "./launcher";
 import { backoffDelayMs } from "../../domain/backoff";
 import { ensureSchema, type Schema } from "../../domain/sql-schema";
+import { errorMessage } from "../../domain/log-event";
 
 /**
  * Side effects a thread owes other actors. They are written in the same turn as the state change
@@ -132,7 +133,7 @@ export class Outbox {
         await executor.run(item.payload, item as OutboxItem<OutboxKind>);
         this.done(item.key);
       } catch (err) {
-        const message = err instanceof Error ? err.message.split("\u0000")[0] : String(err);
+        const message = errorMessage(err);
         if (executor.giveUp) {
           this.done(item.key);
           executor.giveUp(item.payload, message);

@@ -1,20 +1,10 @@
 import { z } from "zod";
-import { commandSchema, cwdSchema, environmentIdNamed, NO_SHARED_BOX, previewInEnvironment, runInEnvironment } from "../../http/routes-environments";
+import { chosenEnvironmentId, commandSchema, cwdSchema, environmentChoiceFields, NO_SHARED_BOX, oneEnvironment, previewInEnvironment, runInEnvironment, type EnvironmentChoice } from "../../http/routes-environments";
 import { ApiError } from "../../errors";
-import { environmentNameSchema } from "../../environments";
-import { idSchema } from "../../auth/tokens";
-import { branchNeedsRepo, delegateTask, delegateTaskFields } from "../../http/routes-threads";
+import { branchNeedsRepo, delegateTask, delegateTaskFields, goneParentEnvironment } from "../../http/routes-threads";
 import { defineTool, type ToolContext } from "./context";
 import type { ToolSpec } from "../tool-loop";
 import { NO_SANDBOX } from "./no-sandbox";
-
-/** A sandbox tool's way to work in another environment of the house than the thread's. */
-type EnvironmentChoice = { environmentId?: string; environmentName?: string };
-
-const environmentChoiceFields = { environmentId: idSchema.optional(), environmentName: environmentNameSchema.optional() };
-
-const oneEnvironment = <T extends EnvironmentChoice>(s: z.ZodType<T>) =>
-  s.refine((a) => a.environmentId === undefined || a.environmentName === undefined, { message: "give environmentId or environmentName, not both", path: ["environmentName"] });
 
 /** The JSON schema of the choice, for a tool that does `what` there. */
 const environmentChoiceProperties = (what: string) => ({
@@ -22,20 +12,16 @@ const environmentChoiceProperties = (what: string) => ({
   environmentName: { type: "string", description: "the same as environmentId, by the environment's name (give one of the two)" },
 });
 
-/**
- * The id a call names, or undefined when it names none. A name is only a way to say an id, looked
- * up among the house's environments only: what takes the id checks it as the routes do.
- */
-async function namedEnvironmentId(ctx: ToolContext, choice: EnvironmentChoice): Promise<string | undefined> {
-  return choice.environmentName === undefined ? choice.environmentId : environmentIdNamed(ctx.env, ctx.claims.houseId, choice.environmentName);
-}
+/** What a tool says of this thread's environment deleted since: the tools take it by id or by name. */
+const goneThreadEnvironment = (environmentId: string) =>
+  `this thread's environment ${environmentId} no longer exists: name another of this house's environments by environmentId or environmentName`;
 
 /** Where run_command and preview_link work (the environment named, else the thread's), and what its 404 says; null for neither. */
 async function toolEnvironment(ctx: ToolContext, choice: EnvironmentChoice): Promise<{ id: string; missing?: string } | null> {
-  const named = await namedEnvironmentId(ctx, choice);
+  const named = await chosenEnvironmentId(ctx.env, ctx.claims.houseId, choice);
   if (named !== undefined) return { id: named };
   if (!ctx.environmentId) return null;
-  return { id: ctx.environmentId, missing: `this thread's environment ${ctx.environmentId} no longer exists: name another of this house's environments by environmentId or environmentName` };
+  return { id: ctx.environmentId, missing: goneThreadEnvironment(ctx.environmentId) };
 }
 
 /** The thread environment's hands: a synchronous shell, and a detached coding agent on a child thread. */
@@ -88,12 +74,15 @@ export function sandboxTools(ctx: ToolContext): ToolSpec[] {
       required: ["task"],
       additionalProperties: false,
     },
-    args: branchNeedsRepo(oneEnvironment(z.object({ ...delegateTaskFields, ...environmentChoiceFields }).strict())),
-    async run({ environmentName, ...args }) {
-      // delegateTask checks the id as POST /delegate does.
-      const environmentId = await namedEnvironmentId(ctx, { environmentId: args.environmentId, environmentName });
-      if (!ctx.environmentId && environmentId === undefined) return NO_SANDBOX;
-      const r = await delegateTask(ctx.env, ctx.claims, { id: ctx.threadId, environmentId: ctx.environmentId }, { ...args, environmentId });
+    args: branchNeedsRepo(oneEnvironment(z.object(delegateTaskFields).strict())),
+    async run(args) {
+      if (!ctx.environmentId && args.environmentId === undefined && args.environmentName === undefined) return NO_SANDBOX;
+      // delegateTask looks the name up and checks the environment as POST /delegate does.
+      const r = await delegateTask(ctx.env, ctx.claims, { id: ctx.threadId, environmentId: ctx.environmentId }, args).catch((err) => {
+        // The route's answer names only the id, and a thread's parent: the tool takes a name too.
+        if (!(err instanceof ApiError && err.code === "not_found" && ctx.environmentId && err.publicMessage === goneParentEnvironment(ctx.environmentId, ctx.threadId))) throw err;
+        throw new ApiError("not_found", goneThreadEnvironment(ctx.environmentId));
+      });
       return JSON.stringify({ childThreadId: r.childThreadId, status: r.status, note: "the result will be posted on this thread when the job ends" });
     },
   });
