@@ -10,44 +10,56 @@ import { lateBoxWatchId } from "../../src/actors/sandbox/late-box";
 const E = env as unknown as { SANDBOXES: DurableObjectNamespace<SandboxActor> };
 const actor = (id: string) => E.SANDBOXES.get(E.SANDBOXES.idFromName(id));
 
+/** `p`, or a failure naming `what` once `ms` pass: a request that never answers fails its case instead of stalling the run. */
+async function within<T>(p: Promise<T>, what: string, ms = 15_000): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms); });
+  try {
+    return await Promise.race([p, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+type Answer = { status: number; location: string | null; body: { id: string; providerRef: string; error?: { code: string; message: string; details?: unknown } } };
+
+/**
+ * Runs `post` so that it loses its key's race: its provider create first sends `post` again (the
+ * same key) and waits for that answer, so the second request makes and registers its box before
+ * the first has one. All of it is done inside the first request, one step after another: no two
+ * requests in flight share anything. Returns both answers.
+ */
+async function raceLostBy(post: () => Promise<Response>): Promise<{ first: Answer; second: Answer | undefined }> {
+  const provider = sharedTestProvider();
+  const create = provider.create;
+  let second: Answer | undefined;
+  provider.create = async function (this: typeof provider, opts) {
+    provider.create = create; // the second request's create is the provider's own
+    const r = await post();
+    second = { status: r.status, location: r.headers.get("location"), body: (await r.json()) as Answer["body"] };
+    return create.call(this, opts);
+  };
+  try {
+    const r = await within(post(), "the request that lost the race");
+    return { first: { status: r.status, location: r.headers.get("location"), body: (await r.json()) as Answer["body"] }, second };
+  } finally {
+    provider.create = create;
+  }
+}
+
 describe("the box a request that lost an Idempotency-Key race made", () => {
   it("whose delete the provider fails twice is deleted by a watch that retries with backoff", async () => {
     const houseId = "house-dup-box";
     const token = await houseToken(houseId);
     const provider = sharedTestProvider();
     const liveAtProvider = async () => (await provider.list({ "threadbox.house": houseId })).filter((b) => b.state !== "destroyed").map((b) => b.ref);
-    const create = provider.create;
-    let entered!: () => void;
-    const reached = new Promise<void>((r) => { entered = r; });
-    let release!: () => void;
-    const gate = new Promise<void>((r) => { release = r; });
-    let hold = true;
-    // The first request's create waits while a second with the same key makes and registers its box.
-    provider.create = async function (this: typeof provider, opts) {
-      if (hold) {
-        hold = false;
-        entered();
-        await gate;
-      }
-      return create.call(this, opts);
-    };
     const post = () => call("/api/sandboxes", { method: "POST", token, json: { provider: "test", ephemeral: false }, headers: { "idempotency-key": "dup-race" } });
-    let won: { id: string; providerRef: string };
-    try {
-      const first = post();
-      await reached;
-      const second = await post();
-      expect(second.status).toBe(201);
-      won = (await second.json()) as { id: string; providerRef: string };
-      provider.failDeletes(2, "unavailable");
-      release();
-      const lost = await first;
-      expect(lost.status).toBe(200);
-      expect(lost.headers.get("location")).toBe(`/api/sandboxes/${won.id}`);
-    } finally {
-      provider.create = create;
-      release();
-    }
+    provider.failDeletes(2, "unavailable");
+    const { first, second } = await raceLostBy(post);
+    expect(second?.status).toBe(201);
+    const won = second!.body;
+    expect(first.status).toBe(200);
+    expect(first.location).toBe(`/api/sandboxes/${won.id}`);
     const dropped = (await liveAtProvider()).filter((r) => r !== won.providerRef);
     expect(dropped).toHaveLength(1); // its delete failed: still there
     const watch = actor(lateBoxWatchId("test", dropped[0]));
