@@ -1,5 +1,6 @@
-// A `POST /api/sandboxes` that loses an Idempotency-Key race drops the box it made: no box actor
-// has that box, so a delete the provider fails must still be retried until it is gone.
+// A box this code made and then found not needed (a `POST /api/sandboxes` that lost an
+// Idempotency-Key race, a shared box its actor could not register) is had by no box actor: a delete
+// the provider fails must still be retried until it is gone, or the box named as left.
 import { describe, expect, it } from "vitest";
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import type { SandboxActor } from "./test-worker";
@@ -70,5 +71,62 @@ describe("the box a request that lost an Idempotency-Key race made", () => {
     expect(await liveAtProvider()).toEqual([won.providerRef]);
     expect(await runDurableObjectAlarm(watch)).toBe(false); // the watch has ended
     expect((await call(`/api/sandboxes/${won.id}`, { method: "DELETE", token })).status).toBe(200);
+  });
+
+  it("whose delete fails and whose watch cannot be started: the answer names the box that may be left, and a retry answers the box that won", async () => {
+    const houseId = "house-dup-box-watch-fails";
+    const token = await houseToken(houseId);
+    const provider = sharedTestProvider();
+    const liveAtProvider = async () => (await provider.list({ "threadbox.house": houseId })).filter((b) => b.state !== "destroyed").map((b) => b.ref);
+    const post = () => call("/api/sandboxes", { method: "POST", token, json: { provider: "test", ephemeral: false }, headers: { "idempotency-key": "dup-race-left" } });
+    provider.failDeletes(1, "unavailable");
+    await runInDurableObject(actor("any-box"), (a: SandboxActor) => a.failLateBoxWatches(1));
+    let raced;
+    try {
+      raced = await raceLostBy(post);
+    } finally {
+      await runInDurableObject(actor("any-box"), (a: SandboxActor) => a.failLateBoxWatches(0));
+    }
+    expect(raced.second?.status).toBe(201);
+    const won = raced.second!.body;
+    const dropped = (await liveAtProvider()).filter((r) => r !== won.providerRef);
+    expect(dropped).toHaveLength(1);
+    expect(raced.first.status).toBe(502);
+    expect(raced.first.body.error).toMatchObject({ code: "provider_unavailable", details: { provider: "test", providerRef: dropped[0] } });
+    expect(raced.first.body.error?.message).toContain(dropped[0]);
+    const again = await within(post(), "the retry");
+    expect(again.status).toBe(200);
+    expect(again.headers.get("location")).toBe(`/api/sandboxes/${won.id}`);
+    await provider.delete(dropped[0]);
+    expect((await call(`/api/sandboxes/${won.id}`, { method: "DELETE", token })).status).toBe(200);
+  });
+});
+
+describe("a shared box its actor could not register", () => {
+  it("whose delete fails and whose watch cannot be started: the first use fails naming the box that may be left, and the next makes one afresh", async () => {
+    const houseId = "house-shared-left";
+    const token = await houseToken(houseId);
+    const provider = sharedTestProvider();
+    provider.execHandler = () => ({ exitCode: 0, output: "ok" });
+    const liveAtProvider = async () => (await provider.list({ "threadbox.house": houseId })).filter((b) => b.state !== "destroyed").map((b) => b.ref);
+    expect((await call("/api/environments", { method: "POST", token, json: { id: "env_left", name: "s", provider: "test", sharedBox: true } })).status).toBe(201);
+    const exec = () => within(call("/api/environments/env_left/exec", { method: "POST", token, json: { command: "true" } }), "the command");
+    provider.failDeletes(1, "unavailable");
+    await runInDurableObject(actor("any-box"), (a: SandboxActor) => { a.failRegistersOfAnyBox(1); a.failLateBoxWatches(1); });
+    let failed: Response;
+    try {
+      failed = await exec();
+    } finally {
+      await runInDurableObject(actor("any-box"), (a: SandboxActor) => { a.failRegistersOfAnyBox(0); a.failLateBoxWatches(0); });
+    }
+    const [left] = await liveAtProvider();
+    expect(left).toBeDefined();
+    expect(failed.status).toBe(502);
+    const body = (await failed.json()) as { error: { code: string; message: string; details: unknown } };
+    expect(body.error).toMatchObject({ code: "provider_unavailable", details: { provider: "test", providerRef: left } });
+    expect(body.error.message).toContain(left);
+    expect((await exec()).status).toBe(200);
+    expect(await liveAtProvider()).toHaveLength(2);
+    await provider.delete(left);
   });
 });

@@ -831,6 +831,33 @@ describe("a launch that fails between making its box and assigning it to the run
   }, 30_000);
 });
 
+describe("a launch's never-registered box whose delete fails and whose late-box watch cannot be started", () => {
+  it("is not left live: the thread's outbox keeps its release, and the next alarm deletes it", async () => {
+    const houseId = "house-register-fails-watch-fails";
+    // The thread's clock runs an hour ahead, so its alarms come only when the test runs them.
+    const { token, t, stub } = await launchableThread(houseId, (a) => a.advanceClock(60 * 60_000));
+    const provider = sharedTestProvider();
+    const runId = crypto.randomUUID();
+    await runInDurableObject(boxStub(launchBoxId(runId)), (a: SandboxActor) => a.failRegisters(1));
+    await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice", runId }));
+    provider.failDeletes(1, "unavailable");
+    await runInDurableObject(boxStub("any-box"), (a: SandboxActor) => a.failLateBoxWatches(1));
+    try {
+      expect(await runDurableObjectAlarm(stub)).toBe(true); // the launch, and its release's first try
+      expect(((await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string }).status).toBe("failed");
+      const [made] = await provider.list({ [LABEL_RUN]: runId });
+      expect(made).toBeDefined(); // neither deleted nor watched: only the thread still knows of it
+      expect(await runInDurableObject(stub, (a: ThreadActor) => a.testOutboxKeys())).toContain(`release_box:${runId}`);
+    } finally {
+      await runInDurableObject(boxStub("any-box"), (a: SandboxActor) => a.failLateBoxWatches(0));
+    }
+    await runInDurableObject(stub, (a: ThreadActor) => a.advanceClock(60 * 60_000));
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await provider.list({ [LABEL_RUN]: runId })).toEqual([]);
+    expect(await runInDurableObject(stub, (a: ThreadActor) => a.testOutboxKeys())).toEqual([]);
+  }, 30_000);
+});
+
 describe("a shared box retired while a launch holds it, the launch then failing before the box is the run's", () => {
   it("is deleted once that run has failed: it is no longer the environment's box, and nothing else would ever delete it", async () => {
     const houseId = "house-retired-reserved-launch-fails";

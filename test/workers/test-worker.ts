@@ -470,6 +470,18 @@ export class SandboxActor extends ProductionSandboxActor {
     return super.view(houseId);
   }
 
+  private static readonly lateBoxWatchFailures = new FailNext();
+
+  /** The next `count` starts of a late box's watch, for any name, fail before anything is written (its actor unreachable). */
+  failLateBoxWatches(count: number): void {
+    SandboxActor.lateBoxWatchFailures.arm(count);
+  }
+
+  override async watchLateBox(houseId: string, provider: string, name: string) {
+    failIfArmed("late-box watch unavailable (test)", SandboxActor.lateBoxWatchFailures);
+    return super.watchLateBox(houseId, provider, name);
+  }
+
   private static readonly anyBoxRegisterFailures = new FailNext();
 
   /** The next `count` registers of any box fail before anything is written (for a box whose id a test cannot know). */

@@ -1,5 +1,6 @@
 import type { Env } from "../../env";
 import type { BoxInfo, CreateBoxOptions, SandboxProvider } from "../../sandbox/provider";
+import { ApiError } from "../../errors";
 import { ProviderError } from "../../sandbox/errors";
 import { providerFor } from "../../sandbox/providers";
 import { LazySchema, type Schema } from "../../domain/sql-schema";
@@ -45,6 +46,8 @@ export async function createBox(env: Env, houseId: string, providerName: string,
 /**
  * Deletes a box no box actor has (made by this code, then found not needed): now, or, when the
  * provider fails that, by a watch of it that retries with backoff until the provider confirms.
+ * When neither is done, it throws `provider_unavailable` naming the box: nothing else knows of it,
+ * so the caller must keep it (an actor's outbox tries again) or tell its client the box may be left.
  */
 export async function deleteUnregisteredBox(env: Env, houseId: string, providerName: string, ref: string): Promise<void> {
   try {
@@ -54,8 +57,19 @@ export async function deleteUnregisteredBox(env: Env, houseId: string, providerN
     if (err instanceof ProviderError && err.code === "not_found") return;
     logEvent("unregistered_box_delete_failed", { houseId, provider: providerName, ref, retriedBy: "late-box watch", error: errorMessage(err) }, "warn");
   }
-  await unwrapRpc(sandboxStub(env, lateBoxWatchId(providerName, ref)).watchLateBox(houseId, providerName, ref)).catch((watchErr) =>
-    logEvent("late_box_watch_failed", { houseId, provider: providerName, name: ref, error: errorMessage(watchErr) }, "error"));
+  try {
+    await unwrapRpc(sandboxStub(env, lateBoxWatchId(providerName, ref)).watchLateBox(houseId, providerName, ref));
+  } catch (watchErr) {
+    logEvent("late_box_watch_failed", { houseId, provider: providerName, name: ref, error: errorMessage(watchErr) }, "error");
+    throw new UnregisteredBoxLeftError(providerName, ref);
+  }
+}
+
+/** A box no box actor has, whose delete failed and whose retry could not be handed to a watch: it may be left running. */
+export class UnregisteredBoxLeftError extends ApiError {
+  constructor(provider: string, providerRef: string) {
+    super("provider_unavailable", `box ${providerRef} at sandbox provider ${provider} could not be deleted and may be left running: delete it there`, { provider, providerRef });
+  }
 }
 
 export const LATE_BOX_SCHEMA: Schema = {
