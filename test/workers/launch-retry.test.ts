@@ -986,4 +986,31 @@ describe("a launch's box whose release does not reach the box's actor", () => {
   it("failed before the box was assigned: the thread's alarm asks again until the box is deleted", async () => {
     await releaseUnreached("house-release-unreached", (a) => a.failLaunchAt("box_chosen"));
   }, 30_000);
+
+  it("stopped after its runner was spawned, the box kept: the runner is ended, and the detach the box's actor missed is asked again by the thread's alarm", async () => {
+    const houseId = "house-keep-release-unreached";
+    const provider = sharedTestProvider();
+    const { token, t, stub, runId } = await startLaunch(houseId, (a) => {
+      a.advanceClock(60 * 60_000);
+      a.stopLaunchAt("runner_spawned");
+    });
+    const boxId = launchBoxId(runId);
+    const view = async () => (await (await call(`/api/sandboxes/${boxId}`, { token })).json()) as { state: string; threads: string[] };
+    await runInDurableObject(boxStub(boxId), (a: SandboxActor) => a.failDetaches(1_000));
+    try {
+      expect(await runDurableObjectAlarm(stub)).toBe(true); // the launch, stopped, and its release's first try
+      const row = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string; reason: string };
+      expect([row.status, row.reason]).toEqual(["failed", "stopped"]);
+      expect(await runInDurableObject(stub, (a: ThreadActor) => a.testOutboxKeys())).toContain(`release_box:${runId}`);
+      const [made] = await provider.list({ [LABEL_RUN]: runId });
+      expect([...provider.detached.values()].find((d) => d.handle.ref === made.ref)?.exitCode).toBeDefined(); // ended before the detach
+      expect(await view()).toMatchObject({ state: "live", threads: [t.id] }); // not detached yet
+    } finally {
+      await runInDurableObject(boxStub(boxId), (a: SandboxActor) => a.failDetaches(0));
+    }
+    await runInDurableObject(stub, (a: ThreadActor) => a.advanceClock(60 * 60_000));
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await view()).toMatchObject({ state: "live", threads: [] }); // detached and kept, as a stopped run's box is
+    expect(await runInDurableObject(stub, (a: ThreadActor) => a.testOutboxKeys())).toEqual([]);
+  }, 30_000);
 });
