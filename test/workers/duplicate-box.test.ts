@@ -1,12 +1,14 @@
 // A box this code made and then found not needed (a `POST /api/sandboxes` that lost an
-// Idempotency-Key race, a shared box its actor could not register) is had by no box actor: a delete
-// the provider fails must still be retried until it is gone, or the box named as left.
+// Idempotency-Key race, a shared box its actor could not register), or one whose create the provider
+// did not answer, is had by no box actor: a delete the provider fails must still be retried until
+// it is gone, or the box named to the client as one that may be left.
 import { describe, expect, it } from "vitest";
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import type { SandboxActor } from "./test-worker";
 import { call, houseToken } from "./helpers";
 import { sharedTestProvider } from "./register-test-provider";
 import { lateBoxWatchId } from "../../src/actors/sandbox/late-box";
+import { unwrapRpc } from "../../src/actors/rpc";
 
 const E = env as unknown as { SANDBOXES: DurableObjectNamespace<SandboxActor> };
 const actor = (id: string) => E.SANDBOXES.get(E.SANDBOXES.idFromName(id));
@@ -128,5 +130,30 @@ describe("a shared box its actor could not register", () => {
     expect((await exec()).status).toBe(200);
     expect(await liveAtProvider()).toHaveLength(2);
     await provider.delete(left);
+  });
+});
+
+describe("a box whose create the provider did not answer, when the watch for it cannot be started", () => {
+  it("POST /api/sandboxes answers 502 naming the box that may still appear", async () => {
+    const houseId = "house-late-box-unwatched";
+    const token = await houseToken(houseId);
+    const provider = sharedTestProvider();
+    provider.hangCreates(houseId);
+    await runInDurableObject(actor("any-box"), (a: SandboxActor) => a.failLateBoxWatches(1));
+    let r: Response;
+    try {
+      r = await within(call("/api/sandboxes", { method: "POST", token, json: { provider: "test" } }), "the create");
+    } finally {
+      provider.hangCreates(houseId, false);
+      await runInDurableObject(actor("any-box"), (a: SandboxActor) => a.failLateBoxWatches(0));
+    }
+    const names = [...provider.lateBoxes.entries()].filter(([, b]) => b.labels["threadbox.house"] === houseId).map(([n]) => n);
+    expect(names).toHaveLength(1);
+    expect(r.status).toBe(502);
+    const body = (await r.json()) as { error: { code: string; message: string; details: unknown } };
+    expect(body.error).toMatchObject({ code: "provider_unavailable", details: { provider: "test", providerRef: names[0] } });
+    expect(body.error.message).toContain(names[0]);
+    expect(await unwrapRpc(actor(lateBoxWatchId("test", names[0])).lateBoxWatch())).toBeNull(); // nothing watches it
+    provider.lateBoxes.delete(names[0]);
   });
 });

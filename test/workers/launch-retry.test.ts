@@ -858,6 +858,30 @@ describe("a launch's never-registered box whose delete fails and whose late-box 
   }, 30_000);
 });
 
+describe("a launch whose create the provider did not answer, when the watch for the box it may still bring cannot be started", () => {
+  it("fails the run naming that box, the only word anyone has of it", async () => {
+    const houseId = "house-late-box-unwatched-launch";
+    // The thread's clock runs an hour ahead, so its alarms come only when the test runs them.
+    const { token, t, stub } = await launchableThread(houseId, (a) => a.advanceClock(60 * 60_000));
+    const provider = sharedTestProvider();
+    provider.hangCreates(houseId);
+    await runInDurableObject(boxStub("any-box"), (a: SandboxActor) => a.failLateBoxWatches(1));
+    try {
+      await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+      expect(await runDurableObjectAlarm(stub)).toBe(true); // the launch
+    } finally {
+      provider.hangCreates(houseId, false);
+      await runInDurableObject(boxStub("any-box"), (a: SandboxActor) => a.failLateBoxWatches(0));
+    }
+    const names = [...provider.lateBoxes.entries()].filter(([, b]) => b.labels["threadbox.house"] === houseId).map(([n]) => n);
+    expect(names).toHaveLength(1);
+    const row = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string; detail: string };
+    expect(row.status).toBe("failed");
+    expect(row.detail).toContain(`box ${names[0]} at sandbox provider test was not confirmed created and may still appear`);
+    provider.lateBoxes.delete(names[0]);
+  }, 30_000);
+});
+
 describe("a shared box retired while a launch holds it, the launch then failing before the box is the run's", () => {
   it("is deleted once that run has failed: it is no longer the environment's box, and nothing else would ever delete it", async () => {
     const houseId = "house-retired-reserved-launch-fails";
