@@ -81,7 +81,9 @@ export async function createSandboxRoute(request: Request, env: Env): Promise<Re
   }
   // A request with the same key that ran beside this one registered its box first: that box is
   // the answer (or, for another body, the 409), and the one made here goes.
-  // No box actor has it: a delete the provider fails is retried by a watch of it.
+  // No box actor has it: a delete the provider fails is retried by a watch of it; when that watch
+  // cannot be started either, the answer is an error naming the box left (nothing here lasts to retry
+  // it), and a retry with the same key answers as this would have.
   const dropMine = () => deleteUnregisteredBox(env, claims.houseId, body.provider, info.ref);
   let view: BoxView;
   try {

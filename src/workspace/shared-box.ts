@@ -45,7 +45,7 @@ export async function ensureSharedBox(env: Env, houseId: string, e: Environment)
       boxId, houseId, provider: e.provider, providerRef: info.ref, ephemeral: false, labels: info.labels, claimFor: e.id,
     }));
   } catch (err) {
-    // No actor has the box: nothing else would ever delete it.
+    // No actor has the box: nothing else would ever delete it (a box that may be left is what is thrown then).
     await deleteUnregisteredBox(env, houseId, e.provider, info.ref);
     throw err;
   }

@@ -831,6 +831,57 @@ describe("a launch that fails between making its box and assigning it to the run
   }, 30_000);
 });
 
+describe("a launch's never-registered box whose delete fails and whose late-box watch cannot be started", () => {
+  it("is not left live: the thread's outbox keeps its release, and the next alarm deletes it", async () => {
+    const houseId = "house-register-fails-watch-fails";
+    // The thread's clock runs an hour ahead, so its alarms come only when the test runs them.
+    const { token, t, stub } = await launchableThread(houseId, (a) => a.advanceClock(60 * 60_000));
+    const provider = sharedTestProvider();
+    const runId = crypto.randomUUID();
+    await runInDurableObject(boxStub(launchBoxId(runId)), (a: SandboxActor) => a.failRegisters(1));
+    await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice", runId }));
+    provider.failDeletes(1, "unavailable");
+    await runInDurableObject(boxStub("any-box"), (a: SandboxActor) => a.failLateBoxWatches(1));
+    try {
+      expect(await runDurableObjectAlarm(stub)).toBe(true); // the launch, and its release's first try
+      expect(((await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string }).status).toBe("failed");
+      const [made] = await provider.list({ [LABEL_RUN]: runId });
+      expect(made).toBeDefined(); // neither deleted nor watched: only the thread still knows of it
+      expect(await runInDurableObject(stub, (a: ThreadActor) => a.testOutboxKeys())).toContain(`release_box:${runId}`);
+    } finally {
+      await runInDurableObject(boxStub("any-box"), (a: SandboxActor) => a.failLateBoxWatches(0));
+    }
+    await runInDurableObject(stub, (a: ThreadActor) => a.advanceClock(60 * 60_000));
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await provider.list({ [LABEL_RUN]: runId })).toEqual([]);
+    expect(await runInDurableObject(stub, (a: ThreadActor) => a.testOutboxKeys())).toEqual([]);
+  }, 30_000);
+});
+
+describe("a launch whose create the provider did not answer, when the watch for the box it may still bring cannot be started", () => {
+  it("fails the run naming that box, the only word anyone has of it", async () => {
+    const houseId = "house-late-box-unwatched-launch";
+    // The thread's clock runs an hour ahead, so its alarms come only when the test runs them.
+    const { token, t, stub } = await launchableThread(houseId, (a) => a.advanceClock(60 * 60_000));
+    const provider = sharedTestProvider();
+    provider.hangCreates(houseId);
+    await runInDurableObject(boxStub("any-box"), (a: SandboxActor) => a.failLateBoxWatches(1));
+    try {
+      await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+      expect(await runDurableObjectAlarm(stub)).toBe(true); // the launch
+    } finally {
+      provider.hangCreates(houseId, false);
+      await runInDurableObject(boxStub("any-box"), (a: SandboxActor) => a.failLateBoxWatches(0));
+    }
+    const names = [...provider.lateBoxes.entries()].filter(([, b]) => b.labels["threadbox.house"] === houseId).map(([n]) => n);
+    expect(names).toHaveLength(1);
+    const row = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string; detail: string };
+    expect(row.status).toBe("failed");
+    expect(row.detail).toContain(`box ${names[0]} at sandbox provider test was not confirmed created and may still appear`);
+    provider.lateBoxes.delete(names[0]);
+  }, 30_000);
+});
+
 describe("a shared box retired while a launch holds it, the launch then failing before the box is the run's", () => {
   it("is deleted once that run has failed: it is no longer the environment's box, and nothing else would ever delete it", async () => {
     const houseId = "house-retired-reserved-launch-fails";
@@ -958,5 +1009,32 @@ describe("a launch's box whose release does not reach the box's actor", () => {
 
   it("failed before the box was assigned: the thread's alarm asks again until the box is deleted", async () => {
     await releaseUnreached("house-release-unreached", (a) => a.failLaunchAt("box_chosen"));
+  }, 30_000);
+
+  it("stopped after its runner was spawned, the box kept: the runner is ended, and the detach the box's actor missed is asked again by the thread's alarm", async () => {
+    const houseId = "house-keep-release-unreached";
+    const provider = sharedTestProvider();
+    const { token, t, stub, runId } = await startLaunch(houseId, (a) => {
+      a.advanceClock(60 * 60_000);
+      a.stopLaunchAt("runner_spawned");
+    });
+    const boxId = launchBoxId(runId);
+    const view = async () => (await (await call(`/api/sandboxes/${boxId}`, { token })).json()) as { state: string; threads: string[] };
+    await runInDurableObject(boxStub(boxId), (a: SandboxActor) => a.failDetaches(1_000));
+    try {
+      expect(await runDurableObjectAlarm(stub)).toBe(true); // the launch, stopped, and its release's first try
+      const row = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string; reason: string };
+      expect([row.status, row.reason]).toEqual(["failed", "stopped"]);
+      expect(await runInDurableObject(stub, (a: ThreadActor) => a.testOutboxKeys())).toContain(`release_box:${runId}`);
+      const [made] = await provider.list({ [LABEL_RUN]: runId });
+      expect([...provider.detached.values()].find((d) => d.handle.ref === made.ref)?.exitCode).toBeDefined(); // ended before the detach
+      expect(await view()).toMatchObject({ state: "live", threads: [t.id] }); // not detached yet
+    } finally {
+      await runInDurableObject(boxStub(boxId), (a: SandboxActor) => a.failDetaches(0));
+    }
+    await runInDurableObject(stub, (a: ThreadActor) => a.advanceClock(60 * 60_000));
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await view()).toMatchObject({ state: "live", threads: [] }); // detached and kept, as a stopped run's box is
+    expect(await runInDurableObject(stub, (a: ThreadActor) => a.testOutboxKeys())).toEqual([]);
   }, 30_000);
 });

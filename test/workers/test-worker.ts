@@ -470,6 +470,30 @@ export class SandboxActor extends ProductionSandboxActor {
     return super.view(houseId);
   }
 
+  private readonly detachFailures = new FailNext();
+
+  /** The next `count` detaches of a thread from this box fail before anything is written (the actor unreachable). */
+  failDetaches(count: number): void {
+    this.detachFailures.arm(count);
+  }
+
+  override async detach(houseId: string, threadId: string, opts: { keepBox?: boolean } = {}) {
+    failIfArmed("box actor unavailable (test)", this.detachFailures);
+    return super.detach(houseId, threadId, opts);
+  }
+
+  private static readonly lateBoxWatchFailures = new FailNext();
+
+  /** The next `count` starts of a late box's watch, for any name, fail before anything is written (its actor unreachable). */
+  failLateBoxWatches(count: number): void {
+    SandboxActor.lateBoxWatchFailures.arm(count);
+  }
+
+  override async watchLateBox(houseId: string, provider: string, name: string) {
+    failIfArmed("late-box watch unavailable (test)", SandboxActor.lateBoxWatchFailures);
+    return super.watchLateBox(houseId, provider, name);
+  }
+
   private static readonly anyBoxRegisterFailures = new FailNext();
 
   /** The next `count` registers of any box fail before anything is written (for a box whose id a test cannot know). */

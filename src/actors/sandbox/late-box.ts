@@ -1,5 +1,6 @@
 import type { Env } from "../../env";
 import type { BoxInfo, CreateBoxOptions, SandboxProvider } from "../../sandbox/provider";
+import { ApiError } from "../../errors";
 import { ProviderError } from "../../sandbox/errors";
 import { providerFor } from "../../sandbox/providers";
 import { LazySchema, type Schema } from "../../domain/sql-schema";
@@ -26,6 +27,7 @@ export function lateBoxWatchId(provider: string, name: string): string {
  * Creates a box at the provider. A create that failed without an answer may still be carried out:
  * the box it would have made is then deleted when it appears (by its name, the only thing known of
  * it), by an actor that looks for it for `LATE_BOX_WATCH_MS`; nobody else ever learns of such a box.
+ * When that watch cannot be started, what is thrown names the box that may still appear.
  */
 export async function createBox(env: Env, houseId: string, providerName: string, opts: CreateBoxOptions): Promise<BoxInfo> {
   const provider = providerFor(env, providerName);
@@ -35,8 +37,12 @@ export async function createBox(env: Env, houseId: string, providerName: string,
     if (err instanceof ProviderError && err.code === "bad_request") err.createRefused = true;
     if (err instanceof ProviderError && err.lateBoxName) {
       const name = err.lateBoxName;
-      await unwrapRpc(sandboxStub(env, lateBoxWatchId(providerName, name)).watchLateBox(houseId, providerName, name)).catch((watchErr) =>
-        logEvent("late_box_watch_failed", { houseId, provider: providerName, name, error: errorMessage(watchErr) }, "error"));
+      try {
+        await unwrapRpc(sandboxStub(env, lateBoxWatchId(providerName, name)).watchLateBox(houseId, providerName, name));
+      } catch (watchErr) {
+        logEvent("late_box_watch_failed", { houseId, provider: providerName, name, createError: errorMessage(err), error: errorMessage(watchErr) }, "error");
+        throw new UnregisteredBoxLeftError(providerName, name, "late");
+      }
     }
     throw err;
   }
@@ -45,6 +51,8 @@ export async function createBox(env: Env, houseId: string, providerName: string,
 /**
  * Deletes a box no box actor has (made by this code, then found not needed): now, or, when the
  * provider fails that, by a watch of it that retries with backoff until the provider confirms.
+ * When neither is done, it throws `provider_unavailable` naming the box: nothing else knows of it,
+ * so the caller must keep it (an actor's outbox tries again) or tell its client the box may be left.
  */
 export async function deleteUnregisteredBox(env: Env, houseId: string, providerName: string, ref: string): Promise<void> {
   try {
@@ -54,8 +62,26 @@ export async function deleteUnregisteredBox(env: Env, houseId: string, providerN
     if (err instanceof ProviderError && err.code === "not_found") return;
     logEvent("unregistered_box_delete_failed", { houseId, provider: providerName, ref, retriedBy: "late-box watch", error: errorMessage(err) }, "warn");
   }
-  await unwrapRpc(sandboxStub(env, lateBoxWatchId(providerName, ref)).watchLateBox(houseId, providerName, ref)).catch((watchErr) =>
-    logEvent("late_box_watch_failed", { houseId, provider: providerName, name: ref, error: errorMessage(watchErr) }, "error"));
+  try {
+    await unwrapRpc(sandboxStub(env, lateBoxWatchId(providerName, ref)).watchLateBox(houseId, providerName, ref));
+  } catch (watchErr) {
+    logEvent("late_box_watch_failed", { houseId, provider: providerName, name: ref, error: errorMessage(watchErr) }, "error");
+    throw new UnregisteredBoxLeftError(providerName, ref);
+  }
+}
+
+/**
+ * A box no box actor has, that nothing will delete: `left`, its delete failed and its retry could
+ * not be handed to a watch; `late`, its create was not answered and the watch for it could not be
+ * started. Its client is the only one left to delete it.
+ */
+export class UnregisteredBoxLeftError extends ApiError {
+  constructor(provider: string, providerRef: string, state: "left" | "late" = "left") {
+    const what = state === "left"
+      ? "could not be deleted and may be left running: delete it there"
+      : "was not confirmed created and may still appear: delete it there if it does";
+    super("provider_unavailable", `box ${providerRef} at sandbox provider ${provider} ${what}`, { provider, providerRef });
+  }
 }
 
 export const LATE_BOX_SCHEMA: Schema = {

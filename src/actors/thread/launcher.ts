@@ -170,7 +170,8 @@ export async function releaseLaunchBox(env: Env, houseId: string, threadId: stri
     // Never registered: only the provider knows of it (a box already gone counts as deleted).
     // An attempt that died right after making it did not record it either: its run label tells.
     const refs = r.providerRef ? [r.providerRef] : (await providerFor(env, r.provider).list({ [LABEL_RUN]: r.runId })).map((b) => b.ref);
-    // No box actor retries these deletes: a watch of the box does, when the provider fails one now.
+    // No box actor retries these deletes: a watch of the box does, when the provider fails one now;
+    // when that watch cannot be started either, this throws and the outbox tries the release again.
     for (const ref of refs) await deleteUnregisteredBox(env, houseId, r.provider, ref);
   }
 }
