@@ -56,33 +56,34 @@ const COMMA = 0x2c;
 const isJsonWhitespace = (b: number) => b === 0x20 || b === 0x09 || b === 0x0a || b === 0x0d;
 
 /**
- * The bytes of each top-level value of JSON text that JSON.parse has already accepted: the
- * elements of a top-level array (`isArray`), else the whole value, without surrounding whitespace.
- * Storing these spares a serialize per value; they are views into `bytes`, not copies (SQLite
- * copies what it binds). Null (the caller re-serializes) for text with line
- * breaks or a byte-order mark, so what is stored stays one compact line as before.
+ * One scan of JSON text a client posted, before it is parsed: whether it nests deeper than `limit`,
+ * and the bytes of each top-level value (the elements of a top-level array, else the whole value,
+ * without surrounding whitespace). The values are right only for text JSON.parse then accepts.
+ * Storing them spares a serialize per value; they are views into `bytes`, not copies (SQLite
+ * copies what it binds). `values` is null (the caller re-serializes) for text with line breaks or a
+ * byte-order mark, so what is stored stays one compact line.
  */
-export function topLevelJsonValues(bytes: Uint8Array, isArray: boolean): Uint8Array[] | null {
-  if (bytes.indexOf(0x0a) >= 0 || bytes.indexOf(0x0d) >= 0 || bytes[0] === 0xef) return null;
+export function scanJsonValues(bytes: Uint8Array, limit = MAX_JSON_DEPTH): { tooDeep: boolean; values: Uint8Array[] | null } {
+  let values: Uint8Array[] | null = bytes.indexOf(0x0a) >= 0 || bytes.indexOf(0x0d) >= 0 || bytes[0] === 0xef ? null : [];
   let start = 0;
   let end = bytes.length;
   while (start < end && isJsonWhitespace(bytes[start])) start++;
   while (end > start && isJsonWhitespace(bytes[end - 1])) end--;
-  if (!isArray) return [bytes.subarray(start, end)];
-  if (bytes[start] !== OPEN_ARRAY || bytes[end - 1] !== CLOSE_ARRAY) return null;
-  const values: Uint8Array[] = [];
+  const isArray = bytes[start] === OPEN_ARRAY && bytes[end - 1] === CLOSE_ARRAY;
+  if (!isArray && values) values.push(bytes.subarray(start, end));
   const push = (from: number, to: number) => {
     while (to > from && isJsonWhitespace(bytes[to - 1])) to--;
-    values.push(bytes.subarray(from, to));
+    values!.push(bytes.subarray(from, to));
   };
   let depth = 0;
   let valueStart = -1;
-  for (let i = start + 1; i < end - 1; i++) {
+  for (let i = start; i < end; i++) {
     const b = bytes[i];
-    if (depth === 0) {
+    // Inside the top-level array, between its elements.
+    if (isArray && values && depth === 1 && i < end - 1) {
       if (b === COMMA) {
-        if (valueStart < 0) return null;
-        push(valueStart, i);
+        if (valueStart < 0) values = null;
+        else push(valueStart, i);
         valueStart = -1;
         continue;
       }
@@ -90,13 +91,17 @@ export function topLevelJsonValues(bytes: Uint8Array, isArray: boolean): Uint8Ar
       if (valueStart < 0) valueStart = i;
     }
     if (b === QUOTE) {
-      i = closingQuote(bytes, i);
-      if (i < 0) return null;
-    } else if (b === OPEN_ARRAY || b === OPEN_OBJECT) depth++;
-    else if (b === CLOSE_ARRAY || b === CLOSE_OBJECT) depth--;
+      const close = closingQuote(bytes, i);
+      if (close < 0) return { tooDeep: false, values: null }; // unterminated: the parse refuses it
+      i = close;
+    } else if (b === OPEN_ARRAY || b === OPEN_OBJECT) {
+      if (++depth > limit) return { tooDeep: true, values: null };
+    } else if (b === CLOSE_ARRAY || b === CLOSE_OBJECT) {
+      depth--;
+    }
   }
-  if (valueStart >= 0) push(valueStart, end - 1);
-  return values;
+  if (isArray && values && valueStart >= 0) push(valueStart, end - 1);
+  return { tooDeep: false, values };
 }
 
 export const TOO_DEEP_MARKER = `[nested deeper than ${MAX_JSON_DEPTH} levels]`;
@@ -117,11 +122,27 @@ export function pruneDeepJson(value: unknown, limit = MAX_JSON_DEPTH, depth = 0)
 /** Parses JSON bytes that passed the size check; too deep or malformed is the client's 400. */
 export function parseJsonBytes(bytes: Uint8Array): unknown {
   if (bytes.byteLength === 0) throw new ApiError("invalid_json", "body is empty");
-  if (jsonNestsDeeperThan(bytes)) {
-    throw new ApiError("validation_failed", `JSON nests deeper than ${MAX_JSON_DEPTH} levels`, [
-      { path: "", message: `at most ${MAX_JSON_DEPTH} levels of arrays and objects` },
-    ]);
-  }
+  if (jsonNestsDeeperThan(bytes)) throw tooDeep();
+  return parseJsonText(bytes);
+}
+
+/**
+ * Parses JSON bytes whose depth was checked already (`scanJsonValues`): a scan of each posted
+ * body is enough. Not UTF-8 or malformed is the client's 400.
+ */
+export function parseCheckedJson(bytes: Uint8Array, scan: { tooDeep: boolean }): unknown {
+  if (bytes.byteLength === 0) throw new ApiError("invalid_json", "body is empty");
+  if (scan.tooDeep) throw tooDeep();
+  return parseJsonText(bytes);
+}
+
+function tooDeep(): ApiError {
+  return new ApiError("validation_failed", `JSON nests deeper than ${MAX_JSON_DEPTH} levels`, [
+    { path: "", message: `at most ${MAX_JSON_DEPTH} levels of arrays and objects` },
+  ]);
+}
+
+function parseJsonText(bytes: Uint8Array): unknown {
   let text: string;
   try {
     text = STRICT_UTF8_DECODER.decode(bytes);

@@ -12,7 +12,7 @@ import {
 import { WaitHub } from "./wait-hub";
 import type { EntryWriter } from "../threads/entries";
 import { assertUtf8Charset, readBoundedBody } from "../http/bounded-body";
-import { parseJsonBytes, topLevelJsonValues } from "../entries/json-limits";
+import { parseCheckedJson, scanJsonValues } from "../entries/json-limits";
 
 /** What a stream's owner (a plain stream, or a thread) decides on top of the generic protocol. */
 export interface StreamHost {
@@ -71,10 +71,12 @@ function withCors(res: Response): Response {
 
 /** Splits a JSON-mode body into one message per value (top-level arrays are flattened one level). */
 export function splitJsonMessages(body: Uint8Array, allowEmptyArray: boolean): Uint8Array[] {
-  const parsed = parseJsonBytes(body);
+  // One scan checks the depth and finds each value's bytes; the parse then only validates.
+  const scan = scanJsonValues(body);
+  const parsed = parseCheckedJson(body, scan);
   const values = Array.isArray(parsed) ? parsed : [parsed];
   if (values.length === 0 && !allowEmptyArray) throw new ApiError("bad_request", "empty arrays are not allowed");
-  const raw = topLevelJsonValues(body, Array.isArray(parsed));
+  const raw = scan.values;
   if (raw && raw.length === values.length) return raw;
   const enc = new TextEncoder();
   return values.map((v) => enc.encode(JSON.stringify(v)));

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { MAX_JSON_DEPTH, TOO_DEEP_MARKER, jsonNestsDeeperThan, pruneDeepJson, topLevelJsonValues } from "../../src/entries/json-limits";
+import { MAX_JSON_DEPTH, TOO_DEEP_MARKER, jsonNestsDeeperThan, pruneDeepJson, scanJsonValues } from "../../src/entries/json-limits";
 
 const bytes = (s: string) => new TextEncoder().encode(s);
 const nested = (n: number, open = "[", close = "]") => open.repeat(n) + close.repeat(n);
@@ -36,11 +36,8 @@ describe("pruneDeepJson", () => {
   });
 });
 
-describe("topLevelJsonValues", () => {
-  const values = (s: string) => {
-    const parsed = JSON.parse(s);
-    return topLevelJsonValues(bytes(s), Array.isArray(parsed))?.map((b) => new TextDecoder().decode(b)) ?? null;
-  };
+describe("scanJsonValues", () => {
+  const values = (s: string) => scanJsonValues(bytes(s)).values?.map((b) => new TextDecoder().decode(b)) ?? null;
 
   it("gives each top-level array element's own bytes, which parse to that element", () => {
     const cases = [
@@ -65,6 +62,15 @@ describe("topLevelJsonValues", () => {
   it("declines text with line breaks or a byte-order mark, so those are re-serialized", () => {
     expect(values(`[1,\n2]`)).toBeNull();
     expect(values(`{"a":1}\r`)).toBeNull();
-    expect(topLevelJsonValues(new Uint8Array([0xef, 0xbb, 0xbf, ...bytes(`[1]`)]), true)).toBeNull();
+    expect(scanJsonValues(new Uint8Array([0xef, 0xbb, 0xbf, ...bytes(`[1]`)])).values).toBeNull();
+  });
+
+  it("tells text nested deeper than the limit, as jsonNestsDeeperThan does, in the same scan", () => {
+    const texts = [nested(MAX_JSON_DEPTH), nested(MAX_JSON_DEPTH + 1), `[${nested(MAX_JSON_DEPTH)}]`, `[1,${nested(MAX_JSON_DEPTH - 1)}]`,
+      JSON.stringify([{ s: nested(500) }]), `[{"a":{"b":[{"c":[]}]}}]`, `{"unterminated: [[[[`, `]]]]`, `[1,\n${nested(70)}]`];
+    for (const text of texts) {
+      expect(scanJsonValues(bytes(text)).tooDeep, text.slice(0, 40)).toBe(jsonNestsDeeperThan(bytes(text)));
+      expect(scanJsonValues(bytes(text), 4).tooDeep, text.slice(0, 40)).toBe(jsonNestsDeeperThan(bytes(text), 4));
+    }
   });
 });
