@@ -138,9 +138,11 @@ async function drive(target, token, prepared) {
   if (load === "single" || load === "batched") {
     const name = `profile-${Date.now()}`;
     await target.createStream(name);
-    const batch = load === "batched" ? JSON.stringify(Array.from({ length: 100 }, () => JSON.parse(body()))) : null;
+    // --entries sizes a batch (100 by default, #2's shape; 1000 is #4's fill).
+    const size = flags.entries ? entries : 100;
+    const batch = load === "batched" ? JSON.stringify(Array.from({ length: size }, () => JSON.parse(body()))) : null;
     await pool(count, load === "batched" ? 4 : 16, async () => lat.push(await target.append(name, batch ?? body())));
-    return { unit: load === "batched" ? "POSTs of 100" : "appends", done: count, lat };
+    return { unit: load === "batched" ? `POSTs of ${size}` : "appends", done: count, lat };
   }
   if (load === "threads" || load === "thread-appends" || load === "stream-appends") {
     // Shaped like bench #5: threads created 32 at a time, then each thread's appends in order, 64 threads at once.

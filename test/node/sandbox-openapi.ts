@@ -1,9 +1,11 @@
-// Schema checks against Daytona's official OpenAPI specs (/work/shared/daytona-openapi).
+// Schema checks against Daytona's official OpenAPI specs (test/fixtures/daytona-openapi, kept in
+// the repository so a clone tests alone).
 import { readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
 import { Ajv } from "ajv";
 import addFormatsModule from "ajv-formats";
 
-const SPEC_DIR = process.env.DAYTONA_OPENAPI_DIR ?? "/work/shared/daytona-openapi";
+const SPEC_DIR = process.env.DAYTONA_OPENAPI_DIR ?? fileURLToPath(new URL("../fixtures/daytona-openapi", import.meta.url));
 
 type AddFormats = (ajv: Ajv) => void;
 // CJS module: depending on interop the function is the default export or its `.default`.
