@@ -303,10 +303,17 @@ async function runEnvironment(env: Env, houseId: string, environmentId: string |
  * pi started without a model fails in the box with a message nobody sees: a pi run must name its
  * model (in the request or as the environment's default) before any box is made for it.
  */
-function requireModel(harness: HarnessName, model: string | undefined, environment: Environment | null): void {
+/**
+ * A pi run needs a model. Without an environment there is none to set one in (nor the "piModels"
+ * a custom provider needs): a delegation is told to name an environment, which it can.
+ */
+function requireModel(harness: HarnessName, model: string | undefined, environment: Environment | null, canNameEnvironment = false): void {
   if (harness !== "pi" || model || environment?.model) return;
-  const where = environment ? `environment ${environment.id} has no default model` : "the thread has no environment";
-  throw new ApiError("validation_failed", `no model for this run: ${where}; pass "model" (e.g. "local/my-model") or set the environment's "model" (and its "piModels" for a custom provider)`);
+  if (environment) {
+    throw new ApiError("validation_failed", `no model for this run: environment ${environment.id} has no default model; pass "model" (e.g. "local/my-model") or set the environment's "model" (and its "piModels" for a custom provider)`);
+  }
+  const nameOne = canNameEnvironment ? `name an environment whose "model" is set ("environmentId" or "environmentName"), or ` : "";
+  throw new ApiError("validation_failed", `no model for this run: the thread has no environment to take one from; ${nameOne}pass "model" (a custom provider's needs an environment's "piModels")`);
 }
 
 export type DelegateBody = z.infer<typeof delegateSchema>;
@@ -324,7 +331,7 @@ export async function delegateTask(env: Env, claims: HouseClaims, parent: { id: 
   const loading = runEnvironment(env, claims.houseId, environmentId ?? null);
   const environment = await (chosen === undefined ? loading.catch(notFoundAs(goneParentEnvironment(environmentId, parent.id))) : loading);
   const harness = body.harness ?? environment?.harness ?? "pi";
-  requireModel(harness, body.model, environment);
+  requireModel(harness, body.model, environment, true);
   // With an Idempotency-Key, a retry names the same child and run: it finds them, and a retry
   // of a request that died between the two steps completes it.
   const ids = idem ? await idempotentDelegation(claims.houseId, claims.subject, parent.id, idem.key) : { childId: newId("th_"), runId: undefined };

@@ -115,6 +115,14 @@ describe("names and references that cannot mean what they say", () => {
     expect(await field(await call("/api/environments", { method: "POST", token, json: { name: "m", model: "local/m\nrm -rf" } }))).toEqual({ status: 400, paths: ["model"] });
     const t = await createThread(token);
     expect(await field(await call(`/api/threads/${t.id}/delegate`, { method: "POST", token, json: { task: "x", model: "local/a b" } }))).toEqual({ status: 400, paths: ["model"] });
+    // No model and no environment to take one from: the answer says how to give one (naming an environment is one way).
+    const noModel = await call(`/api/threads/${t.id}/delegate`, { method: "POST", token, json: { task: "x" } });
+    expect(noModel.status).toBe(400);
+    const said = ((await noModel.json()) as { error: { code: string; message: string } }).error;
+    expect(said.code).toBe("validation_failed");
+    expect(said.message).toContain("the thread has no environment");
+    expect(said.message).toContain(`"environmentId" or "environmentName"`);
+    expect(said.message).not.toContain(`set the environment's "model"`);
     // A control character is no part of a model's name either (a NUL cannot even reach a process's arguments).
     for (const model of ["\u0000", "local/m\u0000x", "local/\u0007m", "local/m\u007f"]) {
       expect(await field(await call(`/api/threads/${t.id}/delegate`, { method: "POST", token, json: { task: "x", model } })), JSON.stringify(model)).toEqual({ status: 400, paths: ["model"] });
