@@ -8,7 +8,7 @@ import { formatOffset } from "../../src/streams/protocol";
 import { RUN_MAX_BYTES } from "../../src/streams/packed-runs";
 import { THREAD_ACTOR_SCHEMA_VERSION } from "../../src/actors/thread/thread-actor";
 import type { ThreadActor } from "./test-worker";
-import { call, houseToken } from "./helpers";
+import { call, chat, createThread, houseToken, post as postEntries, readAll, streamToken } from "./helpers";
 
 const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> };
 const JSON_TYPE = { "content-type": "application/json" };
@@ -527,5 +527,30 @@ describe("packed runs: many tiny messages and live readers", () => {
     }
     const rows = await rowsOf(houseId, name);
     await expectEveryRead(token, name, expected, boundaryOffsets(rows, expected.length).filter((_, k) => k % 3 === 0));
+  });
+});
+
+describe("packed runs: threads", () => {
+  it("a thread's batches, by the entries API and by its stream, stay one row per entry and read back whole", async () => {
+    const houseId = "house-packed-thread-edges";
+    const token = await houseToken(houseId);
+    const t = await createThread(token);
+    const st = await streamToken(houseId, t.id);
+    const viaApi = Array.from({ length: 120 }, (_, k) => chat(`api ${k}, [x]`));
+    expect((await postEntries(token, t.id, viaApi)).status).toBe(201);
+    const viaStream = Array.from({ length: 120 }, (_, k) => chat(`stream ${k} é`));
+    expect((await call(`/api/stream/thread-${t.id}`, { method: "POST", token: st, json: viaStream })).status).toBe(204);
+    await runInDurableObject(E.THREADS.get(E.THREADS.idFromName(`thread:${t.id}`)), (_a, state) => {
+      const r = state.storage.sql.exec(`select count(*) as n, count(lens) as packed, count(entry_id) as ids from messages`).one();
+      expect([r.packed, r.ids]).toEqual([0, r.n]);
+    });
+    const texts: unknown[] = [];
+    for (let offset = "-1", pages = 0; pages < 20; pages++) {
+      const page = await readAll(token, t.id, offset);
+      for (const e of page.entries) if (e.payload.type === "chat") texts.push(e.payload.text);
+      if (page.upToDate) break;
+      offset = page.nextOffset;
+    }
+    expect(texts).toEqual([...viaApi, ...viaStream].map((e) => e.payload.text));
   });
 });
