@@ -210,9 +210,15 @@ export function sandboxLine(b, c) {
   return `${c.bold(printableLine(b.id))}  ${state}  ${b.ephemeral ? "ephemeral" : "kept"}${threads ? `  threads: ${threads}` : ""}`;
 }
 
+/** Said either way: `run_command` and `preview_link` need the shared box, and its absence is why they refuse. */
+function sharedBoxLabel(e) {
+  if (e.boxMode === "shared") return "shared box (all runs)";
+  return e.sharedBox ? "shared box" : "no shared box";
+}
+
 export function environmentLine(e, c) {
   const secrets = e.secretNames?.length ? `  secrets: ${e.secretNames.map(printableLine).join(", ")}` : "";
-  return `${c.bold(printableLine(e.id))}  ${printableLine(e.name)}${e.model ? `  model ${printableLine(e.model)}` : ""}  ${printableLine(e.harness ?? "pi")}${secrets}`;
+  return `${c.bold(printableLine(e.id))}  ${printableLine(e.name)}${e.model ? `  model ${printableLine(e.model)}` : ""}  ${printableLine(e.harness ?? "pi")}  ${sharedBoxLabel(e)}${secrets}`;
 }
 
 export function agentLine(a, c) {

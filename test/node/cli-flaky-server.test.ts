@@ -364,7 +364,7 @@ describe("commands that only read, started while the server is away (a deploy's 
   const cases: { args: string[]; out: string | RegExp; json: (doc: any) => unknown; expected: unknown }[] = [
     { args: ["threads"], out: "th_1  idle  first\n", json: (d) => d.threads.map((t: any) => t.id), expected: ["th_1"] },
     { args: ["sandboxes"], out: "box_1  live  kept  threads: th_1\n", json: (d) => d.sandboxes.map((b: any) => b.id), expected: ["box_1"] },
-    { args: ["envs"], out: "env_1  demo  pi\n", json: (d) => d.environments.map((e: any) => e.id), expected: ["env_1"] },
+    { args: ["envs"], out: "env_1  demo  pi  no shared box\n", json: (d) => d.environments.map((e: any) => e.id), expected: ["env_1"] },
     { args: ["agents"], out: "@demo  Demo  model m/x  mention  tools: all  ag_1\n", json: (d) => d.agents.map((a: any) => a.handle), expected: ["demo"] },
     { args: ["artifacts", "th_x"], out: "no artifacts on this thread\n", json: (d) => d.artifacts, expected: [] },
     { args: ["preview", "th_x", "3000"], out: "https://preview.example/p\n", json: (d) => d.url, expected: preview.url },

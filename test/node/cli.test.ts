@@ -1202,6 +1202,16 @@ describe("house configuration", () => {
     expect([missing.code, missing.stderr]).toEqual([2, expect.stringContaining("error usage: secret CLI_UNSET_KEY: set it in the environment")]);
   });
 
+  it("envs says whether each environment keeps a shared box, which run_command and preview_link need", async () => {
+    await ok(["env", "add", "cli-no-box", "--id", "env_cli_no_box"]);
+    await ok(["env", "add", "cli-box", "--id", "env_cli_box", "--shared-box"]);
+    const lines = (await ok(["envs"])).stdout.split("\n");
+    expect(lines.find((l) => l.startsWith("env_cli_no_box "))).toBe("env_cli_no_box  cli-no-box  pi  no shared box");
+    expect(lines.find((l) => l.startsWith("env_cli_box "))).toBe("env_cli_box  cli-box  pi  shared box");
+    const listed = JSON.parse((await ok(["envs", "--json"])).stdout).environments;
+    expect(listed.filter((e: any) => e.id.startsWith("env_cli_")).map((e: any) => [e.id, e.sharedBox])).toEqual(expect.arrayContaining([["env_cli_no_box", false], ["env_cli_box", true]]));
+  });
+
   it("the dev seed is idempotent: a second run adds no second demo environment", async () => {
     const statePath = join(tempDir("tb-seed-"), "seed.json");
     const seed = () => seedDevHouse({ url: worker.url, token, demoModelBaseUrl: demo.baseUrl, vars: {}, statePath });

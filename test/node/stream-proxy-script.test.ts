@@ -79,3 +79,29 @@ describe("npm run stream-proxy: its temporary DENO_DIR", () => {
     expect(denoDirs(tmp)).toEqual([]);
   }, 60_000);
 });
+
+describe("npm run stream-proxy: a THREADBOX_WORKER_URL set but not an http(s) URL", () => {
+  for (const [value, why] of [
+    ["localhost:8787/api/stream", "THREADBOX_WORKER_URL must be an http(s) URL"], // parses, as scheme localhost:
+    ["127.0.0.1:8787/api/stream", "THREADBOX_WORKER_URL is not a valid URL"],
+    ["http://127.0.0.1:8787/api/stream?x=1", "THREADBOX_WORKER_URL must not carry a query or fragment"],
+  ] as const) {
+    it(`refuses to start, naming it, as a bad port does (${value})`, async () => {
+      const tmp = freshTmp();
+      const p = run([SCRIPT], { TMPDIR: tmp, STREAM_PROXY_PORT: String(await freePort()), THREADBOX_WORKER_URL: value });
+      // It used to listen and answer every request 500: stop it then, and fail on what it said.
+      const listening = new Promise<"listening">((resolve) => {
+        const poll = setInterval(() => p.output().includes("stream-proxy listening on") && (clearInterval(poll), resolve("listening")), 50);
+        void p.exited.then(() => clearInterval(poll));
+      });
+      const outcome = await Promise.race([p.exited, listening]);
+      if (outcome === "listening") {
+        process.kill(p.child.pid!, "SIGTERM");
+        await p.exited;
+      }
+      expect([outcome, p.output()]).toEqual([1, expect.stringContaining(`stream-proxy: ${why}`)]);
+      expect(p.output()).toContain("npm run stream-proxy: the proxy did not start");
+      expect(denoDirs(tmp)).toEqual([]);
+    }, 60_000);
+  }
+});

@@ -2,6 +2,7 @@ import { describe, expect, it, vi } from "vitest";
 import { env, runInDurableObject } from "cloudflare:test";
 import type { HouseActor, SandboxActor } from "./test-worker";
 import { call, createThread, errorCode, houseToken } from "./helpers";
+import { step, within } from "./inside-request";
 import { sharedTestProvider } from "./register-test-provider";
 import { ProviderError } from "../../src/sandbox/errors";
 
@@ -333,21 +334,12 @@ describe("run_command on an environment's shared box", () => {
     expect((await call("/api/environments", { method: "POST", token, json: { id: "env_claim", name: "shared", provider: "test", sharedBox: true } })).status).toBe(201);
     const houses = (env as unknown as { HOUSES: DurableObjectNamespace<HouseActor> }).HOUSES;
     const house = houses.get(houses.idFromName(houseId));
-    let entered!: () => void;
-    const reached = new Promise<void>((r) => { entered = r; });
-    let release!: () => void;
-    const gate = new Promise<void>((r) => { release = r; });
     // The DELETE has read the environment (no shared box yet) and is on its way to forgetting it.
-    await runInDurableObject(house, (h: HouseActor) => h.holdNextFolderVersionList(entered, gate));
-    const deleting = call("/api/environments/env_claim", { method: "DELETE", token });
-    try {
-      await reached;
-      const r = await call("/api/environments/env_claim/exec", { method: "POST", token, json: { command: "echo hi" } });
-      expect(r.status).toBe(200);
-    } finally {
-      release();
-    }
-    expect((await deleting).status).toBe(204);
+    const ran = step("the command during the DELETE", async () => (await call("/api/environments/env_claim/exec", { method: "POST", token, json: { command: "echo hi" } })).status);
+    await runInDurableObject(house, (h: HouseActor) => h.duringNextFolderVersionList(ran));
+    const deleted = await within(call("/api/environments/env_claim", { method: "DELETE", token }), "the DELETE");
+    expect(ran.value()).toBe(200);
+    expect(deleted.status).toBe(204);
     expect((await call("/api/environments/env_claim", { token })).status).toBe(404);
     await vi.waitFor(async () => {
       expect((await provider.list({ "threadbox.house": houseId })).filter((b) => b.state !== "destroyed")).toEqual([]);

@@ -11,6 +11,7 @@ import { lateBoxWatchId } from "../../src/actors/sandbox/late-box";
 import { idempotentDelegation } from "../../src/threads/idempotency";
 import { tarArchive } from "../support/tar";
 import { call, createThread, houseToken, post, readAll, runToken } from "./helpers";
+import { step } from "./inside-request";
 
 const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor>; SANDBOXES: DurableObjectNamespace<SandboxActor>; HOUSES: DurableObjectNamespace<HouseActor> };
 const threadStub = (id: string) => E.THREADS.get(E.THREADS.idFromName(`thread:${id}`));
@@ -890,24 +891,19 @@ describe("a shared box retired while a launch holds it, the launch then failing 
     const exec = async () => ((await (await call(`/api/environments/${environmentId}/exec`, { method: "POST", token, json: { command: "true" } })).json()) as { boxId: string }).boxId;
     const old = await exec();
     const oldRef = ((await (await call(`/api/sandboxes/${old}`, { token })).json()) as { providerRef: string }).providerRef;
-    let entered!: () => void;
-    const reached = new Promise<void>((r) => { entered = r; });
-    let release!: () => void;
-    const gate = new Promise<void>((r) => { release = r; });
-    await runInDurableObject(boxStub(old), (b: SandboxActor) => b.holdNextReserve(entered, gate));
+    // The launch holds the box; a change to the environment and a command replace it meanwhile.
+    const replaced = step("the change and command during the launch's reserve", async () => ({
+      patched: (await call(`/api/environments/${environmentId}`, { method: "PATCH", token, json: { image: "other:2" } })).status,
+      boxId: await exec(),
+    }));
+    await runInDurableObject(boxStub(old), (b: SandboxActor) => b.duringNextReserve(replaced));
     const { runId } = await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
-    try {
-      // The launch holds the box; a change to the environment and a command replace it meanwhile.
-      await reached;
-      expect((await call(`/api/environments/${environmentId}`, { method: "PATCH", token, json: { image: "other:2" } })).status).toBe(200);
-      expect(await exec()).not.toBe(old);
-    } finally {
-      release();
-    }
     await vi.waitFor(async () => {
       const row = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string; detail: string };
       expect([row.status, row.detail]).toEqual(["failed", "launch failed: launch step after box_chosen failed (test)"]);
     }, { timeout: 15_000, interval: 100 });
+    expect(replaced.value().patched).toBe(200);
+    expect(replaced.value().boxId).not.toBe(old);
     const es = (await readAll(token, t.id)).entries;
     expect(es.filter((e) => e.payload.type === "signal.thread.box_assigned" && e.payload.runId === runId)).toEqual([]);
     await vi.waitFor(async () => {

@@ -3,6 +3,7 @@ import { env, runInDurableObject } from "cloudflare:test";
 import type { ThreadActor } from "./test-worker";
 import { plainStreamKey } from "../../src/actors/stubs";
 import { call, errorCode, houseToken, streamToken, createThread } from "./helpers";
+import { step, within } from "./inside-request";
 import { checkWebhookUrl, globMatch, ackProblem, retryDelayMs } from "../../src/subscriptions/rules";
 
 const sub = (id: string) => `/v1/stream/__ds/subscriptions/${id}`;
@@ -235,22 +236,12 @@ describe("subscriptions API", () => {
     for (const path of ["race/old", "race/new"]) expect((await call(`/v1/stream/${path}`, { method: "PUT", token, json: { a: 1 } })).status).toBe(201);
     const threads = (env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> }).THREADS;
     const old = threads.get(threads.idFromName(plainStreamKey(houseId, "race/old")));
-    let entered!: () => void;
-    const reached = new Promise<void>((r) => { entered = r; });
-    let release!: () => void;
-    const gate = new Promise<void>((r) => { release = r; });
     // The create has stored the subscription and is asking its stream for the tail to link it at.
-    await runInDurableObject(old, (a: ThreadActor) => a.holdNextSubscriptionTail(entered, gate));
-    const creating = put(token, "racy", { type: "pull-wake", streams: ["race/old"], wake_stream: "w-racy" });
-    let deleted: Response;
-    try {
-      await reached;
-      deleted = await call(sub("racy"), { method: "DELETE", token });
-    } finally {
-      release();
-    }
-    expect(deleted.status).toBe(204);
-    expect((await creating).status).toBe(201);
+    const deleted = step("the DELETE during the create's ask for the tail", async () => (await call(sub("racy"), { method: "DELETE", token })).status);
+    await runInDurableObject(old, (a: ThreadActor) => a.duringNextSubscriptionTail(deleted));
+    const created = await within(put(token, "racy", { type: "pull-wake", streams: ["race/old"], wake_stream: "w-racy" }), "the create");
+    expect(deleted.value()).toBe(204);
+    expect(created.status).toBe(201);
     expect((await call(sub("racy"), { token })).status).toBe(404);
     // Made again, for another stream: it links that one alone.
     expect((await put(token, "racy", { type: "pull-wake", streams: ["race/new"], wake_stream: "w-racy" })).status).toBe(201);

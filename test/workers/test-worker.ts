@@ -15,6 +15,7 @@ import { launchBoxId, type LaunchStep } from "../../src/threads/launch-progress"
 import { sandboxStub } from "../../src/actors/stubs";
 import { unwrapRpc } from "../../src/actors/rpc";
 import type { Entry } from "../../src/entries/schema";
+import type { Step } from "./inside-request";
 
 export { default } from "../../src/worker";
 
@@ -159,26 +160,23 @@ export class ThreadActor extends ProductionThreadActor {
     return super.runIsCurrent(houseId, runId);
   }
 
-  private boxDiedDelayMs = 0;
+  private tailStep: Step<unknown> | null = null;
 
-  /** Telling this thread its box died takes `ms` from now on (a box's force delete waits on it). */
-  private tailHold: { entered: () => void; gate: Promise<void> } | null = null;
-
-  /** The next ask for this plain stream's tail (a subscription linking it) calls `entered`, then waits for `gate`. */
-  holdNextSubscriptionTail(entered: () => void, gate: Promise<void>): void {
-    this.tailHold = { entered, gate };
+  /** The next ask for this plain stream's tail (a subscription linking it) first runs `step`, inside that request. */
+  duringNextSubscriptionTail(step: Step<unknown>): void {
+    this.tailStep = step;
   }
 
   override async subscriptionTail(houseId: string) {
-    const hold = this.tailHold;
-    if (hold) {
-      this.tailHold = null;
-      hold.entered();
-      await hold.gate;
-    }
+    const step = this.tailStep;
+    this.tailStep = null;
+    await step?.run();
     return super.subscriptionTail(houseId);
   }
 
+  private boxDiedDelayMs = 0;
+
+  /** Telling this thread its box died takes `ms` from now on (a box's force delete waits on it). */
   delayBoxDied(ms: number): void {
     this.boxDiedDelayMs = ms;
   }
@@ -334,23 +332,20 @@ export class HouseActor extends ProductionHouseActor {
     return super.upsertBox(box);
   }
 
-  private folderListHold: { entered: () => void; gate: Promise<void> } | null = null;
+  private folderListStep: Step<unknown> | null = null;
 
   /**
    * The next list of an environment's folder versions (a DELETE of the environment reads it between
-   * deleting the shared box and forgetting the environment) calls `entered`, then waits for `gate`.
+   * deleting the shared box and forgetting the environment) first runs `step`, inside that request.
    */
-  holdNextFolderVersionList(entered: () => void, gate: Promise<void>): void {
-    this.folderListHold = { entered, gate };
+  duringNextFolderVersionList(step: Step<unknown>): void {
+    this.folderListStep = step;
   }
 
   override async listFolderVersions(environmentId: string) {
-    const hold = this.folderListHold;
-    if (hold) {
-      this.folderListHold = null;
-      hold.entered();
-      await hold.gate;
-    }
+    const step = this.folderListStep;
+    this.folderListStep = null;
+    await step?.run();
     return super.listFolderVersions(environmentId);
   }
 
@@ -413,21 +408,18 @@ export class SandboxActor extends ProductionSandboxActor {
     this.registerFailures.arm(count);
   }
 
-  private reserveHold: { entered: () => void; gate: Promise<void> } | null = null;
+  private reserveStep: Step<unknown> | null = null;
 
-  /** The next reserve of this box, once recorded, calls `entered`, then waits for `gate` before it answers. */
-  holdNextReserve(entered: () => void, gate: Promise<void>): void {
-    this.reserveHold = { entered, gate };
+  /** The next reserve of this box, once recorded, runs `step` inside that request before it answers. */
+  duringNextReserve(step: Step<unknown>): void {
+    this.reserveStep = step;
   }
 
   override async reserve(houseId: string, threadId: string, runId: string) {
     const answer = await super.reserve(houseId, threadId, runId);
-    const hold = this.reserveHold;
-    if (hold) {
-      this.reserveHold = null;
-      hold.entered();
-      await hold.gate;
-    }
+    const step = this.reserveStep;
+    this.reserveStep = null;
+    await step?.run();
     return answer;
   }
 

@@ -63,26 +63,28 @@ export type Mapped = { ok: true; url: string } | { ok: false; status: number; co
  * `http://h/thread-1?offset=-1` both go to `<base>/thread-1?offset=-1`.
  */
 export function upstreamUrl(requestUrl: string, workerUrl: string | undefined | null): Mapped {
-  const base = (workerUrl ?? "").trim();
-  if (base === "") {
-    return { ok: false, status: 500, code: "proxy_misconfigured", message: `${ENV.workerUrl} is not set` };
-  }
-  let parsedBase: URL;
-  try {
-    parsedBase = new URL(base);
-  } catch {
-    return { ok: false, status: 500, code: "proxy_misconfigured", message: `${ENV.workerUrl} is not a valid URL` };
-  }
-  if (parsedBase.protocol !== "http:" && parsedBase.protocol !== "https:") {
-    return { ok: false, status: 500, code: "proxy_misconfigured", message: `${ENV.workerUrl} must be an http(s) URL` };
-  }
-  if (parsedBase.search !== "" || parsedBase.hash !== "") {
-    return { ok: false, status: 500, code: "proxy_misconfigured", message: `${ENV.workerUrl} must not carry a query or fragment` };
-  }
+  const problem = workerUrlProblem(workerUrl);
+  if (problem !== null) return { ok: false, status: 500, code: "proxy_misconfigured", message: problem };
+  const parsedBase = new URL((workerUrl ?? "").trim());
   const incoming = new URL(requestUrl);
   const rest = stripFunctionPrefix(incoming.pathname);
   const joined = parsedBase.origin + parsedBase.pathname.replace(/\/+$/, "") + rest;
   return { ok: true, url: joined + incoming.search };
+}
+
+/** Why THREADBOX_WORKER_URL cannot be forwarded to (a sentence naming it), or null when it can. */
+export function workerUrlProblem(workerUrl: string | undefined | null): string | null {
+  const base = (workerUrl ?? "").trim();
+  if (base === "") return `${ENV.workerUrl} is not set`;
+  let parsedBase: URL;
+  try {
+    parsedBase = new URL(base);
+  } catch {
+    return `${ENV.workerUrl} is not a valid URL`;
+  }
+  if (parsedBase.protocol !== "http:" && parsedBase.protocol !== "https:") return `${ENV.workerUrl} must be an http(s) URL`;
+  if (parsedBase.search !== "" || parsedBase.hash !== "") return `${ENV.workerUrl} must not carry a query or fragment`;
+  return null;
 }
 
 /** `/a/stream-proxy/x/y` -> `/x/y`; `/stream-proxy` -> ``; `/x` (no prefix) -> `/x`. */

@@ -26,6 +26,7 @@ import {
   upstreamRequestHeaders,
   upstreamTimeoutMs,
   upstreamUrl,
+  workerUrlProblem,
 } from "./forward.ts";
 
 /** The client went away while the proxy was still reading its request body. */
@@ -177,6 +178,14 @@ if (onSupabase) {
   const port = rawPort && rawPort.trim() !== "" ? Number(rawPort) : DEFAULT_PORT;
   if (!Number.isInteger(port) || port < 0 || port > 65535) {
     console.error(`stream-proxy: ${ENV.port} must be a port number, got ${JSON.stringify(rawPort)}`);
+    Deno.exit(2);
+  }
+  // Unset, it starts and answers 500 (the script warns); set but unusable is a typo to fix now, as
+  // a bad port is, not a 500 on every request found later.
+  const workerUrl = Deno.env.get(ENV.workerUrl);
+  const workerUrlIssue = workerUrl && workerUrl.trim() !== "" ? workerUrlProblem(workerUrl) : null;
+  if (workerUrlIssue !== null) {
+    console.error(`stream-proxy: ${workerUrlIssue} (the worker's stream URL, e.g. http://127.0.0.1:8787/api/stream)`);
     Deno.exit(2);
   }
   const hostname = Deno.env.get(ENV.hostname) || "127.0.0.1";
