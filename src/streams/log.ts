@@ -384,28 +384,41 @@ export class StreamLog {
         }
       }
     }
-    if (from >= tail) return { body: bracketed([head!]), lastSeq: from, count: headCount, upToDate: true };
-    const budget = maxBytes - (head?.byteLength ?? 0);
-    // The first row that no longer fits; every row before it is the page.
-    const cut = this.sql.exec(
-      `select seq, rn from (
-         select seq, row_number() over w as rn, sum(length(cast(data as blob))) over w as run
-         from messages where seq > ? window w as (order by seq rows between unbounded preceding and current row))
-       where run > ? limit 1`,
-      from, budget,
-    ).toArray()[0] as { seq: number; rn: number } | undefined;
-    // Rows before the cut row (no row has a seq between theirs and its); a first row over the
-    // budget alone is the page only when nothing else is (at least one message).
-    const upto = cut === undefined ? tail : cut.rn > 1 ? cut.seq - 1 : head ? from : cut.seq;
-    if (upto <= from) return { body: bracketed([head!]), lastSeq: from, count: headCount, upToDate: false };
-    const r = this.sql.exec(
-      `select sum(coalesce(length(lens) / 4, 1)) as n, max(seq) as last, cast(coalesce(group_concat(cast(data as text), ','), '') as blob) as body
-       from (select seq, data, lens from messages where seq > ? and seq <= ? order by seq)`,
-      from, upto,
-    ).one();
-    const lastSeq = (r.last as number | null) ?? from;
-    const rest = new Uint8Array(r.body as ArrayBuffer);
-    return { body: bracketed(head ? [head, rest] : [rest]), lastSeq, count: headCount + ((r.n as number | null) ?? 0), upToDate: lastSeq >= tail };
+    const parts: Uint8Array[] = head ? [head] : [];
+    let count = headCount;
+    let lastSeq = from;
+    let budget = maxBytes - (head?.byteLength ?? 0);
+    // SQLite joins at most JOIN_MAX_BYTES at a time: a Durable Object's SQLite refuses a string or
+    // BLOB over 2 MB, and a page may be 4 MiB. The page is its joins, joined.
+    while (lastSeq < tail) {
+      const pageBound = budget <= JOIN_MAX_BYTES;
+      const chunk = pageBound ? budget : JOIN_MAX_BYTES;
+      // The first row that no longer fits this join; every row before it goes in.
+      const cut = this.sql.exec(
+        `select seq, rn, run from (
+           select seq, row_number() over w as rn, sum(length(cast(data as blob))) over w as run
+           from messages where seq > ? window w as (order by seq rows between unbounded preceding and current row))
+         where run > ? limit 1`,
+        lastSeq, chunk,
+      ).toArray()[0] as { seq: number; rn: number; run: number } | undefined;
+      // Rows before the cut row (no row has a seq between theirs and its). A first row over the
+      // join alone goes in when it fits the page, or when the page has nothing yet (at least one message).
+      const upto = cut === undefined ? tail : cut.rn > 1 ? cut.seq - 1 : parts.length === 0 || cut.run <= budget ? cut.seq : lastSeq;
+      if (upto <= lastSeq) break;
+      const r = this.sql.exec(
+        `select sum(coalesce(length(lens) / 4, 1)) as n, max(seq) as last, sum(length(cast(data as blob))) as bytes,
+           cast(coalesce(group_concat(cast(data as text), ','), '') as blob) as body
+         from (select seq, data, lens from messages where seq > ? and seq <= ? order by seq)`,
+        lastSeq, upto,
+      ).one();
+      parts.push(new Uint8Array(r.body as ArrayBuffer));
+      count += (r.n as number | null) ?? 0;
+      lastSeq = (r.last as number | null) ?? upto;
+      budget -= (r.bytes as number | null) ?? 0;
+      // Cut by the page, not by the join: the page is full.
+      if (cut !== undefined && pageBound) break;
+    }
+    return { body: bracketed(parts), lastSeq, count, upToDate: lastSeq >= tail };
   }
 
   /** The last `count` messages of a thread's log, which holds no packed runs (see packsRuns). */
@@ -566,6 +579,9 @@ export function isExpired(meta: Pick<StreamMeta, "expiresAt" | "ttlSeconds" | "l
   }
   return meta.ttlSeconds !== null && nowMs >= meta.lastAccessAt + meta.ttlSeconds * 1000;
 }
+
+/** Most bytes one SQLite value of a page holds: well under a Durable Object's 2 MB string/BLOB limit. */
+const JOIN_MAX_BYTES = 1024 * 1024;
 
 /** SQLite in a Durable Object takes at most 100 bound parameters a statement: first seq, time, then one a row. */
 const ROWS_PER_INSERT = 98;

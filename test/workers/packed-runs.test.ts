@@ -135,3 +135,47 @@ describe("pages of a log with packed runs", () => {
     });
   });
 });
+
+/** SQL as a deployed Durable Object's SQLite limits it: a string or BLOB over 2 MB is refused (SQLITE_TOOBIG). */
+function storageWithValueLimit(storage: DurableObjectStorage, limitBytes = 2_000_000): DurableObjectStorage {
+  const tooBig = (v: SqlStorageValue) => (v instanceof ArrayBuffer ? v.byteLength : typeof v === "string" ? v.length : 0) > limitBytes;
+  const sql = {
+    exec: (query: string, ...args: unknown[]) => {
+      const cursor = storage.sql.exec(query, ...args);
+      const columns = cursor.columnNames;
+      const rows = [...cursor.raw()];
+      if (rows.some((row) => row.some(tooBig))) throw new Error("string or blob too big: SQLITE_TOOBIG");
+      const objects = () => rows.map((row) => Object.fromEntries(columns.map((c, i) => [c, row[i]])));
+      return {
+        columnNames: columns, rowsWritten: cursor.rowsWritten, raw: () => rows[Symbol.iterator](), toArray: objects,
+        one: () => { const all = objects(); if (all.length !== 1) throw new Error(`expected one row, got ${all.length}`); return all[0]; },
+      };
+    },
+  } as unknown as SqlStorage;
+  return { sql, transactionSync: <T>(fn: () => T) => storage.transactionSync(fn) } as unknown as DurableObjectStorage;
+}
+
+describe("a catch-up page larger than one SQLite value may be", () => {
+  for (const packed of [false, true]) {
+    it(`is joined in parts each under the 2 MB a deployed Durable Object's SQLite takes (${packed ? "packed runs" : "a row per message"})`, async () => {
+      await runInDurableObject(E.THREADS.get(E.THREADS.idFromName(unique("join-limit"))), (_a, state) => {
+        const log = new StreamLog(storageWithValueLimit(state.storage));
+        log.packsRuns = () => packed;
+        log.create("big", { contentType: "application/json", ttlSeconds: null, expiresAt: null, closed: false }, []);
+        const enc = new TextEncoder();
+        const all: number[] = [];
+        // 3 MB of ~100-byte messages, in appends of 1,000.
+        for (let b = 0; b < 30; b++) {
+          log.append({ messages: Array.from({ length: 1000 }, (_, k) => { const n = b * 1000 + k + 1; all.push(n); return { data: enc.encode(JSON.stringify({ n, pad: "z".repeat(80) })) }; }) });
+        }
+        const page = log.readJoined(0, 4 * 1024 * 1024);
+        expect(page.upToDate).toBe(true);
+        expect(page.count).toBe(all.length);
+        expect((JSON.parse(new TextDecoder().decode(page.body)) as { n: number }[]).map((m) => m.n)).toEqual(all);
+        // From inside the log, too.
+        const rest = log.readJoined(12_345, 4 * 1024 * 1024);
+        expect((JSON.parse(new TextDecoder().decode(rest.body)) as { n: number }[]).map((m) => m.n)).toEqual(all.slice(12_345));
+      });
+    });
+  }
+});
