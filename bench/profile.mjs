@@ -8,6 +8,7 @@
 //   npm run bench:profile -- --load=threads --count=300 --entries=20
 //   npm run bench:profile -- --load=stream-appends --count=300 --entries=20   (the same on plain streams)
 //   npm run bench:profile -- --load=batched --count=300
+//   npm run bench:profile -- --load=batched --entries=1000 --count=200   (#4's fill: 1,000 per POST)
 //   npm run bench:profile -- --load=longpoll --count=200
 //   npm run bench:profile -- --load=ws --count=200
 //   npm run bench:profile -- --load=catchup --count=10 --entries=100000
