@@ -80,15 +80,18 @@ describe("npm run stream-proxy: its temporary DENO_DIR", () => {
   }, 60_000);
 });
 
-describe("npm run stream-proxy: a THREADBOX_WORKER_URL set but not an http(s) URL", () => {
-  for (const [value, why] of [
-    ["localhost:8787/api/stream", "THREADBOX_WORKER_URL must be an http(s) URL"], // parses, as scheme localhost:
-    ["127.0.0.1:8787/api/stream", "THREADBOX_WORKER_URL is not a valid URL"],
-    ["http://127.0.0.1:8787/api/stream?x=1", "THREADBOX_WORKER_URL must not carry a query or fragment"],
+describe("npm run stream-proxy: a THREADBOX_WORKER_URL set but not an http(s) URL, or a STREAM_PROXY_UPSTREAM_TIMEOUT_MS not a whole number", () => {
+  const good = "http://127.0.0.1:8787/api/stream";
+  for (const [env, why] of [
+    [{ THREADBOX_WORKER_URL: "localhost:8787/api/stream" }, "THREADBOX_WORKER_URL must be an http(s) URL"], // parses, as scheme localhost:
+    [{ THREADBOX_WORKER_URL: "127.0.0.1:8787/api/stream" }, "THREADBOX_WORKER_URL is not a valid URL"],
+    [{ THREADBOX_WORKER_URL: "http://127.0.0.1:8787/api/stream?x=1" }, "THREADBOX_WORKER_URL must not carry a query or fragment"],
+    [{ THREADBOX_WORKER_URL: good, STREAM_PROXY_UPSTREAM_TIMEOUT_MS: "30s" }, `STREAM_PROXY_UPSTREAM_TIMEOUT_MS must be a whole number of milliseconds (0 turns the timeout off), got "30s"`],
+    [{ THREADBOX_WORKER_URL: good, STREAM_PROXY_UPSTREAM_TIMEOUT_MS: "-1" }, "STREAM_PROXY_UPSTREAM_TIMEOUT_MS must be a whole number"],
   ] as const) {
-    it(`refuses to start, naming it, as a bad port does (${value})`, async () => {
+    it(`refuses to start, naming it, as a bad port does (${JSON.stringify(env)})`, async () => {
       const tmp = freshTmp();
-      const p = run([SCRIPT], { TMPDIR: tmp, STREAM_PROXY_PORT: String(await freePort()), THREADBOX_WORKER_URL: value });
+      const p = run([SCRIPT], { TMPDIR: tmp, STREAM_PROXY_PORT: String(await freePort()), ...env });
       // It used to listen and answer every request 500: stop it then, and fail on what it said.
       const listening = new Promise<"listening">((resolve) => {
         const poll = setInterval(() => p.output().includes("stream-proxy listening on") && (clearInterval(poll), resolve("listening")), 50);

@@ -144,12 +144,24 @@ export function downstreamResponseHeaders(upstream: Headers): Headers {
   return out;
 }
 
-/** Parses STREAM_PROXY_UPSTREAM_TIMEOUT_MS; absent/blank -> default; `0` disables the timeout. */
+/**
+ * Parses STREAM_PROXY_UPSTREAM_TIMEOUT_MS; absent/blank -> default; `0` disables the timeout. A value
+ * that is not a whole number of milliseconds also gets the default here (a deployed function keeps
+ * answering); run locally, upstreamTimeoutProblem stops the proxy at start instead.
+ */
 export function upstreamTimeoutMs(raw: string | undefined | null): number {
-  if (raw === undefined || raw === null || raw.trim() === "") return DEFAULT_UPSTREAM_TIMEOUT_MS;
+  if (upstreamTimeoutProblem(raw) !== null || raw === undefined || raw === null || raw.trim() === "") return DEFAULT_UPSTREAM_TIMEOUT_MS;
+  return Number(raw.trim());
+}
+
+/** Why STREAM_PROXY_UPSTREAM_TIMEOUT_MS cannot be used (a sentence naming it), or null when it is unset or usable. */
+export function upstreamTimeoutProblem(raw: string | undefined | null): string | null {
+  if (raw === undefined || raw === null || raw.trim() === "") return null;
   const n = Number(raw.trim());
-  if (!Number.isFinite(n) || n < 0 || !Number.isInteger(n)) return DEFAULT_UPSTREAM_TIMEOUT_MS;
-  return n;
+  if (!Number.isFinite(n) || n < 0 || !Number.isInteger(n)) {
+    return `${ENV.upstreamTimeoutMs} must be a whole number of milliseconds (0 turns the timeout off), got ${JSON.stringify(raw)}`;
+  }
+  return null;
 }
 
 /** The proxy's own errors use the worker's error shape: `{ error: { code, message } }`. */

@@ -25,6 +25,7 @@ import {
   proxyError,
   upstreamRequestHeaders,
   upstreamTimeoutMs,
+  upstreamTimeoutProblem,
   upstreamUrl,
   workerUrlProblem,
 } from "./forward.ts";
@@ -186,6 +187,11 @@ if (onSupabase) {
   const workerUrlIssue = workerUrl && workerUrl.trim() !== "" ? workerUrlProblem(workerUrl) : null;
   if (workerUrlIssue !== null) {
     console.error(`stream-proxy: ${workerUrlIssue} (the worker's stream URL, e.g. http://127.0.0.1:8787/api/stream)`);
+    Deno.exit(2);
+  }
+  const timeoutIssue = upstreamTimeoutProblem(Deno.env.get(ENV.upstreamTimeoutMs));
+  if (timeoutIssue !== null) {
+    console.error(`stream-proxy: ${timeoutIssue}`);
     Deno.exit(2);
   }
   const hostname = Deno.env.get(ENV.hostname) || "127.0.0.1";
