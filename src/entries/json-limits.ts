@@ -24,20 +24,7 @@ const CLOSE_OBJECT = 0x7d;
  * are skipped with a native search for their closing quote: readers scan every stored entry.
  */
 export function jsonNestsDeeperThan(bytes: Uint8Array, limit = MAX_JSON_DEPTH): boolean {
-  let depth = 0;
-  for (let i = 0; i < bytes.length; i++) {
-    const b = bytes[i];
-    if (b === QUOTE) {
-      const end = closingQuote(bytes, i);
-      if (end < 0) return false; // unterminated: the parse that follows refuses it
-      i = end;
-    } else if (b === OPEN_ARRAY || b === OPEN_OBJECT) {
-      if (++depth > limit) return true;
-    } else if (b === CLOSE_ARRAY || b === CLOSE_OBJECT) {
-      depth--;
-    }
-  }
-  return false;
+  return scanJsonValues(bytes, limit, false).tooDeep;
 }
 
 /** Index of the quote that ends the string opened at `open` (one not escaped by a backslash), or -1. */
@@ -61,10 +48,10 @@ const isJsonWhitespace = (b: number) => b === 0x20 || b === 0x09 || b === 0x0a |
  * without surrounding whitespace). The values are right only for text JSON.parse then accepts.
  * Storing them spares a serialize per value; they are views into `bytes`, not copies (SQLite
  * copies what it binds). `values` is null (the caller re-serializes) for text with line breaks or a
- * byte-order mark, so what is stored stays one compact line.
+ * byte-order mark, so what is stored stays one compact line, and when `split` is false (the depth only).
  */
-export function scanJsonValues(bytes: Uint8Array, limit = MAX_JSON_DEPTH): { tooDeep: boolean; values: Uint8Array[] | null } {
-  let values: Uint8Array[] | null = bytes.indexOf(0x0a) >= 0 || bytes.indexOf(0x0d) >= 0 || bytes[0] === 0xef ? null : [];
+export function scanJsonValues(bytes: Uint8Array, limit = MAX_JSON_DEPTH, split = true): { tooDeep: boolean; values: Uint8Array[] | null } {
+  let values: Uint8Array[] | null = !split || bytes.indexOf(0x0a) >= 0 || bytes.indexOf(0x0d) >= 0 || bytes[0] === 0xef ? null : [];
   let start = 0;
   let end = bytes.length;
   while (start < end && isJsonWhitespace(bytes[start])) start++;
