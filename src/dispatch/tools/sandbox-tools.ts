@@ -16,6 +16,15 @@ const environmentChoiceProperties = (what: string) => ({
 const goneThreadEnvironment = (environmentId: string) =>
   `this thread's environment ${environmentId} no longer exists: name another of this house's environments by environmentId or environmentName`;
 
+/**
+ * What run_command and preview_link tell a bot of an environment without a shared box (`so`: what
+ * follows for the tool): a bot cannot change an environment, only the user can give it one.
+ */
+function noSharedBox(target: { id: string; missing?: string }, so: string): string {
+  const which = target.missing ? "this thread's environment" : "that environment";
+  return `${which} keeps no shared sandbox box, so ${so}: tell the user, who can give it one by setting sharedBox: true on environment ${target.id} (bots cannot change environments)`;
+}
+
 /** Where run_command and preview_link work (the environment named, else the thread's), and what its 404 says; null for neither. */
 async function toolEnvironment(ctx: ToolContext, choice: EnvironmentChoice): Promise<{ id: string; missing?: string } | null> {
   const named = await chosenEnvironmentId(ctx.env, ctx.claims.houseId, choice);
@@ -50,8 +59,7 @@ export function sandboxTools(ctx: ToolContext): ToolSpec[] {
       }, target.missing).catch((err) => {
         // The route's answer tells a user to change the environment, which a bot cannot do.
         if (!(err instanceof ApiError && err.code === "conflict" && err.publicMessage === NO_SHARED_BOX)) throw err;
-        const which = target.missing ? "this thread's environment" : "that environment";
-        throw new ApiError("conflict", `${which} keeps no shared sandbox box, so it runs no commands: tell the user, who can give it one by setting sharedBox: true on environment ${target.id} (bots cannot change environments); delegate_task still runs a job there, on a box of its own`);
+        throw new ApiError("conflict", `${noSharedBox(target, "it runs no commands")}; delegate_task still runs a job there, on a box of its own`);
       });
       // The model sees the head of this (defineTool's cut): the box's own cut, further on, is named up front.
       const cut = r.omittedBytes ? ` (${r.omittedBytes} bytes cut from the middle of its output)` : "";
@@ -104,11 +112,7 @@ export function sandboxTools(ctx: ToolContext): ToolSpec[] {
       const target = await toolEnvironment(ctx, { environmentId, environmentName });
       if (!target) return NO_SANDBOX;
       const r = await previewInEnvironment(ctx.env, ctx.claims, target.id, args.port, args.expiresInSeconds, target.missing);
-      const which = target.missing ? "this thread's environment" : "that environment";
-      // A bot cannot change an environment: only the user can give it a shared box.
-      if (r.unavailable === "no_shared_box") {
-        return `${which} keeps no shared sandbox box, so there is nothing to preview and none will start: tell the user, who can give it one by setting sharedBox: true on environment ${target.id} (bots cannot change environments)`;
-      }
+      if (r.unavailable === "no_shared_box") return noSharedBox(target, "there is nothing to preview and none will start");
       if (r.unavailable === "not_running") {
         return target.missing
           ? "this thread's sandbox box is not running yet: start the server with run_command first, then ask for the link"
