@@ -9,20 +9,10 @@ import { call, houseToken } from "./helpers";
 import { sharedTestProvider } from "./register-test-provider";
 import { lateBoxWatchId } from "../../src/actors/sandbox/late-box";
 import { unwrapRpc } from "../../src/actors/rpc";
+import { within } from "./inside-request";
 
 const E = env as unknown as { SANDBOXES: DurableObjectNamespace<SandboxActor> };
 const actor = (id: string) => E.SANDBOXES.get(E.SANDBOXES.idFromName(id));
-
-/** `p`, or a failure naming `what` once `ms` pass: a request that never answers fails its case instead of stalling the run. */
-async function within<T>(p: Promise<T>, what: string, ms = 15_000): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms); });
-  try {
-    return await Promise.race([p, late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 type Answer = { status: number; location: string | null; body: { id: string; providerRef: string; error?: { code: string; message: string; details?: unknown } } };
 
