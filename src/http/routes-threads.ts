@@ -301,11 +301,9 @@ async function runEnvironment(env: Env, houseId: string, environmentId: string |
 
 /**
  * pi started without a model fails in the box with a message nobody sees: a pi run must name its
- * model (in the request or as the environment's default) before any box is made for it.
- */
-/**
- * A pi run needs a model. Without an environment there is none to set one in (nor the "piModels"
- * a custom provider needs): a delegation is told to name an environment, which it can.
+ * model (in the request or as the environment's default) before any box is made for it. Without
+ * an environment there is none to set one in (nor the "piModels" a custom provider needs): a
+ * delegation (`canNameEnvironment`) is told to name an environment, which it can.
  */
 function requireModel(harness: HarnessName, model: string | undefined, environment: Environment | null, canNameEnvironment = false): void {
   if (harness !== "pi" || model || environment?.model) return;
