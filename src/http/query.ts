@@ -7,6 +7,8 @@ import { formatZodError } from "../entries/schema";
  * take the last): every route refuses a repeated query parameter instead of guessing.
  */
 export function hasRepeatedQuery(url: URL): boolean {
+  // Most requests have no query at all; reading searchParams builds one to find that out.
+  if (!url.search) return false;
   const keys = [...url.searchParams.keys()];
   return new Set(keys).size !== keys.length;
 }
