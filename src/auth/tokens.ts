@@ -124,13 +124,14 @@ export async function verifyToken(secret: string | undefined, token: string): Pr
 
 /** As verifyToken, with when the token expires (what a long-lived read must stop at). */
 export async function verifyTokenUntil(secret: string | undefined, token: string): Promise<{ claims: TokenClaims; expiresAtMs: number }> {
-  const key = await cryptoKey(secret);
+  // A hit was verified under this very secret, which passed keyFrom then: the key is not needed.
   const cacheKey = `${secret}\u0000${token}`;
   const hit = verifiedCache.get(cacheKey);
   if (hit) {
     if (Date.now() < hit.expMs) return { claims: hit.claims, expiresAtMs: hit.expMs };
     verifiedCache.delete(cacheKey);
   }
+  const key = await cryptoKey(secret);
   let payload: Record<string, unknown>;
   try {
     // A token that never expires is refused: every minted one carries `exp`.
