@@ -7,11 +7,27 @@ import { formatZodError } from "../entries/schema";
  * take the last): every route refuses a repeated query parameter instead of guessing.
  */
 export function hasRepeatedQuery(url: URL): boolean {
-  // Most requests have no query at all; reading searchParams builds one to find that out.
-  if (!url.search) return false;
-  const keys = [...url.searchParams.keys()];
-  return new Set(keys).size !== keys.length;
+  const search = url.search;
+  if (!search) return false;
+  // Iterating searchParams crosses into the runtime per key, on every request (a long-poll's
+  // every re-poll). Keys without escapes are the text before `=` as they stand; any `%` or `+`
+  // leaves the decoding to URLSearchParams.
+  if (ESCAPED.test(search)) {
+    const keys = [...url.searchParams.keys()];
+    return new Set(keys).size !== keys.length;
+  }
+  const seen = new Set<string>();
+  for (const pair of search.slice(1).split("&")) {
+    if (pair === "") continue;
+    const eq = pair.indexOf("=");
+    const key = eq < 0 ? pair : pair.slice(0, eq);
+    if (seen.has(key)) return true;
+    seen.add(key);
+  }
+  return false;
 }
+
+const ESCAPED = /[%+]/;
 
 export function assertNoRepeatedQuery(url: URL): void {
   const seen = new Set<string>();
