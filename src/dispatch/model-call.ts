@@ -9,6 +9,7 @@ import type { AssistantMessage, Context, Message, Model, Tool } from "@earendil-
 import { normalizeContext } from "@earendil-works/pi-ai/utils/transcript";
 import { DEFAULT_IDLE_TIMEOUT_MS, type ModelApi, type ResolvedModel } from "./models";
 import { redactValues } from "../domain/secret-forms";
+import { shownEndpoint } from "../domain/endpoint-url";
 import { providerErrorText, streamProblem } from "./provider-error";
 
 export type ModelCallOptions = {
@@ -237,7 +238,7 @@ async function attempt(o: ModelCallOptions): Promise<Attempt> {
       return { ok: false, retryable: true, reason: "the model API's answer ended before it was finished (no finish reason)" };
     }
     if (networkError) {
-      const where = status === undefined ? `could not reach the model API at ${o.model.baseUrl}` : "the model API connection broke mid-answer";
+      const where = status === undefined ? `could not reach the model API at ${shownEndpoint(o.model.baseUrl)}` : "the model API connection broke mid-answer";
       return { ok: false, retryable: true, reason: `${where}: ${detail}` };
     }
     return { ok: false, retryable: false, reason: `the model call failed: ${detail}` };

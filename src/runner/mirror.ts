@@ -31,6 +31,7 @@ import { postHeartbeat, StreamWriter, threadStreamUrl, type WireEntry } from "./
 import { namedSecretValues, redactBoxText, redactDeep, redactionList, sensitiveFilePaths, sensitiveValues } from "./redact";
 import { DEFAULT_LIVE_TOOL_OUTPUT, LiveToolOutputs, partialSecretAtEnd, toolResultText } from "./live-tool-output";
 import { redactText } from "../domain/secret-forms";
+import { shownEndpoint } from "../domain/endpoint-url";
 import { modelErrorReason } from "../dispatch/provider-error";
 
 const log = (m: string) => process.stderr.write(`[threadbox mirror] ${m}\n`);
@@ -205,12 +206,5 @@ const UNREACHABLE = /connection|connect|ECONNREFUSED|ECONNRESET|ENOTFOUND|EAI_AG
 /** A model that could not be reached: say which URL, without credentials or query. */
 export function withModelUrl(reason: string, model: string | undefined, baseUrl: string | undefined): string {
   if (!baseUrl || !UNREACHABLE.test(reason)) return reason;
-  let shown = baseUrl;
-  try {
-    const u = new URL(baseUrl);
-    shown = `${u.protocol}//${u.host}${u.pathname}`;
-  } catch {
-    // not a URL: shown as configured
-  }
-  return `${reason} (model ${model ?? "?"} at ${shown})`;
+  return `${reason} (model ${model ?? "?"} at ${shownEndpoint(baseUrl)})`;
 }

@@ -288,6 +288,15 @@ describe.each<ModelApi>(["openai-completions", "anthropic-messages"])("runToolLo
     expect(await s.requests()).toHaveLength(2);
   });
 
+  it("a model API it cannot reach is named without the credentials its baseUrl carries (user info, query)", async () => {
+    const s = await scriptModel([]);
+    // Nothing listens on port 1: the call cannot connect.
+    const r = await runToolLoop({ model: scriptedModel(api, s, { baseUrl: "http://tb-user:sk-userinfo-secret@127.0.0.1:1/v1?api-key=sk-query-secret" }), systemPrompt: "sys", messages: [{ role: "user", text: "hi" }], tools: [], onEvent: async () => {}, retries: 0, ...fast });
+    const reason = !r.ok ? r.reason : "";
+    expect(reason).toContain("could not reach the model API at http://127.0.0.1:1/v1:");
+    expect(reason).not.toMatch(/sk-userinfo-secret|sk-query-secret|tb-user/);
+  });
+
   it("an answer that is a page or a whole JSON body, not the event stream asked for, fails at once saying so", async () => {
     for (const [raw, contentType] of [["<html><body>Welcome to our site</body></html>", "text/html; charset=utf-8"], ['{"id":"x","choices":[]}', "application/json"]]) {
       const s = await scriptModel([{ raw, contentType }, { text: "not asked" }]);
