@@ -683,6 +683,21 @@ describe("parent notification", () => {
     expect((await row(token, parent.id)).status).toBe("idle"); // no run was started on the parent
   });
 
+  it("a child's run that ends without an answer reports that, not the answer of the run before it", async () => {
+    const token = await houseToken("house-parent");
+    const parent = await createThread(token);
+    const child = await createThread(token, { parent: { kind: "thread", id: parent.id } });
+    await claim(token, child.id);
+    await post(token, child.id, { payload: { type: "pi.assistant", text: "the first run's answer", stopReason: "stop" } });
+    await post(token, child.id, signal("completed"));
+    await runDurableObjectAlarm(threadStub(child.id));
+    await claim(token, child.id);
+    await post(token, child.id, signal("completed"));
+    await runDurableObjectAlarm(threadStub(child.id));
+    const chats = (await readAll(token, parent.id)).entries.filter((e) => e.payload.type === "chat").map((e) => e.payload.text);
+    expect(chats).toEqual(["the first run's answer", `Task ${child.id} completed.`]);
+  });
+
   it("a failed child reports its failure reason", async () => {
     const token = await houseToken("house-parent");
     const parent = await createThread(token);

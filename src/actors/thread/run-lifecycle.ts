@@ -212,9 +212,13 @@ export class RunLifecycle {
     if (row.status !== "completed") {
       return `Task ${row.id} ended: ${row.statusReason ?? "failed"}${row.statusDetail ? ` (${row.statusDetail})` : ""}`;
     }
-    const recent = this.p.log.lastMessages(200).map(toEntryWithOffset).reverse();
-    const last = recent.find((e) => e.payload.type === "pi.assistant" && typeof e.payload.text === "string" && e.payload.text !== "");
-    return (last?.payload.text as string | undefined) ?? `Task ${row.id} completed.`;
+    // This run's answer only: the claim that started it ends the search, so a run that gave none
+    // is not reported with the answer of the run before it.
+    for (const e of this.p.log.lastMessages(200).map(toEntryWithOffset).reverse()) {
+      if (e.payload.type === STATUS_CHANGED && e.payload.status === "running") break;
+      if (e.payload.type === "pi.assistant" && typeof e.payload.text === "string" && e.payload.text !== "") return e.payload.text;
+    }
+    return `Task ${row.id} completed.`;
   }
 
   private graceUntil(): number | null {
