@@ -61,7 +61,8 @@ export async function patchEnvironmentRoute(request: Request, env: Env, id: stri
   // Merged in the house's actor, against what it holds then: two PATCHes at once both take
   // effect, and one after a DELETE is a 404 instead of bringing the environment back.
   const { environment: e, retiredBoxId } = (await unwrapRpc(houseStub(env, claims.houseId).patchEnvironment(current.id, patch))) as StoredEnvironment;
-  // An environment that keeps no shared box any more lets the one it had go (it is never reaped otherwise).
+  // An environment that keeps no shared box any more, or changed a secret the box was given, lets
+  // the box it had go (it is never reaped otherwise); its next use makes a new one.
   if (retiredBoxId) await retireSharedBox(env, claims.houseId, e.id, retiredBoxId);
   if (["files", "plugins", "piModels", "piSettings"].some((k) => k in patch)) await pruneSharedBox(env, claims.houseId, e);
   return json(publicEnvironment(e));
