@@ -2,7 +2,7 @@ import { ApiError } from "../errors";
 import { errorMessage, logEvent } from "../domain/log-event";
 import type { Env } from "../env";
 import type { Entry } from "../entries/schema";
-import type { Environment } from "../environments";
+import { retiresSecretValue, type Environment } from "../environments";
 import { mintRunToken, streamTokenTtlSeconds } from "../auth/tokens";
 import { CODEX_CONFIG_DIR, codexMcpToml, delegateRepoPath, egressSettings, piTools, providerVolumes, repoPath, skillFile, type PermissionMode, type Plugins, type RepositorySpec } from "../workspace/box-config";
 import { LABEL_RUN, type DetachedHandle, type SandboxProvider } from "../sandbox/provider";
@@ -113,6 +113,8 @@ export type LaunchDeps = {
   otherRunsOnBox(boxId: string): Promise<boolean>;
   /** The run's environment as stored now (`environment` is what it was when the launch began); null without one. */
   currentEnvironment(): Promise<Environment | null>;
+  /** The environment keeps `boxId` as its shared box no longer (if it still does); the box is reaped once its runs end. */
+  letGoSharedBox(boxId: string): Promise<void>;
 };
 
 
@@ -184,6 +186,15 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
   const boxId = progress.boxId!;
   const ref = progress.providerRef!;
   const sameBox = progress.sameBox === true;
+  if (progress.shared && environment) {
+    // The run gets the secrets the launch read. One changed or removed since let go the box the
+    // environment had then, but this box may have been made after that change, and the
+    // environment would keep it: what the run leaves there of the old value would be shown by
+    // commands, which redact only the values the environment has now. It is let go too (read
+    // after it was claimed: a change from now on lets it go itself); the run keeps it until it ends.
+    const now = await deps.currentEnvironment();
+    if (now && retiresSecretValue(environment.secrets, now.secrets)) await deps.letGoSharedBox(boxId);
+  }
   deps.checkpoint("box_chosen");
   stillCurrent(spec, deps);
   await deps.assignBox(boxId);

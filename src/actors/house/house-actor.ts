@@ -361,6 +361,26 @@ export class HouseActor extends DurableObject<Env> {
     });
   }
 
+  /**
+   * Lets the environment's shared box go if it is still `boxId` (see storeKeepingSharedBox): a run
+   * launched there with secret values the environment changed since. True when it was let go: the
+   * caller retires the box.
+   */
+  async letGoSharedBox(environmentId: string, boxId: string) {
+    return settle(async () => {
+      const letGo = this.ctx.storage.transactionSync(() => {
+        const e = this.getEnvironmentSync(environmentId);
+        if (!e || e.sharedBoxId !== boxId) return false;
+        const { sharedBoxId: _gone, ...rest } = e;
+        this.putEnvironmentSync(rest);
+        this.retireLater(e.houseId, e.id, boxId);
+        return true;
+      });
+      if (letGo) await this.armForRetirements();
+      return letGo;
+    });
+  }
+
   private putEnvironmentSync(e: Environment): void {
     this.ctx.storage.sql.exec(`insert into environments (id, body) values (?, ?) on conflict(id) do update set body = excluded.body`, e.id, JSON.stringify(e));
   }
