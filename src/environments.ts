@@ -184,15 +184,6 @@ export function publicEnvironment(e: Environment) {
   };
 }
 
-/**
- * Whether `after` changes or removes a secret `before` had. Whatever a box was given the old value
- * holds it still (an MCP config written with it, what a run left there), and redaction knows only
- * the values an environment has now; a secret added is in no box yet.
- */
-export function retiresSecretValue(before: Record<string, string> | undefined, after: Record<string, string> | undefined): boolean {
-  return Object.entries(before ?? {}).some(([name, value]) => !Object.hasOwn(after ?? {}, name) || after![name] !== value);
-}
-
 const secretsPatchSchema = recordSchema(z.string(), z.unknown());
 
 /**

@@ -2,7 +2,7 @@ import { ApiError } from "../errors";
 import { errorMessage, logEvent } from "../domain/log-event";
 import type { Env } from "../env";
 import type { Entry } from "../entries/schema";
-import { retiresSecretValue, type Environment } from "../environments";
+import type { Environment } from "../environments";
 import { mintRunToken, streamTokenTtlSeconds } from "../auth/tokens";
 import { CODEX_CONFIG_DIR, codexMcpToml, delegateRepoPath, egressSettings, piTools, providerVolumes, repoPath, skillFile, type PermissionMode, type Plugins, type RepositorySpec } from "../workspace/box-config";
 import { LABEL_RUN, type DetachedHandle, type SandboxProvider } from "../sandbox/provider";
@@ -22,7 +22,7 @@ import { copyFoldersIn } from "../workspace/folder-sync";
 import { MANAGED_FILES, managedFileContent, managedKey, managedKeys, readManagedFiles, updateManagedFiles, type ManagedFile } from "../workspace/managed-files";
 import { BOX_DIR, BOX_ENV, PI_AGENT_DIR, WORK_DIR, runDir } from "../domain/box-layout";
 import { STATUS_CHANGED } from "../domain/statuses";
-import { boxSecretForms, lastWords, redactorFor } from "../workspace/output-redaction";
+import { boxSecretForms, lastWords, redactorFor, retiresBoxSecret } from "../workspace/output-redaction";
 import { shownRepositoryUrl } from "../workspace/repository-url";
 
 export type LaunchSpec = {
@@ -187,13 +187,13 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
   const ref = progress.providerRef!;
   const sameBox = progress.sameBox === true;
   if (progress.shared && environment) {
-    // The run gets the secrets the launch read. One changed or removed since let go the box the
-    // environment had then, but this box may have been made after that change, and the
-    // environment would keep it: what the run leaves there of the old value would be shown by
-    // commands, which redact only the values the environment has now. It is let go too (read
+    // The run gets the secrets and sensitive files the launch read. One changed or removed since
+    // let go the box the environment had then, but this box may have been made after that change,
+    // and the environment would keep it: what the run leaves there of the old value would be shown
+    // by commands, which redact only the values the environment has now. It is let go too (read
     // after it was claimed: a change from now on lets it go itself); the run keeps it until it ends.
     const now = await deps.currentEnvironment();
-    if (now && retiresSecretValue(environment.secrets, now.secrets)) await deps.letGoSharedBox(boxId);
+    if (now && retiresBoxSecret(environment, now)) await deps.letGoSharedBox(boxId);
   }
   deps.checkpoint("box_chosen");
   stillCurrent(spec, deps);

@@ -636,6 +636,40 @@ describe("a shared box after its environment's secrets change", () => {
   });
 });
 
+describe("a shared box after its environment's sensitive files change", () => {
+  it("holds the old content (the file, what a run copied of it): it is let go, so no command shows it; a plain file changed or a sensitive one moved keeps the box", async () => {
+    const houseId = "house-ws-sensitive-change";
+    const token = await houseToken(houseId);
+    const provider = sharedTestProvider();
+    provider.execHandler = (box, command) => {
+      const file = provider.boxes.get(box.ref)?.files.get(/^cat (\S+)$/.exec(command)?.[1] ?? "");
+      return { exitCode: 0, output: file ? new TextDecoder().decode(file) : "" };
+    };
+    try {
+      const creds = { path: "creds.txt", content: "token=sensitive-before\n", sensitive: true };
+      const e = await createEnv(token, { boxMode: "shared", files: [creds, { path: "notes.txt", content: "plain\n" }] });
+      const id = e.body.id as string;
+      const { launched } = await delegateAndLaunch(token, id, { task: "look" });
+      const old = launched.payload.boxId as string;
+      const { providerRef } = (await (await call(`/api/sandboxes/${old}`, { token })).json()) as { providerRef: string };
+      // What a run copied of it (`cp creds.txt backup.txt`, say).
+      provider.boxes.get(providerRef)!.files.set("work/backup.txt", new TextEncoder().encode(creds.content));
+      const exec = async (command: string) => (await (await call(`/api/environments/${id}/exec`, { method: "POST", token, json: { command } })).json()) as { boxId: string; output: string };
+      expect(await exec("cat work/backup.txt")).toMatchObject({ boxId: old, output: "[redacted]" });
+      for (const files of [[creds, { path: "notes.txt", content: "plainer\n" }], [{ ...creds, path: "moved.txt" }]]) {
+        expect((await call(`/api/environments/${id}`, { method: "PATCH", token, json: { files } })).status).toBe(200);
+        expect((await exec("true")).boxId, JSON.stringify(files)).toBe(old);
+      }
+      expect((await call(`/api/environments/${id}`, { method: "PATCH", token, json: { files: [{ ...creds, content: "token=sensitive-after\n" }] } })).status).toBe(200);
+      const r = await exec("cat work/backup.txt");
+      expect(r.output).not.toContain("sensitive-before");
+      expect(r.boxId).not.toBe(old);
+    } finally {
+      provider.execHandler = () => ({ exitCode: 0, output: "" });
+    }
+  });
+});
+
 describe("a stored repository URL as shown", () => {
   it.each([
     ["https://u:p@ss@host/a.git?x=1&tok#frag", "https://[redacted]:[redacted]@host/a.git?x=[redacted]&[redacted]#[redacted]", ["u", "p@ss", "1", "tok", "frag"]],

@@ -3,7 +3,8 @@ import type { Env } from "../../env";
 import type { ThreadStatus } from "../../entries/schema";
 import type { ParentRef } from "../../threads/thread-row";
 import type { BoxView } from "../sandbox/sandbox-actor";
-import { applyEnvironmentPatch, retiresSecretValue, type Environment } from "../../environments";
+import { applyEnvironmentPatch, type Environment } from "../../environments";
+import { retiresBoxSecret } from "../../workspace/output-redaction";
 import { settle, unwrapRpc } from "../rpc";
 import { applyAgentPatch, type Agent, type AgentPatch } from "../../agents";
 import type { Candidate } from "../../dispatch/selection";
@@ -326,12 +327,13 @@ export class HouseActor extends DurableObject<Env> {
   /**
    * Stores an environment with the shared box it had (`before`'s), while it still keeps one; one
    * that no longer does lets its box go: `retiredBoxId` is the box for the caller to retire. So
-   * does one that changes or removes a secret: the box holds what runs wrote from the old value,
-   * which redaction would no longer know (a box keeps what it was given, as it keeps its image).
+   * does one that changes or removes a secret or a sensitive file: the box holds what runs wrote
+   * of the old value, which redaction would no longer know (a box keeps what it was given, as it
+   * keeps its image).
    */
   private storeKeepingSharedBox(e: Environment, before: Environment | null): { environment: Environment; retiredBoxId: string | null } {
     const kept = before?.sharedBoxId;
-    const keeps = e.sharedBox && !retiresSecretValue(before?.secrets, e.secrets);
+    const keeps = e.sharedBox && !retiresBoxSecret(before, e);
     const environment = kept && keeps ? { ...e, sharedBoxId: kept } : e;
     this.putEnvironmentSync(environment);
     const retiredBoxId = kept && !keeps ? kept : null;
