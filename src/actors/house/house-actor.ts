@@ -365,7 +365,7 @@ export class HouseActor extends DurableObject<Env> {
 
   /**
    * Lets the environment's shared box go if it is still `boxId` (see storeKeepingSharedBox): a run
-   * launched there with secret values the environment changed since. True when it was let go: the
+   * launched there with secrets or sensitive files the environment changed since. True when it was let go: the
    * caller retires the box.
    */
   async letGoSharedBox(environmentId: string, boxId: string) {
