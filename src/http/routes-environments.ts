@@ -61,7 +61,8 @@ export async function patchEnvironmentRoute(request: Request, env: Env, id: stri
   // Merged in the house's actor, against what it holds then: two PATCHes at once both take
   // effect, and one after a DELETE is a 404 instead of bringing the environment back.
   const { environment: e, retiredBoxId } = (await unwrapRpc(houseStub(env, claims.houseId).patchEnvironment(current.id, patch))) as StoredEnvironment;
-  // An environment that keeps no shared box any more lets the one it had go (it is never reaped otherwise).
+  // An environment that keeps no shared box any more, or changed a secret or sensitive file the box
+  // was given, lets the box it had go (it is never reaped otherwise); its next use makes a new one.
   if (retiredBoxId) await retireSharedBox(env, claims.houseId, e.id, retiredBoxId);
   if (["files", "plugins", "piModels", "piSettings"].some((k) => k in patch)) await pruneSharedBox(env, claims.houseId, e);
   return json(publicEnvironment(e));
@@ -69,8 +70,9 @@ export async function patchEnvironmentRoute(request: Request, env: Env, id: stri
 
 /**
  * What the environment no longer puts into boxes leaves its shared box now, not at its next run:
- * `run_command` there would still show a sensitive file taken out of the environment, unredacted.
- * Best effort (a failure is logged): the next run on the box removes it too.
+ * `run_command` there would still find it (a sensitive file taken out lets the whole box go, as
+ * what runs made of it stays too: see the house's storeKeepingSharedBox). Best effort (a failure
+ * is logged): the next run on the box removes it too.
  */
 async function pruneSharedBox(env: Env, houseId: string, e: Environment): Promise<void> {
   const view = await sharedBoxView(env, houseId, e);

@@ -13,13 +13,30 @@ import { repositoryUrlSecrets } from "./repository-url";
  * repository URL stored before credentials in one were refused holds them still (git quotes the
  * URL it clones from, and the checkout's origin is that URL).
  */
-export function boxSecretForms(e: { secrets?: Record<string, string>; files?: WorkspaceFile[]; repositories?: { url: string }[] }): string[] {
-  const values = [
+export function boxSecretForms(e: BoxSecretSource): string[] {
+  return redactionList(boxSecretValues(e), MIN_BOX_SECRET_LENGTH);
+}
+
+type BoxSecretSource = { secrets?: Record<string, string>; files?: WorkspaceFile[]; repositories?: { url: string }[] };
+
+function boxSecretValues(e: BoxSecretSource): string[] {
+  return [
     ...Object.values(e.secrets ?? {}),
     ...(e.files ?? []).filter((f) => f.sensitive).flatMap((f) => sensitiveContentValues(f.content)),
     ...(e.repositories ?? []).flatMap((r) => repositoryUrlSecrets(r.url)),
   ];
-  return redactionList(values, MIN_BOX_SECRET_LENGTH);
+}
+
+/**
+ * Whether a box given `before`'s secrets, sensitive files and repository credentials may hold a
+ * value redaction no longer knows once the environment is `after`: a secret changed or removed, a
+ * sensitive file's content changed or the file taken out. Whatever the box was given holds the old
+ * value still (an MCP config written with it, the file, what a run copied or printed of it). A value
+ * added is in no box yet; one kept under another name or path is still redacted.
+ */
+export function retiresBoxSecret(before: BoxSecretSource | null, after: BoxSecretSource): boolean {
+  const known = new Set(boxSecretValues(after));
+  return boxSecretValues(before ?? {}).some((v) => !known.has(v));
 }
 
 export function redactorFor(forms: readonly string[]): (text: string) => string {

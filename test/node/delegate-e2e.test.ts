@@ -883,7 +883,7 @@ describe("a repository at a tag, as deep as asked", () => {
 });
 
 describe("a shared box and the environment's files", () => {
-  it("what the environment no longer puts there leaves the box: a sensitive file taken out is gone for run_command at once, a file whose place moved is gone after the next run", async () => {
+  it("what the environment no longer puts there leaves the box: a file taken out is gone for run_command at once, a file whose place moved is gone after the next run; a sensitive file taken out lets the box go", async () => {
     const origin = tempDir("tb-managed-");
     execSync("git init -q -b main && echo x > README && git add . && git -c user.email=t@t -c user.name=t commit -qm x", { cwd: origin, stdio: "pipe", shell: "/bin/bash" });
     model.push(
@@ -892,24 +892,32 @@ describe("a shared box and the environment's files", () => {
     );
     const envId = await environment();
     const one = [{ url: `file://${origin}`, branch: "main", path: "app" }];
-    const files = [{ path: "creds.txt", content: "very-secret-credential-value\n", sensitive: true }, { path: "notes.txt", content: "plain notes\n" }];
+    const files = [{ path: "creds.txt", content: "very-secret-credential-value\n", sensitive: true }, { path: "notes.txt", content: "plain notes\n" }, { path: "todo.txt", content: "plain todo\n" }];
     expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { boxMode: "shared", repositories: one, files } })).status).toBe(200);
     const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
     const run = async () => {
       const child = (await api(`/api/threads/${parent.id}/delegate`, { method: "POST", json: { task: "look" } })).body.childThreadId as string;
       expect((await settled(child)).status).toBe("completed");
     };
-    const sh = async (command: string) => String((await api(`/api/environments/${envId}/exec`, { method: "POST", json: { command } })).body.output);
+    const exec = async (command: string) => (await api(`/api/environments/${envId}/exec`, { method: "POST", json: { command } })).body as { boxId: string; output: string };
+    const sh = async (command: string) => String((await exec(command)).output);
     await run();
     expect(await sh("cat work/app/creds.txt")).toBe("[redacted]");
 
-    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { files: [files[1]] } })).status).toBe(200);
-    expect(await sh("cat work/app/creds.txt 2>&1; cat work/app/notes.txt")).toMatch(/No such file[\s\S]*plain notes/);
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { files: files.slice(0, 2) } })).status).toBe(200);
+    expect(await sh("cat work/app/todo.txt 2>&1; cat work/app/notes.txt")).toMatch(/No such file[\s\S]*plain notes/);
 
     // Two repositories: the working directory is work/, so notes.txt is written there now.
     expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { repositories: [...one, { url: `file://${origin}`, branch: "main", path: "other" }] } })).status).toBe(200);
     await run();
     expect(await sh("ls work/notes.txt work/app/notes.txt 2>&1")).toMatch(/work\/app\/notes\.txt.*No such file[\s\S]*^work\/notes\.txt$/m);
+
+    // The box held the sensitive file, and whatever runs made of it, which redaction no longer
+    // knows once it is taken out: the box is let go, and commands go to a new one.
+    const held = (await exec("true")).boxId;
+    expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { files: [files[1]] } })).status).toBe(200);
+    const after = await exec("cat work/app/creds.txt 2>&1");
+    expect([after.boxId === held, after.output]).toEqual([false, expect.stringContaining("No such file")]);
   });
 });
 
@@ -962,7 +970,7 @@ exec '${realGit}' "$@"
 `, { mode: 0o755 });
     model.push({ text: "One." }, { text: "Two." });
     const envId = await environment({ PATH: `${bin}:${process.env.PATH}` });
-    const files = [{ path: "creds.txt", content: "very-secret-credential-value\n", sensitive: true }, { path: "notes.txt", content: "plain notes\n" }];
+    const files = [{ path: "creds.txt", content: "very-secret-credential-value\n", sensitive: true }, { path: "notes.txt", content: "plain notes\n" }, { path: "todo.txt", content: "plain todo\n" }];
     const repositories = [{ url: `file://${origin}`, branch: "main", path: "app" }];
     expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { boxMode: "shared", repositories, files } })).status).toBe(200);
     const parent = (await api("/api/threads", { method: "POST", json: { environmentId: envId } })).body;
@@ -974,13 +982,13 @@ exec '${realGit}' "$@"
     const second = await delegate();
     try {
       await waitFor("the second launch to reach its fetch", async () => existsSync(join(bin, "waiting")));
-      expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { files: [files[1]] } })).status).toBe(200);
+      // A plain file: a sensitive one taken out lets the whole box go (see "a shared box and the environment's files").
+      expect((await api(`/api/environments/${envId}`, { method: "PATCH", json: { files: files.slice(0, 2) } })).status).toBe(200);
     } finally {
       rmSync(join(bin, "hold"), { force: true });
     }
     expect((await settled(second)).status).toBe("completed");
-    // Out of the environment, the file is not sensitive any more: left on the box, it would show in clear.
-    expect(await sh("cat work/app/creds.txt 2>&1; cat work/app/notes.txt")).toMatch(/No such file[\s\S]*plain notes/);
+    expect(await sh("cat work/app/todo.txt 2>&1; cat work/app/notes.txt")).toMatch(/No such file[\s\S]*plain notes/);
   });
 });
 

@@ -476,6 +476,35 @@ describe("run_command on an environment's shared box", () => {
     provider.execHandler = () => ({ exitCode: 0, output: "" });
   });
 
+  it("a secret changed or removed (PATCH, or a create-or-replace POST) lets the shared box go at once: the next command gets a new one; a secret added or sent again unchanged keeps it", async () => {
+    const token = await houseToken("house-env-secret-rotate");
+    const body = { id: "env_rotate", name: "s", provider: "test", sharedBox: true, secrets: { A_KEY: "a-value-1", B_KEY: "b-value-1" } };
+    expect((await call("/api/environments", { method: "POST", token, json: body })).status).toBe(201);
+    const exec = async () => ((await (await call("/api/environments/env_rotate/exec", { method: "POST", token, json: { command: "true" } })).json()) as { boxId: string }).boxId;
+    const state = async (boxId: string) => ((await (await call(`/api/sandboxes/${boxId}`, { token })).json()) as { state: string }).state;
+    const sharedBoxId = async () => ((await (await call("/api/environments/env_rotate", { token })).json()) as { sharedBoxId?: string }).sharedBoxId;
+    const first = await exec();
+    for (const patch of [{ secrets: { C_KEY: "c-value-1" } }, { secrets: { A_KEY: "a-value-1" } }, { name: "renamed" }]) {
+      expect((await call("/api/environments/env_rotate", { method: "PATCH", token, json: patch })).status).toBe(200);
+      expect([JSON.stringify(patch), await exec()]).toEqual([JSON.stringify(patch), first]);
+    }
+    expect((await call("/api/environments", { method: "POST", token, json: { ...body, secrets: { A_KEY: "a-value-1", B_KEY: "b-value-1", C_KEY: "c-value-1" } } })).status).toBe(201);
+    expect(await exec()).toBe(first);
+    let before = first;
+    for (const change of [
+      { method: "PATCH", path: "/api/environments/env_rotate", json: { secrets: { A_KEY: "a-value-2" } } },
+      { method: "PATCH", path: "/api/environments/env_rotate", json: { secrets: { B_KEY: null } } },
+      { method: "POST", path: "/api/environments", json: { ...body, secrets: { A_KEY: "a-value-2" } } },
+    ]) {
+      expect((await call(change.path, { method: change.method, token, json: change.json })).status).toBeLessThan(300);
+      // Let go at once (nothing runs on it): not kept live until a next use that may never come.
+      expect([JSON.stringify(change.json), await sharedBoxId(), await state(before)]).toEqual([JSON.stringify(change.json), undefined, "deleted"]);
+      const after = await exec();
+      expect(after).not.toBe(before);
+      before = after;
+    }
+  });
+
   it("creates the shared box once, runs commands there with the environment's env (never its secrets)", async () => {
     const token = await houseToken("house-exec");
     const provider = sharedTestProvider();

@@ -376,6 +376,51 @@ describe("a run of a shared-box environment whose box is replaced between the la
   }, 30_000);
 });
 
+describe("a run of a shared-box environment whose secrets change while it launches", () => {
+  it("goes on with the values it read, on a box the environment lets go: no command is run where that run leaves them", async () => {
+    const houseId = "house-shared-box-secret-mid-launch";
+    const { token, t, stub, environmentId } = await launchableThread(houseId, () => {}, { boxMode: "shared", secrets: { API_KEY: "key-before-launch" } });
+    const provider = sharedTestProvider();
+    const ensureStarted = provider.ensureStarted;
+    // `cat` shows a file of the box as the launch (or a run) left it.
+    provider.execHandler = (box, command) => {
+      const file = provider.boxes.get(box.ref)?.files.get(/^cat (\S+)$/.exec(command)?.[1] ?? "");
+      return { exitCode: 0, output: file ? new TextDecoder().decode(file) : "" };
+    };
+    try {
+      const exec = async (command: string) => (await (await call(`/api/environments/${environmentId}/exec`, { method: "POST", token, json: { command } })).json()) as { boxId: string; output: string };
+      const old = (await exec("true")).boxId;
+      // The launch read the environment and found its box live; before it holds it, the secret
+      // changes (the box is let go, and deleted at once), and the box it then picks is a new one.
+      provider.ensureStarted = async function (this: typeof provider, ref) {
+        if (provider.boxes.get(ref)?.labels["threadbox.house"] === houseId) {
+          provider.ensureStarted = ensureStarted;
+          expect((await call(`/api/environments/${environmentId}`, { method: "PATCH", token, json: { secrets: { API_KEY: "key-after-launch" } } })).status).toBe(200);
+        }
+        return ensureStarted.call(this, ref);
+      };
+      await unwrapRpc(stub.startRun(houseId, { task: "do it", harness: "pi", resume: false, authorId: "alice" }));
+      await launchedOnce(token, t.id, 1);
+      const launched = (await readAll(token, t.id)).entries.find((e) => e.payload.type === "signal.run.launched")!;
+      const runBox = launched.payload.boxId as string;
+      expect(runBox).not.toBe(old);
+      const { providerRef: ref } = (await (await call(`/api/sandboxes/${runBox}`, { token })).json()) as { providerRef: string };
+      // The run has the value it was launched with, and leaves it where it runs (`env > env.txt`, say).
+      expect(JSON.stringify(provider.calls.filter((c) => c.op === "startDetached" && c.ref === ref))).toContain("key-before-launch");
+      provider.boxes.get(ref)!.files.set("env.txt", new TextEncoder().encode("API_KEY=key-before-launch\n"));
+      const r = await exec("cat env.txt");
+      expect(r.output).not.toContain("key-before-launch");
+      expect(r.boxId).not.toBe(runBox);
+      // The run keeps its box until it ends; the box is reaped as an ephemeral one then.
+      expect(((await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string }).status).toBe("running");
+      expect(await (await call(`/api/sandboxes/${runBox}`, { token })).json()).toMatchObject({ state: "live", ephemeral: true, threads: [t.id] });
+    } finally {
+      provider.ensureStarted = ensureStarted;
+      provider.execHandler = () => ({ exitCode: 0, output: "" });
+    }
+  }, 30_000);
+});
+
 describe("a run whose actor dies right after its start is committed", () => {
   it("still launches: the alarm was armed with the start, and a retry with the same run finds it", async () => {
     const houseId = "house-crash-after-start";

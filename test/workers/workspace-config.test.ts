@@ -577,6 +577,99 @@ describe("deleting an environment while a run uses its shared box", () => {
   });
 });
 
+describe("a shared box after its environment's secrets change", () => {
+  it("holds what runs wrote from the old values (an MCP config, what a run left): it is replaced at its next use, so no command shows an old value; a secret added keeps it", async () => {
+    const houseId = "house-ws-secret-change";
+    const token = await houseToken(houseId);
+    const provider = sharedTestProvider();
+    const text = (b: Uint8Array | undefined) => (b ? new TextDecoder().decode(b) : "");
+    // `cat` shows a file of the box as the launch (or a run) left it.
+    provider.execHandler = (box, command) => {
+      const path = /^cat (\S+)$/.exec(command)?.[1];
+      return { exitCode: 0, output: path ? text(provider.boxes.get(box.ref)?.files.get(path)) : "" };
+    };
+    try {
+      const e = await createEnv(token, {
+        harness: "claude-code", boxMode: "shared",
+        secrets: { DOCS_KEY: "docs-key-before", NPM_TOKEN: "npm-token-before" },
+        plugins: { mcpServers: { docs: { command: "docs-mcp", env: { API_KEY: "$DOCS_KEY" } } } },
+      });
+      const id = e.body.id as string;
+      const { launched, childThreadId } = await delegateAndLaunch(token, id, { task: "notes", harness: "claude-code", model: "claude-x" });
+      const old = launched.payload.boxId as string;
+      const boxesWithMcp = () => [...provider.boxes.values()].filter((b) => b.labels["threadbox.house"] === houseId && b.files.has("work/.mcp.json"));
+      const [oldBox] = boxesWithMcp();
+      expect(text(oldBox.files.get("work/.mcp.json"))).toContain("docs-key-before");
+      // What the run left there from its environment (`env > env.txt`, say).
+      oldBox.files.set("work/env.txt", new TextEncoder().encode("NPM_TOKEN=npm-token-before\n"));
+      const exec = async (command: string) => (await (await call(`/api/environments/${id}/exec`, { method: "POST", token, json: { command } })).json()) as { boxId: string; output: string };
+      expect(await exec("cat work/env.txt")).toEqual({ boxId: old, exitCode: 0, output: "NPM_TOKEN=[redacted]\n" });
+
+      // A secret added: nothing in the box holds it, and the box stays.
+      expect((await call(`/api/environments/${id}`, { method: "PATCH", token, json: { secrets: { NEW_KEY: "new-key-value" } } })).status).toBe(200);
+      expect((await exec("cat work/.mcp.json")).boxId).toBe(old);
+
+      // One changed and one removed: commands go to a new box, and never show what the old one holds.
+      expect((await call(`/api/environments/${id}`, { method: "PATCH", token, json: { secrets: { DOCS_KEY: "docs-key-after", NPM_TOKEN: null } } })).status).toBe(200);
+      for (const path of ["work/.mcp.json", "work/env.txt"]) {
+        const r = await exec(`cat ${path}`);
+        expect(r.output, path).not.toContain("-before");
+        expect(r.boxId, path).not.toBe(old);
+      }
+      const current = ((await (await call(`/api/environments/${id}`, { token })).json()) as { sharedBoxId: string }).sharedBoxId;
+      expect(current).not.toBe(old);
+
+      // The run on the old box keeps it (its harness has the old values); from its end on the box is reaped as an ephemeral one is.
+      const box = async (boxId: string) => (await (await call(`/api/sandboxes/${boxId}`, { token })).json()) as { state: string; ephemeral: boolean; threads: string[] };
+      expect(await box(old)).toMatchObject({ state: "live", ephemeral: true, threads: [childThreadId] });
+      expect((await call(`/api/threads/${childThreadId}/stop`, { method: "POST", token })).status).toBe(200);
+      await vi.waitFor(async () => expect((await box(old)).threads).toEqual([]), { timeout: 10_000, interval: 100 });
+
+      // The next run writes the new value on the new box.
+      const next = await delegateAndLaunch(token, id, { task: "more notes", harness: "claude-code", model: "claude-x" });
+      expect(next.launched.payload.boxId).toBe(current);
+      const [newBox] = boxesWithMcp().filter((b) => b !== oldBox);
+      expect(JSON.parse(text(newBox.files.get("work/.mcp.json"))).mcpServers.docs.env).toEqual({ API_KEY: "docs-key-after" });
+    } finally {
+      provider.execHandler = () => ({ exitCode: 0, output: "" });
+    }
+  });
+});
+
+describe("a shared box after its environment's sensitive files change", () => {
+  it("holds the old content (the file, what a run copied of it): it is let go, so no command shows it; a plain file changed or a sensitive one moved keeps the box", async () => {
+    const houseId = "house-ws-sensitive-change";
+    const token = await houseToken(houseId);
+    const provider = sharedTestProvider();
+    provider.execHandler = (box, command) => {
+      const file = provider.boxes.get(box.ref)?.files.get(/^cat (\S+)$/.exec(command)?.[1] ?? "");
+      return { exitCode: 0, output: file ? new TextDecoder().decode(file) : "" };
+    };
+    try {
+      const creds = { path: "creds.txt", content: "token=sensitive-before\n", sensitive: true };
+      const e = await createEnv(token, { boxMode: "shared", files: [creds, { path: "notes.txt", content: "plain\n" }] });
+      const id = e.body.id as string;
+      const { launched } = await delegateAndLaunch(token, id, { task: "look" });
+      const old = launched.payload.boxId as string;
+      const { providerRef } = (await (await call(`/api/sandboxes/${old}`, { token })).json()) as { providerRef: string };
+      // What a run copied of it (`cp creds.txt backup.txt`, say).
+      provider.boxes.get(providerRef)!.files.set("work/backup.txt", new TextEncoder().encode(creds.content));
+      const exec = async (command: string) => (await (await call(`/api/environments/${id}/exec`, { method: "POST", token, json: { command } })).json()) as { boxId: string; output: string };
+      expect(await exec("cat work/backup.txt")).toMatchObject({ boxId: old, output: "[redacted]" });
+      for (const files of [[creds, { path: "notes.txt", content: "plainer\n" }], [{ ...creds, path: "moved.txt" }]]) {
+        expect((await call(`/api/environments/${id}`, { method: "PATCH", token, json: { files } })).status).toBe(200);
+        expect((await exec("true")).boxId, JSON.stringify(files)).toBe(old);
+      }
+      expect((await call(`/api/environments/${id}`, { method: "PATCH", token, json: { files: [{ ...creds, content: "token=sensitive-after\n" }] } })).status).toBe(200);
+      const r = await exec("cat work/backup.txt");
+      expect(r.output).not.toContain("sensitive-before");
+      expect(r.boxId).not.toBe(old);
+    } finally {
+      provider.execHandler = () => ({ exitCode: 0, output: "" });
+    }
+  });
+});
+
 describe("a stored repository URL as shown", () => {
   it.each([
     ["https://u:p@ss@host/a.git?x=1&tok#frag", "https://[redacted]:[redacted]@host/a.git?x=[redacted]&[redacted]#[redacted]", ["u", "p@ss", "1", "tok", "frag"]],

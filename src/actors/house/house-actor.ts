@@ -4,6 +4,7 @@ import type { ThreadStatus } from "../../entries/schema";
 import type { ParentRef } from "../../threads/thread-row";
 import type { BoxView } from "../sandbox/sandbox-actor";
 import { applyEnvironmentPatch, type Environment } from "../../environments";
+import { retiresBoxSecret } from "../../workspace/output-redaction";
 import { settle, unwrapRpc } from "../rpc";
 import { applyAgentPatch, type Agent, type AgentPatch } from "../../agents";
 import type { Candidate } from "../../dispatch/selection";
@@ -302,7 +303,7 @@ export class HouseActor extends DurableObject<Env> {
         const { sharedBoxId: _sent, ...config } = e;
         const existing = this.getEnvironmentSync(e.id);
         const at = new Date(this.clock.now()).toISOString();
-        return this.storeKeepingSharedBox({ ...config, createdAt: existing?.createdAt ?? at, updatedAt: at }, existing?.sharedBoxId);
+        return this.storeKeepingSharedBox({ ...config, createdAt: existing?.createdAt ?? at, updatedAt: at }, existing);
       });
       if (stored.retiredBoxId) await this.armForRetirements();
       return stored;
@@ -315,8 +316,8 @@ export class HouseActor extends DurableObject<Env> {
       const stored = this.ctx.storage.transactionSync(() => {
         const current = this.getEnvironmentSync(id);
         if (!current) throw new ApiError("not_found", "environment not found");
-        const { sharedBoxId: kept, ...next } = applyEnvironmentPatch(current, patch);
-        return this.storeKeepingSharedBox({ ...next, updatedAt: new Date(this.clock.now()).toISOString() }, kept);
+        const { sharedBoxId: _kept, ...next } = applyEnvironmentPatch(current, patch);
+        return this.storeKeepingSharedBox({ ...next, updatedAt: new Date(this.clock.now()).toISOString() }, current);
       });
       if (stored.retiredBoxId) await this.armForRetirements();
       return stored;
@@ -324,13 +325,18 @@ export class HouseActor extends DurableObject<Env> {
   }
 
   /**
-   * Stores an environment with the shared box it had, while it still keeps one; one that no
-   * longer does lets its box go: `retiredBoxId` is the box for the caller to retire.
+   * Stores an environment with the shared box it had (`before`'s), while it still keeps one; one
+   * that no longer does lets its box go: `retiredBoxId` is the box for the caller to retire. So
+   * does one that changes or removes a secret or a sensitive file: the box holds what runs wrote
+   * of the old value, which redaction would no longer know (a box keeps what it was given, as it
+   * keeps its image).
    */
-  private storeKeepingSharedBox(e: Environment, kept: string | undefined): { environment: Environment; retiredBoxId: string | null } {
-    const environment = kept && e.sharedBox ? { ...e, sharedBoxId: kept } : e;
+  private storeKeepingSharedBox(e: Environment, before: Environment | null): { environment: Environment; retiredBoxId: string | null } {
+    const kept = before?.sharedBoxId;
+    const keeps = e.sharedBox && !retiresBoxSecret(before, e);
+    const environment = kept && keeps ? { ...e, sharedBoxId: kept } : e;
     this.putEnvironmentSync(environment);
-    const retiredBoxId = kept && !e.sharedBox ? kept : null;
+    const retiredBoxId = kept && !keeps ? kept : null;
     if (retiredBoxId) this.retireLater(e.houseId, e.id, retiredBoxId);
     return { environment, retiredBoxId };
   }
@@ -354,6 +360,26 @@ export class HouseActor extends DurableObject<Env> {
       });
       if (deleted.sharedBoxId) await this.armForRetirements();
       return deleted;
+    });
+  }
+
+  /**
+   * Lets the environment's shared box go if it is still `boxId` (see storeKeepingSharedBox): a run
+   * launched there with secrets or sensitive files the environment changed since. True when it was let go: the
+   * caller retires the box.
+   */
+  async letGoSharedBox(environmentId: string, boxId: string) {
+    return settle(async () => {
+      const letGo = this.ctx.storage.transactionSync(() => {
+        const e = this.getEnvironmentSync(environmentId);
+        if (!e || e.sharedBoxId !== boxId) return false;
+        const { sharedBoxId: _gone, ...rest } = e;
+        this.putEnvironmentSync(rest);
+        this.retireLater(e.houseId, e.id, boxId);
+        return true;
+      });
+      if (letGo) await this.armForRetirements();
+      return letGo;
     });
   }
 

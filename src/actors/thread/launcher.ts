@@ -2,7 +2,7 @@ import type { Env } from "../../env";
 import type { Entry } from "../../entries/schema";
 import type { Environment } from "../../environments";
 import { LABEL_RUN, type DetachedHandle } from "../../sandbox/provider";
-import { ensureSharedBox } from "../../workspace/shared-box";
+import { ensureSharedBox, retireSharedBox } from "../../workspace/shared-box";
 import { LaunchSuperseded, launchRun, type LaunchDeps, type LaunchSpec } from "../../threads/launch";
 import type { ThreadRow } from "../../threads/thread-row";
 import { isTerminal } from "../../threads/run-rules";
@@ -224,6 +224,10 @@ function launchDeps(spec: LaunchSpec, p: LauncherPorts, row: ThreadRow, environm
     sharedBox: async () => ensureSharedBox(p.env, row.houseId, (await currentEnvironment(p, row)) ?? environment!),
     otherRunsOnBox: async (boxId) => (await unwrapRpc(sandboxStub(p.env, boxId).runsOfOtherThreads(row.houseId, row.id))) === true,
     currentEnvironment: () => currentEnvironment(p, row),
+    letGoSharedBox: async (boxId) => {
+      if (!row.environmentId) return;
+      if (await unwrapRpc(houseStub(p.env, row.houseId).letGoSharedBox(row.environmentId, boxId))) await retireSharedBox(p.env, row.houseId, row.environmentId, boxId);
+    },
   };
 }
 
