@@ -42,6 +42,25 @@ async function waitFor(what: string, ready: () => boolean, timeoutMs = 30_000): 
   }
 }
 
+/**
+ * A slow network the test controls: the nth request waits in `passed(n)` until the test calls
+ * `open(n)` (either may come first), so what the test types while it waits is typed in flight.
+ */
+function gates() {
+  const all = new Map<number, { passed: Promise<void>; open: () => void }>();
+  const gate = (n: number) => {
+    let g = all.get(n);
+    if (!g) {
+      let open!: () => void;
+      const passed = new Promise<void>((r) => { open = r; });
+      g = { passed, open };
+      all.set(n, g);
+    }
+    return g;
+  };
+  return { passed: (n: number) => gate(n).passed, open: (...ns: number[]) => ns.forEach((n) => gate(n).open()) };
+}
+
 type Entry = { id: string; offset: string; ts: number; authorId?: string; payload: { type: string; [k: string]: any } };
 
 const api = jsonApi(() => ({ url: worker.url, token }));
@@ -536,12 +555,14 @@ describe("the composer", () => {
   it("keeps what is typed while a message is on its way, and puts back a message the server refused", async () => {
     const thread = (await api("/api/threads", { method: "POST", json: { title: "typing on" } })).body;
     const { context, page } = await signedInPage();
-    // A slow network: each post takes a while to be answered; the third one is refused.
+    // A slow network: each post is answered when the test lets it through; the third one is refused.
+    const slow = gates();
     let posts = 0;
     await page.route(`**/api/threads/${thread.id}/entries`, async (route) => {
       if (route.request().method() !== "POST") return route.continue();
-      await new Promise((r) => setTimeout(r, 1000));
-      if (++posts === 3) return route.fulfill({ status: 503, contentType: "application/json", body: JSON.stringify({ error: { code: "unavailable", message: "try again" } }) });
+      const n = ++posts;
+      await slow.passed(n);
+      if (n === 3) return route.fulfill({ status: 503, contentType: "application/json", body: JSON.stringify({ error: { code: "unavailable", message: "try again" } }) });
       await route.continue();
     });
     await page.goto(`${worker.url}/threads/${thread.id}`);
@@ -550,13 +571,16 @@ describe("the composer", () => {
     await page.keyboard.type("first");
     await page.keyboard.press("Enter");
     await page.keyboard.type("second draft"); // while "first" is still being sent
+    slow.open(1);
     await page.waitForSelector("li.bubble >> text=first");
     expect(await page.inputValue("textarea[name=message]")).toBe("second draft");
+    slow.open(2);
     await page.keyboard.press("Enter");
     await page.waitForSelector("li.bubble >> text=second draft");
     await page.keyboard.type("third");
     await page.keyboard.press("Enter");
-    await page.keyboard.type("fourth");
+    await page.keyboard.type("fourth"); // while "third" is still being sent
+    slow.open(3);
     await page.waitForSelector("form.composer .error >> text=unavailable");
     expect(await page.inputValue("textarea[name=message]")).toBe("third\nfourth");
     expect((await entries(thread.id)).map((e) => e.payload.text)).toEqual(["first", "second draft"]);
@@ -597,12 +621,13 @@ describe("the composer", () => {
   it("Enter while a message is on its way queues the next one: the box empties, the queue shows, and they arrive in order", async () => {
     const thread = (await api("/api/threads", { method: "POST", json: { title: "queued" } })).body;
     const { context, page } = await signedInPage();
-    // A slow network; the third post is refused.
+    // A slow network: each post is answered when the test lets it through; the third one is refused.
+    const slow = gates();
     let posts = 0;
     await page.route(`**/api/threads/${thread.id}/entries`, async (route) => {
       if (route.request().method() !== "POST") return route.continue();
       const n = ++posts;
-      await new Promise((r) => setTimeout(r, 1500));
+      await slow.passed(n);
       if (n === 3) return route.fulfill({ status: 503, contentType: "application/json", body: JSON.stringify({ error: { code: "unavailable", message: "try again" } }) });
       await route.continue();
     });
@@ -616,6 +641,7 @@ describe("the composer", () => {
     await page.keyboard.press("Enter"); // "one" is still on its way
     expect(await page.inputValue("textarea[name=message]")).toBe("");
     expect(await outbox()).toEqual(["Sending: one", "Queued: two"]);
+    slow.open(1, 2);
     await page.waitForSelector("li.bubble >> text=two");
     expect((await bubbles(page)).map(([, t]) => t)).toEqual(["one", "two"]);
     expect(await outbox()).toEqual([]);
@@ -626,6 +652,7 @@ describe("the composer", () => {
     await page.keyboard.press("Enter");
     expect(await outbox()).toEqual(["Sending: three", "Queued: four"]);
     await page.keyboard.type("five");
+    slow.open(3);
     await page.waitForSelector("form.composer .error >> text=unavailable");
     expect(await page.inputValue("textarea[name=message]")).toBe("three\nfour\nfive");
     expect(await outbox()).toEqual([]);
