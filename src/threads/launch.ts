@@ -2,7 +2,7 @@ import { ApiError } from "../errors";
 import { errorMessage, logEvent } from "../domain/log-event";
 import type { Env } from "../env";
 import type { Entry } from "../entries/schema";
-import type { Environment } from "../environments";
+import { apiUrlProblem, type Environment } from "../environments";
 import { mintRunToken, streamTokenTtlSeconds } from "../auth/tokens";
 import { CODEX_CONFIG_DIR, codexMcpToml, delegateRepoPath, egressSettings, piTools, providerVolumes, repoPath, skillFile, type PermissionMode, type Plugins, type RepositorySpec } from "../workspace/box-config";
 import { LABEL_RUN, type DetachedHandle, type SandboxProvider } from "../sandbox/provider";
@@ -130,6 +130,9 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
   const { env, row, environment } = deps;
   // Checked before any box exists: a runner without a reachable stream URL could never report.
   if (!env.THREADBOX_STREAM_URL) throw new Error("THREADBOX_STREAM_URL is not configured (the stream-proxy URL boxes write to)");
+  // The worker's Daytona API may have changed since the environment named it.
+  const apiUrlRefused = apiUrlProblem(env.DAYTONA_API_URL, environment?.apiUrl);
+  if (apiUrlRefused) throw new Error(`environment ${environment!.id}: ${apiUrlRefused}`);
   let progress = deps.progress();
   const providerName = progress.provider ?? environment?.provider ?? "daytona";
   const provider: SandboxProvider = providerFor(env, providerName);
@@ -172,6 +175,7 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
       image: environment?.image ?? defaults.image,
       egress: egressSettings(environment?.egress, env.THREADBOX_STREAM_URL),
       volumes: providerVolumes(row.houseId, environment?.volumes),
+      ...(environment?.target ? { target: environment.target } : {}),
     });
     deps.checkpoint("box_created");
     // Before its actor exists: a launch that fails from here on still knows which box it made.
