@@ -32,6 +32,8 @@ export type LaunchSpec = {
   model?: string;
   repo?: string;
   branch?: string;
+  /** A shallow clone of `repo`. */
+  depth?: number;
   resume: boolean;
   /** A resume's: the box the thread's previous run was on, which it continues on while that box is live. */
   resumeBoxId?: string;
@@ -265,7 +267,7 @@ async function startRunner(
   const home = await provider.homeDir(ref);
   // The delegate's own repository replaces the environment's list for this run.
   const repos: RepositorySpec[] = spec.repo
-    ? [{ url: spec.repo, branch: spec.branch, path: delegateRepoPath(spec.repo, spec.branch, progress.shared === true) }]
+    ? [{ url: spec.repo, branch: spec.branch, ...(spec.depth ? { depth: spec.depth } : {}), path: delegateRepoPath(spec.repo, spec.branch, progress.shared === true) }]
     : (environment?.repositories ?? []);
   // The run's directory will hold its stream token until the runner takes it: the box user's alone.
   await provider.exec(ref, `mkdir -p ${shq(WORK_DIR)} ${shq(runDir(spec.runId))} && chmod 700 ${shq(runDir(spec.runId))}`, { cwd: home });
