@@ -24,7 +24,16 @@ describe("an environment's apiUrl and target", () => {
     const box = (await (await call(`/api/sandboxes/${boxId}`, { token })).json()) as { providerRef: string };
     const atHost = await fetch(`${bindings.DAYTONA_API_URL}/sandbox/${box.providerRef}`, { headers: { authorization: `Bearer ${bindings.DAYTONA_API_KEY}` } });
     expect(((await atHost.json()) as { target: string }).target).toBe("eu");
-    await call(`/api/sandboxes/${boxId}?force=true`, { method: "DELETE", token });
+
+    // A box keeps the target it was made in: another target replaces the shared box.
+    expect((await call(`/api/environments/${created.id}`, { method: "PATCH", token, json: { target: "us" } })).status).toBe(200);
+    const again = await call(`/api/environments/${created.id}/exec`, { method: "POST", token, json: { command: "echo hi" } });
+    const next = ((await again.json()) as { boxId: string }).boxId;
+    expect(next).not.toBe(boxId);
+    const nextRef = ((await (await call(`/api/sandboxes/${next}`, { token })).json()) as { providerRef: string }).providerRef;
+    const nextAtHost = await fetch(`${bindings.DAYTONA_API_URL}/sandbox/${nextRef}`, { headers: { authorization: `Bearer ${bindings.DAYTONA_API_KEY}` } });
+    expect(((await nextAtHost.json()) as { target: string }).target).toBe("us");
+    await call(`/api/sandboxes/${next}?force=true`, { method: "DELETE", token });
   });
 
   it("an apiUrl other than the worker's DAYTONA_API_URL is a 400 naming apiUrl, on a create and a PATCH; nothing is stored", async () => {
