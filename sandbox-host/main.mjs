@@ -2,6 +2,7 @@
 // `npm run sandbox-host`: the local Daytona-compatible host on its own.
 import { startSandboxHost } from "./server.mjs";
 import { busyPortsMessage, envPort } from "../scripts/lib/ports.mjs";
+import { stopWhenNpmRunEnds } from "../scripts/lib/npm-run-watch.mjs";
 
 const port = envPort("SANDBOX_HOST_PORT", 3986, "npm run sandbox-host");
 // A taken port is said as such, with a free one to use, before anything starts: not a Node stack
@@ -37,3 +38,4 @@ for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"]) {
     process.exit(0);
   });
 }
+stopWhenNpmRunEnds("sandbox-host");

@@ -69,6 +69,10 @@ export async function startSandboxHost({ port = 0, apiKey, root, host = "127.0.0
   server.on("upgrade", (req, socket, head) => {
     upgraded.add(socket);
     socket.on("close", () => upgraded.delete(socket));
+    // A client may reset the connection at any point, also after a refused upgrade (the SDK's
+    // socket.io channel, which this host answers 404, when its process exits): an 'error' with
+    // no listener would end the host and every box on it.
+    socket.on("error", () => socket.destroy());
     try {
       handleUpgrade(req, socket, head);
     } catch (err) {

@@ -15,6 +15,7 @@ import { DEV_PID_FILE, devInUse } from "./lib/dev-pid.mjs";
 import { alive, removePidFileOf } from "./lib/pid-file.mjs";
 import { SIGN_IN_LINK_FILE, devBanner, signInLink } from "./lib/dev-banner.mjs";
 import { forgetDevSandboxHost, recordDevSandboxHost } from "./lib/dev-sandbox-host.mjs";
+import { stopWhenNpmRunEnds } from "./lib/npm-run-watch.mjs";
 
 const port = envPort("PORT", 8787, "npm run dev");
 const sandboxPort = envPort("SANDBOX_HOST_PORT", 3986, "npm run dev");
@@ -105,6 +106,7 @@ async function stop(code = 0) {
 }
 process.on("SIGINT", () => stop(0));
 process.on("SIGTERM", () => stop(0));
+stopWhenNpmRunEnds("dev");
 wrangler.on("exit", (code) => stop(code ?? 0));
 
 await waitForHttp(`${url}/health`, 120_000);

@@ -7,6 +7,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { ROOT } from "./lib/wrangler-dev.mjs";
 import { busyPortsMessage, envPort } from "./lib/ports.mjs";
+import { stopWhenNpmRunEnds } from "./lib/npm-run-watch.mjs";
 import { parseVars } from "./lib/vars-file.mjs";
 import { createVarsFile, gitWouldTrack, localUrls, makeDir, parseOutbound, scanBundle, startServe, stateDirInUse } from "./lib/serve.mjs";
 
@@ -130,6 +131,7 @@ async function stop() {
 }
 process.on("SIGINT", stop);
 process.on("SIGTERM", stop);
+stopWhenNpmRunEnds("serve");
 server.exited.then((code) => {
   if (stopping) return;
   console.error(`workerd exited (${code})`);

@@ -9,6 +9,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { busyPortsMessage, envPort } from "./lib/ports.mjs";
+import { stopWhenNpmRunEnds } from "./lib/npm-run-watch.mjs";
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 export const ENTRY = join(ROOT, "supabase", "functions", "stream-proxy", "index.ts");
@@ -121,6 +122,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   };
   process.on("SIGINT", shutdown);
   process.on("SIGTERM", shutdown);
+  stopWhenNpmRunEnds("stream-proxy");
   await starting.catch(() => {
     // Deno's own output, already shown above, says why.
     console.error(`${command}: the proxy did not start`);

@@ -77,6 +77,10 @@ export const environmentInputSchema = z.object({
   name: environmentNameSchema,
   runtime: z.literal("daytona").default("daytona"),
   provider: providerNameSchema.default("daytona"),
+  /** The Daytona API its boxes run on: the worker's own (DAYTONA_API_URL), whose key it holds; see apiUrlProblem. */
+  apiUrl: z.string().max(2000).refine((u) => URL.canParse(u) && /^https?:$/.test(new URL(u).protocol), "an http(s) URL").optional(),
+  /** Daytona's target (region) its boxes are made in; default the worker's DAYTONA_TARGET. */
+  target: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/, "a Daytona target name, such as us or eu").optional(),
   snapshot: z.string().max(200).optional(),
   image: z.string().max(500).optional(),
   env: recordSchema(envVarName, envVarValue).default({}),
@@ -173,6 +177,20 @@ export const environmentInputSchema = z.object({
 });
 
 export type EnvironmentInput = z.output<typeof environmentInputSchema>;
+
+const withoutTrailingSlash = (u: string) => u.replace(/\/+$/, "");
+
+/**
+ * Why an environment's `apiUrl` cannot be used, or null. The worker holds one Daytona key, for
+ * its DAYTONA_API_URL: an environment naming another API would have that key sent there, so it
+ * may only name the worker's own (stating where its boxes run), never redirect them.
+ */
+export function apiUrlProblem(configured: string | undefined, apiUrl: string | undefined): string | null {
+  if (apiUrl === undefined || (configured !== undefined && withoutTrailingSlash(configured) === withoutTrailingSlash(apiUrl))) return null;
+  return configured
+    ? `apiUrl must be this worker's Daytona API, ${withoutTrailingSlash(configured)} (DAYTONA_API_URL): its key (DAYTONA_API_KEY) is for that API only`
+    : "apiUrl cannot be used: this worker has no Daytona API configured (DAYTONA_API_URL)";
+}
 /** `updatedAt`: the last create-or-replace or PATCH (absent on environments stored before it was kept: `createdAt` then). */
 export type Environment = EnvironmentInput & { id: string; houseId: string; createdAt: string; updatedAt?: string; sharedBoxId?: string };
 

@@ -4,7 +4,7 @@ import { ApiError, json } from "../errors";
 import type { Env } from "../env";
 import { authenticate, canWrite, houseWriter, requireHouse } from "../auth/authenticate";
 import { idSchema, type HouseClaims } from "../auth/tokens";
-import { environmentInputSchema, environmentNameSchema, publicEnvironment, type Environment } from "../environments";
+import { apiUrlProblem, environmentInputSchema, environmentNameSchema, publicEnvironment, type Environment } from "../environments";
 import { houseStub, newId, sandboxStub, threadStub } from "./actors";
 import { LiveOutput } from "../sandbox/live-output";
 import { ensureSharedBox, retireSharedBox, sharedBoxView } from "../workspace/shared-box";
@@ -27,6 +27,7 @@ export async function createEnvironmentRoute(request: Request, env: Env): Promis
   requireHouse(claims);
   if (!canWrite(claims) || claims.role === "bot") throw new ApiError("forbidden", "only owners and members configure environments");
   const input = await readBody(request, environmentInputSchema);
+  assertApiUrl(env, input.apiUrl);
   const e = { ...input, id: input.id ?? newId("env_"), houseId: claims.houseId };
   const { environment: stored, retiredBoxId } = (await unwrapRpc(houseStub(env, claims.houseId).putEnvironment(e))) as StoredEnvironment;
   if (retiredBoxId) await retireSharedBox(env, claims.houseId, e.id, retiredBoxId);
@@ -35,6 +36,11 @@ export async function createEnvironmentRoute(request: Request, env: Env): Promis
 }
 
 const patchBodySchema = recordSchema(z.string(), z.unknown());
+
+function assertApiUrl(env: Env, apiUrl: string | undefined): void {
+  const problem = apiUrlProblem(env.DAYTONA_API_URL, apiUrl);
+  if (problem) throw new ApiError("validation_failed", "invalid request body", [{ path: "apiUrl", message: problem }]);
+}
 
 /** What the house stored, and the shared box it let go (if the environment keeps none any more). */
 type StoredEnvironment = { environment: Environment; retiredBoxId: string | null };
@@ -58,6 +64,7 @@ export async function patchEnvironmentRoute(request: Request, env: Env, id: stri
   // Authorization before validation: another house's environment answers 404 before the body is read.
   const { claims, environment: current } = await environmentForConfigurer(request, env, id);
   const patch = await readBody(request, patchBodySchema);
+  if (typeof patch.apiUrl === "string") assertApiUrl(env, patch.apiUrl);
   // Merged in the house's actor, against what it holds then: two PATCHes at once both take
   // effect, and one after a DELETE is a 404 instead of bringing the environment back.
   const { environment: e, retiredBoxId } = (await unwrapRpc(houseStub(env, claims.houseId).patchEnvironment(current.id, patch))) as StoredEnvironment;

@@ -273,13 +273,18 @@ export const delegateTaskFields = {
   task: nonBlankText(200_000, "task"),
   repo: repositoryUrlSchema.optional(),
   branch: branchNameSchema.optional(),
+  /** A shallow clone of `repo`: this many commits. */
+  depth: z.number().int().min(1).max(100_000).optional(),
   harness: z.enum(["pi", "claude-code", "codex"]).optional(),
   model: modelNameSchema.optional(),
   ...environmentChoiceFields,
 };
 
-export const branchNeedsRepo = <T extends { repo?: string; branch?: string }>(s: z.ZodType<T>) =>
-  s.refine((b) => b.branch === undefined || b.repo !== undefined, { message: BRANCH_NEEDS_REPO, path: ["branch"] });
+export const DEPTH_NEEDS_REPO = "depth needs repo: it is how many commits of the repository the run clones";
+
+export const branchNeedsRepo = <T extends { repo?: string; branch?: string; depth?: number }>(s: z.ZodType<T>) =>
+  s.refine((b) => b.branch === undefined || b.repo !== undefined, { message: BRANCH_NEEDS_REPO, path: ["branch"] })
+    .refine((b) => b.depth === undefined || b.repo !== undefined, { message: DEPTH_NEEDS_REPO, path: ["depth"] });
 
 export const delegateSchema = branchNeedsRepo(oneEnvironment(z.object({
   ...delegateTaskFields,
@@ -340,7 +345,7 @@ export async function delegateTask(env: Env, claims: HouseClaims, parent: { id: 
     title: body.title ?? body.task.slice(0, 120), brainId: claims.subject, createdBy: claims.subject,
     requestFingerprint: idem ? await requestFingerprint({ parent: parent.id, ...body }) : null,
     firstRun: {
-      task: body.task, harness, model: body.model, repo: body.repo, branch: body.branch, authorId: claims.subject, resume: false,
+      task: body.task, harness, model: body.model, repo: body.repo, branch: body.branch, ...(body.depth ? { depth: body.depth } : {}), authorId: claims.subject, resume: false,
       ...(ids.runId ? { runId: ids.runId } : {}),
       ...(body.permissionMode ? { permissionMode: body.permissionMode } : {}),
       ...(body.allowedTools ? { allowedTools: body.allowedTools } : {}),

@@ -51,6 +51,8 @@ type SdkSandboxDto = { id: string; state?: string; labels?: Record<string, strin
 export class DaytonaProvider implements SandboxProvider {
   readonly kind = "daytona";
   private readonly client: Daytona;
+  /** Clients for the targets environments name other than the configured one (a box is made where its client's target says). */
+  private readonly targetClients = new Map<string, Daytona>();
   private readonly conflictRetries: number;
   /** Sandbox handles cached per ref: every SDK call needs one and fetching it costs a GET. */
   private readonly handles = new Map<string, Sandbox>();
@@ -60,13 +62,25 @@ export class DaytonaProvider implements SandboxProvider {
       throw new ProviderError("bad_request", "Daytona provider needs apiUrl and apiKey (DAYTONA_API_URL, DAYTONA_API_KEY)");
     }
     this.conflictRetries = config.conflictRetries ?? 5;
-    this.client = new Daytona({
-      apiUrl: config.apiUrl,
-      apiKey: config.apiKey,
-      target: config.target || undefined,
+    this.client = this.newClient(config.target || undefined);
+  }
+
+  private newClient(target: string | undefined): Daytona {
+    return new Daytona({
+      apiUrl: this.config.apiUrl,
+      apiKey: this.config.apiKey,
+      target,
       useDeprecatedPolling: true,
-      requestTimeoutMs: config.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS,
+      requestTimeoutMs: this.config.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS,
     });
+  }
+
+  /** The SDK sends a create's target from its client's configuration only. */
+  private clientFor(target: string | undefined): Daytona {
+    if (!target || target === this.config.target) return this.client;
+    let client = this.targetClients.get(target);
+    if (!client) this.targetClients.set(target, (client = this.newClient(target)));
+    return client;
   }
 
   async create(opts: CreateBoxOptions): Promise<BoxInfo> {
@@ -96,9 +110,10 @@ export class DaytonaProvider implements SandboxProvider {
     if (volumes) Object.assign(base, { volumes });
     let sb: Sandbox;
     try {
-      if (source.kind === "snapshot") sb = await this.client.create({ ...base, snapshot: source.name }, { timeout });
-      else if (source.kind === "image") sb = await this.client.create({ ...base, image: source.name! }, { timeout });
-      else sb = await this.client.create(base, { timeout });
+      const client = this.clientFor(opts.target);
+      if (source.kind === "snapshot") sb = await client.create({ ...base, snapshot: source.name }, { timeout });
+      else if (source.kind === "image") sb = await client.create({ ...base, image: source.name! }, { timeout });
+      else sb = await client.create(base, { timeout });
     } catch (err) {
       const e = toProviderError(err, "create sandbox");
       // Refused outright (bad request, bad key, a name already taken): nothing was made, and a

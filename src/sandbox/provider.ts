@@ -57,6 +57,8 @@ export interface CreateBoxOptions {
   /** Named persistent volumes (created when missing) mounted at absolute paths; they outlive the box. */
   volumes?: VolumeMountSpec[];
   name?: string;
+  /** The provider's region/runner target (Daytona `target`); default the provider's configured one. */
+  target?: string;
   /** Seconds to wait for the box to reach `started`. */
   timeoutSec?: number;
 }

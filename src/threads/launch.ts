@@ -2,7 +2,7 @@ import { ApiError } from "../errors";
 import { errorMessage, logEvent } from "../domain/log-event";
 import type { Env } from "../env";
 import type { Entry } from "../entries/schema";
-import type { Environment } from "../environments";
+import { apiUrlProblem, type Environment } from "../environments";
 import { mintRunToken, streamTokenTtlSeconds } from "../auth/tokens";
 import { CODEX_CONFIG_DIR, codexMcpToml, delegateRepoPath, egressSettings, piTools, providerVolumes, repoPath, skillFile, type PermissionMode, type Plugins, type RepositorySpec } from "../workspace/box-config";
 import { LABEL_RUN, type DetachedHandle, type SandboxProvider } from "../sandbox/provider";
@@ -32,6 +32,8 @@ export type LaunchSpec = {
   model?: string;
   repo?: string;
   branch?: string;
+  /** A shallow clone of `repo`. */
+  depth?: number;
   resume: boolean;
   /** A resume's: the box the thread's previous run was on, which it continues on while that box is live. */
   resumeBoxId?: string;
@@ -132,6 +134,9 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
   const { env, row, environment } = deps;
   // Checked before any box exists: a runner without a reachable stream URL could never report.
   if (!env.THREADBOX_STREAM_URL) throw new Error("THREADBOX_STREAM_URL is not configured (the stream-proxy URL boxes write to)");
+  // The worker's Daytona API may have changed since the environment named it.
+  const apiUrlRefused = apiUrlProblem(env.DAYTONA_API_URL, environment?.apiUrl);
+  if (apiUrlRefused) throw new Error(`environment ${environment!.id}: ${apiUrlRefused}`);
   let progress = deps.progress();
   const providerName = progress.provider ?? environment?.provider ?? "daytona";
   const provider: SandboxProvider = providerFor(env, providerName);
@@ -174,6 +179,7 @@ export async function launchRun(spec: LaunchSpec, deps: LaunchDeps): Promise<voi
       image: environment?.image ?? defaults.image,
       egress: egressSettings(environment?.egress, env.THREADBOX_STREAM_URL),
       volumes: providerVolumes(row.houseId, environment?.volumes),
+      ...(environment?.target ? { target: environment.target } : {}),
     });
     deps.checkpoint("box_created");
     // Before its actor exists: a launch that fails from here on still knows which box it made.
@@ -272,7 +278,7 @@ async function startRunner(
   const home = await provider.homeDir(ref);
   // The delegate's own repository replaces the environment's list for this run.
   const repos: RepositorySpec[] = spec.repo
-    ? [{ url: spec.repo, branch: spec.branch, path: delegateRepoPath(spec.repo, spec.branch, progress.shared === true) }]
+    ? [{ url: spec.repo, branch: spec.branch, ...(spec.depth ? { depth: spec.depth } : {}), path: delegateRepoPath(spec.repo, spec.branch, progress.shared === true) }]
     : (environment?.repositories ?? []);
   // The run's directory will hold its stream token until the runner takes it: the box user's alone.
   await provider.exec(ref, `mkdir -p ${shq(WORK_DIR)} ${shq(runDir(spec.runId))} && chmod 700 ${shq(runDir(spec.runId))}`, { cwd: home });

@@ -1,6 +1,6 @@
 import type { Env } from "../env";
 import { ApiError } from "../errors";
-import type { Environment } from "../environments";
+import { apiUrlProblem, type Environment } from "../environments";
 import { unwrapRpc } from "../actors/rpc";
 import { houseStub, sandboxStub } from "../actors/stubs";
 import { providerFor } from "../sandbox/providers";
@@ -19,6 +19,8 @@ import { createBox, deleteUnregisteredBox } from "../actors/sandbox/late-box";
  * it for its client.
  */
 export async function ensureSharedBox(env: Env, houseId: string, e: Environment): Promise<{ id: string; providerRef: string; created: boolean }> {
+  const apiUrlRefused = apiUrlProblem(env.DAYTONA_API_URL, e.apiUrl);
+  if (apiUrlRefused) throw new ApiError("bad_request", `environment ${e.id}: ${apiUrlRefused}`);
   const provider = providerFor(env, e.provider);
   const spec = sharedBoxSpec(env, houseId, e);
   const key = await specKey(e.provider, spec);
@@ -83,11 +85,15 @@ export async function ensureSharedBox(env: Env, houseId: string, e: Environment)
 
 /** What the provider creates an environment's boxes with: what a box keeps from its creation. */
 export function sharedBoxSpec(env: Env, houseId: string, e: Environment) {
-  return { snapshot: e.snapshot, image: e.image, egress: egressSettings(e.egress, env.THREADBOX_STREAM_URL), volumes: providerVolumes(houseId, e.volumes) };
+  return {
+    snapshot: e.snapshot, image: e.image, egress: egressSettings(e.egress, env.THREADBOX_STREAM_URL), volumes: providerVolumes(houseId, e.volumes),
+    ...(e.target ? { target: e.target } : {}),
+  };
 }
 
 async function specKey(provider: string, spec: ReturnType<typeof sharedBoxSpec>): Promise<string> {
-  const bytes = new TextEncoder().encode(JSON.stringify([provider, spec.snapshot ?? null, spec.image ?? null, spec.egress ?? null, spec.volumes]));
+  // A target only when set: the boxes of environments without one keep the key they were made with.
+  const bytes = new TextEncoder().encode(JSON.stringify([provider, spec.snapshot ?? null, spec.image ?? null, spec.egress ?? null, spec.volumes, ...(spec.target ? [spec.target] : [])]));
   const d = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
   return Array.from(d.slice(0, 8), (b) => b.toString(16).padStart(2, "0")).join("");
 }

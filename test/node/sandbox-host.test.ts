@@ -2,6 +2,7 @@
 // checked against Daytona's OpenAPI schemas.
 import { execFileSync, spawn } from "node:child_process";
 import fs from "node:fs";
+import net from "node:net";
 import path from "node:path";
 import { Daytona } from "@daytonaio/sdk";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -299,6 +300,39 @@ describe("a host on a temp root of its own leaves nothing behind", () => {
       expect(sockets()).toEqual([]);
     } finally {
       await again.close();
+    }
+  });
+
+  it("a client that resets its connection after a refused WebSocket upgrade (the SDK's socket.io channel, as its process exits) does not end the host", async () => {
+    const port = await freePort();
+    const child = spawn(process.execPath, [MAIN], {
+      env: { ...process.env, TMPDIR: tempDir("sbh-rst-"), SANDBOX_HOST_PORT: String(port), SANDBOX_HOST_API_KEY: "k", SANDBOX_HOST_ROOT: "" },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let stderr = "";
+    child.stderr.on("data", (d) => { stderr += d; });
+    const exited = new Promise<number | string | null>((r) => child.on("exit", (code, signal) => r(code ?? signal)));
+    try {
+      let out = "";
+      await new Promise<void>((resolve) => child.stdout.on("data", (d) => { out += d; if (out.includes("boxes under")) resolve(); }));
+      const socket = net.connect(port, "127.0.0.1");
+      socket.on("error", () => {});
+      socket.write("GET /api/socket.io/?EIO=4&transport=websocket HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
+      const answer = await new Promise<string>((resolve) => socket.once("data", (d) => resolve(String(d))));
+      expect(answer.split("\r\n")[0]).toBe("HTTP/1.1 404 Not Found");
+      const closed = new Promise((r) => socket.on("close", r));
+      socket.resetAndDestroy();
+      await closed;
+      // The host still serves: a box is made and runs a command.
+      const sdk = new Daytona({ apiUrl: `http://127.0.0.1:${port}/api`, apiKey: "k", target: "local", useDeprecatedPolling: true, requestTimeoutMs: 20_000 });
+      const sb = await sdk.create({ autoDeleteInterval: -1 }, { timeout: 20 });
+      expect((await sb.process.executeCommand("echo up")).result).toBe("up\n");
+      await sb.delete();
+      expect(child.exitCode, stderr).toBe(null);
+    } finally {
+      child.kill("SIGTERM");
+      await exited;
     }
   });
 

@@ -273,6 +273,21 @@ describe("environment workspace fields", () => {
     expect(JSON.stringify((await readAll(token, childThreadId)).entries)).not.toContain("ghp-secret-token-1");
   });
 
+  it("a delegate's repo, branch and depth: the box makes a clone that deep of that branch; depth without repo is a 400 at depth", async () => {
+    const token = await houseToken("house-ws-delegate-depth");
+    const created = await createEnv(token, {});
+    const { runId } = await delegateAndLaunch(token, created.body.id, { task: "look", repo: "https://git.example/org/app.git", branch: "dev", depth: 1 });
+    const provider = sharedTestProvider();
+    const [box] = await provider.list({ [LABEL_RUN]: runId });
+    const clones = provider.calls.filter((c) => c.op === "clone" && c.ref === box.ref).map((c) => c.args as Record<string, unknown>);
+    expect(clones).toEqual([expect.objectContaining({ url: "https://git.example/org/app.git", branch: "dev", depth: 1 })]);
+
+    const parent = (await (await call("/api/threads", { method: "POST", token, json: { environmentId: created.body.id } })).json()) as { id: string };
+    const r = await call(`/api/threads/${parent.id}/delegate`, { method: "POST", token, json: { task: "look", depth: 1 } });
+    expect(r.status).toBe(400);
+    expect(((await r.json()) as { error: { details: { path: string; message: string }[] } }).error.details).toEqual([{ path: "depth", message: expect.stringContaining("depth needs repo") }]);
+  });
+
   it("repositories: a URL stored with credentials before they were refused is cloned as stored, and shown nowhere with them", async () => {
     const houseId = "house-ws-stored-url";
     const token = await houseToken(houseId);

@@ -75,6 +75,7 @@ export function sandboxTools(ctx: ToolContext): ToolSpec[] {
         task: { type: "string", description: "what the coding agent should do" },
         repo: { type: "string", description: "git URL to clone first (optional)" },
         branch: { type: "string", description: "branch of repo to check out (only with repo)" },
+        depth: { type: "integer", minimum: 1, description: "clone only this many commits of repo (only with repo)" },
         harness: { type: "string", enum: ["pi", "claude-code", "codex"] },
         model: { type: "string", description: "model the coding agent runs, e.g. provider/modelId (default: the environment's model)" },
         ...environmentChoiceProperties("run the job in"),
