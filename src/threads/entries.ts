@@ -80,13 +80,13 @@ const ARTIFACT_ID = /:artifacts:([^:]*):/;
  * answer and failure (`turn:`, `reply:`, `dispatch_error:`, named by a turn id a reader sees in
  * the thread and in GET /dispatch), its post into another thread (`post:`), a child's result
  * on its parent (`child_finished:`, `child_result:`), and a run's own entries (`prompt:`, `claim:`,
- * `box:`, `launched:`, `launch_failed:`, named by the run id the claim shows while the launch is
+ * `box:`, `ready:`, `launched:`, `launch_failed:`, named by the run id the claim shows while the launch is
  * still under way, and `stop:`, `orphan:`, by its start time). A client that wrote one first
  * would have the control plane's entry dropped as a duplicate: the bot's answer or the child's
  * result gone, or a run's box never recorded (nothing stops or releases it) and its folders
  * never synced back.
  */
-const CONTROL_PLANE_ID = /^(turn|reply|dispatch_error|post|child_finished|child_result|prompt|claim|box|launched|launch_failed|stop|orphan):/;
+const CONTROL_PLANE_ID = /^(turn|reply|dispatch_error|post|child_finished|child_result|prompt|claim|box|ready|launched|launch_failed|stop|orphan):/;
 
 /**
  * A run driven from outside the control plane (src/sandbox/run.ts: the caller posts the run's

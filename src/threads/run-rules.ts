@@ -16,12 +16,25 @@ export function isTerminal(status: ThreadStatus): boolean {
 }
 
 /**
+ * A launch's readiness milestone: a `running` status naming the box the run is on, written once
+ * the box is assigned and before the harness writes anything (the claim that started the run went
+ * on the thread before there was a box to name). It starts nothing: the run is already running.
+ */
+export function readinessMilestone(runId: string, boxId: string, nowMs: number): Entry {
+  return { id: `${READINESS_ID}${runId}`, ts: nowMs, authorId: "threadbox", payload: { type: STATUS_CHANGED, status: "running", reason: `ready on box ${boxId}`, runId, boxId } };
+}
+
+const READINESS_ID = "ready:";
+
+/**
  * What a `signal.thread.status_changed` entry does to the row. The first finished-signal of a run
  * wins; later ones, and one while no run is running, stay in the log but change nothing. A `running` claim starts a (new) run.
  * A finished-signal that names another run than the current one (a stopped run's runner ending
  * late, after a resume started the next run) changes nothing; one without a run id still counts.
  */
 export function decideSignal(row: Pick<ThreadRow, "status"> & { runId?: string | null }, entry: Entry, nowMs: number): StatusPatch | null {
+  // The control plane's own (clients cannot write a `ready:` id): never a claim, even if the run ended meanwhile.
+  if (entry.id.startsWith(READINESS_ID)) return null;
   const p = entry.payload;
   if (p.type !== STATUS_CHANGED) return null;
   const status = p.status as RunSignalStatus;

@@ -433,7 +433,10 @@ describe("delegate a task to pi in a box", () => {
     expect(sent).toContain("The first answer is BLUE.");
     expect(sent).toContain("what did you pick?");
     const es = await entries(childId);
-    expect(statuses(es)).toEqual(["running", "completed", "running", "completed"]);
+    // Each run: its claim, its readiness milestone naming the box it runs on, its end.
+    expect(statuses(es)).toEqual(["running", "running", "completed", "running", "running", "completed"]);
+    const ready = es.filter((e) => e.id.startsWith("ready:")).map((e) => e.payload.boxId);
+    expect(ready).toEqual([firstBox, again.boxId]);
     const launches = es.filter((e) => e.payload.type === "signal.run.launched").map((e) => [e.payload.boxReused, e.payload.session]);
     expect(launches).toEqual([[false, "new"], [false, "rebuilt"]]);
     expect(new Set(es.map((e) => e.id)).size).toBe(es.length);

@@ -1,7 +1,7 @@
 // Pure decision rules of the run lifecycle, without a runtime.
 import { describe, expect, it } from "vitest";
 import { decideLiveness, foldProbe, LATE_ALARM_MS, livenessDeadlines, silenceGraceMs, type LivenessConfig, type ProbeState } from "../../src/threads/liveness";
-import { decideDetail, decideSignal, isTerminal } from "../../src/threads/run-rules";
+import { decideDetail, decideSignal, isTerminal, readinessMilestone } from "../../src/threads/run-rules";
 import { boxAlarmDecision, claimCheckDecision, deleteRetryDelayMs, releaseDecision, shouldReap, tokenCleanupScript } from "../../src/actors/sandbox/sandbox-decisions";
 import type { ThreadRow } from "../../src/threads/thread-row";
 import { getCodingAgent } from "../../src/sandbox/harness";
@@ -84,6 +84,14 @@ describe("finished-signals", () => {
         expect(decideSignal({ status }, signal(finished), T0), `${status} + ${finished}`).toBeNull();
       }
     }
+  });
+
+  it("a launch's readiness milestone names the box and starts no run, even one written after its run ended", () => {
+    const ready = readinessMilestone("r1", "box_7", T0);
+    expect(ready).toMatchObject({ id: "ready:r1", payload: { type: "signal.thread.status_changed", status: "running", runId: "r1", boxId: "box_7" } });
+    for (const status of ["idle", "running", "completed", "failed"] as const) expect(decideSignal({ status }, ready, T0), status).toBeNull();
+    // The same status under a client's id is a claim, as before.
+    expect(decideSignal({ status: "completed" }, { ...ready, id: "e" }, T0)).toMatchObject({ status: "running", boxId: "box_7" });
   });
 
   it("a claim starts a run; the first finished-signal wins; later ones change nothing", () => {

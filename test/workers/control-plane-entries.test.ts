@@ -217,7 +217,7 @@ describe("entries the thread acts on are the control plane's own", () => {
     await runInDurableObject(stub, (a: ThreadActor) => a.setTestEnv({ THREADBOX_STREAM_URL: "http://stream.test/api/stream" }));
     const run = await streamToken("house-cp-run-ids", t.id);
     const runId = "0badc0de-0000-4000-8000-000000000001";
-    for (const id of [`box:${runId}`, `launched:${runId}`, `prompt:${runId}`, `claim:${runId}`, `launch_failed:${runId}`, "stop:1", "orphan:1"]) {
+    for (const id of [`box:${runId}`, `ready:${runId}`, `launched:${runId}`, `prompt:${runId}`, `claim:${runId}`, `launch_failed:${runId}`, "stop:1", "orphan:1"]) {
       const rest = await post(token, t.id, { id, payload: { type: "chat", text: "mine now", dispatch: false } });
       expect(rest.status, id).toBe(403);
       await rest.body?.cancel();

@@ -449,6 +449,24 @@ const launchedOnce = async (token: string, threadId: string, n: number) => vi.wa
   expect(launched).toHaveLength(n);
 }, { timeout: 15_000, interval: 100 });
 
+describe("a launch's readiness milestone", () => {
+  it("a running status naming the run's box follows the box's assignment, before the harness starts; it starts no second run", async () => {
+    const houseId = "house-readiness";
+    const { token, t, runId } = await startLaunch(houseId, () => {});
+    await launchedOnce(token, t.id, 1);
+    const entries = (await readAll(token, t.id)).entries;
+    const at = (id: string) => entries.findIndex((e) => e.id === id);
+    const boxId = entries[at(`box:${runId}`)].payload.boxId;
+    expect(boxId).toMatch(/^box_/);
+    const ready = entries[at(`ready:${runId}`)];
+    expect(ready).toMatchObject({ authorId: "threadbox", payload: { type: "signal.thread.status_changed", status: "running", runId, boxId } });
+    expect(entries[at(`claim:${runId}`)].payload.boxId).toBeUndefined();
+    expect([at(`claim:${runId}`) < at(`box:${runId}`), at(`box:${runId}`) < at(`ready:${runId}`), at(`ready:${runId}`) < at(`launched:${runId}`)]).toEqual([true, true, true]);
+    const r = (await (await call(`/api/threads/${t.id}`, { token })).json()) as { status: string; runId: string; boxId: string };
+    expect(r).toMatchObject({ status: "running", runId, boxId });
+  }, 30_000);
+});
+
 describe("a run stopped and resumed while its launch still goes on", () => {
   it("the resume goes on on the box the stopped run was given: the first launch, giving up, keeps that box", async () => {
     const houseId = "house-stop-resume-launching";

@@ -5,7 +5,7 @@ import { LABEL_RUN, type DetachedHandle } from "../../sandbox/provider";
 import { ensureSharedBox, retireSharedBox } from "../../workspace/shared-box";
 import { LaunchSuperseded, launchRun, type LaunchDeps, type LaunchSpec } from "../../threads/launch";
 import type { ThreadRow } from "../../threads/thread-row";
-import { isTerminal } from "../../threads/run-rules";
+import { isTerminal, readinessMilestone } from "../../threads/run-rules";
 import { launchBoxId, type LaunchProgressStore, type LaunchStep } from "../../threads/launch-progress";
 import { ApiError } from "../../errors";
 import { providerFor } from "../../sandbox/providers";
@@ -211,6 +211,9 @@ function launchDeps(spec: LaunchSpec, p: LauncherPorts, row: ThreadRow, environm
     },
     assignBox: async (boxId) => {
       p.append({ id: `box:${spec.runId}`, ts: p.now(), authorId: "threadbox", payload: { type: "signal.thread.box_assigned", boxId, runId: spec.runId } });
+      // The run's readiness milestone: a running status naming its box, before the harness writes
+      // anything. Its claim went on the thread before there was a box to name.
+      if (current()) p.append(readinessMilestone(spec.runId, boxId, p.now()));
       await p.settle();
     },
     rememberHandle: async (boxId, handle) => {
