@@ -212,8 +212,9 @@ function launchDeps(spec: LaunchSpec, p: LauncherPorts, row: ThreadRow, environm
     assignBox: async (boxId) => {
       p.append({ id: `box:${spec.runId}`, ts: p.now(), authorId: "threadbox", payload: { type: "signal.thread.box_assigned", boxId, runId: spec.runId } });
       // The run's readiness milestone: a running status naming its box, before the harness writes
-      // anything. Its claim went on the thread before there was a box to name.
-      if (current()) p.append(readinessMilestone(spec.runId, boxId, p.now()));
+      // anything (launchRun checked the run is still current just before). Its claim went on the
+      // thread before there was a box to name.
+      p.append(readinessMilestone(spec.runId, boxId, p.now()));
       await p.settle();
     },
     rememberHandle: async (boxId, handle) => {

@@ -212,8 +212,8 @@ export class RunLifecycle {
     if (row.status !== "completed") {
       return `Task ${row.id} ended: ${row.statusReason ?? "failed"}${row.statusDetail ? ` (${row.statusDetail})` : ""}`;
     }
-    // This run's answer only: the claim that started it ends the search, so a run that gave none
-    // is not reported with the answer of the run before it.
+    // This run's answer only: its start (the readiness milestone, or the claim before it) ends the
+    // search, so a run that gave none is not reported with the answer of the run before it.
     for (const e of this.p.log.lastMessages(200).map(toEntryWithOffset).reverse()) {
       if (e.payload.type === STATUS_CHANGED && e.payload.status === "running") break;
       if (e.payload.type === "pi.assistant" && typeof e.payload.text === "string" && e.payload.text !== "") return e.payload.text;
