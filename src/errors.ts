@@ -8,6 +8,7 @@ export const ERROR_STATUS = {
   unauthorized: 401,
   forbidden: 403,
   stale_producer_epoch: 403,
+  run_ended: 403,
   not_found: 404,
   gone: 410,
   method_not_allowed: 405,

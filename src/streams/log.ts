@@ -526,6 +526,13 @@ export class StreamLog {
 
   private lastProducerSweepMs = 0;
 
+  /** Whether this producer request was taken already (same producer and epoch, a seq not above its last). */
+  isProducerReplay(p: ProducerTuple): boolean {
+    if (!this.producers.exists()) return false;
+    const state = this.sql.exec(`select epoch, last_seq from producers where id = ?`, p.id).toArray()[0];
+    return state !== undefined && state.epoch === p.epoch && p.seq <= (state.last_seq as number);
+  }
+
   private checkProducer(p: ProducerTuple, nowMs: number): { kind: "accept" } | { kind: "duplicate"; lastSeq: number } {
     if (!this.producers.exists()) {
       if (p.seq !== 0) throw producerGap(0, p.seq);

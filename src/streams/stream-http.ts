@@ -334,6 +334,12 @@ async function handleAppend(request: Request, host: StreamHost, auth: StreamRequ
     if (meta.closed) {
       outcome = host.log.append({ messages: [], producer, close }, undefined, meta); // closed / duplicate-of-close verdict only
     } else {
+      // A producer's retry of a request already taken is answered as the duplicate it is, with its
+      // body not judged again: what judged it may have changed since (the run whose token wrote
+      // it has ended), and the producer must still get the success it lost.
+      if (producer !== undefined && host.log.isProducerReplay(producer)) {
+        return appendResponse(host, host.log.append({ messages: [], producer, close, streamSeq }, undefined, meta), producer);
+      }
       const messages = host.prepareAppend(body, meta, auth);
       if (messages === null && producer === undefined && streamSeq === undefined) {
         // Nothing durable to write (a heartbeat): acknowledge with the current tail.

@@ -7,6 +7,7 @@ import { formatOffset } from "../streams/protocol";
 import { STATUS_CHANGED } from "../domain/statuses";
 import { passesForControlPlane } from "../domain/reserved-name";
 import { INTERRUPT, MESSAGE_DELIVERED } from "../runner/steering";
+import { runWriteRefusal, type RunStanding } from "./run-writes";
 
 /** A command's live output (an exec with a threadId, a bot's run_command, a box's running tool call). */
 const EXEC_OUTPUT = "signal.exec.output";
@@ -192,7 +193,13 @@ export type PreparedEntries = { messages: NewMessage[]; entries: Entry[]; heartb
  */
 const entryListSchema = z.array(entryInputSchema);
 
-export function prepareEntries(raw: unknown, writer: EntryWriter, nowMs: number, calls: ToolCallWriters): PreparedEntries {
+/**
+ * Where the writer's run stands (run-writes.ts), for a writer whose token names a run; `onLog`:
+ * whether an entry of that id is on the thread already.
+ */
+export type WriterRun = { standing: RunStanding; onLog(id: string): boolean };
+
+export function prepareEntries(raw: unknown, writer: EntryWriter, nowMs: number, calls: ToolCallWriters, run?: WriterRun): PreparedEntries {
   const list = Array.isArray(raw) ? raw : [raw];
   if (list.length === 0) throw new ApiError("bad_request", "empty arrays are not allowed");
   if (list.length > MAX_ENTRIES_PER_POST) throw new ApiError("payload_too_large", `at most ${MAX_ENTRIES_PER_POST} entries per write`);
@@ -205,6 +212,8 @@ export function prepareEntries(raw: unknown, writer: EntryWriter, nowMs: number,
   const ownsCall = (callId: string) => posted.has(callId) || calls.has(callId, key);
   for (const input of parsed.data) {
     assertWritable(input.payload, writer, input.id, ownsCall);
+    const refusal = run && writer.runId !== undefined ? runWriteRefusal(run.standing, writer.runId, input, run.onLog) : null;
+    if (refusal !== null) throw new ApiError("run_ended", refusal);
     if (input.payload.type === TOOL_CALL && typeof input.payload.toolCallId === "string") posted.add(input.payload.toolCallId);
   }
   if (posted.size > 0) calls.add([...posted].map((c) => [c, key]));

@@ -227,6 +227,13 @@ describe("every credential of a house against its own routes", () => {
   });
 
   it.for(ROWS)("$name", async (row) => {
+    // A run's token writes while its run is the thread's current one (README "Security"): each
+    // row starts with that run on, which an earlier row (a stop) may have ended.
+    const thread = (await (await call(`/api/threads/${house.thread}`, { token: tokens.owner! })).json()) as { status: string; runId: string | null };
+    if (thread.status !== "running" || thread.runId !== house.run) {
+      const claim = await call(`/api/threads/${house.thread}/entries`, { method: "POST", token: tokens.owner!, json: { payload: { type: "signal.thread.status_changed", status: "running", runId: house.run } } });
+      expect(claim.status).toBe(201);
+    }
     const allowed = ALLOWED[row.who];
     // The refused first: a delete done by an allowed caller would turn a later refusal into a 404.
     const order = [...CREDENTIALS].sort((a, b) => Number(allowed.includes(a)) - Number(allowed.includes(b)));

@@ -79,10 +79,13 @@ export class RunLifecycle {
     return changed;
   }
 
-  /** An append hook: runs in the same synchronous turn as the append. */
-  onAppended(entries: Entry[]): void {
+  /**
+   * An append hook: runs in the same synchronous turn as the append. `showsRunAlive`: false for a
+   * write with another run's token, which says nothing of this run's life.
+   */
+  onAppended(entries: Entry[], showsRunAlive = true): void {
     // Any entry shows a run is alive; on a thread with no run on, nothing reads it (never orphaned).
-    if (this.p.rows.get()?.status === "running") this.recordLiveness();
+    if (showsRunAlive && this.p.rows.get()?.status === "running") this.recordLiveness();
     for (const entry of entries) this.apply(entry);
   }
 

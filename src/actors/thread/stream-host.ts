@@ -21,7 +21,8 @@ export type StreamRequestOptions = {
 /** How a stream's owner turns an append body into messages and reacts to what was appended. */
 export type AppendPolicy = {
   prepareAppend(body: Uint8Array, meta: StreamMeta, writer: EntryWriter): NewMessage[] | null;
-  afterAppend(appended: StoredMessage[]): void;
+  /** `writer`: the request's, as prepareAppend got it. */
+  afterAppend(appended: StoredMessage[], writer: EntryWriter): void;
 };
 
 export type StreamStore = { log: StreamLog; hub: WaitHub; longPollTimeoutMs: number };
@@ -58,7 +59,7 @@ export function serveStream(request: Request, store: StreamStore, policy: Append
     allowDelete: options.allowDelete,
     allowClose: options.allowClose,
     prepareAppend: (body, meta, writer) => policy.prepareAppend(body, meta, writer),
-    afterAppend: (appended) => policy.afterAppend(appended),
+    afterAppend: (appended) => policy.afterAppend(appended, options.writer),
     fork: options.fork,
     readableUntilMs: options.readableUntilMs,
   };

@@ -5,7 +5,8 @@ import { intVar, type Env } from "../../env";
 import type { Entry, EntryWithOffset } from "../../entries/schema";
 import { STREAM_LOG_SCHEMA, StreamLog, storedMessage, type NewMessage, type StoredMessage } from "../../streams/log";
 import { formatOffset, parseOffset, MAX_READ_BYTES } from "../../streams/protocol";
-import { parseJsonBody, prepareEntries, toEntryWithOffset, type EntryWriter, type ToolCallWriters } from "../../threads/entries";
+import { parseJsonBody, prepareEntries, toEntryWithOffset, type EntryWriter, type ToolCallWriters, type WriterRun } from "../../threads/entries";
+import { runStanding, showsRunAlive } from "../../threads/run-writes";
 import type { LaunchSpec } from "../../threads/launch";
 import { LaunchProgressStore, type LaunchStep } from "../../threads/launch-progress";
 import { claimedSettings, settingsOfClaim } from "../../threads/run-settings";
@@ -100,8 +101,11 @@ export type CreateThreadInput = {
   firstRun?: RunStart;
 };
 
-/** Runs in the same synchronous turn as the append that produced `entries` (never for duplicates). */
-export type AppendHook = (entries: EntryWithOffset[], appended: StoredMessage[]) => void;
+/**
+ * Runs in the same synchronous turn as the append that produced `entries` (never for duplicates).
+ * `showsRunAlive`: whether the write counts as a sign of the running run's life (run-writes.ts).
+ */
+export type AppendHook = (entries: EntryWithOffset[], appended: StoredMessage[], showsRunAlive: boolean) => void;
 
 /**
  * One actor per thread, and one per plain stream (same log core, no thread row). The class only
@@ -227,7 +231,7 @@ export class ThreadActor extends DurableObject<Env> {
     this.log.appendHookWrites = (messages) => this.isThread() && this.dispatch.wouldRecordTriggers(messages);
     this.log.packsRuns = () => !this.isThread();
     this.appendHooks = [
-      (entries) => this.lifecycle.onAppended(entries),
+      (entries, _appended, alive) => this.lifecycle.onAppended(entries, alive),
       (entries, appended) => this.fanout.deliver(appended, entries),
     ];
     this.alarmSteps = [
@@ -240,11 +244,11 @@ export class ThreadActor extends DurableObject<Env> {
     this.slowKinds = (Object.keys(this.executors) as OutboxKind[]).filter((k) => (this.executors[k] as { slow?: boolean }).slow === true);
     this.threadPolicy = {
       prepareAppend: (body, _meta, writer) => {
-        const prepared = prepareEntries(parseJsonBody(body), writer, this.clock.now(), this.toolCalls);
-        if (prepared.heartbeats > 0) this.lifecycle.recordLiveness();
+        const prepared = prepareEntries(parseJsonBody(body), writer, this.clock.now(), this.toolCalls, this.writerRun(writer));
+        if (prepared.heartbeats > 0 && this.showsRunAlive(writer)) this.lifecycle.recordLiveness();
         return prepared.messages.length === 0 ? null : prepared.messages;
       },
-      afterAppend: (appended) => this.runAppendHooks(appended),
+      afterAppend: (appended, writer) => this.runAppendHooks(appended, this.showsRunAlive(writer)),
     };
   }
 
@@ -537,10 +541,11 @@ export class ThreadActor extends DurableObject<Env> {
   async appendEntries(houseId: string, raw: unknown, writer: EntryWriter) {
     return settle(async () => {
       this.requireThread(houseId);
-      const prepared = prepareEntries(raw, writer, this.clock.now(), this.toolCalls);
-      if (prepared.heartbeats > 0) this.lifecycle.recordLiveness();
+      const prepared = prepareEntries(raw, writer, this.clock.now(), this.toolCalls, this.writerRun(writer));
+      const alive = this.showsRunAlive(writer);
+      if (prepared.heartbeats > 0 && alive) this.lifecycle.recordLiveness();
       if (prepared.messages.length === 0) return { entries: [], nextOffset: this.log.formatTail() };
-      const outcome = this.appendMessages(prepared.messages);
+      const outcome = this.appendMessages(prepared.messages, alive);
       await this.settleTurn();
       return {
         entries: outcome.appended.map((a) => ({ id: a.entryId, offset: formatOffset(a.seq), duplicate: a.duplicate })),
@@ -652,17 +657,33 @@ export class ThreadActor extends DurableObject<Env> {
     return row;
   }
 
-  private runAppendHooks(appended: StoredMessage[]): void {
+  private runAppendHooks(appended: StoredMessage[], showsRunAlive: boolean): void {
     if (!this.isThread() || appended.length === 0) return;
     const entries = appended.map(toEntryWithOffset);
-    for (const hook of this.appendHooks) hook(entries, appended);
+    for (const hook of this.appendHooks) hook(entries, appended, showsRunAlive);
   }
 
-  private appendMessages(messages: NewMessage[]) {
+  /** Where the run a writer's token names stands: what that token may still write (run-writes.ts). */
+  private writerRun(writer: EntryWriter): WriterRun | undefined {
+    const runId = writer.runId;
+    const row = this.rows.get();
+    if (runId === undefined || !row) return undefined;
+    return {
+      standing: runStanding(row, runId, () => this.hasEntry(`claim:${runId}`)),
+      onLog: (id) => this.hasEntry(id),
+    };
+  }
+
+  private showsRunAlive(writer: EntryWriter): boolean {
+    const row = this.rows.get();
+    return !row || showsRunAlive(row, writer.runId);
+  }
+
+  private appendMessages(messages: NewMessage[], showsRunAlive = true) {
     const outcome = this.log.append({ messages });
     if (outcome.kind !== "appended") throw new ApiError("stream_closed", "thread log is closed");
     if (outcome.fresh.length > 0) {
-      this.runAppendHooks(outcome.fresh);
+      this.runAppendHooks(outcome.fresh, showsRunAlive);
       this.fanout.notifyWaiters();
     }
     return outcome;
@@ -678,6 +699,10 @@ export class ThreadActor extends DurableObject<Env> {
   private appendSystemSignal(id: string, status: string, reason: string, runId = this.rows.get()?.runId ?? null): void {
     const payload = { type: STATUS_CHANGED, status, reason, ...(runId ? { runId } : {}) };
     this.appendInternal([{ id, ts: this.clock.now(), authorId: "threadbox", payload }]);
+  }
+
+  private hasEntry(id: string): boolean {
+    return this.ctx.storage.sql.exec(`select 1 from messages where entry_id = ? limit 1`, id).toArray().length > 0;
   }
 
   private entryById(id: string): Entry | null {
