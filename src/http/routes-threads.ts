@@ -189,14 +189,16 @@ export async function readEntriesRoute(request: Request, env: Env, id: string | 
 }
 
 export async function mintThreadTokenRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
-  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  const { claims, expiresAtMs } = await authenticateUntil(request, env.THREADBOX_TOKEN_SECRET);
   const threadId = threadIdParam(id);
   requireHouse(claims);
   await assertThreadInHouse(env, claims, threadId);
   const body = await readOptionalBody(request, tokenSchema);
   if (body.scope === "stream:write" && !canWrite(claims)) throw new ApiError("forbidden", "a reader cannot mint write tokens");
-  // The token writes as the person who minted it (see the authorship rule in the README).
-  const minted = await mintStreamToken(env.THREADBOX_TOKEN_SECRET, claims.houseId, threadId, body.scope, claims.subject, streamTokenTtlSeconds(env));
+  // The token writes as the person who minted it (see the authorship rule in the README), and no
+  // longer than that person's token allows: renewals carry the cap on.
+  const notAfter = Math.floor(expiresAtMs / 1000);
+  const minted = await mintStreamToken(env.THREADBOX_TOKEN_SECRET, claims.houseId, threadId, body.scope, claims.subject, streamTokenTtlSeconds(env), undefined, { notAfter });
   return json({ ...minted, scope: body.scope, threadId }, 201);
 }
 
