@@ -80,6 +80,18 @@ describe("dispatch: a bot acts within the reach of the writer who woke it", () =
     expect(toolResults(es)[0].output).toContain(SECRET_TITLE);
     const ds = await waitForDecision(token, t.id, (d) => d.agentId === bot.id && d.reason === "mentioned");
     expect(ds.find((d) => d.reason === "mentioned")?.reach).toBe("house");
+
+    // The Durable Streams write path takes the writer's reach alike.
+    await model.push({ text: "Again." });
+    const r = await call(`/api/stream/thread-${t.id}`, {
+      method: "POST", token, headers: { "content-type": "application/json" },
+      body: JSON.stringify({ id: "again", payload: { type: "chat", text: "@helper once more" } }),
+    });
+    expect(r.status).toBe(204);
+    const again = await waitForDecision(token, t.id, (d) => d.triggerEntryId === "again" && d.reason === "mentioned");
+    expect(again.find((d) => d.triggerEntryId === "again")?.reach).toBe("house");
+    await waitForEntries(token, t.id, (es) => chatsBy(es, bot.id).length === 2, "the second reply");
+    expect(toolNames((await model.requests())[2])).toEqual(ALL_TOOLS);
   });
 
   it("down the depth chain: a bot answering a thread-reach bot's reply acts within the thread too", async () => {
