@@ -36,8 +36,14 @@ export type HouseClaims = { kind: "house"; houseId: string; subject: string; rol
 /**
  * `runId` is set on the token a run's box gets: only it may write that run's artifacts.
  * `firstMintedAt` (epoch seconds): when the token this one renews was first minted.
+ * `notAfter` (epoch seconds): the expiry of the house token that first minted it, which neither
+ * this token nor any renewal of it outlives; a run's token has none (it dies with its run).
  */
-export type StreamClaims = { kind: "stream"; houseId: string; threadId: string; subject: string; scope: StreamScope; runId?: string; firstMintedAt: number };
+export type StreamClaims = {
+  kind: "stream"; houseId: string; threadId: string; subject: string; scope: StreamScope; runId?: string; firstMintedAt: number; notAfter?: number;
+};
+/** What a renewal carries on from the token it renews. */
+export type StreamLineage = { firstMintedAt?: number; notAfter?: number };
 export type TokenClaims = HouseClaims | StreamClaims;
 
 const idPattern = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
@@ -45,7 +51,7 @@ export const idSchema = z.string().regex(idPattern, "ids are 1-128 chars of [A-Z
 
 const claimsSchema = z.discriminatedUnion("kind", [
   z.object({ kind: z.literal("house"), house: idSchema, sub: z.string().min(1).max(200), role: roleSchema }),
-  z.object({ kind: z.literal("stream"), house: idSchema, thread: idSchema, sub: z.string().min(1).max(200), scope: z.enum(STREAM_SCOPES), run: idSchema.optional(), first: z.number().int().nonnegative().optional() }),
+  z.object({ kind: z.literal("stream"), house: idSchema, thread: idSchema, sub: z.string().min(1).max(200), scope: z.enum(STREAM_SCOPES), run: idSchema.optional(), first: z.number().int().nonnegative().optional(), cap: z.number().int().nonnegative().optional() }),
 ]);
 
 function keyFrom(secret: string | undefined): Uint8Array {
@@ -73,9 +79,10 @@ function cryptoKey(secret: string | undefined): Promise<CryptoKey> {
 
 export type MintedToken = { token: string; expiresAt: string };
 
-async function sign(claims: Record<string, unknown>, subject: string, ttlSeconds: number, secret: string | undefined, nowMs = Date.now()): Promise<MintedToken> {
+/** `notAfter` (epoch seconds), when given, cuts the lifetime short. */
+async function sign(claims: Record<string, unknown>, subject: string, ttlSeconds: number, secret: string | undefined, nowMs = Date.now(), notAfter?: number): Promise<MintedToken> {
   const iat = Math.floor(nowMs / 1000);
-  const exp = iat + ttlSeconds;
+  const exp = notAfter === undefined ? iat + ttlSeconds : Math.min(iat + ttlSeconds, notAfter);
   const token = await new SignJWT(claims)
     .setProtectedHeader({ alg: "HS256", typ: "JWT" })
     .setIssuer(ISSUER)
@@ -105,10 +112,18 @@ export function mintStreamToken(
   subject = `thread:${threadId}`,
   ttlSeconds = STREAM_TOKEN_TTL_SECONDS,
   nowMs?: number,
-  /** A renewal's: the first minting's time (epoch seconds), kept through every renewal. */
-  firstMintedAt?: number,
+  /**
+   * Kept through every renewal: the first minting's time, and the expiry (epoch seconds) of the
+   * house token that minted it, past which no token of the line lives.
+   */
+  { firstMintedAt, notAfter }: StreamLineage = {},
 ): Promise<MintedToken> {
-  return sign({ kind: "stream", house: houseId, thread: threadId, scope, ...(firstMintedAt !== undefined ? { first: firstMintedAt } : {}) }, subject, ttlSeconds, secret, nowMs);
+  const claims = {
+    kind: "stream", house: houseId, thread: threadId, scope,
+    ...(firstMintedAt !== undefined ? { first: firstMintedAt } : {}),
+    ...(notAfter !== undefined ? { cap: notAfter } : {}),
+  };
+  return sign(claims, subject, ttlSeconds, secret, nowMs, notAfter);
 }
 
 /** The write token of run `runId`'s box: a stream token that also names its run. */
@@ -148,6 +163,7 @@ export async function verifyTokenUntil(secret: string | undefined, token: string
     : {
       kind: "stream", houseId: c.house, threadId: c.thread, subject: c.sub, scope: c.scope, ...(c.run ? { runId: c.run } : {}),
       firstMintedAt: c.first ?? (typeof payload.iat === "number" ? payload.iat : 0),
+      ...(c.cap !== undefined ? { notAfter: c.cap } : {}),
     };
   // jwtVerify required `exp`.
   const expiresAtMs = (payload.exp as number) * 1000;

@@ -103,9 +103,13 @@ export function checkToolCall(
   tools: ToolSpec[],
   /** The tools the model was offered when it asked, if some have been taken away since. */
   offered: ToolSpec[] = tools,
-): { ok: true; tool: ToolSpec; args: Record<string, unknown> } | { ok: false; error: string } {
+  /** Why a tool the bot has is not offered to this turn (its trigger's reach), if it is one. */
+  withheld: (name: string) => string | null = () => null,
+): { ok: true; tool: ToolSpec; args: Record<string, unknown> } | { ok: false; error: string; refused?: true } {
   const tool = tools.find((t) => t.name === call.name);
   if (!tool) {
+    const why = withheld(call.name);
+    if (why !== null) return { ok: false, error: why, refused: true };
     const names = tools.map((t) => t.name).join(", ") || "none";
     if (offered.some((t) => t.name === call.name)) {
       return { ok: false, error: `The tool "${call.name}" is no longer available to you: it was removed from your tools. Available tools: ${names}.` };
@@ -140,6 +144,11 @@ export async function runToolLoop(opts: {
    * tool it no longer returns is offered no more, and not run.
    */
   tools: ToolSpec[] | (() => ToolSpec[]);
+  /**
+   * Why a tool that is not offered may not be called, for tools withheld rather than unknown: a
+   * call of one is answered with that (a refusal, as a tool's own is, not a malformed call).
+   */
+  withheld?: (name: string) => string | null;
   onEvent: (e: LoopEvent) => Promise<void>;
   maxRounds?: number;
   maxMalformedRounds?: number;
@@ -202,13 +211,14 @@ export async function runToolLoop(opts: {
     for (const { c, index } of calls) {
       if (signal.aborted) return { ok: false, reason: "the turn was cancelled", rounds: round };
       // Asked before each call: a tool taken away while an earlier call of the round ran is not run.
-      const checked = checkToolCall(c, call.rawToolArgs.get(index), toolsNow(), offered);
+      const checked = checkToolCall(c, call.rawToolArgs.get(index), toolsNow(), offered, opts.withheld);
       let output: string;
       let isError: boolean;
       if (!checked.ok) {
         output = checked.error;
         isError = true;
-        malformed = checked.error;
+        if (checked.refused) wellFormed += 1;
+        else malformed = checked.error;
       } else {
         wellFormed += 1;
         try {

@@ -49,18 +49,19 @@ export function prepareSchemas(sql: SqlStorage, version: string, schemas: Schema
  * A store's tables that most actors never use (forks, producer state, bots' turns, a launch's
  * progress), created by the first write that needs them rather than with the actor: every table a
  * new actor creates costs it CPU, and creating all of them was about a third of a thread's
- * creation. Until then a read has no rows to find and skips SQLite. A lazy schema has no
- * migration: it is created whole, as it is now, so changing its tables needs a new table name.
+ * creation. Until then a read has no rows to find and skips SQLite. A new actor's lazy tables are
+ * created whole, as they are now; an older actor's are migrated (`migrate`) when the store is
+ * built, if it has them (with the actor, outside any transaction: no rollback undoes it).
  */
 export class LazySchema {
   private known = false;
   private readonly table: string;
 
   constructor(private readonly sql: SqlStorage, private readonly schema: Schema) {
-    if (schema.migrate) throw new Error(`lazy schema ${schema.name} cannot have a migration`);
     const first = /create table if not exists (\w+)/.exec(schema.ddl);
     if (!first) throw new Error(`lazy schema ${schema.name} creates no table`);
     this.table = first[1]!;
+    if (schema.migrate && this.exists()) schema.migrate(sql);
   }
 
   /** Whether its tables exist (they are created together, so the first one tells). */

@@ -112,7 +112,7 @@ function resolveForkSource(raw: string, houseId: string): ForkSource {
  * fresh one (same thread, scope and subject). It lives under the stream path because that is
  * all a box can reach through the stream-proxy; it works only while the thread is running. A run's
  * token is not kept alive past its run; one minted by a user (which may claim the thread itself)
- * not past a day from its first minting.
+ * not past a day from its first minting, nor past the expiry of the house token that minted it.
  */
 async function renewStreamToken(request: Request, env: Env, claims: TokenClaims, threadId: string): Promise<Response> {
   if (request.method !== "POST") throw new ApiError("method_not_allowed", "POST to renew a stream token", undefined, { allow: "POST, OPTIONS" });
@@ -127,7 +127,7 @@ async function renewStreamToken(request: Request, env: Env, claims: TokenClaims,
   if (claims.runId !== undefined && row.runId !== claims.runId) throw new ApiError("conflict", "the run this token was made for is over");
   const minted = claims.runId !== undefined
     ? await mintRunToken(env.THREADBOX_TOKEN_SECRET, claims.houseId, threadId, claims.runId, claims.subject, streamTokenTtlSeconds(env))
-    : await mintStreamToken(env.THREADBOX_TOKEN_SECRET, claims.houseId, threadId, claims.scope, claims.subject, streamTokenTtlSeconds(env), undefined, claims.firstMintedAt);
+    : await mintStreamToken(env.THREADBOX_TOKEN_SECRET, claims.houseId, threadId, claims.scope, claims.subject, streamTokenTtlSeconds(env), undefined, { firstMintedAt: claims.firstMintedAt, notAfter: claims.notAfter });
   return json({ ...minted, scope: claims.scope, threadId }, 201);
 }
 

@@ -9,6 +9,7 @@ import { initialDispatchConfig } from "../dispatch/config";
 import { idSchema, mintStreamToken, STREAM_SCOPES, streamTokenTtlSeconds, type HouseClaims, type TokenClaims } from "../auth/tokens";
 import { authorFor, writerFor } from "../threads/entries";
 import { readBody, readOptionalBody, readJson } from "./body";
+import { assertWebSocketHandshake } from "./websocket-handshake";
 import { houseStub, newId, threadStub } from "./actors";
 import { allowedToolsSchema, branchNameSchema, permissionModeSchema, repositoryUrlSchema } from "../workspace/box-config";
 import { ACTOR_ORIGIN, AUTH_HEADER, TARGET_HEADER, type ActorAuth, type StreamTarget } from "../actors/thread/thread-actor";
@@ -189,14 +190,16 @@ export async function readEntriesRoute(request: Request, env: Env, id: string | 
 }
 
 export async function mintThreadTokenRoute(request: Request, env: Env, id: string | undefined): Promise<Response> {
-  const claims = await authenticate(request, env.THREADBOX_TOKEN_SECRET);
+  const { claims, expiresAtMs } = await authenticateUntil(request, env.THREADBOX_TOKEN_SECRET);
   const threadId = threadIdParam(id);
   requireHouse(claims);
   await assertThreadInHouse(env, claims, threadId);
   const body = await readOptionalBody(request, tokenSchema);
   if (body.scope === "stream:write" && !canWrite(claims)) throw new ApiError("forbidden", "a reader cannot mint write tokens");
-  // The token writes as the person who minted it (see the authorship rule in the README).
-  const minted = await mintStreamToken(env.THREADBOX_TOKEN_SECRET, claims.houseId, threadId, body.scope, claims.subject, streamTokenTtlSeconds(env));
+  // The token writes as the person who minted it (see the authorship rule in the README), and no
+  // longer than that person's token allows: renewals carry the cap on.
+  const notAfter = Math.floor(expiresAtMs / 1000);
+  const minted = await mintStreamToken(env.THREADBOX_TOKEN_SECRET, claims.houseId, threadId, body.scope, claims.subject, streamTokenTtlSeconds(env), undefined, { notAfter });
   return json({ ...minted, scope: body.scope, threadId }, 201);
 }
 
@@ -205,9 +208,7 @@ export async function subscribeRoute(request: Request, env: Env, id: string | un
   const { claims, expiresAtMs } = await authenticateUntil(request, env.THREADBOX_TOKEN_SECRET, true);
   const threadId = threadIdParam(id);
   assertThreadAccess(claims, claims.houseId, threadId, false);
-  if (request.headers.get("upgrade")?.toLowerCase() !== "websocket") {
-    throw new ApiError("upgrade_required", "this route needs a WebSocket upgrade");
-  }
+  assertWebSocketHandshake(request.headers);
   const auth: ActorAuth = { houseId: claims.houseId, canWrite: false, subject: claims.subject, mayAuthorAsOthers: false, mayNameBox: false, tokenExpiresAtMs: expiresAtMs };
   return forwardToActor(withoutBearerProtocols(request), threadStub(env, threadId), auth, { kind: "thread", threadId }, "/subscribe");
 }

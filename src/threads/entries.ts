@@ -8,6 +8,7 @@ import { STATUS_CHANGED } from "../domain/statuses";
 import { passesForControlPlane } from "../domain/reserved-name";
 import { INTERRUPT, MESSAGE_DELIVERED } from "../runner/steering";
 import { runWriteRefusal, type RunStanding } from "./run-writes";
+import { reachOf, type Reach } from "../dispatch/reach";
 
 /** A command's live output (an exec with a threadId, a bot's run_command, a box's running tool call). */
 const EXEC_OUTPUT = "signal.exec.output";
@@ -40,11 +41,15 @@ export const BOT_ROLE = "bot";
  * the turns of the thread's next run.
  */
 /** `execId`: set only by `POST /api/environments/:id/exec` for the command it runs, the one writer of that command's output. */
-export type EntryWriter = { subject: string; mayAuthorAsOthers: boolean; mayNameBox: boolean; mayInterrupt?: boolean; runId?: string; isBot?: boolean; execId?: string };
+/**
+ * `reach`: how far the writer's token reaches (src/dispatch/reach.ts), and so how far a bot its
+ * chat wakes may act; a writer that does not say is taken to reach its thread only.
+ */
+export type EntryWriter = { subject: string; mayAuthorAsOthers: boolean; mayNameBox: boolean; mayInterrupt?: boolean; runId?: string; isBot?: boolean; execId?: string; reach?: Reach };
 
 export function writerFor(claims: { kind: "house"; subject: string; role: string } | { kind: "stream"; subject: string; runId?: string }): EntryWriter {
   return {
-    subject: claims.subject, mayAuthorAsOthers: claims.kind === "house" && claims.role === AUTHOR_AS_OTHERS_ROLE, mayNameBox: claims.kind === "house",
+    subject: claims.subject, mayAuthorAsOthers: claims.kind === "house" && claims.role === AUTHOR_AS_OTHERS_ROLE, mayNameBox: claims.kind === "house", reach: reachOf(claims),
     ...(claims.kind === "house" ? { mayInterrupt: true } : {}),
     ...(claims.kind === "stream" && claims.runId ? { runId: claims.runId } : {}),
     ...(claims.kind === "house" && claims.role === BOT_ROLE ? { isBot: true } : {}),

@@ -47,6 +47,29 @@ export function managedFileContent(files: ManagedFile[]): string {
   return files.map((f) => `${recordLine(f)}\n`).join("");
 }
 
+/**
+ * The directories a managed file brought into the box by its own name, deepest first: an
+ * environment file `a/b/c.txt` makes `a/b` and `a` inside the working directory it went to, and a
+ * skill has a directory of its own. The working directory itself and the directories the other
+ * managed files go to (pi's, codex's) are the launch's or the harness's, never a file's.
+ */
+export function createdDirs(f: ManagedFile): string[] {
+  const colon = f.key.indexOf(":");
+  const kind = f.key.slice(0, colon);
+  const name = f.key.slice(colon + 1);
+  let own: string | null = null;
+  if (kind === "file") own = name;
+  else if (kind === "skill") {
+    const at = f.path.lastIndexOf(`/${name}/`);
+    if (at >= 0) own = f.path.slice(at + 1);
+  }
+  // Only a path that ends in the part the key names, at a segment boundary.
+  if (own === null || !f.path.endsWith(own) || (f.path.length > own.length && f.path[f.path.length - own.length - 1] !== "/")) return [];
+  const base = f.path.slice(0, f.path.length - own.length);
+  const segments = own.split("/").slice(0, -1);
+  return segments.map((_, i) => base + segments.slice(0, segments.length - i).join("/"));
+}
+
 /** A path the box may name here: HOME-relative, inside HOME (the record is in the box, where a run can write it). */
 const safePath = (p: string) => p !== "" && !p.startsWith("/") && !p.split("/").some((s) => s === "" || s === "." || s === "..");
 
@@ -70,9 +93,9 @@ export const RECORD_LOCK_STALE_SECONDS = 10;
  * Takes the record's lock for the rest of the command: `flock` where the box has it; else a
  * directory, which only one `mkdir` can create, removed when the command's shell exits.
  */
-function recordLock(): string {
+function recordLock(staleSeconds: number): string {
   const dir = shq(`${MANAGED_FILES}.lock.d`);
-  const polls = RECORD_LOCK_STALE_SECONDS * 20;
+  const polls = Math.max(1, Math.round(staleSeconds * 20));
   // A stale lock is moved aside before it is removed, so that of two waiters breaking it at once
   // only one does, and the other does not remove the lock the first then takes.
   // A box where the directory cannot be made at all (a read-only HOME) fails the update instead of waiting for ever.
@@ -87,12 +110,21 @@ function recordLock(): string {
  * under the record's lock. Launches on a shared box run at once with each other and
  * with an environment's prune: each changes the record only by what it removes and adds, so none
  * drops a line another wrote meanwhile (a file left out of the record would never be removed).
+ * The directories the stale files made (createdDirs) go with them, each only once it is empty:
+ * whatever else is in one (a user's file, a run's output, another managed file) keeps it.
+ * `lockStaleSeconds` is for tests, which cannot wait out the real limit.
  */
-export async function updateManagedFiles(provider: SandboxProvider, ref: string, home: string, stale: ManagedFile[], add: ManagedFile[] = []): Promise<void> {
+export async function updateManagedFiles(
+  provider: SandboxProvider, ref: string, home: string, stale: ManagedFile[], add: ManagedFile[] = [],
+  { lockStaleSeconds = RECORD_LOCK_STALE_SECONDS }: { lockStaleSeconds?: number } = {},
+): Promise<void> {
   if (stale.length === 0 && add.length === 0) return;
   const record = shq(MANAGED_FILES);
-  const steps = [`mkdir -p ${shq(BOX_DIR)}`, recordLock()];
+  const steps = [`mkdir -p ${shq(BOX_DIR)}`, recordLock(lockStaleSeconds)];
   if (stale.length > 0) steps.push(`rm -f -- ${stale.map((f) => shq(f.path)).join(" ")}`);
+  // Deepest first, so that a directory emptied by removing the one inside it goes too.
+  const dirs = [...new Set(stale.flatMap(createdDirs))].sort((a, b) => b.split("/").length - a.split("/").length);
+  if (dirs.length > 0) steps.push(`{ rmdir -- ${dirs.map(shq).join(" ")} 2>/dev/null || true; }`);
   const kept = stale.length > 0 ? `grep -vxF ${stale.map((f) => `-e ${shq(recordLine(f))}`).join(" ")} ${record}` : `cat ${record}`;
   steps.push(`{ ${kept} 2>/dev/null; printf '%s' ${shq(managedFileContent(add))}; } | sort -u > ${record}.$$`, `mv -f ${record}.$$ ${record}`);
   const r = await provider.exec(ref, steps.join(" && "), { cwd: home });

@@ -5,7 +5,7 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startSandboxHost, type SandboxHost } from "../../sandbox-host/server.mjs";
 import { createDaytonaProvider, type DaytonaProvider } from "../../src/sandbox/daytona-provider";
-import { MANAGED_FILES, readManagedFiles, updateManagedFiles } from "../../src/workspace/managed-files";
+import { createdDirs, MANAGED_FILES, readManagedFiles, updateManagedFiles, type ManagedFile } from "../../src/workspace/managed-files";
 import { tempDirs } from "../support/temp-dirs";
 
 const tempDir = tempDirs();
@@ -67,12 +67,63 @@ describe("the record of the environment's files", () => {
       const home = await provider.homeDir(box.ref);
       // What a killed update leaves: the lock taken, never given back.
       await provider.exec(box.ref, `mkdir -p ${MANAGED_FILES}.lock.d`, { cwd: home });
-      const started = Date.now();
-      await updateManagedFiles(provider, box.ref, home, [], [{ key: "file:a.txt", path: "work/a.txt" }]);
-      expect(Date.now() - started).toBeLessThan(30_000);
+      // A short limit: the real one (RECORD_LOCK_STALE_SECONDS) is only waited out, not changed.
+      await updateManagedFiles(provider, box.ref, home, [], [{ key: "file:a.txt", path: "work/a.txt" }], { lockStaleSeconds: 0.5 });
       expect((await readManagedFiles(provider, box.ref, home)).map((f) => f.key)).toEqual(["file:a.txt"]);
     } finally {
       await provider.delete(box.ref, { wait: true });
     }
   }, 60_000);
+
+  it("a file taken out of the environment takes the directories it made with it, each once nothing else is in it", async () => {
+    const box = await provider.create({ labels: { house: "house-managed", thread: "t3" }, ephemeral: true, env: {} });
+    try {
+      const home = await provider.homeDir(box.ref);
+      const file = (rel: string, cwd = "work"): ManagedFile => ({ key: `file:${rel}`, path: `${cwd}/${rel}` });
+      const alone = file("conf/deep/a.json");
+      const besideUsers = file("shared/b.json");
+      const inRepo = file("src/c.json", "work/repo");
+      const besideEmptyDir = file("cache/d.json");
+      const skill: ManagedFile = { key: "skill:lint", path: ".threadbox/pi-agent/skills/lint/SKILL.md" };
+      const kept = file("conf2/keep.json");
+      const managed = [alone, besideUsers, inRepo, besideEmptyDir, skill, kept];
+      await provider.upload(box.ref, [
+        ...managed.map((f) => ({ path: f.path, content: "{}" })),
+        // Not the environment's: a user's file, a file of the cloned repository.
+        { path: "work/shared/notes.txt", content: "mine" },
+        { path: "work/repo/src/main.ts", content: "code" },
+      ]);
+      await provider.exec(box.ref, "mkdir -p work/cache/made-by-a-run", { cwd: home });
+      await updateManagedFiles(provider, box.ref, home, [], managed);
+      // What PATCH files: null, plugins: null prunes from the shared box.
+      await updateManagedFiles(provider, box.ref, home, managed.filter((f) => f !== kept));
+      const tree = (await provider.exec(box.ref, "find work .threadbox/pi-agent | sort", { cwd: home })).output.trim().split("\n");
+      expect(tree).toEqual([
+        ".threadbox/pi-agent",
+        ".threadbox/pi-agent/skills",
+        "work",
+        "work/cache",
+        "work/cache/made-by-a-run",
+        "work/conf2",
+        "work/conf2/keep.json",
+        "work/repo",
+        "work/repo/src",
+        "work/repo/src/main.ts",
+        "work/shared",
+        "work/shared/notes.txt",
+      ]);
+      expect((await readManagedFiles(provider, box.ref, home)).map((f) => f.key)).toEqual([kept.key]);
+    } finally {
+      await provider.delete(box.ref, { wait: true });
+    }
+  }, 60_000);
+
+  it("the directories a managed file made are those its own name holds, under where it was put", () => {
+    expect(createdDirs({ key: "file:a/b/c.txt", path: "work/repo/a/b/c.txt" })).toEqual(["work/repo/a/b", "work/repo/a"]);
+    expect(createdDirs({ key: "file:c.txt", path: "work/c.txt" })).toEqual([]);
+    expect(createdDirs({ key: "skill:lint", path: ".threadbox/pi-agent/skills/lint/SKILL.md" })).toEqual([".threadbox/pi-agent/skills/lint"]);
+    expect(createdDirs({ key: "extension:x", path: ".threadbox/pi-agent/extensions/x.ts" })).toEqual([]);
+    // A record line whose path does not end in the name its key gives (the box can write the record).
+    expect(createdDirs({ key: "file:b/c.txt", path: "work/ab/c.txt" })).toEqual([]);
+  });
 });

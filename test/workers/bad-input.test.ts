@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { OVERSIZE_DRAIN_BYTES } from "../../src/http/bounded-body";
 import { SELF, env, runInDurableObject } from "cloudflare:test";
-import { BASE, call, chat, createThread, errorCode, houseToken, post, readAll, streamToken } from "./helpers";
+import { BASE, call, chat, createThread, errorCode, houseToken, post, readAll, streamToken, WEBSOCKET_HANDSHAKE } from "./helpers";
 import type { ThreadActor } from "./test-worker";
 import { MAX_JSON_DEPTH } from "../../src/entries/json-limits";
 
@@ -70,7 +70,7 @@ describe("nesting depth limit", () => {
     expect(nd.status).toBe(200);
     expect((await nd.text()).trim().split("\n")).toHaveLength(3);
 
-    const res = await SELF.fetch(`${BASE}/api/threads/${t.id}/subscribe?offset=-1`, { headers: { upgrade: "websocket", authorization: `Bearer ${token}` } });
+    const res = await SELF.fetch(`${BASE}/api/threads/${t.id}/subscribe?offset=-1`, { headers: { ...WEBSOCKET_HANDSHAKE, authorization: `Bearer ${token}` } });
     expect(res.status).toBe(101);
     const ws = res.webSocket!;
     const got: { id: string }[] = [];
@@ -336,7 +336,7 @@ describe("query strings and charsets", () => {
       expect({ path, status: r.status }).toEqual({ path, status: 400 });
       expect(r.headers.get("content-type")).toContain("application/json");
     }
-    const ws = await SELF.fetch(`${BASE}/api/threads/${t.id}/subscribe?offset=-1&offset=now`, { headers: { upgrade: "websocket", authorization: `Bearer ${token}` } });
+    const ws = await SELF.fetch(`${BASE}/api/threads/${t.id}/subscribe?offset=-1&offset=now`, { headers: { ...WEBSOCKET_HANDSHAKE, authorization: `Bearer ${token}` } });
     expect(ws.status).toBe(400);
   });
 
@@ -444,7 +444,7 @@ describe("WebSocket subprotocol", () => {
   it("selects the offered protocol name and never echoes the bearer token", async () => {
     const token = await houseToken("house-ws");
     const t = await createThread(token);
-    const open = (protocols: string) => SELF.fetch(`${BASE}/api/threads/${t.id}/subscribe?offset=-1`, { headers: { upgrade: "websocket", "sec-websocket-protocol": protocols } });
+    const open = (protocols: string) => SELF.fetch(`${BASE}/api/threads/${t.id}/subscribe?offset=-1`, { headers: { ...WEBSOCKET_HANDSHAKE, "sec-websocket-protocol": protocols } });
     for (const offered of [`bearer.${token}, threadbox`, `threadbox, bearer.${token}`]) {
       const r = await open(offered);
       expect(r.status).toBe(101);

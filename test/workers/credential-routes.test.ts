@@ -1,6 +1,6 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import { SELF, env } from "cloudflare:test";
-import { BASE, call, createThread, houseToken, runToken, streamToken } from "./helpers";
+import { BASE, call, createThread, houseToken, runToken, streamToken, WEBSOCKET_HANDSHAKE } from "./helpers";
 import { SignJWT } from "jose";
 import { mintHouseToken, mintStreamToken } from "../../src/auth/tokens";
 import { tarArchive } from "../support/tar";
@@ -84,8 +84,8 @@ const ROWS: Row[] = [
   { name: "POST /api/threads/:id/entries (another thread)", method: "POST", path: (h) => `/api/threads/${h.other}/entries`, body: chat, who: "houseWrite" },
   { name: "GET /api/threads/:id/entries", method: "GET", path: (h) => `/api/threads/${h.thread}/entries?offset=-1`, who: "threadRead" },
   { name: "GET /api/threads/:id/entries (another thread)", method: "GET", path: (h) => `/api/threads/${h.other}/entries?offset=-1`, who: "houseRead" },
-  { name: "GET /api/threads/:id/subscribe", method: "GET", path: (h) => `/api/threads/${h.thread}/subscribe?offset=-1`, headers: { upgrade: "websocket" }, who: "threadRead" },
-  { name: "GET /api/threads/:id/subscribe (another thread)", method: "GET", path: (h) => `/api/threads/${h.other}/subscribe?offset=-1`, headers: { upgrade: "websocket" }, who: "houseRead" },
+  { name: "GET /api/threads/:id/subscribe", method: "GET", path: (h) => `/api/threads/${h.thread}/subscribe?offset=-1`, headers: { ...WEBSOCKET_HANDSHAKE }, who: "threadRead" },
+  { name: "GET /api/threads/:id/subscribe (another thread)", method: "GET", path: (h) => `/api/threads/${h.other}/subscribe?offset=-1`, headers: { ...WEBSOCKET_HANDSHAKE }, who: "houseRead" },
   { name: "POST /api/threads/:id/tokens stream:read", method: "POST", path: (h) => `/api/threads/${h.thread}/tokens`, body: () => ({ scope: "stream:read" }), who: "houseRead" },
   { name: "POST /api/threads/:id/tokens stream:write", method: "POST", path: (h) => `/api/threads/${h.thread}/tokens`, body: () => ({ scope: "stream:write" }), who: "houseWrite" },
   { name: "POST /api/threads/:id/delegate", method: "POST", path: (h) => `/api/threads/${h.thread}/delegate`, body: () => ({ task: "look", model: "local/m" }), who: "houseWrite" },
@@ -104,7 +104,7 @@ const ROWS: Row[] = [
     { name: `GET /api/threads/:id (its ${rel})`, method: "GET", path: (h) => `/api/threads/${h[rel]}`, who: "houseRead" },
     { name: `POST /api/threads/:id/entries (its ${rel})`, method: "POST", path: (h) => `/api/threads/${h[rel]}/entries`, body: chat, who: "houseWrite" },
     { name: `GET /api/threads/:id/entries (its ${rel})`, method: "GET", path: (h) => `/api/threads/${h[rel]}/entries?offset=-1`, who: "houseRead" },
-    { name: `GET /api/threads/:id/subscribe (its ${rel})`, method: "GET", path: (h) => `/api/threads/${h[rel]}/subscribe?offset=-1`, headers: { upgrade: "websocket" }, who: "houseRead" },
+    { name: `GET /api/threads/:id/subscribe (its ${rel})`, method: "GET", path: (h) => `/api/threads/${h[rel]}/subscribe?offset=-1`, headers: { ...WEBSOCKET_HANDSHAKE }, who: "houseRead" },
     { name: `GET /api/threads/:id/artifacts (its ${rel})`, method: "GET", path: (h) => `/api/threads/${h[rel]}/artifacts`, who: "houseRead" },
     { name: `GET /api/stream/thread-<id> long-poll (its ${rel})`, method: "GET", path: (h) => `/api/stream/thread-${h[rel]}?offset=-1&live=long-poll`, who: "houseRead" },
     { name: `POST /v1/stream/thread-<id> (its ${rel})`, method: "POST", path: (h) => `/v1/stream/thread-${h[rel]}`, body: chat, who: "houseWrite" },

@@ -1,6 +1,6 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import { SELF, env } from "cloudflare:test";
-import { BASE, call, createThread, houseToken, runToken, streamToken } from "./helpers";
+import { BASE, call, createThread, houseToken, runToken, streamToken, WEBSOCKET_HANDSHAKE } from "./helpers";
 import { mintHouseToken } from "../../src/auth/tokens";
 import { tarArchive } from "../support/tar";
 
@@ -90,8 +90,8 @@ const ROWS: Row[] = [
   { name: "POST /api/threads/:id/entries (stream token)", method: "POST", path: (o) => `/api/threads/${o.threadId}/entries`, body: chatBody, headers: json, as: "stream", expect: { status: 404 } },
   { name: "GET /api/threads/:id/entries", method: "GET", path: (o) => `/api/threads/${o.threadId}/entries?offset=-1`, expect: { status: 404 } },
   { name: "GET /api/threads/:id/entries (stream token)", method: "GET", path: (o) => `/api/threads/${o.threadId}/entries?offset=-1`, as: "stream", expect: { status: 404 } },
-  { name: "GET /api/threads/:id/subscribe", method: "GET", path: (o) => `/api/threads/${o.threadId}/subscribe?offset=-1`, headers: { upgrade: "websocket" }, expect: { status: 404 } },
-  { name: "GET /api/threads/:id/subscribe (stream token)", method: "GET", path: (o) => `/api/threads/${o.threadId}/subscribe?offset=-1`, headers: { upgrade: "websocket" }, as: "stream", expect: { status: 404 } },
+  { name: "GET /api/threads/:id/subscribe", method: "GET", path: (o) => `/api/threads/${o.threadId}/subscribe?offset=-1`, headers: { ...WEBSOCKET_HANDSHAKE }, expect: { status: 404 } },
+  { name: "GET /api/threads/:id/subscribe (stream token)", method: "GET", path: (o) => `/api/threads/${o.threadId}/subscribe?offset=-1`, headers: { ...WEBSOCKET_HANDSHAKE }, as: "stream", expect: { status: 404 } },
   { name: "POST /api/threads/:id/tokens write", method: "POST", path: (o) => `/api/threads/${o.threadId}/tokens`, body: () => ({ scope: "stream:write" }), headers: json, expect: { status: 404 } },
   { name: "POST /api/threads/:id/tokens read", method: "POST", path: (o) => `/api/threads/${o.threadId}/tokens`, body: () => ({ scope: "stream:read" }), headers: json, expect: { status: 404 } },
   { name: "POST /api/threads/:id/delegate", method: "POST", path: (o) => `/api/threads/${o.threadId}/delegate`, body: () => ({ task: "exfiltrate" }), headers: json, expect: { status: 404 } },
@@ -102,7 +102,7 @@ const ROWS: Row[] = [
   { name: "GET /api/threads/:id (expired token of xh)", method: "GET", path: (o) => `/api/threads/${o.threadId}`, as: "expired", expect: { status: 401 } },
   { name: "GET /api/threads/:id/entries (expired token of xh)", method: "GET", path: (o) => `/api/threads/${o.threadId}/entries?offset=-1`, as: "expired", expect: { status: 401 } },
   { name: "POST /api/threads/:id/entries (expired token of xh)", method: "POST", path: (o) => `/api/threads/${o.threadId}/entries`, body: chatBody, headers: json, as: "expired", expect: { status: 401 } },
-  { name: "GET /api/threads/:id/subscribe (expired token of xh)", method: "GET", path: (o) => `/api/threads/${o.threadId}/subscribe?offset=-1`, headers: { upgrade: "websocket" }, as: "expired", expect: { status: 401 } },
+  { name: "GET /api/threads/:id/subscribe (expired token of xh)", method: "GET", path: (o) => `/api/threads/${o.threadId}/subscribe?offset=-1`, headers: { ...WEBSOCKET_HANDSHAKE }, as: "expired", expect: { status: 401 } },
   { name: "GET /api/threads/:id/config (stream token)", method: "GET", path: (o) => `/api/threads/${o.threadId}/config`, as: "stream", expect: { status: 404 } },
   { name: "GET /api/threads/:id/dispatch (stream token)", method: "GET", path: (o) => `/api/threads/${o.threadId}/dispatch`, as: "stream", expect: { status: 404 } },
   { name: "GET /api/threads/:id/artifacts (run token)", method: "GET", path: (o) => `/api/threads/${o.threadId}/artifacts`, as: "run", expect: { status: 404 } },
@@ -117,12 +117,12 @@ const ROWS: Row[] = [
   { name: "GET /api/threads/<own>%2F..%2F<xh>/entries (encoded dot segments)", method: "GET", path: (o, a) => `/api/threads/${a.threadId}%2F..%2F${o.threadId}/entries?offset=-1`, expect: { status: 404 } },
   { name: "GET /api/threads/<own>/../<xh>/entries (dot segments)", method: "GET", path: (o, a) => `/api/threads/${a.threadId}/%2e%2e/${o.threadId}/entries?offset=-1`, expect: { status: 404 } },
   { name: "POST /api/threads/<own>/entries/../../<xh>/entries", method: "POST", path: (o, a) => `/api/threads/${a.threadId}/entries/../../${o.threadId}/entries`, body: chatBody, headers: json, expect: { status: 404 } },
-  { name: "GET /api/threads/:id/subscribe/ (trailing slash)", method: "GET", path: (o) => `/api/threads/${o.threadId}/subscribe/?offset=-1`, headers: { upgrade: "websocket" }, expect: { status: 404 } },
-  { name: "GET /api/threads/<own>%2F..%2F<xh>/subscribe", method: "GET", path: (o, a) => `/api/threads/${a.threadId}%2F..%2F${o.threadId}/subscribe?offset=-1`, headers: { upgrade: "websocket" }, expect: { status: 404 } },
-  { name: "GET /api/threads/:id/subscribe (?token=)", method: "GET", path: (o) => `/api/threads/${o.threadId}/subscribe?offset=-1`, headers: { upgrade: "websocket" }, tokenIn: "query", expect: { status: 404 } },
-  { name: "GET /api/threads/:id/subscribe (bearer subprotocol)", method: "GET", path: (o) => `/api/threads/${o.threadId}/subscribe?offset=-1`, headers: { upgrade: "websocket" }, tokenIn: "protocol", expect: { status: 404 } },
-  { name: "GET /api/threads/:id/subscribe (stream token in ?token=)", method: "GET", path: (o) => `/api/threads/${o.threadId}/subscribe?offset=-1`, headers: { upgrade: "websocket" }, as: "stream", tokenIn: "query", expect: { status: 404 } },
-  { name: "GET /api/threads/:id/subscribe (expired token of xh in ?token=)", method: "GET", path: (o) => `/api/threads/${o.threadId}/subscribe?offset=-1`, headers: { upgrade: "websocket" }, as: "expired", tokenIn: "query", expect: { status: 401 } },
+  { name: "GET /api/threads/:id/subscribe/ (trailing slash)", method: "GET", path: (o) => `/api/threads/${o.threadId}/subscribe/?offset=-1`, headers: { ...WEBSOCKET_HANDSHAKE }, expect: { status: 404 } },
+  { name: "GET /api/threads/<own>%2F..%2F<xh>/subscribe", method: "GET", path: (o, a) => `/api/threads/${a.threadId}%2F..%2F${o.threadId}/subscribe?offset=-1`, headers: { ...WEBSOCKET_HANDSHAKE }, expect: { status: 404 } },
+  { name: "GET /api/threads/:id/subscribe (?token=)", method: "GET", path: (o) => `/api/threads/${o.threadId}/subscribe?offset=-1`, headers: { ...WEBSOCKET_HANDSHAKE }, tokenIn: "query", expect: { status: 404 } },
+  { name: "GET /api/threads/:id/subscribe (bearer subprotocol)", method: "GET", path: (o) => `/api/threads/${o.threadId}/subscribe?offset=-1`, headers: { ...WEBSOCKET_HANDSHAKE }, tokenIn: "protocol", expect: { status: 404 } },
+  { name: "GET /api/threads/:id/subscribe (stream token in ?token=)", method: "GET", path: (o) => `/api/threads/${o.threadId}/subscribe?offset=-1`, headers: { ...WEBSOCKET_HANDSHAKE }, as: "stream", tokenIn: "query", expect: { status: 404 } },
+  { name: "GET /api/threads/:id/subscribe (expired token of xh in ?token=)", method: "GET", path: (o) => `/api/threads/${o.threadId}/subscribe?offset=-1`, headers: { ...WEBSOCKET_HANDSHAKE }, as: "expired", tokenIn: "query", expect: { status: 401 } },
   // The token goes in the Authorization header everywhere else: one in the query is no token.
   { name: "GET /api/threads/:id (?token=)", method: "GET", path: (o) => `/api/threads/${o.threadId}`, tokenIn: "query", expect: { status: 401 } },
   { name: "/api/stream/thread-<id> GET (?token=)", method: "GET", path: (o) => `/api/stream/thread-${o.threadId}?offset=-1&live=long-poll`, tokenIn: "query", expect: { status: 401 } },

@@ -3,7 +3,7 @@
 import { describe, expect, it, vi } from "vitest";
 import { SELF, env, evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import type { ThreadActor } from "./test-worker";
-import { BASE, call, chat, createThread, houseToken, post, readAll } from "./helpers";
+import { BASE, call, chat, createThread, houseToken, post, readAll, WEBSOCKET_HANDSHAKE } from "./helpers";
 
 const E = env as unknown as { THREADS: DurableObjectNamespace<ThreadActor>; SANDBOXES: DurableObjectNamespace };
 const threadStub = (id: string) => E.THREADS.get(E.THREADS.idFromName(`thread:${id}`));
@@ -77,7 +77,7 @@ describe("WebSocket subscribers across hibernation", () => {
     const token = await houseToken("house-ws");
     const t = await createThread(token);
     await post(token, t.id, [chat("a1"), chat("a2")]);
-    const res = await SELF.fetch(`${BASE}/api/threads/${t.id}/subscribe?offset=-1`, { headers: { upgrade: "websocket", "sec-websocket-protocol": `bearer.${token}` } });
+    const res = await SELF.fetch(`${BASE}/api/threads/${t.id}/subscribe?offset=-1`, { headers: { ...WEBSOCKET_HANDSHAKE, "sec-websocket-protocol": `bearer.${token}` } });
     expect(res.status).toBe(101);
     const ws = res.webSocket!;
     const got: string[] = [];

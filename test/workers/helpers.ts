@@ -20,6 +20,9 @@ export async function runToken(houseId: string, threadId: string, runId: string,
   return (await mintRunToken(secret(), houseId, threadId, runId, subject)).token;
 }
 
+/** The headers of a WebSocket handshake, as a real client sends them (SELF.fetch adds none). */
+export const WEBSOCKET_HANDSHAKE = { upgrade: "websocket", "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==", "sec-websocket-version": "13" } as const;
+
 export function call(path: string, init: RequestInit & { token?: string; json?: unknown } = {}) {
   const headers = new Headers(init.headers);
   if (init.token) headers.set("authorization", `Bearer ${init.token}`);

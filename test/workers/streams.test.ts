@@ -2,7 +2,7 @@ import { describe, expect, it, vi } from "vitest";
 import { env, runInDurableObject } from "cloudflare:test";
 import { decodeJwt } from "jose";
 import type { ThreadActor } from "./test-worker";
-import { mintStreamToken } from "../../src/auth/tokens";
+import { mintHouseToken, mintStreamToken } from "../../src/auth/tokens";
 import { call, chat, createThread, errorCode, houseToken, post, readAll, runToken, streamToken } from "./helpers";
 
 const producer = (id: string, epoch: number, seq: number) => ({ "Producer-Id": id, "Producer-Epoch": String(epoch), "Producer-Seq": String(seq) });
@@ -377,17 +377,40 @@ describe("stream token renewal", () => {
     const nowS = Math.floor(Date.now() / 1000);
     const hours = (h: number) => nowS - h * 3600;
     // A renewal carries the first minting's time on: renewing the renewed token counts from there.
-    const young = (await mintStreamToken(secret, house, t.id, "stream:write", "alice", undefined, undefined, hours(23))).token;
+    const young = (await mintStreamToken(secret, house, t.id, "stream:write", "alice", undefined, undefined, { firstMintedAt: hours(23) })).token;
     const r = await renew(young);
     expect(r.status).toBe(201);
     const renewed = ((await r.json()) as { token: string }).token;
     expect(decodeJwt(renewed).first).toBe(hours(23));
-    const old = (await mintStreamToken(secret, house, t.id, "stream:write", "alice", undefined, undefined, hours(25))).token;
+    const old = (await mintStreamToken(secret, house, t.id, "stream:write", "alice", undefined, undefined, { firstMintedAt: hours(25) })).token;
     const refused = await renew(old);
     expect(refused.status).toBe(403);
     expect(((await refused.json()) as { error: { message: string } }).error.message).toMatch(/first minted over 24 h ago.*POST \/api\/threads\/:id\/tokens/);
     // A token from before renewals carried the time counts from its own issue time.
     expect((await renew(minted)).status).toBe(201);
+  });
+
+  it("a token minted with a short-lived house token, and each renewal of it, expires no later than that house token", async () => {
+    const house = "house-renew-cap";
+    const secret = (env as unknown as { THREADBOX_TOKEN_SECRET: string }).THREADBOX_TOKEN_SECRET;
+    const short = await mintHouseToken(secret, house, "alice", "owner", 300);
+    const t = await createThread(short.token);
+    const m = await call(`/api/threads/${t.id}/tokens`, { method: "POST", token: short.token, json: {} });
+    expect(m.status).toBe(201);
+    const minted = (await m.json()) as { token: string; expiresAt: string };
+    expect(Date.parse(minted.expiresAt)).toBeLessThanOrEqual(Date.parse(short.expiresAt));
+    expect(decodeJwt(minted.token).exp! * 1000).toBeLessThanOrEqual(Date.parse(short.expiresAt));
+    // The token may claim its thread and renew itself, but its line stops with the house token.
+    expect((await call(`/api/stream/thread-${t.id}`, { method: "POST", token: minted.token, json: { payload: { type: "signal.thread.status_changed", status: "running" } } })).status).toBe(204);
+    const r = await call(`/api/stream/thread-${t.id}/token`, { method: "POST", token: minted.token });
+    expect(r.status).toBe(201);
+    const renewed = (await r.json()) as { token: string; expiresAt: string };
+    expect(Date.parse(renewed.expiresAt)).toBeLessThanOrEqual(Date.parse(short.expiresAt));
+    const again = await call(`/api/stream/thread-${t.id}/token`, { method: "POST", token: renewed.token });
+    expect(Date.parse(((await again.json()) as { expiresAt: string }).expiresAt)).toBeLessThanOrEqual(Date.parse(short.expiresAt));
+    // A long-lived house token leaves the stream token its usual lifetime.
+    const long = await call(`/api/threads/${t.id}/tokens`, { method: "POST", token: await houseToken(house), json: {} });
+    expect(Date.parse(((await long.json()) as { expiresAt: string }).expiresAt)).toBeGreaterThan(Date.parse(short.expiresAt));
   });
 
   it("a run's token is renewed as that run's, and not once another run of the thread holds it", async () => {

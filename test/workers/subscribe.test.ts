@@ -1,12 +1,13 @@
 import { describe, expect, it } from "vitest";
-import { SELF } from "cloudflare:test";
-import { BASE, call, chat, createThread, houseToken, post, streamToken } from "./helpers";
+import { SELF, env, runInDurableObject } from "cloudflare:test";
+import type { ThreadActor } from "./test-worker";
+import { BASE, call, chat, createThread, errorCode, houseToken, post, streamToken, WEBSOCKET_HANDSHAKE } from "./helpers";
 
 type Msg = { offset: string; id: string; payload: { text?: string; type: string } };
 
 async function connect(threadId: string, token: string, offset = "-1", via: "query" | "protocol" = "query") {
   const url = via === "query" ? `${BASE}/api/threads/${threadId}/subscribe?offset=${offset}&token=${token}` : `${BASE}/api/threads/${threadId}/subscribe?offset=${offset}`;
-  const headers: Record<string, string> = { upgrade: "websocket" };
+  const headers: Record<string, string> = { ...WEBSOCKET_HANDSHAKE };
   if (via === "protocol") headers["sec-websocket-protocol"] = `bearer.${token}`;
   const res = await SELF.fetch(url, { headers });
   const closed: { code: number; reason: string }[] = [];
@@ -90,6 +91,30 @@ describe("WebSocket subscriptions", () => {
     const scoped = await connect(t.id, await streamToken("house-a", t.id, "stream:read"));
     expect(scoped.status).toBe(101);
     scoped.ws!.close(1000, "done");
+  });
+});
+
+describe("a WebSocket request without a complete handshake", () => {
+  it("gets the API's JSON 426 upgrade_required, and the thread's actor never opens a socket for it", async () => {
+    const token = await houseToken();
+    const t = await createThread(token);
+    const { "sec-websocket-key": key, "sec-websocket-version": version } = WEBSOCKET_HANDSHAKE;
+    const cases: Record<string, Record<string, string>> = {
+      "no key, no version": { upgrade: "websocket" },
+      "no version": { upgrade: "websocket", "sec-websocket-key": key },
+      "no key": { upgrade: "websocket", "sec-websocket-version": version },
+      "version 8": { upgrade: "websocket", "sec-websocket-key": key, "sec-websocket-version": "8" },
+      "no upgrade": {},
+    };
+    for (const [name, headers] of Object.entries(cases)) {
+      const r = await SELF.fetch(`${BASE}/api/threads/${t.id}/subscribe?offset=-1&token=${token}`, { headers });
+      expect({ name, status: r.status, type: r.headers.get("content-type") }).toEqual({ name, status: 426, type: "application/json" });
+      expect(await errorCode(r)).toBe("upgrade_required");
+      if (name !== "no upgrade") expect(r.headers.get("sec-websocket-version")).toBe("13");
+    }
+    const threads = (env as unknown as { THREADS: DurableObjectNamespace<ThreadActor> }).THREADS;
+    const sockets = await runInDurableObject(threads.get(threads.idFromName(`thread:${t.id}`)), (_a: ThreadActor, state) => state.getWebSockets().length);
+    expect(sockets).toBe(0);
   });
 });
 

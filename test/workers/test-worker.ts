@@ -46,7 +46,11 @@ class FailNext {
   }
 }
 
-/** Throws `message` when one of `switches`, asked in order, takes the call: only that one counts it. */
+/**
+ * Throws `message` when one of `switches`, asked in order, takes the call: only that one counts it.
+ * `message` ends in ` (test)`: workerd reports each such failure of an RPC method as an uncaught
+ * exception, and the test output filter (test/support/quiet-expected-noise.mjs) knows it by that.
+ */
 function failIfArmed(message: string, ...switches: FailNext[]): void {
   if (switches.some((s) => s.take())) throw new Error(message);
 }

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { createExecutionContext, env } from "cloudflare:test";
 import worker from "../../src/worker";
-import { call, createThread, houseToken, streamToken } from "./helpers";
+import { call, createThread, houseToken, streamToken, WEBSOCKET_HANDSHAKE } from "./helpers";
 
 describe("a path that matches no route", () => {
   it("answers 401 for a missing or bad token, before saying the route does not exist", async () => {
@@ -187,11 +187,11 @@ describe("a path with trailing slashes", () => {
     const token = await houseToken("house-trailing-slash");
     const t = await createThread(token);
     for (const slashes of ["/", "//"]) {
-      const served = await call(`/api/threads/${t.id}/subscribe${slashes}?offset=-1&token=${token}`, { headers: { upgrade: "websocket" } });
+      const served = await call(`/api/threads/${t.id}/subscribe${slashes}?offset=-1&token=${token}`, { headers: { ...WEBSOCKET_HANDSHAKE } });
       expect(served.status).toBe(101);
       served.webSocket!.accept();
       served.webSocket!.close();
-      const repeated = await call(`/api/threads/${t.id}/subscribe${slashes}?offset=-1&offset=0&token=${token}`, { headers: { upgrade: "websocket" } });
+      const repeated = await call(`/api/threads/${t.id}/subscribe${slashes}?offset=-1&offset=0&token=${token}`, { headers: { ...WEBSOCKET_HANDSHAKE } });
       expect([slashes, repeated.status, ((await repeated.json()) as { error: { code: string } }).error.code]).toEqual([slashes, 400, "invalid_offset"]);
       const mint = await call(`/api/admin/tokens${slashes}?a=1&a=2`, { method: "POST", token: "test-admin-secret", json: { houseId: "h", subject: "s" } });
       expect([slashes, mint.status, ((await mint.json()) as { error: { code: string } }).error.code]).toEqual([slashes, 400, "bad_request"]);

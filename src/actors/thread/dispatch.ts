@@ -13,9 +13,10 @@ import { buildTools } from "../../dispatch/tools";
 import type { ToolContext } from "../../dispatch/tools/context";
 import { errorMessage, logEvent } from "../../domain/log-event";
 import { redactValues } from "../../domain/secret-forms";
-import { LazySchema, type Schema } from "../../domain/sql-schema";
+import { addColumnIfMissing, LazySchema, type Schema } from "../../domain/sql-schema";
 import { UTF8_DECODER } from "../../entries/json-limits";
 import { BOT_ROLE, toEntryWithOffset } from "../../threads/entries";
+import { parseReach, THREAD_REACH_NOTE, withheldToolResult, withinReach, type Reach } from "../../dispatch/reach";
 
 /** What the dispatch service needs from its actor. */
 export type DispatchPorts = {
@@ -23,8 +24,11 @@ export type DispatchPorts = {
   env: Env;
   now(): number;
   thread(): ThreadRow;
-  /** Appends entries the control plane writes (deduped by id), as one atomic write. */
-  append(entries: Entry[]): void;
+  /**
+   * Appends entries the control plane writes (deduped by id), as one atomic write; `reach`: that
+   * of the turn that wrote them, which a chat among them passes on to the bots it wakes.
+   */
+  append(entries: Entry[], reach?: Reach): void;
   /**
    * The last `count` stored messages that may be chat entries (their bytes name `"chat"`), among
    * the `scan` messages up to and including `upToSeq`, oldest first.
@@ -55,9 +59,11 @@ type TurnState = "gate" | "pending" | "running" | "done" | "failed";
 type TurnRow = {
   id: string; agentId: string; triggerEntryId: string; triggerSeq: number; depth: number; state: TurnState;
   runAt: number; attempts: number; updatedAt: number;
+  /** The reach of the writer of the chat this turn answers: how far the bot may act in it. */
+  reach: Reach;
 };
 
-export type DecisionRecord = { at: string; triggerEntryId: string; agentId: string; verdict: string; reason: DecisionReason; detail: string | null; turnId: string | null };
+export type DecisionRecord = { at: string; triggerEntryId: string; agentId: string; verdict: string; reason: DecisionReason; detail: string | null; turnId: string | null; reach: Reach };
 
 /** Well inside the runtime's inactivity eviction (about 70 s without an event). */
 export const TURN_KEEPALIVE_MS = 20_000;
@@ -90,20 +96,32 @@ export const DISPATCH_AGENTS_SCHEMA: Schema = {
   ddl: `create table if not exists dispatch_agents (id integer primary key check (id = 1), version integer not null, candidates text not null, loaded_at integer not null)`,
 };
 
-/** Triggers, turns and what was decided: only a thread whose chat may wake a bot has them. */
+/**
+ * Triggers, turns and what was decided: only a thread whose chat may wake a bot has them. Each
+ * names the reach of the chat's writer (`reach`); every row written now says it, so none has a
+ * default.
+ */
 export const DISPATCH_TURNS_SCHEMA: Schema = {
   name: "dispatch_turns",
   ddl: `create table if not exists dispatch_triggers (
-      entry_id text primary key, seq integer not null, author_id text, text text not null, depth integer not null, mentions text);
+      entry_id text primary key, seq integer not null, author_id text, text text not null, depth integer not null, mentions text,
+      reach text not null);
     create table if not exists dispatch_turns (
       id text primary key, agent_id text not null, trigger_entry_id text not null, trigger_seq integer not null, depth integer not null,
       state text not null, run_at integer not null, attempts integer not null default 0, progress text not null default '[]',
-      updated_at integer not null);
+      updated_at integer not null, reach text not null);
     create unique index if not exists dispatch_turns_once on dispatch_turns(trigger_entry_id, agent_id);
     create table if not exists dispatch_decisions (
       seq integer primary key autoincrement, at integer not null, trigger_entry_id text not null, agent_id text not null,
-      verdict text not null, reason text not null, detail text, turn_id text);
+      verdict text not null, reason text not null, detail text, turn_id text, reach text not null);
     create table if not exists dispatch_replies (agent_id text primary key, at integer not null)`,
+  // An older actor's rows were written before the writer's reach was recorded: taken as `house`,
+  // they run as they would have when they were written (a pending trigger wakes its bots with the
+  // tools it had, a running turn keeps them, an old decision shows how it ran). The rows waiting
+  // at an upgrade are a few seconds' chats; a narrower default would take tools away mid-turn.
+  migrate: (sql) => {
+    for (const table of ["dispatch_triggers", "dispatch_turns", "dispatch_decisions"]) addColumnIfMissing(sql, table, "reach", "text not null default 'house'");
+  },
 };
 
 /**
@@ -145,6 +163,12 @@ function withSettings(current: Agent, began: TurnSettings): Agent {
 export class DispatchService {
   /** The turns this incarnation is running, by id: the bot each runs for. */
   private readonly active = new Map<string, string>();
+  /**
+   * The messages being appended by a writer that reaches the whole house, by their bytes: the log
+   * hands recordTriggers the very bytes the append carried. The reach is kept beside the entry, not
+   * in it (a client's entry could claim any); bytes nobody marked are taken to reach their thread.
+   */
+  private readonly houseReach = new WeakSet<Uint8Array>();
   /** The secret values of each running turn's environment, which its failure reasons must not show. */
   private readonly turnSecrets = new Map<string, string[]>();
   private readonly llm: { runToolLoop: typeof runToolLoop; askGate: typeof askGate };
@@ -258,6 +282,12 @@ export class DispatchService {
 
   // ---- the append path (synchronous, inside the append's transaction) ----
 
+  /** Says who is appending `messages`: a chat among them wakes bots that act with this reach. */
+  writtenWith(messages: { data: Uint8Array }[], reach: Reach | undefined): void {
+    if (reach !== "house") return;
+    for (const m of messages) this.houseReach.add(m.data);
+  }
+
   /**
    * Returns how many triggers need the alarm re-armed: none when triggers were already pending,
    * since the alarm that decides those is armed already and re-arms itself when it ends (an
@@ -273,8 +303,8 @@ export class DispatchService {
       this.turnTables.ensure();
       const mentions = Array.isArray(e.payload.mentions) ? JSON.stringify(e.payload.mentions) : null;
       this.ports.sql.exec(
-        `insert into dispatch_triggers (entry_id, seq, author_id, text, depth, mentions) values (?, ?, ?, ?, ?, ?) on conflict do nothing`,
-        e.id, m.seq, e.authorId ?? null, String(e.payload.text ?? ""), entryDepth(e.payload), mentions,
+        `insert into dispatch_triggers (entry_id, seq, author_id, text, depth, mentions, reach) values (?, ?, ?, ?, ?, ?, ?) on conflict do nothing`,
+        e.id, m.seq, e.authorId ?? null, String(e.payload.text ?? ""), entryDepth(e.payload), mentions, this.houseReach.has(m.data) ? "house" : "thread",
       );
       if (!alreadyArmed) n++;
     }
@@ -361,6 +391,7 @@ export class DispatchService {
         entryId: t.entry_id as string, authorId: (t.author_id as string | null) ?? null, text: t.text as string, depth: t.depth as number,
         mentions: t.mentions ? (JSON.parse(t.mentions as string) as string[]) : undefined,
       };
+      const reach = parseReach(t.reach);
       const now = this.ports.now();
       const decisions = selectResponders({ trigger, agents: candidates, config, lastReplyAt, nowMs: now });
       for (const d of decisions) {
@@ -368,25 +399,25 @@ export class DispatchService {
         if (d.verdict !== "skip") {
           turnId = `turn_${crypto.randomUUID().replace(/-/g, "").slice(0, 20)}`;
           sql.exec(
-            `insert into dispatch_turns (id, agent_id, trigger_entry_id, trigger_seq, depth, state, run_at, updated_at)
-             values (?, ?, ?, ?, ?, ?, ?, ?) on conflict do nothing`,
-            turnId, d.agentId, trigger.entryId, t.seq as number, d.depth, d.verdict === "gate" ? "gate" : "pending", d.runAt, now,
+            `insert into dispatch_turns (id, agent_id, trigger_entry_id, trigger_seq, depth, state, run_at, updated_at, reach)
+             values (?, ?, ?, ?, ?, ?, ?, ?, ?) on conflict do nothing`,
+            turnId, d.agentId, trigger.entryId, t.seq as number, d.depth, d.verdict === "gate" ? "gate" : "pending", d.runAt, now, reach,
           );
           if (config.cooldownMs > 0) lastReplyAt[d.agentId] = now;
         }
         // A bot nobody addressed is the common case for every chat: recording it would cost a
         // row per bot per message and tell a user nothing they asked about.
-        if (d.reason !== "not_mentioned") this.decide(trigger.entryId, d, null, turnId, false);
+        if (d.reason !== "not_mentioned") this.decide(trigger.entryId, reach, d, null, turnId, false);
       }
       sql.exec(`delete from dispatch_triggers where entry_id = ?`, trigger.entryId);
     }
     this.trimDecisions();
   }
 
-  private decide(triggerEntryId: string, d: Pick<Decision, "agentId" | "verdict" | "reason">, detail: string | null, turnId: string | null, trim = true): void {
+  private decide(triggerEntryId: string, reach: Reach, d: Pick<Decision, "agentId" | "verdict" | "reason">, detail: string | null, turnId: string | null, trim = true): void {
     this.ports.sql.exec(
-      `insert into dispatch_decisions (at, trigger_entry_id, agent_id, verdict, reason, detail, turn_id) values (?, ?, ?, ?, ?, ?, ?)`,
-      this.ports.now(), triggerEntryId, d.agentId, d.verdict, d.reason, detail, turnId,
+      `insert into dispatch_decisions (at, trigger_entry_id, agent_id, verdict, reason, detail, turn_id, reach) values (?, ?, ?, ?, ?, ?, ?, ?)`,
+      this.ports.now(), triggerEntryId, d.agentId, d.verdict, d.reason, detail, turnId, reach,
     );
     if (trim) this.trimDecisions();
   }
@@ -400,6 +431,7 @@ export class DispatchService {
     return this.ports.sql.exec(`select * from dispatch_decisions order by seq desc limit ?`, limit).toArray().map((r) => ({
       at: new Date(r.at as number).toISOString(), triggerEntryId: r.trigger_entry_id as string, agentId: r.agent_id as string,
       verdict: r.verdict as string, reason: r.reason as DecisionReason, detail: (r.detail as string | null) ?? null, turnId: (r.turn_id as string | null) ?? null,
+      reach: parseReach(r.reach),
     }));
   }
 
@@ -423,7 +455,7 @@ export class DispatchService {
     return this.ports.sql.exec(`select * from dispatch_turns where ${where} order by ${order}`, ...args).toArray().map((r) => ({
       id: r.id as string, agentId: r.agent_id as string, triggerEntryId: r.trigger_entry_id as string, triggerSeq: r.trigger_seq as number,
       depth: r.depth as number, state: r.state as TurnState, runAt: r.run_at as number, attempts: r.attempts as number,
-      updatedAt: r.updated_at as number,
+      updatedAt: r.updated_at as number, reach: parseReach(r.reach),
     }));
   }
 
@@ -524,7 +556,7 @@ export class DispatchService {
           return;
         }
         const d = afterGate({ agentId: agent.id, verdict: "gate", reason: "ambient_wait", runAt: turn.runAt, depth: turn.depth }, answer.reply);
-        this.decide(turn.triggerEntryId, d, this.redacted(turn, answer.reason).slice(0, 500), turn.id);
+        this.decide(turn.triggerEntryId, turn.reach, d, this.redacted(turn, answer.reason).slice(0, 500), turn.id);
         if (d.verdict === "skip") {
           this.setTurn(turn.id, { state: "done" });
           return;
@@ -549,7 +581,8 @@ export class DispatchService {
       // The model may come from the bot's own environment; the hands are always the thread's.
       const context = this.toolContext(row, agent, turn, row.environmentId, progress);
       doing = "tools";
-      let tools = buildTools(context, agent.tools);
+      // A writer who reaches this thread only wakes a bot that acts within it (reach.ts).
+      let { offered: tools, withheld } = withinReach(turn.reach, buildTools(context, agent.tools));
       doing = "model";
       let written = progress.length;
       let deletedMidTurn = false;
@@ -558,9 +591,10 @@ export class DispatchService {
       try {
         result = await this.llm.runToolLoop({
           model: model.model,
-          systemPrompt: () => systemPrompt(agent, tools),
+          systemPrompt: () => systemPrompt(agent, tools, turn.reach),
           messages: [...history, ...progress],
           tools: () => tools,
+          withheld: (name) => (withheld.has(name) ? withheldToolResult(name) : null),
           signal: stop.signal,
           onEvent: async (e: LoopEvent) => {
             // The bot as it is now, before its next call runs: one deleted, or a tool taken away (a
@@ -575,7 +609,7 @@ export class DispatchService {
                 return false;
               }
               doing = "tools";
-              tools = buildTools(context, now.tools);
+              ({ offered: tools, withheld } = withinReach(turn.reach, buildTools(context, now.tools)));
               return true;
             };
             // A bot deleted while its model was answering shows nothing of that round: the tools it
@@ -613,11 +647,12 @@ export class DispatchService {
   /** The reply is itself a trigger: other bots may answer it, one level deeper. */
   private finish(turn: TurnRow, agentId: string, text: string): void {
     const now = this.ports.now();
+    // The reply wakes bots with the reach of the chat it answers: a chain of bots never widens it.
     this.ports.append([{
       id: `reply:${turn.id}`, ts: now, authorId: agentId,
       // The message it answers: a client that posted several can tell which reply is whose.
       payload: { type: "chat", text, depth: turn.depth, turnId: turn.id, triggerEntryId: turn.triggerEntryId },
-    }]);
+    }], turn.reach);
     this.ports.sql.exec(`insert into dispatch_replies (agent_id, at) values (?, ?) on conflict(agent_id) do update set at = excluded.at`, agentId, now);
     this.setTurn(turn.id, { state: "done" });
   }
@@ -670,7 +705,7 @@ export class DispatchService {
 
   private endAsError(turn: TurnRow, redactedDetail: string): void {
     this.setTurn(turn.id, { state: "failed" });
-    this.decide(turn.triggerEntryId, { agentId: turn.agentId, verdict: "skip", reason: "error" }, redactedDetail, turn.id);
+    this.decide(turn.triggerEntryId, turn.reach, { agentId: turn.agentId, verdict: "skip", reason: "error" }, redactedDetail, turn.id);
   }
 
   /**
@@ -720,6 +755,7 @@ export class DispatchService {
       environmentId,
       depth: turn.depth,
       turnId: turn.id,
+      reach: turn.reach,
       // A resumed turn has already spent what it posted before the restart.
       postBudget: { left: Math.max(0, this.config().widthCap - postsMade(progress)) },
     };
@@ -803,12 +839,13 @@ function postsMade(progress: LoopMessage[]): number {
   return progress.filter((m) => m.role === "tool" && m.name === "post_to_thread" && !m.isError).length;
 }
 
-function systemPrompt(agent: Agent, tools: ToolSpec[]): string {
+function systemPrompt(agent: Agent, tools: ToolSpec[], reach: Reach): string {
   const lines = [
     `You are ${agent.name} (@${agent.handle}), a bot in a shared thread. Messages from others start with their author id in brackets.`,
     `Your final answer is posted to the thread as your reply.`,
   ];
   if (tools.length > 0) lines.push(`Tools you may call: ${tools.map((t) => t.name).join(", ")}.`);
+  if (reach === "thread") lines.push(THREAD_REACH_NOTE);
   if (agent.systemPrompt) lines.push("", agent.systemPrompt);
   return lines.join("\n");
 }

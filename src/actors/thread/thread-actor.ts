@@ -31,6 +31,7 @@ import { discardBody } from "../../http/bounded-body";
 import { threadOutboxExecutors } from "./outbox-executors";
 import { STATUS_CHANGED } from "../../domain/statuses";
 import { backoffDelayMs } from "../../domain/backoff";
+import { parseReach, type Reach } from "../../dispatch/reach";
 
 /**
  * How late the alarm comes for work a handler owes and is about to carry out itself: only when the
@@ -207,7 +208,7 @@ export class ThreadActor extends DurableObject<Env> {
       sql, env,
       now: () => clock.now(),
       thread: () => this.rows.get()!,
-      append: (entries) => void this.appendInternal(entries),
+      append: (entries, reach) => void this.appendInternal(entries, reach),
       recentChats: (count, upToSeq, scan) => this.log.lastContaining(`"chat"`, count, upToSeq, scan),
       house: (houseId) => {
         const house = houseStub(env, houseId);
@@ -246,6 +247,7 @@ export class ThreadActor extends DurableObject<Env> {
       prepareAppend: (body, _meta, writer) => {
         const prepared = prepareEntries(parseJsonBody(body), writer, this.clock.now(), this.toolCalls, this.writerRun(writer));
         if (prepared.heartbeats > 0 && this.showsRunAlive(writer)) this.lifecycle.recordLiveness();
+        this.dispatch.writtenWith(prepared.messages, writer.reach);
         return prepared.messages.length === 0 ? null : prepared.messages;
       },
       afterAppend: (appended, writer) => this.runAppendHooks(appended, this.showsRunAlive(writer)),
@@ -504,15 +506,15 @@ export class ThreadActor extends DurableObject<Env> {
     });
   }
 
-  /** `post_to_thread`: a bot's chat in this thread, written internally as that bot, carrying its depth. */
-  async postChat(houseId: string, p: { id: string; text: string; authorId: string; depth: number; sourceThreadId: string }) {
+  /** `post_to_thread`: a bot's chat in this thread, written internally as that bot, carrying its depth and its turn's reach. */
+  async postChat(houseId: string, p: { id: string; text: string; authorId: string; depth: number; sourceThreadId: string; reach: Reach }) {
     return settle(async () => {
       this.requireThread(houseId);
       const entry: Entry = {
         id: p.id, ts: this.clock.now(), authorId: p.authorId,
         payload: { type: "chat", text: p.text, depth: p.depth, origin: "post_to_thread", sourceThreadId: p.sourceThreadId },
       };
-      const outcome = this.appendInternal([entry]);
+      const outcome = this.appendInternal([entry], parseReach(p.reach));
       await this.settleTurn();
       return { entryId: p.id, duplicate: outcome.appended[0]?.duplicate ?? false };
     });
@@ -545,6 +547,7 @@ export class ThreadActor extends DurableObject<Env> {
       const alive = this.showsRunAlive(writer);
       if (prepared.heartbeats > 0 && alive) this.lifecycle.recordLiveness();
       if (prepared.messages.length === 0) return { entries: [], nextOffset: this.log.formatTail() };
+      this.dispatch.writtenWith(prepared.messages, writer.reach);
       const outcome = this.appendMessages(prepared.messages, alive);
       await this.settleTurn();
       return {
@@ -689,10 +692,15 @@ export class ThreadActor extends DurableObject<Env> {
     return outcome;
   }
 
-  /** Entries the control plane writes itself; their ids make a re-run of the same path a no-op. */
-  protected appendInternal(entries: Entry[]) {
+  /**
+   * Entries the control plane writes itself; their ids make a re-run of the same path a no-op.
+   * `reach`: a bot turn's, for its chats (anything else wakes bots that act within the thread).
+   */
+  protected appendInternal(entries: Entry[], reach?: Reach) {
     const enc = new TextEncoder();
-    return this.appendMessages(entries.map((e) => ({ data: enc.encode(JSON.stringify(e)), entryId: e.id })));
+    const messages = entries.map((e) => ({ data: enc.encode(JSON.stringify(e)), entryId: e.id }));
+    this.dispatch.writtenWith(messages, reach);
+    return this.appendMessages(messages);
   }
 
   /** A finished-signal of the control plane, for the given run (default: the current one). */

@@ -5,6 +5,7 @@ import { ApiError } from "../../errors";
 import { formatZodError } from "../../entries/schema";
 import type { ToolSpec } from "../tool-loop";
 import { errorMessage, logEvent } from "../../domain/log-event";
+import type { Reach } from "../reach";
 
 /** What a turn gives its tools. Tools act as the bot: `claims` is a bot-role house identity. */
 export type ToolContext = {
@@ -15,6 +16,8 @@ export type ToolContext = {
   /** The depth this turn writes at; a post into another thread carries it too. */
   depth: number;
   turnId: string;
+  /** The reach of the chat the turn answers, which a chat it posts elsewhere carries on. */
+  reach: Reach;
   /** How many more threads this turn may post into (the width cap, per turn). */
   postBudget: { left: number };
 };

@@ -57,7 +57,7 @@ export function threadTools(ctx: ToolContext): ToolSpec[] {
         // resumed turn is a post of its own, not taken for one made before the restart.
         const digest = await shortDigest(`${args.threadId}\u0000${args.text}`);
         const r = await unwrapRpc(threadStub(ctx.env, args.threadId).postChat(ctx.claims.houseId, {
-          id: `post:${ctx.turnId}:${call.toolCallId}:${digest}`, text: args.text, authorId: ctx.claims.subject, depth: ctx.depth, sourceThreadId: ctx.threadId,
+          id: `post:${ctx.turnId}:${call.toolCallId}:${digest}`, text: args.text, authorId: ctx.claims.subject, depth: ctx.depth, sourceThreadId: ctx.threadId, reach: ctx.reach,
         }));
         // Only a post that landed wakes anybody, so only it counts against the cap (a resumed turn
         // counts its recorded posts the same way); the calls of a round run one after another.
