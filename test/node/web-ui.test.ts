@@ -1609,6 +1609,12 @@ describe("entries the UI does not expect", () => {
     const runToken = await new SignJWT({ kind: "stream", house: "house-ui", thread: thread.id, scope: "stream:write", run: "odd" })
       .setProtectedHeader({ alg: "HS256" }).setIssuer("threadbox").setSubject("ui-user").setIssuedAt().setExpirationTime("10m")
       .sign(new TextEncoder().encode("test-token-secret-0123456789abcdef"));
+    // The run claims the thread first: a run's token writes only while its run is the current one.
+    const claim = await fetch(`${worker.url}/api/threads/${thread.id}/entries`, {
+      method: "POST", headers: { authorization: `Bearer ${runToken}`, "content-type": "application/json" },
+      body: JSON.stringify({ id: "claim:odd", payload: { type: "signal.thread.status_changed", status: "running", reason: "odd entries", runId: "odd" } }),
+    });
+    expect(claim.status).toBe(201);
     for (const payload of odd) {
       const r = await fetch(`${worker.url}/api/threads/${thread.id}/entries`, {
         method: "POST", headers: { authorization: `Bearer ${runToken}`, "content-type": "application/json" }, body: JSON.stringify({ payload }),
